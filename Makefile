@@ -1,0 +1,25 @@
+# The two commands of the README: `make demo` and `make test`. Each installs what it needs.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+INSTALLED := $(VENV)/.installed
+DEMO_ENV := DEBUG=1 MLQ_AGENT_JOIN_TOKEN=$${MLQ_AGENT_JOIN_TOKEN:-demo-join-token}
+
+.PHONY: demo test services clean
+
+$(INSTALLED): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev]'
+	touch $(INSTALLED)
+
+services:
+	@bash .ci/services
+
+test: $(INSTALLED) services
+	$(BIN)/python -m pytest
+
+demo: $(INSTALLED)
+	$(DEMO_ENV) bash .ci/demo
+
+clean:
+	rm -rf $(VENV) var staticfiles .pytest_cache

@@ -1,0 +1,41 @@
+"""One error shape for the whole API: `{"detail": "...", "fields": {"resources.gpu_count": [...]}}`.
+
+`fields` uses dotted paths so a client can point at the exact spec field; `detail` repeats the
+first problem as one sentence for humans and logs.
+"""
+from rest_framework import exceptions
+from rest_framework.views import exception_handler as drf_exception_handler
+
+from mlqueue.errors import FieldPermissionDenied
+
+
+def flatten_errors(detail, prefix: str = "") -> dict[str, list[str]]:
+    """DRF's nested error dict/list -> {"a.b": ["message", ...]}."""
+    if isinstance(detail, dict):
+        out = {}
+        for key, value in detail.items():
+            name = prefix if key == "non_field_errors" else (f"{prefix}.{key}" if prefix else str(key))
+            for path, messages in flatten_errors(value, name).items():
+                out.setdefault(path, []).extend(messages)
+        return out
+    if isinstance(detail, list) and detail and all(isinstance(item, (dict, list)) for item in detail):
+        out = {}
+        for index, item in enumerate(detail):
+            for path, messages in flatten_errors(item, f"{prefix}[{index}]").items():
+                out.setdefault(path, []).extend(messages)
+        return out
+    messages = detail if isinstance(detail, list) else [detail]
+    return {prefix or "body": [str(m) for m in messages]}
+
+
+def exception_handler(exc, context):
+    response = drf_exception_handler(exc, context)
+    if response is None:
+        return None
+    if isinstance(exc, exceptions.ValidationError):
+        fields = flatten_errors(exc.detail)
+        first_field, first_messages = next(iter(fields.items()))
+        response.data = {"detail": f"{first_field}: {first_messages[0]}", "fields": fields}
+    elif isinstance(exc, FieldPermissionDenied):
+        response.data = {"detail": f"{exc.field}: {exc.detail}", "fields": {exc.field: [str(exc.detail)]}}
+    return response

@@ -1,0 +1,22 @@
+"""API exceptions the services raise; mlqueue.api_errors renders them."""
+from rest_framework import exceptions, status
+
+
+class FieldPermissionDenied(exceptions.PermissionDenied):
+    """A 403 that still names the field at fault (e.g. a team the caller is not in)."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field = field
+
+
+class Conflict(exceptions.APIException):
+    status_code = status.HTTP_409_CONFLICT
+    default_detail = "conflict"
+    default_code = "conflict"
+
+
+class RequestTooLarge(exceptions.APIException):
+    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
+    default_detail = "request body too large"
+    default_code = "too_large"

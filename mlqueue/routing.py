@@ -1,0 +1,3 @@
+"""WebSocket URL patterns, one list for the whole project."""
+
+websocket_urlpatterns: list = []

@@ -1,0 +1,11 @@
+"""Settings for the test suite: real Postgres and Redis by default, as `make test` runs it."""
+import os
+
+os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/mlqueue")
+os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/15")
+
+from mlqueue.settings import *  # noqa: E402,F403
+
+# The test client speaks plain HTTP; the production redirect is checked by `check --deploy`.
+SECURE_SSL_REDIRECT = False
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

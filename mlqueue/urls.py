@@ -1,0 +1,31 @@
+from django.contrib import admin
+from django.urls import include, path, re_path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from agents import api as agents_api
+from scheduling import api as jobs_api
+from teams import api as teams_api
+
+
+def endpoint(route: str, view, name: str):
+    """DESIGN.md names endpoints without a trailing slash; accept either."""
+    return re_path(rf"^{route}/?$", view, name=name)
+
+
+api_v1 = [
+    endpoint("jobs", jobs_api.JobListCreate.as_view(), "jobs"),
+    endpoint(r"jobs/(?P<job_id>[0-9]+)", jobs_api.JobDetail.as_view(), "job-detail"),
+    endpoint(r"jobs/(?P<job_id>[0-9]+)/events", jobs_api.JobEvents.as_view(), "job-events"),
+    endpoint(r"jobs/(?P<job_id>[0-9]+)/cancel", jobs_api.JobCancel.as_view(), "job-cancel"),
+    endpoint("teams", teams_api.TeamList.as_view(), "teams"),
+    endpoint(r"teams/(?P<name>[a-z0-9-]+)/quotas", teams_api.TeamQuotas.as_view(), "team-quotas"),
+    endpoint("nodes", agents_api.NodeList.as_view(), "nodes"),
+]
+
+urlpatterns = [
+    path("api/v1/", include(api_v1)),
+    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    path("admin/", admin.site.urls),
+    path("", include("django_prometheus.urls")),
+]

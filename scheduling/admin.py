@@ -1,0 +1,81 @@
+from django.contrib import admin
+
+from scheduling.models import Job, JobEvent, SchedulerLease, Task
+
+
+class TaskInline(admin.TabularInline):
+    model = Task
+    extra = 0
+    fields = ["rank", "state", "node", "gpu_indices", "attempt", "epoch", "failure_class", "exit_code"]
+    readonly_fields = fields
+    can_delete = False
+
+
+class EventInline(admin.TabularInline):
+    model = JobEvent
+    fk_name = "job"
+    extra = 0
+    fields = ["created_at", "kind", "actor_name", "from_state", "to_state", "reason", "message"]
+    readonly_fields = fields
+    can_delete = False
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(Job)
+class JobAdmin(admin.ModelAdmin):
+    list_display = ["id", "name", "team", "owner", "priority", "state", "gpu_type", "gpu_count", "pending_reason_code",
+                    "submitted_at"]
+    list_filter = ["state", "priority", "gpu_type", "team"]
+    search_fields = ["name", "client_job_id", "owner__username"]
+    list_select_related = ["team", "owner"]
+    readonly_fields = ["spec", "spec_digest", "state", "pending_reason_code", "pending_reason_message", "submitted_at",
+                       "started_at", "finished_at", "updated_at", "restarts_used", "retries_used"]
+    raw_id_fields = ["depends_on"]
+    inlines = [TaskInline, EventInline]
+
+    # A submitted job is never lost: it ends CANCELLED, it is not deleted.
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(Task)
+class TaskAdmin(admin.ModelAdmin):
+    list_display = ["job", "rank", "state", "node", "attempt", "epoch", "failure_class", "exit_code"]
+    list_filter = ["state", "failure_class"]
+    raw_id_fields = ["job", "node"]
+    readonly_fields = ["state", "attempt", "epoch"]
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(JobEvent)
+class JobEventAdmin(admin.ModelAdmin):
+    list_display = ["created_at", "kind", "job", "team", "node", "actor_name", "reason", "message"]
+    list_filter = ["kind", "reason"]
+    search_fields = ["message", "actor_name"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(SchedulerLease)
+class SchedulerLeaseAdmin(admin.ModelAdmin):
+    list_display = ["epoch", "holder", "backend_pid", "renewed_at", "last_pass_ms", "last_pass_at"]
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False

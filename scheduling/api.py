@@ -1,0 +1,77 @@
+"""REST endpoints for jobs. Thin: parse, call a service or selector, serialize."""
+from django.db.models import Prefetch
+from django.shortcuts import get_object_or_404
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import generics, status
+from rest_framework.pagination import CursorPagination
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from scheduling import services
+from scheduling.filters import JobFilter
+from scheduling.models import JobEvent, Task
+from scheduling.selectors import visible_jobs
+from scheduling.serializers import CancelSerializer, JobDetailSerializer, JobEventSerializer, JobSerializer
+from scheduling.spec import JobSpecSerializer
+
+
+class NewestFirst(CursorPagination):
+    ordering = "-id"
+    page_size = 50
+    page_size_query_param = "limit"
+    max_page_size = 500
+
+
+class OldestFirst(NewestFirst):
+    ordering = ("created_at", "id")
+
+
+class JobListCreate(generics.ListAPIView):
+    serializer_class = JobSerializer
+    filterset_class = JobFilter
+    pagination_class = NewestFirst
+
+    def get_queryset(self):
+        return visible_jobs(self.request.user)
+
+    @extend_schema(request=JobSpecSerializer, responses={201: JobDetailSerializer, 200: JobDetailSerializer,
+                                                         409: OpenApiResponse(description="same client_job_id, other spec")})
+    def post(self, request: Request) -> Response:
+        team, spec = services.check_job_submission(user=request.user, data=request.data)
+        job, created = services.do_submit_job(user=request.user, team=team, spec=spec)
+        return Response(JobDetailSerializer(_with_tasks(job.pk, request.user)).data,
+                        status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+
+
+def _with_tasks(job_id: int, user):
+    tasks = Prefetch("tasks", queryset=Task.objects.select_related("node").order_by("rank"))
+    return get_object_or_404(visible_jobs(user).prefetch_related(tasks, "depends_on"), pk=job_id)
+
+
+class JobDetail(APIView):
+    @extend_schema(responses=JobDetailSerializer)
+    def get(self, request: Request, job_id: int) -> Response:
+        return Response(JobDetailSerializer(_with_tasks(job_id, request.user)).data)
+
+
+class JobEvents(generics.ListAPIView):
+    serializer_class = JobEventSerializer
+    pagination_class = OldestFirst
+    queryset = JobEvent.objects.none()  # for the schema; the real one is per job
+
+    def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):
+            return self.queryset
+        job = get_object_or_404(visible_jobs(self.request.user), pk=self.kwargs["job_id"])
+        return job.events.all()
+
+
+class JobCancel(APIView):
+    @extend_schema(request=CancelSerializer, responses=JobDetailSerializer)
+    def post(self, request: Request, job_id: int) -> Response:
+        job = get_object_or_404(visible_jobs(request.user), pk=job_id)
+        body = CancelSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        services.do_cancel_job(job=job, user=request.user, reason=body.validated_data["reason"])
+        return Response(JobDetailSerializer(_with_tasks(job_id, request.user)).data)

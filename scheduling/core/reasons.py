@@ -1,0 +1,57 @@
+"""Why a job waits: a code (data), a category, and a sentence with the numbers."""
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class ReasonCode(StrEnum):
+    NO_MATCHING_NODES = "NO_MATCHING_NODES"
+    INSUFFICIENT_CAPACITY = "INSUFFICIENT_CAPACITY"
+    FRAGMENTED = "FRAGMENTED"
+    QUOTA = "QUOTA"
+    PRIORITY = "PRIORITY"
+    BEHIND_RESERVATION = "BEHIND_RESERVATION"
+    BACKOFF = "BACKOFF"
+    HELD = "HELD"
+    DEPENDENCY = "DEPENDENCY"
+    PREEMPTING = "PREEMPTING"
+    # Submitted since the last pass: no decision about it yet.
+    NOT_YET_SCHEDULED = "NOT_YET_SCHEDULED"
+
+
+class Category(StrEnum):
+    """Whether waiting can end by itself (capacity frees up) or needs someone to act."""
+
+    CAPACITY = "capacity"
+    POLICY = "policy"
+    USER = "user"
+    UNRESOLVABLE = "unresolvable"
+
+
+CATEGORY = {
+    ReasonCode.NO_MATCHING_NODES: Category.UNRESOLVABLE,
+    ReasonCode.INSUFFICIENT_CAPACITY: Category.CAPACITY,
+    ReasonCode.FRAGMENTED: Category.CAPACITY,
+    ReasonCode.QUOTA: Category.POLICY,
+    ReasonCode.PRIORITY: Category.POLICY,
+    ReasonCode.BEHIND_RESERVATION: Category.POLICY,
+    ReasonCode.BACKOFF: Category.USER,
+    ReasonCode.HELD: Category.USER,
+    ReasonCode.DEPENDENCY: Category.USER,
+    ReasonCode.PREEMPTING: Category.CAPACITY,
+    ReasonCode.NOT_YET_SCHEDULED: Category.CAPACITY,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class PendingReason:
+    code: ReasonCode
+    message: str
+    # node rejection histogram: reason -> node count, e.g. {"other GPU type": 900}
+    histogram: tuple[tuple[str, int], ...] = field(default=())
+
+    @property
+    def category(self) -> Category:
+        return CATEGORY[self.code]
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.message}"

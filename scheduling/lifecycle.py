@@ -1,0 +1,172 @@
+"""The task lifecycle, declared once.
+
+Every transition is one conditional UPDATE on the expected state (and, from the scheduler,
+on its epoch still being current). Zero rows means another actor got there first: the
+caller re-reads. A job's state is never written by hand: it is derived from its tasks in the
+same transaction. A gang's tasks move together or not at all.
+"""
+from collections.abc import Iterable, Mapping
+
+from django.db import transaction
+from django.db.models import Exists, F, OuterRef
+from django.utils import timezone
+
+from scheduling.models import EventKind, Job, JobEvent, JobState, SchedulerLease, Task, TaskState
+
+S = TaskState
+TRANSITIONS: Mapping[str, frozenset[str]] = {
+    S.PENDING: frozenset({S.ASSIGNED, S.CANCELLED}),
+    # An agent may report a short task's exit before it reported the start.
+    S.ASSIGNED: frozenset({S.RUNNING, S.SUCCEEDED, S.FAILED, S.PREEMPTED, S.CANCELLED, S.PENDING}),
+    S.RUNNING: frozenset({S.SUCCEEDED, S.FAILED, S.PREEMPTED, S.CANCELLED}),
+    # Only the scheduler requeues: a retry or a restart is a new attempt from PENDING.
+    S.FAILED: frozenset({S.PENDING, S.CANCELLED}),
+    S.PREEMPTED: frozenset({S.PENDING, S.CANCELLED}),
+    S.SUCCEEDED: frozenset(),
+    S.CANCELLED: frozenset(),
+}
+ACTIVE = frozenset({S.ASSIGNED, S.RUNNING})
+FINAL = frozenset({S.SUCCEEDED, S.CANCELLED})
+ENDED = frozenset({S.SUCCEEDED, S.FAILED, S.PREEMPTED, S.CANCELLED})
+
+
+class IllegalTransition(ValueError):
+    def __init__(self, from_state: str, to_state: str):
+        allowed = ", ".join(sorted(TRANSITIONS.get(from_state, ()))) or "nothing"
+        super().__init__(f"a task cannot go from {from_state} to {to_state} (from {from_state}: {allowed})")
+
+
+def check_transition(from_state: str, to_state: str) -> None:
+    if to_state not in TRANSITIONS.get(from_state, ()):
+        raise IllegalTransition(from_state, to_state)
+
+
+def derive_job_state(states: Iterable[str]) -> str:
+    """A job's state from its tasks':
+    1. any task RUNNING -> RUNNING; 2. any ASSIGNED -> ASSIGNED; 3. any PENDING -> PENDING;
+    4. all SUCCEEDED -> SUCCEEDED; 5. any CANCELLED -> CANCELLED; 6. any FAILED -> FAILED;
+    7. otherwise PREEMPTED (between a preemption and its requeue)."""
+    present = set(states)
+    for state in (S.RUNNING, S.ASSIGNED, S.PENDING):
+        if state in present:
+            return state
+    if present == {S.SUCCEEDED}:
+        return S.SUCCEEDED
+    for state in (S.CANCELLED, S.FAILED):
+        if state in present:
+            return state
+    return S.PREEMPTED
+
+
+def epoch_is_current(epoch: int):
+    """A filter clause that holds only while `epoch` is the lease's: the store fences a
+    deposed leader's writes."""
+    return Exists(SchedulerLease.objects.filter(pk=1, epoch=epoch))
+
+
+def _stamp_fields(to_state: str, now) -> dict:
+    stamps = {"updated_at": now}
+    if to_state == S.ASSIGNED:
+        stamps.update(assigned_at=now, attempt=F("attempt") + 1, finished_at=None, exit_code=None, failure_class="")
+    elif to_state == S.RUNNING:
+        stamps["started_at"] = now
+    elif to_state in ENDED:
+        stamps["finished_at"] = now
+    elif to_state == S.PENDING:
+        stamps.update(node=None, gpu_indices=[], assigned_at=None, started_at=None)
+    return stamps
+
+
+def _conditional_update(*, task_filter: dict, from_state: str, to_state: str, epoch, fields: dict, now) -> int:
+    rows = Task.objects.filter(state=from_state, **task_filter)
+    if epoch is not None:
+        rows = rows.filter(epoch_is_current(epoch))
+    return rows.update(state=to_state, **_stamp_fields(to_state, now), **fields)
+
+
+def sync_job_state(job_id: int, *, now=None) -> tuple[str, str]:
+    """Re-derive the job's state from its tasks; returns (before, after)."""
+    now = now or timezone.now()
+    job = Job.objects.only("state", "started_at").get(pk=job_id)
+    after = derive_job_state(Task.objects.filter(job_id=job_id).values_list("state", flat=True))
+    if after != job.state:
+        fields = {"state": after, "updated_at": now}
+        if after == S.RUNNING and job.started_at is None:
+            fields["started_at"] = now
+        if after in (S.SUCCEEDED, S.FAILED, S.CANCELLED):
+            fields["finished_at"] = now
+        if after in ACTIVE or after in (S.SUCCEEDED, S.FAILED, S.CANCELLED):
+            fields.update(pending_reason_code="", pending_reason_message="")
+        Job.objects.filter(pk=job_id).update(**fields)
+    return job.state, after
+
+
+def _lock_job(job_id: int) -> None:
+    # Serializes transitions of one job's tasks, so the derived job state is never stale.
+    list(Job.objects.select_for_update().filter(pk=job_id).values_list("pk", flat=True))
+
+
+def _record(*, job_id, rank, from_state, to_state, actor, actor_name, reason, message, data, now) -> None:
+    JobEvent.objects.create(
+        job_id=job_id, kind=EventKind.TRANSITION, actor=actor, actor_name=actor_name,
+        from_state=from_state, to_state=to_state, reason=reason, message=message,
+        data={"rank": rank, **data} if rank is not None else data, created_at=now,
+    )
+
+
+def transition_task(
+    task: Task, *, to_state: str, from_state: str | None = None, epoch: int | None = None,
+    actor=None, actor_name: str = "system", reason: str = "", message: str = "", now=None, **fields,
+) -> bool:
+    """Move one task from `from_state` (default: the state it was read in). False when zero
+    rows matched: another actor moved it first, or `epoch` is no longer the lease's."""
+    from_state = from_state or task.state
+    check_transition(from_state, to_state)
+    now = now or timezone.now()
+    with transaction.atomic():
+        _lock_job(task.job_id)
+        moved = _conditional_update(task_filter={"pk": task.pk}, from_state=from_state, to_state=to_state,
+                                    epoch=epoch, fields=fields, now=now)
+        if not moved:
+            return False
+        _record(job_id=task.job_id, rank=task.rank, from_state=from_state, to_state=to_state, actor=actor,
+                actor_name=actor_name, reason=reason, message=message, data={}, now=now)
+        sync_job_state(task.job_id, now=now)
+    return True
+
+
+class GangMoved(Exception):
+    """Raised inside the transaction to undo a partial gang move."""
+
+
+def transition_gang(
+    job_id: int, *, from_state: str, to_state: str, epoch: int | None = None,
+    per_rank: Mapping[int, dict] | None = None, require_all: bool = True, actor=None,
+    actor_name: str = "system", reason: str = "", message: str = "", data: dict | None = None, now=None, **fields,
+) -> int:
+    """Move the tasks of a job that are in `from_state` to `to_state`, recording one event.
+    With `require_all` (a gang), every task must move or none does. `per_rank` gives each
+    rank its own fields (its node and GPUs). Returns how many moved: 0 when a task was not in
+    `from_state` (with `require_all`) or the epoch is stale; then nothing changed."""
+    check_transition(from_state, to_state)
+    now = now or timezone.now()
+    try:
+        with transaction.atomic():
+            _lock_job(job_id)
+            ranks = list(Task.objects.filter(job_id=job_id).values_list("rank", flat=True).order_by("rank"))
+            moved = sum(
+                _conditional_update(
+                    task_filter={"job_id": job_id, "rank": rank}, from_state=from_state, to_state=to_state,
+                    epoch=epoch, fields={**fields, **(per_rank or {}).get(rank, {})}, now=now,
+                )
+                for rank in ranks
+            )
+            if require_all and moved != len(ranks) or not moved:
+                raise GangMoved
+            _record(job_id=job_id, rank=None, from_state=from_state, to_state=to_state, actor=actor,
+                    actor_name=actor_name, reason=reason, message=message,
+                    data={"tasks": moved, **(data or {})}, now=now)
+            sync_job_state(job_id, now=now)
+    except GangMoved:
+        return 0
+    return moved

@@ -1,0 +1,225 @@
+"""Jobs, their tasks (ranks), the event timeline (also the audit log), and the leader lease."""
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+from scheduling.core.model import PRIORITIES, Topology
+from scheduling.core.reasons import ReasonCode
+
+
+class TaskState(models.TextChoices):
+    PENDING = "PENDING"
+    ASSIGNED = "ASSIGNED"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    PREEMPTED = "PREEMPTED"
+    CANCELLED = "CANCELLED"
+
+
+# A job's state is derived from its tasks' (see lifecycle.derive_job_state), same names.
+JobState = TaskState
+
+
+class FailureClass(models.TextChoices):
+    INFRA = "INFRA", "infrastructure (node lost, lease expired, spot reclaim, preempted)"
+    APP = "APP", "application (non-zero exit)"
+    TIMEOUT = "TIMEOUT", "past max_runtime"
+    CANCELLED = "CANCELLED", "cancelled"
+
+
+Priority = models.TextChoices("Priority", [(p, p) for p in PRIORITIES])
+TopologyHint = models.TextChoices("TopologyHint", [(t.name, t.value) for t in Topology])
+PendingReasonCode = models.TextChoices("PendingReasonCode", [(c.value, c.value) for c in ReasonCode])
+
+
+class RestartMode(models.TextChoices):
+    RESUME = "resume_from_checkpoint"
+    RESTART = "restart"
+    FAIL = "fail"
+
+
+class Job(models.Model):
+    """One submission. `spec` keeps the normalized spec as accepted; the columns are its
+    queryable projection."""
+
+    team = models.ForeignKey("teams.Team", on_delete=models.PROTECT, related_name="jobs")
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs")
+    client_job_id = models.CharField(max_length=128, null=True, blank=True)
+    spec = models.JSONField()
+    spec_digest = models.CharField(max_length=64)
+
+    name = models.CharField(max_length=200)
+    image = models.CharField(max_length=500, blank=True)
+    command = models.JSONField(default=list)
+    env = models.JSONField(default=dict, blank=True)
+    gpu_type = models.CharField(max_length=20, blank=True)
+    gpu_count = models.PositiveIntegerField(default=0)
+    gpus_per_task = models.PositiveSmallIntegerField(default=0)
+    task_count = models.PositiveIntegerField(default=1)
+    cpu_per_rank = models.PositiveIntegerField(default=1)
+    memory_per_rank_gb = models.PositiveIntegerField(default=4)
+    scratch_disk_gb = models.PositiveIntegerField(default=0)
+    topology_hint = models.CharField(max_length=20, choices=TopologyHint.choices, default=Topology.NONE.value)
+    node_selector = models.JSONField(default=dict, blank=True)
+    priority = models.CharField(max_length=2, choices=Priority.choices, default="P2")
+    max_runtime_hours = models.FloatField(default=168)
+    grace_period_seconds = models.PositiveIntegerField(default=120)
+    checkpoint = models.JSONField(null=True, blank=True)
+    on_preemption = models.CharField(max_length=24, choices=RestartMode.choices, default=RestartMode.RESUME)
+    on_node_failure = models.CharField(max_length=24, choices=RestartMode.choices, default=RestartMode.RESUME)
+    max_restarts = models.PositiveIntegerField(default=20)
+    max_retries = models.PositiveIntegerField(default=2)
+    depends_on = models.ManyToManyField("self", symmetrical=False, related_name="dependents", blank=True)
+
+    state = models.CharField(max_length=10, choices=JobState.choices, default=JobState.PENDING)
+    pending_reason_code = models.CharField(max_length=24, choices=PendingReasonCode.choices, blank=True)
+    pending_reason_message = models.TextField(blank=True)
+    held = models.BooleanField(default=False)
+    not_before = models.DateTimeField(null=True, blank=True, help_text="retry back-off: not placed before this")
+    restarts_used = models.PositiveIntegerField(default=0)
+    retries_used = models.PositiveIntegerField(default=0)
+    failure_class = models.CharField(max_length=10, choices=FailureClass.choices, blank=True)
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
+
+    submitted_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["team", "client_job_id"],
+                condition=models.Q(client_job_id__isnull=False),
+                name="job_team_client_id_unique",
+            ),
+        ]
+        indexes = [
+            # The scheduler loads the active jobs; the queue page lists them in order.
+            models.Index(
+                fields=["priority", "submitted_at", "id"],
+                condition=models.Q(state__in=["PENDING", "ASSIGNED", "RUNNING"]),
+                name="job_active_order_idx",
+            ),
+            models.Index(fields=["team", "state", "-id"], name="job_team_state_idx"),
+            models.Index(fields=["state", "-id"], name="job_state_idx"),
+            models.Index(fields=["owner", "-id"], name="job_owner_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"job {self.pk} {self.name}"
+
+    @property
+    def is_gang(self) -> bool:
+        return self.task_count > 1
+
+
+class Task(models.Model):
+    """One rank of a job. `attempt` counts its starts; each start carries (epoch, attempt)."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="tasks")
+    rank = models.PositiveIntegerField()
+    state = models.CharField(max_length=10, choices=TaskState.choices, default=TaskState.PENDING)
+    node = models.ForeignKey("agents.Node", null=True, blank=True, on_delete=models.SET_NULL, related_name="tasks")
+    gpu_indices = models.JSONField(default=list, blank=True)
+    attempt = models.PositiveIntegerField(default=0)
+    epoch = models.PositiveBigIntegerField(default=0)
+    failure_class = models.CharField(max_length=10, choices=FailureClass.choices, blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+    assigned_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["job_id", "rank"]
+        constraints = [models.UniqueConstraint(fields=["job", "rank"], name="task_job_rank_unique")]
+        indexes = [
+            # What runs where: the scheduler's snapshot and the agent's assignments.
+            models.Index(
+                fields=["node", "state"],
+                condition=models.Q(state__in=["ASSIGNED", "RUNNING"]),
+                name="task_active_node_idx",
+            ),
+            models.Index(fields=["state"], name="task_state_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} rank {self.rank} ({self.state})"
+
+
+class EventKind(models.TextChoices):
+    SUBMITTED = "SUBMITTED"
+    TRANSITION = "TRANSITION"
+    CANCEL_REQUESTED = "CANCEL_REQUESTED"
+    QUOTA_CHANGED = "QUOTA_CHANGED"
+    NODE_STATE = "NODE_STATE"
+
+
+class AppendOnlyQuerySet(models.QuerySet):
+    def update(self, **kwargs):
+        raise PermissionError("the event log is append-only")
+
+    def delete(self):
+        raise PermissionError("the event log is append-only")
+
+
+class JobEvent(models.Model):
+    """The timeline of a job and the audit log of everything else (quotas, nodes): who did
+    what, when and why. Append-only; rows go away only with their job."""
+
+    job = models.ForeignKey(Job, null=True, blank=True, on_delete=models.CASCADE, related_name="events")
+    team = models.ForeignKey("teams.Team", null=True, blank=True, on_delete=models.CASCADE, related_name="events")
+    node = models.ForeignKey("agents.Node", null=True, blank=True, on_delete=models.CASCADE, related_name="events")
+    kind = models.CharField(max_length=20, choices=EventKind.choices)
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    actor_name = models.CharField(max_length=150, help_text="user name, 'scheduler' or 'agent:<node>'")
+    from_state = models.CharField(max_length=10, blank=True)
+    to_state = models.CharField(max_length=10, blank=True)
+    reason = models.CharField(max_length=40, blank=True)
+    message = models.TextField(blank=True)
+    data = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    objects = AppendOnlyQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        indexes = [
+            models.Index(fields=["job", "created_at"], name="event_job_time_idx"),
+            models.Index(fields=["team", "created_at"], name="event_team_time_idx"),
+            models.Index(fields=["node", "created_at"], name="event_node_time_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.created_at:%Y-%m-%d %H:%M:%S} {self.kind} {self.message}"
+
+    def save(self, *args, **kwargs):
+        if self.pk is not None and not self._state.adding:
+            raise PermissionError("the event log is append-only")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise PermissionError("the event log is append-only")
+
+
+class SchedulerLease(models.Model):
+    """The single row that says who leads and under which epoch; every leader write is fenced
+    by it. `renewed_at` is the database's clock, never a worker's."""
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=1)
+    epoch = models.PositiveBigIntegerField(default=0)
+    holder = models.CharField(max_length=200, blank=True, help_text="host:pid")
+    backend_pid = models.IntegerField(null=True, blank=True)
+    acquired_at = models.DateTimeField(null=True, blank=True)
+    renewed_at = models.DateTimeField(null=True, blank=True)
+    last_pass_ms = models.FloatField(null=True, blank=True)
+    last_pass_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.CheckConstraint(condition=models.Q(id=1), name="scheduler_lease_singleton")]
+
+    def __str__(self) -> str:
+        return f"epoch {self.epoch} held by {self.holder or 'nobody'}"

@@ -1,0 +1,62 @@
+"""How jobs, tasks and events look in the API (output only; input is spec.JobSpecSerializer)."""
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from scheduling.models import Job, JobEvent, Task
+
+
+class PendingReasonSerializer(serializers.Serializer):
+    code = serializers.CharField()
+    message = serializers.CharField()
+
+
+class TaskSerializer(serializers.ModelSerializer):
+    node = serializers.CharField(source="node.name", default=None)
+
+    class Meta:
+        model = Task
+        fields = ["rank", "state", "node", "gpu_indices", "attempt", "epoch", "failure_class", "exit_code",
+                  "assigned_at", "started_at", "finished_at"]
+
+
+class JobSerializer(serializers.ModelSerializer):
+    team = serializers.CharField(source="team.name")
+    owner = serializers.CharField(source="owner.username")
+    tasks = serializers.IntegerField(source="task_count")
+    pending_reason = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Job
+        fields = ["id", "client_job_id", "name", "team", "owner", "state", "priority", "gpu_type", "gpu_count",
+                  "gpus_per_task", "tasks", "pending_reason", "submitted_at", "started_at", "finished_at"]
+
+    @extend_schema_field(PendingReasonSerializer(allow_null=True))
+    def get_pending_reason(self, job: Job):
+        if job.state != "PENDING":
+            return None
+        return {"code": job.pending_reason_code or "NOT_YET_SCHEDULED",
+                "message": job.pending_reason_message or "waiting for the scheduler's next pass"}
+
+
+class JobDetailSerializer(JobSerializer):
+    tasks = TaskSerializer(many=True, read_only=True)
+    task_count = serializers.IntegerField()
+    depends_on = serializers.PrimaryKeyRelatedField(many=True, read_only=True)
+
+    class Meta(JobSerializer.Meta):
+        fields = JobSerializer.Meta.fields + [
+            "task_count", "spec", "depends_on", "held", "not_before", "restarts_used", "retries_used",
+            "max_restarts", "max_retries", "failure_class", "cancel_requested_at", "updated_at",
+        ]
+
+
+class JobEventSerializer(serializers.ModelSerializer):
+    actor = serializers.CharField(source="actor_name")
+
+    class Meta:
+        model = JobEvent
+        fields = ["id", "kind", "actor", "from_state", "to_state", "reason", "message", "data", "created_at"]
+
+
+class CancelSerializer(serializers.Serializer):
+    reason = serializers.CharField(required=False, allow_blank=True, max_length=500, default="")

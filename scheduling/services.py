@@ -1,0 +1,148 @@
+"""Writes about jobs: submit and cancel. `check_*` validates, `do_*` writes (and records why)."""
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+from rest_framework.exceptions import ValidationError
+
+from agents.selectors import inventory
+from mlqueue.errors import Conflict, FieldPermissionDenied
+from scheduling import lifecycle
+from scheduling.core.feasibility import can_ever_run
+from scheduling.core.model import JobShape, Topology
+from scheduling.models import EventKind, Job, JobEvent, Task, TaskState
+from scheduling.selectors import visible_jobs
+from scheduling.spec import JobSpecSerializer, normalized, spec_digest
+from teams.models import Role, Team
+from teams.selectors import can_edit_quotas, is_member
+
+UNKNOWN_TEAM = "no team named {name!r}."
+NOT_A_MEMBER = "you are not a member of team {name}."
+P0_RESERVED = "P0 is for incidents: only leads of {name} and site admins may submit at P0."
+UNKNOWN_DEPENDENCY = "job {id} does not exist or is not visible to you."
+SPEC_CONFLICT = (
+    "team {team} already has job {job_id} with client_job_id {client_job_id!r} and a different spec; "
+    "use a new client_job_id to submit a different job."
+)
+ALREADY_ENDED = "job {job_id} already ended {state}; there is nothing to cancel."
+
+
+def check_job_submission(*, user, data) -> tuple[Team, dict]:
+    """Validate a submitted spec for `user`: fields, team, rights, dependencies and whether an
+    empty cluster could ever hold it. Returns the team and the normalized spec."""
+    serializer = JobSpecSerializer(data=data)
+    serializer.is_valid(raise_exception=True)
+    spec = normalized(serializer.validated_data)
+    team = _check_team(user, spec["team"])
+    if spec["priority"] == "P0" and not can_edit_quotas(user, team):
+        raise FieldPermissionDenied("priority", P0_RESERVED.format(name=team.name))
+    _check_dependencies(user, spec["depends_on"])
+    verdict = can_ever_run(job_shape(spec), inventory())
+    if not verdict.ok:
+        raise ValidationError({verdict.field: [verdict.message]})
+    return team, spec
+
+
+def _check_team(user, name: str) -> Team:
+    team = Team.objects.filter(name=name).first()
+    if team is None:
+        raise ValidationError({"team": [UNKNOWN_TEAM.format(name=name)]})
+    if not is_member(user, team):
+        raise FieldPermissionDenied("team", NOT_A_MEMBER.format(name=name))
+    return team
+
+
+def _check_dependencies(user, job_ids: list[int]) -> None:
+    found = set(visible_jobs(user).filter(pk__in=job_ids).values_list("pk", flat=True))
+    missing = [job_id for job_id in job_ids if job_id not in found]
+    if missing:
+        raise ValidationError({"depends_on": [UNKNOWN_DEPENDENCY.format(id=missing[0])]})
+
+
+def job_shape(spec: dict) -> JobShape:
+    res = spec["resources"]
+    return JobShape(
+        gpu_type=res["gpu_type"] or None, tasks=res["tasks"], gpus_per_task=res["gpus_per_task"],
+        cpus_per_task=res["cpu_per_rank"], memory_gb_per_task=res["memory_per_rank_gb"],
+        node_selector=spec["node_selector"], topology=Topology(spec["topology_hint"]),
+    )
+
+
+def _job_columns(spec: dict) -> dict:
+    res, policy = spec["resources"], spec["restart_policy"]
+    return dict(
+        client_job_id=spec["client_job_id"], name=spec["name"], image=spec["image"], command=spec["command"],
+        env=spec["env"], gpu_type=res["gpu_type"], gpu_count=res["gpu_count"], gpus_per_task=res["gpus_per_task"],
+        task_count=res["tasks"], cpu_per_rank=res["cpu_per_rank"], memory_per_rank_gb=res["memory_per_rank_gb"],
+        scratch_disk_gb=res["scratch_disk_gb"], topology_hint=spec["topology_hint"],
+        node_selector=spec["node_selector"], priority=spec["priority"], max_runtime_hours=spec["max_runtime_hours"],
+        grace_period_seconds=spec["grace_period_seconds"], checkpoint=spec["checkpoint"],
+        on_preemption=policy["on_preemption"], on_node_failure=policy["on_node_failure"],
+        max_restarts=policy["max_restarts"], max_retries=policy["max_retries"],
+    )
+
+
+def do_submit_job(*, user, team: Team, spec: dict) -> tuple[Job, bool]:
+    """Create the job, its tasks and its first event in one transaction. Idempotent on
+    (team, client_job_id): the same spec again returns the first job (created=False); a
+    different spec under the same id raises Conflict."""
+    digest = spec_digest(spec)
+    if spec["client_job_id"]:
+        existing = Job.objects.filter(team=team, client_job_id=spec["client_job_id"]).first()
+        if existing is not None:
+            return _same_job_or_conflict(existing, digest), False
+    try:
+        with transaction.atomic():
+            job = _create_job(user=user, team=team, spec=spec, digest=digest)
+    except IntegrityError:
+        # Lost a race with an identical submit: the unique (team, client_job_id) decided.
+        existing = Job.objects.filter(team=team, client_job_id=spec["client_job_id"]).first()
+        if existing is None:
+            raise
+        return _same_job_or_conflict(existing, digest), False
+    return job, True
+
+
+def _same_job_or_conflict(existing: Job, digest: str) -> Job:
+    if existing.spec_digest != digest:
+        raise Conflict(SPEC_CONFLICT.format(team=existing.team.name, job_id=existing.pk,
+                                            client_job_id=existing.client_job_id))
+    return existing
+
+
+def _create_job(*, user, team: Team, spec: dict, digest: str) -> Job:
+    now = timezone.now()
+    job = Job.objects.create(team=team, owner=user, spec=spec, spec_digest=digest, submitted_at=now,
+                             updated_at=now, **_job_columns(spec))
+    Task.objects.bulk_create(
+        [Task(job=job, rank=rank, updated_at=now) for rank in range(job.task_count)]
+    )
+    if spec["depends_on"]:
+        job.depends_on.set(spec["depends_on"])
+    shape = job_shape(spec).describe()
+    JobEvent.objects.create(
+        job=job, kind=EventKind.SUBMITTED, actor=user, actor_name=user.get_username(), to_state=TaskState.PENDING,
+        message=f"submitted by {user.get_username()} to {team.name}: {shape}, priority {job.priority}",
+        data={"client_job_id": job.client_job_id, "tasks": job.task_count}, created_at=now,
+    )
+    return job
+
+
+def do_cancel_job(*, job: Job, user, reason: str = "") -> Job:
+    """Cancel what has not started at once; ask the scheduler to stop what runs (its agents
+    kill the processes, then the tasks end CANCELLED)."""
+    if job.state in (TaskState.SUCCEEDED, TaskState.FAILED, TaskState.CANCELLED):
+        if job.state == TaskState.CANCELLED:
+            return job
+        raise Conflict(ALREADY_ENDED.format(job_id=job.pk, state=job.state))
+    why = reason or f"cancelled by {user.get_username()}"
+    with transaction.atomic():
+        if not Job.objects.filter(pk=job.pk, cancel_requested_at__isnull=True).update(cancel_requested_at=timezone.now()):
+            job.refresh_from_db()
+            return job
+        JobEvent.objects.create(job=job, kind=EventKind.CANCEL_REQUESTED, actor=user,
+                                actor_name=user.get_username(), reason="CANCELLED", message=why)
+        for from_state in (TaskState.PENDING, TaskState.FAILED, TaskState.PREEMPTED):
+            lifecycle.transition_gang(job.pk, from_state=from_state, to_state=TaskState.CANCELLED, require_all=False,
+                                      actor=user, actor_name=user.get_username(), reason="CANCELLED", message=why,
+                                      failure_class="CANCELLED")
+    job.refresh_from_db()
+    return job

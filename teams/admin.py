@@ -1,0 +1,49 @@
+from django.contrib import admin
+
+from teams.models import ApiToken, Membership, Quota, Team
+
+
+class MembershipInline(admin.TabularInline):
+    model = Membership
+    extra = 0
+    raw_id_fields = ["user"]
+
+
+class QuotaInline(admin.TabularInline):
+    model = Quota
+    extra = 0
+
+
+@admin.register(Team)
+class TeamAdmin(admin.ModelAdmin):
+    list_display = ["name", "parent", "description"]
+    search_fields = ["name"]
+    inlines = [QuotaInline, MembershipInline]
+
+
+@admin.register(Membership)
+class MembershipAdmin(admin.ModelAdmin):
+    list_display = ["user", "team", "role"]
+    list_filter = ["role", "team"]
+
+
+@admin.register(Quota)
+class QuotaAdmin(admin.ModelAdmin):
+    list_display = ["team", "resource_class", "guaranteed", "borrowing_limit", "weight", "updated_at"]
+    list_filter = ["resource_class"]
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin):
+    list_display = ["hint", "user", "name", "created_at", "last_used_at", "revoked_at"]
+    readonly_fields = ["digest", "hint", "created_at", "last_used_at"]
+    actions = ["revoke"]
+
+    def has_add_permission(self, request):
+        return False  # tokens are issued by `manage.py create_token`, which shows the raw value once
+
+    @admin.action(description="Revoke the selected tokens")
+    def revoke(self, request, queryset):
+        from django.utils import timezone
+
+        queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())

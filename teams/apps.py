@@ -1,0 +1,9 @@
+from django.apps import AppConfig
+
+
+class TeamsConfig(AppConfig):
+    name = "teams"
+    verbose_name = "Teams, quotas and access"
+
+    def ready(self):
+        from teams import schema  # noqa: F401  registers the OpenAPI auth scheme

@@ -1,0 +1,143 @@
+"""The demo cluster of DESIGN.md: two divisions, three teams, six users, 36 nodes.
+
+Idempotent: what exists is left alone (a quota someone edited keeps its edit)."""
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand, CommandError
+from django.db import transaction
+
+from agents.models import Node
+from teams.models import Membership, Quota, Role, Team
+
+DEMO_PASSWORD = "demo"
+ZONES = ("z1", "z2")
+
+
+@dataclass(frozen=True)
+class NodeKind:
+    gpu_type: str
+    gpus: int
+    cpus: int
+    memory_gb: int
+    scratch_gb: int
+    per_rack: int
+    rack: str  # rack number within each zone
+    labels: tuple[tuple[str, str], ...] = ()
+
+
+# 16 x 8 H100, 8 x 8 A100, 4 x 8 L40S, 8 CPU nodes, split evenly over the two zones so that
+# each zone has a rack that holds a 64-GPU H100 gang.
+FLEET = (
+    NodeKind("H100", 8, 192, 2048, 30_000, 8, "r1", (("ib", "ndr400"),)),
+    NodeKind("A100", 8, 128, 1024, 15_000, 4, "r2", (("ib", "hdr200"),)),
+    NodeKind("L40S", 8, 64, 512, 7_500, 2, "r3"),
+    NodeKind("", 0, 96, 384, 2_000, 4, "r4"),
+)
+
+DIVISIONS = {"research": 0.4, "production": 0.6}
+TEAMS = {
+    # team: (division, {resource class: (guaranteed, borrowing limit)})
+    "research-foundation-models": ("research", {"gpu:H100": (32, 64), "gpu:A100": (10, 16), "cpu": (150, 150)}),
+    "research-vision": ("research", {"gpu:H100": (16, 32), "gpu:A100": (15, 16), "gpu:L40S": (12, 16),
+                                     "cpu": (150, 150)}),
+    "production-ranking": ("production", {"gpu:H100": (77, 32), "gpu:A100": (39, 16), "gpu:L40S": (20, 8),
+                                          "cpu": (461, 150)}),
+}
+USERS = {
+    # user: (team, role)
+    "rita": ("research-foundation-models", Role.LEAD),
+    "alice": ("research-foundation-models", Role.MEMBER),
+    "victor": ("research-vision", Role.MEMBER),
+    "paul": ("production-ranking", Role.LEAD),
+    "bob": ("production-ranking", Role.MEMBER),
+}
+ADMIN = "ops"
+
+
+def node_name(kind: NodeKind, zone: str, index: int) -> str:
+    return f"{zone}-{kind.rack}-{(kind.gpu_type or 'cpu').lower()}-{index:02d}"
+
+
+def capacity() -> dict[str, int]:
+    totals = {}
+    for kind in FLEET:
+        rclass = f"gpu:{kind.gpu_type}" if kind.gpu_type else "cpu"
+        amount = kind.gpus if kind.gpu_type else kind.cpus
+        totals[rclass] = totals.get(rclass, 0) + amount * kind.per_rack * len(ZONES)
+    return totals
+
+
+class Command(BaseCommand):
+    help = "Create the demo teams, users, quotas and nodes (idempotent)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--force", action="store_true", help="create the demo users even with DEBUG off")
+
+    def handle(self, *args, force, **options):
+        if not settings.DEBUG and not force:
+            raise CommandError(
+                f"refusing to create demo users with the password {DEMO_PASSWORD!r} while DEBUG is off; "
+                "pass --force if this really is a throwaway cluster"
+            )
+        with transaction.atomic():
+            created = self.seed_nodes() + self.seed_teams() + self.seed_users()
+        self.stdout.write(f"seed_demo: {created} objects created" if created else "seed_demo: already seeded")
+
+    def seed_nodes(self) -> int:
+        created = 0
+        for kind in FLEET:
+            for zone in ZONES:
+                for index in range(1, kind.per_rack + 1):
+                    _, new = Node.objects.get_or_create(
+                        name=node_name(kind, zone, index),
+                        defaults=dict(zone=zone, rack=f"{zone}-{kind.rack}", gpu_type=kind.gpu_type,
+                                      gpu_count=kind.gpus, cpu_count=kind.cpus, memory_gb=kind.memory_gb,
+                                      scratch_disk_gb=kind.scratch_gb, labels=dict(kind.labels),
+                                      state_reason="waiting for the node's agent to heartbeat"),
+                    )
+                    created += new
+        return created
+
+    def seed_teams(self) -> int:
+        created, totals = 0, capacity()
+        divisions = {}
+        for name, share in DIVISIONS.items():
+            divisions[name], new = Team.objects.get_or_create(name=name, defaults={"description": f"{name} division"})
+            created += new
+            for rclass, total in totals.items():
+                guaranteed = int(total * share) if name == "research" else total - int(total * 0.4)
+                created += self.quota(divisions[name], rclass, guaranteed, total - guaranteed)
+        for name, (division, quotas) in TEAMS.items():
+            team, new = Team.objects.get_or_create(name=name, defaults={"parent": divisions[division]})
+            created += new
+            for rclass, (guaranteed, borrowing) in quotas.items():
+                created += self.quota(team, rclass, guaranteed, borrowing)
+        return created
+
+    @staticmethod
+    def quota(team: Team, rclass: str, guaranteed: int, borrowing: int) -> int:
+        _, new = Quota.objects.get_or_create(
+            team=team, resource_class=rclass, defaults={"guaranteed": guaranteed, "borrowing_limit": borrowing}
+        )
+        return int(new)
+
+    def seed_users(self) -> int:
+        User, created = get_user_model(), 0
+        for username, (team_name, role) in USERS.items():
+            user, new = User.objects.get_or_create(username=username, defaults={"email": f"{username}@example.com"})
+            if new:
+                user.set_password(DEMO_PASSWORD)
+                user.save()
+            _, new_membership = Membership.objects.get_or_create(
+                user=user, team=Team.objects.get(name=team_name), defaults={"role": role}
+            )
+            created += new + new_membership
+        admin, new = User.objects.get_or_create(
+            username=ADMIN, defaults={"email": f"{ADMIN}@example.com", "is_staff": True, "is_superuser": True}
+        )
+        if new:
+            admin.set_password(DEMO_PASSWORD)
+            admin.save()
+        return created + new

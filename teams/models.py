@@ -1,0 +1,117 @@
+"""Teams (a tree: division -> team), membership roles, quotas per resource class, API tokens."""
+import hashlib
+import secrets
+
+from django.conf import settings
+from django.core.validators import MinValueValidator, RegexValidator
+from django.db import models
+from django.utils import timezone
+
+TEAM_NAME_VALIDATOR = RegexValidator(
+    r"^[a-z0-9][a-z0-9-]{0,62}$", "lowercase letters, digits and dashes, starting with a letter or digit"
+)
+
+
+class Team(models.Model):
+    """A node of the team tree. A team with no parent is a division."""
+
+    name = models.CharField(max_length=63, unique=True, validators=[TEAM_NAME_VALIDATOR])
+    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT, related_name="children")
+    description = models.CharField(max_length=300, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def is_division(self) -> bool:
+        return self.parent_id is None
+
+    def ancestors(self) -> list["Team"]:
+        """This team's parents, nearest first."""
+        chain, node = [], self.parent
+        while node is not None:
+            chain.append(node)
+            node = node.parent
+        return chain
+
+
+class Role(models.TextChoices):
+    MEMBER = "member", "member"
+    LEAD = "lead", "lead"
+
+
+class Membership(models.Model):
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=10, choices=Role.choices, default=Role.MEMBER)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["user", "team"], name="membership_user_team_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.user} {self.role} of {self.team}"
+
+
+class ResourceClass(models.TextChoices):
+    H100 = "gpu:H100", "H100 GPUs"
+    A100 = "gpu:A100", "A100 GPUs"
+    L40S = "gpu:L40S", "L40S GPUs"
+    CPU = "cpu", "CPU cores"
+
+    @classmethod
+    def for_gpu_type(cls, gpu_type: str | None) -> str:
+        return f"gpu:{gpu_type}" if gpu_type else cls.CPU
+
+
+class Quota(models.Model):
+    """What a team is guaranteed of one resource class, and how far past it may borrow."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="quotas")
+    resource_class = models.CharField(max_length=20, choices=ResourceClass.choices)
+    guaranteed = models.PositiveIntegerField(default=0, help_text="GPUs (or CPU cores) the team is owed")
+    borrowing_limit = models.PositiveIntegerField(
+        default=0, help_text="how many more than the guarantee the team may borrow while others idle"
+    )
+    weight = models.FloatField(default=1.0, validators=[MinValueValidator(0.01)], help_text="fair-share weight")
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["team__name", "resource_class"]
+        constraints = [
+            models.UniqueConstraint(fields=["team", "resource_class"], name="quota_team_class_unique"),
+            models.CheckConstraint(condition=models.Q(weight__gt=0), name="quota_weight_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.team} {self.resource_class}: {self.guaranteed} (+{self.borrowing_limit})"
+
+
+def hash_token(raw: str) -> str:
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+class ApiToken(models.Model):
+    """A bearer token. Only its SHA-256 is stored; the raw value is shown once, at creation."""
+
+    PREFIX = "mlq_"
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=100, blank=True)
+    digest = models.CharField(max_length=64, unique=True)
+    hint = models.CharField(max_length=12, help_text="the first characters, to tell tokens apart")
+    created_at = models.DateTimeField(default=timezone.now)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.hint}… ({self.user})"
+
+    @classmethod
+    def issue(cls, *, user, name: str = "") -> tuple["ApiToken", str]:
+        raw = cls.PREFIX + secrets.token_urlsafe(32)
+        token = cls.objects.create(user=user, name=name, digest=hash_token(raw), hint=raw[:12])
+        return token, raw

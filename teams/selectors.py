@@ -1,0 +1,47 @@
+"""Reads about teams and who may do what. Site admins are Django superusers."""
+from django.db.models import QuerySet
+
+from teams.models import Membership, Role, Team
+
+
+def is_site_admin(user) -> bool:
+    return bool(user and user.is_authenticated and user.is_superuser)
+
+
+def team_ids_of(user) -> set[int]:
+    """The teams a user belongs to, with the teams below them (a division member sees its teams)."""
+    if not user.is_authenticated:
+        return set()
+    direct = set(Membership.objects.filter(user=user).values_list("team_id", flat=True))
+    return direct | descendant_ids(direct)
+
+
+def descendant_ids(team_ids: set[int]) -> set[int]:
+    found, frontier = set(), set(team_ids)
+    while frontier:
+        frontier = set(Team.objects.filter(parent_id__in=frontier).values_list("id", flat=True)) - found
+        found |= frontier
+    return found
+
+
+def is_member(user, team: Team) -> bool:
+    return is_site_admin(user) or team.pk in team_ids_of(user)
+
+
+def can_edit_quotas(user, team: Team) -> bool:
+    """Admins, and leads of this team or of a team above it."""
+    if is_site_admin(user):
+        return True
+    if not user.is_authenticated:
+        return False
+    chain = [team.pk] + [t.pk for t in team.ancestors()]
+    return Membership.objects.filter(user=user, team_id__in=chain, role=Role.LEAD).exists()
+
+
+def roles_of(user) -> dict[str, str]:
+    """team name -> role, for the user's direct memberships."""
+    return dict(Membership.objects.filter(user=user).values_list("team__name", "role"))
+
+
+def teams_with_children() -> QuerySet[Team]:
+    return Team.objects.select_related("parent").prefetch_related("quotas")

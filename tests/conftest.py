@@ -1,0 +1,61 @@
+"""Shared fixtures: the demo cluster, API clients per user, and a job spec builder."""
+import copy
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from rest_framework.test import APIClient
+
+from teams.models import ApiToken
+
+SEED_SPEC = {
+    "client_job_id": "llama-70b-run-47",
+    "name": "llama-70b-pretrain-run-47",
+    "team": "research-foundation-models",
+    "image": "registry.example.com/training/llama-70b:2026-04-19",
+    "command": ["python", "-m", "train", "--config", "llama-70b.yaml"],
+    "resources": {"gpu_count": 64, "gpu_type": "H100", "cpu_per_rank": 16, "memory_per_rank_gb": 256,
+                  "scratch_disk_gb": 2000},
+    "topology_hint": "prefer_same_rack",
+    "node_selector": {},
+    "priority": "P1",
+    "max_runtime_hours": 168,
+    "grace_period_seconds": 120,
+    "checkpoint": {"path": "s3://ckpt/llama-70b/run-47", "interval_minutes": 30, "retain_last_n": 3},
+    "restart_policy": {"on_preemption": "resume_from_checkpoint", "on_node_failure": "resume_from_checkpoint",
+                       "max_restarts": 20, "max_retries": 2},
+    "depends_on": [],
+    "env": {"WANDB_PROJECT": "llama-70b"},
+}
+
+
+def make_spec(**overrides) -> dict:
+    """The DESIGN.md seed spec with top-level fields replaced; `resources` merges."""
+    spec = copy.deepcopy(SEED_SPEC)
+    resources = overrides.pop("resources", None)
+    spec.update(overrides)
+    if resources is not None:
+        spec["resources"] = {**spec["resources"], **resources}
+    return spec
+
+
+@pytest.fixture
+def demo(db):
+    call_command("seed_demo", "--force", stdout=open("/dev/null", "w"))
+
+
+@pytest.fixture
+def user(demo):
+    return lambda username: get_user_model().objects.get(username=username)
+
+
+@pytest.fixture
+def api(demo):
+    """api("alice") -> an APIClient sending alice's bearer token; api(None) is anonymous."""
+    def client_for(username: str | None) -> APIClient:
+        client = APIClient()
+        if username is not None:
+            _, raw = ApiToken.issue(user=get_user_model().objects.get(username=username))
+            client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+        return client
+    return client_for
