@@ -3,10 +3,12 @@
 `fields` uses dotted paths so a client can point at the exact spec field; `detail` repeats the
 first problem as one sentence for humans and logs.
 """
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from rest_framework import exceptions
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from mlqueue.errors import FieldPermissionDenied
+from mlqueue.errors import FieldPermissionDenied, RequestTooLarge
 
 
 def flatten_errors(detail, prefix: str = "") -> dict[str, list[str]]:
@@ -29,6 +31,8 @@ def flatten_errors(detail, prefix: str = "") -> dict[str, list[str]]:
 
 
 def exception_handler(exc, context):
+    if isinstance(exc, RequestDataTooBig):
+        exc = RequestTooLarge(f"request body is over the limit of {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes")
     response = drf_exception_handler(exc, context)
     if response is None:
         return None
