@@ -8,10 +8,10 @@ same transaction. A gang's tasks move together or not at all.
 from collections.abc import Iterable, Mapping
 
 from django.db import transaction
-from django.db.models import Exists, F, OuterRef
+from django.db.models import Exists, F
 from django.utils import timezone
 
-from scheduling.models import EventKind, Job, JobEvent, JobState, SchedulerLease, Task, TaskState
+from scheduling.models import EventKind, Job, JobEvent, SchedulerLease, Task, TaskState
 
 S = TaskState
 TRANSITIONS: Mapping[str, frozenset[str]] = {

@@ -11,7 +11,7 @@ from scheduling.core.model import JobShape, Topology
 from scheduling.models import EventKind, Job, JobEvent, Task, TaskState
 from scheduling.selectors import visible_jobs
 from scheduling.spec import JobSpecSerializer, normalized, spec_digest
-from teams.models import Role, Team
+from teams.models import Team
 from teams.selectors import can_edit_quotas, is_member
 
 UNKNOWN_TEAM = "no team named {name!r}."

@@ -1,13 +1,16 @@
-"""The core's vocabulary: frozen dataclasses in, frozen dataclasses out.
+"""The core's input vocabulary: frozen dataclasses describing one moment of the cluster.
 
 Times are seconds on whatever clock the caller uses (epoch seconds in the worker, virtual
-seconds in the simulator); the core never reads a clock itself.
+seconds in the simulator); the core never reads a clock itself. Free capacity is not an
+input: it is each node's total minus the running allocations on it, so the two can never
+disagree.
 """
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Mapping
 
 PRIORITIES = ("P0", "P1", "P2", "P3")
+HOUR = 3600.0
 
 
 def priority_rank(priority: str) -> int:
@@ -32,13 +35,20 @@ class Topology(StrEnum):
     SPREAD = "spread"
 
 
+_CLASS_NAMES: dict[str | None, str] = {}
+
+
 def resource_class(gpu_type: str | None) -> str:
-    return f"gpu:{gpu_type}" if gpu_type else "cpu"
+    """"gpu:H100", or "cpu" for a machine or job without GPUs (memoized: a hot path)."""
+    name = _CLASS_NAMES.get(gpu_type)
+    if name is None:
+        name = _CLASS_NAMES[gpu_type] = f"gpu:{gpu_type}" if gpu_type else "cpu"
+    return name
 
 
 @dataclass(frozen=True, slots=True)
 class Node:
-    """A machine as the scheduler sees it. Free amounts default to the whole machine."""
+    """A machine: its totals, where it sits, and whether it may take work."""
 
     name: str
     zone: str
@@ -49,25 +59,10 @@ class Node:
     memory_gb: int
     labels: Mapping[str, str] = field(default_factory=dict)
     state: NodeState = NodeState.READY
-    free_gpu_indices: tuple[int, ...] | None = None
-    free_cpus: int | None = None
-    free_memory_gb: int | None = None
 
     @property
     def resource_class(self) -> str:
         return resource_class(self.gpu_type)
-
-    @property
-    def free_gpus(self) -> tuple[int, ...]:
-        return tuple(range(self.gpus)) if self.free_gpu_indices is None else self.free_gpu_indices
-
-    @property
-    def cpus_free(self) -> int:
-        return self.cpus if self.free_cpus is None else self.free_cpus
-
-    @property
-    def memory_free(self) -> int:
-        return self.memory_gb if self.free_memory_gb is None else self.free_memory_gb
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,22 +85,36 @@ class JobShape:
     def resource_class(self) -> str:
         return resource_class(self.gpu_type)
 
+    @property
+    def units_per_task(self) -> int:
+        """The amount of the job's resource class one task takes: GPUs, or CPUs for CPU jobs."""
+        return self.gpus_per_task if self.gpu_type else self.cpus_per_task
+
+    @property
+    def units(self) -> int:
+        return self.tasks * self.units_per_task
+
+    @property
+    def unit_name(self) -> str:
+        return self.gpu_type or "CPU"
+
     def describe(self) -> str:
-        if self.gpu_type:
-            return f"{self.tasks} x {self.gpus_per_task} {self.gpu_type}"
-        return f"{self.tasks} x {self.cpus_per_task} CPU"
+        return f"{self.tasks} x {self.units_per_task} {self.unit_name}"
+
+    def key(self) -> tuple:
+        """Jobs with equal keys and more tasks can never fit where one with fewer did not."""
+        return (self.gpu_type, self.gpus_per_task, self.cpus_per_task, self.memory_gb_per_task,
+                tuple(sorted(self.node_selector.items())), self.topology)
 
 
 def tasks_per_node(shape: JobShape, *, gpus: int, cpus: int, memory_gb: int) -> int:
     """How many of the job's tasks fit in the given amounts (the binding resource decides)."""
-    limits = []
+    fit = memory_gb // shape.memory_gb_per_task if shape.memory_gb_per_task else 1 << 30
     if shape.gpus_per_task:
-        limits.append(gpus // shape.gpus_per_task)
+        fit = min(fit, gpus // shape.gpus_per_task)
     if shape.cpus_per_task:
-        limits.append(cpus // shape.cpus_per_task)
-    if shape.memory_gb_per_task:
-        limits.append(memory_gb // shape.memory_gb_per_task)
-    return min(limits) if limits else 0
+        fit = min(fit, cpus // shape.cpus_per_task)
+    return fit
 
 
 def labels_match(selector: Mapping[str, str], labels: Mapping[str, str]) -> bool:
@@ -119,4 +128,117 @@ class Verdict:
     ok: bool
     field: str = ""
     message: str = ""
-    details: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class TaskPlacement:
+    """Where one rank runs: a node and the GPU indices (and CPU, memory) it holds there."""
+
+    rank: int
+    node: str
+    gpu_indices: tuple[int, ...]
+    cpus: int
+    memory_gb: int
+
+
+@dataclass(frozen=True, slots=True)
+class RunningJob:
+    """A job holding resources: running, starting, or being preempted (its resources count as
+    used until it is gone, so nothing is over-committed while it drains)."""
+
+    job_id: int
+    team: str
+    priority: str
+    gpu_type: str | None
+    tasks: tuple[TaskPlacement, ...]
+    started_at: float
+    expected_end: float
+    preemptible: bool = True
+    checkpointing: bool = False
+    last_checkpoint_at: float | None = None
+    preempting: bool = False
+    preempted_for: int | None = None
+
+    @property
+    def resource_class(self) -> str:
+        return resource_class(self.gpu_type)
+
+    @property
+    def units(self) -> int:
+        return sum(len(t.gpu_indices) if self.gpu_type else t.cpus for t in self.tasks)
+
+    @property
+    def gpus(self) -> int:
+        return sum(len(t.gpu_indices) for t in self.tasks)
+
+    def hours_lost_if_stopped(self, now: float) -> float:
+        """GPU-hours (CPU-hours for CPU jobs) of work since the last checkpoint."""
+        since = max(self.started_at, self.last_checkpoint_at or self.started_at)
+        return self.units * max(0.0, now - since) / HOUR
+
+
+@dataclass(frozen=True, slots=True)
+class PendingJob:
+    job_id: int
+    team: str
+    priority: str
+    shape: JobShape
+    submitted_at: float
+    max_runtime_s: float
+    not_before: float | None = None
+    held: bool = False
+    waiting_on: tuple[int, ...] = ()
+    checkpointing: bool = False
+    # The team's typical runtime for jobs like this one, if known: orders shorter work first.
+    expected_runtime_s: float | None = None
+
+    @property
+    def resource_class(self) -> str:
+        return self.shape.resource_class
+
+
+@dataclass(frozen=True, slots=True)
+class Quota:
+    guaranteed: int = 0
+    borrowing_limit: int = 0
+    weight: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Team:
+    """A node of the team tree; `parent` is None for a division."""
+
+    name: str
+    parent: str | None = None
+    quotas: Mapping[str, Quota] = field(default_factory=dict)
+
+    def quota(self, rclass: str) -> Quota | None:
+        """None: no quota for this class, so the team may only borrow idle capacity, unbounded."""
+        return self.quotas.get(rclass)
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyConfig:
+    # Each this long a job waits raises it one priority class (never into P0).
+    aging_interval_s: float = 4 * HOUR
+    # Past this wait, nothing new is placed on the nodes reserved for a blocked job.
+    reservation_wait_bound_s: float = 2 * HOUR
+    # Younger tasks are not preempted for priority (they are for a reclaimed guarantee).
+    min_runtime_before_preempt_s: float = 10 * 60
+    reservations_per_class: int = 1
+    backfill: bool = True
+    preemption: bool = True
+    # Within a team's turn, start the job with the least expected GPU-time first.
+    shortest_first_within_team: bool = True
+    # Bounds the work one pass spends searching for victims.
+    max_preemption_searches: int = 64
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSnapshot:
+    nodes: tuple[Node, ...]
+    running: tuple[RunningJob, ...]
+    pending: tuple[PendingJob, ...]
+    teams: tuple[Team, ...]
+    now: float
+    config: PolicyConfig = field(default_factory=PolicyConfig)

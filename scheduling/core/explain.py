@@ -1,0 +1,174 @@
+"""Pending reasons: a code and a sentence with the numbers a user can act on.
+
+Capacity reasons come with a per-node histogram, kube-scheduler style:
+"0/36 nodes fit a task: 20 other resource class, 12 fewer than 8 free H100, 4 NEW".
+"""
+from collections import Counter, defaultdict
+from typing import Iterable
+
+from scheduling.core.decisions import Reservation
+from scheduling.core.model import JobShape, Node, NodeState, PendingJob, Topology, labels_match
+from scheduling.core.reasons import PendingReason, ReasonCode
+from scheduling.core.state import ClusterState, Slot
+
+
+def clock(t: float) -> str:
+    """Epoch seconds as a UTC time of day; small (virtual) times as seconds."""
+    if t < 10**9:
+        return f"t={t:.0f}s"
+    seconds = int(t) % 86400
+    return f"{seconds // 3600:02d}:{seconds % 3600 // 60:02d} UTC"
+
+
+def held() -> PendingReason:
+    return PendingReason(ReasonCode.HELD, "held: it will not start until it is released")
+
+
+def dependency(job: PendingJob) -> PendingReason:
+    ids = ", ".join(str(i) for i in job.waiting_on)
+    noun = "job" if len(job.waiting_on) == 1 else "jobs"
+    return PendingReason(ReasonCode.DEPENDENCY, f"waiting for {noun} {ids} to succeed")
+
+
+def backoff(job: PendingJob, now: float) -> PendingReason:
+    wait = job.not_before - now
+    return PendingReason(ReasonCode.BACKOFF, f"retry back-off until {clock(job.not_before)} ({wait:.0f} s from now)")
+
+
+def quota(job: PendingJob, over: tuple[str, int, int, int]) -> PendingReason:
+    name, used, guaranteed, limit = over
+    unit, who = job.shape.unit_name, ("team" if name == job.team else "parent team")
+    return PendingReason(ReasonCode.QUOTA, (
+        f"{who} {name} uses {used} {unit} (guaranteed {guaranteed}, borrowing limit reached at {limit}); "
+        f"this job needs {job.shape.units} more"))
+
+
+def nothing_to_borrow(job: PendingJob, used: int, guaranteed: int, free: int) -> PendingReason:
+    unit = job.shape.unit_name
+    return PendingReason(ReasonCode.QUOTA, (
+        f"team {job.team} at {used}/{guaranteed} guaranteed {unit}, nothing idle to borrow "
+        f"(needs {job.shape.units}, {free} free)"))
+
+
+def preempting(job: PendingJob, victims: Iterable[int], units: int, reclaim: bool) -> PendingReason:
+    ids = ", ".join(str(v) for v in sorted(victims))
+    why = "borrowed by other teams" if reclaim else "of lower priority"
+    return PendingReason(ReasonCode.PREEMPTING, (
+        f"stopping job(s) {ids} ({units} {job.shape.unit_name} {why}); it starts once they have stopped"))
+
+
+def behind_reservation(job: PendingJob, reservation: Reservation, now: float) -> PendingReason:
+    hours = max(0.0, (reservation.start_at - now) / 3600)
+    nodes = len(reservation.nodes)
+    return PendingReason(ReasonCode.BEHIND_RESERVATION, (
+        f"fits now, but would delay job {reservation.job_id}, which holds {nodes} node(s) from "
+        f"{clock(reservation.start_at)}; with max_runtime_hours <= {hours:.2f} it could start now"))
+
+
+def behind_others(job: PendingJob, placed_units: int) -> PendingReason:
+    return PendingReason(ReasonCode.PRIORITY, (
+        f"fits the cluster, but jobs ahead of it in the queue (higher priority or lower fair share) "
+        f"took {placed_units} {job.shape.unit_name} this pass"))
+
+
+def with_reservation(reason: PendingReason, reservation: Reservation | None) -> PendingReason:
+    if reservation is None:
+        return reason
+    suffix = f"; reserved {len(reservation.nodes)} node(s), estimated start {clock(reservation.start_at)}"
+    return PendingReason(reason.code, reason.message + suffix, reason.histogram)
+
+
+class CapacityExplainer:
+    """Explains "no room" per job shape against the pass's final state (memoized: many jobs
+    share a shape)."""
+
+    def __init__(self, state: ClusterState, nodes: tuple[Node, ...]):
+        self.state = state
+        self.nodes = nodes
+        self.memo: dict[tuple, PendingReason] = {}
+        self.class_sizes = {rclass: len(slots) for rclass, slots in state.by_class.items()}
+        self.not_ready: dict[str, Counter[str]] = {}
+        self.matching: dict[tuple, tuple[list[Slot], int, int]] = {}
+
+    def explain(self, job: PendingJob) -> PendingReason:
+        key = (job.shape.key(), job.shape.tasks)
+        if key not in self.memo:
+            self.memo[key] = self._explain(job.shape)
+        return self.memo[key]
+
+    def _explain(self, shape: JobShape) -> PendingReason:
+        histogram, fit = self._histogram(shape)
+        summary = f"{fit}/{len(self.nodes)} nodes fit a task: " + ", ".join(f"{n} {why}" for why, n in histogram)
+        matching, free, total = self._matching(shape)
+        if not matching:
+            return PendingReason(ReasonCode.NO_MATCHING_NODES, f"{self._no_match(shape)} ({summary})", histogram)
+        if free >= shape.units:
+            return PendingReason(ReasonCode.FRAGMENTED, f"{self._fragmented(shape, matching, free)} ({summary})",
+                                 histogram)
+        return PendingReason(ReasonCode.INSUFFICIENT_CAPACITY,
+                             f"needs {shape.units} {shape.unit_name}; {free} of {total} free ({summary})", histogram)
+
+    def _histogram(self, shape: JobShape) -> tuple[tuple[tuple[str, int], ...], int]:
+        """Nodes by why they cannot take one task: another class, not READY, too little free
+        room (read off the free-room index, not node by node), then labels, CPUs, memory."""
+        counts: Counter[str] = Counter(self._not_ready(shape.resource_class))
+        counts["other resource class"] = len(self.nodes) - self.class_sizes.get(shape.resource_class, 0)
+        levels = self.state.buckets.get(shape.resource_class, {})
+        counts[f"fewer than {shape.units_per_task} free {shape.unit_name}"] = sum(
+            len(slots) for free, level in levels.items() if free < shape.units_per_task for slots in level.values())
+        for slot in self.state.slots_by_free(shape.resource_class, shape.units_per_task):
+            counts[self._rejection(slot, shape)] += 1
+        fit = counts.pop("", 0)
+        present = ((why, n) for why, n in counts.items() if n)
+        return tuple(sorted(present, key=lambda kv: (-kv[1], kv[0]))), fit
+
+    def _matching(self, shape: JobShape) -> tuple[list[Slot], int, int]:
+        """Ready nodes of the class carrying the selector's labels, their free and total units."""
+        key = (shape.resource_class, tuple(sorted(shape.node_selector.items())))
+        if key not in self.matching:
+            slots = [s for s in self.state.ready_slots(shape.resource_class)
+                     if labels_match(shape.node_selector, s.node.labels)]
+            self.matching[key] = (slots, sum(s.free_units for s in slots), sum(s.total_units for s in slots))
+        return self.matching[key]
+
+    def _not_ready(self, rclass: str) -> Counter[str]:
+        if rclass not in self.not_ready:
+            self.not_ready[rclass] = Counter(
+                n.state.value for n in self.nodes if n.resource_class == rclass and n.state != NodeState.READY)
+        return self.not_ready[rclass]
+
+    @staticmethod
+    def _rejection(slot: Slot, shape: JobShape) -> str:
+        """Why a ready node with enough free units cannot take one task ("" if it can)."""
+        if not labels_match(shape.node_selector, slot.node.labels):
+            return "without " + ",".join(f"{k}={v}" for k, v in sorted(shape.node_selector.items()))
+        if shape.gpu_type and slot.free_cpus < shape.cpus_per_task:
+            return "too few free CPUs"
+        if slot.free_memory < shape.memory_gb_per_task:
+            return "too little free memory"
+        return ""
+
+    def _no_match(self, shape: JobShape) -> str:
+        same = [n for n in self.nodes if n.resource_class == shape.resource_class]
+        states = Counter(n.state.value for n in same if labels_match(shape.node_selector, n.labels))
+        detail = ", ".join(f"{n} {s}" for s, n in sorted(states.items())) or "none"
+        selector = "".join(f" {k}={v}" for k, v in sorted(shape.node_selector.items()))
+        what = f"gpu_type={shape.gpu_type}" if shape.gpu_type else "CPU"
+        return f"no READY node has {what}{selector} (matching nodes: {detail})"
+
+    def _fragmented(self, shape: JobShape, matching: list[Slot], free: int) -> str:
+        scope, group = _block_scope(shape)
+        blocks: dict[str, int] = defaultdict(int)
+        for slot in matching:
+            blocks[group(slot)] += slot.free_units
+        where, largest = max(sorted(blocks.items()), key=lambda kv: kv[1])
+        return (f"needs {shape.units} {shape.unit_name} in one {scope}; {free} free but the largest block is "
+                f"{largest} ({scope} {where})")
+
+
+def _block_scope(shape: JobShape):
+    if shape.tasks == 1:
+        return "node", lambda s: s.name
+    if shape.topology == Topology.REQUIRE_SAME_RACK:
+        return "rack", lambda s: s.node.rack
+    return "zone", lambda s: s.node.zone

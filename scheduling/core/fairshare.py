@@ -1,0 +1,114 @@
+"""Usage, shares and quotas: who is owed what, who is over, and whose turn it is.
+
+A team's share of a resource class is its usage over its entitlement (guarantee plus a sliver
+of the class's capacity, times its weight); its dominant share is the largest over classes.
+Teams are compared division first, then team, so a division's teams share its turn.
+"""
+from collections import defaultdict
+from dataclasses import dataclass
+
+from scheduling.core.model import PendingJob, RunningJob, Team
+
+# Keeps shares finite and ordered by usage for teams with no guarantee in a class.
+ENTITLEMENT_FLOOR = 0.01
+
+
+@dataclass
+class Ledger:
+    """Units in use per team (and per ancestor) per resource class, updated as a pass places."""
+
+    teams: dict[str, Team]
+    capacity: dict[str, int]
+    usage: dict[str, dict[str, int]]
+
+    @classmethod
+    def build(cls, teams: tuple[Team, ...], running: tuple[RunningJob, ...], capacity: dict[str, int]) -> "Ledger":
+        ledger = cls({t.name: t for t in teams}, dict(capacity), defaultdict(lambda: defaultdict(int)))
+        for job in running:
+            ledger.add(job.team, job.resource_class, job.units)
+        return ledger
+
+    def chain(self, team: str) -> list[str]:
+        """The team and its ancestors, the team first. Unknown teams stand alone."""
+        names, seen = [], set()
+        while team is not None and team not in seen:
+            names.append(team)
+            seen.add(team)
+            team = self.teams[team].parent if team in self.teams else None
+        return names
+
+    def add(self, team: str, rclass: str, units: int) -> None:
+        for name in self.chain(team):
+            self.usage[name][rclass] += units
+
+    def share(self, team: str) -> float:
+        """Dominant share: the largest usage / entitlement over the classes the team uses."""
+        used = self.usage.get(team, {})
+        return max((units / self.entitlement(team, rclass) for rclass, units in used.items() if units), default=0.0)
+
+    def entitlement(self, team: str, rclass: str) -> float:
+        spec = self.teams.get(team)
+        quota = spec.quota(rclass) if spec else None
+        guaranteed = quota.guaranteed if quota else 0
+        weight = quota.weight if quota else 1.0
+        return weight * (guaranteed + ENTITLEMENT_FLOOR * max(self.capacity.get(rclass, 0), 1))
+
+    def order_key(self, team: str) -> tuple[float, ...]:
+        """Division's share first, then down to the team's own."""
+        return tuple(self.share(name) for name in reversed(self.chain(team)))
+
+    def guaranteed(self, team: str, rclass: str) -> int:
+        spec = self.teams.get(team)
+        quota = spec.quota(rclass) if spec else None
+        return quota.guaranteed if quota else 0
+
+    def over_limit(self, team: str, rclass: str, units: int) -> tuple[str, int, int, int] | None:
+        """The first of the team's chain whose guarantee + borrowing limit `units` more would
+        exceed: (name, used, guaranteed, limit); None if all allow it."""
+        for name in self.chain(team):
+            spec = self.teams.get(name)
+            quota = spec.quota(rclass) if spec else None
+            if quota is None:
+                continue
+            used, limit = self.usage[name][rclass], quota.guaranteed + quota.borrowing_limit
+            if used + units > limit:
+                return name, used, quota.guaranteed, limit
+        return None
+
+    def would_borrow(self, team: str, rclass: str, units: int) -> bool:
+        """Whether `units` more would put the team or an ancestor past its guarantee."""
+        return any(self.usage[name][rclass] + units > self.guaranteed(name, rclass) for name in self.chain(team))
+
+    def excess(self, rclass: str) -> dict[str, int]:
+        """Units each team holds above its own guarantee in a class: what it may be made to
+        give back."""
+        found = {}
+        for name, used in self.usage.items():
+            over = used.get(rclass, 0) - self.guaranteed(name, rclass)
+            if over > 0:
+                found[name] = over
+        return found
+
+    def within_guarantee(self, team: str, rclass: str, units: int) -> bool:
+        """Whether the team (alone) stays within its guarantee with `units` more: it may reclaim."""
+        guaranteed = self.guaranteed(team, rclass)
+        return guaranteed > 0 and self.usage[team][rclass] + units <= guaranteed
+
+
+def borrowed_jobs(ledger: Ledger, running: tuple[RunningJob, ...]) -> set[int]:
+    """Running jobs above their team's guarantee: a team's newest jobs are the borrowed ones."""
+    borrowed, by_team = set(), defaultdict(list)
+    for job in running:
+        by_team[(job.team, job.resource_class)].append(job)
+    for (team, rclass), jobs in by_team.items():
+        guaranteed, used = ledger.guaranteed(team, rclass), 0
+        for job in sorted(jobs, key=lambda j: (j.started_at, j.job_id)):
+            used += job.units
+            if used > guaranteed:
+                borrowed.add(job.job_id)
+    return borrowed
+
+
+def expected_units_seconds(job: PendingJob) -> float:
+    runtime = job.expected_runtime_s if job.expected_runtime_s is not None else job.max_runtime_s
+    return runtime * job.shape.units

@@ -1,0 +1,206 @@
+"""Where a job fits now: filter (class, labels, ready, room), then score (best fit, fewest
+racks and nodes). A gang is placed whole in one zone or not at all.
+
+`plan()` only looks; `commit()` takes the resources. A `limit` lets the caller cap what a job
+may use on a node (the room a reservation leaves to backfill).
+"""
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Callable
+
+from scheduling.core.model import JobShape, TaskPlacement, Topology, labels_match, tasks_per_node
+from scheduling.core.state import ClusterState, Slot
+
+Limit = Callable[[Slot], int | None]
+
+
+@dataclass(frozen=True, slots=True)
+class Extra:
+    """Resources a node would have back if some jobs stopped (for forecasts and victims)."""
+
+    gpus: int = 0
+    cpus: int = 0
+    memory_gb: int = 0
+
+    def __add__(self, other: "Extra") -> "Extra":
+        return Extra(self.gpus + other.gpus, self.cpus + other.cpus, self.memory_gb + other.memory_gb)
+
+    def __sub__(self, other: "Extra") -> "Extra":
+        return Extra(self.gpus - other.gpus, self.cpus - other.cpus, self.memory_gb - other.memory_gb)
+
+
+NOTHING = Extra()
+
+
+@dataclass(frozen=True, slots=True)
+class Room:
+    slot: Slot
+    tasks: int  # how many of the job's tasks fit on it
+
+    @property
+    def rack(self) -> str:
+        return self.slot.node.rack
+
+
+Plan = list[tuple[Slot, int]]
+
+
+def capacity(slot: Slot, shape: JobShape, limit: Limit | None = None, extra: Extra = NOTHING) -> int:
+    """Tasks of `shape` that fit in the slot's free resources plus `extra` (0 if it must not
+    be used)."""
+    if not labels_match(shape.node_selector, slot.node.labels):
+        return 0
+    gpus, cpus = len(slot.free_gpus) + extra.gpus, slot.free_cpus + extra.cpus
+    cap = limit(slot) if limit else None
+    if cap is not None:
+        gpus, cpus = (min(gpus, cap), cpus) if shape.gpu_type else (gpus, min(cpus, cap))
+    return tasks_per_node(shape, gpus=gpus, cpus=cpus, memory_gb=slot.free_memory + extra.memory_gb)
+
+
+def rooms_with(slots, shape: JobShape, extra: dict[str, Extra]) -> list[Room]:
+    """Rooms on the given slots if the resources in `extra` came back."""
+    found = (Room(s, capacity(s, shape, extra=extra.get(s.name, NOTHING))) for s in slots)
+    return sorted((r for r in found if r.tasks > 0), key=lambda r: r.slot.name)
+
+
+def rooms(state: ClusterState, shape: JobShape, limit: Limit | None = None) -> list[Room]:
+    """Ready nodes of the job's class with room for a task, gathered roomiest first until one
+    group (a rack for rack hints, else a zone) could hold the whole gang; the rest of that
+    free level is still read, so equal nodes compete fairly. Bounds the cost of placing a gang
+    by the nodes it needs, not the size of the cluster."""
+    found: list[Room] = []
+    held: dict[str, int] = defaultdict(int)
+    by_rack = shape.topology in (Topology.REQUIRE_SAME_RACK, Topology.PREFER_SAME_RACK)
+    for level in state.levels_roomiest_first(shape.resource_class, shape.units_per_task):
+        for slot in level:
+            tasks = capacity(slot, shape, limit)
+            if tasks:
+                found.append(Room(slot, tasks))
+                held[slot.node.rack if by_rack else slot.node.zone] += tasks
+        if held and max(held.values()) >= shape.tasks:
+            break
+    return sorted(found, key=lambda r: r.slot.name)
+
+
+def plan(state: ClusterState, shape: JobShape, limit: Limit | None = None) -> Plan | None:
+    """Nodes and task counts for the whole job, or None if it does not fit now."""
+    if shape.units > state.free_units.get(shape.resource_class, 0):
+        return None
+    if shape.tasks == 1:
+        return _plan_single(state, shape, limit)
+    return plan_on(rooms(state, shape, limit), shape)
+
+
+def _plan_single(state: ClusterState, shape: JobShape, limit: Limit | None) -> Plan | None:
+    # Best fit: the node with the fewest free units that still holds the task.
+    for slot in state.slots_by_free(shape.resource_class, shape.units_per_task):
+        if capacity(slot, shape, limit) >= 1:
+            return [(slot, 1)]
+    return None
+
+
+def plan_on(candidates: list[Room], shape: JobShape) -> Plan | None:
+    """Choose among rooms already found: one zone, then the topology's rule."""
+    by_zone: dict[str, list[Room]] = defaultdict(list)
+    for room in candidates:
+        by_zone[room.slot.node.zone].append(room)
+    best = None
+    for zone in sorted(by_zone):
+        zone_rooms = by_zone[zone]
+        if sum(r.tasks for r in zone_rooms) < shape.tasks:
+            continue
+        layout = _layout(zone_rooms, shape)
+        if layout is not None and (best is None or _score(layout, shape) < _score(best, shape)):
+            best = layout
+    return [(room.slot, count) for room, count in best] if best else None
+
+
+def _score(layout: list[tuple[Room, int]], shape: JobShape) -> tuple:
+    racks = len({room.rack for room, _ in layout})
+    leftover = sum(room.tasks - count for room, count in layout)
+    if shape.topology == Topology.SPREAD:
+        return (-racks, len(layout), leftover)
+    return (racks, len(layout), leftover)
+
+
+def _layout(zone_rooms: list[Room], shape: JobShape) -> list[tuple[Room, int]] | None:
+    if shape.topology == Topology.SPREAD:
+        return _spread(zone_rooms, shape.tasks)
+    by_rack: dict[str, list[Room]] = defaultdict(list)
+    for room in zone_rooms:
+        by_rack[room.rack].append(room)
+    whole = [rack for rack, rs in by_rack.items() if sum(r.tasks for r in rs) >= shape.tasks]
+    if whole and shape.topology in (Topology.REQUIRE_SAME_RACK, Topology.PREFER_SAME_RACK):
+        # The tightest rack that holds it all, keeping the roomier racks for bigger gangs.
+        rack = min(whole, key=lambda name: (sum(r.tasks for r in by_rack[name]), name))
+        return _pack(by_rack[rack], shape.tasks)
+    if shape.topology == Topology.REQUIRE_SAME_RACK:
+        return None
+    if shape.topology == Topology.PREFER_SAME_RACK:
+        return _pack_fewest_racks(by_rack, shape.tasks)
+    return _pack(zone_rooms, shape.tasks)
+
+
+def _pack(candidates: list[Room], tasks: int) -> list[tuple[Room, int]] | None:
+    """Fewest nodes: fill the roomiest nodes, then put the remainder on the tightest node
+    that holds all of it (best fit)."""
+    pool = sorted(candidates, key=lambda r: (-r.tasks, r.slot.name))
+    chosen, remaining = [], tasks
+    while remaining > 0 and pool:
+        fitting = [r for r in pool if r.tasks >= remaining]
+        if fitting:
+            room = min(fitting, key=lambda r: (r.tasks, r.slot.name))
+            chosen.append((room, remaining))
+            return chosen
+        room = pool.pop(0)
+        chosen.append((room, room.tasks))
+        remaining -= room.tasks
+    return chosen if remaining <= 0 else None
+
+
+def _pack_fewest_racks(by_rack: dict[str, list[Room]], tasks: int) -> list[tuple[Room, int]] | None:
+    racks = sorted(by_rack, key=lambda name: (-sum(r.tasks for r in by_rack[name]), name))
+    chosen, remaining = [], tasks
+    for name in racks:
+        rack_tasks = sum(r.tasks for r in by_rack[name])
+        part = _pack(by_rack[name], min(rack_tasks, remaining))
+        chosen += part or []
+        remaining -= min(rack_tasks, remaining)
+        if remaining == 0:
+            return chosen
+    return None
+
+
+def _spread(zone_rooms: list[Room], tasks: int) -> list[tuple[Room, int]] | None:
+    """One task per node, taking nodes from the racks in turn; more per node only if the
+    zone has fewer usable nodes than tasks."""
+    by_rack: dict[str, list[Room]] = defaultdict(list)
+    for room in sorted(zone_rooms, key=lambda r: (-r.tasks, r.slot.name)):
+        by_rack[room.rack].append(room)
+    counts: dict[Room, int] = defaultdict(int)
+    remaining = tasks
+    while remaining > 0:
+        progressed = False
+        for rack in sorted(by_rack):
+            for room in by_rack[rack]:
+                if counts[room] < room.tasks and counts[room] == min(counts[r] for r in by_rack[rack]):
+                    counts[room] += 1
+                    remaining -= 1
+                    progressed = True
+                    break
+            if remaining == 0:
+                break
+        if not progressed:
+            return None
+    return [(room, n) for room, n in counts.items() if n]
+
+
+def commit(state: ClusterState, chosen: Plan, shape: JobShape) -> tuple[TaskPlacement, ...]:
+    """Take the resources; ranks run in rack then node order so neighbours share a rack."""
+    placements, rank = [], 0
+    for slot, count in sorted(chosen, key=lambda sc: (sc[0].node.rack, sc[0].name)):
+        for _ in range(count):
+            placements.append(state.allocate(slot, rank=rank, gpus=shape.gpus_per_task,
+                                             cpus=shape.cpus_per_task, memory_gb=shape.memory_gb_per_task))
+            rank += 1
+    return tuple(placements)

@@ -1,0 +1,182 @@
+"""Choosing victims: simulate removing running jobs until the blocked job fits, then put back
+every victim it can do without.
+
+Who may be evicted for whom:
+- RECLAIM: a team within its guarantee takes back capacity other teams hold above theirs,
+  whatever the victims' priority class (never P0) and however young they are. Any job of a
+  team over its guarantee may go, but no more of its units than it holds above the guarantee:
+  which jobs is chosen for the block they free, not by which one started last.
+- PRIORITY: a job of a higher class evicts lower classes, never P0, never a task younger than
+  the minimum runtime.
+
+Candidates are tried in this order: 1. borrowed first; 2. checkpointing first; 3. lowest
+priority class first; 4. fewest GPU-hours lost since the last checkpoint; 5. newest first;
+6. job id. Each domain that could hold the job (a node for one task, a rack for a packed gang,
+a zone otherwise) gets its own victim set; the best set has the fewest non-borrowed victims,
+then non-checkpointing ones, then GPU-hours lost, then victims. Domains are tried in the order
+of their best candidate, and the search stops after `DOMAINS_TRIED` that work, so its cost does
+not grow with the cluster.
+"""
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from scheduling.core.model import PendingJob, PolicyConfig, RunningJob, Topology, priority_rank
+from scheduling.core.placement import capacity
+from scheduling.core.trial import Trial
+from scheduling.core.state import ClusterState, Slot
+
+DOMAINS_TRIED = 4
+
+
+@dataclass(frozen=True)
+class VictimSet:
+    victims: tuple[RunningJob, ...]
+    domain: str
+    score: tuple
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    job: RunningJob
+    rank: int
+    old_enough: bool
+
+    def outranked_by(self, rank: int) -> bool:
+        return self.rank > rank and self.old_enough
+
+
+class VictimPool:
+    """Who may be evicted, per resource class, in candidate order. Built once per pass from
+    what ran before it; victims leave it as they are chosen."""
+
+    def __init__(self, running: tuple[RunningJob, ...], borrowed: set[int], now: float, config: PolicyConfig):
+        self.by_class: dict[str, list[Candidate]] = defaultdict(list)
+        self.taken: set[int] = set()
+        for job in sorted(running, key=lambda j: candidate_order(j, borrowed, now)):
+            if job.preempting or not job.preemptible or job.priority == "P0":
+                continue
+            old_enough = now - job.started_at >= config.min_runtime_before_preempt_s
+            self.by_class[job.resource_class].append(Candidate(job, priority_rank(job.priority), old_enough))
+
+    def candidates(self, job: PendingJob, *, excess: dict[str, int]) -> list[Candidate]:
+        """`excess`: for a job whose team reclaims, what each other team holds above its
+        guarantee (empty when the job may only outrank)."""
+        rank, team = priority_rank(job.priority), job.team
+        return [c for c in self.by_class.get(job.resource_class, ())
+                if c.job.job_id not in self.taken
+                and (c.outranked_by(rank) or (c.job.team in excess and c.job.team != team))]
+
+    def take(self, victim: RunningJob) -> None:
+        self.taken.add(victim.job_id)
+
+
+def why(candidate: Candidate, job: PendingJob) -> str:
+    """PRIORITY when the job outranks the victim, else RECLAIM (a guarantee taken back)."""
+    return "PRIORITY" if candidate.outranked_by(priority_rank(job.priority)) else "RECLAIM"
+
+
+def candidate_order(victim: RunningJob, borrowed: set[int], now: float) -> tuple:
+    return (victim.job_id not in borrowed, not victim.checkpointing, -priority_rank(victim.priority),
+            victim.hours_lost_if_stopped(now), -victim.started_at, victim.job_id)
+
+
+def domain_of(slot: Slot, job: PendingJob) -> str:
+    if job.shape.tasks == 1:
+        return slot.name
+    if job.shape.topology in (Topology.PREFER_SAME_RACK, Topology.REQUIRE_SAME_RACK):
+        return slot.node.rack
+    return slot.node.zone
+
+
+def find_victims(state: ClusterState, job: PendingJob, candidates: list[Candidate], *, excess: dict[str, int],
+                 borrowed: set[int], now: float) -> VictimSet | None:
+    """The best set of victims whose removal lets `job` fit, or None if no set does.
+    `candidates` come in `candidate_order`."""
+    place = _domain_map(state, job)
+    domains = _domains(candidates, place, job, excess)
+    free_by_domain = _free_slots_by_domain(state, job, place)
+    best, tried = None, 0
+    for name, domain in domains.items():
+        free = free_by_domain.get(name, {})
+        hosts = {node: state.slots[node] for node in domain.hosts}
+        room = sum(s.free_units for s in free) + sum(s.free_units for n, s in hosts.items() if s not in free)
+        if room + domain.units < job.shape.units:
+            continue  # even all its candidates gone would not make room
+        trial = Trial(job, {slot: capacity(slot, job.shape) for slot in free if slot.ready}, one_domain=True,
+                      joining=hosts)
+        found = trial.fit_by_removing(domain.victims)
+        if found is None:
+            continue
+        victims = trial.put_back_unneeded(found)
+        score = _score(victims, borrowed, now)
+        if best is None or (score, name) < (best.score, best.domain):
+            best = VictimSet(tuple(victims), name, score)
+        tried += 1
+        if tried == DOMAINS_TRIED:
+            break
+    return best
+
+
+def _domain_map(state: ClusterState, job: PendingJob) -> dict[str, str] | None:
+    """node name -> the domain it belongs to for this job (see `domain_of`); None: the node
+    itself."""
+    if job.shape.tasks == 1:
+        return None
+    if job.shape.topology in (Topology.PREFER_SAME_RACK, Topology.REQUIRE_SAME_RACK):
+        return state.rack_of
+    return state.zone_of
+
+
+@dataclass
+class Domain:
+    victims: list[RunningJob]
+    hosts: dict[str, None]
+    units: int = 0
+    spent: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+
+
+def _domains(ordered: list[Candidate], place: dict[str, str] | None, job: PendingJob,
+             excess: dict[str, int]) -> dict[str, Domain]:
+    """Domain -> its candidates in order, the nodes they run on and the units they hold there;
+    domains in the order of their best candidate. A candidate the job does not outrank enters
+    a domain only while its team's units taken there stay within the team's excess."""
+    found: dict[str, Domain] = {}
+    rank = priority_rank(job.priority)
+    for candidate in ordered:
+        victim, budgeted = candidate.job, not candidate.outranked_by(rank)
+        unit_is_gpu = victim.gpu_type is not None
+        for name in {task.node if place is None else place[task.node]: None for task in victim.tasks}:
+            domain = found.get(name)
+            if domain is None:
+                domain = found[name] = Domain([], {})
+            if budgeted and domain.spent[victim.team] + victim.units > excess.get(victim.team, 0):
+                continue
+            if budgeted:
+                domain.spent[victim.team] += victim.units
+            domain.victims.append(victim)
+            for task in victim.tasks:
+                if (task.node if place is None else place[task.node]) == name:
+                    domain.hosts[task.node] = None
+                    domain.units += len(task.gpu_indices) if unit_is_gpu else task.cpus
+    return found
+
+
+def _free_slots_by_domain(state: ClusterState, job: PendingJob, place) -> dict[str, dict[Slot, None]]:
+    """For a gang, nodes with room for a task count too, though no victim runs there (a node
+    with less room counts only if a victim on it gives the rest back)."""
+    by_domain: dict[str, dict[Slot, None]] = defaultdict(dict)
+    if place is None:
+        return by_domain
+    for slot in state.slots_by_free(job.resource_class, job.shape.units_per_task):
+        by_domain[place[slot.name]][slot] = None
+    return by_domain
+
+
+def _score(victims: list[RunningJob], borrowed: set[int], now: float) -> tuple:
+    return (sum(v.job_id not in borrowed for v in victims), sum(not v.checkpointing for v in victims),
+            round(sum(v.hours_lost_if_stopped(now) for v in victims), 6), len(victims))
+
+
+def units_freed(victims: tuple[RunningJob, ...]) -> int:
+    return sum(v.units for v in victims)
+

@@ -1,0 +1,106 @@
+"""Reservations and EASY backfill.
+
+The highest blocked job of a resource class gets a reservation: the earliest time the running
+jobs' max runtimes say it will fit, and the nodes it will use then. Later jobs may still start
+("backfill") if they cannot delay it: they end before that time, or they only use room on the
+reserved nodes that the reservation will not need. Past the wait bound, nothing new goes on
+the reserved nodes at all.
+"""
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from scheduling.core.decisions import Reservation
+from scheduling.core.model import PendingJob, RunningJob
+from scheduling.core.placement import Extra, Plan, capacity
+from scheduling.core.state import ClusterState, Slot
+from scheduling.core.trial import Trial
+
+
+def released_by(jobs: list[RunningJob]) -> dict[str, Extra]:
+    extra: dict[str, Extra] = defaultdict(Extra)
+    for job in jobs:
+        for task in job.tasks:
+            extra[task.node] = extra[task.node] + Extra(len(task.gpu_indices), task.cpus, task.memory_gb)
+    return extra
+
+
+def forecast(state: ClusterState, job: PendingJob, running: list[RunningJob], now: float
+             ) -> tuple[float, Plan, dict[str, Extra]] | None:
+    """When and where `job` fits if running jobs end at their expected ends: they are taken
+    away soonest first until it fits. Returns (start, plan, room given back by then), or None
+    if it never fits on the ready nodes."""
+    ending = sorted(running, key=lambda j: (max(j.expected_end, now), j.job_id))
+    slots = {slot: capacity(slot, job.shape) for slot in state.ready_slots(job.resource_class)}
+    trial = Trial(job, slots)
+    gone = trial.fit_by_removing(ending)
+    if gone is None:
+        return None
+    chosen = trial.plan()
+    return max(gone[-1].expected_end, now), chosen, released_by(gone)
+
+
+@dataclass
+class Held:
+    """What a reservation holds on one node: the job, when, and the room it leaves spare."""
+
+    job_id: int
+    start_at: float
+    spare: int
+    strict: bool
+
+
+@dataclass
+class ReservationBook:
+    held: dict[str, list[Held]] = field(default_factory=lambda: defaultdict(list))
+    reservations: list[Reservation] = field(default_factory=list)
+    by_class: dict[str, list[Reservation]] = field(default_factory=lambda: defaultdict(list))
+
+    def count(self, rclass: str) -> int:
+        return len(self.by_class.get(rclass, ()))
+
+    def add(self, job: PendingJob, start_at: float, chosen: Plan, extra: dict[str, Extra], *, strict: bool) -> Reservation:
+        units = {slot.name: count * job.shape.units_per_task for slot, count in chosen}
+        for slot, _ in chosen:
+            back = extra.get(slot.name, Extra())
+            free_then = slot.free_units + (back.gpus if job.shape.gpu_type else back.cpus)
+            self.held[slot.name].append(Held(job.job_id, start_at, free_then - units[slot.name], strict))
+        reservation = Reservation(job.job_id, tuple(sorted(units)), start_at, units)
+        self.reservations.append(reservation)
+        self.by_class[job.resource_class].append(reservation)
+        return reservation
+
+    def hold(self, node: str, job_id: int, now: float) -> None:
+        """Keep a node whose tasks are being preempted for `job_id` for that job alone."""
+        self.held[node].append(Held(job_id, now, 0, strict=True))
+
+    def limit_for(self, end_at: float, job_id: int | None = None):
+        """The most units a job ending at `end_at` may take on each node (None: no limit).
+        A job is never limited by its own reservation or hold."""
+        if not self.held:
+            return None
+
+        def limit(slot: Slot) -> int | None:
+            caps = [self._cap(h, end_at) for h in self.held.get(slot.name, ()) if h.job_id != job_id]
+            caps = [c for c in caps if c is not None]
+            return min(caps) if caps else None
+        return limit
+
+    @staticmethod
+    def _cap(held: Held, end_at: float) -> int | None:
+        if held.strict:
+            return 0
+        return None if end_at <= held.start_at else max(held.spare, 0)
+
+    def variant(self, rclass: str, end_at: float) -> tuple:
+        """What about the book matters to a job ending at `end_at` (for memoizing failures)."""
+        return tuple(end_at <= r.start_at for r in self.by_class.get(rclass, ()))
+
+    def consume(self, placed: Plan, shape, end_at: float) -> None:
+        """A backfilled job that outlives a reservation uses up the spare room it took."""
+        for slot, count in placed:
+            for held in self.held.get(slot.name, ()):
+                if end_at > held.start_at:
+                    held.spare -= count * shape.units_per_task
+
+    def holder(self, node: str) -> int | None:
+        return self.held[node][0].job_id if self.held.get(node) else None

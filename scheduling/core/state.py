@@ -1,0 +1,123 @@
+"""The working state of one pass: each node's free GPUs (by index), CPUs and memory, indexed by
+resource class and by free amount, so finding room for a task does not scan every node.
+
+A "unit" is what a resource class is counted in: GPUs for a GPU class, CPUs for `cpu`.
+"""
+from collections import defaultdict
+from typing import Iterable, Iterator
+
+from scheduling.core.model import Node, NodeState, RunningJob, TaskPlacement
+
+
+class Slot:
+    """One node's free resources during a pass (mutable; the Node itself is frozen)."""
+
+    __slots__ = ("node", "free_gpus", "free_cpus", "free_memory", "ready", "rclass")
+
+    def __init__(self, node: Node):
+        self.node = node
+        self.free_gpus: list[int] = list(range(node.gpus))
+        self.free_cpus = node.cpus
+        self.free_memory = node.memory_gb
+        self.ready = node.state == NodeState.READY
+        self.rclass = node.resource_class
+
+    @property
+    def name(self) -> str:
+        return self.node.name
+
+    @property
+    def free_units(self) -> int:
+        return len(self.free_gpus) if self.node.gpu_type else self.free_cpus
+
+    @property
+    def total_units(self) -> int:
+        return self.node.gpus if self.node.gpu_type else self.node.cpus
+
+
+class ClusterState:
+    def __init__(self, nodes: Iterable[Node], running: Iterable[RunningJob] = ()):
+        self.slots: dict[str, Slot] = {n.name: Slot(n) for n in sorted(nodes, key=lambda n: n.name)}
+        self.rack_of = {name: slot.node.rack for name, slot in self.slots.items()}
+        self.zone_of = {name: slot.node.zone for name, slot in self.slots.items()}
+        self.by_class: dict[str, list[Slot]] = defaultdict(list)
+        for slot in self.slots.values():
+            self.by_class[slot.rclass].append(slot)
+        self._take_running(running)
+        # rclass -> free units -> rack -> ready slots with that many free (dicts keep name order).
+        self.buckets: dict[str, dict[int, dict[str, dict[Slot, None]]]] = defaultdict(
+            lambda: defaultdict(lambda: defaultdict(dict)))
+        self.free_units: dict[str, int] = defaultdict(int)
+        self.rack_free: dict[str, int] = defaultdict(int)
+        for slot in self.slots.values():
+            if slot.ready:
+                self._index(slot)
+
+    def _take_running(self, running: Iterable[RunningJob]) -> None:
+        """What runs already, summed per node first: one update per node, not per task."""
+        used: dict[str, list] = {}
+        for job in running:
+            for task in job.tasks:
+                entry = used.get(task.node)
+                if entry is None:
+                    entry = used[task.node] = [[], 0, 0]
+                entry[0].extend(task.gpu_indices)
+                entry[1] += task.cpus
+                entry[2] += task.memory_gb
+        for name, (gpus, cpus, memory_gb) in used.items():
+            self._take(self.slots[name], gpus, cpus, memory_gb)
+
+    def _index(self, slot: Slot) -> None:
+        self.buckets[slot.rclass][slot.free_units][slot.node.rack][slot] = None
+        self.free_units[slot.rclass] += slot.free_units
+        self.rack_free[slot.node.rack] += slot.free_units
+
+    def _unindex(self, slot: Slot) -> None:
+        level = self.buckets[slot.rclass][slot.free_units]
+        del level[slot.node.rack][slot]
+        if not level[slot.node.rack]:
+            del level[slot.node.rack]
+        self.free_units[slot.rclass] -= slot.free_units
+        self.rack_free[slot.node.rack] -= slot.free_units
+
+    @staticmethod
+    def _take(slot: Slot, gpu_indices, cpus: int, memory_gb: int) -> None:
+        taken = set(gpu_indices)
+        slot.free_gpus = [i for i in slot.free_gpus if i not in taken]
+        slot.free_cpus -= cpus
+        slot.free_memory -= memory_gb
+
+    def allocate(self, slot: Slot, *, rank: int, gpus: int, cpus: int, memory_gb: int) -> TaskPlacement:
+        """Give one task the node's lowest free GPU indices (stable, and what `nvidia-smi` shows first)."""
+        indices = tuple(slot.free_gpus[:gpus])
+        if slot.ready:
+            self._unindex(slot)
+        self._take(slot, indices, cpus, memory_gb)
+        if slot.ready:
+            self._index(slot)
+        return TaskPlacement(rank=rank, node=slot.name, gpu_indices=indices, cpus=cpus, memory_gb=memory_gb)
+
+    def ready_slots(self, rclass: str) -> Iterator[Slot]:
+        return (s for s in self.by_class.get(rclass, ()) if s.ready)
+
+    def slots_by_free(self, rclass: str, at_least: int) -> Iterator[Slot]:
+        """Ready slots of a class with at least `at_least` free units: best fit first (fewest
+        free units), and among equals those in the fullest racks, to keep empty racks for
+        gangs. Stop iterating before allocating: the buckets change under an allocation."""
+        buckets = self.buckets.get(rclass)
+        if not buckets:
+            return
+        for free in sorted(f for f in buckets if f >= at_least and buckets[f]):
+            level = buckets[free]
+            for rack in sorted(level, key=lambda r: (self.rack_free[r], r)):
+                yield from level[rack]
+
+    def levels_roomiest_first(self, rclass: str, at_least: int) -> Iterator[list[Slot]]:
+        """Ready slots with at least `at_least` free units, one list per free amount, the
+        roomiest first (gangs want few nodes), racks with the most free room first."""
+        buckets = self.buckets.get(rclass)
+        if not buckets:
+            return
+        for free in sorted((f for f in buckets if f >= at_least and buckets[f]), reverse=True):
+            level = buckets[free]
+            yield [slot for rack in sorted(level, key=lambda r: (-self.rack_free[r], r)) for slot in level[rack]]

@@ -1,0 +1,97 @@
+"""What if some jobs were gone? The room on each node, kept current as jobs are taken away
+one at a time: the machinery of both preemption (which victims?) and reservation forecasts
+(when will it fit?)."""
+from typing import Mapping
+
+from scheduling.core.model import PendingJob, RunningJob
+from scheduling.core.placement import Extra, Room, capacity, plan_on
+from scheduling.core.state import Slot
+
+
+class Trial:
+    """Victims removed one at a time from one domain, keeping each node's room current: only
+    a victim's own nodes are recomputed, and the layout is planned only once the total room
+    could hold the job."""
+
+    def __init__(self, job: PendingJob, rooms_now: dict[Slot, int], *, one_domain: bool = False,
+                 joining: Mapping[str, Slot] | None = None):
+        """`one_domain`: the rooms are one node, one rack for a rack-bound gang, or one zone,
+        so the job fits exactly when the total room holds all its tasks. `joining`: nodes of
+        the domain that enter the trial only when a victim on them is taken away (so the cost
+        follows the victims tried, not all the candidates)."""
+        self.job, self.shape, self.one_domain = job, job.shape, one_domain
+        self.rooms = dict(rooms_now)
+        self.names = {slot.name: slot for slot in rooms_now}
+        self.joining = joining or {}
+        self.extra: dict[str, Extra] = {}
+        self.total = sum(rooms_now.values())
+
+    def _slot(self, name: str) -> Slot | None:
+        slot = self.names.get(name)
+        if slot is None and name in self.joining and self.joining[name].ready:
+            slot = self.names[name] = self.joining[name]
+            self.rooms[slot] = room = capacity(slot, self.shape)
+            self.total += room
+        return slot
+
+    def _change(self, victim: RunningJob, sign: int) -> None:
+        for task in victim.tasks:
+            slot = self._slot(task.node)
+            if slot is None:
+                continue
+            delta = Extra(sign * len(task.gpu_indices), sign * task.cpus, sign * task.memory_gb)
+            self.extra[task.node] = self.extra.get(task.node, Extra()) + delta
+            tasks = capacity(slot, self.shape, extra=self.extra[task.node])
+            self.total += tasks - self.rooms[slot]
+            self.rooms[slot] = tasks
+
+    def fits(self) -> bool:
+        if self.total < self.shape.tasks:
+            return False
+        return self.one_domain or self.plan() is not None
+
+    def plan(self):
+        rooms = sorted((Room(s, n) for s, n in self.rooms.items() if n > 0), key=lambda r: r.slot.name)
+        return plan_on(rooms, self.shape)
+
+    def fit_by_removing(self, ordered: list[RunningJob]) -> list[RunningJob] | None:
+        """Remove candidates in order until the job fits; None if even all of them do not do.
+        Once the total room would do, the layout is checked at growing steps (1, 2, 4, ...)
+        and the exact count found by putting victims back, halving the step."""
+        count, step = 0, 1
+        while count < len(ordered):
+            for victim in ordered[count:count + step]:
+                self._change(victim, +1)
+            count = min(count + step, len(ordered))
+            if self.total < self.shape.tasks:
+                continue
+            if self.fits():
+                return ordered[:self._shrink(ordered, count, step)]
+            step *= 2
+        return None
+
+    def _shrink(self, ordered: list[RunningJob], count: int, step: int) -> int:
+        """Fits with `count` removed but not with `count - step`: find the least that fits."""
+        low = count - step + 1
+        while low < count:
+            middle = (low + count) // 2
+            for victim in ordered[middle:count]:
+                self._change(victim, -1)
+            if self.fits():
+                count = middle
+            else:
+                for victim in ordered[middle:count]:
+                    self._change(victim, +1)
+                low = middle + 1
+        return count
+
+    def put_back_unneeded(self, victims: list[RunningJob]) -> list[RunningJob]:
+        """Walk back from the last victim added: spare any whose removal was not needed."""
+        kept = list(victims)
+        for victim in reversed(victims[:-1]):
+            self._change(victim, -1)
+            if self.fits():
+                kept = [v for v in kept if v is not victim]
+            else:
+                self._change(victim, +1)
+        return kept

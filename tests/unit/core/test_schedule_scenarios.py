@@ -1,0 +1,279 @@
+"""Table-driven scenarios of the policy core: exact placements and exact reasons."""
+from scheduling.core.model import NodeState, Topology
+from scheduling.core.reasons import ReasonCode
+from scheduling.core.scheduler import schedule
+from tests.unit.core.builders import HOUR, NOW, cluster, job, placed_nodes, rack, running, snapshot, teams
+
+# 2 zones x 2 racks x 8 nodes x 8 H100 = 256 GPUs.
+FLEET = cluster(rack("z1-r1", 8), rack("z1-r2", 8), rack("z2-r1", 8), rack("z2-r2", 8))
+
+
+def test_seed_gang_of_64_is_packed_into_one_rack():
+    # z1-r1 has one busy node, so the gang takes the first whole free rack: z1-r2.
+    busy = running(1, ["z1-r1-n1"])
+    seed = job(10, gpus=64, topology=Topology.PREFER_SAME_RACK)
+    decisions = schedule(snapshot(FLEET, pending=[seed], running_jobs=[busy]))
+
+    assert placed_nodes(decisions, 10) == [f"z1-r2-n{i}" for i in range(1, 9)]
+    placement = decisions.placements[0]
+    assert [t.rank for t in placement.tasks] == list(range(8))
+    assert {t.gpu_indices for t in placement.tasks} == {tuple(range(8))}
+
+
+def test_single_tasks_fill_used_racks_before_empty_ones():
+    busy = running(1, ["z2-r2-n1"], gpus_per_node=4)
+    decisions = schedule(snapshot(FLEET, pending=[job(11, gpus=4), job(12, gpus=8)], running_jobs=[busy]))
+    assert placed_nodes(decisions, 11) == ["z2-r2-n1"]  # best fit: the half-used node
+    assert placed_nodes(decisions, 12) == ["z2-r2-n2"]  # then the fullest rack
+
+
+def test_two_half_cluster_gangs_do_not_deadlock():
+    nodes = cluster(rack("z1-r1", 8), rack("z1-r2", 8))
+    busy = running(1, [f"z1-r2-n{i}" for i in range(1, 5)], remaining=HOUR, team="other")
+    first, second = job(21, gpus=64, age=120), job(22, gpus=64, team="ranking", age=60)
+    decisions = schedule(snapshot(nodes, pending=[first, second], running_jobs=[busy]))
+
+    assert [p.job_id for p in decisions.placements] == [21]
+    assert len(decisions.placements[0].tasks) == 8  # whole, never a part of each
+    [reservation] = decisions.reservations
+    assert (reservation.job_id, reservation.start_at) == (22, NOW + HOUR)
+    assert reservation.nodes == tuple(f"z1-r2-n{i}" for i in range(1, 9))
+    assert decisions.pending[22].code == ReasonCode.INSUFFICIENT_CAPACITY
+    assert decisions.pending[22].message == (
+        "needs 64 H100; 32 of 128 free (4/16 nodes fit a task: 12 fewer than 8 free H100); "
+        "reserved 8 node(s), estimated start 22:20 UTC")
+
+
+def test_gang_is_not_starved_by_a_stream_of_small_jobs():
+    nodes = cluster(rack("z1-r1", 8))
+    # Seven nodes busy until +1h; one free node.
+    busy = [running(i, [f"z1-r1-n{i}"], remaining=HOUR, team="other") for i in range(1, 8)]
+    gang = job(30, gpus=64, age=600)
+    short = [job(40 + i, gpus=1, runtime=HOUR / 2, team="ranking") for i in range(4)]
+    long = [job(50 + i, gpus=1, runtime=10 * HOUR, team="ranking") for i in range(4)]
+    decisions = schedule(snapshot(nodes, pending=[gang, *short, *long], running_jobs=busy))
+
+    assert decisions.reservations[0].job_id == 30
+    assert decisions.reservations[0].start_at == NOW + HOUR
+    assert sorted(p.job_id for p in decisions.placements) == [40, 41, 42, 43]  # they end before the gang starts
+    assert {decisions.pending[j.job_id].code for j in long} == {ReasonCode.BEHIND_RESERVATION}
+    assert decisions.pending[50].message == (
+        "fits now, but would delay job 30, which holds 8 node(s) from 22:20 UTC; "
+        "with max_runtime_hours <= 1.00 it could start now")
+
+
+def test_past_the_wait_bound_nothing_new_lands_on_reserved_nodes():
+    nodes = cluster(rack("z1-r1", 8))
+    busy = [running(i, [f"z1-r1-n{i}"], remaining=HOUR, team="other") for i in range(1, 8)]
+    gang = job(30, gpus=64, age=3 * HOUR)  # past the 2 h bound
+    short = job(40, gpus=1, runtime=60, team="ranking")
+    decisions = schedule(snapshot(nodes, pending=[gang, short], running_jobs=busy))
+    assert decisions.placements == ()
+    assert decisions.pending[40].code == ReasonCode.BEHIND_RESERVATION
+
+
+def test_reclaim_of_borrowed_gpus_even_at_the_same_priority():
+    nodes = cluster(rack("z1-r1", 8))
+    quotas = teams(vision={"gpu:H100": (32, 32)}, ranking={"gpu:H100": (32, 32)})
+    # ranking runs 8 single-node jobs: 64 GPUs, 32 of them borrowed (its newest four).
+    ranking = [running(i, [f"z1-r1-n{i}"], team="ranking", age=HOUR * (10 - i)) for i in range(1, 9)]
+    claim = job(60, gpus=16, per_task=8, team="vision")
+    decisions = schedule(snapshot(nodes, pending=[claim], running_jobs=ranking, team_list=quotas))
+
+    victims = sorted(p.victim_job_id for p in decisions.preemptions)
+    assert victims == [7, 8]  # the newest borrowed jobs, just enough for 16 GPUs
+    assert {p.reason for p in decisions.preemptions} == {"RECLAIM"}
+    assert decisions.pending[60].code == ReasonCode.PREEMPTING
+    assert decisions.pending[60].message == (
+        "stopping job(s) 7, 8 (16 H100 borrowed by other teams); it starts once they have stopped")
+
+
+def test_p0_preempts_p2_checkpointing_jobs_in_one_rack():
+    nodes = cluster(rack("z1-r1", 4), rack("z1-r2", 4))
+    checkpointing = [running(i, [f"z1-r1-n{i}"], checkpointing=True, last_checkpoint_at=NOW - 600)
+                     for i in range(1, 5)]
+    plain = [running(10 + i, [f"z1-r2-n{i}"]) for i in range(1, 5)]
+    incident = job(70, gpus=32, priority="P0", topology=Topology.PREFER_SAME_RACK, team="ranking")
+    decisions = schedule(snapshot(nodes, pending=[incident], running_jobs=[*checkpointing, *plain]))
+
+    assert sorted(p.victim_job_id for p in decisions.preemptions) == [1, 2, 3, 4]
+    assert {p.reason for p in decisions.preemptions} == {"PRIORITY"}
+    assert decisions.preemptions[0].message == "preempted for job 70 (P0, team ranking): P2 yields to P0"
+
+
+def test_fewest_gpu_hours_lost_when_both_checkpoint():
+    nodes = cluster(rack("z1-r1", 2))
+    fresh = running(1, ["z1-r1-n1"], checkpointing=True, last_checkpoint_at=NOW - 60)
+    stale = running(2, ["z1-r1-n2"], checkpointing=True, last_checkpoint_at=NOW - 3000)
+    decisions = schedule(snapshot(nodes, pending=[job(3, gpus=8, priority="P1")], running_jobs=[fresh, stale]))
+    assert [p.victim_job_id for p in decisions.preemptions] == [1]
+
+
+def test_no_preemption_for_a_job_that_would_still_not_fit():
+    nodes = cluster(rack("z1-r1", 2))
+    low = running(1, ["z1-r1-n1"], priority="P3")
+    high = running(2, ["z1-r1-n2"], priority="P0")
+    decisions = schedule(snapshot(nodes, pending=[job(3, gpus=16, priority="P1")], running_jobs=[low, high]))
+    assert decisions.preemptions == ()
+
+
+def test_young_tasks_and_p0_are_never_evicted_for_priority():
+    nodes = cluster(rack("z1-r1", 2))
+    young = running(1, ["z1-r1-n1"], priority="P3", age=60)
+    incident = running(2, ["z1-r1-n2"], priority="P0", age=HOUR)
+    decisions = schedule(snapshot(nodes, pending=[job(3, gpus=8, priority="P1")], running_jobs=[young, incident]))
+    assert decisions.preemptions == ()
+
+
+def test_victims_already_stopping_are_not_chosen_twice():
+    nodes = cluster(rack("z1-r1", 1))
+    stopping = running(1, ["z1-r1-n1"], priority="P3", preempting=True, preempted_for=5)
+    decisions = schedule(snapshot(nodes, pending=[job(5, gpus=8, priority="P1"), job(6, gpus=8, priority="P1")],
+                                  running_jobs=[stopping]))
+    assert decisions.preemptions == ()
+    assert decisions.pending[5].code == ReasonCode.PREEMPTING
+
+
+def test_fragmentation_is_fragmented_not_insufficient_capacity():
+    nodes = cluster(rack("z1-r1", 4))
+    halves = [running(i, [f"z1-r1-n{i}"], gpus_per_node=4) for i in range(1, 5)]
+    decisions = schedule(snapshot(nodes, pending=[job(80, gpus=8)], running_jobs=halves, preemption=False))
+    reason = decisions.pending[80]
+    assert reason.code == ReasonCode.FRAGMENTED
+    assert reason.message.startswith("needs 8 H100 in one node; 16 free but the largest block is 4 (node z1-r1-n1)")
+
+
+def test_rack_fragmentation_names_the_rack():
+    nodes = cluster(rack("z1-r1", 4), rack("z1-r2", 4))
+    busy = [running(1, ["z1-r1-n1"]), running(2, ["z1-r2-n1", "z1-r2-n2"])]
+    gang = job(81, gpus=32, topology=Topology.REQUIRE_SAME_RACK)
+    decisions = schedule(snapshot(nodes, pending=[gang], running_jobs=busy, preemption=False, backfill=False))
+    assert decisions.pending[81].message.startswith(
+        "needs 32 H100 in one rack; 40 free but the largest block is 24 (rack z1-r1)")
+
+
+def test_quota_limit_is_explained_with_numbers():
+    nodes = cluster(rack("z1-r1", 8))
+    quotas = teams(vision={"gpu:H100": (16, 16)})
+    used = [running(i, [f"z1-r1-n{i}"]) for i in range(1, 5)]
+    decisions = schedule(snapshot(nodes, pending=[job(90, gpus=8)], running_jobs=used, team_list=quotas))
+    assert decisions.pending[90].code == ReasonCode.QUOTA
+    assert decisions.pending[90].message == (
+        "team vision uses 32 H100 (guaranteed 16, borrowing limit reached at 32); this job needs 8 more")
+
+
+def test_at_guarantee_with_nothing_idle_is_quota():
+    nodes = cluster(rack("z1-r1", 2))
+    quotas = teams(vision={"gpu:H100": (8, 8)}, ranking={"gpu:H100": (8, 8)})
+    used = [running(1, ["z1-r1-n1"]), running(2, ["z1-r1-n2"], team="ranking")]
+    decisions = schedule(snapshot(nodes, pending=[job(91, gpus=8)], running_jobs=used, team_list=quotas))
+    assert decisions.pending[91].message == (
+        "team vision at 8/8 guaranteed H100, nothing idle to borrow (needs 8, 0 free); "
+        "reserved 1 node(s), estimated start 22:20 UTC")
+
+
+def test_placement_past_the_guarantee_is_marked_borrowed():
+    nodes = cluster(rack("z1-r1", 4))
+    quotas = teams(vision={"gpu:H100": (8, 24)})
+    decisions = schedule(snapshot(nodes, pending=[job(1, gpus=8, age=120), job(2, gpus=8, age=60)], team_list=quotas))
+    assert {p.job_id: p.borrowed for p in decisions.placements} == {1: False, 2: True}
+
+
+def test_no_matching_nodes_lists_their_states():
+    nodes = cluster(rack("z1-r1", 2), rack("z1-r2", 2, gpu_type="L40S", state=NodeState.CORDONED))
+    decisions = schedule(snapshot(nodes, pending=[job(1, gpus=8, gpu_type="L40S")]))
+    reason = decisions.pending[1]
+    assert reason.code == ReasonCode.NO_MATCHING_NODES
+    assert reason.message == ("no READY node has gpu_type=L40S (matching nodes: 2 CORDONED) "
+                              "(0/4 nodes fit a task: 2 CORDONED, 2 other resource class)")
+    assert reason.histogram == (("CORDONED", 2), ("other resource class", 2))
+
+
+def test_held_dependency_and_backoff_wait_with_their_reason():
+    nodes = cluster(rack("z1-r1", 2))
+    pending = [job(1, held=True), job(2, waiting_on=(7, 9)), job(3, not_before=NOW + 250)]
+    decisions = schedule(snapshot(nodes, pending=pending))
+    assert decisions.placements == ()
+    assert {k: (r.code, r.message) for k, r in decisions.pending.items()} == {
+        1: (ReasonCode.HELD, "held: it will not start until it is released"),
+        2: (ReasonCode.DEPENDENCY, "waiting for jobs 7, 9 to succeed"),
+        3: (ReasonCode.BACKOFF, "retry back-off until 21:24 UTC (250 s from now)"),
+    }
+
+
+def test_priority_class_goes_first_then_fair_share_then_age():
+    nodes = cluster(rack("z1-r1", 1))
+    quotas = teams(vision={"gpu:H100": (8, 8)}, ranking={"gpu:H100": (8, 8)})
+    ranking_busy = running(9, ["z1-r1-n1"], team="ranking", gpus_per_node=4)
+    pending = [job(1, gpus=1, priority="P3", age=500), job(2, gpus=1, team="ranking", age=400),
+               job(3, gpus=1, age=100), job(4, gpus=1, age=200), job(5, gpus=1, priority="P1", age=10)]
+    decisions = schedule(snapshot(nodes, pending=pending, running_jobs=[ranking_busy], team_list=quotas))
+    # P1 first; then vision (share lower than ranking's) twice, oldest first; ranking; then P3.
+    assert decisions.order == (5, 4, 3, 2, 1)
+
+
+def test_aging_raises_a_job_one_class_per_interval_but_never_into_p0():
+    nodes = cluster(rack("z1-r1", 1))
+    pending = [job(1, gpus=1, priority="P3", age=9 * HOUR), job(2, gpus=1, priority="P2", age=60),
+               job(3, gpus=1, priority="P0", age=60), job(4, gpus=1, priority="P1", age=60)]
+    decisions = schedule(snapshot(nodes, pending=pending, aging_interval_s=4 * HOUR))
+    assert decisions.order == (3, 1, 4, 2)  # P3 aged two classes sits with P1, and is older
+
+
+def test_shortest_expected_gpu_time_first_within_a_team():
+    nodes = cluster(rack("z1-r1", 1))
+    pending = [job(1, gpus=8, runtime=10 * HOUR, age=300), job(2, gpus=1, runtime=HOUR, age=100)]
+    decisions = schedule(snapshot(nodes, pending=pending))
+    assert decisions.order == (2, 1)
+
+
+def test_require_same_rack_refuses_to_split_and_spread_spreads():
+    nodes = cluster(rack("z1-r1", 4), rack("z1-r2", 4))
+    busy = [running(1, ["z1-r1-n1"]), running(2, ["z1-r2-n1"])]
+    packed = job(1, gpus=32, topology=Topology.REQUIRE_SAME_RACK)
+    spread = job(2, gpus=16, topology=Topology.SPREAD, team="ranking")
+    decisions = schedule(snapshot(nodes, pending=[packed, spread], running_jobs=busy))
+    assert [p.job_id for p in decisions.placements] == [2]
+    assert sorted({n.split("-n")[0] for n in placed_nodes(decisions, 2)}) == ["z1-r1", "z1-r2"]
+
+
+def test_a_gang_never_spans_zones():
+    nodes = cluster(rack("z1-r1", 2), rack("z2-r1", 2))
+    decisions = schedule(snapshot(nodes, pending=[job(1, gpus=24)], preemption=False))
+    assert decisions.placements == ()
+    assert decisions.pending[1].code == ReasonCode.FRAGMENTED
+
+
+def test_cpu_jobs_go_to_cpu_nodes():
+    nodes = cluster(rack("z1-r1", 2), rack("z1-r9", 2, gpu_type=None, cpus=64))
+    etl = job(1, gpus=0, gpu_type=None, per_task=0, cpus=32, tasks=3)
+    decisions = schedule(snapshot(nodes, pending=[etl]))
+    assert placed_nodes(decisions, 1) == ["z1-r9-n1", "z1-r9-n1", "z1-r9-n2"]
+
+
+def test_nodes_being_emptied_for_a_job_are_kept_for_it():
+    nodes = cluster(rack("z1-r1", 2))
+    # Job 5's victim stops on n1, which has 4 GPUs free meanwhile; job 6 must not take them.
+    stopping = running(1, ["z1-r1-n1"], gpus_per_node=4, priority="P3", preempting=True, preempted_for=5)
+    busy = running(2, ["z1-r1-n2"], priority="P1")
+    decisions = schedule(snapshot(nodes, pending=[job(5, gpus=8, priority="P1"), job(6, gpus=4, team="ranking")],
+                                  running_jobs=[stopping, busy]))
+    assert decisions.placements == ()
+    assert decisions.pending[5].code == ReasonCode.PREEMPTING
+
+
+def test_reclaim_picks_the_block_not_just_the_newest_jobs():
+    # ranking holds 16 over its guarantee, as four 2-GPU jobs spread over two nodes plus older
+    # whole-node jobs; vision needs one whole node: the search evicts what frees one node.
+    nodes = cluster(rack("z1-r1", 4))
+    quotas = teams(vision={"gpu:H100": (16, 0)}, ranking={"gpu:H100": (16, 16)})
+    spread = [running(10 + i, [f"z1-r1-n{1 + i % 2}"], gpus_per_node=2, first_gpu=2 * (i // 2) + 4,
+                      team="ranking", age=60 + i) for i in range(4)]
+    halves = [running(20 + i, [f"z1-r1-n{1 + i}"], gpus_per_node=4, team="ranking", age=HOUR) for i in range(2)]
+    whole = [running(30 + i, [f"z1-r1-n{3 + i}"], team="ranking", age=2 * HOUR) for i in range(2)]
+    decisions = schedule(snapshot(nodes, pending=[job(1, gpus=8)], running_jobs=[*spread, *halves, *whole],
+                                  team_list=quotas))
+    victims = sorted(p.victim_job_id for p in decisions.preemptions)
+    freed_nodes = {t.node for j in [*spread, *halves, *whole] if j.job_id in victims for t in j.tasks}
+    assert len(freed_nodes) == 1
+    assert sum(j.units for j in [*spread, *halves, *whole] if j.job_id in victims) == 8
