@@ -25,9 +25,6 @@ class Extra:
     def __add__(self, other: "Extra") -> "Extra":
         return Extra(self.gpus + other.gpus, self.cpus + other.cpus, self.memory_gb + other.memory_gb)
 
-    def __sub__(self, other: "Extra") -> "Extra":
-        return Extra(self.gpus - other.gpus, self.cpus - other.cpus, self.memory_gb - other.memory_gb)
-
 
 NOTHING = Extra()
 
@@ -55,12 +52,6 @@ def capacity(slot: Slot, shape: JobShape, limit: Limit | None = None, extra: Ext
     if cap is not None:
         gpus, cpus = (min(gpus, cap), cpus) if shape.gpu_type else (gpus, min(cpus, cap))
     return tasks_per_node(shape, gpus=gpus, cpus=cpus, memory_gb=slot.free_memory + extra.memory_gb)
-
-
-def rooms_with(slots, shape: JobShape, extra: dict[str, Extra]) -> list[Room]:
-    """Rooms on the given slots if the resources in `extra` came back."""
-    found = (Room(s, capacity(s, shape, extra=extra.get(s.name, NOTHING))) for s in slots)
-    return sorted((r for r in found if r.tasks > 0), key=lambda r: r.slot.name)
 
 
 def rooms(state: ClusterState, shape: JobShape, limit: Limit | None = None) -> list[Room]:
