@@ -196,3 +196,6 @@ LOGGING = {
 MLQ_GPU_TYPES = env_list("MLQ_GPU_TYPES", "H100,A100,L40S")
 MLQ_MAX_RUNTIME_HOURS = float(os.environ.get("MLQ_MAX_RUNTIME_HOURS", "720"))
 MLQ_AGENT_JOIN_TOKEN = os.environ.get("MLQ_AGENT_JOIN_TOKEN", "")
+# Retry back-off after an application failure: base x 2^retries, capped.
+MLQ_RETRY_BACKOFF_BASE_S = float(os.environ.get("MLQ_RETRY_BACKOFF_BASE_S", "30"))
+MLQ_RETRY_BACKOFF_MAX_S = float(os.environ.get("MLQ_RETRY_BACKOFF_MAX_S", "3600"))

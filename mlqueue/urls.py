@@ -4,6 +4,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from agents import api as agents_api
 from scheduling import api as jobs_api
+from scheduling.metrics import metrics_view
 from teams import api as teams_api
 
 
@@ -20,6 +21,7 @@ api_v1 = [
     endpoint("teams", teams_api.TeamList.as_view(), "teams"),
     endpoint(r"teams/(?P<name>[a-z0-9-]+)/quotas", teams_api.TeamQuotas.as_view(), "team-quotas"),
     endpoint("nodes", agents_api.NodeList.as_view(), "nodes"),
+    endpoint("scheduler", jobs_api.SchedulerState.as_view(), "scheduler"),
 ]
 
 urlpatterns = [
@@ -27,5 +29,5 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("admin/", admin.site.urls),
-    path("", include("django_prometheus.urls")),
+    path("metrics", metrics_view, name="metrics"),
 ]

@@ -5,8 +5,10 @@ from scheduling.models import Job, JobEvent, SchedulerLease, Task
 
 class TaskInline(admin.TabularInline):
     model = Task
+    fk_name = "job"
     extra = 0
-    fields = ["rank", "state", "node", "gpu_indices", "attempt", "epoch", "failure_class", "exit_code"]
+    fields = ["rank", "state", "node", "gpu_indices", "attempt", "epoch", "failure_class", "exit_code", "stop_reason",
+              "stop_signal", "kill_at"]
     readonly_fields = fields
     can_delete = False
 
@@ -44,7 +46,7 @@ class JobAdmin(admin.ModelAdmin):
 class TaskAdmin(admin.ModelAdmin):
     list_display = ["job", "rank", "state", "node", "attempt", "epoch", "failure_class", "exit_code"]
     list_filter = ["state", "failure_class"]
-    raw_id_fields = ["job", "node"]
+    raw_id_fields = ["job", "node", "preempted_for"]
     readonly_fields = ["state", "attempt", "epoch"]
 
     def has_delete_permission(self, request, obj=None):

@@ -1,8 +1,11 @@
 """REST endpoints for jobs. Thin: parse, call a service or selector, serialize."""
+from datetime import timedelta
+
 from django.db.models import Prefetch
+from django.utils import timezone
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiResponse, extend_schema
-from rest_framework import generics, status
+from rest_framework import generics, serializers, status
 from rest_framework.pagination import CursorPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -10,10 +13,12 @@ from rest_framework.views import APIView
 
 from scheduling import services
 from scheduling.filters import JobFilter
-from scheduling.models import JobEvent, Task
+from scheduling.models import JobEvent, SchedulerLease, Task
 from scheduling.selectors import visible_jobs
 from scheduling.serializers import CancelSerializer, JobDetailSerializer, JobEventSerializer, JobSerializer
 from scheduling.spec import JobSpecSerializer
+
+LEASE_DURATION = timedelta(seconds=10)
 
 
 class NewestFirst(CursorPagination):
@@ -75,3 +80,23 @@ class JobCancel(APIView):
         body.is_valid(raise_exception=True)
         services.do_cancel_job(job=job, user=request.user, reason=body.validated_data["reason"])
         return Response(JobDetailSerializer(_with_tasks(job_id, request.user)).data)
+
+
+class SchedulerStateSerializer(serializers.Serializer):
+    leader = serializers.CharField(allow_null=True)
+    epoch = serializers.IntegerField()
+    leading = serializers.BooleanField(help_text="whether the lease was renewed within its duration")
+    renewed_at = serializers.DateTimeField(allow_null=True)
+    last_pass_ms = serializers.FloatField(allow_null=True)
+    last_pass_at = serializers.DateTimeField(allow_null=True)
+
+
+class SchedulerState(APIView):
+    @extend_schema(responses=SchedulerStateSerializer)
+    def get(self, request: Request) -> Response:
+        lease = SchedulerLease.objects.get(pk=1)
+        alive = lease.renewed_at is not None and timezone.now() - lease.renewed_at < LEASE_DURATION
+        return Response(SchedulerStateSerializer({
+            "leader": lease.holder if alive else None, "epoch": lease.epoch, "leading": alive,
+            "renewed_at": lease.renewed_at, "last_pass_ms": lease.last_pass_ms, "last_pass_at": lease.last_pass_at,
+        }).data)

@@ -15,14 +15,15 @@ from scheduling.models import EventKind, Job, JobEvent, SchedulerLease, Task, Ta
 
 S = TaskState
 TRANSITIONS: Mapping[str, frozenset[str]] = {
-    S.PENDING: frozenset({S.ASSIGNED, S.CANCELLED}),
+    S.PENDING: frozenset({S.ASSIGNED, S.CANCELLED, S.FAILED}),  # FAILED: a dependency failed
     # An agent may report a short task's exit before it reported the start.
     S.ASSIGNED: frozenset({S.RUNNING, S.SUCCEEDED, S.FAILED, S.PREEMPTED, S.CANCELLED, S.PENDING}),
     S.RUNNING: frozenset({S.SUCCEEDED, S.FAILED, S.PREEMPTED, S.CANCELLED}),
     # Only the scheduler requeues: a retry or a restart is a new attempt from PENDING.
     S.FAILED: frozenset({S.PENDING, S.CANCELLED}),
-    S.PREEMPTED: frozenset({S.PENDING, S.CANCELLED}),
-    S.SUCCEEDED: frozenset(),
+    S.PREEMPTED: frozenset({S.PENDING, S.CANCELLED, S.FAILED}),  # FAILED: no restart allowed
+    # A rank that finished while another rank of its gang failed restarts with the gang.
+    S.SUCCEEDED: frozenset({S.PENDING}),
     S.CANCELLED: frozenset(),
 }
 ACTIVE = frozenset({S.ASSIGNED, S.RUNNING})
@@ -64,21 +65,29 @@ def epoch_is_current(epoch: int):
     return Exists(SchedulerLease.objects.filter(pk=1, epoch=epoch))
 
 
+NO_STOP = {"stop_reason": "", "stop_signal": "", "stop_requested_at": None, "kill_at": None, "preempted_for": None}
+
+
 def _stamp_fields(to_state: str, now) -> dict:
     stamps = {"updated_at": now}
     if to_state == S.ASSIGNED:
-        stamps.update(assigned_at=now, attempt=F("attempt") + 1, finished_at=None, exit_code=None, failure_class="")
+        stamps.update(assigned_at=now, attempt=F("attempt") + 1, finished_at=None, exit_code=None, exit_signal="",
+                      failure_class="", **NO_STOP)
     elif to_state == S.RUNNING:
         stamps["started_at"] = now
     elif to_state in ENDED:
-        stamps["finished_at"] = now
+        stamps.update(finished_at=now, kill_at=None)
     elif to_state == S.PENDING:
-        stamps.update(node=None, gpu_indices=[], assigned_at=None, started_at=None)
+        stamps.update(node=None, gpu_indices=[], assigned_at=None, started_at=None, **NO_STOP)
     return stamps
 
 
-def _conditional_update(*, task_filter: dict, from_state: str, to_state: str, epoch, fields: dict, now) -> int:
-    rows = Task.objects.filter(state=from_state, **task_filter)
+def _states(from_state: str | tuple[str, ...]) -> tuple[str, ...]:
+    return (from_state,) if isinstance(from_state, str) else tuple(from_state)
+
+
+def _conditional_update(*, task_filter: dict, from_state, to_state: str, epoch, fields: dict, now) -> int:
+    rows = Task.objects.filter(state__in=_states(from_state), **task_filter)
     if epoch is not None:
         rows = rows.filter(epoch_is_current(epoch))
     return rows.update(state=to_state, **_stamp_fields(to_state, now), **fields)
@@ -140,15 +149,17 @@ class GangMoved(Exception):
 
 
 def transition_gang(
-    job_id: int, *, from_state: str, to_state: str, epoch: int | None = None,
+    job_id: int, *, from_state: str | tuple[str, ...], to_state: str, epoch: int | None = None,
     per_rank: Mapping[int, dict] | None = None, require_all: bool = True, actor=None,
     actor_name: str = "system", reason: str = "", message: str = "", data: dict | None = None, now=None, **fields,
 ) -> int:
-    """Move the tasks of a job that are in `from_state` to `to_state`, recording one event.
-    With `require_all` (a gang), every task must move or none does. `per_rank` gives each
-    rank its own fields (its node and GPUs). Returns how many moved: 0 when a task was not in
-    `from_state` (with `require_all`) or the epoch is stale; then nothing changed."""
-    check_transition(from_state, to_state)
+    """Move the tasks of a job that are in `from_state` (one state or several) to `to_state`,
+    recording one event. With `require_all` (a gang), every task must move or none does.
+    `per_rank` gives each rank its own fields (its node and GPUs). Returns how many moved: 0
+    when a task was not in `from_state` (with `require_all`) or the epoch is stale; then
+    nothing changed."""
+    for state in _states(from_state):
+        check_transition(state, to_state)
     now = now or timezone.now()
     try:
         with transaction.atomic():
@@ -163,7 +174,7 @@ def transition_gang(
             )
             if require_all and moved != len(ranks) or not moved:
                 raise GangMoved
-            _record(job_id=job_id, rank=None, from_state=from_state, to_state=to_state, actor=actor,
+            _record(job_id=job_id, rank=None, from_state="/".join(_states(from_state)), to_state=to_state, actor=actor,
                     actor_name=actor_name, reason=reason, message=message,
                     data={"tasks": moved, **(data or {})}, now=now)
             sync_job_state(job_id, now=now)

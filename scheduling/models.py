@@ -26,6 +26,22 @@ class FailureClass(models.TextChoices):
     APP = "APP", "application (non-zero exit)"
     TIMEOUT = "TIMEOUT", "past max_runtime"
     CANCELLED = "CANCELLED", "cancelled"
+    DEPENDENCY = "DEPENDENCY", "a job it depends on did not succeed"
+
+
+class StopReason(models.TextChoices):
+    """Why the scheduler asked a running task to stop (what its exit will mean)."""
+
+    PREEMPTED = "PREEMPTED", "preempted for another job"
+    CANCELLED = "CANCELLED", "cancelled"
+    TIMEOUT = "TIMEOUT", "past max_runtime"
+    DRAIN = "DRAIN", "its node is draining"
+    PEER_FAILED = "PEER_FAILED", "another rank of its gang failed"
+
+
+class Signal(models.TextChoices):
+    TERM = "TERM", "SIGTERM: checkpoint and exit"
+    KILL = "KILL", "SIGKILL"
 
 
 Priority = models.TextChoices("Priority", [(p, p) for p in PRIORITIES])
@@ -81,6 +97,12 @@ class Job(models.Model):
     retries_used = models.PositiveIntegerField(default=0)
     failure_class = models.CharField(max_length=10, choices=FailureClass.choices, blank=True)
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    last_checkpoint_at = models.DateTimeField(null=True, blank=True)
+    # Placed above its team's guarantee: first to go when the owner reclaims (display only;
+    # the core recomputes who is borrowing each pass).
+    borrowed = models.BooleanField(default=False)
+    reserved_nodes = models.JSONField(default=list, blank=True)
+    estimated_start = models.DateTimeField(null=True, blank=True)
 
     submitted_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
@@ -128,6 +150,13 @@ class Task(models.Model):
     epoch = models.PositiveBigIntegerField(default=0)
     failure_class = models.CharField(max_length=10, choices=FailureClass.choices, blank=True)
     exit_code = models.IntegerField(null=True, blank=True)
+    exit_signal = models.CharField(max_length=10, blank=True)
+    # A stop the scheduler asked for: the agent sends `stop_signal`; past `kill_at`, SIGKILL.
+    stop_reason = models.CharField(max_length=12, choices=StopReason.choices, blank=True)
+    stop_signal = models.CharField(max_length=4, choices=Signal.choices, blank=True)
+    stop_requested_at = models.DateTimeField(null=True, blank=True)
+    kill_at = models.DateTimeField(null=True, blank=True)
+    preempted_for = models.ForeignKey("Job", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     assigned_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -144,6 +173,8 @@ class Task(models.Model):
                 name="task_active_node_idx",
             ),
             models.Index(fields=["state"], name="task_state_idx"),
+            # The leader's sweep of overdue grace deadlines.
+            models.Index(fields=["kill_at"], condition=models.Q(kill_at__isnull=False), name="task_kill_at_idx"),
         ]
 
     def __str__(self) -> str:
@@ -154,6 +185,9 @@ class EventKind(models.TextChoices):
     SUBMITTED = "SUBMITTED"
     TRANSITION = "TRANSITION"
     CANCEL_REQUESTED = "CANCEL_REQUESTED"
+    STOP_REQUESTED = "STOP_REQUESTED"
+    RETRY = "RETRY"
+    RESERVED = "RESERVED"
     QUOTA_CHANGED = "QUOTA_CHANGED"
     NODE_STATE = "NODE_STATE"
 
@@ -176,7 +210,7 @@ class JobEvent(models.Model):
     kind = models.CharField(max_length=20, choices=EventKind.choices)
     actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
     actor_name = models.CharField(max_length=150, help_text="user name, 'scheduler' or 'agent:<node>'")
-    from_state = models.CharField(max_length=10, blank=True)
+    from_state = models.CharField(max_length=40, blank=True)
     to_state = models.CharField(max_length=10, blank=True)
     reason = models.CharField(max_length=40, blank=True)
     message = models.TextField(blank=True)

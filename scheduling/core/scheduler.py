@@ -266,7 +266,8 @@ class Pass:
 
     def _why_blocked(self, job: PendingJob, reservation: Reservation | None, explainer) -> PendingReason:
         """In order: it would fit but for a reservation; others took the room this pass; its team
-        is past its guarantee with nothing idle; or the capacity story with the histogram."""
+        is already at its guarantee with nothing idle to borrow; or the capacity story with the
+        histogram."""
         rclass = job.resource_class
         held = [r for r in self.book.by_class.get(rclass, ()) if r.job_id != job.job_id]
         if held and self._plan(job, None, ("free",)) is not None:
@@ -275,7 +276,7 @@ class Pass:
             return explain.behind_others(job, self.placed_units[rclass])
         used, guaranteed = self.ledger.usage[job.team][rclass], self.ledger.guaranteed(job.team, rclass)
         spec = self.ledger.teams.get(job.team)
-        if spec and spec.quota(rclass) and used + job.shape.units > guaranteed:
+        if spec and spec.quota(rclass) and used >= guaranteed:
             reason = explain.nothing_to_borrow(job, used, guaranteed, self.state.free_units.get(rclass, 0))
         else:
             reason = explainer.explain(job)

@@ -21,7 +21,7 @@ def test_job_state_is_derived_from_tasks(states, job_state):
 
 
 @pytest.mark.parametrize("from_state, to_state", [
-    (S.PENDING, S.RUNNING), (S.PENDING, S.SUCCEEDED), (S.SUCCEEDED, S.PENDING), (S.CANCELLED, S.PENDING),
+    (S.PENDING, S.RUNNING), (S.PENDING, S.SUCCEEDED), (S.SUCCEEDED, S.RUNNING), (S.CANCELLED, S.PENDING),
     (S.RUNNING, S.ASSIGNED), (S.RUNNING, S.PENDING), (S.FAILED, S.RUNNING),
 ])
 def test_illegal_transitions_raise_with_the_allowed_ones(from_state, to_state):
@@ -30,8 +30,11 @@ def test_illegal_transitions_raise_with_the_allowed_ones(from_state, to_state):
     assert f"from {from_state} to {to_state}" in str(raised.value)
 
 
-def test_every_state_is_declared_and_final_states_lead_nowhere():
+def test_every_state_is_declared_and_ended_states_lead_only_back_to_pending():
     assert set(TRANSITIONS) == set(S.values)
-    assert TRANSITIONS[S.SUCCEEDED] == TRANSITIONS[S.CANCELLED] == frozenset()
-    # A retry or a requeue always starts again from PENDING.
-    assert TRANSITIONS[S.FAILED] == TRANSITIONS[S.PREEMPTED] == {S.PENDING, S.CANCELLED}
+    assert TRANSITIONS[S.CANCELLED] == frozenset()
+    # A retry or a requeue always starts again from PENDING; a finished rank of a gang that
+    # failed elsewhere restarts with it.
+    assert TRANSITIONS[S.FAILED] == {S.PENDING, S.CANCELLED}
+    assert TRANSITIONS[S.PREEMPTED] == {S.PENDING, S.CANCELLED, S.FAILED}
+    assert TRANSITIONS[S.SUCCEEDED] == {S.PENDING}

@@ -1,0 +1,93 @@
+"""Applying a pass's decisions to the store, every write fenced by the leader's epoch.
+
+Each placement is its own short transaction (a gang moves whole or not at all); preemptions
+signal victims; reasons and reservations are written only where they changed."""
+from dataclasses import dataclass
+from datetime import datetime, timezone as dt_timezone
+
+from scheduling import lifecycle, notify
+from scheduling.core.decisions import Decisions, Placement, Preemption
+from scheduling.fencing import fenced
+from scheduling.models import EventKind, Job, JobEvent, StopReason, TaskState
+from scheduling.snapshot import StoreView
+from scheduling.stopping import do_request_stop
+
+REASON_BATCH = 500
+
+
+@dataclass
+class Applied:
+    placed: int = 0
+    lost_races: int = 0
+    preempted: int = 0
+    reasons_written: int = 0
+
+
+def apply_decisions(decisions: Decisions, view: StoreView, *, epoch: int, now) -> Applied:
+    applied = Applied()
+    for placement in decisions.placements:
+        if _place(placement, view, epoch=epoch, now=now):
+            applied.placed += 1
+        else:
+            applied.lost_races += 1
+    for preemption in decisions.preemptions:
+        applied.preempted += _preempt(preemption, epoch=epoch, now=now)
+    applied.reasons_written = _write_reasons(decisions, view, epoch=epoch, now=now)
+    return applied
+
+
+def _place(placement: Placement, view: StoreView, *, epoch: int, now) -> bool:
+    per_rank = {t.rank: {"node_id": view.node_ids[t.node], "gpu_indices": list(t.gpu_indices), "epoch": epoch}
+                for t in placement.tasks}
+    nodes = ", ".join(placement.nodes)
+    with fenced(epoch):
+        moved = lifecycle.transition_gang(
+            placement.job_id, from_state=TaskState.PENDING, to_state=TaskState.ASSIGNED, epoch=epoch,
+            per_rank=per_rank, actor_name="scheduler", reason="PLACED",
+            message=f"placed on {nodes}" + (" (borrowing idle capacity)" if placement.borrowed else ""),
+            data={"nodes": list(placement.nodes), "borrowed": placement.borrowed, "epoch": epoch}, now=now)
+        if moved:
+            Job.objects.filter(pk=placement.job_id).update(
+                borrowed=placement.borrowed, reserved_nodes=[], estimated_start=None, not_before=None)
+            notify.jobs_changed([placement.job_id])
+    return bool(moved)
+
+
+def _preempt(preemption: Preemption, *, epoch: int, now) -> int:
+    grace = Job.objects.filter(pk=preemption.victim_job_id).values_list("grace_period_seconds", flat=True).first()
+    if grace is None:
+        return 0
+    with fenced(epoch):
+        stopped = do_request_stop(job_id=preemption.victim_job_id, reason=StopReason.PREEMPTED, grace_s=grace,
+                                  message=preemption.message, now=now, preempted_for=preemption.for_job_id)
+        if stopped:
+            JobEvent.objects.create(
+                job_id=preemption.for_job_id, kind=EventKind.STOP_REQUESTED, actor_name="scheduler",
+                reason=preemption.reason, message=f"preempting job {preemption.victim_job_id} to make room",
+                data={"victim": preemption.victim_job_id}, created_at=now)
+    return int(bool(stopped))
+
+
+def _write_reasons(decisions: Decisions, view: StoreView, *, epoch: int, now) -> int:
+    """Pending reasons and reservations, only where they changed, in batches."""
+    reservations = {r.job_id: r for r in decisions.reservations}
+    changed = {}
+    for job_id, reason in decisions.pending.items():
+        reservation = reservations.get(job_id)
+        nodes = list(reservation.nodes) if reservation else []
+        if view.reasons.get(job_id) != (reason.code.value, reason.message) or view.reserved.get(job_id) != nodes:
+            start = datetime.fromtimestamp(reservation.start_at, dt_timezone.utc) if reservation else None
+            changed[job_id] = (reason.code.value, reason.message, nodes, start)
+    items = sorted(changed.items())
+    for first in range(0, len(items), REASON_BATCH):
+        with fenced(epoch):
+            _update_batch(items[first:first + REASON_BATCH], now=now)
+    notify.jobs_changed(changed)
+    return len(changed)
+
+
+def _update_batch(items, *, now) -> None:
+    for job_id, (code, message, nodes, start) in items:
+        Job.objects.filter(pk=job_id, state=TaskState.PENDING).update(
+            pending_reason_code=code, pending_reason_message=message, reserved_nodes=nodes, estimated_start=start)
+

@@ -1,0 +1,49 @@
+import logging
+import signal
+import sys
+import time
+
+from django.core.management.base import BaseCommand, CommandError
+
+from scheduling.leadership import leadership_for_this_database
+from scheduling.worker import SchedulerWorker
+
+
+class Command(BaseCommand):
+    help = "Run the scheduler: any number may run, exactly one leads (the others stand by)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--once", action="store_true", help="lead, run one pass, step down and exit")
+        parser.add_argument("--tick", type=float, default=1.0, help="seconds between passes when nothing happens")
+        parser.add_argument("--lease", type=float, default=10.0, help="lease duration in seconds")
+        parser.add_argument("--renew", type=float, default=2.0, help="renew the lease every this many seconds")
+
+    def handle(self, *args, once, tick, lease, renew, **options):
+        if not (0 < tick <= 1.0):
+            raise CommandError("--tick must be more than 0 and at most 1 second")
+        if not (0 < renew < lease * 0.7):
+            raise CommandError("--renew must be positive and well under --lease (at most 70% of it)")
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                            stream=sys.stderr)
+        leadership = leadership_for_this_database(lease_s=lease, renew_s=renew, renew_deadline_s=lease * 0.7)
+        worker = SchedulerWorker(leadership, tick_s=tick)
+        signal.signal(signal.SIGTERM, worker.stop)
+        signal.signal(signal.SIGINT, worker.stop)
+        try:
+            if once:
+                self._once(worker, lease)
+            else:
+                worker.run()
+        finally:
+            leadership.step_down()
+
+    def _once(self, worker: SchedulerWorker, lease: float) -> None:
+        deadline = time.monotonic() + lease + 2
+        while time.monotonic() < deadline:
+            report = worker.run_once()
+            if report is not None:
+                self.stdout.write(f"one pass as epoch {report.epoch}: {report.elapsed_ms:.0f} ms, {report.pending} "
+                                  f"pending, {report.placed} placed, {report.preempted} preempted")
+                return
+            time.sleep(0.5)
+        raise CommandError("another scheduler leads and its lease did not lapse; no pass was run")

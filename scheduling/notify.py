@@ -1,0 +1,55 @@
+"""After-commit notifications: wake the leader, and tell live views what changed.
+
+Both are best effort: the leader also ticks every second, and pages re-read on reconnect."""
+import logging
+
+import redis
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.conf import settings
+from django.db import transaction
+
+log = logging.getLogger(__name__)
+
+WAKE_CHANNEL = "mlqueue:scheduler:wake"
+JOBS_GROUP = "jobs"
+_redis = None
+
+
+def _client():
+    global _redis
+    if _redis is None and settings.REDIS_URL:
+        _redis = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=1, socket_connect_timeout=1)
+    return _redis
+
+
+def wake_scheduler(reason: str = "") -> None:
+    """Ask the leader for a pass now (after the current transaction commits)."""
+    transaction.on_commit(lambda: _publish(reason))
+
+
+def _publish(reason: str) -> None:
+    client = _client()
+    if client is None:
+        return
+    try:
+        client.publish(WAKE_CHANNEL, reason or "wake")
+    except redis.RedisError as exc:
+        log.warning("could not wake the scheduler (%s); it will tick", exc)
+
+
+def jobs_changed(job_ids, *, kind: str = "job.changed") -> None:
+    """Tell WebSocket views which jobs changed (after commit)."""
+    ids = sorted(set(job_ids))
+    if ids:
+        transaction.on_commit(lambda: _group_send({"type": kind.replace(".", "_"), "job_ids": ids}))
+
+
+def _group_send(message: dict) -> None:
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    try:
+        async_to_sync(layer.group_send)(JOBS_GROUP, message)
+    except Exception as exc:  # a broken channel layer must never fail a scheduler write
+        log.warning("could not publish %s to live views (%s)", message["type"], exc)

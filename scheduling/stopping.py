@@ -1,0 +1,53 @@
+"""Asking running tasks to stop: SIGTERM now (checkpoint and exit), SIGKILL at the grace
+deadline. The deadline is a column, so the leader's sweep enforces it even when the Celery
+message that should have done so is lost."""
+from datetime import timedelta
+
+from django.db import transaction
+from django.utils import timezone
+
+from scheduling import notify
+from scheduling.models import EventKind, JobEvent, Signal, Task, TaskState
+
+ACTIVE = (TaskState.ASSIGNED, TaskState.RUNNING)
+
+
+def do_request_stop(*, job_id: int, reason: str, grace_s: int, message: str, now=None, preempted_for: int | None = None,
+                    actor_name: str = "scheduler") -> int:
+    """Signal the job's active tasks that have no stop pending yet. Returns how many."""
+    now = now or timezone.now()
+    kill_at = now + timedelta(seconds=grace_s)
+    signal = Signal.TERM if grace_s > 0 else Signal.KILL
+    stopped = Task.objects.filter(job_id=job_id, state__in=ACTIVE, stop_reason="").update(
+        stop_reason=reason, stop_signal=signal, stop_requested_at=now, kill_at=kill_at,
+        preempted_for_id=preempted_for, updated_at=now)
+    if stopped:
+        JobEvent.objects.create(job_id=job_id, kind=EventKind.STOP_REQUESTED, actor_name=actor_name, reason=reason,
+                                message=message, data={"tasks": stopped, "grace_s": grace_s,
+                                                       "kill_at": kill_at.isoformat()}, created_at=now)
+        if grace_s > 0:
+            transaction.on_commit(lambda: _schedule_kill(job_id, grace_s))
+        notify.jobs_changed([job_id])
+    return stopped
+
+
+def _schedule_kill(job_id: int, grace_s: int) -> None:
+    from scheduling.tasks import enforce_grace_deadline
+
+    try:
+        enforce_grace_deadline.apply_async(args=[job_id], countdown=grace_s)
+    except Exception:  # the broker is down: the leader's sweep still kills on time
+        pass
+
+
+def escalate_overdue(*, now=None, job_id: int | None = None) -> int:
+    """TERM -> KILL for tasks past their grace deadline. Idempotent (a conditional update)."""
+    now = now or timezone.now()
+    overdue = Task.objects.filter(state__in=ACTIVE, stop_signal=Signal.TERM, kill_at__lte=now)
+    if job_id is not None:
+        overdue = overdue.filter(job_id=job_id)
+    job_ids = list(overdue.values_list("job_id", flat=True).distinct())
+    escalated = overdue.update(stop_signal=Signal.KILL, updated_at=now)
+    if escalated:
+        notify.jobs_changed(job_ids)
+    return escalated

@@ -1,0 +1,10 @@
+"""Celery tasks: thin, idempotent, acks_late. Each loads rows and calls a service."""
+from celery import shared_task
+
+from scheduling.stopping import escalate_overdue
+
+
+@shared_task(acks_late=True, ignore_result=True)
+def enforce_grace_deadline(job_id: int) -> int:
+    """The fast path for a grace deadline; the leader's sweep is the guarantee."""
+    return escalate_overdue(job_id=job_id)

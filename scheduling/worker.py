@@ -1,0 +1,136 @@
+"""The scheduler worker: lead (or stand by), and while leading run passes: on every wake-up
+(a submit, an exit, a node change) and at least every `tick_s`.
+
+A pass: sweep (reconcile.py), snapshot the store, run the policy core, apply its decisions
+fenced by the epoch, record the pass on the lease row."""
+import gc
+import logging
+import time
+from dataclasses import dataclass
+
+import redis
+from django.conf import settings
+from django.db import close_old_connections
+from django.utils import timezone
+
+from scheduling import metrics
+from scheduling.apply import Applied, apply_decisions
+from scheduling.core.scheduler import schedule
+from scheduling.fencing import Deposed, fenced
+from scheduling.leadership import Leadership, LeaseRowLeadership
+from scheduling.models import SchedulerLease
+from scheduling.notify import WAKE_CHANNEL
+from scheduling.reconcile import Swept, reconcile
+from scheduling.snapshot import build_view
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class PassReport:
+    epoch: int
+    elapsed_ms: float
+    swept: Swept
+    applied: Applied
+    pending: int
+    placed: int
+    preempted: int
+
+
+def run_pass(*, epoch: int, now=None) -> PassReport:
+    """One pass as the leader of `epoch`. Raises Deposed if another scheduler took over."""
+    started = time.perf_counter()
+    now = now or timezone.now()
+    swept = reconcile(epoch=epoch, now=now)
+    view = build_view(now=now)
+    decisions = schedule(view.snapshot, timer=time.perf_counter)
+    applied = apply_decisions(decisions, view, epoch=epoch, now=now)
+    elapsed_ms = (time.perf_counter() - started) * 1000
+    with fenced(epoch):
+        SchedulerLease.objects.filter(pk=1, epoch=epoch).update(last_pass_ms=elapsed_ms, last_pass_at=now)
+    metrics.record_pass(decisions, applied, elapsed_ms, epoch, view.snapshot)
+    return PassReport(epoch, elapsed_ms, swept, applied, len(view.snapshot.pending), applied.placed, applied.preempted)
+
+
+class Waker:
+    """Wake-ups from Redis pub/sub; without Redis (embedded), a plain tick."""
+
+    def __init__(self):
+        self.pubsub = None
+        if settings.REDIS_URL:
+            client = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=2)
+            self.pubsub = client.pubsub(ignore_subscribe_messages=True)
+            self.pubsub.subscribe(WAKE_CHANNEL)
+
+    def wait(self, timeout: float) -> bool:
+        """Sleep until a wake-up or `timeout`; True if woken. Drains queued wake-ups."""
+        if self.pubsub is None:
+            time.sleep(timeout)
+            return False
+        try:
+            woken = self.pubsub.get_message(timeout=timeout) is not None
+            while self.pubsub.get_message(timeout=0) is not None:
+                pass
+            return woken
+        except redis.RedisError as exc:
+            log.warning("wake-ups unavailable (%s); ticking", exc)
+            time.sleep(timeout)
+            return False
+
+
+class SchedulerWorker:
+    def __init__(self, leadership: Leadership, *, tick_s: float = 1.0, standby_poll_s: float = 1.0):
+        self.leadership, self.tick_s, self.standby_poll_s = leadership, tick_s, standby_poll_s
+        self.waker = Waker()
+        self.stopping = False
+
+    def run(self, *, passes: int | None = None) -> int:
+        """Lead or stand by until stopped (or until `passes` passes ran). Returns passes run."""
+        done = 0
+        while not self.stopping and (passes is None or done < passes):
+            close_old_connections()
+            if not self._ensure_leading():
+                time.sleep(self.standby_poll_s)
+                continue
+            if self._one_pass() is not None:
+                done += 1
+            if passes is None or done < passes:
+                self.waker.wait(self.tick_s)
+        return done
+
+    def _ensure_leading(self) -> bool:
+        if isinstance(self.leadership, LeaseRowLeadership):
+            self.leadership.maybe_renew()
+        if self.leadership.leading:
+            return True
+        if self.leadership.epoch is not None:
+            log.warning("renew deadline missed: stepping down from epoch %s", self.leadership.epoch)
+            self.leadership.step_down()
+        return self.leadership.try_acquire() is not None
+
+    def run_once(self) -> PassReport | None:
+        """Lead if possible and run one pass; None if another scheduler leads."""
+        close_old_connections()
+        if not self._ensure_leading():
+            return None
+        return self._one_pass()
+
+    def _one_pass(self) -> PassReport | None:
+        epoch = self.leadership.epoch
+        try:
+            report = run_pass(epoch=epoch)
+        except Deposed as exc:
+            log.warning("%s: stepping down", exc)
+            metrics.DEPOSED.inc()
+            self.leadership.step_down()
+            return None
+        finally:
+            gc.collect(0)
+        if report.placed or report.preempted or report.swept.retried or report.swept.requeued:
+            log.info("pass epoch=%s %.0f ms: %s pending, %s placed, %s preempted, %s retried, %s requeued",
+                     epoch, report.elapsed_ms, report.pending, report.placed, report.preempted,
+                     report.swept.retried, report.swept.requeued)
+        return report
+
+    def stop(self, *_args) -> None:
+        self.stopping = True
