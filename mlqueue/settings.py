@@ -199,3 +199,6 @@ MLQ_AGENT_JOIN_TOKEN = os.environ.get("MLQ_AGENT_JOIN_TOKEN", "")
 # Retry back-off after an application failure: base x 2^retries, capped.
 MLQ_RETRY_BACKOFF_BASE_S = float(os.environ.get("MLQ_RETRY_BACKOFF_BASE_S", "30"))
 MLQ_RETRY_BACKOFF_MAX_S = float(os.environ.get("MLQ_RETRY_BACKOFF_MAX_S", "3600"))
+# Fault injection for the failover tests only: the leader waits this long between deciding
+# and applying, so a test can pause it mid-pass. Never set in production.
+MLQ_FAULT_APPLY_DELAY_S = float(os.environ.get("MLQ_FAULT_APPLY_DELAY_S", "0"))

@@ -94,7 +94,7 @@ class SchedulerStateSerializer(serializers.Serializer):
 class SchedulerState(APIView):
     @extend_schema(responses=SchedulerStateSerializer)
     def get(self, request: Request) -> Response:
-        lease = SchedulerLease.objects.get(pk=1)
+        lease, _ = SchedulerLease.objects.get_or_create(pk=1)
         alive = lease.renewed_at is not None and timezone.now() - lease.renewed_at < LEASE_DURATION
         return Response(SchedulerStateSerializer({
             "leader": lease.holder if alive else None, "epoch": lease.epoch, "leading": alive,

@@ -74,6 +74,7 @@ class PostgresLeadership(Leadership):
         try:
             if self.conn is None or self.conn.closed:
                 self.conn = self._connect()
+            self.conn.execute(f"INSERT INTO {LEASE_TABLE} (id, epoch, holder) VALUES (1, 0, '') ON CONFLICT DO NOTHING")
             if self.conn.execute("SELECT pg_try_advisory_lock(%s)", (LOCK_KEY,)).fetchone()[0]:
                 return self._take_lease()
             self._evict_stale_holder()
@@ -151,6 +152,7 @@ class LeaseRowLeadership(Leadership):
     def try_acquire(self) -> int | None:
         now = timezone.now()
         with transaction.atomic():
+            SchedulerLease.objects.get_or_create(pk=1)
             lease = SchedulerLease.objects.select_for_update().get(pk=1)
             lapsed = lease.renewed_at is None or now - lease.renewed_at > timedelta(seconds=self.lease_s)
             if not (lapsed or lease.holder == self.holder):

@@ -5,7 +5,7 @@ from rest_framework.exceptions import ValidationError
 
 from agents.selectors import inventory
 from mlqueue.errors import Conflict, FieldPermissionDenied
-from scheduling import lifecycle
+from scheduling import lifecycle, notify
 from scheduling.core.feasibility import can_ever_run
 from scheduling.core.model import JobShape, Topology
 from scheduling.models import EventKind, Job, JobEvent, Task, TaskState
@@ -92,6 +92,8 @@ def do_submit_job(*, user, team: Team, spec: dict) -> tuple[Job, bool]:
     try:
         with transaction.atomic():
             job = _create_job(user=user, team=team, spec=spec, digest=digest)
+            notify.wake_scheduler("submit")
+            notify.jobs_changed([job.pk])
     except IntegrityError:
         # Lost a race with an identical submit: the unique (team, client_job_id) decided.
         existing = Job.objects.filter(team=team, client_job_id=spec["client_job_id"]).first()
@@ -140,6 +142,8 @@ def do_cancel_job(*, job: Job, user, reason: str = "") -> Job:
             return job
         JobEvent.objects.create(job=job, kind=EventKind.CANCEL_REQUESTED, actor=user,
                                 actor_name=user.get_username(), reason="CANCELLED", message=why)
+        notify.wake_scheduler("cancel")
+        notify.jobs_changed([job.pk])
         for from_state in (TaskState.PENDING, TaskState.FAILED, TaskState.PREEMPTED):
             lifecycle.transition_gang(job.pk, from_state=from_state, to_state=TaskState.CANCELLED, require_all=False,
                                       actor=user, actor_name=user.get_username(), reason="CANCELLED", message=why,

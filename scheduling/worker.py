@@ -44,6 +44,10 @@ def run_pass(*, epoch: int, now=None) -> PassReport:
     swept = reconcile(epoch=epoch, now=now)
     view = build_view(now=now)
     decisions = schedule(view.snapshot, timer=time.perf_counter)
+    if settings.MLQ_FAULT_APPLY_DELAY_S:
+        log.warning("fault injection: waiting %s s before applying epoch %s's decisions",
+                    settings.MLQ_FAULT_APPLY_DELAY_S, epoch)
+        time.sleep(settings.MLQ_FAULT_APPLY_DELAY_S)
     applied = apply_decisions(decisions, view, epoch=epoch, now=now)
     elapsed_ms = (time.perf_counter() - started) * 1000
     with fenced(epoch):

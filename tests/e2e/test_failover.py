@@ -1,0 +1,86 @@
+"""Leadership with real processes: one leader among many, failover after kill -9, and a paused
+leader whose writes the store rejects after a standby took over."""
+import signal
+import time
+
+import pytest
+from django.db import connection
+
+from agents.models import Node
+from scheduling.models import Job, JobEvent, SchedulerLease
+from tests.conftest import make_spec
+from tests.e2e.processes import scheduler, wait_for
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+
+def lease():
+    return SchedulerLease.objects.values("epoch", "holder", "renewed_at").first() or {"epoch": 0, "holder": ""}
+
+
+def holder_pid() -> int | None:
+    holder = lease()["holder"]
+    return int(holder.rsplit(":", 1)[1]) if holder else None
+
+
+def advisory_lock_holders() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted")
+        return cursor.fetchone()[0]
+
+
+@pytest.fixture
+def procs():
+    started = []
+    yield started
+    for proc in started:
+        proc.stop()
+
+
+def test_one_leader_among_two_and_failover_after_kill_9(procs, tmp_path, demo):
+    first, second = scheduler(tmp_path, "a"), scheduler(tmp_path, "b")
+    procs += [first, second]
+    pids = {first.pid, second.pid}
+    wait_for(lambda: holder_pid() in pids, timeout=15, what="a leader")
+    time.sleep(3)  # several renewals: still exactly one
+    assert advisory_lock_holders() == 1
+    leader_pid, epoch = holder_pid(), lease()["epoch"]
+    leader = first if first.pid == leader_pid else second
+    standby = second if leader is first else first
+
+    killed_at = time.monotonic()
+    leader.signal(signal.SIGKILL)
+    wait_for(lambda: holder_pid() == standby.pid, timeout=10, what="the standby to take over")
+    assert time.monotonic() - killed_at < 10
+    assert lease()["epoch"] == epoch + 1
+    assert "leads with epoch" in standby.output()
+
+
+def test_a_paused_leader_is_fenced_off_and_steps_down(procs, tmp_path, api):
+    Node.objects.update(state="READY")
+    timing = ("--lease", "5", "--renew", "1")
+    slow = scheduler(tmp_path, "slow", *timing, MLQ_FAULT_APPLY_DELAY_S=3)
+    procs.append(slow)
+    wait_for(lambda: holder_pid() == slow.pid, timeout=15, what="the slow scheduler to lead")
+    old_epoch = lease()["epoch"]
+    standby = scheduler(tmp_path, "standby", *timing)
+    procs.append(standby)
+
+    job_id = api("alice").post("/api/v1/jobs", make_spec(resources={"gpu_count": 8}), format="json").json()["id"]
+    # Pause the leader between deciding and applying, as a long GC pause or a frozen VM would.
+    wait_for(lambda: slow.output().count("fault injection") >= 2, timeout=15, what="the leader mid-pass")
+    slow.signal(signal.SIGSTOP)
+    wait_for(lambda: holder_pid() == standby.pid, timeout=15, what="the standby to take over")
+    new_epoch = lease()["epoch"]
+    assert new_epoch == old_epoch + 1
+    wait_for(lambda: Job.objects.get(pk=job_id).state == "ASSIGNED", timeout=10, what="the new leader to place")
+
+    slow.signal(signal.SIGCONT)
+    wait_for(lambda: "was deposed" in slow.output() or "renew deadline missed" in slow.output(), timeout=15,
+             what="the old leader to step down")
+    time.sleep(2)
+    tasks = list(Job.objects.get(pk=job_id).tasks.values_list("state", "epoch", "attempt"))
+    assert tasks == [("ASSIGNED", new_epoch, 1)]
+    assert JobEvent.objects.filter(job_id=job_id, reason="PLACED").count() == 1
+    assert holder_pid() == standby.pid and lease()["epoch"] == new_epoch
+    assert f"epoch {old_epoch} was deposed" in slow.output()

@@ -1,0 +1,75 @@
+"""/metrics: counters from the scheduler's passes, gauges read from the store, and counters
+summed across processes (prometheus_client's multiprocess mode)."""
+import os
+import subprocess
+import sys
+
+import pytest
+from django.utils import timezone
+
+from agents.models import Node
+from scheduling.models import SchedulerLease
+from scheduling.stopping import escalate_overdue
+from scheduling.tasks import enforce_grace_deadline
+from scheduling.worker import run_pass
+from tests.conftest import make_spec
+from tests.e2e.processes import ROOT, process_env
+
+
+def metric_lines(client) -> list[str]:
+    response = client.get("/metrics")
+    assert response.status_code == 200
+    return response.content.decode().splitlines()
+
+
+def test_metrics_show_the_pass_and_the_cluster(api, demo, client):
+    SchedulerLease.objects.filter(pk=1).update(epoch=3)
+    Node.objects.update(state="READY")
+    Node.objects.filter(gpu_type="L40S").update(state="CORDONED")
+    api("alice").post("/api/v1/jobs", make_spec(), format="json")
+    api("alice").post("/api/v1/jobs", make_spec(client_job_id="l40s", resources={"gpu_type": "L40S", "gpu_count": 8}),
+                      format="json")
+    run_pass(epoch=3)
+
+    lines = metric_lines(client)
+    assert 'mlqueue_gpus{resource_class="gpu:H100",state="used"} 64.0' in lines
+    assert 'mlqueue_gpus{resource_class="gpu:H100",state="free"} 64.0' in lines
+    assert "mlqueue_leader_epoch 3.0" in lines
+    assert any(line.startswith('mlqueue_pending_jobs{reason="NO_MATCHING_NODES"} 1.0') for line in lines)
+    assert any(line.startswith('mlqueue_placements_total{resource_class="gpu:H100"}') for line in lines)
+    assert any(line.startswith("mlqueue_scheduler_pass_seconds_count") for line in lines)
+    assert any(line.startswith('mlqueue_queue_wait_seconds_count{priority="P1",team="research-foundation-models"}')
+               for line in lines)
+    assert 'mlqueue_fragmentation_ratio{resource_class="gpu:H100"} 0.0' in lines
+
+
+@pytest.mark.django_db(transaction=True)
+def test_counters_from_the_scheduler_process_reach_the_web_process(api, demo, client, tmp_path, monkeypatch):
+    Node.objects.update(state="READY")
+    for i in range(3):
+        api("alice").post("/api/v1/jobs", make_spec(client_job_id=f"j{i}", resources={"gpu_count": 8}), format="json")
+    env = process_env(PROMETHEUS_MULTIPROC_DIR=tmp_path)
+    result = subprocess.run([sys.executable, "manage.py", "run_scheduler", "--once"], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "3 placed" in result.stdout
+
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
+    lines = metric_lines(client)
+    assert 'mlqueue_placements_total{resource_class="gpu:H100"} 3.0' in lines
+    assert "mlqueue_scheduler_pass_seconds_count 1.0" in lines
+    assert os.listdir(tmp_path)
+
+
+def test_grace_task_is_idempotent(api, demo):
+    SchedulerLease.objects.filter(pk=1).update(epoch=1)
+    Node.objects.update(state="READY")
+    job_id = api("alice").post("/api/v1/jobs", make_spec(resources={"gpu_count": 8}), format="json").json()["id"]
+    run_pass(epoch=1)
+    from scheduling.models import Task
+
+    Task.objects.filter(job_id=job_id).update(stop_reason="CANCELLED", stop_signal="TERM", kill_at=timezone.now())
+    assert enforce_grace_deadline(job_id) == 1
+    assert enforce_grace_deadline(job_id) == 0
+    assert escalate_overdue() == 0
+    assert Task.objects.get(job_id=job_id).stop_signal == "KILL"
