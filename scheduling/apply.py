@@ -13,6 +13,7 @@ from scheduling.snapshot import StoreView
 from scheduling.stopping import do_request_stop
 
 REASON_BATCH = 500
+REASON_FIELDS = ["pending_reason_code", "pending_reason_message", "reserved_nodes", "estimated_start"]
 
 
 @dataclass
@@ -69,25 +70,19 @@ def _preempt(preemption: Preemption, *, epoch: int, now) -> int:
 
 
 def _write_reasons(decisions: Decisions, view: StoreView, *, epoch: int, now) -> int:
-    """Pending reasons and reservations, only where they changed, in batches."""
+    """Pending reasons, reservations and estimated starts, only where they changed, in
+    batches of one UPDATE each."""
     reservations = {r.job_id: r for r in decisions.reservations}
-    changed = {}
+    changed = []
     for job_id, reason in decisions.pending.items():
         reservation = reservations.get(job_id)
         nodes = list(reservation.nodes) if reservation else []
-        if view.reasons.get(job_id) != (reason.code.value, reason.message) or view.reserved.get(job_id) != nodes:
-            start = datetime.fromtimestamp(reservation.start_at, dt_timezone.utc) if reservation else None
-            changed[job_id] = (reason.code.value, reason.message, nodes, start)
-    items = sorted(changed.items())
-    for first in range(0, len(items), REASON_BATCH):
+        start = datetime.fromtimestamp(reservation.start_at, dt_timezone.utc) if reservation else None
+        if view.reasons.get(job_id) != (reason.code.value, reason.message, nodes, start):
+            changed.append(Job(pk=job_id, pending_reason_code=reason.code.value,
+                               pending_reason_message=reason.message, reserved_nodes=nodes, estimated_start=start))
+    for first in range(0, len(changed), REASON_BATCH):
         with fenced(epoch):
-            _update_batch(items[first:first + REASON_BATCH], now=now)
-    notify.jobs_changed(changed)
+            Job.objects.bulk_update(changed[first:first + REASON_BATCH], REASON_FIELDS)
+    notify.jobs_changed(job.pk for job in changed)
     return len(changed)
-
-
-def _update_batch(items, *, now) -> None:
-    for job_id, (code, message, nodes, start) in items:
-        Job.objects.filter(pk=job_id, state=TaskState.PENDING).update(
-            pending_reason_code=code, pending_reason_message=message, reserved_nodes=nodes, estimated_start=start)
-

@@ -79,15 +79,23 @@ class PostgresLeadership(Leadership):
                 return self._take_lease()
             self._evict_stale_holder()
         except psycopg.Error as exc:
-            log.warning("leadership: cannot reach the database (%s)", exc)
+            log.warning("leadership: cannot take the lead now (%s)", exc)
             self._close()
         return None
 
     def _take_lease(self) -> int:
-        epoch = self.conn.execute(
-            f"UPDATE {LEASE_TABLE} SET epoch = epoch + 1, holder = %s, backend_pid = pg_backend_pid(), "
-            "acquired_at = now(), renewed_at = now() WHERE id = 1 RETURNING epoch", (self.holder,),
-        ).fetchone()[0]
+        # The bump waits for the old leader's open fenced transaction, but not forever: a paused
+        # one is ended by its idle_in_transaction_session_timeout; meanwhile, try again later.
+        self.conn.execute("SET lock_timeout = '3s'")
+        try:
+            epoch = self.conn.execute(
+                f"UPDATE {LEASE_TABLE} SET epoch = epoch + 1, holder = %s, backend_pid = pg_backend_pid(), "
+                "acquired_at = now(), renewed_at = now() WHERE id = 1 RETURNING epoch", (self.holder,),
+            ).fetchone()[0]
+        except psycopg.errors.LockNotAvailable:
+            log.warning("leadership: the lease row is still locked by the old leader; will retry")
+            self._close()
+            raise
         self.epoch, self.renewed_at = epoch, time.monotonic()
         self.stop_renewing.clear()
         self.renewer = threading.Thread(target=self._renew_loop, name="lease-renewer", daemon=True)
@@ -104,28 +112,37 @@ class PostgresLeadership(Leadership):
         if not row or not row[1]:
             return
         for (pid,) in self.conn.execute(
-            "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted "
+            "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1 "
+            "AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
             "AND ((classid::bigint << 32) | objid::bigint) = %s", (LOCK_KEY,),
         ).fetchall():
             log.warning("leadership: lease of %s lapsed; terminating its backend %s", row[0], pid)
             self.conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
 
     def _renew_loop(self) -> None:
+        """Renew every renew_s; after a failure keep trying (a blip must not cost an epoch)
+        until the renew deadline has passed or the lease is provably someone else's."""
         while not self.stop_renewing.wait(self.renew_s):
-            if not self.renew():
+            outcome = self.renew()
+            if outcome is False or not self.leading:
                 return
 
-    def renew(self) -> bool:
+    def renew(self) -> bool | None:
+        """True: renewed. False: the lease is not ours any more. None: could not tell (error)."""
+        sent_at = time.monotonic()  # the lease counts from before the request, not its reply
         try:
             renewed = self.conn.execute(
                 f"UPDATE {LEASE_TABLE} SET renewed_at = now() WHERE id = 1 AND epoch = %s "
                 "AND backend_pid = pg_backend_pid()", (self.epoch,),
             ).rowcount == 1
+        except psycopg.OperationalError as exc:
+            log.warning("leadership: renewal failed (%s); retrying until the deadline", exc)
+            return None
         except (psycopg.Error, AttributeError) as exc:
             log.warning("leadership: renewal failed (%s)", exc)
             renewed = False
         if renewed:
-            self.renewed_at = time.monotonic()
+            self.renewed_at = sent_at
         else:
             log.warning("leadership: epoch %s lost the lease", self.epoch)
         return renewed

@@ -8,7 +8,7 @@ same transaction. A gang's tasks move together or not at all.
 from collections.abc import Iterable, Mapping
 
 from django.db import transaction
-from django.db.models import Exists, F
+from django.db.models import Case, Exists, F, Value, When
 from django.utils import timezone
 
 from scheduling.models import EventKind, Job, JobEvent, SchedulerLease, Task, TaskState
@@ -125,16 +125,19 @@ def _record(*, job_id, rank, from_state, to_state, actor, actor_name, reason, me
 
 def transition_task(
     task: Task, *, to_state: str, from_state: str | None = None, epoch: int | None = None,
-    actor=None, actor_name: str = "system", reason: str = "", message: str = "", now=None, **fields,
+    attempt: int | None = None, actor=None, actor_name: str = "system", reason: str = "", message: str = "",
+    now=None, **fields,
 ) -> bool:
-    """Move one task from `from_state` (default: the state it was read in). False when zero
-    rows matched: another actor moved it first, or `epoch` is no longer the lease's."""
+    """Move one task from `from_state` (default: the state it was read in), and only while it
+    is still `attempt` when given. False when zero rows matched: another actor moved it first,
+    a newer attempt replaced it, or `epoch` is no longer the lease's."""
     from_state = from_state or task.state
     check_transition(from_state, to_state)
     now = now or timezone.now()
+    match = {"pk": task.pk} if attempt is None else {"pk": task.pk, "attempt": attempt}
     with transaction.atomic():
         _lock_job(task.job_id)
-        moved = _conditional_update(task_filter={"pk": task.pk}, from_state=from_state, to_state=to_state,
+        moved = _conditional_update(task_filter=match, from_state=from_state, to_state=to_state,
                                     epoch=epoch, fields=fields, now=now)
         if not moved:
             return False
@@ -142,6 +145,18 @@ def transition_task(
                 actor_name=actor_name, reason=reason, message=message, data={}, now=now)
         sync_job_state(task.job_id, now=now)
     return True
+
+
+def _set_per_rank(job_id: int, per_rank: Mapping[int, dict]) -> None:
+    """Each rank's own fields (node, GPUs) in one UPDATE, on rows this transaction holds."""
+    names = sorted({name for fields in per_rank.values() for name in fields})
+    for name in names:
+        field = Task._meta.get_field(name)
+        stored_as = field.target_field if field.is_relation else field
+        whens = [When(rank=rank, then=Value(getattr(fields[name], "pk", fields[name]), output_field=stored_as))
+                 for rank, fields in per_rank.items() if name in fields]
+        Task.objects.filter(job_id=job_id, rank__in=list(per_rank)).update(
+            **{field.attname: Case(*whens, default=F(field.attname), output_field=stored_as)})
 
 
 class GangMoved(Exception):
@@ -164,16 +179,13 @@ def transition_gang(
     try:
         with transaction.atomic():
             _lock_job(job_id)
-            ranks = list(Task.objects.filter(job_id=job_id).values_list("rank", flat=True).order_by("rank"))
-            moved = sum(
-                _conditional_update(
-                    task_filter={"job_id": job_id, "rank": rank}, from_state=from_state, to_state=to_state,
-                    epoch=epoch, fields={**fields, **(per_rank or {}).get(rank, {})}, now=now,
-                )
-                for rank in ranks
-            )
-            if require_all and moved != len(ranks) or not moved:
+            total = Task.objects.filter(job_id=job_id).count()
+            moved = _conditional_update(task_filter={"job_id": job_id}, from_state=from_state, to_state=to_state,
+                                        epoch=epoch, fields=fields, now=now)
+            if require_all and moved != total or not moved:
                 raise GangMoved
+            if per_rank:
+                _set_per_rank(job_id, per_rank)
             _record(job_id=job_id, rank=None, from_state="/".join(_states(from_state)), to_state=to_state, actor=actor,
                     actor_name=actor_name, reason=reason, message=message,
                     data={"tasks": moved, **(data or {})}, now=now)

@@ -128,6 +128,10 @@ class Job(models.Model):
             models.Index(fields=["team", "state", "-id"], name="job_team_state_idx"),
             models.Index(fields=["state", "-id"], name="job_state_idx"),
             models.Index(fields=["owner", "-id"], name="job_owner_idx"),
+            # The leader's sweep for attempts that ended without a verdict yet.
+            models.Index(fields=["state"], condition=models.Q(failure_class="", state__in=["FAILED", "PREEMPTED",
+                                                                                          "CANCELLED"]),
+                         name="job_attempt_over_idx"),
         ]
 
     def __str__(self) -> str:

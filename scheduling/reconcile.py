@@ -1,6 +1,6 @@
 """The leader's sweeps before each pass: the guarantees behind every timer and every retry.
 
-1. grace deadlines past due -> SIGKILL;
+1. grace deadlines past due -> SIGKILL; unstarted assignments of earlier leaders adopted;
 2. tasks past `max_runtime_hours` -> stop (TIMEOUT);
 3. cancelled jobs still running -> stop (CANCELLED);
 4. gangs with a failed rank -> stop the other ranks (PEER_FAILED);
@@ -12,12 +12,12 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.conf import settings
-from django.db.models import Q
+from django.db.models import Exists, Min, OuterRef, Q
 
 from scheduling import lifecycle, metrics, notify
 from scheduling.fencing import fenced
 from scheduling.models import (
-    EventKind, FailureClass, Job, JobEvent, JobState, RestartMode, StopReason, Task, TaskState,
+    EventKind, FailureClass, Job, JobEvent, RestartMode, StopReason, Task, TaskState,
 )
 from scheduling.stopping import do_request_stop, escalate_overdue
 
@@ -41,6 +41,9 @@ def reconcile(*, epoch: int, now) -> Swept:
     swept = Swept()
     with fenced(epoch):
         swept.killed = escalate_overdue(now=now)
+        # Assignments made under an earlier leader, not yet started, are this leader's now:
+        # an agent that has seen this epoch would refuse the older one.
+        Task.objects.filter(state=S.ASSIGNED, epoch__lt=epoch).update(epoch=epoch)
     swept.stops[StopReason.TIMEOUT] = _stop_each(_timed_out(now), StopReason.TIMEOUT, epoch=epoch, now=now)
     swept.stops[StopReason.CANCELLED] = _stop_each(_cancelled_running(), StopReason.CANCELLED, epoch=epoch, now=now)
     swept.stops[StopReason.PEER_FAILED] = _stop_each(_broken_gangs(), StopReason.PEER_FAILED, epoch=epoch, now=now)
@@ -67,10 +70,12 @@ def _stop_each(jobs, reason: str, *, epoch: int, now) -> int:
 
 
 def _timed_out(now):
-    running = Job.objects.filter(state=JobState.RUNNING, started_at__isnull=False, tasks__state=S.RUNNING,
-                                 tasks__stop_reason="").distinct()
-    return [job for job in running.only("id", "started_at", "max_runtime_hours", "grace_period_seconds")
-            if job.started_at + job.max_runtime_hours * HOUR <= now]
+    """Jobs whose current attempt has run past max_runtime_hours (measured from the attempt's
+    first rank to start: a restart gets its full allowance again)."""
+    starts = dict(Task.objects.filter(state=S.RUNNING, stop_reason="").values("job_id").annotate(
+        start=Min("started_at")).values_list("job_id", "start"))
+    jobs = Job.objects.filter(pk__in=starts).only("id", "max_runtime_hours", "grace_period_seconds")
+    return [job for job in jobs if starts[job.pk] and starts[job.pk] + job.max_runtime_hours * HOUR <= now]
 
 
 def _cancelled_running():
@@ -79,9 +84,10 @@ def _cancelled_running():
 
 
 def _broken_gangs():
-    broken = Task.objects.filter(state__in=(S.FAILED, S.PREEMPTED, S.CANCELLED)).values("job_id")
-    return Job.objects.filter(pk__in=broken, tasks__state__in=ACTIVE, tasks__stop_reason="").distinct().only(
-        "id", "grace_period_seconds", "max_runtime_hours")
+    """Jobs with a rank still active and unasked to stop while another rank has failed."""
+    failed_peer = Task.objects.filter(job_id=OuterRef("job_id"), state__in=(S.FAILED, S.PREEMPTED, S.CANCELLED))
+    job_ids = Task.objects.filter(state__in=ACTIVE, stop_reason="").filter(Exists(failed_peer)).values("job_id")
+    return Job.objects.filter(pk__in=job_ids).only("id", "grace_period_seconds", "max_runtime_hours")
 
 
 def _attempt_over() -> Q:
@@ -92,11 +98,16 @@ def _attempt_over() -> Q:
 
 def _settle(job: Job, swept: Swept, *, epoch: int, now) -> None:
     """Decide what an ended attempt means: the user's cancel, a final failure, or a new
-    attempt. Only here are retries and restarts spent."""
-    tasks = list(job.tasks.values("rank", "state", "failure_class", "stop_reason", "exit_code", "exit_signal"))
-    classes = {t["failure_class"] for t in tasks if t["state"] in (S.FAILED, S.PREEMPTED)}
+    attempt. Only here are retries and restarts spent. Decided under the job's row lock, on
+    what is true then (a cancel may have landed since the job was listed)."""
     with fenced(epoch):
-        if job.cancel_requested_at is not None or job.state == S.CANCELLED:
+        job = Job.objects.select_for_update().get(pk=job.pk)
+        if job.state not in (S.FAILED, S.PREEMPTED, S.CANCELLED) or job.failure_class:
+            return
+        tasks = list(job.tasks.values("rank", "state", "failure_class", "stop_reason", "exit_code", "exit_signal"))
+        classes = {t["failure_class"] for t in tasks if t["state"] in (S.FAILED, S.PREEMPTED)}
+        cancelled = any(t["state"] == S.CANCELLED for t in tasks)
+        if job.cancel_requested_at is not None or cancelled:
             _end_cancelled(job, now=now)
             swept.cancelled += 1
         elif FailureClass.TIMEOUT in classes:

@@ -44,7 +44,7 @@ def do_report_started(*, job_id: int, rank: int, attempt: int, now=None) -> bool
     task = current_task(job_id, rank, attempt)
     if task is None or task.state != S.ASSIGNED:
         return False
-    moved = lifecycle.transition_task(task, to_state=S.RUNNING, actor_name=f"agent:{task.node_id}",
+    moved = lifecycle.transition_task(task, to_state=S.RUNNING, attempt=attempt, actor_name=f"agent:{task.node_id}",
                                       reason="STARTED", message=f"rank {rank} started", now=now)
     notify.jobs_changed([job_id])
     return moved
@@ -60,7 +60,8 @@ def do_report_exited(*, job_id: int, rank: int, attempt: int, exit_code: int | N
     to_state, failure_class = exit_outcome(task.stop_reason, exit_code)
     how = f"exit code {exit_code}" if exit_code is not None else f"signal {signal}"
     moved = lifecycle.transition_task(
-        task, to_state=to_state, actor_name=f"agent:{task.node_id}", reason=task.stop_reason or "EXITED",
+        task, to_state=to_state, attempt=attempt, actor_name=f"agent:{task.node_id}",
+        reason=task.stop_reason or "EXITED",
         message=f"rank {rank} ended ({how})", now=now, exit_code=exit_code, exit_signal=signal or "",
         failure_class=failure_class)
     if not moved:

@@ -131,9 +131,10 @@ def _create_job(*, user, team: Team, spec: dict, digest: str) -> Job:
 def do_cancel_job(*, job: Job, user, reason: str = "") -> Job:
     """Cancel what has not started at once; ask the scheduler to stop what runs (its agents
     kill the processes, then the tasks end CANCELLED)."""
-    if job.state in (TaskState.SUCCEEDED, TaskState.FAILED, TaskState.CANCELLED):
-        if job.state == TaskState.CANCELLED:
-            return job
+    if job.state == TaskState.CANCELLED:
+        return job
+    # FAILED without a failure class is an attempt awaiting its retry: it may still be cancelled.
+    if job.state == TaskState.SUCCEEDED or job.state == TaskState.FAILED and job.failure_class:
         raise Conflict(ALREADY_ENDED.format(job_id=job.pk, state=job.state))
     why = reason or f"cancelled by {user.get_username()}"
     with transaction.atomic():

@@ -20,8 +20,8 @@ class StoreView:
 
     snapshot: core.ClusterSnapshot
     node_ids: dict[str, int] = field(default_factory=dict)
-    reasons: dict[int, tuple[str, str]] = field(default_factory=dict)
-    reserved: dict[int, list] = field(default_factory=dict)
+    # job -> (reason code, message, reserved nodes, estimated start) as stored now
+    reasons: dict[int, tuple] = field(default_factory=dict)
 
 
 def ts(moment) -> float | None:
@@ -31,10 +31,10 @@ def ts(moment) -> float | None:
 def build_view(*, now, config: core.PolicyConfig | None = None) -> StoreView:
     nodes, node_ids = _nodes()
     running = _running(now)
-    pending, reasons, reserved = _pending()
+    pending, reasons = _pending()
     snapshot = core.ClusterSnapshot(tuple(nodes), tuple(running), tuple(pending), _teams(), now.timestamp(),
                                     config or core.PolicyConfig())
-    return StoreView(snapshot, node_ids, reasons, reserved)
+    return StoreView(snapshot, node_ids, reasons)
 
 
 def _nodes() -> tuple[list[core.Node], dict[str, int]]:
@@ -50,22 +50,26 @@ def _nodes() -> tuple[list[core.Node], dict[str, int]]:
 def _running(now) -> list[core.RunningJob]:
     tasks = defaultdict(list)
     stopping: dict[int, int | None] = {}
+    began: dict[int, float] = {}
     rows = Task.objects.filter(state__in=ACTIVE).values_list(
-        "job_id", "rank", "node__name", "gpu_indices", "stop_reason", "preempted_for_id")
-    for job_id, rank, node, gpus, stop_reason, preempted_for in rows:
+        "job_id", "rank", "node__name", "gpu_indices", "stop_reason", "preempted_for_id", "started_at", "assigned_at")
+    for job_id, rank, node, gpus, stop_reason, preempted_for, started_at, assigned_at in rows:
         tasks[job_id].append((rank, node, tuple(gpus)))
         if stop_reason:
             stopping[job_id] = preempted_for
+        moment = ts(started_at or assigned_at)
+        if moment is not None:
+            began[job_id] = min(began.get(job_id, moment), moment)
     jobs = Job.objects.filter(pk__in=tasks).values(
-        "id", "team__name", "priority", "gpu_type", "cpu_per_rank", "memory_per_rank_gb", "started_at",
-        "submitted_at", "max_runtime_hours", "checkpoint", "last_checkpoint_at")
-    return [_running_job(job, tasks[job["id"]], stopping, now) for job in jobs]
+        "id", "team__name", "priority", "gpu_type", "cpu_per_rank", "memory_per_rank_gb", "max_runtime_hours",
+        "checkpoint", "last_checkpoint_at")
+    return [_running_job(job, tasks[job["id"]], stopping, began.get(job["id"], now.timestamp())) for job in jobs]
 
 
-def _running_job(job: dict, tasks: list, stopping: dict, now) -> core.RunningJob:
+def _running_job(job: dict, tasks: list, stopping: dict, started: float) -> core.RunningJob:
+    """`started`: when this attempt began (its runtime allowance counts from there)."""
     placements = tuple(core.TaskPlacement(rank, node, gpus, job["cpu_per_rank"], job["memory_per_rank_gb"])
                        for rank, node, gpus in sorted(tasks))
-    started = ts(job["started_at"]) or now.timestamp()
     return core.RunningJob(
         job["id"], job["team__name"], job["priority"], job["gpu_type"] or None, placements, started,
         started + job["max_runtime_hours"] * HOUR, preemptible=job["priority"] != "P0",
@@ -74,14 +78,14 @@ def _running_job(job: dict, tasks: list, stopping: dict, now) -> core.RunningJob
     )
 
 
-def _pending() -> tuple[list[core.PendingJob], dict, dict]:
+def _pending() -> tuple[list[core.PendingJob], dict]:
     rows = Job.objects.filter(state=JobState.PENDING, cancel_requested_at__isnull=True).values(
         "id", "team__name", "priority", "gpu_type", "task_count", "gpus_per_task", "cpu_per_rank",
         "memory_per_rank_gb", "node_selector", "topology_hint", "submitted_at", "max_runtime_hours", "not_before",
-        "held", "checkpoint", "pending_reason_code", "pending_reason_message", "reserved_nodes")
+        "held", "checkpoint", "pending_reason_code", "pending_reason_message", "reserved_nodes", "estimated_start")
     rows = list(rows)
     unmet = _unmet_dependencies([row["id"] for row in rows])
-    jobs, reasons, reserved = [], {}, {}
+    jobs, reasons = [], {}
     for row in rows:
         shape = core.JobShape(row["gpu_type"] or None, row["task_count"], row["gpus_per_task"], row["cpu_per_rank"],
                               row["memory_per_rank_gb"], row["node_selector"] or {}, core.Topology(row["topology_hint"]))
@@ -90,9 +94,9 @@ def _pending() -> tuple[list[core.PendingJob], dict, dict]:
             row["max_runtime_hours"] * HOUR, ts(row["not_before"]), row["held"], tuple(unmet.get(row["id"], ())),
             checkpointing=row["checkpoint"] is not None,
         ))
-        reasons[row["id"]] = (row["pending_reason_code"], row["pending_reason_message"])
-        reserved[row["id"]] = row["reserved_nodes"]
-    return jobs, reasons, reserved
+        reasons[row["id"]] = (row["pending_reason_code"], row["pending_reason_message"], row["reserved_nodes"],
+                              row["estimated_start"])
+    return jobs, reasons
 
 
 def _unmet_dependencies(job_ids: list[int]) -> dict[int, list[int]]:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import redis
 from django.conf import settings
-from django.db import close_old_connections
+from django.db import DatabaseError, close_old_connections, connections
 from django.utils import timezone
 
 from scheduling import metrics
@@ -137,6 +137,13 @@ class SchedulerWorker:
             log.warning("%s: stepping down", exc)
             metrics.DEPOSED.inc()
             self.leadership.step_down()
+            return None
+        except DatabaseError as exc:
+            # The store went away mid-pass: nothing half-written survives a rolled-back
+            # transaction; give up the lead and compete again once it is back.
+            log.error("database error during a pass (%s): stepping down", exc)
+            self.leadership.step_down()
+            connections.close_all()
             return None
         if report.placed or report.preempted or report.swept.retried or report.swept.requeued:
             log.info("pass epoch=%s %.0f ms: %s pending, %s placed, %s preempted, %s retried, %s requeued",

@@ -83,7 +83,7 @@ def test_preempted_gang_gets_term_then_kill_even_with_its_celery_message_lost(ap
                     grace_period_seconds=60)
     run_pass(epoch=leader)
     run_all_ranks(victim)
-    Job.objects.filter(pk=victim.pk).update(started_at=timezone.now() - timedelta(hours=1))
+    victim.tasks.update(started_at=timezone.now() - timedelta(hours=1))  # old enough to be preempted
     urgent = submit(api, user="rita", priority="P0", client_job_id="urgent")
 
     now = timezone.now()
@@ -106,7 +106,7 @@ def test_preempted_gang_is_requeued_whole_and_resumes_with_a_new_attempt(api, le
     victim = submit(api, user="bob", team="production-ranking", priority="P3", client_job_id="victim")
     run_pass(epoch=leader)
     run_all_ranks(victim)
-    Job.objects.filter(pk=victim.pk).update(started_at=timezone.now() - timedelta(hours=1))
+    victim.tasks.update(started_at=timezone.now() - timedelta(hours=1))  # old enough to be preempted
     urgent = submit(api, user="rita", priority="P0", client_job_id="urgent", resources={"gpu_count": 8})
     run_pass(epoch=leader)
 
@@ -245,3 +245,71 @@ def test_scheduler_endpoint_shows_the_leader(api, leader):
     body = api("victor").get("/api/v1/scheduler").json()
     assert (body["leader"], body["epoch"], body["leading"]) == ("test:1", EPOCH, True)
     assert body["last_pass_ms"] > 0
+
+
+def test_a_late_report_about_an_old_attempt_cannot_end_the_new_one(api, leader):
+    job = submit(api, resources={"gpu_count": 8}, restart_policy={"max_retries": 1})
+    run_pass(epoch=leader)
+    run_all_ranks(job, exit_code=1)
+    run_pass(epoch=leader)  # requeued with a back-off
+    run_pass(epoch=leader, now=timezone.now() + timedelta(minutes=5))  # placed after it
+    run_all_ranks(job)
+    task = job.tasks.get()
+    assert (task.state, task.attempt) == ("RUNNING", 2)
+    # A duplicate of attempt 1's exit report, read before the retry and applied after it:
+    from scheduling import lifecycle
+
+    assert lifecycle.transition_task(task, to_state="FAILED", attempt=1, failure_class="APP") is False
+    assert reports.do_report_exited(job_id=job.pk, rank=0, attempt=1, exit_code=1) is None
+    assert job.tasks.get().state == "RUNNING"
+
+
+def test_a_cancel_that_lands_before_the_requeue_wins(api, leader, user):
+    job = submit(api, resources={"gpu_count": 16})
+    run_pass(epoch=leader)
+    run_all_ranks(job)
+    reports.do_report_exited(job_id=job.pk, rank=0, attempt=1, exit_code=0)
+    Task.objects.filter(job=job, rank=1).update(stop_reason="PREEMPTED")
+    reports.do_report_exited(job_id=job.pk, rank=1, attempt=1, exit_code=143)
+    response = api("alice").post(f"/api/v1/jobs/{job.pk}/cancel", {"reason": "not needed"}, format="json")
+    assert response.status_code == 200
+    run_pass(epoch=leader)
+    job.refresh_from_db()
+    assert (job.state, job.failure_class) == ("CANCELLED", "CANCELLED")
+    assert not job.tasks.filter(state="PENDING").exists()
+
+
+def test_a_failed_attempt_awaiting_its_retry_can_be_cancelled(api, leader):
+    job = submit(api, resources={"gpu_count": 8})
+    run_pass(epoch=leader)
+    run_all_ranks(job, exit_code=1)
+    job.refresh_from_db()
+    assert (job.state, job.failure_class) == ("FAILED", "")
+    assert api("alice").post(f"/api/v1/jobs/{job.pk}/cancel", format="json").status_code == 200
+    run_pass(epoch=leader)
+    job.refresh_from_db()
+    assert (job.state, job.failure_class, job.retries_used) == ("CANCELLED", "CANCELLED", 0)
+
+
+def test_max_runtime_counts_from_the_current_attempt(api, leader):
+    job = submit(api, resources={"gpu_count": 8}, max_runtime_hours=1)
+    start = timezone.now()
+    run_pass(epoch=leader, now=start)
+    run_all_ranks(job, now=start)
+    Task.objects.filter(job=job).update(stop_reason="PREEMPTED")
+    later = start + timedelta(minutes=50)
+    reports.do_report_exited(job_id=job.pk, rank=0, attempt=1, exit_code=143, now=later)
+    run_pass(epoch=leader, now=later)  # requeued and placed again: attempt 2
+    run_all_ranks(job, now=later)
+    run_pass(epoch=leader, now=later + timedelta(minutes=30))  # 80 min after the first start
+    assert job.tasks.get().stop_reason == ""
+    run_pass(epoch=leader, now=later + timedelta(minutes=61))
+    assert job.tasks.get().stop_reason == "TIMEOUT"
+
+
+def test_a_new_leader_adopts_unstarted_assignments(api, leader):
+    job = submit(api, resources={"gpu_count": 8})
+    run_pass(epoch=leader)
+    SchedulerLease.objects.filter(pk=1).update(epoch=leader + 1)
+    run_pass(epoch=leader + 1)
+    assert job.tasks.get().epoch == leader + 1

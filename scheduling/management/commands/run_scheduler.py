@@ -4,9 +4,20 @@ import sys
 import time
 
 from django.core.management.base import BaseCommand, CommandError
+from django.db.backends.signals import connection_created
 
 from scheduling.leadership import leadership_for_this_database
 from scheduling.worker import SchedulerWorker
+
+IDLE_IN_TRANSACTION_TIMEOUT = "5s"
+
+
+def limit_idle_transactions(sender, connection, **kwargs):
+    """A scheduler paused inside a fenced transaction would keep the lease row locked and stall
+    the next leader's epoch bump; Postgres ends such a session after a few idle seconds."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(f"SET idle_in_transaction_session_timeout = '{IDLE_IN_TRANSACTION_TIMEOUT}'")
 
 
 class Command(BaseCommand):
@@ -25,6 +36,7 @@ class Command(BaseCommand):
             raise CommandError("--renew must be positive and well under --lease (at most 70% of it)")
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                             stream=sys.stderr)
+        connection_created.connect(limit_idle_transactions)
         leadership = leadership_for_this_database(lease_s=lease, renew_s=renew, renew_deadline_s=lease * 0.7)
         worker = SchedulerWorker(leadership, tick_s=tick)
         signal.signal(signal.SIGTERM, worker.stop)
