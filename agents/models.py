@@ -1,4 +1,7 @@
-"""The node inventory. Liveness (heartbeats) lives in Redis; only state changes land here."""
+"""The node inventory. Liveness (heartbeats) lives in Redis; only state changes land here.
+
+A node's `state` is what the scheduler reads: its health (NEW, READY, SUSPECT, LOST, from
+heartbeats) unless it is READY, in which case an admin's CORDONED or DRAINING shows instead."""
 from django.db import models
 from django.utils import timezone
 
@@ -6,6 +9,13 @@ from scheduling.core.model import NodeState as CoreNodeState
 
 
 NodeState = models.TextChoices("NodeState", [(s.value, s.value) for s in CoreNodeState])
+HEALTH_STATES = (NodeState.NEW, NodeState.READY, NodeState.SUSPECT, NodeState.LOST)
+
+
+class AdminState(models.TextChoices):
+    NONE = "", "schedulable"
+    CORDONED = "CORDONED", "cordoned: no new work"
+    DRAINING = "DRAINING", "draining: no new work, running tasks move elsewhere"
 
 
 class Node(models.Model):
@@ -20,6 +30,12 @@ class Node(models.Model):
     labels = models.JSONField(default=dict, blank=True)
     state = models.CharField(max_length=10, choices=NodeState.choices, default=NodeState.NEW)
     state_reason = models.CharField(max_length=300, blank=True)
+    health = models.CharField(max_length=10, choices=[(s, s) for s in HEALTH_STATES], default=NodeState.NEW)
+    admin_state = models.CharField(max_length=10, choices=AdminState.choices, default=AdminState.NONE, blank=True)
+    admin_reason = models.CharField(max_length=300, blank=True)
+    reclaim_deadline = models.DateTimeField(null=True, blank=True, help_text="spot reclaim: tasks requeued then")
+    address = models.CharField(max_length=253, blank=True, help_text="where a gang's rank 0 is reached")
+    token_digest = models.CharField(max_length=64, blank=True, db_index=True)
     state_changed_at = models.DateTimeField(default=timezone.now)
     registered_at = models.DateTimeField(default=timezone.now)
     first_heartbeat_at = models.DateTimeField(null=True, blank=True)
@@ -34,3 +50,24 @@ class Node(models.Model):
     @property
     def resource_class(self) -> str:
         return f"gpu:{self.gpu_type}" if self.gpu_type else "cpu"
+
+    @staticmethod
+    def effective_state(health: str, admin_state: str) -> str:
+        return admin_state if health == NodeState.READY and admin_state else health
+
+
+class TaskLog(models.Model):
+    """A chunk of a task attempt's stdout or stderr, shipped by its agent."""
+
+    job = models.ForeignKey("scheduling.Job", on_delete=models.CASCADE, related_name="logs")
+    rank = models.PositiveIntegerField()
+    attempt = models.PositiveIntegerField()
+    stream = models.CharField(max_length=6, choices=[("stdout", "stdout"), ("stderr", "stderr")])
+    offset = models.PositiveBigIntegerField(help_text="character offset of this chunk in the stream")
+    text = models.TextField()
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["job_id", "rank", "attempt", "stream", "offset"]
+        constraints = [models.UniqueConstraint(fields=["job", "rank", "attempt", "stream", "offset"],
+                                               name="tasklog_chunk_unique")]

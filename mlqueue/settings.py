@@ -111,12 +111,16 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # --- Redis: heartbeats, the Celery broker and the channel layer. Unset: all in-process.
 REDIS_URL = os.environ.get("REDIS_URL", "")
 if REDIS_URL:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
     CHANNEL_LAYERS = {
         "default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}
     }
     CELERY_BROKER_URL = REDIS_URL
     CELERY_TASK_ALWAYS_EAGER = False
 else:
+    # Shared by the processes of one machine (web, scheduler), as Redis would be.
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
+                          "LOCATION": str(VAR_DIR / "cache")}}
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
     CELERY_BROKER_URL = "memory://"
     CELERY_TASK_ALWAYS_EAGER = True
@@ -202,3 +206,12 @@ MLQ_RETRY_BACKOFF_MAX_S = float(os.environ.get("MLQ_RETRY_BACKOFF_MAX_S", "3600"
 # Fault injection for the failover tests only: the leader waits this long between deciding
 # and applying, so a test can pause it mid-pass. Never set in production.
 MLQ_FAULT_APPLY_DELAY_S = float(os.environ.get("MLQ_FAULT_APPLY_DELAY_S", "0"))
+# Node agents: heartbeat every 5 s; an agent kills its tasks if it has not renewed its lease
+# for MLQ_AGENT_LEASE_S; the leader calls a node SUSPECT after 3 missed heartbeats and LOST
+# (requeueing its tasks) only after the lease and a margin have passed, so the agent's own kill
+# always comes first.
+MLQ_HEARTBEAT_INTERVAL_S = float(os.environ.get("MLQ_HEARTBEAT_INTERVAL_S", "5"))
+MLQ_AGENT_LEASE_S = float(os.environ.get("MLQ_AGENT_LEASE_S", "20"))
+MLQ_SUSPECT_AFTER_S = 3 * MLQ_HEARTBEAT_INTERVAL_S
+MLQ_LOST_MARGIN_S = float(os.environ.get("MLQ_LOST_MARGIN_S", "10"))
+MLQ_MAX_LOG_CHUNK_BYTES = 64 * 1024

@@ -22,6 +22,14 @@ api_v1 = [
     endpoint(r"teams/(?P<name>[a-z0-9-]+)/quotas", teams_api.TeamQuotas.as_view(), "team-quotas"),
     endpoint("nodes", agents_api.NodeList.as_view(), "nodes"),
     endpoint("scheduler", jobs_api.SchedulerState.as_view(), "scheduler"),
+    endpoint(r"jobs/(?P<job_id>[0-9]+)/logs", jobs_api.JobLogs.as_view(), "job-logs"),
+    endpoint(r"nodes/(?P<name>[^/]+)/cordon", agents_api.NodeAction.as_view(action="cordon"), "node-cordon"),
+    endpoint(r"nodes/(?P<name>[^/]+)/drain", agents_api.NodeAction.as_view(action="drain"), "node-drain"),
+    endpoint(r"nodes/(?P<name>[^/]+)/uncordon", agents_api.NodeAction.as_view(action="uncordon"), "node-uncordon"),
+    endpoint(r"nodes/(?P<name>[^/]+)/reclaim-notice", agents_api.ReclaimNotice.as_view(), "node-reclaim-notice"),
+    endpoint("agents/register", agents_api.AgentRegister.as_view(), "agent-register"),
+    endpoint(r"agents/(?P<name>[^/]+)/heartbeat", agents_api.AgentHeartbeat.as_view(), "agent-heartbeat"),
+    endpoint(r"agents/(?P<name>[^/]+)/events", agents_api.AgentEvents.as_view(), "agent-events"),
 ]
 
 urlpatterns = [

@@ -13,6 +13,7 @@ from rest_framework.views import APIView
 
 from scheduling import services
 from scheduling.filters import JobFilter
+from agents.models import TaskLog
 from scheduling.models import JobEvent, SchedulerLease, Task
 from scheduling.selectors import visible_jobs
 from scheduling.serializers import CancelSerializer, JobDetailSerializer, JobEventSerializer, JobSerializer
@@ -100,3 +101,31 @@ class SchedulerState(APIView):
             "leader": lease.holder if alive else None, "epoch": lease.epoch, "leading": alive,
             "renewed_at": lease.renewed_at, "last_pass_ms": lease.last_pass_ms, "last_pass_at": lease.last_pass_at,
         }).data)
+
+
+class LogQuerySerializer(serializers.Serializer):
+    rank = serializers.IntegerField(min_value=0, required=False, default=0)
+    attempt = serializers.IntegerField(min_value=1, required=False)
+    stream = serializers.ChoiceField(["stdout", "stderr"], required=False, default="stdout")
+    offset = serializers.IntegerField(min_value=0, required=False, default=0)
+
+
+class JobLogs(APIView):
+    @extend_schema(parameters=[LogQuerySerializer], responses={200: None})
+    def get(self, request: Request, job_id: int) -> Response:
+        """A rank's log from `offset` (default: its latest attempt's stdout from the start)."""
+        job = get_object_or_404(visible_jobs(request.user), pk=job_id)
+        query = LogQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        rank, stream, offset = query.validated_data["rank"], query.validated_data["stream"], query.validated_data["offset"]
+        chunks = TaskLog.objects.filter(job=job, rank=rank, stream=stream)
+        attempt = query.validated_data.get("attempt") or chunks.order_by("-attempt").values_list(
+            "attempt", flat=True).first() or 1
+        text, end = "", offset
+        for chunk_offset, chunk in chunks.filter(attempt=attempt, offset__gte=offset).values_list("offset", "text"):
+            if chunk_offset != end:
+                break  # a gap: later chunks have not arrived yet
+            text += chunk
+            end += len(chunk)
+        return Response({"job_id": job.pk, "rank": rank, "attempt": attempt, "stream": stream, "offset": offset,
+                         "next_offset": end, "text": text})

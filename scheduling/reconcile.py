@@ -1,6 +1,7 @@
 """The leader's sweeps before each pass: the guarantees behind every timer and every retry.
 
 1. grace deadlines past due -> SIGKILL; unstarted assignments of earlier leaders adopted;
+   nodes silent too long -> SUSPECT, then LOST with their tasks failed (agents/failures.py);
 2. tasks past `max_runtime_hours` -> stop (TIMEOUT);
 3. cancelled jobs still running -> stop (CANCELLED);
 4. gangs with a failed rank -> stop the other ranks (PEER_FAILED);
@@ -14,6 +15,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.db.models import Exists, Min, OuterRef, Q
 
+from agents import failures
 from scheduling import lifecycle, metrics, notify
 from scheduling.fencing import fenced
 from scheduling.models import (
@@ -35,6 +37,7 @@ class Swept:
     requeued: int = 0
     failed: int = 0
     cancelled: int = 0
+    nodes: dict[str, int] = field(default_factory=dict)
 
 
 def reconcile(*, epoch: int, now) -> Swept:
@@ -44,6 +47,7 @@ def reconcile(*, epoch: int, now) -> Swept:
         # Assignments made under an earlier leader, not yet started, are this leader's now:
         # an agent that has seen this epoch would refuse the older one.
         Task.objects.filter(state=S.ASSIGNED, epoch__lt=epoch).update(epoch=epoch)
+    swept.nodes = failures.detect(epoch=epoch, now=now)
     swept.stops[StopReason.TIMEOUT] = _stop_each(_timed_out(now), StopReason.TIMEOUT, epoch=epoch, now=now)
     swept.stops[StopReason.CANCELLED] = _stop_each(_cancelled_running(), StopReason.CANCELLED, epoch=epoch, now=now)
     swept.stops[StopReason.PEER_FAILED] = _stop_each(_broken_gangs(), StopReason.PEER_FAILED, epoch=epoch, now=now)

@@ -1,0 +1,126 @@
+"""Writes about nodes: registration, health changes (from heartbeats and the leader's failure
+detection), and the admin's cordon, drain, uncordon and spot reclaim notices, each audited."""
+import secrets
+from datetime import timedelta
+
+from django.db import transaction
+from django.utils import timezone
+
+from agents.models import AdminState, Node, NodeState
+from scheduling import notify
+from scheduling.models import EventKind, JobEvent, StopReason, Task, TaskState
+from teams.models import hash_token
+
+ACTIVE = (TaskState.ASSIGNED, TaskState.RUNNING)
+NODE_TOKEN_PREFIX = "mlqn_"
+INVENTORY = ("zone", "rack", "gpu_type", "gpu_count", "cpu_count", "memory_gb", "scratch_disk_gb", "labels", "address")
+
+
+def _record(node: Node, *, actor=None, actor_name: str, reason: str, message: str, data=None, now=None) -> None:
+    JobEvent.objects.create(node=node, kind=EventKind.NODE_STATE, actor=actor, actor_name=actor_name, reason=reason,
+                            message=message, data=data or {}, created_at=now or timezone.now())
+
+
+def _set_state(node: Node, *, health: str | None = None, admin_state: str | None = None, reason: str, now) -> None:
+    node.health = health if health is not None else node.health
+    node.admin_state = admin_state if admin_state is not None else node.admin_state
+    node.state = Node.effective_state(node.health, node.admin_state)
+    node.state_reason, node.state_changed_at = reason, now
+    node.save(update_fields=["health", "admin_state", "state", "state_reason", "state_changed_at"])
+    notify.wake_scheduler("node")
+
+
+def do_register_node(*, name: str, inventory: dict, now=None) -> tuple[Node, str]:
+    """Create or update the node's inventory and issue it a fresh token (the old one stops
+    working: an agent re-registers when it restarts)."""
+    now = now or timezone.now()
+    raw = NODE_TOKEN_PREFIX + secrets.token_urlsafe(32)
+    with transaction.atomic():
+        node, created = Node.objects.select_for_update().get_or_create(
+            name=name, defaults={**{k: inventory[k] for k in INVENTORY if k in inventory}, "registered_at": now})
+        for key in INVENTORY:
+            if key in inventory:
+                setattr(node, key, inventory[key])
+        node.token_digest = hash_token(raw)
+        node.save()
+        _record(node, actor_name=f"agent:{name}", reason="REGISTERED", now=now,
+                message=f"{'registered' if created else 're-registered'}: {node.gpu_count} x {node.gpu_type or 'CPU'}, "
+                        f"{node.cpu_count} CPUs, {node.memory_gb} GB, zone {node.zone}, rack {node.rack}")
+    return node, raw
+
+
+def note_alive(node: Node, *, now=None) -> None:
+    """A heartbeat arrived: a NEW, SUSPECT or LOST node is READY again (one write, then none)."""
+    if node.health == NodeState.READY:
+        return
+    now = now or timezone.now()
+    was = node.health
+    with transaction.atomic():
+        if node.first_heartbeat_at is None:
+            Node.objects.filter(pk=node.pk).update(first_heartbeat_at=now)
+        _set_state(node, health=NodeState.READY, reason=f"heartbeating again (was {was})", now=now)
+        _record(node, actor_name=f"agent:{node.name}", reason="READY", message=f"{was} -> READY: heartbeat received",
+                now=now)
+
+
+def do_mark_health(node: Node, health: str, *, message: str, now) -> None:
+    """The leader's verdict from missed heartbeats (SUSPECT, LOST)."""
+    was = node.health
+    _set_state(node, health=health, reason=message, now=now)
+    _record(node, actor_name="scheduler", reason=health, message=f"{was} -> {health}: {message}", now=now)
+
+
+def do_cordon(*, node: Node, user, reason: str, now=None) -> Node:
+    now = now or timezone.now()
+    with transaction.atomic():
+        _set_state(node, admin_state=AdminState.CORDONED, reason=reason, now=now)
+        node.admin_reason = reason
+        node.save(update_fields=["admin_reason"])
+        _record(node, actor=user, actor_name=user.get_username(), reason="CORDONED", message=f"cordoned: {reason}",
+                now=now)
+    return node
+
+
+def do_uncordon(*, node: Node, user, reason: str, now=None) -> Node:
+    now = now or timezone.now()
+    with transaction.atomic():
+        _set_state(node, admin_state=AdminState.NONE, reason=reason, now=now)
+        node.admin_reason, node.reclaim_deadline = "", None
+        node.save(update_fields=["admin_reason", "reclaim_deadline"])
+        _record(node, actor=user, actor_name=user.get_username(), reason="UNCORDONED",
+                message=f"uncordoned: {reason}", now=now)
+    return node
+
+
+def do_drain(*, node: Node, user, reason: str, wait: bool = False, deadline=None, now=None) -> int:
+    """No new work; unless `wait`, running tasks are stopped gracefully (each job's grace
+    period, or until `deadline` for a spot reclaim) and requeued elsewhere. Returns how many
+    jobs were signalled."""
+    from scheduling.stopping import do_request_stop
+
+    now = now or timezone.now()
+    with transaction.atomic():
+        _set_state(node, admin_state=AdminState.DRAINING, reason=reason, now=now)
+        node.admin_reason, node.reclaim_deadline = reason, deadline
+        node.save(update_fields=["admin_reason", "reclaim_deadline"])
+        _record(node, actor=user, actor_name=user.get_username(), reason="DRAINING",
+                message=f"draining{' (running tasks may finish)' if wait else ''}: {reason}",
+                data={"wait": wait, "deadline": deadline.isoformat() if deadline else None}, now=now)
+        if wait:
+            return 0
+        jobs = Task.objects.filter(node=node, state__in=ACTIVE).values_list("job_id", "job__grace_period_seconds")
+        signalled = 0
+        for job_id, grace in sorted(set(jobs)):
+            grace_s = grace if deadline is None else max(0, min(grace, int((deadline - now).total_seconds()) - 5))
+            signalled += bool(do_request_stop(job_id=job_id, reason=StopReason.DRAIN, grace_s=grace_s, now=now,
+                                              message=f"node {node.name} is draining: {reason}",
+                                              actor_name=user.get_username()))
+    return signalled
+
+
+def do_reclaim_notice(*, node: Node, user, deadline, reason: str = "", now=None) -> int:
+    """A spot node will be taken back at `deadline`: checkpoint now, drain, and requeue what
+    is still there at the deadline (the leader's sweep does that)."""
+    now = now or timezone.now()
+    why = reason or f"spot reclaim at {deadline.isoformat()}"
+    return do_drain(node=node, user=user, reason=why, deadline=max(deadline, now + timedelta(seconds=1)), now=now)
