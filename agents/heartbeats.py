@@ -6,17 +6,19 @@ from datetime import timedelta
 from django.conf import settings
 
 from agents.models import Node
-from scheduling import reports
+from scheduling import lifecycle, notify, reports
 from scheduling.assignments import assignment_env, checkpoint_dir
-from scheduling.models import SchedulerLease, Task, TaskState
+from scheduling.models import FailureClass, SchedulerLease, Task, TaskState
 
 ACTIVE = (TaskState.ASSIGNED, TaskState.RUNNING)
 
 
 def apply_reported(node: Node, reported: list[dict], now) -> list[dict]:
-    """Record exits and starts the agent reports; returns the attempts it runs that the server
-    no longer assigns to it (it must kill them)."""
+    """Record exits and starts the agent reports; fail what the server thinks runs here but
+    the agent does not run (it restarted and lost it); return the attempts the agent runs that
+    the server no longer assigns to it (it must kill them)."""
     current = {(t.job_id, t.rank): t for t in Task.objects.filter(node=node, state__in=ACTIVE)}
+    _fail_forgotten(current, reported, now)
     stale = []
     for item in reported:
         key, attempt = (item["job_id"], item["rank"]), item["attempt"]
@@ -30,6 +32,17 @@ def apply_reported(node: Node, reported: list[dict], now) -> list[dict]:
         elif item["state"] == "running" and task.state == TaskState.ASSIGNED:
             reports.do_report_started(job_id=key[0], rank=key[1], attempt=attempt, now=now)
     return stale
+
+
+def _fail_forgotten(current: dict, reported: list[dict], now) -> None:
+    held = {(item["job_id"], item["rank"], item["attempt"]) for item in reported}
+    for (job_id, rank), task in current.items():
+        if task.state == TaskState.RUNNING and (job_id, rank, task.attempt) not in held:
+            lifecycle.transition_task(task, to_state=TaskState.FAILED, attempt=task.attempt,
+                                      actor_name=f"agent:{task.node_id}", reason="AGENT_LOST_TASK", now=now,
+                                      message=f"rank {rank} is no longer running on its node (agent restarted?)",
+                                      failure_class=FailureClass.INFRA)
+            notify.wake_scheduler("lost task")
 
 
 def reply(node: Node, reported: list[dict], now) -> dict:

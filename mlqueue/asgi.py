@@ -10,11 +10,15 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
-from mlqueue.routing import websocket_urlpatterns  # noqa: E402
+from django.urls import re_path  # noqa: E402
+
+from mlqueue.routing import agent_websocket_urlpatterns, websocket_urlpatterns  # noqa: E402
+
+browser_sockets = AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns)))
 
 application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
-        "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+        "websocket": URLRouter([*agent_websocket_urlpatterns, re_path(r"", browser_sockets)]),
     }
 )

@@ -1,3 +1,11 @@
-"""WebSocket URL patterns, one list for the whole project."""
+"""WebSocket URL patterns. Browser sockets are checked against ALLOWED_HOSTS and authenticated
+by session; agent sockets (no browser, no Origin) by their node token."""
+from django.urls import path
+
+from agents.consumers import AgentWakeConsumer
+
+agent_websocket_urlpatterns = [
+    path("ws/agents/<str:name>/", AgentWakeConsumer.as_asgi()),
+]
 
 websocket_urlpatterns: list = []

@@ -51,6 +51,7 @@ def _place(placement: Placement, view: StoreView, *, epoch: int, now) -> bool:
             Job.objects.filter(pk=placement.job_id).update(
                 borrowed=placement.borrowed, reserved_nodes=[], estimated_start=None, not_before=None)
             notify.jobs_changed([placement.job_id])
+            notify.wake_agents(placement.nodes, "assignment")
     return bool(moved)
 
 

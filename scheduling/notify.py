@@ -45,11 +45,25 @@ def jobs_changed(job_ids, *, kind: str = "job.changed") -> None:
         transaction.on_commit(lambda: _group_send({"type": kind.replace(".", "_"), "job_ids": ids}))
 
 
-def _group_send(message: dict) -> None:
+def _group_send(message: dict, group: str = JOBS_GROUP) -> None:
     layer = get_channel_layer()
     if layer is None:
         return
     try:
-        async_to_sync(layer.group_send)(JOBS_GROUP, message)
+        async_to_sync(layer.group_send)(group, message)
     except Exception as exc:  # a broken channel layer must never fail a scheduler write
         log.warning("could not publish %s to live views (%s)", message["type"], exc)
+
+
+def wake_agents(node_names, reason: str = "") -> None:
+    """Nudge these nodes' agents to heartbeat now (after commit): new work or a signal."""
+    names = sorted(set(node_names))
+    if names:
+        transaction.on_commit(lambda: _wake_agents(names, reason))
+
+
+def _wake_agents(names: list[str], reason: str) -> None:
+    from agents.consumers import group_for
+
+    for name in names:
+        _group_send({"type": "agent.wake", "reason": reason}, group=group_for(name))

@@ -28,7 +28,13 @@ def do_request_stop(*, job_id: int, reason: str, grace_s: int, message: str, now
         if grace_s > 0:
             transaction.on_commit(lambda: _schedule_kill(job_id, grace_s))
         notify.jobs_changed([job_id])
+        notify.wake_agents(_nodes_of(job_id), "signal")
     return stopped
+
+
+def _nodes_of(*job_ids: int) -> list[str]:
+    return list(Task.objects.filter(job_id__in=job_ids, state__in=ACTIVE, node__isnull=False).values_list(
+        "node__name", flat=True))
 
 
 def _schedule_kill(job_id: int, grace_s: int) -> None:
@@ -50,4 +56,5 @@ def escalate_overdue(*, now=None, job_id: int | None = None) -> int:
     escalated = overdue.update(stop_signal=Signal.KILL, updated_at=now)
     if escalated:
         notify.jobs_changed(job_ids)
+        notify.wake_agents(_nodes_of(*job_ids), "signal")
     return escalated

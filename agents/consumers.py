@@ -1,0 +1,40 @@
+"""A WebSocket on which the server tells an agent "heartbeat now": when its node gets an
+assignment or a signal. Only a nudge: everything it must do still comes in the heartbeat
+reply, and without this socket the agent learns the same at its next regular heartbeat."""
+import re
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+
+from agents.models import Node
+from teams.models import hash_token
+
+
+def group_for(node_name: str) -> str:
+    return "agent." + re.sub(r"[^A-Za-z0-9\-_.]", "_", node_name)[:90]
+
+
+@database_sync_to_async
+def _node_by_token(raw: str) -> str | None:
+    return Node.objects.filter(token_digest=hash_token(raw)).values_list("name", flat=True).first()
+
+
+class AgentWakeConsumer(AsyncJsonWebsocketConsumer):
+    async def connect(self):
+        headers = dict(self.scope.get("headers", []))
+        kind, _, raw = headers.get(b"authorization", b"").decode("latin1").partition(" ")
+        name = self.scope["url_route"]["kwargs"]["name"]
+        owner = await _node_by_token(raw.strip()) if kind.lower() == "bearer" and raw else None
+        if owner != name:
+            await self.close(code=4003)
+            return
+        self.group = group_for(name)
+        await self.channel_layer.group_add(self.group, self.channel_name)
+        await self.accept()
+
+    async def disconnect(self, code):
+        if hasattr(self, "group"):
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    async def agent_wake(self, event):
+        await self.send_json({"wake": event.get("reason", "")})

@@ -1,0 +1,60 @@
+"""A whole mlqueue on this machine for end-to-end tests: the web tier (daphne), the scheduler
+and node agents as real processes, on the test database, with timings scaled down (1 s
+heartbeats, a 6 s agent lease, a 3 s margin) so failures are detected in seconds."""
+import json
+import socket
+from pathlib import Path
+
+from tests.e2e.processes import Process, scheduler, wait_for
+
+JOIN_TOKEN = "e2e-join-token"
+FAST = {"MLQ_HEARTBEAT_INTERVAL_S": 1, "MLQ_AGENT_LEASE_S": 6, "MLQ_LOST_MARGIN_S": 3,
+        "MLQ_AGENT_JOIN_TOKEN": JOIN_TOKEN, "ALLOWED_HOSTS": "127.0.0.1,localhost", "MLQ_RETRY_BACKOFF_BASE_S": 1}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Cluster:
+    def __init__(self, tmp_path: Path):
+        self.tmp, self.port = tmp_path, free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.procs: list[Process] = []
+        self.agents: dict[str, Process] = {}
+
+    def start(self, *, agents: list[dict]) -> "Cluster":
+        web = Process(["-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), "mlqueue.asgi:application"],
+                      self.tmp / "web.log", **FAST)
+        self.procs += [web, scheduler(self.tmp, "scheduler", **FAST)]
+        wait_for(self._web_up, timeout=30, what="the web server")
+        for node in agents:
+            self.add_agent(node)
+        return self
+
+    def add_agent(self, node: dict, *, server: str | None = None) -> Process:
+        fleet = self.tmp / f"{node['name']}.json"
+        fleet.write_text(json.dumps([{"labels": {}, "address": "127.0.0.1", "cpu_count": 64, "memory_gb": 256,
+                                      "gpu_type": "H100", "gpu_count": 8, **node}]))
+        agent = Process(["-m", "agents.daemon", "--server", server or self.url, "--token", JOIN_TOKEN, "--fleet",
+                         str(fleet), "--workdir", str(self.tmp / "agents")], self.tmp / f"agent-{node['name']}.log",
+                        **FAST)
+        self.agents[node["name"]] = agent
+        self.procs.append(agent)
+        return agent
+
+    def _web_up(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                return True
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        for proc in reversed(self.procs):
+            proc.stop()
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {p.log_path.name}\n{p.output()[-3000:]}" for p in self.procs)

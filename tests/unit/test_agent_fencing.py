@@ -1,0 +1,61 @@
+"""The agent's own fencing: it refuses an assignment from an epoch older than the highest it
+has seen, and an attempt it has already run, even across a restart."""
+import sys
+import time
+
+from agents.daemon import NodeAgent
+
+NODE = {"name": "n1", "zone": "z1", "rack": "r1", "gpu_type": "H100", "gpu_count": 8, "cpu_count": 8,
+        "memory_gb": 16, "labels": {}, "address": "127.0.0.1"}
+
+
+def assignment(*, epoch: int, attempt: int = 1) -> dict:
+    return {"job_id": 7, "rank": 0, "attempt": attempt, "epoch": epoch, "command": [sys.executable, "-c", "pass"],
+            "image": "", "gpu_indices": [0], "cpus": 1, "memory_gb": 1, "grace_period_seconds": 1,
+            "checkpoint_dir": "", "env": {"MLQ_ATTEMPT": str(attempt)}}
+
+
+def agent(tmp_path) -> NodeAgent:
+    return NodeAgent(server="http://127.0.0.1:9", join_token="x", node=NODE, workdir=tmp_path)
+
+
+def wait_exit(task) -> None:
+    deadline = time.monotonic() + 10
+    while not task.poll() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def test_an_assignment_from_an_older_epoch_is_refused(tmp_path):
+    node = agent(tmp_path)
+    node.obey({"highest_epoch": 5, "kill": [], "signals": [], "assignments": [assignment(epoch=4)]})
+    assert node.tasks == {}
+    assert node.refusal(assignment(epoch=4)) == "epoch 4 is older than epoch 5, already seen"
+    started = node.start(assignment(epoch=5))
+    assert started is not None
+    wait_exit(started)
+    assert started.exit_code == 0
+
+
+def test_an_attempt_already_run_is_refused_even_after_a_restart(tmp_path):
+    first = agent(tmp_path)
+    task = first.start(assignment(epoch=3))
+    wait_exit(task)
+    assert first.start(assignment(epoch=3)) is None
+
+    restarted = agent(tmp_path)  # same workdir: it remembers
+    assert restarted.highest_epoch == 3
+    assert restarted.refusal(assignment(epoch=3)) == "this attempt already ran here"
+    assert restarted.refusal(assignment(epoch=3, attempt=2)) == ""
+
+
+def test_the_agent_reports_starts_and_exits_with_its_logs(tmp_path):
+    node = agent(tmp_path)
+    job = assignment(epoch=1)
+    job["command"] = [sys.executable, "-c", "print('hello'); import sys; sys.exit(3)"]
+    task = node.start(job)
+    task.process.wait(timeout=10)
+    node.watch_tasks()  # the loop notices the exit and ships the output
+    kinds = [(e["type"], e.get("data"), e.get("exit_code")) for e in node.outbox]
+    assert kinds[0] == ("started", None, None)
+    assert ("log", "hello\n", None) in kinds
+    assert kinds[-1] == ("exited", None, 3)
