@@ -16,7 +16,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from agents import heartbeats, liveness, services
+from agents import heartbeats, services
 from agents.models import Node, NodeState, TaskLog
 from agents.protocol import EventsSerializer, HeartbeatSerializer, RegisterSerializer
 from scheduling import reports
@@ -162,13 +162,7 @@ class AgentRegister(AgentView):
 class AgentHeartbeat(AgentView):
     @extend_schema(request=HeartbeatSerializer, responses={200: None})
     def post(self, request: Request, name: str) -> Response:
-        node = node_for(request, name)
-        body = HeartbeatSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        now = timezone.now()
-        liveness.record(node.name, now.timestamp())
-        services.note_alive(node, now=now)
-        return Response(heartbeats.reply(node, body.validated_data["tasks"], now))
+        return Response(heartbeats.handle(name, request.META.get("HTTP_AUTHORIZATION", ""), request.data))
 
 
 class AgentEvents(AgentView):

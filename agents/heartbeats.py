@@ -1,67 +1,167 @@
 """What a heartbeat does: note the node alive (in the cache), apply what the agent says its
 tasks are doing, and answer with its lease, new assignments, signals and stale attempts to
-kill. Postgres is only read here, except when a task or the node changes state."""
+kill.
+
+Heartbeats are the hottest path in the system (2,500 nodes every 5 s), so the common case, a
+node whose tasks did not change, costs one indexed read: the node and its active tasks in a
+single SQL statement. Postgres is written only when a task or the node changes state."""
+import time
+from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
+from django.db import connection
+from django.utils import timezone
+from prometheus_client import Counter
+from rest_framework import exceptions
 
-from agents.models import Node
+from agents import liveness, services
+from agents.models import Node, NodeState
+from agents.protocol import HeartbeatSerializer
 from scheduling import lifecycle, notify, reports
 from scheduling.assignments import assignment_env, checkpoint_dir
 from scheduling.models import FailureClass, SchedulerLease, Task, TaskState
+from teams.models import hash_token
 
 ACTIVE = (TaskState.ASSIGNED, TaskState.RUNNING)
+EPOCH_CACHE_S = 1.0
+HEARTBEATS = Counter("mlqueue_heartbeats_total", "Agent heartbeats answered")
 
 
-def apply_reported(node: Node, reported: list[dict], now) -> list[dict]:
+def handle(name: str, authorization: str, data) -> dict:
+    """One heartbeat, from the request's parts; raises DRF's exceptions for bad ones. Shared by
+    the DRF view and the lean ASGI lane that serves heartbeats in production."""
+    kind, _, raw = authorization.partition(" ")
+    if kind.lower() != "bearer" or not raw.strip():
+        raise exceptions.NotAuthenticated("send 'Authorization: Bearer <token>'.")
+    digest = hash_token(raw.strip())
+    node = load(digest)
+    if node is None:
+        raise exceptions.AuthenticationFailed("invalid node token: register again.")
+    if node.name != name:
+        raise exceptions.PermissionDenied(f"this token belongs to node {node.name}; it cannot act for {name}.")
+    body = HeartbeatSerializer(data=data)
+    body.is_valid(raise_exception=True)
+    now = timezone.now()
+    liveness.record(node.name, now.timestamp())
+    if node.health != NodeState.READY:
+        services.note_alive(Node.objects.get(pk=node.id), now=now)
+    HEARTBEATS.inc()
+    return reply(node, body.validated_data["tasks"], now, reload=lambda: load(digest))
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRow:
+    job_id: int
+    rank: int
+    attempt: int
+    state: str
+    stop_signal: str
+    stop_reason: str
+
+
+@dataclass
+class NodeView:
+    id: int
+    name: str
+    health: str
+    tasks: list[TaskRow]
+
+
+NODE_SQL = f"""
+SELECT n.id, n.name, n.health, t.job_id, t.rank, t.attempt, t.state, t.stop_signal, t.stop_reason
+FROM {Node._meta.db_table} n
+LEFT JOIN {Task._meta.db_table} t ON t.node_id = n.id AND t.state IN ('ASSIGNED', 'RUNNING')
+WHERE n.token_digest = %s
+"""
+
+
+def load(token_digest: str) -> NodeView | None:
+    with connection.cursor() as cursor:
+        cursor.execute(NODE_SQL, [token_digest])
+        rows = cursor.fetchall()
+    if not rows:
+        return None
+    node_id, name, health = rows[0][:3]
+    return NodeView(node_id, name, health, [TaskRow(*row[3:]) for row in rows if row[3] is not None])
+
+
+_epoch = (0.0, 0)
+
+
+def current_epoch() -> int:
+    """The lease's epoch, read at most once a second per process."""
+    global _epoch
+    read_at, epoch = _epoch
+    if time.monotonic() - read_at > EPOCH_CACHE_S:
+        epoch = SchedulerLease.objects.values_list("epoch", flat=True).first() or 0
+        _epoch = (time.monotonic(), epoch)
+    return epoch
+
+
+def apply_reported(node: NodeView, reported: list[dict], now) -> tuple[list[dict], bool]:
     """Record exits and starts the agent reports; fail what the server thinks runs here but
-    the agent does not run (it restarted and lost it); return the attempts the agent runs that
-    the server no longer assigns to it (it must kill them)."""
-    current = {(t.job_id, t.rank): t for t in Task.objects.filter(node=node, state__in=ACTIVE)}
-    _fail_forgotten(current, reported, now)
+    the agent does not run (it restarted and lost it). Returns the attempts the agent runs that
+    the server no longer assigns to it (it must kill them), and whether anything changed."""
+    current = {(t.job_id, t.rank): t for t in node.tasks}
+    held = {(item["job_id"], item["rank"], item["attempt"]) for item in reported}
+    changed = _fail_forgotten(node, current, held, now)
     stale = []
     for item in reported:
         key, attempt = (item["job_id"], item["rank"]), item["attempt"]
-        if item["state"] == "exited":
-            reports.do_report_exited(job_id=key[0], rank=key[1], attempt=attempt, exit_code=item["exit_code"],
-                                     signal=item["signal"], now=now)
-            continue
         task = current.get(key)
-        if task is None or task.attempt != attempt:
+        if item["state"] == "exited":
+            if task is not None and task.attempt == attempt:
+                reports.do_report_exited(job_id=key[0], rank=key[1], attempt=attempt, exit_code=item["exit_code"],
+                                         signal=item["signal"], now=now)
+                changed = True
+        elif task is None or task.attempt != attempt:
             stale.append({"job_id": key[0], "rank": key[1], "attempt": attempt})
         elif item["state"] == "running" and task.state == TaskState.ASSIGNED:
             reports.do_report_started(job_id=key[0], rank=key[1], attempt=attempt, now=now)
-    return stale
+            changed = True
+    return stale, changed
 
 
-def _fail_forgotten(current: dict, reported: list[dict], now) -> None:
-    held = {(item["job_id"], item["rank"], item["attempt"]) for item in reported}
-    for (job_id, rank), task in current.items():
-        if task.state == TaskState.RUNNING and (job_id, rank, task.attempt) not in held:
-            lifecycle.transition_task(task, to_state=TaskState.FAILED, attempt=task.attempt,
-                                      actor_name=f"agent:{task.node_id}", reason="AGENT_LOST_TASK", now=now,
-                                      message=f"rank {rank} is no longer running on its node (agent restarted?)",
-                                      failure_class=FailureClass.INFRA)
-            notify.wake_scheduler("lost task")
+def _fail_forgotten(node: NodeView, current: dict, held: set, now) -> bool:
+    forgotten = [t for t in current.values() if t.state == TaskState.RUNNING and (t.job_id, t.rank, t.attempt)
+                 not in held]
+    for row in forgotten:
+        task = Task.objects.get(job_id=row.job_id, rank=row.rank)
+        lifecycle.transition_task(task, to_state=TaskState.FAILED, attempt=row.attempt,
+                                  actor_name=f"agent:{node.name}", reason="AGENT_LOST_TASK", now=now,
+                                  message=f"rank {row.rank} is no longer running on {node.name} (agent restarted?)",
+                                  failure_class=FailureClass.INFRA)
+        notify.wake_scheduler("lost task")
+    return bool(forgotten)
 
 
-def reply(node: Node, reported: list[dict], now) -> dict:
-    stale = apply_reported(node, reported, now)
+def reply(node: NodeView, reported: list[dict], now, *, reload) -> dict:
+    stale, changed = apply_reported(node, reported, now)
+    if changed:
+        node = reload()
     known = {(item["job_id"], item["rank"], item["attempt"]) for item in reported}
-    tasks = list(Task.objects.filter(node=node, state__in=ACTIVE).select_related("job"))
+    new = [t for t in node.tasks
+           if t.state == TaskState.ASSIGNED and not t.stop_reason and (t.job_id, t.rank, t.attempt) not in known]
     lease_s = settings.MLQ_AGENT_LEASE_S
     return {
         "lease_s": lease_s,
         "lease_until": (now + timedelta(seconds=lease_s)).isoformat(),
         "heartbeat_interval_s": settings.MLQ_HEARTBEAT_INTERVAL_S,
-        "highest_epoch": SchedulerLease.objects.values_list("epoch", flat=True).first() or 0,
-        "assignments": [assignment(t) for t in tasks
-                        if t.state == TaskState.ASSIGNED and not t.stop_reason
-                        and (t.job_id, t.rank, t.attempt) not in known],
+        "highest_epoch": current_epoch(),
+        "assignments": assignments(node, new),
         "signals": [{"job_id": t.job_id, "rank": t.rank, "attempt": t.attempt, "signal": t.stop_signal,
-                     "reason": t.stop_reason} for t in tasks if t.stop_signal],
+                     "reason": t.stop_reason} for t in node.tasks if t.stop_signal],
         "kill": stale,
     }
+
+
+def assignments(node: NodeView, rows: list[TaskRow]) -> list[dict]:
+    if not rows:
+        return []
+    tasks = Task.objects.filter(node_id=node.id, state=TaskState.ASSIGNED).select_related("job")
+    wanted = {(r.job_id, r.rank, r.attempt) for r in rows}
+    return [assignment(t) for t in tasks if (t.job_id, t.rank, t.attempt) in wanted]
 
 
 def assignment(task: Task) -> dict:

@@ -12,13 +12,14 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 
 from django.urls import re_path  # noqa: E402
 
+from mlqueue.fastlane import HeartbeatLane  # noqa: E402
 from mlqueue.routing import agent_websocket_urlpatterns, websocket_urlpatterns  # noqa: E402
 
 browser_sockets = AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns)))
 
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        "http": HeartbeatLane(django_asgi_app),
         "websocket": URLRouter([*agent_websocket_urlpatterns, re_path(r"", browser_sockets)]),
     }
 )

@@ -96,7 +96,12 @@ TEMPLATES = [
 # --- Database: Postgres in tests and production, a SQLite file when embedded.
 DATABASE_URL = os.environ.get("DATABASE_URL", "")
 if DATABASE_URL:
-    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)}
+    # A connection pool per process (psycopg_pool): under ASGI, requests run in varying
+    # threads, so Django's persistent connections would reconnect on nearly every request.
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
+    if env_bool("MLQ_DB_POOL", True):
+        DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+            "min_size": env_int("MLQ_DB_POOL_MIN", 1), "max_size": env_int("MLQ_DB_POOL_MAX", 10), "timeout": 10}
 else:
     VAR_DIR.mkdir(parents=True, exist_ok=True)
     DATABASES = {

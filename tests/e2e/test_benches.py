@@ -30,3 +30,11 @@ def test_latency_bench_measures_every_job():
                         "postgres://postgres@127.0.0.1:5432/mlqueue_bench_smoke", "--redis-url",
                         "redis://127.0.0.1:6379/13")
     assert figures["jobs"] == 20 and 0 < figures["p50_ms"] <= figures["p99_ms"] <= figures["max_ms"]
+
+
+def test_heartbeat_bench_measures_the_web_tier():
+    figures = run_bench("bench/heartbeats.py", "--nodes", "50", "--seconds", "2", "--web", "1", "--clients", "1",
+                        "--connections", "2", "--database-url",
+                        "postgres://postgres@127.0.0.1:5432/mlqueue_bench_hb_smoke", "--redis-url",
+                        "redis://127.0.0.1:6379/10")
+    assert figures["heartbeats"] > 0 and figures["errors"] == 0

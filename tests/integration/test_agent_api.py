@@ -3,7 +3,6 @@ node tokens that act only for their node; admin drain; the leader's failure dete
 from datetime import datetime, timedelta, timezone as dt_timezone
 
 import pytest
-from django.core.cache import cache
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
@@ -24,7 +23,7 @@ INVENTORY = {"zone": "z1", "rack": "z1-r1", "gpu_type": "H100", "gpu_count": 8, 
 @pytest.fixture(autouse=True)
 def agent_settings(settings):
     settings.MLQ_AGENT_JOIN_TOKEN = JOIN
-    cache.clear()
+    liveness.forget_all()
 
 
 def agent(name: str, inventory: dict | None = None) -> APIClient:
