@@ -28,15 +28,13 @@ KNOWN_TYPES = ("H200", "H100", "A100", "L40S", "L4", "A10G", "V100", "T4")
 
 
 def gpu_type_from_name(name: str) -> str:
-    """"NVIDIA H100 80GB HBM3" -> "H100"; an unknown model keeps its last word."""
-    upper = name.upper()
+    """"NVIDIA H100 80GB HBM3" -> "H100"; an unknown model keeps its whole name, dashed
+    ("NVIDIA RTX 6000 Ada Generation" -> "RTX-6000-ADA-GENERATION"): set --gpu-type to taste."""
+    words = name.upper().replace("-", " ").split()
     for known in KNOWN_TYPES:
-        if known in upper.replace("-", " ").split():
+        if known in words:
             return known
-    for known in KNOWN_TYPES:
-        if known in upper:
-            return known
-    return upper.split()[-1]
+    return "-".join(w for w in words if w not in ("NVIDIA", "TESLA"))
 
 
 def memory_gb() -> int:

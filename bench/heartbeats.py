@@ -8,8 +8,8 @@ heartbeats (the common case: most nodes report no change) over keep-alive connec
 round-robin over the nodes and the web processes: as fast as the web tier answers, or at a
 fixed `--rate` per second (what the fleet would send: the planning figure is 2,500 machines
 every 5 s = 500/s). Prints one JSON line: heartbeats per second, latency p50/p99, errors.
-The load generator and the web tier share this machine's cores: a closed-loop run measures
-both together, so the fixed-rate run is the one that answers "does it keep up?".
+The load generator and the web tier share this machine's cores, so the line also gives the web
+processes' own CPU per heartbeat (from /proc) and the cores 500/s would take at that cost.
 """
 import argparse
 import http.client
@@ -101,6 +101,12 @@ def connection_loop(port: int, nodes: list[tuple[str, str]], seconds: float, rat
     results.append((len(latencies), errors, latencies))
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU a process has used (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def nearest_rank(values: list[float], percentile: float) -> float:
     ordered = sorted(values)
     return ordered[max(1, math.ceil(percentile / 100 * len(ordered))) - 1]
@@ -123,6 +129,7 @@ def main(argv=None) -> None:
                              "mlqueue.asgi:application"], cwd=ROOT, env=env) for port in ports]
     try:
         time.sleep(3)
+        cpu_before = sum(cpu_seconds(proc.pid) for proc in web)
         queue = multiprocessing.Queue()
         share = [nodes[i::args.clients] for i in range(args.clients)]
         per_client = args.rate / args.clients if args.rate else 0.0
@@ -133,6 +140,7 @@ def main(argv=None) -> None:
         results = [queue.get() for _ in workers]
         for worker in workers:
             worker.join()
+        web_cpu = sum(cpu_seconds(proc.pid) for proc in web) - cpu_before
     finally:
         for proc in web:
             proc.terminate()
@@ -145,6 +153,9 @@ def main(argv=None) -> None:
         "seconds": args.seconds, "heartbeats": total, "heartbeats_per_s": round(total / args.seconds, 1),
         "p50_ms": round(statistics.median(latencies), 1), "p99_ms": round(nearest_rank(latencies, 99), 1),
         "errors": sum(errors for _, errors, _ in results),
+        # The web tier's own CPU per heartbeat, and the cores 500/s would take at that cost.
+        "web_cpu_ms_per_heartbeat": round(web_cpu * 1000 / max(total, 1), 2),
+        "web_cores_for_500_per_s": round(web_cpu / max(total, 1) * 500, 2),
     }))
 
 
