@@ -198,6 +198,7 @@ class AgentEvents(AgentView):
                                      signal=event["signal"])
         elif event["type"] == "checkpoint":
             reports.do_report_checkpoint(job_id=job_id, attempt=attempt)
-        elif event["data"]:
+        elif event["data"] and event["offset"] < settings.MLQ_MAX_LOG_CHARS:
+            # Past the cap the rest of a stream is dropped: the agent keeps the whole file.
             logs.append(TaskLog(job_id=job_id, rank=rank, attempt=attempt, stream=event["stream"],
                                 offset=event["offset"], text=event["data"]))

@@ -219,4 +219,4 @@ MLQ_HEARTBEAT_INTERVAL_S = float(os.environ.get("MLQ_HEARTBEAT_INTERVAL_S", "5")
 MLQ_AGENT_LEASE_S = float(os.environ.get("MLQ_AGENT_LEASE_S", "20"))
 MLQ_SUSPECT_AFTER_S = 3 * MLQ_HEARTBEAT_INTERVAL_S
 MLQ_LOST_MARGIN_S = float(os.environ.get("MLQ_LOST_MARGIN_S", "10"))
-MLQ_MAX_LOG_CHUNK_BYTES = 64 * 1024
+MLQ_MAX_LOG_CHARS = env_int("MLQ_MAX_LOG_CHARS", 10_000_000)  # per task attempt and stream, in Postgres
