@@ -3,9 +3,13 @@ by session; agent sockets (no browser, no Origin) by their node token."""
 from django.urls import path
 
 from agents.consumers import AgentWakeConsumer
+from scheduling.consumers import JobsConsumer
 
 agent_websocket_urlpatterns = [
     path("ws/agents/<str:name>/", AgentWakeConsumer.as_asgi()),
 ]
 
-websocket_urlpatterns: list = []
+websocket_urlpatterns = [
+    path("ws/jobs/", JobsConsumer.as_asgi()),
+    path("ws/jobs/<int:job_id>/", JobsConsumer.as_asgi()),
+]

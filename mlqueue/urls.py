@@ -1,9 +1,14 @@
 from django.contrib import admin
+from django.contrib.auth import views as auth_views
 from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from agents import api as agents_api
+from agents import pages as node_pages
 from scheduling import api as jobs_api
+from scheduling import pages as job_pages
+from scheduling import submit_page
+from teams import pages as team_pages
 from scheduling.metrics import metrics_view
 from teams import api as teams_api
 
@@ -32,7 +37,23 @@ api_v1 = [
     endpoint(r"agents/(?P<name>[^/]+)/events", agents_api.AgentEvents.as_view(), "agent-events"),
 ]
 
+pages = [
+    path("", job_pages.queue, name="home"),
+    path("queue/", job_pages.queue, name="queue"),
+    path("jobs/new/", submit_page.page, name="job-new"),
+    path("jobs/<int:job_id>/", job_pages.job_page, name="job-page"),
+    path("jobs/<int:job_id>/panel/", job_pages.job_panel, name="job-panel"),
+    path("jobs/<int:job_id>/log/", job_pages.job_log, name="job-log"),
+    path("jobs/<int:job_id>/cancel/", job_pages.job_cancel, name="job-cancel-page"),
+    path("jobs/<int:job_id>/clone/", job_pages.job_clone, name="job-clone"),
+    path("teams/", team_pages.page, name="teams-page"),
+    path("nodes/", node_pages.page, name="nodes-page"),
+    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+]
+
 urlpatterns = [
+    *pages,
     path("api/v1/", include(api_v1)),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),

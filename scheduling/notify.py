@@ -38,11 +38,19 @@ def _publish(reason: str) -> None:
         log.warning("could not wake the scheduler (%s); it will tick", exc)
 
 
-def jobs_changed(job_ids, *, kind: str = "job.changed") -> None:
-    """Tell WebSocket views which jobs changed (after commit)."""
+def jobs_changed(job_ids) -> None:
+    """Tell WebSocket views which jobs changed (after commit), with each job's team so a
+    consumer can keep to what its user may see without a query."""
     ids = sorted(set(job_ids))
     if ids:
-        transaction.on_commit(lambda: _group_send({"type": kind.replace(".", "_"), "job_ids": ids}))
+        transaction.on_commit(lambda: _send_changed(ids))
+
+
+def _send_changed(ids: list[int]) -> None:
+    from scheduling.models import Job
+
+    teams = dict(Job.objects.filter(pk__in=ids).values_list("id", "team_id"))
+    _group_send({"type": "jobs.changed", "jobs": [[job_id, teams.get(job_id)] for job_id in ids]})
 
 
 def _group_send(message: dict, group: str = JOBS_GROUP) -> None:

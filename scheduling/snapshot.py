@@ -29,15 +29,15 @@ def ts(moment) -> float | None:
 
 
 def build_view(*, now, config: core.PolicyConfig | None = None) -> StoreView:
-    nodes, node_ids = _nodes()
-    running = _running(now)
+    nodes, node_ids = load_nodes()
+    running = load_running(now)
     pending, reasons = _pending()
     snapshot = core.ClusterSnapshot(tuple(nodes), tuple(running), tuple(pending), _teams(), now.timestamp(),
                                     config or core.PolicyConfig())
     return StoreView(snapshot, node_ids, reasons)
 
 
-def _nodes() -> tuple[list[core.Node], dict[str, int]]:
+def load_nodes() -> tuple[list[core.Node], dict[str, int]]:
     found, ids = [], {}
     fields = ("id", "name", "zone", "rack", "gpu_type", "gpu_count", "cpu_count", "memory_gb", "labels", "state")
     for row in Node.objects.values(*fields):
@@ -47,7 +47,7 @@ def _nodes() -> tuple[list[core.Node], dict[str, int]]:
     return found, ids
 
 
-def _running(now) -> list[core.RunningJob]:
+def load_running(now) -> list[core.RunningJob]:
     tasks = defaultdict(list)
     stopping: dict[int, int | None] = {}
     began: dict[int, float] = {}

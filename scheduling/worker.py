@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import redis
 from django.conf import settings
+from django.core.cache import cache
 from django.db import DatabaseError, close_old_connections, connections
 from django.utils import timezone
 
@@ -59,11 +60,28 @@ def _run_pass(*, epoch: int, now=None) -> PassReport:
                     settings.MLQ_FAULT_APPLY_DELAY_S, epoch)
         time.sleep(settings.MLQ_FAULT_APPLY_DELAY_S)
     applied = apply_decisions(decisions, view, epoch=epoch, now=now)
+    publish_queue_order(decisions.order)
     elapsed_ms = (time.perf_counter() - started) * 1000
     with fenced(epoch):
         SchedulerLease.objects.filter(pk=1, epoch=epoch).update(last_pass_ms=elapsed_ms, last_pass_at=now)
     metrics.record_pass(decisions, applied, elapsed_ms, epoch, view.snapshot)
     return PassReport(epoch, elapsed_ms, swept, applied, len(view.snapshot.pending), applied.placed, applied.preempted)
+
+
+QUEUE_ORDER_KEY = "mlq:queue-order"
+
+
+def publish_queue_order(order) -> None:
+    """The pass's queue order (pending job ids, first first), for the queue page's positions.
+    Best effort, in the cache: a page that finds none shows no positions."""
+    try:
+        cache.set(QUEUE_ORDER_KEY, list(order), 600)
+    except Exception as exc:  # the cache is down: positions are a nicety, the pass is not
+        log.warning("could not publish the queue order (%s)", exc)
+
+
+def queue_positions() -> dict[int, int]:
+    return {job_id: index + 1 for index, job_id in enumerate(cache.get(QUEUE_ORDER_KEY) or [])}
 
 
 class Waker:

@@ -91,13 +91,16 @@ class CapacityExplainer:
         self.matching: dict[tuple, tuple[list[Slot], int, int]] = {}
 
     def explain(self, job: PendingJob) -> PendingReason:
-        key = (job.shape.key(), job.shape.tasks)
+        return self.explain_shape(job.shape)
+
+    def explain_shape(self, shape: JobShape) -> PendingReason:
+        key = (shape.key(), shape.tasks)
         if key not in self.memo:
-            self.memo[key] = self._explain(job.shape)
+            self.memo[key] = self._explain(shape)
         return self.memo[key]
 
     def _explain(self, shape: JobShape) -> PendingReason:
-        histogram, fit = self._histogram(shape)
+        histogram, fit = self.node_histogram(shape)
         summary = f"{fit}/{len(self.nodes)} nodes fit a task: " + ", ".join(f"{n} {why}" for why, n in histogram)
         matching, free, total = self._matching(shape)
         if not matching:
@@ -108,7 +111,7 @@ class CapacityExplainer:
         return PendingReason(ReasonCode.INSUFFICIENT_CAPACITY,
                              f"needs {shape.units} {shape.unit_name}; {free} of {total} free ({summary})", histogram)
 
-    def _histogram(self, shape: JobShape) -> tuple[tuple[tuple[str, int], ...], int]:
+    def node_histogram(self, shape: JobShape) -> tuple[tuple[tuple[str, int], ...], int]:
         """Nodes by why they cannot take one task: another class, not READY, too little free
         room (read off the free-room index, not node by node), then labels, CPUs, memory."""
         counts: Counter[str] = Counter(self._not_ready(shape.resource_class))

@@ -1,0 +1,45 @@
+"""What would let a waiting job start sooner: the same job reshaped, tried against the cluster
+as it is now. Each suggestion is one change a user can make to the spec."""
+from dataclasses import replace
+
+from scheduling.core.model import JobShape, Topology
+from scheduling.core.placement import plan
+from scheduling.core.state import ClusterState
+
+
+def fits_now(state: ClusterState, shape: JobShape) -> bool:
+    return plan(state, shape) is not None
+
+
+def suggestions(state: ClusterState, shape: JobShape, gpu_types: list[str], *, most: int = 4) -> list[str]:
+    """Spec changes under which the job would fit on the free room right now, in the order a
+    user would least mind: smaller tasks, a looser topology, another GPU type, fewer GPUs."""
+    found = []
+    for change, reshaped in _variants(shape, gpu_types):
+        if fits_now(state, reshaped):
+            found.append(change)
+        if len(found) == most:
+            break
+    return found
+
+
+def _variants(shape: JobShape, gpu_types: list[str]):
+    if shape.gpu_type:
+        per_task = shape.gpus_per_task // 2
+        while per_task >= 1:
+            if shape.gpu_count % per_task == 0:
+                yield (f"fits now with {per_task} GPUs per task ({shape.gpu_count // per_task} tasks)",
+                       replace(shape, gpus_per_task=per_task, tasks=shape.gpu_count // per_task))
+                break
+            per_task //= 2
+    if shape.topology == Topology.REQUIRE_SAME_RACK:
+        yield "fits now with topology_hint prefer_same_rack", replace(shape, topology=Topology.PREFER_SAME_RACK)
+    if shape.node_selector:
+        yield "fits now without its node_selector", replace(shape, node_selector={})
+    for other in gpu_types:
+        if shape.gpu_type and other != shape.gpu_type:
+            yield f"fits now on {other}", replace(shape, gpu_type=other)
+    if shape.tasks > 1:
+        fewer = shape.tasks // 2
+        yield (f"fits now with {fewer * shape.units_per_task} {shape.unit_name} ({fewer} tasks)",
+               replace(shape, tasks=fewer))

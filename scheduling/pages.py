@@ -1,0 +1,97 @@
+"""The pages people use: the live queue and the job page. Thin views over selectors and
+services; fragments are served to htmx for live refreshes."""
+import yaml
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+from rest_framework.exceptions import APIException
+
+from agents.models import TaskLog
+from scheduling import services
+from scheduling.explanations import explain_job
+from scheduling.models import Job, Priority, TaskState
+from scheduling.queue import SORTS, QueueQuery, queue_page
+from scheduling.selectors import visible_jobs
+from teams.models import Team
+from teams.selectors import is_site_admin, team_ids_of
+
+
+def _visible_team_names(user) -> list[str]:
+    teams = Team.objects.all() if is_site_admin(user) else Team.objects.filter(pk__in=team_ids_of(user))
+    return list(teams.order_by("name").values_list("name", flat=True))
+
+
+@login_required
+def queue(request):
+    query = QueueQuery.from_params(request.GET)
+    rows, page = queue_page(request.user, query)
+    context = {"rows": rows, "page": page, "query": query, "sorts": SORTS, "section": "queue",
+               "states": ["active", "all", *TaskState.values], "priorities": Priority.values,
+               "teams": _visible_team_names(request.user), "querystring": request.GET.urlencode()}
+    template = "scheduling/queue_table.html" if request.headers.get("HX-Request") else "scheduling/queue.html"
+    return render(request, template, context)
+
+
+def _job_for(request, job_id: int) -> Job:
+    return get_object_or_404(visible_jobs(request.user), pk=job_id)
+
+
+@login_required
+def job_page(request, job_id: int):
+    job = _job_for(request, job_id)
+    context = {**_panel_context(job), "section": "queue",
+               "spec_yaml": yaml.safe_dump(job.spec, sort_keys=False, default_flow_style=None)}
+    return render(request, "scheduling/job.html", context)
+
+
+@login_required
+def job_panel(request, job_id: int):
+    return render(request, "scheduling/job_panel.html", _panel_context(_job_for(request, job_id)))
+
+
+def _panel_context(job: Job) -> dict:
+    return {
+        "job": job,
+        "tasks": job.tasks.select_related("node").order_by("rank"),
+        "events": job.events.order_by("-created_at", "-id")[:200],
+        "why": explain_job(job) if job.state == TaskState.PENDING else None,
+        "ranks": range(job.task_count),
+        "can_cancel": job.state in (TaskState.PENDING, TaskState.ASSIGNED, TaskState.RUNNING, TaskState.FAILED)
+        and not (job.state == TaskState.FAILED and job.failure_class),
+    }
+
+
+@login_required
+def job_log(request, job_id: int):
+    """The tail of one rank's log (its latest attempt), re-fetched every few seconds."""
+    job = _job_for(request, job_id)
+    try:
+        rank = int(request.GET.get("rank", 0))
+    except ValueError:
+        rank = 0
+    stream = request.GET.get("stream") if request.GET.get("stream") in ("stdout", "stderr") else "stdout"
+    chunks = TaskLog.objects.filter(job=job, rank=rank, stream=stream)
+    attempt = chunks.order_by("-attempt").values_list("attempt", flat=True).first()
+    text = "".join(chunks.filter(attempt=attempt).order_by("offset").values_list("text", flat=True)) if attempt else ""
+    return render(request, "scheduling/job_log.html", {"job": job, "rank": rank, "stream": stream,
+                                                        "attempt": attempt, "tail": text[-20000:]})
+
+
+@login_required
+@require_POST
+def job_cancel(request, job_id: int):
+    job = _job_for(request, job_id)
+    try:
+        services.do_cancel_job(job=job, user=request.user, reason=request.POST.get("reason", "")[:500])
+        messages.success(request, f"Job {job.pk} is being cancelled.")
+    except APIException as exc:
+        messages.error(request, str(exc.detail))
+    return redirect("job-page", job_id=job.pk)
+
+
+@login_required
+def job_clone(request, job_id: int):
+    job = _job_for(request, job_id)
+    return redirect(reverse("job-new") + f"?clone={job.pk}")
