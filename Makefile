@@ -14,6 +14,7 @@ $(INSTALLED): pyproject.toml
 
 services:
 	@bash .ci/services
+	@bash .ci/browser
 
 test: $(INSTALLED) services
 	$(BIN)/python -m pytest

@@ -152,6 +152,9 @@ USE_TZ = True
 STATIC_URL = "/static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = Path(os.environ.get("STATIC_ROOT", BASE_DIR / "staticfiles"))
+# Django serves /static/ itself only when asked (development, tests, a single-machine demo);
+# production runs `collectstatic` and lets the reverse proxy serve STATIC_ROOT.
+MLQ_SERVE_STATIC = env_bool("MLQ_SERVE_STATIC", DEBUG)
 
 # Submissions are small JSON documents; anything larger is a mistake or an attack.
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("MLQ_MAX_BODY_BYTES", 256 * 1024)

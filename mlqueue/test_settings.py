@@ -3,6 +3,9 @@ import os
 
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/mlqueue")
 os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/15")
+# The test process opens and drops its database: pooled sessions would keep it busy. (The
+# processes the end-to-end tests start use the pool, as production does.)
+os.environ.setdefault("MLQ_DB_POOL", "0")
 
 from mlqueue.settings import *  # noqa: E402,F403
 

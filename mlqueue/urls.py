@@ -1,4 +1,6 @@
+from django.conf import settings
 from django.contrib import admin
+from django.contrib.staticfiles.views import serve as serve_static
 from django.contrib.auth import views as auth_views
 from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
@@ -60,3 +62,6 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("metrics", metrics_view, name="metrics"),
 ]
+
+if settings.MLQ_SERVE_STATIC:
+    urlpatterns.append(re_path(r"^static/(?P<path>.*)$", serve_static, {"insecure": True}))

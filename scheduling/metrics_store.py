@@ -12,7 +12,7 @@ ACTIVE = (TaskState.ASSIGNED, TaskState.RUNNING)
 def cluster_gauges():
     """(name, help, label names, [(label values, value)]) for each gauge."""
     yield "mlqueue_pending_jobs", "Pending jobs by reason", ["reason"], _pending_by_reason()
-    gpus, fragmentation = _gpus_by_state()
+    gpus, fragmentation = gpus_by_state()
     yield "mlqueue_gpus", "GPUs by resource class and state", ["resource_class", "state"], gpus
     yield ("mlqueue_fragmentation_ratio", "Free GPUs not on a wholly free READY node, over all free GPUs",
            ["resource_class"], fragmentation)
@@ -27,7 +27,7 @@ def _pending_by_reason():
     return [((row["pending_reason_code"] or "NOT_YET_SCHEDULED",), row["n"]) for row in rows]
 
 
-def _gpus_by_state():
+def gpus_by_state():
     used = defaultdict(int)
     for node_id, gpus in Task.objects.filter(state__in=ACTIVE, node__isnull=False).values_list("node_id",
                                                                                                "gpu_indices"):

@@ -229,6 +229,8 @@ class JobEvent(models.Model):
             models.Index(fields=["job", "created_at"], name="event_job_time_idx"),
             models.Index(fields=["team", "created_at"], name="event_team_time_idx"),
             models.Index(fields=["node", "created_at"], name="event_node_time_idx"),
+            # The admin console's recent preemptions and failures.
+            models.Index(fields=["kind", "-created_at"], name="event_kind_time_idx"),
         ]
 
     def __str__(self) -> str:

@@ -14,13 +14,8 @@ from scheduling.explanations import explain_job
 from scheduling.models import Job, Priority, TaskState
 from scheduling.queue import SORTS, QueueQuery, queue_page
 from scheduling.selectors import visible_jobs
-from teams.models import Team
-from teams.selectors import is_site_admin, team_ids_of
-
-
-def _visible_team_names(user) -> list[str]:
-    teams = Team.objects.all() if is_site_admin(user) else Team.objects.filter(pk__in=team_ids_of(user))
-    return list(teams.order_by("name").values_list("name", flat=True))
+from scheduling.spec import SPEC_FIELD_ORDER
+from teams.selectors import visible_team_names
 
 
 @login_required
@@ -29,9 +24,15 @@ def queue(request):
     rows, page = queue_page(request.user, query)
     context = {"rows": rows, "page": page, "query": query, "sorts": SORTS, "section": "queue",
                "states": ["active", "all", *TaskState.values], "priorities": Priority.values,
-               "teams": _visible_team_names(request.user), "querystring": request.GET.urlencode()}
+               "teams": visible_team_names(request.user), "querystring": request.GET.urlencode()}
     template = "scheduling/queue_table.html" if request.headers.get("HX-Request") else "scheduling/queue.html"
     return render(request, template, context)
+
+
+def spec_yaml(spec: dict) -> str:
+    """The spec as a user would write it: the documented field order, block style."""
+    ordered = {name: spec[name] for name in SPEC_FIELD_ORDER if name in spec}
+    return yaml.safe_dump(ordered, sort_keys=False, default_flow_style=False)
 
 
 def _job_for(request, job_id: int) -> Job:
@@ -41,8 +42,7 @@ def _job_for(request, job_id: int) -> Job:
 @login_required
 def job_page(request, job_id: int):
     job = _job_for(request, job_id)
-    context = {**_panel_context(job), "section": "queue",
-               "spec_yaml": yaml.safe_dump(job.spec, sort_keys=False, default_flow_style=None)}
+    context = {**_panel_context(job), "section": "queue", "spec_yaml": spec_yaml(job.spec)}
     return render(request, "scheduling/job.html", context)
 
 

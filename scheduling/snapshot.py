@@ -32,7 +32,7 @@ def build_view(*, now, config: core.PolicyConfig | None = None) -> StoreView:
     nodes, node_ids = load_nodes()
     running = load_running(now)
     pending, reasons = _pending()
-    snapshot = core.ClusterSnapshot(tuple(nodes), tuple(running), tuple(pending), _teams(), now.timestamp(),
+    snapshot = core.ClusterSnapshot(tuple(nodes), tuple(running), tuple(pending), load_teams(), now.timestamp(),
                                     config or core.PolicyConfig())
     return StoreView(snapshot, node_ids, reasons)
 
@@ -110,7 +110,8 @@ def _unmet_dependencies(job_ids: list[int]) -> dict[int, list[int]]:
     return {job_id: sorted(deps) for job_id, deps in unmet.items()}
 
 
-def _teams() -> tuple[core.Team, ...]:
+def load_teams() -> tuple[core.Team, ...]:
+    """The team tree with each team's quotas, as the core sees it."""
     quotas = defaultdict(dict)
     for row in Quota.objects.values("team_id", "resource_class", "guaranteed", "borrowing_limit", "weight"):
         quotas[row["team_id"]][row["resource_class"]] = core.Quota(row["guaranteed"], row["borrowing_limit"],

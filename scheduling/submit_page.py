@@ -1,8 +1,398 @@
-"""Placeholder while this page is being built (replaced in the same change)."""
-from django.contrib.auth.decorators import login_required
-from django.http import HttpResponse
+"""The submit page (/jobs/new/): every spec field as a plain input, a YAML view of the same
+spec, a dry run, and submit.
 
+The form is read into a spec dict and checked by `check_job_submission`, the API's own
+validation, so the page shows the API's messages, on the input they name. Inputs are named by
+the spec's dotted paths ("resources.gpu_count"), the same paths the API's error "fields" use.
+A blank input is left out of the spec, so the serializer's default applies; that keeps
+form -> YAML -> form lossless. The YAML buttons, the dry run and submit are form posts
+(htmx swaps the form for the first three); the server does every conversion.
+"""
+import re
+from dataclasses import dataclass, field
+from functools import cache
+
+import yaml
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import HttpResponseBadRequest
+from django.shortcuts import redirect, render
+from rest_framework.exceptions import ValidationError
+
+from mlqueue.api_errors import flatten_errors
+from mlqueue.errors import Conflict, FieldPermissionDenied
+from scheduling.core.model import PRIORITIES, Topology
+from scheduling.dryrun import DryRun, dry_run
+from scheduling.selectors import visible_jobs
+from scheduling.services import check_job_submission, do_submit_job
+from scheduling.spec import RESTART_MODES, SPEC_FIELD_ORDER, JobSpecSerializer
+from teams.selectors import visible_team_names
+
+CLONE_NOT_VISIBLE = "job {id} does not exist or is not visible to you; the form starts from the defaults."
+NOT_KEY_VALUE = "line {line}: {text!r} is not KEY=VALUE."
+KEY_TWICE = "line {line}: {key} is given twice."
+YAML_SYNTAX = "YAML syntax error at line {line}, column {column}: {problem}."
+YAML_ALIASES = "YAML anchors and aliases (&, *) are not supported: write the spec out in full."
+NOT_A_MAPPING = "the YAML must be a mapping of spec fields (like the API's JSON object); this one is {kind}."
+NOT_IN_FORM = "{path}: the form cannot hold {value!r} as it is, so it was left out or changed."
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str  # the dotted spec path, which is also the input's name
+    kind: str  # text, choice, int, float, lines (one per line), pairs (KEY=VALUE lines), ids
+    hint: str = ""
+
+
+SECTIONS = (
+    ("Job", (Field("client_job_id", "text", "optional: makes a resubmit idempotent"),
+             Field("name", "text", "defaults to client_job_id or the command"), Field("team", "choice"),
+             Field("image", "text", "registry/image:tag"), Field("command", "lines", "one argument per line"))),
+    ("Resources", (Field("resources.gpu_count", "int"), Field("resources.gpu_type", "choice"),
+                   Field("resources.gpus_per_task", "int", "up to 8"), Field("resources.tasks", "int", "from GPUs"),
+                   Field("resources.cpu_per_rank", "int"), Field("resources.memory_per_rank_gb", "int"),
+                   Field("resources.scratch_disk_gb", "int"))),
+    ("Placement and limits", (Field("topology_hint", "choice"), Field("priority", "choice"),
+                              Field("max_runtime_hours", "float"), Field("grace_period_seconds", "int"),
+                              Field("node_selector", "pairs", "KEY=VALUE per line, e.g. ib=ndr400"))),
+    ("Checkpoint", (Field("checkpoint.path", "text", "empty: no checkpoint"),
+                    Field("checkpoint.interval_minutes", "int"), Field("checkpoint.retain_last_n", "int"))),
+    ("Restart policy", (Field("restart_policy.on_preemption", "choice"),
+                        Field("restart_policy.on_node_failure", "choice"),
+                        Field("restart_policy.max_restarts", "int"), Field("restart_policy.max_retries", "int"))),
+    ("Dependencies and environment", (Field("depends_on", "ids", "job ids, comma-separated"),
+                                      Field("env", "pairs", "KEY=VALUE per line"))),
+)
+# In the spec's own order, so the YAML reads like the API's documented spec.
+FIELDS = sorted((f for _, fields in SECTIONS for f in fields),
+                key=lambda f: SPEC_FIELD_ORDER.index(f.name.split(".")[0]))
+
+
+class FormProblem(ValueError):
+    """An input the form cannot turn into a spec value (the serializer never sees it)."""
+
+
+# --- form text <-> spec values -------------------------------------------------------------
+
+def _text(raw: str) -> str | None:
+    return raw.strip() or None
+
+
+def _number(kind: type):
+    """A parser that passes what is not a number through as the string typed, so the
+    serializer answers as the API would ("must be an integer, not the string 'abc'")."""
+    def parse(raw: str):
+        raw = raw.strip()
+        try:
+            return kind(raw) if raw else None
+        except ValueError:
+            return raw
+    return parse
+
+
+_int, _float = _number(int), _number(float)
+
+
+def _lines(raw: str) -> list[str] | None:
+    lines = [line.strip() for line in raw.split("\n")]
+    while lines and not lines[-1]:
+        lines.pop()
+    return lines or None
+
+
+def _pairs(raw: str) -> dict[str, str] | None:
+    pairs = {}
+    for number, line in enumerate(raw.split("\n"), 1):
+        key, eq, value = (part.strip() for part in line.partition("="))
+        if not eq and key:
+            raise FormProblem(NOT_KEY_VALUE.format(line=number, text=key))
+        if key in pairs:
+            raise FormProblem(KEY_TWICE.format(line=number, key=key))
+        if eq:
+            pairs[key] = value
+    return pairs or None
+
+
+def _ids(raw: str) -> list | None:
+    return [_int(item) for item in re.split(r"[\s,]+", raw) if item] or None
+
+
+def _show(value) -> str:
+    return "" if value is None else str(value)
+
+
+def _show_lines(value) -> str:
+    return "\n".join(map(str, value)) if isinstance(value, list) else _show(value)
+
+
+def _show_pairs(value) -> str:
+    return "\n".join(f"{k}={v}" for k, v in value.items()) if isinstance(value, dict) else _show(value)
+
+
+def _show_ids(value) -> str:
+    return ", ".join(map(str, value)) if isinstance(value, list) else _show(value)
+
+
+# kind -> (form text to spec value, spec value to form text)
+KINDS = {
+    "text": (_text, _show), "choice": (_text, _show), "int": (_int, _show), "float": (_float, _show),
+    "lines": (_lines, _show_lines), "pairs": (_pairs, _show_pairs), "ids": (_ids, _show_ids),
+}
+
+
+def form_to_spec(values: dict[str, str]) -> tuple[dict, dict[str, list[str]]]:
+    """The spec the inputs describe, and the inputs that could not be read at all. Blank
+    inputs are left out; the checkpoint is left out when its path is blank."""
+    spec, problems = {}, {}
+    for f in FIELDS:
+        try:
+            value = KINDS[f.kind][0](values.get(f.name, ""))
+        except FormProblem as exc:
+            problems[f.name] = [str(exc)]
+            continue
+        if value is not None:
+            section, _, leaf = f.name.rpartition(".")
+            (spec.setdefault(section, {}) if section else spec)[leaf] = value
+    if "path" not in spec.get("checkpoint", {}):
+        spec.pop("checkpoint", None)
+    return spec, problems
+
+
+def spec_to_form(spec: dict) -> dict[str, str]:
+    return {f.name: KINDS[f.kind][1](_get(spec, f.name)) for f in FIELDS}
+
+
+def _get(spec: dict, path: str):
+    for part in path.split("."):
+        spec = spec.get(part) if isinstance(spec, dict) else None
+    return spec
+
+
+def _flat(data: dict, prefix: str = "", depth: int = 0) -> dict:
+    """{"resources.gpu_count": 8, "env.A": "1", ...}: two levels, as deep as the spec goes."""
+    out = {}
+    for key, value in data.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict) and value and depth < 1:
+            out.update(_flat(value, f"{path}.", depth + 1))
+        else:
+            out[path] = value
+    return out
+
+
+def _lost_in_form(data: dict, spec: dict) -> list[str]:
+    """What the YAML says that the form cannot show (an unknown field, a list where a number
+    goes): told, rather than silently changed. Empty values are the defaults either way."""
+    kept = _flat(spec)
+    return [NOT_IN_FORM.format(path=path, value=value) for path, value in _flat(data).items()
+            if value not in (None, "", [], {}) and (path not in kept or kept[path] != value)]
+
+
+def _dump(spec: dict) -> str:
+    return yaml.safe_dump(spec, sort_keys=False, allow_unicode=True)
+
+
+def _load_yaml(text: str) -> tuple[dict | None, str]:
+    """The YAML as a spec mapping, or why not. Aliases are refused: the API takes JSON, and
+    a few lines of nested aliases expand beyond any limit."""
+    try:
+        if any(isinstance(token, yaml.AliasToken) for token in yaml.scan(text)):
+            return None, YAML_ALIASES
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        return None, _yaml_error(exc)
+    if not isinstance(data, dict):
+        return None, NOT_A_MAPPING.format(kind="empty" if data is None else f"a {type(data).__name__}")
+    return data, ""
+
+
+def _yaml_error(exc: yaml.YAMLError) -> str:
+    mark = getattr(exc, "problem_mark", None)
+    if mark is None:
+        return f"YAML error: {exc}"
+    return YAML_SYNTAX.format(line=mark.line + 1, column=mark.column + 1, problem=exc.problem)
+
+
+# --- what the page shows ------------------------------------------------------------------
+
+@dataclass
+class SubmitState:
+    values: dict[str, str]
+    yaml: str = ""
+    errors: dict[str, list[str]] = field(default_factory=dict)  # dotted path -> messages
+    yaml_errors: list[str] = field(default_factory=list)
+    alerts: list[str] = field(default_factory=list)  # about the whole job (a 409)
+    dry_run: DryRun | None = None
+    dry_run_ran: bool = False
+
+
+@dataclass(frozen=True)
+class BoundField:
+    """One input as the template draws it."""
+
+    name: str
+    kind: str
+    value: str
+    errors: list[str]
+    choices: list[tuple[str, str]]
+    placeholder: str
+
+    @property
+    def id(self) -> str:
+        return "f-" + self.name.replace(".", "-")
+
+    @property
+    def label(self) -> str:
+        return self.name.rpartition(".")[2]
+
+    @property
+    def wide(self) -> bool:
+        return self.kind in ("lines", "pairs")
+
+
+def _choices(user) -> dict[str, list[tuple[str, str]]]:
+    modes = [(mode, mode) for mode in RESTART_MODES]
+    return {
+        "team": [(name, name) for name in visible_team_names(user)],
+        "resources.gpu_type": [("", "none (CPU job)"), *((t, t) for t in settings.MLQ_GPU_TYPES)],
+        "topology_hint": [(t.value, t.value) for t in Topology], "priority": [(p, p) for p in PRIORITIES],
+        "restart_policy.on_preemption": modes, "restart_policy.on_node_failure": modes,
+    }
+
+
+@cache
+def _serializer_default(path: str):
+    spec_field = JobSpecSerializer()
+    for part in path.split("."):
+        spec_field = spec_field.fields[part]
+    return spec_field.default
+
+
+def _default_text(name: str) -> str:
+    """The serializer's default for a blank input, when it is a plain value worth showing."""
+    default = _serializer_default(name)
+    return str(default) if isinstance(default, (int, float, str)) else ""
+
+
+def _errors_for(name: str, errors: dict[str, list[str]]) -> list[str]:
+    """An input's messages: its own path's, then those of paths below it ("env.A",
+    "depends_on.0"), prefixed with the part below."""
+    below = [f"{path[len(name) + 1:]}: {message}" for path, found in errors.items()
+             if path.startswith(name + ".") for message in found]
+    return [*errors.get(name, []), *below]
+
+
+def _bind(f: Field, state: SubmitState, choices: dict) -> BoundField:
+    value = state.values.get(f.name, "")
+    options = choices.get(f.name, [])
+    default = _default_text(f.name)
+    if f.kind == "choice" and value not in (v for v, _ in options):
+        # Keep what the YAML or a clone said, even a value the API will refuse.
+        options = [*options, (value, value or (f"default ({default})" if default else "(not set)"))]
+    return BoundField(f.name, f.kind, value, _errors_for(f.name, state.errors), options, f.hint or default)
+
+
+def _render(request, state: SubmitState):
+    choices = _choices(request.user)
+    context = {
+        "section": "submit", "state": state,
+        "sections": [(title, [_bind(f, state, choices) for f in fields]) for title, fields in SECTIONS],
+        "summary": [f"{path}: {message}" for path, found in state.errors.items() for message in found],
+    }
+    template = "scheduling/submit_form.html" if request.headers.get("HX-Request") else "scheduling/submit.html"
+    return render(request, template, context)
+
+
+# --- the view -------------------------------------------------------------------------------
 
 @login_required
-def page(request, *args, **kwargs):
-    return HttpResponse("under construction")
+def page(request):
+    if request.method != "POST":
+        values = _clone_values(request) or _default_values(request.user)
+        return _render(request, SubmitState(values, yaml=_dump(form_to_spec(values)[0])))
+    action = ACTIONS.get(request.POST.get("action", ""))
+    if action is None:
+        return HttpResponseBadRequest("unknown action")
+    state = SubmitState({f.name: request.POST.get(f.name, "") for f in FIELDS}, yaml=request.POST.get("yaml", ""))
+    return action(request, state)
+
+
+def _default_values(user) -> dict[str, str]:
+    teams = visible_team_names(user)
+    values = dict.fromkeys((f.name for f in FIELDS), "")
+    values.update({"team": teams[0] if teams else "", "resources.gpu_count": "1",
+                   "resources.gpu_type": settings.MLQ_GPU_TYPES[0], "max_runtime_hours": "24"})
+    for name in ("topology_hint", "priority", "grace_period_seconds", "restart_policy.on_preemption",
+                 "restart_policy.on_node_failure", "restart_policy.max_restarts", "restart_policy.max_retries"):
+        values[name] = str(_serializer_default(name))
+    return values
+
+
+def _clone_values(request) -> dict[str, str] | None:
+    """The form of a job the user may see, as a new job: no client_job_id, name "... (copy)"."""
+    job_id = request.GET.get("clone")
+    if job_id is None:
+        return None
+    job = visible_jobs(request.user).filter(pk=job_id).first() if re.fullmatch(r"[0-9]{1,18}", job_id) else None
+    if job is None:
+        messages.error(request, CLONE_NOT_VISIBLE.format(id=job_id))
+        return None
+    values = spec_to_form(job.spec)
+    values.update({"client_job_id": "", "name": f"{job.spec['name']} (copy)"})
+    return values
+
+
+def _check(user, state: SubmitState):
+    """The API's validation of the form's spec, plus the inputs the form could not read;
+    errors land in state.errors keyed by dotted path. Returns (team, spec) if all is well."""
+    spec, state.errors = form_to_spec(state.values)
+    try:
+        checked = check_job_submission(user=user, data=spec)
+    except ValidationError as exc:
+        found = flatten_errors(exc.detail)
+    except FieldPermissionDenied as exc:
+        found = {exc.field: [str(exc.detail)]}
+    else:
+        return None if state.errors else checked
+    for path, found_messages in found.items():
+        state.errors.setdefault(path, []).extend(found_messages)
+    return None
+
+
+def _to_yaml(request, state: SubmitState):
+    state.yaml = _dump(form_to_spec(state.values)[0])
+    return _render(request, state)
+
+
+def _from_yaml(request, state: SubmitState):
+    data, error = _load_yaml(state.yaml)
+    if data is None:
+        state.yaml_errors = [error]
+    else:
+        state.values = spec_to_form(data)
+        state.yaml_errors = _lost_in_form(data, form_to_spec(state.values)[0])
+    return _render(request, state)
+
+
+def _dry_run(request, state: SubmitState):
+    checked = _check(request.user, state)
+    state.dry_run_ran = True
+    state.dry_run = dry_run(checked[1]) if checked else None
+    return _render(request, state)
+
+
+def _submit(request, state: SubmitState):
+    checked = _check(request.user, state)
+    if checked is None:
+        return _render(request, state)
+    try:
+        job, created = do_submit_job(user=request.user, team=checked[0], spec=checked[1])
+    except Conflict as exc:
+        state.alerts.append(str(exc.detail))
+        return _render(request, state)
+    messages.success(request, f"Job {job.pk} submitted" if created else f"Job {job.pk} already existed")
+    return redirect("job-page", job_id=job.pk)
+
+
+ACTIONS = {"to_yaml": _to_yaml, "from_yaml": _from_yaml, "dry_run": _dry_run, "submit": _submit}

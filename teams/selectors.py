@@ -45,3 +45,9 @@ def roles_of(user) -> dict[str, str]:
 
 def teams_with_children() -> QuerySet[Team]:
     return Team.objects.select_related("parent").prefetch_related("quotas")
+
+
+def visible_team_names(user) -> list[str]:
+    """The teams whose jobs a user may see and submit to (admins: all), by name."""
+    teams = Team.objects.all() if is_site_admin(user) else Team.objects.filter(pk__in=team_ids_of(user))
+    return list(teams.order_by("name").values_list("name", flat=True))

@@ -9,7 +9,9 @@ from tests.e2e.processes import Process, scheduler, wait_for
 
 JOIN_TOKEN = "e2e-join-token"
 FAST = {"MLQ_HEARTBEAT_INTERVAL_S": 1, "MLQ_AGENT_LEASE_S": 6, "MLQ_LOST_MARGIN_S": 3,
-        "MLQ_AGENT_JOIN_TOKEN": JOIN_TOKEN, "ALLOWED_HOSTS": "127.0.0.1,localhost", "MLQ_RETRY_BACKOFF_BASE_S": 1}
+        "MLQ_AGENT_JOIN_TOKEN": JOIN_TOKEN, "ALLOWED_HOSTS": "127.0.0.1,localhost", "MLQ_RETRY_BACKOFF_BASE_S": 1,
+        # Plain HTTP on loopback: cookies without the Secure flag, or the browser drops them.
+        "SESSION_COOKIE_SECURE": 0, "CSRF_COOKIE_SECURE": 0, "SECURE_HSTS_SECONDS": 0}
 
 
 def free_port() -> int:
@@ -35,13 +37,16 @@ class Cluster:
         return self
 
     def add_agent(self, node: dict, *, server: str | None = None) -> Process:
-        fleet = self.tmp / f"{node['name']}.json"
+        return self.add_fleet([node], name=node["name"], server=server)
+
+    def add_fleet(self, nodes: list[dict], *, name: str = "fleet", server: str | None = None) -> Process:
+        """One agent process running these nodes (as virtual nodes when more than one)."""
+        fleet = self.tmp / f"{name}.json"
         fleet.write_text(json.dumps([{"labels": {}, "address": "127.0.0.1", "cpu_count": 64, "memory_gb": 256,
-                                      "gpu_type": "H100", "gpu_count": 8, **node}]))
+                                      "gpu_type": "H100", "gpu_count": 8, **node} for node in nodes]))
         agent = Process(["-m", "agents.daemon", "--server", server or self.url, "--token", JOIN_TOKEN, "--fleet",
-                         str(fleet), "--workdir", str(self.tmp / "agents")], self.tmp / f"agent-{node['name']}.log",
-                        **FAST)
-        self.agents[node["name"]] = agent
+                         str(fleet), "--workdir", str(self.tmp / "agents")], self.tmp / f"agent-{name}.log", **FAST)
+        self.agents[name] = agent
         self.procs.append(agent)
         return agent
 
@@ -55,6 +60,7 @@ class Cluster:
     def stop(self) -> None:
         for proc in reversed(self.procs):
             proc.stop()
+
 
     def logs(self) -> str:
         return "\n".join(f"--- {p.log_path.name}\n{p.output()[-3000:]}" for p in self.procs)

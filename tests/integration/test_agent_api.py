@@ -10,7 +10,7 @@ from rest_framework.test import APIClient
 
 from agents import liveness
 from agents.failures import detect
-from agents.models import Node, TaskLog
+from agents.models import Node
 from scheduling.models import Job, JobEvent, SchedulerLease, Task
 from scheduling.worker import run_pass
 from tests.conftest import make_spec

@@ -96,7 +96,7 @@ def test_event_log_is_append_only(api):
 
 
 def test_check_deploy_is_clean_with_production_settings():
-    env = {k: v for k, v in os.environ.items() if k not in ("DEBUG", "DJANGO_SETTINGS_MODULE")}
+    env = {k: v for k, v in os.environ.items() if k not in ("DEBUG", "DJANGO_SETTINGS_MODULE", "DJANGO_ALLOW_ASYNC_UNSAFE")}
     env.update(SECRET_KEY="x7Gq2-production-like-secret-key-with-plenty-of-entropy-0xDEADBEEF",
                ALLOWED_HOSTS="mlqueue.example.com", DJANGO_SETTINGS_MODULE="mlqueue.settings",
                DATABASE_URL="postgres://postgres@127.0.0.1:5432/postgres", REDIS_URL="redis://127.0.0.1:6379/0")

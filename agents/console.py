@@ -1,0 +1,156 @@
+"""Reads behind the admin console (/nodes/): every node's GPUs by rack, node states, GPUs and
+fragmentation per class, the scheduler's status, recent preemptions and failures.
+
+Each read is a fixed number of queries whatever the cluster's size: the heatmap re-fetches
+itself every few seconds for every admin who has the page open."""
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+
+from django.utils import timezone
+
+from agents.models import AdminState, Node, NodeState
+from scheduling.api import LEASE_DURATION
+from scheduling.metrics_store import gpus_by_state
+from scheduling.models import EventKind, Job, JobEvent, JobState, SchedulerLease, StopReason, Task, TaskState
+
+ACTIVE = (TaskState.ASSIGNED, TaskState.RUNNING)
+UP = (NodeState.READY, NodeState.CORDONED, NodeState.DRAINING)
+RECENT = 20
+NODE_FIELDS = ("id", "name", "zone", "rack", "gpu_type", "gpu_count", "cpu_count", "state", "state_reason",
+               "admin_state", "reclaim_deadline")
+EVENT_FIELDS = ("id", "created_at", "job_id", "job__name", "job__team__name", "actor_name", "from_state", "to_state",
+                "reason", "message")
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One GPU square: `status` is its CSS class (free, used, reserved, draining, down)."""
+
+    status: str
+    title: str
+
+
+@dataclass
+class NodeLine:
+    name: str
+    state: str
+    reason: str
+    admin_state: str
+    gpu_type: str
+    reclaim_deadline: object
+    cells: list[Cell]
+    cpu_use: str  # "used/total CPUs" on a CPU node, which has no GPU squares
+
+
+@dataclass
+class Rack:
+    zone: str
+    name: str
+    nodes: list[NodeLine] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class GpuClass:
+    resource_class: str
+    free: int
+    used: int
+    unavailable: int
+    fragmentation: float
+
+    @property
+    def percent(self) -> float:
+        return round(self.fragmentation * 100, 1)
+
+
+def racks() -> list[Rack]:
+    """Nodes grouped by zone then rack, each with its GPUs' status: three queries in all."""
+    gpus_held, cpus_used = _usage()
+    reserved = _reservations()
+    grouped: dict[tuple[str, str], Rack] = {}
+    for node in Node.objects.order_by("zone", "rack", "name").values(*NODE_FIELDS):
+        rack = grouped.setdefault((node["zone"], node["rack"]), Rack(node["zone"], node["rack"]))
+        rack.nodes.append(NodeLine(
+            name=node["name"], state=node["state"], reason=node["state_reason"], admin_state=node["admin_state"],
+            gpu_type=node["gpu_type"], reclaim_deadline=node["reclaim_deadline"],
+            cells=_cells(node, gpus_held[node["id"]], reserved.get(node["name"])),
+            cpu_use="" if node["gpu_type"] else f"{cpus_used[node['id']]}/{node['cpu_count']} CPUs"))
+    return list(grouped.values())
+
+
+def _usage() -> tuple[dict[int, dict[int, int]], Counter]:
+    """What the active tasks hold, by node id: GPU index -> job id, and CPUs in use."""
+    gpus, cpus = defaultdict(dict), Counter()
+    rows = Task.objects.filter(state__in=ACTIVE, node__isnull=False).values_list(
+        "node_id", "job_id", "gpu_indices", "job__cpu_per_rank")
+    for node_id, job_id, indices, cpu_per_rank in rows:
+        gpus[node_id].update(dict.fromkeys(indices, job_id))
+        cpus[node_id] += cpu_per_rank
+    return gpus, cpus
+
+
+def _reservations() -> dict[str, int]:
+    """Node name -> the pending job it is reserved for (the oldest, when several are)."""
+    reserved: dict[str, int] = {}
+    rows = Job.objects.filter(state=JobState.PENDING).exclude(reserved_nodes=[]).order_by("id").values_list(
+        "id", "reserved_nodes")
+    for job_id, names in rows:
+        for name in names:
+            reserved.setdefault(name, job_id)
+    return reserved
+
+
+def _cells(node: dict, held: dict[int, int], reserved_for: int | None) -> list[Cell]:
+    return [_cell(index, node, held.get(index), reserved_for) for index in range(node["gpu_count"])]
+
+
+def _cell(index: int, node: dict, job_id: int | None, reserved_for: int | None) -> Cell:
+    """A held GPU is used whatever its node's state; a free one shows why it cannot be used
+    now, the node's condition first (down, draining), then a pending job's reservation."""
+    if job_id is not None:
+        return Cell("used", f"GPU {index}: used by job {job_id}")
+    if node["state"] not in UP:
+        return Cell("down", f"GPU {index}: down (node {node['state']})")
+    if AdminState.DRAINING in (node["state"], node["admin_state"]):
+        return Cell("draining", f"GPU {index}: free, node draining")
+    if reserved_for is not None:
+        return Cell("reserved", f"GPU {index}: reserved for job {reserved_for}")
+    return Cell("free", f"GPU {index}: free")
+
+
+def state_counts(rack_list: list[Rack]) -> list[tuple[str, int]]:
+    """How many nodes are in each state, every state listed, from racks() already read."""
+    counts = Counter(node.state for rack in rack_list for node in rack.nodes)
+    return [(state, counts[state]) for state in NodeState.values]
+
+
+def gpu_classes() -> list[GpuClass]:
+    """Per GPU class, the same numbers /metrics reports: free (on READY nodes), used, the rest
+    unavailable (on nodes taking no new work), and fragmentation."""
+    gpus, fragmentation = gpus_by_state()
+    counts = defaultdict(Counter)
+    for (rclass, state), value in gpus:
+        counts[rclass][state if state in ("free", "used") else "unavailable"] += value
+    return [GpuClass(rclass, counts[rclass]["free"], counts[rclass]["used"], counts[rclass]["unavailable"], ratio)
+            for (rclass,), ratio in fragmentation]
+
+
+def scheduler_status(now=None) -> dict:
+    """The lease row, and its holder as leader only while the lease is live (renewed within
+    the lease's duration); otherwise no one leads and passes have stopped."""
+    lease = SchedulerLease.objects.filter(pk=1).first() or SchedulerLease()
+    alive = lease.renewed_at is not None and (now or timezone.now()) - lease.renewed_at < LEASE_DURATION
+    return {"leader": lease.holder if alive else None, "lease": lease}
+
+
+def recent_preemptions() -> list[dict]:
+    """The victims' stop requests (the preempting job's own STOP_REQUESTED event, with reason
+    PRIORITY or RECLAIM, would list each preemption twice)."""
+    return _recent(JobEvent.objects.filter(kind=EventKind.STOP_REQUESTED, reason=StopReason.PREEMPTED))
+
+
+def recent_failures() -> list[dict]:
+    return _recent(JobEvent.objects.filter(kind=EventKind.TRANSITION, to_state=TaskState.FAILED))
+
+
+def _recent(events) -> list[dict]:
+    return list(events.order_by("-created_at", "-id").values(*EVENT_FIELDS)[:RECENT])

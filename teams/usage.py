@@ -1,0 +1,199 @@
+"""Who holds what of each resource class, against what they are owed: the teams page's numbers.
+
+Shares come from the scheduler's own Ledger (scheduling/core/fairshare.py), fed from an
+aggregate of the active tasks, so the page ranks teams exactly as a pass would. Four queries,
+whatever the number of teams, jobs or tasks.
+"""
+from collections import defaultdict
+from dataclasses import dataclass
+
+from django.db.models import Case, F, Func, IntegerField, Sum, When
+
+from agents.models import Node
+from scheduling.core import model as core
+from scheduling.core.fairshare import Ledger
+from scheduling.models import Task
+from scheduling.snapshot import ACTIVE, load_teams
+from teams.models import ResourceClass, Team
+
+
+class JSONArrayLength(Func):
+    """len() of a JSON array column; Django has no portable one (SQLite and Postgres differ)."""
+
+    function = "JSON_ARRAY_LENGTH"
+    output_field = IntegerField()
+
+    def as_postgresql(self, compiler, connection, **extra_context):
+        return self.as_sql(compiler, connection, function="JSONB_ARRAY_LENGTH", **extra_context)
+
+
+@dataclass(frozen=True)
+class Bar:
+    """Widths in percent of the team's limit (or of its use, if more): for the page's bars."""
+
+    used: str
+    borrowed: str
+    guarantee: str
+
+
+@dataclass(frozen=True)
+class ClassUsage:
+    """One team's standing in one resource class. `borrowed`: held above its guarantee;
+    `lent`: guaranteed but idle while teams at its level borrow at least that much."""
+
+    resource_class: str
+    has_quota: bool
+    guaranteed: int
+    borrowing_limit: int
+    weight: float
+    used: int
+    borrowed: int
+    lent: int
+    share: float
+
+    @classmethod
+    def unused(cls, rclass: str) -> "ClassUsage":
+        """A class the team has no quota for and does not use (yet: a form may be adding it)."""
+        return cls(rclass, False, 0, 0, 1.0, 0, 0, 0, 0.0)
+
+    @property
+    def slug(self) -> str:
+        """The class as it can appear in an HTML id ("gpu:H100" -> "gpu-H100")."""
+        return self.resource_class.replace(":", "-")
+
+    @property
+    def unit(self) -> str:
+        return self.resource_class.removeprefix("gpu:") if self.resource_class != ResourceClass.CPU else "CPU"
+
+    @property
+    def bar(self) -> Bar:
+        limit = self.guaranteed + self.borrowing_limit if self.has_quota else 0
+        scale = max(limit, self.used, 1)
+        within = min(self.used, self.guaranteed)
+        return Bar(*(f"{100 * units / scale:.1f}" for units in (within, self.borrowed, self.guaranteed)))
+
+
+@dataclass(frozen=True)
+class TeamUsage:
+    """A team (or division, counting its teams' use) in every class it has a quota for or uses."""
+
+    id: int
+    name: str
+    parent: str | None
+    depth: int
+    classes: tuple[ClassUsage, ...]
+    shares: tuple[float, ...]  # one per ClusterUsage.classes, in that order
+    dominant_share: float
+
+    def get(self, rclass: str) -> ClassUsage | None:
+        return next((row for row in self.classes if row.resource_class == rclass), None)
+
+    @property
+    def in_use(self) -> list[ClassUsage]:
+        return [row for row in self.classes if row.used]
+
+
+@dataclass(frozen=True)
+class ClusterUsage:
+    classes: tuple[str, ...]
+    capacity: dict[str, int]
+    teams: tuple[TeamUsage, ...]  # depth first: each division, then its teams
+
+    def team(self, name: str) -> TeamUsage | None:
+        return next((team for team in self.teams if team.name == name), None)
+
+    @property
+    def capacities(self) -> list[tuple[str, int]]:
+        return [(rclass, self.capacity.get(rclass, 0)) for rclass in self.classes]
+
+
+def class_order(rclass: str) -> tuple[int, str]:
+    """Known classes in their declared order (H100 first, CPU last), others after by name."""
+    known = ResourceClass.values
+    return (known.index(rclass) if rclass in known else len(known), rclass)
+
+
+def cluster_usage() -> ClusterUsage:
+    teams = list(Team.objects.values("id", "name", "parent__name"))
+    tree = load_teams()
+    quotas = {team.name: team.quotas for team in tree}
+    capacity = _capacity()
+    ledger = Ledger.build(tree, (), capacity)
+    names = {t["id"]: t["name"] for t in teams}
+    for team_id, rclass, units in _active_units():
+        ledger.add(names[team_id], rclass, units)
+    ordered = _depth_first(teams)
+    classes = tuple(sorted(set(capacity) | {rclass for q in quotas.values() for rclass in q}
+                           | {rclass for used in ledger.usage.values() for rclass in used}, key=class_order))
+    borrowed_at = _borrowed_per_level(ledger, ordered)
+    return ClusterUsage(classes, capacity, tuple(
+        _team_usage(ledger, row, depth, classes, borrowed_at) for row, depth in ordered))
+
+
+def _capacity() -> dict[str, int]:
+    """Every node counts, whatever its state: the same capacity a scheduler pass computes."""
+    rows = Node.objects.order_by().values("gpu_type").annotate(gpus=Sum("gpu_count"), cpus=Sum("cpu_count"))
+    return {core.resource_class(row["gpu_type"] or None): row["gpus"] if row["gpu_type"] else row["cpus"]
+            for row in rows}
+
+
+def _active_units() -> list[tuple[int, str, int]]:
+    """(team id, resource class, units held) summed over assigned and running tasks: a GPU
+    task holds its GPU indices, a CPU task its job's CPUs per rank."""
+    units = Case(When(job__gpu_type="", then=F("job__cpu_per_rank")), default=JSONArrayLength("gpu_indices"),
+                 output_field=IntegerField())
+    rows = (Task.objects.filter(state__in=ACTIVE).order_by().values("job__team_id", "job__gpu_type")
+            .annotate(units=Sum(units)))
+    return [(row["job__team_id"], core.resource_class(row["job__gpu_type"] or None), row["units"]) for row in rows]
+
+
+def _depth_first(teams: list[dict]) -> list[tuple[dict, int]]:
+    """Each division, then the teams under it (by name at each level), with their depth."""
+    children = defaultdict(list)
+    for row in sorted(teams, key=lambda t: t["name"]):
+        children[row["parent__name"]].append(row)
+    ordered = []
+
+    def visit(parent: str | None, depth: int) -> None:
+        for row in children[parent]:
+            ordered.append((row, depth))
+            visit(row["name"], depth + 1)
+
+    visit(None, 0)
+    return ordered
+
+
+def _borrowed_per_level(ledger: Ledger, ordered: list[tuple[dict, int]]) -> dict[tuple[int, str], int]:
+    """Units held above guarantees per (depth, class): divisions lend to divisions, teams to
+    teams, so a division's use is not counted again through its teams."""
+    borrowed = defaultdict(int)
+    for row, depth in ordered:
+        for rclass, used in ledger.usage.get(row["name"], {}).items():
+            borrowed[(depth, rclass)] += max(0, used - ledger.guaranteed(row["name"], rclass))
+    return borrowed
+
+
+def _team_usage(ledger: Ledger, row: dict, depth: int, classes: tuple[str, ...],
+                borrowed_at: dict[tuple[int, str], int]) -> TeamUsage:
+    name, used = row["name"], ledger.usage.get(row["name"], {})
+    quotas = ledger.teams[name].quotas
+    mine = sorted(set(quotas) | {rclass for rclass, units in used.items() if units}, key=class_order)
+    return TeamUsage(
+        row["id"], name, row["parent__name"], depth,
+        tuple(_class_usage(ledger, name, rclass, used.get(rclass, 0), borrowed_at[(depth, rclass)]) for rclass in mine),
+        tuple(used.get(rclass, 0) / ledger.entitlement(name, rclass) for rclass in classes),
+        ledger.share(name),
+    )
+
+
+def _class_usage(ledger: Ledger, team: str, rclass: str, used: int, borrowed_at_level: int) -> ClassUsage:
+    """A team with idle guarantee borrows nothing itself, so all of `borrowed_at_level` is
+    others' borrowing: it lends what they borrow, up to what it leaves idle."""
+    quota = ledger.teams[team].quota(rclass)
+    guaranteed = quota.guaranteed if quota else 0
+    idle = max(0, guaranteed - used)
+    return ClassUsage(
+        rclass, quota is not None, guaranteed, quota.borrowing_limit if quota else 0,
+        quota.weight if quota else 1.0, used, max(0, used - guaranteed), min(idle, borrowed_at_level),
+        used / ledger.entitlement(team, rclass),
+    )

@@ -1,0 +1,221 @@
+"""The admin console at /nodes/: site admins only; the GPU heatmap by rack (used, reserved,
+draining, down), cordon / drain / uncordon with a required reason, fragmentation, the
+scheduler's status, recent preemptions and failures, in a bounded number of queries."""
+import itertools
+import re
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from agents.models import Node
+from scheduling import lifecycle
+from scheduling.models import Job, JobEvent, SchedulerLease, Task
+from scheduling.stopping import do_request_stop
+from scheduling.worker import run_pass
+from tests.conftest import make_spec
+
+HTMX = {"HTTP_HX_REQUEST": "true"}
+H100 = "z1-r1-h100-01"
+CLIENT_IDS = itertools.count()
+
+
+@pytest.fixture
+def ops(demo, client):
+    client.login(username="ops", password="demo")
+    return client
+
+
+@pytest.fixture
+def ready(demo):
+    """Every node schedulable (its health left NEW, so the pass's failure detection, which
+    watches heartbeats of READY nodes, leaves it alone)."""
+    SchedulerLease.objects.filter(pk=1).update(epoch=1)
+    Node.objects.update(state="READY")
+
+
+def heartbeating(name: str) -> None:
+    """Healthy for the admin actions: a node's state is its health unless that is READY."""
+    Node.objects.filter(name=name).update(health="READY")
+
+
+def submit(api, **resources) -> int:
+    spec = make_spec(client_job_id=f"console-{next(CLIENT_IDS)}", resources={"gpu_count": 8, **resources})
+    return api("alice").post("/api/v1/jobs", spec, format="json").json()["id"]
+
+
+def place(api, **resources) -> tuple[int, str]:
+    """Submit a GPU job as alice and run a pass; returns the job and the node it landed on."""
+    job_id = submit(api, **resources)
+    run_pass(epoch=1)
+    return job_id, Task.objects.get(job_id=job_id).node.name
+
+
+def node_line(html: str, name: str) -> str:
+    match = re.search(rf'<div class="node" id="node-{re.escape(name)}".*?</div>', html, re.DOTALL)
+    assert match, f"no line for {name}"
+    return match.group(0)
+
+
+def cells(html: str, status: str) -> int:
+    """GPU squares of a status, not counting the legend's (which have no tooltip)."""
+    return html.count(f'class="gpu {status}" title=')
+
+
+def post(client, node: str, action: str, reason: str, **headers):
+    return client.post("/nodes/", {"node": node, "action": action, "reason": reason}, **headers)
+
+
+def test_only_site_admins(demo, client):
+    assert client.get("/nodes/").status_code == 302  # to the login page
+    client.login(username="alice", password="demo")
+    assert client.get("/nodes/").status_code == 403
+    assert client.get("/nodes/?part=heatmap", **HTMX).status_code == 403
+    assert post(client, H100, "drain", "maintenance", **HTMX).status_code == 403
+    assert Node.objects.get(name=H100).state == "NEW"
+    assert not JobEvent.objects.filter(kind="NODE_STATE", node__name=H100).exists()
+
+
+def test_every_node_by_rack_with_its_state(ops):
+    Node.objects.update(state="READY")
+    Node.objects.filter(name="z2-r2-a100-03").update(state="LOST", state_reason="no heartbeat for 30s")
+    html = ops.get("/nodes/").content.decode()
+    racks = re.findall(r'<div class="rack" id="rack-([^"]+)">(.*?)</div>\s*</div>\s*(?=<div class="rack"|</div>)',
+                       html, re.DOTALL)
+    assert [rack for rack, _ in racks] == [f"z{z}-r{r}" for z in (1, 2) for r in (1, 2, 3, 4)]
+    names = {rack: re.findall(r'id="node-([^"]+)"', body) for rack, body in racks}
+    assert sum(len(n) for n in names.values()) == 36 and len(names["z1-r1"]) == 8
+    assert all(name.startswith(rack) for rack, ns in names.items() for name in ns)
+    lost = node_line(html, "z2-r2-a100-03")
+    assert 'data-state="LOST"' in lost and "n-LOST" in lost and "no heartbeat for 30s" in lost
+    assert cells(lost, "down") == 8
+    assert "0/96 CPUs" in node_line(html, "z1-r4-cpu-01")
+    assert 'data-state="READY" data-count="35"' in html and 'data-state="LOST" data-count="1"' in html
+
+
+def test_gpu_cells_show_a_placed_job(api, ops, ready):
+    job_id, node = place(api)
+    html = ops.get("/nodes/").content.decode()
+    assert cells(node_line(html, node), "used") == 8
+    assert cells(html, "used") == 8
+    assert f"used by job {job_id}" in node_line(html, node)
+
+
+def test_reserved_draining_and_down_cells(api, ops, ready):
+    job_id = submit(api, gpu_count=64)
+    Job.objects.filter(pk=job_id).update(reserved_nodes=["z1-r1-h100-02", "z1-r1-h100-03"])
+    Node.objects.filter(name="z1-r2-a100-01").update(state="DRAINING", admin_state="DRAINING")
+    Node.objects.filter(name="z1-r3-l40s-01").update(state="SUSPECT", admin_state="CORDONED")
+    html = ops.get("/nodes/").content.decode()
+    assert cells(html, "reserved") == 16
+    assert f"reserved for job {job_id}" in node_line(html, "z1-r1-h100-02")
+    assert cells(node_line(html, "z1-r2-a100-01"), "draining") == 8
+    suspect = node_line(html, "z1-r3-l40s-01")
+    assert cells(suspect, "down") == 8
+    assert "cordoned by an admin" in suspect and 'value="uncordon"' in suspect  # its health hides the cordon
+    assert cells(html, "free") == 28 * 8 - 16 - 8 - 8  # 28 GPU nodes
+
+
+def test_drain_then_uncordon(api, ops, ready, user):
+    job_id, node = place(api)
+    heartbeating(node)
+    response = post(ops, node, "drain", "replace a DIMM", **HTMX)
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert html.lstrip().startswith('<div id="heatmap"')
+    assert 'data-state="DRAINING"' in node_line(html, node) and f"{node} is now DRAINING" in html
+    event = JobEvent.objects.filter(kind="NODE_STATE", node__name=node).latest("id")
+    assert (event.reason, event.actor, event.actor_name) == ("DRAINING", user("ops"), "ops")
+    assert "replace a DIMM" in event.message
+    assert Task.objects.get(job_id=job_id).stop_reason == "DRAIN"
+
+    html = post(ops, node, "uncordon", "DIMM replaced", **HTMX).content.decode()
+    assert 'data-state="READY"' in node_line(html, node)
+    assert JobEvent.objects.filter(kind="NODE_STATE", node__name=node).latest("id").reason == "UNCORDONED"
+
+
+def test_cordon_and_drain_wait(ops, ready):
+    heartbeating(H100)
+    post(ops, H100, "cordon", "flaky NIC", **HTMX)
+    assert Node.objects.get(name=H100).state == "CORDONED"
+    html = post(ops, H100, "drain_wait", "let it finish", **HTMX).content.decode()
+    assert 'data-state="DRAINING"' in node_line(html, H100)
+    assert JobEvent.objects.filter(kind="NODE_STATE", node__name=H100).latest("id").data["wait"] is True
+
+
+def test_an_action_needs_a_reason(ops, ready):
+    before = JobEvent.objects.filter(kind="NODE_STATE").count()
+    response = post(ops, H100, "drain", "  ", **HTMX)
+    assert response.status_code == 200
+    line = node_line(response.content.decode(), H100)
+    assert 'data-state="READY"' in line and 'class="error"' in line and "reason:" in line
+    assert post(ops, H100, "reboot", "why not", **HTMX).content.decode().count('class="error"') == 1
+    assert Node.objects.get(name=H100).state == "READY"
+    assert JobEvent.objects.filter(kind="NODE_STATE").count() == before
+    assert post(ops, "no-such-node", "drain", "x", **HTMX).status_code == 404
+
+
+def test_without_htmx_a_post_redirects_or_shows_the_page(ops, ready):
+    heartbeating(H100)
+    response = post(ops, H100, "cordon", "firmware update")
+    assert response.status_code == 302 and response["Location"] == "/nodes/"
+    assert f"{H100} is now CORDONED" in ops.get("/nodes/").content.decode()
+    page = post(ops, H100, "uncordon", "")
+    assert page.status_code == 200 and "<html" in page.content.decode() and 'class="error"' in page.content.decode()
+    assert Node.objects.get(name=H100).state == "CORDONED"
+
+
+def test_the_heatmap_refreshes_itself(ops, ready):
+    html = ops.get("/nodes/?part=heatmap", **HTMX).content.decode()
+    assert html.lstrip().startswith('<div id="heatmap"') and "<html" not in html
+    assert 'hx-get="/nodes/?part=heatmap"' in html and 'hx-trigger="every 5s' in html
+    Node.objects.filter(name=H100).update(state="LOST")
+    assert 'data-state="LOST"' in node_line(ops.get("/nodes/?part=heatmap", **HTMX).content.decode(), H100)
+    assert "<html" in ops.get("/nodes/").content.decode()
+
+
+def test_recent_preemptions_and_failures(api, ops, ready):
+    victim, _ = place(api)
+    other, _ = place(api, gpu_type="A100")
+    do_request_stop(job_id=victim, reason="PREEMPTED", grace_s=5, message="preempted for job 99")
+    do_request_stop(job_id=other, reason="DRAIN", grace_s=5, message="node draining")
+    task = Task.objects.get(job_id=other)
+    assert lifecycle.transition_task(task, to_state="FAILED", reason="EXIT_NONZERO", message="exit 1")
+    html = ops.get("/nodes/").content.decode()
+    preemptions = html.split('id="preemptions"')[1].split("</table>")[0]
+    failures = html.split('id="failures"')[1].split("</table>")[0]
+    assert f'href="/jobs/{victim}/"' in preemptions and "preempted for job 99" in preemptions
+    assert f'href="/jobs/{other}/"' not in preemptions
+    assert f'href="/jobs/{other}/"' in failures and "EXIT_NONZERO" in failures
+    assert f'href="/jobs/{victim}/"' not in failures
+
+
+def test_gpus_and_fragmentation_per_class(api, ops, ready):
+    place(api, gpu_count=4, gpus_per_task=4)
+    Node.objects.filter(name="z1-r2-a100-01").update(state="CORDONED")
+    html = ops.get("/nodes/").content.decode()
+    h100 = re.search(r'<tr id="gpus-H100">(.*?)</tr>', html, re.DOTALL).group(1)
+    assert re.findall(r"<td[^>]*>([^<]*)</td>", h100) == ["gpu:H100", "4", "124", "0", "3.2%"]
+    a100 = re.search(r'<tr id="gpus-A100">(.*?)</tr>', html, re.DOTALL).group(1)
+    assert re.findall(r"<td[^>]*>([^<]*)</td>", a100) == ["gpu:A100", "0", "56", "8", "0.0%"]
+
+
+def test_scheduler_status(ops):
+    now = timezone.now()
+    SchedulerLease.objects.filter(pk=1).update(epoch=7, holder="sched-1:42", renewed_at=now, last_pass_ms=12.5,
+                                               last_pass_at=now)
+    html = ops.get("/nodes/").content.decode()
+    assert "sched-1:42" in html and '<dd id="epoch">7</dd>' in html and "12.5 ms" in html
+    SchedulerLease.objects.filter(pk=1).update(renewed_at=now - timedelta(seconds=30))
+    html = ops.get("/nodes/").content.decode()
+    assert "sched-1:42" not in html and "the lease has lapsed" in html
+
+
+def test_a_bounded_number_of_queries(api, ops, ready, django_assert_max_num_queries):
+    for _ in range(3):
+        place(api)
+    Job.objects.filter(pk=submit(api, gpu_count=64)).update(reserved_nodes=["z2-r1-h100-01"])
+    with django_assert_max_num_queries(15):
+        assert ops.get("/nodes/").status_code == 200
+    with django_assert_max_num_queries(8):
+        assert ops.get("/nodes/?part=heatmap", **HTMX).status_code == 200
