@@ -38,3 +38,9 @@ def test_heartbeat_bench_measures_the_web_tier():
                         "postgres://postgres@127.0.0.1:5432/mlqueue_bench_hb_smoke", "--redis-url",
                         "redis://127.0.0.1:6379/10")
     assert figures["heartbeats"] > 0 and figures["errors"] == 0
+
+
+def test_queue_page_bench_renders_every_view():
+    figures = run_bench("bench/queue_page.py", "--jobs", "300", "--renders", "2", "--database-url",
+                        "postgres://postgres@127.0.0.1:5432/mlqueue_bench_queue_smoke")
+    assert figures["jobs"] == 300 and all(value > 0 for key, value in figures.items() if key.endswith("_ms"))
