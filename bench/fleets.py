@@ -6,7 +6,7 @@ figures is a change in the scheduler, not in its input. Pure Python, like the co
 """
 import random
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from functools import partial
 from itertools import count
 from typing import Callable, Iterator, Mapping, Sequence
@@ -14,28 +14,8 @@ from typing import Callable, Iterator, Mapping, Sequence
 from scheduling.core.model import (
     HOUR, PRIORITIES, JobShape, Node, NodeState, PendingJob, Quota, RunningJob, TaskPlacement, Team, Topology,
 )
+from scheduling.sim.fleets import FLEETS, build_fleet, custom_fleet, apportion  # noqa: F401  (re-exported)
 
-
-@dataclass(frozen=True, slots=True)
-class Machine:
-    """One kind of host as bought: what every node of the kind carries."""
-
-    gpu_type: str | None
-    gpus: int
-    cpus: int
-    memory_gb: int
-    labels: Mapping[str, str] = field(default_factory=dict)
-
-
-MACHINES = {
-    "H100": Machine("H100", 8, 192, 2048, {"ib": "ndr400"}),
-    "A100": Machine("A100", 8, 128, 1024, {"ib": "hdr200"}),
-    "L40S": Machine("L40S", 8, 64, 512),
-}
-CPU_MACHINE = Machine(None, 0, 96, 384)
-GPU_MIX = (("H100", 0.7), ("A100", 0.2), ("L40S", 0.1))
-# A real fleet always has a few nodes out, which exercises the scheduler's node filters.
-UNHEALTHY_FRACTION = 0.01
 
 # (division, share of every resource class, its teams' shares of the division's guarantee)
 DIVISIONS = (("research", 0.4, (0.5, 0.3, 0.2)), ("production", 0.6, (0.4, 0.35, 0.25)))
@@ -57,98 +37,6 @@ MAX_MISSES = 30
 PROBES = 8
 
 
-# --- fleets -------------------------------------------------------------------------------
-
-
-def build_fleet(name: str) -> list[Node]:
-    """One of the named benchmark fleets; a ValueError names the known ones."""
-    try:
-        builder = FLEETS[name]
-    except KeyError:
-        raise ValueError(f"unknown fleet {name!r}; known fleets: {', '.join(FLEETS)}") from None
-    return builder()
-
-
-def custom_fleet(nodes: int, gpus_per_node: int, racks: int, zones: int, gpu_type: str = "H100") -> list[Node]:
-    """A uniform fleet for scaling runs: alike nodes spread evenly over racks and zones, all
-    READY, so its size is the only thing that changes between runs. 0 GPUs gives CPU hosts."""
-    if racks < 1 or zones < 1:
-        raise ValueError("a fleet needs at least one rack and one zone")
-    return _lay_out([_custom_machine(gpus_per_node, gpu_type)] * nodes, racks=racks, zones=zones)
-
-
-def _seed_2500() -> list[Node]:
-    """500 8-GPU hosts in racks of ~16 and 2,000 CPU hosts in racks of ~40, over 2 zones."""
-    gpu_hosts = _lay_out(_gpu_hosts(500), racks=31, zones=2)
-    cpu_hosts = _lay_out([CPU_MACHINE] * 2000, racks=50, zones=2, first_rack=31)
-    return _with_unhealthy(gpu_hosts + cpu_hosts)
-
-
-def _seed_10k() -> list[Node]:
-    """10,000 GPUs: 1,250 8-GPU hosts in 32 racks of ~39, 16 racks per zone."""
-    return _with_unhealthy(_lay_out(_gpu_hosts(1250), racks=32, zones=2))
-
-
-FLEETS: dict[str, Callable[[], list[Node]]] = {"seed-2500": _seed_2500, "seed-10k": _seed_10k}
-
-
-def _gpu_hosts(total: int) -> list[Machine]:
-    """`total` hosts split 70/20/10 H100/A100/L40S, in that order, so racks are one type but
-    for the few at a boundary."""
-    counts = _apportion(total, [share for _, share in GPU_MIX])
-    return [MACHINES[gpu_type] for (gpu_type, _), n in zip(GPU_MIX, counts) for _ in range(n)]
-
-
-def _custom_machine(gpus: int, gpu_type: str) -> Machine:
-    """The named type's host scaled to `gpus` GPUs, keeping its CPUs and memory per GPU."""
-    if gpus == 0:
-        return CPU_MACHINE
-    base = MACHINES[gpu_type]
-    return Machine(gpu_type, gpus, base.cpus * gpus // base.gpus, base.memory_gb * gpus // base.gpus, base.labels)
-
-
-def _lay_out(machines: Sequence[Machine], *, racks: int, zones: int, first_rack: int = 0) -> list[Node]:
-    """Cuts the machines, in order, into `racks` near-equal racks; rack numbers continue from
-    `first_rack` so several calls can share a fleet's zones without name clashes."""
-    nodes, start = [], 0
-    for offset, size in enumerate(_apportion(len(machines), [1] * racks)):
-        zone, rack = _rack_name(first_rack + offset, zones)
-        nodes += [_node(machine, zone, rack, slot) for slot, machine in enumerate(machines[start:start + size], 1)]
-        start += size
-    return nodes
-
-
-def _rack_name(index: int, zones: int) -> tuple[str, str]:
-    """Racks alternate between zones, so every zone gets a share of every machine kind."""
-    zone = f"z{index % zones + 1}"
-    return zone, f"{zone}-r{index // zones + 1:02d}"
-
-
-def _node(machine: Machine, zone: str, rack: str, slot: int) -> Node:
-    return Node(f"{rack}-n{slot:02d}", zone, rack, machine.gpu_type, machine.gpus, machine.cpus,
-                machine.memory_gb, dict(machine.labels))
-
-
-def _with_unhealthy(nodes: list[Node]) -> list[Node]:
-    """Marks a deterministic 1% of the nodes CORDONED or SUSPECT (alternately)."""
-    rng = random.Random(len(nodes))
-    picked = sorted(rng.sample(range(len(nodes)), round(len(nodes) * UNHEALTHY_FRACTION)))
-    states = (NodeState.CORDONED, NodeState.SUSPECT)
-    for i, index in enumerate(picked):
-        nodes[index] = replace(nodes[index], state=states[i % 2])
-    return nodes
-
-
-def _apportion(total: int, weights: Sequence[float]) -> list[int]:
-    """Largest-remainder split of `total` by `weights`: the parts always sum to `total`."""
-    exact = [total * w / sum(weights) for w in weights]
-    parts = [int(x) for x in exact]
-    by_remainder = sorted(range(len(exact)), key=lambda i: parts[i] - exact[i])
-    for i in by_remainder[:total - sum(parts)]:
-        parts[i] += 1
-    return parts
-
-
 # --- teams --------------------------------------------------------------------------------
 
 
@@ -164,7 +52,7 @@ def build_teams(fleet: Sequence[Node]) -> tuple[Team, ...]:
     """Two divisions guaranteed 40% and 60% of every resource class, each split among three
     teams; teams may borrow as much again as they are guaranteed, divisions the rest."""
     totals = capacity(fleet)
-    splits = {rclass: _apportion(total, [share for _, share, _ in DIVISIONS]) for rclass, total in totals.items()}
+    splits = {rclass: apportion(total, [share for _, share, _ in DIVISIONS]) for rclass, total in totals.items()}
     teams: list[Team] = []
     for d, (division, _, team_shares) in enumerate(DIVISIONS):
         guarantees = {rclass: parts[d] for rclass, parts in splits.items()}
@@ -174,7 +62,7 @@ def build_teams(fleet: Sequence[Node]) -> tuple[Team, ...]:
 
 
 def _division_teams(division: str, guarantees: Mapping[str, int], shares: Sequence[float]) -> list[Team]:
-    split = {rclass: _apportion(g, shares) for rclass, g in guarantees.items()}
+    split = {rclass: apportion(g, shares) for rclass, g in guarantees.items()}
     return [Team(f"{division}-{suffix}", division, {rc: Quota(parts[i], parts[i]) for rc, parts in split.items()})
             for i, suffix in enumerate("abcdefgh"[:len(shares)])]
 

@@ -78,7 +78,9 @@ def _stamp_fields(to_state: str, now) -> dict:
     elif to_state in ENDED:
         stamps.update(finished_at=now, kill_at=None)
     elif to_state == S.PENDING:
-        stamps.update(node=None, gpu_indices=[], assigned_at=None, started_at=None, **NO_STOP)
+        # `preempted_for` stays until the next start: the requeued job yields to its preemptor.
+        stamps.update(node=None, gpu_indices=[], assigned_at=None, started_at=None,
+                      **{**NO_STOP, "preempted_for": F("preempted_for")})
     return stamps
 
 

@@ -85,6 +85,7 @@ def _pending() -> tuple[list[core.PendingJob], dict]:
         "held", "checkpoint", "pending_reason_code", "pending_reason_message", "reserved_nodes", "estimated_start")
     rows = list(rows)
     unmet = _unmet_dependencies([row["id"] for row in rows])
+    yields = _preemptors_waiting([row["id"] for row in rows])
     jobs, reasons = [], {}
     for row in rows:
         shape = core.JobShape(row["gpu_type"] or None, row["task_count"], row["gpus_per_task"], row["cpu_per_rank"],
@@ -92,7 +93,7 @@ def _pending() -> tuple[list[core.PendingJob], dict]:
         jobs.append(core.PendingJob(
             row["id"], row["team__name"], row["priority"], shape, row["submitted_at"].timestamp(),
             row["max_runtime_hours"] * HOUR, ts(row["not_before"]), row["held"], tuple(unmet.get(row["id"], ())),
-            checkpointing=row["checkpoint"] is not None,
+            checkpointing=row["checkpoint"] is not None, yields_to=yields.get(row["id"]),
         ))
         reasons[row["id"]] = (row["pending_reason_code"], row["pending_reason_message"], row["reserved_nodes"],
                               row["estimated_start"])
@@ -108,6 +109,12 @@ def _unmet_dependencies(job_ids: list[int]) -> dict[int, list[int]]:
     for job_id, dependency in rows:
         unmet[job_id].append(dependency)
     return {job_id: sorted(deps) for job_id, deps in unmet.items()}
+
+
+def _preemptors_waiting(job_ids: list[int]) -> dict[int, int]:
+    """job -> the job it was last preempted for, where that one is still pending."""
+    rows = Task.objects.filter(job_id__in=job_ids, state=TaskState.PENDING, preempted_for__state=JobState.PENDING)
+    return dict(rows.values_list("job_id", "preempted_for_id"))
 
 
 def load_teams() -> tuple[core.Team, ...]:

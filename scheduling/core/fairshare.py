@@ -5,7 +5,7 @@ of the class's capacity, times its weight); its dominant share is the largest ov
 Teams are compared division first, then team, so a division's teams share its turn.
 """
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from scheduling.core.model import PendingJob, RunningJob, Team
 
@@ -20,6 +20,9 @@ class Ledger:
     teams: dict[str, Team]
     capacity: dict[str, int]
     usage: dict[str, dict[str, int]]
+    # Memos: the tree never changes within a pass; a share only when its team's usage does.
+    chains: dict[str, list[str]] = field(default_factory=dict)
+    shares: dict[str, float] = field(default_factory=dict)
 
     @classmethod
     def build(cls, teams: tuple[Team, ...], running: tuple[RunningJob, ...], capacity: dict[str, int]) -> "Ledger":
@@ -30,6 +33,12 @@ class Ledger:
 
     def chain(self, team: str) -> list[str]:
         """The team and its ancestors, the team first. Unknown teams stand alone."""
+        found = self.chains.get(team)
+        if found is None:
+            found = self.chains[team] = self._walk(team)
+        return found
+
+    def _walk(self, team: str) -> list[str]:
         names, seen = [], set()
         while team is not None and team not in seen:
             names.append(team)
@@ -40,11 +49,16 @@ class Ledger:
     def add(self, team: str, rclass: str, units: int) -> None:
         for name in self.chain(team):
             self.usage[name][rclass] += units
+            self.shares.pop(name, None)
 
     def share(self, team: str) -> float:
         """Dominant share: the largest usage / entitlement over the classes the team uses."""
-        used = self.usage.get(team, {})
-        return max((units / self.entitlement(team, rclass) for rclass, units in used.items() if units), default=0.0)
+        found = self.shares.get(team)
+        if found is None:
+            used = self.usage.get(team, {})
+            found = self.shares[team] = max(
+                (units / self.entitlement(team, rclass) for rclass, units in used.items() if units), default=0.0)
+        return found
 
     def entitlement(self, team: str, rclass: str) -> float:
         spec = self.teams.get(team)

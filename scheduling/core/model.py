@@ -158,14 +158,13 @@ class RunningJob:
     last_checkpoint_at: float | None = None
     preempting: bool = False
     preempted_for: int | None = None
+    # Derived once (a pass asks for them many times): GPUs held (CPUs for a CPU job), class.
+    units: int = field(init=False, repr=False, compare=False)
+    resource_class: str = field(init=False, repr=False, compare=False)
 
-    @property
-    def resource_class(self) -> str:
-        return resource_class(self.gpu_type)
-
-    @property
-    def units(self) -> int:
-        return sum(len(t.gpu_indices) if self.gpu_type else t.cpus for t in self.tasks)
+    def __post_init__(self):
+        object.__setattr__(self, "units", sum(len(t.gpu_indices) if self.gpu_type else t.cpus for t in self.tasks))
+        object.__setattr__(self, "resource_class", resource_class(self.gpu_type))
 
     @property
     def gpus(self) -> int:
@@ -191,6 +190,9 @@ class PendingJob:
     checkpointing: bool = False
     # The team's typical runtime for jobs like this one, if known: orders shorter work first.
     expected_runtime_s: float | None = None
+    # The job it was last preempted for, while that job still waits: it goes after it, so
+    # the room it gave up is not taken straight back (no preemption ping-pong).
+    yields_to: int | None = None
 
     @property
     def resource_class(self) -> str:
@@ -230,8 +232,14 @@ class PolicyConfig:
     preemption: bool = True
     # Within a team's turn, start the job with the least expected GPU-time first.
     shortest_first_within_team: bool = True
+    # "fair_share": teams take turns by dominant share; "weighted_shortest": jobs by expected
+    # GPU-time times (1 + their team's share) (see QueueOrder).
+    order: str = "fair_share"
     # Bounds the work one pass spends searching for victims.
     max_preemption_searches: int = 64
+    # Explain every job left waiting (the worker does; a simulation that only needs the
+    # schedule does not).
+    explain: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ from typing import Callable
 from scheduling.core import explain
 from scheduling.core.decisions import Decisions, PassStats, Placement, Preemption, Reservation
 from scheduling.core.fairshare import Ledger, borrowed_jobs, expected_units_seconds
-from scheduling.core.model import PRIORITIES, ClusterSnapshot, PendingJob, RunningJob, priority_rank
+from scheduling.core.model import ClusterSnapshot, PendingJob, RunningJob, priority_rank
 from scheduling.core.placement import commit, plan
 from scheduling.core.preemption import VictimPool, find_victims, units_freed, why
 from scheduling.core.reasons import PendingReason
@@ -52,10 +52,16 @@ class QueueOrder:
     4. within a team's turn, the least expected GPU-time (runtime x GPUs) first if
        `shortest_first_within_team`, else the oldest;
     5. job id, the deterministic tie-break (then team name between teams).
+    A job preempted for another that still waits comes right after that one, wherever the
+    rules above put it: the room it gave up is the preemptor's.
+    With `order="weighted_shortest"`, steps 3 and 4 become one: the least expected GPU-time
+    weighted by its team's standing, size x (1 + the team's dominant share), so short jobs go
+    first across teams while a team using more than it is owed sees its jobs count as larger.
     """
 
     def __init__(self, jobs: list[PendingJob], ledger: Ledger, snapshot: ClusterSnapshot):
         self.ledger, self.now, self.config = ledger, snapshot.now, snapshot.config
+        self.waiting = {job.job_id for job in jobs}
         self.overdue: dict[int, list[PendingJob]] = defaultdict(list)
         self.classes: dict[int, dict[str, list[PendingJob]]] = defaultdict(lambda: defaultdict(list))
         for job in jobs:
@@ -77,9 +83,41 @@ class QueueOrder:
         return (size, job.submitted_at, job.job_id)
 
     def __iter__(self):
+        held: dict[int, list[PendingJob]] = defaultdict(list)  # preemptor -> its victims, waiting
+        for job in self._ordered():
+            if job.yields_to in self.waiting:
+                held[job.yields_to].append(job)
+                continue
+            yield job
+            yield from self._released(job.job_id, held)
+        for jobs in held.values():
+            yield from jobs
+
+    def _released(self, job_id: int, held: dict[int, list[PendingJob]]):
+        for job in held.pop(job_id, ()):
+            yield job
+            yield from self._released(job.job_id, held)
+
+    def _ordered(self):
+        turns = self._weighted_shortest if self.config.order == "weighted_shortest" else self._fair_turns
         for klass in sorted(set(self.classes) | set(self.overdue)):
             yield from sorted(self.overdue.get(klass, ()), key=lambda j: (j.submitted_at, j.job_id))
-            yield from self._fair_turns(self.classes.get(klass, {}))
+            yield from turns(self.classes.get(klass, {}))
+
+    def _weighted_shortest(self, teams: dict[str, list[PendingJob]]):
+        heap = [self._weighted(job) for queue in teams.values() for job in queue]
+        heapq.heapify(heap)
+        while heap:
+            key = heapq.heappop(heap)
+            fresh = self._weighted(key[-1])
+            if fresh > key:  # its team placed work since: its jobs weigh more now
+                heapq.heappush(heap, fresh)
+                continue
+            yield key[-1]
+
+    def _weighted(self, job: PendingJob) -> tuple:
+        size = expected_units_seconds(job) * (1.0 + self.ledger.share(job.team))
+        return (size, job.submitted_at, job.job_id, job)
 
     def _fair_turns(self, teams: dict[str, list[PendingJob]]):
         heap = [self._key(team, queue) for team, queue in teams.items()]
@@ -120,6 +158,13 @@ class Pass:
             if job.preempting and job.preempted_for is not None:
                 self.stopping_for[job.preempted_for].append(job)
         self._victims: VictimPool | None = None
+        # Per class, the lowest priority class anyone preemptible runs at: a job that ranks no
+        # higher cannot outrank anyone, so it needs no victim search (unless it reclaims).
+        self.lowest_running = defaultdict(lambda: -1)
+        for job in snapshot.running:
+            if job.preemptible and not job.preempting and job.priority != "P0":
+                self.lowest_running[job.resource_class] = max(self.lowest_running[job.resource_class],
+                                                              priority_rank(job.priority))
         self.no_victims: dict[tuple, int] = {}
         self.book = ReservationBook()
         for job_id, victims in self.stopping_for.items():
@@ -136,7 +181,8 @@ class Pass:
     def run(self) -> Decisions:
         candidates = [job for job in self.snap.pending if not self._screened(job)]   # 2. Screen.
         order = [job.job_id for job in self._consider(QueueOrder(candidates, self.ledger, self.snap))]  # 3, 4.
-        self._explain_blocked()                                                       # 5.
+        if self.config.explain:
+            self._explain_blocked()                                                   # 5.
         return Decisions(tuple(self.placements), tuple(self.preemptions), tuple(self.book.reservations),
                          dict(self.pending), tuple(order), self._stats(len(order)))   # 6.
 
@@ -217,8 +263,9 @@ class Pass:
         if not self.config.preemption:
             return False
         reclaim = self.ledger.within_guarantee(job.team, job.resource_class, job.shape.units)
-        if not reclaim and (self.searches >= self.config.max_preemption_searches or job.priority == PRIORITIES[-1]):
-            return False  # out of search budget, or nothing ranks below it
+        outranks = priority_rank(job.priority) < self.lowest_running[job.resource_class]
+        if not reclaim and (self.searches >= self.config.max_preemption_searches or not outranks):
+            return False  # out of search budget, or nobody running ranks below it
         # Victims only ever leave the pool during a pass, so what failed once fails again.
         memo_key = (job.shape.key(), priority_rank(job.priority), reclaim, job.team if reclaim else None)
         if self.no_victims.get(memo_key, 1 << 30) <= job.shape.tasks:

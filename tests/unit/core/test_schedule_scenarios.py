@@ -277,3 +277,20 @@ def test_reclaim_picks_the_block_not_just_the_newest_jobs():
     freed_nodes = {t.node for j in [*spread, *halves, *whole] if j.job_id in victims for t in j.tasks}
     assert len(freed_nodes) == 1
     assert sum(j.units for j in [*spread, *halves, *whole] if j.job_id in victims) == 8
+
+
+def test_a_requeued_victim_goes_after_the_job_it_was_preempted_for():
+    """Without this, an overdue victim (older than its preemptor) retakes the room it just
+    gave up, and the preemptor evicts it again: ping-pong. Found by a random replay."""
+    nodes = cluster(rack("z1-r1", 4))
+    quotas = teams(vision={"gpu:H100": (16, 32)}, ranking={"gpu:H100": (16, 32)})
+    other_vision = running(9, ["z1-r1-n1", "z1-r1-n2"], team="vision", age=60)
+    victim = job(1, gpus=16, team="vision", age=5 * HOUR, yields_to=2)  # overdue, older
+    preemptor = job(2, gpus=16, team="ranking", age=3 * 60)
+    decisions = schedule(snapshot(nodes, pending=[victim, preemptor], running_jobs=[other_vision],
+                                  team_list=quotas))
+    assert decisions.order == (2, 1)
+    assert placed_nodes(decisions, 2) == ["z1-r1-n3", "z1-r1-n4"] and not decisions.preemptions
+    # Once the preemptor has started (it is no longer pending), the victim's place is its own.
+    alone = schedule(snapshot(nodes, pending=[victim], team_list=quotas))
+    assert alone.order == (1,)

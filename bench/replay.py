@@ -1,0 +1,138 @@
+"""Replay a trace through a policy on a simulated cluster.
+
+    python -m bench.replay --trace ../shared/traces/philly-2017-09-10.csv --policy mlqueue \\
+        --nodes 64 --gpus-per-node 8 --runtime-estimate x2 [--from 2017-09-04 --to 2017-10-01]
+        [--load-scale 1] [--quotas proportional|equal|none|FILE.json] [--fleet seed-2500]
+        [--checkpoint-interval 1800] [--grace 120] [--node-failures 0] [--seed 1]
+
+Prints one JSON line of figures (see scheduling/sim/metrics.py), plus the wall time.
+`--quotas FILE.json` ({"team": guaranteed GPUs, ...}) replays the same trace under quotas an
+admin is considering, before applying them.
+"""
+import argparse
+import json
+import math
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+if not __package__:
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from scheduling.core.feasibility import can_ever_run  # noqa: E402
+from scheduling.core.model import JobShape, PolicyConfig, Quota, Team  # noqa: E402
+from scheduling.sim.engine import SimConfig, Simulation  # noqa: E402
+from scheduling.sim.fleets import build_fleet, custom_fleet  # noqa: E402
+from scheduling.sim.metrics import summarize  # noqa: E402
+from scheduling.sim.policies import make_policy  # noqa: E402
+from scheduling.sim.trace import load, load_scaled, with_estimates  # noqa: E402
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trace", type=Path, required=True)
+    parser.add_argument("--policy", default="mlqueue", choices=["mlqueue", "fifo", "easy", "sjf"])
+    parser.add_argument("--fleet", help="a named fleet (seed-2500, seed-10k) instead of --nodes")
+    parser.add_argument("--nodes", type=int, default=64)
+    parser.add_argument("--gpus-per-node", type=int, default=8)
+    parser.add_argument("--racks", type=int)
+    parser.add_argument("--zones", type=int, default=1)
+    parser.add_argument("--gpu-type", default="H100")
+    parser.add_argument("--from", dest="start", help="first submit time kept (Philly: YYYY-MM-DD; generic: seconds)")
+    parser.add_argument("--to", dest="end", help="submit times before this are kept")
+    parser.add_argument("--load-scale", type=float, default=1.0)
+    parser.add_argument("--runtime-estimate", default="x2", choices=["exact", "x2", "max"])
+    parser.add_argument("--quotas", default="proportional", help="proportional, equal, none, or a JSON file")
+    parser.add_argument("--checkpoint-interval", type=float, default=1800.0, help="seconds; 0: no checkpoints")
+    parser.add_argument("--grace", type=float, default=120.0)
+    parser.add_argument("--tick", type=float, default=600.0)
+    parser.add_argument("--node-failures", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--wait-bound", type=float, help="mlqueue: seconds before a waiting job goes first and "
+                        "holds its reservation strictly (default: the core's)")
+    parser.add_argument("--aging", type=float, help="mlqueue: seconds of waiting per priority class gained")
+    parser.add_argument("--no-shortest-first", action="store_true", help="mlqueue: oldest first within a team")
+    parser.add_argument("--order", choices=["fair_share", "weighted_shortest"], help="mlqueue: the queue order")
+    parser.add_argument("--reservations", type=int, help="mlqueue: blocked jobs per class holding a reservation")
+    return parser.parse_args(argv)
+
+
+def policy_config(args) -> PolicyConfig:
+    knobs = {"explain": False}
+    if args.wait_bound is not None:
+        knobs["reservation_wait_bound_s"] = args.wait_bound
+    if args.aging is not None:
+        knobs["aging_interval_s"] = args.aging
+    if args.no_shortest_first:
+        knobs["shortest_first_within_team"] = False
+    if args.order:
+        knobs["order"] = args.order
+    if args.reservations:
+        knobs["reservations_per_class"] = args.reservations
+    return PolicyConfig(**knobs)
+
+
+def fleet_for(args) -> list:
+    if args.fleet:
+        return build_fleet(args.fleet)
+    racks = args.racks or max(1, math.ceil(args.nodes / 16))
+    return custom_fleet(args.nodes, args.gpus_per_node, racks, args.zones, args.gpu_type)
+
+
+def guarantees(jobs, gpus: int, mode: str) -> dict[str, int]:
+    """Team -> guaranteed GPUs: by share of the trace's GPU-hours, equal, none, or a file."""
+    if mode == "none":
+        return {}
+    teams = sorted({job.team for job in jobs})
+    if mode == "equal":
+        return {team: gpus // len(teams) for team in teams}
+    if mode == "proportional":
+        hours = defaultdict(float)
+        for job in jobs:
+            hours[job.team] += job.duration * job.gpus
+        total = sum(hours.values())
+        return {team: int(gpus * hours[team] / total) for team in teams}
+    return {team: int(value) for team, value in json.loads(Path(mode).read_text()).items()}
+
+
+def teams_for(owed: dict[str, int], gpu_type: str, gpus: int) -> tuple[Team, ...]:
+    """Each team may borrow up to the whole cluster: idle GPUs are never wasted."""
+    rclass = f"gpu:{gpu_type}"
+    return tuple(Team(team, None, {rclass: Quota(g, gpus)}) for team, g in sorted(owed.items()))
+
+
+def runnable(jobs, fleet, gpu_type: str):
+    """Jobs no empty cluster of this size could hold are refused, as at submit."""
+    kept, refused = [], 0
+    for job in jobs:
+        shape = JobShape(job.gpu_type or gpu_type, job.tasks, job.gpus_per_task, 1, 1)
+        if can_ever_run(shape, fleet).ok:
+            kept.append(job)
+        else:
+            refused += 1
+    return kept, refused
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    fleet = fleet_for(args)
+    gpus = sum(n.gpus for n in fleet)
+    jobs = with_estimates(load_scaled(load(args.trace, start=args.start, end=args.end), args.load_scale),
+                          args.runtime_estimate)
+    jobs, refused = runnable(jobs, fleet, args.gpu_type)
+    owed = guarantees(jobs, gpus, args.quotas)
+    policy = make_policy(args.policy, durations={job.job_id: job.duration for job in jobs})
+    config = SimConfig(checkpoint_interval_s=args.checkpoint_interval, grace_s=args.grace, tick_s=args.tick,
+                       gpu_type=args.gpu_type, node_failures=args.node_failures, seed=args.seed)
+    started = time.perf_counter()
+    sim = Simulation(fleet, teams_for(owed, args.gpu_type, gpus), jobs, policy, config, policy_config(args)).run()
+    wall = time.perf_counter() - started
+    figures = {"policy": args.policy, "nodes": len(fleet), **summarize(sim, entitlements={t: float(g) for t, g in owed.items()}),
+               "refused": refused, "wall_s": round(wall, 1), "jobs_per_min": round(len(jobs) / wall * 60) if wall else None}
+    print(json.dumps(figures))
+    return figures
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,290 @@
+"""A discrete-event simulator driving a scheduling policy on a virtual clock.
+
+Events: arrivals, completions, the end of a preempted job's grace period, node failures and
+recoveries, and the scheduler's own tick. At each instant all its events are applied, then
+the policy is asked once; its placements start (and will end after the job's remaining run),
+its preemptions signal their victims, which hold their GPUs through the grace period and then
+lose the work since their last checkpoint. Deterministic: ties break by insertion order and
+every random draw comes from one seeded generator.
+"""
+import heapq
+import itertools
+import math
+import random
+from dataclasses import dataclass, field
+
+from scheduling.core import model as core
+from scheduling.core.decisions import Decisions
+from scheduling.sim.trace import TraceJob
+
+ARRIVE, FINISH, STOP, FAIL, RECOVER, TICK = "arrive", "finish", "stop", "fail", "recover", "tick"
+# At one instant: free what ends first, then take arrivals, then ask the policy once.
+EVENT_ORDER = {FINISH: 0, STOP: 0, FAIL: 1, RECOVER: 1, ARRIVE: 2, TICK: 3}
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    checkpoint_interval_s: float = 1800.0
+    grace_s: float = 120.0
+    tick_s: float = 600.0
+    gpu_type: str = "H100"
+    node_failures: int = 0
+    failure_downtime_s: float = 3600.0
+    seed: int = 1
+    check_every_event: bool = False
+
+
+@dataclass
+class Record:
+    """One job's life in the simulation."""
+
+    job: TraceJob
+    done_s: float = 0.0  # work saved so far (completed checkpoints, or all of it once finished)
+    first_start: float | None = None
+    end: float | None = None
+    preemptions: int = 0
+    lost_gpu_s: float = 0.0
+    gpu_s: float = 0.0  # GPU-seconds it held, lost work included
+    yields_to: int | None = None  # the job it was last preempted for
+
+
+@dataclass
+class Run:
+    placement: core.RunningJob
+    started: float
+    token: int
+    stopping: bool = False
+    preempted_for: int | None = None
+    checkpoints: int = 0  # how many checkpoints `placement` already says were taken
+
+
+@dataclass
+class Simulation:
+    nodes: list[core.Node]
+    teams: tuple[core.Team, ...]
+    jobs: list[TraceJob]
+    policy: object  # has decide(snapshot) -> Decisions
+    config: SimConfig = field(default_factory=SimConfig)
+    policy_config: core.PolicyConfig = field(default_factory=core.PolicyConfig)
+
+    def __post_init__(self):
+        self.now = 0.0
+        self.events: list = []
+        self.sequence = itertools.count()
+        self.tokens = itertools.count(1)
+        self.records = {job.job_id: Record(job) for job in self.jobs}
+        self.pending: dict[int, TraceJob] = {}
+        self.running: dict[int, Run] = {}
+        self.node_state = {node.name: node.state for node in self.nodes}
+        self.decisions = 0
+        self.pending_views: dict[int, core.PendingJob] = {}  # rebuilt only when a job's state changes
+        self._fleet: tuple[core.Node, ...] | None = None
+        self.matters = False
+        self.teams_with_guarantees = any(q.guaranteed for team in self.teams for q in team.quotas.values())
+        for job in self.jobs:
+            self._at(job.submit, ARRIVE, job.job_id)
+        self._plan_failures()
+        if self.jobs and self.config.tick_s:
+            self._at(self.config.tick_s, TICK, None)
+
+    # --- the clock ------------------------------------------------------------------------
+    def _at(self, when: float, kind: str, payload) -> None:
+        heapq.heappush(self.events, (when, EVENT_ORDER[kind], next(self.sequence), kind, payload))
+
+    def run(self) -> "Simulation":
+        while self.events:
+            self.now = self.events[0][0]
+            self.matters = False
+            while self.events and self.events[0][0] == self.now:
+                _, _, _, kind, payload = heapq.heappop(self.events)
+                getattr(self, f"_on_{kind}")(payload)
+            if self.pending and self.matters:
+                self._decide()
+        return self
+
+    def _arrival_matters(self, job: TraceJob) -> bool:
+        """Whether a new job can change anything now: it may fit the free room, or (for a
+        policy that preempts) outrank or reclaim. An arrival that can do neither leaves every
+        decision as it was, so the policy is not asked (a full cluster's common case)."""
+        rclass = core.resource_class(job.gpu_type or self.config.gpu_type)
+        if self._free_units(rclass) >= job.gpus_per_task:
+            return True
+        return getattr(self.policy, "preempts", False) and (
+            self.teams_with_guarantees or any(core.priority_rank(job.priority) < core.priority_rank(run.placement.priority)
+                                              for run in self.running.values()))
+
+    def _free_units(self, rclass: str) -> int:
+        used = sum(run.placement.units for run in self.running.values() if run.placement.resource_class == rclass)
+        total = sum(node.gpus if node.gpu_type else node.cpus for node in self._nodes_now()
+                    if node.resource_class == rclass and node.state == core.NodeState.READY)
+        return total - used
+
+    # --- events ---------------------------------------------------------------------------
+    def _on_arrive(self, job_id: int) -> None:
+        job = self.records[job_id].job
+        self.pending[job_id] = job
+        self.pending_views.pop(job_id, None)
+        self.matters = self.matters or self._arrival_matters(job)
+
+    def _on_finish(self, payload) -> None:
+        job_id, token = payload
+        run = self.running.get(job_id)
+        if run is None or run.token != token:
+            return  # it was preempted or its node failed first
+        record = self.records[job_id]
+        record.gpu_s += (self.now - run.started) * record.job.gpus
+        record.done_s, record.end = record.job.duration, self.now
+        del self.running[job_id]
+        self.matters = True
+
+    def _on_stop(self, job_id: int) -> None:
+        """A preempted job's grace period is over: it stops, keeping its checkpointed work."""
+        if job_id in self.running:
+            self._interrupt(job_id)
+            self.matters = True
+
+    def _nodes_now(self) -> tuple[core.Node, ...]:
+        """The fleet with failed nodes marked (the same tuple while nothing has failed)."""
+        if self._fleet is None:
+            self._fleet = tuple(node if self.node_state[node.name] == node.state else
+                                core.Node(node.name, node.zone, node.rack, node.gpu_type, node.gpus, node.cpus,
+                                          node.memory_gb, node.labels, self.node_state[node.name])
+                                for node in self.nodes)
+        return self._fleet
+
+    def _on_fail(self, node_name: str) -> None:
+        self.matters = True
+        self._fleet = None
+        self.node_state[node_name] = core.NodeState.LOST
+        for job_id, run in list(self.running.items()):
+            if any(task.node == node_name for task in run.placement.tasks):
+                self._interrupt(job_id)
+        self._at(self.now + self.config.failure_downtime_s, RECOVER, node_name)
+
+    def _on_recover(self, node_name: str) -> None:
+        self.matters = True
+        self._fleet = None
+        self.node_state[node_name] = core.NodeState.READY
+
+    def _on_tick(self, _) -> None:
+        """Only a policy whose order changes with time alone (aging, wait bounds) needs it."""
+        self.matters = self.matters or getattr(self.policy, "uses_time", False)
+        if self.pending or self.running or len(self.events) > 0:
+            self._at(self.now + self.config.tick_s, TICK, None)
+
+    def _interrupt(self, job_id: int) -> None:
+        """The run ends early: the work since the last checkpoint is lost, the job waits again."""
+        run = self.running.pop(job_id)
+        record = self.records[job_id]
+        elapsed = self.now - run.started
+        interval = self.config.checkpoint_interval_s
+        saved = math.floor(elapsed / interval) * interval if interval else 0.0
+        record.gpu_s += elapsed * record.job.gpus
+        record.lost_gpu_s += (elapsed - saved) * record.job.gpus
+        record.done_s = min(record.job.duration, record.done_s + saved)
+        record.preemptions += 1
+        record.yields_to = run.preempted_for
+        self.pending[job_id] = record.job
+        self.pending_views.pop(job_id, None)
+
+    # --- the policy -----------------------------------------------------------------------
+    def _decide(self) -> None:
+        decisions: Decisions = self.policy.decide(self.snapshot())
+        self.decisions += 1
+        for placement in decisions.placements:
+            self._start(placement)
+        for preemption in decisions.preemptions:
+            self._preempt(preemption.victim_job_id, preemption.for_job_id)
+        if self.config.check_every_event:
+            check_no_overcommit(self.nodes, [run.placement for run in self.running.values()])
+
+    def _start(self, placement) -> None:
+        job = self.pending.pop(placement.job_id)
+        record = self.records[job.job_id]
+        record.first_start = self.now if record.first_start is None else record.first_start
+        remaining = job.duration - record.done_s
+        token = next(self.tokens)
+        self.running[job.job_id] = Run(core.RunningJob(
+            job.job_id, job.team, job.priority, job.gpu_type or self.config.gpu_type, placement.tasks, self.now,
+            self.now + self._told(job, record), checkpointing=bool(self.config.checkpoint_interval_s),
+            last_checkpoint_at=None), self.now, token)
+        self._at(self.now + remaining, FINISH, (job.job_id, token))
+
+    def _told(self, job: TraceJob, record: Record) -> float:
+        """The runtime the scheduler believes: the estimate, less the work already saved."""
+        return max(60.0, (job.max_runtime or job.duration) - record.done_s)
+
+    def _preempt(self, job_id: int, for_job_id: int) -> None:
+        run = self.running.get(job_id)
+        if run is None or run.stopping:
+            return
+        run.stopping, run.preempted_for = True, for_job_id
+        # It holds its GPUs until it stops: nothing is over-committed while it drains.
+        p = run.placement
+        run.placement = core.RunningJob(p.job_id, p.team, p.priority, p.gpu_type, p.tasks, p.started_at,
+                                        p.expected_end, p.preemptible, p.checkpointing,
+                                        self._last_checkpoint(run), preempting=True, preempted_for=for_job_id)
+        self._at(self.now + self.config.grace_s, STOP, job_id)
+
+    def _last_checkpoint(self, run: Run) -> float | None:
+        interval = self.config.checkpoint_interval_s
+        if not interval:
+            return None
+        return run.started + math.floor((self.now - run.started) / interval) * interval
+
+    def snapshot(self) -> core.ClusterSnapshot:
+        nodes = self._nodes_now()
+        running = tuple(self._with_checkpoint(run) for run in self.running.values())
+        pending = tuple(self._pending(job) for job in self.pending.values())
+        return core.ClusterSnapshot(nodes, running, pending, self.teams, self.now, self.policy_config)
+
+    def _with_checkpoint(self, run: Run) -> core.RunningJob:
+        """The run as the scheduler sees it, with its latest checkpoint (rebuilt only when a
+        new checkpoint has been taken since)."""
+        interval = self.config.checkpoint_interval_s
+        if run.stopping or not interval:
+            return run.placement
+        taken = int((self.now - run.started) // interval)
+        if taken != run.checkpoints:
+            p = run.placement
+            run.placement = core.RunningJob(p.job_id, p.team, p.priority, p.gpu_type, p.tasks, p.started_at,
+                                            p.expected_end, p.preemptible, p.checkpointing,
+                                            run.started + taken * interval)
+            run.checkpoints = taken
+        return run.placement
+
+    def _pending(self, job: TraceJob) -> core.PendingJob:
+        view = self.pending_views.get(job.job_id)
+        if view is None:
+            view = self.pending_views[job.job_id] = self._pending_view(job)
+        return view
+
+    def _pending_view(self, job: TraceJob) -> core.PendingJob:
+        record = self.records[job.job_id]
+        shape = core.JobShape(job.gpu_type or self.config.gpu_type, job.tasks, job.gpus_per_task, 1, 1)
+        yields_to = record.yields_to if record.yields_to in self.pending else None
+        return core.PendingJob(job.job_id, job.team, job.priority, shape, job.submit, self._told(job, record),
+                               checkpointing=bool(self.config.checkpoint_interval_s), yields_to=yields_to)
+
+    def _plan_failures(self) -> None:
+        rng = random.Random(self.config.seed)
+        horizon = max((job.submit + job.duration for job in self.jobs), default=0.0)
+        for _ in range(self.config.node_failures):
+            self._at(rng.uniform(0, horizon), FAIL, rng.choice(self.nodes).name)
+
+
+def check_no_overcommit(nodes: list[core.Node], running: list[core.RunningJob]) -> None:
+    """Raise if any node holds more GPUs, CPUs or memory than it has, or a GPU twice."""
+    by_name = {node.name: node for node in nodes}
+    used: dict[str, list] = {}
+    for job in running:
+        for task in job.tasks:
+            entry = used.setdefault(task.node, [[], 0, 0])
+            entry[0] += task.gpu_indices
+            entry[1] += task.cpus
+            entry[2] += task.memory_gb
+    for name, (gpus, cpus, memory) in used.items():
+        node = by_name[name]
+        if len(gpus) != len(set(gpus)) or any(g >= node.gpus for g in gpus) or cpus > node.cpus \
+                or memory > node.memory_gb:
+            raise AssertionError(f"node {name} over-committed: GPUs {sorted(gpus)}, {cpus} CPUs, {memory} GB")

@@ -1,0 +1,77 @@
+"""A replay's figures: waits, completion times, slowdown, utilization, fairness."""
+import math
+import statistics
+from collections import defaultdict
+
+from scheduling.sim.engine import Simulation
+
+SIZE_BUCKETS = (("1", 1, 1), ("2-8", 2, 8), ("9-32", 9, 32), ("33+", 33, 1 << 30))
+SLOWDOWN_FLOOR_S = 10.0
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[max(1, math.ceil(p / 100 * len(ordered))) - 1] if ordered else 0.0
+
+
+def jain(values: list[float]) -> float:
+    """Jain's fairness index: 1 when all equal, 1/n when one takes everything."""
+    values = [v for v in values if v >= 0]
+    if not values or not any(values):
+        return 1.0
+    return sum(values) ** 2 / (len(values) * sum(v * v for v in values))
+
+
+def summarize(sim: Simulation, *, entitlements: dict[str, float]) -> dict:
+    done = [r for r in sim.records.values() if r.end is not None]
+    waits = [r.first_start - r.job.submit for r in done]
+    gpus = sum(n.gpus for n in sim.nodes)
+    start = min((r.job.submit for r in done), default=0.0)
+    makespan = max((r.end for r in done), default=0.0) - start
+    used = sum(r.gpu_s for r in sim.records.values())
+    return {
+        "jobs": len(sim.records), "finished": len(done), "gpus": gpus,
+        "avg_wait_s": round(statistics.fmean(waits), 1) if waits else 0.0,
+        "p50_wait_s": round(percentile(waits, 50), 1), "p95_wait_s": round(percentile(waits, 95), 1),
+        "p99_wait_s": round(percentile(waits, 99), 1), "max_wait_s": round(max(waits, default=0.0), 1),
+        "avg_jct_s": round(statistics.fmean(r.end - r.job.submit for r in done), 1) if done else 0.0,
+        "bounded_slowdown": round(statistics.fmean(
+            max(1.0, (r.end - r.job.submit) / max(r.job.duration, SLOWDOWN_FLOOR_S)) for r in done), 3) if done else 0.0,
+        "utilization": round(used / (gpus * makespan), 4) if gpus and makespan else 0.0,
+        "makespan_s": round(makespan, 1),
+        "wait_by_size_s": _wait_by_size(done), "wait_by_team_s": _wait_by_team(done),
+        "jain_fairness": round(_fairness(sim, entitlements), 4),
+        "preemptions": sum(r.preemptions for r in sim.records.values()),
+        "gpu_hours_lost": round(sum(r.lost_gpu_s for r in sim.records.values()) / 3600, 1),
+        "decisions": sim.decisions,
+    }
+
+
+def _wait_by_size(done) -> dict[str, float]:
+    found = {}
+    for label, low, high in SIZE_BUCKETS:
+        waits = [r.first_start - r.job.submit for r in done if low <= r.job.gpus <= high]
+        found[label] = round(statistics.fmean(waits), 1) if waits else None
+    return found
+
+
+def _wait_by_team(done) -> dict[str, float]:
+    waits = defaultdict(list)
+    for r in done:
+        waits[r.job.team].append(r.first_start - r.job.submit)
+    return {team: round(statistics.fmean(w), 1) for team, w in sorted(waits.items())}
+
+
+def _fairness(sim: Simulation, entitlements: dict[str, float]) -> float:
+    """Jain's index over teams of (share of GPU-time used) / (share entitled)."""
+    usage = defaultdict(float)
+    for r in sim.records.values():
+        usage[r.job.team] += r.gpu_s
+    total = sum(usage.values())
+    if not total:
+        return 1.0
+    teams = sorted(usage)
+    owed = {team: entitlements.get(team, 0.0) for team in teams}
+    owed_total = sum(owed.values()) or len(teams)
+    return jain([(usage[t] / total) / ((owed[t] / owed_total) if sum(owed.values()) else 1 / len(teams))
+                 for t in teams if owed[t] > 0 or not sum(owed.values())])
