@@ -224,3 +224,7 @@ MLQ_AGENT_LEASE_S = float(os.environ.get("MLQ_AGENT_LEASE_S", "20"))
 MLQ_SUSPECT_AFTER_S = 3 * MLQ_HEARTBEAT_INTERVAL_S
 MLQ_LOST_MARGIN_S = float(os.environ.get("MLQ_LOST_MARGIN_S", "10"))
 MLQ_MAX_LOG_CHARS = env_int("MLQ_MAX_LOG_CHARS", 10_000_000)  # per task attempt and stream, in Postgres
+# The start-time forecast (scheduling/forecasting.py): at most one per this many seconds,
+# after a pass, and at most this many simulated passes each.
+MLQ_FORECAST_INTERVAL_S = float(os.environ.get("MLQ_FORECAST_INTERVAL_S", "5"))
+MLQ_FORECAST_MAX_PASSES = env_int("MLQ_FORECAST_MAX_PASSES", 200)

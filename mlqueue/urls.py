@@ -29,6 +29,7 @@ api_v1 = [
     endpoint(r"teams/(?P<name>[a-z0-9-]+)/quotas", teams_api.TeamQuotas.as_view(), "team-quotas"),
     endpoint("nodes", agents_api.NodeList.as_view(), "nodes"),
     endpoint("scheduler", jobs_api.SchedulerState.as_view(), "scheduler"),
+    endpoint("queue", jobs_api.Queue.as_view(), "queue-api"),
     endpoint(r"jobs/(?P<job_id>[0-9]+)/logs", jobs_api.JobLogs.as_view(), "job-logs"),
     endpoint(r"nodes/(?P<name>[^/]+)/cordon", agents_api.NodeAction.as_view(action="cordon"), "node-cordon"),
     endpoint(r"nodes/(?P<name>[^/]+)/drain", agents_api.NodeAction.as_view(action="drain"), "node-drain"),

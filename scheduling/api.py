@@ -14,10 +14,13 @@ from rest_framework.views import APIView
 from scheduling import services
 from scheduling.filters import JobFilter
 from agents.models import TaskLog
-from scheduling.models import JobEvent, SchedulerLease, Task
+from scheduling.models import Job, JobEvent, JobState, Priority, SchedulerLease, Task
 from scheduling.selectors import visible_jobs
-from scheduling.serializers import CancelSerializer, JobDetailSerializer, JobEventSerializer, JobSerializer
+from scheduling.serializers import (
+    CancelSerializer, JobDetailSerializer, JobEventSerializer, JobSerializer, QueueEntrySerializer,
+)
 from scheduling.spec import JobSpecSerializer
+from scheduling.worker import queue_positions
 
 LEASE_DURATION = timedelta(seconds=10)
 
@@ -129,3 +132,38 @@ class JobLogs(APIView):
             end += len(chunk)
         return Response({"job_id": job.pk, "rank": rank, "attempt": attempt, "stream": stream, "offset": offset,
                          "next_offset": end, "text": text})
+
+
+class QueueQuerySerializer(serializers.Serializer):
+    team = serializers.CharField(required=False)
+    priority = serializers.ChoiceField(choices=Priority.values, required=False)
+    limit = serializers.IntegerField(min_value=1, max_value=500, default=100)
+    offset = serializers.IntegerField(min_value=0, default=0)
+
+
+class Queue(APIView):
+    """Pending work the caller may see, in the order the scheduler's last pass considered it,
+    with each job's reason and forecast start; jobs the last pass has not ordered yet last."""
+
+    @extend_schema(parameters=[QueueQuerySerializer], responses=QueueEntrySerializer(many=True))
+    def get(self, request: Request) -> Response:
+        query = QueueQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        params = query.validated_data
+        jobs = visible_jobs(request.user).filter(state=JobState.PENDING)
+        if "team" in params:
+            jobs = jobs.filter(team__name=params["team"])
+        if "priority" in params:
+            jobs = jobs.filter(priority=params["priority"])
+        positions = queue_positions()
+        ids = sorted(jobs.values_list("id", flat=True), key=lambda job_id: (positions.get(job_id, 1 << 30), job_id))
+        page = ids[params["offset"]:params["offset"] + params["limit"]]
+        by_id = Job.objects.select_related("team", "owner").in_bulk(page)
+        entries = []
+        for job_id in page:
+            if job_id in by_id:
+                job = by_id[job_id]
+                job.position = positions.get(job_id)
+                entries.append(job)
+        return Response({"count": len(ids), "offset": params["offset"],
+                         "results": QueueEntrySerializer(entries, many=True).data})

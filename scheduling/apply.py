@@ -3,7 +3,6 @@
 Each placement is its own short transaction (a gang moves whole or not at all); preemptions
 signal victims; reasons and reservations are written only where they changed."""
 from dataclasses import dataclass
-from datetime import datetime, timezone as dt_timezone
 
 from scheduling import lifecycle, notify
 from scheduling.core.decisions import Decisions, Placement, Preemption
@@ -13,7 +12,7 @@ from scheduling.snapshot import StoreView
 from scheduling.stopping import do_request_stop
 
 REASON_BATCH = 500
-REASON_FIELDS = ["pending_reason_code", "pending_reason_message", "reserved_nodes", "estimated_start"]
+REASON_FIELDS = ["pending_reason_code", "pending_reason_message", "reserved_nodes"]
 
 
 @dataclass
@@ -49,7 +48,8 @@ def _place(placement: Placement, view: StoreView, *, epoch: int, now) -> bool:
             data={"nodes": list(placement.nodes), "borrowed": placement.borrowed, "epoch": epoch}, now=now)
         if moved:
             Job.objects.filter(pk=placement.job_id).update(
-                borrowed=placement.borrowed, reserved_nodes=[], estimated_start=None, not_before=None)
+                borrowed=placement.borrowed, reserved_nodes=[], estimated_start=None, likely_start=None,
+                not_before=None)
             notify.jobs_changed([placement.job_id])
             notify.wake_agents(placement.nodes, "assignment")
     return bool(moved)
@@ -71,17 +71,16 @@ def _preempt(preemption: Preemption, *, epoch: int, now) -> int:
 
 
 def _write_reasons(decisions: Decisions, view: StoreView, *, epoch: int, now) -> int:
-    """Pending reasons, reservations and estimated starts, only where they changed, in
-    batches of one UPDATE each."""
+    """Pending reasons and reserved nodes, only where they changed, in batches of one UPDATE
+    each. Start times are the forecast's (scheduling/forecasting.py)."""
     reservations = {r.job_id: r for r in decisions.reservations}
     changed = []
     for job_id, reason in decisions.pending.items():
         reservation = reservations.get(job_id)
         nodes = list(reservation.nodes) if reservation else []
-        start = datetime.fromtimestamp(reservation.start_at, dt_timezone.utc) if reservation else None
-        if view.reasons.get(job_id) != (reason.code.value, reason.message, nodes, start):
+        if view.reasons.get(job_id) != (reason.code.value, reason.message, nodes):
             changed.append(Job(pk=job_id, pending_reason_code=reason.code.value,
-                               pending_reason_message=reason.message, reserved_nodes=nodes, estimated_start=start))
+                               pending_reason_message=reason.message, reserved_nodes=nodes))
     for first in range(0, len(changed), REASON_BATCH):
         with fenced(epoch):
             Job.objects.bulk_update(changed[first:first + REASON_BATCH], REASON_FIELDS)

@@ -102,7 +102,10 @@ class Job(models.Model):
     # the core recomputes who is borrowing each pass).
     borrowed = models.BooleanField(default=False)
     reserved_nodes = models.JSONField(default=list, blank=True)
+    # The forecast (scheduling/forecasting.py): the start if every job runs to its
+    # max_runtime, and the likely start from the teams' observed runtimes.
     estimated_start = models.DateTimeField(null=True, blank=True)
+    likely_start = models.DateTimeField(null=True, blank=True)
 
     submitted_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)

@@ -3,6 +3,7 @@ services; fragments are served to htmx for live refreshes."""
 import yaml
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.utils import timezone
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
@@ -58,6 +59,7 @@ def _panel_context(job: Job) -> dict:
         "events": job.events.order_by("-created_at", "-id")[:200],
         "why": explain_job(job) if job.state == TaskState.PENDING else None,
         "ranks": range(job.task_count),
+        "now_day": timezone.now().strftime("%Y%m%d"),
         "can_cancel": job.state in (TaskState.PENDING, TaskState.ASSIGNED, TaskState.RUNNING, TaskState.FAILED)
         and not (job.state == TaskState.FAILED and job.failure_class),
     }

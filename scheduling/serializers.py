@@ -28,7 +28,13 @@ class JobSerializer(serializers.ModelSerializer):
     class Meta:
         model = Job
         fields = ["id", "client_job_id", "name", "team", "owner", "state", "priority", "gpu_type", "gpu_count",
-                  "gpus_per_task", "tasks", "pending_reason", "submitted_at", "started_at", "finished_at"]
+                  "gpus_per_task", "tasks", "pending_reason", "estimated_start", "likely_start", "submitted_at",
+                  "started_at", "finished_at"]
+        extra_kwargs = {
+            "estimated_start": {"help_text": "pending jobs: the forecast start if every job runs to its max_runtime "
+                                             "and nothing that outranks it arrives (null: beyond the forecast)"},
+            "likely_start": {"help_text": "pending jobs: the forecast start from the teams' observed runtimes"},
+        }
 
     @extend_schema_field(PendingReasonSerializer(allow_null=True))
     def get_pending_reason(self, job: Job):
@@ -48,6 +54,14 @@ class JobDetailSerializer(JobSerializer):
             "task_count", "spec", "depends_on", "held", "not_before", "restarts_used", "retries_used",
             "max_restarts", "max_retries", "failure_class", "cancel_requested_at", "updated_at",
         ]
+
+
+class QueueEntrySerializer(JobSerializer):
+    position = serializers.IntegerField(allow_null=True, help_text="place in line at the last pass (1 = next)")
+    reserved_nodes = serializers.ListField(child=serializers.CharField())
+
+    class Meta(JobSerializer.Meta):
+        fields = ["position", *JobSerializer.Meta.fields, "reserved_nodes"]
 
 
 class JobEventSerializer(serializers.ModelSerializer):

@@ -20,8 +20,10 @@ class StoreView:
 
     snapshot: core.ClusterSnapshot
     node_ids: dict[str, int] = field(default_factory=dict)
-    # job -> (reason code, message, reserved nodes, estimated start) as stored now
+    # job -> (reason code, message, reserved nodes) as stored now
     reasons: dict[int, tuple] = field(default_factory=dict)
+    # job -> (estimated start, likely start) as stored now
+    starts: dict[int, tuple] = field(default_factory=dict)
 
 
 def ts(moment) -> float | None:
@@ -31,10 +33,10 @@ def ts(moment) -> float | None:
 def build_view(*, now, config: core.PolicyConfig | None = None) -> StoreView:
     nodes, node_ids = load_nodes()
     running = load_running(now)
-    pending, reasons = _pending()
+    pending, reasons, starts = _pending()
     snapshot = core.ClusterSnapshot(tuple(nodes), tuple(running), tuple(pending), load_teams(), now.timestamp(),
                                     config or core.PolicyConfig())
-    return StoreView(snapshot, node_ids, reasons)
+    return StoreView(snapshot, node_ids, reasons, starts)
 
 
 def load_nodes() -> tuple[list[core.Node], dict[str, int]]:
@@ -78,15 +80,16 @@ def _running_job(job: dict, tasks: list, stopping: dict, started: float) -> core
     )
 
 
-def _pending() -> tuple[list[core.PendingJob], dict]:
+def _pending() -> tuple[list[core.PendingJob], dict, dict]:
     rows = Job.objects.filter(state=JobState.PENDING, cancel_requested_at__isnull=True).values(
         "id", "team__name", "priority", "gpu_type", "task_count", "gpus_per_task", "cpu_per_rank",
         "memory_per_rank_gb", "node_selector", "topology_hint", "submitted_at", "max_runtime_hours", "not_before",
-        "held", "checkpoint", "pending_reason_code", "pending_reason_message", "reserved_nodes", "estimated_start")
+        "held", "checkpoint", "pending_reason_code", "pending_reason_message", "reserved_nodes",
+        "estimated_start", "likely_start")
     rows = list(rows)
     unmet = _unmet_dependencies([row["id"] for row in rows])
     yields = _preemptors_waiting([row["id"] for row in rows])
-    jobs, reasons = [], {}
+    jobs, reasons, starts = [], {}, {}
     for row in rows:
         shape = core.JobShape(row["gpu_type"] or None, row["task_count"], row["gpus_per_task"], row["cpu_per_rank"],
                               row["memory_per_rank_gb"], row["node_selector"] or {}, core.Topology(row["topology_hint"]))
@@ -95,9 +98,9 @@ def _pending() -> tuple[list[core.PendingJob], dict]:
             row["max_runtime_hours"] * HOUR, ts(row["not_before"]), row["held"], tuple(unmet.get(row["id"], ())),
             checkpointing=row["checkpoint"] is not None, yields_to=yields.get(row["id"]),
         ))
-        reasons[row["id"]] = (row["pending_reason_code"], row["pending_reason_message"], row["reserved_nodes"],
-                              row["estimated_start"])
-    return jobs, reasons
+        reasons[row["id"]] = (row["pending_reason_code"], row["pending_reason_message"], row["reserved_nodes"])
+        starts[row["id"]] = (row["estimated_start"], row["likely_start"])
+    return jobs, reasons, starts
 
 
 def _unmet_dependencies(job_ids: list[int]) -> dict[int, list[int]]:

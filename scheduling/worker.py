@@ -22,6 +22,7 @@ from scheduling.leadership import Leadership, LeaseRowLeadership
 from scheduling.models import SchedulerLease
 from scheduling.notify import WAKE_CHANNEL
 from scheduling.reconcile import Swept, reconcile
+from scheduling.forecasting import Forecaster
 from scheduling.snapshot import build_view
 
 log = logging.getLogger(__name__)
@@ -38,18 +39,18 @@ class PassReport:
     preempted: int
 
 
-def run_pass(*, epoch: int, now=None) -> PassReport:
+def run_pass(*, epoch: int, now=None, forecaster: Forecaster | None = None) -> PassReport:
     """One pass as the leader of `epoch`. Raises Deposed if another scheduler took over.
     The cyclic garbage collector waits until the pass is over: a pass allocates many short-
     lived objects and nothing cyclic worth collecting mid-pass (10-30% of a pass otherwise)."""
     gc.disable()
     try:
-        return _run_pass(epoch=epoch, now=now)
+        return _run_pass(epoch=epoch, now=now, forecaster=forecaster)
     finally:
         gc.enable()
 
 
-def _run_pass(*, epoch: int, now=None) -> PassReport:
+def _run_pass(*, epoch: int, now=None, forecaster: Forecaster | None = None) -> PassReport:
     started = time.perf_counter()
     now = now or timezone.now()
     swept = reconcile(epoch=epoch, now=now)
@@ -65,6 +66,8 @@ def _run_pass(*, epoch: int, now=None) -> PassReport:
     with fenced(epoch):
         SchedulerLease.objects.filter(pk=1, epoch=epoch).update(last_pass_ms=elapsed_ms, last_pass_at=now)
     metrics.record_pass(decisions, applied, elapsed_ms, epoch, view.snapshot)
+    if forecaster is not None:  # after the pass's own timing: start times are not on its clock
+        forecaster.maybe_run(view, decisions, epoch=epoch, now=now)
     return PassReport(epoch, elapsed_ms, swept, applied, len(view.snapshot.pending), applied.placed, applied.preempted)
 
 
@@ -114,6 +117,7 @@ class SchedulerWorker:
     def __init__(self, leadership: Leadership, *, tick_s: float = 1.0, standby_poll_s: float = 1.0):
         self.leadership, self.tick_s, self.standby_poll_s = leadership, tick_s, standby_poll_s
         self.waker = Waker()
+        self.forecaster = Forecaster()
         self.stopping = False
 
     def run(self, *, passes: int | None = None) -> int:
@@ -150,7 +154,7 @@ class SchedulerWorker:
     def _one_pass(self) -> PassReport | None:
         epoch = self.leadership.epoch
         try:
-            report = run_pass(epoch=epoch)
+            report = run_pass(epoch=epoch, forecaster=self.forecaster)
         except Deposed as exc:
             log.warning("%s: stepping down", exc)
             metrics.DEPOSED.inc()

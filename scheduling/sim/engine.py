@@ -11,15 +11,15 @@ import heapq
 import itertools
 import math
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from scheduling.core import model as core
 from scheduling.core.decisions import Decisions
 from scheduling.sim.trace import TraceJob
 
-ARRIVE, FINISH, STOP, FAIL, RECOVER, TICK = "arrive", "finish", "stop", "fail", "recover", "tick"
+ARRIVE, FINISH, STOP, FAIL, RECOVER, TICK, SAMPLE = "arrive", "finish", "stop", "fail", "recover", "tick", "sample"
 # At one instant: free what ends first, then take arrivals, then ask the policy once.
-EVENT_ORDER = {FINISH: 0, STOP: 0, FAIL: 1, RECOVER: 1, ARRIVE: 2, TICK: 3}
+EVENT_ORDER = {FINISH: 0, STOP: 0, FAIL: 1, RECOVER: 1, ARRIVE: 2, TICK: 3, SAMPLE: 3}
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,11 @@ class SimConfig:
     failure_downtime_s: float = 3600.0
     seed: int = 1
     check_every_event: bool = False
+    # Every so often, while someone waits: each team's GPUs held and asked for (fairness).
+    sample_s: float = 3600.0
+    # For a forecast: stop once every job has started, or after this many decisions (0: never).
+    stop_once_all_started: bool = False
+    max_decisions: int = 0
 
 
 @dataclass
@@ -66,6 +71,8 @@ class Simulation:
     policy: object  # has decide(snapshot) -> Decisions
     config: SimConfig = field(default_factory=SimConfig)
     policy_config: core.PolicyConfig = field(default_factory=core.PolicyConfig)
+    # Jobs already running when the simulation starts, each with the time it will end.
+    running_at_start: tuple[tuple[core.RunningJob, float], ...] = ()
 
     def __post_init__(self):
         self.now = 0.0
@@ -77,22 +84,46 @@ class Simulation:
         self.running: dict[int, Run] = {}
         self.node_state = {node.name: node.state for node in self.nodes}
         self.decisions = 0
+        self.samples: list[tuple[dict[str, int], dict[str, int]]] = []  # (held, held + waiting) per team
         self.pending_views: dict[int, core.PendingJob] = {}  # rebuilt only when a job's state changes
         self._fleet: tuple[core.Node, ...] | None = None
         self.matters = False
         self.teams_with_guarantees = any(q.guaranteed for team in self.teams for q in team.quotas.values())
         for job in self.jobs:
             self._at(job.submit, ARRIVE, job.job_id)
+        self.dependents: dict[int, list[int]] = {}
+        for job in self.jobs:
+            for dependency in (job.view.waiting_on if job.view else ()):
+                self.dependents.setdefault(dependency, []).append(job.job_id)
+        for placement, end_at in self.running_at_start:
+            self._resume(placement, end_at)
         self._plan_failures()
         if self.jobs and self.config.tick_s:
             self._at(self.config.tick_s, TICK, None)
+        if self.jobs and self.config.sample_s:
+            self._at(self.config.sample_s, SAMPLE, None)
 
     # --- the clock ------------------------------------------------------------------------
     def _at(self, when: float, kind: str, payload) -> None:
         heapq.heappush(self.events, (when, EVENT_ORDER[kind], next(self.sequence), kind, payload))
 
+    def _resume(self, placement: core.RunningJob, end_at: float) -> None:
+        job = TraceJob(placement.job_id, placement.started_at, end_at - placement.started_at, placement.units,
+                       placement.team, placement.gpu_type, placement.priority)
+        self.records[job.job_id] = Record(job, first_start=placement.started_at)
+        token = next(self.tokens)
+        self.running[job.job_id] = Run(placement, placement.started_at, token, stopping=placement.preempting,
+                                       preempted_for=placement.preempted_for)
+        self._at(end_at, FINISH, (job.job_id, token))
+
     def run(self) -> "Simulation":
+        config = self.config
         while self.events:
+            if config.stop_once_all_started and not self.pending and all(
+                    r.first_start is not None for r in self.records.values()):
+                break
+            if config.max_decisions and self.decisions >= config.max_decisions:
+                break
             self.now = self.events[0][0]
             self.matters = False
             while self.events and self.events[0][0] == self.now:
@@ -106,6 +137,8 @@ class Simulation:
         """Whether a new job can change anything now: it may fit the free room, or (for a
         policy that preempts) outrank or reclaim. An arrival that can do neither leaves every
         decision as it was, so the policy is not asked (a full cluster's common case)."""
+        if job.view is not None:
+            return True
         rclass = core.resource_class(job.gpu_type or self.config.gpu_type)
         if self._free_units(rclass) >= job.gpus_per_task:
             return True
@@ -135,6 +168,8 @@ class Simulation:
         record.gpu_s += (self.now - run.started) * record.job.gpus
         record.done_s, record.end = record.job.duration, self.now
         del self.running[job_id]
+        for waiting in self.dependents.get(job_id, ()):
+            self.pending_views.pop(waiting, None)
         self.matters = True
 
     def _on_stop(self, job_id: int) -> None:
@@ -172,6 +207,18 @@ class Simulation:
         if self.pending or self.running or len(self.events) > 0:
             self._at(self.now + self.config.tick_s, TICK, None)
 
+    def _on_sample(self, _) -> None:
+        if self.pending:
+            held: dict[str, int] = {}
+            for run in self.running.values():
+                held[run.placement.team] = held.get(run.placement.team, 0) + self.records[run.placement.job_id].job.gpus
+            asked = dict(held)
+            for job in self.pending.values():
+                asked[job.team] = asked.get(job.team, 0) + job.gpus
+            self.samples.append((held, asked))
+        if self.pending or self.running:
+            self._at(self.now + self.config.sample_s, SAMPLE, None)
+
     def _interrupt(self, job_id: int) -> None:
         """The run ends early: the work since the last checkpoint is lost, the job waits again."""
         run = self.running.pop(job_id)
@@ -204,9 +251,11 @@ class Simulation:
         record.first_start = self.now if record.first_start is None else record.first_start
         remaining = job.duration - record.done_s
         token = next(self.tokens)
+        view = self._pending(job)
+        self.pending_views.pop(job.job_id, None)
         self.running[job.job_id] = Run(core.RunningJob(
-            job.job_id, job.team, job.priority, job.gpu_type or self.config.gpu_type, placement.tasks, self.now,
-            self.now + self._told(job, record), checkpointing=bool(self.config.checkpoint_interval_s),
+            job.job_id, view.team, view.priority, view.shape.gpu_type, placement.tasks, self.now,
+            self.now + self._told(job, record), preemptible=view.priority != "P0", checkpointing=view.checkpointing,
             last_checkpoint_at=None), self.now, token)
         self._at(self.now + remaining, FINISH, (job.job_id, token))
 
@@ -261,8 +310,12 @@ class Simulation:
 
     def _pending_view(self, job: TraceJob) -> core.PendingJob:
         record = self.records[job.job_id]
-        shape = core.JobShape(job.gpu_type or self.config.gpu_type, job.tasks, job.gpus_per_task, 1, 1)
         yields_to = record.yields_to if record.yields_to in self.pending else None
+        if job.view is not None:
+            unmet = tuple(d for d in job.view.waiting_on if d not in self.records or self.records[d].end is None)
+            return replace(job.view, max_runtime_s=self._told(job, record), waiting_on=unmet,
+                           yields_to=yields_to or job.view.yields_to)
+        shape = core.JobShape(job.gpu_type or self.config.gpu_type, job.tasks, job.gpus_per_task, 1, 1)
         return core.PendingJob(job.job_id, job.team, job.priority, shape, job.submit, self._told(job, record),
                                checkpointing=bool(self.config.checkpoint_interval_s), yields_to=yields_to)
 

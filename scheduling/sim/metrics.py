@@ -63,15 +63,33 @@ def _wait_by_team(done) -> dict[str, float]:
 
 
 def _fairness(sim: Simulation, entitlements: dict[str, float]) -> float:
-    """Jain's index over teams of (share of GPU-time used) / (share entitled)."""
-    usage = defaultdict(float)
-    for r in sim.records.values():
-        usage[r.job.team] += r.gpu_s
-    total = sum(usage.values())
-    if not total:
-        return 1.0
-    teams = sorted(usage)
-    owed = {team: entitlements.get(team, 0.0) for team in teams}
-    owed_total = sum(owed.values()) or len(teams)
-    return jain([(usage[t] / total) / ((owed[t] / owed_total) if sum(owed.values()) else 1 / len(teams))
-                 for t in teams if owed[t] > 0 or not sum(owed.values())])
+    """Jain's index over teams of (GPUs held) / (GPUs entitled), averaged over the samples
+    taken while someone waited. A team's entitlement at a sample is its max-min fair share
+    of the cluster given what each team asked for then (held + waiting), weighted by its
+    guarantee when there are guarantees: a team asking for less than its share is owed what
+    it asked; the rest is split among the others. Over a whole replay every job ends, so
+    totals alone would rate every policy fair; the index is taken while there is contention."""
+    capacity = sum(n.gpus for n in sim.nodes)
+    values = []
+    for held, asked in sim.samples:
+        owed = fair_shares(asked, capacity, entitlements)
+        values.append(jain([held.get(team, 0) / owed[team] for team in asked if owed[team] > 0]))
+    return statistics.fmean(values) if values else 1.0
+
+
+def fair_shares(asked: dict[str, int], capacity: float, weights: dict[str, float]) -> dict[str, float]:
+    """Max-min fair (water-filling) division of `capacity` among teams asking `asked`."""
+    weight = {team: (weights.get(team, 0.0) if any(weights.values()) else 1.0) or 1e-9 for team in asked}
+    owed, left, open_teams = {}, float(capacity), set(asked)
+    while open_teams and left > 1e-9:
+        per_weight = left / sum(weight[t] for t in open_teams)
+        done = {t for t in open_teams if asked[t] - owed.get(t, 0.0) <= per_weight * weight[t]}
+        if not done:
+            for t in open_teams:
+                owed[t] = owed.get(t, 0.0) + per_weight * weight[t]
+            break
+        for t in done:
+            left -= asked[t] - owed.get(t, 0.0)
+            owed[t] = float(asked[t])
+        open_teams -= done
+    return {team: owed.get(team, 0.0) for team in asked}

@@ -6,6 +6,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
+from scheduling.core.model import PendingJob
+
 WEEK_S = 7 * 24 * 3600.0
 GPUS_PER_TASK = 8
 
@@ -20,6 +22,7 @@ class TraceJob:
     gpu_type: str | None = None  # None: the fleet's GPU type
     priority: str = "P2"
     max_runtime: float | None = None  # what the scheduler is told; None: decided by the estimate option
+    view: PendingJob | None = None  # a live job's own shape and settings (the forecast), else built from the above
 
     @property
     def tasks(self) -> int:

@@ -99,3 +99,10 @@ def test_the_same_seed_gives_the_same_replay():
 def test_jain_index():
     assert jain([1, 1, 1]) == 1.0
     assert round(jain([1, 0, 0]), 4) == round(1 / 3, 4)
+
+
+def test_fair_shares_water_fill():
+    from scheduling.sim.metrics import fair_shares
+    assert fair_shares({"a": 10, "b": 100, "c": 100}, 90, {}) == {"a": 10, "b": 40, "c": 40}
+    assert fair_shares({"a": 100, "b": 100}, 90, {"a": 2, "b": 1}) == {"a": 60, "b": 30}
+    assert fair_shares({"a": 5, "b": 5}, 90, {}) == {"a": 5, "b": 5}

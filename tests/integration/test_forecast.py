@@ -1,0 +1,104 @@
+"""The leader's start-time forecast on the real store: written after a pass, served by the
+job and queue APIs and the job page, learnt from the team's history, and kept in life."""
+from datetime import timedelta
+
+import pytest
+from django.test import Client
+from django.utils import timezone
+
+from agents.models import Node
+from scheduling.forecasting import Forecaster, runtime_fractions
+from scheduling.models import Job, JobState
+from scheduling.worker import publish_queue_order, run_pass
+from tests.integration.test_scheduler_pass import leader, run_all_ranks, submit  # noqa: F401 (fixture)
+
+ONE_NODE = "z1-r1-h100-01"
+
+
+@pytest.fixture
+def one_node(leader):  # noqa: F811
+    """One 8-GPU H100 node: 8-GPU jobs queue behind each other."""
+    Node.objects.filter(gpu_type="H100").exclude(name=ONE_NODE).update(state="CORDONED")
+    return leader
+
+
+def small(api, name: str, hours: float) -> Job:
+    return submit(api, client_job_id=name, name=name, priority="P2", max_runtime_hours=hours, topology_hint="none",
+                  resources={"gpu_count": 8, "cpu_per_rank": 4, "memory_per_rank_gb": 32})
+
+
+def forecast_pass(epoch: int):
+    return run_pass(epoch=epoch, forecaster=Forecaster(interval_s=0))
+
+
+def seconds_from(moment, origin) -> float:
+    return (moment - origin).total_seconds()
+
+
+def test_queued_jobs_start_within_their_forecast_bound(api, one_node):
+    first = small(api, "first", 1.0)
+    forecast_pass(one_node)
+    first.refresh_from_db()
+    started = first.tasks.get().assigned_at
+    long_job, short_job = small(api, "long", 2.0), small(api, "short", 0.5)
+    forecast_pass(one_node)
+    long_job.refresh_from_db()
+    short_job.refresh_from_db()
+    # Shortest first within a team: the short job goes next, at the latest when the first job's hour is up.
+    assert seconds_from(short_job.estimated_start, started) == pytest.approx(3600, abs=5)
+    assert seconds_from(long_job.estimated_start, started) == pytest.approx(3600 + 1800, abs=5)
+    assert short_job.likely_start == short_job.estimated_start  # no history yet
+
+    body = api("alice").get(f"/api/v1/jobs/{short_job.pk}").json()
+    assert body["estimated_start"] is not None and body["likely_start"] is not None
+    queue = api("alice").get("/api/v1/queue").json()
+    assert [(e["id"], e["position"]) for e in queue["results"]] == [(short_job.pk, 1), (long_job.pk, 2)]
+    assert queue["results"][0]["pending_reason"]["code"] == "INSUFFICIENT_CAPACITY"
+    assert queue["results"][0]["estimated_start"] == body["estimated_start"]
+
+    # In life the runs are shorter than asked: each queued job starts within the bound the
+    # forecast promised before the runs ended.
+    promised = {job.pk: job.estimated_start for job in (short_job, long_job)}
+    for done, following in ((first, short_job), (short_job, long_job)):
+        run_all_ranks(done, exit_code=0)
+        forecast_pass(one_node)
+        following.refresh_from_db()
+        assert following.state == JobState.ASSIGNED
+        assert following.tasks.get().assigned_at <= promised[following.pk]
+        assert following.estimated_start is None  # placed: the forecast is cleared
+
+
+def test_likely_start_learns_from_the_teams_history(api, one_node):
+    now = timezone.now()
+    for index in range(3):  # the team's jobs used a quarter of the hour they asked for
+        old = small(api, f"history-{index}", 1.0)
+        Job.objects.filter(pk=old.pk).update(state=JobState.SUCCEEDED, started_at=now - timedelta(hours=2),
+                                             finished_at=now - timedelta(hours=2) + timedelta(minutes=15))
+    assert runtime_fractions(now) == {"research-foundation-models": pytest.approx(0.25)}
+    first = small(api, "first", 1.0)
+    forecast_pass(one_node)
+    started = first.tasks.get().assigned_at
+    waiting = small(api, "waiting", 1.0)
+    forecast_pass(one_node)
+    waiting.refresh_from_db()
+    assert seconds_from(waiting.estimated_start, started) == pytest.approx(3600, abs=5)
+    assert seconds_from(waiting.likely_start, started) == pytest.approx(900, abs=5)
+
+    client = Client()
+    client.login(username="alice", password="demo")
+    page = client.get(f"/jobs/{waiting.pk}/panel/").content.decode()
+    assert "at the latest" in page and "likely around" in page
+    assert waiting.estimated_start.strftime("%H:%M") in page and waiting.likely_start.strftime("%H:%M") in page
+
+
+def test_the_queue_api_checks_its_parameters_and_scopes_to_the_callers_teams(api, one_node):
+    response = api("alice").get("/api/v1/queue?limit=0&priority=P9")
+    assert response.status_code == 400 and {"limit", "priority"} <= set(response.json()["fields"])
+    mine = small(api, "mine", 1.0)
+    other = submit(api, user="bob", client_job_id="bobs", team="production-ranking", priority="P2",
+                   resources={"gpu_count": 8, "cpu_per_rank": 4, "memory_per_rank_gb": 32}, topology_hint="none")
+    publish_queue_order([other.pk, mine.pk])
+    ids = [entry["id"] for entry in api("alice").get("/api/v1/queue").json()["results"]]
+    assert ids == [mine.pk]  # bob's job is not alice's to see
+    assert [e["id"] for e in api("ops").get("/api/v1/queue").json()["results"]] == [other.pk, mine.pk]
+    assert api(None).get("/api/v1/queue").status_code == 401
