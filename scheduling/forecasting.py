@@ -1,8 +1,11 @@
 """The leader's start-time forecast for every pending job (scheduling/sim/forecast.py run
 on the pass's snapshot), and the teams' runtime history it learns "likely" from.
 
-Run after a pass at most every `MLQ_FORECAST_INTERVAL_S`, never per request: the API and
-pages read the two stored columns. Writes are fenced and only where a start changed."""
+Started after a pass at most every `MLQ_FORECAST_INTERVAL_S`, in a child process, never per
+request: the API and pages read the two stored columns. Writes are fenced and only where a
+start moved."""
+import logging
+import multiprocessing
 import statistics
 import time
 from datetime import datetime, timedelta, timezone as dt_timezone
@@ -13,8 +16,10 @@ from scheduling import notify
 from scheduling.core.decisions import Decisions
 from scheduling.fencing import fenced
 from scheduling.models import Job, JobState
-from scheduling.sim.forecast import forecast
+from scheduling.sim.forecast import Forecast, forecast, forecast_to
 from scheduling.snapshot import StoreView
+
+log = logging.getLogger(__name__)
 
 HISTORY = timedelta(days=30)
 MIN_SAMPLES = 3
@@ -36,28 +41,94 @@ def runtime_fractions(now) -> dict[str, float]:
 
 
 class Forecaster:
-    """Owned by the scheduler worker: decides when a forecast is due and writes it."""
+    """Owned by the scheduler worker. The simulation runs in a child process (a deep queue
+    takes seconds to forecast; the leader's passes must not wait for it): a pass starts one
+    when none is running and `interval_s` has passed, and a later pass writes its result.
+    `inline` runs it in the pass instead (tests; tiny clusters)."""
 
-    def __init__(self, *, interval_s: float | None = None):
+    def __init__(self, *, interval_s: float | None = None, inline: bool = False):
         self.interval_s = settings.MLQ_FORECAST_INTERVAL_S if interval_s is None else interval_s
-        self.last_run = -float("inf")
+        self.inline = inline
+        self.last_started = -float("inf")
+        self.running: _Child | None = None
+        self.placed_since: set[int] = set()  # placed while the running forecast was computed
         self.last_ms = 0.0
 
     def maybe_run(self, view: StoreView, decisions: Decisions, *, epoch: int, now) -> int | None:
-        """Forecast if one is due; returns the rows written (None if not due)."""
-        if time.monotonic() - self.last_run < self.interval_s:
-            return None
-        self.last_run = time.monotonic()
-        started = time.perf_counter()
-        written = refresh(view, decisions, epoch=epoch, now=now)
-        self.last_ms = (time.perf_counter() - started) * 1000
+        """Write a finished forecast and start the next one if due; returns rows written."""
+        placed = {placement.job_id for placement in decisions.placements}
+        written = None
+        if self.running is not None and self.running.ready():
+            result, self.last_ms = self.running.result(), self.running.elapsed_ms()
+            self.running = None
+            if result is not None:
+                written = write(result, view, placed | self.placed_since, epoch=epoch)
+        elif self.running is not None:
+            self.placed_since |= placed
+        if self.running is None and time.monotonic() - self.last_started >= self.interval_s:
+            self.last_started = time.monotonic()
+            args = (view.snapshot, runtime_fractions(now), settings.MLQ_FORECAST_MAX_PASSES)
+            self.placed_since = set(placed)
+            if self.inline:
+                started = time.perf_counter()
+                written = write(_forecast(*args), view, placed, epoch=epoch)
+                self.last_ms = (time.perf_counter() - started) * 1000
+            else:
+                self.running = _Child(args)
         return written
 
+    def stop(self) -> None:
+        if self.running is not None:
+            self.running.kill()
+            self.running = None
 
-def refresh(view: StoreView, decisions: Decisions, *, epoch: int, now) -> int:
-    result = forecast(view.snapshot, likely_fraction=runtime_fractions(now),
-                      max_decisions=settings.MLQ_FORECAST_MAX_PASSES)
-    placed = {placement.job_id for placement in decisions.placements}
+
+def _forecast(snapshot, fractions, max_decisions) -> Forecast:
+    return forecast(snapshot, likely_fraction=fractions, max_decisions=max_decisions)
+
+
+class _Child:
+    """One forecast in a fresh process (spawned: nothing of the leader's connections or
+    threads is inherited). If the leader dies, the child finishes its one forecast, fails to
+    send it, and exits."""
+
+    CONTEXT = multiprocessing.get_context("spawn")
+
+    def __init__(self, args):
+        self.started = time.perf_counter()
+        self.receiver, sender = self.CONTEXT.Pipe(duplex=False)
+        self.process = self.CONTEXT.Process(target=forecast_to, args=(sender, *args), daemon=True,
+                                            name="mlqueue-forecast")
+        self.process.start()
+        sender.close()
+        self.finished_ms: float | None = None
+
+    def ready(self) -> bool:
+        return self.receiver.poll() or not self.process.is_alive()
+
+    def result(self) -> Forecast | None:
+        try:
+            found = self.receiver.recv() if self.receiver.poll() else None
+        except (EOFError, OSError):
+            found = None
+        self.finished_ms = (time.perf_counter() - self.started) * 1000
+        if found is None:
+            log.warning("the forecast process ended without a result (exit code %s)", self.process.exitcode)
+        self.process.join(timeout=5)
+        self.receiver.close()
+        return found
+
+    def elapsed_ms(self) -> float:
+        return self.finished_ms or 0.0
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.join(timeout=5)
+        self.receiver.close()
+
+
+def write(result: Forecast, view: StoreView, placed: set[int], *, epoch: int) -> int:
+    """Each pending job's two starts, where they moved; fenced; only jobs still pending."""
     changed = []
     for job in view.snapshot.pending:
         if job.job_id in placed:
@@ -66,12 +137,12 @@ def refresh(view: StoreView, decisions: Decisions, *, epoch: int, now) -> int:
         if _moved(view.starts.get(job.job_id, (None, None)), (latest, likely)):
             changed.append(Job(pk=job.job_id, estimated_start=latest, likely_start=likely))
     for first in range(0, len(changed), BATCH):
+        batch = changed[first:first + BATCH]
         with fenced(epoch):
-            # Only jobs still pending: one placed or cancelled since keeps its own columns.
-            ids = [job.pk for job in changed[first:first + BATCH]]
-            still = set(Job.objects.filter(pk__in=ids, state=JobState.PENDING).values_list("pk", flat=True))
-            Job.objects.bulk_update([job for job in changed[first:first + BATCH] if job.pk in still],
-                                    ["estimated_start", "likely_start"])
+            # A job placed or cancelled since the snapshot keeps its own (cleared) columns.
+            still = set(Job.objects.filter(pk__in=[job.pk for job in batch], state=JobState.PENDING)
+                        .values_list("pk", flat=True))
+            Job.objects.bulk_update([job for job in batch if job.pk in still], ["estimated_start", "likely_start"])
     notify.jobs_changed(job.pk for job in changed)
     return len(changed)
 

@@ -175,3 +175,4 @@ class SchedulerWorker:
 
     def stop(self, *_args) -> None:
         self.stopping = True
+        self.forecaster.stop()

@@ -37,6 +37,11 @@ class SimConfig:
     # For a forecast: stop once every job has started, or after this many decisions (0: never).
     stop_once_all_started: bool = False
     max_decisions: int = 0
+    # Decide at most once per step (0: at every instant something happens). The step grows
+    # with the time simulated, `step_growth` of it (a forecast needs minutes an hour out,
+    # not seconds a day out). Events are still applied at their own times.
+    decision_step_s: float = 0.0
+    step_growth: float = 0.0
 
 
 @dataclass
@@ -76,6 +81,8 @@ class Simulation:
 
     def __post_init__(self):
         self.now = 0.0
+        self.started_at = min((job.submit for job in self.jobs), default=0.0)
+        self.last_decision: float | None = None
         self.events: list = []
         self.sequence = itertools.count()
         self.tokens = itertools.count(1)
@@ -124,14 +131,24 @@ class Simulation:
                 break
             if config.max_decisions and self.decisions >= config.max_decisions:
                 break
-            self.now = self.events[0][0]
+            until = self._next_decision(self.events[0][0])
             self.matters = False
-            while self.events and self.events[0][0] == self.now:
-                _, _, _, kind, payload = heapq.heappop(self.events)
+            while self.events and self.events[0][0] <= until:
+                self.now, _, _, kind, payload = heapq.heappop(self.events)
                 getattr(self, f"_on_{kind}")(payload)
+            self.now = until
             if self.pending and self.matters:
                 self._decide()
         return self
+
+    def _next_decision(self, when: float) -> float:
+        """The instant the policy is next asked, given the next event's time: then, or one
+        step after the last time it was asked, whichever is later."""
+        step = self.config.decision_step_s
+        if not step or self.last_decision is None:
+            return when
+        step = max(step, self.config.step_growth * (self.last_decision - self.started_at))
+        return max(when, self.last_decision + step)
 
     def _arrival_matters(self, job: TraceJob) -> bool:
         """Whether a new job can change anything now: it may fit the free room, or (for a
@@ -236,6 +253,7 @@ class Simulation:
 
     # --- the policy -----------------------------------------------------------------------
     def _decide(self) -> None:
+        self.last_decision = self.now
         decisions: Decisions = self.policy.decide(self.snapshot())
         self.decisions += 1
         for placement in decisions.placements:

@@ -21,6 +21,10 @@ from scheduling.sim.policies import MlqueuePolicy
 from scheduling.sim.trace import TraceJob
 
 MIN_LENGTH_S = 60.0
+# The forecast decides once a minute for the first half hour ahead, then once per 1/30 of
+# the lead time (20 minutes ten hours out): its starts are that coarse, and always rounded up.
+STEP_S = 60.0
+STEP_GROWTH = 1 / 30
 
 
 @dataclass(frozen=True)
@@ -31,13 +35,13 @@ class Forecast:
 
 
 def forecast(snapshot: ClusterSnapshot, *, likely_fraction: Mapping[str, float] | None = None,
-             grace_s: float = 60.0, max_decisions: int = 200) -> Forecast:
+             grace_s: float = 60.0, max_decisions: int = 200, step_s: float = STEP_S) -> Forecast:
     """`likely_fraction`: team -> the share of its asked-for runtime its jobs typically use
     (0-1]. Jobs that never start within `max_decisions` passes (held jobs, jobs that cannot
     fit, jobs past the budget) get no forecast."""
-    latest, done_latest = _simulate(snapshot, {}, grace_s, max_decisions)
+    latest, done_latest = _simulate(snapshot, {}, grace_s, max_decisions, step_s)
     if likely_fraction:
-        likely, done_likely = _simulate(snapshot, likely_fraction, grace_s, max_decisions)
+        likely, done_likely = _simulate(snapshot, likely_fraction, grace_s, max_decisions, step_s)
         # A shorter run never makes anything later in life; where the policy's list
         # scheduling would (an anomaly), the bound still holds.
         likely = {job_id: min(at, latest.get(job_id, at)) for job_id, at in likely.items()}
@@ -46,13 +50,26 @@ def forecast(snapshot: ClusterSnapshot, *, likely_fraction: Mapping[str, float] 
     return Forecast(latest, likely, done_latest and done_likely)
 
 
-def _simulate(snapshot: ClusterSnapshot, fraction: Mapping[str, float], grace_s: float,
-              max_decisions: int) -> tuple[dict[int, float], bool]:
+def forecast_to(connection, snapshot: ClusterSnapshot, likely_fraction: Mapping[str, float],
+                max_decisions: int) -> None:
+    """A child process's body: forecast and send the result down `connection` (the leader's
+    pipe; if the leader is gone, there is no one to tell). Lives here, not with the leader's
+    Django code, so the child imports nothing but the core and the simulator."""
+    try:
+        connection.send(forecast(snapshot, likely_fraction=likely_fraction, max_decisions=max_decisions))
+    except (BrokenPipeError, EOFError):
+        pass
+    finally:
+        connection.close()
+
+
+def _simulate(snapshot: ClusterSnapshot, fraction: Mapping[str, float], grace_s: float, max_decisions: int,
+              step_s: float) -> tuple[dict[int, float], bool]:
     now = snapshot.now
     running = tuple((job, _end(job, now, fraction.get(job.team, 1.0), grace_s)) for job in snapshot.running)
     jobs = [_trace_job(job, now, fraction.get(job.team, 1.0)) for job in snapshot.pending]
-    config = SimConfig(checkpoint_interval_s=0, grace_s=grace_s, tick_s=0, sample_s=0,
-                       stop_once_all_started=True, max_decisions=max_decisions)
+    config = SimConfig(checkpoint_interval_s=0, grace_s=grace_s, tick_s=0, sample_s=0, stop_once_all_started=True,
+                       max_decisions=max_decisions, decision_step_s=step_s, step_growth=STEP_GROWTH)
     sim = Simulation(list(snapshot.nodes), snapshot.teams, jobs, MlqueuePolicy(), config,
                      replace(snapshot.config, explain=False), running_at_start=running).run()
     starts = {job.job_id: sim.records[job.job_id].first_start for job in snapshot.pending}

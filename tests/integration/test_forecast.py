@@ -28,7 +28,7 @@ def small(api, name: str, hours: float) -> Job:
 
 
 def forecast_pass(epoch: int):
-    return run_pass(epoch=epoch, forecaster=Forecaster(interval_s=0))
+    return run_pass(epoch=epoch, forecaster=Forecaster(interval_s=0, inline=True))
 
 
 def seconds_from(moment, origin) -> float:
@@ -66,6 +66,23 @@ def test_queued_jobs_start_within_their_forecast_bound(api, one_node):
         assert following.state == JobState.ASSIGNED
         assert following.tasks.get().assigned_at <= promised[following.pk]
         assert following.estimated_start is None  # placed: the forecast is cleared
+
+
+def test_the_leader_forecasts_in_a_child_process_and_writes_on_a_later_pass(api, one_node):
+    forecaster = Forecaster(interval_s=0)
+    small(api, "first", 1.0)
+    run_pass(epoch=one_node, forecaster=forecaster)
+    assert forecaster.running is not None  # the pass did not wait for it
+    waiting = small(api, "waiting", 1.0)
+    for _ in range(4):  # a pass writes what the child finished and starts the next forecast
+        forecaster.running.process.join(timeout=30)
+        run_pass(epoch=one_node, forecaster=forecaster)
+        waiting.refresh_from_db()
+        if waiting.estimated_start is not None:
+            break
+    assert waiting.estimated_start is not None and forecaster.last_ms > 0
+    forecaster.stop()
+    assert forecaster.running is None
 
 
 def test_likely_start_learns_from_the_teams_history(api, one_node):

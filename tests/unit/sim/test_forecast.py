@@ -15,11 +15,28 @@ def test_the_bound_queues_behind_max_runtimes_and_the_likely_behind_typical_ones
     nodes = cluster(rack("z1-r1", 1))
     busy = running(1, ["z1-r1-n1"], age=1000, remaining=3600)  # asked 4,600 s in all
     first, second = job(2, gpus=8, runtime=2 * HOUR, age=100), job(3, gpus=8, runtime=2 * HOUR, age=50)
-    result = forecast(snapshot(nodes, pending=[first, second], running_jobs=[busy]), likely_fraction={"vision": 0.5})
+    state = snapshot(nodes, pending=[first, second], running_jobs=[busy])
+    result = forecast(state, likely_fraction={"vision": 0.5}, step_s=0)
     assert result.latest == {2: NOW + 3600, 3: NOW + 3600 + 2 * HOUR}
     # Typical runs use half of what they ask: the running job ends at 2,300 s of its 4,600.
     assert result.likely == {2: NOW + 1300, 3: NOW + 1300 + HOUR}
     assert result.complete
+    # By default the forecast decides at most once a minute, then once per 1/30 of the lead
+    # time; events this sparse are each decided on at their own time.
+    coarse = forecast(state, likely_fraction={"vision": 0.5})
+    assert (coarse.latest, coarse.likely) == (result.latest, result.likely)
+
+
+def test_a_coarse_forecast_rounds_starts_up_never_down():
+    nodes = cluster(rack("z1-r1", 1))
+    busy = [running(job_id, ["z1-r1-n1"], gpus_per_node=1, first_gpu=job_id, remaining=10 * job_id)
+            for job_id in range(8)]  # one GPU frees every 10 s
+    queue = [job(100 + n, gpus=1, age=100 - n) for n in range(8)]
+    state = snapshot(nodes, pending=queue, running_jobs=busy)
+    exact, coarse = forecast(state, step_s=0).latest, forecast(state, step_s=60).latest
+    assert sorted(exact.values()) == [NOW + 10 * n for n in range(8)]
+    assert all(coarse[job_id] >= exact[job_id] for job_id in exact)
+    assert sorted(coarse.values()) == [NOW, NOW + 60, NOW + 60, NOW + 60, NOW + 60, NOW + 60, NOW + 60, NOW + 120]
 
 
 def test_a_held_job_or_one_waiting_on_a_job_that_failed_gets_no_forecast():
@@ -71,7 +88,7 @@ def live(state, rng, *, full=False):
 @pytest.mark.parametrize("seed", range(4))
 def test_when_every_job_runs_to_its_max_runtime_each_starts_exactly_at_its_bound(seed):
     state, rng = random_state(seed)
-    result = forecast(state)
+    result = forecast(state, step_s=0)
     assert result.complete and live(state, rng, full=True) == result.latest
 
 

@@ -1,0 +1,62 @@
+"""How long the leader's start-time forecast takes on a big cluster with a deep queue.
+
+    python bench/forecast.py --fleet seed-2500 --pending 5000 [--max-passes 200] [--runs 3]
+
+The queue is settled first as in bench/cycle.py (the storm of a fresh queue is over), then
+the forecast (two simulations: the bound and the likely) runs `--runs` times on the same
+snapshot. Prints one JSON line: the median wall time, the simulated passes it is allowed,
+how many pending jobs got a start and how far ahead the last one is.
+"""
+import argparse
+import gc
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+if not __package__:
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.cycle import NOW, fleet_for, settle  # noqa: E402
+from bench.fleets import FLEETS, build_teams, build_workload  # noqa: E402
+from scheduling.core.model import ClusterSnapshot  # noqa: E402
+from scheduling.sim.forecast import forecast  # noqa: E402
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--fleet", choices=sorted(FLEETS), default="seed-2500")
+    parser.add_argument("--nodes", type=int)
+    parser.add_argument("--gpus-per-node", type=int, default=8)
+    parser.add_argument("--racks", type=int)
+    parser.add_argument("--zones", type=int, default=2)
+    parser.add_argument("--pending", type=int, default=5000, help="pending tasks in the queue")
+    parser.add_argument("--max-passes", type=int, default=200)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--fill", type=float, default=0.9)
+    args = parser.parse_args(argv)
+    args.passes, args.arrivals = 1, 2  # what settle() reads
+    name, fleet = fleet_for(args)
+    teams = build_teams(fleet)
+    running, pending = build_workload(fleet, teams, pending_tasks=args.pending, fill=args.fill, seed=args.seed, now=NOW)
+    snapshot = settle(ClusterSnapshot(tuple(fleet), tuple(running), tuple(pending), teams, NOW), fleet, args)
+    gc.collect()
+    gc.freeze()
+    timings, result = [], None
+    for _ in range(args.runs):
+        started = time.perf_counter()
+        result = forecast(snapshot, likely_fraction={team.name: 0.5 for team in teams}, max_decisions=args.max_passes)
+        timings.append((time.perf_counter() - started) * 1000)
+    horizon = max(result.latest.values(), default=NOW) - NOW
+    figures = {"fleet": name, "running": len(snapshot.running), "pending_jobs": len(snapshot.pending),
+               "max_passes": args.max_passes, "forecast_ms_p50": round(statistics.median(timings), 1),
+               "forecast_ms_max": round(max(timings), 1), "jobs_forecast": len(result.latest),
+               "complete": result.complete, "horizon_h": round(horizon / 3600, 1)}
+    print(json.dumps(figures))
+    return figures
+
+
+if __name__ == "__main__":
+    main()
