@@ -114,14 +114,35 @@ def runnable(jobs, fleet, gpu_type: str):
     return kept, refused
 
 
+def fail(message: str):
+    print(f"replay: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def read_jobs(args) -> list:
+    try:
+        jobs = load(args.trace, start=args.start, end=args.end)
+    except OSError as exc:
+        fail(f"cannot read the trace {args.trace}: {exc.strerror}")
+    except (KeyError, ValueError) as exc:
+        fail(f"--from/--to or the trace's rows: {exc}")
+    if args.load_scale <= 0:
+        fail("--load-scale must be positive")
+    if not jobs:
+        fail("no jobs in the trace between --from and --to")
+    return with_estimates(load_scaled(jobs, args.load_scale), args.runtime_estimate)
+
+
 def main(argv=None) -> dict:
     args = parse_args(argv)
     fleet = fleet_for(args)
     gpus = sum(n.gpus for n in fleet)
-    jobs = with_estimates(load_scaled(load(args.trace, start=args.start, end=args.end), args.load_scale),
-                          args.runtime_estimate)
+    jobs = read_jobs(args)
     jobs, refused = runnable(jobs, fleet, args.gpu_type)
-    owed = guarantees(jobs, gpus, args.quotas)
+    try:
+        owed = guarantees(jobs, gpus, args.quotas)
+    except (OSError, ValueError, AttributeError) as exc:
+        fail(f"--quotas: expected proportional, equal, none or a JSON file of team -> GPUs ({exc})")
     policy = make_policy(args.policy, durations={job.job_id: job.duration for job in jobs})
     config = SimConfig(checkpoint_interval_s=args.checkpoint_interval, grace_s=args.grace, tick_s=args.tick,
                        gpu_type=args.gpu_type, node_failures=args.node_failures, seed=args.seed)

@@ -44,3 +44,42 @@ def test_queue_page_bench_renders_every_view():
     figures = run_bench("bench/queue_page.py", "--jobs", "300", "--renders", "2", "--database-url",
                         "postgres://postgres@127.0.0.1:5432/mlqueue_bench_queue_smoke")
     assert figures["jobs"] == 300 and all(value > 0 for key, value in figures.items() if key.endswith("_ms"))
+
+
+def test_replay_bench_replays_the_trace_under_each_policy(tmp_path):
+    quotas = tmp_path / "quotas.json"
+    quotas.write_text('{"11cb48": 32, "6214e9": 16}')
+    base = ("-m", "bench.replay", "--trace", "../shared/traces/philly-2017-09-10.csv", "--nodes", "8",
+            "--from", "2017-10-04", "--to", "2017-10-04 06:00:00")
+    results = {policy: run_bench(*base, "--policy", policy, "--quotas", "none") for policy in ("fifo", "easy", "sjf",
+                                                                                               "mlqueue")}
+    assert len({figures["jobs"] for figures in results.values()}) == 1
+    for figures in results.values():
+        assert figures["finished"] == figures["jobs"] > 0 and figures["gpus"] == 64
+        assert 0 < figures["utilization"] <= 1 and 0 < figures["jain_fairness"] <= 1
+        assert figures["p50_wait_s"] <= figures["p99_wait_s"] <= figures["max_wait_s"]
+        assert set(figures["wait_by_size_s"]) == {"1", "2-8", "9-32", "33+"}
+    # FIFO never starts a job before an older one; EASY backfills, so it waits less on average.
+    assert results["easy"]["avg_wait_s"] <= results["fifo"]["avg_wait_s"]
+    what_if = run_bench(*base, "--policy", "mlqueue", "--quotas", str(quotas))
+    assert what_if["jobs"] == results["mlqueue"]["jobs"]
+
+
+def test_forecast_bench_prints_its_figures():
+    figures = run_bench("bench/forecast.py", "--nodes", "64", "--racks", "4", "--pending", "300", "--runs", "1",
+                        "--max-passes", "50")
+    assert figures["jobs_forecast"] > 0 and figures["forecast_ms_p50"] > 0
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--trace", "no-such.csv"), "cannot read the trace"),
+    (("--from", "October"), "--from"),
+    (("--quotas", "missing.json"), "--quotas"),
+    (("--load-scale", "0"), "--load-scale"),
+])
+def test_replay_bench_refuses_bad_options_with_a_message(args, message):
+    base = {"--trace": "../shared/traces/philly-2017-09-10.csv", "--nodes": "8", "--to": "2017-09-05"}
+    base.update(dict(zip(args[::2], args[1::2])))
+    result = subprocess.run([sys.executable, "-m", "bench.replay", *[x for pair in base.items() for x in pair]],
+                            cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr
