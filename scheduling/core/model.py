@@ -237,8 +237,8 @@ class PolicyConfig:
     order: str = "fair_share"
     # Bounds the work one pass spends searching for victims.
     max_preemption_searches: int = 64
-    # Explain every job left waiting (the worker does; a simulation that only needs the
-    # schedule does not).
+    # Explain every job left waiting and report fragmentation (the worker does; a simulation
+    # that only needs the schedule does not).
     explain: bool = True
 
 

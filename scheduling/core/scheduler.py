@@ -145,10 +145,7 @@ class Pass:
         self.config = snapshot.config
         # 1. Index.
         self.state = ClusterState(snapshot.nodes, snapshot.running)
-        capacity = defaultdict(int)
-        for slot in self.state.slots.values():
-            capacity[slot.rclass] += slot.total_units
-        self.ledger = Ledger.build(snapshot.teams, snapshot.running, capacity)
+        self.ledger = Ledger.build(snapshot.teams, snapshot.running, self.state.fleet.capacity)
         self.borrowed = borrowed_jobs(self.ledger, snapshot.running)
         self.active: dict[str, list[RunningJob]] = defaultdict(list)
         for job in snapshot.running:
@@ -333,7 +330,8 @@ class Pass:
         return PassStats(
             pending=len(self.snap.pending), considered=considered, placed=len(self.placements),
             placed_tasks=sum(len(p.tasks) for p in self.placements), preempted=len(self.preemptions),
-            reserved=len(self.book.reservations), fragmentation=fragmentation(self.state),
+            reserved=len(self.book.reservations),
+            fragmentation=fragmentation(self.state) if self.config.explain else {},
         )
 
 

@@ -22,6 +22,13 @@ class Slot:
         self.ready = node.state == NodeState.READY
         self.rclass = node.resource_class
 
+    @classmethod
+    def empty(cls, node: Node, gpus: list[int], ready: bool, rclass: str) -> "Slot":
+        slot = cls.__new__(cls)
+        slot.node, slot.free_gpus, slot.free_cpus, slot.free_memory = node, gpus[:], node.cpus, node.memory_gb
+        slot.ready, slot.rclass = ready, rclass
+        return slot
+
     @property
     def name(self) -> str:
         return self.node.name
@@ -35,23 +42,58 @@ class Slot:
         return self.node.gpus if self.node.gpu_type else self.node.cpus
 
 
+class Fleet:
+    """What a pass derives from the nodes alone: their order, racks, zones, classes. Kept for
+    the last fleet seen, so passes over the same nodes (a simulation's) derive it once."""
+
+    __slots__ = ("nodes", "rows", "rack_of", "zone_of", "capacity")
+    last: "Fleet | None" = None
+
+    def __init__(self, nodes):
+        self.nodes = nodes
+        ordered = sorted(nodes, key=lambda n: n.name)
+        self.rows = [(n.name, n, list(range(n.gpus)), n.state == NodeState.READY, n.resource_class) for n in ordered]
+        self.rack_of = {n.name: n.rack for n in ordered}
+        self.zone_of = {n.name: n.zone for n in ordered}
+        self.capacity: dict[str, int] = defaultdict(int)  # every node's units, per class
+        for node in ordered:
+            self.capacity[node.resource_class] += node.gpus if node.gpu_type else node.cpus
+
+    @classmethod
+    def of(cls, nodes) -> "Fleet":
+        if not isinstance(nodes, tuple):
+            return cls(nodes)
+        found = cls.last
+        if found is None or found.nodes is not nodes:
+            found = Fleet.last = cls(nodes)
+        return found
+
+
 class ClusterState:
     def __init__(self, nodes: Iterable[Node], running: Iterable[RunningJob] = ()):
-        self.slots: dict[str, Slot] = {n.name: Slot(n) for n in sorted(nodes, key=lambda n: n.name)}
-        self.rack_of = {name: slot.node.rack for name, slot in self.slots.items()}
-        self.zone_of = {name: slot.node.zone for name, slot in self.slots.items()}
+        fleet = self.fleet = Fleet.of(nodes)
+        self.slots: dict[str, Slot] = {}
         self.by_class: dict[str, list[Slot]] = defaultdict(list)
-        for slot in self.slots.values():
-            self.by_class[slot.rclass].append(slot)
+        empty = Slot.empty
+        for name, node, gpus, ready, rclass in fleet.rows:
+            slot = self.slots[name] = empty(node, gpus, ready, rclass)
+            self.by_class[rclass].append(slot)
+        self.rack_of = fleet.rack_of  # shared, read-only
+        self.zone_of = fleet.zone_of
         self._take_running(running)
         # rclass -> free units -> rack -> ready slots with that many free (dicts keep name order).
         self.buckets: dict[str, dict[int, dict[str, dict[Slot, None]]]] = defaultdict(
             lambda: defaultdict(lambda: defaultdict(dict)))
         self.free_units: dict[str, int] = defaultdict(int)
         self.rack_free: dict[str, int] = defaultdict(int)
-        for slot in self.slots.values():
+        buckets, free_units, rack_free = self.buckets, self.free_units, self.rack_free
+        for slot in self.slots.values():  # _index, inlined: this loop runs over every node each pass
             if slot.ready:
-                self._index(slot)
+                node = slot.node
+                free = len(slot.free_gpus) if node.gpu_type else slot.free_cpus
+                buckets[slot.rclass][free][node.rack][slot] = None
+                free_units[slot.rclass] += free
+                rack_free[node.rack] += free
 
     def _take_running(self, running: Iterable[RunningJob]) -> None:
         """What runs already, summed per node first: one update per node, not per task."""

@@ -94,6 +94,7 @@ class Simulation:
         self.samples: list[tuple[dict[str, int], dict[str, int]]] = []  # (held, held + waiting) per team
         self.pending_views: dict[int, core.PendingJob] = {}  # rebuilt only when a job's state changes
         self._fleet: tuple[core.Node, ...] | None = None
+        self._ready: dict[str, int] | None = None
         self.matters = False
         self.teams_with_guarantees = any(q.guaranteed for team in self.teams for q in team.quotas.values())
         for job in self.jobs:
@@ -165,9 +166,17 @@ class Simulation:
 
     def _free_units(self, rclass: str) -> int:
         used = sum(run.placement.units for run in self.running.values() if run.placement.resource_class == rclass)
-        total = sum(node.gpus if node.gpu_type else node.cpus for node in self._nodes_now()
-                    if node.resource_class == rclass and node.state == core.NodeState.READY)
-        return total - used
+        return self._ready_units().get(rclass, 0) - used
+
+    def _ready_units(self) -> dict[str, int]:
+        """Units of READY nodes per class (recounted only when a node fails or recovers)."""
+        if self._ready is None:
+            self._ready = {}
+            for node in self._nodes_now():
+                if node.state == core.NodeState.READY:
+                    self._ready[node.resource_class] = self._ready.get(node.resource_class, 0) + (
+                        node.gpus if node.gpu_type else node.cpus)
+        return self._ready
 
     # --- events ---------------------------------------------------------------------------
     def _on_arrive(self, job_id: int) -> None:
@@ -206,7 +215,7 @@ class Simulation:
 
     def _on_fail(self, node_name: str) -> None:
         self.matters = True
-        self._fleet = None
+        self._fleet = self._ready = None
         self.node_state[node_name] = core.NodeState.LOST
         for job_id, run in list(self.running.items()):
             if any(task.node == node_name for task in run.placement.tasks):
@@ -215,7 +224,7 @@ class Simulation:
 
     def _on_recover(self, node_name: str) -> None:
         self.matters = True
-        self._fleet = None
+        self._fleet = self._ready = None
         self.node_state[node_name] = core.NodeState.READY
 
     def _on_tick(self, _) -> None:
