@@ -149,7 +149,11 @@ def main(argv=None) -> dict:
     started = time.perf_counter()
     sim = Simulation(fleet, teams_for(owed, args.gpu_type, gpus), jobs, policy, config, policy_config(args)).run()
     wall = time.perf_counter() - started
-    figures = {"policy": args.policy, "nodes": len(fleet), **summarize(sim, entitlements={t: float(g) for t, g in owed.items()}),
+    knobs = policy_config(args)
+    setup = {"quotas": args.quotas, "runtime_estimate": args.runtime_estimate}
+    if args.policy == "mlqueue":
+        setup.update(order=knobs.order, wait_bound_s=knobs.reservation_wait_bound_s)
+    figures = {"policy": args.policy, "nodes": len(fleet), **setup, **summarize(sim, entitlements={t: float(g) for t, g in owed.items()}),
                "refused": refused, "wall_s": round(wall, 1), "jobs_per_min": round(len(jobs) / wall * 60) if wall else None}
     print(json.dumps(figures))
     return figures
