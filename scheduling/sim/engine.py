@@ -42,6 +42,7 @@ class SimConfig:
     # not seconds a day out). Events are still applied at their own times.
     decision_step_s: float = 0.0
     step_growth: float = 0.0
+    max_step_s: float = 3600.0
 
 
 @dataclass
@@ -148,7 +149,7 @@ class Simulation:
         step = self.config.decision_step_s
         if not step or self.last_decision is None:
             return when
-        step = max(step, self.config.step_growth * (self.last_decision - self.started_at))
+        step = min(max(step, self.config.step_growth * (self.last_decision - self.started_at)), self.config.max_step_s)
         return max(when, self.last_decision + step)
 
     def _arrival_matters(self, job: TraceJob) -> bool:

@@ -21,10 +21,11 @@ from scheduling.sim.policies import MlqueuePolicy
 from scheduling.sim.trace import TraceJob
 
 MIN_LENGTH_S = 60.0
-# The forecast decides once a minute for the first half hour ahead, then once per 1/30 of
-# the lead time (20 minutes ten hours out): its starts are that coarse, and always rounded up.
+# The forecast decides at most once a minute for the first hour ahead, then once per 1/60
+# of the lead time (10 minutes ten hours out), and at least once an hour: its starts are
+# that coarse, and always rounded up.
 STEP_S = 60.0
-STEP_GROWTH = 1 / 30
+STEP_GROWTH = 1 / 60
 
 
 @dataclass(frozen=True)

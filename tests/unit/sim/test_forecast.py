@@ -21,7 +21,7 @@ def test_the_bound_queues_behind_max_runtimes_and_the_likely_behind_typical_ones
     # Typical runs use half of what they ask: the running job ends at 2,300 s of its 4,600.
     assert result.likely == {2: NOW + 1300, 3: NOW + 1300 + HOUR}
     assert result.complete
-    # By default the forecast decides at most once a minute, then once per 1/30 of the lead
+    # By default the forecast decides at most once a minute, then once per 1/60 of the lead
     # time; events this sparse are each decided on at their own time.
     coarse = forecast(state, likely_fraction={"vision": 0.5})
     assert (coarse.latest, coarse.likely) == (result.latest, result.likely)
