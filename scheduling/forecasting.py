@@ -51,24 +51,21 @@ class Forecaster:
         self.inline = inline
         self.last_started = -float("inf")
         self.running: _Child | None = None
-        self.placed_since: set[int] = set()  # placed while the running forecast was computed
         self.last_ms = 0.0
 
     def maybe_run(self, view: StoreView, decisions: Decisions, *, epoch: int, now) -> int | None:
-        """Write a finished forecast and start the next one if due; returns rows written."""
+        """Write a finished forecast and start the next one if due; returns rows written.
+        `view` is this pass's (built before its placements, which are left alone)."""
         placed = {placement.job_id for placement in decisions.placements}
         written = None
         if self.running is not None and self.running.ready():
             result, self.last_ms = self.running.result(), self.running.elapsed_ms()
             self.running = None
             if result is not None:
-                written = write(result, view, placed | self.placed_since, epoch=epoch)
-        elif self.running is not None:
-            self.placed_since |= placed
+                written = write(result, view, placed, epoch=epoch)
         if self.running is None and time.monotonic() - self.last_started >= self.interval_s:
             self.last_started = time.monotonic()
             args = (view.snapshot, runtime_fractions(now), settings.MLQ_FORECAST_MAX_PASSES)
-            self.placed_since = set(placed)
             if self.inline:
                 started = time.perf_counter()
                 written = write(_forecast(*args), view, placed, epoch=epoch)
