@@ -11,6 +11,7 @@ import time
 from datetime import datetime, timedelta, timezone as dt_timezone
 
 from django.conf import settings
+from django.db.models import Max
 
 from scheduling import notify
 from scheduling.core.decisions import Decisions
@@ -65,7 +66,7 @@ class Forecaster:
                 written = write(result, view, placed, epoch=epoch)
         if self.running is None and time.monotonic() - self.last_started >= self.interval_s:
             self.last_started = time.monotonic()
-            args = (view.snapshot, runtime_fractions(now), settings.MLQ_FORECAST_MAX_PASSES)
+            args = (view.snapshot, runtime_fractions(now), settings.MLQ_FORECAST_MAX_PASSES, longest_grace())
             if self.inline:
                 started = time.perf_counter()
                 written = write(_forecast(*args), view, placed, epoch=epoch)
@@ -80,8 +81,15 @@ class Forecaster:
             self.running = None
 
 
-def _forecast(snapshot, fractions, max_decisions) -> Forecast:
-    return forecast(snapshot, likely_fraction=fractions, max_decisions=max_decisions)
+def _forecast(snapshot, fractions, max_decisions, grace_s) -> Forecast:
+    return forecast(snapshot, likely_fraction=fractions, max_decisions=max_decisions, grace_s=grace_s)
+
+
+def longest_grace() -> float:
+    """The longest grace period of a job that runs or waits: how long any victim may take to stop."""
+    found = Job.objects.filter(state__in=[JobState.PENDING, JobState.ASSIGNED, JobState.RUNNING]).aggregate(
+        longest=Max("grace_period_seconds"))["longest"]
+    return float(found if found is not None else 120)
 
 
 class _Child:

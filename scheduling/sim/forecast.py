@@ -36,9 +36,10 @@ class Forecast:
 
 
 def forecast(snapshot: ClusterSnapshot, *, likely_fraction: Mapping[str, float] | None = None,
-             grace_s: float = 60.0, max_decisions: int = 200, step_s: float = STEP_S) -> Forecast:
+             grace_s: float = 120.0, max_decisions: int = 200, step_s: float = STEP_S) -> Forecast:
     """`likely_fraction`: team -> the share of its asked-for runtime its jobs typically use
-    (0-1]. Jobs that never start within `max_decisions` passes (held jobs, jobs that cannot
+    (0-1]. `grace_s`: how long a victim takes to stop (the longest grace period running, for a
+    bound). Jobs that never start within `max_decisions` passes (held jobs, jobs that cannot
     fit, jobs past the budget) get no forecast."""
     latest, done_latest = _simulate(snapshot, {}, grace_s, max_decisions, step_s)
     if likely_fraction:
@@ -52,12 +53,13 @@ def forecast(snapshot: ClusterSnapshot, *, likely_fraction: Mapping[str, float] 
 
 
 def forecast_to(connection, snapshot: ClusterSnapshot, likely_fraction: Mapping[str, float],
-                max_decisions: int) -> None:
+                max_decisions: int, grace_s: float) -> None:
     """A child process's body: forecast and send the result down `connection` (the leader's
     pipe; if the leader is gone, there is no one to tell). Lives here, not with the leader's
     Django code, so the child imports nothing but the core and the simulator."""
     try:
-        connection.send(forecast(snapshot, likely_fraction=likely_fraction, max_decisions=max_decisions))
+        connection.send(forecast(snapshot, likely_fraction=likely_fraction, max_decisions=max_decisions,
+                                 grace_s=grace_s))
     except (BrokenPipeError, EOFError):
         pass
     finally:

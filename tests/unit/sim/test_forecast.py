@@ -79,7 +79,7 @@ def live(state, rng, *, full=False):
     ends = tuple((run, NOW + part() * (run.expected_end - NOW)) for run in state.running)
     jobs = [TraceJob(p.job_id, NOW, p.max_runtime_s * part(), p.shape.units, p.team,
                      p.shape.gpu_type, p.priority, p.max_runtime_s, view=p) for p in state.pending]
-    config = SimConfig(checkpoint_interval_s=0, tick_s=0, sample_s=0, grace_s=60)
+    config = SimConfig(checkpoint_interval_s=0, tick_s=0, sample_s=0, grace_s=120)
     sim = Simulation(list(state.nodes), state.teams, jobs, MlqueuePolicy(), config,
                      state.config, running_at_start=ends).run()
     return {p.job_id: sim.records[p.job_id].first_start for p in state.pending}
