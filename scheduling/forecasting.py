@@ -60,7 +60,8 @@ class Forecaster:
         placed = {placement.job_id for placement in decisions.placements}
         written = None
         if self.running is not None and self.running.ready():
-            result, self.last_ms = self.running.result(), self.running.elapsed_ms()
+            result = self.running.result()
+            self.last_ms = (time.perf_counter() - self.running.started) * 1000
             self.running = None
             if result is not None:
                 written = write(result, view, placed, epoch=epoch)
@@ -106,7 +107,6 @@ class _Child:
                                             name="mlqueue-forecast")
         self.process.start()
         sender.close()
-        self.finished_ms: float | None = None
 
     def ready(self) -> bool:
         return self.receiver.poll() or not self.process.is_alive()
@@ -116,15 +116,11 @@ class _Child:
             found = self.receiver.recv() if self.receiver.poll() else None
         except (EOFError, OSError):
             found = None
-        self.finished_ms = (time.perf_counter() - self.started) * 1000
         if found is None:
             log.warning("the forecast process ended without a result (exit code %s)", self.process.exitcode)
         self.process.join(timeout=5)
         self.receiver.close()
         return found
-
-    def elapsed_ms(self) -> float:
-        return self.finished_ms or 0.0
 
     def kill(self) -> None:
         self.process.kill()

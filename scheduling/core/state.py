@@ -14,20 +14,10 @@ class Slot:
 
     __slots__ = ("node", "free_gpus", "free_cpus", "free_memory", "ready", "rclass")
 
-    def __init__(self, node: Node):
-        self.node = node
-        self.free_gpus: list[int] = list(range(node.gpus))
-        self.free_cpus = node.cpus
-        self.free_memory = node.memory_gb
-        self.ready = node.state == NodeState.READY
-        self.rclass = node.resource_class
-
-    @classmethod
-    def empty(cls, node: Node, gpus: list[int], ready: bool, rclass: str) -> "Slot":
-        slot = cls.__new__(cls)
-        slot.node, slot.free_gpus, slot.free_cpus, slot.free_memory = node, gpus[:], node.cpus, node.memory_gb
-        slot.ready, slot.rclass = ready, rclass
-        return slot
+    def __init__(self, node: Node, gpus: list[int], ready: bool, rclass: str):
+        """`gpus`: the node's GPU indices (copied: the slot takes them as it allocates)."""
+        self.node, self.free_gpus, self.free_cpus, self.free_memory = node, gpus[:], node.cpus, node.memory_gb
+        self.ready, self.rclass = ready, rclass
 
     @property
     def name(self) -> str:
@@ -74,9 +64,8 @@ class ClusterState:
         fleet = self.fleet = Fleet.of(nodes)
         self.slots: dict[str, Slot] = {}
         self.by_class: dict[str, list[Slot]] = defaultdict(list)
-        empty = Slot.empty
         for name, node, gpus, ready, rclass in fleet.rows:
-            slot = self.slots[name] = empty(node, gpus, ready, rclass)
+            slot = self.slots[name] = Slot(node, gpus, ready, rclass)
             self.by_class[rclass].append(slot)
         self.rack_of = fleet.rack_of  # shared, read-only
         self.zone_of = fleet.zone_of

@@ -8,7 +8,7 @@ measures the queueing policy and not the node picking:
 - `sjf`: oracle shortest job first (true durations), no reservation: starves big jobs.
 """
 from scheduling.core.decisions import Decisions, Placement
-from scheduling.core.model import ClusterSnapshot, PendingJob
+from scheduling.core.model import ClusterSnapshot, PendingJob, RunningJob
 from scheduling.core.placement import commit, plan
 from scheduling.core.reservation import ReservationBook, forecast
 from scheduling.core.scheduler import schedule
@@ -50,8 +50,6 @@ class FifoPolicy:
 
     @staticmethod
     def _start(state, job, chosen, book, end_at, running, now) -> Placement:
-        from scheduling.core.model import RunningJob
-
         tasks = commit(state, chosen, job.shape)
         book.consume(chosen, job.shape, end_at)
         running.append(RunningJob(job.job_id, job.team, job.priority, job.shape.gpu_type, tasks, now, end_at))
