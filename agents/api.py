@@ -1,27 +1,22 @@
 """REST endpoints for nodes: the inventory and admin actions (for people), and the agent API
 (register, heartbeat, events), which authenticates with the cluster's join token or a node's
 own token instead of a user's."""
-import hmac
-
 import django_filters
 from django.conf import settings
-from django.db.models import Q
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema
 from rest_framework import exceptions, generics, serializers
-from rest_framework.pagination import CursorPagination
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from agents import heartbeats, services
-from agents.models import Node, NodeState, TaskLog
+from agents import heartbeats, ingest, services, tokens
+from agents.models import Node, NodeState
 from agents.protocol import EventsSerializer, HeartbeatSerializer, RegisterSerializer
-from scheduling import reports
-from scheduling.models import Task
-from teams.models import hash_token
+from mlqueue.pagination import StrictCursorPagination as CursorPagination
+from mlqueue.parsers import AgentEventsJSONParser
 from teams.selectors import is_site_admin
 
 
@@ -32,7 +27,7 @@ class NodeSerializer(serializers.ModelSerializer):
         model = Node
         fields = ["name", "zone", "rack", "resource_class", "gpu_type", "gpu_count", "cpu_count", "memory_gb",
                   "scratch_disk_gb", "labels", "state", "state_reason", "health", "admin_state", "admin_reason",
-                  "reclaim_deadline", "state_changed_at", "first_heartbeat_at"]
+                  "reclaim_deadline", "state_changed_at", "first_heartbeat_at", "task_isolation"]
 
 
 class NodeFilter(django_filters.FilterSet):
@@ -69,7 +64,7 @@ class ReclaimNoticeSerializer(serializers.Serializer):
     reason = serializers.CharField(max_length=300, required=False, allow_blank=True, default="")
 
 
-NOT_AN_ADMIN = "only site admins may cordon, drain or uncordon nodes."
+NOT_AN_ADMIN = "only site admins may cordon, drain, uncordon or reset nodes."
 
 
 class NodeAction(APIView):
@@ -91,7 +86,9 @@ class NodeAction(APIView):
         return body.validated_data
 
     def act(self, node: Node, user, body: dict) -> None:
-        if self.action == "cordon":
+        if self.action == "reset-token":
+            tokens.do_reset_node_token(node=node, user=user, reason=body["reason"])
+        elif self.action == "cordon":
             services.do_cordon(node=node, user=user, reason=body["reason"])
         elif self.action == "uncordon":
             services.do_uncordon(node=node, user=user, reason=body["reason"])
@@ -127,7 +124,7 @@ def bearer(request: Request) -> str:
 
 def node_for(request: Request, name: str) -> Node:
     """The node whose token this is; it may act only for itself."""
-    node = Node.objects.filter(token_digest=hash_token(bearer(request))).first()
+    node = tokens.node_by_token(bearer(request))
     if node is None:
         raise exceptions.AuthenticationFailed("invalid node token: register again.")
     if node.name != name:
@@ -146,15 +143,13 @@ class AgentView(APIView):
 class AgentRegister(AgentView):
     @extend_schema(request=RegisterSerializer, responses={201: None})
     def post(self, request: Request) -> Response:
-        join = settings.MLQ_AGENT_JOIN_TOKEN
-        if not join:
-            raise exceptions.PermissionDenied("agents cannot join: MLQ_AGENT_JOIN_TOKEN is not set on the server.")
-        if not hmac.compare_digest(bearer(request).encode(), join.encode()):
-            raise exceptions.AuthenticationFailed("wrong join token.")
+        raw = bearer(request)
+        credential = services.check_registration_credential(raw)
         body = RegisterSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         inventory = dict(body.validated_data)
-        node, token = services.do_register_node(name=inventory.pop("name"), inventory=inventory)
+        node, token = services.do_agent_register(name=inventory.pop("name"), inventory=inventory,
+                                                 credential=credential, raw=raw)
         return Response({"node": node.name, "token": token, "heartbeat_interval_s": settings.MLQ_HEARTBEAT_INTERVAL_S,
                          "lease_s": settings.MLQ_AGENT_LEASE_S}, status=201)
 
@@ -166,39 +161,11 @@ class AgentHeartbeat(AgentView):
 
 
 class AgentEvents(AgentView):
+    parser_classes = [AgentEventsJSONParser]
+
     @extend_schema(request=EventsSerializer, responses={200: None})
     def post(self, request: Request, name: str) -> Response:
         node = node_for(request, name)
         body = EventsSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        events = body.validated_data["events"]
-        mine = self.tasks_of(node, events)
-        logs = []
-        for event in events:
-            if (event["job_id"], event["rank"]) in mine:
-                self.apply(event, logs)
-        TaskLog.objects.bulk_create(logs, ignore_conflicts=True)
-        return Response({"accepted": sum((e["job_id"], e["rank"]) in mine for e in events)})
-
-    @staticmethod
-    def tasks_of(node: Node, events: list[dict]) -> set[tuple[int, int]]:
-        """The events' tasks that run on this node, or ran here and were since released (late
-        log chunks); a node cannot report for another node's tasks."""
-        job_ids = {e["job_id"] for e in events}
-        rows = Task.objects.filter(job_id__in=job_ids).filter(Q(node=node) | Q(node__isnull=True))
-        return set(rows.values_list("job_id", "rank"))
-
-    @staticmethod
-    def apply(event: dict, logs: list) -> None:
-        job_id, rank, attempt = event["job_id"], event["rank"], event["attempt"]
-        if event["type"] == "started":
-            reports.do_report_started(job_id=job_id, rank=rank, attempt=attempt)
-        elif event["type"] == "exited":
-            reports.do_report_exited(job_id=job_id, rank=rank, attempt=attempt, exit_code=event["exit_code"],
-                                     signal=event["signal"])
-        elif event["type"] == "checkpoint":
-            reports.do_report_checkpoint(job_id=job_id, attempt=attempt)
-        elif event["data"] and event["offset"] < settings.MLQ_MAX_LOG_CHARS:
-            # Past the cap the rest of a stream is dropped: the agent keeps the whole file.
-            logs.append(TaskLog(job_id=job_id, rank=rank, attempt=attempt, stream=event["stream"],
-                                offset=event["offset"], text=event["data"]))
+        return Response(ingest.do_ingest_events(node=node, events=body.validated_data["events"]))

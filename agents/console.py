@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from django.utils import timezone
 
-from agents.models import AdminState, Node, NodeState
+from agents.models import AdminState, Node, NodeState, TaskIsolation
 from scheduling.api import LEASE_DURATION
 from scheduling.metrics_store import gpus_by_state
 from scheduling.models import EventKind, Job, JobEvent, JobState, SchedulerLease, StopReason, Task, TaskState
@@ -17,7 +17,7 @@ ACTIVE = (TaskState.ASSIGNED, TaskState.RUNNING)
 UP = (NodeState.READY, NodeState.CORDONED, NodeState.DRAINING)
 RECENT = 20
 NODE_FIELDS = ("id", "name", "zone", "rack", "gpu_type", "gpu_count", "cpu_count", "state", "state_reason",
-               "admin_state", "reclaim_deadline")
+               "admin_state", "reclaim_deadline", "task_isolation")
 EVENT_FIELDS = ("id", "created_at", "job_id", "job__name", "job__team__name", "actor_name", "from_state", "to_state",
                 "reason", "message")
 
@@ -40,6 +40,7 @@ class NodeLine:
     reclaim_deadline: object
     cells: list[Cell]
     cpu_use: str  # "used/total CPUs" on a CPU node, which has no GPU squares
+    unisolated: bool = False  # its agent runs tasks as its own user (it cannot switch users)
 
 
 @dataclass
@@ -73,7 +74,8 @@ def racks() -> list[Rack]:
             name=node["name"], state=node["state"], reason=node["state_reason"], admin_state=node["admin_state"],
             gpu_type=node["gpu_type"], reclaim_deadline=node["reclaim_deadline"],
             cells=_cells(node, gpus_held[node["id"]], reserved.get(node["name"])),
-            cpu_use="" if node["gpu_type"] else f"{cpus_used[node['id']]}/{node['cpu_count']} CPUs"))
+            cpu_use="" if node["gpu_type"] else f"{cpus_used[node['id']]}/{node['cpu_count']} CPUs",
+            unisolated=node["task_isolation"] == TaskIsolation.NONE))
     return list(grouped.values())
 
 
@@ -115,6 +117,11 @@ def _cell(index: int, node: dict, job_id: int | None, reserved_for: int | None) 
     if reserved_for is not None:
         return Cell("reserved", f"GPU {index}: reserved for job {reserved_for}")
     return Cell("free", f"GPU {index}: free")
+
+
+def unisolated(rack_list: list[Rack]) -> list[str]:
+    """Nodes whose tasks can read each other's environment and files: the page warns."""
+    return [node.name for rack in rack_list for node in rack.nodes if node.unisolated]
 
 
 def state_counts(rack_list: list[Rack]) -> list[tuple[str, int]]:

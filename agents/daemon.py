@@ -1,7 +1,9 @@
 """`mlqueue-agent`: one per machine (or many virtual nodes in one process with --fleet).
 
-It joins with the cluster's join token and gets a token of its own node; heartbeats every
-few seconds; starts the assignments it is given as real processes; passes on the signals the
+It joins with a join token (from --token-file or MLQ_AGENT_JOIN_TOKEN, never the command
+line) and gets a token of its own node, kept in a 0600 file in its workdir: an agent restarting
+on the same workdir re-registers with it, and nothing else can take over its node. It
+heartbeats every few seconds; starts the assignments it is given as real processes; passes on the signals the
 scheduler sends; reports starts, exits and log chunks; and obeys three safety rules:
 - fencing: it refuses an assignment from an epoch older than the highest it has seen, and an
   attempt it has already run (remembered on disk across restarts);
@@ -10,17 +12,25 @@ scheduler sends; reports starts, exits and log chunks; and obeys three safety ru
   SIGTERM, then SIGKILL, to all its tasks, before the server can call the node lost.
 """
 import argparse
+import getpass
 import json
 import logging
+import os
 import signal
+import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
+from agents import credentials
 from agents.client import AgentClient, ApiError
+from agents.isolation import (
+    DEFAULT_UID_RANGE, NO_ISOLATION_WARNING, TaskUsers, can_switch_users, load_user_map, parse_uid_range, untraversable,
+)
+from agents.outbox import Outbox
 from agents.machine import inventory
-from agents.runtime import TaskProcess
+from agents.runtime import DEFAULT_PASS_ENV, DIR_MODE, TaskProcess, check_pass_env
 
 log = logging.getLogger("mlqueue.agent")
 POLL_S = 0.2
@@ -28,14 +38,18 @@ LEASE_KILL_GRACE_S = 5.0
 
 
 class NodeAgent:
-    def __init__(self, *, server: str, join_token: str, node: dict, workdir: Path, container_hook: str = ""):
+    def __init__(self, *, server: str, join_token: str, node: dict, workdir: Path, container_hook: str = "",
+                 pass_env=DEFAULT_PASS_ENV, task_users: TaskUsers | None = None):
         self.client = AgentClient(server)
         self.join_token, self.node, self.name = join_token, node, node["name"]
         self.workdir = workdir / self.name
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.container_hook = container_hook
+        os.chmod(self.workdir, DIR_MODE)  # tasks reach their own directories through it, and list nothing
+        self.container_hook, self.pass_env = container_hook, pass_env
+        self.task_users = task_users or TaskUsers.none()
+        self.node_token_path = self.workdir / credentials.NODE_TOKEN_FILE
         self.tasks: dict[tuple[int, int, int], TaskProcess] = {}
-        self.outbox: list[dict] = []  # events not yet accepted by the server
+        self.outbox = Outbox(self.name)  # events not yet accepted by the server
         self.interval_s, self.lease_deadline = 5.0, 0.0
         self.lease_killed_at: float | None = None
         self.state_path = self.workdir / "state.json"
@@ -52,9 +66,8 @@ class NodeAgent:
             return 0, set()
 
     def _save_state(self) -> None:
-        tmp = self.state_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"highest_epoch": self.highest_epoch, "seen": sorted(self.seen)}))
-        tmp.replace(self.state_path)
+        credentials.write_private(self.state_path, json.dumps({"highest_epoch": self.highest_epoch,
+                                                               "seen": sorted(self.seen)}))
 
     # --- the loop ---------------------------------------------------------------------------
     def run(self) -> None:
@@ -98,17 +111,46 @@ class NodeAgent:
             time.sleep(0.1)
         for task in running:
             task.send("KILL")
+        for task in self.tasks.values():
+            try:
+                task.process.wait(timeout=LEASE_KILL_GRACE_S)
+            except subprocess.TimeoutExpired:
+                log.error("%s: job %s rank %s attempt %s survived SIGKILL", self.name, *task.key)
+            self.reap(task)
 
     def register(self) -> None:
+        """Join with this node's own token when the workdir has one (a restart), else with the
+        join token; keep trying (an admin may be resetting this node) until one is accepted."""
         while not self.stopping.is_set():
-            try:
-                reply = self.client.post("agents/register", self.node, token=self.join_token)
-                self.client.token, self.interval_s = reply["token"], reply["heartbeat_interval_s"]
-                log.info("%s: joined (heartbeat every %s s, lease %s s)", self.name, self.interval_s, reply["lease_s"])
+            for credential, what in self.credentials():
+                try:
+                    reply = self.client.post("agents/register", {**self.node, "task_isolation": self.task_users.mode},
+                                             token=credential)
+                except ApiError as exc:
+                    log.warning("%s: cannot register with the %s (%s)", self.name, what, exc)
+                    continue
+                except OSError as exc:
+                    log.warning("%s: cannot join yet (%s)", self.name, exc)
+                    break
+                self.joined(reply)
                 return
-            except (OSError, ApiError) as exc:
-                log.warning("%s: cannot join yet (%s)", self.name, exc)
-                self.stopping.wait(2.0)
+            else:
+                if not any(True for _ in self.credentials()):
+                    log.error("%s: no node token in %s and no join token: give one with --token-file or "
+                              "MLQ_AGENT_JOIN_TOKEN", self.name, self.workdir)
+            self.stopping.wait(2.0)
+
+    def credentials(self):
+        node_token = credentials.read_private(self.node_token_path)
+        if node_token:
+            yield node_token, f"node token in {self.node_token_path}"
+        if self.join_token:
+            yield self.join_token, "join token"
+
+    def joined(self, reply: dict) -> None:
+        credentials.write_private(self.node_token_path, reply["token"])
+        self.client.token, self.interval_s = reply["token"], reply["heartbeat_interval_s"]
+        log.info("%s: joined (heartbeat every %s s, lease %s s)", self.name, self.interval_s, reply["lease_s"])
 
     def heartbeat(self) -> bool:
         sent_at = time.monotonic()
@@ -134,7 +176,13 @@ class NodeAgent:
         for item in reported:
             key = (item["job_id"], item["rank"], item["attempt"])
             if item["state"] == "exited" and key in self.tasks and not self.tasks[key].running:
-                del self.tasks[key]
+                self.reap(self.tasks.pop(key))
+
+    def reap(self, task: TaskProcess) -> None:
+        """The task's exit is reported and its logs read: free its user for the next task."""
+        task.close()
+        self.task_users.release(task.user)
+        task.user = None
 
     def obey(self, reply: dict) -> None:
         self.highest_epoch = max(self.highest_epoch, reply["highest_epoch"])
@@ -169,9 +217,13 @@ class NodeAgent:
         self.highest_epoch = max(self.highest_epoch, assignment["epoch"])
         self.seen.add(key)
         self._save_state()  # before the process exists: a crash must not let it run twice
+        user = None
         try:
-            task = TaskProcess(assignment, self.workdir, container_hook=self.container_hook)
+            user = self.task_users.acquire(assignment.get("owner", ""))
+            task = TaskProcess(assignment, self.workdir, container_hook=self.container_hook, pass_env=self.pass_env,
+                               user=user)
         except OSError as exc:
+            self.task_users.release(user)
             log.error("%s: cannot start job %s rank %s: %s", self.name, *key[:2], exc)
             self.outbox.append({"type": "exited", "job_id": key[0], "rank": key[1], "attempt": key[2],
                                 "exit_code": 127, "signal": ""})
@@ -206,14 +258,7 @@ class NodeAgent:
             task.send(name)
 
     def flush_events(self) -> None:
-        while self.outbox:
-            batch = self.outbox[:200]
-            try:
-                self.client.post(f"agents/{self.name}/events", {"events": batch})
-            except (OSError, ApiError) as exc:
-                log.warning("%s: could not send %d event(s) (%s); will retry", self.name, len(batch), exc)
-                return
-            del self.outbox[:len(batch)]
+        self.outbox.flush(lambda batch: self.client.post(f"agents/{self.name}/events", {"events": batch}))
 
     def stop(self) -> None:
         self.stopping.set()
@@ -221,9 +266,11 @@ class NodeAgent:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="mlqueue-agent", description="The mlqueue node agent.")
+    # No abbreviations: `--token X` must not quietly mean `--token-file X`.
+    parser = argparse.ArgumentParser(prog="mlqueue-agent", description="The mlqueue node agent.", allow_abbrev=False)
     parser.add_argument("--server", required=True, help="the mlqueue web URL, e.g. https://mlqueue.example.com")
-    parser.add_argument("--token", required=True, help="the cluster's join token (MLQ_AGENT_JOIN_TOKEN)")
+    parser.add_argument("--token-file", type=Path, help="a file (mode 600) holding a join token; or set "
+                        "MLQ_AGENT_JOIN_TOKEN. Not needed once the workdir holds the node's own token")
     parser.add_argument("--node-name", help="default: this machine's hostname")
     parser.add_argument("--zone", default="z1")
     parser.add_argument("--rack", default="r1")
@@ -237,11 +284,36 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--container-hook", default="", help="wraps jobs that name an image, e.g. "
                         "'podman run --rm --network host {image}'")
     parser.add_argument("--fleet", type=Path, help="a JSON list of virtual nodes to run in this process")
+    parser.add_argument("--pass-env", action="append", default=[], metavar="NAME[,NAME...]",
+                        help="more of the agent's environment variables that tasks see (always: "
+                        f"{', '.join(DEFAULT_PASS_ENV)} where set)")
+    parser.add_argument("--isolation", choices=["auto", "uid", "none"], default="auto",
+                        help="uid: each task runs as a user of its own (needs root); none: as the agent's user; "
+                        "auto (default): uid when running as root")
+    parser.add_argument("--task-uids", default=DEFAULT_UID_RANGE, metavar="FIRST-LAST",
+                        help=f"the UIDs (and GIDs) given to tasks, one per running task (default {DEFAULT_UID_RANGE})")
+    parser.add_argument("--task-user-map", type=Path, metavar="FILE",
+                        help="a JSON object of user name -> UID: a job runs as its owner's own UID where listed")
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
     if any("=" not in label for label in args.label):
         parser.error("--label takes KEY=VALUE")
+    try:
+        args.pass_env = DEFAULT_PASS_ENV + tuple(check_pass_env(
+            [name.strip() for item in args.pass_env for name in item.split(",") if name.strip()]))
+        args.task_users = task_users_from(args)
+    except ValueError as exc:
+        parser.error(str(exc))
     return args
+
+
+def task_users_from(args: argparse.Namespace) -> TaskUsers:
+    if args.isolation == "none" or args.isolation == "auto" and not can_switch_users():
+        return TaskUsers.none()
+    if not can_switch_users():
+        raise ValueError("--isolation uid needs the agent to run as root (it starts each task as another user)")
+    user_map = load_user_map(args.task_user_map) if args.task_user_map else {}
+    return TaskUsers(uids=parse_uid_range(args.task_uids), user_map=user_map)
 
 
 def nodes_from(args: argparse.Namespace) -> list[dict]:
@@ -261,8 +333,16 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         stream=sys.stderr)
-    agents = [NodeAgent(server=args.server, join_token=args.token, node=node, workdir=args.workdir,
-                        container_hook=args.container_hook) for node in nodes_from(args)]
+    join_token = credentials.join_token_from(args.token_file)
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    if args.task_users.mode == "none":
+        log.warning("NO TASK ISOLATION: " + NO_ISOLATION_WARNING.format(user=getpass.getuser()))
+    elif untraversable(args.workdir.resolve()):
+        log.warning("tasks run as other users but cannot pass through %s to reach their own directories by name: "
+                    "chmod o+x it (0711)", ", ".join(map(str, untraversable(args.workdir.resolve()))))
+    agents = [NodeAgent(server=args.server, join_token=join_token, node=node, workdir=args.workdir,
+                        container_hook=args.container_hook, pass_env=args.pass_env, task_users=args.task_users)
+              for node in nodes_from(args)]
     threads = [threading.Thread(target=agent.run, name=agent.name, daemon=True) for agent in agents]
 
     def stop(*_):

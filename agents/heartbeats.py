@@ -15,10 +15,10 @@ from django.utils import timezone
 from prometheus_client import Counter
 from rest_framework import exceptions
 
-from agents import liveness, services
+from agents import ingest, liveness, services
 from agents.models import Node, NodeState
 from agents.protocol import HeartbeatSerializer
-from scheduling import lifecycle, notify, reports
+from scheduling import lifecycle, notify
 from scheduling.assignments import assignment_env, checkpoint_dir
 from scheduling.models import FailureClass, SchedulerLease, Task, TaskState
 from teams.models import hash_token
@@ -112,13 +112,12 @@ def apply_reported(node: NodeView, reported: list[dict], now) -> tuple[list[dict
         task = current.get(key)
         if item["state"] == "exited":
             if task is not None and task.attempt == attempt:
-                reports.do_report_exited(job_id=key[0], rank=key[1], attempt=attempt, exit_code=item["exit_code"],
-                                         signal=item["signal"], now=now)
+                ingest.apply_event(node.name, {**item, "type": "exited"}, now=now)
                 changed = True
         elif task is None or task.attempt != attempt:
             stale.append({"job_id": key[0], "rank": key[1], "attempt": attempt})
         elif item["state"] == "running" and task.state == TaskState.ASSIGNED:
-            reports.do_report_started(job_id=key[0], rank=key[1], attempt=attempt, now=now)
+            ingest.apply_event(node.name, {**item, "type": "started"}, now=now)
             changed = True
     return stale, changed
 
@@ -159,7 +158,7 @@ def reply(node: NodeView, reported: list[dict], now, *, reload) -> dict:
 def assignments(node: NodeView, rows: list[TaskRow]) -> list[dict]:
     if not rows:
         return []
-    tasks = Task.objects.filter(node_id=node.id, state=TaskState.ASSIGNED).select_related("job")
+    tasks = Task.objects.filter(node_id=node.id, state=TaskState.ASSIGNED).select_related("job", "job__owner")
     wanted = {(r.job_id, r.rank, r.attempt) for r in rows}
     return [assignment(t) for t in tasks if (t.job_id, t.rank, t.attempt) in wanted]
 
@@ -170,6 +169,7 @@ def assignment(task: Task) -> dict:
     master = rank0.node.address or rank0.node.name if rank0.node else ""
     return {
         "job_id": job.pk, "rank": task.rank, "attempt": task.attempt, "epoch": task.epoch,
+        "owner": job.owner.get_username(),  # where the site maps owners to UIDs, the task runs as its owner
         "command": job.command, "image": job.image, "gpu_indices": task.gpu_indices,
         "cpus": job.cpu_per_rank, "memory_gb": job.memory_per_rank_gb,
         "grace_period_seconds": job.grace_period_seconds, "checkpoint_dir": checkpoint_dir(job),

@@ -18,6 +18,11 @@ class AdminState(models.TextChoices):
     DRAINING = "DRAINING", "draining: no new work, running tasks move elsewhere"
 
 
+class TaskIsolation(models.TextChoices):
+    UID = "uid", "each task runs as a user of its own"
+    NONE = "none", "tasks run as the agent's own user: they can read each other's environment and files"
+
+
 class Node(models.Model):
     name = models.CharField(max_length=253, unique=True)
     zone = models.CharField(max_length=63)
@@ -36,6 +41,9 @@ class Node(models.Model):
     reclaim_deadline = models.DateTimeField(null=True, blank=True, help_text="spot reclaim: tasks requeued then")
     address = models.CharField(max_length=253, blank=True, help_text="where a gang's rank 0 is reached")
     token_digest = models.CharField(max_length=64, blank=True, db_index=True)
+    # How the agent separates tasks from each other and from itself: "uid" (each task runs as a
+    # user of its own), "none" (tasks run as the agent's user; the node page warns).
+    task_isolation = models.CharField(max_length=10, blank=True, choices=TaskIsolation.choices)
     state_changed_at = models.DateTimeField(default=timezone.now)
     registered_at = models.DateTimeField(default=timezone.now)
     first_heartbeat_at = models.DateTimeField(null=True, blank=True)
@@ -71,3 +79,27 @@ class TaskLog(models.Model):
         ordering = ["job_id", "rank", "attempt", "stream", "offset"]
         constraints = [models.UniqueConstraint(fields=["job", "rank", "attempt", "stream", "offset"],
                                                name="tasklog_chunk_unique")]
+
+
+class JoinToken(models.Model):
+    """A token that lets a new node register (`manage.py create_join_token`). Only its SHA-256
+    is stored; the raw value is shown once. Bounded in time and uses, and revocable."""
+
+    PREFIX = "mlqj_"
+
+    name = models.CharField(max_length=100, blank=True)
+    digest = models.CharField(max_length=64, unique=True)
+    hint = models.CharField(max_length=12, help_text="the first characters, to tell tokens apart")
+    created_by = models.CharField(max_length=150, help_text="who made it (a user name or 'manage.py')")
+    created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    max_uses = models.PositiveIntegerField(null=True, blank=True, help_text="empty: no limit")
+    uses = models.PositiveIntegerField(default=0)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.hint}… ({self.name or 'join token'})"

@@ -10,7 +10,7 @@ from django.core.exceptions import PermissionDenied
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_http_methods
 
-from agents import console, services
+from agents import console, services, tokens
 from agents.api import NOT_AN_ADMIN, NodeActionSerializer
 from agents.models import Node
 from teams.selectors import is_site_admin
@@ -20,6 +20,7 @@ ACTIONS = {
     "drain": lambda node, user, reason: services.do_drain(node=node, user=user, reason=reason),
     "drain_wait": lambda node, user, reason: services.do_drain(node=node, user=user, reason=reason, wait=True),
     "uncordon": lambda node, user, reason: services.do_uncordon(node=node, user=user, reason=reason),
+    "reset_token": lambda node, user, reason: tokens.do_reset_node_token(node=node, user=user, reason=reason),
 }
 
 
@@ -53,7 +54,8 @@ def _full_page(request, error: ActionError | None = None):
 
 def _heatmap_context(error: ActionError | None = None, notice: str = "") -> dict:
     racks = console.racks()
-    return {"racks": racks, "state_counts": console.state_counts(racks), "error": error, "notice": notice}
+    return {"racks": racks, "state_counts": console.state_counts(racks), "unisolated": console.unisolated(racks),
+            "error": error, "notice": notice}
 
 
 def _act(request):
@@ -62,7 +64,7 @@ def _act(request):
     node = get_object_or_404(Node, name=request.POST.get("node", ""))
     action = request.POST.get("action", "")
     if action not in ACTIONS:
-        return _refused(request, ActionError(node.name, f"unknown action {action!r}: cordon, drain or uncordon."))
+        return _refused(request, ActionError(node.name, f"unknown action {action!r}: cordon, drain, uncordon or reset_token."))
     body = NodeActionSerializer(data={"reason": request.POST.get("reason", "")})
     if not body.is_valid():
         return _refused(request, ActionError(node.name, "; ".join(f"{name}: {errors[0]}"

@@ -1,21 +1,32 @@
-"""The agent API's messages: what agents send (validated) and what the server answers."""
+"""The agent API's messages: what agents send (validated) and what the server answers.
+
+Everything an agent reports is bounded: a node token is a credential like any other, and what
+it sends ends up in the scheduler's snapshot (inventory) and in Postgres (integers, logs)."""
 from rest_framework import serializers
 
 from scheduling.spec import LABEL_KEY, StrictIntegerField, StrictStringField, StringMapField
 
+INT32 = 2**31 - 1
+INT64 = 2**63 - 1
+# The largest machine the scheduler is planned for, with room: a node reporting more is lying.
+MAX_GPUS, MAX_CPUS, MAX_MEMORY_GB, MAX_SCRATCH_GB = 16, 1024, 64 * 1024, 1_000_000
+MAX_LABELS, MAX_LABEL_VALUE = 64, 63
+MAX_LOG_CHUNK = 64 * 1024
+
 
 class RegisterSerializer(serializers.Serializer):
-    name = StrictStringField(max_length=253)
-    zone = StrictStringField(max_length=63)
-    rack = StrictStringField(max_length=63)
-    gpu_type = StrictStringField(required=False, allow_blank=True, default="", max_length=20)
-    gpu_count = StrictIntegerField(min_value=0, max_value=64, required=False, default=0)
-    cpu_count = StrictIntegerField(min_value=1, max_value=100_000)
-    memory_gb = StrictIntegerField(min_value=1, max_value=10_000_000)
-    scratch_disk_gb = StrictIntegerField(min_value=0, required=False, default=0)
-    labels = StringMapField(key_pattern=LABEL_KEY, key_rule="a label name", max_items=64, required=False,
-                            default=dict)
-    address = StrictStringField(required=False, allow_blank=True, default="", max_length=253)
+    name = StrictStringField(max_length=253, printable_only=True)
+    zone = StrictStringField(max_length=63, printable_only=True)
+    rack = StrictStringField(max_length=63, printable_only=True)
+    gpu_type = StrictStringField(required=False, allow_blank=True, default="", max_length=20, printable_only=True)
+    gpu_count = StrictIntegerField(min_value=0, max_value=MAX_GPUS, required=False, default=0)
+    cpu_count = StrictIntegerField(min_value=1, max_value=MAX_CPUS)
+    memory_gb = StrictIntegerField(min_value=1, max_value=MAX_MEMORY_GB)
+    scratch_disk_gb = StrictIntegerField(min_value=0, max_value=MAX_SCRATCH_GB, required=False, default=0)
+    labels = StringMapField(key_pattern=LABEL_KEY, key_rule="a label name", max_items=MAX_LABELS, required=False,
+                            default=dict, max_value_length=MAX_LABEL_VALUE, printable_values=True)
+    address = StrictStringField(required=False, allow_blank=True, default="", max_length=253, printable_only=True)
+    task_isolation = serializers.ChoiceField(["uid", "none"], required=False, default="")
 
     def validate(self, attrs):
         if bool(attrs["gpu_type"]) != bool(attrs["gpu_count"]):
@@ -24,29 +35,31 @@ class RegisterSerializer(serializers.Serializer):
 
 
 class AttemptSerializer(serializers.Serializer):
-    job_id = StrictIntegerField(min_value=1)
-    rank = StrictIntegerField(min_value=0)
-    attempt = StrictIntegerField(min_value=1)
+    job_id = StrictIntegerField(min_value=1, max_value=INT64)
+    rank = StrictIntegerField(min_value=0, max_value=INT32)
+    attempt = StrictIntegerField(min_value=1, max_value=INT32)
 
 
 class RunningSerializer(AttemptSerializer):
     state = serializers.ChoiceField(["starting", "running", "exited"])
-    exit_code = StrictIntegerField(required=False, allow_null=True, default=None)
+    exit_code = StrictIntegerField(required=False, allow_null=True, default=None, min_value=-INT32 - 1,
+                                   max_value=INT32)
     signal = StrictStringField(required=False, allow_blank=True, default="", max_length=10)
 
 
 class HeartbeatSerializer(serializers.Serializer):
-    tasks = RunningSerializer(many=True, required=False, default=list)
-    highest_epoch = StrictIntegerField(min_value=0, required=False, default=0)
+    tasks = RunningSerializer(many=True, required=False, default=list, max_length=1000)
+    highest_epoch = StrictIntegerField(min_value=0, max_value=INT64, required=False, default=0)
 
 
 class EventSerializer(AttemptSerializer):
-    type = serializers.ChoiceField(["started", "exited", "log", "checkpoint"])
-    exit_code = StrictIntegerField(required=False, allow_null=True, default=None)
+    type = serializers.ChoiceField(["started", "exited", "log", "checkpoint", "dropped"])
+    exit_code = StrictIntegerField(required=False, allow_null=True, default=None, min_value=-INT32 - 1,
+                                   max_value=INT32)
     signal = StrictStringField(required=False, allow_blank=True, default="", max_length=10)
     stream = serializers.ChoiceField(["stdout", "stderr"], required=False, default="stdout")
-    offset = StrictIntegerField(min_value=0, required=False, default=0)  # in characters of the stream
-    data = StrictStringField(required=False, allow_blank=True, default="", max_length=64 * 1024,
+    offset = StrictIntegerField(min_value=0, max_value=INT64, required=False, default=0)  # in characters
+    data = StrictStringField(required=False, allow_blank=True, default="", max_length=MAX_LOG_CHUNK,
                              trim_whitespace=False)
 
 

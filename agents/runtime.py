@@ -1,13 +1,20 @@
-"""Running one task attempt as a real process: its own process group, its environment, its
-stdout/stderr captured to files and shipped in chunks, its exit observed.
+"""Running one task attempt as a real process: its own process group, its own user (see
+agents/isolation.py), an environment built from nothing, its stdout/stderr captured to files
+and shipped in chunks, its exit observed.
 
 The plain process runtime is the default. A container runtime is a command template with an
 `{image}` placeholder, prepended to the task's command when the job names an image, e.g.
     --container-hook 'podman run --rm --network host --device nvidia.com/gpu=all {image}'
     --container-hook 'apptainer exec --nv docker://{image}'
+
+An attempt's directory (`jobs/<job>/rank-<r>/attempt-<a>/`) belongs to the agent and holds its
+logs; the task works in `work/` inside it, owned by the task's user, mode 0700. The logs stay
+out of the task's reach: a task that could replace them with a link would have the agent read
+(and ship to the job's owner) whatever file the link names.
 """
 import codecs
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -15,49 +22,119 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agents.isolation import TaskUser
+
 LOG_CHUNK_BYTES = 32 * 1024
+# What a task may see of the agent's own environment, unless --pass-env says otherwise.
+DEFAULT_PASS_ENV = ("PATH", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "TZ", "TERM", "HOME", "USER", "LOGNAME",
+                    "SHELL", "TMPDIR", "LD_LIBRARY_PATH", "NVIDIA_DRIVER_CAPABILITIES")
+# Never passed, whatever --pass-env says: the agent's tokens and the server's secrets.
+NEVER_PASSED = re.compile(r"^(MLQ_|DATABASE_URL$|REDIS_URL$|SECRET_KEY$|DJANGO_|PGPASSWORD$|AWS_SECRET)")
+DIR_MODE, PRIVATE_MODE = 0o711, 0o700
+
+
+def check_pass_env(names: list[str]) -> list[str]:
+    """The names an admin asked to pass on; raises ValueError for one that must never be."""
+    refused = [name for name in names if NEVER_PASSED.match(name)]
+    if refused:
+        raise ValueError(f"--pass-env {refused[0]}: the agent never passes MLQ_* variables or the server's "
+                         "secrets (DATABASE_URL, REDIS_URL, SECRET_KEY, ...) to tasks")
+    return names
+
+
+def task_environment(assignment_env: dict, *, pass_env, workdir: Path, user: TaskUser | None) -> dict[str, str]:
+    """Built from nothing: the allowed part of the agent's environment, then what the scheduler
+    sends (its MLQ_* and torchrun variables, the user's env and secret_env). A task with a user
+    of its own gets its own HOME and TMPDIR: the agent's are not its to write."""
+    env = {name: os.environ[name] for name in pass_env if name in os.environ and not NEVER_PASSED.match(name)}
+    if user is not None:
+        env.update(HOME=str(workdir), TMPDIR=str(workdir / "tmp"), USER=user.name, LOGNAME=user.name)
+    env.update({str(key): str(value) for key, value in assignment_env.items()})
+    return env
+
+
+def make_dir(path: Path, mode: int, user: TaskUser | None = None) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    os.chmod(path, mode)
+    if user is not None:
+        os.chown(path, user.uid, user.gid)
+    return path
 
 
 @dataclass
 class Stream:
-    """A log file being shipped: how far it was read and how many characters went out."""
+    """A log file being shipped: read through a handle the agent opened itself, how far it was
+    read and how many characters went out."""
 
     path: Path
     name: str
     read_bytes: int = 0
     sent_chars: int = 0
     decoder: codecs.IncrementalDecoder = field(default_factory=lambda: codecs.getincrementaldecoder("utf-8")("replace"))
+    handle: object = None
+
+    def open_for_writing(self):
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        self.handle = open(self.path, "rb")
+        return fd
 
     def new_text(self, final: bool = False) -> tuple[int, str]:
         """(offset in characters, text) of what was written since the last call."""
-        with open(self.path, "rb") as handle:
-            handle.seek(self.read_bytes)
-            data = handle.read(LOG_CHUNK_BYTES)
+        self.handle.seek(self.read_bytes)
+        data = self.handle.read(LOG_CHUNK_BYTES)
         self.read_bytes += len(data)
-        text = self.decoder.decode(data, final=final)
+        # NUL is valid UTF-8 but no text column holds it: one U+FFFD for one NUL keeps offsets true.
+        text = self.decoder.decode(data, final=final).replace("\x00", "\ufffd")
         offset, self.sent_chars = self.sent_chars, self.sent_chars + len(text)
         return offset, text
 
+    def close(self) -> None:
+        if self.handle is not None:
+            self.handle.close()
+
 
 class TaskProcess:
-    def __init__(self, assignment: dict, workdir: Path, *, container_hook: str = ""):
+    def __init__(self, assignment: dict, workdir: Path, *, container_hook: str = "", pass_env=DEFAULT_PASS_ENV,
+                 user: TaskUser | None = None):
         self.job_id, self.rank, self.attempt = assignment["job_id"], assignment["rank"], assignment["attempt"]
         self.grace_s = assignment.get("grace_period_seconds", 30)
-        self.dir = workdir / "jobs" / str(self.job_id) / f"rank-{self.rank}" / f"attempt-{self.attempt}"
-        self.dir.mkdir(parents=True, exist_ok=True)
+        self.user = user
+        self.dir = make_dir(workdir / "jobs" / str(self.job_id) / f"rank-{self.rank}" / f"attempt-{self.attempt}",
+                            DIR_MODE)
+        for parent in self.dir.parents:
+            if parent == workdir:
+                break
+            os.chmod(parent, DIR_MODE)  # a task's HOME is reached through these
+        self.work = make_dir(self.dir / "work", PRIVATE_MODE, user)
+        if user is not None:
+            make_dir(self.work / "tmp", PRIVATE_MODE, user)
         self.streams = [Stream(self.dir / "stdout.log", "stdout"), Stream(self.dir / "stderr.log", "stderr")]
         self.exit_code: int | None = None
         self.exit_signal = ""
         self.signals_sent: set[str] = set()
-        env = {**os.environ, **assignment["env"]}
+        env = task_environment(assignment["env"], pass_env=pass_env, workdir=self.work, user=user)
+        self.process = self._spawn(self._command(assignment, container_hook), env)
+
+    def _command(self, assignment: dict, container_hook: str) -> list[str]:
         command = list(assignment["command"])
         if container_hook and assignment.get("image"):
             command = shlex.split(container_hook.format(image=assignment["image"])) + command
-        # Through the supervisor: signals reach the whole group, and nothing outlives the agent.
-        command = [sys.executable, "-m", "agents.supervise", "--", *command]
-        with open(self.streams[0].path, "wb") as out, open(self.streams[1].path, "wb") as err:
-            self.process = subprocess.Popen(command, cwd=self.dir, env=env, stdout=out, stderr=err,
-                                            stdin=subprocess.DEVNULL, start_new_session=True)
+        # Through the supervisor: signals reach the whole group, nothing outlives the agent, and
+        # the supervisor (the agent's user) starts the command as the task's user.
+        who = ["--uid", str(self.user.uid), "--gid", str(self.user.gid)] if self.user else []
+        return [sys.executable, "-m", "agents.supervise", *who, "--", *command]
+
+    def _spawn(self, command: list[str], env: dict) -> subprocess.Popen:
+        out, err = (stream.open_for_writing() for stream in self.streams)
+        try:
+            return subprocess.Popen(command, cwd=self.work, env=env, stdout=out, stderr=err,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
+        except OSError:
+            self.close()
+            raise
+        finally:
+            os.close(out)
+            os.close(err)
 
     @property
     def key(self) -> tuple[int, int, int]:
@@ -89,6 +166,17 @@ class TaskProcess:
             os.killpg(self.process.pid, signal.SIGTERM if name == "TERM" else signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+    def close(self) -> None:
+        """The attempt is over and its logs shipped: close them, and close its directory to
+        whoever gets this task's UID next."""
+        for stream in self.streams:
+            stream.close()
+        if self.user is not None:
+            try:
+                os.chown(self.work, os.geteuid(), os.getegid())
+            except OSError:
+                pass
 
     def report(self) -> dict:
         state = "running" if self.running else "exited"

@@ -1,19 +1,26 @@
 """Writes about nodes: registration, health changes (from heartbeats and the leader's failure
 detection), and the admin's cordon, drain, uncordon and spot reclaim notices, each audited."""
-import secrets
 from datetime import timedelta
 
 from django.db import transaction
 from django.utils import timezone
+from rest_framework.exceptions import AuthenticationFailed, PermissionDenied
+
+from agents import tokens
 
 from agents.models import AdminState, Node, NodeState
+from mlqueue.errors import Conflict
 from scheduling import notify
 from scheduling.models import EventKind, JobEvent, StopReason, Task, TaskState
 from teams.models import hash_token
 
 ACTIVE = (TaskState.ASSIGNED, TaskState.RUNNING)
-NODE_TOKEN_PREFIX = "mlqn_"
-INVENTORY = ("zone", "rack", "gpu_type", "gpu_count", "cpu_count", "memory_gb", "scratch_disk_gb", "labels", "address")
+INVENTORY = ("zone", "rack", "gpu_type", "gpu_count", "cpu_count", "memory_gb", "scratch_disk_gb", "labels", "address",
+             "task_isolation")
+TOKEN_OF_OTHER_NODE = "this token belongs to node {owner}; it cannot register {name}."
+ALREADY_REGISTERED = (
+    "node {name} is already registered to an agent. Restart that agent on its workdir (it keeps the node's token), "
+    "or have an admin reset the node's token first: POST /api/v1/nodes/{name}/reset-token.")
 
 
 def _record(node: Node, *, actor=None, actor_name: str, reason: str, message: str, data=None, now=None) -> None:
@@ -30,23 +37,72 @@ def _set_state(node: Node, *, health: str | None = None, admin_state: str | None
     notify.wake_scheduler("node")
 
 
-def do_register_node(*, name: str, inventory: dict, now=None) -> tuple[Node, str]:
-    """Create or update the node's inventory and issue it a fresh token (the old one stops
-    working: an agent re-registers when it restarts)."""
+def do_register_node(*, name: str, inventory: dict, via: str = "", now=None) -> tuple[Node, str]:
+    """Create or update the node's inventory and issue it a fresh token (any old one stops
+    working). No checks: `do_agent_register` decides who may."""
     now = now or timezone.now()
-    raw = NODE_TOKEN_PREFIX + secrets.token_urlsafe(32)
+    raw = tokens.new_node_token()
     with transaction.atomic():
         node, created = Node.objects.select_for_update().get_or_create(
             name=name, defaults={**{k: inventory[k] for k in INVENTORY if k in inventory}, "registered_at": now})
-        for key in INVENTORY:
-            if key in inventory:
-                setattr(node, key, inventory[key])
+        _set_inventory(node, inventory)
         node.token_digest = hash_token(raw)
         node.save()
-        _record(node, actor_name=f"agent:{name}", reason="REGISTERED", now=now,
-                message=f"{'registered' if created else 're-registered'}: {node.gpu_count} x {node.gpu_type or 'CPU'}, "
-                        f"{node.cpu_count} CPUs, {node.memory_gb} GB, zone {node.zone}, rack {node.rack}")
+        _record(node, actor_name=f"agent:{name}", reason="REGISTERED", now=now, data={"via": via},
+                message=f"{'registered' if created else 're-registered'}{f' with {via}' if via else ''}: "
+                        f"{_describe(node)}")
     return node, raw
+
+
+def _set_inventory(node: Node, inventory: dict) -> None:
+    for key in INVENTORY:
+        if key in inventory:
+            setattr(node, key, inventory[key])
+
+
+def _describe(node: Node) -> str:
+    return (f"{node.gpu_count} x {node.gpu_type or 'CPU'}, {node.cpu_count} CPUs, {node.memory_gb} GB, "
+            f"zone {node.zone}, rack {node.rack}, task isolation {node.task_isolation or 'unknown'}")
+
+
+def check_registration_credential(raw: str, *, now=None) -> Node | tokens.JoinCredential:
+    """The node whose own token this is, or an accepted join token; 401 otherwise."""
+    node = tokens.node_by_token(raw)
+    if node is not None:
+        return node
+    join = tokens.check_join_token(raw, now=now or timezone.now())
+    if join is None:
+        raise AuthenticationFailed(tokens.WRONG_JOIN_TOKEN)
+    return join
+
+
+def do_agent_register(*, name: str, inventory: dict, credential: Node | tokens.JoinCredential, raw: str,
+                      now=None) -> tuple[Node, str]:
+    """An agent (re-)registers its node. With the node's own token: the inventory is updated
+    and the token kept (an agent restarting on its workdir). With a join token: only a name that
+    no agent holds (new, or reset by an admin), and the join token spends a use."""
+    now = now or timezone.now()
+    if isinstance(credential, Node):
+        if credential.name != name:
+            raise PermissionDenied(TOKEN_OF_OTHER_NODE.format(owner=credential.name, name=name))
+        return _re_register(credential, inventory, now=now), raw
+    with transaction.atomic():
+        node = Node.objects.select_for_update().filter(name=name).first()
+        if node is not None and node.token_digest:
+            raise Conflict(ALREADY_REGISTERED.format(name=name))
+        if not tokens.do_use_join_token(credential, now=now):
+            raise AuthenticationFailed(tokens.WRONG_JOIN_TOKEN)
+        return do_register_node(name=name, inventory=inventory, via=credential.description, now=now)
+
+
+def _re_register(node: Node, inventory: dict, *, now) -> Node:
+    with transaction.atomic():
+        node = Node.objects.select_for_update().get(pk=node.pk)
+        _set_inventory(node, inventory)
+        node.save()
+        _record(node, actor_name=f"agent:{node.name}", reason="REGISTERED", now=now, data={"via": "node token"},
+                message=f"re-registered with its own node token: {_describe(node)}")
+    return node
 
 
 def note_alive(node: Node, *, now=None) -> None:

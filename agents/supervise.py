@@ -1,6 +1,8 @@
-"""The process between the agent and a task: `python -m agents.supervise -- COMMAND...`.
+"""The process between the agent and a task:
+`python -m agents.supervise [--uid U --gid G] -- COMMAND...`.
 
-It runs COMMAND in its own process group and
+It runs COMMAND in its own process group (as user U and group G, with no other groups and a
+private umask, when given: the agent's user stays with the supervisor) and
 - passes SIGTERM on to the whole group (a checkpoint signal reaches every worker a trainer
   forked, not just the first process);
 - kills the whole group if the agent dies (it is reparented), so an agent killed with
@@ -29,10 +31,25 @@ def notice_parent_death() -> None:
         pass  # not Linux: the reparenting watch below still applies
 
 
+USAGE = "usage: python -m agents.supervise [--uid U --gid G] -- COMMAND..."
+
+
+def parse(argv: list[str]) -> tuple[dict, list[str]]:
+    """(Popen's user options, COMMAND); raises ValueError on a bad command line."""
+    options, command = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else ([], argv)
+    if not command or len(options) not in (0, 4) or options[0::2] not in ([], ["--uid", "--gid"]):
+        raise ValueError(USAGE)
+    if not options:
+        return {}, command
+    uid, gid = int(options[1]), int(options[3])
+    return {"user": uid, "group": gid, "extra_groups": [], "umask": 0o077}, command
+
+
 def main(argv: list[str]) -> int:
-    command = argv[argv.index("--") + 1:] if "--" in argv else argv
-    if not command:
-        print("usage: python -m agents.supervise -- COMMAND...", file=sys.stderr)
+    try:
+        as_user, command = parse(argv)
+    except ValueError:
+        print(USAGE, file=sys.stderr)
         return 2
     parent = os.getppid()
     group = os.getpgrp()
@@ -41,7 +58,7 @@ def main(argv: list[str]) -> int:
     if os.getppid() != parent:  # the agent died before the kernel was told to warn us
         return 1
     try:
-        child = subprocess.Popen(command)
+        child = subprocess.Popen(command, **as_user)
     except OSError as exc:
         print(f"mlqueue: cannot start {command[0]}: {exc}", file=sys.stderr)
         return 127

@@ -17,6 +17,7 @@ import json
 import math
 import multiprocessing
 import os
+import secrets
 import socket
 import statistics
 import subprocess
@@ -116,7 +117,7 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     env = {**os.environ, "DATABASE_URL": args.database_url, "REDIS_URL": args.redis_url, "DEBUG": "0",
            "DJANGO_SETTINGS_MODULE": "mlqueue.settings", "SECURE_SSL_REDIRECT": "0", "ALLOWED_HOSTS": "127.0.0.1",
-           "LOG_LEVEL": "WARNING"}
+           "LOG_LEVEL": "WARNING", "SECRET_KEY": os.environ.get("SECRET_KEY") or secrets.token_urlsafe(50)}
     recreate_database(args.database_url)
     subprocess.run([sys.executable, "manage.py", "migrate", "--verbosity", "0"], cwd=ROOT, env=env, check=True)
     os.environ.update(env)

@@ -149,8 +149,15 @@ def transition_task(
     return True
 
 
+def _with_last_node(fields: dict) -> dict:
+    """A rank placed on a node also remembers it as `last_node`, which a requeue keeps."""
+    node = fields.get("node", fields.get("node_id"))
+    return fields if node is None else {**fields, "last_node_id": getattr(node, "pk", node)}
+
+
 def _set_per_rank(job_id: int, per_rank: Mapping[int, dict]) -> None:
     """Each rank's own fields (node, GPUs) in one UPDATE, on rows this transaction holds."""
+    per_rank = {rank: _with_last_node(fields) for rank, fields in per_rank.items()}
     names = sorted({name for fields in per_rank.values() for name in fields})
     for name in names:
         field = Task._meta.get_field(name)

@@ -69,6 +69,9 @@ class Job(models.Model):
     image = models.CharField(max_length=500, blank=True)
     command = models.JSONField(default=list)
     env = models.JSONField(default=dict, blank=True)
+    # The spec's secret_env values, as one Fernet token (scheduling/secrets.py); `spec` keeps
+    # the names with "***". Not editable: no model form (the admin's) shows or changes it.
+    secret_env_ciphertext = models.TextField(blank=True, default="", editable=False)
     gpu_type = models.CharField(max_length=20, blank=True)
     gpu_count = models.PositiveIntegerField(default=0)
     gpus_per_task = models.PositiveSmallIntegerField(default=0)
@@ -152,6 +155,9 @@ class Task(models.Model):
     rank = models.PositiveIntegerField()
     state = models.CharField(max_length=10, choices=TaskState.choices, default=TaskState.PENDING)
     node = models.ForeignKey("agents.Node", null=True, blank=True, on_delete=models.SET_NULL, related_name="tasks")
+    # Where the current attempt was placed, kept after a requeue clears `node`: that node's
+    # agent may still ship the attempt's last log chunks, and no other node may.
+    last_node = models.ForeignKey("agents.Node", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     gpu_indices = models.JSONField(default=list, blank=True)
     attempt = models.PositiveIntegerField(default=0)
     epoch = models.PositiveBigIntegerField(default=0)
@@ -197,6 +203,7 @@ class EventKind(models.TextChoices):
     RESERVED = "RESERVED"
     QUOTA_CHANGED = "QUOTA_CHANGED"
     NODE_STATE = "NODE_STATE"
+    SECURITY = "SECURITY"  # tokens created, used, revoked or reset
 
 
 class AppendOnlyQuerySet(models.QuerySet):

@@ -36,16 +36,21 @@ class Cluster:
             self.add_agent(node)
         return self
 
-    def add_agent(self, node: dict, *, server: str | None = None) -> Process:
-        return self.add_fleet([node], name=node["name"], server=server)
+    def add_agent(self, node: dict, *, server: str | None = None, **options) -> Process:
+        return self.add_fleet([node], name=node["name"], server=server, **options)
 
-    def add_fleet(self, nodes: list[dict], *, name: str = "fleet", server: str | None = None) -> Process:
-        """One agent process running these nodes (as virtual nodes when more than one)."""
+    def add_fleet(self, nodes: list[dict], *, name: str = "fleet", server: str | None = None, isolation: str = "none",
+                  workdir: Path | None = None, env: dict | None = None) -> Process:
+        """One agent process running these nodes (as virtual nodes when more than one). It
+        joins with MLQ_AGENT_JOIN_TOKEN from its environment, as in production. Tasks run as
+        the agent's user unless `isolation="uid"`: the tests' jobs run this venv's Python,
+        which lives where other users cannot reach."""
         fleet = self.tmp / f"{name}.json"
         fleet.write_text(json.dumps([{"labels": {}, "address": "127.0.0.1", "cpu_count": 64, "memory_gb": 256,
                                       "gpu_type": "H100", "gpu_count": 8, **node} for node in nodes]))
-        agent = Process(["-m", "agents.daemon", "--server", server or self.url, "--token", JOIN_TOKEN, "--fleet",
-                         str(fleet), "--workdir", str(self.tmp / "agents")], self.tmp / f"agent-{name}.log", **FAST)
+        agent = Process(["-m", "agents.daemon", "--server", server or self.url, "--fleet", str(fleet), "--workdir",
+                         str(workdir or self.tmp / "agents"), "--isolation", isolation],
+                        self.tmp / f"agent-{name}.log", **{**FAST, **(env or {})})
         self.agents[name] = agent
         self.procs.append(agent)
         return agent

@@ -103,7 +103,7 @@ def test_an_assignment_runs_its_course_through_the_agent_api(api, leader):
                "data": "step 2\n"},
               {"type": "exited", "job_id": job_id, "rank": 0, "attempt": 1, "exit_code": 0}]
     assert client.post("/api/v1/agents/z1-r1-h100-01/events", {"events": events}, format="json").json() == {
-        "accepted": 3}
+        "accepted": 3, "refused": []}
     assert Job.objects.get(pk=job_id).state == "SUCCEEDED"
     log = api("alice").get(f"/api/v1/jobs/{job_id}/logs?rank=0").json()
     assert (log["text"], log["next_offset"], log["attempt"]) == ("step 1\nstep 2\n", 14, 1)
@@ -124,7 +124,7 @@ def test_a_node_cannot_report_for_another_nodes_tasks(api, leader):
     run_pass(epoch=leader)
     event = {"type": "exited", "job_id": job_id, "rank": 0, "attempt": 1, "exit_code": 1}
     assert other.post("/api/v1/agents/z1-r1-h100-02/events", {"events": [event]}, format="json").json() == {
-        "accepted": 0}
+        "accepted": 0, "refused": [{"index": 0, "reason": f"job {job_id} rank 0 is not placed on node z1-r1-h100-02."}]}
     assert Task.objects.get(job_id=job_id).state == "ASSIGNED"
 
 

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cryptography.fernet import Fernet
 from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 
@@ -99,7 +100,8 @@ def test_check_deploy_is_clean_with_production_settings():
     env = {k: v for k, v in os.environ.items() if k not in ("DEBUG", "DJANGO_SETTINGS_MODULE", "DJANGO_ALLOW_ASYNC_UNSAFE")}
     env.update(SECRET_KEY="x7Gq2-production-like-secret-key-with-plenty-of-entropy-0xDEADBEEF",
                ALLOWED_HOSTS="mlqueue.example.com", DJANGO_SETTINGS_MODULE="mlqueue.settings",
-               DATABASE_URL="postgres://postgres@127.0.0.1:5432/postgres", REDIS_URL="redis://127.0.0.1:6379/0")
+               DATABASE_URL="postgres://postgres@127.0.0.1:5432/postgres", REDIS_URL="redis://127.0.0.1:6379/0",
+               MLQ_SECRET_ENV_KEYS=Fernet.generate_key().decode())
     result = subprocess.run([sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -107,8 +109,10 @@ def test_check_deploy_is_clean_with_production_settings():
 
 
 def test_check_deploy_flags_the_development_key():
+    """With DEBUG on, the development key is allowed, and `check --deploy` flags it (with DEBUG
+    off and no SECRET_KEY the server does not start at all: test_secret_key.py)."""
     env = {k: v for k, v in os.environ.items() if k not in ("DEBUG", "SECRET_KEY", "DJANGO_SETTINGS_MODULE")}
-    env.update(DJANGO_SETTINGS_MODULE="mlqueue.settings", ALLOWED_HOSTS="mlqueue.example.com")
+    env.update(DJANGO_SETTINGS_MODULE="mlqueue.settings", ALLOWED_HOSTS="mlqueue.example.com", DEBUG="1")
     result = subprocess.run([sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode != 0 and "security.W009" in result.stderr + result.stdout

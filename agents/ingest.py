@@ -1,0 +1,126 @@
+"""What agents report about their tasks, from the events endpoint and from heartbeats alike.
+
+A node token reports only on the tasks placed on its node, and only on the attempt placed
+there (or, for the last log chunks, the attempt that ran there before a requeue released it).
+Logs are bytes from a program: what Postgres cannot hold in text (NUL, lone surrogates) is
+replaced by U+FFFD, one character for one, so every offset stays true; and what is stored per
+attempt and stream is capped by what is already stored, not by where a chunk claims to start.
+"""
+from collections import defaultdict
+
+from django.conf import settings
+from django.db.models import Q, Sum
+from django.db.models.functions import Length
+from django.utils import timezone
+
+from agents.models import Node, TaskLog
+from mlqueue.parsers import replace_bad_text
+from scheduling import reports
+from scheduling.models import EventKind, JobEvent, Task
+
+NOT_HERE = "job {job_id} rank {rank} is not placed on node {node}."
+OTHER_ATTEMPT = "job {job_id} rank {rank} is at attempt {current} on this node, not attempt {attempt}."
+
+
+def do_ingest_events(*, node: Node, events: list[dict], now=None) -> dict:
+    """Apply a batch of an agent's events; returns how many were accepted and why others
+    were refused (the agent drops those: a refusal is not worth a retry)."""
+    now = now or timezone.now()
+    attempts = attempts_on(node, {(e["job_id"], e["rank"]) for e in events})
+    logs, refused = [], []
+    for index, event in enumerate(events):
+        why = refusal(node, attempts, event)
+        if why:
+            refused.append({"index": index, "reason": why})
+        elif event["type"] == "log":
+            logs.append(event)
+        else:
+            apply_event(node.name, event, now=now)
+    store_logs(logs, now=now)
+    return {"accepted": len(events) - len(refused), "refused": refused[:20]}
+
+
+def attempts_on(node: Node, keys: set[tuple[int, int]]) -> dict[tuple[int, int], int]:
+    """(job, rank) -> the attempt this node may report on, for the given tasks."""
+    if not keys:
+        return {}
+    rows = Task.objects.filter(job_id__in={job for job, _ in keys}).filter(
+        Q(node=node) | Q(node__isnull=True, last_node=node)).values_list("job_id", "rank", "attempt")
+    return {(job, rank): attempt for job, rank, attempt in rows if (job, rank) in keys}
+
+
+def refusal(node: Node, attempts: dict, event: dict) -> str:
+    key = (event["job_id"], event["rank"])
+    if key not in attempts:
+        return NOT_HERE.format(job_id=key[0], rank=key[1], node=node.name)
+    if attempts[key] != event["attempt"]:
+        return OTHER_ATTEMPT.format(job_id=key[0], rank=key[1], current=attempts[key], attempt=event["attempt"])
+    return ""
+
+
+def apply_event(node_name: str, event: dict, *, now) -> None:
+    """A start, an exit, a checkpoint or a dropped event, already known to be this node's."""
+    job_id, rank, attempt = event["job_id"], event["rank"], event["attempt"]
+    kind = event["type"]
+    if kind in ("started", "running"):
+        reports.do_report_started(job_id=job_id, rank=rank, attempt=attempt, now=now)
+    elif kind == "exited":
+        reports.do_report_exited(job_id=job_id, rank=rank, attempt=attempt, exit_code=event["exit_code"],
+                                 signal=event["signal"], now=now)
+    elif kind == "checkpoint":
+        reports.do_report_checkpoint(job_id=job_id, attempt=attempt, at=now)
+    elif kind == "dropped":
+        JobEvent.objects.create(job_id=job_id, kind=EventKind.TRANSITION, actor_name=f"agent:{node_name}",
+                                reason="AGENT_DROPPED_EVENT", message=storable(event["data"])[:1000],
+                                data={"rank": rank, "attempt": attempt}, created_at=now)
+
+
+def storable(text: str) -> str:
+    """Text Postgres can hold, the same length: NUL and lone surrogates become U+FFFD."""
+    return replace_bad_text(text)
+
+
+def store_logs(events: list[dict], *, now) -> None:
+    """Keep log chunks up to MLQ_MAX_LOG_CHARS stored per attempt and stream; past it the rest
+    is dropped (the agent keeps the whole file) and the job's timeline says so, once."""
+    if not events:
+        return
+    cap = settings.MLQ_MAX_LOG_CHARS
+    stored = stored_chars({_log_key(e) for e in events})
+    rows = []
+    for event in events:
+        key, text = _log_key(event), storable(event["data"])
+        room = cap - stored[key]
+        if room <= 0 or not text:
+            continue
+        if len(text) >= room:
+            text = text[:room]
+            _note_log_cap(key, cap, now=now)
+        stored[key] += len(text)
+        rows.append(TaskLog(job_id=key[0], rank=key[1], attempt=key[2], stream=key[3], offset=event["offset"],
+                            text=text, created_at=now))
+    TaskLog.objects.bulk_create(rows, ignore_conflicts=True)
+
+
+def _log_key(event: dict) -> tuple[int, int, int, str]:
+    return event["job_id"], event["rank"], event["attempt"], event["stream"]
+
+
+def stored_chars(keys: set[tuple]) -> defaultdict:
+    match = Q()
+    for job_id, rank, attempt, stream in keys:
+        match |= Q(job_id=job_id, rank=rank, attempt=attempt, stream=stream)
+    rows = (TaskLog.objects.filter(match).values_list("job_id", "rank", "attempt", "stream")
+            .annotate(chars=Sum(Length("text"))))
+    stored = defaultdict(int)
+    for job_id, rank, attempt, stream, chars in rows:
+        stored[(job_id, rank, attempt, stream)] = chars or 0
+    return stored
+
+
+def _note_log_cap(key: tuple, cap: int, *, now) -> None:
+    job_id, rank, attempt, stream = key
+    JobEvent.objects.create(job_id=job_id, kind=EventKind.TRANSITION, actor_name="mlqueue", reason="LOG_CAPPED",
+                            message=f"rank {rank} attempt {attempt}: {stream} reached the {cap:,} characters kept; "
+                                    "the rest is only in the agent's file on the node",
+                            data={"rank": rank, "attempt": attempt, "stream": stream}, created_at=now)
