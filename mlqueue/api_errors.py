@@ -9,6 +9,7 @@ from rest_framework import exceptions
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from mlqueue.errors import FieldPermissionDenied, RequestTooLarge
+from mlqueue.parsers import BodyParseError
 
 
 def flatten_errors(detail, prefix: str = "") -> dict[str, list[str]]:
@@ -42,4 +43,6 @@ def exception_handler(exc, context):
         response.data = {"detail": f"{first_field}: {first_messages[0]}", "fields": fields}
     elif isinstance(exc, FieldPermissionDenied):
         response.data = {"detail": f"{exc.field}: {exc.detail}", "fields": {exc.field: [str(exc.detail)]}}
+    elif isinstance(exc, BodyParseError):
+        response.data = {"detail": str(exc.detail), "fields": {exc.field: [exc.message]}}
     return response

@@ -3,7 +3,13 @@
 Django's async handler runs each synchronous middleware hook in its own thread hop; for a
 heartbeat that overhead was several times the work. This lane answers heartbeats with one hop
 into the same code the DRF view uses (`agents.heartbeats.handle`), the same JSON and the same
-error shape; every other request goes to Django unchanged."""
+error shape; every other request goes to Django unchanged.
+
+Skipping the middleware stack must not skip its protections, so the lane applies, in Django's
+order, the checks that would have refused the request there: the Host header against
+ALLOWED_HOSTS (CommonMiddleware), the redirect of plain HTTP to HTTPS (SecurityMiddleware),
+control characters in the path (mlqueue.middleware), and the body's size, depth and text
+(mlqueue.parsers)."""
 import json
 import logging
 import re
@@ -11,21 +17,28 @@ import re
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import close_old_connections
+from django.http.request import split_domain_port, validate_host
+from django.utils.encoding import escape_uri_path
 from rest_framework import exceptions
 
 from agents.heartbeats import handle
 from mlqueue.api_errors import flatten_errors
+from mlqueue.middleware import check_path_and_query
+from mlqueue.parsers import BodyError, loads_body
 
 log = logging.getLogger(__name__)
+host_log = logging.getLogger("django.security.DisallowedHost")
 HEARTBEAT = re.compile(r"^/api/v1/agents/(?P<name>[^/]+)/heartbeat/?$")
+DISALLOWED_HOST = "{host!r} is not an allowed host name for this server (ALLOWED_HOSTS)."
+DEBUG_HOSTS = [".localhost", "127.0.0.1", "[::1]"]  # what Django allows with DEBUG and no ALLOWED_HOSTS
 
 
 def _answer(name: str, authorization: str, body: bytes) -> tuple[int, dict]:
     close_old_connections()
     try:
-        return 200, handle(name, authorization, json.loads(body or b"{}"))
-    except ValueError as exc:
-        return 400, {"detail": f"body: malformed JSON ({exc})"}
+        return 200, handle(name, authorization, loads_body(body or b"{}"))
+    except BodyError as exc:
+        return 400, {"detail": str(exc), "fields": {exc.field: [exc.message]}}
     except exceptions.ValidationError as exc:
         fields = flatten_errors(exc.detail)
         first, messages = next(iter(fields.items()))
@@ -39,6 +52,48 @@ def _answer(name: str, authorization: str, body: bytes) -> tuple[int, dict]:
         close_old_connections()  # hands the connection back to the pool
 
 
+def _header(headers: dict, meta_name: str) -> str | None:
+    """A header by its Django META name ("HTTP_X_FORWARDED_PROTO"), as Django would read it."""
+    value = headers.get(meta_name.removeprefix("HTTP_").lower().replace("_", "-").encode())
+    return None if value is None else value.decode("latin1")
+
+
+def raw_host(scope, headers: dict) -> str:
+    if settings.USE_X_FORWARDED_HOST and b"x-forwarded-host" in headers:
+        return _header(headers, "HTTP_X_FORWARDED_HOST")
+    if b"host" in headers:
+        return _header(headers, "HTTP_HOST")
+    server = scope.get("server") or ("unknown", None)
+    return str(server[0]) if server[1] in (None, 80, 443) else f"{server[0]}:{server[1]}"
+
+
+def host_is_allowed(host: str) -> bool:
+    allowed = settings.ALLOWED_HOSTS or (DEBUG_HOSTS if settings.DEBUG else [])
+    domain, _ = split_domain_port(host)
+    return bool(domain) and validate_host(domain, allowed)
+
+
+def is_secure(scope, headers: dict) -> bool:
+    """Django's request.is_secure(): the proxy's header when it is configured and present."""
+    if settings.SECURE_PROXY_SSL_HEADER:
+        meta_name, secure_value = settings.SECURE_PROXY_SSL_HEADER
+        value = _header(headers, meta_name)
+        if value is not None:
+            return value.split(",", 1)[0].strip() == secure_value
+    return scope.get("scheme") == "https"
+
+
+def https_location(scope, host: str) -> str | None:
+    """Where SecurityMiddleware would send this plain-HTTP request, or None to serve it."""
+    path = scope["path"]
+    if not settings.SECURE_SSL_REDIRECT:
+        return None
+    if any(re.search(pattern, path.lstrip("/")) for pattern in settings.SECURE_REDIRECT_EXEMPT):
+        return None
+    query = scope.get("query_string", b"").decode("latin1")
+    return f"https://{settings.SECURE_SSL_HOST or host}{escape_uri_path(path)}{'?' + query if query else ''}"
+
+
 class HeartbeatLane:
     def __init__(self, django_app):
         self.django_app = django_app
@@ -47,13 +102,34 @@ class HeartbeatLane:
         match = HEARTBEAT.match(scope.get("path", "")) if scope["type"] == "http" else None
         if match is None or scope["method"] != "POST":
             return await self.django_app(scope, receive, send)
+        headers = dict(scope.get("headers", []))
+        refusal = self._refusal(scope, headers)
+        if refusal is not None:
+            return await self._send(send, *refusal)
         body = await self._body(receive)
         if body is None:
             return await self._send(send, 413, {"detail": "request body too large"})
-        headers = dict(scope.get("headers", []))
         authorization = headers.get(b"authorization", b"").decode("latin1")
         status, payload = await sync_to_async(_answer, thread_sensitive=True)(match["name"], authorization, body)
         await self._send(send, status, payload)
+
+    @staticmethod
+    def _refusal(scope, headers: dict) -> tuple | None:
+        """(status, payload[, extra headers]) when Django's middleware would not have served
+        this request; None to serve it."""
+        host = raw_host(scope, headers)
+        if not host_is_allowed(host):
+            host_log.warning("Invalid HTTP_HOST header: %r (heartbeat lane).", host)
+            message = DISALLOWED_HOST.format(host=host)
+            return 400, {"detail": f"host: {message}", "fields": {"host": [message]}}
+        if not is_secure(scope, headers):
+            location = https_location(scope, host)
+            if location is not None:
+                return 301, None, [(b"location", location.encode("latin1", "replace"))]
+        problem = check_path_and_query(scope["path"], scope.get("query_string", b"").decode("latin1"))
+        if problem is not None:
+            return 400, {"detail": f"{problem[0]}: {problem[1]}", "fields": {problem[0]: [problem[1]]}}
+        return None
 
     @staticmethod
     async def _body(receive) -> bytes | None:
@@ -68,9 +144,11 @@ class HeartbeatLane:
                 return b"".join(chunks)
 
     @staticmethod
-    async def _send(send, status: int, payload: dict) -> None:
-        body = json.dumps(payload).encode()
-        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    async def _send(send, status: int, payload: dict | None, extra: list | None = None) -> None:
+        body = b"" if payload is None else json.dumps(payload).encode()
+        headers = [(b"content-length", str(len(body)).encode()), *(extra or [])]
+        if payload is not None:
+            headers.append((b"content-type", b"application/json"))
         if status == 401:
             headers.append((b"www-authenticate", b"Bearer"))
         await send({"type": "http.response.start", "status": status, "headers": headers})

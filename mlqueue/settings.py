@@ -38,8 +38,19 @@ def env_int(name: str, default: int) -> int:
 
 
 DEBUG = env_bool("DEBUG", False)
-# The fallback key is only for a laptop: `check --deploy` flags it (security.W009).
-SECRET_KEY = os.environ.get("SECRET_KEY") or "django-insecure-mlqueue-development-key-do-not-deploy"
+NO_SECRET_KEY = (
+    "SECRET_KEY is not set and DEBUG is off: refusing to start with a key anyone can read in the source. "
+    "Set SECRET_KEY to a long random value, e.g. the output of "
+    "`python -c 'import secrets; print(secrets.token_urlsafe(50))'`, kept the same on every web process "
+    "(or set DEBUG=1 on a development machine)."
+)
+# Sessions, CSRF tokens and password-reset links are signed with it: a known key lets anyone
+# forge a login. The fallback is only for a laptop (`check --deploy` flags it, security.W009).
+SECRET_KEY = os.environ.get("SECRET_KEY", "")
+if not SECRET_KEY:
+    if not DEBUG:
+        raise ImproperlyConfigured(NO_SECRET_KEY)
+    SECRET_KEY = "django-insecure-mlqueue-development-key-do-not-deploy"
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "127.0.0.1,localhost,[::1]")
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", "")
 
@@ -65,6 +76,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django_prometheus.middleware.PrometheusBeforeMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    "mlqueue.middleware.RefuseControlCharacters",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -228,3 +240,54 @@ MLQ_MAX_LOG_CHARS = env_int("MLQ_MAX_LOG_CHARS", 10_000_000)  # per task attempt
 # after a pass, and at most this many simulated passes each.
 MLQ_FORECAST_INTERVAL_S = float(os.environ.get("MLQ_FORECAST_INTERVAL_S", "5"))
 MLQ_FORECAST_MAX_PASSES = env_int("MLQ_FORECAST_MAX_PASSES", 200)
+
+# --- Abuse limits and who may reach what (SECURITY.md).
+def env_positive(name: str, default: int) -> int:
+    value = env_int(name, default)
+    if value < 1:
+        raise ImproperlyConfigured(f"{name}={value} must be at least 1")
+    return value
+
+
+def env_rate(name: str, default: str) -> str | None:
+    """A DRF throttle rate such as "120/minute"; "off" turns the limit off (None)."""
+    raw = os.environ.get(name, "").strip() or default
+    if raw.lower() == "off":
+        return None
+    count, _, period = raw.partition("/")
+    if not count.isdigit() or int(count) < 1 or period not in {"second", "minute", "hour", "day"}:
+        raise ImproperlyConfigured(f"{name}={raw!r} is not a rate: use N/second, N/minute, N/hour, N/day or off")
+    return raw
+
+
+def env_networks(name: str, default: str) -> tuple:
+    """Comma-separated CIDRs, checked now so a typo stops the server instead of opening /metrics."""
+    import ipaddress
+
+    try:
+        return tuple(ipaddress.ip_network(item) for item in env_list(name, default))
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name}: {exc} (use CIDRs such as 10.0.0.0/8, comma-separated)") from None
+
+
+# Failed logins (web, admin, the token exchange): past MAX_FAILURES for one user name, or
+# MAX_FAILURES_PER_ADDRESS from one client address, within WINDOW_S, further attempts are refused
+# (429) without checking the password, for WINDOW_S. An address is shared by everyone behind a
+# NAT or proxy, hence its larger allowance. Counters live in the cache (teams/login_limits.py).
+MLQ_LOGIN_MAX_FAILURES = env_positive("MLQ_LOGIN_MAX_FAILURES", 10)
+MLQ_LOGIN_MAX_FAILURES_PER_ADDRESS = env_positive("MLQ_LOGIN_MAX_FAILURES_PER_ADDRESS", 30)
+MLQ_LOGIN_WINDOW_S = env_positive("MLQ_LOGIN_WINDOW_S", 600)
+# Job submissions per user (POST /api/v1/jobs). Arrays and sweeps are one submit; a script
+# submitting one job a second stays under it. Benchmarks that submit over HTTP may raise it.
+MLQ_SUBMIT_RATE = env_rate("MLQ_SUBMIT_RATE", "120/minute")
+# A live-view socket re-reads its user's teams (and that the user is still active and logged
+# in) when its cached copy is older than this, on the next event it receives.
+MLQ_WS_RECHECK_S = float(os.environ.get("MLQ_WS_RECHECK_S", "30"))
+# /metrics: a scrape with `Authorization: Bearer <MLQ_METRICS_TOKEN>`, or from these networks.
+MLQ_METRICS_TOKEN = os.environ.get("MLQ_METRICS_TOKEN", "")
+MLQ_METRICS_ALLOWED_NETWORKS = env_networks("MLQ_METRICS_ALLOWED_NETWORKS", "127.0.0.0/8,::1/128")
+
+# --- Secret env (scheduling/secrets.py): comma-separated Fernet keys; the first encrypts, all
+# decrypt, so a new key goes first and the old one stays until no job needs it. Unset: a key
+# derived from SECRET_KEY, for the demo (`check --deploy` warns: mlqueue.W001).
+MLQ_SECRET_ENV_KEYS = env_list("MLQ_SECRET_ENV_KEYS", "")

@@ -1,16 +1,18 @@
 """REST endpoints for jobs. Thin: parse, call a service or selector, serialize."""
 from datetime import timedelta
 
+from django.conf import settings
 from django.db.models import Prefetch
 from django.utils import timezone
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiResponse, extend_schema
-from rest_framework import generics, serializers, status
-from rest_framework.pagination import CursorPagination
+from rest_framework import exceptions, generics, serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.throttling import UserRateThrottle
 from rest_framework.views import APIView
 
+from mlqueue.pagination import StrictCursorPagination
 from scheduling import services
 from scheduling.filters import JobFilter
 from agents.models import TaskLog
@@ -25,10 +27,9 @@ from scheduling.worker import queue_positions
 LEASE_DURATION = timedelta(seconds=10)
 
 
-class NewestFirst(CursorPagination):
+class NewestFirst(StrictCursorPagination):
     ordering = "-id"
     page_size = 50
-    page_size_query_param = "limit"
     max_page_size = 500
 
 
@@ -36,9 +37,26 @@ class OldestFirst(NewestFirst):
     ordering = ("created_at", "id")
 
 
+SUBMIT_RATE_EXCEEDED = "too many submissions: at most {count} jobs per {period} per user; retry in {wait} s."
+
+
+class SubmitRateThrottle(UserRateThrottle):
+    """POST /api/v1/jobs per user at MLQ_SUBMIT_RATE (read per request, so a test or an
+    override_settings sees its own); reads are not limited. Counts live in the cache."""
+
+    scope = "submit"
+
+    def get_rate(self):
+        return settings.MLQ_SUBMIT_RATE
+
+    def allow_request(self, request, view):
+        return request.method != "POST" or super().allow_request(request, view)
+
+
 class JobListCreate(generics.ListAPIView):
     serializer_class = JobSerializer
     filterset_class = JobFilter
+    throttle_classes = [SubmitRateThrottle]
     pagination_class = NewestFirst
 
     def get_queryset(self):
@@ -51,6 +69,14 @@ class JobListCreate(generics.ListAPIView):
         job, created = services.do_submit_job(user=request.user, team=team, spec=spec)
         return Response(JobDetailSerializer(_with_tasks(job.pk, request.user)).data,
                         status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+
+    def throttled(self, request: Request, wait: float | None):
+        count, period = settings.MLQ_SUBMIT_RATE.split("/")
+        exc = exceptions.Throttled(wait)
+        exc.wait = exc.wait or 1  # DRF has no estimate when a race overfilled the window; Retry-After needs one
+        exc.detail = exceptions.ErrorDetail(SUBMIT_RATE_EXCEEDED.format(count=count, period=period, wait=exc.wait),
+                                            code="throttled")
+        raise exc
 
 
 def _with_tasks(job_id: int, user):
@@ -77,9 +103,11 @@ class JobEvents(generics.ListAPIView):
 
 
 class JobCancel(APIView):
-    @extend_schema(request=CancelSerializer, responses=JobDetailSerializer)
+    @extend_schema(request=CancelSerializer, responses={
+        200: JobDetailSerializer, 403: OpenApiResponse(description="not the owner, a lead of its team or an admin")})
     def post(self, request: Request, job_id: int) -> Response:
         job = get_object_or_404(visible_jobs(request.user), pk=job_id)
+        services.check_may_cancel(user=request.user, job=job)  # 403 before any complaint about the body
         body = CancelSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         services.do_cancel_job(job=job, user=request.user, reason=body.validated_data["reason"])
