@@ -8,14 +8,15 @@ django_asgi_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
 from django.urls import re_path  # noqa: E402
 
 from mlqueue.fastlane import HeartbeatLane  # noqa: E402
 from mlqueue.routing import agent_websocket_urlpatterns, websocket_urlpatterns  # noqa: E402
+from mlqueue.websocket_origin import SameOriginValidator  # noqa: E402
 
-browser_sockets = AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns)))
+# Session-authenticated, so only from this site's own origin: scheme, host and port (not just the host).
+browser_sockets = SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns)))
 
 application = ProtocolTypeRouter(
     {

@@ -6,6 +6,9 @@ os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/15")
 # The test process opens and drops its database: pooled sessions would keep it busy. (The
 # processes the end-to-end tests start use the pool, as production does.)
 os.environ.setdefault("MLQ_DB_POOL", "0")
+# Production settings refuse to start without a key when DEBUG is off; the processes the
+# end-to-end tests start inherit this one (tests/e2e/processes.py passes it on).
+os.environ.setdefault("SECRET_KEY", "mlqueue-test-suite-only-key-7f3c9a1e5b2d4f60a8c6e1d3b5f7a9c2e4d6f8a0")
 
 from mlqueue.settings import *  # noqa: E402,F403
 

@@ -4,9 +4,16 @@ Counters and histograms are updated where things happen (the leader's passes, th
 agent reports); with PROMETHEUS_MULTIPROC_DIR set, every process on a machine writes its own
 files and /metrics sums them. Gauges about the cluster's state (pending jobs by reason, GPUs
 by state, fragmentation, the leader's epoch) are read from the store when /metrics is
-scraped, so they are right whichever process serves the scrape."""
+scraped, so they are right whichever process serves the scrape.
+
+/metrics is not public (it names teams, nodes and load): a scrape needs
+`Authorization: Bearer <MLQ_METRICS_TOKEN>` or a client address in MLQ_METRICS_ALLOWED_NETWORKS
+(default: loopback only). docs/metrics.md has the Prometheus side."""
+import hmac
+import ipaddress
 import os
 
+from django.conf import settings
 from django.http import HttpResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client import REGISTRY, multiprocess
@@ -48,7 +55,44 @@ class StoreCollector:
             yield family
 
 
+METRICS_FORBIDDEN = ("/metrics is not public: scrape it with `Authorization: Bearer <MLQ_METRICS_TOKEN>` "
+                     "or from a network in MLQ_METRICS_ALLOWED_NETWORKS.\n")
+METRICS_BAD_TOKEN = "/metrics: that bearer token is not MLQ_METRICS_TOKEN.\n"
+
+
+def scrape_refusal(request) -> HttpResponse | None:
+    """None if the scrape may proceed: a bearer token equal to MLQ_METRICS_TOKEN, or, with no
+    Authorization header, a client address in MLQ_METRICS_ALLOWED_NETWORKS. A wrong token is
+    401 even from an allowed network: the scraper is misconfigured and should hear so."""
+    header = request.META.get("HTTP_AUTHORIZATION", "")
+    if header:
+        scheme, _, token = header.partition(" ")
+        expected = settings.MLQ_METRICS_TOKEN
+        # compare_digest: the time taken says nothing about how much of the token was right.
+        if scheme.lower() == "bearer" and expected and hmac.compare_digest(token.strip().encode(), expected.encode()):
+            return None
+        response = HttpResponse(METRICS_BAD_TOKEN, status=401, content_type="text/plain")
+        response["WWW-Authenticate"] = 'Bearer realm="mlqueue-metrics", error="invalid_token"'
+        return response
+    if _address_allowed(request.META.get("REMOTE_ADDR", "")):
+        return None
+    return HttpResponse(METRICS_FORBIDDEN, status=403, content_type="text/plain")
+
+
+def _address_allowed(raw: str) -> bool:
+    try:
+        address = ipaddress.ip_address(raw)
+    except ValueError:
+        return False
+    if address.version == 6 and address.ipv4_mapped:  # a dual-stack socket's IPv4 client
+        address = address.ipv4_mapped
+    return any(address in network for network in settings.MLQ_METRICS_ALLOWED_NETWORKS)
+
+
 def metrics_view(request):
+    refusal = scrape_refusal(request)
+    if refusal is not None:
+        return refusal
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry)

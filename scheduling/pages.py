@@ -7,14 +7,15 @@ from django.utils import timezone
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
-from rest_framework.exceptions import APIException
+from rest_framework.exceptions import APIException, PermissionDenied
 
 from agents.models import TaskLog
 from scheduling import services
 from scheduling.explanations import explain_job
 from scheduling.models import Job, Priority, TaskState
 from scheduling.queue import SORTS, QueueQuery, queue_page
-from scheduling.selectors import visible_jobs
+from scheduling.secrets import masked_spec
+from scheduling.selectors import can_change_job, visible_jobs
 from scheduling.spec import SPEC_FIELD_ORDER
 from teams.selectors import visible_team_names
 
@@ -31,7 +32,9 @@ def queue(request):
 
 
 def spec_yaml(spec: dict) -> str:
-    """The spec as a user would write it: the documented field order, block style."""
+    """The spec as a user would write it: the documented field order, block style, and
+    secret_env values as *** (stored so; masked again so no other writer can leak one here)."""
+    spec = masked_spec(spec)
     ordered = {name: spec[name] for name in SPEC_FIELD_ORDER if name in spec}
     return yaml.safe_dump(ordered, sort_keys=False, default_flow_style=False)
 
@@ -43,16 +46,16 @@ def _job_for(request, job_id: int) -> Job:
 @login_required
 def job_page(request, job_id: int):
     job = _job_for(request, job_id)
-    context = {**_panel_context(job), "section": "queue", "spec_yaml": spec_yaml(job.spec)}
+    context = {**_panel_context(job, request.user), "section": "queue", "spec_yaml": spec_yaml(job.spec)}
     return render(request, "scheduling/job.html", context)
 
 
 @login_required
 def job_panel(request, job_id: int):
-    return render(request, "scheduling/job_panel.html", _panel_context(_job_for(request, job_id)))
+    return render(request, "scheduling/job_panel.html", _panel_context(_job_for(request, job_id), request.user))
 
 
-def _panel_context(job: Job) -> dict:
+def _panel_context(job: Job, user) -> dict:
     return {
         "job": job,
         "tasks": job.tasks.select_related("node").order_by("rank"),
@@ -60,8 +63,9 @@ def _panel_context(job: Job) -> dict:
         "why": explain_job(job) if job.state == TaskState.PENDING else None,
         "ranks": range(job.task_count),
         "now_day": timezone.now().strftime("%Y%m%d"),
+        # Offered only to who may (the service checks again on the POST).
         "can_cancel": job.state in (TaskState.PENDING, TaskState.ASSIGNED, TaskState.RUNNING, TaskState.FAILED)
-        and not (job.state == TaskState.FAILED and job.failure_class),
+        and not (job.state == TaskState.FAILED and job.failure_class) and can_change_job(user, job),
     }
 
 
@@ -88,6 +92,11 @@ def job_cancel(request, job_id: int):
     try:
         services.do_cancel_job(job=job, user=request.user, reason=request.POST.get("reason", "")[:500])
         messages.success(request, f"Job {job.pk} is being cancelled.")
+    except PermissionDenied as exc:
+        messages.error(request, str(exc.detail))
+        response = job_page(request, job_id)  # the job page, with why, as a 403
+        response.status_code = 403
+        return response
     except APIException as exc:
         messages.error(request, str(exc.detail))
     return redirect("job-page", job_id=job.pk)

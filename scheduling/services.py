@@ -1,7 +1,8 @@
 """Writes about jobs: submit and cancel. `check_*` validates, `do_*` writes (and records why)."""
 from django.db import IntegrityError, transaction
 from django.utils import timezone
-from rest_framework.exceptions import ValidationError
+from django.views.decorators.debug import sensitive_variables
+from rest_framework.exceptions import PermissionDenied, ValidationError
 
 from agents.selectors import inventory
 from mlqueue.errors import Conflict, FieldPermissionDenied
@@ -9,7 +10,8 @@ from scheduling import lifecycle, notify
 from scheduling.core.feasibility import can_ever_run
 from scheduling.core.model import JobShape, Topology
 from scheduling.models import EventKind, Job, JobEvent, Task, TaskState
-from scheduling.selectors import visible_jobs
+from scheduling.secrets import encrypt_env, env_macs, masked
+from scheduling.selectors import can_change_job, visible_jobs
 from scheduling.spec import JobSpecSerializer, normalized, spec_digest
 from teams.models import Team
 from teams.selectors import can_edit_quotas, is_member
@@ -23,12 +25,18 @@ SPEC_CONFLICT = (
     "use a new client_job_id to submit a different job."
 )
 ALREADY_ENDED = "job {job_id} already ended {state}; there is nothing to cancel."
+NOT_YOURS_TO_CANCEL = (
+    "only the job's owner ({owner}), leads of {team} (or of a team above it) and site admins may cancel job {job_id}."
+)
 
 
+# A crash report (DEBUG's page, a mail to ADMINS) lists each frame's variables: not these.
+@sensitive_variables("data", "spec", "serializer")
 def check_job_submission(*, user, data) -> tuple[Team, dict]:
     """Validate a submitted spec for `user`: fields, team, rights, dependencies and whether an
-    empty cluster could ever hold it. Returns the team and the normalized spec."""
-    serializer = JobSpecSerializer(data=data)
+    empty cluster could ever hold it. Returns the team and the normalized spec, whose
+    secret_env still holds the values in the clear: pass it to do_submit_job, never show it."""
+    serializer = JobSpecSerializer(data=data, context={"user": user})
     serializer.is_valid(raise_exception=True)
     spec = normalized(serializer.validated_data)
     team = _check_team(user, spec["team"])
@@ -80,18 +88,24 @@ def _job_columns(spec: dict) -> dict:
     )
 
 
+@sensitive_variables("spec", "secret_values")
 def do_submit_job(*, user, team: Team, spec: dict) -> tuple[Job, bool]:
     """Create the job, its tasks and its first event in one transaction. Idempotent on
     (team, client_job_id): the same spec again returns the first job (created=False); a
-    different spec under the same id raises Conflict."""
-    digest = spec_digest(spec)
+    different spec under the same id raises Conflict. `spec` is check_job_submission's, with
+    the secret values in the clear: they are encrypted here and the stored spec keeps "***"."""
+    secret_values = spec.get("secret_env") or {}
+    spec = {**spec, "secret_env": masked(secret_values)}
+    # One digest per secret key, current first: a resubmit still matches after a key rotation.
+    digests = [spec_digest(spec, mac) for mac in env_macs(secret_values)]
     if spec["client_job_id"]:
         existing = Job.objects.filter(team=team, client_job_id=spec["client_job_id"]).first()
         if existing is not None:
-            return _same_job_or_conflict(existing, digest), False
+            return _same_job_or_conflict(existing, digests), False
     try:
         with transaction.atomic():
-            job = _create_job(user=user, team=team, spec=spec, digest=digest)
+            job = _create_job(user=user, team=team, spec=spec, digest=digests[0],
+                              secret_env_ciphertext=encrypt_env(secret_values))
             notify.wake_scheduler("submit")
             notify.jobs_changed([job.pk])
     except IntegrityError:
@@ -99,21 +113,21 @@ def do_submit_job(*, user, team: Team, spec: dict) -> tuple[Job, bool]:
         existing = Job.objects.filter(team=team, client_job_id=spec["client_job_id"]).first()
         if existing is None:
             raise
-        return _same_job_or_conflict(existing, digest), False
+        return _same_job_or_conflict(existing, digests), False
     return job, True
 
 
-def _same_job_or_conflict(existing: Job, digest: str) -> Job:
-    if existing.spec_digest != digest:
+def _same_job_or_conflict(existing: Job, digests: list[str]) -> Job:
+    if existing.spec_digest not in digests:
         raise Conflict(SPEC_CONFLICT.format(team=existing.team.name, job_id=existing.pk,
                                             client_job_id=existing.client_job_id))
     return existing
 
 
-def _create_job(*, user, team: Team, spec: dict, digest: str) -> Job:
+def _create_job(*, user, team: Team, spec: dict, digest: str, secret_env_ciphertext: str) -> Job:
     now = timezone.now()
     job = Job.objects.create(team=team, owner=user, spec=spec, spec_digest=digest, submitted_at=now,
-                             updated_at=now, **_job_columns(spec))
+                             updated_at=now, secret_env_ciphertext=secret_env_ciphertext, **_job_columns(spec))
     Task.objects.bulk_create(
         [Task(job=job, rank=rank, updated_at=now) for rank in range(job.task_count)]
     )
@@ -128,9 +142,16 @@ def _create_job(*, user, team: Team, spec: dict, digest: str) -> Job:
     return job
 
 
+def check_may_cancel(*, user, job: Job) -> None:
+    if not can_change_job(user, job):
+        raise PermissionDenied(NOT_YOURS_TO_CANCEL.format(owner=job.owner.get_username(), team=job.team.name,
+                                                          job_id=job.pk))
+
+
 def do_cancel_job(*, job: Job, user, reason: str = "") -> Job:
     """Cancel what has not started at once; ask the scheduler to stop what runs (its agents
-    kill the processes, then the tasks end CANCELLED)."""
+    kill the processes, then the tasks end CANCELLED). Only who can_change_job may."""
+    check_may_cancel(user=user, job=job)
     if job.state == TaskState.CANCELLED:
         return job
     # FAILED without a failure class is an attempt awaiting its retry: it may still be cancelled.

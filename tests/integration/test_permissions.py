@@ -9,7 +9,7 @@ ACTORS = ["alice", "bob", "rita", "ops"]  # member, other team's member, lead, a
 
 MATRIX = {
     # actor: (sees it in the list, detail status, cancel status, quota read status, quota edit status)
-    "alice": (True, 200, 200, 200, 403),
+    "alice": (True, 200, 200, 200, 403),  # the job's owner; a teammate may not cancel (test_cancel_rights.py)
     "bob": (False, 404, 404, 403, 403),
     "rita": (True, 200, 200, 200, 200),
     "ops": (True, 200, 200, 200, 200),
