@@ -1,7 +1,13 @@
 """What an agent is told to run for one task: the command, and the environment that makes a
 restarted attempt resume (its attempt number, restart count and checkpoint directory) and a
-gang rank find its peers (torchrun's variables)."""
+gang rank find its peers (torchrun's variables). The job's secret_env is decrypted here and
+nowhere else: it goes only into the assignment of the node that runs the task."""
+import logging
+
 from scheduling.models import Job, RestartMode, Task
+from scheduling.secrets import SecretEnvUnreadable, decrypt_env
+
+log = logging.getLogger(__name__)
 
 MASTER_PORT_BASE = 29500
 MASTER_PORT_RANGE = 20000
@@ -17,11 +23,24 @@ def checkpoint_dir(job: Job) -> str:
     return (job.checkpoint or {}).get("path", "")
 
 
+def secret_env(job: Job) -> dict[str, str]:
+    """The job's secret values. One that no configured key opens is left out and logged (by
+    name, never value) rather than raised: the heartbeat that carries it also renews the node's
+    lease, and failing it would kill every task on the node."""
+    try:
+        return decrypt_env(job.secret_env_ciphertext, job_id=job.pk)
+    except SecretEnvUnreadable as exc:
+        log.error("%s (names: %s)", exc, ", ".join(sorted(job.spec.get("secret_env", {}))))
+        return {}
+
+
 def assignment_env(task: Task, *, job: Job, master_node: str) -> dict[str, str]:
-    """The variables the agent sets for `task` (on top of the user's `env`)."""
+    """The variables the agent sets for `task`: the user's `env` and `secret_env`, then
+    mlqueue's own (which neither may override)."""
     resume = job.on_preemption == RestartMode.RESUME or job.on_node_failure == RestartMode.RESUME
     env = {
         **{key: str(value) for key, value in (job.env or {}).items()},
+        **secret_env(job),
         "MLQ_JOB_ID": str(job.pk),
         "MLQ_TASK_RANK": str(task.rank),
         "MLQ_ATTEMPT": str(task.attempt),

@@ -1,8 +1,10 @@
 """How jobs, tasks and events look in the API (output only; input is spec.JobSpecSerializer)."""
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from scheduling.models import Job, JobEvent, Task
+from scheduling.secrets import masked_spec
 
 
 class PendingReasonSerializer(serializers.Serializer):
@@ -48,12 +50,18 @@ class JobDetailSerializer(JobSerializer):
     tasks = TaskSerializer(many=True, read_only=True)
     task_count = serializers.IntegerField()
     depends_on = serializers.PrimaryKeyRelatedField(many=True, read_only=True)
+    spec = serializers.SerializerMethodField(help_text="the spec as accepted; secret_env values read \"***\"")
 
     class Meta(JobSerializer.Meta):
         fields = JobSerializer.Meta.fields + [
             "task_count", "spec", "depends_on", "held", "not_before", "restarts_used", "retries_used",
             "max_restarts", "max_retries", "failure_class", "cancel_requested_at", "updated_at",
         ]
+
+    @extend_schema_field(OpenApiTypes.OBJECT)
+    def get_spec(self, job: Job) -> dict:
+        # Stored masked already; masked again so that no other writer can leak a value here.
+        return masked_spec(job.spec)
 
 
 class QueueEntrySerializer(JobSerializer):

@@ -5,18 +5,69 @@ normalized spec whose digest decides whether a repeated submit is "the same job"
 """
 import hashlib
 import json
+import math
 import re
+import unicodedata
 
 from django.conf import settings
+from django.core.exceptions import ValidationError as DjangoValidationError
 from rest_framework import serializers
 
 from scheduling.core.model import PRIORITIES, Topology
+from scheduling.secrets import MASK
 
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-LABEL_KEY = re.compile(r"^([a-z0-9.-]+/)?[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?$")
-CLIENT_JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
+# \Z, not $: "$" also matches before a trailing newline, so "FOO\n" would pass as a name.
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
+LABEL_KEY = re.compile(r"^([a-z0-9.-]+/)?[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?\Z")
+CLIENT_JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}\Z")
+ENV_RULE = "letters, digits and underscores, not starting with a digit"
 RESERVED_ENV_PREFIX = "MLQ_"
+INVISIBLE = "must not contain {char}: invisible and control characters can make a name read as another."
+INVISIBLE_KEY = "{key!r} must not contain {char}: invisible and control characters can make a name read as another."
+# Control characters, format characters (bidi overrides U+202A..U+202E and U+2066..U+2069,
+# zero-width spaces and joiners, soft hyphen), surrogates, and line and paragraph separators.
+INVISIBLE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+OWNER_NOT_CALLER = "you cannot submit on behalf of {owner}; leave owner out or use your own user name or email."
+RESERVED_ENV = "{name} is reserved: names starting with MLQ_ are set by mlqueue."
+IN_ENV_AND_SECRET_ENV = "{name} is in both env and secret_env: give each name in one of them."
+SECRET_IS_MASK = (
+    "{name} is '***', which stands for a secret value mlqueue never shows again (in the API, a clone or the "
+    "YAML view): give the value itself, or leave {name} out."
+)
+SECRET_BLANK = "{name} has no value: give the secret's value, or leave {name} out."
 DEFAULT_MAX_GPUS_PER_TASK = 8
+NOT_FINITE = "must be a finite number, not {value}."
+MAX_ID = 2**63 - 1  # ids are bigint columns: a larger one is no job, and Postgres refuses it
+
+
+def invisible_char(value: str) -> str | None:
+    """The first invisible or control character in `value`, described ("U+202E RIGHT-TO-LEFT
+    OVERRIDE"), or None. Shown by code point, never as itself, so a message cannot be spoofed."""
+    for char in value:
+        if unicodedata.category(char) in INVISIBLE_CATEGORIES:
+            return f"U+{ord(char):04X} {unicodedata.name(char, 'CONTROL CHARACTER')}"
+    return None
+
+
+def refuse_invisible(value: str, field: str | None = None) -> str:
+    """`value`, or a 400 (keyed by `field` when given) if it holds an invisible character: for
+    names people read (job names, label keys and values, node names, team names)."""
+    char = invisible_char(value)
+    if char is None:
+        return value
+    message = INVISIBLE.format(char=char)
+    raise serializers.ValidationError({field: [message]} if field else message)
+
+
+def validate_printable(value: str) -> None:
+    """The same rule as a Django validator, for model fields (team names and descriptions)."""
+    char = invisible_char(value)
+    if char is not None:
+        raise DjangoValidationError(INVISIBLE.format(char=char), code="invisible")
+
+
+def without_invisible(value: str) -> str:
+    return "".join(char for char in value if unicodedata.category(char) not in INVISIBLE_CATEGORIES)
 
 
 class StrictIntegerField(serializers.IntegerField):
@@ -31,38 +82,69 @@ class StrictIntegerField(serializers.IntegerField):
 
 
 class StrictFloatField(serializers.FloatField):
-    default_error_messages = {"invalid": "must be a number, not {kind}."}
+    """A number in the JSON sense. inf and nan are refused: JSON's 1e400, YAML's .inf and the
+    form's "nan" all arrive as one, and nan passes every range check."""
+
+    default_error_messages = {"invalid": "must be a number, not {kind}.", "not_finite": NOT_FINITE}
 
     def to_internal_value(self, data):
         if isinstance(data, bool) or not isinstance(data, (int, float)):
             self.fail("invalid", kind=type(data).__name__ if not isinstance(data, str) else f"the string {data!r}")
-        return super().to_internal_value(data)
+        try:
+            number = float(data)
+        except OverflowError:  # an integer past the largest float
+            number = math.inf if data > 0 else -math.inf
+        if not math.isfinite(number):
+            self.fail("not_finite", value=number)
+        return super().to_internal_value(number)
 
 
 class StrictStringField(serializers.CharField):
-    default_error_messages = {"not_a_string": "must be a string, not {kind}."}
+    """A string, not a number or a list coerced to one; `printable_only=True` also refuses
+    invisible and control characters (for names people read)."""
+
+    default_error_messages = {"not_a_string": "must be a string, not {kind}.", "invisible": INVISIBLE}
+
+    def __init__(self, *, printable_only: bool = False, **kwargs):
+        self.printable_only = printable_only
+        super().__init__(**kwargs)
 
     def to_internal_value(self, data):
         if not isinstance(data, str):
             self.fail("not_a_string", kind=type(data).__name__)
-        return super().to_internal_value(data)
+        value = super().to_internal_value(data)
+        if self.printable_only and (char := invisible_char(value)):
+            self.fail("invisible", char=char)
+        return value
 
 
 class StringMapField(serializers.DictField):
-    """A mapping of names to strings (env, node_selector), with the keys checked by a regex."""
+    """A mapping of names to strings (env, node_selector), with the keys checked by a regex.
+    Keys with invisible characters are refused before anything else, so no message or error
+    path carries one; `printable_values=True` refuses them in the values too (labels)."""
 
-    def __init__(self, *, key_pattern: re.Pattern, key_rule: str, max_items: int, **kwargs):
+    def __init__(self, *, key_pattern: re.Pattern, key_rule: str, max_items: int, max_value_length: int = 4096,
+                 printable_values: bool = False, trim_values: bool = True, **kwargs):
         self.key_pattern, self.key_rule, self.max_items = key_pattern, key_rule, max_items
-        super().__init__(child=StrictStringField(allow_blank=True, max_length=4096), **kwargs)
+        child = StrictStringField(allow_blank=True, max_length=max_value_length, printable_only=printable_values,
+                                  trim_whitespace=trim_values)
+        super().__init__(child=child, **kwargs)
 
     def to_internal_value(self, data):
+        if isinstance(data, dict):
+            self._check_keys(data)
         value = super().to_internal_value(data)
         if len(value) > self.max_items:
             raise serializers.ValidationError(f"at most {self.max_items} entries, got {len(value)}.")
-        bad = sorted(k for k in value if not self.key_pattern.match(k))
+        bad = sorted(k for k in value if not self.key_pattern.fullmatch(k))
         if bad:
             raise serializers.ValidationError(f"{bad[0]!r} is not a valid name: {self.key_rule}.")
         return dict(sorted(value.items()))
+
+    def _check_keys(self, data: dict) -> None:
+        for key in sorted(map(str, data)):
+            if char := invisible_char(key):
+                raise serializers.ValidationError(INVISIBLE_KEY.format(key=key, char=char))
 
 
 class StrictSerializer(serializers.Serializer):
@@ -140,25 +222,33 @@ class RestartPolicySerializer(StrictSerializer):
 
 
 class JobSpecSerializer(StrictSerializer):
-    client_job_id = StrictStringField(required=False, allow_null=True, default=None, max_length=128)
-    name = StrictStringField(required=False, max_length=200)
-    team = StrictStringField(max_length=63)
+    """The spec. Pass context={"user": ...} for `owner` to be checked against the caller."""
+
+    client_job_id = StrictStringField(required=False, allow_null=True, default=None, max_length=128,
+                                      printable_only=True)
+    name = StrictStringField(required=False, max_length=200, printable_only=True)
+    team = StrictStringField(max_length=63, printable_only=True)
+    # Accepted so the documented body works as it is; never stored: the owner is the caller.
+    owner = StrictStringField(required=False, max_length=254, printable_only=True)
     image = StrictStringField(required=False, allow_blank=True, default="", max_length=500)
     command = serializers.ListField(child=StrictStringField(allow_blank=True, max_length=10_000),
                                     allow_empty=False, max_length=1000)
     resources = ResourcesSerializer(required=False)
     topology_hint = serializers.ChoiceField([t.value for t in Topology], required=False, default="none")
     node_selector = StringMapField(key_pattern=LABEL_KEY, key_rule="a label name such as 'ib' or 'example.com/fabric'",
-                                   max_items=32, required=False, default=dict)
+                                   max_items=32, required=False, default=dict, printable_values=True)
     priority = serializers.ChoiceField(PRIORITIES, required=False, default="P2")
     max_runtime_hours = StrictFloatField(required=False, default=168.0)
     grace_period_seconds = StrictIntegerField(required=False, default=120, min_value=0, max_value=3600)
     checkpoint = CheckpointSerializer(required=False, allow_null=True, default=None)
     restart_policy = RestartPolicySerializer(required=False)
-    depends_on = serializers.ListField(child=StrictIntegerField(min_value=1), required=False, default=list,
-                                       max_length=100)
-    env = StringMapField(key_pattern=ENV_NAME, key_rule="letters, digits and underscores, not starting with a digit",
-                         max_items=200, required=False, default=dict)
+    depends_on = serializers.ListField(child=StrictIntegerField(min_value=1, max_value=MAX_ID), required=False,
+                                       default=list, max_length=100)
+    env = StringMapField(key_pattern=ENV_NAME, key_rule=ENV_RULE, max_items=200, required=False, default=dict)
+    # Write-only: encrypted at rest, "***" wherever it is shown (scheduling/secrets.py). Values
+    # are kept as given (a PEM key ends in a newline).
+    secret_env = StringMapField(key_pattern=ENV_NAME, key_rule=ENV_RULE, max_items=100, required=False, default=dict,
+                                max_value_length=8192, trim_values=False)
 
     def validate_client_job_id(self, value):
         if value is not None and not CLIENT_JOB_ID.match(value):
@@ -171,30 +261,63 @@ class JobSpecSerializer(StrictSerializer):
             raise serializers.ValidationError(f"must be more than 0 and at most {limit:g} hours, got {value:g}.")
         return value
 
+    def validate_owner(self, value):
+        user = self.context.get("user")
+        email = (getattr(user, "email", "") or "").casefold()
+        if user is None or (value != user.get_username() and not (email and value.casefold() == email)):
+            raise serializers.ValidationError(OWNER_NOT_CALLER.format(owner=value))
+        return value
+
     def validate_env(self, value):
-        reserved = sorted(k for k in value if k.startswith(RESERVED_ENV_PREFIX))
-        if reserved:
-            raise serializers.ValidationError(f"{reserved[0]} is reserved: names starting with MLQ_ are set by mlqueue.")
+        _refuse_reserved(value)
+        return value
+
+    def validate_secret_env(self, value):
+        _refuse_reserved(value)
+        for name, secret in value.items():
+            if secret == MASK:
+                raise serializers.ValidationError(SECRET_IS_MASK.format(name=name))
+            if not secret.strip():
+                raise serializers.ValidationError(SECRET_BLANK.format(name=name))
         return value
 
     def validate_depends_on(self, value):
         return sorted(set(value))
 
     def validate(self, attrs):
+        both = sorted(set(attrs.get("env", {})) & set(attrs.get("secret_env", {})))
+        if both:
+            raise serializers.ValidationError({"secret_env": [IN_ENV_AND_SECRET_ENV.format(name=both[0])]})
         attrs["resources"] = attrs.get("resources") or ResourcesSerializer(data={}).run_validation({})
         attrs["restart_policy"] = attrs.get("restart_policy") or RestartPolicySerializer(data={}).run_validation({})
         if not attrs.get("name"):
-            attrs["name"] = attrs["client_job_id"] or attrs["command"][0].rsplit("/", 1)[-1][:200] or "job"
+            # The command may hold any character; a name made from it must not.
+            command_name = without_invisible(attrs["command"][0].rsplit("/", 1)[-1])[:200]
+            attrs["name"] = attrs["client_job_id"] or command_name or "job"
         return attrs
 
 
-SPEC_FIELD_ORDER = tuple(JobSpecSerializer._declared_fields)
+def _refuse_reserved(names) -> None:
+    reserved = sorted(name for name in names if name.startswith(RESERVED_ENV_PREFIX))
+    if reserved:
+        raise serializers.ValidationError(RESERVED_ENV.format(name=reserved[0]))
+
+
+# `owner` is checked, then dropped: the job's owner is the caller (a column, not the spec).
+NOT_STORED = ("owner",)
+SPEC_FIELD_ORDER = tuple(name for name in JobSpecSerializer._declared_fields if name not in NOT_STORED)
 
 
 def normalized(attrs: dict) -> dict:
-    """The accepted spec as plain JSON, in the documented field order."""
+    """The accepted spec as plain JSON, in the documented field order. `secret_env` still
+    holds the values: do_submit_job encrypts them and stores the names only."""
     return json.loads(json.dumps({name: attrs[name] for name in SPEC_FIELD_ORDER}))
 
 
-def spec_digest(spec: dict) -> str:
-    return hashlib.sha256(json.dumps(spec, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+def spec_digest(spec: dict, secret_mac: str = "") -> str:
+    """What makes two submits "the same job". The secret values enter only as `secret_mac`
+    (secrets.env_macs); a spec without secrets digests as it did before secret_env existed."""
+    body = {name: value for name, value in spec.items() if name != "secret_env" or value}
+    if secret_mac:
+        body["secret_env"] = secret_mac
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()

@@ -5,8 +5,10 @@ The form is read into a spec dict and checked by `check_job_submission`, the API
 validation, so the page shows the API's messages, on the input they name. Inputs are named by
 the spec's dotted paths ("resources.gpu_count"), the same paths the API's error "fields" use.
 A blank input is left out of the spec, so the serializer's default applies; that keeps
-form -> YAML -> form lossless. The YAML buttons, the dry run and submit are form posts
-(htmx swaps the form for the first three); the server does every conversion.
+form -> YAML -> form lossless, but for secret_env values, which never go back to the browser
+(names come back ticked, each value to be typed again). The YAML buttons, the dry run and
+submit are form posts (htmx swaps the form for the first three); the server does every
+conversion.
 """
 import re
 from dataclasses import dataclass, field
@@ -18,12 +20,15 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpResponseBadRequest
 from django.shortcuts import redirect, render
+from django.views.decorators.debug import sensitive_post_parameters
 from rest_framework.exceptions import ValidationError
 
 from mlqueue.api_errors import flatten_errors
 from mlqueue.errors import Conflict, FieldPermissionDenied
+from mlqueue.parsers import first_bad_text
 from scheduling.core.model import PRIORITIES, Topology
 from scheduling.dryrun import DryRun, dry_run
+from scheduling.secrets import MASK, masked_spec
 from scheduling.selectors import visible_jobs
 from scheduling.services import check_job_submission, do_submit_job
 from scheduling.spec import RESTART_MODES, SPEC_FIELD_ORDER, JobSpecSerializer
@@ -36,6 +41,20 @@ YAML_SYNTAX = "YAML syntax error at line {line}, column {column}: {problem}."
 YAML_ALIASES = "YAML anchors and aliases (&, *) are not supported: write the spec out in full."
 NOT_A_MAPPING = "the YAML must be a mapping of spec fields (like the API's JSON object); this one is {kind}."
 NOT_IN_FORM = "{path}: the form cannot hold {value!r} as it is, so it was left out or changed."
+MAX_YAML_BYTES = 64 * 1024  # a full spec is under 2 KB
+MAX_YAML_DEPTH = 64  # a spec nests three levels; the parser recurses per level
+YAML_TOO_LARGE = "the YAML is {size} bytes; the form reads at most {limit}."
+YAML_TOO_DEEP = "the YAML nests deeper than {limit} levels; a job spec nests three."
+YAML_VALUE = "YAML value error: {problem}."
+YAML_BAD_TEXT = "{path}: {message}"
+SECRET_VALUES_NOT_SHOWN = (
+    "secret_env values are never sent back to the browser, so this YAML shows *** in their place: "
+    "type the values in the secret_env box before you submit."
+)
+SECRET_NOT_KEY_VALUE = "line {line} is not NAME=value (the line is not shown: it may hold a secret)."
+# The secret names the page carries (checkboxes) while their values, never sent back to the
+# browser, wait to be typed again.
+SECRET_NAMES_INPUT = "secret_env_names"
 
 
 @dataclass(frozen=True)
@@ -62,7 +81,8 @@ SECTIONS = (
                         Field("restart_policy.on_node_failure", "choice"),
                         Field("restart_policy.max_restarts", "int"), Field("restart_policy.max_retries", "int"))),
     ("Dependencies and environment", (Field("depends_on", "ids", "job ids, comma-separated"),
-                                      Field("env", "pairs", "KEY=VALUE per line"))),
+                                      Field("env", "pairs", "KEY=VALUE per line"),
+                                      Field("secret_env", "secret", "NAME=value per line; write-only"))),
 )
 # In the spec's own order, so the YAML reads like the API's documented spec.
 FIELDS = sorted((f for _, fields in SECTIONS for f in fields),
@@ -114,6 +134,15 @@ def _pairs(raw: str) -> dict[str, str] | None:
     return pairs or None
 
 
+def _secret_pairs(raw: str) -> dict[str, str] | None:
+    """As _pairs, but a line that is not NAME=value is named by number only: it may be a
+    secret pasted on its own."""
+    for number, line in enumerate(raw.split("\n"), 1):
+        if line.strip() and "=" not in line:
+            raise FormProblem(SECRET_NOT_KEY_VALUE.format(line=number))
+    return _pairs(raw)
+
+
 def _ids(raw: str) -> list | None:
     return [_int(item) for item in re.split(r"[\s,]+", raw) if item] or None
 
@@ -130,6 +159,16 @@ def _show_pairs(value) -> str:
     return "\n".join(f"{k}={v}" for k, v in value.items()) if isinstance(value, dict) else _show(value)
 
 
+def _show_secret(value) -> str:
+    """Names only: a value never goes back to the browser."""
+    return "\n".join(f"{name}={MASK}" for name in value) if isinstance(value, dict) else ""
+
+
+def _secret_names(text: str) -> tuple[str, ...]:
+    names = (line.partition("=")[0].strip() for line in text.split("\n") if "=" in line)
+    return tuple(dict.fromkeys(name for name in names if name))
+
+
 def _show_ids(value) -> str:
     return ", ".join(map(str, value)) if isinstance(value, list) else _show(value)
 
@@ -138,6 +177,7 @@ def _show_ids(value) -> str:
 KINDS = {
     "text": (_text, _show), "choice": (_text, _show), "int": (_int, _show), "float": (_float, _show),
     "lines": (_lines, _show_lines), "pairs": (_pairs, _show_pairs), "ids": (_ids, _show_ids),
+    "secret": (_secret_pairs, _show_secret),
 }
 
 
@@ -190,21 +230,57 @@ def _lost_in_form(data: dict, spec: dict) -> list[str]:
 
 
 def _dump(spec: dict) -> str:
-    return yaml.safe_dump(spec, sort_keys=False, allow_unicode=True)
+    return yaml.safe_dump(masked_spec(spec), sort_keys=False, allow_unicode=True)
+
+
+def _yaml_without_secret_values(text: str) -> str:
+    """The YAML box as posted, unless it holds secret_env values: then the same spec written
+    out with ***, since a value never goes back to the browser. (YAML that does not parse is
+    sent back as typed, for its author to fix.)"""
+    data, _ = _load_yaml(text)
+    if data is None or "secret_env" not in data or data == masked_spec(data):
+        return text
+    return _dump(data)
 
 
 def _load_yaml(text: str) -> tuple[dict | None, str]:
     """The YAML as a spec mapping, or why not. Aliases are refused: the API takes JSON, and
-    a few lines of nested aliases expand beyond any limit."""
+    a few lines of nested aliases expand beyond any limit. Size and nesting are bounded before
+    the parser runs: it recurses per level and slows down with depth (20 KB of "[" took 15 s)."""
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > MAX_YAML_BYTES:
+        return None, YAML_TOO_LARGE.format(size=size, limit=MAX_YAML_BYTES)
     try:
-        if any(isinstance(token, yaml.AliasToken) for token in yaml.scan(text)):
-            return None, YAML_ALIASES
-        data = yaml.safe_load(text)
+        problem = _scan_problem(text)
+        data = None if problem else yaml.safe_load(text)
     except yaml.YAMLError as exc:
         return None, _yaml_error(exc)
+    except (ValueError, OverflowError, RecursionError) as exc:  # e.g. an integer of 5,000 digits
+        return None, YAML_VALUE.format(problem=exc)
+    if problem:
+        return None, problem
     if not isinstance(data, dict):
         return None, NOT_A_MAPPING.format(kind="empty" if data is None else f"a {type(data).__name__}")
-    return data, ""
+    bad_text = first_bad_text(data)
+    return (None, YAML_BAD_TEXT.format(path=bad_text[0], message=bad_text[1])) if bad_text else (data, "")
+
+
+_NESTING = {yaml.FlowSequenceStartToken: 1, yaml.FlowMappingStartToken: 1, yaml.BlockSequenceStartToken: 1,
+            yaml.BlockMappingStartToken: 1, yaml.FlowSequenceEndToken: -1, yaml.FlowMappingEndToken: -1,
+            yaml.BlockEndToken: -1}
+
+
+def _scan_problem(text: str) -> str:
+    """An alias, or nesting past MAX_YAML_DEPTH, seen by the scanner alone (it is linear and
+    stops at the first), before the parser and the loader see the document."""
+    depth = 0
+    for token in yaml.scan(text):
+        if isinstance(token, yaml.AliasToken):
+            return YAML_ALIASES
+        depth += _NESTING.get(type(token), 0)
+        if depth > MAX_YAML_DEPTH:
+            return YAML_TOO_DEEP.format(limit=MAX_YAML_DEPTH)
+    return ""
 
 
 def _yaml_error(exc: yaml.YAMLError) -> str:
@@ -237,6 +313,7 @@ class BoundField:
     errors: list[str]
     choices: list[tuple[str, str]]
     placeholder: str
+    secret_names: tuple[str, ...] = ()  # secret_env: names whose values must be typed (again)
 
     @property
     def id(self) -> str:
@@ -248,7 +325,7 @@ class BoundField:
 
     @property
     def wide(self) -> bool:
-        return self.kind in ("lines", "pairs")
+        return self.kind in ("lines", "pairs", "secret")
 
 
 def _choices(user) -> dict[str, list[tuple[str, str]]]:
@@ -290,11 +367,18 @@ def _bind(f: Field, state: SubmitState, choices: dict) -> BoundField:
     if f.kind == "choice" and value not in (v for v, _ in options):
         # Keep what the YAML or a clone said, even a value the API will refuse.
         options = [*options, (value, value or (f"default ({default})" if default else "(not set)"))]
+    if f.kind == "secret":
+        # Never echoed: the box comes back empty and the names come back as checkboxes.
+        return BoundField(f.name, f.kind, "", _errors_for(f.name, state.errors), [], f.hint,
+                          secret_names=_secret_names(value))
     return BoundField(f.name, f.kind, value, _errors_for(f.name, state.errors), options, f.hint or default)
 
 
 def _render(request, state: SubmitState):
     choices = _choices(request.user)
+    shown = _yaml_without_secret_values(state.yaml)
+    if shown != state.yaml:
+        state.yaml, state.yaml_errors = shown, [*state.yaml_errors, SECRET_VALUES_NOT_SHOWN]
     context = {
         "section": "submit", "state": state,
         "sections": [(title, [_bind(f, state, choices) for f in fields]) for title, fields in SECTIONS],
@@ -307,6 +391,7 @@ def _render(request, state: SubmitState):
 # --- the view -------------------------------------------------------------------------------
 
 @login_required
+@sensitive_post_parameters("secret_env", "yaml")  # kept out of crash reports
 def page(request):
     if request.method != "POST":
         values = _clone_values(request) or _default_values(request.user)
@@ -314,8 +399,19 @@ def page(request):
     action = ACTIONS.get(request.POST.get("action", ""))
     if action is None:
         return HttpResponseBadRequest("unknown action")
-    state = SubmitState({f.name: request.POST.get(f.name, "") for f in FIELDS}, yaml=request.POST.get("yaml", ""))
+    values = {f.name: request.POST.get(f.name, "") for f in FIELDS}
+    values["secret_env"] = _posted_secrets(request.POST)
+    state = SubmitState(values, yaml=request.POST.get("yaml", ""))
     return action(request, state)
+
+
+def _posted_secrets(post) -> str:
+    """The secret_env box's NAME=value lines, then NAME=*** for each name still ticked that the
+    box does not give: the serializer refuses *** and asks for the value by name."""
+    typed = post.get("secret_env", "")
+    given = {line.partition("=")[0].strip() for line in typed.split("\n")}
+    waiting = [f"{name}={MASK}" for name in dict.fromkeys(post.getlist(SECRET_NAMES_INPUT)) if name not in given]
+    return "\n".join(part for part in (typed.rstrip("\n"), *waiting) if part)
 
 
 def _default_values(user) -> dict[str, str]:
@@ -371,8 +467,12 @@ def _from_yaml(request, state: SubmitState):
         state.yaml_errors = [error]
     else:
         state.values = spec_to_form(data)
-        state.yaml_errors = _lost_in_form(data, form_to_spec(state.values)[0])
-    return _render(request, state)
+        # Compared masked: a message about secret_env must not quote a value.
+        state.yaml_errors = _lost_in_form(masked_spec(data), masked_spec(form_to_spec(state.values)[0]))
+    response = _render(request, state)
+    if data is None and not request.headers.get("HX-Request"):
+        response.status_code = 400  # htmx swaps only 2xx answers: it gets the same form with a 200
+    return response
 
 
 def _dry_run(request, state: SubmitState):

@@ -7,8 +7,11 @@ from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
 from django.utils import timezone
 
+from scheduling.spec import validate_printable
+
+# \Z, not $: "$" also matches before a trailing newline ("research\n").
 TEAM_NAME_VALIDATOR = RegexValidator(
-    r"^[a-z0-9][a-z0-9-]{0,62}$", "lowercase letters, digits and dashes, starting with a letter or digit"
+    r"^[a-z0-9][a-z0-9-]{0,62}\Z", "lowercase letters, digits and dashes, starting with a letter or digit"
 )
 
 
@@ -17,7 +20,7 @@ class Team(models.Model):
 
     name = models.CharField(max_length=63, unique=True, validators=[TEAM_NAME_VALIDATOR])
     parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT, related_name="children")
-    description = models.CharField(max_length=300, blank=True)
+    description = models.CharField(max_length=300, blank=True, validators=[validate_printable])
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:

@@ -23,7 +23,7 @@ SPEC_PATHS = {
     "resources.scratch_disk_gb", "topology_hint", "node_selector", "priority", "max_runtime_hours",
     "grace_period_seconds", "checkpoint.path", "checkpoint.interval_minutes", "checkpoint.retain_last_n",
     "restart_policy.on_preemption", "restart_policy.on_node_failure", "restart_policy.max_restarts",
-    "restart_policy.max_retries", "depends_on", "env",
+    "restart_policy.max_retries", "depends_on", "env", "secret_env",
 }
 
 
@@ -195,7 +195,7 @@ def test_form_to_yaml_to_form_to_yaml_is_lossless(alice, form, user):
     assert second_yaml == first_yaml
     assert back | {"csrfmiddlewaretoken": ""} == form | {"yaml": first_yaml, "csrfmiddlewaretoken": ""}
     spec = yaml.safe_load(first_yaml)
-    assert list(spec) == [k for k in SPEC_FIELD_ORDER if k != "depends_on"]
+    assert list(spec) == [k for k in SPEC_FIELD_ORDER if k not in ("depends_on", "secret_env")]
     assert spec["command"] == ["python", "", "--flag=a b"] and spec["env"] == {"B": "2", "A": "x=y"}
     services.check_job_submission(user=user("alice"), data=spec)  # the YAML is a spec the API takes
 
