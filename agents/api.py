@@ -1,6 +1,6 @@
 """REST endpoints for nodes: the inventory and admin actions (for people), and the agent API
-(register, heartbeat, events), which authenticates with the cluster's join token or a node's
-own token instead of a user's."""
+(register, heartbeat, events), which authenticates with a join token (to register a free node
+name) or a node's own token instead of a user's."""
 import django_filters
 from django.conf import settings
 from django.shortcuts import get_object_or_404
@@ -86,14 +86,8 @@ class NodeAction(APIView):
         return body.validated_data
 
     def act(self, node: Node, user, body: dict) -> None:
-        if self.action == "reset-token":
-            tokens.do_reset_node_token(node=node, user=user, reason=body["reason"])
-        elif self.action == "cordon":
-            services.do_cordon(node=node, user=user, reason=body["reason"])
-        elif self.action == "uncordon":
-            services.do_uncordon(node=node, user=user, reason=body["reason"])
-        else:
-            services.do_drain(node=node, user=user, reason=body["reason"], wait=body["wait"])
+        name = "drain_wait" if self.action == "drain" and body["wait"] else self.action.replace("-", "_")
+        services.NODE_ACTIONS[name](node, user, body["reason"])
 
 
 class ReclaimNotice(NodeAction):

@@ -337,7 +337,9 @@ def main(argv=None) -> None:
     args.workdir.mkdir(parents=True, exist_ok=True)
     if args.task_users.mode == "none":
         log.warning("NO TASK ISOLATION: " + NO_ISOLATION_WARNING.format(user=getpass.getuser()))
-    elif untraversable(args.workdir.resolve()):
+    else:
+        args.task_users.sweep()
+    if args.task_users.mode == "uid" and untraversable(args.workdir.resolve()):
         log.warning("tasks run as other users but cannot pass through %s to reach their own directories by name: "
                     "chmod o+x it (0711)", ", ".join(map(str, untraversable(args.workdir.resolve()))))
     agents = [NodeAgent(server=args.server, join_token=join_token, node=node, workdir=args.workdir,

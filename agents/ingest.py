@@ -62,7 +62,7 @@ def apply_event(node_name: str, event: dict, *, now) -> None:
     """A start, an exit, a checkpoint or a dropped event, already known to be this node's."""
     job_id, rank, attempt = event["job_id"], event["rank"], event["attempt"]
     kind = event["type"]
-    if kind in ("started", "running"):
+    if kind == "started":
         reports.do_report_started(job_id=job_id, rank=rank, attempt=attempt, now=now)
     elif kind == "exited":
         reports.do_report_exited(job_id=job_id, rank=rank, attempt=attempt, exit_code=event["exit_code"],
@@ -71,13 +71,8 @@ def apply_event(node_name: str, event: dict, *, now) -> None:
         reports.do_report_checkpoint(job_id=job_id, attempt=attempt, at=now)
     elif kind == "dropped":
         JobEvent.objects.create(job_id=job_id, kind=EventKind.TRANSITION, actor_name=f"agent:{node_name}",
-                                reason="AGENT_DROPPED_EVENT", message=storable(event["data"])[:1000],
+                                reason="AGENT_DROPPED_EVENT", message=replace_bad_text(event["data"])[:1000],
                                 data={"rank": rank, "attempt": attempt}, created_at=now)
-
-
-def storable(text: str) -> str:
-    """Text Postgres can hold, the same length: NUL and lone surrogates become U+FFFD."""
-    return replace_bad_text(text)
 
 
 def store_logs(events: list[dict], *, now) -> None:
@@ -89,7 +84,7 @@ def store_logs(events: list[dict], *, now) -> None:
     stored = stored_chars({_log_key(e) for e in events})
     rows = []
     for event in events:
-        key, text = _log_key(event), storable(event["data"])
+        key, text = _log_key(event), replace_bad_text(event["data"])
         room = cap - stored[key]
         if room <= 0 or not text:
             continue

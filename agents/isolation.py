@@ -15,12 +15,15 @@ directories removed; the attempt's directory is closed to it by the runtime.
 Without root the agent cannot switch users: every task runs as the agent's user and can read
 the others' environment and files. The agent says so at start, and the node page shows it.
 """
+import contextlib
 import json
 import logging
 import os
 import shutil
 import signal
+import subprocess
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,9 +32,9 @@ log = logging.getLogger("mlqueue.agent")
 DEFAULT_UID_RANGE = "200000-200999"
 SHARED_TMP_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
 NO_ISOLATION_WARNING = (
-    "tasks run as the agent's own user ({user}): a task can read the environment (secret_env included), files and "
-    "checkpoints of every other task on this node and signal its processes. Run the agent as root so that each task "
-    "runs as a user of its own (--task-uids).")
+    "tasks run as the agent's own user ({user}): a task can read this agent's node token and join-token file, the "
+    "environment (secret_env included), files and checkpoints of every other task on this node, and signal its "
+    "processes. Run the agent as root so that each task runs as a user of its own (--task-uids).")
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,7 @@ class TaskUsers:
         self.uids, self.user_map = uids, user_map or {}
         self._lock = threading.Lock()
         self._in_use: dict[int, int] = {}  # uid -> running tasks holding it
+        self._cursor = 0
 
     @classmethod
     def none(cls) -> "TaskUsers":
@@ -60,8 +64,8 @@ class TaskUsers:
         return "uid" if self.uids is not None else "none"
 
     def acquire(self, owner: str = "") -> TaskUser | None:
-        """A user for a new task, or None when tasks run as the agent's own user. Raises
-        OSError when every UID of the pool is taken."""
+        """A user for a new task, or None when tasks run as the agent's own user. Pool UIDs go
+        round, and one that still runs anything is skipped. Raises OSError when none is free."""
         if self.uids is None:
             return None
         with self._lock:
@@ -69,12 +73,25 @@ class TaskUsers:
                 uid, gid = self.user_map[owner]
                 self._in_use[uid] = self._in_use.get(uid, 0) + 1
                 return TaskUser(uid, gid, owner, pooled=False)
-            uid = next((u for u in self.uids if u not in self._in_use), None)
-            if uid is None:
-                raise OSError(f"no free task UID: all {len(self.uids)} of {self.uids.start}-{self.uids.stop - 1} "
-                              "are in use")
+            uid = self._next_free_uid()
             self._in_use[uid] = 1
             return TaskUser(uid, uid, f"mlq-task-{uid}", pooled=True)
+
+    def _next_free_uid(self) -> int:
+        busy = uids_running(self.uids)
+        for step in range(len(self.uids)):
+            uid = self.uids[(self._cursor + step) % len(self.uids)]
+            if uid not in self._in_use and uid not in busy:
+                self._cursor = (self._cursor + step + 1) % len(self.uids)
+                return uid
+        raise OSError(f"no free task UID: all {len(self.uids)} of {self.uids.start}-{self.uids.stop - 1} are in use")
+
+    def sweep(self) -> None:
+        """At start: whatever a pool UID still runs is left from before (an agent killed with
+        its tasks' daemons still running): kill it, before any UID is handed out."""
+        for uid in sorted(uids_running(self.uids)) if self.uids is not None else ():
+            log.warning("task user %s: killed %d process(es) left from before this agent started", uid,
+                        kill_processes_of(uid))
 
     def release(self, user: TaskUser | None) -> None:
         """The task has ended: once no task holds the UID, kill what it left running and remove
@@ -86,34 +103,54 @@ class TaskUsers:
             if self._in_use[user.uid]:
                 return
             del self._in_use[user.uid]
-        killed = kill_processes_of(user.uid)
+        killed = kill_processes_of(user.uid, user.gid)
         removed = remove_files_of(user.uid) if user.pooled else 0
         if killed or removed:
             log.info("task user %s: killed %d leftover process(es), removed %d leftover file(s)", user.uid,
                      killed, removed)
 
 
-def processes_of(uid: int) -> list[int]:
-    pids = []
+def _owner_uids() -> dict[int, int]:
+    """pid -> UID of every live process (a zombie runs nothing: it waits to be reaped)."""
+    found = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                if entry.stat().st_uid == uid:
-                    pids.append(int(entry.name))
-            except OSError:
-                pass  # exited meanwhile
-    return pids
+                uid = entry.stat().st_uid
+                state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            except (OSError, IndexError):
+                continue  # exited meanwhile
+            if state not in ("Z", "X"):
+                found[int(entry.name)] = uid
+    return found
 
 
-def kill_processes_of(uid: int) -> int:
-    """SIGKILL every process of `uid`, including any that left the task's process group."""
-    pids = processes_of(uid)
-    for pid in pids:
+def processes_of(uid: int) -> list[int]:
+    return [pid for pid, owner in _owner_uids().items() if owner == uid]
+
+
+def uids_running(uids: range) -> set[int]:
+    return {owner for owner in _owner_uids().values() if owner in uids}
+
+
+def kill_processes_of(uid: int, gid: int | None = None) -> int:
+    """SIGKILL every process of `uid`, those that left the task's process group included, and
+    those a fork loop makes meanwhile: kill(-1, SIGKILL) sent as `uid` itself reaches all of
+    them in one pass of the kernel, which no fork can race. Returns how many there were."""
+    count = len(processes_of(uid))
+    for _ in range(20):
+        if not processes_of(uid):
+            break
         try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    return len(pids)
+            subprocess.run(["/bin/sh", "-c", "kill -9 -1"], user=uid, group=uid if gid is None else gid,
+                           extra_groups=[], cwd="/", env={}, timeout=10, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+        except (OSError, subprocess.SubprocessError):
+            for pid in processes_of(uid):  # not root: what this process may signal itself
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+        time.sleep(0.05)
+    return count
 
 
 def remove_files_of(uid: int, dirs=SHARED_TMP_DIRS) -> int:

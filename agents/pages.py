@@ -10,19 +10,10 @@ from django.core.exceptions import PermissionDenied
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_http_methods
 
-from agents import console, services, tokens
+from agents import console, services
 from agents.api import NOT_AN_ADMIN, NodeActionSerializer
 from agents.models import Node
 from teams.selectors import is_site_admin
-
-ACTIONS = {
-    "cordon": lambda node, user, reason: services.do_cordon(node=node, user=user, reason=reason),
-    "drain": lambda node, user, reason: services.do_drain(node=node, user=user, reason=reason),
-    "drain_wait": lambda node, user, reason: services.do_drain(node=node, user=user, reason=reason, wait=True),
-    "uncordon": lambda node, user, reason: services.do_uncordon(node=node, user=user, reason=reason),
-    "reset_token": lambda node, user, reason: tokens.do_reset_node_token(node=node, user=user, reason=reason),
-}
-
 
 @dataclass(frozen=True)
 class ActionError:
@@ -63,14 +54,15 @@ def _act(request):
     to the node; otherwise htmx gets the re-rendered heatmap, a plain form post a redirect."""
     node = get_object_or_404(Node, name=request.POST.get("node", ""))
     action = request.POST.get("action", "")
-    if action not in ACTIONS:
+    if action not in services.NODE_ACTIONS:
         return _refused(request, ActionError(node.name, f"unknown action {action!r}: cordon, drain, uncordon or reset_token."))
     body = NodeActionSerializer(data={"reason": request.POST.get("reason", "")})
     if not body.is_valid():
         return _refused(request, ActionError(node.name, "; ".join(f"{name}: {errors[0]}"
                                                                  for name, errors in body.errors.items())))
-    ACTIONS[action](node, request.user, body.validated_data["reason"])
-    notice = f"{node.name} is now {node.state}."
+    services.NODE_ACTIONS[action](node, request.user, body.validated_data["reason"])
+    notice = (f"{node.name}'s token is reset: its agent must join again (a join token), once its tasks are requeued."
+              if action == "reset_token" else f"{node.name} is now {node.state}.")
     if request.headers.get("HX-Request"):
         return render(request, "agents/heatmap.html", _heatmap_context(notice=notice))
     messages.success(request, notice)

@@ -2,6 +2,8 @@
 
 Everything an agent reports is bounded: a node token is a credential like any other, and what
 it sends ends up in the scheduler's snapshot (inventory) and in Postgres (integers, logs)."""
+import re
+
 from rest_framework import serializers
 
 from scheduling.spec import LABEL_KEY, StrictIntegerField, StrictStringField, StringMapField
@@ -12,6 +14,9 @@ INT64 = 2**63 - 1
 MAX_GPUS, MAX_CPUS, MAX_MEMORY_GB, MAX_SCRATCH_GB = 16, 1024, 64 * 1024, 1_000_000
 MAX_LABELS, MAX_LABEL_VALUE = 64, 63
 MAX_LOG_CHUNK = 64 * 1024
+# A host name: it becomes part of URLs (/api/v1/agents/NAME/...) and of the agent's workdir.
+NODE_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,251}[A-Za-z0-9])?\Z")
+NODE_NAME_RULE = "letters, digits, '.', '_' and '-', starting and ending with a letter or digit (a host name)."
 
 
 class RegisterSerializer(serializers.Serializer):
@@ -27,6 +32,11 @@ class RegisterSerializer(serializers.Serializer):
                             default=dict, max_value_length=MAX_LABEL_VALUE, printable_values=True)
     address = StrictStringField(required=False, allow_blank=True, default="", max_length=253, printable_only=True)
     task_isolation = serializers.ChoiceField(["uid", "none"], required=False, default="")
+
+    def validate_name(self, value):
+        if not NODE_NAME.match(value) or ".." in value:
+            raise serializers.ValidationError(NODE_NAME_RULE)
+        return value
 
     def validate(self, attrs):
         if bool(attrs["gpu_type"]) != bool(attrs["gpu_count"]):

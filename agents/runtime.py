@@ -13,12 +13,14 @@ out of the task's reach: a task that could replace them with a link would have t
 (and ship to the job's owner) whatever file the link names.
 """
 import codecs
+import json
 import os
 import re
 import shlex
 import signal
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,6 +33,7 @@ DEFAULT_PASS_ENV = ("PATH", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "TZ", "TER
 # Never passed, whatever --pass-env says: the agent's tokens and the server's secrets.
 NEVER_PASSED = re.compile(r"^(MLQ_|DATABASE_URL$|REDIS_URL$|SECRET_KEY$|DJANGO_|PGPASSWORD$|AWS_SECRET)")
 DIR_MODE, PRIVATE_MODE = 0o711, 0o700
+IMAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]*\Z")
 
 
 def check_pass_env(names: list[str]) -> list[str]:
@@ -51,6 +54,14 @@ def task_environment(assignment_env: dict, *, pass_env, workdir: Path, user: Tas
         env.update(HOME=str(workdir), TMPDIR=str(workdir / "tmp"), USER=user.name, LOGNAME=user.name)
     env.update({str(key): str(value) for key, value in assignment_env.items()})
     return env
+
+
+def hooked(container_hook: str, image: str) -> list[str]:
+    """The container hook's words with `{image}` as one word of them: an image cannot add
+    options of its own to the runtime ("--privileged -v /:/host x")."""
+    if not IMAGE.match(image):
+        raise OSError(f"refusing image {image!r}: not an image reference")
+    return [word.replace("{image}", image) for word in shlex.split(container_hook)]
 
 
 def make_dir(path: Path, mode: int, user: TaskUser | None = None) -> Path:
@@ -113,28 +124,35 @@ class TaskProcess:
         self.exit_signal = ""
         self.signals_sent: set[str] = set()
         env = task_environment(assignment["env"], pass_env=pass_env, workdir=self.work, user=user)
-        self.process = self._spawn(self._command(assignment, container_hook), env)
+        self.process = self._spawn(assignment, container_hook, env)
 
-    def _command(self, assignment: dict, container_hook: str) -> list[str]:
+    def _command(self, assignment: dict, container_hook: str, env_fd: int) -> list[str]:
         command = list(assignment["command"])
         if container_hook and assignment.get("image"):
-            command = shlex.split(container_hook.format(image=assignment["image"])) + command
+            command = hooked(container_hook, assignment["image"]) + command
         # Through the supervisor: signals reach the whole group, nothing outlives the agent, and
-        # the supervisor (the agent's user) starts the command as the task's user.
+        # the supervisor (the agent's user) starts the command as the task's user. `-I` and an
+        # empty environment: nothing of the task's (PYTHONPATH, LD_PRELOAD, its directory on
+        # sys.path) may run inside a process of the agent's user.
         who = ["--uid", str(self.user.uid), "--gid", str(self.user.gid)] if self.user else []
-        return [sys.executable, "-m", "agents.supervise", *who, "--", *command]
+        return [sys.executable, "-I", "-m", "agents.supervise", "--env-fd", str(env_fd), *who, "--", *command]
 
-    def _spawn(self, command: list[str], env: dict) -> subprocess.Popen:
+    def _spawn(self, assignment: dict, container_hook: str, env: dict) -> subprocess.Popen:
         out, err = (stream.open_for_writing() for stream in self.streams)
-        try:
-            return subprocess.Popen(command, cwd=self.work, env=env, stdout=out, stderr=err,
-                                    stdin=subprocess.DEVNULL, start_new_session=True)
-        except OSError:
-            self.close()
-            raise
-        finally:
-            os.close(out)
-            os.close(err)
+        # The task's environment (its secrets) goes through a file with no name, not through argv.
+        with tempfile.TemporaryFile(dir=self.dir) as env_file:
+            env_file.write(json.dumps(env).encode())
+            env_file.seek(0)
+            try:
+                return subprocess.Popen(self._command(assignment, container_hook, env_file.fileno()), cwd=self.work,
+                                        env={}, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                                        start_new_session=True, pass_fds=(env_file.fileno(),))
+            except OSError:
+                self.close()
+                raise
+            finally:
+                os.close(out)
+                os.close(err)
 
     @property
     def key(self) -> tuple[int, int, int]:

@@ -2,7 +2,7 @@
 detection), and the admin's cordon, drain, uncordon and spot reclaim notices, each audited."""
 from datetime import timedelta
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 from rest_framework.exceptions import AuthenticationFailed, PermissionDenied
 
@@ -21,6 +21,9 @@ TOKEN_OF_OTHER_NODE = "this token belongs to node {owner}; it cannot register {n
 ALREADY_REGISTERED = (
     "node {name} is already registered to an agent. Restart that agent on its workdir (it keeps the node's token), "
     "or have an admin reset the node's token first: POST /api/v1/nodes/{name}/reset-token.")
+STILL_HAS_TASKS = (
+    "node {name} still has tasks placed by its previous agent; they are requeued once that agent's lease has "
+    "certainly expired (lease + margin after its last heartbeat). Register again then.")
 
 
 def _record(node: Node, *, actor=None, actor_name: str, reason: str, message: str, data=None, now=None) -> None:
@@ -43,13 +46,14 @@ def do_register_node(*, name: str, inventory: dict, via: str = "", now=None) -> 
     now = now or timezone.now()
     raw = tokens.new_node_token()
     with transaction.atomic():
-        node, created = Node.objects.select_for_update().get_or_create(
+        node, _ = Node.objects.select_for_update().get_or_create(
             name=name, defaults={**{k: inventory[k] for k in INVENTORY if k in inventory}, "registered_at": now})
+        held = bool(node.token_digest)  # by an earlier agent, whose token stops working now
         _set_inventory(node, inventory)
         node.token_digest = hash_token(raw)
         node.save()
         _record(node, actor_name=f"agent:{name}", reason="REGISTERED", now=now, data={"via": via},
-                message=f"{'registered' if created else 're-registered'}{f' with {via}' if via else ''}: "
+                message=f"{'re-registered' if held else 'registered'}{f' with {via}' if via else ''}: "
                         f"{_describe(node)}")
     return node, raw
 
@@ -88,11 +92,24 @@ def do_agent_register(*, name: str, inventory: dict, credential: Node | tokens.J
         return _re_register(credential, inventory, now=now), raw
     with transaction.atomic():
         node = Node.objects.select_for_update().filter(name=name).first()
-        if node is not None and node.token_digest:
+        if node is not None and node.token_digest or node is None and not _inserted(name, inventory, now=now):
             raise Conflict(ALREADY_REGISTERED.format(name=name))
+        if Task.objects.filter(node__name=name, state__in=ACTIVE).exists():
+            raise Conflict(STILL_HAS_TASKS.format(name=name))
         if not tokens.do_use_join_token(credential, now=now):
             raise AuthenticationFailed(tokens.WRONG_JOIN_TOKEN)
         return do_register_node(name=name, inventory=inventory, via=credential.description, now=now)
+
+
+def _inserted(name: str, inventory: dict, *, now) -> bool:
+    """Insert a new node's row, which this transaction then holds; False when a concurrent
+    registration inserted it first (select_for_update locks no row that does not exist yet)."""
+    try:
+        with transaction.atomic():
+            Node.objects.create(name=name, registered_at=now, **{k: inventory[k] for k in INVENTORY if k in inventory})
+    except IntegrityError:
+        return False
+    return True
 
 
 def _re_register(node: Node, inventory: dict, *, now) -> Node:
@@ -124,6 +141,22 @@ def do_mark_health(node: Node, health: str, *, message: str, now) -> None:
     was = node.health
     _set_state(node, health=health, reason=message, now=now)
     _record(node, actor_name="scheduler", reason=health, message=f"{was} -> {health}: {message}", now=now)
+
+
+def do_reset_node_token(*, node: Node, user, reason: str, now=None) -> None:
+    """The node's token stops working, and a join token may register the name again (a node
+    reinstalled, or a token that leaked). Nothing new is placed there (SUSPECT); its tasks stay
+    until its old agent's lease has certainly expired (then it is LOST and they are requeued,
+    as for any silent node), and no new agent may register the name while they remain: it would
+    be handed their assignments."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        Node.objects.filter(pk=node.pk).update(token_digest="")
+        node.refresh_from_db()
+        if node.health == NodeState.READY:
+            do_mark_health(node, NodeState.SUSPECT, message=f"node token reset by {user.get_username()}", now=now)
+        tokens.audit(reason="NODE_TOKEN_RESET", node=node, actor=user, actor_name=user.get_username(), now=now,
+                     message=f"node token of {node.name} reset: {reason}", data={"reason": reason})
 
 
 def do_cordon(*, node: Node, user, reason: str, now=None) -> Node:
@@ -180,3 +213,13 @@ def do_reclaim_notice(*, node: Node, user, deadline, reason: str = "", now=None)
     now = now or timezone.now()
     why = reason or f"spot reclaim at {deadline.isoformat()}"
     return do_drain(node=node, user=user, reason=why, deadline=max(deadline, now + timedelta(seconds=1)), now=now)
+
+
+# The admin's node actions by name, for the API and the console alike: (node, user, reason).
+NODE_ACTIONS = {
+    "cordon": lambda node, user, reason: do_cordon(node=node, user=user, reason=reason),
+    "drain": lambda node, user, reason: do_drain(node=node, user=user, reason=reason),
+    "drain_wait": lambda node, user, reason: do_drain(node=node, user=user, reason=reason, wait=True),
+    "uncordon": lambda node, user, reason: do_uncordon(node=node, user=user, reason=reason),
+    "reset_token": lambda node, user, reason: do_reset_node_token(node=node, user=user, reason=reason),
+}

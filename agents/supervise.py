@@ -1,8 +1,10 @@
 """The process between the agent and a task:
-`python -m agents.supervise [--uid U --gid G] -- COMMAND...`.
+`python -I -m agents.supervise --env-fd N [--uid U --gid G] -- COMMAND...`.
 
-It runs COMMAND in its own process group (as user U and group G, with no other groups and a
-private umask, when given: the agent's user stays with the supervisor) and
+It runs COMMAND in its own process group, with the environment read from file descriptor N
+(as user U and group G, with no other groups and a private umask, when given: the agent's user
+stays with the supervisor, which runs isolated from anything the task could set: `-I`, an
+empty environment of its own), and
 - passes SIGTERM on to the whole group (a checkpoint signal reaches every worker a trainer
   forked, not just the first process);
 - kills the whole group if the agent dies (it is reparented), so an agent killed with
@@ -12,6 +14,7 @@ On Linux the kernel also tells it at once when the agent dies (PR_SET_PDEATHSIG 
 SIGHUP, whose handler kills the group); the reparenting check is the portable second line.
 """
 import ctypes
+import json
 import os
 import signal
 import subprocess
@@ -31,24 +34,34 @@ def notice_parent_death() -> None:
         pass  # not Linux: the reparenting watch below still applies
 
 
-USAGE = "usage: python -m agents.supervise [--uid U --gid G] -- COMMAND..."
+USAGE = "usage: python -I -m agents.supervise --env-fd N [--uid U --gid G] -- COMMAND..."
+OPTIONS = ("--env-fd", "--uid", "--gid")
 
 
 def parse(argv: list[str]) -> tuple[dict, list[str]]:
-    """(Popen's user options, COMMAND); raises ValueError on a bad command line."""
-    options, command = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else ([], argv)
-    if not command or len(options) not in (0, 4) or options[0::2] not in ([], ["--uid", "--gid"]):
+    """(Popen's options for COMMAND, COMMAND); raises ValueError on a bad command line.
+
+    The task's environment comes through a file descriptor, not this process's environment:
+    this process may be root, and a task's LD_PRELOAD or PYTHONPATH must not reach it."""
+    if "--" not in argv:
         raise ValueError(USAGE)
-    if not options:
-        return {}, command
-    uid, gid = int(options[1]), int(options[3])
-    return {"user": uid, "group": gid, "extra_groups": [], "umask": 0o077}, command
+    options, command = argv[:argv.index("--")], argv[argv.index("--") + 1:]
+    pairs = dict(zip(options[0::2], options[1::2]))
+    if not command or len(options) % 2 or set(pairs) - set(OPTIONS) or "--env-fd" not in pairs \
+            or ("--uid" in pairs) != ("--gid" in pairs):
+        raise ValueError(USAGE)
+    numbers = {name: int(value) for name, value in pairs.items()}
+    with os.fdopen(numbers["--env-fd"], "rb") as handle:
+        popen = {"env": json.loads(handle.read())}
+    if "--uid" in numbers:
+        popen.update(user=numbers["--uid"], group=numbers["--gid"], extra_groups=[], umask=0o077)
+    return popen, command
 
 
 def main(argv: list[str]) -> int:
     try:
         as_user, command = parse(argv)
-    except ValueError:
+    except (ValueError, OSError):
         print(USAGE, file=sys.stderr)
         return 2
     parent = os.getppid()

@@ -87,12 +87,3 @@ def new_node_token() -> str:
 
 def node_by_token(raw: str) -> Node | None:
     return Node.objects.filter(token_digest=hash_token(raw)).exclude(token_digest="").first() if raw else None
-
-
-def do_reset_node_token(*, node: Node, user, reason: str) -> None:
-    """The node's token stops working, and a join token may register the name again (a node
-    reinstalled, or a token that leaked). Its agent must re-join; until it heartbeats again the
-    node goes SUSPECT, then LOST, and its tasks are requeued as for any silent node."""
-    Node.objects.filter(pk=node.pk).update(token_digest="")
-    audit(reason="NODE_TOKEN_RESET", node=node, actor=user, actor_name=user.get_username(),
-          message=f"node token of {node.name} reset: {reason}", data={"reason": reason})

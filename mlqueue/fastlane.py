@@ -17,20 +17,18 @@ import re
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import close_old_connections
-from django.http.request import split_domain_port, validate_host
 from django.utils.encoding import escape_uri_path
 from rest_framework import exceptions
 
 from agents.heartbeats import handle
 from mlqueue.api_errors import flatten_errors
-from mlqueue.middleware import check_path_and_query
+from mlqueue.middleware import check_path_and_query, host_is_allowed
 from mlqueue.parsers import BodyError, loads_body
 
 log = logging.getLogger(__name__)
 host_log = logging.getLogger("django.security.DisallowedHost")
 HEARTBEAT = re.compile(r"^/api/v1/agents/(?P<name>[^/]+)/heartbeat/?$")
 DISALLOWED_HOST = "{host!r} is not an allowed host name for this server (ALLOWED_HOSTS)."
-DEBUG_HOSTS = [".localhost", "127.0.0.1", "[::1]"]  # what Django allows with DEBUG and no ALLOWED_HOSTS
 
 
 def _answer(name: str, authorization: str, body: bytes) -> tuple[int, dict]:
@@ -65,12 +63,6 @@ def raw_host(scope, headers: dict) -> str:
         return _header(headers, "HTTP_HOST")
     server = scope.get("server") or ("unknown", None)
     return str(server[0]) if server[1] in (None, 80, 443) else f"{server[0]}:{server[1]}"
-
-
-def host_is_allowed(host: str) -> bool:
-    allowed = settings.ALLOWED_HOSTS or (DEBUG_HOSTS if settings.DEBUG else [])
-    domain, _ = split_domain_port(host)
-    return bool(domain) and validate_host(domain, allowed)
 
 
 def is_secure(scope, headers: dict) -> bool:

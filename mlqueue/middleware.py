@@ -10,6 +10,7 @@ from urllib.parse import parse_qsl, unquote
 from django.conf import settings
 from django.http import HttpResponseBadRequest, JsonResponse
 from django.http.multipartparser import MultiPartParserError
+from django.http.request import split_domain_port, validate_host
 
 from mlqueue.parsers import NUL_IN_TEXT
 
@@ -75,3 +76,14 @@ class RefuseControlCharacters:
         if problem is not None:
             return refusal(request.path_info, *problem)
         return self.get_response(request)
+
+
+DEBUG_HOSTS = [".localhost", "127.0.0.1", "[::1]"]  # what Django allows with DEBUG and no ALLOWED_HOSTS
+
+
+def host_is_allowed(host: str) -> bool:
+    """Django's ALLOWED_HOSTS check, for the ASGI paths that do not go through Django's request
+    (the heartbeat lane, browser WebSockets)."""
+    allowed = settings.ALLOWED_HOSTS or (DEBUG_HOSTS if settings.DEBUG else [])
+    domain, _ = split_domain_port(host)
+    return bool(domain) and validate_host(domain, allowed)

@@ -1,5 +1,6 @@
-"""WebSocket URL patterns. Browser sockets are checked against ALLOWED_HOSTS and authenticated
-by session; agent sockets (no browser, no Origin) by their node token."""
+"""WebSocket URL patterns. Browser sockets must come from our own origin (scheme, host and port:
+mlqueue/websocket_origin.py) and are authenticated by session; agent sockets (no browser, no
+Origin) by their node token."""
 from django.urls import path
 
 from agents.consumers import AgentWakeConsumer

@@ -14,7 +14,9 @@ from urllib.parse import urlsplit
 
 from channels.security.websocket import WebsocketDenier
 from django.conf import settings
-from django.http.request import is_same_domain, split_domain_port, validate_host
+from django.http.request import is_same_domain
+
+from mlqueue.middleware import host_is_allowed
 
 logger = logging.getLogger(__name__)
 
@@ -64,12 +66,6 @@ def is_trusted(origin: tuple[str, str, int]) -> bool:
     return False
 
 
-def host_allowed(host: str) -> bool:
-    domain, _ = split_domain_port(host)
-    allowed = settings.ALLOWED_HOSTS or ([".localhost", "127.0.0.1", "[::1]"] if settings.DEBUG else [])
-    return bool(domain) and validate_host(domain, allowed)
-
-
 def origin_allowed(scope: dict) -> bool:
     headers: dict[str, str] = {}
     for name, value in scope.get("headers", []):
@@ -78,7 +74,7 @@ def origin_allowed(scope: dict) -> bool:
             return False  # two of them: which one would the browser have meant?
         headers[key] = value.decode("latin1")
     origin = parse_origin(headers.get("origin", ""))
-    if origin is None or not host_allowed(headers.get("host", "")):
+    if origin is None or not host_is_allowed(headers.get("host", "")):
         return False
     return origin == request_origin(scope, headers) or is_trusted(origin)
 

@@ -9,11 +9,10 @@ from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import exceptions, generics, serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.throttling import UserRateThrottle
 from rest_framework.views import APIView
 
 from mlqueue.pagination import StrictCursorPagination
-from scheduling import services
+from scheduling import services, throttles
 from scheduling.filters import JobFilter
 from agents.models import TaskLog
 from scheduling.models import Job, JobEvent, JobState, Priority, SchedulerLease, Task
@@ -37,26 +36,10 @@ class OldestFirst(NewestFirst):
     ordering = ("created_at", "id")
 
 
-SUBMIT_RATE_EXCEEDED = "too many submissions: at most {count} jobs per {period} per user; retry in {wait} s."
-
-
-class SubmitRateThrottle(UserRateThrottle):
-    """POST /api/v1/jobs per user at MLQ_SUBMIT_RATE (read per request, so a test or an
-    override_settings sees its own); reads are not limited. Counts live in the cache."""
-
-    scope = "submit"
-
-    def get_rate(self):
-        return settings.MLQ_SUBMIT_RATE
-
-    def allow_request(self, request, view):
-        return request.method != "POST" or super().allow_request(request, view)
-
-
 class JobListCreate(generics.ListAPIView):
     serializer_class = JobSerializer
     filterset_class = JobFilter
-    throttle_classes = [SubmitRateThrottle]
+    throttle_classes = [throttles.SubmitRateThrottle]
     pagination_class = NewestFirst
 
     def get_queryset(self):
@@ -71,12 +54,7 @@ class JobListCreate(generics.ListAPIView):
                         status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
     def throttled(self, request: Request, wait: float | None):
-        count, period = settings.MLQ_SUBMIT_RATE.split("/")
-        exc = exceptions.Throttled(wait)
-        exc.wait = exc.wait or 1  # DRF has no estimate when a race overfilled the window; Retry-After needs one
-        exc.detail = exceptions.ErrorDetail(SUBMIT_RATE_EXCEEDED.format(count=count, period=period, wait=exc.wait),
-                                            code="throttled")
-        raise exc
+        raise throttles.submit_rate_exceeded(wait)
 
 
 def _with_tasks(job_id: int, user):

@@ -20,6 +20,10 @@ from scheduling.secrets import MASK
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 LABEL_KEY = re.compile(r"^([a-z0-9.-]+/)?[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?\Z")
 CLIENT_JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}\Z")
+# An image reference (registry/name:tag@digest): one word, never an option. The agent checks
+# again before it puts one in a container runtime's command line (agents/runtime.py).
+IMAGE_REFERENCE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]*\Z")
+IMAGE_RULE = "an image reference such as registry.example.com/team/train:2026-04 (no spaces, not starting with -)."
 ENV_RULE = "letters, digits and underscores, not starting with a digit"
 RESERVED_ENV_PREFIX = "MLQ_"
 INVISIBLE = "must not contain {char}: invisible and control characters can make a name read as another."
@@ -249,6 +253,11 @@ class JobSpecSerializer(StrictSerializer):
     # are kept as given (a PEM key ends in a newline).
     secret_env = StringMapField(key_pattern=ENV_NAME, key_rule=ENV_RULE, max_items=100, required=False, default=dict,
                                 max_value_length=8192, trim_values=False)
+
+    def validate_image(self, value):
+        if value and not IMAGE_REFERENCE.match(value):
+            raise serializers.ValidationError(f"{value[:100]!r} is not {IMAGE_RULE}")
+        return value
 
     def validate_client_job_id(self, value):
         if value is not None and not CLIENT_JOB_ID.match(value):

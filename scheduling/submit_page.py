@@ -21,7 +21,7 @@ from django.contrib.auth.decorators import login_required
 from django.http import HttpResponseBadRequest
 from django.shortcuts import redirect, render
 from django.views.decorators.debug import sensitive_post_parameters
-from rest_framework.exceptions import ValidationError
+from rest_framework.exceptions import Throttled, ValidationError
 
 from mlqueue.api_errors import flatten_errors
 from mlqueue.errors import Conflict, FieldPermissionDenied
@@ -31,6 +31,7 @@ from scheduling.dryrun import DryRun, dry_run
 from scheduling.secrets import MASK, masked_spec
 from scheduling.selectors import visible_jobs
 from scheduling.services import check_job_submission, do_submit_job
+from scheduling.throttles import check_submit_rate
 from scheduling.spec import RESTART_MODES, SPEC_FIELD_ORDER, JobSpecSerializer
 from teams.selectors import visible_team_names
 
@@ -487,10 +488,14 @@ def _submit(request, state: SubmitState):
     if checked is None:
         return _render(request, state)
     try:
+        check_submit_rate(request)
         job, created = do_submit_job(user=request.user, team=checked[0], spec=checked[1])
-    except Conflict as exc:
+    except (Conflict, Throttled) as exc:
         state.alerts.append(str(exc.detail))
-        return _render(request, state)
+        response = _render(request, state)
+        if isinstance(exc, Throttled) and not request.headers.get("HX-Request"):  # htmx swaps no 4xx
+            response.status_code, response["Retry-After"] = 429, str(int(exc.wait))
+        return response
     messages.success(request, f"Job {job.pk} submitted" if created else f"Job {job.pk} already existed")
     return redirect("job-page", job_id=job.pk)
 

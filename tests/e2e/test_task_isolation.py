@@ -65,10 +65,10 @@ def cluster(tmp_path, demo, base_dir):
     running.stop()
 
 
-def submit(api, user: str, team: str, script: str, base_dir: Path, **env) -> int:
+def submit(api, user: str, team: str, script: str, base_dir: Path, **secrets) -> int:
     body = {"team": team, "name": f"{user}-job", "command": ["/bin/sh", "-c", script],
             "resources": {"gpu_count": 1, "gpu_type": "H100", "cpu_per_rank": 1, "memory_per_rank_gb": 1},
-            "env": {"SHARED": str(base_dir / "shared"), **env}}
+            "env": {"SHARED": str(base_dir / "shared")}, "secret_env": secrets}
     response = api(user).post("/api/v1/jobs", body, format="json")
     assert response.status_code == 201, response.json()
     return response.json()["id"]

@@ -2,16 +2,19 @@
 token; taking over a registered node's name; reporting a node nobody has; reporting on other
 nodes' tasks or other attempts; filling Postgres with logs; a NUL byte blocking the outbox."""
 import io
-from datetime import timedelta
+import threading
+from datetime import datetime, timedelta, timezone as dt_timezone
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.db import connection
 from django.utils import timezone
 from rest_framework.test import APIClient
 
 from agents import liveness
+from agents.failures import detect
 from agents.models import JoinToken, Node, TaskLog
-from agents.services import ALREADY_REGISTERED
+from agents.services import ALREADY_REGISTERED, STILL_HAS_TASKS
 from agents.tokens import WRONG_JOIN_TOKEN, do_create_join_token
 from scheduling.models import JobEvent, SchedulerLease, Task
 from scheduling.worker import run_pass
@@ -139,9 +142,10 @@ def test_an_inventory_out_of_range_is_refused(db, field, value):
     assert not Node.objects.exists()
 
 
-def test_a_node_name_with_a_bidi_override_is_refused(db):
-    response = register(BOOTSTRAP, "z1-r1-h100-01\u202e10-001h")
-    assert response.status_code == 400 and "U+202E" in response.json()["fields"]["name"][0]
+@pytest.mark.parametrize("name", ["z1-r1-h100-01\u202e10-001h", "../../etc", "a/b", "node 1", "-n1", "n1."])
+def test_a_node_name_that_is_not_a_host_name_is_refused(db, name):
+    response = register(BOOTSTRAP, name)
+    assert response.status_code == 400 and "name" in response.json()["fields"]
     assert not Node.objects.exists()
 
 
@@ -255,3 +259,35 @@ def test_nul_or_surrogates_elsewhere_in_an_event_are_replaced_not_a_500(placed):
     response = client.post("/api/v1/agents/z1-r1-h100-01/events", body, content_type="application/json")
     assert response.status_code == 200 and response.json()["accepted"] == 1
     assert Task.objects.get(job_id=job_id).exit_signal == "KILL\ufffd"
+
+
+def test_a_reset_node_with_tasks_left_cannot_be_taken_until_they_are_requeued(api, placed):
+    job_id, client = placed
+    api("ops").post("/api/v1/nodes/z1-r1-h100-01/reset-token", {"reason": "token leaked"}, format="json")
+    assert Node.objects.get(name="z1-r1-h100-01").state == "SUSPECT"  # nothing new goes there
+    early = register(BOOTSTRAP, "z1-r1-h100-01")
+    assert (early.status_code, early.json()["detail"]) == (409, STILL_HAS_TASKS.format(name="z1-r1-h100-01"))
+    last = liveness.last_seen(["z1-r1-h100-01"])["z1-r1-h100-01"]
+    detect(epoch=2, now=datetime.fromtimestamp(last + 31, dt_timezone.utc))  # past lease + margin: LOST
+    assert Task.objects.get(job_id=job_id).state == "FAILED"
+    assert register(BOOTSTRAP, "z1-r1-h100-01").status_code == 201
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_agents_racing_for_a_new_name_get_one_node_and_one_409(settings):
+    settings.MLQ_AGENT_JOIN_TOKEN = BOOTSTRAP
+    barrier, statuses = threading.Barrier(2), []
+
+    def join():
+        barrier.wait()
+        try:
+            statuses.append(register(BOOTSTRAP, "z9-r1-new").status_code)
+        finally:
+            connection.close()
+    threads = [threading.Thread(target=join) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert sorted(statuses) == [201, 409]
+    assert JobEvent.objects.filter(node__name="z9-r1-new", reason="REGISTERED").count() == 1

@@ -74,6 +74,8 @@ CASES = [
      TOO_DEEP),
     ("brackets inside a string do not count", "POST", "/api/v1/jobs", "alice",
      make_spec(client_job_id="[" * 100), None, 400, "client_job_id: use letters"),
+    ("an image that is container-runtime options", "POST", "/api/v1/jobs", "alice",
+     make_spec(image="--privileged -v /:/host busybox"), None, 400, "image: '--privileged -v /:/host busybox' is not"),
     # Non-finite numbers: JSON 1e400 parses to inf, and nan passes every range check.
     ("max_runtime_hours 1e400", "POST", "/api/v1/jobs", "alice",
      json.dumps(make_spec()).replace('"max_runtime_hours": 168', '"max_runtime_hours": 1e400').encode(), JSON, 400,

@@ -219,3 +219,25 @@ def test_a_bounded_number_of_queries(api, ops, ready, django_assert_max_num_quer
         assert ops.get("/nodes/").status_code == 200
     with django_assert_max_num_queries(8):
         assert ops.get("/nodes/?part=heatmap", **HTMX).status_code == 200
+
+
+def test_a_node_whose_agent_cannot_isolate_tasks_is_marked_and_warned_about(ops):
+    Node.objects.filter(name=H100).update(task_isolation="none")
+    Node.objects.filter(name="z1-r1-h100-02").update(task_isolation="uid")
+    page = ops.get("/nodes/").content.decode()
+    warning = re.search(r'<div class="flash error" id="unisolated".*?</div>', page, re.DOTALL).group(0)
+    assert "No task isolation on 1 node" in warning and H100 in warning and "z1-r1-h100-02" not in warning
+    line = re.search(rf'<div class="node" id="node-{H100}".*?</form>', page, re.DOTALL).group(0)
+    assert "no isolation" in line
+    other = re.search(r'<div class="node" id="node-z1-r1-h100-02".*?</form>', page, re.DOTALL).group(0)
+    assert "no isolation" not in other
+
+
+def test_an_admin_resets_a_nodes_token_from_the_console(ops):
+    heartbeating(H100)
+    Node.objects.filter(name=H100).update(token_digest="x" * 64)
+    response = ops.post("/nodes/", {"node": H100, "action": "reset_token", "reason": "reinstalled"}, **HTMX)
+    assert response.status_code == 200 and "token is reset" in response.content.decode()
+    node = Node.objects.get(name=H100)
+    assert (node.token_digest, node.health) == ("", "SUSPECT")
+    assert JobEvent.objects.get(kind="SECURITY", reason="NODE_TOKEN_RESET").actor_name == "ops"

@@ -8,7 +8,7 @@ from django.core.cache import cache
 from django.core.exceptions import ImproperlyConfigured
 
 from mlqueue.settings import env_rate
-from scheduling.api import SUBMIT_RATE_EXCEEDED
+from scheduling.throttles import SUBMIT_RATE_EXCEEDED
 from scheduling.models import Job
 from tests.conftest import make_spec
 
@@ -74,3 +74,17 @@ def test_a_bad_rate_stops_the_server(monkeypatch, raw):
     monkeypatch.setenv("MLQ_SUBMIT_RATE", raw)
     with pytest.raises(ImproperlyConfigured, match="MLQ_SUBMIT_RATE=.* is not a rate: use N/second, N/minute"):
         env_rate("MLQ_SUBMIT_RATE", "120/minute")
+
+
+def test_the_submit_page_counts_against_the_same_limit(api, demo):
+    from tests.integration.test_submit_page import URL, form_of, logged_in, post
+
+    page = logged_in("alice")
+    form = {**form_of(page.get(URL)), "command": "python\n-m\ntrain"}
+    for i in range(2):
+        assert submit(api("alice"), f"j{i}").status_code == 201
+    assert post(page, form, "submit", client_job_id="page-0").status_code == 302
+    refused = post(page, form, "submit", client_job_id="page-1")
+    assert refused.status_code == 429 and refused["Retry-After"] == "60"
+    assert "too many submissions: at most 3 jobs per minute per user" in refused.content.decode()
+    assert not Job.objects.filter(client_job_id="page-1").exists()

@@ -47,6 +47,33 @@ def test_a_user_map_needs_uids_outside_the_system_range(tmp_path):
 
 
 @needs_root
+def test_a_uid_still_running_anything_is_not_handed_out_and_a_restart_sweeps_the_pool():
+    users = TaskUsers(uids=range(200510, 200513))
+    leftover = subprocess.Popen(["/bin/sleep", "300"], user=200510, group=200510, extra_groups=[], cwd="/")
+    try:
+        assert [users.acquire("a").uid, users.acquire("b").uid] == [200511, 200512]
+        users.sweep()  # as an agent does when it starts
+        leftover.wait(timeout=5)
+        assert processes_of(200510) == []
+    finally:
+        leftover.kill()
+
+
+@needs_root
+def test_a_fork_loop_does_not_outlive_its_uids_release():
+    users = TaskUsers(uids=range(200520, 200521))
+    user = users.acquire("mallory")
+    loop = "i=0; while [ $i -lt 400 ]; do (sleep 300 &) ; i=$((i+1)); done; sleep 300"
+    subprocess.Popen(["/bin/sh", "-c", f"setsid /bin/sh -c '{loop}' &"], user=user.uid, group=user.gid,
+                     extra_groups=[], cwd="/").wait(timeout=10)
+    deadline = time.monotonic() + 10
+    while len(processes_of(user.uid)) < 50 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    users.release(user)
+    assert processes_of(user.uid) == []
+
+
+@needs_root
 def test_releasing_a_uid_kills_what_escaped_and_removes_its_temporary_files():
     users = TaskUsers(uids=range(200500, 200501))
     user = users.acquire("bob")
@@ -80,3 +107,35 @@ def test_a_finished_tasks_directory_is_closed_to_the_next_holder_of_its_uid(tmp_
     probe = subprocess.run(["/bin/cat", str(task.work / "out")], user=user.uid, group=user.gid, extra_groups=[],
                            capture_output=True, cwd="/")
     assert probe.returncode != 0 and b"Permission denied" in probe.stderr
+
+
+def test_nothing_a_task_sets_runs_inside_the_agents_supervisor(tmp_path):
+    """The supervisor runs as the agent's user (root, when tasks have users of their own): a
+    task's PYTHONPATH with a sitecustomize, or its own directory on sys.path, must not run
+    code there. The task itself is a shell, so any marker comes from the supervisor."""
+    tmp_path.chmod(0o711)
+    evil = tmp_path / "evil"
+    evil.mkdir(mode=0o755)
+    marker = tmp_path / "ran-as"
+    payload = f"import os\nopen({str(marker)!r}, 'a').write(str(os.getuid()))\n"
+    (evil / "sitecustomize.py").write_text(payload)
+    (evil / "agents.py").write_text(payload)
+    users = TaskUsers(uids=range(200700, 200701)) if ROOT else TaskUsers.none()
+    user = users.acquire("mallory")
+    task = TaskProcess({"job_id": 1, "rank": 0, "attempt": 1, "command": ["/bin/sh", "-c", "echo done"],
+                        "env": {"PYTHONPATH": str(evil), "PYTHONSTARTUP": str(evil / "sitecustomize.py"),
+                                "PYTHONWARNINGS": "error"}}, tmp_path, user=user)
+    assert task.process.wait(timeout=20) == 0
+    assert task.log_events(final=True)[0]["data"] == "done\n"
+    assert not marker.exists()
+
+
+def test_an_image_cannot_add_options_to_the_container_runtime():
+    from agents.runtime import hooked
+
+    assert hooked("podman run --rm {image}", "registry.example.com/a/b:1.0") == [
+        "podman", "run", "--rm", "registry.example.com/a/b:1.0"]
+    assert hooked("apptainer exec docker://{image}", "x/y@sha256:ab") == ["apptainer", "exec", "docker://x/y@sha256:ab"]
+    for bad in ("--privileged -v /:/host x", "-v/:/host", "x y", "x;rm -rf /"):
+        with pytest.raises(OSError, match="not an image reference"):
+            hooked("podman run {image}", bad)
