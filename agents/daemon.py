@@ -122,7 +122,11 @@ class NodeAgent:
         """Join with this node's own token when the workdir has one (a restart), else with the
         join token; keep trying (an admin may be resetting this node) until one is accepted."""
         while not self.stopping.is_set():
-            for credential, what in self.credentials():
+            held = list(self.credentials())
+            if not held:
+                log.error("%s: no node token in %s and no join token: give one with --token-file or "
+                          "MLQ_AGENT_JOIN_TOKEN", self.name, self.workdir)
+            for credential, what in held:
                 try:
                     reply = self.client.post("agents/register", {**self.node, "task_isolation": self.task_users.mode},
                                              token=credential)
@@ -134,10 +138,6 @@ class NodeAgent:
                     break
                 self.joined(reply)
                 return
-            else:
-                if not any(True for _ in self.credentials()):
-                    log.error("%s: no node token in %s and no join token: give one with --token-file or "
-                              "MLQ_AGENT_JOIN_TOKEN", self.name, self.workdir)
             self.stopping.wait(2.0)
 
     def credentials(self):
