@@ -7,6 +7,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from agents.models import Node
+from mlqueue.channel_layer import join_group
 from teams.models import hash_token
 
 
@@ -28,9 +29,9 @@ class AgentWakeConsumer(AsyncJsonWebsocketConsumer):
         if owner != name:
             await self.close(code=4003)
             return
-        self.group = group_for(name)
-        await self.channel_layer.group_add(self.group, self.channel_name)
-        await self.accept()
+        if await join_group(self, group_for(name)):
+            self.group = group_for(name)
+            await self.accept()
 
     async def disconnect(self, code):
         if hasattr(self, "group"):

@@ -9,7 +9,8 @@ Skipping the middleware stack must not skip its protections, so the lane applies
 order, the checks that would have refused the request there: the Host header against
 ALLOWED_HOSTS (CommonMiddleware), the redirect of plain HTTP to HTTPS (SecurityMiddleware),
 control characters in the path (mlqueue.middleware), and the body's size, depth and text
-(mlqueue.parsers)."""
+(mlqueue.parsers). While Postgres cannot be reached it answers 503 with Retry-After, as
+mlqueue.middleware.DatabaseOutages does for Django's requests: the agent keeps its tasks."""
 import json
 import logging
 import re
@@ -22,7 +23,8 @@ from rest_framework import exceptions
 
 from agents.heartbeats import handle
 from mlqueue.api_errors import flatten_errors
-from mlqueue.middleware import check_path_and_query, host_is_allowed
+from mlqueue.middleware import (DATABASE_UNAVAILABLE, RETRY_AFTER_S, check_path_and_query, database_outages,
+                                host_is_allowed, is_database_unavailable)
 from mlqueue.parsers import BodyError, loads_body
 
 log = logging.getLogger(__name__)
@@ -32,8 +34,8 @@ DISALLOWED_HOST = "{host!r} is not an allowed host name for this server (ALLOWED
 
 
 def _answer(name: str, authorization: str, body: bytes) -> tuple[int, dict]:
-    close_old_connections()
     try:
+        close_old_connections()
         return 200, handle(name, authorization, loads_body(body or b"{}"))
     except BodyError as exc:
         return 400, {"detail": str(exc), "fields": {exc.field: [exc.message]}}
@@ -43,7 +45,10 @@ def _answer(name: str, authorization: str, body: bytes) -> tuple[int, dict]:
         return 400, {"detail": f"{first}: {messages[0]}", "fields": fields}
     except exceptions.APIException as exc:
         return exc.status_code, {"detail": str(exc.detail)}
-    except Exception:
+    except Exception as exc:
+        if is_database_unavailable(exc):
+            database_outages.note(exc)
+            return 503, {"detail": DATABASE_UNAVAILABLE.format(seconds=RETRY_AFTER_S)}
         log.exception("heartbeat from %s failed", name)
         return 500, {"detail": "internal error"}
     finally:
@@ -143,5 +148,7 @@ class HeartbeatLane:
             headers.append((b"content-type", b"application/json"))
         if status == 401:
             headers.append((b"www-authenticate", b"Bearer"))
+        if status == 503:
+            headers.append((b"retry-after", str(RETRY_AFTER_S).encode()))
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})

@@ -3,16 +3,28 @@ parameters than Django will parse), and browser forms that carry NUL.
 
 No name, id or filter in mlqueue holds one, and Postgres cannot store NUL at all: left alone,
 `?team=%00` reaches a query and fails as a 500. Form fields (the browser pages) may hold tabs
-and line breaks but not NUL. The heartbeat lane (mlqueue/fastlane.py) applies the same check."""
+and line breaks but not NUL. The heartbeat lane (mlqueue/fastlane.py) applies the same check.
+
+Also answers 503 with Retry-After, never a 500, while Postgres cannot be reached
+(DatabaseOutages); the heartbeat lane does the same."""
+import logging
 import re
+import sys
+import time
 from urllib.parse import parse_qsl, unquote
 
+import psycopg
 from django.conf import settings
-from django.http import HttpResponseBadRequest, JsonResponse
+from django.core.signals import got_request_exception
+from django.db import InterfaceError, OperationalError
+from django.http import HttpResponse, HttpResponseBadRequest, JsonResponse
 from django.http.multipartparser import MultiPartParserError
 from django.http.request import split_domain_port, validate_host
+from django.template.loader import render_to_string
 
 from mlqueue.parsers import NUL_IN_TEXT
+
+log = logging.getLogger(__name__)
 
 CONTROL_CHARACTER = "contains a control character ({code}), which no mlqueue path, name or filter accepts."
 TOO_MANY_PARAMETERS = "has more than {limit} parameters."
@@ -87,3 +99,87 @@ def host_is_allowed(host: str) -> bool:
     allowed = settings.ALLOWED_HOSTS or (DEBUG_HOSTS if settings.DEBUG else [])
     domain, _ = split_domain_port(host)
     return bool(domain) and validate_host(domain, allowed)
+
+
+RETRY_AFTER_S = 5
+DATABASE_UNAVAILABLE = "the database is unavailable; retry in {seconds} s"
+# SQLSTATEs of a server that cannot be reached or is going away, rather than of a statement that
+# failed: class 08 (connection exception), 57P01-57P03 (shutting down, crashed, starting up).
+# Errors raised before the server said anything (refused, cut, the pool's timeout) have none.
+CONNECTION_LOST = ("08", "57P01", "57P02", "57P03")
+OUTAGE_LOG_EVERY_S = 30
+
+
+def is_database_unavailable(exc: BaseException) -> bool:
+    """True when `exc` says Postgres cannot be reached: refused, restarting, a connection cut,
+    the pool waiting in vain for a connection. A statement that failed (a deadlock, a cancelled
+    query, a constraint) is not an outage and stays an error."""
+    if isinstance(exc, (InterfaceError, psycopg.InterfaceError)):
+        return True
+    error = exc.__cause__ if isinstance(exc, OperationalError) else exc
+    if not isinstance(error, psycopg.OperationalError):
+        return False
+    return error.sqlstate is None or error.sqlstate.startswith(CONNECTION_LOST)
+
+
+class OutageLog:
+    """A warning at most every OUTAGE_LOG_EVERY_S: during an outage every request fails, and a
+    line (or a traceback) per request would bury the one that matters."""
+
+    def __init__(self):
+        self.next_at = 0.0
+
+    def note(self, exc: BaseException) -> None:
+        now = time.monotonic()
+        if now >= self.next_at:
+            self.next_at = now + OUTAGE_LOG_EVERY_S
+            log.warning("the database is unavailable (%s): answering 503, Retry-After %d s",
+                        str(exc).strip() or type(exc).__name__, RETRY_AFTER_S)
+
+
+database_outages = OutageLog()
+
+
+def database_unavailable(path: str) -> HttpResponse:
+    """503 with Retry-After: the API's error shape under /api/, a page elsewhere. The page is
+    rendered without the request, so that no context processor (the navigation reads the
+    user's teams) asks the database again."""
+    message = DATABASE_UNAVAILABLE.format(seconds=RETRY_AFTER_S)
+    if path.startswith(API_PREFIX):
+        response = JsonResponse({"detail": message}, status=503)
+    else:
+        response = HttpResponse(render_to_string("503.html", {"message": message}), status=503)
+    response["Retry-After"] = str(RETRY_AFTER_S)
+    return response
+
+
+def note_database_failure(sender, request=None, **kwargs) -> None:
+    """got_request_exception: marks the request whose 500 came from an unreachable database."""
+    exc = sys.exc_info()[1]
+    if request is not None and exc is not None and is_database_unavailable(exc):
+        database_outages.note(exc)
+        request.database_unavailable = True
+
+
+class DatabaseOutages:
+    """503 with Retry-After instead of a 500 when Postgres cannot be reached, with DEBUG on or
+    off. A view's error (the common case: DRF's authentication, login_required) comes to
+    process_exception. One raised in a middleware inside this one (a session read or saved)
+    is a 500 response by the time it gets here, since Django turns each middleware's exception
+    into a response: got_request_exception marks that request, and this replaces the 500."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+        got_request_exception.connect(note_database_failure, dispatch_uid="mlqueue.database_outages")
+
+    def __call__(self, request):
+        response = self.get_response(request)
+        if response.status_code == 500 and getattr(request, "database_unavailable", False):
+            return database_unavailable(request.path_info)
+        return response
+
+    def process_exception(self, request, exception):
+        if not is_database_unavailable(exception):
+            return None
+        database_outages.note(exception)
+        return database_unavailable(request.path_info)

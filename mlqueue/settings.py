@@ -76,6 +76,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django_prometheus.middleware.PrometheusBeforeMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    "mlqueue.middleware.DatabaseOutages",  # a database outage is a 503, wherever it is raised
     "mlqueue.middleware.RefuseControlCharacters",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -111,10 +112,15 @@ DATABASE_URL = os.environ.get("DATABASE_URL", "")
 if DATABASE_URL:
     # A connection pool per process (psycopg_pool): under ASGI, requests run in varying
     # threads, so Django's persistent connections would reconnect on nearly every request.
-    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
+    # CONN_HEALTH_CHECKS: Django then gives the pool psycopg_pool's check_connection, so a pooled
+    # connection that a Postgres restart broke is replaced when taken, not failed by a request.
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0, conn_health_checks=True)}
+    DATABASES["default"].setdefault("OPTIONS", {})["connect_timeout"] = 3  # a host that never answers too
     if env_bool("MLQ_DB_POOL", True):
-        DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
-            "min_size": env_int("MLQ_DB_POOL_MIN", 1), "max_size": env_int("MLQ_DB_POOL_MAX", 10), "timeout": 10}
+        # `timeout`: how long a request waits for a connection before it answers 503
+        # (mlqueue/middleware.py). While Postgres is down every request waits this long.
+        DATABASES["default"]["OPTIONS"]["pool"] = {
+            "min_size": env_int("MLQ_DB_POOL_MIN", 1), "max_size": env_int("MLQ_DB_POOL_MAX", 10), "timeout": 2}
 else:
     VAR_DIR.mkdir(parents=True, exist_ok=True)
     DATABASES = {
@@ -129,12 +135,21 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # --- Redis: heartbeats, the Celery broker and the channel layer. Unset: all in-process.
 REDIS_URL = os.environ.get("REDIS_URL", "")
 if REDIS_URL:
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
-    CHANNEL_LAYERS = {
-        "default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}
-    }
+    # Redis is a cache: each process counts in its own memory while it fails (mlqueue/cache.py).
+    # Short timeouts everywhere: a Redis that stops answering must not hold a request or a pass.
+    CACHES = {"default": {"BACKEND": "mlqueue.cache.FallbackRedisCache", "LOCATION": REDIS_URL,
+                          "OPTIONS": {"socket_connect_timeout": 0.5, "socket_timeout": 0.5}}}
+    CHANNEL_LAYERS = {"default": {"BACKEND": "mlqueue.channel_layer.ShortWaitRedisChannelLayer", "CONFIG": {
+        "hosts": [{"address": REDIS_URL, "socket_connect_timeout": 1, "socket_timeout": 2}]}}}
     CELERY_BROKER_URL = REDIS_URL
     CELERY_TASK_ALWAYS_EAGER = False
+    # A publish (the grace deadline's kill, scheduling/stopping.py) gives up within about 2 s when
+    # Redis is down or hung; the leader's sweep kills on time without it. The socket timeout must
+    # stay above the worker's 1 s BRPOP.
+    CELERY_BROKER_CONNECTION_TIMEOUT = 1
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_connect_timeout": 1, "socket_timeout": 2}
+    CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.2,
+                                        "interval_max": 0.2}
 else:
     # Shared by the processes of one machine (web, scheduler), as Redis would be.
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
@@ -227,14 +242,31 @@ MLQ_RETRY_BACKOFF_MAX_S = float(os.environ.get("MLQ_RETRY_BACKOFF_MAX_S", "3600"
 # Fault injection for the failover tests only: the leader waits this long between deciding
 # and applying, so a test can pause it mid-pass. Never set in production.
 MLQ_FAULT_APPLY_DELAY_S = float(os.environ.get("MLQ_FAULT_APPLY_DELAY_S", "0"))
-# Node agents: heartbeat every 5 s; an agent kills its tasks if it has not renewed its lease
-# for MLQ_AGENT_LEASE_S; the leader calls a node SUSPECT after 3 missed heartbeats and LOST
-# (requeueing its tasks) only after the lease and a margin have passed, so the agent's own kill
-# always comes first.
+# Fault injection for the fault campaign only (bench/chaos.py): a file naming a failpoint
+# (scheduling/failpoints.py); the scheduler that reaches that point kills itself. Never set in
+# production.
+MLQ_FAILPOINT_FILE = os.environ.get("MLQ_FAILPOINT_FILE", "")
+# The outage bound (README, "Outages"): running tasks survive a control-plane outage (Postgres,
+# Redis, the web tier, the scheduler) this long. It is the agents' lease: an agent that has not
+# renewed for this long has killed its tasks (its supervisors do, even if the agent is stuck),
+# and only after it plus a margin may the leader call the node LOST and requeue its tasks.
+# Kubernetes' default eviction delay and Slurm's SlurmdTimeout are 5 minutes too.
+MLQ_OUTAGE_BOUND_S = float(os.environ.get("MLQ_OUTAGE_BOUND_S", "300"))
+# Node agents heartbeat every 5 s; the leader calls a node SUSPECT after 3 missed heartbeats
+# (nothing new is placed there) and LOST only after the bound and the margin.
 MLQ_HEARTBEAT_INTERVAL_S = float(os.environ.get("MLQ_HEARTBEAT_INTERVAL_S", "5"))
-MLQ_AGENT_LEASE_S = float(os.environ.get("MLQ_AGENT_LEASE_S", "20"))
 MLQ_SUSPECT_AFTER_S = 3 * MLQ_HEARTBEAT_INTERVAL_S
-MLQ_LOST_MARGIN_S = float(os.environ.get("MLQ_LOST_MARGIN_S", "10"))
+MLQ_LOST_MARGIN_S = float(os.environ.get("MLQ_LOST_MARGIN_S", "30"))
+# When at least this share of the nodes (and at least MIN_NODES of them) fall silent at once,
+# the fault is the control plane's, not theirs: the leader calls none of them LOST until they
+# are heard again, and then restarts its clocks (Kubernetes' "full disruption" mode).
+MLQ_FULL_DISRUPTION_SHARE = float(os.environ.get("MLQ_FULL_DISRUPTION_SHARE", "0.55"))
+MLQ_FULL_DISRUPTION_MIN_NODES = env_int("MLQ_FULL_DISRUPTION_MIN_NODES", 3)
+# Web processes batch the heartbeats they answered into Postgres (one statement each time):
+# the liveness that survives Redis losing its data, and the only one while Redis is down.
+MLQ_LIVENESS_FLUSH_S = float(os.environ.get("MLQ_LIVENESS_FLUSH_S", "10"))
+# Tasks younger than this are not preempted for priority (issue 13 makes it per class).
+MLQ_PREEMPT_MIN_RUNTIME_S = float(os.environ.get("MLQ_PREEMPT_MIN_RUNTIME_S", "600"))
 MLQ_MAX_LOG_CHARS = env_int("MLQ_MAX_LOG_CHARS", 10_000_000)  # per task attempt and stream, in Postgres
 # The start-time forecast (scheduling/forecasting.py): at most one per this many seconds,
 # after a pass, and at most this many simulated passes each.

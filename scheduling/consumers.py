@@ -15,6 +15,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 from django.contrib.auth import get_user
 
+from mlqueue.channel_layer import join_group
 from scheduling.notify import JOBS_GROUP
 from teams.selectors import is_site_admin, team_ids_of
 
@@ -51,11 +52,13 @@ class JobsConsumer(AsyncJsonWebsocketConsumer):
         self.teams = await _visible_teams(user)
         self.teams_read_at = clock()
         self.only_job = self.scope["url_route"]["kwargs"].get("job_id")
-        await self.channel_layer.group_add(JOBS_GROUP, self.channel_name)
-        await self.accept()
+        self.joined = await join_group(self, JOBS_GROUP)
+        if self.joined:
+            await self.accept()
 
     async def disconnect(self, code):
-        await self.channel_layer.group_discard(JOBS_GROUP, self.channel_name)
+        if getattr(self, "joined", False):
+            await self.channel_layer.group_discard(JOBS_GROUP, self.channel_name)
 
     async def jobs_changed(self, event):
         if clock() - self.teams_read_at >= settings.MLQ_WS_RECHECK_S and not await self._still_logged_in():

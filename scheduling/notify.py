@@ -1,26 +1,18 @@
 """After-commit notifications: wake the leader, and tell live views what changed.
 
-Both are best effort: the leader also ticks every second, and pages re-read on reconnect."""
-import logging
-
+Both are best effort: the leader also ticks every second, and pages re-read on reconnect.
+While Redis fails, neither is tried for a few seconds at a time (mlqueue/breaker.py)."""
 import redis
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
-from django.conf import settings
 from django.db import transaction
 
-log = logging.getLogger(__name__)
+from mlqueue.breaker import RedisBreaker
 
 WAKE_CHANNEL = "mlqueue:scheduler:wake"
 JOBS_GROUP = "jobs"
-_redis = None
-
-
-def _client():
-    global _redis
-    if _redis is None and settings.REDIS_URL:
-        _redis = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=1, socket_connect_timeout=1)
-    return _redis
+_wakeups = RedisBreaker("scheduler wake-ups (the leader ticks meanwhile)")
+_live_views = RedisBreaker("live views (pages re-read when they reconnect)")
 
 
 def wake_scheduler(reason: str = "") -> None:
@@ -29,13 +21,15 @@ def wake_scheduler(reason: str = "") -> None:
 
 
 def _publish(reason: str) -> None:
-    client = _client()
+    client = _wakeups.client()
     if client is None:
         return
     try:
         client.publish(WAKE_CHANNEL, reason or "wake")
     except redis.RedisError as exc:
-        log.warning("could not wake the scheduler (%s); it will tick", exc)
+        _wakeups.failed(exc)
+    else:
+        _wakeups.worked()
 
 
 def jobs_changed(job_ids) -> None:
@@ -55,12 +49,14 @@ def _send_changed(ids: list[int]) -> None:
 
 def _group_send(message: dict, group: str = JOBS_GROUP) -> None:
     layer = get_channel_layer()
-    if layer is None:
+    if layer is None or not _live_views.allowed():
         return
     try:
         async_to_sync(layer.group_send)(group, message)
     except Exception as exc:  # a broken channel layer must never fail a scheduler write
-        log.warning("could not publish %s to live views (%s)", message["type"], exc)
+        _live_views.failed(exc)
+    else:
+        _live_views.worked()
 
 
 def wake_agents(node_names, reason: str = "") -> None:

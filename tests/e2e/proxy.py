@@ -1,5 +1,6 @@
-"""A TCP proxy a test can cut: agent -> proxy -> web. `cut()` closes every connection and
-stops listening, as a network partition would."""
+"""A TCP proxy a test can cut: agent -> proxy -> web, or web -> proxy -> Postgres. `cut()`
+closes every connection and stops listening, as a network partition or a stopped server would;
+`restore()` listens again on the same port, as the server coming back."""
 import socket
 import threading
 
@@ -7,19 +8,24 @@ import threading
 class Proxy:
     def __init__(self, target_port: int):
         self.target = ("127.0.0.1", target_port)
+        self.port = 0
+        self.sockets: list[socket.socket] = []
+        self.restore()
+
+    def restore(self) -> None:
+        """Listen (again) on this proxy's port, which the first call picks."""
         self.listener = socket.socket()
         self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.listener.bind(("127.0.0.1", 0))
+        self.listener.bind(("127.0.0.1", self.port))
         self.listener.listen(64)
         self.port = self.listener.getsockname()[1]
-        self.sockets: list[socket.socket] = []
         self.open = True
-        threading.Thread(target=self._accept, daemon=True).start()
+        threading.Thread(target=self._accept, args=(self.listener,), daemon=True).start()
 
-    def _accept(self) -> None:
+    def _accept(self, listener: socket.socket) -> None:
         while self.open:
             try:
-                client, _ = self.listener.accept()
+                client, _ = listener.accept()
                 upstream = socket.create_connection(self.target)
             except OSError:
                 return
@@ -43,6 +49,10 @@ class Proxy:
 
     def cut(self) -> None:
         self.open = False
+        try:
+            self.listener.shutdown(socket.SHUT_RDWR)  # wakes the accept(); close() alone leaves it listening
+        except OSError:
+            pass
         self.listener.close()
         for sock in self.sockets:
             try:
@@ -50,3 +60,4 @@ class Proxy:
                 sock.close()
             except OSError:
                 pass
+        self.sockets = []

@@ -1,0 +1,89 @@
+"""The Django cache: Redis, with this process's memory standing in while Redis fails.
+
+mlqueue keeps nothing in the cache that it cannot lose (SECURITY.md, teams/login_limits.py): the
+submit throttle, the login limits and the queue positions. So a Redis that is down or restarted
+must cost a request nothing but those counts: while Redis fails, each web process counts in its
+own memory (the limits still hold, per process), and Redis is not asked again for a few seconds
+(mlqueue.breaker), so no request waits on its timeout. One line is logged when the fallback
+starts and one when Redis is back; what was counted in memory meanwhile is then dropped, as Redis
+is the record again."""
+from django.core.cache.backends.base import DEFAULT_TIMEOUT
+from django.core.cache.backends.locmem import LocMemCache
+from django.core.cache.backends.redis import RedisCache
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from mlqueue.breaker import RedisBreaker
+
+REDIS_DOWN = (RedisConnectionError, RedisTimeoutError)  # not a wrong command: Redis did not answer
+# A login counter per user name and address tried: room for an attack's worth of names.
+MEMORY_ENTRIES = 10_000
+
+
+# Per process and Redis location, not per backend instance: Django makes a cache backend per
+# thread, and under ASGI per request.
+_breakers: dict[str, RedisBreaker] = {}
+
+
+def breaker_for(location: str) -> RedisBreaker:
+    if location not in _breakers:
+        _breakers[location] = RedisBreaker("the cache (submit and login limits count in each process meanwhile)")
+    return _breakers[location]
+
+
+class FallbackRedisCache(RedisCache):
+    """Django's RedisCache, answered from this process's memory while Redis fails."""
+
+    def __init__(self, server, params):
+        super().__init__(server, params)
+        # LocMemCache instances of one name share their storage: one memory per process.
+        self.memory = LocMemCache(f"mlqueue-fallback:{server}", {**params, "OPTIONS": {"MAX_ENTRIES": MEMORY_ENTRIES}})
+        self.breaker = breaker_for(str(server))
+
+    def _either(self, name: str, *args):
+        """Redis's answer to `name(*args)`; this process's memory's while Redis fails."""
+        if self.breaker.allowed():
+            recovering = self.breaker.failing
+            try:
+                result = getattr(super(), name)(*args)
+            except REDIS_DOWN as exc:
+                self.breaker.failed(exc)
+            else:
+                self.breaker.worked()
+                if recovering:
+                    self.memory.clear()
+                return result
+        return getattr(self.memory, name)(*args)
+
+    def add(self, key, value, timeout=DEFAULT_TIMEOUT, version=None):
+        return self._either("add", key, value, timeout, version)
+
+    def get(self, key, default=None, version=None):
+        return self._either("get", key, default, version)
+
+    def set(self, key, value, timeout=DEFAULT_TIMEOUT, version=None):
+        return self._either("set", key, value, timeout, version)
+
+    def touch(self, key, timeout=DEFAULT_TIMEOUT, version=None):
+        return self._either("touch", key, timeout, version)
+
+    def delete(self, key, version=None):
+        return self._either("delete", key, version)
+
+    def get_many(self, keys, version=None):
+        return self._either("get_many", keys, version)
+
+    def has_key(self, key, version=None):
+        return self._either("has_key", key, version)
+
+    def incr(self, key, delta=1, version=None):
+        return self._either("incr", key, delta, version)
+
+    def set_many(self, data, timeout=DEFAULT_TIMEOUT, version=None):
+        return self._either("set_many", data, timeout, version)
+
+    def delete_many(self, keys, version=None):
+        return self._either("delete_many", keys, version)
+
+    def clear(self):
+        return self._either("clear")
