@@ -3,6 +3,8 @@ detection), and the admin's cordon, drain, uncordon and spot reclaim notices, ea
 from datetime import timedelta
 
 from django.db import IntegrityError, transaction
+from django.db.models import Case, F, Value, When
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 from rest_framework.exceptions import AuthenticationFailed, PermissionDenied
 
@@ -15,6 +17,9 @@ from scheduling.models import EventKind, JobEvent, StopReason, Task, TaskState
 from teams.models import hash_token
 
 ACTIVE = (TaskState.ASSIGNED, TaskState.RUNNING)
+# The columns the state writers below touch, re-read into the caller's object after each.
+NODE_STATE = ["health", "admin_state", "admin_reason", "reclaim_deadline", "state", "state_reason",
+              "state_changed_at", "first_heartbeat_at"]
 INVENTORY = ("zone", "rack", "gpu_type", "gpu_count", "cpu_count", "memory_gb", "scratch_disk_gb", "labels", "address",
              "task_isolation")
 TOKEN_OF_OTHER_NODE = "this token belongs to node {owner}; it cannot register {name}."
@@ -31,12 +36,23 @@ def _record(node: Node, *, actor=None, actor_name: str, reason: str, message: st
                             message=message, data=data or {}, created_at=now or timezone.now())
 
 
-def _set_state(node: Node, *, health: str | None = None, admin_state: str | None = None, reason: str, now) -> None:
-    node.health = health if health is not None else node.health
-    node.admin_state = admin_state if admin_state is not None else node.admin_state
-    node.state = Node.effective_state(node.health, node.admin_state)
-    node.state_reason, node.state_changed_at = reason, now
-    node.save(update_fields=["health", "admin_state", "state", "state_reason", "state_changed_at"])
+def _health_columns(health: str, *, reason: str, now) -> dict:
+    """The health writers' UPDATE: their own column, and `state` from the row's admin_state as
+    it is when the UPDATE runs (Node.effective_state's rule, in SQL)."""
+    state = Value(health) if health != NodeState.READY else Case(
+        When(admin_state=AdminState.NONE, then=Value(NodeState.READY)), default=F("admin_state"))
+    return {"health": health, "state": state, "state_reason": reason, "state_changed_at": now}
+
+
+def _set_admin_state(node: Node, admin_state: str, *, reason: str, now, **admin) -> None:
+    """The admin writers' UPDATE: their own columns (`admin` adds admin_reason and
+    reclaim_deadline), and `state` from the row's health as it is when the UPDATE runs (an
+    admin state shows only on a READY node). Health is the failure detector's: never written here."""
+    state = F("health") if admin_state == AdminState.NONE else Case(
+        When(health=NodeState.READY, then=Value(admin_state)), default=F("health"))
+    Node.objects.filter(pk=node.pk).update(admin_state=admin_state, **admin, state=state, state_reason=reason,
+                                           state_changed_at=now)
+    node.refresh_from_db(fields=NODE_STATE)  # the caller shows what the row says now
     notify.wake_scheduler("node")
 
 
@@ -123,24 +139,34 @@ def _re_register(node: Node, inventory: dict, *, now) -> Node:
 
 
 def note_alive(node: Node, *, now=None) -> None:
-    """A heartbeat arrived: a NEW, SUSPECT or LOST node is READY again (one write, then none)."""
+    """A heartbeat arrived: a NEW, SUSPECT or LOST node is READY again (one write, then none).
+    Conditional on the row not being READY already, so racing heartbeats record one event."""
     if node.health == NodeState.READY:
         return
     now = now or timezone.now()
     was = node.health
     with transaction.atomic():
-        if node.first_heartbeat_at is None:
-            Node.objects.filter(pk=node.pk).update(first_heartbeat_at=now)
-        _set_state(node, health=NodeState.READY, reason=f"heartbeating again (was {was})", now=now)
-        _record(node, actor_name=f"agent:{node.name}", reason="READY", message=f"{was} -> READY: heartbeat received",
-                now=now)
+        changed = Node.objects.filter(pk=node.pk).exclude(health=NodeState.READY).update(
+            first_heartbeat_at=Coalesce(F("first_heartbeat_at"), Value(now)),
+            **_health_columns(NodeState.READY, reason=f"heartbeating again (was {was})", now=now))
+        if changed:
+            node.refresh_from_db(fields=NODE_STATE)
+            _record(node, actor_name=f"agent:{node.name}", reason="READY",
+                    message=f"{was} -> READY: heartbeat received", now=now)
+            notify.wake_scheduler("node")
 
 
-def do_mark_health(node: Node, health: str, *, message: str, now) -> None:
-    """The leader's verdict from missed heartbeats (SUSPECT, LOST)."""
+def do_mark_health(node: Node, health: str, *, message: str, now) -> bool:
+    """The leader's verdict from missed heartbeats (SUSPECT, LOST), written only while the
+    row's health is still the `node.health` the verdict was made on: a heartbeat that made it
+    READY since wins. Returns whether it changed anything (the event is recorded only then)."""
     was = node.health
-    _set_state(node, health=health, reason=message, now=now)
-    _record(node, actor_name="scheduler", reason=health, message=f"{was} -> {health}: {message}", now=now)
+    changed = Node.objects.filter(pk=node.pk, health=was).update(**_health_columns(health, reason=message, now=now))
+    if changed:
+        node.refresh_from_db(fields=NODE_STATE)
+        _record(node, actor_name="scheduler", reason=health, message=f"{was} -> {health}: {message}", now=now)
+        notify.wake_scheduler("node")
+    return bool(changed)
 
 
 def do_reset_node_token(*, node: Node, user, reason: str, now=None) -> None:
@@ -162,9 +188,7 @@ def do_reset_node_token(*, node: Node, user, reason: str, now=None) -> None:
 def do_cordon(*, node: Node, user, reason: str, now=None) -> Node:
     now = now or timezone.now()
     with transaction.atomic():
-        _set_state(node, admin_state=AdminState.CORDONED, reason=reason, now=now)
-        node.admin_reason = reason
-        node.save(update_fields=["admin_reason"])
+        _set_admin_state(node, AdminState.CORDONED, reason=reason, now=now, admin_reason=reason)
         _record(node, actor=user, actor_name=user.get_username(), reason="CORDONED", message=f"cordoned: {reason}",
                 now=now)
     return node
@@ -173,9 +197,7 @@ def do_cordon(*, node: Node, user, reason: str, now=None) -> Node:
 def do_uncordon(*, node: Node, user, reason: str, now=None) -> Node:
     now = now or timezone.now()
     with transaction.atomic():
-        _set_state(node, admin_state=AdminState.NONE, reason=reason, now=now)
-        node.admin_reason, node.reclaim_deadline = "", None
-        node.save(update_fields=["admin_reason", "reclaim_deadline"])
+        _set_admin_state(node, AdminState.NONE, reason=reason, now=now, admin_reason="", reclaim_deadline=None)
         _record(node, actor=user, actor_name=user.get_username(), reason="UNCORDONED",
                 message=f"uncordoned: {reason}", now=now)
     return node
@@ -189,9 +211,8 @@ def do_drain(*, node: Node, user, reason: str, wait: bool = False, deadline=None
 
     now = now or timezone.now()
     with transaction.atomic():
-        _set_state(node, admin_state=AdminState.DRAINING, reason=reason, now=now)
-        node.admin_reason, node.reclaim_deadline = reason, deadline
-        node.save(update_fields=["admin_reason", "reclaim_deadline"])
+        _set_admin_state(node, AdminState.DRAINING, reason=reason, now=now, admin_reason=reason,
+                         reclaim_deadline=deadline)
         _record(node, actor=user, actor_name=user.get_username(), reason="DRAINING",
                 message=f"draining{' (running tasks may finish)' if wait else ''}: {reason}",
                 data={"wait": wait, "deadline": deadline.isoformat() if deadline else None}, now=now)

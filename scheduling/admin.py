@@ -33,7 +33,7 @@ class JobAdmin(admin.ModelAdmin):
     search_fields = ["name", "client_job_id", "owner__username"]
     list_select_related = ["team", "owner"]
     readonly_fields = ["spec", "spec_digest", "state", "pending_reason_code", "pending_reason_message", "submitted_at",
-                       "started_at", "finished_at", "updated_at", "restarts_used", "retries_used"]
+                       "started_at", "finished_at", "updated_at", "restarts_used", "retries_used", "preemptions"]
     raw_id_fields = ["depends_on"]
     inlines = [TaskInline, EventInline]
 

@@ -2,9 +2,9 @@
 
 Each placement is its own short transaction (a gang moves whole or not at all); preemptions
 signal victims; reasons and reservations are written only where they changed."""
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from scheduling import lifecycle, notify
+from scheduling import failpoints, lifecycle, notify
 from scheduling.core.decisions import Decisions, Placement, Preemption
 from scheduling.fencing import fenced
 from scheduling.models import EventKind, Job, JobEvent, StopReason, TaskState
@@ -17,21 +17,34 @@ REASON_FIELDS = ["pending_reason_code", "pending_reason_message", "reserved_node
 
 @dataclass
 class Applied:
-    placed: int = 0
+    """What committed: the jobs placed and the victims signalled (the metrics count these,
+    not the decisions, some of which lose their race with an agent or a user)."""
+
+    placed_jobs: list[int] = field(default_factory=list)
     lost_races: int = 0
-    preempted: int = 0
+    preempted_jobs: list[int] = field(default_factory=list)
     reasons_written: int = 0
+
+    @property
+    def placed(self) -> int:
+        return len(self.placed_jobs)
+
+    @property
+    def preempted(self) -> int:
+        return len(self.preempted_jobs)
 
 
 def apply_decisions(decisions: Decisions, view: StoreView, *, epoch: int, now) -> Applied:
     applied = Applied()
     for placement in decisions.placements:
         if _place(placement, view, epoch=epoch, now=now):
-            applied.placed += 1
+            applied.placed_jobs.append(placement.job_id)
         else:
             applied.lost_races += 1
     for preemption in decisions.preemptions:
-        applied.preempted += _preempt(preemption, epoch=epoch, now=now)
+        if _preempt(preemption, epoch=epoch, now=now):
+            applied.preempted_jobs.append(preemption.victim_job_id)
+    failpoints.hit("apply.before_reasons")
     applied.reasons_written = _write_reasons(decisions, view, epoch=epoch, now=now)
     return applied
 
@@ -46,33 +59,37 @@ def _place(placement: Placement, view: StoreView, *, epoch: int, now) -> bool:
             per_rank=per_rank, actor_name="scheduler", reason="PLACED",
             message=f"placed on {nodes}" + (" (borrowing idle capacity)" if placement.borrowed else ""),
             data={"nodes": list(placement.nodes), "borrowed": placement.borrowed, "epoch": epoch}, now=now)
+        failpoints.hit("apply.inside_place")
         if moved:
             Job.objects.filter(pk=placement.job_id).update(
                 borrowed=placement.borrowed, reserved_nodes=[], estimated_start=None, likely_start=None,
                 not_before=None)
             notify.jobs_changed([placement.job_id])
             notify.wake_agents(placement.nodes, "assignment")
+    failpoints.hit("apply.after_place")
     return bool(moved)
 
 
-def _preempt(preemption: Preemption, *, epoch: int, now) -> int:
+def _preempt(preemption: Preemption, *, epoch: int, now) -> bool:
     grace = Job.objects.filter(pk=preemption.victim_job_id).values_list("grace_period_seconds", flat=True).first()
     if grace is None:
-        return 0
+        return False
     with fenced(epoch):
         stopped = do_request_stop(job_id=preemption.victim_job_id, reason=StopReason.PREEMPTED, grace_s=grace,
                                   message=preemption.message, now=now, preempted_for=preemption.for_job_id)
+        failpoints.hit("apply.inside_preempt")
         if stopped:
             JobEvent.objects.create(
                 job_id=preemption.for_job_id, kind=EventKind.STOP_REQUESTED, actor_name="scheduler",
                 reason=preemption.reason, message=f"preempting job {preemption.victim_job_id} to make room",
                 data={"victim": preemption.victim_job_id}, created_at=now)
-    return int(bool(stopped))
+    return bool(stopped)
 
 
 def _write_reasons(decisions: Decisions, view: StoreView, *, epoch: int, now) -> int:
     """Pending reasons and reserved nodes, only where they changed, in batches of one UPDATE
-    each. Start times are the forecast's (scheduling/forecasting.py)."""
+    each, and only on jobs still PENDING: one cancelled or placed since the snapshot keeps
+    its own (cleared) reason. Start times are the forecast's (scheduling/forecasting.py)."""
     reservations = {r.job_id: r for r in decisions.reservations}
     changed = []
     for job_id, reason in decisions.pending.items():
@@ -81,8 +98,13 @@ def _write_reasons(decisions: Decisions, view: StoreView, *, epoch: int, now) ->
         if view.reasons.get(job_id) != (reason.code.value, reason.message, nodes):
             changed.append(Job(pk=job_id, pending_reason_code=reason.code.value,
                                pending_reason_message=reason.message, reserved_nodes=nodes))
+    written = 0
     for first in range(0, len(changed), REASON_BATCH):
         with fenced(epoch):
-            Job.objects.bulk_update(changed[first:first + REASON_BATCH], REASON_FIELDS)
+            # bulk_update on a filtered queryset keeps its filter: UPDATE ... WHERE state =
+            # 'PENDING' AND id IN (...), one statement per batch.
+            rows = Job.objects.filter(state=TaskState.PENDING).bulk_update(changed[first:first + REASON_BATCH],
+                                                                           REASON_FIELDS)
+        written += rows
     notify.jobs_changed(job.pk for job in changed)
-    return len(changed)
+    return written

@@ -45,7 +45,7 @@ def assignment_env(task: Task, *, job: Job, master_node: str) -> dict[str, str]:
         "MLQ_TASK_RANK": str(task.rank),
         "MLQ_ATTEMPT": str(task.attempt),
         "MLQ_EPOCH": str(task.epoch),
-        "MLQ_RESTART_COUNT": str(job.restarts_used + job.retries_used),
+        "MLQ_RESTART_COUNT": str(job.restarts_used + job.retries_used + job.preemptions),
         "MLQ_CHECKPOINT_DIR": checkpoint_dir(job),
         "MLQ_RESUME": "1" if resume and task.attempt > 1 and checkpoint_dir(job) else "0",
         "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in task.gpu_indices),

@@ -30,16 +30,22 @@ DEPOSED = Counter("mlqueue_scheduler_deposed_total", "Times a leader found itsel
 
 
 def record_pass(decisions, applied, elapsed_ms: float, epoch: int, snapshot=None) -> None:
+    """Count what the pass applied (`applied`, scheduling/apply.py), not what it decided: a
+    placement whose job was cancelled or placed by then, or a preemption whose victim was
+    already stopping, changed nothing."""
     PASS_SECONDS.observe(elapsed_ms / 1000)
     pending = {job.job_id: job for job in snapshot.pending} if snapshot else {}
+    placed = set(applied.placed_jobs)
     for placement in decisions.placements:
         job = pending.get(placement.job_id)
-        if job is None:
+        if job is None or placement.job_id not in placed:
             continue
         PLACEMENTS.labels(job.resource_class).inc()
         QUEUE_WAIT.labels(job.team, job.priority).observe(max(0.0, snapshot.now - job.submitted_at))
+    preempted = set(applied.preempted_jobs)
     for preemption in decisions.preemptions:
-        PREEMPTIONS.labels(preemption.reason).inc()
+        if preemption.victim_job_id in preempted:
+            PREEMPTIONS.labels(preemption.reason).inc()
 
 
 class StoreCollector:

@@ -98,6 +98,8 @@ class Job(models.Model):
     not_before = models.DateTimeField(null=True, blank=True, help_text="retry back-off: not placed before this")
     restarts_used = models.PositiveIntegerField(default=0)
     retries_used = models.PositiveIntegerField(default=0)
+    # Preemptions, drains and spot reclaims: counted apart, never a budget (core/settle.py).
+    preemptions = models.PositiveIntegerField(default=0)
     failure_class = models.CharField(max_length=10, choices=FailureClass.choices, blank=True)
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
     last_checkpoint_at = models.DateTimeField(null=True, blank=True)
@@ -204,6 +206,7 @@ class EventKind(models.TextChoices):
     QUOTA_CHANGED = "QUOTA_CHANGED"
     NODE_STATE = "NODE_STATE"
     SECURITY = "SECURITY"  # tokens created, used, revoked or reset
+    LEADER = "LEADER"  # a scheduler took the lead: `data.epoch`, recorded with the epoch bump itself
 
 
 class AppendOnlyQuerySet(models.QuerySet):

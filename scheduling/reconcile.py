@@ -5,7 +5,8 @@
 2. tasks past `max_runtime_hours` -> stop (TIMEOUT);
 3. cancelled jobs still running -> stop (CANCELLED);
 4. gangs with a failed rank -> stop the other ranks (PEER_FAILED);
-5. attempts that ended without success -> retry, requeue or fail, by failure class;
+5. attempts that ended without success -> cancel, fail, or requeue as a retry, a restart or
+   after a preemption (the verdict is core/settle.py's; `do_settle` applies it);
 6. pending jobs whose dependency failed -> FAILED (DEPENDENCY).
 Only the leader requeues or retries, and every write here is fenced by its epoch.
 """
@@ -13,19 +14,21 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.conf import settings
+from django.db import transaction
 from django.db.models import Exists, Min, OuterRef, Q
 
 from agents import failures
 from scheduling import lifecycle, metrics, notify
-from scheduling.fencing import fenced
-from scheduling.models import (
-    EventKind, FailureClass, Job, JobEvent, RestartMode, StopReason, Task, TaskState,
+from scheduling.core.settle import (
+    Action, Attempt, Counter, EndedTask, Outcome, RestartMode, RestartPolicy, TaskEnd, Verdict, settle,
 )
+from scheduling.fencing import fenced
+from scheduling.models import EventKind, FailureClass, Job, JobEvent, StopReason, Task, TaskState
 from scheduling.stopping import do_request_stop, escalate_overdue
 
 S = TaskState
 ACTIVE = (S.ASSIGNED, S.RUNNING)
-ENDED = (S.SUCCEEDED, S.FAILED, S.PREEMPTED, S.CANCELLED)
+OVER = (S.FAILED, S.PREEMPTED, S.CANCELLED)
 HOUR = timedelta(hours=1)
 
 
@@ -39,20 +42,37 @@ class Swept:
     cancelled: int = 0
     nodes: dict[str, int] = field(default_factory=dict)
 
+    def count(self, verdict: Verdict | None) -> None:
+        """A verdict that committed (None: another actor settled the job first)."""
+        if verdict is None:
+            return
+        if verdict.action == Action.REQUEUE:
+            if verdict.counter == Counter.RETRIES:
+                self.retried += 1
+            else:
+                self.requeued += 1
+        elif verdict.action == Action.FAIL:
+            self.failed += 1
+        else:
+            self.cancelled += 1
+
 
 def reconcile(*, epoch: int, now) -> Swept:
+    """The sweeps, in the module's order. Every count is taken after its transaction commits:
+    a sweep that rolls back counts nothing."""
     swept = Swept()
     with fenced(epoch):
-        swept.killed = escalate_overdue(now=now)
+        killed = escalate_overdue(now=now)
         # Assignments made under an earlier leader, not yet started, are this leader's now:
         # an agent that has seen this epoch would refuse the older one.
         Task.objects.filter(state=S.ASSIGNED, epoch__lt=epoch).update(epoch=epoch)
+    swept.killed = killed
     swept.nodes = failures.detect(epoch=epoch, now=now)
     swept.stops[StopReason.TIMEOUT] = _stop_each(_timed_out(now), StopReason.TIMEOUT, epoch=epoch, now=now)
     swept.stops[StopReason.CANCELLED] = _stop_each(_cancelled_running(), StopReason.CANCELLED, epoch=epoch, now=now)
     swept.stops[StopReason.PEER_FAILED] = _stop_each(_broken_gangs(), StopReason.PEER_FAILED, epoch=epoch, now=now)
-    for job in Job.objects.filter(_attempt_over()).order_by("id"):
-        _settle(job, swept, epoch=epoch, now=now)
+    for job_id in Job.objects.filter(_attempt_over()).order_by("id").values_list("id", flat=True):
+        swept.count(do_settle(job_id, epoch=epoch, now=now))
     swept.failed += _fail_orphans(epoch=epoch, now=now)
     return swept
 
@@ -68,8 +88,9 @@ def _stop_each(jobs, reason: str, *, epoch: int, now) -> int:
     stopped = 0
     for job in jobs:
         with fenced(epoch):
-            stopped += bool(do_request_stop(job_id=job.pk, reason=reason, grace_s=job.grace_period_seconds, now=now,
-                                            message=STOP_MESSAGES[reason].format(hours=job.max_runtime_hours)))
+            asked = do_request_stop(job_id=job.pk, reason=reason, grace_s=job.grace_period_seconds, now=now,
+                                    message=STOP_MESSAGES[reason].format(hours=job.max_runtime_hours))
+        stopped += bool(asked)
     return stopped
 
 
@@ -97,101 +118,100 @@ def _broken_gangs():
 def _attempt_over() -> Q:
     """Jobs whose tasks have all ended (that is what these derived states mean), not all in
     success, with no verdict yet."""
-    return Q(state__in=(S.FAILED, S.PREEMPTED, S.CANCELLED), failure_class="")
+    return Q(state__in=OVER, failure_class="")
 
 
-def _settle(job: Job, swept: Swept, *, epoch: int, now) -> None:
-    """Decide what an ended attempt means: the user's cancel, a final failure, or a new
-    attempt. Only here are retries and restarts spent. Decided under the job's row lock, on
-    what is true then (a cancel may have landed since the job was listed)."""
+def do_settle(job_id: int, *, epoch: int, now) -> Verdict | None:
+    """Decide what the job's ended attempt means (core/settle.py) and apply the verdict, under
+    the job's row lock and on what is true then (a cancel may have landed since the job was
+    listed). Only here are retries and restarts spent. Returns the verdict once committed;
+    None when there was nothing left to settle."""
     with fenced(epoch):
-        job = Job.objects.select_for_update().get(pk=job.pk)
-        if job.state not in (S.FAILED, S.PREEMPTED, S.CANCELLED) or job.failure_class:
-            return
-        tasks = list(job.tasks.values("rank", "state", "failure_class", "stop_reason", "exit_code", "exit_signal"))
-        classes = {t["failure_class"] for t in tasks if t["state"] in (S.FAILED, S.PREEMPTED)}
-        cancelled = any(t["state"] == S.CANCELLED for t in tasks)
-        if job.cancel_requested_at is not None or cancelled:
-            _end_cancelled(job, now=now)
-            swept.cancelled += 1
-        elif FailureClass.TIMEOUT in classes:
-            _end_failed(job, FailureClass.TIMEOUT, f"ran past max_runtime_hours ({job.max_runtime_hours:g} h)", now)
-            swept.failed += 1
-        elif FailureClass.APP in classes:
-            _after_app_failure(job, tasks, swept, now=now)
-        else:
-            _after_infra_failure(job, tasks, swept, now=now)
+        job = Job.objects.select_for_update().get(pk=job_id)
+        if job.state not in OVER or job.failure_class:
+            return None
+        verdict = settle(_attempt(job), _outcome(job), restart_policy(job))
+        do_apply_verdict(job, verdict, now=now)
+    return verdict
 
 
-def _after_app_failure(job: Job, tasks: list[dict], swept: Swept, *, now) -> None:
-    failed = next(t for t in tasks if t["failure_class"] == FailureClass.APP)
-    how = f"exit code {failed['exit_code']}" if failed["exit_code"] is not None else f"signal {failed['exit_signal']}"
-    if job.retries_used >= job.max_retries:
-        _end_failed(job, FailureClass.APP, f"rank {failed['rank']} failed ({how}); no retries left "
-                                           f"({job.max_retries} allowed)", now)
-        swept.failed += 1
-        return
-    delay = backoff_seconds(job.retries_used)
-    _requeue(job, now=now, retries_used=job.retries_used + 1, not_before=now + timedelta(seconds=delay),
-             message=f"rank {failed['rank']} failed ({how}); retry {job.retries_used + 1} of {job.max_retries} "
-                     f"after {delay:.0f} s back-off")
-    swept.retried += 1
+def _attempt(job: Job) -> Attempt:
+    return Attempt(retries_used=job.retries_used, restarts_used=job.restarts_used, preemptions=job.preemptions)
 
 
-def _after_infra_failure(job: Job, tasks: list[dict], swept: Swept, *, now) -> None:
-    preempted = any(t["stop_reason"] in (StopReason.PREEMPTED, StopReason.DRAIN) for t in tasks)
-    mode = job.on_preemption if preempted else job.on_node_failure
-    what = "preempted" if preempted else "lost to an infrastructure failure"
-    if mode == RestartMode.FAIL:
-        _end_failed(job, FailureClass.INFRA, f"{what}, and its restart policy says fail", now)
-        swept.failed += 1
-    elif job.restarts_used >= job.max_restarts:
-        _end_failed(job, FailureClass.INFRA, f"{what}; no restarts left ({job.max_restarts} allowed)", now)
-        swept.failed += 1
+def _outcome(job: Job) -> Outcome:
+    fields = ("rank", "state", "failure_class", "stop_reason", "exit_code", "exit_signal")
+    tasks = tuple(EndedTask(row["rank"], TaskEnd(row["state"]), row["failure_class"], row["stop_reason"],
+                            row["exit_code"], row["exit_signal"]) for row in job.tasks.values(*fields))
+    return Outcome(tasks, cancel_requested=job.cancel_requested_at is not None)
+
+
+def restart_policy(job: Job) -> RestartPolicy:
+    """The job's restart policy, with the cluster's back-off settings."""
+    return RestartPolicy(
+        max_retries=job.max_retries, max_restarts=job.max_restarts, on_preemption=RestartMode(job.on_preemption),
+        on_node_failure=RestartMode(job.on_node_failure), checkpointing=bool(job.checkpoint),
+        max_runtime_hours=job.max_runtime_hours, backoff_base_s=settings.MLQ_RETRY_BACKOFF_BASE_S,
+        backoff_max_s=settings.MLQ_RETRY_BACKOFF_MAX_S)
+
+
+def do_apply_verdict(job: Job, verdict: Verdict, *, now) -> None:
+    """The one place a verdict becomes writes, inside the caller's fenced transaction that
+    holds the job's row lock (do_settle): the fenced, conditional transitions of the gang, the
+    job's counter, the event, and the outcome counted once it commits."""
+    if verdict.action == Action.REQUEUE:
+        _requeue(job, verdict, now=now)
+    elif verdict.action == Action.FAIL:
+        _end_failed(job, verdict, now=now)
     else:
-        resume = "resuming from its checkpoint" if mode == RestartMode.RESUME and job.checkpoint else "from the start"
-        _requeue(job, now=now, restarts_used=job.restarts_used + 1, not_before=None,
-                 message=f"{what}; restart {job.restarts_used + 1} of {job.max_restarts}, {resume} "
-                         "(retries not spent)")
-        swept.requeued += 1
+        _end_cancelled(job, verdict, now=now)
 
 
-def backoff_seconds(retries_used: int) -> float:
-    """Exponential back-off before retry n+1: base x 2^n, capped."""
-    return min(settings.MLQ_RETRY_BACKOFF_BASE_S * 2 ** retries_used, settings.MLQ_RETRY_BACKOFF_MAX_S)
+def _count_outcome(outcome: str, failure_class: str) -> None:
+    """Counted once the transaction commits: a verdict rolled back (a deposed leader, a lost
+    connection) ended nothing."""
+    transaction.on_commit(metrics.OUTCOMES.labels(outcome, failure_class).inc)
 
 
-def _requeue(job: Job, *, now, message: str, not_before, **counters) -> None:
+def _requeue(job: Job, verdict: Verdict, *, now) -> None:
     """The whole gang goes back to PENDING as a new attempt (its finished ranks too)."""
-    moved = lifecycle.transition_gang(job.pk, from_state=ENDED[:3], to_state=S.PENDING, require_all=False,
-                                      actor_name="scheduler", reason="RETRY", message=message, now=now)
-    if moved:
-        Job.objects.filter(pk=job.pk).update(not_before=not_before, finished_at=None, updated_at=now,
-                                             pending_reason_code="BACKOFF" if not_before else "",
-                                             pending_reason_message=message if not_before else "", **counters)
-        JobEvent.objects.create(job=job, kind=EventKind.RETRY, actor_name="scheduler", reason="RETRY",
-                                message=message, data=counters, created_at=now)
-        notify.jobs_changed([job.pk])
-        notify.wake_scheduler("requeue")
+    moved = lifecycle.transition_gang(job.pk, from_state=(S.FAILED, S.PREEMPTED, S.SUCCEEDED), to_state=S.PENDING,
+                                      require_all=False, actor_name="scheduler", reason=verdict.code,
+                                      message=verdict.message, now=now)
+    if not moved:
+        return
+    not_before = now + timedelta(seconds=verdict.backoff_s) if verdict.backoff_s else None
+    Job.objects.filter(pk=job.pk).update(not_before=not_before, finished_at=None, updated_at=now,
+                                         pending_reason_code="BACKOFF" if not_before else "",
+                                         pending_reason_message=verdict.message if not_before else "",
+                                         **{verdict.counter: verdict.count})
+    JobEvent.objects.create(job=job, kind=EventKind.RETRY, actor_name="scheduler", reason=verdict.code,
+                            message=verdict.message, data={verdict.counter: verdict.count}, created_at=now)
+    notify.jobs_changed([job.pk])
+    notify.wake_scheduler("requeue")
 
 
-def _end_failed(job: Job, failure_class: str, message: str, now) -> None:
-    lifecycle.transition_gang(job.pk, from_state=S.PREEMPTED, to_state=S.FAILED, require_all=False,
-                              actor_name="scheduler", reason=failure_class, message=message, now=now,
-                              failure_class=failure_class)
-    Job.objects.filter(pk=job.pk).update(failure_class=failure_class, finished_at=now, updated_at=now)
-    metrics.OUTCOMES.labels("failed", failure_class).inc()
-    JobEvent.objects.create(job=job, kind=EventKind.TRANSITION, actor_name="scheduler", from_state=job.state,
-                            to_state=S.FAILED, reason=failure_class, message=message, created_at=now)
+def _end_failed(job: Job, verdict: Verdict, *, now) -> None:
+    """Ranks still PREEMPTED become FAILED, recorded as one transition that carries the
+    verdict; when every rank had FAILED already, the verdict is that one event."""
+    moved = lifecycle.transition_gang(job.pk, from_state=S.PREEMPTED, to_state=S.FAILED, require_all=False,
+                                      actor_name="scheduler", reason=verdict.failure_class, message=verdict.message,
+                                      now=now, failure_class=verdict.failure_class)
+    if not moved:
+        JobEvent.objects.create(job=job, kind=EventKind.TRANSITION, actor_name="scheduler", from_state=job.state,
+                                to_state=S.FAILED, reason=verdict.failure_class, message=verdict.message,
+                                created_at=now)
+    Job.objects.filter(pk=job.pk).update(failure_class=verdict.failure_class, finished_at=now, updated_at=now)
+    _count_outcome("failed", verdict.failure_class)
     notify.jobs_changed([job.pk])
 
 
-def _end_cancelled(job: Job, *, now) -> None:
+def _end_cancelled(job: Job, verdict: Verdict, *, now) -> None:
     lifecycle.transition_gang(job.pk, from_state=(S.FAILED, S.PREEMPTED), to_state=S.CANCELLED, require_all=False,
-                              actor_name="scheduler", reason="CANCELLED", message="cancelled", now=now,
-                              failure_class=FailureClass.CANCELLED)
-    Job.objects.filter(pk=job.pk).update(failure_class=FailureClass.CANCELLED, updated_at=now)
-    metrics.OUTCOMES.labels("cancelled", FailureClass.CANCELLED).inc()
+                              actor_name="scheduler", reason=verdict.code, message=verdict.message, now=now,
+                              failure_class=verdict.failure_class)
+    Job.objects.filter(pk=job.pk).update(failure_class=verdict.failure_class, updated_at=now)
+    _count_outcome("cancelled", verdict.failure_class)
     notify.jobs_changed([job.pk])
 
 
@@ -211,7 +231,7 @@ def _fail_orphans(*, epoch: int, now) -> int:
             if moved:
                 Job.objects.filter(pk=job_id).update(failure_class=FailureClass.DEPENDENCY,
                                                      pending_reason_code="", pending_reason_message="")
-                metrics.OUTCOMES.labels("failed", FailureClass.DEPENDENCY).inc()
+                _count_outcome("failed", FailureClass.DEPENDENCY)
                 notify.jobs_changed([job_id])
-                failed += 1
+        failed += bool(moved)
     return failed

@@ -55,8 +55,13 @@ class JobDetailSerializer(JobSerializer):
     class Meta(JobSerializer.Meta):
         fields = JobSerializer.Meta.fields + [
             "task_count", "spec", "depends_on", "held", "not_before", "restarts_used", "retries_used",
-            "max_restarts", "max_retries", "failure_class", "cancel_requested_at", "updated_at",
+            "max_restarts", "max_retries", "preemptions", "failure_class", "cancel_requested_at", "updated_at",
         ]
+        extra_kwargs = {
+            **JobSerializer.Meta.extra_kwargs,
+            "preemptions": {"help_text": "times preempted, drained or spot-reclaimed and requeued: counted apart, "
+                                         "they spend neither max_restarts nor max_retries"},
+        }
 
     @extend_schema_field(OpenApiTypes.OBJECT)
     def get_spec(self, job: Job) -> dict:

@@ -1,14 +1,18 @@
 """Asking running tasks to stop: SIGTERM now (checkpoint and exit), SIGKILL at the grace
 deadline. The deadline is a column, so the leader's sweep enforces it even when the Celery
 message that should have done so is lost."""
+import logging
 from datetime import timedelta
 
 from django.db import transaction
 from django.utils import timezone
 
+from mlqueue.breaker import RedisBreaker
 from scheduling import notify
 from scheduling.models import EventKind, JobEvent, Signal, Task, TaskState
 
+log = logging.getLogger(__name__)
+_broker = RedisBreaker("Celery's broker (grace deadlines are kept by the leader's sweep)")
 ACTIVE = (TaskState.ASSIGNED, TaskState.RUNNING)
 
 
@@ -38,12 +42,22 @@ def _nodes_of(*job_ids: int) -> list[str]:
 
 
 def _schedule_kill(job_id: int, grace_s: int) -> None:
+    """The fast path for the grace deadline. While the broker fails, it is not tried for a few
+    seconds at a time (a hung broker costs its 2 s timeout once, not on every stop)."""
     from scheduling.tasks import enforce_grace_deadline
 
+    if not _broker.allowed():
+        log.warning("not scheduling the SIGKILL of job %s in %s s (the broker is down); the leader's sweep will "
+                    "still kill it on time", job_id, grace_s)
+        return
     try:
         enforce_grace_deadline.apply_async(args=[job_id], countdown=grace_s)
-    except Exception:  # the broker is down: the leader's sweep still kills on time
-        pass
+    except Exception as exc:  # the broker is down: the timer is only the fast path
+        _broker.failed(exc)
+        log.warning("could not schedule the SIGKILL of job %s in %s s (%s); the leader's sweep will still kill it "
+                    "on time", job_id, grace_s, exc)
+    else:
+        _broker.worked()
 
 
 def escalate_overdue(*, now=None, job_id: int | None = None) -> int:

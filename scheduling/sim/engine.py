@@ -4,8 +4,10 @@ Events: arrivals, completions, the end of a preempted job's grace period, node f
 recoveries, and the scheduler's own tick. At each instant all its events are applied, then
 the policy is asked once; its placements start (and will end after the job's remaining run),
 its preemptions signal their victims, which hold their GPUs through the grace period and then
-lose the work since their last checkpoint. Deterministic: ties break by insertion order and
-every random draw comes from one seeded generator.
+lose the work since their last checkpoint. A run cut short is settled as the leader settles
+it (core/settle.py): requeued, counted as a preemption or spending a restart, or given up.
+Deterministic: ties break by insertion order and every random draw comes from one seeded
+generator.
 """
 import heapq
 import itertools
@@ -15,6 +17,9 @@ from dataclasses import dataclass, field, replace
 
 from scheduling.core import model as core
 from scheduling.core.decisions import Decisions
+from scheduling.core.settle import (
+    Action, Attempt, EndedTask, FailureClass, Outcome, RestartPolicy, StopReason, TaskEnd, settle,
+)
 from scheduling.sim.trace import TraceJob
 
 ARRIVE, FINISH, STOP, FAIL, RECOVER, TICK, SAMPLE = "arrive", "finish", "stop", "fail", "recover", "tick", "sample"
@@ -43,6 +48,8 @@ class SimConfig:
     decision_step_s: float = 0.0
     step_growth: float = 0.0
     max_step_s: float = 3600.0
+    # Every job's restart policy (a trace says nothing of its own): the spec's defaults.
+    restart_policy: RestartPolicy = field(default_factory=RestartPolicy)
 
 
 @dataclass
@@ -53,7 +60,9 @@ class Record:
     done_s: float = 0.0  # work saved so far (completed checkpoints, or all of it once finished)
     first_start: float | None = None
     end: float | None = None
-    preemptions: int = 0
+    preemptions: int = 0  # the job's counters, as the store keeps them
+    restarts_used: int = 0
+    failed_at: float | None = None  # no restarts left: given up
     lost_gpu_s: float = 0.0
     gpu_s: float = 0.0  # GPU-seconds it held, lost work included
     yields_to: int | None = None  # the job it was last preempted for
@@ -220,7 +229,7 @@ class Simulation:
         self.node_state[node_name] = core.NodeState.LOST
         for job_id, run in list(self.running.items()):
             if any(task.node == node_name for task in run.placement.tasks):
-                self._interrupt(job_id)
+                self._interrupt(job_id, lost_node=node_name)
         self._at(self.now + self.config.failure_downtime_s, RECOVER, node_name)
 
     def _on_recover(self, node_name: str) -> None:
@@ -246,8 +255,9 @@ class Simulation:
         if self.pending or self.running:
             self._at(self.now + self.config.sample_s, SAMPLE, None)
 
-    def _interrupt(self, job_id: int) -> None:
-        """The run ends early: the work since the last checkpoint is lost, the job waits again."""
+    def _interrupt(self, job_id: int, lost_node: str | None = None) -> None:
+        """The run ends early, preempted or with `lost_node`: the work since the last
+        checkpoint is lost, and the job waits again or, settled as failed, gives up."""
         run = self.running.pop(job_id)
         record = self.records[job_id]
         elapsed = self.now - run.started
@@ -256,8 +266,13 @@ class Simulation:
         record.gpu_s += elapsed * record.job.gpus
         record.lost_gpu_s += (elapsed - saved) * record.job.gpus
         record.done_s = min(record.job.duration, record.done_s + saved)
-        record.preemptions += 1
         record.yields_to = run.preempted_for
+        verdict = settle(Attempt(restarts_used=record.restarts_used, preemptions=record.preemptions),
+                         _outcome(run, lost_node), self.config.restart_policy)
+        if verdict.action != Action.REQUEUE:
+            record.failed_at = self.now
+            return
+        setattr(record, verdict.counter.value, verdict.count)
         self.pending[job_id] = record.job
         self.pending_views.pop(job_id, None)
 
@@ -352,6 +367,19 @@ class Simulation:
         horizon = max((job.submit + job.duration for job in self.jobs), default=0.0)
         for _ in range(self.config.node_failures):
             self._at(rng.uniform(0, horizon), FAIL, rng.choice(self.nodes).name)
+
+
+def _outcome(run: Run, lost_node: str | None) -> Outcome:
+    """How the run's ranks end, as the store records it: preempted at the end of the grace
+    period; or, with a node lost, the ranks there FAILED (INFRA) and the others stopped for
+    them (a preemption under way stays the reason of both)."""
+    if lost_node is None:
+        return Outcome(tuple(EndedTask(t.rank, TaskEnd.PREEMPTED, FailureClass.INFRA, StopReason.PREEMPTED)
+                             for t in run.placement.tasks))
+    asked = StopReason.PREEMPTED if run.stopping else ""
+    return Outcome(tuple(EndedTask(t.rank, TaskEnd.FAILED, FailureClass.INFRA,
+                                   asked if t.node == lost_node else asked or StopReason.PEER_FAILED)
+                         for t in run.placement.tasks))
 
 
 def check_no_overcommit(nodes: list[core.Node], running: list[core.RunningJob]) -> None:

@@ -42,6 +42,8 @@ def summarize(sim: Simulation, *, entitlements: dict[str, float]) -> dict:
         "wait_by_size_s": _wait_by_size(done), "wait_by_team_s": _wait_by_team(done),
         "jain_fairness": round(_fairness(sim, entitlements), 4),
         "preemptions": sum(r.preemptions for r in sim.records.values()),
+        "restarts": sum(r.restarts_used for r in sim.records.values()),
+        "gave_up": sum(r.failed_at is not None for r in sim.records.values()),
         "gpu_hours_lost": round(sum(r.lost_gpu_s for r in sim.records.values()) / 3600, 1),
         "decisions": sim.decisions,
     }

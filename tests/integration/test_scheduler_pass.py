@@ -7,10 +7,10 @@ from django.utils import timezone
 
 from agents.models import Node
 from mlqueue.celery import app as celery_app
-from scheduling import reports
+from scheduling import lifecycle, reports
 from scheduling.fencing import Deposed
 from scheduling.models import Job, JobEvent, SchedulerLease, Signal, Task
-from scheduling.reconcile import backoff_seconds
+from scheduling.reconcile import restart_policy
 from scheduling.services import do_cancel_job
 from scheduling.worker import run_pass
 from tests.conftest import make_spec
@@ -121,11 +121,12 @@ def test_preempted_gang_is_requeued_whole_and_resumes_with_a_new_attempt(api, le
     run_pass(epoch=leader)  # requeue the gang; the urgent job takes a node
 
     victim.refresh_from_db()
-    assert (victim.restarts_used, victim.retries_used) == (1, 0)
+    assert (victim.preemptions, victim.restarts_used, victim.retries_used) == (1, 0, 0)
     assert set(victim.tasks.values_list("state", flat=True)) == {"PENDING"}
     assert set(urgent.tasks.values_list("state", flat=True)) == {"ASSIGNED"}
     retry = JobEvent.objects.get(job=victim, kind="RETRY")
-    assert retry.message == ("preempted; restart 1 of 20, resuming from its checkpoint (retries not spent)")
+    assert retry.message == (
+        "preempted; requeued, resuming from its checkpoint (preemption 1; restarts and retries not spent)")
     reports.do_report_exited(job_id=urgent.pk, rank=0, attempt=1, exit_code=0)  # frees the node
     run_pass(epoch=leader)
     assert set(victim.tasks.values_list("state", "attempt")) == {("ASSIGNED", 2)}
@@ -143,7 +144,7 @@ def test_app_failures_back_off_and_stop_at_max_retries(api, leader):
         job.refresh_from_db()
         if retry < 2:
             assert job.retries_used == retry + 1 and job.state == "PENDING"
-            assert job.not_before == now + timedelta(seconds=backoff_seconds(retry))
+            assert job.not_before == now + timedelta(seconds=restart_policy(job).backoff_s(retry))
             run_pass(epoch=leader, now=now + timedelta(seconds=1))
             assert job.tasks.get().state == "PENDING"  # still backing off
             assert Job.objects.get(pk=job.pk).pending_reason_code == "BACKOFF"
@@ -171,8 +172,9 @@ def test_infra_failures_do_not_spend_retries(api, leader):
     run_pass(epoch=leader)
     for restart in range(4):
         run_all_ranks(job)
-        Task.objects.filter(job=job).update(stop_reason="PREEMPTED")  # as if evicted
-        reports.do_report_exited(job_id=job.pk, rank=0, attempt=restart + 1, exit_code=143)
+        task = job.tasks.get()  # its node is lost (agents/failures.py fails its tasks so)
+        lifecycle.transition_task(task, to_state="FAILED", attempt=task.attempt, actor_name="scheduler",
+                                  reason="NODE_LOST", message="node lost", failure_class="INFRA")
         run_pass(epoch=leader)  # requeued, and placed again at once on the idle cluster
         job.refresh_from_db()
         if restart < 3:
@@ -257,8 +259,6 @@ def test_a_late_report_about_an_old_attempt_cannot_end_the_new_one(api, leader):
     task = job.tasks.get()
     assert (task.state, task.attempt) == ("RUNNING", 2)
     # A duplicate of attempt 1's exit report, read before the retry and applied after it:
-    from scheduling import lifecycle
-
     assert lifecycle.transition_task(task, to_state="FAILED", attempt=1, failure_class="APP") is False
     assert reports.do_report_exited(job_id=job.pk, rank=0, attempt=1, exit_code=1) is None
     assert job.tasks.get().state == "RUNNING"

@@ -1,0 +1,217 @@
+"""What an attempt that ended without success means: the user's cancel, a final failure, or a
+new attempt, and which budget that attempt spends.
+
+`settle()` takes the first of five rules that applies:
+1. The user cancelled (asked to, or a rank ended CANCELLED) -> cancel: their word beats any
+   retry.
+2. A rank ran past `max_runtime_hours` -> fail (TIMEOUT): a new attempt would run as long.
+3. A rank failed by itself (APP: an exit nobody asked for) -> retry after an exponential
+   back-off, spending one of `max_retries`; none left -> fail (APP).
+4. The scheduler stopped the attempt to make room (a rank PREEMPTED, or DRAIN: a drain or a
+   spot reclaim) and no rank was lost on its own -> requeue, counting a preemption and
+   spending nothing (seed 000: preemptions do not use up the retry budget); only
+   `on_preemption: fail` fails the job.
+5. Anything else is the infrastructure's (a node lost, an agent that lost its task) ->
+   restart, spending one of `max_restarts`; none left, or `on_node_failure: fail` -> fail
+   (INFRA).
+
+Pure, like the scheduler: no Django, no I/O, no clock. A verdict's back-off is a delay that
+the caller adds to its own `now`. The leader (scheduling/reconcile.py) and the simulator
+(scheduling/sim/engine.py) both decide here.
+"""
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class TaskEnd(StrEnum):
+    """How a rank's attempt ended (the store's task states of the same names)."""
+
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    PREEMPTED = "PREEMPTED"
+    CANCELLED = "CANCELLED"
+
+
+class FailureClass(StrEnum):
+    """Whose fault an ended rank was (the store's failure classes of the same names)."""
+
+    INFRA = "INFRA"
+    APP = "APP"
+    TIMEOUT = "TIMEOUT"
+    CANCELLED = "CANCELLED"
+
+
+class StopReason(StrEnum):
+    """Why the scheduler asked a rank to stop before it ended (the store's stop reasons)."""
+
+    PREEMPTED = "PREEMPTED"
+    CANCELLED = "CANCELLED"
+    TIMEOUT = "TIMEOUT"
+    DRAIN = "DRAIN"
+    PEER_FAILED = "PEER_FAILED"
+
+
+class RestartMode(StrEnum):
+    RESUME = "resume_from_checkpoint"
+    RESTART = "restart"
+    FAIL = "fail"
+
+
+class Action(StrEnum):
+    CANCEL = "cancel"
+    FAIL = "fail"
+    REQUEUE = "requeue"
+
+
+class Counter(StrEnum):
+    """The job's counter a requeue raises (named as the job's columns)."""
+
+    RETRIES = "retries_used"
+    RESTARTS = "restarts_used"
+    PREEMPTIONS = "preemptions"  # counted, never a budget
+
+
+class SettleCode(StrEnum):
+    CANCELLED = "CANCELLED"
+    TIMEOUT = "TIMEOUT"
+    RETRY = "RETRY"
+    NO_RETRIES_LEFT = "NO_RETRIES_LEFT"
+    PREEMPTED = "PREEMPTED"
+    RESTART = "RESTART"
+    NO_RESTARTS_LEFT = "NO_RESTARTS_LEFT"
+    POLICY_FAILS = "POLICY_FAILS"  # the restart policy says fail
+
+
+# Stops that make room for other work: they end an attempt without anyone's fault.
+MAKING_ROOM = frozenset({StopReason.PREEMPTED, StopReason.DRAIN})
+# Stops asked for because of something else (another rank, the user, the clock): a rank
+# with one of these was not lost on its own even if its node went with it.
+STOPPED_FOR_A_REASON = MAKING_ROOM | {StopReason.PEER_FAILED, StopReason.CANCELLED, StopReason.TIMEOUT}
+
+
+@dataclass(frozen=True, slots=True)
+class EndedTask:
+    """One rank as its attempt ended."""
+
+    rank: int
+    state: TaskEnd
+    failure_class: str = ""
+    stop_reason: str = ""
+    exit_code: int | None = None
+    exit_signal: str = ""
+
+    @property
+    def unsuccessful(self) -> bool:
+        return self.state in (TaskEnd.FAILED, TaskEnd.PREEMPTED)
+
+    def how(self) -> str:
+        return f"exit code {self.exit_code}" if self.exit_code is not None else f"signal {self.exit_signal}"
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How the attempt ended: each rank's end, and whether the user has asked to cancel."""
+
+    tasks: tuple[EndedTask, ...]
+    cancel_requested: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """The job's counters before this verdict."""
+
+    retries_used: int = 0
+    restarts_used: int = 0
+    preemptions: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RestartPolicy:
+    """The job's restart policy, and the cluster's back-off settings."""
+
+    max_retries: int = 2
+    max_restarts: int = 20
+    on_preemption: RestartMode = RestartMode.RESUME
+    on_node_failure: RestartMode = RestartMode.RESUME
+    checkpointing: bool = False
+    max_runtime_hours: float = 168.0
+    backoff_base_s: float = 30.0
+    backoff_max_s: float = 3600.0
+
+    def backoff_s(self, retries_used: int) -> float:
+        """Exponential back-off before retry n+1: base x 2^n, capped."""
+        return min(self.backoff_base_s * 2 ** retries_used, self.backoff_max_s)
+
+    def resumes(self, mode: RestartMode) -> str:
+        return "resuming from its checkpoint" if mode == RestartMode.RESUME and self.checkpointing else "from the start"
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    action: Action
+    code: SettleCode
+    message: str  # shown to the job's owner as is
+    failure_class: str = ""  # the job's final failure class (fail, cancel)
+    counter: Counter | None = None  # what a requeue raises, to `count`
+    count: int = 0
+    backoff_s: float = 0.0  # a requeue is not placed again before this many seconds
+
+
+def settle(attempt: Attempt, outcome: Outcome, policy: RestartPolicy) -> Verdict:
+    ended = sorted((t for t in outcome.tasks if t.unsuccessful), key=lambda t: t.rank)
+    if outcome.cancel_requested or any(t.state == TaskEnd.CANCELLED for t in outcome.tasks):
+        return Verdict(Action.CANCEL, SettleCode.CANCELLED, "cancelled", FailureClass.CANCELLED)
+    if any(t.failure_class == FailureClass.TIMEOUT for t in ended):
+        return Verdict(Action.FAIL, SettleCode.TIMEOUT, f"ran past max_runtime_hours ({policy.max_runtime_hours:g} h)",
+                       FailureClass.TIMEOUT)
+    failed = next((t for t in ended if t.failure_class == FailureClass.APP), None)
+    if failed is not None:
+        return _after_app_failure(failed, attempt, policy)
+    if _made_room(ended):
+        return _after_preemption(ended, attempt, policy)
+    return _after_infra_failure(attempt, policy)
+
+
+def _after_app_failure(failed: EndedTask, attempt: Attempt, policy: RestartPolicy) -> Verdict:
+    what = f"rank {failed.rank} failed ({failed.how()})"
+    if attempt.retries_used >= policy.max_retries:
+        return Verdict(Action.FAIL, SettleCode.NO_RETRIES_LEFT,
+                       f"{what}; no retries left ({policy.max_retries} allowed)", FailureClass.APP)
+    delay, retry = policy.backoff_s(attempt.retries_used), attempt.retries_used + 1
+    return Verdict(Action.REQUEUE, SettleCode.RETRY,
+                   f"{what}; retry {retry} of {policy.max_retries} after {delay:.0f} s back-off",
+                   counter=Counter.RETRIES, count=retry, backoff_s=delay)
+
+
+def _made_room(ended: list[EndedTask]) -> bool:
+    """The scheduler stopped a rank to make room, and no rank was lost on its own (that would
+    be a failure, whatever else was going on)."""
+    lost_on_its_own = any(t.failure_class == FailureClass.INFRA and t.stop_reason not in STOPPED_FOR_A_REASON
+                          for t in ended)
+    return not lost_on_its_own and any(t.stop_reason in MAKING_ROOM for t in ended)
+
+
+def _after_preemption(ended: list[EndedTask], attempt: Attempt, policy: RestartPolicy) -> Verdict:
+    what = "preempted" if any(t.stop_reason == StopReason.PREEMPTED for t in ended) else "drained off its node"
+    if policy.on_preemption == RestartMode.FAIL:
+        return Verdict(Action.FAIL, SettleCode.POLICY_FAILS, f"{what}, and its restart policy says fail",
+                       FailureClass.INFRA)
+    count = attempt.preemptions + 1
+    return Verdict(Action.REQUEUE, SettleCode.PREEMPTED,
+                   f"{what}; requeued, {policy.resumes(policy.on_preemption)} "
+                   f"(preemption {count}; restarts and retries not spent)",
+                   counter=Counter.PREEMPTIONS, count=count)
+
+
+def _after_infra_failure(attempt: Attempt, policy: RestartPolicy) -> Verdict:
+    what = "lost to an infrastructure failure"
+    if policy.on_node_failure == RestartMode.FAIL:
+        return Verdict(Action.FAIL, SettleCode.POLICY_FAILS, f"{what}, and its restart policy says fail",
+                       FailureClass.INFRA)
+    if attempt.restarts_used >= policy.max_restarts:
+        return Verdict(Action.FAIL, SettleCode.NO_RESTARTS_LEFT,
+                       f"{what}; no restarts left ({policy.max_restarts} allowed)", FailureClass.INFRA)
+    count = attempt.restarts_used + 1
+    return Verdict(Action.REQUEUE, SettleCode.RESTART,
+                   f"{what}; restart {count} of {policy.max_restarts}, {policy.resumes(policy.on_node_failure)} "
+                   "(retries not spent)", counter=Counter.RESTARTS, count=count)
