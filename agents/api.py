@@ -145,7 +145,7 @@ class AgentRegister(AgentView):
         node, token = services.do_agent_register(name=inventory.pop("name"), inventory=inventory,
                                                  credential=credential, raw=raw)
         return Response({"node": node.name, "token": token, "heartbeat_interval_s": settings.MLQ_HEARTBEAT_INTERVAL_S,
-                         "lease_s": settings.MLQ_AGENT_LEASE_S}, status=201)
+                         "lease_s": settings.MLQ_OUTAGE_BOUND_S}, status=201)
 
 
 class AgentHeartbeat(AgentView):

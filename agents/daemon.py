@@ -8,8 +8,12 @@ scheduler sends; reports starts, exits and log chunks; and obeys three safety ru
 - fencing: it refuses an assignment from an epoch older than the highest it has seen, and an
   attempt it has already run (remembered on disk across restarts);
 - reconnect: it kills whatever the server says it no longer assigns to this node;
-- lease: if it has not renewed its lease in time (by its own monotonic clock), it sends
-  SIGTERM, then SIGKILL, to all its tasks, before the server can call the node lost.
+- lease: its lease is the outage bound (MLQ_OUTAGE_BOUND_S, 5 minutes by default), counted
+  on its own monotonic clock from before the heartbeat that renewed it. Through a control-plane
+  outage shorter than that, its tasks run on. If it has not renewed by then, its tasks get
+  SIGTERM a grace before the deadline and SIGKILL at it, before the server can call the node
+  lost. Each task's supervisor enforces the same deadline from a file the agent rewrites at
+  each renewal, so a stopped or stuck agent's tasks die on time too.
 """
 import argparse
 import getpass
@@ -31,10 +35,16 @@ from agents.isolation import (
 from agents.outbox import Outbox
 from agents.machine import inventory
 from agents.runtime import DEFAULT_PASS_ENV, DIR_MODE, TaskProcess, check_pass_env
+from agents.supervise import write_lease
 
 log = logging.getLogger("mlqueue.agent")
 POLL_S = 0.2
 LEASE_KILL_GRACE_S = 5.0
+
+
+def kill_grace(lease_s: float) -> float:
+    """How long before the lease's end tasks get SIGTERM: 5 s, less for a short test lease."""
+    return min(LEASE_KILL_GRACE_S, lease_s / 4)
 
 
 class NodeAgent:
@@ -50,8 +60,8 @@ class NodeAgent:
         self.node_token_path = self.workdir / credentials.NODE_TOKEN_FILE
         self.tasks: dict[tuple[int, int, int], TaskProcess] = {}
         self.outbox = Outbox(self.name)  # events not yet accepted by the server
-        self.interval_s, self.lease_deadline = 5.0, 0.0
-        self.lease_killed_at: float | None = None
+        self.interval_s, self.lease_deadline, self.lease_grace_s = 5.0, 0.0, LEASE_KILL_GRACE_S
+        self.lease_path = self.workdir / "lease"
         self.state_path = self.workdir / "state.json"
         self.highest_epoch, self.seen = self._load_state()
         self.wake = threading.Event()
@@ -119,26 +129,31 @@ class NodeAgent:
             self.reap(task)
 
     def register(self) -> None:
-        """Join with this node's own token when the workdir has one (a restart), else with the
-        join token; keep trying (an admin may be resetting this node) until one is accepted."""
-        while not self.stopping.is_set():
-            held = list(self.credentials())
-            if not held:
-                log.error("%s: no node token in %s and no join token: give one with --token-file or "
-                          "MLQ_AGENT_JOIN_TOKEN", self.name, self.workdir)
-            for credential, what in held:
-                try:
-                    reply = self.client.post("agents/register", {**self.node, "task_isolation": self.task_users.mode},
-                                             token=credential)
-                except ApiError as exc:
-                    log.warning("%s: cannot register with the %s (%s)", self.name, what, exc)
-                    continue
-                except OSError as exc:
-                    log.warning("%s: cannot join yet (%s)", self.name, exc)
-                    break
-                self.joined(reply)
-                return
+        """Keep trying (an admin may be resetting this node) until a registration is accepted."""
+        while not self.stopping.is_set() and not self.try_register():
             self.stopping.wait(2.0)
+
+    def try_register(self) -> bool:
+        """Join with this node's own token when the workdir has one (a restart), else with the
+        join token. One round, so that a running agent that must register again (the server
+        forgot its token) goes on watching its tasks and its lease meanwhile."""
+        held = list(self.credentials())
+        if not held:
+            log.error("%s: no node token in %s and no join token: give one with --token-file or "
+                      "MLQ_AGENT_JOIN_TOKEN", self.name, self.workdir)
+        for credential, what in held:
+            try:
+                reply = self.client.post("agents/register", {**self.node, "task_isolation": self.task_users.mode},
+                                         token=credential)
+            except ApiError as exc:
+                log.warning("%s: cannot register with the %s (%s)", self.name, what, exc)
+                continue
+            except OSError as exc:
+                log.warning("%s: cannot join yet (%s)", self.name, exc)
+                return False
+            self.joined(reply)
+            return True
+        return False
 
     def credentials(self):
         node_token = credentials.read_private(self.node_token_path)
@@ -159,18 +174,24 @@ class NodeAgent:
             reply = self.client.post(f"agents/{self.name}/heartbeat", {"tasks": reported,
                                                                        "highest_epoch": self.highest_epoch})
         except ApiError as exc:
-            if exc.status == 401:
-                self.register()  # the server forgot this node's token (e.g. a new database)
             log.warning("%s: heartbeat refused (%s)", self.name, exc)
+            if exc.status == 401:
+                self.try_register()  # the server forgot this node's token (e.g. a new database)
             return False
         except OSError as exc:
             log.warning("%s: heartbeat failed (%s)", self.name, exc)
             return False
-        self.lease_deadline = sent_at + reply["lease_s"]
+        self.renewed(sent_at, reply["lease_s"])
         self.interval_s = reply["heartbeat_interval_s"]
         self.forget_reported_exits(reported)
         self.obey(reply)
         return True
+
+    def renewed(self, sent_at: float, lease_s: float) -> None:
+        """The lease runs `lease_s` from when the renewing heartbeat was sent; the tasks'
+        supervisors read the new deadline from the lease file."""
+        self.lease_deadline, self.lease_grace_s = sent_at + lease_s, kill_grace(lease_s)
+        write_lease(self.lease_path, until=self.lease_deadline, grace_s=self.lease_grace_s)
 
     def forget_reported_exits(self, reported: list[dict]) -> None:
         for item in reported:
@@ -213,6 +234,9 @@ class NodeAgent:
         why_not = self.refusal(assignment)
         if why_not:
             log.warning("%s: refusing job %s rank %s attempt %s: %s", self.name, *key, why_not)
+            if key in self.seen and key not in self.tasks:  # it ran here before this agent restarted: gone
+                self.outbox.append({"type": "exited", "job_id": key[0], "rank": key[1], "attempt": key[2],
+                                    "exit_code": None, "signal": "", "cause": "lost"})
             return None
         self.highest_epoch = max(self.highest_epoch, assignment["epoch"])
         self.seen.add(key)
@@ -220,8 +244,8 @@ class NodeAgent:
         user = None
         try:
             user = self.task_users.acquire(assignment.get("owner", ""))
-            task = TaskProcess(assignment, self.workdir, container_hook=self.container_hook, pass_env=self.pass_env,
-                               user=user)
+            task = TaskProcess(assignment, self.workdir, lease_file=self.lease_path, container_hook=self.container_hook,
+                               pass_env=self.pass_env, user=user)
         except OSError as exc:
             self.task_users.release(user)
             log.error("%s: cannot start job %s rank %s: %s", self.name, *key[:2], exc)
@@ -242,19 +266,22 @@ class NodeAgent:
                 log.info("%s: job %s rank %s attempt %s exited (%s)", self.name, *task.key,
                          task.exit_code if task.exit_code is not None else task.exit_signal)
                 self.outbox.append({"type": "exited", "job_id": task.job_id, "rank": task.rank,
-                                    "attempt": task.attempt, "exit_code": task.exit_code, "signal": task.exit_signal})
+                                    "attempt": task.attempt, "exit_code": task.exit_code, "signal": task.exit_signal,
+                                    "cause": task.cause})
 
     def enforce_lease(self) -> None:
-        """No renewal by the deadline: stop everything, SIGKILL what is left after a grace."""
+        """No renewal in time: SIGTERM a grace before the deadline, SIGKILL at it (the tasks'
+        supervisors do the same on their own)."""
         running = [t for t in self.tasks.values() if t.running]
-        if not running or time.monotonic() < self.lease_deadline:
-            self.lease_killed_at = None
+        now = time.monotonic()
+        if not running or now < self.lease_deadline - self.lease_grace_s:
             return
-        if self.lease_killed_at is None:
-            self.lease_killed_at = time.monotonic()
-            log.error("%s: lease expired without renewal: stopping %d task(s)", self.name, len(running))
-        name = "KILL" if time.monotonic() - self.lease_killed_at >= LEASE_KILL_GRACE_S else "TERM"
+        name = "KILL" if now >= self.lease_deadline else "TERM"
+        if any(name not in task.signals_sent for task in running):
+            log.error("%s: lease expired without renewal (the control plane is unreachable): SIG%s to %d task(s)",
+                      self.name, name, len(running))
         for task in running:
+            task.cause = "lease_expired"
             task.send(name)
 
     def flush_events(self) -> None:

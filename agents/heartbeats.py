@@ -142,7 +142,7 @@ def reply(node: NodeView, reported: list[dict], now, *, reload) -> dict:
     known = {(item["job_id"], item["rank"], item["attempt"]) for item in reported}
     new = [t for t in node.tasks
            if t.state == TaskState.ASSIGNED and not t.stop_reason and (t.job_id, t.rank, t.attempt) not in known]
-    lease_s = settings.MLQ_AGENT_LEASE_S
+    lease_s = settings.MLQ_OUTAGE_BOUND_S
     return {
         "lease_s": lease_s,
         "lease_until": (now + timedelta(seconds=lease_s)).isoformat(),

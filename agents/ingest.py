@@ -66,7 +66,7 @@ def apply_event(node_name: str, event: dict, *, now) -> None:
         reports.do_report_started(job_id=job_id, rank=rank, attempt=attempt, now=now)
     elif kind == "exited":
         reports.do_report_exited(job_id=job_id, rank=rank, attempt=attempt, exit_code=event["exit_code"],
-                                 signal=event["signal"], now=now)
+                                 signal=event["signal"], cause=event.get("cause", ""), now=now)
     elif kind == "checkpoint":
         reports.do_report_checkpoint(job_id=job_id, attempt=attempt, at=now)
     elif kind == "dropped":

@@ -1,47 +1,172 @@
-"""When each node was last heard from. Kept in Redis (a sorted set: node -> last heartbeat),
-never in Postgres: 2,500 nodes every 5 s would be 500 writes a second. Embedded (no Redis),
-the local file cache stands in, shared by the processes of the one machine."""
+"""When each node was last heard from.
+
+Two records, so that Redis stays a cache:
+- Redis (a sorted set: node -> last heartbeat), written on every heartbeat: the fresh one;
+- Postgres (`Node.last_heartbeat_at`), written in batches: each web process remembers the
+  nodes it answered and writes them all in one statement every MLQ_LIVENESS_FLUSH_S (every
+  second while Redis fails), never a write per heartbeat.
+The leader reads both and takes the later time. Redis losing its data, or being down, then
+costs nothing but freshness, and the leader restarts its failure-detection clocks when it
+notices (agents/failures.py). Embedded (no Redis), the local file cache stands in for Redis.
+
+A Redis that fails is not asked again for a few seconds (a circuit breaker): a heartbeat
+must not wait for a connect timeout each time."""
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
 import redis
 from django.conf import settings
 from django.core.cache import cache
+from django.db import DatabaseError, connection
+
+from agents.models import Node
+from mlqueue.breaker import RedisBreaker
+
+log = logging.getLogger(__name__)
 
 ZSET = "mlq:heartbeats"
+# Set by the leader when it first reads this Redis: missing means Redis lost its data.
+SENTINEL = "mlq:heartbeats:since"
 KEY = "mlq:hb:{}"
 TTL_S = 24 * 3600
-_client = None
+FAST_FLUSH_S = 1.0
+FLUSH_SQL = f"""UPDATE {Node._meta.db_table} AS n SET last_heartbeat_at = v.at
+FROM (VALUES {{rows}}) AS v(name, at)
+WHERE n.name = v.name AND (n.last_heartbeat_at IS NULL OR n.last_heartbeat_at < v.at)
+"""
 
 
-def _redis():
-    global _client
-    if _client is None and settings.REDIS_URL:
-        _client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
-    return _client
+_redis = RedisBreaker("liveness (heartbeats go to Postgres meanwhile)")
+
+
+@dataclass
+class Pending:
+    """Heartbeats answered by this process, not yet written to Postgres."""
+
+    heard: dict[str, float] = field(default_factory=dict)
+    next_flush: float = field(default_factory=lambda: time.monotonic() + settings.MLQ_LIVENESS_FLUSH_S)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+_pending = Pending()
 
 
 def record(node_name: str, at: float) -> None:
-    client = _redis()
-    if client is not None:
-        client.zadd(ZSET, {node_name: at})
-    else:
+    """A heartbeat from `node_name` at `at` (epoch seconds). Never raises for Redis."""
+    with _pending.lock:
+        _pending.heard[node_name] = max(at, _pending.heard.get(node_name, at))
+    _record_fresh(node_name, at)
+    if time.monotonic() >= _pending.next_flush:
+        flush()
+
+
+def _record_fresh(node_name: str, at: float) -> None:
+    if not settings.REDIS_URL:
         cache.set(KEY.format(node_name), at, TTL_S)
+        return
+    client = _redis.client()
+    if client is None:
+        return
+    try:
+        client.zadd(ZSET, {node_name: at})
+    except redis.RedisError as exc:
+        _redis.failed(exc)
+    else:
+        _redis.worked()
 
 
-def last_seen(node_names: list[str]) -> dict[str, float]:
-    """node -> epoch seconds of its last heartbeat (absent if never heard from)."""
-    client = _redis()
-    if client is not None:
-        if not node_names:
-            return {}
-        scores = client.zmscore(ZSET, node_names)
-        return {name: score for name, score in zip(node_names, scores) if score is not None}
-    found = cache.get_many([KEY.format(name) for name in node_names])
-    prefix = len(KEY.format(""))
-    return {key[prefix:]: value for key, value in found.items()}
+def flush() -> int:
+    """Write the heartbeats heard since the last flush in one statement; on a database error
+    keep them for the next try. Returns how many nodes were written."""
+    with _pending.lock:
+        heard, _pending.heard = _pending.heard, {}
+        _pending.next_flush = time.monotonic() + (FAST_FLUSH_S if _redis.failing else settings.MLQ_LIVENESS_FLUSH_S)
+    if not heard:
+        return 0
+    rows = ", ".join(["(%s, %s::timestamptz)"] * len(heard)) if connection.vendor == "postgresql" else None
+    try:
+        if rows is None:
+            _flush_each(heard)
+        else:
+            params = [value for name, at in heard.items() for value in (name, _moment(at))]
+            with connection.cursor() as cursor:
+                cursor.execute(FLUSH_SQL.format(rows=rows), params)
+    except DatabaseError as exc:
+        log.warning("could not write %d heartbeats to Postgres (%s); keeping them for the next try", len(heard), exc)
+        with _pending.lock:
+            for name, at in heard.items():
+                _pending.heard[name] = max(at, _pending.heard.get(name, at))
+        return 0
+    return len(heard)
+
+
+def _flush_each(heard: dict[str, float]) -> None:
+    """SQLite (embedded, one machine): no VALUES join in UPDATE; a few nodes at most."""
+    for name, at in heard.items():
+        Node.objects.filter(name=name).exclude(last_heartbeat_at__gte=_moment(at)).update(last_heartbeat_at=_moment(at))
+
+
+def _moment(at: float) -> datetime:
+    return datetime.fromtimestamp(at, tz=timezone.utc)
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What the leader knows: node -> last heartbeat (epoch seconds), from Redis and Postgres
+    together; whether Redis answered, and whether it had lost its data since the last read."""
+
+    at: dict[str, float]
+    redis_answered: bool
+    redis_lost_data: bool
+
+
+def last_seen(nodes: list[Node], *, now: float) -> Seen:
+    """The later of Redis's and Postgres's record for each node (absent if neither has one)."""
+    fresh, answered, lost = _fresh(nodes, now=now)
+    at = {}
+    for node in nodes:
+        times = [t for t in (fresh.get(node.name), node.last_heartbeat_at and node.last_heartbeat_at.timestamp())
+                 if t]
+        if times:
+            at[node.name] = max(times)
+    return Seen(at, answered, lost)
+
+
+def _fresh(nodes: list[Node], *, now: float) -> tuple[dict[str, float], bool, bool]:
+    names = [node.name for node in nodes]
+    if not settings.REDIS_URL:
+        found = cache.get_many([KEY.format(name) for name in names]) if names else {}
+        prefix = len(KEY.format(""))
+        return {key[prefix:]: value for key, value in found.items()}, True, False
+    client = _redis.client()
+    if client is None:
+        return {}, False, False
+    if not names:
+        return {}, True, False
+    try:
+        created, scores = client.pipeline(transaction=False).set(SENTINEL, now, nx=True).zmscore(ZSET, names).execute()
+    except redis.RedisError as exc:
+        _redis.failed(exc)
+        return {}, False, False
+    _redis.worked()
+    return {name: score for name, score in zip(names, scores) if score is not None}, True, bool(created)
+
+
+def last_heard(names: list[str]) -> dict[str, float]:
+    """node -> its last heartbeat (epoch seconds), for pages and tests."""
+    nodes = list(Node.objects.filter(name__in=names))
+    return last_seen(nodes, now=time.time()).at
 
 
 def forget_all() -> None:
-    """For tests: every node as never heard from."""
-    client = _redis()
+    """For tests: every node as never heard from, by a Redis the leader has already read."""
+    client = _redis.client()
     if client is not None:
         client.delete(ZSET)
+        client.set(SENTINEL, time.time())
     cache.clear()
+    with _pending.lock:
+        _pending.heard.clear()

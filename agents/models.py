@@ -1,4 +1,4 @@
-"""The node inventory. Liveness (heartbeats) lives in Redis; only state changes land here.
+"""The node inventory. Liveness (heartbeats) lives in Redis, and in batches here (agents/liveness.py).
 
 A node's `state` is what the scheduler reads: its health (NEW, READY, SUSPECT, LOST, from
 heartbeats) unless it is READY, in which case an admin's CORDONED or DRAINING shows instead."""
@@ -47,6 +47,9 @@ class Node(models.Model):
     state_changed_at = models.DateTimeField(default=timezone.now)
     registered_at = models.DateTimeField(default=timezone.now)
     first_heartbeat_at = models.DateTimeField(null=True, blank=True)
+    # Written in batches by the web processes (agents/liveness.py), not per heartbeat: the
+    # liveness that survives Redis losing its data.
+    last_heartbeat_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["zone", "rack", "name"]

@@ -16,6 +16,8 @@ MAX_LABELS, MAX_LABEL_VALUE = 64, 63
 MAX_LOG_CHUNK = 64 * 1024
 # A host name: it becomes part of URLs (/api/v1/agents/NAME/...) and of the agent's workdir.
 NODE_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,251}[A-Za-z0-9])?\Z")
+# Why a task exited when not by itself: its node's lease ran out, or it was lost in an agent restart.
+EXIT_CAUSES = ["", "lease_expired", "lost"]
 NODE_NAME_RULE = "letters, digits, '.', '_' and '-', starting and ending with a letter or digit (a host name)."
 
 
@@ -55,6 +57,7 @@ class RunningSerializer(AttemptSerializer):
     exit_code = StrictIntegerField(required=False, allow_null=True, default=None, min_value=-INT32 - 1,
                                    max_value=INT32)
     signal = StrictStringField(required=False, allow_blank=True, default="", max_length=10)
+    cause = serializers.ChoiceField(EXIT_CAUSES, required=False, default="")
 
 
 class HeartbeatSerializer(serializers.Serializer):
@@ -67,6 +70,7 @@ class EventSerializer(AttemptSerializer):
     exit_code = StrictIntegerField(required=False, allow_null=True, default=None, min_value=-INT32 - 1,
                                    max_value=INT32)
     signal = StrictStringField(required=False, allow_blank=True, default="", max_length=10)
+    cause = serializers.ChoiceField(EXIT_CAUSES, required=False, default="")
     stream = serializers.ChoiceField(["stdout", "stderr"], required=False, default="stdout")
     offset = StrictIntegerField(min_value=0, max_value=INT64, required=False, default=0)  # in characters
     data = StrictStringField(required=False, allow_blank=True, default="", max_length=MAX_LOG_CHUNK,

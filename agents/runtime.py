@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agents.isolation import TaskUser
+from agents.supervise import LEASE_EXPIRED
 
 LOG_CHUNK_BYTES = 32 * 1024
 # What a task may see of the agent's own environment, unless --pass-env says otherwise.
@@ -105,8 +106,8 @@ class Stream:
 
 
 class TaskProcess:
-    def __init__(self, assignment: dict, workdir: Path, *, container_hook: str = "", pass_env=DEFAULT_PASS_ENV,
-                 user: TaskUser | None = None):
+    def __init__(self, assignment: dict, workdir: Path, *, lease_file: Path, container_hook: str = "",
+                 pass_env=DEFAULT_PASS_ENV, user: TaskUser | None = None):
         self.job_id, self.rank, self.attempt = assignment["job_id"], assignment["rank"], assignment["attempt"]
         self.grace_s = assignment.get("grace_period_seconds", 30)
         self.user = user
@@ -122,6 +123,10 @@ class TaskProcess:
         self.streams = [Stream(self.dir / "stdout.log", "stdout"), Stream(self.dir / "stderr.log", "stderr")]
         self.exit_code: int | None = None
         self.exit_signal = ""
+        # Why it ended, when not by itself: "lease_expired" (its supervisor or the agent stopped it
+        # because the node's lease ran out) or "lost" (it ran here before the agent restarted).
+        self.cause = ""
+        self.lease_file, self.status_file = lease_file, self.dir / "status"
         self.signals_sent: set[str] = set()
         env = task_environment(assignment["env"], pass_env=pass_env, workdir=self.work, user=user)
         self.process = self._spawn(assignment, container_hook, env)
@@ -135,7 +140,8 @@ class TaskProcess:
         # empty environment: nothing of the task's (PYTHONPATH, LD_PRELOAD, its directory on
         # sys.path) may run inside a process of the agent's user.
         who = ["--uid", str(self.user.uid), "--gid", str(self.user.gid)] if self.user else []
-        return [sys.executable, "-I", "-m", "agents.supervise", "--env-fd", str(env_fd), *who, "--", *command]
+        return [sys.executable, "-I", "-m", "agents.supervise", "--env-fd", str(env_fd), "--lease-file",
+                str(self.lease_file), "--status-file", str(self.status_file), *who, "--", *command]
 
     def _spawn(self, assignment: dict, container_hook: str, env: dict) -> subprocess.Popen:
         out, err = (stream.open_for_writing() for stream in self.streams)
@@ -173,7 +179,15 @@ class TaskProcess:
             self.exit_signal = signal.Signals(-code).name
         else:
             self.exit_code = code
+        if not self.cause and self._supervisor_status() == LEASE_EXPIRED:
+            self.cause = "lease_expired"
         return True
+
+    def _supervisor_status(self) -> str:
+        try:
+            return self.status_file.read_text().strip()
+        except OSError:
+            return ""
 
     def send(self, name: str) -> None:
         """TERM or KILL to the whole process group, each at most once."""
@@ -199,7 +213,7 @@ class TaskProcess:
     def report(self) -> dict:
         state = "running" if self.running else "exited"
         return {"job_id": self.job_id, "rank": self.rank, "attempt": self.attempt, "state": state,
-                "exit_code": self.exit_code, "signal": self.exit_signal}
+                "exit_code": self.exit_code, "signal": self.exit_signal, "cause": self.cause}
 
     def log_events(self, final: bool = False) -> list[dict]:
         events = []

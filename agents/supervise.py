@@ -1,5 +1,5 @@
 """The process between the agent and a task:
-`python -I -m agents.supervise --env-fd N [--uid U --gid G] -- COMMAND...`.
+`python -I -m agents.supervise --env-fd N --lease-file F --status-file S [--uid U --gid G] -- COMMAND...`.
 
 It runs COMMAND in its own process group, with the environment read from file descriptor N
 (as user U and group G, with no other groups and a private umask, when given: the agent's user
@@ -9,6 +9,12 @@ empty environment of its own), and
   forked, not just the first process);
 - kills the whole group if the agent dies (it is reparented), so an agent killed with
   SIGKILL leaves nothing running that the scheduler could start again elsewhere;
+- enforces the node's lease itself: the agent writes its lease deadline to F (a monotonic
+  time, the system-wide CLOCK_MONOTONIC) each time it renews; past the deadline minus the
+  kill grace this process sends SIGTERM to the group, and SIGKILL at the deadline, and notes
+  "lease-expired" in S. An agent that is stopped (SIGSTOP), stuck or partitioned cannot
+  renew, and its tasks are dead by the deadline all the same: before the leader may requeue
+  them elsewhere (README, "Outages");
 - exits as COMMAND did: with its exit code, or by the same signal.
 On Linux the kernel also tells it at once when the agent dies (PR_SET_PDEATHSIG with
 SIGHUP, whose handler kills the group); the reparenting check is the portable second line.
@@ -34,12 +40,17 @@ def notice_parent_death() -> None:
         pass  # not Linux: the reparenting watch below still applies
 
 
-USAGE = "usage: python -I -m agents.supervise --env-fd N [--uid U --gid G] -- COMMAND..."
-OPTIONS = ("--env-fd", "--uid", "--gid")
+USAGE = ("usage: python -I -m agents.supervise --env-fd N --lease-file F --status-file S [--uid U --gid G] "
+         "-- COMMAND...")
+REQUIRED = ("--env-fd", "--lease-file", "--status-file")
+OPTIONS = (*REQUIRED, "--uid", "--gid")
+NUMBERS = ("--env-fd", "--uid", "--gid")
+LEASE_EXPIRED = "lease-expired"
 
 
-def parse(argv: list[str]) -> tuple[dict, list[str]]:
-    """(Popen's options for COMMAND, COMMAND); raises ValueError on a bad command line.
+def parse(argv: list[str]) -> tuple[dict, dict, list[str]]:
+    """(Popen's options for COMMAND, the lease and status files, COMMAND); raises ValueError on
+    a bad command line.
 
     The task's environment comes through a file descriptor, not this process's environment:
     this process may be root, and a task's LD_PRELOAD or PYTHONPATH must not reach it."""
@@ -47,22 +58,68 @@ def parse(argv: list[str]) -> tuple[dict, list[str]]:
         raise ValueError(USAGE)
     options, command = argv[:argv.index("--")], argv[argv.index("--") + 1:]
     pairs = dict(zip(options[0::2], options[1::2]))
-    if not command or len(options) % 2 or set(pairs) - set(OPTIONS) or "--env-fd" not in pairs \
-            or ("--uid" in pairs) != ("--gid" in pairs):
+    if not command or len(options) % 2 or set(pairs) not in (set(REQUIRED), set(OPTIONS)):
         raise ValueError(USAGE)
-    numbers = {name: int(value) for name, value in pairs.items()}
+    numbers = {name: int(value) for name, value in pairs.items() if name in NUMBERS}
     with os.fdopen(numbers["--env-fd"], "rb") as handle:
         popen = {"env": json.loads(handle.read())}
     if "--uid" in numbers:
         popen.update(user=numbers["--uid"], group=numbers["--gid"], extra_groups=[], umask=0o077)
-    return popen, command
+    return popen, {"lease": pairs["--lease-file"], "status": pairs["--status-file"]}, command
+
+
+def write_lease(path, *, until: float, grace_s: float) -> None:
+    """The agent's side: its lease runs until `until` (time.monotonic(), system-wide); tasks
+    get SIGTERM `grace_s` before it. Replaced atomically: a reader never sees half a file."""
+    tmp = f"{path}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(json.dumps({"until": until, "grace_s": grace_s}))
+    os.replace(tmp, path)
+
+
+def read_lease(path) -> tuple[float, float] | None:
+    try:
+        with open(path) as handle:
+            lease = json.load(handle)
+        return float(lease["until"]), float(lease["grace_s"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+class LeaseWatch:
+    """Stops the task's group when the node's lease runs out, whatever the agent is doing."""
+
+    def __init__(self, files: dict, group: int):
+        self.lease_path, self.status_path, self.group = files["lease"], files["status"], group
+        self.until, self.grace_s = read_lease(self.lease_path) or (0.0, 0.0)
+        self.terminated = False
+
+    def check(self) -> None:
+        self.until, self.grace_s = read_lease(self.lease_path) or (self.until, self.grace_s)
+        now = time.monotonic()
+        if now >= self.until:
+            self._note(f"the node agent's lease ran out {now - self.until:.1f} s ago: SIGKILL")
+            _signal_group(self.group, signal.SIGKILL, spare_self=False)
+        elif now >= self.until - self.grace_s and not self.terminated:
+            self.terminated = True
+            self._note(f"the node agent could not renew its lease; it runs out in {self.until - now:.1f} s: SIGTERM")
+            _signal_group(self.group, signal.SIGTERM, spare_self=True)
+
+    def _note(self, what: str) -> None:
+        print(f"mlqueue: {what}", file=sys.stderr, flush=True)  # the task's stderr: its owner sees why
+        with open(self.status_path, "w") as status:
+            status.write(LEASE_EXPIRED)
 
 
 def main(argv: list[str]) -> int:
     try:
-        as_user, command = parse(argv)
+        as_user, files, command = parse(argv)
     except (ValueError, OSError):
         print(USAGE, file=sys.stderr)
+        return 2
+    if read_lease(files["lease"]) is None:
+        print(f"mlqueue: no node lease in {files['lease']}: not starting the task", file=sys.stderr)
         return 2
     parent = os.getppid()
     group = os.getpgrp()
@@ -76,9 +133,11 @@ def main(argv: list[str]) -> int:
         print(f"mlqueue: cannot start {command[0]}: {exc}", file=sys.stderr)
         return 127
     signal.signal(signal.SIGTERM, lambda *_: _signal_group(group, signal.SIGTERM, spare_self=True))
+    lease = LeaseWatch(files, group)
     while child.poll() is None:
         if os.getppid() != parent:  # the agent is gone: nothing of this task may outlive it
             _signal_group(group, signal.SIGKILL, spare_self=False)
+        lease.check()
         time.sleep(WATCH_S)
     return _exit_like(child.returncode)
 

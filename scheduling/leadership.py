@@ -21,12 +21,26 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from scheduling.models import SchedulerLease
+from scheduling.models import JobEvent, SchedulerLease
 
 log = logging.getLogger(__name__)
 
 LOCK_KEY = 0x6D6C71_0001  # "mlq" + 1: the advisory lock every scheduler competes for
 LEASE_TABLE = SchedulerLease._meta.db_table
+# The epoch bump and its audit row in one statement: the LEADER event's id is allocated after
+# every fenced transaction of the old epoch has committed (the bump waits for their FOR SHARE
+# locks), so no event of epoch N may have a higher id than the LEADER event of epoch N+1.
+TAKE_LEASE = f"""
+WITH bumped AS (
+    UPDATE {LEASE_TABLE} SET epoch = epoch + 1, holder = %(holder)s, backend_pid = pg_backend_pid(),
+           acquired_at = now(), renewed_at = now()
+    WHERE id = 1 RETURNING epoch
+)
+INSERT INTO {JobEvent._meta.db_table} (kind, actor_name, from_state, to_state, reason, message, data, created_at)
+SELECT 'LEADER', 'scheduler', '', '', 'LEADER', %(holder)s || ' took the lead with epoch ' || epoch,
+       jsonb_build_object('epoch', epoch, 'holder', %(holder)s), now()
+FROM bumped RETURNING (data->>'epoch')::bigint
+"""
 
 
 def holder_name() -> str:
@@ -88,10 +102,7 @@ class PostgresLeadership(Leadership):
         # one is ended by its idle_in_transaction_session_timeout; meanwhile, try again later.
         self.conn.execute("SET lock_timeout = '3s'")
         try:
-            epoch = self.conn.execute(
-                f"UPDATE {LEASE_TABLE} SET epoch = epoch + 1, holder = %s, backend_pid = pg_backend_pid(), "
-                "acquired_at = now(), renewed_at = now() WHERE id = 1 RETURNING epoch", (self.holder,),
-            ).fetchone()[0]
+            epoch = self.conn.execute(TAKE_LEASE, {"holder": self.holder}).fetchone()[0]
         except psycopg.errors.LockNotAvailable:
             log.warning("leadership: the lease row is still locked by the old leader; will retry")
             self._close()

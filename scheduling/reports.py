@@ -23,10 +23,22 @@ STOPPED_AS = {
 }
 
 
-def exit_outcome(stop_reason: str, exit_code: int | None) -> tuple[str, str]:
-    """(task state, failure class) for an exit."""
+# Exits the agent reports as not the task's own doing: (reason, what happened).
+CAUSES = {
+    "lease_expired": ("LEASE_EXPIRED", "stopped on its node: the node agent could not renew its lease with the "
+                                       "control plane within the outage bound"),
+    "lost": ("AGENT_LOST_TASK", "lost when its node agent restarted"),
+}
+
+
+def exit_outcome(stop_reason: str, exit_code: int | None, cause: str = "") -> tuple[str, str]:
+    """(task state, failure class) for an exit: a stop the scheduler asked for means what it
+    asked for; a stop the agent made (its lease ran out, or it lost the task) is INFRA, whatever
+    the exit code (a trainer exits 0 after checkpointing on SIGTERM); otherwise the exit code."""
     if stop_reason:
         return STOPPED_AS[stop_reason]
+    if cause in CAUSES:
+        return S.FAILED, FailureClass.INFRA
     if exit_code == 0:
         return S.SUCCEEDED, ""
     return S.FAILED, FailureClass.APP
@@ -51,19 +63,19 @@ def do_report_started(*, job_id: int, rank: int, attempt: int, now=None) -> bool
 
 
 def do_report_exited(*, job_id: int, rank: int, attempt: int, exit_code: int | None, signal: str = "",
-                     now=None) -> str | None:
+                     cause: str = "", now=None) -> str | None:
     """Record an exit; a failed rank of a gang has its peers stopped. Returns the new state."""
     now = now or timezone.now()
     task = current_task(job_id, rank, attempt)
     if task is None or task.state not in ACTIVE:
         return None
-    to_state, failure_class = exit_outcome(task.stop_reason, exit_code)
-    how = f"exit code {exit_code}" if exit_code is not None else f"signal {signal}"
+    to_state, failure_class = exit_outcome(task.stop_reason, exit_code, cause)
+    how = f"exit code {exit_code}" if exit_code is not None else f"signal {signal}" if signal else "no exit status"
+    reason, why = CAUSES.get(cause, ("EXITED", "")) if not task.stop_reason else (task.stop_reason, "")
     moved = lifecycle.transition_task(
-        task, to_state=to_state, attempt=attempt, actor_name=f"agent:{task.node_id}",
-        reason=task.stop_reason or "EXITED",
-        message=f"rank {rank} ended ({how})", now=now, exit_code=exit_code, exit_signal=signal or "",
-        failure_class=failure_class)
+        task, to_state=to_state, attempt=attempt, actor_name=f"agent:{task.node_id}", reason=reason,
+        message=f"rank {rank} ended ({how}){': ' + why if why else ''}", now=now, exit_code=exit_code,
+        exit_signal=signal or "", failure_class=failure_class)
     if not moved:
         return None
     if Job.objects.filter(pk=job_id, state=S.SUCCEEDED).exists():

@@ -5,6 +5,8 @@ Reads are `values()` queries, not model instances: a snapshot of 5,000 pending j
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from django.conf import settings
+
 from agents.models import Node
 from scheduling.core import model as core
 from scheduling.models import Job, JobState, Task, TaskState
@@ -30,12 +32,17 @@ def ts(moment) -> float | None:
     return moment.timestamp() if moment is not None else None
 
 
+def policy_config() -> core.PolicyConfig:
+    """The policy as this deployment configures it."""
+    return core.PolicyConfig(min_runtime_before_preempt_s=settings.MLQ_PREEMPT_MIN_RUNTIME_S)
+
+
 def build_view(*, now, config: core.PolicyConfig | None = None) -> StoreView:
     nodes, node_ids = load_nodes()
     running = load_running(now)
     pending, reasons, starts = _pending()
     snapshot = core.ClusterSnapshot(tuple(nodes), tuple(running), tuple(pending), load_teams(), now.timestamp(),
-                                    config or core.PolicyConfig())
+                                    config or policy_config())
     return StoreView(snapshot, node_ids, reasons, starts)
 
 

@@ -13,8 +13,9 @@ from django.conf import settings
 from django.core.cache import cache
 from django.db import DatabaseError, close_old_connections, connections
 from django.utils import timezone
+from prometheus_client import Counter
 
-from scheduling import metrics
+from scheduling import failpoints, metrics
 from scheduling.apply import Applied, apply_decisions
 from scheduling.core.scheduler import schedule
 from scheduling.fencing import Deposed, fenced
@@ -26,6 +27,7 @@ from scheduling.forecasting import Forecaster
 from scheduling.snapshot import build_view
 
 log = logging.getLogger(__name__)
+FAILED_PASSES = Counter("mlqueue_scheduler_failed_passes_total", "Passes that failed with an unexpected error")
 
 
 @dataclass
@@ -54,6 +56,7 @@ def _run_pass(*, epoch: int, now=None, forecaster: Forecaster | None = None) -> 
     started = time.perf_counter()
     now = now or timezone.now()
     swept = reconcile(epoch=epoch, now=now)
+    failpoints.hit("pass.after_sweep")
     view = build_view(now=now)
     decisions = schedule(view.snapshot, timer=time.perf_counter)
     if settings.MLQ_FAULT_APPLY_DELAY_S:
@@ -63,6 +66,7 @@ def _run_pass(*, epoch: int, now=None, forecaster: Forecaster | None = None) -> 
     applied = apply_decisions(decisions, view, epoch=epoch, now=now)
     publish_queue_order(decisions.order)
     elapsed_ms = (time.perf_counter() - started) * 1000
+    failpoints.hit("pass.before_record")
     with fenced(epoch):
         SchedulerLease.objects.filter(pk=1, epoch=epoch).update(last_pass_ms=elapsed_ms, last_pass_at=now)
     metrics.record_pass(decisions, applied, elapsed_ms, epoch, view.snapshot)
@@ -88,29 +92,41 @@ def queue_positions() -> dict[int, int]:
 
 
 class Waker:
-    """Wake-ups from Redis pub/sub; without Redis (embedded), a plain tick."""
+    """Wake-ups from Redis pub/sub; without Redis (embedded), or while Redis is down, a plain
+    tick: a wake-up only saves the wait until the next one."""
 
     def __init__(self):
         self.pubsub = None
-        if settings.REDIS_URL:
-            client = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=2)
-            self.pubsub = client.pubsub(ignore_subscribe_messages=True)
-            self.pubsub.subscribe(WAKE_CHANNEL)
+        self.down = False
+
+    def _subscribed(self):
+        if self.pubsub is None and settings.REDIS_URL:
+            client = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=1, socket_timeout=5)
+            pubsub = client.pubsub(ignore_subscribe_messages=True)
+            pubsub.subscribe(WAKE_CHANNEL)
+            self.pubsub = pubsub
+        return self.pubsub
 
     def wait(self, timeout: float) -> bool:
         """Sleep until a wake-up or `timeout`; True if woken. Drains queued wake-ups."""
-        if self.pubsub is None:
-            time.sleep(timeout)
-            return False
         try:
-            woken = self.pubsub.get_message(timeout=timeout) is not None
-            while self.pubsub.get_message(timeout=0) is not None:
+            pubsub = self._subscribed()
+            if pubsub is None:
+                time.sleep(timeout)
+                return False
+            woken = pubsub.get_message(timeout=timeout) is not None
+            while pubsub.get_message(timeout=0) is not None:
                 pass
-            return woken
         except redis.RedisError as exc:
-            log.warning("wake-ups unavailable (%s); ticking", exc)
+            if not self.down:
+                log.warning("wake-ups unavailable (%s); ticking every %s s until Redis is back", exc, timeout)
+            self.down, self.pubsub = True, None
             time.sleep(timeout)
             return False
+        if self.down:
+            log.warning("wake-ups from Redis again")
+            self.down = False
+        return woken
 
 
 class SchedulerWorker:
@@ -124,8 +140,13 @@ class SchedulerWorker:
         """Lead or stand by until stopped (or until `passes` passes ran). Returns passes run."""
         done = 0
         while not self.stopping and (passes is None or done < passes):
-            close_old_connections()
-            if not self._ensure_leading():
+            try:
+                close_old_connections()
+                leading = self._ensure_leading()
+            except DatabaseError as exc:  # embedded mode's lease row: the store is away
+                log.error("cannot reach the database to lead (%s); retrying", exc)
+                leading = False
+            if not leading:
                 time.sleep(self.standby_poll_s)
                 continue
             if self._one_pass() is not None:
@@ -166,6 +187,10 @@ class SchedulerWorker:
             log.error("database error during a pass (%s): stepping down", exc)
             self.leadership.step_down()
             connections.close_all()
+            return None
+        except Exception:  # a bug or a dependency's outage must not end the scheduler process
+            log.exception("the pass of epoch %s failed; the next one runs on the next tick", epoch)
+            FAILED_PASSES.inc()
             return None
         if report.placed or report.preempted or report.swept.retried or report.swept.requeued:
             log.info("pass epoch=%s %.0f ms: %s pending, %s placed, %s preempted, %s retried, %s requeued",

@@ -1,6 +1,7 @@
 """A whole mlqueue on this machine for end-to-end tests: the web tier (daphne), the scheduler
 and node agents as real processes, on the test database, with timings scaled down (1 s
-heartbeats, a 6 s agent lease, a 3 s margin) so failures are detected in seconds."""
+heartbeats, a 6 s outage bound (the agents' lease), a 3 s margin) so failures are detected in
+seconds. A test may override any of them."""
 import json
 import socket
 from pathlib import Path
@@ -8,7 +9,7 @@ from pathlib import Path
 from tests.e2e.processes import Process, scheduler, wait_for
 
 JOIN_TOKEN = "e2e-join-token"
-FAST = {"MLQ_HEARTBEAT_INTERVAL_S": 1, "MLQ_AGENT_LEASE_S": 6, "MLQ_LOST_MARGIN_S": 3,
+FAST = {"MLQ_HEARTBEAT_INTERVAL_S": 1, "MLQ_OUTAGE_BOUND_S": 6, "MLQ_LOST_MARGIN_S": 3,
         "MLQ_AGENT_JOIN_TOKEN": JOIN_TOKEN, "ALLOWED_HOSTS": "127.0.0.1,localhost", "MLQ_RETRY_BACKOFF_BASE_S": 1,
         # Plain HTTP on loopback: cookies without the Secure flag, or the browser drops them.
         "SESSION_COOKIE_SECURE": 0, "CSRF_COOKIE_SECURE": 0, "SECURE_HSTS_SECONDS": 0}
@@ -21,20 +22,30 @@ def free_port() -> int:
 
 
 class Cluster:
-    def __init__(self, tmp_path: Path):
+    def __init__(self, tmp_path: Path, **env):
         self.tmp, self.port = tmp_path, free_port()
+        self.env = {**FAST, **env}
         self.url = f"http://127.0.0.1:{self.port}"
         self.procs: list[Process] = []
         self.agents: dict[str, Process] = {}
 
     def start(self, *, agents: list[dict]) -> "Cluster":
-        web = Process(["-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), "mlqueue.asgi:application"],
-                      self.tmp / "web.log", **FAST)
-        self.procs += [web, scheduler(self.tmp, "scheduler", **FAST)]
-        wait_for(self._web_up, timeout=30, what="the web server")
+        self.web = self._start_web()
+        self.procs.append(scheduler(self.tmp, "scheduler", **self.env))
         for node in agents:
             self.add_agent(node)
         return self
+
+    def _start_web(self) -> Process:
+        web = Process(["-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), "mlqueue.asgi:application"],
+                      self.tmp / f"web-{len(self.procs)}.log", **self.env)
+        self.procs.append(web)
+        wait_for(self._web_up, timeout=30, what="the web server")
+        return web
+
+    def restart_web(self) -> None:
+        """The web tier comes back after an outage (on the same port)."""
+        self.web = self._start_web()
 
     def add_agent(self, node: dict, *, server: str | None = None, **options) -> Process:
         return self.add_fleet([node], name=node["name"], server=server, **options)
@@ -50,7 +61,7 @@ class Cluster:
                                       "gpu_type": "H100", "gpu_count": 8, **node} for node in nodes]))
         agent = Process(["-m", "agents.daemon", "--server", server or self.url, "--fleet", str(fleet), "--workdir",
                          str(workdir or self.tmp / "agents"), "--isolation", isolation],
-                        self.tmp / f"agent-{name}.log", **{**FAST, **(env or {})})
+                        self.tmp / f"agent-{name}.log", **{**self.env, **(env or {})})
         self.agents[name] = agent
         self.procs.append(agent)
         return agent

@@ -11,7 +11,7 @@ from django.db import connection
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from agents import liveness
+from agents import failures, liveness
 from agents.failures import detect
 from agents.models import JoinToken, Node, TaskLog
 from agents.services import ALREADY_REGISTERED, STILL_HAS_TASKS
@@ -261,14 +261,16 @@ def test_nul_or_surrogates_elsewhere_in_an_event_are_replaced_not_a_500(placed):
     assert Task.objects.get(job_id=job_id).exit_signal == "KILL\ufffd"
 
 
-def test_a_reset_node_with_tasks_left_cannot_be_taken_until_they_are_requeued(api, placed):
+def test_a_reset_node_with_tasks_left_cannot_be_taken_until_they_are_requeued(api, placed, settings, monkeypatch):
     job_id, client = placed
     api("ops").post("/api/v1/nodes/z1-r1-h100-01/reset-token", {"reason": "token leaked"}, format="json")
     assert Node.objects.get(name="z1-r1-h100-01").state == "SUSPECT"  # nothing new goes there
     early = register(BOOTSTRAP, "z1-r1-h100-01")
     assert (early.status_code, early.json()["detail"]) == (409, STILL_HAS_TASKS.format(name="z1-r1-h100-01"))
-    last = liveness.last_seen(["z1-r1-h100-01"])["z1-r1-h100-01"]
-    detect(epoch=2, now=datetime.fromtimestamp(last + 31, dt_timezone.utc))  # past lease + margin: LOST
+    settings.MLQ_OUTAGE_BOUND_S, settings.MLQ_LOST_MARGIN_S = 20, 10
+    monkeypatch.setattr(failures, "CLOCKS", failures.Clocks(epoch=2))  # a leader that has been watching
+    last = liveness.last_heard(["z1-r1-h100-01"])["z1-r1-h100-01"]
+    detect(epoch=2, now=datetime.fromtimestamp(last + 31, dt_timezone.utc))  # past the bound + margin: LOST
     assert Task.objects.get(job_id=job_id).state == "FAILED"
     assert register(BOOTSTRAP, "z1-r1-h100-01").status_code == 201
 

@@ -16,7 +16,9 @@ def assignment(*, epoch: int, attempt: int = 1) -> dict:
 
 
 def agent(tmp_path) -> NodeAgent:
-    return NodeAgent(server="http://127.0.0.1:9", join_token="x", node=NODE, workdir=tmp_path)
+    node = NodeAgent(server="http://127.0.0.1:9", join_token="x", node=NODE, workdir=tmp_path)
+    node.renewed(time.monotonic(), 60)  # as after a heartbeat: tasks start only under a lease
+    return node
 
 
 def wait_exit(task) -> None:

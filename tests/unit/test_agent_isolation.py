@@ -11,6 +11,7 @@ import pytest
 
 from agents.isolation import TaskUsers, load_user_map, parse_uid_range, processes_of
 from agents.runtime import TaskProcess
+from tests.unit.leases import a_lease
 
 ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 needs_root = pytest.mark.skipif(not ROOT, reason="switching users needs root; without it the agent runs tasks as "
@@ -95,7 +96,7 @@ def test_a_finished_tasks_directory_is_closed_to_the_next_holder_of_its_uid(tmp_
     users = TaskUsers(uids=range(200600, 200601))
     user = users.acquire("bob")
     task = TaskProcess({"job_id": 1, "rank": 0, "attempt": 1, "command": ["/bin/sh", "-c", "echo hi > out; id -u"],
-                        "env": {}}, tmp_path, user=user)
+                        "env": {}}, tmp_path, user=user, lease_file=a_lease(tmp_path))
     task.process.wait(timeout=10)
     assert (task.work / "out").stat().st_uid == user.uid
     assert task.work.stat().st_mode & 0o777 == 0o700 and task.work.stat().st_uid == user.uid
@@ -124,7 +125,7 @@ def test_nothing_a_task_sets_runs_inside_the_agents_supervisor(tmp_path):
     user = users.acquire("mallory")
     task = TaskProcess({"job_id": 1, "rank": 0, "attempt": 1, "command": ["/bin/sh", "-c", "echo done"],
                         "env": {"PYTHONPATH": str(evil), "PYTHONSTARTUP": str(evil / "sitecustomize.py"),
-                                "PYTHONWARNINGS": "error"}}, tmp_path, user=user)
+                                "PYTHONWARNINGS": "error"}}, tmp_path, user=user, lease_file=a_lease(tmp_path))
     assert task.process.wait(timeout=20) == 0
     assert task.log_events(final=True)[0]["data"] == "done\n"
     assert not marker.exists()

@@ -25,6 +25,7 @@ AGENT_SECRETS = {"MLQ_AGENT_JOIN_TOKEN": "join-secret-1", "DATABASE_URL": "postg
 
 def run_task(tmp_path, env: dict, command: list[str], **agent_options) -> dict:
     node = NodeAgent(server="http://127.0.0.1:9", join_token="x", node=NODE, workdir=tmp_path, **agent_options)
+    node.renewed(time.monotonic(), 60)  # as after a heartbeat: tasks start only under a lease
     task = node.start({"job_id": 7, "rank": 0, "attempt": 1, "epoch": 1, "command": command, "image": "",
                        "gpu_indices": [0], "cpus": 1, "memory_gb": 1, "grace_period_seconds": 1,
                        "checkpoint_dir": "", "env": env})

@@ -1,0 +1,99 @@
+"""The node lease, enforced where a stuck agent cannot stop it: each task's supervisor reads the
+deadline the agent writes at each renewal, sends SIGTERM a grace before it and SIGKILL at it,
+and notes why, so the exit is reported as the lease's doing and not the task's."""
+import sys
+import time
+
+from agents.daemon import NodeAgent, kill_grace
+from agents.runtime import TaskProcess
+from agents.supervise import write_lease
+from tests.unit.leases import a_lease
+
+NODE = {"name": "n1", "zone": "z1", "rack": "r1", "gpu_type": "H100", "gpu_count": 8, "cpu_count": 8,
+        "memory_gb": 16, "labels": {}, "address": "127.0.0.1"}
+# Ignores SIGTERM (notes it), so only the SIGKILL at the deadline ends it.
+STUBBORN = [sys.executable, "-c", "import signal, time\n"
+            "signal.signal(signal.SIGTERM, lambda *_: print('term', flush=True))\n"
+            "print('up', flush=True)\ntime.sleep(60)"]
+
+
+def start(tmp_path, command, lease) -> TaskProcess:
+    return TaskProcess({"job_id": 1, "rank": 0, "attempt": 1, "command": command, "env": {}}, tmp_path,
+                       lease_file=lease)
+
+
+def wait_exit(task: TaskProcess, timeout: float) -> float:
+    deadline = time.monotonic() + timeout
+    while not task.poll():
+        assert time.monotonic() < deadline, "the task outlived its lease"
+        time.sleep(0.05)
+    return time.monotonic()
+
+
+def output(task: TaskProcess) -> dict[str, str]:
+    texts = {"stdout": "", "stderr": ""}
+    for event in task.log_events(final=True):
+        texts[event["stream"]] += event["data"]
+    return texts
+
+
+def test_the_supervisor_stops_a_task_when_the_lease_runs_out_even_with_the_agent_stuck(tmp_path):
+    lease = a_lease(tmp_path, seconds=1.5, grace_s=0.5)
+    until = time.monotonic() + 1.5
+    task = start(tmp_path, STUBBORN, lease)  # no agent at all: nobody renews, nobody signals
+    ended = wait_exit(task, timeout=10)
+    assert until - 0.1 <= ended <= until + 1.0  # SIGKILL at the deadline (it ignored the SIGTERM before)
+    assert (task.exit_signal, task.cause) == ("SIGKILL", "lease_expired")
+    texts = output(task)
+    assert texts["stdout"] == "up\nterm\n"
+    assert "mlqueue: the node agent could not renew its lease; it runs out in" in texts["stderr"]
+    assert task.report()["cause"] == "lease_expired"
+
+
+def test_a_lease_renewed_in_time_keeps_the_task_running(tmp_path):
+    lease = a_lease(tmp_path, seconds=1.0, grace_s=0.3)
+    task = start(tmp_path, [sys.executable, "-c", "import time; time.sleep(2.5); print('done')"], lease)
+    for _ in range(5):  # the agent renews every half second
+        time.sleep(0.5)
+        write_lease(lease, until=time.monotonic() + 1.0, grace_s=0.3)
+    wait_exit(task, timeout=10)
+    assert (task.exit_code, task.cause) == (0, "")
+    assert output(task)["stdout"] == "done\n"
+
+
+def test_a_task_is_not_started_without_a_lease(tmp_path):
+    task = start(tmp_path, [sys.executable, "-c", "print('ran')"], tmp_path / "no-lease")
+    wait_exit(task, timeout=10)
+    texts = output(task)
+    assert task.exit_code == 2 and texts["stdout"] == ""
+    assert texts["stderr"] == f"mlqueue: no node lease in {tmp_path / 'no-lease'}: not starting the task\n"
+
+
+def test_the_agent_stops_its_tasks_a_grace_before_its_lease_ends_and_says_why(tmp_path):
+    agent = NodeAgent(server="http://127.0.0.1:9", join_token="x", node=NODE, workdir=tmp_path)
+    agent.renewed(time.monotonic(), 2.0)  # a short test lease: SIGTERM 0.5 s before its end
+    assert kill_grace(2.0) == 0.5 and kill_grace(300) == 5.0
+    task = agent.start({"job_id": 7, "rank": 0, "attempt": 1, "epoch": 1, "command": STUBBORN, "image": "",
+                        "gpu_indices": [0], "cpus": 1, "memory_gb": 1, "grace_period_seconds": 1,
+                        "checkpoint_dir": "", "env": {}})
+    agent.enforce_lease()
+    assert task.signals_sent == set()  # the lease still runs
+    time.sleep(1.6)
+    agent.enforce_lease()
+    assert task.signals_sent == {"TERM"} and task.cause == "lease_expired"
+    task.process.wait(timeout=10)
+    agent.watch_tasks()  # the agent's loop notices the exit
+    [exited] = [event for event in agent.outbox if event["type"] == "exited"]
+    assert (exited["signal"], exited["cause"]) == ("SIGKILL", "lease_expired")
+
+
+def test_an_attempt_lost_in_an_agent_restart_is_reported_not_left_assigned(tmp_path):
+    first = NodeAgent(server="http://127.0.0.1:9", join_token="x", node=NODE, workdir=tmp_path)
+    first.renewed(time.monotonic(), 60)
+    job = {"job_id": 7, "rank": 0, "attempt": 1, "epoch": 1, "command": [sys.executable, "-c", "pass"], "image": "",
+           "gpu_indices": [0], "cpus": 1, "memory_gb": 1, "grace_period_seconds": 1, "checkpoint_dir": "", "env": {}}
+    first.start(job)  # then the agent dies before it could report the start
+    restarted = NodeAgent(server="http://127.0.0.1:9", join_token="x", node=NODE, workdir=tmp_path)
+    assert restarted.start(job) is None  # never twice
+    assert list(restarted.outbox) == [{"type": "exited", "job_id": 7, "rank": 0, "attempt": 1, "exit_code": None,
+                                       "signal": "", "cause": "lost"}]
