@@ -11,8 +11,8 @@ scheduler sends; reports starts, exits and log chunks; and obeys three safety ru
 - lease: its lease is the outage bound (MLQ_OUTAGE_BOUND_S, 5 minutes by default), counted
   on its own monotonic clock from before the heartbeat that renewed it. Through a control-plane
   outage shorter than that, its tasks run on. If it has not renewed by then, its tasks get
-  SIGTERM a grace before the deadline and SIGKILL at it, before the server can call the node
-  lost. Each task's supervisor enforces the same deadline from a file the agent rewrites at
+  SIGTERM at the deadline and SIGKILL a grace later, before the server can call the node lost
+  (it waits for the bound plus a margin longer than that grace). Each task's supervisor enforces the same deadline from a file the agent rewrites at
   each renewal, so a stopped or stuck agent's tasks die on time too.
 """
 import argparse
@@ -35,16 +35,10 @@ from agents.isolation import (
 from agents.outbox import Outbox
 from agents.machine import inventory
 from agents.runtime import DEFAULT_PASS_ENV, DIR_MODE, TaskProcess, check_pass_env
-from agents.supervise import write_lease
+from agents.supervise import LEASE_KILL_GRACE_S, kill_grace, write_lease
 
 log = logging.getLogger("mlqueue.agent")
 POLL_S = 0.2
-LEASE_KILL_GRACE_S = 5.0
-
-
-def kill_grace(lease_s: float) -> float:
-    """How long before the lease's end tasks get SIGTERM: 5 s, less for a short test lease."""
-    return min(LEASE_KILL_GRACE_S, lease_s / 4)
 
 
 class NodeAgent:
@@ -270,13 +264,13 @@ class NodeAgent:
                                     "cause": task.cause})
 
     def enforce_lease(self) -> None:
-        """No renewal in time: SIGTERM a grace before the deadline, SIGKILL at it (the tasks'
+        """No renewal in time: SIGTERM at the deadline, SIGKILL a grace later (the tasks'
         supervisors do the same on their own)."""
         running = [t for t in self.tasks.values() if t.running]
         now = time.monotonic()
-        if not running or now < self.lease_deadline - self.lease_grace_s:
+        if not running or now < self.lease_deadline:
             return
-        name = "KILL" if now >= self.lease_deadline else "TERM"
+        name = "KILL" if now >= self.lease_deadline + self.lease_grace_s else "TERM"
         if any(name not in task.signals_sent for task in running):
             log.error("%s: lease expired without renewal (the control plane is unreachable): SIG%s to %d task(s)",
                       self.name, name, len(running))

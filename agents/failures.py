@@ -10,9 +10,10 @@
    theirs: no node is called LOST until enough are heard again (then the clocks restart).
 3. SUSPECT after three missed heartbeats: nothing new is placed there.
 4. LOST once the age passes the outage bound plus a margin: by then the agent has killed its
-   own tasks (its lease is the bound, counted from before the heartbeat that renewed it, and
-   its supervisors enforce it even if the agent is stuck), so failing them as INFRA and
-   requeueing cannot run anything twice.
+   own tasks (its lease is the bound, counted from before the heartbeat that renewed it; its
+   tasks get SIGTERM at its end and SIGKILL a kill grace later, and its supervisors enforce it
+   even if the agent is stuck), so failing them as INFRA and requeueing cannot run anything
+   twice. The margin is never less than the kill grace and 2 s more, whatever is configured.
 5. A spot node past its reclaim deadline: its remaining tasks are requeued.
 
 The proof sketch is in the README ("Outages"): every time the leader counts from is at or
@@ -26,6 +27,7 @@ from django.conf import settings
 from agents import liveness
 from agents.models import Node, NodeState
 from agents.services import do_mark_health
+from agents.supervise import kill_grace
 from scheduling import lifecycle, notify
 from scheduling.fencing import fenced
 from scheduling.models import FailureClass, StopReason, Task, TaskState
@@ -101,8 +103,14 @@ def _note_disruption(clocks: Clocks, ages: dict[str, float], *, now: float) -> N
     clocks.disrupted = disrupted
 
 
+def lost_margin() -> float:
+    """The margin after the bound: the configured one, but never one the agents' kill grace
+    (SIGTERM at the lease's end, SIGKILL up to 5 s later) could outlast."""
+    return max(settings.MLQ_LOST_MARGIN_S, kill_grace(settings.MLQ_OUTAGE_BOUND_S) + 2)
+
+
 def _verdict(node: Node, age: float, *, disrupted: bool) -> str | None:
-    if age > settings.MLQ_OUTAGE_BOUND_S + settings.MLQ_LOST_MARGIN_S and not disrupted:
+    if age > settings.MLQ_OUTAGE_BOUND_S + lost_margin() and not disrupted:
         return NodeState.LOST
     if age > settings.MLQ_SUSPECT_AFTER_S and node.health == NodeState.READY:
         return NodeState.SUSPECT
@@ -115,8 +123,7 @@ def _suspect(node: Node, age: float, *, epoch: int, now) -> int:
 
 
 def _lose(node: Node, age: float, *, epoch: int, now) -> int:
-    message = (f"no heartbeat for {age:.0f} s (outage bound {settings.MLQ_OUTAGE_BOUND_S:g} s + margin "
-               f"{settings.MLQ_LOST_MARGIN_S:g} s)")
+    message = f"no heartbeat for {age:.0f} s (outage bound {settings.MLQ_OUTAGE_BOUND_S:g} s + margin {lost_margin():g} s)"
     with fenced(epoch):
         if not do_mark_health(node, NodeState.LOST, now=now, message=message):
             return 0  # it heartbeat in the meantime

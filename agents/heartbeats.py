@@ -123,14 +123,23 @@ def apply_reported(node: NodeView, reported: list[dict], now) -> tuple[list[dict
 
 
 def _fail_forgotten(node: NodeView, current: dict, held: set, now) -> bool:
-    forgotten = [t for t in current.values() if t.state == TaskState.RUNNING and (t.job_id, t.rank, t.attempt)
-                 not in held]
+    """What the server has on this node that the agent does not hold: a RUNNING task it lost
+    (it restarted), or an ASSIGNED one already asked to stop, which no reply offers any more
+    (an agent that started it, then restarted before reporting the start, would otherwise leave
+    it ASSIGNED for good). The agent reports every task it holds, so neither runs there."""
+    forgotten = [t for t in current.values() if (t.job_id, t.rank, t.attempt) not in held
+                 and (t.state == TaskState.RUNNING or t.stop_reason)]
     for row in forgotten:
-        task = Task.objects.get(job_id=row.job_id, rank=row.rank)
-        lifecycle.transition_task(task, to_state=TaskState.FAILED, attempt=row.attempt,
-                                  actor_name=f"agent:{node.name}", reason="AGENT_LOST_TASK", now=now,
-                                  message=f"rank {row.rank} is no longer running on {node.name} (agent restarted?)",
-                                  failure_class=FailureClass.INFRA)
+        if row.state == TaskState.RUNNING and not row.stop_reason:
+            task = Task.objects.get(job_id=row.job_id, rank=row.rank)
+            lifecycle.transition_task(task, to_state=TaskState.FAILED, attempt=row.attempt,
+                                      actor_name=f"agent:{node.name}", reason="AGENT_LOST_TASK", now=now,
+                                      message=f"rank {row.rank} is no longer running on {node.name} (agent restarted?)",
+                                      failure_class=FailureClass.INFRA)
+        else:  # a stop was asked for: it ends as that stop says (a preemption stays one)
+            ingest.apply_event(node.name, {"type": "exited", "job_id": row.job_id, "rank": row.rank,
+                                           "attempt": row.attempt, "exit_code": None, "signal": "", "cause": "lost"},
+                               now=now)
         notify.wake_scheduler("lost task")
     return bool(forgotten)
 

@@ -140,8 +140,8 @@ class TaskProcess:
         # empty environment: nothing of the task's (PYTHONPATH, LD_PRELOAD, its directory on
         # sys.path) may run inside a process of the agent's user.
         who = ["--uid", str(self.user.uid), "--gid", str(self.user.gid)] if self.user else []
-        return [sys.executable, "-I", "-m", "agents.supervise", "--env-fd", str(env_fd), "--lease-file",
-                str(self.lease_file), "--status-file", str(self.status_file), *who, "--", *command]
+        return [sys.executable, "-I", "-m", "agents.supervise", "--env-fd", str(env_fd), "--agent-pid", str(os.getpid()),
+                "--lease-file", str(self.lease_file), "--status-file", str(self.status_file), *who, "--", *command]
 
     def _spawn(self, assignment: dict, container_hook: str, env: dict) -> subprocess.Popen:
         out, err = (stream.open_for_writing() for stream in self.streams)

@@ -1,5 +1,5 @@
 """The process between the agent and a task:
-`python -I -m agents.supervise --env-fd N --lease-file F --status-file S [--uid U --gid G] -- COMMAND...`.
+`python -I -m agents.supervise --env-fd N --agent-pid P --lease-file F --status-file S [--uid U --gid G] -- CMD...`.
 
 It runs COMMAND in its own process group, with the environment read from file descriptor N
 (as user U and group G, with no other groups and a private umask, when given: the agent's user
@@ -7,12 +7,12 @@ stays with the supervisor, which runs isolated from anything the task could set:
 empty environment of its own), and
 - passes SIGTERM on to the whole group (a checkpoint signal reaches every worker a trainer
   forked, not just the first process);
-- kills the whole group if the agent dies (it is reparented), so an agent killed with
-  SIGKILL leaves nothing running that the scheduler could start again elsewhere;
+- kills the whole group if the agent (process P) dies, so an agent killed with SIGKILL leaves
+  nothing running that the scheduler could start again elsewhere; an agent that died before
+  this process could watch it (its parent is no longer P) starts nothing;
 - enforces the node's lease itself: the agent writes its lease deadline to F (a monotonic
-  time, the system-wide CLOCK_MONOTONIC) each time it renews; past the deadline minus the
-  kill grace this process sends SIGTERM to the group, and SIGKILL at the deadline, and notes
-  "lease-expired" in S. An agent that is stopped (SIGSTOP), stuck or partitioned cannot
+  time, the system-wide CLOCK_MONOTONIC) each time it renews; at the deadline this process
+  sends SIGTERM to the group, and SIGKILL a kill grace later, and notes "lease-expired" in S. An agent that is stopped (SIGSTOP), stuck or partitioned cannot
   renew, and its tasks are dead by the deadline all the same: before the leader may requeue
   them elsewhere (README, "Outages");
 - exits as COMMAND did: with its exit code, or by the same signal.
@@ -40,11 +40,11 @@ def notice_parent_death() -> None:
         pass  # not Linux: the reparenting watch below still applies
 
 
-USAGE = ("usage: python -I -m agents.supervise --env-fd N --lease-file F --status-file S [--uid U --gid G] "
-         "-- COMMAND...")
-REQUIRED = ("--env-fd", "--lease-file", "--status-file")
+USAGE = ("usage: python -I -m agents.supervise --env-fd N --agent-pid P --lease-file F --status-file S "
+         "[--uid U --gid G] -- COMMAND...")
+REQUIRED = ("--env-fd", "--agent-pid", "--lease-file", "--status-file")
 OPTIONS = (*REQUIRED, "--uid", "--gid")
-NUMBERS = ("--env-fd", "--uid", "--gid")
+NUMBERS = ("--env-fd", "--agent-pid", "--uid", "--gid")
 LEASE_EXPIRED = "lease-expired"
 
 
@@ -65,12 +65,23 @@ def parse(argv: list[str]) -> tuple[dict, dict, list[str]]:
         popen = {"env": json.loads(handle.read())}
     if "--uid" in numbers:
         popen.update(user=numbers["--uid"], group=numbers["--gid"], extra_groups=[], umask=0o077)
-    return popen, {"lease": pairs["--lease-file"], "status": pairs["--status-file"]}, command
+    files = {"lease": pairs["--lease-file"], "status": pairs["--status-file"], "agent": numbers["--agent-pid"]}
+    return popen, files, command
+
+
+LEASE_KILL_GRACE_S = 5.0
+
+
+def kill_grace(lease_s: float) -> float:
+    """How long after a lease's end its tasks get SIGKILL (SIGTERM comes at the end): 5 s, less
+    for a short test lease. The leader's margin is never shorter (agents/failures.py)."""
+    return min(LEASE_KILL_GRACE_S, lease_s / 4)
 
 
 def write_lease(path, *, until: float, grace_s: float) -> None:
     """The agent's side: its lease runs until `until` (time.monotonic(), system-wide); tasks
-    get SIGTERM `grace_s` before it. Replaced atomically: a reader never sees half a file."""
+    get SIGTERM then, and SIGKILL `grace_s` later. Replaced atomically: a reader never sees
+    half a file."""
     tmp = f"{path}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "w") as handle:
@@ -98,12 +109,13 @@ class LeaseWatch:
     def check(self) -> None:
         self.until, self.grace_s = read_lease(self.lease_path) or (self.until, self.grace_s)
         now = time.monotonic()
-        if now >= self.until:
+        if now >= self.until + self.grace_s:
             self._note(f"the node agent's lease ran out {now - self.until:.1f} s ago: SIGKILL")
             _signal_group(self.group, signal.SIGKILL, spare_self=False)
-        elif now >= self.until - self.grace_s and not self.terminated:
+        elif now >= self.until and not self.terminated:
             self.terminated = True
-            self._note(f"the node agent could not renew its lease; it runs out in {self.until - now:.1f} s: SIGTERM")
+            self._note(f"the node agent could not renew its lease within the outage bound: SIGTERM, SIGKILL in "
+                       f"{self.grace_s:g} s")
             _signal_group(self.group, signal.SIGTERM, spare_self=True)
 
     def _note(self, what: str) -> None:
@@ -121,11 +133,12 @@ def main(argv: list[str]) -> int:
     if read_lease(files["lease"]) is None:
         print(f"mlqueue: no node lease in {files['lease']}: not starting the task", file=sys.stderr)
         return 2
-    parent = os.getppid()
+    parent = files["agent"]
     group = os.getpgrp()
     signal.signal(signal.SIGHUP, lambda *_: _signal_group(group, signal.SIGKILL, spare_self=False))
     notice_parent_death()
-    if os.getppid() != parent:  # the agent died before the kernel was told to warn us
+    if os.getppid() != parent:  # the agent died before the kernel was told to warn us (even before Python started)
+        print("mlqueue: the node agent is gone: not starting the task", file=sys.stderr)
         return 1
     try:
         child = subprocess.Popen(command, **as_user)

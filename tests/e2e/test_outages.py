@@ -13,7 +13,7 @@ from tests.e2e.processes import wait_for
 from tests.e2e.test_cluster import NODE_A, NODE_B, assert_never_overlapping, job_state, ledger_job, on_node, read_ledger
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
-BOUND, MARGIN = 12, 3
+BOUND, MARGIN = 12, 5
 
 
 @pytest.fixture
@@ -67,7 +67,8 @@ def test_a_stopped_agents_tasks_die_by_the_bound_and_only_then_run_elsewhere(clu
         cluster.agents[NODE_A["name"]].signal(signal.SIGCONT)
     events = read_ledger(ledger)
     assert on_node(job_id) == NODE_B["name"]
-    assert max(t for _, t in events["1"]) < stopped_at + BOUND  # its supervisor killed it by the deadline
+    # Its supervisor sent SIGTERM at the deadline (the job checkpoints and exits at once):
+    assert max(t for _, t in events["1"]) < stopped_at + BOUND + 1
     requeued = JobEvent.objects.get(job_id=job_id, kind="RETRY").created_at.timestamp()
     assert requeued > stopped_at + BOUND + MARGIN - 1  # and the leader waited for the bound and the margin
     assert_never_overlapping(events)

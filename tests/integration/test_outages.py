@@ -15,7 +15,8 @@ from agents.failures import Clocks, detect
 from agents.models import Node
 from mlqueue.breaker import RedisBreaker
 from scheduling import notify
-from scheduling.models import JobEvent, SchedulerLease, Task
+from scheduling.models import Job, JobEvent, SchedulerLease, Task
+from scheduling.stopping import do_request_stop
 from scheduling.worker import Waker, run_pass
 from tests.conftest import make_spec
 from tests.integration.test_agent_api import JOIN, agent, beat
@@ -167,3 +168,21 @@ def test_a_task_its_agent_stopped_for_the_lease_is_an_infra_failure_even_with_ex
     event = JobEvent.objects.filter(job_id=job_id, reason="LEASE_EXPIRED").get()
     assert event.message == ("rank 0 ended (exit code 0): stopped on its node: the node agent could not renew its "
                              "lease with the control plane within the outage bound")
+
+
+def test_an_assignment_stopped_before_its_agent_reported_it_does_not_stay_assigned(api, leader):
+    """Found by the fault campaign: the agent started it and restarted before reporting the
+    start; the leader then preempted it, and no reply offers a stopped assignment again."""
+    client = agent("z1-r1-h100-01")
+    beat(client, "z1-r1-h100-01")
+    Node.objects.exclude(name="z1-r1-h100-01").update(state="CORDONED")
+    job_id = api("alice").post("/api/v1/jobs", make_spec(resources={"gpu_count": 8}), format="json").json()["id"]
+    run_pass(epoch=leader)
+    assert do_request_stop(job_id=job_id, reason="PREEMPTED", grace_s=30, message="preempted") == 1
+    reply = beat(client, "z1-r1-h100-01")  # the restarted agent holds nothing
+    assert reply["assignments"] == []
+    task = Task.objects.get(job_id=job_id)
+    assert (task.state, task.failure_class) == ("PREEMPTED", "INFRA")
+    run_pass(epoch=leader)
+    job = Job.objects.get(pk=job_id)
+    assert (job.preemptions, job.restarts_used) == (1, 0)

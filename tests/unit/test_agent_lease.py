@@ -1,12 +1,13 @@
 """The node lease, enforced where a stuck agent cannot stop it: each task's supervisor reads the
 deadline the agent writes at each renewal, sends SIGTERM a grace before it and SIGKILL at it,
 and notes why, so the exit is reported as the lease's doing and not the task's."""
+import subprocess
 import sys
 import time
 
-from agents.daemon import NodeAgent, kill_grace
+from agents.daemon import NodeAgent
 from agents.runtime import TaskProcess
-from agents.supervise import write_lease
+from agents.supervise import kill_grace, write_lease
 from tests.unit.leases import a_lease
 
 NODE = {"name": "n1", "zone": "z1", "rack": "r1", "gpu_type": "H100", "gpu_count": 8, "cpu_count": 8,
@@ -42,11 +43,12 @@ def test_the_supervisor_stops_a_task_when_the_lease_runs_out_even_with_the_agent
     until = time.monotonic() + 1.5
     task = start(tmp_path, STUBBORN, lease)  # no agent at all: nobody renews, nobody signals
     ended = wait_exit(task, timeout=10)
-    assert until - 0.1 <= ended <= until + 1.0  # SIGKILL at the deadline (it ignored the SIGTERM before)
+    assert until + 0.4 <= ended <= until + 1.5  # SIGTERM at the deadline (ignored), SIGKILL a grace later
     assert (task.exit_signal, task.cause) == ("SIGKILL", "lease_expired")
     texts = output(task)
     assert texts["stdout"] == "up\nterm\n"
-    assert "mlqueue: the node agent could not renew its lease; it runs out in" in texts["stderr"]
+    assert "mlqueue: the node agent could not renew its lease within the outage bound: SIGTERM, SIGKILL in 0.5 s" \
+        in texts["stderr"]
     assert task.report()["cause"] == "lease_expired"
 
 
@@ -69,16 +71,17 @@ def test_a_task_is_not_started_without_a_lease(tmp_path):
     assert texts["stderr"] == f"mlqueue: no node lease in {tmp_path / 'no-lease'}: not starting the task\n"
 
 
-def test_the_agent_stops_its_tasks_a_grace_before_its_lease_ends_and_says_why(tmp_path):
+def test_the_agent_stops_its_tasks_when_its_lease_ends_and_says_why(tmp_path):
     agent = NodeAgent(server="http://127.0.0.1:9", join_token="x", node=NODE, workdir=tmp_path)
-    agent.renewed(time.monotonic(), 2.0)  # a short test lease: SIGTERM 0.5 s before its end
+    agent.renewed(time.monotonic(), 2.0)  # a short test lease: SIGTERM at its end, SIGKILL 0.5 s later
     assert kill_grace(2.0) == 0.5 and kill_grace(300) == 5.0
     task = agent.start({"job_id": 7, "rank": 0, "attempt": 1, "epoch": 1, "command": STUBBORN, "image": "",
                         "gpu_indices": [0], "cpus": 1, "memory_gb": 1, "grace_period_seconds": 1,
                         "checkpoint_dir": "", "env": {}})
+    time.sleep(1.8)
     agent.enforce_lease()
-    assert task.signals_sent == set()  # the lease still runs
-    time.sleep(1.6)
+    assert task.signals_sent == set()  # the lease still runs: an outage shorter than it kills nothing
+    time.sleep(0.3)
     agent.enforce_lease()
     assert task.signals_sent == {"TERM"} and task.cause == "lease_expired"
     task.process.wait(timeout=10)
@@ -97,3 +100,20 @@ def test_an_attempt_lost_in_an_agent_restart_is_reported_not_left_assigned(tmp_p
     assert restarted.start(job) is None  # never twice
     assert list(restarted.outbox) == [{"type": "exited", "job_id": 7, "rank": 0, "attempt": 1, "exit_code": None,
                                        "signal": "", "cause": "lost"}]
+
+
+def test_a_supervisor_whose_agent_died_before_it_could_watch_starts_nothing(tmp_path):
+    """The agent died between starting the supervisor and the supervisor's first look (found by
+    the fault campaign: the task then ran on, unwatched). Its parent is not the agent any more."""
+    marker = tmp_path / "ran"
+    env_file = tmp_path / "env.json"
+    env_file.write_text("{}")
+    with open(env_file, "rb") as env:
+        dead_agent = subprocess.Popen(["true"])
+        dead_agent.wait()
+        supervisor = subprocess.run(
+            [sys.executable, "-I", "-m", "agents.supervise", "--env-fd", str(env.fileno()), "--agent-pid",
+             str(dead_agent.pid), "--lease-file", str(a_lease(tmp_path)), "--status-file", str(tmp_path / "status"),
+             "--", "/bin/sh", "-c", f"touch {marker}"], pass_fds=(env.fileno(),), capture_output=True, text=True)
+    assert supervisor.returncode == 1 and not marker.exists()
+    assert supervisor.stderr == "mlqueue: the node agent is gone: not starting the task\n"
