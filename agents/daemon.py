@@ -46,7 +46,7 @@ class NodeAgent:
                  pass_env=DEFAULT_PASS_ENV, task_users: TaskUsers | None = None):
         self.client = AgentClient(server)
         self.join_token, self.node, self.name = join_token, node, node["name"]
-        self.workdir = workdir / self.name
+        self.workdir = (workdir / self.name).absolute()  # tasks run elsewhere: their supervisors need whole paths
         self.workdir.mkdir(parents=True, exist_ok=True)
         os.chmod(self.workdir, DIR_MODE)  # tasks reach their own directories through it, and list nothing
         self.container_hook, self.pass_env = container_hook, pass_env

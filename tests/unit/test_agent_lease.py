@@ -4,6 +4,7 @@ and notes why, so the exit is reported as the lease's doing and not the task's."
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from agents.daemon import NodeAgent
 from agents.runtime import TaskProcess
@@ -117,3 +118,16 @@ def test_a_supervisor_whose_agent_died_before_it_could_watch_starts_nothing(tmp_
              "--", "/bin/sh", "-c", f"touch {marker}"], pass_fds=(env.fileno(),), capture_output=True, text=True)
     assert supervisor.returncode == 1 and not marker.exists()
     assert supervisor.stderr == "mlqueue: the node agent is gone: not starting the task\n"
+
+
+def test_an_agent_given_a_relative_workdir_still_starts_its_tasks(tmp_path, monkeypatch):
+    """`make demo` runs the agent with `--workdir var/agents`: the supervisor, which runs in the
+    task's own directory, must still find the node's lease (found running the demo)."""
+    monkeypatch.chdir(tmp_path)
+    agent = NodeAgent(server="http://127.0.0.1:9", join_token="x", node=NODE, workdir=Path("agents"))
+    agent.renewed(time.monotonic(), 60)
+    task = agent.start({"job_id": 7, "rank": 0, "attempt": 1, "epoch": 1, "command": [sys.executable, "-c", "pass"],
+                        "image": "", "gpu_indices": [0], "cpus": 1, "memory_gb": 1, "grace_period_seconds": 1,
+                        "checkpoint_dir": "", "env": {}})
+    wait_exit(task, timeout=10)
+    assert task.exit_code == 0, output(task)["stderr"]
