@@ -14,6 +14,8 @@ class ReasonCode(StrEnum):
     HELD = "HELD"
     DEPENDENCY = "DEPENDENCY"
     PREEMPTING = "PREEMPTING"
+    # Victims exist, but none may be evicted yet: they are younger than their minimum runtime.
+    PREEMPTION_PENDING = "PREEMPTION_PENDING"
     # Submitted since the last pass: no decision about it yet.
     NOT_YET_SCHEDULED = "NOT_YET_SCHEDULED"
 
@@ -38,6 +40,7 @@ CATEGORY = {
     ReasonCode.HELD: Category.USER,
     ReasonCode.DEPENDENCY: Category.USER,
     ReasonCode.PREEMPTING: Category.CAPACITY,
+    ReasonCode.PREEMPTION_PENDING: Category.CAPACITY,
     ReasonCode.NOT_YET_SCHEDULED: Category.CAPACITY,
 }
 
