@@ -34,7 +34,7 @@ from agents.isolation import (
 )
 from agents.outbox import Outbox
 from agents.machine import inventory
-from agents.runtime import DEFAULT_PASS_ENV, DIR_MODE, TaskProcess, check_pass_env
+from agents.runtime import DEFAULT_PASS_ENV, DIR_MODE, TaskProcess, check_pass_env, install_helpers
 from agents.supervise import LEASE_KILL_GRACE_S, kill_grace, write_lease
 
 log = logging.getLogger("mlqueue.agent")
@@ -52,6 +52,7 @@ class NodeAgent:
         self.container_hook, self.pass_env = container_hook, pass_env
         self.task_users = task_users or TaskUsers.none()
         self.node_token_path = self.workdir / credentials.NODE_TOKEN_FILE
+        self.helpers = install_helpers(self.workdir)  # mlqueue.checkpoint for the tasks' Python
         self.tasks: dict[tuple[int, int, int], TaskProcess] = {}
         self.outbox = Outbox(self.name)  # events not yet accepted by the server
         self.interval_s, self.lease_deadline, self.lease_grace_s = 5.0, 0.0, LEASE_KILL_GRACE_S
@@ -239,7 +240,7 @@ class NodeAgent:
         try:
             user = self.task_users.acquire(assignment.get("owner", ""))
             task = TaskProcess(assignment, self.workdir, lease_file=self.lease_path, container_hook=self.container_hook,
-                               pass_env=self.pass_env, user=user)
+                               pass_env=self.pass_env, user=user, helpers=self.helpers)
         except OSError as exc:
             self.task_users.release(user)
             log.error("%s: cannot start job %s rank %s: %s", self.name, *key[:2], exc)
@@ -255,6 +256,8 @@ class NodeAgent:
     def watch_tasks(self) -> None:
         for task in list(self.tasks.values()):
             exited = task.poll()
+            if task.running or exited:  # before its exit: the server takes checkpoints of an active attempt
+                self.outbox.extend(task.checkpoint_events(final=exited))
             self.outbox.extend(task.log_events(final=exited))
             if exited:
                 log.info("%s: job %s rank %s attempt %s exited (%s)", self.name, *task.key,

@@ -68,7 +68,8 @@ def apply_event(node_name: str, event: dict, *, now) -> None:
         reports.do_report_exited(job_id=job_id, rank=rank, attempt=attempt, exit_code=event["exit_code"],
                                  signal=event["signal"], cause=event.get("cause", ""), now=now)
     elif kind == "checkpoint":
-        reports.do_report_checkpoint(job_id=job_id, attempt=attempt, at=now)
+        reports.do_report_checkpoint(job_id=job_id, rank=rank, attempt=attempt, node_name=node_name,
+                                     step=event["step"], at=event["at"], epoch=event.get("epoch", 0), now=now)
     elif kind == "dropped":
         JobEvent.objects.create(job_id=job_id, kind=EventKind.TRANSITION, actor_name=f"agent:{node_name}",
                                 reason="AGENT_DROPPED_EVENT", message=replace_bad_text(event["data"])[:1000],

@@ -6,7 +6,7 @@ import re
 
 from rest_framework import serializers
 
-from scheduling.spec import LABEL_KEY, StrictIntegerField, StrictStringField, StringMapField
+from scheduling.spec import LABEL_KEY, StrictFloatField, StrictIntegerField, StrictStringField, StringMapField
 
 INT32 = 2**31 - 1
 INT64 = 2**63 - 1
@@ -18,6 +18,8 @@ MAX_LOG_CHUNK = 64 * 1024
 NODE_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,251}[A-Za-z0-9])?\Z")
 # Why a task exited when not by itself: its node's lease ran out, or it was lost in an agent restart.
 EXIT_CAUSES = ["", "lease_expired", "lost"]
+# A checkpoint's time, seconds since the epoch: up to the last second datetime can hold.
+MAX_EPOCH_S = 253402300799
 NODE_NAME_RULE = "letters, digits, '.', '_' and '-', starting and ending with a letter or digit (a host name)."
 
 
@@ -75,6 +77,17 @@ class EventSerializer(AttemptSerializer):
     offset = StrictIntegerField(min_value=0, max_value=INT64, required=False, default=0)  # in characters
     data = StrictStringField(required=False, allow_blank=True, default="", max_length=MAX_LOG_CHUNK,
                              trim_whitespace=False)
+    # A checkpoint: the epoch of the assignment, the step the job confirmed and when it saved it.
+    epoch = StrictIntegerField(min_value=0, max_value=INT64, required=False, default=0)
+    step = StrictIntegerField(min_value=0, max_value=INT64, required=False, default=None, allow_null=True)
+    at = StrictFloatField(min_value=0, max_value=MAX_EPOCH_S, required=False, default=None, allow_null=True)
+
+    def validate(self, attrs):
+        if attrs["type"] == "checkpoint":
+            missing = {name: ["required in a checkpoint event."] for name in ("step", "at") if attrs[name] is None}
+            if missing:
+                raise serializers.ValidationError(missing)
+        return attrs
 
 
 class EventsSerializer(serializers.Serializer):

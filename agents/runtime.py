@@ -24,6 +24,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agents.checkpoints import CheckpointWatch, marker_path
 from agents.isolation import TaskUser
 from agents.supervise import LEASE_EXPIRED
 
@@ -46,15 +47,42 @@ def check_pass_env(names: list[str]) -> list[str]:
     return names
 
 
-def task_environment(assignment_env: dict, *, pass_env, workdir: Path, user: TaskUser | None) -> dict[str, str]:
+def task_environment(assignment_env: dict, *, pass_env, workdir: Path, user: TaskUser | None,
+                     helpers: Path | None = None) -> dict[str, str]:
     """Built from nothing: the allowed part of the agent's environment, then what the scheduler
     sends (its MLQ_* and torchrun variables, the user's env and secret_env). A task with a user
-    of its own gets its own HOME and TMPDIR: the agent's are not its to write."""
+    of its own gets its own HOME and TMPDIR: the agent's are not its to write. `helpers` (the
+    directory holding only mlqueue/checkpoint.py) goes last on PYTHONPATH: a job's own
+    mlqueue install, if it has one, comes first."""
     env = {name: os.environ[name] for name in pass_env if name in os.environ and not NEVER_PASSED.match(name)}
     if user is not None:
         env.update(HOME=str(workdir), TMPDIR=str(workdir / "tmp"), USER=user.name, LOGNAME=user.name)
     env.update({str(key): str(value) for key, value in assignment_env.items()})
+    if helpers is not None:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH", ""), str(helpers)) if p)
     return env
+
+
+def install_helpers(workdir: Path) -> Path:
+    """A directory holding only a copy of the stdlib-only `mlqueue.checkpoint` (and an empty
+    `mlqueue` package around it), readable by tasks, writable only by the agent. Never the
+    agent's own site-packages: a task imports nothing else of the agent's code."""
+    from mlqueue import checkpoint
+
+    root = make_dir(workdir / "python", 0o755)
+    package = make_dir(root / "mlqueue", 0o755)
+    _install(package / "__init__.py", '"""The helpers mlqueue gives jobs: `from mlqueue import checkpoint`."""\n')
+    _install(package / "checkpoint.py", Path(checkpoint.__file__).read_text())
+    return root
+
+
+def _install(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
 
 
 def hooked(container_hook: str, image: str) -> list[str]:
@@ -107,8 +135,9 @@ class Stream:
 
 class TaskProcess:
     def __init__(self, assignment: dict, workdir: Path, *, lease_file: Path, container_hook: str = "",
-                 pass_env=DEFAULT_PASS_ENV, user: TaskUser | None = None):
+                 pass_env=DEFAULT_PASS_ENV, user: TaskUser | None = None, helpers: Path | None = None):
         self.job_id, self.rank, self.attempt = assignment["job_id"], assignment["rank"], assignment["attempt"]
+        self.epoch = assignment.get("epoch", 0)
         self.grace_s = assignment.get("grace_period_seconds", 30)
         self.user = user
         self.dir = make_dir(workdir / "jobs" / str(self.job_id) / f"rank-{self.rank}" / f"attempt-{self.attempt}",
@@ -128,7 +157,10 @@ class TaskProcess:
         self.cause = ""
         self.lease_file, self.status_file = lease_file, self.dir / "status"
         self.signals_sent: set[str] = set()
-        env = task_environment(assignment["env"], pass_env=pass_env, workdir=self.work, user=user)
+        env = task_environment(assignment["env"], pass_env=pass_env, workdir=self.work, user=user, helpers=helpers)
+        # Before the process exists: a marker already there is an earlier attempt's.
+        self.checkpoints = CheckpointWatch(marker_path(env.get("MLQ_CHECKPOINT_DIR", ""), self.work),
+                                           label=f"job {self.job_id} rank {self.rank} attempt {self.attempt}")
         self.process = self._spawn(assignment, container_hook, env)
 
     def _command(self, assignment: dict, container_hook: str, env_fd: int) -> list[str]:
@@ -214,6 +246,15 @@ class TaskProcess:
         state = "running" if self.running else "exited"
         return {"job_id": self.job_id, "rank": self.rank, "attempt": self.attempt, "state": state,
                 "exit_code": self.exit_code, "signal": self.exit_signal, "cause": self.cause}
+
+    def checkpoint_events(self, *, final: bool = False) -> list[dict]:
+        """A `checkpoint` event when the task has confirmed a new checkpoint (checked at most
+        every second, and once more as it exits: a trainer saves on SIGTERM, then exits)."""
+        found = self.checkpoints.poll(force=final)
+        if found is None:
+            return []
+        return [{"type": "checkpoint", "job_id": self.job_id, "rank": self.rank, "attempt": self.attempt,
+                 "epoch": self.epoch, "step": found["step"], "at": found["at"]}]
 
     def log_events(self, final: bool = False) -> list[dict]:
         events = []

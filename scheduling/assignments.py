@@ -23,6 +23,16 @@ def checkpoint_dir(job: Job) -> str:
     return (job.checkpoint or {}).get("path", "")
 
 
+def checkpoint_settings(job: Job) -> dict[str, str]:
+    """How often the job's spec asks it to checkpoint and how many to keep, for
+    mlqueue.checkpoint.due() and done() (docs/checkpoints.md); empty without a checkpoint block."""
+    block = job.checkpoint or {}
+    interval = block.get("interval_minutes")
+    keep = block.get("retain_last_n")
+    return {"MLQ_CHECKPOINT_INTERVAL_S": str(int(interval) * 60) if interval else "",
+            "MLQ_CHECKPOINT_RETAIN_LAST_N": str(int(keep)) if keep else ""}
+
+
 def secret_env(job: Job) -> dict[str, str]:
     """The job's secret values. One that no configured key opens is left out and logged (by
     name, never value) rather than raised: the heartbeat that carries it also renews the node's
@@ -47,6 +57,7 @@ def assignment_env(task: Task, *, job: Job, master_node: str) -> dict[str, str]:
         "MLQ_EPOCH": str(task.epoch),
         "MLQ_RESTART_COUNT": str(job.restarts_used + job.retries_used + job.preemptions),
         "MLQ_CHECKPOINT_DIR": checkpoint_dir(job),
+        **checkpoint_settings(job),
         "MLQ_RESUME": "1" if resume and task.attempt > 1 and checkpoint_dir(job) else "0",
         "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in task.gpu_indices),
         "WORLD_SIZE": str(job.task_count),

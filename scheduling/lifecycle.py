@@ -66,20 +66,23 @@ def epoch_is_current(epoch: int):
 
 
 NO_STOP = {"stop_reason": "", "stop_signal": "", "stop_requested_at": None, "kill_at": None, "preempted_for": None}
+# A new attempt has confirmed no checkpoint yet (the last attempt's lost work is recorded
+# before its requeue: reconcile.do_settle).
+NO_CHECKPOINT = {"last_checkpoint_at": None, "checkpoint_step": None}
 
 
 def _stamp_fields(to_state: str, now) -> dict:
     stamps = {"updated_at": now}
     if to_state == S.ASSIGNED:
         stamps.update(assigned_at=now, attempt=F("attempt") + 1, finished_at=None, exit_code=None, exit_signal="",
-                      failure_class="", **NO_STOP)
+                      failure_class="", **NO_STOP, **NO_CHECKPOINT)
     elif to_state == S.RUNNING:
         stamps["started_at"] = now
     elif to_state in ENDED:
         stamps.update(finished_at=now, kill_at=None)
     elif to_state == S.PENDING:
         # `preempted_for` stays until the next start: the requeued job yields to its preemptor.
-        stamps.update(node=None, gpu_indices=[], assigned_at=None, started_at=None,
+        stamps.update(node=None, gpu_indices=[], assigned_at=None, started_at=None, **NO_CHECKPOINT,
                       **{**NO_STOP, "preempted_for": F("preempted_for")})
     return stamps
 

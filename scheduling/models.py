@@ -175,6 +175,10 @@ class Task(models.Model):
     assigned_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # The current attempt's last checkpoint its agent saw confirmed (docs/checkpoints.md);
+    # cleared when a new attempt starts.
+    last_checkpoint_at = models.DateTimeField(null=True, blank=True)
+    checkpoint_step = models.PositiveBigIntegerField(null=True, blank=True)
     updated_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
@@ -207,6 +211,7 @@ class EventKind(models.TextChoices):
     NODE_STATE = "NODE_STATE"
     SECURITY = "SECURITY"  # tokens created, used, revoked or reset
     LEADER = "LEADER"  # a scheduler took the lead: `data.epoch`, recorded with the epoch bump itself
+    CHECKPOINT = "CHECKPOINT"  # a rank confirmed a checkpoint (at most one a minute per job)
 
 
 class AppendOnlyQuerySet(models.QuerySet):

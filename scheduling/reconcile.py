@@ -11,7 +11,7 @@
 Only the leader requeues or retries, and every write here is fenced by its epoch.
 """
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone as dt_timezone
 
 from django.conf import settings
 from django.db import transaction
@@ -19,6 +19,7 @@ from django.db.models import Exists, Min, OuterRef, Q
 
 from agents import failures
 from scheduling import lifecycle, metrics, notify
+from scheduling.core.model import HOUR as HOUR_S, confirmed_checkpoint, lost_since
 from scheduling.core.settle import (
     Action, Attempt, Counter, EndedTask, Outcome, RestartMode, RestartPolicy, TaskEnd, Verdict, settle,
 )
@@ -131,7 +132,7 @@ def do_settle(job_id: int, *, epoch: int, now) -> Verdict | None:
         if job.state not in OVER or job.failure_class:
             return None
         verdict = settle(_attempt(job), _outcome(job), restart_policy(job))
-        do_apply_verdict(job, verdict, now=now)
+        do_apply_verdict(job, verdict, now=now, lost=lost_work(job, now=now))
     return verdict
 
 
@@ -146,6 +147,24 @@ def _outcome(job: Job) -> Outcome:
     return Outcome(tasks, cancel_requested=job.cancel_requested_at is not None)
 
 
+def lost_work(job: Job, *, now) -> dict:
+    """What the ended attempt lost, by the core's rule (RunningJob.hours_lost_if_stopped): its
+    GPUs x the time from its start, or from the checkpoint every rank confirmed if later, to
+    its last rank's end. Read before the requeue clears the attempt's placement and checkpoints."""
+    rows = list(job.tasks.values_list("started_at", "finished_at", "last_checkpoint_at", "gpu_indices"))
+    starts = [started for started, *_ in rows if started is not None]
+    if not starts:  # it never started: nothing ran, nothing lost
+        return {"lost_gpu_hours": 0.0, "lost_since": None, "since_checkpoint": False}
+    started = min(starts).timestamp()
+    checkpoint = confirmed_checkpoint(at.timestamp() if at else None for _, _, at, _ in rows)
+    since = lost_since(started, checkpoint)
+    ended = max((finished for _, finished, _, _ in rows if finished is not None), default=now).timestamp()
+    gpus = sum(len(indices) for *_, indices in rows)
+    return {"lost_gpu_hours": round(gpus * max(0.0, ended - since) / HOUR_S, 4),
+            "lost_since": datetime.fromtimestamp(since, dt_timezone.utc).isoformat(),
+            "since_checkpoint": checkpoint is not None and checkpoint >= started}
+
+
 def restart_policy(job: Job) -> RestartPolicy:
     """The job's restart policy, with the cluster's back-off settings."""
     return RestartPolicy(
@@ -155,14 +174,15 @@ def restart_policy(job: Job) -> RestartPolicy:
         backoff_max_s=settings.MLQ_RETRY_BACKOFF_MAX_S)
 
 
-def do_apply_verdict(job: Job, verdict: Verdict, *, now) -> None:
+def do_apply_verdict(job: Job, verdict: Verdict, *, now, lost: dict | None = None) -> None:
     """The one place a verdict becomes writes, inside the caller's fenced transaction that
     holds the job's row lock (do_settle): the fenced, conditional transitions of the gang, the
-    job's counter, the event, and the outcome counted once it commits."""
+    job's counter, the event, and the outcome counted once it commits. The attempt's `lost`
+    work goes on the event that ends it (a requeue or a failure; a cancel is the user's)."""
     if verdict.action == Action.REQUEUE:
-        _requeue(job, verdict, now=now)
+        _requeue(job, verdict, now=now, lost=lost or {})
     elif verdict.action == Action.FAIL:
-        _end_failed(job, verdict, now=now)
+        _end_failed(job, verdict, now=now, lost=lost or {})
     else:
         _end_cancelled(job, verdict, now=now)
 
@@ -173,11 +193,11 @@ def _count_outcome(outcome: str, failure_class: str) -> None:
     transaction.on_commit(metrics.OUTCOMES.labels(outcome, failure_class).inc)
 
 
-def _requeue(job: Job, verdict: Verdict, *, now) -> None:
+def _requeue(job: Job, verdict: Verdict, *, now, lost: dict) -> None:
     """The whole gang goes back to PENDING as a new attempt (its finished ranks too)."""
     moved = lifecycle.transition_gang(job.pk, from_state=(S.FAILED, S.PREEMPTED, S.SUCCEEDED), to_state=S.PENDING,
                                       require_all=False, actor_name="scheduler", reason=verdict.code,
-                                      message=verdict.message, now=now)
+                                      message=verdict.message, data=lost, now=now)
     if not moved:
         return
     not_before = now + timedelta(seconds=verdict.backoff_s) if verdict.backoff_s else None
@@ -191,16 +211,16 @@ def _requeue(job: Job, verdict: Verdict, *, now) -> None:
     notify.wake_scheduler("requeue")
 
 
-def _end_failed(job: Job, verdict: Verdict, *, now) -> None:
+def _end_failed(job: Job, verdict: Verdict, *, now, lost: dict) -> None:
     """Ranks still PREEMPTED become FAILED, recorded as one transition that carries the
     verdict; when every rank had FAILED already, the verdict is that one event."""
     moved = lifecycle.transition_gang(job.pk, from_state=S.PREEMPTED, to_state=S.FAILED, require_all=False,
                                       actor_name="scheduler", reason=verdict.failure_class, message=verdict.message,
-                                      now=now, failure_class=verdict.failure_class)
+                                      data=lost, now=now, failure_class=verdict.failure_class)
     if not moved:
         JobEvent.objects.create(job=job, kind=EventKind.TRANSITION, actor_name="scheduler", from_state=job.state,
                                 to_state=S.FAILED, reason=verdict.failure_class, message=verdict.message,
-                                created_at=now)
+                                data=lost, created_at=now)
     Job.objects.filter(pk=job.pk).update(failure_class=verdict.failure_class, finished_at=now, updated_at=now)
     _count_outcome("failed", verdict.failure_class)
     notify.jobs_changed([job.pk])

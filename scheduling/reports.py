@@ -2,11 +2,14 @@
 a checkpoint was written. Reports carry the attempt they are about; a report about an
 attempt that is no longer current changes nothing."""
 import logging
+from datetime import datetime, timedelta, timezone as dt_timezone
 
+from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from scheduling import lifecycle, metrics, notify
-from scheduling.models import FailureClass, Job, StopReason, Task, TaskState
+from scheduling.models import EventKind, FailureClass, Job, JobEvent, StopReason, Task, TaskState
 from scheduling.stopping import do_request_stop
 
 log = logging.getLogger(__name__)
@@ -89,6 +92,49 @@ def do_report_exited(*, job_id: int, rank: int, attempt: int, exit_code: int | N
     return to_state
 
 
-def do_report_checkpoint(*, job_id: int, attempt: int, at=None) -> None:
-    if Task.objects.filter(job_id=job_id, attempt=attempt, state__in=ACTIVE).exists():
-        Job.objects.filter(pk=job_id).update(last_checkpoint_at=at or timezone.now())
+# At most one CHECKPOINT event per job this often: a job confirming every second still gets
+# its task fields updated each time, not a timeline row each time.
+CHECKPOINT_EVENT_EVERY = timedelta(minutes=1)
+
+
+def do_report_checkpoint(*, job_id: int, rank: int, attempt: int, node_name: str, step: int, at: float,
+                         epoch: int = 0, now=None) -> bool:
+    """A rank's current attempt confirmed a checkpoint at `at` (epoch seconds, the job's own
+    clock; a time in the future counts as now). Recorded by one conditional update, only for
+    the attempt still active on that node and only if newer than the one recorded; a
+    checkpoint from before the attempt was placed is an earlier attempt's file. The job keeps
+    its latest. Returns whether it was recorded."""
+    now = now or timezone.now()
+    when = min(datetime.fromtimestamp(at, dt_timezone.utc), now)
+    recorded = Task.objects.filter(
+        job_id=job_id, rank=rank, attempt=attempt, node__name=node_name, state__in=ACTIVE, epoch__gte=epoch,
+        assigned_at__lte=when).filter(Q(last_checkpoint_at__isnull=True) | Q(last_checkpoint_at__lt=when)).update(
+        last_checkpoint_at=when, checkpoint_step=step)
+    if not recorded:
+        log.info("checkpoint of job %s rank %s attempt %s at %s ignored: not the active attempt there, or not newer",
+                 job_id, rank, attempt, when)
+        return False
+    Job.objects.filter(pk=job_id).filter(Q(last_checkpoint_at__isnull=True) | Q(last_checkpoint_at__lt=when)).update(
+        last_checkpoint_at=when)
+    if _note_checkpoint(job_id=job_id, rank=rank, attempt=attempt, step=step, when=when, node_name=node_name, now=now):
+        notify.jobs_changed([job_id])  # as rate-limited as the event: live views need no more
+    return True
+
+
+def _note_checkpoint(*, job_id: int, rank: int, attempt: int, step: int, when, node_name: str, now) -> bool:
+    """The job's timeline says so, at most once per CHECKPOINT_EVENT_EVERY (the ranks of a gang
+    reporting the same checkpoint at once are serialized on the job's row)."""
+    recent = JobEvent.objects.filter(job_id=job_id, kind=EventKind.CHECKPOINT,
+                                     created_at__gt=now - CHECKPOINT_EVENT_EVERY)
+    if recent.exists():
+        return False
+    with transaction.atomic():
+        list(Job.objects.select_for_update().filter(pk=job_id).values_list("pk", flat=True))
+        if recent.exists():
+            return False
+        JobEvent.objects.create(job_id=job_id, kind=EventKind.CHECKPOINT, actor_name=f"agent:{node_name}",
+                                reason="CHECKPOINT", message=f"rank {rank} confirmed a checkpoint at step {step} "
+                                                             f"(attempt {attempt}, saved {when:%H:%M:%S} UTC)",
+                                data={"rank": rank, "attempt": attempt, "step": step, "at": when.isoformat()},
+                                created_at=now)
+    return True

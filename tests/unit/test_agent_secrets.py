@@ -48,7 +48,9 @@ def test_a_task_sees_none_of_the_agents_environment_beyond_the_allow_list(tmp_pa
     assert not any(value in json.dumps(seen) for value in AGENT_SECRETS.values())
     assert {k: seen[k] for k in ("MLQ_JOB_ID", "WANDB_PROJECT", "CUDA_VISIBLE_DEVICES", "TZ")} == {
         "MLQ_JOB_ID": "7", "WANDB_PROJECT": "p", "CUDA_VISIBLE_DEVICES": "0", "TZ": "Europe/Paris"}
-    assert set(seen) <= set(DEFAULT_PASS_ENV) | {"MLQ_JOB_ID", "WANDB_PROJECT", "CUDA_VISIBLE_DEVICES"}
+    assert set(seen) <= set(DEFAULT_PASS_ENV) | {"MLQ_JOB_ID", "WANDB_PROJECT", "CUDA_VISIBLE_DEVICES", "PYTHONPATH"}
+    # PYTHONPATH is the agent's own addition: a directory holding only mlqueue.checkpoint, never its site-packages.
+    assert seen["PYTHONPATH"] == str(tmp_path / NODE["name"] / "python")
 
 
 def test_pass_env_adds_names_but_never_the_agents_or_servers_secrets(tmp_path, monkeypatch):
