@@ -21,6 +21,7 @@ if not __package__:
 from bench.cycle import NOW, fleet_for, settle  # noqa: E402
 from bench.fleets import FLEETS, build_teams, build_workload  # noqa: E402
 from scheduling.core.model import ClusterSnapshot  # noqa: E402
+from scheduling.core.scheduler import Scheduler  # noqa: E402
 from scheduling.sim.forecast import forecast  # noqa: E402
 
 
@@ -36,18 +37,22 @@ def main(argv=None) -> dict:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--fill", type=float, default=0.9)
+    parser.add_argument("--ask-every-instant", action="store_true",
+                        help="the reference path: ask the core even where no pass could decide anything")
     args = parser.parse_args(argv)
     args.passes, args.arrivals = 1, 2  # what settle() reads
     name, fleet = fleet_for(args)
     teams = build_teams(fleet)
     running, pending = build_workload(fleet, teams, pending_tasks=args.pending, fill=args.fill, seed=args.seed, now=NOW)
-    snapshot = settle(ClusterSnapshot(tuple(fleet), tuple(running), tuple(pending), teams, NOW), fleet, args)
+    snapshot = settle(ClusterSnapshot(tuple(fleet), tuple(running), tuple(pending), teams, NOW), fleet, args,
+                      Scheduler())
     gc.collect()
     gc.freeze()
     timings, result = [], None
     for _ in range(args.runs):
         started = time.perf_counter()
-        result = forecast(snapshot, likely_fraction={team.name: 0.5 for team in teams}, max_decisions=args.max_passes)
+        result = forecast(snapshot, likely_fraction={team.name: 0.5 for team in teams}, max_decisions=args.max_passes,
+                          skip_quiet=not args.ask_every_instant)
         timings.append((time.perf_counter() - started) * 1000)
     horizon = max(result.latest.values(), default=NOW) - NOW
     figures = {"fleet": name, "running": len(snapshot.running), "pending_jobs": len(snapshot.pending),

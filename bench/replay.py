@@ -4,8 +4,11 @@
         --nodes 64 --gpus-per-node 8 --runtime-estimate x2 [--from 2017-09-04 --to 2017-10-01]
         [--load-scale 1] [--quotas proportional|equal|none|FILE.json] [--fleet seed-2500]
         [--checkpoint-interval 1800] [--grace 120] [--node-failures 0] [--seed 1]
+        [--baseline easy|fifo|sjf|none] [--table]
 
-Prints one JSON line of figures (see scheduling/sim/metrics.py), plus the wall time.
+Prints one JSON line of figures (see scheduling/sim/metrics.py), plus the wall time; unless
+`--baseline none`, also replays `easy` (or the named policy) on the same jobs and adds the
+ratios to it: `avg_wait_vs_easy`, `max_wait_vs_easy`, `avg_jct_vs_easy`.
 `--quotas FILE.json` ({"team": guaranteed GPUs, ...}) replays the same trace under quotas an
 admin is considering, before applying them.
 """
@@ -24,7 +27,7 @@ from scheduling.core.feasibility import can_ever_run  # noqa: E402
 from scheduling.core.model import JobShape, PolicyConfig, Quota, Team  # noqa: E402
 from scheduling.sim.engine import SimConfig, Simulation  # noqa: E402
 from scheduling.sim.fleets import build_fleet, custom_fleet  # noqa: E402
-from scheduling.sim.metrics import summarize  # noqa: E402
+from scheduling.sim.metrics import summarize, table_row, versus  # noqa: E402
 from scheduling.sim.policies import make_policy  # noqa: E402
 from scheduling.sim.trace import load, load_scaled, with_estimates  # noqa: E402
 
@@ -55,6 +58,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--no-shortest-first", action="store_true", help="mlqueue: oldest first within a team")
     parser.add_argument("--order", choices=["fair_share", "weighted_shortest"], help="mlqueue: the queue order")
     parser.add_argument("--reservations", type=int, help="mlqueue: blocked jobs per class holding a reservation")
+    parser.add_argument("--baseline", default="easy", choices=["easy", "fifo", "sjf", "none"],
+                        help="also replay this policy and report ratios to it (avg_jct_vs_easy, ...)")
+    parser.add_argument("--table", action="store_true", help="also print a markdown table row (to stderr)")
     return parser.parse_args(argv)
 
 
@@ -143,20 +149,31 @@ def main(argv=None) -> dict:
         owed = guarantees(jobs, gpus, args.quotas)
     except (OSError, ValueError, AttributeError) as exc:
         fail(f"--quotas: expected proportional, equal, none or a JSON file of team -> GPUs ({exc})")
-    policy = make_policy(args.policy, durations={job.job_id: job.duration for job in jobs})
-    config = SimConfig(checkpoint_interval_s=args.checkpoint_interval, grace_s=args.grace, tick_s=args.tick,
-                       gpu_type=args.gpu_type, node_failures=args.node_failures, seed=args.seed)
     started = time.perf_counter()
-    sim = Simulation(fleet, teams_for(owed, args.gpu_type, gpus), jobs, policy, config, policy_config(args)).run()
+    summary = replay(args, args.policy, fleet, jobs, owed)
     wall = time.perf_counter() - started
     knobs = policy_config(args)
     setup = {"quotas": args.quotas, "runtime_estimate": args.runtime_estimate}
     if args.policy == "mlqueue":
         setup.update(order=knobs.order, wait_bound_s=knobs.reservation_wait_bound_s)
-    figures = {"policy": args.policy, "nodes": len(fleet), **setup, **summarize(sim, entitlements={t: float(g) for t, g in owed.items()}),
+    figures = {"policy": args.policy, "nodes": len(fleet), **setup, **summary,
                "refused": refused, "wall_s": round(wall, 1), "jobs_per_min": round(len(jobs) / wall * 60) if wall else None}
+    if args.baseline not in ("none", args.policy):
+        figures.update(versus(figures, {"policy": args.baseline, **replay(args, args.baseline, fleet, jobs, owed)}))
     print(json.dumps(figures))
+    if args.table:
+        print(table_row(figures), file=sys.stderr)
     return figures
+
+
+def replay(args, name: str, fleet, jobs, owed: dict[str, int]) -> dict:
+    """One policy over the jobs: its summary figures."""
+    gpus = sum(n.gpus for n in fleet)
+    policy = make_policy(name, durations={job.job_id: job.duration for job in jobs})
+    config = SimConfig(checkpoint_interval_s=args.checkpoint_interval, grace_s=args.grace, tick_s=args.tick,
+                       gpu_type=args.gpu_type, node_failures=args.node_failures, seed=args.seed)
+    sim = Simulation(fleet, teams_for(owed, args.gpu_type, gpus), jobs, policy, config, policy_config(args)).run()
+    return summarize(sim, entitlements={t: float(g) for t, g in owed.items()})
 
 
 if __name__ == "__main__":

@@ -10,6 +10,8 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from scheduling.core.model import MIN_RUNTIME_BY_CLASS, PRIORITIES
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("MLQ_VAR_DIR", BASE_DIR / "var"))
 
@@ -265,8 +267,41 @@ MLQ_FULL_DISRUPTION_MIN_NODES = env_int("MLQ_FULL_DISRUPTION_MIN_NODES", 3)
 # Web processes batch the heartbeats they answered into Postgres (one statement each time):
 # the liveness that survives Redis losing its data, and the only one while Redis is down.
 MLQ_LIVENESS_FLUSH_S = float(os.environ.get("MLQ_LIVENESS_FLUSH_S", "10"))
-# Tasks younger than this are not preempted for priority (issue 13 makes it per class).
-MLQ_PREEMPT_MIN_RUNTIME_S = float(os.environ.get("MLQ_PREEMPT_MIN_RUNTIME_S", "600"))
+
+
+def env_min_runtime(name: str, single: str) -> dict[str, float]:
+    """Seconds a victim must have run before a preemptor of each class may take its room,
+    as "P0=0,P1=600,P2=600,P3=600": classes left out keep their default. `single` (the older
+    one-number setting), when set, is the minimum for P1-P3; `name`'s own entries win."""
+    found = dict(MIN_RUNTIME_BY_CLASS)
+    raw_single = os.environ.get(single, "").strip()
+    if raw_single:
+        seconds = _seconds(single, raw_single, raw_single)
+        found.update({klass: seconds for klass in PRIORITIES if klass != "P0"})
+    raw = os.environ.get(name, "").strip()
+    for item in filter(None, (part.strip() for part in raw.split(","))):
+        klass, sep, value = (piece.strip() for piece in item.partition("="))
+        if not sep or klass not in PRIORITIES:
+            raise ImproperlyConfigured(f"{name}={raw!r}: {item!r} is not CLASS=SECONDS with a class of "
+                                       f"{', '.join(PRIORITIES)} (e.g. P0=0,P1=600)")
+        found[klass] = _seconds(name, raw, value)
+    return found
+
+
+def _seconds(name: str, raw: str, value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds < float("inf"):
+        raise ImproperlyConfigured(f"{name}={raw!r}: {value!r} is not a number of seconds >= 0")
+    return seconds
+
+
+# Per class of the PREEMPTOR: victims younger than this are not preempted for priority by it.
+# An incident (P0) waits for nobody by default. MLQ_PREEMPT_MIN_RUNTIME_S, the older setting,
+# when set still applies to P1-P3.
+MLQ_PREEMPT_MIN_RUNTIME = env_min_runtime("MLQ_PREEMPT_MIN_RUNTIME", "MLQ_PREEMPT_MIN_RUNTIME_S")
 MLQ_MAX_LOG_CHARS = env_int("MLQ_MAX_LOG_CHARS", 10_000_000)  # per task attempt and stream, in Postgres
 # The start-time forecast (scheduling/forecasting.py): at most one per this many seconds,
 # after a pass, and at most this many simulated passes each.

@@ -34,7 +34,7 @@ def ts(moment) -> float | None:
 
 def policy_config() -> core.PolicyConfig:
     """The policy as this deployment configures it."""
-    return core.PolicyConfig(min_runtime_before_preempt_s=settings.MLQ_PREEMPT_MIN_RUNTIME_S)
+    return core.PolicyConfig(min_runtime_by_class=dict(settings.MLQ_PREEMPT_MIN_RUNTIME))
 
 
 def build_view(*, now, config: core.PolicyConfig | None = None) -> StoreView:
@@ -60,10 +60,13 @@ def load_running(now) -> list[core.RunningJob]:
     tasks = defaultdict(list)
     stopping: dict[int, int | None] = {}
     began: dict[int, float] = {}
+    saved: dict[int, list[float | None]] = defaultdict(list)
     rows = Task.objects.filter(state__in=ACTIVE).values_list(
-        "job_id", "rank", "node__name", "gpu_indices", "stop_reason", "preempted_for_id", "started_at", "assigned_at")
-    for job_id, rank, node, gpus, stop_reason, preempted_for, started_at, assigned_at in rows:
+        "job_id", "rank", "node__name", "gpu_indices", "stop_reason", "preempted_for_id", "started_at", "assigned_at",
+        "last_checkpoint_at")
+    for job_id, rank, node, gpus, stop_reason, preempted_for, started_at, assigned_at, checkpoint_at in rows:
         tasks[job_id].append((rank, node, tuple(gpus)))
+        saved[job_id].append(ts(checkpoint_at))
         if stop_reason:
             stopping[job_id] = preempted_for
         moment = ts(started_at or assigned_at)
@@ -71,19 +74,28 @@ def load_running(now) -> list[core.RunningJob]:
             began[job_id] = min(began.get(job_id, moment), moment)
     jobs = Job.objects.filter(pk__in=tasks).values(
         "id", "team__name", "priority", "gpu_type", "cpu_per_rank", "memory_per_rank_gb", "max_runtime_hours",
-        "checkpoint", "last_checkpoint_at")
-    return [_running_job(job, tasks[job["id"]], stopping, began.get(job["id"], now.timestamp())) for job in jobs]
+        "checkpoint", "preemptions")
+    return [_running_job(job, tasks[job["id"]], stopping, began.get(job["id"], now.timestamp()),
+                         core.confirmed_checkpoint(saved[job["id"]])) for job in jobs]
 
 
-def _running_job(job: dict, tasks: list, stopping: dict, started: float) -> core.RunningJob:
-    """`started`: when this attempt began (its runtime allowance counts from there)."""
+def checkpoint_interval_s(checkpoint: dict | None) -> float | None:
+    """The spec's checkpoint interval in seconds; None without a checkpoint block."""
+    return float(checkpoint.get("interval_minutes", 30)) * 60 if checkpoint else None
+
+
+def _running_job(job: dict, tasks: list, stopping: dict, started: float,
+                 checkpoint_at: float | None) -> core.RunningJob:
+    """`started`: when this attempt began (its runtime allowance counts from there);
+    `checkpoint_at`: the checkpoint every rank of this attempt has confirmed (None: not yet)."""
     placements = tuple(core.TaskPlacement(rank, node, gpus, job["cpu_per_rank"], job["memory_per_rank_gb"])
                        for rank, node, gpus in sorted(tasks))
     return core.RunningJob(
         job["id"], job["team__name"], job["priority"], job["gpu_type"] or None, placements, started,
         started + job["max_runtime_hours"] * HOUR, preemptible=job["priority"] != "P0",
-        checkpointing=job["checkpoint"] is not None, last_checkpoint_at=ts(job["last_checkpoint_at"]),
+        checkpointing=job["checkpoint"] is not None, last_checkpoint_at=checkpoint_at,
         preempting=job["id"] in stopping, preempted_for=stopping.get(job["id"]),
+        checkpoint_interval_s=checkpoint_interval_s(job["checkpoint"]), preemptions=job["preemptions"],
     )
 
 
@@ -104,6 +116,7 @@ def _pending() -> tuple[list[core.PendingJob], dict, dict]:
             row["id"], row["team__name"], row["priority"], shape, row["submitted_at"].timestamp(),
             row["max_runtime_hours"] * HOUR, ts(row["not_before"]), row["held"], tuple(unmet.get(row["id"], ())),
             checkpointing=row["checkpoint"] is not None, yields_to=yields.get(row["id"]),
+            checkpoint_interval_s=checkpoint_interval_s(row["checkpoint"]),
         ))
         reasons[row["id"]] = (row["pending_reason_code"], row["pending_reason_message"], row["reserved_nodes"])
         starts[row["id"]] = (row["estimated_start"], row["likely_start"])

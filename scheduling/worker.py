@@ -17,7 +17,7 @@ from prometheus_client import Counter
 
 from scheduling import failpoints, metrics
 from scheduling.apply import Applied, apply_decisions
-from scheduling.core.scheduler import schedule
+from scheduling.core.scheduler import Scheduler, schedule
 from scheduling.fencing import Deposed, fenced
 from scheduling.leadership import Leadership, LeaseRowLeadership
 from scheduling.models import SchedulerLease
@@ -41,24 +41,29 @@ class PassReport:
     preempted: int
 
 
-def run_pass(*, epoch: int, now=None, forecaster: Forecaster | None = None) -> PassReport:
+def run_pass(*, epoch: int, now=None, forecaster: Forecaster | None = None,
+             scheduler: Scheduler | None = None) -> PassReport:
     """One pass as the leader of `epoch`. Raises Deposed if another scheduler took over.
+    `scheduler`: the policy core's state kept from the last pass (its decisions are exactly a
+    fresh pass's; it only saves re-indexing the cluster); None: a fresh pass.
     The cyclic garbage collector waits until the pass is over: a pass allocates many short-
     lived objects and nothing cyclic worth collecting mid-pass (10-30% of a pass otherwise)."""
     gc.disable()
     try:
-        return _run_pass(epoch=epoch, now=now, forecaster=forecaster)
+        return _run_pass(epoch=epoch, now=now, forecaster=forecaster, scheduler=scheduler)
     finally:
         gc.enable()
 
 
-def _run_pass(*, epoch: int, now=None, forecaster: Forecaster | None = None) -> PassReport:
+def _run_pass(*, epoch: int, now=None, forecaster: Forecaster | None = None,
+              scheduler: Scheduler | None = None) -> PassReport:
     started = time.perf_counter()
     now = now or timezone.now()
     swept = reconcile(epoch=epoch, now=now)
     failpoints.hit("pass.after_sweep")
     view = build_view(now=now)
-    decisions = schedule(view.snapshot, timer=time.perf_counter)
+    decide = scheduler.schedule if scheduler is not None else schedule
+    decisions = decide(view.snapshot, timer=time.perf_counter)
     if settings.MLQ_FAULT_APPLY_DELAY_S:
         log.warning("fault injection: waiting %s s before applying epoch %s's decisions",
                     settings.MLQ_FAULT_APPLY_DELAY_S, epoch)
@@ -134,6 +139,7 @@ class SchedulerWorker:
         self.leadership, self.tick_s, self.standby_poll_s = leadership, tick_s, standby_poll_s
         self.waker = Waker()
         self.forecaster = Forecaster()
+        self.scheduler = Scheduler()
         self.stopping = False
 
     def run(self, *, passes: int | None = None) -> int:
@@ -175,7 +181,7 @@ class SchedulerWorker:
     def _one_pass(self) -> PassReport | None:
         epoch = self.leadership.epoch
         try:
-            report = run_pass(epoch=epoch, forecaster=self.forecaster)
+            report = run_pass(epoch=epoch, forecaster=self.forecaster, scheduler=self.scheduler)
         except Deposed as exc:
             log.warning("%s: stepping down", exc)
             metrics.DEPOSED.inc()

@@ -57,6 +57,19 @@ def preempting(job: PendingJob, victims: Iterable[int], units: int, reclaim: boo
         f"stopping job(s) {ids} ({units} {job.shape.unit_name} {why}); it starts once they have stopped"))
 
 
+def preemption_pending(job: PendingJob, victims: int, at: float, minimum: float) -> PendingReason:
+    noun = "victim" if victims == 1 else "victims"
+    return PendingReason(ReasonCode.PREEMPTION_PENDING, (
+        f"{victims} {noun} reachable at {clock(at)} after their {duration(minimum)} minimum"))
+
+
+def duration(seconds: float) -> str:
+    """A minimum runtime as an adjective: "10-minute", "90-second"."""
+    if seconds >= 60 and seconds % 60 == 0:
+        return f"{seconds / 60:.0f}-minute"
+    return f"{seconds:.0f}-second"
+
+
 def behind_reservation(job: PendingJob, reservation: Reservation, now: float) -> PendingReason:
     hours = max(0.0, (reservation.start_at - now) / 3600)
     nodes = len(reservation.nodes)
@@ -89,6 +102,7 @@ class CapacityExplainer:
         self.class_sizes = {rclass: len(slots) for rclass, slots in state.by_class.items()}
         self.not_ready: dict[str, Counter[str]] = {}
         self.matching: dict[tuple, tuple[list[Slot], int, int]] = {}
+        self.histograms: dict[tuple, tuple[tuple[tuple[str, int], ...], int]] = {}
 
     def explain(self, job: PendingJob) -> PendingReason:
         return self.explain_shape(job.shape)
@@ -113,7 +127,15 @@ class CapacityExplainer:
 
     def node_histogram(self, shape: JobShape) -> tuple[tuple[tuple[str, int], ...], int]:
         """Nodes by why they cannot take one task: another class, not READY, too little free
-        room (read off the free-room index, not node by node), then labels, CPUs, memory."""
+        room (read off the free-room index, not node by node), then labels, CPUs, memory.
+        One task's needs decide it, not the job's task count or topology: computed once each."""
+        key = (shape.resource_class, shape.units_per_task, shape.cpus_per_task, shape.memory_gb_per_task,
+               tuple(sorted(shape.node_selector.items())))
+        if key not in self.histograms:
+            self.histograms[key] = self._histogram(shape)
+        return self.histograms[key]
+
+    def _histogram(self, shape: JobShape) -> tuple[tuple[tuple[str, int], ...], int]:
         counts: Counter[str] = Counter(self._not_ready(shape.resource_class))
         counts["other resource class"] = len(self.nodes) - self.class_sizes.get(shape.resource_class, 0)
         levels = self.state.buckets.get(shape.resource_class, {})

@@ -11,6 +11,8 @@ from typing import Mapping
 
 PRIORITIES = ("P0", "P1", "P2", "P3")
 HOUR = 3600.0
+# Seconds a victim must have run before a preemptor of each class may take its room.
+MIN_RUNTIME_BY_CLASS = {"P0": 0.0, "P1": 600.0, "P2": 600.0, "P3": 600.0}
 
 
 def priority_rank(priority: str) -> int:
@@ -141,6 +143,21 @@ class TaskPlacement:
     memory_gb: int
 
 
+def confirmed_checkpoint(times) -> float | None:
+    """A job's confirmed checkpoint in its current attempt: the oldest of its ranks' last ones
+    (the gang can resume only from a step every rank saved); None while any rank has none."""
+    times = list(times)
+    if not times or any(at is None for at in times):
+        return None
+    return min(times)
+
+
+def lost_since(started_at: float, last_checkpoint_at: float | None) -> float:
+    """Where the work a stop would lose begins: the attempt's start, or its last confirmed
+    checkpoint if later."""
+    return started_at if last_checkpoint_at is None else max(started_at, last_checkpoint_at)
+
+
 @dataclass(frozen=True, slots=True)
 class RunningJob:
     """A job holding resources: running, starting, or being preempted (its resources count as
@@ -158,6 +175,11 @@ class RunningJob:
     last_checkpoint_at: float | None = None
     preempting: bool = False
     preempted_for: int | None = None
+    # How often it checkpoints (its spec's interval), for the simulator; None: not known.
+    checkpoint_interval_s: float | None = None
+    # How many times the job was preempted before this attempt: the policy spares jobs it has
+    # already evicted (each eviction costs them their work since a checkpoint, and a new wait).
+    preemptions: int = 0
     # Derived once (a pass asks for them many times): GPUs held (CPUs for a CPU job), class.
     units: int = field(init=False, repr=False, compare=False)
     resource_class: str = field(init=False, repr=False, compare=False)
@@ -172,8 +194,7 @@ class RunningJob:
 
     def hours_lost_if_stopped(self, now: float) -> float:
         """GPU-hours (CPU-hours for CPU jobs) of work since the last checkpoint."""
-        since = max(self.started_at, self.last_checkpoint_at or self.started_at)
-        return self.units * max(0.0, now - since) / HOUR
+        return self.units * max(0.0, now - lost_since(self.started_at, self.last_checkpoint_at)) / HOUR
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,6 +214,8 @@ class PendingJob:
     # The job it was last preempted for, while that job still waits: it goes after it, so
     # the room it gave up is not taken straight back (no preemption ping-pong).
     yields_to: int | None = None
+    # How often it checkpoints (its spec's interval), for the simulator; None: not known.
+    checkpoint_interval_s: float | None = None
 
     @property
     def resource_class(self) -> str:
@@ -225,8 +248,12 @@ class PolicyConfig:
     aging_interval_s: float = 4 * HOUR
     # Past this wait, nothing new is placed on the nodes reserved for a blocked job.
     reservation_wait_bound_s: float = 2 * HOUR
-    # Younger tasks are not preempted for priority (they are for a reclaimed guarantee).
-    min_runtime_before_preempt_s: float = 10 * 60
+    # Per class of the PREEMPTOR: tasks that have run less than this are not preempted for
+    # priority by a job of that class. An incident (P0) waits for nobody; the others let a
+    # fresh start get some work done. Classes left out get `MIN_RUNTIME_BY_CLASS`'s value.
+    min_runtime_by_class: Mapping[str, float] = field(default_factory=lambda: dict(MIN_RUNTIME_BY_CLASS))
+    # The older single knob: when set, the minimum for P1-P3 preemptors (P0 keeps its own).
+    min_runtime_before_preempt_s: float | None = None
     reservations_per_class: int = 1
     backfill: bool = True
     preemption: bool = True
@@ -237,9 +264,28 @@ class PolicyConfig:
     order: str = "fair_share"
     # Bounds the work one pass spends searching for victims.
     max_preemption_searches: int = 64
+    # Reclaim without churn (see preemption.py). Natural termination: a job expected to end
+    # within `reclaim_spare_ending_s` is not reclaimed (its room comes back soon anyway, while
+    # an evicted job waits again and redoes work); among the rest, the longest expected
+    # remaining goes first when `reclaim_longest_first`. Optional: spare victims that have run
+    # less than `reclaim_min_runtime_s` or were preempted `reclaim_max_evictions` times. A job
+    # that has waited past `reclaim_wait_bound_s` reclaims from anyone over a guarantee.
+    reclaim_spare_ending_s: float = 0.0
+    reclaim_longest_first: bool = False
+    reclaim_min_runtime_s: float = 0.0
+    reclaim_max_evictions: int | None = None
+    reclaim_wait_bound_s: float = 2 * HOUR
+    # Weigh a victim's past evictions against choosing it again (RunningJob.preemptions).
+    eviction_memory: bool = False
     # Explain every job left waiting and report fragmentation (the worker does; a simulation
     # that only needs the schedule does not).
     explain: bool = True
+
+    def min_runtime_for(self, priority: str) -> float:
+        """How long a victim must have run before a job of class `priority` may preempt it."""
+        if priority != "P0" and self.min_runtime_before_preempt_s is not None:
+            return self.min_runtime_before_preempt_s
+        return self.min_runtime_by_class.get(priority, MIN_RUNTIME_BY_CLASS[priority])
 
 
 @dataclass(frozen=True, slots=True)

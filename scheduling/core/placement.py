@@ -45,7 +45,7 @@ Plan = list[tuple[Slot, int]]
 def capacity(slot: Slot, shape: JobShape, limit: Limit | None = None, extra: Extra = NOTHING) -> int:
     """Tasks of `shape` that fit in the slot's free resources plus `extra` (0 if it must not
     be used)."""
-    if not labels_match(shape.node_selector, slot.node.labels):
+    if shape.node_selector and not labels_match(shape.node_selector, slot.node.labels):
         return 0
     gpus, cpus = len(slot.free_gpus) + extra.gpus, slot.free_cpus + extra.cpus
     cap = limit(slot) if limit else None

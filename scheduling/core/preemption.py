@@ -5,17 +5,23 @@ Who may be evicted for whom:
 - RECLAIM: a team within its guarantee takes back capacity other teams hold above theirs,
   whatever the victims' priority class (never P0) and however young they are. Any job of a
   team over its guarantee may go, but no more of its units than it holds above the guarantee:
-  which jobs is chosen for the block they free, not by which one started last.
+  which jobs is chosen for the block they free, not by which one started last. Without churn
+  (`PolicyConfig.reclaim_*`): a job expected to end within `reclaim_spare_ending_s` is left to
+  end (its room comes back soon anyway, while an evicted job waits again and redoes work);
+  optionally young jobs and jobs evicted `reclaim_max_evictions` times are spared too. An
+  owner that has waited past `reclaim_wait_bound_s` reclaims from anyone over a guarantee.
 - PRIORITY: a job of a higher class evicts lower classes, never P0, never a task younger than
-  the minimum runtime.
+  the minimum runtime of the preemptor's class (`PolicyConfig.min_runtime_for`: none for P0).
 
 Candidates are tried in this order: 1. borrowed first; 2. checkpointing first; 3. lowest
-priority class first; 4. fewest GPU-hours lost since the last checkpoint; 5. newest first;
-6. job id. Each domain that could hold the job (a node for one task, a rack for a packed gang,
-a zone otherwise) gets its own victim set; the best set has the fewest non-borrowed victims,
-then non-checkpointing ones, then GPU-hours lost, then victims. Domains are tried in the order
-of their best candidate, and the search stops after `DOMAINS_TRIED` that work, so its cost does
-not grow with the cluster.
+priority class first; 4. fewest past evictions (`eviction_memory`); 5. the longest expected
+remaining (`reclaim_longest_first`: its room would stay taken longest); 6. fewest GPU-hours
+lost since the last checkpoint; 7. newest first; 8. job id. Each domain that could hold the
+job (a node for one task, a rack for a packed gang, a zone otherwise) gets its own victim
+set; the best set has the fewest non-borrowed victims, then non-checkpointing ones, then
+(with eviction memory) the fewest past evictions and victims, then GPU-hours lost, then
+victims. Domains are tried in the order of their best candidate, and the search stops after
+`DOMAINS_TRIED` that work, so its cost does not grow with the cluster.
 """
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -39,10 +45,28 @@ class VictimSet:
 class Candidate:
     job: RunningJob
     rank: int
-    old_enough: bool
 
-    def outranked_by(self, rank: int) -> bool:
-        return self.rank > rank and self.old_enough
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """What a preemptor may evict for priority: classes below its `rank`, started no later
+    than `started_by` (now less its class's minimum runtime). What it may reclaim (from
+    teams over their guarantee): jobs started no later than `reclaim_started_by`, preempted
+    fewer than `max_evictions` times (None: any)."""
+
+    rank: int
+    started_by: float
+    reclaim_started_by: float = float("inf")
+    max_evictions: int | None = None
+    ending_after: float = float("-inf")
+
+    def outranks(self, candidate: Candidate) -> bool:
+        return candidate.rank > self.rank and candidate.job.started_at <= self.started_by
+
+    def may_reclaim(self, candidate: Candidate) -> bool:
+        job = candidate.job
+        return job.started_at <= self.reclaim_started_by and job.expected_end > self.ending_after and (
+            self.max_evictions is None or job.preemptions < self.max_evictions)
 
 
 class VictimPool:
@@ -50,33 +74,69 @@ class VictimPool:
     what ran before it; victims leave it as they are chosen."""
 
     def __init__(self, running: tuple[RunningJob, ...], borrowed: set[int], now: float, config: PolicyConfig):
+        self.now, self.config = now, config
         self.by_class: dict[str, list[Candidate]] = defaultdict(list)
         self.taken: set[int] = set()
-        for job in sorted(running, key=lambda j: candidate_order(j, borrowed, now)):
+        memory, longest = config.eviction_memory, config.reclaim_longest_first
+        for job in sorted(running, key=lambda j: candidate_order(j, borrowed, now, memory=memory, longest=longest)):
             if job.preempting or not job.preemptible or job.priority == "P0":
                 continue
-            old_enough = now - job.started_at >= config.min_runtime_before_preempt_s
-            self.by_class[job.resource_class].append(Candidate(job, priority_rank(job.priority), old_enough))
+            self.by_class[job.resource_class].append(Candidate(job, priority_rank(job.priority)))
 
-    def candidates(self, job: PendingJob, *, excess: dict[str, int]) -> list[Candidate]:
+    def claim(self, job: PendingJob, *, ignore_age: bool = False) -> Claim:
+        """`ignore_age`: as if every victim had run its minimum (when could the job preempt?).
+        Past `reclaim_wait_bound_s` of waiting, a job reclaims from anyone over a guarantee."""
+        config = self.config
+        minimum = 0.0 if ignore_age else config.min_runtime_for(job.priority)
+        if self.now - job.submitted_at > config.reclaim_wait_bound_s:
+            return Claim(priority_rank(job.priority), self.now - minimum)
+        reclaim_minimum = 0.0 if ignore_age else config.reclaim_min_runtime_s
+        return Claim(priority_rank(job.priority), self.now - minimum, self.now - reclaim_minimum,
+                     config.reclaim_max_evictions, self.now + config.reclaim_spare_ending_s)
+
+    def candidates(self, job: PendingJob, claim: Claim, *, excess: dict[str, int]) -> list[Candidate]:
         """`excess`: for a job whose team reclaims, what each other team holds above its
         guarantee (empty when the job may only outrank)."""
-        rank, team = priority_rank(job.priority), job.team
+        team = job.team
         return [c for c in self.by_class.get(job.resource_class, ())
                 if c.job.job_id not in self.taken
-                and (c.outranked_by(rank) or (c.job.team in excess and c.job.team != team))]
+                and (claim.outranks(c) or (c.job.team in excess and c.job.team != team and claim.may_reclaim(c)))]
 
     def take(self, victim: RunningJob) -> None:
         self.taken.add(victim.job_id)
 
 
-def why(candidate: Candidate, job: PendingJob) -> str:
+def why(candidate: Candidate, claim: Claim) -> str:
     """PRIORITY when the job outranks the victim, else RECLAIM (a guarantee taken back)."""
-    return "PRIORITY" if candidate.outranked_by(priority_rank(job.priority)) else "RECLAIM"
+    return "PRIORITY" if claim.outranks(candidate) else "RECLAIM"
 
 
-def candidate_order(victim: RunningJob, borrowed: set[int], now: float) -> tuple:
+def ready_at(victims: tuple[RunningJob, ...], job: PendingJob, claim: Claim, *, excess: dict[str, int],
+             minimum: float, reclaim_minimum: float) -> tuple[float, float] | None:
+    """When victims found with age ignored may all go, by `claim` (the job's claim now), and
+    the minimum runtime that sets that time: (the latest time one of them may go, its
+    minimum); None if every one of them may go already. A victim may go for priority once it
+    has run `minimum`, or be reclaimed (its team over a guarantee) once it has run
+    `reclaim_minimum`, whichever comes first."""
+    latest = None
+    for victim in victims:
+        candidate = Candidate(victim, priority_rank(victim.priority))
+        reclaimable = victim.team in excess and victim.team != job.team
+        if claim.outranks(candidate) or (reclaimable and claim.may_reclaim(candidate)):
+            continue
+        routes = [(victim.started_at + minimum, minimum)] if candidate.rank > claim.rank else []
+        if reclaimable:
+            routes.append((victim.started_at + reclaim_minimum, reclaim_minimum))
+        if routes:
+            ready = min(routes)
+            latest = ready if latest is None else max(latest, ready)
+    return latest
+
+
+def candidate_order(victim: RunningJob, borrowed: set[int], now: float, *, memory: bool = False,
+                    longest: bool = False) -> tuple:
     return (victim.job_id not in borrowed, not victim.checkpointing, -priority_rank(victim.priority),
+            victim.preemptions if memory else 0, -victim.expected_end if longest else 0,
             victim.hours_lost_if_stopped(now), -victim.started_at, victim.job_id)
 
 
@@ -88,12 +148,12 @@ def domain_of(slot: Slot, job: PendingJob) -> str:
     return slot.node.zone
 
 
-def find_victims(state: ClusterState, job: PendingJob, candidates: list[Candidate], *, excess: dict[str, int],
-                 borrowed: set[int], now: float) -> VictimSet | None:
+def find_victims(state: ClusterState, job: PendingJob, candidates: list[Candidate], claim: Claim, *,
+                 excess: dict[str, int], borrowed: set[int], now: float, memory: bool = False) -> VictimSet | None:
     """The best set of victims whose removal lets `job` fit, or None if no set does.
     `candidates` come in `candidate_order`."""
     place = _domain_map(state, job)
-    domains = _domains(candidates, place, job, excess)
+    domains = _domains(candidates, place, claim, excess)
     free_by_domain = _free_slots_by_domain(state, job, place)
     best, tried = None, 0
     for name, domain in domains.items():
@@ -108,7 +168,7 @@ def find_victims(state: ClusterState, job: PendingJob, candidates: list[Candidat
         if found is None:
             continue
         victims = trial.put_back_unneeded(found)
-        score = _score(victims, borrowed, now)
+        score = _score(victims, borrowed, now, memory)
         if best is None or (score, name) < (best.score, best.domain):
             best = VictimSet(tuple(victims), name, score)
         tried += 1
@@ -135,15 +195,14 @@ class Domain:
     spent: dict[str, int] = field(default_factory=lambda: defaultdict(int))
 
 
-def _domains(ordered: list[Candidate], place: dict[str, str] | None, job: PendingJob,
+def _domains(ordered: list[Candidate], place: dict[str, str] | None, claim: Claim,
              excess: dict[str, int]) -> dict[str, Domain]:
     """Domain -> its candidates in order, the nodes they run on and the units they hold there;
     domains in the order of their best candidate. A candidate the job does not outrank enters
     a domain only while its team's units taken there stay within the team's excess."""
     found: dict[str, Domain] = {}
-    rank = priority_rank(job.priority)
     for candidate in ordered:
-        victim, budgeted = candidate.job, not candidate.outranked_by(rank)
+        victim, budgeted = candidate.job, not claim.outranks(candidate)
         unit_is_gpu = victim.gpu_type is not None
         for name in {task.node if place is None else place[task.node]: None for task in victim.tasks}:
             domain = found.get(name)
@@ -172,8 +231,9 @@ def _free_slots_by_domain(state: ClusterState, job: PendingJob, place) -> dict[s
     return by_domain
 
 
-def _score(victims: list[RunningJob], borrowed: set[int], now: float) -> tuple:
+def _score(victims: list[RunningJob], borrowed: set[int], now: float, memory: bool) -> tuple:
     return (sum(v.job_id not in borrowed for v in victims), sum(not v.checkpointing for v in victims),
+            sum(v.preemptions for v in victims) if memory else 0, len(victims) if memory else 0,
             round(sum(v.hours_lost_if_stopped(now) for v in victims), 6), len(victims))
 
 

@@ -24,12 +24,18 @@ def released_by(jobs: list[RunningJob]) -> dict[str, Extra]:
     return extra
 
 
-def forecast(state: ClusterState, job: PendingJob, running: list[RunningJob], now: float
-             ) -> tuple[float, Plan, dict[str, Extra]] | None:
+def ending_order(running: list[RunningJob], now: float) -> list[RunningJob]:
+    """Running jobs soonest expected end first (the order `forecast` takes them away in)."""
+    return sorted(running, key=lambda j: (max(j.expected_end, now), j.job_id))
+
+
+def forecast(state: ClusterState, job: PendingJob, running: list[RunningJob], now: float, *,
+             ending: list[RunningJob] | None = None) -> tuple[float, Plan, dict[str, Extra]] | None:
     """When and where `job` fits if running jobs end at their expected ends: they are taken
     away soonest first until it fits. Returns (start, plan, room given back by then), or None
-    if it never fits on the ready nodes."""
-    ending = sorted(running, key=lambda j: (max(j.expected_end, now), j.job_id))
+    if it never fits on the ready nodes. `ending`: `running` in `ending_order`, if the caller
+    has it already."""
+    ending = ending if ending is not None else ending_order(running, now)
     slots = {slot: capacity(slot, job.shape) for slot in state.ready_slots(job.resource_class)}
     trial = Trial(job, slots)
     gone = trial.fit_by_removing(ending)
@@ -93,7 +99,8 @@ class ReservationBook:
 
     def variant(self, rclass: str, end_at: float) -> tuple:
         """What about the book matters to a job ending at `end_at` (for memoizing failures)."""
-        return tuple(end_at <= r.start_at for r in self.by_class.get(rclass, ()))
+        reservations = self.by_class.get(rclass)
+        return tuple([end_at <= r.start_at for r in reservations]) if reservations else ()
 
     def consume(self, placed: Plan, shape, end_at: float) -> None:
         """A backfilled job that outlives a reservation uses up the spare room it took."""

@@ -2,32 +2,78 @@
 
 `schedule()` runs six steps:
 1. Index the cluster: free room per node by class and amount, usage per team, who borrows.
+   (A `Scheduler` kept between passes keeps the free-room index and only updates it.)
 2. Screen: held jobs, jobs waiting on dependencies and jobs in retry back-off wait as such.
 3. Order the rest (see `QueueOrder`).
 4. Take each job in order: check its quota; place it where it fits now without delaying a
    reservation; else evict victims for it if it may (preemption.py); else, if it is the
-   highest blocked job of its class, reserve room for it (reservation.py).
-5. Explain every job left waiting.
+   highest blocked job of its class, reserve room for it (reservation.py). A job equal to
+   one already decided since anything changed in its class gets that decision without a
+   try (see `Pass._decide`): the work follows the kinds of job waiting, not their number.
+5. Explain every job left waiting, once per team, shape and reason.
 6. Count what the pass did.
 """
 import heapq
 from collections import defaultdict
+from operator import attrgetter
 from typing import Callable
 
 from scheduling.core import explain
 from scheduling.core.decisions import Decisions, PassStats, Placement, Preemption, Reservation
 from scheduling.core.fairshare import Ledger, borrowed_jobs, expected_units_seconds
-from scheduling.core.model import ClusterSnapshot, PendingJob, RunningJob, priority_rank
+from scheduling.core.model import PRIORITIES, ClusterSnapshot, JobShape, PendingJob, RunningJob, priority_rank
 from scheduling.core.placement import commit, plan
-from scheduling.core.preemption import VictimPool, find_victims, units_freed, why
-from scheduling.core.reasons import PendingReason
-from scheduling.core.reservation import ReservationBook, forecast
+from scheduling.core.preemption import VictimPool, find_victims, ready_at, units_freed, why
+from scheduling.core.reasons import PendingReason, ReasonCode
+from scheduling.core.reservation import ReservationBook, ending_order, forecast
 from scheduling.core.state import ClusterState
 
 
+RANKS = {priority: rank for rank, priority in enumerate(PRIORITIES)}
+
+
 def schedule(snapshot: ClusterSnapshot, *, timer: Callable[[], float] | None = None) -> Decisions:
+    return _timed(lambda: Pass(snapshot).run(), timer)
+
+
+class Scheduler:
+    """Passes over one cluster's successive snapshots. Keeps between them what follows from
+    the nodes and the running jobs alone (the free-room index), brought up to date by the
+    jobs that started and ended since, so a pass does not re-index the whole cluster.
+    Also keeps each waiting job's kind (see `Pass._kind`). Decides exactly as `schedule()`
+    on the same snapshot. Pure, like the rest of the core: the caller (the worker, the
+    simulator, the benchmark) keeps it."""
+
+    def __init__(self):
+        self.state: ClusterState | None = None
+        self.known: dict[int, tuple] = {}
+
+    def schedule(self, snapshot: ClusterSnapshot, *, timer: Callable[[], float] | None = None) -> Decisions:
+        return _timed(lambda: self._run(snapshot), timer)
+
+    def _run(self, snapshot: ClusterSnapshot) -> Decisions:
+        kept, self.state = self.state, None  # kept again only once the pass has given its room back
+        state = self._state_for(kept, snapshot)
+        if len(self.known) > 2 * len(snapshot.pending) + 1000:  # forget jobs long gone
+            self.known = {}
+        decisions = Pass(snapshot, state, self.known).run()
+        state.rollback()
+        self.state = state
+        return decisions
+
+    @staticmethod
+    def _state_for(state: ClusterState | None, snapshot: ClusterSnapshot) -> ClusterState:
+        same_nodes = state is not None and (state.fleet.nodes is snapshot.nodes or state.fleet.nodes == snapshot.nodes)
+        if same_nodes and state.refresh(snapshot.running):
+            return state
+        state = ClusterState(snapshot.nodes, snapshot.running)
+        state.start_journal()
+        return state
+
+
+def _timed(run: Callable[[], Decisions], timer: Callable[[], float] | None) -> Decisions:
     started = timer() if timer else None
-    decisions = Pass(snapshot).run()
+    decisions = run()
     if timer is None:
         return decisions
     stats = decisions.stats
@@ -59,24 +105,32 @@ class QueueOrder:
     first across teams while a team using more than it is owed sees its jobs count as larger.
     """
 
-    def __init__(self, jobs: list[PendingJob], ledger: Ledger, snapshot: ClusterSnapshot):
+    def __init__(self, jobs: list[PendingJob], ledger: Ledger, snapshot: ClusterSnapshot,
+                 changes: Callable[[], object] | None = None):
+        """`changes`: a value that changes whenever the ledger does (then shares are read once
+        per change, not once per job)."""
         self.ledger, self.now, self.config = ledger, snapshot.now, snapshot.config
+        self.changes, self.standings = changes, {}
         self.waiting = {job.job_id for job in jobs}
         self.overdue: dict[int, list[PendingJob]] = defaultdict(list)
         self.classes: dict[int, dict[str, list[PendingJob]]] = defaultdict(lambda: defaultdict(list))
-        for job in jobs:
-            if self.now - job.submitted_at > self.config.reservation_wait_bound_s:
-                self.overdue[self.effective_class(job)].append(job)
+        bound = self.config.reservation_wait_bound_s
+        for job in jobs:  # one line of work per job: this loop runs over the whole queue
+            klass = self.effective_class(job)
+            if self.now - job.submitted_at > bound:
+                self.overdue[klass].append(job)
             else:
-                self.classes[self.effective_class(job)][job.team].append(job)
+                self.classes[klass][job.team].append(job)
         for teams in self.classes.values():
             for queue in teams.values():
                 queue.sort(key=self.within_team, reverse=True)  # popped from the end
 
     def effective_class(self, job: PendingJob) -> int:
-        rank = priority_rank(job.priority)
-        raised = int(max(0.0, self.now - job.submitted_at) // self.config.aging_interval_s)
-        return rank if rank == 0 else max(1, rank - raised)
+        rank = RANKS[job.priority]
+        if rank == 0:
+            return 0
+        waited = self.now - job.submitted_at
+        return max(1, rank - int(waited // self.config.aging_interval_s)) if waited > 0 else rank
 
     def within_team(self, job: PendingJob) -> tuple:
         size = expected_units_seconds(job) if self.config.shortest_first_within_team else 0.0
@@ -85,11 +139,12 @@ class QueueOrder:
     def __iter__(self):
         held: dict[int, list[PendingJob]] = defaultdict(list)  # preemptor -> its victims, waiting
         for job in self._ordered():
-            if job.yields_to in self.waiting:
+            if job.yields_to is not None and job.yields_to in self.waiting:
                 held[job.yields_to].append(job)
                 continue
             yield job
-            yield from self._released(job.job_id, held)
+            if held:
+                yield from self._released(job.job_id, held)
         for jobs in held.values():
             yield from jobs
 
@@ -101,7 +156,7 @@ class QueueOrder:
     def _ordered(self):
         turns = self._weighted_shortest if self.config.order == "weighted_shortest" else self._fair_turns
         for klass in sorted(set(self.classes) | set(self.overdue)):
-            yield from sorted(self.overdue.get(klass, ()), key=lambda j: (j.submitted_at, j.job_id))
+            yield from sorted(self.overdue.get(klass, ()), key=attrgetter("submitted_at", "job_id"))
             yield from turns(self.classes.get(klass, {}))
 
     def _weighted_shortest(self, teams: dict[str, list[PendingJob]]):
@@ -116,7 +171,7 @@ class QueueOrder:
             yield key[-1]
 
     def _weighted(self, job: PendingJob) -> tuple:
-        size = expected_units_seconds(job) * (1.0 + self.ledger.share(job.team))
+        size = expected_units_seconds(job) * (1.0 + self._standing(job.team, self.ledger.share))
         return (size, job.submitted_at, job.job_id, job)
 
     def _fair_turns(self, teams: dict[str, list[PendingJob]]):
@@ -135,34 +190,40 @@ class QueueOrder:
 
     def _key(self, team: str, queue: list[PendingJob]) -> tuple:
         head = queue[-1]
-        return (self.ledger.order_key(team), head.submitted_at, head.job_id, team)
+        return (self._standing(team, self.ledger.order_key), head.submitted_at, head.job_id, team)
+
+    def _standing(self, team: str, read: Callable[[str], object]):
+        """`read(team)`, again only once the ledger changed."""
+        if self.changes is None:
+            return read(team)
+        version = self.changes()
+        found = self.standings.get((team, read.__name__))
+        if found is None or found[0] != version:
+            found = self.standings[team, read.__name__] = (version, read(team))
+        return found[1]
 
 
 class Pass:
-    def __init__(self, snapshot: ClusterSnapshot):
+    # Repeat the decisions and explanations of equal jobs (tests turn it off to compare).
+    repeat_equal = True
+
+    def __init__(self, snapshot: ClusterSnapshot, state: ClusterState | None = None, known: dict | None = None):
+        """`state`: the free-room index of exactly this snapshot, if the caller keeps one;
+        `known`: jobs' kinds from earlier passes (see `_kind`)."""
         self.snap = snapshot
         self.now = snapshot.now
         self.config = snapshot.config
         # 1. Index.
-        self.state = ClusterState(snapshot.nodes, snapshot.running)
+        self.state = state or ClusterState(snapshot.nodes, snapshot.running)
         self.ledger = Ledger.build(snapshot.teams, snapshot.running, self.state.fleet.capacity)
         self.borrowed = borrowed_jobs(self.ledger, snapshot.running)
         self.active: dict[str, list[RunningJob]] = defaultdict(list)
-        for job in snapshot.running:
-            self.active[job.resource_class].append(job)
         self.stopping_for: dict[int, list[RunningJob]] = defaultdict(list)
-        for job in snapshot.running:
-            if job.preempting and job.preempted_for is not None:
-                self.stopping_for[job.preempted_for].append(job)
+        self.lowest_running: dict[str, int] = defaultdict(lambda: -1)
+        self._index_running()
         self._victims: VictimPool | None = None
-        # Per class, the lowest priority class anyone preemptible runs at: a job that ranks no
-        # higher cannot outrank anyone, so it needs no victim search (unless it reclaims).
-        self.lowest_running = defaultdict(lambda: -1)
-        for job in snapshot.running:
-            if job.preemptible and not job.preempting and job.priority != "P0":
-                self.lowest_running[job.resource_class] = max(self.lowest_running[job.resource_class],
-                                                              priority_rank(job.priority))
         self.no_victims: dict[tuple, int] = {}
+        self.awaiting: dict[tuple, PendingReason | None] = {}  # (no_victims key, tasks) -> PREEMPTION_PENDING
         self.book = ReservationBook()
         for job_id, victims in self.stopping_for.items():
             for node in {t.node for victim in victims for t in victim.tasks}:
@@ -174,10 +235,35 @@ class Pass:
         self.blocked: dict[int, PendingJob] = {}
         self.placed_units: dict[str, int] = defaultdict(int)
         self.searches = 0
+        # Equivalence classes (see `_decide`): per resource class, a count of the decisions
+        # that changed something; per job kind, the last outcome and the count it was made at.
+        self.generation: dict[str, int] = defaultdict(int)
+        self.outcomes: dict[tuple, tuple[int, PendingReason | None, bool]] = {}
+        self.kinds: dict[int, tuple] = {}
+        self.refusals: dict[tuple, tuple[int, PendingReason | None]] = {}
+        self.variants: dict[tuple, tuple] = {}
+        self.ending: dict[str, tuple[int, list[RunningJob]]] = {}  # per class: running jobs, soonest end first
+        self.known: dict[int, tuple] = known if known is not None else {}
+
+    def _index_running(self) -> None:
+        """Per class, the running jobs (for forecasts) and the lowest priority class anyone
+        preemptible runs at: a job that ranks no higher cannot outrank anyone, so it needs no
+        victim search (unless it reclaims). Per preemptor, the jobs stopping for it. One loop:
+        it runs over every running job each pass."""
+        active, stopping_for, lowest = self.active, self.stopping_for, self.lowest_running
+        for job in self.snap.running:
+            rclass = job.resource_class
+            active[rclass].append(job)
+            if job.preempting:
+                if job.preempted_for is not None:
+                    stopping_for[job.preempted_for].append(job)
+            elif job.preemptible and job.priority != "P0" and RANKS[job.priority] > lowest[rclass]:
+                lowest[rclass] = RANKS[job.priority]
 
     def run(self) -> Decisions:
         candidates = [job for job in self.snap.pending if not self._screened(job)]   # 2. Screen.
-        order = [job.job_id for job in self._consider(QueueOrder(candidates, self.ledger, self.snap))]  # 3, 4.
+        queue = QueueOrder(candidates, self.ledger, self.snap, self._changes)        # 3.
+        order = self._consider(queue)                                                # 4.
         if self.config.explain:
             self._explain_blocked()                                                   # 5.
         return Decisions(tuple(self.placements), tuple(self.preemptions), tuple(self.book.reservations),
@@ -194,16 +280,70 @@ class Pass:
             return False
         return True
 
-    def _consider(self, order: QueueOrder):
-        for job in order:
+    def _consider(self, queue: QueueOrder) -> list[int]:
+        order = []
+        for job in queue:
             self._decide(job)
-            yield job
+            order.append(job.job_id)
+        return order
 
     def _decide(self, job: PendingJob) -> None:
-        rclass, units = job.resource_class, job.shape.units
-        over = self.ledger.over_limit(job.team, rclass, units)
-        if over is not None:
-            self.pending[job.job_id] = explain.quota(job, over)
+        """Decide `job`, or repeat what an equal job (see `_equivalent`) got at the same
+        `_epoch` of its class: a decision that changed nothing (a quota refusal, a job left
+        blocked, with or without a reason) reads only what the epoch and the key pin down."""
+        kind, rclass = self._kind(job)
+        key = self._equivalent(job, kind, rclass) if self.repeat_equal else None
+        epoch = self._epoch(rclass)
+        known = self.outcomes.get(key) if key is not None else None
+        if known is not None and known[0] == epoch:
+            if known[1] is not None:
+                self.pending[job.job_id] = known[1]
+            if known[2]:
+                self.blocked[job.job_id] = job
+            return
+        before = self._changes()
+        self._try(job)
+        if self._changes() != before:
+            self.generation[rclass] += 1
+        elif key is not None:
+            self.outcomes[key] = (epoch, self.pending.get(job.job_id), job.job_id in self.blocked)
+
+    def _epoch(self, rclass: str) -> tuple[int, bool]:
+        """What a decision in `rclass` reads besides the job: the class's room, victims, book
+        and ledger (all change only with a placement, a preemption or a reservation there),
+        and whether the search budget is spent (see `_preempt_for`)."""
+        return self.generation[rclass], self.searches >= self.config.max_preemption_searches
+
+    def _kind(self, job: PendingJob) -> tuple[tuple, str]:
+        """The job's team, priority and shape, and its class: kept by job id (in `known`,
+        which a `Scheduler` keeps between passes) for as long as the job is the same object."""
+        kept = self.known.get(job.job_id)
+        if kept is None or kept[0] is not job:
+            kept = self.known[job.job_id] = (job, (job.team, job.priority, shape_key(job.shape)), job.resource_class)
+        return kept[1], kept[2]
+
+    def _equivalent(self, job: PendingJob, kind: tuple, rclass: str) -> tuple | None:
+        """Every field of a job that `_try` reads, but its id: None for a job whose victims
+        are stopping, as the nodes held for it are its alone."""
+        if job.job_id in self.stopping_for:
+            return None
+        self.kinds[job.job_id] = kind
+        return kind + (self._variant(rclass, job.max_runtime_s), self._reclaim_stage(job))
+
+    def _variant(self, rclass: str, runtime: float) -> tuple:
+        """`book.variant` for a job running `runtime`, again only once the book grew."""
+        key = (rclass, runtime, len(self.book.reservations))
+        found = self.variants.get(key)
+        if found is None:
+            found = self.variants[key] = self.book.variant(rclass, self.now + runtime)
+        return found
+
+    def _changes(self) -> tuple[int, int, int]:
+        return len(self.placements), len(self.preemptions), len(self.book.reservations)
+
+    def _try(self, job: PendingJob) -> None:
+        rclass = job.resource_class
+        if self._refused(job, rclass):
             return
         end_at = self.now + job.max_runtime_s
         limit = self.book.limit_for(end_at, job.job_id)
@@ -217,6 +357,18 @@ class Pass:
         self.blocked[job.job_id] = job
         if self.book.count(rclass) < self.config.reservations_per_class and self.config.backfill:
             self._reserve(job)
+
+    def _refused(self, job: PendingJob, rclass: str) -> bool:
+        """The quota check: what the ledger says to `units` more for the team, asked once per
+        (team, class, units) while the class's ledger stays as it is."""
+        key = (job.team, rclass, job.shape.units)
+        known = self.refusals.get(key)
+        if known is None or known[0] != self.generation[rclass] or not self.repeat_equal:
+            over = self.ledger.over_limit(job.team, rclass, job.shape.units)
+            known = self.refusals[key] = (self.generation[rclass], explain.quota(job, over) if over else None)
+        if known[1] is not None:
+            self.pending[job.job_id] = known[1]
+        return known[1] is not None
 
     def _plan(self, job: PendingJob, limit, variant: tuple):
         """Plan with a memo of failures: within a pass room only shrinks, so a shape that did
@@ -251,7 +403,8 @@ class Pass:
         return self._victims
 
     def _preempt_for(self, job: PendingJob) -> bool:
-        """Evict victims for `job` if it may; True when it waits for victims to stop."""
+        """Evict victims for `job` if it may; True when it waits for victims to stop. When the
+        victims it needs are only too young yet, it waits with the time they may go."""
         in_flight = self.stopping_for.get(job.job_id)
         if in_flight:
             self.pending[job.job_id] = explain.preempting(job, [v.job_id for v in in_flight],
@@ -266,21 +419,55 @@ class Pass:
         # Victims only ever leave the pool during a pass, so what failed once fails again.
         memo_key = (job.shape.key(), priority_rank(job.priority), reclaim, job.team if reclaim else None)
         if self.no_victims.get(memo_key, 1 << 30) <= job.shape.tasks:
+            self._await_known(job, memo_key)
             return False
         excess = self.ledger.excess(job.resource_class) if reclaim else {}
-        candidates = self.victims.candidates(job, excess=excess)
-        found = None
-        if candidates:
-            self.searches += 1
-            found = find_victims(self.state, job, candidates, excess=excess, borrowed=self.borrowed, now=self.now)
+        claim = self.victims.claim(job)
+        candidates = self.victims.candidates(job, claim, excess=excess)
+        found = self._search(job, candidates, claim, excess)
         if found is None:
             self.no_victims[memo_key] = min(self.no_victims.get(memo_key, 1 << 30), job.shape.tasks)
+            self.awaiting[(memo_key, job.shape.tasks)] = self._await_victims(job, excess, len(candidates))
+            self._await_known(job, memo_key)
             return False
-        self._evict(job, found, {c.job.job_id: c for c in candidates})
+        self._evict(job, found, claim, {c.job.job_id: c for c in candidates})
         return True
 
-    def _evict(self, job: PendingJob, found, candidates: dict) -> None:
-        reasons = {v.job_id: why(candidates[v.job_id], job) for v in found.victims}
+    def _reclaim_stage(self, job: PendingJob) -> bool:
+        """Whether a job has waited past the bound that lets it reclaim from anyone over a
+        guarantee: equal jobs on the same side of it are decided alike."""
+        return self.now - job.submitted_at > self.config.reclaim_wait_bound_s
+
+    def _search(self, job: PendingJob, candidates: list, claim, excess: dict[str, int]):
+        if not candidates:
+            return None
+        self.searches += 1
+        return find_victims(self.state, job, candidates, claim, excess=excess, borrowed=self.borrowed, now=self.now,
+                            memory=self.config.eviction_memory)
+
+    def _await_victims(self, job: PendingJob, excess: dict[str, int], tried: int) -> PendingReason | None:
+        """No victims may go now: would some, once they have run the minimum of `job`'s class?
+        Then the reason with that time (PREEMPTION_PENDING); asked within the search budget,
+        and only in passes that explain. Nobody is evicted early: this search only looks."""
+        if not self.config.explain or self.searches >= self.config.max_preemption_searches:
+            return None
+        claim = self.victims.claim(job, ignore_age=True)
+        candidates = self.victims.candidates(job, claim, excess=excess)
+        if len(candidates) == tried:
+            return None  # age kept nobody out: no wait would help
+        found = self._search(job, candidates, claim, excess)
+        ready = found and ready_at(found.victims, job, self.victims.claim(job), excess=excess,
+                                   minimum=self.config.min_runtime_for(job.priority),
+                                   reclaim_minimum=self.config.reclaim_min_runtime_s)
+        return explain.preemption_pending(job, len(found.victims), *ready) if ready else None
+
+    def _await_known(self, job: PendingJob, memo_key: tuple) -> None:
+        reason = self.awaiting.get((memo_key, job.shape.tasks))
+        if reason is not None:
+            self.pending[job.job_id] = reason
+
+    def _evict(self, job: PendingJob, found, claim, candidates: dict) -> None:
+        reasons = {v.job_id: why(candidates[v.job_id], claim) for v in found.victims}
         for victim in found.victims:
             self.victims.take(victim)
             self.preemptions.append(Preemption(victim.job_id, job.job_id, reasons[victim.job_id], (
@@ -295,7 +482,11 @@ class Pass:
         self.ledger.add(job.team, job.resource_class, job.shape.units)
 
     def _reserve(self, job: PendingJob) -> None:
-        found = forecast(self.state, job, self.active[job.resource_class], self.now)
+        active = self.active[job.resource_class]
+        sorted_at = self.ending.get(job.resource_class)
+        if sorted_at is None or sorted_at[0] != len(active):  # jobs only join `active` in a pass
+            sorted_at = self.ending[job.resource_class] = (len(active), ending_order(active, self.now))
+        found = forecast(self.state, job, active, self.now, ending=sorted_at[1])
         if found is None:
             return
         start_at, chosen, extra = found
@@ -303,15 +494,31 @@ class Pass:
         self.book.add(job, start_at, chosen, extra, strict=waited > self.config.reservation_wait_bound_s)
 
     def _explain_blocked(self) -> None:
+        """Against the pass's final state, a job without a reservation of its own gets what
+        any job of its team and shape left with the same reason so far gets: computed once
+        per team, shape and reason."""
         explainer = explain.CapacityExplainer(self.state, self.snap.nodes)
         reserved: dict[int, Reservation] = {r.job_id: r for r in self.book.reservations}
+        by_kind: dict[tuple, PendingReason] = {}
+        kinds, pending = self.kinds, self.pending
         for job_id, job in self.blocked.items():
-            self.pending[job_id] = self._why_blocked(job, reserved.get(job_id), explainer)
+            kind = kinds.get(job_id)
+            if kind is None or job_id in reserved:
+                pending[job_id] = self._why_blocked(job, reserved.get(job_id), explainer)
+                continue
+            key = (kind[0], kind[2], pending.get(job_id))  # the team and shape: the priority plays no part
+            reason = by_kind.get(key)
+            if reason is None:
+                reason = by_kind[key] = self._why_blocked(job, None, explainer)
+            pending[job_id] = reason
 
     def _why_blocked(self, job: PendingJob, reservation: Reservation | None, explainer) -> PendingReason:
         """In order: it would fit but for a reservation; others took the room this pass; its team
         is already at its guarantee with nothing idle to borrow; or the capacity story with the
         histogram."""
+        waiting = self.pending.get(job.job_id)
+        if waiting is not None and waiting.code == ReasonCode.PREEMPTION_PENDING:
+            return explain.with_reservation(waiting, reservation)
         rclass = job.resource_class
         held = [r for r in self.book.by_class.get(rclass, ()) if r.job_id != job.job_id]
         if held and self._plan(job, None, ("free",)) is not None:
@@ -333,6 +540,13 @@ class Pass:
             reserved=len(self.book.reservations),
             fragmentation=fragmentation(self.state) if self.config.explain else {},
         )
+
+
+def shape_key(shape: JobShape) -> tuple:
+    """All of a shape, hashable (its node selector as sorted pairs)."""
+    selector = shape.node_selector
+    return (shape.gpu_type, shape.tasks, shape.gpus_per_task, shape.cpus_per_task, shape.memory_gb_per_task,
+            shape.topology, tuple(sorted(selector.items())) if selector else ())
 
 
 def fragmentation(state: ClusterState) -> dict[str, float]:

@@ -9,6 +9,10 @@ from typing import Iterable, Iterator
 from scheduling.core.model import Node, NodeState, RunningJob, TaskPlacement
 
 
+# Below this many running jobs, a refresh is cheap whatever it compares: always refresh.
+SMALL = 100
+
+
 class Slot:
     """One node's free resources during a pass (mutable; the Node itself is frozen)."""
 
@@ -60,8 +64,15 @@ class Fleet:
 
 
 class ClusterState:
+    """Free room per node, indexed. A pass may keep one between passes (see `Scheduler`):
+    `refresh()` brings it up to date with the jobs running now, recomputing only the nodes
+    whose jobs changed, and `rollback()` undoes a pass's allocations. Either way the index
+    reads exactly as a fresh one: within a (class, free amount, rack) bucket, name order."""
+
     def __init__(self, nodes: Iterable[Node], running: Iterable[RunningJob] = ()):
         fleet = self.fleet = Fleet.of(nodes)
+        self.journal: dict[Slot, tuple[list[int], int, int]] | None = None
+        self.running: dict[int, RunningJob] | None = None
         self.slots: dict[str, Slot] = {}
         self.by_class: dict[str, list[Slot]] = defaultdict(list)
         for name, node, gpus, ready, rclass in fleet.rows:
@@ -69,6 +80,7 @@ class ClusterState:
             self.by_class[rclass].append(slot)
         self.rack_of = fleet.rack_of  # shared, read-only
         self.zone_of = fleet.zone_of
+        self.running_jobs = running = tuple(running)
         self._take_running(running)
         # rclass -> free units -> rack -> ready slots with that many free (dicts keep name order).
         self.buckets: dict[str, dict[int, dict[str, dict[Slot, None]]]] = defaultdict(
@@ -98,6 +110,68 @@ class ClusterState:
         for name, (gpus, cpus, memory_gb) in used.items():
             self._take(self.slots[name], gpus, cpus, memory_gb)
 
+    def start_journal(self) -> None:
+        """Record what allocations take from here on, so `rollback()` can give it back."""
+        self.journal = {}
+
+    def _note(self, jobs: Iterable[RunningJob]) -> None:
+        for job in jobs:
+            self.running[job.job_id] = job
+            for task in job.tasks:
+                self.on_node[task.node].setdefault(job.job_id, []).append(task)
+
+    def rollback(self) -> None:
+        """Undo every allocation since `start_journal()`."""
+        touched = set()
+        for slot, (gpus, cpus, memory_gb) in self.journal.items():
+            self._reset(slot, gpus, cpus, memory_gb, touched)
+        self._name_order(touched)
+        self.journal = {}
+
+    def refresh(self, running: tuple[RunningJob, ...]) -> bool:
+        """Recompute the nodes of jobs that started, ended or moved since the last snapshot.
+        False (and nothing done) when most running jobs are new objects, as from a snapshot
+        built afresh: comparing their tasks would cost more than building a new state."""
+        if self.running is None:  # the first refresh: the running jobs by id and node, once
+            self.running, self.on_node = {}, defaultdict(dict)
+            self._note(self.running_jobs)
+        current = {job.job_id: job for job in running}
+        if len(current) > SMALL and 2 * sum(self.running.get(j) is job for j, job in current.items()) < len(current):
+            return False
+        changed = [job for job_id, job in self.running.items() if _moved(current.get(job_id), job)]
+        new = [job for job_id, job in current.items() if _moved(self.running.get(job_id), job)]
+        nodes = {task.node for job in changed + new for task in job.tasks}
+        for job in changed:
+            del self.running[job.job_id]
+            for task in job.tasks:
+                self.on_node[task.node].pop(job.job_id, None)
+        self._note(new)
+        self.running_jobs = running
+        touched = set()
+        for name in sorted(nodes):
+            slot, tasks = self.slots[name], [t for ts in self.on_node[name].values() for t in ts]
+            used = {i for t in tasks for i in t.gpu_indices}
+            self._reset(slot, [i for i in range(slot.node.gpus) if i not in used], slot.node.cpus - sum(
+                t.cpus for t in tasks), slot.node.memory_gb - sum(t.memory_gb for t in tasks), touched)
+        self._name_order(touched)
+        return True
+
+    def _reset(self, slot: Slot, gpus: list[int], cpus: int, memory_gb: int, touched: set) -> None:
+        if slot.ready:
+            touched.add((slot.rclass, slot.free_units, slot.node.rack))
+            self._unindex(slot)
+        slot.free_gpus, slot.free_cpus, slot.free_memory = gpus, cpus, memory_gb
+        if slot.ready:
+            self._index(slot)
+            touched.add((slot.rclass, slot.free_units, slot.node.rack))
+
+    def _name_order(self, touched: set) -> None:
+        """Slots re-indexed go last in their bucket: put each bucket back in name order."""
+        for rclass, free, rack in touched:
+            level = self.buckets[rclass][free]
+            if level.get(rack):
+                level[rack] = dict.fromkeys(sorted(level[rack], key=lambda s: s.node.name))
+
     def _index(self, slot: Slot) -> None:
         self.buckets[slot.rclass][slot.free_units][slot.node.rack][slot] = None
         self.free_units[slot.rclass] += slot.free_units
@@ -121,6 +195,8 @@ class ClusterState:
     def allocate(self, slot: Slot, *, rank: int, gpus: int, cpus: int, memory_gb: int) -> TaskPlacement:
         """Give one task the node's lowest free GPU indices (stable, and what `nvidia-smi` shows first)."""
         indices = tuple(slot.free_gpus[:gpus])
+        if self.journal is not None and slot not in self.journal:
+            self.journal[slot] = (slot.free_gpus, slot.free_cpus, slot.free_memory)
         if slot.ready:
             self._unindex(slot)
         self._take(slot, indices, cpus, memory_gb)
@@ -152,3 +228,10 @@ class ClusterState:
         for free in sorted((f for f in buckets if f >= at_least and buckets[f]), reverse=True):
             level = buckets[free]
             yield [slot for rack in sorted(level, key=lambda r: (-self.rack_free[r], r)) for slot in level[rack]]
+
+
+def _moved(now: RunningJob | None, before: RunningJob | None) -> bool:
+    """Whether a job holds other resources than it did (started, ended, or other tasks)."""
+    if now is before:
+        return False
+    return now is None or before is None or now.tasks != before.tasks

@@ -4,7 +4,7 @@ one at a time: the machinery of both preemption (which victims?) and reservation
 from typing import Mapping
 
 from scheduling.core.model import PendingJob, RunningJob
-from scheduling.core.placement import Extra, Room, capacity, plan_on
+from scheduling.core.placement import NOTHING, Extra, Room, capacity, plan_on
 from scheduling.core.state import Slot
 
 
@@ -35,15 +35,17 @@ class Trial:
         return slot
 
     def _change(self, victim: RunningJob, sign: int) -> None:
+        extra, rooms = self.extra, self.rooms
         for task in victim.tasks:
             slot = self._slot(task.node)
             if slot is None:
                 continue
-            delta = Extra(sign * len(task.gpu_indices), sign * task.cpus, sign * task.memory_gb)
-            self.extra[task.node] = self.extra.get(task.node, Extra()) + delta
-            tasks = capacity(slot, self.shape, extra=self.extra[task.node])
-            self.total += tasks - self.rooms[slot]
-            self.rooms[slot] = tasks
+            was = extra.get(task.node, NOTHING)
+            now = extra[task.node] = Extra(was.gpus + sign * len(task.gpu_indices), was.cpus + sign * task.cpus,
+                                           was.memory_gb + sign * task.memory_gb)
+            tasks = capacity(slot, self.shape, extra=now)
+            self.total += tasks - rooms[slot]
+            rooms[slot] = tasks
 
     def fits(self) -> bool:
         if self.total < self.shape.tasks:

@@ -20,6 +20,7 @@ from scheduling.core.decisions import Decisions
 from scheduling.core.settle import (
     Action, Attempt, EndedTask, FailureClass, Outcome, RestartPolicy, StopReason, TaskEnd, settle,
 )
+from scheduling.sim.gate import DecisionGate, Watched
 from scheduling.sim.trace import TraceJob
 
 ARRIVE, FINISH, STOP, FAIL, RECOVER, TICK, SAMPLE = "arrive", "finish", "stop", "fail", "recover", "tick", "sample"
@@ -48,6 +49,9 @@ class SimConfig:
     decision_step_s: float = 0.0
     step_growth: float = 0.0
     max_step_s: float = 3600.0
+    # Skip asking the policy where no waiting job could fit or evict (gate.py): the same
+    # schedule, fewer passes. False: ask whenever something happened (the reference path).
+    skip_quiet_instants: bool = True
     # Every job's restart policy (a trace says nothing of its own): the spec's defaults.
     restart_policy: RestartPolicy = field(default_factory=RestartPolicy)
 
@@ -76,6 +80,11 @@ class Run:
     stopping: bool = False
     preempted_for: int | None = None
     checkpoints: int = 0  # how many checkpoints `placement` already says were taken
+    # Checkpoints every `interval` s (0: none) counted from `anchor`: its start, or for a live
+    # job resumed by a forecast, its last confirmed checkpoint (`confirmed`).
+    interval: float = 0.0
+    anchor: float = 0.0
+    confirmed: float | None = None
 
 
 @dataclass
@@ -99,6 +108,10 @@ class Simulation:
         self.records = {job.job_id: Record(job) for job in self.jobs}
         self.pending: dict[int, TraceJob] = {}
         self.running: dict[int, Run] = {}
+        self.gate: DecisionGate | None = None
+        self.quiet = 0  # instants where the gate said no pass could decide anything
+        if self.config.skip_quiet_instants:
+            self._watch()
         self.node_state = {node.name: node.state for node in self.nodes}
         self.decisions = 0
         self.samples: list[tuple[dict[str, int], dict[str, int]]] = []  # (held, held + waiting) per team
@@ -130,8 +143,12 @@ class Simulation:
                        placement.team, placement.gpu_type, placement.priority)
         self.records[job.job_id] = Record(job, first_start=placement.started_at)
         token = next(self.tokens)
+        confirmed = placement.last_checkpoint_at
         self.running[job.job_id] = Run(placement, placement.started_at, token, stopping=placement.preempting,
-                                       preempted_for=placement.preempted_for)
+                                       preempted_for=placement.preempted_for,
+                                       interval=self._interval(placement.checkpoint_interval_s),
+                                       anchor=placement.started_at if confirmed is None else confirmed,
+                                       confirmed=confirmed)
         self._at(end_at, FINISH, (job.job_id, token))
 
     def run(self) -> "Simulation":
@@ -175,6 +192,8 @@ class Simulation:
                                               for run in self.running.values()))
 
     def _free_units(self, rclass: str) -> int:
+        if self.gate is not None:
+            return self._ready_units().get(rclass, 0) - self.gate.held[rclass]
         used = sum(run.placement.units for run in self.running.values() if run.placement.resource_class == rclass)
         return self._ready_units().get(rclass, 0) - used
 
@@ -187,6 +206,21 @@ class Simulation:
                     self._ready[node.resource_class] = self._ready.get(node.resource_class, 0) + (
                         node.gpus if node.gpu_type else node.cpus)
         return self._ready
+
+    def _watch(self) -> None:
+        """Let a gate follow every job that starts or stops waiting or running."""
+        preempts = self.policy_config.preemption and getattr(self.policy, "preempts", False)
+        gate = self.gate = DecisionGate(self.nodes, self.teams, preempts=preempts)
+        gpu_type = self.config.gpu_type
+
+        def waits(job_id: int, job: TraceJob) -> None:
+            view = job.view
+            gate.waits(job_id, job.shape(gpu_type), job.team, view.priority if view else job.priority,
+                       view is not None and view.held)
+
+        self.pending = Watched(waits, lambda job_id, job: gate.leaves(job_id))
+        self.running = Watched(lambda job_id, run: gate.runs(run.placement),
+                               lambda job_id, run: gate.ends(run.placement))
 
     # --- events ---------------------------------------------------------------------------
     def _on_arrive(self, job_id: int) -> None:
@@ -227,6 +261,8 @@ class Simulation:
         self.matters = True
         self._fleet = self._ready = None
         self.node_state[node_name] = core.NodeState.LOST
+        if self.gate is not None:
+            self.gate.node_ready(node_name, False)
         for job_id, run in list(self.running.items()):
             if any(task.node == node_name for task in run.placement.tasks):
                 self._interrupt(job_id, lost_node=node_name)
@@ -236,6 +272,8 @@ class Simulation:
         self.matters = True
         self._fleet = self._ready = None
         self.node_state[node_name] = core.NodeState.READY
+        if self.gate is not None:
+            self.gate.node_ready(node_name, True)
 
     def _on_tick(self, _) -> None:
         """Only a policy whose order changes with time alone (aging, wait bounds) needs it."""
@@ -261,8 +299,8 @@ class Simulation:
         run = self.running.pop(job_id)
         record = self.records[job_id]
         elapsed = self.now - run.started
-        interval = self.config.checkpoint_interval_s
-        saved = math.floor(elapsed / interval) * interval if interval else 0.0
+        saved_at = self._last_checkpoint(run)
+        saved = max(0.0, saved_at - run.started) if saved_at is not None else 0.0
         record.gpu_s += elapsed * record.job.gpus
         record.lost_gpu_s += (elapsed - saved) * record.job.gpus
         record.done_s = min(record.job.duration, record.done_s + saved)
@@ -279,6 +317,9 @@ class Simulation:
     # --- the policy -----------------------------------------------------------------------
     def _decide(self) -> None:
         self.last_decision = self.now
+        if self.gate is not None and not self.gate.may_decide():
+            self.quiet += 1  # a pass would place and evict nothing: as if asked
+            return
         decisions: Decisions = self.policy.decide(self.snapshot())
         self.decisions += 1
         for placement in decisions.placements:
@@ -299,7 +340,9 @@ class Simulation:
         self.running[job.job_id] = Run(core.RunningJob(
             job.job_id, view.team, view.priority, view.shape.gpu_type, placement.tasks, self.now,
             self.now + self._told(job, record), preemptible=view.priority != "P0", checkpointing=view.checkpointing,
-            last_checkpoint_at=None), self.now, token)
+            last_checkpoint_at=None, checkpoint_interval_s=view.checkpoint_interval_s,
+            preemptions=record.preemptions), self.now, token,
+            interval=self._interval(view.checkpoint_interval_s), anchor=self.now)
         self._at(self.now + remaining, FINISH, (job.job_id, token))
 
     def _told(self, job: TraceJob, record: Record) -> float:
@@ -311,18 +354,25 @@ class Simulation:
         if run is None or run.stopping:
             return
         run.stopping, run.preempted_for = True, for_job_id
+        if self.gate is not None:
+            self.gate.stopping(job_id)
         # It holds its GPUs until it stops: nothing is over-committed while it drains.
         p = run.placement
         run.placement = core.RunningJob(p.job_id, p.team, p.priority, p.gpu_type, p.tasks, p.started_at,
                                         p.expected_end, p.preemptible, p.checkpointing,
-                                        self._last_checkpoint(run), preempting=True, preempted_for=for_job_id)
+                                        self._last_checkpoint(run), preempting=True, preempted_for=for_job_id,
+                                        checkpoint_interval_s=p.checkpoint_interval_s, preemptions=p.preemptions)
         self._at(self.now + self.config.grace_s, STOP, job_id)
 
+    def _interval(self, job_interval_s: float | None) -> float:
+        """A job's own checkpoint interval, else the configured one."""
+        return self.config.checkpoint_interval_s if job_interval_s is None else job_interval_s
+
     def _last_checkpoint(self, run: Run) -> float | None:
-        interval = self.config.checkpoint_interval_s
-        if not interval:
-            return None
-        return run.started + math.floor((self.now - run.started) / interval) * interval
+        if not run.interval:
+            return run.confirmed
+        taken = math.floor((self.now - run.anchor) / run.interval)
+        return run.anchor + taken * run.interval if taken > 0 else run.confirmed
 
     def snapshot(self) -> core.ClusterSnapshot:
         nodes = self._nodes_now()
@@ -333,15 +383,16 @@ class Simulation:
     def _with_checkpoint(self, run: Run) -> core.RunningJob:
         """The run as the scheduler sees it, with its latest checkpoint (rebuilt only when a
         new checkpoint has been taken since)."""
-        interval = self.config.checkpoint_interval_s
+        interval = run.interval
         if run.stopping or not interval:
             return run.placement
-        taken = int((self.now - run.started) // interval)
+        taken = int((self.now - run.anchor) // interval)
         if taken != run.checkpoints:
             p = run.placement
             run.placement = core.RunningJob(p.job_id, p.team, p.priority, p.gpu_type, p.tasks, p.started_at,
                                             p.expected_end, p.preemptible, p.checkpointing,
-                                            run.started + taken * interval)
+                                            self._last_checkpoint(run), checkpoint_interval_s=p.checkpoint_interval_s,
+                                            preemptions=p.preemptions)
             run.checkpoints = taken
         return run.placement
 
@@ -353,14 +404,18 @@ class Simulation:
 
     def _pending_view(self, job: TraceJob) -> core.PendingJob:
         record = self.records[job.job_id]
-        yields_to = record.yields_to if record.yields_to in self.pending else None
+        # The job it was preempted for, whether or not it still waits: the core skips one that
+        # does not, and a view cached while it waited must not go stale once it starts.
+        yields_to = record.yields_to
         if job.view is not None:
             unmet = tuple(d for d in job.view.waiting_on if d not in self.records or self.records[d].end is None)
             return replace(job.view, max_runtime_s=self._told(job, record), waiting_on=unmet,
                            yields_to=yields_to or job.view.yields_to)
-        shape = core.JobShape(job.gpu_type or self.config.gpu_type, job.tasks, job.gpus_per_task, 1, 1)
-        return core.PendingJob(job.job_id, job.team, job.priority, shape, job.submit, self._told(job, record),
-                               checkpointing=bool(self.config.checkpoint_interval_s), yields_to=yields_to)
+        interval = self._interval(job.checkpoint_interval_s)
+        return core.PendingJob(job.job_id, job.team, job.priority, job.shape(self.config.gpu_type), job.submit,
+                               self._told(job, record),
+                               checkpointing=bool(interval), yields_to=yields_to,
+                               checkpoint_interval_s=job.checkpoint_interval_s)
 
     def _plan_failures(self) -> None:
         rng = random.Random(self.config.seed)

@@ -36,14 +36,16 @@ class Forecast:
 
 
 def forecast(snapshot: ClusterSnapshot, *, likely_fraction: Mapping[str, float] | None = None,
-             grace_s: float = 120.0, max_decisions: int = 200, step_s: float = STEP_S) -> Forecast:
+             grace_s: float = 120.0, max_decisions: int = 200, step_s: float = STEP_S,
+             skip_quiet: bool = True) -> Forecast:
     """`likely_fraction`: team -> the share of its asked-for runtime its jobs typically use
     (0-1]. `grace_s`: how long a victim takes to stop (the longest grace period running, for a
     bound). Jobs that never start within `max_decisions` passes (held jobs, jobs that cannot
-    fit, jobs past the budget) get no forecast."""
-    latest, done_latest = _simulate(snapshot, {}, grace_s, max_decisions, step_s)
+    fit, jobs past the budget) get no forecast; instants where no pass could decide anything
+    are skipped and not counted (`skip_quiet=False`: the reference path, for comparisons)."""
+    latest, done_latest = _simulate(snapshot, {}, grace_s, max_decisions, step_s, skip_quiet)
     if likely_fraction:
-        likely, done_likely = _simulate(snapshot, likely_fraction, grace_s, max_decisions, step_s)
+        likely, done_likely = _simulate(snapshot, likely_fraction, grace_s, max_decisions, step_s, skip_quiet)
         # A shorter run never makes anything later in life; where the policy's list
         # scheduling would (an anomaly), the bound still holds.
         likely = {job_id: min(at, latest.get(job_id, at)) for job_id, at in likely.items()}
@@ -67,12 +69,13 @@ def forecast_to(connection, snapshot: ClusterSnapshot, likely_fraction: Mapping[
 
 
 def _simulate(snapshot: ClusterSnapshot, fraction: Mapping[str, float], grace_s: float, max_decisions: int,
-              step_s: float) -> tuple[dict[int, float], bool]:
+              step_s: float, skip_quiet: bool = True) -> tuple[dict[int, float], bool]:
     now = snapshot.now
     running = tuple((job, _end(job, now, fraction.get(job.team, 1.0), grace_s)) for job in snapshot.running)
     jobs = [_trace_job(job, now, fraction.get(job.team, 1.0)) for job in snapshot.pending]
     config = SimConfig(checkpoint_interval_s=0, grace_s=grace_s, tick_s=0, sample_s=0, stop_once_all_started=True,
-                       max_decisions=max_decisions, decision_step_s=step_s, step_growth=STEP_GROWTH)
+                       max_decisions=max_decisions, decision_step_s=step_s, step_growth=STEP_GROWTH,
+                       skip_quiet_instants=skip_quiet)
     sim = Simulation(list(snapshot.nodes), snapshot.teams, jobs, MlqueuePolicy(), config,
                      replace(snapshot.config, explain=False), running_at_start=running).run()
     starts = {job.job_id: sim.records[job.job_id].first_start for job in snapshot.pending}

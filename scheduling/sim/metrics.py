@@ -49,6 +49,35 @@ def summarize(sim: Simulation, *, entitlements: dict[str, float]) -> dict:
     }
 
 
+def versus(figures: dict, baseline: dict) -> dict:
+    """The replay's averages and longest wait as ratios to another policy's on the same trace
+    (e.g. `avg_jct_vs_easy`: below 1 is better). JCT is the one to watch with preemption: the
+    queue wait counts only a job's first start, so churn (waiting again, redoing lost work)
+    shows in completion times alone."""
+    name = baseline["policy"]
+    found = {"baseline": {key: baseline[key] for key in ("policy", "avg_wait_s", "max_wait_s", "avg_jct_s",
+                                                         "jain_fairness")}}
+    for key in ("avg_wait_s", "max_wait_s", "avg_jct_s"):
+        ratio = figures[key] / baseline[key] if baseline[key] else None
+        found[f"{key[:-2]}_vs_{name}"] = round(ratio, 3) if ratio is not None else None
+    return found
+
+
+TABLE_COLUMNS = ("policy", "avg wait s", "p50", "p95", "p99", "max wait s", "avg JCT s", "JCT vs easy",
+                 "bounded slowdown", "utilization", "Jain", "preemptions", "GPU-h lost")
+
+
+def table_row(figures: dict) -> str:
+    """One markdown row of BENCHMARKS.md's replay tables."""
+    ratio = figures.get("avg_jct_vs_easy")
+    cells = (figures["policy"], f"{figures['avg_wait_s']:,.0f}", f"{figures['p50_wait_s']:,.0f}",
+             f"{figures['p95_wait_s']:,.0f}", f"{figures['p99_wait_s']:,.0f}", f"{figures['max_wait_s']:,.0f}",
+             f"{figures['avg_jct_s']:,.0f}", f"{ratio:.2f}" if ratio is not None else ("1.00" if figures["policy"] == "easy" else "-"),
+             f"{figures['bounded_slowdown']:.2f}", f"{figures['utilization']:.4f}", f"{figures['jain_fairness']:.4f}",
+             f"{figures['preemptions']:,}", f"{figures['gpu_hours_lost']:,.0f}")
+    return "| " + " | ".join(cells) + " |"
+
+
 def _wait_by_size(done) -> dict[str, float]:
     found = {}
     for label, low, high in SIZE_BUCKETS:

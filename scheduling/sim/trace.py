@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
-from scheduling.core.model import PendingJob
+from scheduling.core.model import JobShape, PendingJob
 
 WEEK_S = 7 * 24 * 3600.0
 GPUS_PER_TASK = 8
@@ -23,6 +23,7 @@ class TraceJob:
     priority: str = "P2"
     max_runtime: float | None = None  # what the scheduler is told; None: decided by the estimate option
     view: PendingJob | None = None  # a live job's own shape and settings (the forecast), else built from the above
+    checkpoint_interval_s: float | None = None  # its own checkpoint interval; None: the simulation's
 
     @property
     def tasks(self) -> int:
@@ -32,6 +33,12 @@ class TraceJob:
     def gpus_per_task(self) -> int:
         """Jobs of more than 8 GPUs are gangs of 8-GPU tasks (so 12 GPUs asks 2 x 8)."""
         return GPUS_PER_TASK if self.gpus > GPUS_PER_TASK else self.gpus
+
+    def shape(self, fleet_gpu_type: str) -> JobShape:
+        """What it asks the scheduler for: a live job's own shape, else one task per 8 GPUs."""
+        if self.view is not None:
+            return self.view.shape
+        return JobShape(self.gpu_type or fleet_gpu_type, self.tasks, self.gpus_per_task, 1, 1)
 
 
 def _epoch(text: str) -> float:

@@ -1,0 +1,40 @@
+"""The worker keeps one `Scheduler` from pass to pass: on the real store, over passes that
+place, fill the cluster and leave jobs waiting, it decides exactly as a fresh pass would."""
+from django.utils import timezone
+
+from agents.models import Node
+from scheduling.core.scheduler import Scheduler, schedule
+from scheduling.models import Job, SchedulerLease
+from scheduling.snapshot import build_view
+from scheduling.worker import SchedulerWorker, run_pass
+from tests.conftest import make_spec
+
+EPOCH = 5
+
+
+def submit(api, user: str, **overrides) -> Job:
+    spec = make_spec(client_job_id=overrides["name"], **overrides)
+    response = api(user).post("/api/v1/jobs", spec, format="json")
+    assert response.status_code == 201, response.json()
+    return Job.objects.get(pk=response.json()["id"])
+
+
+def test_a_kept_scheduler_decides_as_a_fresh_pass_on_the_store(api, demo):
+    SchedulerLease.objects.filter(pk=1).update(epoch=EPOCH, holder="test:1", renewed_at=timezone.now())
+    Node.objects.update(state="READY")
+    kept = Scheduler()
+    for round_ in range(3):
+        submit(api, "alice", name=f"gang-{round_}")  # 64 H100: the seed gang
+        for index in range(3):
+            submit(api, "bob", team="production-ranking", name=f"one-{round_}-{index}",
+                   resources={"gpu_count": 4, "gpus_per_task": 4})
+        view = build_view(now=timezone.now())
+        assert kept.schedule(view.snapshot) == schedule(view.snapshot)
+        report = run_pass(epoch=EPOCH, scheduler=kept)
+        assert report.placed or round_  # the first pass places; later ones find the H100 nodes full
+    waiting = Job.objects.filter(state="PENDING")
+    assert waiting.exists() and all(job.pending_reason_code for job in waiting)
+
+
+def test_the_worker_keeps_one_scheduler():
+    assert isinstance(SchedulerWorker(leadership=None).scheduler, Scheduler)

@@ -1,0 +1,179 @@
+"""The shortcuts of a pass give exactly what trying every job on a fresh pass gives: equal
+jobs repeat a decision (equivalence classes), reasons are computed once per kind, and a
+`Scheduler` keeps the free-room index between passes. Compared whole: placements,
+preemptions, reservations, the queue order and every pending reason."""
+import random
+from dataclasses import replace
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from scheduling.core.model import (
+    ClusterSnapshot, JobShape, Node, NodeState, PendingJob, PolicyConfig, Quota, RunningJob, TaskPlacement, Team,
+    Topology,
+)
+from scheduling.core.scheduler import Pass, Scheduler, schedule
+from tests.unit.core.builders import cluster, job, placed_nodes, rack, running, snapshot
+
+NOW = 1_794_000_000.0
+TEAMS = ("vision", "ranking", "speech")
+PRIORITIES = ("P0", "P1", "P2", "P3")
+EQUIVALENCE_SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+class EveryJobTried(Pass):
+    repeat_equal = False
+
+
+def tried_alone(snapshot: ClusterSnapshot):
+    """The reference: a fresh pass that tries every job and explains each on its own."""
+    return EveryJobTried(snapshot).run()
+
+
+@st.composite
+def fleets(draw) -> tuple[Node, ...]:
+    found = []
+    for zone in range(draw(st.integers(1, 2))):
+        for rack in range(draw(st.integers(1, 2))):
+            for index in range(draw(st.integers(1, 6))):
+                gpu_type = draw(st.sampled_from(["H100", "H100", "A100", None]))
+                state = draw(st.sampled_from([NodeState.READY] * 6 + [NodeState.CORDONED]))
+                labels = {"ib": "ndr"} if draw(st.booleans()) else {}
+                found.append(Node(f"z{zone}-r{rack}-n{index}", f"z{zone}", f"z{zone}-r{rack}", gpu_type,
+                                  8 if gpu_type else 0, 64, 512, labels, state))
+    return tuple(found)
+
+
+@st.composite
+def shapes(draw) -> JobShape:
+    gpu_type = draw(st.sampled_from(["H100", "A100", None]))
+    if gpu_type:
+        per_task, tasks = draw(st.sampled_from([1, 2, 4, 8])), draw(st.integers(1, 4))
+        cpus = draw(st.sampled_from([1, 8]))
+    else:
+        per_task, tasks, cpus = 0, draw(st.integers(1, 3)), draw(st.sampled_from([8, 32]))
+    selector = {"ib": "ndr"} if draw(st.integers(0, 4)) == 0 else {}
+    return JobShape(gpu_type, tasks, per_task, cpus, draw(st.sampled_from([8, 64])), selector,
+                    draw(st.sampled_from(list(Topology))))
+
+
+def running_jobs(draw, cluster: tuple[Node, ...], count: int, pending_ids: list[int]) -> tuple[RunningJob, ...]:
+    """Jobs on real free room, a task or two each; a few already stopping for a pending job."""
+    free = {n.name: [list(range(n.gpus)), n.cpus, n.memory_gb] for n in cluster}
+    jobs = []
+    for job_id in range(1, count + 1):
+        tasks = []
+        first = draw(st.sampled_from(cluster))
+        alike = [n for n in cluster if n.gpu_type == first.gpu_type and n.name != first.name]
+        for node in [first] + ([draw(st.sampled_from(alike))] if alike and draw(st.booleans()) else []):
+            room, gpus = free[node.name], (draw(st.sampled_from([1, 2, 4, 8])) if node.gpu_type else 0)
+            cpus, memory = draw(st.sampled_from([1, 8, 16])), draw(st.sampled_from([8, 64, 128]))
+            if len(room[0]) < gpus or room[1] < cpus or room[2] < memory:
+                continue
+            indices = tuple(room[0][:gpus])
+            room[0], room[1], room[2] = room[0][gpus:], room[1] - cpus, room[2] - memory
+            tasks.append(TaskPlacement(len(tasks), node.name, indices, cpus, memory))
+        if not tasks:
+            continue
+        stopping_for = draw(st.sampled_from([None] * 8 + pending_ids[:2])) if pending_ids else None
+        jobs.append(RunningJob(
+            job_id, draw(st.sampled_from(TEAMS)), draw(st.sampled_from(PRIORITIES)), first.gpu_type,
+            tuple(tasks), NOW - draw(st.sampled_from([60.0, 1200.0, 20_000.0])), NOW + draw(st.floats(60, 50_000)),
+            checkpointing=draw(st.booleans()), preempting=stopping_for is not None, preempted_for=stopping_for))
+    return tuple(jobs)
+
+
+@st.composite
+def queues(draw, first_id: int = 1000) -> tuple[PendingJob, ...]:
+    """Jobs of a few kinds (team, priority, shape, runtime), many alike, as real queues are."""
+    kinds = draw(st.lists(st.tuples(st.sampled_from(TEAMS), st.sampled_from(PRIORITIES), shapes(),
+                                    st.sampled_from([600.0, 3600.0, 40_000.0])), min_size=1, max_size=5))
+    jobs = []
+    for index in range(draw(st.integers(1, 30))):
+        team, priority, shape, runtime = draw(st.sampled_from(kinds))
+        jobs.append(PendingJob(
+            first_id + index, team, priority, shape, NOW - draw(st.sampled_from([60.0, 3000.0, 9000.0, 30_000.0])),
+            runtime, checkpointing=draw(st.booleans()),
+            yields_to=draw(st.sampled_from([None] * 6 + [first_id, first_id + 1]))))
+    return tuple(jobs)
+
+
+@st.composite
+def snapshots(draw) -> ClusterSnapshot:
+    cluster = draw(fleets())
+    pending = draw(queues())
+    running = running_jobs(draw, cluster, draw(st.integers(0, 20)), [j.job_id for j in pending])
+    quota = st.sampled_from([None, Quota(4, 4), Quota(8, 0), Quota(16, 16)])
+    teams = tuple(Team(name, None, {rc: q for rc in ("gpu:H100", "gpu:A100", "cpu") if (q := draw(quota))})
+                  for name in TEAMS)
+    config = PolicyConfig(
+        reservation_wait_bound_s=draw(st.sampled_from([600.0, 7200.0])),
+        reservations_per_class=draw(st.sampled_from([1, 2])),
+        max_preemption_searches=draw(st.sampled_from([0, 1, 2, 64])),
+        order=draw(st.sampled_from(["fair_share", "weighted_shortest"])))
+    return ClusterSnapshot(cluster, running, pending, teams, NOW, config)
+
+
+@EQUIVALENCE_SETTINGS
+@given(snapshots())
+def test_equal_jobs_get_what_each_would_get_if_tried_alone_in_order(snapshot):
+    assert schedule(snapshot) == tried_alone(snapshot)
+
+
+@EQUIVALENCE_SETTINGS
+@given(snapshots(), st.randoms(use_true_random=False))
+def test_a_kept_scheduler_decides_as_a_fresh_pass_over_changing_snapshots(snapshot, rng):
+    scheduler = Scheduler()
+    for _ in range(4):
+        decisions = scheduler.schedule(snapshot)
+        assert decisions == tried_alone(snapshot)
+        snapshot = next_snapshot(snapshot, decisions, rng)
+
+
+def next_snapshot(snapshot: ClusterSnapshot, decisions, rng: random.Random) -> ClusterSnapshot:
+    """What the worker sees next: placed jobs run (most: a lost race leaves one pending) and
+    victims stop; some jobs end, a node may change state, a pending job may be edited (same
+    id, new object) and new ones arrive."""
+    placed = {p.job_id: p for p in decisions.placements if rng.random() < 0.7}
+    stopping = {p.victim_job_id: p.for_job_id for p in decisions.preemptions}
+    running = [replace(job, preempting=True, preempted_for=stopping[job.job_id]) if job.job_id in stopping else job
+               for job in snapshot.running if rng.random() > 0.3]
+    running += [RunningJob(job.job_id, job.team, job.priority, job.shape.gpu_type, placed[job.job_id].tasks,
+                           snapshot.now, snapshot.now + job.max_runtime_s)
+                for job in snapshot.pending if job.job_id in placed]
+    pending = [job for job in snapshot.pending if job.job_id not in placed]
+    if pending and rng.random() < 0.3:
+        index = rng.randrange(len(pending))
+        pending[index] = replace(pending[index], priority=rng.choice(PRIORITIES))
+    first_id = 1 + max((j.job_id for j in (*running, *pending)), default=2000)
+    arrivals = rng.randint(0, 3) if snapshot.pending else 0
+    pending += [replace(rng.choice(snapshot.pending), job_id=first_id + i, yields_to=None) for i in range(arrivals)]
+    nodes = snapshot.nodes
+    if rng.random() < 0.2:
+        index = rng.randrange(len(nodes))
+        flipped = NodeState.CORDONED if nodes[index].state == NodeState.READY else NodeState.READY
+        nodes = nodes[:index] + (replace(nodes[index], state=flipped),) + nodes[index + 1:]
+    return replace(snapshot, nodes=nodes, running=tuple(running), pending=tuple(pending),
+                   now=snapshot.now + rng.choice([1.0, 600.0]))
+
+
+def test_a_node_freed_since_the_last_pass_is_chosen_as_a_fresh_pass_would():
+    # n1's job ended: n1 goes back among the free nodes in name order, first for best fit.
+    nodes = cluster(rack("z1-r1", 4))
+    before = snapshot(nodes, running_jobs=[running(1, ["z1-r1-n1"])])
+    after = replace(before, running=(), pending=(job(5, gpus=8),))
+    kept = Scheduler()
+    kept.schedule(before)
+    decisions = kept.schedule(after)
+    assert decisions == tried_alone(after)
+    assert placed_nodes(decisions, 5) == ["z1-r1-n1"]
+
+
+def test_a_placement_that_never_started_leaves_the_kept_room_free():
+    nodes = cluster(rack("z1-r1", 2))
+    first = snapshot(nodes, pending=[job(5, gpus=8)])
+    kept = Scheduler()
+    assert placed_nodes(kept.schedule(first), 5) == ["z1-r1-n1"]
+    again = replace(first, now=first.now + 1)  # the worker lost the race: job 5 still pending
+    assert kept.schedule(again) == tried_alone(again)
+    assert placed_nodes(kept.schedule(again), 5) == ["z1-r1-n1"]

@@ -1,0 +1,43 @@
+"""The simulator checkpoints each job at its own interval (the spec's `interval_minutes`), the
+configured one being the default; a live job resumed by a forecast counts from its real last
+confirmed checkpoint."""
+import pytest
+
+from scheduling.core.model import PolicyConfig
+from scheduling.sim.engine import SimConfig, Simulation
+from scheduling.sim.fleets import custom_fleet
+from scheduling.sim.policies import make_policy
+from scheduling.sim.trace import TraceJob, with_estimates
+from tests.unit.core.builders import HOUR, NOW, cluster, rack, running
+
+ONE_NODE = custom_fleet(1, 8, racks=1, zones=1)
+NO_MINIMUM = PolicyConfig(explain=False, min_runtime_before_preempt_s=0)
+
+
+def simulate(trace, *, nodes=ONE_NODE, running_at_start=(), **config):
+    return Simulation(list(nodes), (), with_estimates(trace, "exact"), make_policy("mlqueue"),
+                      SimConfig(**{"checkpoint_interval_s": 300, "grace_s": 60, "tick_s": 0, "sample_s": 0, **config}),
+                      NO_MINIMUM, running_at_start=running_at_start).run()
+
+
+@pytest.mark.parametrize("own_interval, saved_until", [(None, 900), (600, 600), (1000, 1000), (2000, 0)])
+def test_a_preempted_job_keeps_the_work_up_to_its_own_last_checkpoint(own_interval, saved_until):
+    trace = [TraceJob(1, 0, 10_000, 8, "a", priority="P3", checkpoint_interval_s=own_interval),
+             TraceJob(2, 1000, 100, 8, "b", priority="P1")]
+    victim = simulate(trace).records[1]  # preempted at 1,000 s, stopped at 1,060 s
+    assert victim.preemptions == 1
+    assert victim.lost_gpu_s == (1060 - saved_until) * 8
+
+
+@pytest.mark.parametrize("confirmed, own_interval, lost_s", [
+    (NOW - 100, 600, 160),  # no new checkpoint before it stops: lost since the confirmed one
+    (NOW - 100, 120, 40),  # one more, 120 s after the confirmed one
+    (None, None, HOUR + 60),  # nothing confirmed, none expected: the whole run
+])
+def test_a_live_job_counts_from_its_real_last_checkpoint(confirmed, own_interval, lost_s):
+    nodes = cluster(rack("z1-r1", 1))
+    live = running(1, ["z1-r1-n1"], priority="P3", age=HOUR, remaining=HOUR, checkpointing=own_interval is not None,
+                   last_checkpoint_at=confirmed, checkpoint_interval_s=own_interval)
+    sim = simulate([TraceJob(2, NOW, 100, 8, "b", priority="P1")], nodes=nodes, checkpoint_interval_s=0,
+                   running_at_start=((live, NOW + HOUR),))
+    assert sim.records[1].lost_gpu_s == pytest.approx(lost_s * 8)
