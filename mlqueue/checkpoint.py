@@ -36,13 +36,18 @@ def directory() -> str:
     return os.environ.get("MLQ_CHECKPOINT_DIR", "")
 
 
-def interval_s() -> float | None:
-    """How often the job's spec asks for a checkpoint (`interval_minutes`), in seconds."""
+def _positive(name: str, kind: type):
+    """The variable `name` as a positive `kind`, or None when unset, malformed or not positive."""
     try:
-        value = float(os.environ.get("MLQ_CHECKPOINT_INTERVAL_S", ""))
+        value = kind(os.environ.get(name, ""))
     except ValueError:
         return None
     return value if value > 0 else None
+
+
+def interval_s() -> float | None:
+    """How often the job's spec asks for a checkpoint (`interval_minutes`), in seconds."""
+    return _positive("MLQ_CHECKPOINT_INTERVAL_S", float)
 
 
 def due(*, now: float | None = None) -> bool:
@@ -93,11 +98,7 @@ def _write_atomically(target: str, text: str) -> None:
 
 
 def retain_last_n() -> int | None:
-    try:
-        value = int(os.environ.get("MLQ_CHECKPOINT_RETAIN_LAST_N", ""))
-    except ValueError:
-        return None
-    return value if value > 0 else None
+    return _positive("MLQ_CHECKPOINT_RETAIN_LAST_N", int)
 
 
 def _retain(folder: str, path: str) -> None:

@@ -13,6 +13,7 @@ from scheduling.core.model import (
     Topology,
 )
 from scheduling.core.scheduler import Pass, Scheduler, schedule
+from tests.unit.core.test_schedule_properties import nodes
 from tests.unit.core.builders import cluster, job, placed_nodes, rack, running, snapshot
 
 NOW = 1_794_000_000.0
@@ -30,18 +31,9 @@ def tried_alone(snapshot: ClusterSnapshot):
     return EveryJobTried(snapshot).run()
 
 
-@st.composite
-def fleets(draw) -> tuple[Node, ...]:
-    found = []
-    for zone in range(draw(st.integers(1, 2))):
-        for rack in range(draw(st.integers(1, 2))):
-            for index in range(draw(st.integers(1, 6))):
-                gpu_type = draw(st.sampled_from(["H100", "H100", "A100", None]))
-                state = draw(st.sampled_from([NodeState.READY] * 6 + [NodeState.CORDONED]))
-                labels = {"ib": "ndr"} if draw(st.booleans()) else {}
-                found.append(Node(f"z{zone}-r{rack}-n{index}", f"z{zone}", f"z{zone}-r{rack}", gpu_type,
-                                  8 if gpu_type else 0, 64, 512, labels, state))
-    return tuple(found)
+def fleets():
+    """Few racks of many nodes: many look-alike jobs meet the same room."""
+    return nodes(racks=(1, 2), per_rack=(1, 6))
 
 
 @st.composite

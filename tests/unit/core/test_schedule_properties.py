@@ -19,11 +19,11 @@ PROPERTY_SETTINGS = settings(max_examples=150, deadline=None, suppress_health_ch
 
 
 @st.composite
-def nodes(draw) -> tuple[Node, ...]:
+def nodes(draw, racks: tuple[int, int] = (1, 3), per_rack: tuple[int, int] = (1, 4)) -> tuple[Node, ...]:
     found = []
     for zone in range(draw(st.integers(1, 2))):
-        for rack in range(draw(st.integers(1, 3))):
-            for index in range(draw(st.integers(1, 4))):
+        for rack in range(draw(st.integers(*racks))):
+            for index in range(draw(st.integers(*per_rack))):
                 gpu_type = draw(st.sampled_from(["H100", "H100", "A100", None]))
                 state = draw(st.sampled_from([NodeState.READY] * 5 + [NodeState.CORDONED, NodeState.SUSPECT]))
                 labels = {"ib": "ndr"} if draw(st.booleans()) else {}
