@@ -78,6 +78,12 @@ def behind_reservation(job: PendingJob, reservation: Reservation, now: float) ->
         f"{clock(reservation.start_at)}; with max_runtime_hours <= {hours:.2f} it could start now"))
 
 
+def held_for_preemptors(job: PendingJob, preemptors: list[int]) -> PendingReason:
+    ids = ", ".join(str(p) for p in preemptors)
+    return PendingReason(ReasonCode.BEHIND_RESERVATION, (
+        f"fits the free room, but it is held for job {ids}, which preempted jobs to start there"))
+
+
 def behind_others(job: PendingJob, placed_units: int) -> PendingReason:
     return PendingReason(ReasonCode.PRIORITY, (
         f"fits the cluster, but jobs ahead of it in the queue (higher priority or lower fair share) "

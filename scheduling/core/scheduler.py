@@ -407,6 +407,7 @@ class Pass:
         victims it needs are only too young yet, it waits with the time they may go."""
         in_flight = self.stopping_for.get(job.job_id)
         if in_flight:
+            self._hold_room(job, in_flight)
             self.pending[job.job_id] = explain.preempting(job, [v.job_id for v in in_flight],
                                                           sum(v.units for v in in_flight), reclaim=False)
             return True
@@ -432,6 +433,20 @@ class Pass:
             return False
         self._evict(job, found, claim, {c.job.job_id: c for c in candidates})
         return True
+
+    def _hold_room(self, job: PendingJob, stopping: list[RunningJob]) -> None:
+        """Some of `job`'s victims may have stopped already, leaving free room that no hold
+        covers: hold, for `job` alone, every node it will start on once the rest are gone, so
+        nobody (its own requeued victims least of all) takes what was freed for it."""
+        found = forecast(self.state, job, stopping, self.now, ending=stopping)
+        if found is None:
+            return
+        held = [slot.name for slot, _ in found[1]
+                if not any(h.job_id == job.job_id for h in self.book.held.get(slot.name, ()))]
+        for node in held:
+            self.book.hold(node, job.job_id, self.now)
+        if held:
+            self.generation[job.resource_class] += 1
 
     def _reclaim_stage(self, job: PendingJob) -> bool:
         """Whether a job has waited past the bound that lets it reclaim from anyone over a
@@ -513,13 +528,17 @@ class Pass:
             pending[job_id] = reason
 
     def _why_blocked(self, job: PendingJob, reservation: Reservation | None, explainer) -> PendingReason:
-        """In order: it would fit but for a reservation; others took the room this pass; its team
+        """In order: it would fit but for the room held for a preemptor, or for a reservation; others took the room this pass; its team
         is already at its guarantee with nothing idle to borrow; or the capacity story with the
         histogram."""
         waiting = self.pending.get(job.job_id)
         if waiting is not None and waiting.code == ReasonCode.PREEMPTION_PENDING:
             return explain.with_reservation(waiting, reservation)
         rclass = job.resource_class
+        preemptors = sorted(p for p, victims in self.stopping_for.items()
+                            if p != job.job_id and victims and victims[0].resource_class == rclass)
+        if preemptors and self._plan(job, None, ("free",)) is not None:
+            return explain.with_reservation(explain.held_for_preemptors(job, preemptors), reservation)
         held = [r for r in self.book.by_class.get(rclass, ()) if r.job_id != job.job_id]
         if held and self._plan(job, None, ("free",)) is not None:
             return explain.behind_reservation(job, held[0], self.now)

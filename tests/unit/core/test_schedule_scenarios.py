@@ -294,3 +294,21 @@ def test_a_requeued_victim_goes_after_the_job_it_was_preempted_for():
     # Once the preemptor has started (it is no longer pending), the victim's place is its own.
     alone = schedule(snapshot(nodes, pending=[victim], team_list=quotas))
     assert alone.order == (1,)
+
+
+def test_room_a_stopped_victim_left_is_kept_for_its_preemptor():
+    """Of a P0's two victims, one has stopped (its node n2 is free, it waits again) and one
+    still stops on n1: the P0 needs both nodes, so neither its requeued victim nor anyone
+    else may take n2 meanwhile. Without the hold the victim retook n2 and was evicted again
+    (seen in the e2e test on real agents)."""
+    nodes = cluster(rack("z1-r1", 2))
+    stopping = running(1, ["z1-r1-n1"], priority="P2", preempting=True, preempted_for=5)
+    stopped = job(2, gpus=8, priority="P2", yields_to=5)
+    other = job(3, gpus=4, priority="P1", team="ranking")
+    decisions = schedule(snapshot(nodes, pending=[job(5, gpus=16, priority="P0"), stopped, other],
+                                  running_jobs=[stopping]))
+    assert decisions.placements == ()
+    assert decisions.pending[5].code == ReasonCode.PREEMPTING
+    assert decisions.pending[2].message == (
+        "fits the free room, but it is held for job 5, which preempted jobs to start there")
+    assert decisions.pending[3].code == ReasonCode.BEHIND_RESERVATION
