@@ -435,9 +435,9 @@ class Pass:
         return True
 
     def _hold_room(self, job: PendingJob, stopping: list[RunningJob]) -> None:
-        """Some of `job`'s victims may have stopped already, leaving free room that no hold
-        covers: hold, for `job` alone, every node it will start on once the rest are gone, so
-        nobody (its own requeued victims least of all) takes what was freed for it."""
+        """Hold, for `job` alone, every node it will start on once `stopping` (its victims)
+        are gone: free room it counts on as well as theirs, so nobody (its own requeued victims
+        least of all) takes that room while they stop, and it need not evict again."""
         found = forecast(self.state, job, stopping, self.now, ending=stopping)
         if found is None:
             return
@@ -489,6 +489,7 @@ class Pass:
                 f"preempted for job {job.job_id} ({job.priority}, team {job.team}): "
                 + ("reclaiming capacity its team is guaranteed" if reasons[victim.job_id] == "RECLAIM"
                    else f"{victim.priority} yields to {job.priority}"))))
+        self._hold_room(job, list(found.victims))
         reclaim = "RECLAIM" in reasons.values()
         self.pending[job.job_id] = explain.preempting(job, [v.job_id for v in found.victims],
                                                       units_freed(found.victims), reclaim)
