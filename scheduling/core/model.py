@@ -262,8 +262,10 @@ class PolicyConfig:
     # "fair_share": teams take turns by dominant share; "weighted_shortest": jobs by expected
     # GPU-time times (1 + their team's share) (see QueueOrder).
     order: str = "fair_share"
-    # Bounds the work one pass spends searching for victims.
+    # Bounds the work one pass spends searching for victims: for priority, and (None: no
+    # bound) for reclaim. A job past the budget is tried again next pass.
     max_preemption_searches: int = 64
+    max_reclaim_searches: int | None = None
     # Reclaim without churn (see preemption.py). Natural termination: a job expected to end
     # within `reclaim_spare_ending_s` is not reclaimed (its room comes back soon anyway, while
     # an evicted job waits again and redoes work); among the rest, the longest expected

@@ -235,6 +235,7 @@ class Pass:
         self.blocked: dict[int, PendingJob] = {}
         self.placed_units: dict[str, int] = defaultdict(int)
         self.searches = 0
+        self.reclaim_searches = 0
         # Equivalence classes (see `_decide`): per resource class, a count of the decisions
         # that changed something; per job kind, the last outcome and the count it was made at.
         self.generation: dict[str, int] = defaultdict(int)
@@ -312,7 +313,11 @@ class Pass:
         """What a decision in `rclass` reads besides the job: the class's room, victims, book
         and ledger (all change only with a placement, a preemption or a reservation there),
         and whether the search budget is spent (see `_preempt_for`)."""
-        return self.generation[rclass], self.searches >= self.config.max_preemption_searches
+        return self.generation[rclass], self.searches >= self.config.max_preemption_searches, self._reclaim_spent()
+
+    def _reclaim_spent(self) -> bool:
+        cap = self.config.max_reclaim_searches
+        return cap is not None and self.reclaim_searches >= cap
 
     def _kind(self, job: PendingJob) -> tuple[tuple, str]:
         """The job's team, priority and shape, and its class: kept by job id (in `known`,
@@ -417,6 +422,8 @@ class Pass:
         outranks = priority_rank(job.priority) < self.lowest_running[job.resource_class]
         if not reclaim and (self.searches >= self.config.max_preemption_searches or not outranks):
             return False  # out of search budget, or nobody running ranks below it
+        if reclaim and self._reclaim_spent():
+            return False
         # Victims only ever leave the pool during a pass, so what failed once fails again.
         memo_key = (job.shape.key(), priority_rank(job.priority), reclaim, job.team if reclaim else None)
         if self.no_victims.get(memo_key, 1 << 30) <= job.shape.tasks:
@@ -425,6 +432,7 @@ class Pass:
         excess = self.ledger.excess(job.resource_class) if reclaim else {}
         claim = self.victims.claim(job)
         candidates = self.victims.candidates(job, claim, excess=excess)
+        self.reclaim_searches += reclaim and bool(candidates)
         found = self._search(job, candidates, claim, excess)
         if found is None:
             self.no_victims[memo_key] = min(self.no_victims.get(memo_key, 1 << 30), job.shape.tasks)

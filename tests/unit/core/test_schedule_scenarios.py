@@ -312,3 +312,19 @@ def test_room_a_stopped_victim_left_is_kept_for_its_preemptor():
     assert decisions.pending[2].message == (
         "fits the free room, but it is held for job 5, which preempted jobs to start there")
     assert decisions.pending[3].code == ReasonCode.BEHIND_RESERVATION
+
+
+def test_reclaim_searches_are_bounded_per_pass():
+    nodes = cluster(rack("z1-r1", 2))
+    quotas = teams(vision={"gpu:H100": (8, 0)}, ranking={"gpu:H100": (8, 0)}, other={"gpu:H100": (0, 16)})
+    borrowers = [running(1, ["z1-r1-n1"], team="other"), running(2, ["z1-r1-n2"], team="other")]
+    owners = [job(3, gpus=8, team="vision"), job(4, gpus=8, team="ranking")]
+    unbounded = schedule(snapshot(nodes, pending=owners, running_jobs=borrowers, team_list=quotas))
+    assert sorted(p.victim_job_id for p in unbounded.preemptions) == [1, 2]
+    bounded = schedule(snapshot(nodes, pending=owners, running_jobs=borrowers, team_list=quotas,
+                                max_reclaim_searches=1))
+    assert len(bounded.preemptions) == 1
+    tried = bounded.preemptions[0].for_job_id
+    assert bounded.pending[tried].code == ReasonCode.PREEMPTING
+    # The other owner is tried again next pass; meanwhile it waits with a capacity reason.
+    assert bounded.pending[7 - tried].code == ReasonCode.INSUFFICIENT_CAPACITY
