@@ -18,7 +18,12 @@ class TaskSerializer(serializers.ModelSerializer):
     class Meta:
         model = Task
         fields = ["rank", "state", "node", "gpu_indices", "attempt", "epoch", "failure_class", "exit_code",
-                  "assigned_at", "started_at", "finished_at"]
+                  "assigned_at", "started_at", "finished_at", "last_checkpoint_at", "checkpoint_step"]
+        extra_kwargs = {
+            "last_checkpoint_at": {"help_text": "this attempt's last checkpoint the job confirmed (null: none yet; "
+                                                "a preemption loses everything since then, or since the start)"},
+            "checkpoint_step": {"help_text": "the step the job gave with that checkpoint, if any"},
+        }
 
 
 class JobSerializer(serializers.ModelSerializer):
@@ -56,9 +61,11 @@ class JobDetailSerializer(JobSerializer):
         fields = JobSerializer.Meta.fields + [
             "task_count", "spec", "depends_on", "held", "not_before", "restarts_used", "retries_used",
             "max_restarts", "max_retries", "preemptions", "failure_class", "cancel_requested_at", "updated_at",
+            "last_checkpoint_at",
         ]
         extra_kwargs = {
             **JobSerializer.Meta.extra_kwargs,
+            "last_checkpoint_at": {"help_text": "the latest checkpoint any attempt of the job confirmed"},
             "preemptions": {"help_text": "times preempted, drained or spot-reclaimed and requeued: counted apart, "
                                          "they spend neither max_restarts nor max_retries"},
         }

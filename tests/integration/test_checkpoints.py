@@ -207,3 +207,16 @@ def test_a_final_failure_records_the_lost_work_on_its_event(api, leader, clock):
     assert Job.objects.get(pk=job_id).state == "FAILED"
     [verdict] = JobEvent.objects.filter(job_id=job_id, reason="APP", from_state="FAILED")
     assert verdict.data == {"lost_gpu_hours": 2.0, "lost_since": saved.isoformat(), "since_checkpoint": True}
+
+
+def test_the_api_shows_each_attempts_confirmed_checkpoint(api, leader, clock):
+    job_id, clients = running_job(api, leader)
+    detail = api("alice").get(f"/api/v1/jobs/{job_id}").json()
+    assert (detail["last_checkpoint_at"], detail["tasks"][0]["last_checkpoint_at"]) == (None, None)
+    clock.shift(timedelta(minutes=12))
+    saved = timezone.now() - timedelta(minutes=2)
+    send(clients[A], A, checkpoint(job_id, step=1200, at=saved))
+    detail = api("alice").get(f"/api/v1/jobs/{job_id}").json()
+    [task] = detail["tasks"]
+    assert (task["last_checkpoint_at"], task["checkpoint_step"]) == (saved.isoformat().replace("+00:00", "Z"), 1200)
+    assert detail["last_checkpoint_at"] == task["last_checkpoint_at"]
