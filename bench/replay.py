@@ -18,6 +18,7 @@ import math
 import sys
 import time
 from collections import defaultdict
+from dataclasses import fields
 from pathlib import Path
 
 if not __package__:
@@ -58,6 +59,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--no-shortest-first", action="store_true", help="mlqueue: oldest first within a team")
     parser.add_argument("--order", choices=["fair_share", "weighted_shortest"], help="mlqueue: the queue order")
     parser.add_argument("--reservations", type=int, help="mlqueue: blocked jobs per class holding a reservation")
+    parser.add_argument("--set", action="append", metavar="FIELD=JSON",
+                        help="mlqueue: any PolicyConfig field, e.g. --set lend_while_owed=false (repeatable)")
     parser.add_argument("--baseline", default="easy", choices=["easy", "fifo", "sjf", "none"],
                         help="also replay this policy and report ratios to it (avg_jct_vs_easy, ...)")
     parser.add_argument("--table", action="store_true", help="also print a markdown table row (to stderr)")
@@ -76,6 +79,15 @@ def policy_config(args) -> PolicyConfig:
         knobs["order"] = args.order
     if args.reservations:
         knobs["reservations_per_class"] = args.reservations
+    known = {f.name for f in fields(PolicyConfig)}
+    for option in args.set or ():
+        name, _, value = option.partition("=")
+        if name not in known:
+            fail(f"--set {option}: PolicyConfig has no field {name!r}")
+        try:
+            knobs[name] = json.loads(value)
+        except ValueError:
+            fail(f"--set {option}: the value must be JSON (true, 600, null, ...)")
     return PolicyConfig(**knobs)
 
 
