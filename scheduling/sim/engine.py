@@ -139,9 +139,13 @@ class Simulation:
         heapq.heappush(self.events, (when, EVENT_ORDER[kind], next(self.sequence), kind, payload))
 
     def _resume(self, placement: core.RunningJob, end_at: float) -> None:
-        job = TraceJob(placement.job_id, placement.started_at, end_at - placement.started_at, placement.units,
-                       placement.team, placement.gpu_type, placement.priority)
-        self.records[job.job_id] = Record(job, first_start=placement.started_at)
+        """A live job, running until `end_at`. If the simulation preempts it, it waits again
+        as itself (`_resumed_view`), its eviction count carried on."""
+        view = _resumed_view(placement)
+        job = TraceJob(placement.job_id, placement.started_at, end_at - placement.started_at, view.shape.units,
+                       placement.team, placement.gpu_type, placement.priority, view.max_runtime_s, view=view,
+                       checkpoint_interval_s=placement.checkpoint_interval_s)
+        self.records[job.job_id] = Record(job, first_start=placement.started_at, preemptions=placement.preemptions)
         token = next(self.tokens)
         confirmed = placement.last_checkpoint_at
         self.running[job.job_id] = Run(placement, placement.started_at, token, stopping=placement.preempting,
@@ -422,6 +426,19 @@ class Simulation:
         horizon = max((job.submit + job.duration for job in self.jobs), default=0.0)
         for _ in range(self.config.node_failures):
             self._at(rng.uniform(0, horizon), FAIL, rng.choice(self.nodes).name)
+
+
+def _resumed_view(placement: core.RunningJob) -> core.PendingJob:
+    """What a live running job asks for should it wait again: the shape of its tasks (its
+    node selector and topology are not known here), its team and priority, the runtime it was
+    told (to its expected end) and its checkpointing. Its wait counts from its start (the
+    time it was submitted is not known here either)."""
+    first = placement.tasks[0]
+    shape = core.JobShape(placement.gpu_type, len(placement.tasks), len(first.gpu_indices), first.cpus,
+                          first.memory_gb)
+    return core.PendingJob(placement.job_id, placement.team, placement.priority, shape, placement.started_at,
+                           placement.expected_end - placement.started_at, checkpointing=placement.checkpointing,
+                           checkpoint_interval_s=placement.checkpoint_interval_s)
 
 
 def _outcome(run: Run, lost_node: str | None) -> Outcome:

@@ -3,12 +3,12 @@ configured one being the default; a live job resumed by a forecast counts from i
 confirmed checkpoint."""
 import pytest
 
-from scheduling.core.model import PolicyConfig
+from scheduling.core.model import JobShape, PolicyConfig
 from scheduling.sim.engine import SimConfig, Simulation
 from scheduling.sim.fleets import custom_fleet
 from scheduling.sim.policies import make_policy
 from scheduling.sim.trace import TraceJob, with_estimates
-from tests.unit.core.builders import HOUR, NOW, cluster, rack, running
+from tests.unit.core.builders import HOUR, NOW, cluster, job, rack, running
 
 ONE_NODE = custom_fleet(1, 8, racks=1, zones=1)
 NO_MINIMUM = PolicyConfig(explain=False, min_runtime_before_preempt_s=0)
@@ -41,3 +41,23 @@ def test_a_live_job_counts_from_its_real_last_checkpoint(confirmed, own_interval
     sim = simulate([TraceJob(2, NOW, 100, 8, "b", priority="P1")], nodes=nodes, checkpoint_interval_s=0,
                    running_at_start=((live, NOW + HOUR),))
     assert sim.records[1].lost_gpu_s == pytest.approx(lost_s * 8)
+
+
+def test_a_live_job_preempted_in_the_simulation_waits_again_with_its_own_shape_and_settings():
+    """A CPU job of 2 x 64 CPUs, preempted for a P1 job, comes back as itself (not as a
+    fleet-GPU job of as many GPUs as it held CPUs), so it restarts on the CPU nodes."""
+    nodes = cluster(rack("z1-cpu", 2, gpu_type=None), rack("z1-r1", 1))
+    live = running(1, ["z1-cpu-n1", "z1-cpu-n2"], gpu_type=None, gpus_per_node=0, cpus=64, memory_gb=200,
+                   team="a", priority="P3", age=HOUR, remaining=HOUR, checkpoint_interval_s=600)
+    preemptor = TraceJob(2, NOW, 600, 128, "b", priority="P1", max_runtime=600,
+                         view=job(2, gpu_type=None, gpus=0, tasks=2, cpus=64, memory_gb=200, team="b",
+                                  priority="P1", runtime=600, age=0))
+    sim = simulate([preemptor], nodes=nodes, checkpoint_interval_s=0, running_at_start=((live, NOW + HOUR),))
+    victim = sim.records[1]
+    assert victim.preemptions == 1
+    assert victim.job.shape("H100") == JobShape(None, 2, 0, 64, 200)
+    assert (victim.job.team, victim.job.priority) == ("a", "P3")
+    # It stops at NOW + 60, job 2 runs 600 s; it reruns the 2 h it asked for, less the 3,600 s
+    # saved by its 600 s checkpoints.
+    assert sim.records[2].first_start == NOW + 60
+    assert victim.end == NOW + 660 + 2 * HOUR - HOUR
