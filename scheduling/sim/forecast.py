@@ -15,7 +15,7 @@ requeue is not forecast: it is no longer pending). Pure, like the core: no clock
 from dataclasses import dataclass, replace
 from typing import Mapping
 
-from scheduling.core.model import ClusterSnapshot, PendingJob, RunningJob
+from scheduling.core.model import ClusterSnapshot, PendingJob, PolicyConfig, RunningJob
 from scheduling.sim.engine import SimConfig, Simulation
 from scheduling.sim.policies import MlqueuePolicy
 from scheduling.sim.trace import TraceJob
@@ -26,6 +26,12 @@ MIN_LENGTH_S = 60.0
 # that coarse, and always rounded up.
 STEP_S = 60.0
 STEP_GROWTH = 1 / 60
+# Reclaim victim searches per simulated pass. Unbounded, a deep queue of teams under their
+# guarantee searches ~190 times a pass, two thirds of a forecast's time; at 16 the reclaims
+# the live pass would make at once are spread over the next simulated minutes (BENCHMARKS.md,
+# the forecast: 38% less time, starts within a few minutes of the unbounded run's). The
+# cluster's own bound, if tighter, stays.
+RECLAIM_SEARCHES = 16
 
 
 @dataclass(frozen=True)
@@ -37,12 +43,15 @@ class Forecast:
 
 def forecast(snapshot: ClusterSnapshot, *, likely_fraction: Mapping[str, float] | None = None,
              grace_s: float = 120.0, max_decisions: int = 200, step_s: float = STEP_S,
-             skip_quiet: bool = True) -> Forecast:
+             skip_quiet: bool = True, reclaim_searches: int | None = RECLAIM_SEARCHES) -> Forecast:
     """`likely_fraction`: team -> the share of its asked-for runtime its jobs typically use
     (0-1]. `grace_s`: how long a victim takes to stop (the longest grace period running, for a
     bound). Jobs that never start within `max_decisions` passes (held jobs, jobs that cannot
     fit, jobs past the budget) get no forecast; instants where no pass could decide anything
-    are skipped and not counted (`skip_quiet=False`: the reference path, for comparisons)."""
+    are skipped and not counted (`skip_quiet=False`: the reference path, for comparisons).
+    `reclaim_searches`: the most reclaim victim searches of a simulated pass (None: as the
+    cluster is configured)."""
+    snapshot = replace(snapshot, config=_forecast_config(snapshot.config, reclaim_searches))
     latest, done_latest = _simulate(snapshot, {}, grace_s, max_decisions, step_s, skip_quiet)
     if likely_fraction:
         likely, done_likely = _simulate(snapshot, likely_fraction, grace_s, max_decisions, step_s, skip_quiet)
@@ -52,6 +61,14 @@ def forecast(snapshot: ClusterSnapshot, *, likely_fraction: Mapping[str, float] 
     else:
         likely, done_likely = dict(latest), done_latest
     return Forecast(latest, likely, done_latest and done_likely)
+
+
+def _forecast_config(config: PolicyConfig, reclaim_searches: int | None) -> PolicyConfig:
+    """The cluster's policy, its reclaim searches bounded by `reclaim_searches` too."""
+    if reclaim_searches is None:
+        return config
+    cap = config.max_reclaim_searches
+    return replace(config, max_reclaim_searches=reclaim_searches if cap is None else min(cap, reclaim_searches))
 
 
 def forecast_to(connection, snapshot: ClusterSnapshot, likely_fraction: Mapping[str, float],

@@ -11,7 +11,7 @@ from scheduling.core.decisions import Decisions, Placement
 from scheduling.core.model import ClusterSnapshot, PendingJob, RunningJob
 from scheduling.core.placement import commit, plan
 from scheduling.core.reservation import ReservationBook, forecast
-from scheduling.core.scheduler import schedule
+from scheduling.core.scheduler import Scheduler
 from scheduling.core.state import ClusterState
 
 
@@ -20,8 +20,13 @@ class MlqueuePolicy:
     preempts = True  # by priority class and to reclaim guarantees
     uses_time = True  # aging and the wait bound change its order as time passes
 
+    def __init__(self):
+        # Kept between passes as the worker keeps it: the same decisions as `schedule()`,
+        # without indexing the whole fleet again each pass.
+        self.scheduler = Scheduler()
+
     def decide(self, snapshot: ClusterSnapshot) -> Decisions:
-        return schedule(snapshot)
+        return self.scheduler.schedule(snapshot)
 
 
 class FifoPolicy:
