@@ -60,7 +60,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--order", choices=["fair_share", "weighted_shortest"], help="mlqueue: the queue order")
     parser.add_argument("--reservations", type=int, help="mlqueue: blocked jobs per class holding a reservation")
     parser.add_argument("--set", action="append", metavar="FIELD=JSON",
-                        help="mlqueue: any PolicyConfig field, e.g. --set lend_while_owed=false (repeatable)")
+                        help="mlqueue: any PolicyConfig field, e.g. --set max_reclaim_searches=16 (repeatable)")
     parser.add_argument("--baseline", default="easy", choices=["easy", "fifo", "sjf", "none"],
                         help="also replay this policy and report ratios to it (avg_jct_vs_easy, ...)")
     parser.add_argument("--table", action="store_true", help="also print a markdown table row (to stderr)")

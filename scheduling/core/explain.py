@@ -43,13 +43,6 @@ def quota(job: PendingJob, over: tuple[str, int, int, int]) -> PendingReason:
         f"this job needs {job.shape.units} more"))
 
 
-def lending_paused(job: PendingJob, owed: list[str]) -> PendingReason:
-    teams = ", ".join(owed)
-    return PendingReason(ReasonCode.QUOTA, (
-        f"it would borrow {job.shape.unit_name}, but team {teams} waits for its guarantee there: "
-        f"no one borrows until that job starts"))
-
-
 def nothing_to_borrow(job: PendingJob, used: int, guaranteed: int, free: int) -> PendingReason:
     unit = job.shape.unit_name
     return PendingReason(ReasonCode.QUOTA, (

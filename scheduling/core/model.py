@@ -266,9 +266,6 @@ class PolicyConfig:
     # bound) for reclaim. A job past the budget is tried again next pass.
     max_preemption_searches: int = 64
     max_reclaim_searches: int | None = None
-    # False: while a team's job within its guarantee is blocked in a class, no other team
-    # borrows there (the room would only be reclaimed from it again).
-    lend_while_owed: bool = True
     # Reclaim without churn (see preemption.py). Natural termination: a job expected to end
     # within `reclaim_spare_ending_s` is not reclaimed (its room comes back soon anyway, while
     # an evicted job waits again and redoes work); among the rest, the longest expected

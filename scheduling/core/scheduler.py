@@ -234,7 +234,6 @@ class Pass:
         self.pending: dict[int, PendingReason] = {}
         self.blocked: dict[int, PendingJob] = {}
         self.placed_units: dict[str, int] = defaultdict(int)
-        self.owed: dict[str, set[str]] = defaultdict(set)  # class -> teams blocked within their guarantee
         self.searches = 0
         self.reclaim_searches = 0
         # Equivalence classes (see `_decide`): per resource class, a count of the decisions
@@ -349,7 +348,7 @@ class Pass:
 
     def _try(self, job: PendingJob) -> None:
         rclass = job.resource_class
-        if self._refused(job, rclass) or self._lending_paused(job, rclass):
+        if self._refused(job, rclass):
             return
         end_at = self.now + job.max_runtime_s
         limit = self.book.limit_for(end_at, job.job_id)
@@ -361,10 +360,6 @@ class Pass:
         if self._preempt_for(job):
             return
         self.blocked[job.job_id] = job
-        if not self.config.lend_while_owed and job.team not in self.owed[rclass] and \
-                self.ledger.within_guarantee(job.team, rclass, job.shape.units):
-            self.owed[rclass].add(job.team)
-            self.generation[rclass] += 1
         if self.book.count(rclass) < self.config.reservations_per_class and self.config.backfill:
             self._reserve(job)
 
@@ -379,16 +374,6 @@ class Pass:
         if known[1] is not None:
             self.pending[job.job_id] = known[1]
         return known[1] is not None
-
-    def _lending_paused(self, job: PendingJob, rclass: str) -> bool:
-        """With `lend_while_owed` off, a job that would borrow waits while another team's job
-        within its guarantee is blocked in the class."""
-        owed = self.owed.get(rclass)
-        if not owed or (len(owed) == 1 and job.team in owed) or \
-                not self.ledger.would_borrow(job.team, rclass, job.shape.units):
-            return False
-        self.pending[job.job_id] = explain.lending_paused(job, sorted(owed - {job.team}))
-        return True
 
     def _plan(self, job: PendingJob, limit, variant: tuple):
         """Plan with a memo of failures: within a pass room only shrinks, so a shape that did

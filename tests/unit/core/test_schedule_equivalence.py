@@ -103,7 +103,6 @@ def snapshots(draw) -> ClusterSnapshot:
         reservations_per_class=draw(st.sampled_from([1, 2])),
         max_preemption_searches=draw(st.sampled_from([0, 1, 2, 64])),
         max_reclaim_searches=draw(st.sampled_from([None, 0, 1, 3])),
-        lend_while_owed=draw(st.booleans()),
         order=draw(st.sampled_from(["fair_share", "weighted_shortest"])))
     return ClusterSnapshot(cluster, running, pending, teams, NOW, config)
 

@@ -329,17 +329,3 @@ def test_reclaim_searches_are_bounded_per_pass():
     # The other owner is tried again next pass; meanwhile it waits with a capacity reason.
     assert bounded.pending[7 - tried].code == ReasonCode.INSUFFICIENT_CAPACITY
 
-
-def test_no_borrowing_while_an_owner_waits_for_its_guarantee_when_lending_is_paused():
-    nodes = cluster(rack("z1-r1", 2))
-    quotas = teams(vision={"gpu:H100": (16, 0)}, ranking={"gpu:H100": (0, 16)})
-    busy = [running(1, ["z1-r1-n1"], gpus_per_node=4, team="vision"),
-            running(2, ["z1-r1-n2"], gpus_per_node=4, team="ranking")]
-    queue = [job(3, gpus=8, team="vision"), job(4, gpus=4, team="ranking")]
-    lent = schedule(snapshot(nodes, pending=queue, running_jobs=busy, team_list=quotas, preemption=False))
-    assert [p.job_id for p in lent.placements] == [4]
-    paused = schedule(snapshot(nodes, pending=queue, running_jobs=busy, team_list=quotas, preemption=False,
-                               lend_while_owed=False))
-    assert paused.placements == ()
-    assert paused.pending[4].message == (
-        "it would borrow H100, but team vision waits for its guarantee there: no one borrows until that job starts")
