@@ -29,6 +29,20 @@ def ending_order(running: list[RunningJob], now: float) -> list[RunningJob]:
     return sorted(running, key=lambda j: (max(j.expected_end, now), j.job_id))
 
 
+def rooms_now(state: ClusterState, job: PendingJob) -> dict[Slot, int]:
+    """Ready nodes with room for a task of `job` now, and how many tasks: read off the free-room
+    index, so a forecast does not weigh every node of the class. A node with less room (none
+    for a task) enters the trial only when a job on it is taken away (`Trial`'s `joining`),
+    which is exactly when its room can change."""
+    shape = job.shape
+    found = {}
+    for slot in state.slots_by_free(job.resource_class, shape.units_per_task):
+        tasks = capacity(slot, shape)
+        if tasks:
+            found[slot] = tasks
+    return found
+
+
 def forecast(state: ClusterState, job: PendingJob, running: list[RunningJob], now: float, *,
              ending: list[RunningJob] | None = None) -> tuple[float, Plan, dict[str, Extra]] | None:
     """When and where `job` fits if running jobs end at their expected ends: they are taken
@@ -36,8 +50,7 @@ def forecast(state: ClusterState, job: PendingJob, running: list[RunningJob], no
     if it never fits on the ready nodes. `ending`: `running` in `ending_order`, if the caller
     has it already."""
     ending = ending if ending is not None else ending_order(running, now)
-    slots = {slot: capacity(slot, job.shape) for slot in state.ready_slots(job.resource_class)}
-    trial = Trial(job, slots)
+    trial = Trial(job, rooms_now(state, job), joining=state.slots_named(job.resource_class))
     gone = trial.fit_by_removing(ending)
     if gone is None:
         return None

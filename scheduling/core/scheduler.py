@@ -219,6 +219,7 @@ class Pass:
         self.borrowed = borrowed_jobs(self.ledger, snapshot.running)
         self.active: dict[str, list[RunningJob]] = defaultdict(list)
         self.stopping_for: dict[int, list[RunningJob]] = defaultdict(list)
+        self.preemptors: dict[str, list[int]] = {}  # see `_preemptors`
         self.lowest_running: dict[str, int] = defaultdict(lambda: -1)
         self._index_running()
         self._victims: VictimPool | None = None
@@ -544,8 +545,7 @@ class Pass:
         if waiting is not None and waiting.code == ReasonCode.PREEMPTION_PENDING:
             return explain.with_reservation(waiting, reservation)
         rclass = job.resource_class
-        preemptors = sorted(p for p, victims in self.stopping_for.items()
-                            if p != job.job_id and victims and victims[0].resource_class == rclass)
+        preemptors = [p for p in self._preemptors(rclass) if p != job.job_id]
         if preemptors and self._plan(job, None, ("free",)) is not None:
             return explain.with_reservation(explain.held_for_preemptors(job, preemptors), reservation)
         held = [r for r in self.book.by_class.get(rclass, ()) if r.job_id != job.job_id]
@@ -560,6 +560,15 @@ class Pass:
         else:
             reason = explainer.explain(job)
         return explain.with_reservation(reason, reservation)
+
+    def _preemptors(self, rclass: str) -> list[int]:
+        """Jobs whose victims in `rclass` are still stopping, by id: sorted once per class and
+        pass (there is one per preemption in flight)."""
+        found = self.preemptors.get(rclass)
+        if found is None:
+            found = self.preemptors[rclass] = sorted(
+                p for p, victims in self.stopping_for.items() if victims and victims[0].resource_class == rclass)
+        return found
 
     def _stats(self, considered: int) -> PassStats:
         return PassStats(

@@ -75,6 +75,7 @@ class ClusterState:
         self.running: dict[int, RunningJob] | None = None
         self.slots: dict[str, Slot] = {}
         self.by_class: dict[str, list[Slot]] = defaultdict(list)
+        self.named: dict[str, dict[str, Slot]] = {}  # per class, slots by node name (see `slots_named`)
         for name, node, gpus, ready, rclass in fleet.rows:
             slot = self.slots[name] = Slot(node, gpus, ready, rclass)
             self.by_class[rclass].append(slot)
@@ -203,6 +204,13 @@ class ClusterState:
         if slot.ready:
             self._index(slot)
         return TaskPlacement(rank=rank, node=slot.name, gpu_indices=indices, cpus=cpus, memory_gb=memory_gb)
+
+    def slots_named(self, rclass: str) -> dict[str, Slot]:
+        """A class's slots by node name, ready or not (built on first use)."""
+        found = self.named.get(rclass)
+        if found is None:
+            found = self.named[rclass] = {slot.name: slot for slot in self.by_class.get(rclass, ())}
+        return found
 
     def ready_slots(self, rclass: str) -> Iterator[Slot]:
         return (s for s in self.by_class.get(rclass, ()) if s.ready)
