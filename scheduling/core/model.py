@@ -15,9 +15,13 @@ HOUR = 3600.0
 MIN_RUNTIME_BY_CLASS = {"P0": 0.0, "P1": 600.0, "P2": 600.0, "P3": 600.0}
 
 
+_RANKS = {priority: rank for rank, priority in enumerate(PRIORITIES)}
+
+
 def priority_rank(priority: str) -> int:
-    """P0 -> 0 (most urgent) .. P3 -> 3."""
-    return PRIORITIES.index(priority)
+    """P0 -> 0 (most urgent) .. P3 -> 3 (a hot path: a look-up; `index` raises for others)."""
+    rank = _RANKS.get(priority)
+    return PRIORITIES.index(priority) if rank is None else rank
 
 
 class NodeState(StrEnum):

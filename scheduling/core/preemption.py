@@ -71,17 +71,31 @@ class Claim:
 
 class VictimPool:
     """Who may be evicted, per resource class, in candidate order. Built once per pass from
-    what ran before it; victims leave it as they are chosen."""
+    what ran before it; victims leave it as they are chosen. A class is put in order on its
+    first search (most passes search few classes), and a search's candidates are kept until a
+    victim leaves: jobs alike ask for the same ones (see `candidates`)."""
 
     def __init__(self, running: tuple[RunningJob, ...], borrowed: set[int], now: float, config: PolicyConfig):
-        self.now, self.config = now, config
-        self.by_class: dict[str, list[Candidate]] = defaultdict(list)
+        self.now, self.config, self.borrowed = now, config, borrowed
+        self.may_go: dict[str, list[RunningJob]] = defaultdict(list)
+        self.by_class: dict[str, list[Candidate]] = {}
         self.taken: set[int] = set()
-        memory, longest = config.eviction_memory, config.reclaim_longest_first
-        for job in sorted(running, key=lambda j: candidate_order(j, borrowed, now, memory=memory, longest=longest)):
+        self.found: dict[tuple, list[Candidate]] = {}
+        for job in running:
             if job.preempting or not job.preemptible or job.priority == "P0":
                 continue
-            self.by_class[job.resource_class].append(Candidate(job, priority_rank(job.priority)))
+            self.may_go[job.resource_class].append(job)
+
+    def of_class(self, rclass: str) -> list[Candidate]:
+        """The class's candidates in `candidate_order` (a total order: it ends in the job id)."""
+        found = self.by_class.get(rclass)
+        if found is None:
+            borrowed, now, config = self.borrowed, self.now, self.config
+            memory, longest = config.eviction_memory, config.reclaim_longest_first
+            ordered = sorted(self.may_go.get(rclass, ()),
+                             key=lambda j: candidate_order(j, borrowed, now, memory=memory, longest=longest))
+            found = self.by_class[rclass] = [Candidate(job, priority_rank(job.priority)) for job in ordered]
+        return found
 
     def claim(self, job: PendingJob, *, ignore_age: bool = False) -> Claim:
         """`ignore_age`: as if every victim had run its minimum (when could the job preempt?).
@@ -97,13 +111,21 @@ class VictimPool:
     def candidates(self, job: PendingJob, claim: Claim, *, excess: dict[str, int]) -> list[Candidate]:
         """`excess`: for a job whose team reclaims, what each other team holds above its
         guarantee (empty when the job may only outrank)."""
-        team = job.team
-        return [c for c in self.by_class.get(job.resource_class, ())
+        team, rclass = job.team, job.resource_class
+        # All that decides the answer: jobs of one class asking alike (the same claim, team and
+        # excess) between two evictions get one list, which no caller changes.
+        key = (rclass, claim, team, frozenset(excess))
+        found = self.found.get(key)
+        if found is None:
+            found = self.found[key] = [
+                c for c in self.of_class(rclass)
                 if c.job.job_id not in self.taken
                 and (claim.outranks(c) or (c.job.team in excess and c.job.team != team and claim.may_reclaim(c)))]
+        return found
 
     def take(self, victim: RunningJob) -> None:
         self.taken.add(victim.job_id)
+        self.found = {}
 
 
 def why(candidate: Candidate, claim: Claim) -> str:

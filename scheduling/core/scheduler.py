@@ -22,7 +22,7 @@ from scheduling.core import explain
 from scheduling.core.decisions import Decisions, PassStats, Placement, Preemption, Reservation
 from scheduling.core.fairshare import Ledger, borrowed_jobs, expected_units_seconds
 from scheduling.core.model import PRIORITIES, ClusterSnapshot, JobShape, PendingJob, RunningJob, priority_rank
-from scheduling.core.placement import commit, plan
+from scheduling.core.placement import capacity, commit, plan
 from scheduling.core.preemption import VictimPool, find_victims, ready_at, units_freed, why
 from scheduling.core.reasons import PendingReason, ReasonCode
 from scheduling.core.reservation import ReservationBook, ending_order, forecast
@@ -413,7 +413,8 @@ class Pass:
         victims it needs are only too young yet, it waits with the time they may go."""
         in_flight = self.stopping_for.get(job.job_id)
         if in_flight:
-            self._hold_room(job, in_flight)
+            if self._room_beyond(job, in_flight):
+                self._hold_room(job, in_flight)
             self.pending[job.job_id] = explain.preempting(job, [v.job_id for v in in_flight],
                                                           sum(v.units for v in in_flight), reclaim=False)
             return True
@@ -456,6 +457,16 @@ class Pass:
             self.book.hold(node, job.job_id, self.now)
         if held:
             self.generation[job.resource_class] += 1
+
+    def _room_beyond(self, job: PendingJob, stopping: list[RunningJob]) -> bool:
+        """Whether `job` has room for a task on a node none of `stopping` runs on. If not, it
+        will start on their nodes alone, which the pass has held for it from the start: a
+        forecast (`_hold_room`) would hold nothing more, and one per preemption in flight
+        is what a pass would spend most on."""
+        theirs = {task.node for victim in stopping for task in victim.tasks}
+        shape = job.shape
+        return any(slot.name not in theirs and capacity(slot, shape)
+                   for slot in self.state.slots_by_free(job.resource_class, shape.units_per_task))
 
     def _reclaim_stage(self, job: PendingJob) -> bool:
         """Whether a job has waited past the bound that lets it reclaim from anyone over a

@@ -1,14 +1,19 @@
 """The indexes that keep a pass's cost off the cluster's size read exactly what a scan of every
 node or candidate reads: each is checked against that scan, written out here, on random clusters."""
+from dataclasses import replace
+
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scheduling.core.model import PendingJob, resource_class
+from scheduling.core.model import PRIORITIES, PendingJob, PolicyConfig, priority_rank, resource_class
 from scheduling.core.placement import capacity
+from scheduling.core.preemption import Candidate, VictimPool, candidate_order
 from scheduling.core.reservation import ending_order, forecast, released_by
 from scheduling.core.state import ClusterState
 from scheduling.core.trial import Trial
-from tests.unit.core.test_schedule_equivalence import EQUIVALENCE_SETTINGS, NOW, fleets, running_jobs, shapes
+from tests.unit.core.test_schedule_equivalence import (
+    EQUIVALENCE_SETTINGS, NOW, TEAMS, fleets, running_jobs, shapes,
+)
 
 
 def forecast_over_every_node(state: ClusterState, job: PendingJob, ending: list):
@@ -52,3 +57,49 @@ def test_a_forecast_reads_the_free_room_index_as_a_scan_of_every_node_would(case
     state = ClusterState(cluster, running)
     assert readable(forecast(state, job, ending, NOW, ending=ending)) == readable(
         forecast_over_every_node(state, job, ending))
+
+
+def candidates_by_scan(running, borrowed, config, taken, job, claim, excess):
+    """The reference: every running job put in candidate order, then filtered, at each search."""
+    ordered = sorted(running, key=lambda j: candidate_order(j, borrowed, NOW, memory=config.eviction_memory,
+                                                            longest=config.reclaim_longest_first))
+    return [Candidate(j, priority_rank(j.priority)) for j in ordered
+            if not (j.preempting or not j.preemptible or j.priority == "P0") and j.resource_class == job.resource_class
+            and j.job_id not in taken
+            and (claim.outranks(Candidate(j, priority_rank(j.priority)))
+                 or (j.team in excess and j.team != job.team and claim.may_reclaim(Candidate(j, priority_rank(j.priority)))))]
+
+
+@st.composite
+def searches(draw):
+    """Running jobs (some borrowed, some not preemptible), a policy, and a run of searches by
+    jobs of a few kinds, with a victim taken now and then between them."""
+    cluster = draw(fleets())
+    running = [r if draw(st.integers(0, 5)) else replace(r, preemptible=False)
+               for r in running_jobs(draw, cluster, draw(st.integers(0, 20)), [1000])]
+    borrowed = {r.job_id for r in running if draw(st.booleans())}
+    config = PolicyConfig(eviction_memory=draw(st.booleans()), reclaim_longest_first=draw(st.booleans()),
+                          reclaim_max_evictions=draw(st.sampled_from([None, 1])),
+                          reclaim_min_runtime_s=draw(st.sampled_from([0.0, 900.0])))
+    steps = []
+    for index in range(draw(st.integers(1, 12))):
+        shape = draw(shapes())
+        job = PendingJob(2000 + index, draw(st.sampled_from(TEAMS)), draw(st.sampled_from(PRIORITIES)), shape,
+                         NOW - draw(st.sampled_from([60.0, 30_000.0])), 3600.0)
+        excess = {team: 8 for team in TEAMS if draw(st.booleans())}
+        steps.append((job, excess, draw(st.booleans()), draw(st.integers(0, 3))))
+    return tuple(running), borrowed, config, steps
+
+
+@EQUIVALENCE_SETTINGS
+@given(searches())
+def test_the_victim_pool_gives_the_candidates_a_scan_of_every_running_job_gives(case):
+    running, borrowed, config, steps = case
+    pool, taken = VictimPool(running, borrowed, NOW, config), set()
+    for job, excess, ignore_age, take in steps:
+        claim = pool.claim(job, ignore_age=ignore_age)
+        found = pool.candidates(job, claim, excess=excess)
+        assert found == candidates_by_scan(running, borrowed, config, taken, job, claim, excess)
+        for candidate in found[:take]:  # victims chosen: they leave the pool
+            pool.take(candidate.job)
+            taken.add(candidate.job.job_id)
