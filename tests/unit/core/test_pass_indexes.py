@@ -9,10 +9,11 @@ from scheduling.core.model import PRIORITIES, PendingJob, PolicyConfig, priority
 from scheduling.core.placement import capacity
 from scheduling.core.preemption import Candidate, VictimPool, candidate_order
 from scheduling.core.reservation import ending_order, forecast, released_by
+from scheduling.core.scheduler import schedule
 from scheduling.core.state import ClusterState
 from scheduling.core.trial import Trial
 from tests.unit.core.test_schedule_equivalence import (
-    EQUIVALENCE_SETTINGS, NOW, TEAMS, fleets, running_jobs, shapes,
+    EQUIVALENCE_SETTINGS, NOW, TEAMS, EveryJobTried, fleets, running_jobs, shapes, snapshots,
 )
 
 
@@ -103,3 +104,17 @@ def test_the_victim_pool_gives_the_candidates_a_scan_of_every_running_job_gives(
         for candidate in found[:take]:  # victims chosen: they leave the pool
             pool.take(candidate.job)
             taken.add(candidate.job.job_id)
+
+
+class EveryPreemptorForecast(EveryJobTried):
+    """The reference for `_room_beyond`: a preemptor whose victims are stopping always runs
+    its forecast, even with no room beyond their nodes."""
+
+    def _room_beyond(self, job, stopping) -> bool:
+        return True
+
+
+@EQUIVALENCE_SETTINGS
+@given(snapshots())
+def test_a_preemptor_with_no_room_beyond_its_victims_holds_what_its_forecast_would_hold(snapshot):
+    assert schedule(snapshot) == EveryPreemptorForecast(snapshot).run()
