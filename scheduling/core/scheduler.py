@@ -447,16 +447,17 @@ class Pass:
     def _hold_room(self, job: PendingJob, stopping: list[RunningJob]) -> None:
         """Hold, for `job` alone, every node it will start on once `stopping` (its victims)
         are gone: free room it counts on as well as theirs, so nobody (its own requeued victims
-        least of all) takes that room while they stop, and it need not evict again."""
+        least of all) takes that room while they stop, and it need not evict again.
+        A hold leaves the class's generation as it is (see `_decide`): it only takes room from
+        jobs placed after it, and nothing else a decision reads (the free-room index that
+        victim searches and forecasts read, the ledger, the reservations) changes with it, so
+        a job that neither started, evicted nor reserved before it would not after it."""
         found = forecast(self.state, job, stopping, self.now, ending=stopping)
         if found is None:
             return
-        held = [slot.name for slot, _ in found[1]
-                if not any(h.job_id == job.job_id for h in self.book.held.get(slot.name, ()))]
-        for node in held:
-            self.book.hold(node, job.job_id, self.now)
-        if held:
-            self.generation[job.resource_class] += 1
+        for slot, _ in found[1]:
+            if not any(h.job_id == job.job_id for h in self.book.held.get(slot.name, ())):
+                self.book.hold(slot.name, job.job_id, self.now)
 
     def _room_beyond(self, job: PendingJob, stopping: list[RunningJob]) -> bool:
         """Whether `job` has room for a task on a node none of `stopping` runs on. If not, it
