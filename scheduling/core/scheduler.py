@@ -47,6 +47,7 @@ class Scheduler:
     def __init__(self):
         self.state: ClusterState | None = None
         self.known: dict[int, tuple] = {}
+        self.holds: dict[int, tuple] = {}  # see `Pass._nodes_to_hold`
 
     def schedule(self, snapshot: ClusterSnapshot, *, timer: Callable[[], float] | None = None) -> Decisions:
         return _timed(lambda: self._run(snapshot), timer)
@@ -56,7 +57,9 @@ class Scheduler:
         state = self._state_for(kept, snapshot)
         if len(self.known) > 2 * len(snapshot.pending) + 1000:  # forget jobs long gone
             self.known = {}
-        decisions = Pass(snapshot, state, self.known).run()
+        if state is not kept or len(self.holds) > 2 * len(snapshot.pending) + 1000:
+            self.holds = {}  # what they hold was read off another state
+        decisions = Pass(snapshot, state, self.known, self.holds).run()
         state.rollback()
         self.state = state
         return decisions
@@ -207,9 +210,11 @@ class Pass:
     # Repeat the decisions and explanations of equal jobs (tests turn it off to compare).
     repeat_equal = True
 
-    def __init__(self, snapshot: ClusterSnapshot, state: ClusterState | None = None, known: dict | None = None):
+    def __init__(self, snapshot: ClusterSnapshot, state: ClusterState | None = None, known: dict | None = None,
+                 holds: dict | None = None):
         """`state`: the free-room index of exactly this snapshot, if the caller keeps one;
-        `known`: jobs' kinds from earlier passes (see `_kind`)."""
+        `known`: jobs' kinds from earlier passes (see `_kind`); `holds`: the nodes preemptors
+        in flight held in earlier passes over `state` (see `_nodes_to_hold`)."""
         self.snap = snapshot
         self.now = snapshot.now
         self.config = snapshot.config
@@ -246,6 +251,7 @@ class Pass:
         self.variants: dict[tuple, tuple] = {}
         self.ending: dict[str, tuple[int, list[RunningJob]]] = {}  # per class: running jobs, soonest end first
         self.known: dict[int, tuple] = known if known is not None else {}
+        self.holds: dict[int, tuple] = holds if holds is not None else {}
 
     def _index_running(self) -> None:
         """Per class, the running jobs (for forecasts) and the lowest priority class anyone
@@ -414,7 +420,7 @@ class Pass:
         in_flight = self.stopping_for.get(job.job_id)
         if in_flight:
             if self._room_beyond(job, in_flight):
-                self._hold_room(job, in_flight)
+                self._hold(job, self._nodes_to_hold(job, in_flight))
             self.pending[job.job_id] = explain.preempting(job, [v.job_id for v in in_flight],
                                                           sum(v.units for v in in_flight), reclaim=False)
             return True
@@ -453,11 +459,24 @@ class Pass:
         victim searches and forecasts read, the ledger, the reservations) changes with it, so
         a job that neither started, evicted nor reserved before it would not after it."""
         found = forecast(self.state, job, stopping, self.now, ending=stopping)
-        if found is None:
-            return
-        for slot, _ in found[1]:
-            if not any(h.job_id == job.job_id for h in self.book.held.get(slot.name, ())):
-                self.book.hold(slot.name, job.job_id, self.now)
+        self._hold(job, [slot.name for slot, _ in found[1]] if found else [])
+
+    def _hold(self, job: PendingJob, nodes: list[str]) -> None:
+        for node in nodes:
+            if not any(h.job_id == job.job_id for h in self.book.held.get(node, ())):
+                self.book.hold(node, job.job_id, self.now)
+
+    def _nodes_to_hold(self, job: PendingJob, stopping: list[RunningJob]) -> list[str]:
+        """The nodes `_hold_room` holds for a preemptor in flight, again only once its class's
+        room, its shape or its victims changed: it is asked every pass until they have
+        stopped, and its forecast reads nothing else (the start time, which moves with the
+        clock, is not held)."""
+        key = (self.state, self.state.changes[job.resource_class], job.shape, tuple(stopping))
+        kept = self.holds.get(job.job_id)
+        if kept is None or kept[0] != key:
+            found = forecast(self.state, job, stopping, self.now, ending=stopping)
+            kept = self.holds[job.job_id] = (key, [slot.name for slot, _ in found[1]] if found else [])
+        return kept[1]
 
     def _room_beyond(self, job: PendingJob, stopping: list[RunningJob]) -> bool:
         """Whether `job` has room for a task on a node none of `stopping` runs on. If not, it

@@ -72,6 +72,9 @@ class ClusterState:
     def __init__(self, nodes: Iterable[Node], running: Iterable[RunningJob] = ()):
         fleet = self.fleet = Fleet.of(nodes)
         self.journal: dict[Slot, tuple[list[int], int, int]] | None = None
+        # Per class, how often a slot of it changed (allocated, given back, refreshed): on the
+        # same state, an equal count means the same room, so what was read off it still holds.
+        self.changes: dict[str, int] = defaultdict(int)
         self.running: dict[int, RunningJob] | None = None
         self.slots: dict[str, Slot] = {}
         self.by_class: dict[str, list[Slot]] = defaultdict(list)
@@ -158,6 +161,7 @@ class ClusterState:
         return True
 
     def _reset(self, slot: Slot, gpus: list[int], cpus: int, memory_gb: int, touched: set) -> None:
+        self.changes[slot.rclass] += 1
         if slot.ready:
             touched.add((slot.rclass, slot.free_units, slot.node.rack))
             self._unindex(slot)
@@ -196,6 +200,7 @@ class ClusterState:
     def allocate(self, slot: Slot, *, rank: int, gpus: int, cpus: int, memory_gb: int) -> TaskPlacement:
         """Give one task the node's lowest free GPU indices (stable, and what `nvidia-smi` shows first)."""
         indices = tuple(slot.free_gpus[:gpus])
+        self.changes[slot.rclass] += 1
         if self.journal is not None and slot not in self.journal:
             self.journal[slot] = (slot.free_gpus, slot.free_cpus, slot.free_memory)
         if slot.ready:

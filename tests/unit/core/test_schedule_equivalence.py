@@ -170,3 +170,20 @@ def test_a_placement_that_never_started_leaves_the_kept_room_free():
     again = replace(first, now=first.now + 1)  # the worker lost the race: job 5 still pending
     assert kept.schedule(again) == tried_alone(again)
     assert placed_nodes(kept.schedule(again), 5) == ["z1-r1-n1"]
+
+
+def test_a_preemptor_in_flight_holds_the_room_of_this_pass_not_the_last():
+    # P0 job 5 needs two whole nodes and its victim still stops on n1. First n2 is free: it
+    # holds n1 and n2. Then a job runs on n2 and n3 is free: it holds n3, and job 6 waits.
+    nodes = cluster(rack("z1-r1", 3))
+    victim, preemptor = running(1, ["z1-r1-n1"], preempting=True, preempted_for=5), job(5, gpus=16, priority="P0")
+    first = snapshot(nodes, pending=[preemptor], running_jobs=[victim, running(2, ["z1-r1-n3"])])
+    kept = Scheduler()
+    assert kept.schedule(first) == tried_alone(first)
+    second = replace(first, running=(victim, running(3, ["z1-r1-n2"])), pending=(preemptor, job(6, gpus=8)),
+                     now=first.now + 1)
+    decisions = kept.schedule(second)
+    assert decisions == tried_alone(second)
+    assert decisions.placements == ()
+    assert decisions.pending[6].message == ("fits the free room, but it is held for job 5, which preempted jobs "
+                                            "to start there; reserved 1 node(s), estimated start 22:20 UTC")
