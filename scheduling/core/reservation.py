@@ -98,10 +98,20 @@ class ReservationBook:
         if not self.held:
             return None
 
+        held = self.held
+
         def limit(slot: Slot) -> int | None:
-            caps = [self._cap(h, end_at) for h in self.held.get(slot.name, ()) if h.job_id != job_id]
-            caps = [c for c in caps if c is not None]
-            return min(caps) if caps else None
+            """The least of the caps others' holds set (`_cap`), inlined: placement asks it of
+            every node it weighs. A strict hold caps at 0, the least any cap can be."""
+            least = None
+            for h in held.get(slot.name, ()):
+                if h.job_id == job_id:
+                    continue
+                if h.strict:
+                    return 0
+                if end_at > h.start_at and (least is None or max(h.spare, 0) < least):
+                    least = max(h.spare, 0)
+            return least
         return limit
 
     @staticmethod

@@ -225,6 +225,7 @@ class Pass:
         self.active: dict[str, list[RunningJob]] = defaultdict(list)
         self.stopping_for: dict[int, list[RunningJob]] = defaultdict(list)
         self.preemptors: dict[str, list[int]] = {}  # see `_preemptors`
+        self.preemptors_reason: dict[str, PendingReason] = {}  # see `_held_for_preemptors`
         self.lowest_running: dict[str, int] = defaultdict(lambda: -1)
         self._index_running()
         self._victims: VictimPool | None = None
@@ -576,9 +577,9 @@ class Pass:
         if waiting is not None and waiting.code == ReasonCode.PREEMPTION_PENDING:
             return explain.with_reservation(waiting, reservation)
         rclass = job.resource_class
-        preemptors = [p for p in self._preemptors(rclass) if p != job.job_id]
-        if preemptors and self._plan(job, None, ("free",)) is not None:
-            return explain.with_reservation(explain.held_for_preemptors(job, preemptors), reservation)
+        held_for = self._held_for_preemptors(job)
+        if held_for is not None and self._plan(job, None, ("free",)) is not None:
+            return explain.with_reservation(held_for, reservation)
         held = [r for r in self.book.by_class.get(rclass, ()) if r.job_id != job.job_id]
         if held and self._plan(job, None, ("free",)) is not None:
             return explain.behind_reservation(job, held[0], self.now)
@@ -599,6 +600,21 @@ class Pass:
         if found is None:
             found = self.preemptors[rclass] = sorted(
                 p for p, victims in self.stopping_for.items() if victims and victims[0].resource_class == rclass)
+        return found
+
+    def _held_for_preemptors(self, job: PendingJob) -> PendingReason | None:
+        """The reason naming the other jobs whose victims in its class are stopping (None if
+        there are none): the same for every job but those, so worded once per class and pass
+        (it lists every preemption in flight)."""
+        preemptors = self._preemptors(job.resource_class)
+        if job.job_id in self.stopping_for:
+            others = [p for p in preemptors if p != job.job_id]
+            return explain.held_for_preemptors(job, others) if others else None
+        if not preemptors:
+            return None
+        found = self.preemptors_reason.get(job.resource_class)
+        if found is None:
+            found = self.preemptors_reason[job.resource_class] = explain.held_for_preemptors(job, preemptors)
         return found
 
     def _stats(self, considered: int) -> PassStats:
