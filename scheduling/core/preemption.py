@@ -25,6 +25,7 @@ victims. Domains are tried in the order of their best candidate, and the search 
 """
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Iterator
 
 from scheduling.core.model import PendingJob, PolicyConfig, RunningJob, Topology, priority_rank
 from scheduling.core.placement import capacity
@@ -81,6 +82,7 @@ class VictimPool:
         self.by_class: dict[str, list[Candidate]] = {}
         self.taken: set[int] = set()
         self.found: dict[tuple, list[Candidate]] = {}
+        self.domains: dict[tuple[str, str], dict[str, list]] = {}  # see `by_domain`
         for job in running:
             if job.preempting or not job.preemptible or job.priority == "P0":
                 continue
@@ -107,6 +109,14 @@ class VictimPool:
         reclaim_minimum = 0.0 if ignore_age else config.reclaim_min_runtime_s
         return Claim(priority_rank(job.priority), self.now - minimum, self.now - reclaim_minimum,
                      config.reclaim_max_evictions, self.now + config.reclaim_spare_ending_s)
+
+    def by_domain(self, rclass: str, scope: str, place: dict[str, str] | None) -> dict[str, list]:
+        """A class's candidates by domain (node, rack or zone: `scope`, mapped by `place`), in
+        candidate order: indexed once per pass, for every search that needs it."""
+        found = self.domains.get((rclass, scope))
+        if found is None:
+            found = self.domains[rclass, scope] = _by_domain(self.of_class(rclass), place)
+        return found
 
     def candidates(self, job: PendingJob, claim: Claim, *, excess: dict[str, int]) -> list[Candidate]:
         """`excess`: for a job whose team reclaims, what each other team holds above its
@@ -171,14 +181,19 @@ def domain_of(slot: Slot, job: PendingJob) -> str:
 
 
 def find_victims(state: ClusterState, job: PendingJob, candidates: list[Candidate], claim: Claim, *,
-                 excess: dict[str, int], borrowed: set[int], now: float, memory: bool = False) -> VictimSet | None:
+                 excess: dict[str, int], borrowed: set[int], now: float, memory: bool = False,
+                 pool: "VictimPool | None" = None) -> VictimSet | None:
     """The best set of victims whose removal lets `job` fit, or None if no set does.
-    `candidates` come in `candidate_order`."""
-    place = _domain_map(state, job)
-    domains = _domains(candidates, place, claim, excess)
+    `candidates` come in `candidate_order`. `pool`: the pool they were drawn from, whose
+    index of candidates by domain serves every search of the pass (else one is built for
+    this search)."""
+    scope, place = _domain_map(state, job)
+    members = (pool.by_domain(job.resource_class, scope, place) if pool is not None
+               else _by_domain(candidates, place))
+    domains = _domains(candidates, members, place, claim, excess)
     free_by_domain = _free_slots_by_domain(state, job, place)
     best, tried = None, 0
-    for name, domain in domains.items():
+    for name, domain in domains:
         free = free_by_domain.get(name, {})
         hosts = {node: state.slots[node] for node in domain.hosts}
         room = sum(s.free_units for s in free) + sum(s.free_units for n, s in hosts.items() if s not in free)
@@ -199,14 +214,14 @@ def find_victims(state: ClusterState, job: PendingJob, candidates: list[Candidat
     return best
 
 
-def _domain_map(state: ClusterState, job: PendingJob) -> dict[str, str] | None:
-    """node name -> the domain it belongs to for this job (see `domain_of`); None: the node
-    itself."""
+def _domain_map(state: ClusterState, job: PendingJob) -> tuple[str, dict[str, str] | None]:
+    """The kind of domain for this job and node name -> the domain it belongs to (see
+    `domain_of`); None: the node itself."""
     if job.shape.tasks == 1:
-        return None
+        return "node", None
     if job.shape.topology in (Topology.PREFER_SAME_RACK, Topology.REQUIRE_SAME_RACK):
-        return state.rack_of
-    return state.zone_of
+        return "rack", state.rack_of
+    return "zone", state.zone_of
 
 
 @dataclass
@@ -217,29 +232,61 @@ class Domain:
     spent: dict[str, int] = field(default_factory=lambda: defaultdict(int))
 
 
-def _domains(ordered: list[Candidate], place: dict[str, str] | None, claim: Claim,
-             excess: dict[str, int]) -> dict[str, Domain]:
-    """Domain -> its candidates in order, the nodes they run on and the units they hold there;
-    domains in the order of their best candidate. A candidate the job does not outrank enters
-    a domain only while its team's units taken there stay within the team's excess."""
-    found: dict[str, Domain] = {}
+def _domains(ordered: list[Candidate], members: dict[str, list], place: dict[str, str] | None, claim: Claim,
+             excess: dict[str, int]) -> Iterator[tuple[str, Domain]]:
+    """Domains with their candidates in order, the nodes they run on and the units they hold
+    there; domains in the order of their best candidate, each built only when the search
+    reaches it (it stops after a few that work). A candidate the job does not outrank enters
+    a domain only while its team's units taken there stay within the team's excess.
+    `members`: per domain, every candidate with tasks there (`_by_domain`), of which those in
+    `ordered` count."""
+    chosen = {candidate.job.job_id for candidate in ordered}
+    seen: set[str] = set()
     for candidate in ordered:
-        victim, budgeted = candidate.job, not claim.outranks(candidate)
-        unit_is_gpu = victim.gpu_type is not None
-        for name in {task.node if place is None else place[task.node]: None for task in victim.tasks}:
-            domain = found.get(name)
-            if domain is None:
-                domain = found[name] = Domain([], {})
-            if budgeted and domain.spent[victim.team] + victim.units > excess.get(victim.team, 0):
+        for task in candidate.job.tasks:
+            name = task.node if place is None else place[task.node]
+            if name not in seen:
+                seen.add(name)
+                yield name, _domain(members[name], chosen, claim, excess)
+
+
+def _domain(members: list, chosen: set[int], claim: Claim, excess: dict[str, int]) -> Domain:
+    domain = Domain([], {})
+    for candidate, hosts, units in members:
+        victim = candidate.job
+        if victim.job_id not in chosen:
+            continue
+        if not claim.outranks(candidate):
+            if domain.spent[victim.team] + victim.units > excess.get(victim.team, 0):
                 continue
-            if budgeted:
-                domain.spent[victim.team] += victim.units
-            domain.victims.append(victim)
-            for task in victim.tasks:
-                if (task.node if place is None else place[task.node]) == name:
-                    domain.hosts[task.node] = None
-                    domain.units += len(task.gpu_indices) if unit_is_gpu else task.cpus
+            domain.spent[victim.team] += victim.units
+        domain.victims.append(victim)
+        domain.hosts.update(hosts)
+        domain.units += units
+    return domain
+
+
+def _by_domain(ordered: list[Candidate], place: dict[str, str] | None) -> dict[str, list]:
+    """Domain -> (candidate, the nodes it runs on there, the units it holds there), in
+    candidate order."""
+    found: dict[str, list] = defaultdict(list)
+    for candidate in ordered:
+        for name, hosts, units in _spans(candidate.job, place):
+            found[name].append((candidate, hosts, units))
     return found
+
+
+def _spans(victim: RunningJob, place: dict[str, str] | None) -> tuple[tuple[str, dict[str, None], int], ...]:
+    """The domains a running job has tasks in, in the order of its tasks: each with the nodes
+    it runs on there and the units it holds there."""
+    unit_is_gpu = victim.gpu_type is not None
+    found: dict[str, tuple[dict[str, None], list[int]]] = {}
+    for task in victim.tasks:
+        name = task.node if place is None else place[task.node]
+        hosts, units = found.setdefault(name, ({}, [0]))
+        hosts[task.node] = None
+        units[0] += len(task.gpu_indices) if unit_is_gpu else task.cpus
+    return tuple((name, hosts, units[0]) for name, (hosts, units) in found.items())
 
 
 def _free_slots_by_domain(state: ClusterState, job: PendingJob, place) -> dict[str, dict[Slot, None]]:

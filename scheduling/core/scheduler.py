@@ -499,7 +499,7 @@ class Pass:
             return None
         self.searches += 1
         return find_victims(self.state, job, candidates, claim, excess=excess, borrowed=self.borrowed, now=self.now,
-                            memory=self.config.eviction_memory)
+                            memory=self.config.eviction_memory, pool=self.victims)
 
     def _await_victims(self, job: PendingJob, excess: dict[str, int], tried: int) -> PendingReason | None:
         """No victims may go now: would some, once they have run the minimum of `job`'s class?

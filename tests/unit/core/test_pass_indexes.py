@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from scheduling.core.model import PRIORITIES, PendingJob, PolicyConfig, priority_rank, resource_class
 from scheduling.core.placement import capacity
-from scheduling.core.preemption import Candidate, VictimPool, candidate_order
+from scheduling.core.preemption import Candidate, VictimPool, candidate_order, find_victims
 from scheduling.core.reservation import ending_order, forecast, released_by
 from scheduling.core.scheduler import schedule
 from scheduling.core.state import ClusterState
@@ -89,13 +89,13 @@ def searches(draw):
                          NOW - draw(st.sampled_from([60.0, 30_000.0])), 3600.0)
         excess = {team: 8 for team in TEAMS if draw(st.booleans())}
         steps.append((job, excess, draw(st.booleans()), draw(st.integers(0, 3))))
-    return tuple(running), borrowed, config, steps
+    return cluster, tuple(running), borrowed, config, steps
 
 
 @EQUIVALENCE_SETTINGS
 @given(searches())
 def test_the_victim_pool_gives_the_candidates_a_scan_of_every_running_job_gives(case):
-    running, borrowed, config, steps = case
+    _, running, borrowed, config, steps = case
     pool, taken = VictimPool(running, borrowed, NOW, config), set()
     for job, excess, ignore_age, take in steps:
         claim = pool.claim(job, ignore_age=ignore_age)
@@ -118,3 +118,20 @@ class EveryPreemptorForecast(EveryJobTried):
 @given(snapshots())
 def test_a_preemptor_with_no_room_beyond_its_victims_holds_what_its_forecast_would_hold(snapshot):
     assert schedule(snapshot) == EveryPreemptorForecast(snapshot).run()
+
+
+@EQUIVALENCE_SETTINGS
+@given(searches())
+def test_victims_found_through_the_pools_index_by_domain_are_those_found_from_the_candidates_alone(case):
+    """The pool indexes every candidate of the class once a pass, taken or not, outranked or
+    not: a search counts only its own, as if it had indexed them alone."""
+    cluster, running, borrowed, config, steps = case
+    state = ClusterState(cluster, running)
+    pool = VictimPool(running, borrowed, NOW, config)
+    for job, excess, ignore_age, take in steps:
+        claim = pool.claim(job, ignore_age=ignore_age)
+        found = pool.candidates(job, claim, excess=excess)
+        alone = find_victims(state, job, found, claim, excess=excess, borrowed=borrowed, now=NOW)
+        assert find_victims(state, job, found, claim, excess=excess, borrowed=borrowed, now=NOW, pool=pool) == alone
+        for candidate in found[:take]:
+            pool.take(candidate.job)
