@@ -99,25 +99,32 @@ def with_reservation(reason: PendingReason, reservation: Reservation | None) -> 
 
 class CapacityExplainer:
     """Explains "no room" per job shape against the pass's final state (memoized: many jobs
-    share a shape)."""
+    share a shape). What it worked out for a class holds while the class's room does (the
+    state's change count): a `Scheduler` keeps one explainer per state across passes."""
 
     def __init__(self, state: ClusterState, nodes: tuple[Node, ...]):
         self.state = state
         self.nodes = nodes
-        self.memo: dict[tuple, PendingReason] = {}
         self.class_sizes = {rclass: len(slots) for rclass, slots in state.by_class.items()}
         self.not_ready: dict[str, Counter[str]] = {}
-        self.matching: dict[tuple, tuple[list[Slot], int, int]] = {}
-        self.histograms: dict[tuple, tuple[tuple[tuple[str, int], ...], int]] = {}
+        # Per class: the change count it was worked out at, then reasons, histograms, matching nodes.
+        self.classes: dict[str, tuple[int, dict, dict, dict]] = {}
+
+    def _memos(self, rclass: str) -> tuple[int, dict, dict, dict]:
+        changes = self.state.changes[rclass]
+        found = self.classes.get(rclass)
+        if found is None or found[0] != changes:
+            found = self.classes[rclass] = (changes, {}, {}, {})
+        return found
 
     def explain(self, job: PendingJob) -> PendingReason:
         return self.explain_shape(job.shape)
 
     def explain_shape(self, shape: JobShape) -> PendingReason:
-        key = (shape.key(), shape.tasks)
-        if key not in self.memo:
-            self.memo[key] = self._explain(shape)
-        return self.memo[key]
+        memo, key = self._memos(shape.resource_class)[1], (shape.key(), shape.tasks)
+        if key not in memo:
+            memo[key] = self._explain(shape)
+        return memo[key]
 
     def _explain(self, shape: JobShape) -> PendingReason:
         histogram, fit = self.node_histogram(shape)
@@ -137,9 +144,10 @@ class CapacityExplainer:
         One task's needs decide it, not the job's task count or topology: computed once each."""
         key = (shape.resource_class, shape.units_per_task, shape.cpus_per_task, shape.memory_gb_per_task,
                tuple(sorted(shape.node_selector.items())))
-        if key not in self.histograms:
-            self.histograms[key] = self._histogram(shape)
-        return self.histograms[key]
+        histograms = self._memos(shape.resource_class)[2]
+        if key not in histograms:
+            histograms[key] = self._histogram(shape)
+        return histograms[key]
 
     def _histogram(self, shape: JobShape) -> tuple[tuple[tuple[str, int], ...], int]:
         counts: Counter[str] = Counter(self._not_ready(shape.resource_class))
@@ -156,11 +164,12 @@ class CapacityExplainer:
     def _matching(self, shape: JobShape) -> tuple[list[Slot], int, int]:
         """Ready nodes of the class carrying the selector's labels, their free and total units."""
         key = (shape.resource_class, tuple(sorted(shape.node_selector.items())))
-        if key not in self.matching:
+        matching = self._memos(shape.resource_class)[3]
+        if key not in matching:
             slots = [s for s in self.state.ready_slots(shape.resource_class)
                      if labels_match(shape.node_selector, s.node.labels)]
-            self.matching[key] = (slots, sum(s.free_units for s in slots), sum(s.total_units for s in slots))
-        return self.matching[key]
+            matching[key] = (slots, sum(s.free_units for s in slots), sum(s.total_units for s in slots))
+        return matching[key]
 
     def _not_ready(self, rclass: str) -> Counter[str]:
         if rclass not in self.not_ready:

@@ -40,7 +40,9 @@ class Scheduler:
     """Passes over one cluster's successive snapshots. Keeps between them what follows from
     the nodes and the running jobs alone (the free-room index), brought up to date by the
     jobs that started and ended since, so a pass does not re-index the whole cluster.
-    Also keeps each waiting job's kind (see `Pass._kind`). Decides exactly as `schedule()`
+    Also keeps each waiting job's kind (see `Pass._kind`), the nodes each preemptor in flight
+    holds (`Pass._nodes_to_hold`) and the capacity explanations of the classes whose room has
+    not changed (`CapacityExplainer`). Decides exactly as `schedule()`
     on the same snapshot. Pure, like the rest of the core: the caller (the worker, the
     simulator, the benchmark) keeps it."""
 
@@ -48,6 +50,7 @@ class Scheduler:
         self.state: ClusterState | None = None
         self.known: dict[int, tuple] = {}
         self.holds: dict[int, tuple] = {}  # see `Pass._nodes_to_hold`
+        self.explainer: explain.CapacityExplainer | None = None
 
     def schedule(self, snapshot: ClusterSnapshot, *, timer: Callable[[], float] | None = None) -> Decisions:
         return _timed(lambda: self._run(snapshot), timer)
@@ -59,7 +62,9 @@ class Scheduler:
             self.known = {}
         if state is not kept or len(self.holds) > 2 * len(snapshot.pending) + 1000:
             self.holds = {}  # what they hold was read off another state
-        decisions = Pass(snapshot, state, self.known, self.holds).run()
+        run = Pass(snapshot, state, self.known, self.holds, self.explainer)
+        decisions = run.run()
+        self.explainer = run.explainer
         state.rollback()
         self.state = state
         return decisions
@@ -211,10 +216,11 @@ class Pass:
     repeat_equal = True
 
     def __init__(self, snapshot: ClusterSnapshot, state: ClusterState | None = None, known: dict | None = None,
-                 holds: dict | None = None):
+                 holds: dict | None = None, explainer: explain.CapacityExplainer | None = None):
         """`state`: the free-room index of exactly this snapshot, if the caller keeps one;
         `known`: jobs' kinds from earlier passes (see `_kind`); `holds`: the nodes preemptors
-        in flight held in earlier passes over `state` (see `_nodes_to_hold`)."""
+        in flight held in earlier passes over `state` (see `_nodes_to_hold`); `explainer`: the
+        last pass's, which serves again if it explained `state`."""
         self.snap = snapshot
         self.now = snapshot.now
         self.config = snapshot.config
@@ -253,6 +259,7 @@ class Pass:
         self.ending: dict[str, tuple[int, list[RunningJob]]] = {}  # per class: running jobs, soonest end first
         self.known: dict[int, tuple] = known if known is not None else {}
         self.holds: dict[int, tuple] = holds if holds is not None else {}
+        self.explainer = explainer
 
     def _index_running(self) -> None:
         """Per class, the running jobs (for forecasts) and the lowest priority class anyone
@@ -420,8 +427,7 @@ class Pass:
         victims it needs are only too young yet, it waits with the time they may go."""
         in_flight = self.stopping_for.get(job.job_id)
         if in_flight:
-            if self._room_beyond(job, in_flight):
-                self._hold(job, self._nodes_to_hold(job, in_flight))
+            self._hold(job, self._nodes_to_hold(job, in_flight))
             self.pending[job.job_id] = explain.preempting(job, [v.job_id for v in in_flight],
                                                           sum(v.units for v in in_flight), reclaim=False)
             return True
@@ -468,14 +474,15 @@ class Pass:
                 self.book.hold(node, job.job_id, self.now)
 
     def _nodes_to_hold(self, job: PendingJob, stopping: list[RunningJob]) -> list[str]:
-        """The nodes `_hold_room` holds for a preemptor in flight, again only once its class's
-        room, its shape or its victims changed: it is asked every pass until they have
-        stopped, and its forecast reads nothing else (the start time, which moves with the
-        clock, is not held)."""
+        """The nodes `_hold_room` holds for a preemptor in flight (none to add without room
+        beyond its victims' nodes), again only once its class's room, its shape or its
+        victims changed: it is asked every pass until they have stopped, and its forecast
+        reads nothing else (the start time, which moves with the clock, is not held)."""
         key = (self.state, self.state.changes[job.resource_class], job.shape, tuple(stopping))
         kept = self.holds.get(job.job_id)
         if kept is None or kept[0] != key:
-            found = forecast(self.state, job, stopping, self.now, ending=stopping)
+            found = forecast(self.state, job, stopping, self.now, ending=stopping) if self._room_beyond(
+                job, stopping) else None
             kept = self.holds[job.job_id] = (key, [slot.name for slot, _ in found[1]] if found else [])
         return kept[1]
 
@@ -554,7 +561,9 @@ class Pass:
         """Against the pass's final state, a job without a reservation of its own gets what
         any job of its team and shape left with the same reason so far gets: computed once
         per team, shape and reason."""
-        explainer = explain.CapacityExplainer(self.state, self.snap.nodes)
+        explainer = self.explainer
+        if explainer is None or explainer.state is not self.state:
+            explainer = self.explainer = explain.CapacityExplainer(self.state, self.snap.nodes)
         reserved: dict[int, Reservation] = {r.job_id: r for r in self.book.reservations}
         by_kind: dict[tuple, PendingReason] = {}
         kinds, pending = self.kinds, self.pending
