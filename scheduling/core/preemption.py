@@ -244,6 +244,8 @@ def _domains(ordered: list[Candidate], members: dict[str, list], place: dict[str
     chosen = {candidate.job.job_id for candidate in ordered}
     seen: set[str] = set()
     for candidate in ordered:
+        if len(seen) == len(members):
+            return  # every domain any candidate runs in is out (a gang's zones, often after one)
         for task in candidate.job.tasks:
             name = task.node if place is None else place[task.node]
             if name not in seen:
