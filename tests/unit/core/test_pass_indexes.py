@@ -64,11 +64,15 @@ def candidates_by_scan(running, borrowed, config, taken, job, claim, excess):
     """The reference: every running job put in candidate order, then filtered, at each search."""
     ordered = sorted(running, key=lambda j: candidate_order(j, borrowed, NOW, memory=config.eviction_memory,
                                                             longest=config.reclaim_longest_first))
-    return [Candidate(j, priority_rank(j.priority)) for j in ordered
-            if not (j.preempting or not j.preemptible or j.priority == "P0") and j.resource_class == job.resource_class
-            and j.job_id not in taken
-            and (claim.outranks(Candidate(j, priority_rank(j.priority)))
-                 or (j.team in excess and j.team != job.team and claim.may_reclaim(Candidate(j, priority_rank(j.priority)))))]
+    found = []
+    for victim in ordered:
+        candidate = Candidate(victim, priority_rank(victim.priority))
+        may_go = victim.preemptible and not victim.preempting and victim.priority != "P0"
+        reclaimable = victim.team in excess and victim.team != job.team and claim.may_reclaim(candidate)
+        if (may_go and victim.resource_class == job.resource_class and victim.job_id not in taken
+                and (claim.outranks(candidate) or reclaimable)):
+            found.append(candidate)
+    return found
 
 
 @st.composite
