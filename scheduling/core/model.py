@@ -279,6 +279,8 @@ class PolicyConfig:
     reclaim_spare_ending_s: float = 0.0
     reclaim_longest_first: bool = False
     reclaim_min_runtime_s: float = 0.0
+    # An owner reclaims only after waiting this long (YuniKorn's preemption delay).
+    reclaim_after_wait_s: float = 0.0
     reclaim_max_evictions: int | None = None
     reclaim_wait_bound_s: float = 2 * HOUR
     # Weigh a victim's past evictions against choosing it again (RunningJob.preemptions).

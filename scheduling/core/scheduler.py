@@ -348,7 +348,7 @@ class Pass:
         if job.job_id in self.stopping_for:
             return None
         self.kinds[job.job_id] = kind
-        return kind + (self._variant(rclass, job.max_runtime_s), self._reclaim_stage(job))
+        return kind + (self._variant(rclass, job.max_runtime_s), self._reclaim_stage(job), self._may_reclaim_yet(job))
 
     def _variant(self, rclass: str, runtime: float) -> tuple:
         """`book.variant` for a job running `runtime`, again only once the book grew."""
@@ -433,7 +433,8 @@ class Pass:
             return True
         if not self.config.preemption:
             return False
-        reclaim = self.ledger.within_guarantee(job.team, job.resource_class, job.shape.units)
+        reclaim = self._may_reclaim_yet(job) and self.ledger.within_guarantee(job.team, job.resource_class,
+                                                                             job.shape.units)
         outranks = priority_rank(job.priority) < self.lowest_running[job.resource_class]
         if not reclaim and (self.searches >= self.config.max_preemption_searches or not outranks):
             return False  # out of search budget, or nobody running ranks below it
@@ -469,8 +470,10 @@ class Pass:
         self._hold(job, [slot.name for slot, _ in found[1]] if found else [])
 
     def _hold(self, job: PendingJob, nodes: list[str]) -> None:
+        """Hold `nodes` for `job`, but none another job holds or has reserved: the forecast
+        does not see those, and holding them too would only keep backfill off them."""
         for node in nodes:
-            if not any(h.job_id == job.job_id for h in self.book.held.get(node, ())):
+            if not self.book.held.get(node):
                 self.book.hold(node, job.job_id, self.now)
 
     def _nodes_to_hold(self, job: PendingJob, stopping: list[RunningJob]) -> list[str]:
@@ -495,6 +498,12 @@ class Pass:
         shape = job.shape
         return any(slot.name not in theirs and capacity(slot, shape)
                    for slot in self.state.slots_by_free(job.resource_class, shape.units_per_task))
+
+    def _may_reclaim_yet(self, job: PendingJob) -> bool:
+        """A job reclaims only once it has waited `reclaim_after_wait_s`: until then, room that
+        frees up by itself comes to it first (an owner goes before borrowers in the queue),
+        and nobody is evicted for a wait of seconds."""
+        return self.now - job.submitted_at >= self.config.reclaim_after_wait_s
 
     def _reclaim_stage(self, job: PendingJob) -> bool:
         """Whether a job has waited past the bound that lets it reclaim from anyone over a

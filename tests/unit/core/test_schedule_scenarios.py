@@ -329,3 +329,15 @@ def test_reclaim_searches_are_bounded_per_pass():
     # The other owner is tried again next pass; meanwhile it waits with a capacity reason.
     assert bounded.pending[7 - tried].code == ReasonCode.INSUFFICIENT_CAPACITY
 
+
+
+def test_an_owner_reclaims_only_after_the_reclaim_delay():
+    nodes = cluster(rack("z1-r1", 1))
+    quotas = teams(vision={"gpu:H100": (8, 0)}, ranking={"gpu:H100": (0, 8)})
+    borrower = running(1, ["z1-r1-n1"], team="ranking")
+
+    def decide(waited: float):
+        return schedule(snapshot(nodes, pending=[job(2, team="vision", age=waited)], running_jobs=[borrower],
+                                 team_list=quotas, reclaim_after_wait_s=600))
+    assert decide(599).preemptions == ()
+    assert [p.victim_job_id for p in decide(600).preemptions] == [1]
