@@ -288,6 +288,11 @@ def env_min_runtime(name: str, single: str) -> dict[str, float]:
     return found
 
 
+def env_seconds(name: str, default: float) -> float:
+    raw = os.environ.get(name, "").strip()
+    return _seconds(name, raw, raw) if raw else default
+
+
 def _seconds(name: str, raw: str, value: str) -> float:
     try:
         seconds = float(value)
@@ -302,6 +307,9 @@ def _seconds(name: str, raw: str, value: str) -> float:
 # An incident (P0) waits for nobody by default. MLQ_PREEMPT_MIN_RUNTIME_S, the older setting,
 # when set still applies to P1-P3.
 MLQ_PREEMPT_MIN_RUNTIME = env_min_runtime("MLQ_PREEMPT_MIN_RUNTIME", "MLQ_PREEMPT_MIN_RUNTIME_S")
+# A team's job within its guarantee reclaims borrowed capacity only after waiting this long
+# (0: at once), so room that frees up by itself comes to it first (BENCHMARKS.md: reclaim churn).
+MLQ_RECLAIM_AFTER_WAIT_S = env_seconds("MLQ_RECLAIM_AFTER_WAIT_S", 0.0)
 MLQ_MAX_LOG_CHARS = env_int("MLQ_MAX_LOG_CHARS", 10_000_000)  # per task attempt and stream, in Postgres
 # The start-time forecast (scheduling/forecasting.py): at most one per this many seconds,
 # after a pass, and at most this many simulated passes each.

@@ -63,6 +63,12 @@ def preemption_pending(job: PendingJob, victims: int, at: float, minimum: float)
         f"{victims} {noun} reachable at {clock(at)} after their {duration(minimum)} minimum"))
 
 
+def reclaim_delayed(job: PendingJob, delay: float) -> PendingReason:
+    return PendingReason(ReasonCode.PREEMPTION_PENDING, (
+        f"within team {job.team}'s guarantee: it reclaims borrowed {job.shape.unit_name} once it has waited "
+        f"{duration(delay).replace('-', ' ')}s, if no room frees up before"))
+
+
 def duration(seconds: float) -> str:
     """A minimum runtime as an adjective: "10-minute", "90-second"."""
     if seconds >= 60 and seconds % 60 == 0:

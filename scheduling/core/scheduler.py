@@ -433,8 +433,10 @@ class Pass:
             return True
         if not self.config.preemption:
             return False
-        reclaim = self._may_reclaim_yet(job) and self.ledger.within_guarantee(job.team, job.resource_class,
-                                                                             job.shape.units)
+        reclaim = self.ledger.within_guarantee(job.team, job.resource_class, job.shape.units)
+        if reclaim and not self._may_reclaim_yet(job):
+            reclaim = False
+            self.pending[job.job_id] = explain.reclaim_delayed(job, self.config.reclaim_after_wait_s)
         outranks = priority_rank(job.priority) < self.lowest_running[job.resource_class]
         if not reclaim and (self.searches >= self.config.max_preemption_searches or not outranks):
             return False  # out of search budget, or nobody running ranks below it

@@ -3,7 +3,7 @@ MLQ_PREEMPT_MIN_RUNTIME_S still honoured for P1-P3."""
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from mlqueue.settings import env_min_runtime
+from mlqueue.settings import env_min_runtime, env_seconds
 from scheduling.snapshot import policy_config
 
 NAME, SINGLE = "MLQ_PREEMPT_MIN_RUNTIME", "MLQ_PREEMPT_MIN_RUNTIME_S"
@@ -44,3 +44,19 @@ def test_the_scheduler_policy_reads_the_setting(settings):
     settings.MLQ_PREEMPT_MIN_RUNTIME = {"P0": 0.0, "P1": 300.0, "P2": 600.0, "P3": 900.0}
     policy = policy_config()
     assert [policy.min_runtime_for(p) for p in ("P0", "P1", "P2", "P3")] == [0, 300, 600, 900]
+
+
+@pytest.mark.parametrize("raw, expected", [("", 0.0), ("1800", 1800.0), (" 90.5 ", 90.5)])
+def test_the_reclaim_delay_from_the_environment(monkeypatch, settings, raw, expected):
+    monkeypatch.setenv("MLQ_RECLAIM_AFTER_WAIT_S", raw)
+    assert env_seconds("MLQ_RECLAIM_AFTER_WAIT_S", 0.0) == expected
+    settings.MLQ_RECLAIM_AFTER_WAIT_S = expected
+    assert policy_config().reclaim_after_wait_s == expected
+
+
+@pytest.mark.parametrize("raw", ["soon", "-1", "inf", "nan"])
+def test_a_bad_reclaim_delay_stops_the_server_naming_the_variable(monkeypatch, raw):
+    monkeypatch.setenv("MLQ_RECLAIM_AFTER_WAIT_S", raw)
+    with pytest.raises(ImproperlyConfigured) as caught:
+        env_seconds("MLQ_RECLAIM_AFTER_WAIT_S", 0.0)
+    assert str(caught.value) == f"MLQ_RECLAIM_AFTER_WAIT_S={raw!r}: {raw!r} is not a number of seconds >= 0"

@@ -339,5 +339,10 @@ def test_an_owner_reclaims_only_after_the_reclaim_delay():
     def decide(waited: float):
         return schedule(snapshot(nodes, pending=[job(2, team="vision", age=waited)], running_jobs=[borrower],
                                  team_list=quotas, reclaim_after_wait_s=600))
-    assert decide(599).preemptions == ()
+    waiting = decide(599)
+    assert waiting.preemptions == ()
+    assert waiting.pending[2].code == ReasonCode.PREEMPTION_PENDING
+    assert waiting.pending[2].message.startswith(
+        "within team vision's guarantee: it reclaims borrowed H100 once it has waited 10 minutes, "
+        "if no room frees up before")
     assert [p.victim_job_id for p in decide(600).preemptions] == [1]
