@@ -66,7 +66,13 @@ def preemption_pending(job: PendingJob, victims: int, at: float, minimum: float)
 def reclaim_delayed(job: PendingJob, delay: float) -> PendingReason:
     return PendingReason(ReasonCode.PREEMPTION_PENDING, (
         f"within team {job.team}'s guarantee: it reclaims borrowed {job.shape.unit_name} once it has waited "
-        f"{duration(delay).replace('-', ' ')}s, if no room frees up before"))
+        f"{span(delay)}, if no room frees up before"))
+
+
+def span(seconds: float) -> str:
+    """A wait as a noun: "30 minutes", "1 minute", "90 seconds"."""
+    count, unit = (seconds / 60, "minute") if seconds >= 60 and seconds % 60 == 0 else (seconds, "second")
+    return f"{count:.0f} {unit}{'' if count == 1 else 's'}"
 
 
 def duration(seconds: float) -> str:
