@@ -468,8 +468,12 @@ class Pass:
         jobs placed after it, and nothing else a decision reads (the free-room index that
         victim searches and forecasts read, the ledger, the reservations) changes with it, so
         a job that neither started, evicted nor reserved before it would not after it."""
+        self._hold(job, self._start_nodes(job, stopping))
+
+    def _start_nodes(self, job: PendingJob, stopping: list[RunningJob]) -> list[str]:
+        """The nodes `job` will start on once `stopping` are gone (none if it never fits)."""
         found = forecast(self.state, job, stopping, self.now, ending=stopping)
-        self._hold(job, [slot.name for slot, _ in found[1]] if found else [])
+        return [slot.name for slot, _ in found[1]] if found else []
 
     def _hold(self, job: PendingJob, nodes: list[str]) -> None:
         """Hold `nodes` for `job`, but none another job holds or has reserved: the forecast
@@ -486,9 +490,8 @@ class Pass:
         key = (self.state, self.state.changes[job.resource_class], job.shape, tuple(stopping))
         kept = self.holds.get(job.job_id)
         if kept is None or kept[0] != key:
-            found = forecast(self.state, job, stopping, self.now, ending=stopping) if self._room_beyond(
-                job, stopping) else None
-            kept = self.holds[job.job_id] = (key, [slot.name for slot, _ in found[1]] if found else [])
+            nodes = self._start_nodes(job, stopping) if self._room_beyond(job, stopping) else []
+            kept = self.holds[job.job_id] = (key, nodes)
         return kept[1]
 
     def _room_beyond(self, job: PendingJob, stopping: list[RunningJob]) -> bool:
@@ -590,9 +593,9 @@ class Pass:
             pending[job_id] = reason
 
     def _why_blocked(self, job: PendingJob, reservation: Reservation | None, explainer) -> PendingReason:
-        """In order: it would fit but for the room held for a preemptor, or for a reservation; others took the room this pass; its team
-        is already at its guarantee with nothing idle to borrow; or the capacity story with the
-        histogram."""
+        """In order: it would fit but for the room held for a preemptor, or for a reservation;
+        others took the room this pass; its team is already at its guarantee with nothing idle
+        to borrow; or the capacity story with the histogram."""
         waiting = self.pending.get(job.job_id)
         if waiting is not None and waiting.code == ReasonCode.PREEMPTION_PENDING:
             return explain.with_reservation(waiting, reservation)
