@@ -12,7 +12,7 @@ from scheduling.snapshot import StoreView
 from scheduling.stopping import do_request_stop
 
 REASON_BATCH = 500
-REASON_FIELDS = ["pending_reason_code", "pending_reason_message", "reserved_nodes"]
+REASON_FIELDS = ["pending_reason_code", "pending_reason_message", "reserved_nodes", "nominated_nodes"]
 
 
 @dataclass
@@ -62,8 +62,8 @@ def _place(placement: Placement, view: StoreView, *, epoch: int, now) -> bool:
         failpoints.hit("apply.inside_place")
         if moved:
             Job.objects.filter(pk=placement.job_id).update(
-                borrowed=placement.borrowed, reserved_nodes=[], estimated_start=None, likely_start=None,
-                not_before=None)
+                borrowed=placement.borrowed, reserved_nodes=[], nominated_nodes=[], estimated_start=None,
+                likely_start=None, not_before=None)
             notify.jobs_changed([placement.job_id])
             notify.wake_agents(placement.nodes, "assignment")
     failpoints.hit("apply.after_place")
@@ -87,17 +87,20 @@ def _preempt(preemption: Preemption, *, epoch: int, now) -> bool:
 
 
 def _write_reasons(decisions: Decisions, view: StoreView, *, epoch: int, now) -> int:
-    """Pending reasons and reserved nodes, only where they changed, in batches of one UPDATE
-    each, and only on jobs still PENDING: one cancelled or placed since the snapshot keeps
-    its own (cleared) reason. Start times are the forecast's (scheduling/forecasting.py)."""
+    """Pending reasons, reserved and nominated nodes, only where they changed, in batches of
+    one UPDATE each, and only on jobs still PENDING: one cancelled or placed since the
+    snapshot keeps its own (cleared) reason. Start times are the forecast's
+    (scheduling/forecasting.py)."""
     reservations = {r.job_id: r for r in decisions.reservations}
     changed = []
     for job_id, reason in decisions.pending.items():
         reservation = reservations.get(job_id)
         nodes = list(reservation.nodes) if reservation else []
-        if view.reasons.get(job_id) != (reason.code.value, reason.message, nodes):
+        nominated = list(decisions.nominations.get(job_id, ()))
+        if view.reasons.get(job_id) != (reason.code.value, reason.message, nodes, nominated):
             changed.append(Job(pk=job_id, pending_reason_code=reason.code.value,
-                               pending_reason_message=reason.message, reserved_nodes=nodes))
+                               pending_reason_message=reason.message, reserved_nodes=nodes,
+                               nominated_nodes=nominated))
     written = 0
     for first in range(0, len(changed), REASON_BATCH):
         with fenced(epoch):

@@ -107,6 +107,9 @@ class Job(models.Model):
     # the core recomputes who is borrowing each pass).
     borrowed = models.BooleanField(default=False)
     reserved_nodes = models.JSONField(default=list, blank=True)
+    # The nodes it was nominated to when it evicted (core.PendingJob.nominated): held for it
+    # until the first pass after its victims have stopped. Written with the pending reason.
+    nominated_nodes = models.JSONField(default=list, blank=True)
     # The forecast (scheduling/forecasting.py): the start if every job runs to its
     # max_runtime, and the likely start from the teams' observed runtimes.
     estimated_start = models.DateTimeField(null=True, blank=True)

@@ -105,7 +105,7 @@ def _pending() -> tuple[list[core.PendingJob], dict, dict]:
         "id", "team__name", "priority", "gpu_type", "task_count", "gpus_per_task", "cpu_per_rank",
         "memory_per_rank_gb", "node_selector", "topology_hint", "submitted_at", "max_runtime_hours", "not_before",
         "held", "checkpoint", "pending_reason_code", "pending_reason_message", "reserved_nodes",
-        "estimated_start", "likely_start")
+        "nominated_nodes", "estimated_start", "likely_start")
     rows = list(rows)
     unmet = _unmet_dependencies([row["id"] for row in rows])
     yields = _preemptors_waiting([row["id"] for row in rows])
@@ -117,9 +117,10 @@ def _pending() -> tuple[list[core.PendingJob], dict, dict]:
             row["id"], row["team__name"], row["priority"], shape, row["submitted_at"].timestamp(),
             row["max_runtime_hours"] * HOUR, ts(row["not_before"]), row["held"], tuple(unmet.get(row["id"], ())),
             checkpointing=row["checkpoint"] is not None, yields_to=yields.get(row["id"]),
-            checkpoint_interval_s=checkpoint_interval_s(row["checkpoint"]),
+            checkpoint_interval_s=checkpoint_interval_s(row["checkpoint"]), nominated=tuple(row["nominated_nodes"]),
         ))
-        reasons[row["id"]] = (row["pending_reason_code"], row["pending_reason_message"], row["reserved_nodes"])
+        reasons[row["id"]] = (row["pending_reason_code"], row["pending_reason_message"], row["reserved_nodes"],
+                              row["nominated_nodes"])
         starts[row["id"]] = (row["estimated_start"], row["likely_start"])
     return jobs, reasons, starts
 

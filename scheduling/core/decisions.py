@@ -62,3 +62,6 @@ class Decisions:
     # The order the pass considered jobs in: the queue's positions.
     order: tuple[int, ...] = ()
     stats: PassStats = field(default_factory=PassStats)
+    # Job -> the nodes it is nominated to (`PendingJob.nominated`) after this pass: those that
+    # evicted in it, and those whose victims are still stopping. A job left out has none.
+    nominations: Mapping[int, tuple[str, ...]] = field(default_factory=dict)

@@ -220,6 +220,10 @@ class PendingJob:
     yields_to: int | None = None
     # How often it checkpoints (its spec's interval), for the simulator; None: not known.
     checkpoint_interval_s: float | None = None
+    # The nodes it was nominated to when it last evicted (kube-scheduler's nominated node),
+    # held for it until the first pass after its victims have stopped: no job that comes
+    # before it in that pass (one waiting past the bound, say) takes the room it freed.
+    nominated: tuple[str, ...] = ()
 
     @property
     def resource_class(self) -> str:

@@ -94,7 +94,9 @@ class ReservationBook:
 
     def limit_for(self, end_at: float, job_id: int | None = None):
         """The most units a job ending at `end_at` may take on each node (None: no limit).
-        A job is never limited by its own reservation or hold."""
+        A job is limited only by what others reserved or held on a node before its own hold
+        or reservation there: a preemptor's hold, taken before any reservation of the pass,
+        is not undone by a reservation a job earlier in the queue makes on top of it."""
         if not self.held:
             return None
 
@@ -106,7 +108,7 @@ class ReservationBook:
             least = None
             for h in held.get(slot.name, ()):
                 if h.job_id == job_id:
-                    continue
+                    break
                 if h.strict:
                     return 0
                 if end_at > h.start_at and (least is None or max(h.spare, 0) < least):

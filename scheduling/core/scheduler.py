@@ -13,6 +13,7 @@
 5. Explain every job left waiting, once per team, shape and reason.
 6. Count what the pass did.
 """
+import dataclasses
 import heapq
 from collections import defaultdict
 from operator import attrgetter
@@ -86,8 +87,7 @@ def _timed(run: Callable[[], Decisions], timer: Callable[[], float] | None) -> D
         return decisions
     stats = decisions.stats
     elapsed = (timer() - started) * 1000
-    return Decisions(decisions.placements, decisions.preemptions, decisions.reservations, decisions.pending,
-                     decisions.order, PassStats(**{**_fields(stats), "elapsed_ms": elapsed}))
+    return dataclasses.replace(decisions, stats=PassStats(**{**_fields(stats), "elapsed_ms": elapsed}))
 
 
 def _fields(stats: PassStats) -> dict:
@@ -260,6 +260,10 @@ class Pass:
         self.known: dict[int, tuple] = known if known is not None else {}
         self.holds: dict[int, tuple] = holds if holds is not None else {}
         self.explainer = explainer
+        # Jobs with nodes held for them alone (see `_hold_nominated`), by class, and the
+        # nominations that stand after the pass (`Decisions.nominations`).
+        self.holders: dict[int, str] = {p: victims[0].resource_class for p, victims in self.stopping_for.items()}
+        self.nominations: dict[int, tuple[str, ...]] = {}
 
     def _index_running(self) -> None:
         """Per class, the running jobs (for forecasts) and the lowest priority class anyone
@@ -278,12 +282,26 @@ class Pass:
 
     def run(self) -> Decisions:
         candidates = [job for job in self.snap.pending if not self._screened(job)]   # 2. Screen.
+        self._hold_nominated(candidates)
         queue = QueueOrder(candidates, self.ledger, self.snap, self._changes)        # 3.
         order = self._consider(queue)                                                # 4.
         if self.config.explain:
             self._explain_blocked()                                                   # 5.
         return Decisions(tuple(self.placements), tuple(self.preemptions), tuple(self.book.reservations),
-                         dict(self.pending), tuple(order), self._stats(len(order)))   # 6.
+                         dict(self.pending), tuple(order), self._stats(len(order)),   # 6.
+                         self.nominations)
+
+    def _hold_nominated(self, candidates: list[PendingJob]) -> None:
+        """Hold for each job whose victims have stopped the nodes it was nominated to when it
+        evicted, for this one pass: whatever goes before it in the queue (a job waiting past
+        the bound, a team now lower in share) must not take the room it freed, or it evicts
+        again for them, over and over. It starts there in its turn, or its nomination lapses.
+        Preemptors still in flight hold their victims' nodes already (see `__init__`)."""
+        for job in candidates:
+            if job.nominated and job.job_id not in self.stopping_for:
+                self._hold(job, job.nominated)
+                if any(self.book.holder(node) == job.job_id for node in job.nominated):
+                    self.holders[job.job_id] = job.resource_class
 
     def _screened(self, job: PendingJob) -> bool:
         if job.held:
@@ -344,8 +362,9 @@ class Pass:
 
     def _equivalent(self, job: PendingJob, kind: tuple, rclass: str) -> tuple | None:
         """Every field of a job that `_try` reads, but its id: None for a job whose victims
-        are stopping, as the nodes held for it are its alone."""
-        if job.job_id in self.stopping_for:
+        are stopping or that holds the nodes it was nominated to: the nodes held for it are
+        its alone."""
+        if job.job_id in self.holders:
             return None
         self.kinds[job.job_id] = kind
         return kind + (self._variant(rclass, job.max_runtime_s), self._reclaim_stage(job), self._may_reclaim_yet(job))
@@ -367,7 +386,7 @@ class Pass:
             return
         end_at = self.now + job.max_runtime_s
         limit = self.book.limit_for(end_at, job.job_id)
-        variant = self.book.variant(rclass, end_at) + ((job.job_id,) if job.job_id in self.stopping_for else ())
+        variant = self.book.variant(rclass, end_at) + ((job.job_id,) if job.job_id in self.holders else ())
         chosen = self._plan(job, limit, variant)
         if chosen is not None:
             self._place(job, chosen, end_at)
@@ -427,7 +446,10 @@ class Pass:
         victims it needs are only too young yet, it waits with the time they may go."""
         in_flight = self.stopping_for.get(job.job_id)
         if in_flight:
-            self._hold(job, self._nodes_to_hold(job, in_flight))
+            held = self._nodes_to_hold(job, in_flight)
+            self._hold(job, held)
+            self.nominations[job.job_id] = job.nominated or tuple(
+                dict.fromkeys([t.node for victim in in_flight for t in victim.tasks] + held))
             self.pending[job.job_id] = explain.preempting(job, [v.job_id for v in in_flight],
                                                           sum(v.units for v in in_flight), reclaim=False)
             return True
@@ -468,7 +490,9 @@ class Pass:
         jobs placed after it, and nothing else a decision reads (the free-room index that
         victim searches and forecasts read, the ledger, the reservations) changes with it, so
         a job that neither started, evicted nor reserved before it would not after it."""
-        self._hold(job, self._start_nodes(job, stopping))
+        nodes = self._start_nodes(job, stopping)
+        self._hold(job, nodes)
+        self.nominations[job.job_id] = tuple(nodes)
 
     def _start_nodes(self, job: PendingJob, stopping: list[RunningJob]) -> list[str]:
         """The nodes `job` will start on once `stopping` are gone (none if it never fits)."""
@@ -617,12 +641,12 @@ class Pass:
         return explain.with_reservation(reason, reservation)
 
     def _preemptors(self, rclass: str) -> list[int]:
-        """Jobs whose victims in `rclass` are still stopping, by id: sorted once per class and
-        pass (there is one per preemption in flight)."""
+        """Jobs holding nodes in `rclass` since the pass began (their victims are still stopping,
+        or have just stopped: see `_hold_nominated`), by id: sorted once per class and pass
+        (there is one per preemption in flight)."""
         found = self.preemptors.get(rclass)
         if found is None:
-            found = self.preemptors[rclass] = sorted(
-                p for p, victims in self.stopping_for.items() if victims and victims[0].resource_class == rclass)
+            found = self.preemptors[rclass] = sorted(p for p, held_in in self.holders.items() if held_in == rclass)
         return found
 
     def _held_for_preemptors(self, job: PendingJob) -> PendingReason | None:
@@ -630,7 +654,7 @@ class Pass:
         there are none): the same for every job but those, so worded once per class and pass
         (it lists every preemption in flight)."""
         preemptors = self._preemptors(job.resource_class)
-        if job.job_id in self.stopping_for:
+        if job.job_id in self.holders:
             others = [p for p in preemptors if p != job.job_id]
             return explain.held_for_preemptors(job, others) if others else None
         if not preemptors:

@@ -70,6 +70,7 @@ class Record:
     lost_gpu_s: float = 0.0
     gpu_s: float = 0.0  # GPU-seconds it held, lost work included
     yields_to: int | None = None  # the job it was last preempted for
+    nominated: tuple[str, ...] = ()  # the nodes it was nominated to when it evicted (as the store keeps them)
 
 
 @dataclass
@@ -116,6 +117,11 @@ class Simulation:
         self.decisions = 0
         self.samples: list[tuple[dict[str, int], dict[str, int]]] = []  # (held, held + waiting) per team
         self.pending_views: dict[int, core.PendingJob] = {}  # rebuilt only when a job's state changes
+        self.nominated: set[int] = set()  # jobs whose record holds a nomination
+        for job in self.jobs:  # a forecast starts from the live nominations
+            if job.view is not None and job.view.nominated:
+                self.records[job.job_id].nominated = job.view.nominated
+                self.nominated.add(job.job_id)
         self._fleet: tuple[core.Node, ...] | None = None
         self._ready: dict[str, int] | None = None
         self.matters = False
@@ -330,8 +336,19 @@ class Simulation:
             self._start(placement)
         for preemption in decisions.preemptions:
             self._preempt(preemption.victim_job_id, preemption.for_job_id)
+        self._nominate(decisions.nominations)
         if self.config.check_every_event:
             check_no_overcommit(self.nodes, [run.placement for run in self.running.values()])
+
+    def _nominate(self, nominations) -> None:
+        """Keep the pass's nominations, as the leader stores them: a job left out has none."""
+        for job_id in set(self.nominated) | set(nominations):
+            nodes = tuple(nominations.get(job_id, ()))
+            record = self.records[job_id]
+            if record.nominated != nodes:
+                record.nominated = nodes
+                self.pending_views.pop(job_id, None)
+        self.nominated = {job_id for job_id, nodes in nominations.items() if nodes}
 
     def _start(self, placement) -> None:
         job = self.pending.pop(placement.job_id)
@@ -414,12 +431,13 @@ class Simulation:
         if job.view is not None:
             unmet = tuple(d for d in job.view.waiting_on if d not in self.records or self.records[d].end is None)
             return replace(job.view, max_runtime_s=self._told(job, record), waiting_on=unmet,
-                           yields_to=yields_to or job.view.yields_to)
+                           yields_to=yields_to or job.view.yields_to,
+                           nominated=record.nominated)
         interval = self._interval(job.checkpoint_interval_s)
         return core.PendingJob(job.job_id, job.team, job.priority, job.shape(self.config.gpu_type), job.submit,
                                self._told(job, record),
                                checkpointing=bool(interval), yields_to=yields_to,
-                               checkpoint_interval_s=job.checkpoint_interval_s)
+                               checkpoint_interval_s=job.checkpoint_interval_s, nominated=record.nominated)
 
     def _plan_failures(self) -> None:
         rng = random.Random(self.config.seed)

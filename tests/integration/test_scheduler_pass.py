@@ -313,3 +313,32 @@ def test_a_new_leader_adopts_unstarted_assignments(api, leader):
     SchedulerLease.objects.filter(pk=1).update(epoch=leader + 1)
     run_pass(epoch=leader + 1)
     assert job.tasks.get().epoch == leader + 1
+
+
+def test_the_node_a_preemptor_freed_is_kept_for_it_once_its_victim_has_stopped(api, leader):
+    """Its nomination is stored with its reason. In the pass after its victim stopped, a job
+    ahead of it in the queue (here one waiting past the bound) does not take the freed node,
+    so it need not evict again; once placed, its nomination is gone."""
+    node = Node.objects.filter(rack="z1-r1").order_by("name").first()
+    Node.objects.exclude(pk=node.pk).update(state="CORDONED")
+    victim = submit(api, user="bob", team="production-ranking", priority="P3", client_job_id="victim",
+                    resources={"gpu_count": 8})
+    run_pass(epoch=leader)
+    run_all_ranks(victim)
+    victim.tasks.update(started_at=timezone.now() - timedelta(hours=1))
+    urgent = submit(api, user="rita", priority="P0", client_job_id="urgent", resources={"gpu_count": 8})
+    run_pass(epoch=leader)
+    urgent.refresh_from_db()
+    assert (urgent.pending_reason_code, urgent.nominated_nodes) == ("PREEMPTING", [node.name])
+
+    overdue = submit(api, user="rita", priority="P0", client_job_id="overdue", resources={"gpu_count": 8})
+    Job.objects.filter(pk=overdue.pk).update(submitted_at=timezone.now() - timedelta(hours=3))
+    task = victim.tasks.get()
+    reports.do_report_exited(job_id=victim.pk, rank=0, attempt=task.attempt, exit_code=143)
+    run_pass(epoch=leader)
+
+    assert set(urgent.tasks.values_list("state", "node__name")) == {("ASSIGNED", node.name)}
+    urgent.refresh_from_db()
+    overdue.refresh_from_db()
+    assert urgent.nominated_nodes == [] and overdue.nominated_nodes == []
+    assert overdue.state == "PENDING" and not Task.objects.filter(job=victim, state="ASSIGNED").exists()

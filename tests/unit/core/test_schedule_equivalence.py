@@ -93,7 +93,10 @@ def queues(draw, first_id: int = 1000) -> tuple[PendingJob, ...]:
 @st.composite
 def snapshots(draw) -> ClusterSnapshot:
     cluster = draw(fleets())
-    pending = draw(queues())
+    names = [n.name for n in cluster]
+    # A few jobs nominated to a node or two when they evicted (PendingJob.nominated).
+    pending = tuple(replace(j, nominated=tuple(draw(st.lists(st.sampled_from(names), max_size=2, unique=True))))
+                    if draw(st.integers(0, 4)) == 0 else j for j in draw(queues()))
     running = running_jobs(draw, cluster, draw(st.integers(0, 20)), [j.job_id for j in pending])
     quota = st.sampled_from([None, Quota(4, 4), Quota(8, 0), Quota(16, 16)])
     teams = tuple(Team(name, None, {rc: q for rc in ("gpu:H100", "gpu:A100", "cpu") if (q := draw(quota))})
@@ -125,8 +128,8 @@ def test_a_kept_scheduler_decides_as_a_fresh_pass_over_changing_snapshots(snapsh
 
 
 def next_snapshot(snapshot: ClusterSnapshot, decisions, rng: random.Random) -> ClusterSnapshot:
-    """What the worker sees next: placed jobs run (most: a lost race leaves one pending) and
-    victims stop; some jobs end, a node may change state, a pending job may be edited (same
+    """What the worker sees next: placed jobs run (most: a lost race leaves one pending),
+    nominations are kept and victims stop; some jobs end, a node may change state, a pending job may be edited (same
     id, new object) and new ones arrive."""
     placed = {p.job_id: p for p in decisions.placements if rng.random() < 0.7}
     stopping = {p.victim_job_id: p.for_job_id for p in decisions.preemptions}
@@ -135,7 +138,9 @@ def next_snapshot(snapshot: ClusterSnapshot, decisions, rng: random.Random) -> C
     running += [RunningJob(job.job_id, job.team, job.priority, job.shape.gpu_type, placed[job.job_id].tasks,
                            snapshot.now, snapshot.now + job.max_runtime_s)
                 for job in snapshot.pending if job.job_id in placed]
-    pending = [job for job in snapshot.pending if job.job_id not in placed]
+    nominated = decisions.nominations  # stored with the reasons, as the leader does
+    pending = [replace(job, nominated=nominated.get(job.job_id, ())) for job in snapshot.pending
+               if job.job_id not in placed]
     if pending and rng.random() < 0.3:
         index = rng.randrange(len(pending))
         pending[index] = replace(pending[index], priority=rng.choice(PRIORITIES))

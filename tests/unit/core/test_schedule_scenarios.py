@@ -1,4 +1,6 @@
 """Table-driven scenarios of the policy core: exact placements and exact reasons."""
+from dataclasses import replace
+
 from scheduling.core.model import NodeState, Topology
 from scheduling.core.reasons import ReasonCode
 from scheduling.core.scheduler import schedule
@@ -312,6 +314,61 @@ def test_room_a_stopped_victim_left_is_kept_for_its_preemptor():
     assert decisions.pending[2].message == (
         "fits the free room, but it is held for job 5, which preempted jobs to start there")
     assert decisions.pending[3].code == ReasonCode.BEHIND_RESERVATION
+
+
+def test_room_freed_by_reclaim_goes_to_the_owner_not_to_an_overdue_borrower():
+    """Found by logging every preemption of a replay: an owner reclaimed one GPU from a
+    borrower; when the victim had stopped, a job of the borrowing team that had waited past
+    the bound came first in the queue and took the freed GPU, so the owner evicted it in turn,
+    every 120 s, 109 times over. The owner is nominated to the node it evicted on; in the
+    pass after its victim stopped that node is held for it, and its nomination then lapses."""
+    nodes = cluster(rack("z1-r1", 1))
+    quotas = teams(vision={"gpu:H100": (1, 8)}, ranking={"gpu:H100": (0, 8)})
+    borrowers = [running(10 + i, ["z1-r1-n1"], gpus_per_node=1, first_gpu=i, team="ranking") for i in range(7)]
+    owner = job(2, gpus=1, team="vision", age=120)
+    overdue = job(3, gpus=1, team="ranking", age=5 * HOUR)
+
+    evicted = schedule(snapshot(nodes, pending=[owner, overdue], running_jobs=borrowers + [
+        running(17, ["z1-r1-n1"], gpus_per_node=1, first_gpu=7, team="ranking", age=30)], team_list=quotas))
+    assert [(p.victim_job_id, p.for_job_id) for p in evicted.preemptions] == [(17, 2)]
+    assert evicted.nominations == {2: ("z1-r1-n1",)}
+
+    # The victim has stopped: GPU 7 is free, the overdue borrower goes first in the queue.
+    nominated = replace(owner, nominated=evicted.nominations[2])
+    after = schedule(snapshot(nodes, pending=[nominated, overdue], running_jobs=borrowers, team_list=quotas))
+    assert after.order == (3, 2)
+    assert placed_nodes(after, 2) == ["z1-r1-n1"] and after.preemptions == ()
+    assert after.pending[3].message == (
+        "team ranking at 7/0 guaranteed H100, nothing idle to borrow (needs 1, 0 free); "
+        "reserved 1 node(s), estimated start 22:20 UTC")
+    assert after.nominations == {}
+
+    # Without the nomination, the old behaviour: the borrower takes it and the owner evicts again.
+    again = schedule(snapshot(nodes, pending=[owner, overdue], running_jobs=borrowers, team_list=quotas))
+    assert placed_nodes(again, 3) == ["z1-r1-n1"]
+
+
+def test_a_nomination_lapses_when_its_job_does_not_start_in_the_pass_after_its_victims_stopped():
+    """A nominated job that cannot start (here: held by its user) holds nothing, and leaves
+    the pass without a nomination: room is never kept for it beyond that one pass."""
+    nodes = cluster(rack("z1-r1", 1))
+    held = job(2, gpus=8, held=True, nominated=("z1-r1-n1",))
+    other = job(3, gpus=8, team="ranking")
+    decisions = schedule(snapshot(nodes, pending=[held, other]))
+    assert placed_nodes(decisions, 3) == ["z1-r1-n1"]
+    assert decisions.nominations == {}
+
+
+def test_a_preemptor_in_flight_keeps_its_nomination():
+    nodes = cluster(rack("z1-r1", 2))
+    stopping = running(1, ["z1-r1-n1"], preempting=True, preempted_for=5)
+    preemptor = job(5, gpus=16, priority="P0", nominated=("z1-r1-n1", "z1-r1-n2"))
+    decisions = schedule(snapshot(nodes, pending=[preemptor, job(6, gpus=8, team="ranking")], running_jobs=[stopping]))
+    assert decisions.placements == ()
+    assert decisions.nominations == {5: ("z1-r1-n1", "z1-r1-n2")}
+    # One in flight from before nominations were stored: its victims' nodes and the room it holds.
+    legacy = schedule(snapshot(nodes, pending=[replace(preemptor, nominated=())], running_jobs=[stopping]))
+    assert legacy.nominations == {5: ("z1-r1-n1", "z1-r1-n2")}
 
 
 def test_reclaim_searches_are_bounded_per_pass():
