@@ -289,6 +289,11 @@ class PolicyConfig:
     reclaim_wait_bound_s: float = 2 * HOUR
     # Weigh a victim's past evictions against choosing it again (RunningJob.preemptions).
     eviction_memory: bool = False
+    # A job that evicted for priority is nominated to the nodes it will start on, held for it
+    # until it starts there (PendingJob.nominated); one that only reclaimed, when this is set.
+    # Off: on the Philly trace it cut reclaim evictions by 80% but raised the average wait
+    # and JCT (BENCHMARKS.md, "Nominated nodes").
+    nominate_reclaimers: bool = False
     # Explain every job left waiting and report fragmentation (the worker does; a simulation
     # that only needs the schedule does not).
     explain: bool = True

@@ -66,6 +66,8 @@ class Held:
     start_at: float
     spare: int
     strict: bool
+    # A nominated job's hold (see `hold`): what others add on the node after it never limits it.
+    first: bool = False
 
 
 @dataclass
@@ -88,15 +90,16 @@ class ReservationBook:
         self.by_class[job.resource_class].append(reservation)
         return reservation
 
-    def hold(self, node: str, job_id: int, now: float) -> None:
-        """Keep a node whose tasks are being preempted for `job_id` for that job alone."""
-        self.held[node].append(Held(job_id, now, 0, strict=True))
+    def hold(self, node: str, job_id: int, now: float, *, first: bool = False) -> None:
+        """Keep a node whose tasks are being preempted for `job_id` for that job alone.
+        `first`: a nominated job's hold, which no reservation made on top of it undoes."""
+        self.held[node].append(Held(job_id, now, 0, strict=True, first=first))
 
     def limit_for(self, end_at: float, job_id: int | None = None):
         """The most units a job ending at `end_at` may take on each node (None: no limit).
-        A job is limited only by what others reserved or held on a node before its own hold
-        or reservation there: a preemptor's hold, taken before any reservation of the pass,
-        is not undone by a reservation a job earlier in the queue makes on top of it."""
+        A job is never limited by its own reservation or hold, and a nominated job's hold
+        (`first`), taken before any reservation of the pass, is not undone by a reservation a
+        job earlier in the queue makes on top of it."""
         if not self.held:
             return None
 
@@ -108,7 +111,9 @@ class ReservationBook:
             least = None
             for h in held.get(slot.name, ()):
                 if h.job_id == job_id:
-                    break
+                    if h.first:
+                        break
+                    continue
                 if h.strict:
                     return 0
                 if end_at > h.start_at and (least is None or max(h.spare, 0) < least):

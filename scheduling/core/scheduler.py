@@ -299,7 +299,7 @@ class Pass:
         Preemptors still in flight hold their victims' nodes already (see `__init__`)."""
         for job in candidates:
             if job.nominated and job.job_id not in self.stopping_for:
-                self._hold(job, job.nominated)
+                self._hold(job, job.nominated, first=True)
                 if any(self.book.holder(node) == job.job_id for node in job.nominated):
                     self.holders[job.job_id] = job.resource_class
 
@@ -446,10 +446,9 @@ class Pass:
         victims it needs are only too young yet, it waits with the time they may go."""
         in_flight = self.stopping_for.get(job.job_id)
         if in_flight:
-            held = self._nodes_to_hold(job, in_flight)
-            self._hold(job, held)
-            self.nominations[job.job_id] = job.nominated or tuple(
-                dict.fromkeys([t.node for victim in in_flight for t in victim.tasks] + held))
+            self._hold(job, self._nodes_to_hold(job, in_flight))
+            if job.nominated:
+                self.nominations[job.job_id] = job.nominated
             self.pending[job.job_id] = explain.preempting(job, [v.job_id for v in in_flight],
                                                           sum(v.units for v in in_flight), reclaim=False)
             return True
@@ -482,29 +481,32 @@ class Pass:
         self._evict(job, found, claim, {c.job.job_id: c for c in candidates})
         return True
 
-    def _hold_room(self, job: PendingJob, stopping: list[RunningJob]) -> None:
+    def _hold_room(self, job: PendingJob, stopping: list[RunningJob], *, nominate: bool) -> None:
         """Hold, for `job` alone, every node it will start on once `stopping` (its victims)
         are gone: free room it counts on as well as theirs, so nobody (its own requeued victims
         least of all) takes that room while they stop, and it need not evict again.
         A hold leaves the class's generation as it is (see `_decide`): it only takes room from
         jobs placed after it, and nothing else a decision reads (the free-room index that
         victim searches and forecasts read, the ledger, the reservations) changes with it, so
-        a job that neither started, evicted nor reserved before it would not after it."""
+        a job that neither started, evicted nor reserved before it would not after it.
+        `nominate`: keep them for it until the pass after its victims have stopped (see
+        `_hold_nominated`)."""
         nodes = self._start_nodes(job, stopping)
         self._hold(job, nodes)
-        self.nominations[job.job_id] = tuple(nodes)
+        if nominate:
+            self.nominations[job.job_id] = tuple(nodes)
 
     def _start_nodes(self, job: PendingJob, stopping: list[RunningJob]) -> list[str]:
         """The nodes `job` will start on once `stopping` are gone (none if it never fits)."""
         found = forecast(self.state, job, stopping, self.now, ending=stopping)
         return [slot.name for slot, _ in found[1]] if found else []
 
-    def _hold(self, job: PendingJob, nodes: list[str]) -> None:
+    def _hold(self, job: PendingJob, nodes, *, first: bool = False) -> None:
         """Hold `nodes` for `job`, but none another job holds or has reserved: the forecast
         does not see those, and holding them too would only keep backfill off them."""
         for node in nodes:
             if not self.book.held.get(node):
-                self.book.hold(node, job.job_id, self.now)
+                self.book.hold(node, job.job_id, self.now, first=first)
 
     def _nodes_to_hold(self, job: PendingJob, stopping: list[RunningJob]) -> list[str]:
         """The nodes `_hold_room` holds for a preemptor in flight (none to add without room
@@ -575,8 +577,8 @@ class Pass:
                 f"preempted for job {job.job_id} ({job.priority}, team {job.team}): "
                 + ("reclaiming capacity its team is guaranteed" if reasons[victim.job_id] == "RECLAIM"
                    else f"{victim.priority} yields to {job.priority}"))))
-        self._hold_room(job, list(found.victims))
         reclaim = "RECLAIM" in reasons.values()
+        self._hold_room(job, list(found.victims), nominate=not reclaim or self.config.nominate_reclaimers)
         self.pending[job.job_id] = explain.preempting(job, [v.job_id for v in found.victims],
                                                       units_freed(found.victims), reclaim)
         # The room is spoken for: the team's share and guarantee count it from now on, so

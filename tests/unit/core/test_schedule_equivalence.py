@@ -107,6 +107,7 @@ def snapshots(draw) -> ClusterSnapshot:
         max_preemption_searches=draw(st.sampled_from([0, 1, 2, 64])),
         max_reclaim_searches=draw(st.sampled_from([None, 0, 1, 3])),
         reclaim_after_wait_s=draw(st.sampled_from([0.0, 300.0])),
+        nominate_reclaimers=draw(st.booleans()),
         order=draw(st.sampled_from(["fair_share", "weighted_shortest"])))
     return ClusterSnapshot(cluster, running, pending, teams, NOW, config)
 

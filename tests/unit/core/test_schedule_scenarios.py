@@ -320,22 +320,28 @@ def test_room_freed_by_reclaim_goes_to_the_owner_not_to_an_overdue_borrower():
     """Found by logging every preemption of a replay: an owner reclaimed one GPU from a
     borrower; when the victim had stopped, a job of the borrowing team that had waited past
     the bound came first in the queue and took the freed GPU, so the owner evicted it in turn,
-    every 120 s, 109 times over. The owner is nominated to the node it evicted on; in the
-    pass after its victim stopped that node is held for it, and its nomination then lapses."""
+    every 120 s, 109 times over. With `nominate_reclaimers` the owner is nominated to the node
+    it evicted on; in the pass after its victim stopped that node is held for it, and its
+    nomination then lapses."""
     nodes = cluster(rack("z1-r1", 1))
     quotas = teams(vision={"gpu:H100": (1, 8)}, ranking={"gpu:H100": (0, 8)})
     borrowers = [running(10 + i, ["z1-r1-n1"], gpus_per_node=1, first_gpu=i, team="ranking") for i in range(7)]
     owner = job(2, gpus=1, team="vision", age=120)
     overdue = job(3, gpus=1, team="ranking", age=5 * HOUR)
 
-    evicted = schedule(snapshot(nodes, pending=[owner, overdue], running_jobs=borrowers + [
-        running(17, ["z1-r1-n1"], gpus_per_node=1, first_gpu=7, team="ranking", age=30)], team_list=quotas))
+    young = running(17, ["z1-r1-n1"], gpus_per_node=1, first_gpu=7, team="ranking", age=30)
+    evicted = schedule(snapshot(nodes, pending=[owner, overdue], running_jobs=borrowers + [young], team_list=quotas,
+                                nominate_reclaimers=True))
     assert [(p.victim_job_id, p.for_job_id) for p in evicted.preemptions] == [(17, 2)]
     assert evicted.nominations == {2: ("z1-r1-n1",)}
+    # Off (the default), a job that only reclaimed is not nominated.
+    assert schedule(snapshot(nodes, pending=[owner, overdue], running_jobs=borrowers + [young],
+                             team_list=quotas)).nominations == {}
 
     # The victim has stopped: GPU 7 is free, the overdue borrower goes first in the queue.
     nominated = replace(owner, nominated=evicted.nominations[2])
-    after = schedule(snapshot(nodes, pending=[nominated, overdue], running_jobs=borrowers, team_list=quotas))
+    after = schedule(snapshot(nodes, pending=[nominated, overdue], running_jobs=borrowers, team_list=quotas,
+                              nominate_reclaimers=True))
     assert after.order == (3, 2)
     assert placed_nodes(after, 2) == ["z1-r1-n1"] and after.preemptions == ()
     assert after.pending[3].message == (
@@ -346,6 +352,19 @@ def test_room_freed_by_reclaim_goes_to_the_owner_not_to_an_overdue_borrower():
     # Without the nomination, the old behaviour: the borrower takes it and the owner evicts again.
     again = schedule(snapshot(nodes, pending=[owner, overdue], running_jobs=borrowers, team_list=quotas))
     assert placed_nodes(again, 3) == ["z1-r1-n1"]
+
+
+def test_a_job_that_evicted_for_priority_is_nominated_and_keeps_the_room_after_its_victim_stopped():
+    """The same loop with an incident: a P0 evicted a P3; a P0 submitted later but waiting past
+    the bound (its submit time was set back) goes first once the victim has stopped."""
+    nodes = cluster(rack("z1-r1", 1))
+    incident = job(2, gpus=8, priority="P0", age=60)
+    evicted = schedule(snapshot(nodes, pending=[incident], running_jobs=[running(1, ["z1-r1-n1"], priority="P3")]))
+    assert evicted.nominations == {2: ("z1-r1-n1",)}
+    overdue = job(3, gpus=8, priority="P0", team="ranking", age=5 * HOUR)
+    after = schedule(snapshot(nodes, pending=[replace(incident, nominated=evicted.nominations[2]), overdue]))
+    assert after.order == (3, 2)
+    assert placed_nodes(after, 2) == ["z1-r1-n1"] and after.preemptions == ()
 
 
 def test_a_nomination_lapses_when_its_job_does_not_start_in_the_pass_after_its_victims_stopped():
@@ -366,9 +385,9 @@ def test_a_preemptor_in_flight_keeps_its_nomination():
     decisions = schedule(snapshot(nodes, pending=[preemptor, job(6, gpus=8, team="ranking")], running_jobs=[stopping]))
     assert decisions.placements == ()
     assert decisions.nominations == {5: ("z1-r1-n1", "z1-r1-n2")}
-    # One in flight from before nominations were stored: its victims' nodes and the room it holds.
-    legacy = schedule(snapshot(nodes, pending=[replace(preemptor, nominated=())], running_jobs=[stopping]))
-    assert legacy.nominations == {5: ("z1-r1-n1", "z1-r1-n2")}
+    # One in flight without a nomination (it only reclaimed) gets none.
+    alone = schedule(snapshot(nodes, pending=[replace(preemptor, nominated=())], running_jobs=[stopping]))
+    assert alone.nominations == {}
 
 
 def test_reclaim_searches_are_bounded_per_pass():
