@@ -100,5 +100,9 @@ def test_a_websocket_from_a_foreign_origin_or_without_a_login_is_refused(demo):
                                                                              (b"host", b"127.0.0.1")])
         connected, code = await anonymous.connect()
         assert (connected, code) == (False, 4001)  # past the origin check, refused for want of a login
+        # Let both consumers end inside the scenario: left running, they were cancelled as the
+        # event loop closed, which could hang the test forever (seen once under load).
+        await foreign.disconnect()
+        await anonymous.disconnect()
 
     async_to_sync(scenario)()

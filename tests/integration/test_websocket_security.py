@@ -90,6 +90,7 @@ def test_a_page_on_another_port_cannot_open_the_socket(demo):
         own = socket(alice, "/ws/jobs/", b"http://127.0.0.1:8000", b"127.0.0.1:8000")
         assert (await own.connect())[0] is True
         await own.disconnect()
+        await foreign.disconnect()  # ends inside the scenario, not cancelled as the loop closes
 
     async_to_sync(scenario)()
 
@@ -172,5 +173,6 @@ def test_a_socket_whose_login_ended_is_closed(api, demo, clock, how):
         clock[0] += 30
         await send_changed([job])
         assert await alice.receive_output(timeout=5) == {"type": "websocket.close", "code": LOGIN_ENDED}
+        await alice.disconnect()
 
     async_to_sync(scenario)()
