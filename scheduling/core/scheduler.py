@@ -620,8 +620,9 @@ class Pass:
 
     def _why_blocked(self, job: PendingJob, reservation: Reservation | None, explainer) -> PendingReason:
         """In order: it would fit but for the room held for a preemptor, or for a reservation;
-        others took the room this pass; its team is already at its guarantee with nothing idle
-        to borrow; or the capacity story with the histogram."""
+        others took the room this pass; its team is already at its guarantee with less idle
+        than it needs to borrow; or the capacity story with the histogram (also for a team past
+        its guarantee when as much is idle as it needs, but not in a shape it can use)."""
         waiting = self.pending.get(job.job_id)
         if waiting is not None and waiting.code == ReasonCode.PREEMPTION_PENDING:
             return explain.with_reservation(waiting, reservation)
@@ -636,8 +637,9 @@ class Pass:
             return explain.behind_others(job, self.placed_units[rclass])
         used, guaranteed = self.ledger.usage[job.team][rclass], self.ledger.guaranteed(job.team, rclass)
         spec = self.ledger.teams.get(job.team)
-        if spec and spec.quota(rclass) and used >= guaranteed:
-            reason = explain.nothing_to_borrow(job, used, guaranteed, self.state.free_units.get(rclass, 0))
+        free = self.state.free_units.get(rclass, 0)
+        if spec and spec.quota(rclass) and used >= guaranteed and free < job.shape.units:
+            reason = explain.nothing_to_borrow(job, used, guaranteed, free)
         else:
             reason = explainer.explain(job)
         return explain.with_reservation(reason, reservation)

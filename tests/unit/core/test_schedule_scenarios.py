@@ -390,6 +390,19 @@ def test_a_preemptor_in_flight_keeps_its_nomination():
     assert alone.nominations == {}
 
 
+def test_a_team_past_its_guarantee_blocked_by_fragmentation_is_told_so_not_that_nothing_is_idle():
+    """Seen in a replay: "team b436b2 at 296/99 guaranteed H100, nothing idle to borrow (needs
+    8, 16 free)". With as much free as it needs, what blocks it is the shape of the free room."""
+    nodes = cluster(rack("z1-r1", 2))
+    quotas = teams(vision={"gpu:H100": (8, 16)}, ranking={"gpu:H100": (8, 16)})
+    halves = [running(1, ["z1-r1-n1"], gpus_per_node=4), running(2, ["z1-r1-n2"], gpus_per_node=4)]
+    decisions = schedule(snapshot(nodes, pending=[job(3, gpus=8)], running_jobs=halves, team_list=quotas))
+    assert decisions.pending[3].code == ReasonCode.FRAGMENTED
+    assert decisions.pending[3].message == (
+        "needs 8 H100 in one node; 8 free but the largest block is 4 (node z1-r1-n1) (0/2 nodes fit a task: "
+        "2 fewer than 8 free H100); reserved 1 node(s), estimated start 22:20 UTC")
+
+
 def test_reclaim_searches_are_bounded_per_pass():
     nodes = cluster(rack("z1-r1", 2))
     quotas = teams(vision={"gpu:H100": (8, 0)}, ranking={"gpu:H100": (8, 0)}, other={"gpu:H100": (0, 16)})
