@@ -127,7 +127,7 @@ class Stack:
         fleet.write_text(json.dumps([{"name": node, "zone": zone, "rack": rack, "labels": {}, "address": "127.0.0.1",
                                       "cpu_count": 64, "memory_gb": 256, "gpu_type": "H100", "gpu_count": 8}
                                      for node in node_names(name)]))
-        return self._child(name, ["-m", "agents.daemon", "--server", f"http://127.0.0.1:{port}", "--fleet", str(fleet),
+        return self._child(name, ["-m", "agents.node.daemon", "--server", f"http://127.0.0.1:{port}", "--fleet", str(fleet),
                                   "--workdir", str(self.workdir / "agents" / name), "--isolation", "none"])
 
     # --- watching -----------------------------------------------------------------------------

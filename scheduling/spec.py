@@ -21,7 +21,7 @@ ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 LABEL_KEY = re.compile(r"^([a-z0-9.-]+/)?[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?\Z")
 CLIENT_JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}\Z")
 # An image reference (registry/name:tag@digest): one word, never an option. The agent checks
-# again before it puts one in a container runtime's command line (agents/runtime.py).
+# again before it puts one in a container runtime's command line (agents/node/runtime.py).
 IMAGE_REFERENCE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]*\Z")
 IMAGE_RULE = "an image reference such as registry.example.com/team/train:2026-04 (no spaces, not starting with -)."
 ENV_RULE = "letters, digits and underscores, not starting with a digit"

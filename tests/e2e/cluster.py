@@ -59,7 +59,7 @@ class Cluster:
         fleet = self.tmp / f"{name}.json"
         fleet.write_text(json.dumps([{"labels": {}, "address": "127.0.0.1", "cpu_count": 64, "memory_gb": 256,
                                       "gpu_type": "H100", "gpu_count": 8, **node} for node in nodes]))
-        agent = Process(["-m", "agents.daemon", "--server", server or self.url, "--fleet", str(fleet), "--workdir",
+        agent = Process(["-m", "agents.node.daemon", "--server", server or self.url, "--fleet", str(fleet), "--workdir",
                          str(workdir or self.tmp / "agents"), "--isolation", isolation],
                         self.tmp / f"agent-{name}.log", **{**self.env, **(env or {})})
         self.agents[name] = agent

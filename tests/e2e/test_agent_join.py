@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.client import AgentClient, ApiError
+from agents.node.client import AgentClient, ApiError
 from agents.models import Node
 from scheduling.models import JobEvent
 from teams.models import hash_token

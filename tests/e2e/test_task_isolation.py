@@ -96,7 +96,7 @@ def test_a_hostile_job_finds_none_of_the_agents_secrets(cluster, api, base_dir):
     _, found = run_both(cluster, api, base_dir)
     env = found.split("---env")[1].split("---cmdlines")[0]
     cmdlines = found.split("---cmdlines")[1].split("---environs")[0]
-    assert "agents.daemon" in cmdlines  # it did see the agent's command line
+    assert "agents.node.daemon" in cmdlines  # it did see the agent's command line
     for secret in (JOIN_TOKEN, settings.SECRET_KEY, settings.DATABASE_URL, settings.REDIS_URL):
         assert secret not in env and secret not in cmdlines
     assert "MLQ_AGENT" not in env and "DATABASE_URL" not in env and "REDIS_URL" not in env

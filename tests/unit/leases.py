@@ -3,7 +3,7 @@ task without one."""
 import time
 from pathlib import Path
 
-from agents.supervise import write_lease
+from agents.node.supervise import write_lease
 
 
 def a_lease(directory: Path, *, seconds: float = 600, grace_s: float = 5) -> Path:

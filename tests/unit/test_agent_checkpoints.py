@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from agents import checkpoints
-from agents.checkpoints import CheckpointWatch, marker_path, read_marker
-from agents.runtime import TaskProcess, install_helpers
+from agents.node import checkpoints
+from agents.node.checkpoints import CheckpointWatch, marker_path, read_marker
+from agents.node.runtime import TaskProcess, install_helpers
 from tests.unit.leases import a_lease
 
 
@@ -137,7 +137,7 @@ def test_a_task_with_a_user_of_its_own_can_import_the_helper_but_not_change_it(m
     import shutil
     import tempfile
 
-    from agents.isolation import TaskUsers
+    from agents.node.isolation import TaskUsers
 
     monkeypatch.setattr(checkpoints, "CHECK_S", 0.0)
     root = tempfile.mkdtemp(prefix="mlq-ckpt-", dir="/tmp")

@@ -3,7 +3,7 @@ has seen, and an attempt it has already run, even across a restart."""
 import sys
 import time
 
-from agents.daemon import NodeAgent
+from agents.node.daemon import NodeAgent
 
 NODE = {"name": "n1", "zone": "z1", "rack": "r1", "gpu_type": "H100", "gpu_count": 8, "cpu_count": 8,
         "memory_gb": 16, "labels": {}, "address": "127.0.0.1"}

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from agents.isolation import TaskUsers, load_user_map, parse_uid_range, processes_of
-from agents.runtime import TaskProcess
+from agents.node.isolation import TaskUsers, load_user_map, parse_uid_range, processes_of
+from agents.node.runtime import TaskProcess
 from tests.unit.leases import a_lease
 
 ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
@@ -132,7 +132,7 @@ def test_nothing_a_task_sets_runs_inside_the_agents_supervisor(tmp_path):
 
 
 def test_an_image_cannot_add_options_to_the_container_runtime():
-    from agents.runtime import hooked
+    from agents.node.runtime import hooked
 
     assert hooked("podman run --rm {image}", "registry.example.com/a/b:1.0") == [
         "podman", "run", "--rm", "registry.example.com/a/b:1.0"]

@@ -6,9 +6,9 @@ import sys
 import time
 from pathlib import Path
 
-from agents.daemon import NodeAgent
-from agents.runtime import TaskProcess
-from agents.supervise import kill_grace, write_lease
+from agents.node.daemon import NodeAgent
+from agents.node.runtime import SUPERVISOR, TaskProcess
+from agents.node.supervise import kill_grace, write_lease
 from tests.unit.leases import a_lease
 
 NODE = {"name": "n1", "zone": "z1", "rack": "r1", "gpu_type": "H100", "gpu_count": 8, "cpu_count": 8,
@@ -113,7 +113,7 @@ def test_a_supervisor_whose_agent_died_before_it_could_watch_starts_nothing(tmp_
         dead_agent = subprocess.Popen(["true"])
         dead_agent.wait()
         supervisor = subprocess.run(
-            [sys.executable, "-I", "-m", "agents.supervise", "--env-fd", str(env.fileno()), "--agent-pid",
+            [sys.executable, "-I", SUPERVISOR, "--env-fd", str(env.fileno()), "--agent-pid",
              str(dead_agent.pid), "--lease-file", str(a_lease(tmp_path)), "--status-file", str(tmp_path / "status"),
              "--", "/bin/sh", "-c", f"touch {marker}"], pass_fds=(env.fileno(),), capture_output=True, text=True)
     assert supervisor.returncode == 1 and not marker.exists()

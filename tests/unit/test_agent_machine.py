@@ -1,7 +1,7 @@
 """What an agent reports about its machine."""
 import pytest
 
-from agents.machine import gpu_type_from_name, inventory
+from agents.node.machine import gpu_type_from_name, inventory
 
 
 @pytest.mark.parametrize("name, kind", [

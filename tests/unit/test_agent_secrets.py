@@ -10,11 +10,11 @@ import time
 
 import pytest
 
-from agents import credentials
-from agents.client import ApiError
-from agents.daemon import NodeAgent, parse_args
-from agents.outbox import MAX_REFUSALS, Outbox
-from agents.runtime import DEFAULT_PASS_ENV, check_pass_env, task_environment
+from agents.node import credentials
+from agents.node.client import ApiError
+from agents.node.daemon import NodeAgent, parse_args
+from agents.node.outbox import MAX_REFUSALS, Outbox
+from agents.node.runtime import DEFAULT_PASS_ENV, check_pass_env, task_environment
 
 NODE = {"name": "n1", "zone": "z1", "rack": "r1", "gpu_type": "H100", "gpu_count": 8, "cpu_count": 8,
         "memory_gb": 16, "labels": {}, "address": "127.0.0.1"}
@@ -71,7 +71,7 @@ def test_the_join_token_is_not_a_command_line_option():
 
 WIPE = """
 import sys
-from agents.credentials import take_env
+from agents.node.credentials import take_env
 token = take_env("MLQ_AGENT_JOIN_TOKEN")
 environ = open("/proc/self/environ", "rb").read()
 print(token, b"wiped-secret-value" in environ, "MLQ_AGENT_JOIN_TOKEN" in __import__("os").environ)

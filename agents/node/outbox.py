@@ -7,7 +7,7 @@ so the job's timeline says what was lost. One bad event never blocks the others.
 """
 import logging
 
-from agents.client import ApiError
+from agents.node.client import ApiError
 
 log = logging.getLogger("mlqueue.agent")
 BATCH = 200

@@ -1,5 +1,5 @@
 """Running one task attempt as a real process: its own process group, its own user (see
-agents/isolation.py), an environment built from nothing, its stdout/stderr captured to files
+agents/node/isolation.py), an environment built from nothing, its stdout/stderr captured to files
 and shipped in chunks, its exit observed.
 
 The plain process runtime is the default. A container runtime is a command template with an
@@ -24,9 +24,14 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agents.checkpoints import CheckpointWatch, marker_path
-from agents.isolation import TaskUser
-from agents.supervise import LEASE_EXPIRED
+from agents.node.checkpoints import CheckpointWatch, marker_path
+from agents.node.isolation import TaskUser
+from agents.node.supervise import LEASE_EXPIRED
+
+# The supervisor is the supervise.py next to this file, run by its path rather than found on
+# sys.path (`-I` leaves only the installed packages there): the agent and its supervisors are
+# always the same copy of the code, whichever checkout or install the agent was started from.
+SUPERVISOR = str(Path(__file__).resolve().with_name("supervise.py"))
 
 LOG_CHUNK_BYTES = 32 * 1024
 # What a task may see of the agent's own environment, unless --pass-env says otherwise.
@@ -172,7 +177,7 @@ class TaskProcess:
         # empty environment: nothing of the task's (PYTHONPATH, LD_PRELOAD, its directory on
         # sys.path) may run inside a process of the agent's user.
         who = ["--uid", str(self.user.uid), "--gid", str(self.user.gid)] if self.user else []
-        return [sys.executable, "-I", "-m", "agents.supervise", "--env-fd", str(env_fd), "--agent-pid", str(os.getpid()),
+        return [sys.executable, "-I", SUPERVISOR, "--env-fd", str(env_fd), "--agent-pid", str(os.getpid()),
                 "--lease-file", str(self.lease_file), "--status-file", str(self.status_file), *who, "--", *command]
 
     def _spawn(self, assignment: dict, container_hook: str, env: dict) -> subprocess.Popen:

@@ -27,15 +27,15 @@ import threading
 import time
 from pathlib import Path
 
-from agents import credentials
-from agents.client import AgentClient, ApiError
-from agents.isolation import (
+from agents.node import credentials
+from agents.node.client import AgentClient, ApiError
+from agents.node.isolation import (
     DEFAULT_UID_RANGE, NO_ISOLATION_WARNING, TaskUsers, can_switch_users, load_user_map, parse_uid_range, untraversable,
 )
-from agents.outbox import Outbox
-from agents.machine import inventory
-from agents.runtime import DEFAULT_PASS_ENV, DIR_MODE, TaskProcess, check_pass_env, install_helpers
-from agents.supervise import LEASE_KILL_GRACE_S, kill_grace, write_lease
+from agents.node.outbox import Outbox
+from agents.node.machine import inventory
+from agents.node.runtime import DEFAULT_PASS_ENV, DIR_MODE, TaskProcess, check_pass_env, install_helpers
+from agents.node.supervise import LEASE_KILL_GRACE_S, kill_grace, write_lease
 
 log = logging.getLogger("mlqueue.agent")
 POLL_S = 0.2

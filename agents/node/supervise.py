@@ -1,5 +1,5 @@
 """The process between the agent and a task:
-`python -I -m agents.supervise --env-fd N --agent-pid P --lease-file F --status-file S [--uid U --gid G] -- CMD...`.
+`python -I agents/node/supervise.py --env-fd N --agent-pid P --lease-file F --status-file S [--uid U --gid G] -- CMD...`.
 
 It runs COMMAND in its own process group, with the environment read from file descriptor N
 (as user U and group G, with no other groups and a private umask, when given: the agent's user
@@ -40,7 +40,7 @@ def notice_parent_death() -> None:
         pass  # not Linux: the reparenting watch below still applies
 
 
-USAGE = ("usage: python -I -m agents.supervise --env-fd N --agent-pid P --lease-file F --status-file S "
+USAGE = ("usage: python -I agents/node/supervise.py --env-fd N --agent-pid P --lease-file F --status-file S "
          "[--uid U --gid G] -- COMMAND...")
 REQUIRED = ("--env-fd", "--agent-pid", "--lease-file", "--status-file")
 OPTIONS = (*REQUIRED, "--uid", "--gid")
