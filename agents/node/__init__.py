@@ -4,4 +4,4 @@ agent's HTTP client and outbox, its credentials, the machine's inventory).
 
 Standard library only (NVML and `websockets` are optional, imported where used): a GPU host
 runs this package without Django, DRF, Celery, Redis or Postgres, and nothing here imports the
-server's apps."""
+server's apps (tests/unit/test_agent_package.py holds it to that)."""
