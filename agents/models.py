@@ -67,23 +67,6 @@ class Node(models.Model):
         return admin_state if health == NodeState.READY and admin_state else health
 
 
-class TaskLog(models.Model):
-    """A chunk of a task attempt's stdout or stderr, shipped by its agent."""
-
-    job = models.ForeignKey("scheduling.Job", on_delete=models.CASCADE, related_name="logs")
-    rank = models.PositiveIntegerField()
-    attempt = models.PositiveIntegerField()
-    stream = models.CharField(max_length=6, choices=[("stdout", "stdout"), ("stderr", "stderr")])
-    offset = models.PositiveBigIntegerField(help_text="character offset of this chunk in the stream")
-    text = models.TextField()
-    created_at = models.DateTimeField(default=timezone.now)
-
-    class Meta:
-        ordering = ["job_id", "rank", "attempt", "stream", "offset"]
-        constraints = [models.UniqueConstraint(fields=["job", "rank", "attempt", "stream", "offset"],
-                                               name="tasklog_chunk_unique")]
-
-
 class JoinToken(models.Model):
     """A token that lets a new node register (`manage.py create_join_token`). Only its SHA-256
     is stored; the raw value is shown once. Bounded in time and uses, and revocable."""

@@ -14,8 +14,7 @@ from rest_framework.views import APIView
 from mlqueue.pagination import StrictCursorPagination
 from scheduling import services, throttles
 from scheduling.filters import JobFilter
-from agents.models import TaskLog
-from scheduling.models import Job, JobEvent, JobState, Priority, SchedulerLease, Task
+from scheduling.models import Job, JobEvent, JobState, Priority, SchedulerLease, Task, TaskLog
 from scheduling.selectors import visible_jobs
 from scheduling.serializers import (
     CancelSerializer, JobDetailSerializer, JobEventSerializer, JobSerializer, QueueEntrySerializer,

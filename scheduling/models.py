@@ -203,6 +203,26 @@ class Task(models.Model):
         return f"job {self.job_id} rank {self.rank} ({self.state})"
 
 
+class TaskLog(models.Model):
+    """A chunk of a task attempt's stdout or stderr, shipped by its agent (agents/ingest.py
+    writes it; the job's logs, in the API and the job page, read it). Its table keeps the name
+    it had in the agents app."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="logs")
+    rank = models.PositiveIntegerField()
+    attempt = models.PositiveIntegerField()
+    stream = models.CharField(max_length=6, choices=[("stdout", "stdout"), ("stderr", "stderr")])
+    offset = models.PositiveBigIntegerField(help_text="character offset of this chunk in the stream")
+    text = models.TextField()
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        db_table = "agents_tasklog"
+        ordering = ["job_id", "rank", "attempt", "stream", "offset"]
+        constraints = [models.UniqueConstraint(fields=["job", "rank", "attempt", "stream", "offset"],
+                                               name="tasklog_chunk_unique")]
+
+
 class EventKind(models.TextChoices):
     SUBMITTED = "SUBMITTED"
     TRANSITION = "TRANSITION"

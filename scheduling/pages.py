@@ -9,10 +9,9 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 from rest_framework.exceptions import APIException, PermissionDenied
 
-from agents.models import TaskLog
 from scheduling import services
 from scheduling.explanations import explain_job
-from scheduling.models import Job, Priority, TaskState
+from scheduling.models import Job, Priority, TaskLog, TaskState
 from scheduling.queue import SORTS, QueueQuery, queue_page
 from scheduling.secrets import masked_spec
 from scheduling.selectors import can_change_job, visible_jobs

@@ -8,9 +8,10 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from agents import failures, liveness
-from agents.failures import detect
+from agents import liveness
 from agents.models import Node
+from scheduling import failures
+from scheduling.failures import detect
 from scheduling.models import Job, JobEvent, SchedulerLease, Task
 from scheduling.worker import run_pass
 from tests.conftest import make_spec

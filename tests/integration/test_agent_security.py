@@ -11,12 +11,13 @@ from django.db import connection
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from agents import failures, liveness
-from agents.failures import detect
-from agents.models import JoinToken, Node, TaskLog
+from agents import liveness
+from agents.models import JoinToken, Node
 from agents.services import ALREADY_REGISTERED, STILL_HAS_TASKS
 from agents.tokens import WRONG_JOIN_TOKEN, do_create_join_token
-from scheduling.models import JobEvent, SchedulerLease, Task
+from scheduling import failures
+from scheduling.failures import detect
+from scheduling.models import JobEvent, SchedulerLease, Task, TaskLog
 from scheduling.worker import run_pass
 from teams.models import hash_token
 from tests.conftest import make_spec

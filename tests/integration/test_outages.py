@@ -10,11 +10,11 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from agents import failures, liveness
-from agents.failures import Clocks, detect
+from agents import liveness
 from agents.models import Node
 from mlqueue.breaker import RedisBreaker
-from scheduling import notify
+from scheduling import failures, notify
+from scheduling.failures import Clocks, detect
 from scheduling.models import Job, JobEvent, SchedulerLease, Task
 from scheduling.stopping import do_request_stop
 from scheduling.worker import Waker, run_pass

@@ -172,7 +172,7 @@ def test_infra_failures_do_not_spend_retries(api, leader):
     run_pass(epoch=leader)
     for restart in range(4):
         run_all_ranks(job)
-        task = job.tasks.get()  # its node is lost (agents/failures.py fails its tasks so)
+        task = job.tasks.get()  # its node is lost (scheduling/failures.py fails its tasks so)
         lifecycle.transition_task(task, to_state="FAILED", attempt=task.attempt, actor_name="scheduler",
                                   reason="NODE_LOST", message="node lost", failure_class="INFRA")
         run_pass(epoch=leader)  # requeued, and placed again at once on the idle cluster

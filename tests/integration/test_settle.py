@@ -50,7 +50,7 @@ def test_drains_and_spot_reclaims_spend_nothing_either(api, leader):
 
 
 def lose_the_node_under(job: Job) -> None:
-    """What the failure detector does to a LOST node's tasks (agents/failures.py)."""
+    """What the failure detector does to a LOST node's tasks (scheduling/failures.py)."""
     for task in job.tasks.all():
         assert lifecycle.transition_task(task, to_state="FAILED", attempt=task.attempt, actor_name="scheduler",
                                          reason="NODE_LOST", message="node lost", failure_class="INFRA")

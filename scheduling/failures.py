@@ -26,8 +26,8 @@ from django.conf import settings
 
 from agents import liveness
 from agents.models import Node, NodeState
-from agents.services import do_mark_health
 from agents.node.supervise import kill_grace
+from agents.services import do_mark_health
 from scheduling import lifecycle, notify
 from scheduling.fencing import fenced
 from scheduling.models import FailureClass, StopReason, Task, TaskState
