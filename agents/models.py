@@ -6,6 +6,7 @@ from django.db import models
 from django.utils import timezone
 
 from scheduling.core.model import NodeState as CoreNodeState
+from scheduling.core.model import resource_class
 
 
 NodeState = models.TextChoices("NodeState", [(s.value, s.value) for s in CoreNodeState])
@@ -60,7 +61,7 @@ class Node(models.Model):
 
     @property
     def resource_class(self) -> str:
-        return f"gpu:{self.gpu_type}" if self.gpu_type else "cpu"
+        return resource_class(self.gpu_type)
 
     @staticmethod
     def effective_state(health: str, admin_state: str) -> str:

@@ -25,7 +25,7 @@ if not __package__:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from scheduling.core.feasibility import can_ever_run  # noqa: E402
-from scheduling.core.model import JobShape, PolicyConfig, Quota, Team  # noqa: E402
+from scheduling.core.model import JobShape, PolicyConfig, Quota, Team, resource_class  # noqa: E402
 from scheduling.sim.engine import SimConfig, Simulation  # noqa: E402
 from scheduling.sim.fleets import build_fleet, custom_fleet  # noqa: E402
 from scheduling.sim.metrics import summarize, table_row, versus  # noqa: E402
@@ -116,7 +116,7 @@ def guarantees(jobs, gpus: int, mode: str) -> dict[str, int]:
 
 def teams_for(owed: dict[str, int], gpu_type: str, gpus: int) -> tuple[Team, ...]:
     """Each team may borrow up to the whole cluster: idle GPUs are never wasted."""
-    rclass = f"gpu:{gpu_type}"
+    rclass = resource_class(gpu_type)
     return tuple(Team(team, None, {rclass: Quota(g, gpus)}) for team, g in sorted(owed.items()))
 
 

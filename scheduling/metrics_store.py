@@ -4,6 +4,7 @@ from collections import defaultdict
 from django.db.models import Count
 
 from agents.models import Node, NodeState
+from scheduling.core.model import resource_class
 from scheduling.models import Job, JobState, SchedulerLease, Task, TaskState
 
 ACTIVE = (TaskState.ASSIGNED, TaskState.RUNNING)
@@ -36,7 +37,7 @@ def gpus_by_state():
     free_whole, free_all = defaultdict(int), defaultdict(int)
     for node_id, gpu_type, count, state in Node.objects.exclude(gpu_type="").values_list(
             "id", "gpu_type", "gpu_count", "state"):
-        rclass, in_use = f"gpu:{gpu_type}", used.get(node_id, 0)
+        rclass, in_use = resource_class(gpu_type), used.get(node_id, 0)
         totals[rclass]["used"] += in_use
         if state == NodeState.READY:
             free = count - in_use

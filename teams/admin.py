@@ -1,6 +1,30 @@
+from django import forms
 from django.contrib import admin
 
 from teams.models import ApiToken, Membership, Quota, Team
+from teams.resources import known_classes, unknown_class_message
+
+
+class QuotaForm(forms.ModelForm):
+    """The class as a choice of the known ones (teams/resources.py). A quota's own class stays
+    valid even once nothing configures it, so its team can still be saved."""
+
+    class Meta:
+        model = Quota
+        fields = "__all__"
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.known = known_classes()
+        current = [self.instance.resource_class] if self.instance.resource_class not in ("", *self.known) else []
+        self.fields["resource_class"].widget = forms.Select(
+            choices=[("", "---------"), *((rclass, rclass) for rclass in [*self.known, *current])])
+
+    def clean_resource_class(self):
+        rclass = self.cleaned_data["resource_class"]
+        if rclass not in self.known and rclass != self.instance.resource_class:
+            raise forms.ValidationError(unknown_class_message(rclass, self.known))
+        return rclass
 
 
 class MembershipInline(admin.TabularInline):
@@ -11,6 +35,7 @@ class MembershipInline(admin.TabularInline):
 
 class QuotaInline(admin.TabularInline):
     model = Quota
+    form = QuotaForm
     extra = 0
 
 
@@ -29,6 +54,7 @@ class MembershipAdmin(admin.ModelAdmin):
 
 @admin.register(Quota)
 class QuotaAdmin(admin.ModelAdmin):
+    form = QuotaForm
     list_display = ["team", "resource_class", "guaranteed", "borrowing_limit", "weight", "updated_at"]
     list_filter = ["resource_class"]
 

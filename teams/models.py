@@ -59,22 +59,13 @@ class Membership(models.Model):
         return f"{self.user} {self.role} of {self.team}"
 
 
-class ResourceClass(models.TextChoices):
-    H100 = "gpu:H100", "H100 GPUs"
-    A100 = "gpu:A100", "A100 GPUs"
-    L40S = "gpu:L40S", "L40S GPUs"
-    CPU = "cpu", "CPU cores"
-
-    @classmethod
-    def for_gpu_type(cls, gpu_type: str | None) -> str:
-        return f"gpu:{gpu_type}" if gpu_type else cls.CPU
-
-
 class Quota(models.Model):
     """What a team is guaranteed of one resource class, and how far past it may borrow."""
 
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="quotas")
-    resource_class = models.CharField(max_length=20, choices=ResourceClass.choices)
+    # A plain string: the classes follow the configured GPU types and the registered nodes
+    # (teams/resources.py), and the forms check against those.
+    resource_class = models.CharField(max_length=24)
     guaranteed = models.PositiveIntegerField(default=0, help_text="GPUs (or CPU cores) the team is owed")
     borrowing_limit = models.PositiveIntegerField(
         default=0, help_text="how many more than the guarantee the team may borrow while others idle"

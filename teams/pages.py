@@ -7,7 +7,7 @@ POSTs. Who sees and edits what follows the API (teams/api.py): members read, lea
 from dataclasses import dataclass
 
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpResponseForbidden
+from django.http import HttpResponse, HttpResponseBadRequest, HttpResponseForbidden
 from django.shortcuts import get_object_or_404, render
 from django.views.decorators.http import require_http_methods
 from rest_framework.exceptions import ValidationError
@@ -15,6 +15,7 @@ from rest_framework.exceptions import ValidationError
 from mlqueue.api_errors import flatten_errors
 from teams.api import NOT_A_LEAD, NOT_A_MEMBER
 from teams.models import Quota, Role, Team
+from teams.resources import unknown_class_message
 from teams.selectors import (
     can_edit_quotas,
     descendant_ids,
@@ -39,6 +40,7 @@ class TeamView:
     visible: bool
     editable: bool
     role: str | None = None  # the viewer's own membership, if any
+    addable: tuple[str, ...] = ()  # classes a lead may add a quota for: known, not yet a row
 
     @property
     def name(self) -> str:
@@ -66,9 +68,15 @@ def _page_context(user, usage: ClusterUsage) -> dict:
     everything = is_site_admin(user)
     visible = team_ids_of(user) if not everything else set()
     editable = _editable_ids(usage, roles) if not everything else set()
-    teams = [TeamView(team, everything or team.id in visible, everything or team.id in editable, roles.get(team.name))
+    teams = [TeamView(team, everything or team.id in visible, everything or team.id in editable, roles.get(team.name),
+                      _addable(usage, team))
              for team in usage.teams]
     return {"usage": usage, "teams": teams, "leads": sorted(name for name, role in roles.items() if role == Role.LEAD)}
+
+
+def _addable(usage: ClusterUsage, team: TeamUsage) -> tuple[str, ...]:
+    shown = {row.resource_class for row in team.classes}
+    return tuple(rclass for rclass in usage.known_classes if rclass not in shown)
 
 
 def _editable_ids(usage: ClusterUsage, roles: dict[str, str]) -> set[int]:
@@ -79,24 +87,33 @@ def _editable_ids(usage: ClusterUsage, roles: dict[str, str]) -> set[int]:
 
 
 def _quota_row(request):
-    """One quota row for htmx: read-only (`Cancel`), or as a form (`edit=1`, leads only)."""
+    """One quota row for htmx: read-only (`Cancel`), or as a form (`edit=1`, leads only). A
+    known class the team has no row for yet is an empty form (adding a quota), and nothing
+    once cancelled."""
     team = get_object_or_404(Team.objects.select_related("parent"), name=request.GET.get("team", ""))
     editing = request.GET.get("edit") == "1"
     if editing and not can_edit_quotas(request.user, team):
         return HttpResponseForbidden(NOT_A_LEAD.format(team=team.name), content_type="text/plain")
     if not is_member(request.user, team):
         return HttpResponseForbidden(NOT_A_MEMBER.format(team=team.name), content_type="text/plain")
-    view, row = _row_of(request.user, team, request.GET.get("resource_class", ""))
-    if row is None:
-        raise Http404("no quota or use in that resource class")
+    rclass = request.GET.get("resource_class", "")
+    view, row, known = _row_of(request.user, team, rclass)
+    if row is None and rclass not in known:
+        return HttpResponseBadRequest(f"resource_class: {unknown_class_message(rclass, known)}",
+                                      content_type="text/plain")
+    if row is None and not editing:
+        return HttpResponse("")
+    row = row or ClassUsage.unused(rclass)
     values = {name: getattr(row, name) for name in QUOTA_FIELDS}
     return _render_row(request, view, row, editing=editing, values=values)
 
 
-def _row_of(user, team: Team, rclass: str) -> tuple[TeamView, ClassUsage | None]:
-    usage = cluster_usage().team(team.name)
-    view = TeamView(usage, True, can_edit_quotas(user, team))
-    return view, usage.get(rclass)
+def _row_of(user, team: Team, rclass: str) -> tuple[TeamView, ClassUsage | None, tuple[str, ...]]:
+    """The team as `user` sees it, its row in `rclass` if it has one, and the known classes."""
+    usage = cluster_usage()
+    mine = usage.team(team.name)
+    view = TeamView(mine, True, can_edit_quotas(user, team))
+    return view, mine.get(rclass), usage.known_classes
 
 
 def _render_row(request, view: TeamView, row: ClassUsage, *, editing: bool, **extra):
@@ -120,7 +137,7 @@ def _save_quota(request):
                          reason=body.validated_data["reason"])
     except ValidationError as exc:
         return _form_with_errors(request, team, rclass, flatten_errors(exc.detail))
-    view, row = _row_of(request.user, team, rclass)
+    view, row, _ = _row_of(request.user, team, rclass)
     response = _render_row(request, view, row, editing=False, saved=True)
     response["HX-Trigger"] = "quotas-changed"  # the fair-share table refreshes itself
     return response
@@ -144,7 +161,7 @@ def _form_with_errors(request, team: Team, rclass: str, fields: dict[str, list[s
     for path, messages in fields.items():
         name = path.rsplit(".", 1)[-1]
         errors.setdefault(name if name in (*QUOTA_FIELDS, "reason") else "row", []).extend(messages)
-    view, row = _row_of(request.user, team, rclass)
+    view, row, _ = _row_of(request.user, team, rclass)
     row = row or ClassUsage.unused(rclass)
     values = {name: request.POST.get(name, "") for name in (*QUOTA_FIELDS, "reason")}
     return _render_row(request, view, row, editing=True, errors=errors, values=values)

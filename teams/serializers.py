@@ -1,6 +1,7 @@
 from rest_framework import serializers
 
-from teams.models import Quota, ResourceClass, Team
+from teams.models import Quota, Team
+from teams.resources import known_classes, unknown_class_message
 
 
 class QuotaSerializer(serializers.ModelSerializer):
@@ -44,9 +45,8 @@ class QuotaPatchSerializer(serializers.Serializer):
     quotas = serializers.DictField(child=QuotaChangeSerializer(), allow_empty=False)
 
     def validate_quotas(self, value):
-        unknown = sorted(set(value) - set(ResourceClass.values))
+        known = known_classes()
+        unknown = sorted(set(value) - set(known))
         if unknown:
-            raise serializers.ValidationError(
-                {unknown[0]: [f"unknown resource class; known: {', '.join(ResourceClass.values)}."]}
-            )
+            raise serializers.ValidationError({unknown[0]: [unknown_class_message(unknown[0], known)]})
         return value

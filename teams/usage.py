@@ -5,6 +5,7 @@ aggregate of the active tasks, so the page ranks teams exactly as a pass would. 
 whatever the number of teams, jobs or tasks.
 """
 from collections import defaultdict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from django.db.models import Case, F, Func, IntegerField, Sum, When
@@ -14,7 +15,8 @@ from scheduling.core import model as core
 from scheduling.core.fairshare import Ledger
 from scheduling.models import Task
 from scheduling.snapshot import ACTIVE, load_teams
-from teams.models import ResourceClass, Team
+from teams.models import Team
+from teams.resources import known_classes
 
 
 class JSONArrayLength(Func):
@@ -63,7 +65,7 @@ class ClassUsage:
 
     @property
     def unit(self) -> str:
-        return self.resource_class.removeprefix("gpu:") if self.resource_class != ResourceClass.CPU else "CPU"
+        return self.resource_class.removeprefix("gpu:") if self.resource_class != core.resource_class(None) else "CPU"
 
     @property
     def bar(self) -> Bar:
@@ -98,6 +100,7 @@ class ClusterUsage:
     classes: tuple[str, ...]
     capacity: dict[str, int]
     teams: tuple[TeamUsage, ...]  # depth first: each division, then its teams
+    known_classes: tuple[str, ...]  # what a quota may name (teams/resources.py)
 
     def team(self, name: str) -> TeamUsage | None:
         return next((team for team in self.teams if team.name == name), None)
@@ -107,10 +110,11 @@ class ClusterUsage:
         return [(rclass, self.capacity.get(rclass, 0)) for rclass in self.classes]
 
 
-def class_order(rclass: str) -> tuple[int, str]:
-    """Known classes in their declared order (H100 first, CPU last), others after by name."""
-    known = ResourceClass.values
-    return (known.index(rclass) if rclass in known else len(known), rclass)
+def class_order(known: Iterable[str]) -> Callable[[str], tuple[int, str]]:
+    """A sort key: known classes in their order (configured GPU types first, CPU last), others
+    after by name."""
+    rank = {rclass: index for index, rclass in enumerate(known)}
+    return lambda rclass: (rank.get(rclass, len(rank)), rclass)
 
 
 def cluster_usage() -> ClusterUsage:
@@ -123,11 +127,13 @@ def cluster_usage() -> ClusterUsage:
     for team_id, rclass, units in _active_units():
         ledger.add(names[team_id], rclass, units)
     ordered = _depth_first(teams)
+    known = tuple(known_classes(node_classes=capacity))
+    order = class_order(known)
     classes = tuple(sorted(set(capacity) | {rclass for q in quotas.values() for rclass in q}
-                           | {rclass for used in ledger.usage.values() for rclass in used}, key=class_order))
+                           | {rclass for used in ledger.usage.values() for rclass in used}, key=order))
     borrowed_at = _borrowed_per_level(ledger, ordered)
     return ClusterUsage(classes, capacity, tuple(
-        _team_usage(ledger, row, depth, classes, borrowed_at) for row, depth in ordered))
+        _team_usage(ledger, row, depth, classes, borrowed_at, order) for row, depth in ordered), known)
 
 
 def _capacity() -> dict[str, int]:
@@ -174,10 +180,10 @@ def _borrowed_per_level(ledger: Ledger, ordered: list[tuple[dict, int]]) -> dict
 
 
 def _team_usage(ledger: Ledger, row: dict, depth: int, classes: tuple[str, ...],
-                borrowed_at: dict[tuple[int, str], int]) -> TeamUsage:
+                borrowed_at: dict[tuple[int, str], int], order: Callable[[str], tuple[int, str]]) -> TeamUsage:
     name, used = row["name"], ledger.usage.get(row["name"], {})
     quotas = ledger.teams[name].quotas
-    mine = sorted(set(quotas) | {rclass for rclass, units in used.items() if units}, key=class_order)
+    mine = sorted(set(quotas) | {rclass for rclass, units in used.items() if units}, key=order)
     return TeamUsage(
         row["id"], name, row["parent__name"], depth,
         tuple(_class_usage(ledger, name, rclass, used.get(rclass, 0), borrowed_at[(depth, rclass)]) for rclass in mine),

@@ -9,6 +9,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
 from agents.models import Node
+from scheduling.core.model import resource_class
 from teams.models import Membership, Quota, Role, Team
 
 DEMO_PASSWORD = "demo"
@@ -63,7 +64,7 @@ def node_name(kind: NodeKind, zone: str, index: int) -> str:
 def capacity() -> dict[str, int]:
     totals = {}
     for kind in FLEET:
-        rclass = f"gpu:{kind.gpu_type}" if kind.gpu_type else "cpu"
+        rclass = resource_class(kind.gpu_type)
         amount = kind.gpus if kind.gpu_type else kind.cpus
         totals[rclass] = totals.get(rclass, 0) + amount * kind.per_rack * len(ZONES)
     return totals

@@ -1,0 +1,128 @@
+"""Resource classes follow the cluster: a GPU type configured in MLQ_GPU_TYPES or reported by a
+registered node can be given quotas (API, teams page, admin); any other class is refused by name."""
+import re
+
+import pytest
+from django.utils.html import escape
+from rest_framework.test import APIClient
+
+from scheduling.models import JobEvent
+from teams.models import Quota, Team
+from teams.resources import known_classes
+from teams.usage import cluster_usage
+
+FM = "research-foundation-models"
+JOIN = "join-secret"
+H200_NODE = {"zone": "z1", "rack": "z1-r9", "gpu_type": "H200", "gpu_count": 8, "cpu_count": 192,
+             "memory_gb": 2048, "labels": {}, "address": "10.0.0.9"}
+
+
+@pytest.fixture
+def h200_configured(settings):
+    settings.MLQ_GPU_TYPES = ["H100", "A100", "L40S", "H200"]
+
+
+@pytest.fixture
+def h200_node(demo, settings):
+    """An H200 machine joins through the agent API; MLQ_GPU_TYPES does not name H200."""
+    settings.MLQ_AGENT_JOIN_TOKEN = JOIN
+    response = APIClient().post("/api/v1/agents/register", {"name": "h200-01", **H200_NODE}, format="json",
+                                HTTP_AUTHORIZATION=f"Bearer {JOIN}")
+    assert response.status_code == 201, response.json()
+
+
+@pytest.fixture
+def logged_in(client, demo):
+    def log_in(username: str):
+        assert client.login(username=username, password="demo")
+        return client
+    return log_in
+
+
+def patch_h200(api, username: str, team: str, **fields):
+    body = {"reason": "H200s arrive", "quotas": {"gpu:H200": fields}}
+    return api(username).patch(f"/api/v1/teams/{team}/quotas", body, format="json")
+
+
+def test_the_known_classes_follow_the_settings_and_the_nodes(demo, settings):
+    assert known_classes() == ["gpu:H100", "gpu:A100", "gpu:L40S", "cpu"]
+    settings.MLQ_GPU_TYPES = ["H200", "H100"]
+    # The demo fleet has A100 and L40S machines: they stay known, after the configured types.
+    assert known_classes() == ["gpu:H200", "gpu:H100", "gpu:A100", "gpu:L40S", "cpu"]
+
+
+def test_a_configured_gpu_type_gets_quotas_through_the_api(api, h200_configured):
+    assert patch_h200(api, "ops", "research", guaranteed=16).status_code == 200
+    response = patch_h200(api, "rita", FM, guaranteed=8, borrowing_limit=8)
+
+    assert response.status_code == 200, response.json()
+    quota = Quota.objects.get(team__name=FM, resource_class="gpu:H200")
+    assert (quota.guaranteed, quota.borrowing_limit) == (8, 8)
+    assert JobEvent.objects.filter(kind="QUOTA_CHANGED", data__resource_class="gpu:H200").count() == 2
+
+
+def test_a_gpu_type_a_node_reports_counts_and_gets_quotas(api, h200_node):
+    assert patch_h200(api, "ops", "research", guaranteed=8).status_code == 200
+
+    usage = cluster_usage()
+    assert usage.capacity["gpu:H200"] == 8
+    assert usage.known_classes == ("gpu:H100", "gpu:A100", "gpu:L40S", "gpu:H200", "cpu")
+    assert usage.team("research").get("gpu:H200").guaranteed == 8
+
+
+def test_an_unknown_class_is_refused_naming_the_known_ones(api, h200_configured):
+    response = api("rita").patch(f"/api/v1/teams/{FM}/quotas",
+                                 {"reason": "x", "quotas": {"gpu:X": {"guaranteed": 1}}}, format="json")
+
+    assert response.status_code == 400
+    message = "unknown resource class 'gpu:X'; known: cpu, gpu:A100, gpu:H100, gpu:H200, gpu:L40S."
+    assert response.json() == {"detail": f"quotas.gpu:X: {message}", "fields": {"quotas.gpu:X": [message]}}
+    assert not Quota.objects.filter(resource_class="gpu:X").exists()
+
+
+def test_the_teams_page_offers_the_classes_a_team_has_no_row_for(logged_in, h200_configured):
+    html = logged_in("rita").get("/teams/").content.decode()
+
+    add = re.search(rf'<tbody id="team-{FM}">.*?</tbody>', html, re.DOTALL).group(0)
+    assert re.findall(r'<option value="([^"]+)">', add) == ["gpu:L40S", "gpu:H200"]
+    assert html.count('class="small add-quota"') == 1  # rita leads one team
+
+
+def test_a_lead_adds_a_quota_for_a_new_class_on_the_teams_page(api, logged_in, h200_configured):
+    assert patch_h200(api, "ops", "research", guaranteed=16).status_code == 200
+    client = logged_in("rita")
+
+    form = client.get(f"/teams/?team={FM}&resource_class=gpu%3AH200&edit=1").content.decode()
+    assert form.startswith(f'<tr id="quota-{FM}-gpu-H200" class="editing">')
+    assert client.get(f"/teams/?team={FM}&resource_class=gpu%3AH200").content == b""  # Cancel: the row goes
+    response = client.post("/teams/", {"team": FM, "resource_class": "gpu:H200", "guaranteed": "8",
+                                       "borrowing_limit": "0", "weight": "1.0", "reason": "H200s arrive"})
+
+    assert response.status_code == 200 and response["HX-Trigger"] == "quotas-changed"
+    assert Quota.objects.get(team__name=FM, resource_class="gpu:H200").guaranteed == 8
+
+
+def test_the_teams_page_refuses_an_unknown_class(logged_in):
+    client = logged_in("rita")
+    message = "unknown resource class 'gpu:X'; known: cpu, gpu:A100, gpu:H100, gpu:L40S."
+
+    response = client.get(f"/teams/?team={FM}&resource_class=gpu%3AX&edit=1")
+    assert response.status_code == 400 and response.content.decode() == f"resource_class: {message}"
+    html = client.post("/teams/", {"team": FM, "resource_class": "gpu:X", "guaranteed": "1",
+                                   "reason": "x"}).content.decode()
+    assert f'<p class="error">{escape(message)}</p>' in html
+    assert not Quota.objects.filter(resource_class="gpu:X").exists()
+
+
+def test_the_admin_form_checks_the_class(client, demo, h200_configured):
+    assert client.login(username="ops", password="demo")
+    team = Team.objects.get(name="production")
+    url = "/admin/teams/quota/add/"
+    form = {"team": team.pk, "guaranteed": "0", "borrowing_limit": "0", "weight": "1.0",
+            "updated_at_0": "2026-01-01", "updated_at_1": "00:00:00"}
+
+    assert '<option value="gpu:H200">' in client.get(url).content.decode()
+    refused = client.post(url, {**form, "resource_class": "gpu:X"})
+    assert refused.status_code == 200 and "unknown resource class &#x27;gpu:X&#x27;" in refused.content.decode()
+    assert client.post(url, {**form, "resource_class": "gpu:H200"}).status_code == 302
+    assert Quota.objects.filter(team=team, resource_class="gpu:H200").exists()
