@@ -160,13 +160,3 @@ def last_heard(names: list[str]) -> dict[str, float]:
     nodes = list(Node.objects.filter(name__in=names))
     return last_seen(nodes, now=time.time()).at
 
-
-def forget_all() -> None:
-    """For tests: every node as never heard from, by a Redis the leader has already read."""
-    client = _redis.client()
-    if client is not None:
-        client.delete(ZSET)
-        client.set(SENTINEL, time.time())
-    cache.clear()
-    with _pending.lock:
-        _pending.heard.clear()

@@ -29,12 +29,12 @@ OUTCOMES = Counter("mlqueue_job_outcomes_total", "Jobs ended, by outcome and fai
 DEPOSED = Counter("mlqueue_scheduler_deposed_total", "Times a leader found itself deposed")
 
 
-def record_pass(decisions, applied, elapsed_ms: float, epoch: int, snapshot=None) -> None:
+def record_pass(decisions, applied, elapsed_ms: float, snapshot) -> None:
     """Count what the pass applied (`applied`, scheduling/apply.py), not what it decided: a
     placement whose job was cancelled or placed by then, or a preemption whose victim was
     already stopping, changed nothing."""
     PASS_SECONDS.observe(elapsed_ms / 1000)
-    pending = {job.job_id: job for job in snapshot.pending} if snapshot else {}
+    pending = {job.job_id: job for job in snapshot.pending}
     placed = set(applied.placed_jobs)
     for placement in decisions.placements:
         job = pending.get(placement.job_id)

@@ -148,10 +148,6 @@ class Job(models.Model):
     def __str__(self) -> str:
         return f"job {self.pk} {self.name}"
 
-    @property
-    def is_gang(self) -> bool:
-        return self.task_count > 1
-
 
 class Task(models.Model):
     """One rank of a job. `attempt` counts its starts; each start carries (epoch, attempt)."""
@@ -229,7 +225,6 @@ class EventKind(models.TextChoices):
     CANCEL_REQUESTED = "CANCEL_REQUESTED"
     STOP_REQUESTED = "STOP_REQUESTED"
     RETRY = "RETRY"
-    RESERVED = "RESERVED"
     QUOTA_CHANGED = "QUOTA_CHANGED"
     NODE_STATE = "NODE_STATE"
     SECURITY = "SECURITY"  # tokens created, used, revoked or reset

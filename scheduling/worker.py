@@ -74,7 +74,7 @@ def _run_pass(*, epoch: int, now=None, forecaster: Forecaster | None = None,
     failpoints.hit("pass.before_record")
     with fenced(epoch):
         SchedulerLease.objects.filter(pk=1, epoch=epoch).update(last_pass_ms=elapsed_ms, last_pass_at=now)
-    metrics.record_pass(decisions, applied, elapsed_ms, epoch, view.snapshot)
+    metrics.record_pass(decisions, applied, elapsed_ms, view.snapshot)
     if forecaster is not None:  # after the pass's own timing: start times are not on its clock
         forecaster.maybe_run(view, decisions, epoch=epoch, now=now)
     return PassReport(epoch, elapsed_ms, swept, applied, len(view.snapshot.pending), applied.placed, applied.preempted)

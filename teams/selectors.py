@@ -1,6 +1,4 @@
 """Reads about teams and who may do what. Site admins are Django superusers."""
-from django.db.models import QuerySet
-
 from teams.models import Membership, Role, Team
 
 
@@ -41,10 +39,6 @@ def can_edit_quotas(user, team: Team) -> bool:
 def roles_of(user) -> dict[str, str]:
     """team name -> role, for the user's direct memberships."""
     return dict(Membership.objects.filter(user=user).values_list("team__name", "role"))
-
-
-def teams_with_children() -> QuerySet[Team]:
-    return Team.objects.select_related("parent").prefetch_related("quotas")
 
 
 def visible_team_names(user) -> list[str]:

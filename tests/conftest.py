@@ -1,11 +1,16 @@
 """Shared fixtures: the demo cluster, API clients per user, and a job spec builder."""
 import copy
+import time
 
 import pytest
+import redis
+from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.core.cache import cache
 from django.core.management import call_command
 from rest_framework.test import APIClient
 
+from agents import liveness
 from teams.models import ApiToken
 
 SEED_SPEC = {
@@ -42,6 +47,19 @@ def make_spec(**overrides) -> dict:
 @pytest.fixture
 def demo(db):
     call_command("seed_demo", "--force", stdout=open("/dev/null", "w"))
+
+
+@pytest.fixture
+def fresh_liveness(monkeypatch):
+    """Every node as never heard from, by a Redis the leader has already read: liveness's own
+    Redis keys (the heartbeat set emptied, its sentinel set), the cache (where heartbeats go
+    without Redis) cleared, and this process's unflushed heartbeats dropped."""
+    if settings.REDIS_URL:
+        client = redis.Redis.from_url(settings.REDIS_URL)
+        client.pipeline(transaction=False).delete(liveness.ZSET).set(liveness.SENTINEL, time.time()).execute()
+        client.close()
+    cache.clear()
+    monkeypatch.setattr(liveness, "_pending", liveness.Pending())
 
 
 @pytest.fixture

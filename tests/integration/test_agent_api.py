@@ -22,9 +22,8 @@ INVENTORY = {"zone": "z1", "rack": "z1-r1", "gpu_type": "H100", "gpu_count": 8, 
 
 
 @pytest.fixture(autouse=True)
-def agent_settings(settings):
+def agent_settings(settings, fresh_liveness):
     settings.MLQ_AGENT_JOIN_TOKEN = JOIN
-    liveness.forget_all()
 
 
 def agent(name: str, inventory: dict | None = None) -> APIClient:

@@ -28,9 +28,8 @@ INVENTORY = {"zone": "z1", "rack": "z1-r1", "gpu_type": "H100", "gpu_count": 8, 
 
 
 @pytest.fixture(autouse=True)
-def agent_settings(settings):
+def agent_settings(settings, fresh_liveness):
     settings.MLQ_AGENT_JOIN_TOKEN = BOOTSTRAP
-    liveness.forget_all()
 
 
 def register(token: str, name: str = "n1", **inventory):

@@ -7,7 +7,6 @@ import pytest
 import time_machine
 from django.utils import timezone
 
-from agents import liveness
 from agents.models import Node
 from scheduling import snapshot
 from scheduling.models import Job, JobEvent, Task
@@ -20,9 +19,8 @@ START = datetime(2026, 5, 4, 9, 0, tzinfo=dt_timezone.utc)
 
 
 @pytest.fixture(autouse=True)
-def agent_settings(settings):
+def agent_settings(settings, fresh_liveness):
     settings.MLQ_AGENT_JOIN_TOKEN = JOIN
-    liveness.forget_all()
 
 
 @pytest.fixture

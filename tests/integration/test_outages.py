@@ -26,11 +26,10 @@ BOUND, MARGIN = 20, 10
 
 
 @pytest.fixture(autouse=True)
-def outage_settings(settings, monkeypatch):
+def outage_settings(settings, monkeypatch, fresh_liveness):
     settings.MLQ_AGENT_JOIN_TOKEN = JOIN
     settings.MLQ_OUTAGE_BOUND_S, settings.MLQ_LOST_MARGIN_S = BOUND, MARGIN
     monkeypatch.setattr(liveness, "_redis", RedisBreaker("liveness"))
-    liveness.forget_all()
 
 
 @pytest.fixture

@@ -55,7 +55,7 @@ def test_a_placement_that_lost_its_race_is_not_counted(api, leader, user):
 
     do_cancel_job(job=lost, user=user("alice"), reason="not needed")  # the placement will find it gone
     applied = apply_decisions(decisions, view, epoch=leader, now=now)
-    metrics.record_pass(decisions, applied, 5.0, leader, view.snapshot)
+    metrics.record_pass(decisions, applied, 5.0, view.snapshot)
 
     assert (applied.placed, applied.lost_races) == (1, 1)
     assert placements_counted() == (before[0] + 1, before[1] + 1)
@@ -76,7 +76,7 @@ def test_a_preemption_whose_victim_already_stopped_is_not_counted(api, leader):
     # Its owner's drain asked it to stop first: the pass's own stop changes nothing.
     do_request_stop(job_id=victim.pk, reason="DRAIN", grace_s=60, message="draining", now=now)
     applied = apply_decisions(decisions, view, epoch=leader, now=now)
-    metrics.record_pass(decisions, applied, 5.0, leader, view.snapshot)
+    metrics.record_pass(decisions, applied, 5.0, view.snapshot)
 
     assert applied.preempted == 0
     assert (REGISTRY.get_sample_value("mlqueue_preemptions_total", {"reason": preemption.reason}) or 0.0) == before

@@ -14,7 +14,6 @@ from django.utils.html import escape
 from django.views.debug import ExceptionReporter
 from rest_framework.test import APIClient
 
-from agents import liveness
 from agents.models import Node
 from scheduling import secrets, services
 from scheduling.assignments import assignment_env
@@ -97,10 +96,9 @@ def test_the_submit_page_keeps_its_secret_inputs_out_of_crash_reports(alice):
 # --- who sees it ---------------------------------------------------------------------------
 
 @pytest.fixture
-def two_agents(demo, settings):
+def two_agents(demo, settings, fresh_liveness):
     """Nodes z1-r1-h100-01 and -02 ready through the agent API, every other node cordoned."""
     settings.MLQ_AGENT_JOIN_TOKEN = JOIN
-    liveness.forget_all()
     SchedulerLease.objects.filter(pk=1).update(epoch=2, renewed_at=timezone.now())
     clients = {}
     for name in ("z1-r1-h100-01", "z1-r1-h100-02"):
