@@ -19,8 +19,9 @@ def database_url() -> str:
 def process_env(**extra) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
     # The test settings: production's, but with the test run's fast password hasher, so the
-    # demo users the tests create can log in to these processes.
-    env.update(DJANGO_SETTINGS_MODULE="mlqueue.test_settings", DATABASE_URL=database_url(),
+    # demo users the tests create can log in to these processes. `tests` imports because each
+    # process runs `manage.py` or `-m module` from ROOT, which puts ROOT first on sys.path.
+    env.update(DJANGO_SETTINGS_MODULE="tests.settings", DATABASE_URL=database_url(),
                REDIS_URL=settings.REDIS_URL, PYTHONUNBUFFERED="1", DEBUG="0", MLQ_DB_POOL="1", MLQ_SERVE_STATIC="1",
                SECRET_KEY=settings.SECRET_KEY)  # DEBUG off refuses to start without one
     env.update({k: str(v) for k, v in extra.items()})

@@ -1,4 +1,5 @@
-"""Settings for the test suite: real Postgres and Redis by default, as `make test` runs it."""
+"""Settings for the test suite (and the processes the end-to-end tests start): real Postgres
+and Redis by default, as `make test` runs it. Kept out of the shipped `mlqueue` package."""
 import os
 
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/mlqueue")
