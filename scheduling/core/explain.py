@@ -4,6 +4,7 @@ Capacity reasons come with a per-node histogram, kube-scheduler style:
 "0/36 nodes fit a task: 20 other resource class, 12 fewer than 8 free H100, 4 NEW".
 """
 from collections import Counter, defaultdict
+from dataclasses import replace
 from typing import Iterable
 
 from scheduling.core.decisions import Reservation
@@ -106,7 +107,7 @@ def with_reservation(reason: PendingReason, reservation: Reservation | None) -> 
     if reservation is None:
         return reason
     suffix = f"; reserved {len(reservation.nodes)} node(s), estimated start {clock(reservation.start_at)}"
-    return PendingReason(reason.code, reason.message + suffix, reason.histogram)
+    return replace(reason, message=reason.message + suffix)
 
 
 class CapacityExplainer:
@@ -140,15 +141,17 @@ class CapacityExplainer:
 
     def _explain(self, shape: JobShape) -> PendingReason:
         histogram, fit = self.node_histogram(shape)
-        summary = f"{fit}/{len(self.nodes)} nodes fit a task: " + ", ".join(f"{n} {why}" for why, n in histogram)
+        fit_count = f"{fit}/{len(self.nodes)}"
+        summary = f"{fit_count} nodes fit a task: " + ", ".join(f"{n} {why}" for why, n in histogram)
         matching, free, total = self._matching(shape)
         if not matching:
-            return PendingReason(ReasonCode.NO_MATCHING_NODES, f"{self._no_match(shape)} ({summary})", histogram)
-        if free >= shape.units:
-            return PendingReason(ReasonCode.FRAGMENTED, f"{self._fragmented(shape, matching, free)} ({summary})",
-                                 histogram)
-        return PendingReason(ReasonCode.INSUFFICIENT_CAPACITY,
-                             f"needs {shape.units} {shape.unit_name}; {free} of {total} free ({summary})", histogram)
+            code, message = ReasonCode.NO_MATCHING_NODES, self._no_match(shape)
+        elif free >= shape.units:
+            code, message = ReasonCode.FRAGMENTED, self._fragmented(shape, matching, free)
+        else:
+            code = ReasonCode.INSUFFICIENT_CAPACITY
+            message = f"needs {shape.units} {shape.unit_name}; {free} of {total} free"
+        return PendingReason(code, f"{message} ({summary})", histogram, fit_count)
 
     def node_histogram(self, shape: JobShape) -> tuple[tuple[tuple[str, int], ...], int]:
         """Nodes by why they cannot take one task: another class, not READY, too little free

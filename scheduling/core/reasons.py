@@ -51,6 +51,9 @@ class PendingReason:
     message: str
     # node rejection histogram: reason -> node count, e.g. {"other GPU type": 900}
     histogram: tuple[tuple[str, int], ...] = field(default=())
+    # With a histogram: how many nodes could take one task, of how many, e.g. "3/36"
+    # ("" where the reason is not about room on the nodes).
+    fit_count: str = ""
 
     @property
     def category(self) -> Category:

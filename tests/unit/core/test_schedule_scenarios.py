@@ -44,6 +44,9 @@ def test_two_half_cluster_gangs_do_not_deadlock():
     assert decisions.pending[22].message == (
         "needs 64 H100; 32 of 128 free (4/16 nodes fit a task: 12 fewer than 8 free H100); "
         "reserved 8 node(s), estimated start 22:20 UTC")
+    # The histogram and the fit count behind the sentence survive the reservation's suffix.
+    assert decisions.pending[22].histogram == (("fewer than 8 free H100", 12),)
+    assert decisions.pending[22].fit_count == "4/16"
 
 
 def test_gang_is_not_starved_by_a_stream_of_small_jobs():
@@ -189,6 +192,7 @@ def test_no_matching_nodes_lists_their_states():
     assert reason.message == ("no READY node has gpu_type=L40S (matching nodes: 2 CORDONED) "
                               "(0/4 nodes fit a task: 2 CORDONED, 2 other resource class)")
     assert reason.histogram == (("CORDONED", 2), ("other resource class", 2))
+    assert reason.fit_count == "0/4"
 
 
 def test_held_dependency_and_backoff_wait_with_their_reason():
@@ -201,6 +205,8 @@ def test_held_dependency_and_backoff_wait_with_their_reason():
         2: (ReasonCode.DEPENDENCY, "waiting for jobs 7, 9 to succeed"),
         3: (ReasonCode.BACKOFF, "retry back-off until 21:24 UTC (250 s from now)"),
     }
+    # Not a story about room on the nodes: no node count.
+    assert {(r.histogram, r.fit_count) for r in decisions.pending.values()} == {((), "")}
 
 
 def test_priority_class_goes_first_then_fair_share_then_age():
