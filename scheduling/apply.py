@@ -6,13 +6,15 @@ from dataclasses import dataclass, field
 
 from scheduling import failpoints, lifecycle, notify
 from scheduling.core.decisions import Decisions, Placement, Preemption
+from scheduling.core.reasons import PendingReason
 from scheduling.fencing import fenced
 from scheduling.models import EventKind, Job, JobEvent, StopReason, TaskState
 from scheduling.snapshot import StoreView
 from scheduling.stopping import do_request_stop
 
 REASON_BATCH = 500
-REASON_FIELDS = ["pending_reason_code", "pending_reason_message", "reserved_nodes", "nominated_nodes"]
+REASON_FIELDS = ["pending_reason_code", "pending_reason_message", "reserved_nodes", "nominated_nodes",
+                 "pending_histogram"]
 
 
 @dataclass
@@ -62,8 +64,8 @@ def _place(placement: Placement, view: StoreView, *, epoch: int, now) -> bool:
         failpoints.hit("apply.inside_place")
         if moved:
             Job.objects.filter(pk=placement.job_id).update(
-                borrowed=placement.borrowed, reserved_nodes=[], nominated_nodes=[], estimated_start=None,
-                likely_start=None, not_before=None)
+                borrowed=placement.borrowed, reserved_nodes=[], nominated_nodes=[], pending_histogram={},
+                estimated_start=None, likely_start=None, not_before=None)
             notify.jobs_changed([placement.job_id])
             notify.wake_agents(placement.nodes, "assignment")
     failpoints.hit("apply.after_place")
@@ -86,21 +88,30 @@ def _preempt(preemption: Preemption, *, epoch: int, now) -> bool:
     return bool(stopped)
 
 
+def stored_histogram(reason: PendingReason) -> dict:
+    """The reason's node histogram and fit count as `Job.pending_histogram` holds them ({}
+    for a reason that is not about room on the nodes)."""
+    if not reason.fit_count:
+        return {}
+    return {"histogram": [[why, count] for why, count in reason.histogram], "fit": reason.fit_count}
+
+
 def _write_reasons(decisions: Decisions, view: StoreView, *, epoch: int, now) -> int:
-    """Pending reasons, reserved and nominated nodes, only where they changed, in batches of
-    one UPDATE each, and only on jobs still PENDING: one cancelled or placed since the
-    snapshot keeps its own (cleared) reason. Start times are the forecast's
-    (scheduling/forecasting.py)."""
+    """Pending reasons with their node histograms, reserved and nominated nodes, only where
+    they changed, in batches of one UPDATE each, and only on jobs still PENDING: one
+    cancelled or placed since the snapshot keeps its own (cleared) reason. Start times are
+    the forecast's (scheduling/forecasting.py)."""
     reservations = {r.job_id: r for r in decisions.reservations}
     changed = []
     for job_id, reason in decisions.pending.items():
         reservation = reservations.get(job_id)
         nodes = list(reservation.nodes) if reservation else []
         nominated = list(decisions.nominations.get(job_id, ()))
-        if view.reasons.get(job_id) != (reason.code.value, reason.message, nodes, nominated):
+        histogram = stored_histogram(reason)
+        if view.reasons.get(job_id) != (reason.code.value, reason.message, nodes, nominated, histogram):
             changed.append(Job(pk=job_id, pending_reason_code=reason.code.value,
                                pending_reason_message=reason.message, reserved_nodes=nodes,
-                               nominated_nodes=nominated))
+                               nominated_nodes=nominated, pending_histogram=histogram))
     written = 0
     for first in range(0, len(changed), REASON_BATCH):
         with fenced(epoch):

@@ -110,7 +110,7 @@ def sync_job_state(job_id: int, *, now=None) -> tuple[str, str]:
         if after in (S.SUCCEEDED, S.FAILED, S.CANCELLED):
             fields["finished_at"] = now
         if after in ACTIVE or after in (S.SUCCEEDED, S.FAILED, S.CANCELLED):
-            fields.update(pending_reason_code="", pending_reason_message="")
+            fields.update(pending_reason_code="", pending_reason_message="", pending_histogram={})
         Job.objects.filter(pk=job_id).update(**fields)
     return job.state, after
 

@@ -110,6 +110,10 @@ class Job(models.Model):
     # The nodes it was nominated to when it evicted (core.PendingJob.nominated): held for it
     # until the first pass after its victims have stopped. Written with the pending reason.
     nominated_nodes = models.JSONField(default=list, blank=True)
+    # The pass's node count for its shape, written with the pending reason where the reason is
+    # about room on the nodes: {"histogram": [[why, nodes], ...], "fit": "3/36"}; {} otherwise.
+    # The job page shows it instead of rebuilding the cluster on every render.
+    pending_histogram = models.JSONField(default=dict, blank=True)
     # The forecast (scheduling/forecasting.py): the start if every job runs to its
     # max_runtime, and the likely start from the teams' observed runtimes.
     estimated_start = models.DateTimeField(null=True, blank=True)

@@ -203,6 +203,7 @@ def _requeue(job: Job, verdict: Verdict, *, now, lost: dict) -> None:
     Job.objects.filter(pk=job.pk).update(not_before=not_before, finished_at=None, updated_at=now,
                                          pending_reason_code="BACKOFF" if not_before else "",
                                          pending_reason_message=verdict.message if not_before else "",
+                                         pending_histogram={},
                                          **{verdict.counter: verdict.count})
     JobEvent.objects.create(job=job, kind=EventKind.RETRY, actor_name="scheduler", reason=verdict.code,
                             message=verdict.message, data={verdict.counter: verdict.count}, created_at=now)
@@ -249,7 +250,8 @@ def _fail_orphans(*, epoch: int, now) -> int:
                                               failure_class=FailureClass.DEPENDENCY)
             if moved:
                 Job.objects.filter(pk=job_id).update(failure_class=FailureClass.DEPENDENCY,
-                                                     pending_reason_code="", pending_reason_message="")
+                                                     pending_reason_code="", pending_reason_message="",
+                                                     pending_histogram={})
                 _count_outcome("failed", FailureClass.DEPENDENCY)
                 notify.jobs_changed([job_id])
         failed += bool(moved)

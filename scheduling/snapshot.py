@@ -22,7 +22,7 @@ class StoreView:
 
     snapshot: core.ClusterSnapshot
     node_ids: dict[str, int] = field(default_factory=dict)
-    # job -> (reason code, message, reserved nodes) as stored now
+    # job -> (reason code, message, reserved nodes, nominated nodes, histogram) as stored now
     reasons: dict[int, tuple] = field(default_factory=dict)
     # job -> (estimated start, likely start) as stored now
     starts: dict[int, tuple] = field(default_factory=dict)
@@ -105,7 +105,7 @@ def _pending() -> tuple[list[core.PendingJob], dict, dict]:
         "id", "team__name", "priority", "gpu_type", "task_count", "gpus_per_task", "cpu_per_rank",
         "memory_per_rank_gb", "node_selector", "topology_hint", "submitted_at", "max_runtime_hours", "not_before",
         "held", "checkpoint", "pending_reason_code", "pending_reason_message", "reserved_nodes",
-        "nominated_nodes", "estimated_start", "likely_start")
+        "nominated_nodes", "pending_histogram", "estimated_start", "likely_start")
     rows = list(rows)
     unmet = _unmet_dependencies([row["id"] for row in rows])
     yields = _preemptors_waiting([row["id"] for row in rows])
@@ -120,7 +120,7 @@ def _pending() -> tuple[list[core.PendingJob], dict, dict]:
             checkpoint_interval_s=checkpoint_interval_s(row["checkpoint"]), nominated=tuple(row["nominated_nodes"]),
         ))
         reasons[row["id"]] = (row["pending_reason_code"], row["pending_reason_message"], row["reserved_nodes"],
-                              row["nominated_nodes"])
+                              row["nominated_nodes"], row["pending_histogram"])
         starts[row["id"]] = (row["estimated_start"], row["likely_start"])
     return jobs, reasons, starts
 

@@ -77,6 +77,25 @@ def test_waiting_jobs_get_their_reason_saved(api, leader):
     assert body["pending_reason"] == {"code": job.pending_reason_code, "message": job.pending_reason_message}
 
 
+def test_the_node_histogram_is_stored_with_the_reason_only_when_it_changed(api, leader):
+    Node.objects.filter(gpu_type="H100").update(state="CORDONED")
+    job = submit(api, resources={"gpu_count": 8})
+    held = submit(api, resources={"gpu_count": 8}, client_job_id="held")
+    Job.objects.filter(pk=held.pk).update(held=True)
+    run_pass(epoch=leader)
+    job.refresh_from_db()
+    held.refresh_from_db()
+    assert job.pending_reason_code == "NO_MATCHING_NODES"
+    assert job.pending_histogram == {"histogram": [["other resource class", 20], ["CORDONED", 16]], "fit": "0/36"}
+    assert (held.pending_reason_code, held.pending_histogram) == ("HELD", {})  # not about room: no count
+
+    assert run_pass(epoch=leader).applied.reasons_written == 0  # unchanged: not written again
+    Node.objects.filter(name="z1-r1-h100-01").update(state="READY")
+    assert run_pass(epoch=leader).placed == 1
+    job.refresh_from_db()
+    assert (job.state, job.pending_reason_code, job.pending_histogram) == ("ASSIGNED", "", {})
+
+
 def test_preempted_gang_gets_term_then_kill_even_with_its_celery_message_lost(api, leader):
     Node.objects.exclude(rack="z1-r1").update(state="CORDONED")  # one rack of 8 nodes
     victim = submit(api, user="bob", team="production-ranking", priority="P3", client_job_id="victim",
