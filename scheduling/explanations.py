@@ -1,11 +1,12 @@
-"""The "why is this job pending?" panel: the reason the last pass gave, the live node
-histogram for its shape, its reservation, and what would let it start sooner."""
+"""The "why is this job pending?" panel: the reason, node histogram and fit count the last
+pass stored with the job (read, never recomputed: the page re-renders on every push), and,
+asked for, what would let it start sooner against the cluster as it is now."""
 from dataclasses import dataclass
+from datetime import datetime
 
 from django.conf import settings
 from django.utils import timezone
 
-from scheduling.core.explain import CapacityExplainer
 from scheduling.core.state import ClusterState
 from scheduling.core.whatif import fits_now, suggestions
 from scheduling.models import Job
@@ -17,10 +18,19 @@ from scheduling.snapshot import load_nodes, load_running
 class Why:
     code: str
     message: str
+    # The pass's count for the job's shape; () and "" where its reason is not about room on
+    # the nodes (held, behind a reservation, over quota...) or no pass has looked at it yet.
     histogram: tuple[tuple[str, int], ...]
     fit_count: str
-    suggestions: list[str]
+
+
+@dataclass
+class Help:
+    """What would let a pending job start sooner, tried on the cluster at `at`."""
+
+    at: datetime
     fits_as_is: bool
+    suggestions: list[str]
 
 
 def cluster_now() -> tuple[ClusterState, tuple]:
@@ -29,12 +39,19 @@ def cluster_now() -> tuple[ClusterState, tuple]:
 
 
 def explain_job(job: Job) -> Why:
-    state, nodes = cluster_now()
-    shape = job_shape(job.spec)
-    histogram, fit = CapacityExplainer(state, nodes).node_histogram(shape)
+    stored = job.pending_histogram or {}
     return Why(
         code=job.pending_reason_code or "NOT_YET_SCHEDULED",
         message=job.pending_reason_message or "waiting for the scheduler's next pass",
-        histogram=histogram, fit_count=f"{fit}/{len(nodes)}",
-        suggestions=suggestions(state, shape, settings.MLQ_GPU_TYPES), fits_as_is=fits_now(state, shape),
+        histogram=tuple((why, count) for why, count in stored.get("histogram", ())),
+        fit_count=stored.get("fit", ""),
     )
+
+
+def what_would_help(job: Job) -> Help:
+    """Reshapes of the job that fit the free room now: loads every node and running task, so
+    it runs when a user asks, never on a render."""
+    state, _ = cluster_now()
+    shape = job_shape(job.spec)
+    return Help(at=timezone.now(), fits_as_is=fits_now(state, shape),
+                suggestions=suggestions(state, shape, settings.MLQ_GPU_TYPES))

@@ -10,7 +10,7 @@ from django.views.decorators.http import require_POST
 from rest_framework.exceptions import APIException, PermissionDenied
 
 from scheduling import services
-from scheduling.explanations import explain_job
+from scheduling.explanations import explain_job, what_would_help
 from scheduling.models import Job, Priority, TaskLog, TaskState
 from scheduling.queue import SORTS, QueueQuery, queue_page
 from scheduling.secrets import masked_spec
@@ -52,6 +52,14 @@ def job_page(request, job_id: int):
 @login_required
 def job_panel(request, job_id: int):
     return render(request, "scheduling/job_panel.html", _panel_context(_job_for(request, job_id), request.user))
+
+
+@login_required
+def job_help(request, job_id: int):
+    """The panel's "What would help?": computed only when asked, as it loads the whole cluster."""
+    job = _job_for(request, job_id)
+    found = what_would_help(job) if job.state == TaskState.PENDING else None
+    return render(request, "scheduling/job_help.html", {"job": job, "help": found})
 
 
 def _panel_context(job: Job, user) -> dict:

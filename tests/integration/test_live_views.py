@@ -3,12 +3,19 @@ and telling each user only about jobs of teams they may see."""
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
 from channels.testing import WebsocketCommunicator
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
+from agents.models import Node
 from mlqueue.asgi import application
 from scheduling import notify
-from scheduling.models import Job
+from scheduling.models import Job, SchedulerLease, Task
+from scheduling.worker import run_pass
 from tests.conftest import make_spec
+
+EPOCH = 7
 
 
 def logged_in(username: str) -> Client:
@@ -42,18 +49,98 @@ def test_queue_page_needs_a_login(demo):
     assert response.status_code == 302 and response["Location"].startswith("/accounts/login/")
 
 
-def test_job_page_explains_a_job_that_cannot_fit_now(api, demo):
-    from agents.models import Node
+def pass_as_leader() -> None:
+    """One scheduler pass, run as the leader of EPOCH (see tests/integration/test_scheduler_pass.py)."""
+    SchedulerLease.objects.filter(pk=1).update(epoch=EPOCH, holder="test:1", renewed_at=timezone.now())
+    run_pass(epoch=EPOCH)
 
+
+def an_h100_job_with_no_h100_ready(api) -> int:
     Node.objects.filter(gpu_type="H100").update(state="CORDONED")
     Node.objects.exclude(gpu_type="H100").update(state="READY")
-    job_id = api("alice").post("/api/v1/jobs", make_spec(resources={"gpu_count": 8}), format="json").json()["id"]
+    return api("alice").post("/api/v1/jobs", make_spec(resources={"gpu_count": 8}), format="json").json()["id"]
+
+
+def test_job_page_explains_a_job_that_cannot_fit_now(api, demo):
+    job_id = an_h100_job_with_no_h100_ready(api)
+    pass_as_leader()
     html = logged_in("alice").get(f"/jobs/{job_id}/").content.decode()
     assert "Why is this job pending?" in html
     assert "<b>0/36</b> nodes have room for one of its tasks" in html
     assert "<td>16</td><td>CORDONED</td>" in html
-    assert "fits now on A100" in html
+    assert "What would help?" in html and "fits now on A100" not in html  # only when asked
+    help_html = logged_in("alice").get(f"/jobs/{job_id}/help/").content.decode()
+    assert "fits now on A100" in help_html
     assert logged_in("bob").get(f"/jobs/{job_id}/").status_code == 404
+
+
+def test_what_would_help_is_asked_for_and_follows_the_job_page_s_visibility(api, demo):
+    job_id = an_h100_job_with_no_h100_ready(api)
+    response = logged_in("alice").get(f"/jobs/{job_id}/help/", HTTP_HX_REQUEST="true")
+    assert response.status_code == 200
+    assert '<ul class="small" id="suggestions">' in response.content.decode()
+    assert "<li>fits now on A100</li>" in response.content.decode()
+    assert logged_in("bob").get(f"/jobs/{job_id}/help/").status_code == 404
+    assert logged_in("alice").get("/jobs/999999/help/").status_code == 404
+    anonymous = Client().get(f"/jobs/{job_id}/help/")
+    assert anonymous.status_code == 302 and anonymous["Location"].startswith("/accounts/login/")
+    Job.objects.filter(pk=job_id).update(state="CANCELLED")
+    assert "is no longer pending" in logged_in("alice").get(f"/jobs/{job_id}/help/").content.decode()
+
+
+def test_a_job_whose_reason_is_not_about_room_gets_a_sentence_not_a_count(api, demo):
+    job_id = an_h100_job_with_no_h100_ready(api)
+    client = logged_in("alice")
+    assert "The scheduler has not looked at it yet." in client.get(f"/jobs/{job_id}/panel/").content.decode()
+    Job.objects.filter(pk=job_id).update(held=True)
+    pass_as_leader()
+    html = client.get(f"/jobs/{job_id}/panel/").content.decode()
+    assert "<code>HELD</code>" in html and "nodes have room" not in html
+    assert "No node count for this reason" in html
+
+
+def add_nodes_and_running_tasks(api, count: int) -> None:
+    """`count` more READY CPU nodes, each running one task of a job of bob's."""
+    nodes = Node.objects.bulk_create(
+        Node(name=f"extra-{i:03d}", zone="z1", rack="z1-r9", cpu_count=64, memory_gb=256, state="READY")
+        for i in range(count))
+    spec = make_spec(team="production-ranking", client_job_id="extra",
+                     resources={"gpu_count": 0, "gpu_type": None, "tasks": count, "cpu_per_rank": 1,
+                                "memory_per_rank_gb": 1})
+    response = api("bob").post("/api/v1/jobs", spec, format="json")
+    assert response.status_code == 201, response.json()
+    job = Job.objects.get(pk=response.json()["id"])
+    for task, node in zip(job.tasks.order_by("rank"), nodes):
+        Task.objects.filter(pk=task.pk).update(state="RUNNING", node=node, epoch=EPOCH, started_at=timezone.now())
+    Job.objects.filter(pk=job.pk).update(state="RUNNING")
+    assert Task.objects.filter(state="RUNNING").count() == count
+
+
+def rendered(client: Client, path: str) -> tuple[str, list[str]]:
+    with CaptureQueriesContext(connection) as queries:
+        response = client.get(path)
+    assert response.status_code == 200
+    return response.content.decode(), [q["sql"] for q in queries.captured_queries]
+
+
+def test_the_job_page_reads_the_pass_s_count_in_queries_that_do_not_grow_with_the_cluster(api, demo):
+    job_id = an_h100_job_with_no_h100_ready(api)
+    pass_as_leader()
+    client = logged_in("alice")
+    page, page_queries = rendered(client, f"/jobs/{job_id}/")
+    panel, panel_queries = rendered(client, f"/jobs/{job_id}/panel/")
+    assert "<b>0/36</b> nodes have room" in page and "<b>0/36</b> nodes have room" in panel
+
+    add_nodes_and_running_tasks(api, 50)
+    page, more_page_queries = rendered(client, f"/jobs/{job_id}/")
+    panel, more_panel_queries = rendered(client, f"/jobs/{job_id}/panel/")
+    assert (len(more_page_queries), len(more_panel_queries)) == (len(page_queries), len(panel_queries))
+    assert len(more_page_queries) <= 12
+    # Nothing loads the fleet: the only node rows read are those of the job's own tasks (a join).
+    assert not any('FROM "agents_node"' in sql for sql in more_page_queries + more_panel_queries)
+    assert "<b>0/36</b> nodes have room" in page  # the last pass's count, until the next pass
+    pass_as_leader()
+    assert "<b>0/86</b> nodes have room" in client.get(f"/jobs/{job_id}/panel/").content.decode()
 
 
 def test_cancel_from_the_job_page(api, demo):
