@@ -263,6 +263,9 @@ class PolicyConfig:
     # The older single knob: when set, the minimum for P1-P3 preemptors (P0 keeps its own).
     min_runtime_before_preempt_s: float | None = None
     reservations_per_class: int = 1
+    # How many of the jobs waiting past `reservation_wait_bound_s` go first in their class, oldest
+    # first (None: all of them); the others keep their turn by fair share.
+    overdue_first: int | None = None
     backfill: bool = True
     preemption: bool = True
     # Within a team's turn, start the job with the least expected GPU-time first.

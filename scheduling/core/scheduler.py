@@ -99,7 +99,8 @@ class QueueOrder:
     1. effective priority class, P0 first; each `aging_interval_s` of waiting raises a job one
        class, never into P0, so nothing starves across classes;
     2. within a class, jobs waiting past `reservation_wait_bound_s` first, oldest first, so
-       the head of that line gets the reservation whatever its team's share;
+       the head of that line gets the reservation whatever its team's share (with
+       `overdue_first` = n, only the n oldest: the others take their team's turn in 3);
     3. then fair share: the team whose division's, then whose own dominant share (usage over
        entitlement) is lowest goes next; shares are updated as the pass places jobs; between
        equal shares, the team whose next job is older;
@@ -129,6 +130,13 @@ class QueueOrder:
                 self.overdue[klass].append(job)
             else:
                 self.classes[klass][job.team].append(job)
+        heads = self.config.overdue_first
+        if heads is not None:  # only the oldest overdue go first; the rest keep their turn
+            for klass, line in self.overdue.items():
+                line.sort(key=attrgetter("submitted_at", "job_id"))
+                for job in line[heads:]:
+                    self.classes[klass][job.team].append(job)
+                del line[heads:]
         for teams in self.classes.values():
             for queue in teams.values():
                 queue.sort(key=self.within_team, reverse=True)  # popped from the end

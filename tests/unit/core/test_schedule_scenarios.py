@@ -409,6 +409,23 @@ def test_a_team_past_its_guarantee_blocked_by_fragmentation_is_told_so_not_that_
         "2 fewer than 8 free H100); reserved 1 node(s), estimated start 22:20 UTC")
 
 
+def test_with_overdue_first_only_the_oldest_jobs_past_the_bound_jump_the_fair_share_order():
+    nodes = cluster(rack("z1-r1", 2))
+    quotas = teams(vision={"gpu:H100": (8, 16)}, ranking={"gpu:H100": (8, 16)})
+    oldest, older = job(1, team="ranking", age=3 * HOUR), job(2, team="ranking", age=2.5 * HOUR)
+    fresh = job(3, team="vision", age=600)
+    pending = [oldest, older, fresh]
+    every_overdue = schedule(snapshot(nodes, pending=pending, team_list=quotas))
+    assert every_overdue.order == (1, 2, 3)
+    assert [p.job_id for p in every_overdue.placements] == [1, 2]
+    # Only the head of the overdue line goes first (it would get the reservation); the other
+    # overdue job takes its team's turn, after a team now lower in share.
+    head_only = schedule(snapshot(nodes, pending=pending, team_list=quotas, overdue_first=1))
+    assert head_only.order == (1, 3, 2)
+    assert [p.job_id for p in head_only.placements] == [1, 3]
+    assert head_only.pending[2].code == ReasonCode.QUOTA  # ranking is at its guarantee, nothing idle
+
+
 def test_reclaim_searches_are_bounded_per_pass():
     nodes = cluster(rack("z1-r1", 2))
     quotas = teams(vision={"gpu:H100": (8, 0)}, ranking={"gpu:H100": (8, 0)}, other={"gpu:H100": (0, 16)})
