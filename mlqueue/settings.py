@@ -310,6 +310,21 @@ MLQ_PREEMPT_MIN_RUNTIME = env_min_runtime("MLQ_PREEMPT_MIN_RUNTIME", "MLQ_PREEMP
 # A team's job within its guarantee reclaims borrowed capacity only after waiting this long
 # (0: at once), so room that frees up by itself comes to it first (BENCHMARKS.md: reclaim churn).
 MLQ_RECLAIM_AFTER_WAIT_S = env_seconds("MLQ_RECLAIM_AFTER_WAIT_S", 0.0)
+QUEUE_ORDERS = ("weighted_shortest", "fair_share")
+
+
+def env_choice(name: str, choices: tuple[str, ...]) -> str:
+    """One of `choices`, the first by default."""
+    raw = os.environ.get(name, "").strip()
+    if raw and raw not in choices:
+        raise ImproperlyConfigured(f"{name}={raw!r} is not one of {', '.join(choices)}")
+    return raw or choices[0]
+
+
+# The queue order within a priority class (scheduling/core/scheduler.py, QueueOrder):
+# weighted_shortest ranks jobs by expected GPU-time times (1 + their team's share); fair_share
+# gives teams turns by share, shortest first within a turn (BENCHMARKS.md: the two compared).
+MLQ_QUEUE_ORDER = env_choice("MLQ_QUEUE_ORDER", QUEUE_ORDERS)
 MLQ_MAX_LOG_CHARS = env_int("MLQ_MAX_LOG_CHARS", 10_000_000)  # per task attempt and stream, in Postgres
 # The start-time forecast (scheduling/forecasting.py): at most one per this many seconds,
 # after a pass, and at most this many simulated passes each.

@@ -35,7 +35,7 @@ def ts(moment) -> float | None:
 def policy_config() -> core.PolicyConfig:
     """The policy as this deployment configures it."""
     return core.PolicyConfig(min_runtime_by_class=dict(settings.MLQ_PREEMPT_MIN_RUNTIME),
-                             reclaim_after_wait_s=settings.MLQ_RECLAIM_AFTER_WAIT_S)
+                             reclaim_after_wait_s=settings.MLQ_RECLAIM_AFTER_WAIT_S, order=settings.MLQ_QUEUE_ORDER)
 
 
 def build_view(*, now, config: core.PolicyConfig | None = None) -> StoreView:

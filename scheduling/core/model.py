@@ -262,17 +262,22 @@ class PolicyConfig:
     min_runtime_by_class: Mapping[str, float] = field(default_factory=lambda: dict(MIN_RUNTIME_BY_CLASS))
     # The older single knob: when set, the minimum for P1-P3 preemptors (P0 keeps its own).
     min_runtime_before_preempt_s: float | None = None
-    reservations_per_class: int = 1
+    # Blocked jobs per resource class that hold a reservation (the first ones in queue order).
+    reservations_per_class: int = 2
     # How many of the jobs waiting past `reservation_wait_bound_s` go first in their class, oldest
-    # first (None: all of them); the others keep their turn by fair share.
-    overdue_first: int | None = None
+    # first (None: all of them); the others keep their place in the order. With as many as hold
+    # reservations, the oldest always get them, so nothing starves, while short jobs are not made
+    # to queue behind every job older than the bound (BENCHMARKS.md, "The queue order").
+    overdue_first: int | None = 2
     backfill: bool = True
     preemption: bool = True
     # Within a team's turn, start the job with the least expected GPU-time first.
     shortest_first_within_team: bool = True
-    # "fair_share": teams take turns by dominant share; "weighted_shortest": jobs by expected
-    # GPU-time times (1 + their team's share) (see QueueOrder).
-    order: str = "fair_share"
+    # "weighted_shortest": jobs by expected GPU-time times (1 + their team's dominant share), so
+    # short jobs go first across teams and a team using more than it is owed sees its jobs count
+    # as larger; "fair_share": teams take turns by dominant share (see QueueOrder). The live
+    # scheduler reads MLQ_QUEUE_ORDER.
+    order: str = "weighted_shortest"
     # Bounds the work one pass spends searching for victims: for priority, and (None: no
     # bound) for reclaim. A job past the budget is tried again next pass.
     max_preemption_searches: int = 64

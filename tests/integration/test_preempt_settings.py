@@ -3,7 +3,7 @@ MLQ_PREEMPT_MIN_RUNTIME_S still honoured for P1-P3."""
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from mlqueue.settings import env_min_runtime, env_seconds
+from mlqueue.settings import QUEUE_ORDERS, env_choice, env_min_runtime, env_seconds
 from scheduling.snapshot import policy_config
 
 NAME, SINGLE = "MLQ_PREEMPT_MIN_RUNTIME", "MLQ_PREEMPT_MIN_RUNTIME_S"
@@ -60,3 +60,20 @@ def test_a_bad_reclaim_delay_stops_the_server_naming_the_variable(monkeypatch, r
     with pytest.raises(ImproperlyConfigured) as caught:
         env_seconds("MLQ_RECLAIM_AFTER_WAIT_S", 0.0)
     assert str(caught.value) == f"MLQ_RECLAIM_AFTER_WAIT_S={raw!r}: {raw!r} is not a number of seconds >= 0"
+
+
+@pytest.mark.parametrize("raw, expected", [("", "weighted_shortest"), ("fair_share", "fair_share"),
+                                           (" weighted_shortest ", "weighted_shortest")])
+def test_the_queue_order_from_the_environment(monkeypatch, settings, raw, expected):
+    monkeypatch.setenv("MLQ_QUEUE_ORDER", raw)
+    assert env_choice("MLQ_QUEUE_ORDER", QUEUE_ORDERS) == expected
+    settings.MLQ_QUEUE_ORDER = expected
+    assert policy_config().order == expected
+
+
+@pytest.mark.parametrize("raw", ["fifo", "FAIR_SHARE", "shortest"])
+def test_a_bad_queue_order_stops_the_server_naming_the_variable(monkeypatch, raw):
+    monkeypatch.setenv("MLQ_QUEUE_ORDER", raw)
+    with pytest.raises(ImproperlyConfigured) as caught:
+        env_choice("MLQ_QUEUE_ORDER", QUEUE_ORDERS)
+    assert str(caught.value) == f"MLQ_QUEUE_ORDER={raw!r} is not one of weighted_shortest, fair_share"

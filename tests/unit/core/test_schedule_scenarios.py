@@ -56,7 +56,7 @@ def test_gang_is_not_starved_by_a_stream_of_small_jobs():
     gang = job(30, gpus=64, age=600)
     short = [job(40 + i, gpus=1, runtime=HOUR / 2, team="ranking") for i in range(4)]
     long = [job(50 + i, gpus=1, runtime=10 * HOUR, team="ranking") for i in range(4)]
-    decisions = schedule(snapshot(nodes, pending=[gang, *short, *long], running_jobs=busy))
+    decisions = schedule(snapshot(nodes, pending=[gang, *short, *long], running_jobs=busy, order="fair_share"))
 
     assert decisions.reservations[0].job_id == 30
     assert decisions.reservations[0].start_at == NOW + HOUR
@@ -65,6 +65,23 @@ def test_gang_is_not_starved_by_a_stream_of_small_jobs():
     assert decisions.pending[50].message == (
         "fits now, but would delay job 30, which holds 8 node(s) from 22:20 UTC; "
         "with max_runtime_hours <= 1.00 it could start now")
+
+
+def test_shortest_weighted_first_small_jobs_go_first_until_the_gang_is_past_the_bound():
+    """The default order ranks jobs by expected GPU-time (weighted by their team's share): a
+    fresh 64-GPU gang goes after 1-GPU jobs, even ten-hour ones. Past the wait bound it is the
+    head of the overdue line: it goes first and holds its nodes."""
+    nodes = cluster(rack("z1-r1", 8))
+    busy = [running(i, [f"z1-r1-n{i}"], remaining=HOUR, team="other") for i in range(1, 8)]
+    small = [job(50 + i, gpus=1, runtime=10 * HOUR, team="ranking") for i in range(4)]
+    fresh = schedule(snapshot(nodes, pending=[job(30, gpus=64, age=600), *small], running_jobs=busy))
+    assert fresh.order == (50, 51, 52, 53, 30)
+    assert sorted(p.job_id for p in fresh.placements) == [50, 51, 52, 53]
+
+    overdue = schedule(snapshot(nodes, pending=[job(30, gpus=64, age=3 * HOUR), *small], running_jobs=busy))
+    assert overdue.order[0] == 30
+    assert overdue.reservations[0].job_id == 30 and overdue.reservations[0].start_at == NOW + HOUR
+    assert overdue.placements == ()
 
 
 def test_past_the_wait_bound_nothing_new_lands_on_reserved_nodes():
@@ -318,7 +335,8 @@ def test_room_a_stopped_victim_left_is_kept_for_its_preemptor():
     assert decisions.placements == ()
     assert decisions.pending[5].code == ReasonCode.PREEMPTING
     assert decisions.pending[2].message == (
-        "fits the free room, but it is held for job 5, which preempted jobs to start there")
+        "fits the free room, but it is held for job 5, which preempted jobs to start there; "
+        "reserved 1 node(s), estimated start 22:20 UTC")
     assert decisions.pending[3].code == ReasonCode.BEHIND_RESERVATION
 
 
