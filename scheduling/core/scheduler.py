@@ -149,7 +149,8 @@ class QueueOrder:
         return max(1, rank - int(waited // self.config.aging_interval_s)) if waited > 0 else rank
 
     def within_team(self, job: PendingJob) -> tuple:
-        size = expected_units_seconds(job) if self.config.shortest_first_within_team else 0.0
+        shortest = self.config.shortest_first_within_team or self.config.order == "weighted_shortest"
+        size = expected_units_seconds(job) if shortest else 0.0
         return (size, job.submitted_at, job.job_id)
 
     def __iter__(self):
@@ -176,19 +177,35 @@ class QueueOrder:
             yield from turns(self.classes.get(klass, {}))
 
     def _weighted_shortest(self, teams: dict[str, list[PendingJob]]):
-        heap = [self._weighted(job) for queue in teams.values() for job in queue]
+        """Every job by its weighted size. A team's jobs share one weight, so each team's queue
+        (sorted by size, see `within_team`) is taken from its head, and only the heads meet in
+        a heap: a pop costs a look at a few teams, not at the whole queue."""
+        heap = [self._weighted(team, queue) for team, queue in teams.items() if queue]
         heapq.heapify(heap)
         while heap:
             key = heapq.heappop(heap)
-            fresh = self._weighted(key[-1])
-            if fresh > key:  # its team placed work since: its jobs weigh more now
-                heapq.heappush(heap, fresh)
-                continue
-            yield key[-1]
+            team = key[3]
+            if key[5] != self._version():  # the ledger changed since: weigh its head again
+                fresh = self._weighted(team, teams[team], key[4])
+                if fresh[:3] > key[:3]:  # its team placed work since: its jobs weigh more now
+                    heapq.heappush(heap, fresh)
+                    continue
+            yield teams[team].pop()
+            if teams[team]:
+                heapq.heappush(heap, self._weighted(team, teams[team]))
 
-    def _weighted(self, job: PendingJob) -> tuple:
-        size = expected_units_seconds(job) * (1.0 + self._standing(job.team, self.ledger.share))
-        return (size, job.submitted_at, job.job_id, job)
+    def _weighted(self, team: str, queue: list[PendingJob], size: float | None = None) -> tuple:
+        """(weighted size, submitted, job id, team, the head's own size, the ledger version it
+        was weighed at): the ids are unique, so a heap never compares past them."""
+        head = queue[-1]
+        size = expected_units_seconds(head) if size is None else size
+        version = self._version()
+        return (size * (1.0 + self._standing(team, self.ledger.share)), head.submitted_at, head.job_id, team, size,
+                version)
+
+    def _version(self) -> object:
+        """What changes with the ledger (a fresh object each time without `changes`)."""
+        return self.changes() if self.changes is not None else object()
 
     def _fair_turns(self, teams: dict[str, list[PendingJob]]):
         heap = [self._key(team, queue) for team, queue in teams.items()]
