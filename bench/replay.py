@@ -3,7 +3,7 @@
     python -m bench.replay --trace ../shared/traces/philly-2017-09-10.csv --policy mlqueue \\
         --nodes 64 --gpus-per-node 8 --runtime-estimate x2 [--from 2017-09-04 --to 2017-10-01]
         [--load-scale 1] [--quotas proportional|equal|none|FILE.json] [--fleet seed-2500]
-        [--checkpoint-interval 1800] [--grace 120] [--node-failures 0] [--seed 1]
+        [--checkpoint-interval 1800] [--grace 120] [--restart-overhead 0] [--node-failures 0] [--seed 1]
         [--baseline easy|fifo|sjf|none] [--table]
 
 Prints one JSON line of figures (see scheduling/sim/metrics.py), plus the wall time; unless
@@ -50,6 +50,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--quotas", default="proportional", help="proportional, equal, none, or a JSON file")
     parser.add_argument("--checkpoint-interval", type=float, default=1800.0, help="seconds; 0: no checkpoints")
     parser.add_argument("--grace", type=float, default=120.0)
+    parser.add_argument("--restart-overhead", type=float, default=0.0,
+                        help="seconds a job restarted after a preemption or node loss spends before its work "
+                        "resumes (image pull, data and checkpoint load), counted as lost work; 0: free")
     parser.add_argument("--tick", type=float, default=600.0)
     parser.add_argument("--node-failures", type=int, default=0)
     parser.add_argument("--seed", type=int, default=1)
@@ -153,6 +156,8 @@ def read_jobs(args) -> list:
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
+    if not 0 <= args.restart_overhead < math.inf:
+        fail("--restart-overhead must be a number of seconds >= 0")
     fleet = fleet_for(args)
     gpus = sum(n.gpus for n in fleet)
     jobs = read_jobs(args)
@@ -183,6 +188,7 @@ def replay(args, name: str, fleet, jobs, owed: dict[str, int]) -> dict:
     gpus = sum(n.gpus for n in fleet)
     policy = make_policy(name, durations={job.job_id: job.duration for job in jobs})
     config = SimConfig(checkpoint_interval_s=args.checkpoint_interval, grace_s=args.grace, tick_s=args.tick,
+                       restart_overhead_s=args.restart_overhead,
                        gpu_type=args.gpu_type, node_failures=args.node_failures, seed=args.seed)
     sim = Simulation(fleet, teams_for(owed, args.gpu_type, gpus), jobs, policy, config, policy_config(args)).run()
     return summarize(sim, entitlements={t: float(g) for t, g in owed.items()})

@@ -54,6 +54,11 @@ class SimConfig:
     skip_quiet_instants: bool = True
     # Every job's restart policy (a trace says nothing of its own): the spec's defaults.
     restart_policy: RestartPolicy = field(default_factory=RestartPolicy)
+    # What a restart costs before work resumes (pulling the image, loading data and the last
+    # checkpoint): a job started again after a preemption or a lost node holds its GPUs this
+    # long first, counted as lost work. 0: restarts are free. A first start pays nothing here,
+    # the trace's durations include it.
+    restart_overhead_s: float = 0.0
 
 
 @dataclass
@@ -86,6 +91,7 @@ class Run:
     interval: float = 0.0
     anchor: float = 0.0
     confirmed: float | None = None
+    overhead: float = 0.0  # seconds of restart before its work resumed (SimConfig.restart_overhead_s)
 
 
 @dataclass
@@ -310,7 +316,7 @@ class Simulation:
         record = self.records[job_id]
         elapsed = self.now - run.started
         saved_at = self._last_checkpoint(run)
-        saved = max(0.0, saved_at - run.started) if saved_at is not None else 0.0
+        saved = max(0.0, saved_at - run.started - run.overhead) if saved_at is not None else 0.0
         record.gpu_s += elapsed * record.job.gpus
         record.lost_gpu_s += (elapsed - saved) * record.job.gpus
         record.done_s = min(record.job.duration, record.done_s + saved)
@@ -353,6 +359,7 @@ class Simulation:
     def _start(self, placement) -> None:
         job = self.pending.pop(placement.job_id)
         record = self.records[job.job_id]
+        overhead = 0.0 if record.first_start is None else self.config.restart_overhead_s
         record.first_start = self.now if record.first_start is None else record.first_start
         remaining = job.duration - record.done_s
         token = next(self.tokens)
@@ -363,8 +370,8 @@ class Simulation:
             self.now + self._told(job, record), preemptible=view.priority != "P0", checkpointing=view.checkpointing,
             last_checkpoint_at=None, checkpoint_interval_s=view.checkpoint_interval_s,
             preemptions=record.preemptions), self.now, token,
-            interval=self._interval(view.checkpoint_interval_s), anchor=self.now)
-        self._at(self.now + remaining, FINISH, (job.job_id, token))
+            interval=self._interval(view.checkpoint_interval_s), anchor=self.now + overhead, overhead=overhead)
+        self._at(self.now + overhead + remaining, FINISH, (job.job_id, token))
 
     def _told(self, job: TraceJob, record: Record) -> float:
         """The runtime the scheduler believes: the estimate, less the work already saved."""

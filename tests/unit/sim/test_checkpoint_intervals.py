@@ -61,3 +61,26 @@ def test_a_live_job_preempted_in_the_simulation_waits_again_with_its_own_shape_a
     # saved by its 600 s checkpoints.
     assert sim.records[2].first_start == NOW + 60
     assert victim.end == NOW + 660 + 2 * HOUR - HOUR
+
+
+@pytest.mark.parametrize("overhead", [0, 300])
+def test_a_restart_costs_its_overhead_before_work_resumes_and_the_first_start_does_not(overhead):
+    """Preempted at 1,000 s and stopped at 1,060 s with 900 s saved, the victim restarts at 1,160
+    s (after the P1 job's 100 s) and needs 10,000 - 900 s more, plus the restart's overhead, which
+    counts as lost work; its first start paid none."""
+    trace = [TraceJob(1, 0, 10_000, 8, "a", priority="P3"), TraceJob(2, 1000, 100, 8, "b", priority="P1")]
+    sim = simulate(trace, restart_overhead_s=overhead)
+    victim = sim.records[1]
+    assert victim.end == 1160 + overhead + 10_000 - 900
+    assert sim.records[2].end == 1060 + 100  # the preemptor's first start: no overhead
+    assert victim.lost_gpu_s == (1060 - 900) * 8
+
+
+def test_a_job_preempted_during_its_restart_overhead_keeps_only_what_it_had_saved():
+    trace = [TraceJob(1, 0, 10_000, 8, "a", priority="P3"), TraceJob(2, 1000, 100, 8, "b", priority="P1"),
+             TraceJob(3, 1200, 100, 8, "c", priority="P1")]
+    victim = simulate(trace, restart_overhead_s=300).records[1]
+    # Restarted at 1,160 s; evicted again at 1,200 s, inside its 300 s overhead: it stops at 1,260 s
+    # having saved nothing new, so the whole 100 s of that attempt is lost too.
+    assert victim.preemptions == 2
+    assert victim.lost_gpu_s == ((1060 - 900) + (1260 - 1160)) * 8
