@@ -321,7 +321,7 @@ def env_choice(name: str, choices: tuple[str, ...]) -> str:
     return raw or choices[0]
 
 
-# The queue order within a priority class (scheduling/core/scheduler.py, QueueOrder):
+# The queue order within a priority class (scheduling/core/queue_order.py):
 # weighted_shortest ranks jobs by expected GPU-time times (1 + their team's share); fair_share
 # gives teams turns by share, shortest first within a turn (BENCHMARKS.md: the two compared).
 MLQ_QUEUE_ORDER = env_choice("MLQ_QUEUE_ORDER", QUEUE_ORDERS)
