@@ -50,6 +50,15 @@ def demo(db):
 
 
 @pytest.fixture
+def logged_in(client, demo):
+    """logged_in("rita") -> the test client, logged in as rita (the demo's password)."""
+    def log_in(username: str):
+        assert client.login(username=username, password="demo")
+        return client
+    return log_in
+
+
+@pytest.fixture
 def fresh_liveness(monkeypatch):
     """Every node as never heard from, by a Redis the leader has already read: liveness's own
     Redis keys (the heartbeat set emptied, its sentinel set), the cache (where heartbeats go

@@ -31,14 +31,6 @@ def h200_node(demo, settings):
     assert response.status_code == 201, response.json()
 
 
-@pytest.fixture
-def logged_in(client, demo):
-    def log_in(username: str):
-        assert client.login(username=username, password="demo")
-        return client
-    return log_in
-
-
 def patch_h200(api, username: str, team: str, **fields):
     body = {"reason": "H200s arrive", "quotas": {"gpu:H200": fields}}
     return api(username).patch(f"/api/v1/teams/{team}/quotas", body, format="json")

@@ -37,15 +37,6 @@ def running(api):
     assert run_pass(epoch=1).placed == 3
 
 
-@pytest.fixture
-def logged_in(client, demo):
-    """logged_in("rita") -> the test client, logged in as rita."""
-    def log_in(username: str):
-        assert client.login(username=username, password="demo")
-        return client
-    return log_in
-
-
 def row(html: str, team: str, rclass: str) -> str | None:
     """The quota row's HTML, or None if the page has no such row."""
     found = re.search(rf'<tr id="quota-{team}-{rclass.replace(":", "-")}".*?</tr>', html, re.DOTALL)
