@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from django.utils import timezone
 
 from agents.models import AdminState, Node, NodeState, TaskIsolation
-from scheduling.api import LEASE_DURATION
+from scheduling.web.api import LEASE_DURATION
 from scheduling.metrics_store import gpus_by_state
 from scheduling.models import EventKind, Job, JobEvent, JobState, SchedulerLease, StopReason, Task, TaskState
 

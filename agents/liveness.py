@@ -7,7 +7,7 @@ Two records, so that Redis stays a cache:
   second while Redis fails), never a write per heartbeat.
 The leader reads both and takes the later time. Redis losing its data, or being down, then
 costs nothing but freshness, and the leader restarts its failure-detection clocks when it
-notices (scheduling/failures.py). Embedded (no Redis), the local file cache stands in for Redis.
+notices (scheduling/leader/failures.py). Embedded (no Redis), the local file cache stands in for Redis.
 
 A Redis that fails is not asked again for a few seconds (a circuit breaker): a heartbeat
 must not wait for a connect timeout each time."""

@@ -13,7 +13,7 @@ from bench.chaos_stack import AGENTS, Stack, node_names
 from bench.chaos_store import GraceWindow
 from bench.chaos_timings import SCHEDULER_LEASE_S, Timings
 from bench.chaos_workload import Workload
-from scheduling.failpoints import POINTS
+from scheduling.leader.failpoints import POINTS
 
 AGENT_FAULTS = ("agent_cut", "agent_stop", "agent_kill")
 PROXIED_AGENT = "agent-c"

@@ -4,7 +4,7 @@ Origin) by their node token."""
 from django.urls import path
 
 from agents.consumers import AgentWakeConsumer
-from scheduling.consumers import JobsConsumer
+from scheduling.web.consumers import JobsConsumer
 
 agent_websocket_urlpatterns = [
     path("ws/agents/<str:name>/", AgentWakeConsumer.as_asgi()),

@@ -245,7 +245,7 @@ MLQ_RETRY_BACKOFF_MAX_S = float(os.environ.get("MLQ_RETRY_BACKOFF_MAX_S", "3600"
 # and applying, so a test can pause it mid-pass. Never set in production.
 MLQ_FAULT_APPLY_DELAY_S = float(os.environ.get("MLQ_FAULT_APPLY_DELAY_S", "0"))
 # Fault injection for the fault campaign only (bench/chaos.py): a file naming a failpoint
-# (scheduling/failpoints.py); the scheduler that reaches that point kills itself. Never set in
+# (scheduling/leader/failpoints.py); the scheduler that reaches that point kills itself. Never set in
 # production.
 MLQ_FAILPOINT_FILE = os.environ.get("MLQ_FAILPOINT_FILE", "")
 # The outage bound (README, "Outages"): running tasks survive a control-plane outage (Postgres,
@@ -326,7 +326,7 @@ def env_choice(name: str, choices: tuple[str, ...]) -> str:
 # gives teams turns by share, shortest first within a turn (BENCHMARKS.md: the two compared).
 MLQ_QUEUE_ORDER = env_choice("MLQ_QUEUE_ORDER", QUEUE_ORDERS)
 MLQ_MAX_LOG_CHARS = env_int("MLQ_MAX_LOG_CHARS", 10_000_000)  # per task attempt and stream, in Postgres
-# The start-time forecast (scheduling/forecasting.py): at most one per this many seconds,
+# The start-time forecast (scheduling/leader/forecasting.py): at most one per this many seconds,
 # after a pass, and at most this many simulated passes each.
 MLQ_FORECAST_INTERVAL_S = float(os.environ.get("MLQ_FORECAST_INTERVAL_S", "5"))
 MLQ_FORECAST_MAX_PASSES = env_int("MLQ_FORECAST_MAX_PASSES", 200)

@@ -7,9 +7,9 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from agents import api as agents_api
 from agents import pages as node_pages
-from scheduling import api as jobs_api
-from scheduling import pages as job_pages
-from scheduling import submit_page
+from scheduling.web import api as jobs_api
+from scheduling.web import pages as job_pages
+from scheduling.web import submit_page
 from teams import pages as team_pages
 from scheduling.metrics import metrics_view
 from teams import api as teams_api

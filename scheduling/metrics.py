@@ -30,7 +30,7 @@ DEPOSED = Counter("mlqueue_scheduler_deposed_total", "Times a leader found itsel
 
 
 def record_pass(decisions, applied, elapsed_ms: float, snapshot) -> None:
-    """Count what the pass applied (`applied`, scheduling/apply.py), not what it decided: a
+    """Count what the pass applied (`applied`, scheduling/leader/apply.py), not what it decided: a
     placement whose job was cancelled or placed by then, or a preemption whose victim was
     already stopping, changed nothing."""
     PASS_SECONDS.observe(elapsed_ms / 1000)

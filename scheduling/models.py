@@ -114,7 +114,7 @@ class Job(models.Model):
     # about room on the nodes: {"histogram": [[why, nodes], ...], "fit": "3/36"}; {} otherwise.
     # The job page shows it instead of rebuilding the cluster on every render.
     pending_histogram = models.JSONField(default=dict, blank=True)
-    # The forecast (scheduling/forecasting.py): the start if every job runs to its
+    # The forecast (scheduling/leader/forecasting.py): the start if every job runs to its
     # max_runtime, and the likely start from the teams' observed runtimes.
     estimated_start = models.DateTimeField(null=True, blank=True)
     likely_start = models.DateTimeField(null=True, blank=True)

@@ -14,7 +14,7 @@ from agents.models import Node
 from scheduling.core import model as core
 from scheduling.core.fairshare import Ledger
 from scheduling.models import Task
-from scheduling.snapshot import ACTIVE, load_teams
+from scheduling.leader.snapshot import ACTIVE, load_teams
 from teams.models import Team
 from teams.resources import known_classes
 

@@ -74,7 +74,7 @@ LEASE_KILL_GRACE_S = 5.0
 
 def kill_grace(lease_s: float) -> float:
     """How long after a lease's end its tasks get SIGKILL (SIGTERM comes at the end): 5 s, less
-    for a short test lease. The leader's margin is never shorter (scheduling/failures.py)."""
+    for a short test lease. The leader's margin is never shorter (scheduling/leader/failures.py)."""
     return min(LEASE_KILL_GRACE_S, lease_s / 4)
 
 

@@ -16,7 +16,7 @@ new attempt, and which budget that attempt spends.
    (INFRA).
 
 Pure, like the scheduler: no Django, no I/O, no clock. A verdict's back-off is a delay that
-the caller adds to its own `now`. The leader (scheduling/reconcile.py) and the simulator
+the caller adds to its own `now`. The leader (scheduling/leader/reconcile.py) and the simulator
 (scheduling/sim/engine.py) both decide here.
 """
 from dataclasses import dataclass

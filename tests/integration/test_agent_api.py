@@ -10,10 +10,10 @@ from rest_framework.test import APIClient
 
 from agents import liveness
 from agents.models import Node
-from scheduling import failures
-from scheduling.failures import detect
+from scheduling.leader import failures
+from scheduling.leader.failures import detect
 from scheduling.models import Job, JobEvent, SchedulerLease, Task
-from scheduling.worker import run_pass
+from scheduling.leader.worker import run_pass
 from tests.conftest import make_spec
 
 JOIN = "join-secret"

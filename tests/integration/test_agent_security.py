@@ -15,10 +15,10 @@ from agents import liveness
 from agents.models import JoinToken, Node
 from agents.services import ALREADY_REGISTERED, STILL_HAS_TASKS
 from agents.tokens import WRONG_JOIN_TOKEN, do_create_join_token
-from scheduling import failures
-from scheduling.failures import detect
+from scheduling.leader import failures
+from scheduling.leader.failures import detect
 from scheduling.models import JobEvent, SchedulerLease, Task, TaskLog
-from scheduling.worker import run_pass
+from scheduling.leader.worker import run_pass
 from teams.models import hash_token
 from tests.conftest import make_spec
 

@@ -5,7 +5,7 @@ from agents.models import Node
 from scheduling import reports
 from scheduling.assignments import assignment_env, master_port
 from scheduling.models import Job, SchedulerLease, Task
-from scheduling.worker import run_pass
+from scheduling.leader.worker import run_pass
 from tests.conftest import make_spec
 
 

@@ -8,9 +8,9 @@ import time_machine
 from django.utils import timezone
 
 from agents.models import Node
-from scheduling import snapshot
+from scheduling.leader import snapshot
 from scheduling.models import Job, JobEvent, Task
-from scheduling.worker import run_pass
+from scheduling.leader.worker import run_pass
 from tests.conftest import make_spec
 from tests.integration.test_agent_api import INVENTORY, JOIN, agent, beat
 

@@ -19,7 +19,7 @@ from mlqueue.parsers import JSON_TOO_DEEP, LONE_SURROGATE, MALFORMED_JSON, NUL_I
 from scheduling.models import Job, JobEvent, Task, TaskLog
 from scheduling.services import check_job_submission, do_submit_job
 from scheduling.spec import NOT_FINITE
-from scheduling.submit_page import MAX_YAML_BYTES, MAX_YAML_DEPTH, YAML_TOO_DEEP, YAML_TOO_LARGE, YAML_VALUE
+from scheduling.web.submit_page import MAX_YAML_BYTES, MAX_YAML_DEPTH, YAML_TOO_DEEP, YAML_TOO_LARGE, YAML_VALUE
 from tests.conftest import make_spec
 
 JOIN_TOKEN = "join-hostile-input-test"

@@ -5,8 +5,8 @@ from django.utils import timezone
 from agents.models import Node
 from scheduling.core.scheduler import Scheduler, schedule
 from scheduling.models import Job, SchedulerLease
-from scheduling.snapshot import build_view
-from scheduling.worker import SchedulerWorker, run_pass
+from scheduling.leader.snapshot import build_view
+from scheduling.leader.worker import SchedulerWorker, run_pass
 from tests.conftest import make_spec
 
 EPOCH = 5

@@ -4,7 +4,7 @@ write of a deposed epoch was accepted)."""
 import pytest
 
 from scheduling.fencing import Deposed, fenced
-from scheduling.leadership import PostgresLeadership
+from scheduling.leader.leadership import PostgresLeadership
 from scheduling.models import JobEvent, SchedulerLease
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -12,7 +12,7 @@ from agents.models import Node
 from mlqueue.asgi import application
 from scheduling import notify
 from scheduling.models import Job, SchedulerLease, Task
-from scheduling.worker import run_pass
+from scheduling.leader.worker import run_pass
 from tests.conftest import make_spec
 
 EPOCH = 7

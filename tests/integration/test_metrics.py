@@ -11,7 +11,7 @@ from agents.models import Node
 from scheduling.models import SchedulerLease
 from scheduling.stopping import escalate_overdue
 from scheduling.tasks import enforce_grace_deadline
-from scheduling.worker import run_pass
+from scheduling.leader.worker import run_pass
 from tests.conftest import make_spec
 from tests.e2e.processes import ROOT, process_env
 

@@ -12,7 +12,7 @@ from agents.models import Node
 from scheduling import lifecycle
 from scheduling.models import Job, JobEvent, SchedulerLease, Task
 from scheduling.stopping import do_request_stop
-from scheduling.worker import run_pass
+from scheduling.leader.worker import run_pass
 from tests.conftest import make_spec
 
 HTMX = {"HTTP_HX_REQUEST": "true"}

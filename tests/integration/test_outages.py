@@ -13,11 +13,12 @@ from django.utils import timezone
 from agents import liveness
 from agents.models import Node
 from mlqueue.breaker import RedisBreaker
-from scheduling import failures, notify
-from scheduling.failures import Clocks, detect
+from scheduling import notify
+from scheduling.leader import failures
+from scheduling.leader.failures import Clocks, detect
 from scheduling.models import Job, JobEvent, SchedulerLease, Task
 from scheduling.stopping import do_request_stop
-from scheduling.worker import Waker, run_pass
+from scheduling.leader.worker import Waker, run_pass
 from tests.conftest import make_spec
 from tests.integration.test_agent_api import JOIN, agent, beat
 

@@ -37,7 +37,7 @@ from mlqueue.channel_layer import SOCKET_TIMEOUT_S
 from mlqueue.middleware import DATABASE_UNAVAILABLE, RETRY_AFTER_S, OutageLog, is_database_unavailable
 from scheduling.models import Job
 from scheduling.tasks import enforce_grace_deadline
-from scheduling.throttles import SUBMIT_RATE_EXCEEDED
+from scheduling.web.throttles import SUBMIT_RATE_EXCEEDED
 from tests.conftest import make_spec
 from tests.e2e.processes import wait_for
 from tests.e2e.proxy import Proxy

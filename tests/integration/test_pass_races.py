@@ -11,12 +11,12 @@ from agents.models import Node
 from mlqueue.breaker import RedisBreaker
 from mlqueue.celery import app as celery_app
 from scheduling import metrics, stopping
-from scheduling.apply import apply_decisions
+from scheduling.leader.apply import apply_decisions
 from scheduling.core.scheduler import schedule
 from scheduling.services import do_cancel_job
-from scheduling.snapshot import build_view
+from scheduling.leader.snapshot import build_view
 from scheduling.stopping import do_request_stop
-from scheduling.worker import run_pass
+from scheduling.leader.worker import run_pass
 from tests.integration.test_scheduler_pass import leader, run_all_ranks, submit  # noqa: F401 (a fixture)
 
 

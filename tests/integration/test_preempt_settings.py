@@ -4,7 +4,7 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 
 from mlqueue.settings import QUEUE_ORDERS, env_choice, env_min_runtime, env_seconds
-from scheduling.snapshot import policy_config
+from scheduling.leader.snapshot import policy_config
 
 NAME, SINGLE = "MLQ_PREEMPT_MIN_RUNTIME", "MLQ_PREEMPT_MIN_RUNTIME_S"
 

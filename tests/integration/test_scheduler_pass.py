@@ -10,9 +10,9 @@ from mlqueue.celery import app as celery_app
 from scheduling import lifecycle, reports
 from scheduling.fencing import Deposed
 from scheduling.models import Job, JobEvent, SchedulerLease, Signal, Task
-from scheduling.reconcile import restart_policy
+from scheduling.leader.reconcile import restart_policy
 from scheduling.services import do_cancel_job
-from scheduling.worker import run_pass
+from scheduling.leader.worker import run_pass
 from tests.conftest import make_spec
 
 EPOCH = 7
@@ -191,7 +191,7 @@ def test_infra_failures_do_not_spend_retries(api, leader):
     run_pass(epoch=leader)
     for restart in range(4):
         run_all_ranks(job)
-        task = job.tasks.get()  # its node is lost (scheduling/failures.py fails its tasks so)
+        task = job.tasks.get()  # its node is lost (scheduling/leader/failures.py fails its tasks so)
         lifecycle.transition_task(task, to_state="FAILED", attempt=task.attempt, actor_name="scheduler",
                                   reason="NODE_LOST", message="node lost", failure_class="INFRA")
         run_pass(epoch=leader)  # requeued, and placed again at once on the idle cluster

@@ -21,8 +21,8 @@ from scheduling.models import Job, JobEvent, SchedulerLease, Task
 from scheduling.spec import (
     IN_ENV_AND_SECRET_ENV, OWNER_NOT_CALLER, RESERVED_ENV, SECRET_BLANK, SECRET_IS_MASK, spec_digest,
 )
-from scheduling.submit_page import SECRET_NAMES_INPUT, SECRET_NOT_KEY_VALUE, SECRET_VALUES_NOT_SHOWN
-from scheduling.worker import run_pass
+from scheduling.web.submit_page import SECRET_NAMES_INPUT, SECRET_NOT_KEY_VALUE, SECRET_VALUES_NOT_SHOWN
+from scheduling.leader.worker import run_pass
 from tests.conftest import make_spec
 
 SECRET = "wandb-8f14e45fceea167a5a36dedd4bea2543"

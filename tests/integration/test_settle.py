@@ -8,8 +8,8 @@ from prometheus_client import REGISTRY
 
 from scheduling import lifecycle, reports
 from scheduling.models import Job, JobEvent, Task
-from scheduling.reconcile import reconcile
-from scheduling.worker import run_pass
+from scheduling.leader.reconcile import reconcile
+from scheduling.leader.worker import run_pass
 from tests.integration.test_scheduler_pass import leader, run_all_ranks, submit  # noqa: F401 (a fixture)
 
 
@@ -50,7 +50,7 @@ def test_drains_and_spot_reclaims_spend_nothing_either(api, leader):
 
 
 def lose_the_node_under(job: Job) -> None:
-    """What the failure detector does to a LOST node's tasks (scheduling/failures.py)."""
+    """What the failure detector does to a LOST node's tasks (scheduling/leader/failures.py)."""
     for task in job.tasks.all():
         assert lifecycle.transition_task(task, to_state="FAILED", attempt=task.attempt, actor_name="scheduler",
                                          reason="NODE_LOST", message="node lost", failure_class="INFRA")

@@ -13,7 +13,7 @@ from agents.models import Node
 from scheduling import services
 from scheduling.models import Job, JobEvent, Task
 from scheduling.spec import SPEC_FIELD_ORDER
-from scheduling.submit_page import CLONE_NOT_VISIBLE, FIELDS, NOT_A_MAPPING, NOT_IN_FORM, YAML_SYNTAX
+from scheduling.web.submit_page import CLONE_NOT_VISIBLE, FIELDS, NOT_A_MAPPING, NOT_IN_FORM, YAML_SYNTAX
 from tests.conftest import make_spec
 
 URL = "/jobs/new/"

@@ -8,7 +8,7 @@ from django.core.cache import cache
 from django.core.exceptions import ImproperlyConfigured
 
 from mlqueue.settings import env_rate
-from scheduling.throttles import SUBMIT_RATE_EXCEEDED
+from scheduling.web.throttles import SUBMIT_RATE_EXCEEDED
 from scheduling.models import Job
 from tests.conftest import make_spec
 

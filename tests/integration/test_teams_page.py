@@ -7,7 +7,7 @@ from django.utils.html import escape
 
 from agents.models import Node
 from scheduling.models import JobEvent, SchedulerLease
-from scheduling.worker import run_pass
+from scheduling.leader.worker import run_pass
 from teams.api import NOT_A_LEAD, NOT_A_MEMBER
 from teams.models import Membership, Quota, Team
 from teams.services import OVER_PARENT

@@ -8,8 +8,9 @@ from django.test import Client
 
 from mlqueue.asgi import application
 from mlqueue.websocket_origin import origin_allowed
-from scheduling import consumers, notify
-from scheduling.consumers import LOGIN_ENDED
+from scheduling import notify
+from scheduling.web import consumers
+from scheduling.web.consumers import LOGIN_ENDED
 from teams.models import Membership
 from tests.conftest import make_spec
 

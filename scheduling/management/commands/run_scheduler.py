@@ -6,8 +6,8 @@ import time
 from django.core.management.base import BaseCommand, CommandError
 from django.db.backends.signals import connection_created
 
-from scheduling.leadership import leadership_for_this_database
-from scheduling.worker import SchedulerWorker
+from scheduling.leader.leadership import leadership_for_this_database
+from scheduling.leader.worker import SchedulerWorker
 
 IDLE_IN_TRANSACTION_TIMEOUT = "5s"
 

@@ -12,15 +12,16 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from mlqueue.pagination import StrictCursorPagination
-from scheduling import services, throttles
-from scheduling.filters import JobFilter
+from scheduling import services
+from scheduling.web import throttles
+from scheduling.web.filters import JobFilter
 from scheduling.models import Job, JobEvent, JobState, Priority, SchedulerLease, Task, TaskLog
 from scheduling.selectors import visible_jobs
-from scheduling.serializers import (
+from scheduling.web.serializers import (
     CancelSerializer, JobDetailSerializer, JobEventSerializer, JobSerializer, QueueEntrySerializer,
 )
 from scheduling.spec import JobSpecSerializer
-from scheduling.worker import queue_positions
+from scheduling.leader.worker import queue_positions
 
 LEASE_DURATION = timedelta(seconds=10)
 

@@ -9,7 +9,7 @@ from scheduling.core.explain import CapacityExplainer
 from scheduling.core.placement import plan
 from scheduling.core.reasons import PendingReason
 from scheduling.core.whatif import suggestions
-from scheduling.explanations import cluster_now
+from scheduling.web.explanations import cluster_now
 from scheduling.services import job_shape
 
 

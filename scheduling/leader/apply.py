@@ -4,12 +4,13 @@ Each placement is its own short transaction (a gang moves whole or not at all); 
 signal victims; reasons and reservations are written only where they changed."""
 from dataclasses import dataclass, field
 
-from scheduling import failpoints, lifecycle, notify
+from scheduling import lifecycle, notify
+from scheduling.leader import failpoints
 from scheduling.core.decisions import Decisions, Placement, Preemption
 from scheduling.core.reasons import PendingReason
 from scheduling.fencing import fenced
 from scheduling.models import EventKind, Job, JobEvent, StopReason, TaskState
-from scheduling.snapshot import StoreView
+from scheduling.leader.snapshot import StoreView
 from scheduling.stopping import do_request_stop
 
 REASON_BATCH = 500
@@ -100,7 +101,7 @@ def _write_reasons(decisions: Decisions, view: StoreView, *, epoch: int, now) ->
     """Pending reasons with their node histograms, reserved and nominated nodes, only where
     they changed, in batches of one UPDATE each, and only on jobs still PENDING: one
     cancelled or placed since the snapshot keeps its own (cleared) reason. Start times are
-    the forecast's (scheduling/forecasting.py)."""
+    the forecast's (scheduling/leader/forecasting.py)."""
     reservations = {r.job_id: r for r in decisions.reservations}
     changed = []
     for job_id, reason in decisions.pending.items():

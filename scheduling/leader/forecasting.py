@@ -18,7 +18,7 @@ from scheduling.core.decisions import Decisions
 from scheduling.fencing import fenced
 from scheduling.models import Job, JobState
 from scheduling.sim.forecast import Forecast, forecast, forecast_to
-from scheduling.snapshot import StoreView
+from scheduling.leader.snapshot import StoreView
 
 log = logging.getLogger(__name__)
 

@@ -10,9 +10,9 @@ from django.views.decorators.http import require_POST
 from rest_framework.exceptions import APIException, PermissionDenied
 
 from scheduling import services
-from scheduling.explanations import explain_job, what_would_help
+from scheduling.web.explanations import explain_job, what_would_help
 from scheduling.models import Job, Priority, TaskLog, TaskState
-from scheduling.queue import SORTS, QueueQuery, queue_page
+from scheduling.web.queue import SORTS, QueueQuery, queue_page
 from scheduling.secrets import masked_spec
 from scheduling.selectors import can_change_job, visible_jobs
 from scheduling.spec import SPEC_FIELD_ORDER

@@ -11,7 +11,7 @@ from scheduling.core.state import ClusterState
 from scheduling.core.whatif import fits_now, suggestions
 from scheduling.models import Job
 from scheduling.services import job_shape
-from scheduling.snapshot import load_nodes, load_running
+from scheduling.leader.snapshot import load_nodes, load_running
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """The leader's sweeps before each pass: the guarantees behind every timer and every retry.
 
 1. grace deadlines past due -> SIGKILL; unstarted assignments of earlier leaders adopted;
-   nodes silent too long -> SUSPECT, then LOST with their tasks failed (scheduling/failures.py);
+   nodes silent too long -> SUSPECT, then LOST with their tasks failed (scheduling/leader/failures.py);
 2. tasks past `max_runtime_hours` -> stop (TIMEOUT);
 3. cancelled jobs still running -> stop (CANCELLED);
 4. gangs with a failed rank -> stop the other ranks (PEER_FAILED);
@@ -17,7 +17,8 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Exists, Min, OuterRef, Q
 
-from scheduling import failures, lifecycle, metrics, notify
+from scheduling import lifecycle, metrics, notify
+from scheduling.leader import failures
 from scheduling.core.model import HOUR as HOUR_S, confirmed_checkpoint, lost_since
 from scheduling.core.settle import (
     Action, Attempt, Counter, EndedTask, Outcome, RestartMode, RestartPolicy, TaskEnd, Verdict, settle,
