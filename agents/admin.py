@@ -1,6 +1,7 @@
 from django.contrib import admin
 
-from agents.models import JoinToken, Node
+from agents.models import JoinToken
+from scheduling.models import Node
 from agents.tokens import do_revoke_join_token
 
 

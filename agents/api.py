@@ -13,7 +13,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agents import heartbeats, ingest, services, tokens
-from agents.models import Node, NodeState
+from scheduling import nodes
+from scheduling.models import Node, NodeState
 from agents.protocol import EventsSerializer, HeartbeatSerializer, RegisterSerializer
 from mlqueue.pagination import StrictCursorPagination as CursorPagination
 from mlqueue.parsers import AgentEventsJSONParser
@@ -103,7 +104,7 @@ class ReclaimNotice(NodeAction):
         return body.validated_data
 
     def act(self, node: Node, user, body: dict) -> None:
-        services.do_reclaim_notice(node=node, user=user, deadline=body["deadline"], reason=body["reason"])
+        nodes.do_reclaim_notice(node=node, user=user, deadline=body["deadline"], reason=body["reason"])
 
 
 # --- the agent API ---------------------------------------------------------------------------

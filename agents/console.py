@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 
 from django.utils import timezone
 
-from agents.models import AdminState, Node, NodeState, TaskIsolation
+from scheduling.models import AdminState, Job, JobState, Node, NodeState, SchedulerLease, StopReason, Task, TaskIsolation, TaskState
+from teams.models import EventKind, AuditEvent
 from scheduling.web.api import LEASE_DURATION
 from scheduling.metrics_store import gpus_by_state
-from scheduling.models import EventKind, Job, JobEvent, JobState, SchedulerLease, StopReason, Task, TaskState
 
 ACTIVE = (TaskState.ASSIGNED, TaskState.RUNNING)
 UP = (NodeState.READY, NodeState.CORDONED, NodeState.DRAINING)
@@ -152,11 +152,11 @@ def scheduler_status(now=None) -> dict:
 def recent_preemptions() -> list[dict]:
     """The victims' stop requests (the preempting job's own STOP_REQUESTED event, with reason
     PRIORITY or RECLAIM, would list each preemption twice)."""
-    return _recent(JobEvent.objects.filter(kind=EventKind.STOP_REQUESTED, reason=StopReason.PREEMPTED))
+    return _recent(AuditEvent.objects.filter(kind=EventKind.STOP_REQUESTED, reason=StopReason.PREEMPTED))
 
 
 def recent_failures() -> list[dict]:
-    return _recent(JobEvent.objects.filter(kind=EventKind.TRANSITION, to_state=TaskState.FAILED))
+    return _recent(AuditEvent.objects.filter(kind=EventKind.TRANSITION, to_state=TaskState.FAILED))
 
 
 def _recent(events) -> list[dict]:

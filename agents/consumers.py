@@ -1,18 +1,14 @@
 """A WebSocket on which the server tells an agent "heartbeat now": when its node gets an
 assignment or a signal. Only a nudge: everything it must do still comes in the heartbeat
 reply, and without this socket the agent learns the same at its next regular heartbeat."""
-import re
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from agents.models import Node
+from scheduling.models import Node
 from mlqueue.channel_layer import join_group
+from scheduling.notify import agent_group
 from teams.models import hash_token
-
-
-def group_for(node_name: str) -> str:
-    return "agent." + re.sub(r"[^A-Za-z0-9\-_.]", "_", node_name)[:90]
 
 
 @database_sync_to_async
@@ -29,8 +25,8 @@ class AgentWakeConsumer(AsyncJsonWebsocketConsumer):
         if owner != name:
             await self.close(code=4003)
             return
-        if await join_group(self, group_for(name)):
-            self.group = group_for(name)
+        if await join_group(self, agent_group(name)):
+            self.group = agent_group(name)
             await self.accept()
 
     async def disconnect(self, code):

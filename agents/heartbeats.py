@@ -15,12 +15,12 @@ from django.utils import timezone
 from prometheus_client import Counter
 from rest_framework import exceptions
 
-from agents import ingest, liveness, services
-from agents.models import Node, NodeState
+from agents import ingest
+from scheduling import liveness, nodes
+from scheduling.models import FailureClass, Node, NodeState, SchedulerLease, Task, TaskState
 from agents.protocol import HeartbeatSerializer
 from scheduling import lifecycle, notify
 from scheduling.assignments import assignment_env, checkpoint_dir
-from scheduling.models import FailureClass, SchedulerLease, Task, TaskState
 from teams.models import hash_token
 
 ACTIVE = (TaskState.ASSIGNED, TaskState.RUNNING)
@@ -45,7 +45,7 @@ def handle(name: str, authorization: str, data) -> dict:
     now = timezone.now()
     liveness.record(node.name, now.timestamp())
     if node.health != NodeState.READY:
-        services.note_alive(Node.objects.get(pk=node.id), now=now)
+        nodes.note_alive(Node.objects.get(pk=node.id), now=now)
     HEARTBEATS.inc()
     return reply(node, body.validated_data["tasks"], now, reload=lambda: load(digest))
 

@@ -13,10 +13,10 @@ from django.db.models import Q, Sum
 from django.db.models.functions import Length
 from django.utils import timezone
 
-from agents.models import Node
+from scheduling.models import Node, Task, TaskLog
+from teams.models import EventKind, AuditEvent
 from mlqueue.parsers import replace_bad_text
 from scheduling import reports
-from scheduling.models import EventKind, JobEvent, Task, TaskLog
 
 NOT_HERE = "job {job_id} rank {rank} is not placed on node {node}."
 OTHER_ATTEMPT = "job {job_id} rank {rank} is at attempt {current} on this node, not attempt {attempt}."
@@ -71,7 +71,7 @@ def apply_event(node_name: str, event: dict, *, now) -> None:
         reports.do_report_checkpoint(job_id=job_id, rank=rank, attempt=attempt, node_name=node_name,
                                      step=event["step"], at=event["at"], epoch=event.get("epoch", 0), now=now)
     elif kind == "dropped":
-        JobEvent.objects.create(job_id=job_id, kind=EventKind.TRANSITION, actor_name=f"agent:{node_name}",
+        AuditEvent.objects.create(job_id=job_id, kind=EventKind.TRANSITION, actor_name=f"agent:{node_name}",
                                 reason="AGENT_DROPPED_EVENT", message=replace_bad_text(event["data"])[:1000],
                                 data={"rank": rank, "attempt": attempt}, created_at=now)
 
@@ -116,7 +116,7 @@ def stored_chars(keys: set[tuple]) -> defaultdict:
 
 def _note_log_cap(key: tuple, cap: int, *, now) -> None:
     job_id, rank, attempt, stream = key
-    JobEvent.objects.create(job_id=job_id, kind=EventKind.TRANSITION, actor_name="mlqueue", reason="LOG_CAPPED",
+    AuditEvent.objects.create(job_id=job_id, kind=EventKind.TRANSITION, actor_name="mlqueue", reason="LOG_CAPPED",
                             message=f"rank {rank} attempt {attempt}: {stream} reached the {cap:,} characters kept; "
                                     "the rest is only in the agent's file on the node",
                             data={"rank": rank, "attempt": attempt, "stream": stream}, created_at=now)

@@ -12,7 +12,7 @@ from django.views.decorators.http import require_http_methods
 
 from agents import console, services
 from agents.api import NOT_AN_ADMIN, NodeActionSerializer
-from agents.models import Node
+from scheduling.models import Node
 from teams.selectors import is_site_admin
 
 @dataclass(frozen=True)

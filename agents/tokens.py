@@ -10,9 +10,9 @@ from django.conf import settings
 from django.db.models import F, Q
 from django.utils import timezone
 
-from agents.models import JoinToken, Node
-from scheduling.models import EventKind, JobEvent
-from teams.models import hash_token
+from agents.models import JoinToken
+from scheduling.models import Node
+from teams.models import AuditEvent, EventKind, hash_token
 
 BOOTSTRAP = "the MLQ_AGENT_JOIN_TOKEN setting"
 WRONG_JOIN_TOKEN = "invalid, expired, used-up or revoked join token."
@@ -32,7 +32,7 @@ class JoinCredential:
 
 def audit(*, reason: str, message: str, actor=None, actor_name: str, node: Node | None = None, data=None,
           now=None) -> None:
-    JobEvent.objects.create(kind=EventKind.SECURITY, node=node, actor=actor, actor_name=actor_name, reason=reason,
+    AuditEvent.objects.create(kind=EventKind.SECURITY, node=node, actor=actor, actor_name=actor_name, reason=reason,
                             message=message, data=data or {}, created_at=now or timezone.now())
 
 

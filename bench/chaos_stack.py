@@ -34,7 +34,7 @@ SEED = """
 import json
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
-from agents.models import Node
+from scheduling.models import Node
 from teams.models import ApiToken
 call_command("migrate", verbosity=0)
 call_command("seed_demo", "--force", stdout=open("/dev/null", "w"))

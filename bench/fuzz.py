@@ -184,7 +184,7 @@ def demo_world() -> tuple[list[Identity], dict[str, dict]]:
     demo data must be loaded (seed_demo)."""
     from django.contrib.auth import get_user_model
 
-    from agents.models import Node
+    from scheduling.models import Node
     from agents.services import do_register_node
     from scheduling.services import check_job_submission, do_submit_job
     from teams.models import ApiToken

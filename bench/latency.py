@@ -60,7 +60,7 @@ def setup(args) -> dict:
     import django
 
     django.setup()
-    from agents.models import Node
+    from scheduling.models import Node
 
     Node.objects.update(state="READY")
     return env

@@ -210,7 +210,7 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     "ENUM_NAME_OVERRIDES": {
         "TaskStateEnum": "scheduling.models.TaskState",
-        "NodeStateEnum": "agents.models.NodeState",
+        "NodeStateEnum": "scheduling.models.NodeState",
         "RestartModeEnum": "scheduling.spec.RESTART_MODES",
     },
 }

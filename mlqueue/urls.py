@@ -10,7 +10,7 @@ from agents import pages as node_pages
 from scheduling.web import api as jobs_api
 from scheduling.web import pages as job_pages
 from scheduling.web import submit_page
-from teams import pages as team_pages
+from scheduling.web import teams_page as team_pages
 from scheduling.metrics import metrics_view
 from teams import api as teams_api
 from teams import login_limits

@@ -1,6 +1,7 @@
 from django.contrib import admin
 
-from scheduling.models import Job, JobEvent, SchedulerLease, Task
+from scheduling.models import Job, SchedulerLease, Task
+from teams.models import AuditEvent
 
 
 class TaskInline(admin.TabularInline):
@@ -14,7 +15,7 @@ class TaskInline(admin.TabularInline):
 
 
 class EventInline(admin.TabularInline):
-    model = JobEvent
+    model = AuditEvent
     fk_name = "job"
     extra = 0
     fields = ["created_at", "kind", "actor_name", "from_state", "to_state", "reason", "message"]
@@ -48,22 +49,6 @@ class TaskAdmin(admin.ModelAdmin):
     list_filter = ["state", "failure_class"]
     raw_id_fields = ["job", "node", "preempted_for"]
     readonly_fields = ["state", "attempt", "epoch"]
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
-
-@admin.register(JobEvent)
-class JobEventAdmin(admin.ModelAdmin):
-    list_display = ["created_at", "kind", "job", "team", "node", "actor_name", "reason", "message"]
-    list_filter = ["kind", "reason"]
-    search_fields = ["message", "actor_name"]
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
 
     def has_delete_permission(self, request, obj=None):
         return False

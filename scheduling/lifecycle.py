@@ -11,7 +11,8 @@ from django.db import transaction
 from django.db.models import Case, Exists, F, Value, When
 from django.utils import timezone
 
-from scheduling.models import EventKind, Job, JobEvent, SchedulerLease, Task, TaskState
+from scheduling.models import Job, SchedulerLease, Task, TaskState
+from teams.models import EventKind, AuditEvent
 
 S = TaskState
 TRANSITIONS: Mapping[str, frozenset[str]] = {
@@ -121,7 +122,7 @@ def _lock_job(job_id: int) -> None:
 
 
 def _record(*, job_id, rank, from_state, to_state, actor, actor_name, reason, message, data, now) -> None:
-    JobEvent.objects.create(
+    AuditEvent.objects.create(
         job_id=job_id, kind=EventKind.TRANSITION, actor=actor, actor_name=actor_name,
         from_state=from_state, to_state=to_state, reason=reason, message=message,
         data={"rank": rank, **data} if rank is not None else data, created_at=now,

@@ -3,9 +3,8 @@ from collections import defaultdict
 
 from django.db.models import Count
 
-from agents.models import Node, NodeState
+from scheduling.models import Job, JobState, Node, NodeState, SchedulerLease, Task, TaskState
 from scheduling.core.model import resource_class
-from scheduling.models import Job, JobState, SchedulerLease, Task, TaskState
 
 ACTIVE = (TaskState.ASSIGNED, TaskState.RUNNING)
 

@@ -1,10 +1,74 @@
-"""Jobs, their tasks (ranks), the event timeline (also the audit log), and the leader lease."""
+"""The cluster the scheduler decides over: nodes, jobs, their tasks (ranks) and logs, and the leader lease."""
 from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-from scheduling.core.model import PRIORITIES, Topology
+from scheduling.core.model import PRIORITIES, Topology, resource_class
+from scheduling.core.model import NodeState as CoreNodeState
 from scheduling.core.reasons import ReasonCode
+
+
+# The node inventory. Liveness (heartbeats) lives in Redis, and in batches here (scheduling/liveness.py).
+# A node's `state` is what the scheduler reads: its health (NEW, READY, SUSPECT, LOST, from
+# heartbeats) unless it is READY, in which case an admin's CORDONED or DRAINING shows instead.
+NodeState = models.TextChoices("NodeState", [(s.value, s.value) for s in CoreNodeState])
+HEALTH_STATES = (NodeState.NEW, NodeState.READY, NodeState.SUSPECT, NodeState.LOST)
+
+
+class AdminState(models.TextChoices):
+    NONE = "", "schedulable"
+    CORDONED = "CORDONED", "cordoned: no new work"
+    DRAINING = "DRAINING", "draining: no new work, running tasks move elsewhere"
+
+
+class TaskIsolation(models.TextChoices):
+    UID = "uid", "each task runs as a user of its own"
+    NONE = "none", "tasks run as the agent's own user: they can read each other's environment and files"
+
+
+class Node(models.Model):
+    name = models.CharField(max_length=253, unique=True)
+    zone = models.CharField(max_length=63)
+    rack = models.CharField(max_length=63)
+    gpu_type = models.CharField(max_length=20, blank=True, help_text="empty for a CPU node")
+    gpu_count = models.PositiveSmallIntegerField(default=0)
+    cpu_count = models.PositiveIntegerField()
+    memory_gb = models.PositiveIntegerField()
+    scratch_disk_gb = models.PositiveIntegerField(default=0)
+    labels = models.JSONField(default=dict, blank=True)
+    state = models.CharField(max_length=10, choices=NodeState.choices, default=NodeState.NEW)
+    state_reason = models.CharField(max_length=300, blank=True)
+    health = models.CharField(max_length=10, choices=[(s, s) for s in HEALTH_STATES], default=NodeState.NEW)
+    admin_state = models.CharField(max_length=10, choices=AdminState.choices, default=AdminState.NONE, blank=True)
+    admin_reason = models.CharField(max_length=300, blank=True)
+    reclaim_deadline = models.DateTimeField(null=True, blank=True, help_text="spot reclaim: tasks requeued then")
+    address = models.CharField(max_length=253, blank=True, help_text="where a gang's rank 0 is reached")
+    token_digest = models.CharField(max_length=64, blank=True, db_index=True)
+    # How the agent separates tasks from each other and from itself: "uid" (each task runs as a
+    # user of its own), "none" (tasks run as the agent's user; the node page warns).
+    task_isolation = models.CharField(max_length=10, blank=True, choices=TaskIsolation.choices)
+    state_changed_at = models.DateTimeField(default=timezone.now)
+    registered_at = models.DateTimeField(default=timezone.now)
+    first_heartbeat_at = models.DateTimeField(null=True, blank=True)
+    # Written in batches by the web processes (scheduling/liveness.py), not per heartbeat: the
+    # liveness that survives Redis losing its data.
+    last_heartbeat_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "agents_node"  # the table predates the model's move from the agents app
+        ordering = ["zone", "rack", "name"]
+        indexes = [models.Index(fields=["gpu_type", "state"], name="node_class_state_idx")]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def resource_class(self) -> str:
+        return resource_class(self.gpu_type)
+
+    @staticmethod
+    def effective_state(health: str, admin_state: str) -> str:
+        return admin_state if health == NodeState.READY and admin_state else health
 
 
 class TaskState(models.TextChoices):
@@ -159,10 +223,10 @@ class Task(models.Model):
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="tasks")
     rank = models.PositiveIntegerField()
     state = models.CharField(max_length=10, choices=TaskState.choices, default=TaskState.PENDING)
-    node = models.ForeignKey("agents.Node", null=True, blank=True, on_delete=models.SET_NULL, related_name="tasks")
+    node = models.ForeignKey("Node", null=True, blank=True, on_delete=models.SET_NULL, related_name="tasks")
     # Where the current attempt was placed, kept after a requeue clears `node`: that node's
     # agent may still ship the attempt's last log chunks, and no other node may.
-    last_node = models.ForeignKey("agents.Node", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    last_node = models.ForeignKey("Node", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     gpu_indices = models.JSONField(default=list, blank=True)
     attempt = models.PositiveIntegerField(default=0)
     epoch = models.PositiveBigIntegerField(default=0)
@@ -221,68 +285,6 @@ class TaskLog(models.Model):
         ordering = ["job_id", "rank", "attempt", "stream", "offset"]
         constraints = [models.UniqueConstraint(fields=["job", "rank", "attempt", "stream", "offset"],
                                                name="tasklog_chunk_unique")]
-
-
-class EventKind(models.TextChoices):
-    SUBMITTED = "SUBMITTED"
-    TRANSITION = "TRANSITION"
-    CANCEL_REQUESTED = "CANCEL_REQUESTED"
-    STOP_REQUESTED = "STOP_REQUESTED"
-    RETRY = "RETRY"
-    QUOTA_CHANGED = "QUOTA_CHANGED"
-    NODE_STATE = "NODE_STATE"
-    SECURITY = "SECURITY"  # tokens created, used, revoked or reset
-    LEADER = "LEADER"  # a scheduler took the lead: `data.epoch`, recorded with the epoch bump itself
-    CHECKPOINT = "CHECKPOINT"  # a rank confirmed a checkpoint (at most one a minute per job)
-
-
-class AppendOnlyQuerySet(models.QuerySet):
-    def update(self, **kwargs):
-        raise PermissionError("the event log is append-only")
-
-    def delete(self):
-        raise PermissionError("the event log is append-only")
-
-
-class JobEvent(models.Model):
-    """The timeline of a job and the audit log of everything else (quotas, nodes): who did
-    what, when and why. Append-only; rows go away only with their job."""
-
-    job = models.ForeignKey(Job, null=True, blank=True, on_delete=models.CASCADE, related_name="events")
-    team = models.ForeignKey("teams.Team", null=True, blank=True, on_delete=models.CASCADE, related_name="events")
-    node = models.ForeignKey("agents.Node", null=True, blank=True, on_delete=models.CASCADE, related_name="events")
-    kind = models.CharField(max_length=20, choices=EventKind.choices)
-    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
-    actor_name = models.CharField(max_length=150, help_text="user name, 'scheduler' or 'agent:<node>'")
-    from_state = models.CharField(max_length=40, blank=True)
-    to_state = models.CharField(max_length=10, blank=True)
-    reason = models.CharField(max_length=40, blank=True)
-    message = models.TextField(blank=True)
-    data = models.JSONField(default=dict, blank=True)
-    created_at = models.DateTimeField(default=timezone.now)
-
-    objects = AppendOnlyQuerySet.as_manager()
-
-    class Meta:
-        ordering = ["created_at", "id"]
-        indexes = [
-            models.Index(fields=["job", "created_at"], name="event_job_time_idx"),
-            models.Index(fields=["team", "created_at"], name="event_team_time_idx"),
-            models.Index(fields=["node", "created_at"], name="event_node_time_idx"),
-            # The admin console's recent preemptions and failures.
-            models.Index(fields=["kind", "-created_at"], name="event_kind_time_idx"),
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.created_at:%Y-%m-%d %H:%M:%S} {self.kind} {self.message}"
-
-    def save(self, *args, **kwargs):
-        if self.pk is not None and not self._state.adding:
-            raise PermissionError("the event log is append-only")
-        super().save(*args, **kwargs)
-
-    def delete(self, *args, **kwargs):
-        raise PermissionError("the event log is append-only")
 
 
 class SchedulerLease(models.Model):

@@ -2,6 +2,8 @@
 
 Both are best effort: the leader also ticks every second, and pages re-read on reconnect.
 While Redis fails, neither is tried for a few seconds at a time (mlqueue/breaker.py)."""
+import re
+
 import redis
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
@@ -66,8 +68,11 @@ def wake_agents(node_names, reason: str = "") -> None:
         transaction.on_commit(lambda: _wake_agents(names, reason))
 
 
-def _wake_agents(names: list[str], reason: str) -> None:
-    from agents.consumers import group_for
+def agent_group(node_name: str) -> str:
+    """The channel group a node's agent listens on (agents/consumers.py joins it)."""
+    return "agent." + re.sub(r"[^A-Za-z0-9\-_.]", "_", node_name)[:90]
 
+
+def _wake_agents(names: list[str], reason: str) -> None:
     for name in names:
-        _group_send({"type": "agent.wake", "reason": reason}, group=group_for(name))
+        _group_send({"type": "agent.wake", "reason": reason}, group=agent_group(name))

@@ -9,7 +9,8 @@ from django.db.models import Q
 from django.utils import timezone
 
 from scheduling import lifecycle, metrics, notify
-from scheduling.models import EventKind, FailureClass, Job, JobEvent, StopReason, Task, TaskState
+from scheduling.models import FailureClass, Job, StopReason, Task, TaskState
+from teams.models import EventKind, AuditEvent
 from scheduling.stopping import do_request_stop
 
 log = logging.getLogger(__name__)
@@ -124,7 +125,7 @@ def do_report_checkpoint(*, job_id: int, rank: int, attempt: int, node_name: str
 def _note_checkpoint(*, job_id: int, rank: int, attempt: int, step: int, when, node_name: str, now) -> bool:
     """The job's timeline says so, at most once per CHECKPOINT_EVENT_EVERY (the ranks of a gang
     reporting the same checkpoint at once are serialized on the job's row)."""
-    recent = JobEvent.objects.filter(job_id=job_id, kind=EventKind.CHECKPOINT,
+    recent = AuditEvent.objects.filter(job_id=job_id, kind=EventKind.CHECKPOINT,
                                      created_at__gt=now - CHECKPOINT_EVENT_EVERY)
     if recent.exists():
         return False
@@ -132,7 +133,7 @@ def _note_checkpoint(*, job_id: int, rank: int, attempt: int, step: int, when, n
         list(Job.objects.select_for_update().filter(pk=job_id).values_list("pk", flat=True))
         if recent.exists():
             return False
-        JobEvent.objects.create(job_id=job_id, kind=EventKind.CHECKPOINT, actor_name=f"agent:{node_name}",
+        AuditEvent.objects.create(job_id=job_id, kind=EventKind.CHECKPOINT, actor_name=f"agent:{node_name}",
                                 reason="CHECKPOINT", message=f"rank {rank} confirmed a checkpoint at step {step} "
                                                              f"(attempt {attempt}, saved {when:%H:%M:%S} UTC)",
                                 data={"rank": rank, "attempt": attempt, "step": step, "at": when.isoformat()},

@@ -4,16 +4,16 @@ from django.utils import timezone
 from django.views.decorators.debug import sensitive_variables
 from rest_framework.exceptions import PermissionDenied, ValidationError
 
-from agents.selectors import inventory
+from scheduling.inventory import inventory
 from mlqueue.errors import Conflict, FieldPermissionDenied
 from scheduling import lifecycle, notify
 from scheduling.core.feasibility import can_ever_run
 from scheduling.core.model import JobShape, Topology
-from scheduling.models import EventKind, Job, JobEvent, Task, TaskState
+from scheduling.models import Job, Task, TaskState
+from teams.models import AuditEvent, EventKind, Team
 from scheduling.secrets import encrypt_env, env_macs, masked
 from scheduling.selectors import can_change_job, visible_jobs
 from scheduling.spec import JobSpecSerializer, normalized, spec_digest
-from teams.models import Team
 from teams.selectors import can_edit_quotas, is_member
 
 UNKNOWN_TEAM = "no team named {name!r}."
@@ -134,7 +134,7 @@ def _create_job(*, user, team: Team, spec: dict, digest: str, secret_env_ciphert
     if spec["depends_on"]:
         job.depends_on.set(spec["depends_on"])
     shape = job_shape(spec).describe()
-    JobEvent.objects.create(
+    AuditEvent.objects.create(
         job=job, kind=EventKind.SUBMITTED, actor=user, actor_name=user.get_username(), to_state=TaskState.PENDING,
         message=f"submitted by {user.get_username()} to {team.name}: {shape}, priority {job.priority}",
         data={"client_job_id": job.client_job_id, "tasks": job.task_count}, created_at=now,
@@ -162,7 +162,7 @@ def do_cancel_job(*, job: Job, user, reason: str = "") -> Job:
         if not Job.objects.filter(pk=job.pk, cancel_requested_at__isnull=True).update(cancel_requested_at=timezone.now()):
             job.refresh_from_db()
             return job
-        JobEvent.objects.create(job=job, kind=EventKind.CANCEL_REQUESTED, actor=user,
+        AuditEvent.objects.create(job=job, kind=EventKind.CANCEL_REQUESTED, actor=user,
                                 actor_name=user.get_username(), reason="CANCELLED", message=why)
         notify.wake_scheduler("cancel")
         notify.jobs_changed([job.pk])

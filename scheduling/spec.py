@@ -10,9 +10,9 @@ import re
 import unicodedata
 
 from django.conf import settings
-from django.core.exceptions import ValidationError as DjangoValidationError
 from rest_framework import serializers
 
+from mlqueue.text import INVISIBLE, INVISIBLE_CATEGORIES, invisible_char
 from scheduling.core.model import PRIORITIES, Topology
 from scheduling.secrets import MASK
 
@@ -26,11 +26,7 @@ IMAGE_REFERENCE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]*\Z")
 IMAGE_RULE = "an image reference such as registry.example.com/team/train:2026-04 (no spaces, not starting with -)."
 ENV_RULE = "letters, digits and underscores, not starting with a digit"
 RESERVED_ENV_PREFIX = "MLQ_"
-INVISIBLE = "must not contain {char}: invisible and control characters can make a name read as another."
 INVISIBLE_KEY = "{key!r} must not contain {char}: invisible and control characters can make a name read as another."
-# Control characters, format characters (bidi overrides U+202A..U+202E and U+2066..U+2069,
-# zero-width spaces and joiners, soft hyphen), surrogates, and line and paragraph separators.
-INVISIBLE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
 OWNER_NOT_CALLER = "you cannot submit on behalf of {owner}; leave owner out or use your own user name or email."
 RESERVED_ENV = "{name} is reserved: names starting with MLQ_ are set by mlqueue."
 IN_ENV_AND_SECRET_ENV = "{name} is in both env and secret_env: give each name in one of them."
@@ -44,15 +40,6 @@ NOT_FINITE = "must be a finite number, not {value}."
 MAX_ID = 2**63 - 1  # ids are bigint columns: a larger one is no job, and Postgres refuses it
 
 
-def invisible_char(value: str) -> str | None:
-    """The first invisible or control character in `value`, described ("U+202E RIGHT-TO-LEFT
-    OVERRIDE"), or None. Shown by code point, never as itself, so a message cannot be spoofed."""
-    for char in value:
-        if unicodedata.category(char) in INVISIBLE_CATEGORIES:
-            return f"U+{ord(char):04X} {unicodedata.name(char, 'CONTROL CHARACTER')}"
-    return None
-
-
 def refuse_invisible(value: str, field: str | None = None) -> str:
     """`value`, or a 400 (keyed by `field` when given) if it holds an invisible character: for
     names people read (job names, label keys and values, node names, team names)."""
@@ -61,13 +48,6 @@ def refuse_invisible(value: str, field: str | None = None) -> str:
         return value
     message = INVISIBLE.format(char=char)
     raise serializers.ValidationError({field: [message]} if field else message)
-
-
-def validate_printable(value: str) -> None:
-    """The same rule as a Django validator, for model fields (team names and descriptions)."""
-    char = invisible_char(value)
-    if char is not None:
-        raise DjangoValidationError(INVISIBLE.format(char=char), code="invisible")
 
 
 def without_invisible(value: str) -> str:

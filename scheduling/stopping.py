@@ -9,7 +9,8 @@ from django.utils import timezone
 
 from mlqueue.breaker import RedisBreaker
 from scheduling import notify
-from scheduling.models import EventKind, JobEvent, Signal, Task, TaskState
+from scheduling.models import Signal, Task, TaskState
+from teams.models import EventKind, AuditEvent
 
 log = logging.getLogger(__name__)
 _broker = RedisBreaker("Celery's broker (grace deadlines are kept by the leader's sweep)")
@@ -26,7 +27,7 @@ def do_request_stop(*, job_id: int, reason: str, grace_s: int, message: str, now
         stop_reason=reason, stop_signal=signal, stop_requested_at=now, kill_at=kill_at,
         preempted_for_id=preempted_for, updated_at=now)
     if stopped:
-        JobEvent.objects.create(job_id=job_id, kind=EventKind.STOP_REQUESTED, actor_name=actor_name, reason=reason,
+        AuditEvent.objects.create(job_id=job_id, kind=EventKind.STOP_REQUESTED, actor_name=actor_name, reason=reason,
                                 message=message, data={"tasks": stopped, "grace_s": grace_s,
                                                        "kill_at": kill_at.isoformat()}, created_at=now)
         if grace_s > 0:

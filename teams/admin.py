@@ -1,7 +1,7 @@
 from django import forms
 from django.contrib import admin
 
-from teams.models import ApiToken, Membership, Quota, Team
+from teams.models import ApiToken, AuditEvent, Membership, Quota, Team
 from teams.resources import known_classes, unknown_class_message
 
 
@@ -73,3 +73,19 @@ class ApiTokenAdmin(admin.ModelAdmin):
         from django.utils import timezone
 
         queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+
+
+@admin.register(AuditEvent)
+class AuditEventAdmin(admin.ModelAdmin):
+    list_display = ["created_at", "kind", "job", "team", "node", "actor_name", "reason", "message"]
+    list_filter = ["kind", "reason"]
+    search_fields = ["message", "actor_name"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False

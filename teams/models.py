@@ -1,4 +1,5 @@
-"""Teams (a tree: division -> team), membership roles, quotas per resource class, API tokens."""
+"""Teams (a tree: division -> team), membership roles, quotas per resource class, API tokens,
+and the audit log of who did what."""
 import hashlib
 import secrets
 
@@ -7,7 +8,7 @@ from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
 from django.utils import timezone
 
-from scheduling.spec import validate_printable
+from mlqueue.text import validate_printable
 
 # \Z, not $: "$" also matches before a trailing newline ("research\n").
 TEAM_NAME_VALIDATOR = RegexValidator(
@@ -109,3 +110,85 @@ class ApiToken(models.Model):
         raw = cls.PREFIX + secrets.token_urlsafe(32)
         token = cls.objects.create(user=user, name=name, digest=hash_token(raw), hint=raw[:12])
         return token, raw
+
+
+class ReportedGpuType(models.Model):
+    """A GPU type a registered node has reported (teams/resources.py): its class can be given
+    quotas even if MLQ_GPU_TYPES does not name it. Never removed, so a quota on it stays
+    editable while its machines are away."""
+
+    name = models.CharField(max_length=20, unique=True)
+    first_reported_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class EventKind(models.TextChoices):
+    SUBMITTED = "SUBMITTED"
+    TRANSITION = "TRANSITION"
+    CANCEL_REQUESTED = "CANCEL_REQUESTED"
+    STOP_REQUESTED = "STOP_REQUESTED"
+    RETRY = "RETRY"
+    QUOTA_CHANGED = "QUOTA_CHANGED"
+    NODE_STATE = "NODE_STATE"
+    SECURITY = "SECURITY"  # tokens created, used, revoked or reset
+    LEADER = "LEADER"  # a scheduler took the lead: `data.epoch`, recorded with the epoch bump itself
+    CHECKPOINT = "CHECKPOINT"  # a rank confirmed a checkpoint (at most one a minute per job)
+
+
+class AppendOnlyQuerySet(models.QuerySet):
+    def update(self, **kwargs):
+        raise PermissionError("the event log is append-only")
+
+    def delete(self):
+        raise PermissionError("the event log is append-only")
+
+
+class AuditEvent(models.Model):
+    """Who did what, when and why: a job's timeline (its `events`), and the changes to
+    quotas, nodes and tokens. Append-only; a job's rows go away only with the job.
+
+    It lives in the lowest app so every app can write it (teams records quota changes, the
+    scheduler a job's transitions, the agents app nodes and tokens); the foreign keys name
+    the other apps' models by string, so nothing here imports them."""
+
+    job = models.ForeignKey("scheduling.Job", null=True, blank=True, on_delete=models.CASCADE, related_name="events")
+    team = models.ForeignKey("Team", null=True, blank=True, on_delete=models.CASCADE, related_name="events")
+    node = models.ForeignKey("scheduling.Node", null=True, blank=True, on_delete=models.CASCADE, related_name="events")
+    kind = models.CharField(max_length=20, choices=EventKind.choices)
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    actor_name = models.CharField(max_length=150, help_text="user name, 'scheduler' or 'agent:<node>'")
+    from_state = models.CharField(max_length=40, blank=True)
+    to_state = models.CharField(max_length=10, blank=True)
+    reason = models.CharField(max_length=40, blank=True)
+    message = models.TextField(blank=True)
+    data = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    objects = AppendOnlyQuerySet.as_manager()
+
+    class Meta:
+        db_table = "scheduling_jobevent"  # the table predates the model's move and name
+        ordering = ["created_at", "id"]
+        indexes = [
+            models.Index(fields=["job", "created_at"], name="event_job_time_idx"),
+            models.Index(fields=["team", "created_at"], name="event_team_time_idx"),
+            models.Index(fields=["node", "created_at"], name="event_node_time_idx"),
+            # The admin console's recent preemptions and failures.
+            models.Index(fields=["kind", "-created_at"], name="event_kind_time_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.created_at:%Y-%m-%d %H:%M:%S} {self.kind} {self.message}"
+
+    def save(self, *args, **kwargs):
+        if self.pk is not None and not self._state.adding:
+            raise PermissionError("the event log is append-only")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise PermissionError("the event log is append-only")

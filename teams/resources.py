@@ -1,29 +1,27 @@
 """The resource classes a quota may name: whatever the cluster can have, not a fixed list.
 
 A class is `cpu`, or `gpu:<TYPE>` for each GPU type in MLQ_GPU_TYPES (what a spec may ask for)
-and each one a registered node reports (what the cluster holds), so a GPU type added to the
-settings or brought by a new machine can be given quotas at once."""
+and each one a registered node has reported (`ReportedGpuType`, recorded when a node registers),
+so a GPU type added to the settings or brought by a new machine can be given quotas at once."""
 from collections.abc import Iterable
 
 from django.conf import settings
 
-from agents.models import Node
 from scheduling.core.model import resource_class
+from teams.models import ReportedGpuType
 
 UNKNOWN_CLASS = "unknown resource class {rclass!r}; known: {known}."
 
 
-def known_classes(*, node_classes: Iterable[str] | None = None) -> list[str]:
+def known_classes(*, node_classes: Iterable[str] = ()) -> list[str]:
     """Configured GPU classes in their configured order, then those only nodes report (by
-    name), then cpu: the order the teams page lists them in. `node_classes`: the nodes'
-    classes when the caller has already read them."""
-    if node_classes is None:
-        node_classes = map(resource_class, Node.objects.exclude(gpu_type="").values_list("gpu_type", flat=True)
-                           .order_by().distinct())
+    name), then cpu: the order the teams page lists them in. `node_classes`: classes the
+    caller holds nodes of, added to those recorded."""
+    reported = map(resource_class, ReportedGpuType.objects.values_list("name", flat=True))
     cpu = resource_class(None)
     configured = list(dict.fromkeys(resource_class(gpu_type) for gpu_type in settings.MLQ_GPU_TYPES))
-    reported = sorted(set(node_classes) - set(configured) - {cpu})
-    return [*configured, *reported, cpu]
+    others = sorted({*reported, *node_classes} - set(configured) - {cpu})
+    return [*configured, *others, cpu]
 
 
 def unknown_class_message(rclass: str, known: list[str]) -> str:

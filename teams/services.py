@@ -1,11 +1,11 @@
-"""Writes about teams: quota changes, each one audited with who, what and why."""
+"""Writes about teams: quota changes, each one audited with who, what and why, and the GPU
+types nodes report (the resource classes quotas may name)."""
 from django.db import transaction
 from django.db.models import Sum
 from django.utils import timezone
 from rest_framework.exceptions import ValidationError
 
-from scheduling.models import EventKind, JobEvent
-from teams.models import Quota, Team
+from teams.models import AuditEvent, EventKind, Quota, ReportedGpuType, Team
 
 OVER_PARENT = (
     "{team} and its sibling teams would be guaranteed {total} {rclass}, more than {parent}'s {parent_amount}."
@@ -35,7 +35,7 @@ def _apply_quota_change(*, team: Team, rclass: str, fields: dict, user, reason: 
     quota.updated_at = timezone.now()
     quota.save()
     changed = ", ".join(f"{name} {before[name]} -> {value}" for name, value in fields.items())
-    JobEvent.objects.create(
+    AuditEvent.objects.create(
         team=team, kind=EventKind.QUOTA_CHANGED, actor=user, actor_name=user.get_username(), reason="QUOTA",
         message=f"{team.name} {rclass}: {changed} ({reason})",
         data={"resource_class": rclass, "before": before, "after": fields, "reason": reason},
@@ -59,3 +59,10 @@ def _check_tree(*, team: Team, rclass: str, guaranteed: int) -> None:
     children = _guaranteed(team.children.values_list("pk", flat=True), rclass)
     if guaranteed < children:
         raise ValidationError({field: [UNDER_CHILDREN.format(team=team.name, children=children, rclass=rclass)]})
+
+
+def do_note_gpu_type(gpu_type: str) -> None:
+    """A node reported `gpu_type` (empty for a CPU node): from now on quotas may name its class.
+    One statement; a type already known changes nothing."""
+    if gpu_type:
+        ReportedGpuType.objects.bulk_create([ReportedGpuType(name=gpu_type)], ignore_conflicts=True)

@@ -10,7 +10,7 @@ from django.core.cache import cache
 from django.core.management import call_command
 from rest_framework.test import APIClient
 
-from agents import liveness
+from scheduling import liveness
 from teams.models import ApiToken
 
 SEED_SPEC = {

@@ -9,7 +9,8 @@ from scheduling.leader import failpoints
 from scheduling.core.decisions import Decisions, Placement, Preemption
 from scheduling.core.reasons import PendingReason
 from scheduling.fencing import fenced
-from scheduling.models import EventKind, Job, JobEvent, StopReason, TaskState
+from scheduling.models import Job, StopReason, TaskState
+from teams.models import EventKind, AuditEvent
 from scheduling.leader.snapshot import StoreView
 from scheduling.stopping import do_request_stop
 
@@ -82,7 +83,7 @@ def _preempt(preemption: Preemption, *, epoch: int, now) -> bool:
                                   message=preemption.message, now=now, preempted_for=preemption.for_job_id)
         failpoints.hit("apply.inside_preempt")
         if stopped:
-            JobEvent.objects.create(
+            AuditEvent.objects.create(
                 job_id=preemption.for_job_id, kind=EventKind.STOP_REQUESTED, actor_name="scheduler",
                 reason=preemption.reason, message=f"preempting job {preemption.victim_job_id} to make room",
                 data={"victim": preemption.victim_job_id}, created_at=now)

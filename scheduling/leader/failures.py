@@ -1,7 +1,7 @@
 """The leader's failure detection, from heartbeat ages (never from one missed beat).
 
 1. The clocks: a node's age is counted from its last heartbeat (Redis or Postgres, the later;
-   agents/liveness.py), but never from before the detector's clocks were last restarted. They
+   scheduling/liveness.py), but never from before the detector's clocks were last restarted. They
    restart whenever the leader cannot trust the silence it sees: when it takes the lead, when
    it has not looked for a while (its own passes failed), when Redis stops answering or has
    lost its data, and when a full disruption ends. A restart only ever delays a verdict.
@@ -24,13 +24,12 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
-from agents import liveness
-from agents.models import Node, NodeState
+from scheduling import liveness
+from scheduling.models import FailureClass, Node, NodeState, StopReason, Task, TaskState
 from agents.node.supervise import kill_grace
-from agents.services import do_mark_health
+from scheduling.nodes import do_mark_health
 from scheduling import lifecycle, notify
 from scheduling.fencing import fenced
-from scheduling.models import FailureClass, StopReason, Task, TaskState
 
 log = logging.getLogger(__name__)
 ACTIVE = (TaskState.ASSIGNED, TaskState.RUNNING)

@@ -21,7 +21,8 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from scheduling.models import JobEvent, SchedulerLease
+from scheduling.models import SchedulerLease
+from teams.models import AuditEvent
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +37,7 @@ WITH bumped AS (
            acquired_at = now(), renewed_at = now()
     WHERE id = 1 RETURNING epoch
 )
-INSERT INTO {JobEvent._meta.db_table} (kind, actor_name, from_state, to_state, reason, message, data, created_at)
+INSERT INTO {AuditEvent._meta.db_table} (kind, actor_name, from_state, to_state, reason, message, data, created_at)
 SELECT 'LEADER', 'scheduler', '', '', 'LEADER', %(holder)s || ' took the lead with epoch ' || epoch,
        jsonb_build_object('epoch', epoch, 'holder', %(holder)s), now()
 FROM bumped RETURNING (data->>'epoch')::bigint

@@ -24,7 +24,8 @@ from scheduling.core.settle import (
     Action, Attempt, Counter, EndedTask, Outcome, RestartMode, RestartPolicy, TaskEnd, Verdict, settle,
 )
 from scheduling.fencing import fenced
-from scheduling.models import EventKind, FailureClass, Job, JobEvent, StopReason, Task, TaskState
+from scheduling.models import FailureClass, Job, StopReason, Task, TaskState
+from teams.models import EventKind, AuditEvent
 from scheduling.stopping import do_request_stop, escalate_overdue
 
 S = TaskState
@@ -206,7 +207,7 @@ def _requeue(job: Job, verdict: Verdict, *, now, lost: dict) -> None:
                                          pending_reason_message=verdict.message if not_before else "",
                                          pending_histogram={},
                                          **{verdict.counter: verdict.count})
-    JobEvent.objects.create(job=job, kind=EventKind.RETRY, actor_name="scheduler", reason=verdict.code,
+    AuditEvent.objects.create(job=job, kind=EventKind.RETRY, actor_name="scheduler", reason=verdict.code,
                             message=verdict.message, data={verdict.counter: verdict.count}, created_at=now)
     notify.jobs_changed([job.pk])
     notify.wake_scheduler("requeue")
@@ -219,7 +220,7 @@ def _end_failed(job: Job, verdict: Verdict, *, now, lost: dict) -> None:
                                       actor_name="scheduler", reason=verdict.failure_class, message=verdict.message,
                                       data=lost, now=now, failure_class=verdict.failure_class)
     if not moved:
-        JobEvent.objects.create(job=job, kind=EventKind.TRANSITION, actor_name="scheduler", from_state=job.state,
+        AuditEvent.objects.create(job=job, kind=EventKind.TRANSITION, actor_name="scheduler", from_state=job.state,
                                 to_state=S.FAILED, reason=verdict.failure_class, message=verdict.message,
                                 data=lost, created_at=now)
     Job.objects.filter(pk=job.pk).update(failure_class=verdict.failure_class, finished_at=now, updated_at=now)

@@ -7,9 +7,8 @@ from dataclasses import dataclass, field
 
 from django.conf import settings
 
-from agents.models import Node
+from scheduling.models import Job, JobState, Node, Task, TaskState
 from scheduling.core import model as core
-from scheduling.models import Job, JobState, Task, TaskState
 from teams.models import Quota, Team
 
 ACTIVE = (TaskState.ASSIGNED, TaskState.RUNNING)

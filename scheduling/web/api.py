@@ -15,7 +15,8 @@ from mlqueue.pagination import StrictCursorPagination
 from scheduling import services
 from scheduling.web import throttles
 from scheduling.web.filters import JobFilter
-from scheduling.models import Job, JobEvent, JobState, Priority, SchedulerLease, Task, TaskLog
+from scheduling.models import Job, JobState, Priority, SchedulerLease, Task, TaskLog
+from teams.models import AuditEvent
 from scheduling.selectors import visible_jobs
 from scheduling.web.serializers import (
     CancelSerializer, JobDetailSerializer, JobEventSerializer, JobSerializer, QueueEntrySerializer,
@@ -71,7 +72,7 @@ class JobDetail(APIView):
 class JobEvents(generics.ListAPIView):
     serializer_class = JobEventSerializer
     pagination_class = OldestFirst
-    queryset = JobEvent.objects.none()  # for the schema; the real one is per job
+    queryset = AuditEvent.objects.none()  # for the schema; the real one is per job
 
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):

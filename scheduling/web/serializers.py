@@ -3,7 +3,8 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from scheduling.models import Job, JobEvent, Task
+from scheduling.models import Job, Task
+from teams.models import AuditEvent
 from scheduling.secrets import masked_spec
 
 
@@ -88,7 +89,7 @@ class JobEventSerializer(serializers.ModelSerializer):
     actor = serializers.CharField(source="actor_name")
 
     class Meta:
-        model = JobEvent
+        model = AuditEvent
         fields = ["id", "kind", "actor", "from_state", "to_state", "reason", "message", "data", "created_at"]
 
 

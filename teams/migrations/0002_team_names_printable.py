@@ -1,5 +1,5 @@
 import django.core.validators
-import scheduling.spec
+import mlqueue.text
 from django.db import migrations, models
 
 
@@ -13,7 +13,7 @@ class Migration(migrations.Migration):
         migrations.AlterField(
             model_name='team',
             name='description',
-            field=models.CharField(blank=True, max_length=300, validators=[scheduling.spec.validate_printable]),
+            field=models.CharField(blank=True, max_length=300, validators=[mlqueue.text.validate_printable]),
         ),
         migrations.AlterField(
             model_name='team',

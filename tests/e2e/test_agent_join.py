@@ -9,9 +9,8 @@ from pathlib import Path
 import pytest
 
 from agents.node.client import AgentClient, ApiError
-from agents.models import Node
-from scheduling.models import JobEvent
-from teams.models import hash_token
+from scheduling.models import Node
+from teams.models import AuditEvent, hash_token
 from tests.e2e.cluster import JOIN_TOKEN, Cluster
 from tests.e2e.processes import wait_for
 
@@ -50,5 +49,5 @@ def test_an_agent_restarts_on_its_workdir_without_a_join_token(cluster, tmp_path
         wait_for(ready, timeout=20, what="the node back with its own token")
     except AssertionError:
         raise AssertionError(cluster.logs()) from None
-    registered = JobEvent.objects.filter(node__name=NODE["name"], reason="REGISTERED").order_by("id")
+    registered = AuditEvent.objects.filter(node__name=NODE["name"], reason="REGISTERED").order_by("id")
     assert [e.data["via"] for e in registered] == ["the MLQ_AGENT_JOIN_TOKEN setting", "node token"]

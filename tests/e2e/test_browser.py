@@ -9,8 +9,7 @@ from playwright.sync_api import expect, sync_playwright
 
 from django.db import connections
 
-from agents.models import Node
-from scheduling.models import Job
+from scheduling.models import Job, Node
 from teams.models import ApiToken, Quota
 from tests.e2e.browser import CHROMIUM, FLAGS, log_in, screenshot_dir
 from tests.e2e.cluster import Cluster

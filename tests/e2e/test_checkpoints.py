@@ -7,8 +7,8 @@ from datetime import datetime
 
 import pytest
 
-from agents.models import Node
-from scheduling.models import Job, JobEvent, Task
+from scheduling.models import Job, Node, Task
+from teams.models import AuditEvent
 from tests.e2e.cluster import Cluster
 from tests.e2e.processes import wait_for
 
@@ -56,18 +56,18 @@ def test_a_preempted_attempt_loses_only_the_work_since_its_confirmed_checkpoint(
     task = Task.objects.get(job_id=victim)
     assert task.checkpoint_step == 7 == confirmed["step"]
     assert abs(task.last_checkpoint_at.timestamp() - confirmed["time"]) < 0.01
-    assert JobEvent.objects.filter(job_id=victim, kind="CHECKPOINT").count() == 1
+    assert AuditEvent.objects.filter(job_id=victim, kind="CHECKPOINT").count() == 1
 
     wait_for(lambda: Job.objects.get(pk=victim).state == "RUNNING", timeout=10, what="the victim running")
     submit(api, "rita", priority="P0", command=[sys.executable, "-c", "import time; time.sleep(30)"])
     try:
-        wait_for(lambda: JobEvent.objects.filter(job_id=victim, to_state="PENDING", reason="PREEMPTED").exists(),
+        wait_for(lambda: AuditEvent.objects.filter(job_id=victim, to_state="PENDING", reason="PREEMPTED").exists(),
                  timeout=40, what="the preempted attempt to be settled")
     except AssertionError:
         raise AssertionError(cluster.logs()) from None
 
-    ended = JobEvent.objects.get(job_id=victim, to_state="PENDING", reason="PREEMPTED")
-    stopped = JobEvent.objects.get(job_id=victim, from_state="RUNNING", to_state="PREEMPTED").created_at
+    ended = AuditEvent.objects.get(job_id=victim, to_state="PENDING", reason="PREEMPTED")
+    stopped = AuditEvent.objects.get(job_id=victim, from_state="RUNNING", to_state="PREEMPTED").created_at
     lost_since = datetime.fromisoformat(ended.data["lost_since"])
     assert ended.data["since_checkpoint"] is True
     assert abs(lost_since.timestamp() - confirmed["time"]) < 1.0

@@ -5,8 +5,8 @@ import sys
 
 import pytest
 
-from agents.models import Node
-from scheduling.models import Job, JobEvent
+from scheduling.models import Job, Node
+from teams.models import AuditEvent
 from tests.e2e.cluster import Cluster
 from tests.e2e.processes import wait_for
 
@@ -133,7 +133,7 @@ def test_a_cut_off_agent_kills_its_tasks_before_the_server_requeues_them(cluster
         raise AssertionError(cluster.logs()) from None
     events = read_ledger(ledger)
     first_attempt_ended = max(t for _, t in events["1"])
-    requeued = JobEvent.objects.get(job_id=job_id, kind="RETRY").created_at.timestamp()
+    requeued = AuditEvent.objects.get(job_id=job_id, kind="RETRY").created_at.timestamp()
     assert first_attempt_ended < requeued, "the server requeued before the agent had killed the task"
     assert ("checkpoint", ) == events["1"][-1][:1]  # the agent's lease kill is a SIGTERM first
     assert "lease expired without renewal" in cluster.agents[NODE_A["name"]].output()

@@ -6,8 +6,8 @@ import time
 import pytest
 from django.db import connection
 
-from agents.models import Node
-from scheduling.models import Job, JobEvent, SchedulerLease
+from scheduling.models import Job, Node, SchedulerLease
+from teams.models import AuditEvent
 from tests.conftest import make_spec
 from tests.e2e.processes import scheduler, wait_for
 
@@ -81,6 +81,6 @@ def test_a_paused_leader_is_fenced_off_and_steps_down(procs, tmp_path, api):
     time.sleep(2)
     tasks = list(Job.objects.get(pk=job_id).tasks.values_list("state", "epoch", "attempt"))
     assert tasks == [("ASSIGNED", new_epoch, 1)]
-    assert JobEvent.objects.filter(job_id=job_id, reason="PLACED").count() == 1
+    assert AuditEvent.objects.filter(job_id=job_id, reason="PLACED").count() == 1
     assert holder_pid() == standby.pid and lease()["epoch"] == new_epoch
     assert f"epoch {old_epoch} was deposed" in slow.output()

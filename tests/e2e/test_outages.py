@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from agents.models import Node
-from scheduling.models import JobEvent
+from scheduling.models import Node
+from teams.models import AuditEvent
 from tests.e2e.cluster import Cluster
 from tests.e2e.processes import wait_for
 from tests.e2e.test_cluster import NODE_A, NODE_B, assert_never_overlapping, job_state, ledger_job, on_node, read_ledger
@@ -45,7 +45,7 @@ def test_a_web_tier_outage_shorter_than_the_bound_kills_no_task(cluster, api, tm
         raise AssertionError(cluster.logs()) from None
     events = read_ledger(ledger)
     assert set(events) == {"1"} and events["1"][-1][0] == "end"  # one attempt, run to its end
-    assert not JobEvent.objects.filter(job_id=job_id, reason__in=("NODE_LOST", "LEASE_EXPIRED", "RETRY")).exists()
+    assert not AuditEvent.objects.filter(job_id=job_id, reason__in=("NODE_LOST", "LEASE_EXPIRED", "RETRY")).exists()
     assert "lease expired" not in cluster.agents[NODE_A["name"]].output()
 
 
@@ -69,7 +69,7 @@ def test_a_stopped_agents_tasks_die_by_the_bound_and_only_then_run_elsewhere(clu
     assert on_node(job_id) == NODE_B["name"]
     # Its supervisor sent SIGTERM at the deadline (the job checkpoints and exits at once):
     assert max(t for _, t in events["1"]) < stopped_at + BOUND + 1
-    requeued = JobEvent.objects.get(job_id=job_id, kind="RETRY").created_at.timestamp()
+    requeued = AuditEvent.objects.get(job_id=job_id, kind="RETRY").created_at.timestamp()
     assert requeued > stopped_at + BOUND + MARGIN - 1  # and the leader waited for the bound and the margin
     assert_never_overlapping(events)
     wait_for(lambda: ready(NODE_A), timeout=20, what="node A back after SIGCONT")

@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from agents.models import Node
-from scheduling.models import Job, JobEvent
+from scheduling.models import Job, Node
+from teams.models import AuditEvent
 from tests.e2e.cluster import Cluster
 from tests.e2e.processes import wait_for
 
@@ -89,10 +89,10 @@ def test_p0_runs_within_the_grace_period_on_a_cluster_of_fresh_p2_jobs(cluster, 
         assert first[0] == "start" and set(first[1:]) == {"term"}, lines
         # Then a new attempt, told it is a restart (MLQ_RESTART_COUNT counts earlier attempts,
         # preemptions included), that ran to its end.
-        timeline = list(JobEvent.objects.filter(job_id=victim).values_list("reason", "message"))
+        timeline = list(AuditEvent.objects.filter(job_id=victim).values_list("reason", "message"))
         assert [(a, count, what) for a, count, what, _ in lines if a != "1"] == [("2", "1", "start"),
                                                                               ("2", "1", "end")], "\n".join(map(str, timeline))
         job = Job.objects.get(pk=victim)
         # Preemption is counted apart: no restart (infra) or retry (app) budget was spent.
         assert (job.preemptions, job.restarts_used, job.retries_used) == (1, 0, 0)
-        assert JobEvent.objects.filter(job_id=victim, message__contains=f"preempted for job {incident}").exists()
+        assert AuditEvent.objects.filter(job_id=victim, message__contains=f"preempted for job {incident}").exists()

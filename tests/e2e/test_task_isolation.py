@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
-from agents.models import Node
-from scheduling.models import Job
+from scheduling.models import Job, Node
 from tests.e2e.cluster import JOIN_TOKEN, Cluster
 from tests.e2e.processes import wait_for
 

@@ -8,11 +8,11 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from agents import liveness
-from agents.models import Node
+from scheduling import liveness
+from scheduling.models import Job, Node, SchedulerLease, Task
+from teams.models import AuditEvent
 from scheduling.leader import failures
 from scheduling.leader.failures import detect
-from scheduling.models import Job, JobEvent, SchedulerLease, Task
 from scheduling.leader.worker import run_pass
 from tests.conftest import make_spec
 
@@ -149,7 +149,7 @@ def test_silent_nodes_go_suspect_then_lost_and_their_tasks_are_requeued(api, lea
     assert detect(epoch=leader, now=at(31))["lost"] == 1
     task = Task.objects.get(job_id=job_id)
     assert (task.state, task.failure_class) == ("FAILED", "INFRA")
-    assert JobEvent.objects.get(node__name="z1-r1-h100-01", reason="LOST").message.startswith(
+    assert AuditEvent.objects.get(node__name="z1-r1-h100-01", reason="LOST").message.startswith(
         "SUSPECT -> LOST: no heartbeat for 31 s (outage bound 20 s + margin 10 s)")
     run_pass(epoch=leader, now=at(32))
     job = Job.objects.get(pk=job_id)
@@ -179,7 +179,7 @@ def test_drain_signals_running_tasks_and_they_requeue_as_preempted(api, leader, 
     run_pass(epoch=leader)
     job = Job.objects.get(pk=job_id)
     assert (job.state, job.preemptions, job.restarts_used, job.retries_used) == ("PENDING", 1, 0, 0)
-    audit = JobEvent.objects.get(node__name="z1-r1-h100-01", reason="DRAINING")
+    audit = AuditEvent.objects.get(node__name="z1-r1-h100-01", reason="DRAINING")
     assert (audit.actor_name, audit.message) == ("ops", "draining: replace a DIMM")
     assert api("ops").post("/api/v1/nodes/z1-r1-h100-01/uncordon", {"reason": "fixed"},
                            format="json").json()["state"] == "READY"

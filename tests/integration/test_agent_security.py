@@ -11,15 +11,15 @@ from django.db import connection
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from agents import liveness
-from agents.models import JoinToken, Node
+from scheduling import liveness
+from agents.models import JoinToken
+from scheduling.models import Node, SchedulerLease, Task, TaskLog
+from teams.models import AuditEvent, hash_token
 from agents.services import ALREADY_REGISTERED, STILL_HAS_TASKS
 from agents.tokens import WRONG_JOIN_TOKEN, do_create_join_token
 from scheduling.leader import failures
 from scheduling.leader.failures import detect
-from scheduling.models import JobEvent, SchedulerLease, Task, TaskLog
 from scheduling.leader.worker import run_pass
-from teams.models import hash_token
 from tests.conftest import make_spec
 
 BOOTSTRAP = "bootstrap-join-secret"
@@ -60,9 +60,9 @@ def test_a_join_token_made_by_the_command_is_shown_once_hashed_and_bounded(db):
     assert (used_up.status_code, used_up.json()["detail"]) == (401, WRONG_JOIN_TOKEN)
     assert set(Node.objects.values_list("name", flat=True)) == {"a", "b"}
     assert JoinToken.objects.get().uses == 2
-    created = JobEvent.objects.get(kind="SECURITY", reason="JOIN_TOKEN_CREATED")
+    created = AuditEvent.objects.get(kind="SECURITY", reason="JOIN_TOKEN_CREATED")
     assert raw not in created.message and token.hint in created.message
-    joined = JobEvent.objects.get(node__name="a", reason="REGISTERED")
+    joined = AuditEvent.objects.get(node__name="a", reason="REGISTERED")
     assert f"join token {token.hint}… (rack z2-r3)" in joined.message
 
 
@@ -89,7 +89,7 @@ def test_revoking_twice_or_an_unknown_hint_is_a_clear_error(db):
         call_command("revoke_join_token", "mlqj_nothing", stdout=io.StringIO())
     with pytest.raises(CommandError, match="--expires"):
         call_command("create_join_token", "--expires", "soon", stdout=io.StringIO())
-    assert JobEvent.objects.filter(kind="SECURITY", reason="JOIN_TOKEN_REVOKED").count() == 1
+    assert AuditEvent.objects.filter(kind="SECURITY", reason="JOIN_TOKEN_REVOKED").count() == 1
 
 
 def test_the_join_token_cannot_take_over_a_registered_node(db):
@@ -124,7 +124,7 @@ def test_an_admin_reset_lets_a_new_agent_join_and_locks_the_old_token_out(api):
     assert node_client(old).post("/api/v1/agents/z1-r1-h100-01/heartbeat", {"tasks": []},
                                  format="json").status_code == 401
     assert register(BOOTSTRAP, "z1-r1-h100-01").status_code == 201
-    audit = JobEvent.objects.get(kind="SECURITY", reason="NODE_TOKEN_RESET")
+    audit = AuditEvent.objects.get(kind="SECURITY", reason="NODE_TOKEN_RESET")
     assert (audit.actor_name, audit.node.name, audit.message) == (
         "ops", "z1-r1-h100-01", "node token of z1-r1-h100-01 reset: reinstalled")
 
@@ -218,7 +218,7 @@ def test_stored_logs_are_capped_by_what_is_stored_not_by_the_offset_claimed(sett
     assert sum(len(text) for text in TaskLog.objects.values_list("text", flat=True)) == 100
     assert events(client, "z1-r1-h100-01", log(job_id, "y" * 40, offset=4 * 10**12))["accepted"] == 1
     assert TaskLog.objects.count() == 3
-    capped = JobEvent.objects.get(job_id=job_id, reason="LOG_CAPPED")
+    capped = AuditEvent.objects.get(job_id=job_id, reason="LOG_CAPPED")
     assert capped.message.startswith("rank 0 attempt 1: stdout reached the 100 characters kept")
 
 
@@ -238,7 +238,7 @@ def test_an_event_the_agent_had_to_drop_is_on_the_jobs_timeline(placed):
     dropped = {"type": "dropped", "job_id": job_id, "rank": 0, "attempt": 1,
                "data": "the agent dropped a log event the server refused 3 times: HTTP 400"}
     assert events(client, "z1-r1-h100-01", dropped)["accepted"] == 1
-    event = JobEvent.objects.get(job_id=job_id, reason="AGENT_DROPPED_EVENT")
+    event = AuditEvent.objects.get(job_id=job_id, reason="AGENT_DROPPED_EVENT")
     assert (event.actor_name, event.message) == ("agent:z1-r1-h100-01", dropped["data"])
 
 
@@ -292,4 +292,4 @@ def test_two_agents_racing_for_a_new_name_get_one_node_and_one_409(settings):
     for thread in threads:
         thread.join(timeout=30)
     assert sorted(statuses) == [201, 409]
-    assert JobEvent.objects.filter(node__name="z9-r1-new", reason="REGISTERED").count() == 1
+    assert AuditEvent.objects.filter(node__name="z9-r1-new", reason="REGISTERED").count() == 1

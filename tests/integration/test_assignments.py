@@ -1,10 +1,9 @@
 """The environment a task starts with: its attempt, where to resume from, and its gang."""
 from django.utils import timezone
 
-from agents.models import Node
+from scheduling.models import Job, Node, SchedulerLease, Task
 from scheduling import reports
 from scheduling.assignments import assignment_env, master_port
-from scheduling.models import Job, SchedulerLease, Task
 from scheduling.leader.worker import run_pass
 from tests.conftest import make_spec
 

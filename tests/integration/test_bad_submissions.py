@@ -3,7 +3,8 @@ import json
 
 import pytest
 
-from scheduling.models import Job, JobEvent, Task
+from scheduling.models import Job, Task
+from teams.models import AuditEvent
 from tests.conftest import make_spec
 
 OVERSIZED = json.dumps(make_spec(env={f"V{i}": "x" * 1000 for i in range(300)})).encode()
@@ -78,7 +79,7 @@ CASES = [
 
 
 def counts() -> tuple[int, int, int, int]:
-    return Job.objects.count(), Task.objects.count(), JobEvent.objects.count(), Job.depends_on.through.objects.count()
+    return Job.objects.count(), Task.objects.count(), AuditEvent.objects.count(), Job.depends_on.through.objects.count()
 
 
 @pytest.mark.parametrize("case, username, body, content_type, status, field", CASES, ids=[c[0] for c in CASES])

@@ -3,9 +3,9 @@ Seeing a job (any member of its team or of its division) is not enough."""
 import pytest
 from django.test import Client
 
-from scheduling.models import Job, JobEvent
+from scheduling.models import Job
+from teams.models import AuditEvent, Membership, Role, Team
 from scheduling.services import NOT_YOURS_TO_CANCEL
-from teams.models import Membership, Role, Team
 from tests.conftest import make_spec
 
 
@@ -21,7 +21,7 @@ def refusal(job_id: int) -> str:
 
 def assert_not_cancelled(job_id: int) -> None:
     assert Job.objects.get(pk=job_id).state == "PENDING"
-    assert not JobEvent.objects.filter(job_id=job_id, kind="CANCEL_REQUESTED").exists()
+    assert not AuditEvent.objects.filter(job_id=job_id, kind="CANCEL_REQUESTED").exists()
 
 
 def join(user, team_name: str, role: str) -> None:
@@ -64,7 +64,7 @@ def test_a_lead_of_the_division_above_may_cancel(api, user, ritas_job):
     join(user("victor"), "research", Role.LEAD)
     response = api("victor").post(f"/api/v1/jobs/{ritas_job}/cancel", {"reason": "over budget"}, format="json")
     assert response.status_code == 200 and response.json()["state"] == "CANCELLED"
-    assert JobEvent.objects.get(job_id=ritas_job, kind="CANCEL_REQUESTED").actor_name == "victor"
+    assert AuditEvent.objects.get(job_id=ritas_job, kind="CANCEL_REQUESTED").actor_name == "victor"
 
 
 @pytest.mark.parametrize("actor", ["alice", "rita", "ops"])  # owner, lead of the team, site admin

@@ -7,9 +7,9 @@ import pytest
 import time_machine
 from django.utils import timezone
 
-from agents.models import Node
+from scheduling.models import Job, Node, Task
+from teams.models import AuditEvent
 from scheduling.leader import snapshot
-from scheduling.models import Job, JobEvent, Task
 from scheduling.leader.worker import run_pass
 from tests.conftest import make_spec
 from tests.integration.test_agent_api import INVENTORY, JOIN, agent, beat
@@ -75,7 +75,7 @@ def test_a_checkpoint_is_kept_per_task_and_the_timeline_says_so_at_most_once_a_m
     task = Task.objects.get(job_id=job_id)
     assert (task.last_checkpoint_at, task.checkpoint_step) == (saved, 100)
     assert Job.objects.get(pk=job_id).last_checkpoint_at == saved
-    [event] = JobEvent.objects.filter(job_id=job_id, kind="CHECKPOINT")
+    [event] = AuditEvent.objects.filter(job_id=job_id, kind="CHECKPOINT")
     assert (event.actor_name, event.data) == (f"agent:{A}", {"rank": 0, "attempt": 1, "step": 100,
                                                               "at": saved.isoformat()})
 
@@ -83,10 +83,10 @@ def test_a_checkpoint_is_kept_per_task_and_the_timeline_says_so_at_most_once_a_m
         clock.shift(timedelta(seconds=1))
         send(clients[A], A, checkpoint(job_id, step=100 + second, at=timezone.now()))
     assert Task.objects.get(job_id=job_id).checkpoint_step == 119
-    assert JobEvent.objects.filter(job_id=job_id, kind="CHECKPOINT").count() == 1
+    assert AuditEvent.objects.filter(job_id=job_id, kind="CHECKPOINT").count() == 1
     clock.shift(timedelta(seconds=45))
     send(clients[A], A, checkpoint(job_id, step=200, at=timezone.now()))
-    assert JobEvent.objects.filter(job_id=job_id, kind="CHECKPOINT").count() == 2
+    assert AuditEvent.objects.filter(job_id=job_id, kind="CHECKPOINT").count() == 2
 
 
 @pytest.mark.parametrize("change, field", [
@@ -150,13 +150,13 @@ def test_the_snapshot_counts_from_the_checkpoint_every_rank_confirmed(api, leade
     assert seen().hours_lost_if_stopped(timezone.now().timestamp()) == pytest.approx(16 * 10 / 60)
 
 
-def drain_and_settle(api, leader, clients, job_id, clock) -> JobEvent:
+def drain_and_settle(api, leader, clients, job_id, clock) -> AuditEvent:
     api("ops").post(f"/api/v1/nodes/{A}/drain", {"reason": "kernel upgrade"}, format="json")
     clock.shift(timedelta(seconds=3))
     beat(clients[A], A, [report(job_id, 0, 1, "exited", exit_code=0)])
     run_pass(epoch=leader)
     assert Job.objects.get(pk=job_id).state == "PENDING"
-    return JobEvent.objects.get(job_id=job_id, to_state="PENDING", reason="PREEMPTED")
+    return AuditEvent.objects.get(job_id=job_id, to_state="PENDING", reason="PREEMPTED")
 
 
 def test_a_drained_attempt_records_the_work_lost_since_its_checkpoint_and_the_next_starts_clean(api, leader, clock):
@@ -203,7 +203,7 @@ def test_a_final_failure_records_the_lost_work_on_its_event(api, leader, clock):
     beat(clients[A], A, [report(job_id, 0, 1, "exited", exit_code=1)])
     run_pass(epoch=leader)
     assert Job.objects.get(pk=job_id).state == "FAILED"
-    [verdict] = JobEvent.objects.filter(job_id=job_id, reason="APP", from_state="FAILED")
+    [verdict] = AuditEvent.objects.filter(job_id=job_id, reason="APP", from_state="FAILED")
     assert verdict.data == {"lost_gpu_hours": 2.0, "lost_since": saved.isoformat(), "since_checkpoint": True}
 
 

@@ -10,9 +10,8 @@ from cryptography.fernet import Fernet
 from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 
-from agents.models import Node
-from scheduling.models import JobEvent
-from teams.models import ApiToken, Membership, Quota, Team, hash_token
+from scheduling.models import Node
+from teams.models import ApiToken, AuditEvent, Membership, Quota, Team, hash_token
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -86,14 +85,14 @@ def test_event_log_is_append_only(api):
     from tests.conftest import make_spec
 
     api("alice").post("/api/v1/jobs", make_spec(), format="json")
-    event = JobEvent.objects.get()
+    event = AuditEvent.objects.get()
     event.message = "rewritten"
     with pytest.raises(PermissionError):
         event.save()
     with pytest.raises(PermissionError):
-        JobEvent.objects.update(message="rewritten")
+        AuditEvent.objects.update(message="rewritten")
     with pytest.raises(PermissionError):
-        JobEvent.objects.all().delete()
+        AuditEvent.objects.all().delete()
 
 
 def test_check_deploy_is_clean_with_production_settings():

@@ -6,9 +6,8 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from agents.models import Node
+from scheduling.models import Job, JobState, Node
 from scheduling.leader.forecasting import Forecaster, runtime_fractions
-from scheduling.models import Job, JobState
 from scheduling.leader.worker import publish_queue_order, run_pass
 from tests.integration.test_scheduler_pass import leader, run_all_ranks, submit  # noqa: F401 (fixture)
 

@@ -11,12 +11,12 @@ from django.contrib.auth import get_user_model
 from django.core.cache import cache
 from django.test import Client
 
-from agents.models import Node
+from scheduling.models import Job, Node, Task, TaskLog
+from teams.models import AuditEvent
 from agents.services import do_register_node
 from mlqueue.middleware import CONTROL_CHARACTER, TOO_MANY_PARAMETERS
 from mlqueue.pagination import BAD_LIMIT, INVALID_CURSOR
 from mlqueue.parsers import JSON_TOO_DEEP, LONE_SURROGATE, MALFORMED_JSON, NUL_IN_TEXT
-from scheduling.models import Job, JobEvent, Task, TaskLog
 from scheduling.services import check_job_submission, do_submit_job
 from scheduling.spec import NOT_FINITE
 from scheduling.web.submit_page import MAX_YAML_BYTES, MAX_YAML_DEPTH, YAML_TOO_DEEP, YAML_TOO_LARGE, YAML_VALUE
@@ -280,7 +280,7 @@ CASES += [
 
 
 def counts() -> dict[str, int]:
-    return {model.__name__: model.objects.count() for model in (Job, Task, JobEvent, Node, TaskLog)}
+    return {model.__name__: model.objects.count() for model in (Job, Task, AuditEvent, Node, TaskLog)}
 
 
 @pytest.fixture

@@ -2,9 +2,8 @@
 place, fill the cluster and leave jobs waiting, it decides exactly as a fresh pass would."""
 from django.utils import timezone
 
-from agents.models import Node
+from scheduling.models import Job, Node, SchedulerLease
 from scheduling.core.scheduler import Scheduler, schedule
-from scheduling.models import Job, SchedulerLease
 from scheduling.leader.snapshot import build_view
 from scheduling.leader.worker import SchedulerWorker, run_pass
 from tests.conftest import make_spec

@@ -4,9 +4,9 @@ import threading
 import pytest
 from django.db import connection
 
-from agents.models import Node
+from scheduling.models import Job, Node, SchedulerLease, Task, TaskState as S
+from teams.models import AuditEvent
 from scheduling import lifecycle
-from scheduling.models import Job, JobEvent, SchedulerLease, Task, TaskState as S
 from tests.conftest import make_spec
 
 
@@ -40,14 +40,14 @@ def test_gang_moves_together_and_the_job_follows(job):
 
 def test_gang_with_one_task_elsewhere_does_not_move(job):
     lifecycle.transition_task(job.tasks.get(rank=3), to_state=S.CANCELLED)
-    events_before = JobEvent.objects.count()
+    events_before = AuditEvent.objects.count()
 
     moved = lifecycle.transition_gang(job.pk, from_state=S.PENDING, to_state=S.ASSIGNED, per_rank=assignment(job))
 
     assert moved == 0
     assert sorted(job.tasks.values_list("state", flat=True)) == [S.CANCELLED] + [S.PENDING] * 7
     assert not job.tasks.exclude(node=None).exists()
-    assert JobEvent.objects.count() == events_before
+    assert AuditEvent.objects.count() == events_before
 
 
 def test_a_stale_epoch_writes_nothing(job):
@@ -118,7 +118,7 @@ def test_two_racing_transitions_exactly_one_wins(api, round_):
     winner = next(name for name, won in results.items() if won)
     task.refresh_from_db()
     assert task.state == {"assign": S.ASSIGNED, "cancel": S.CANCELLED}[winner]
-    assert JobEvent.objects.filter(job_id=job_id, kind="TRANSITION").count() == 1
+    assert AuditEvent.objects.filter(job_id=job_id, kind="TRANSITION").count() == 1
 
 
 @pytest.mark.django_db(transaction=True)

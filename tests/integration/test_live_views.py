@@ -8,10 +8,9 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from agents.models import Node
+from scheduling.models import Job, Node, SchedulerLease, Task
 from mlqueue.asgi import application
 from scheduling import notify
-from scheduling.models import Job, SchedulerLease, Task
 from scheduling.leader.worker import run_pass
 from tests.conftest import make_spec
 

@@ -7,8 +7,7 @@ import sys
 import pytest
 from django.utils import timezone
 
-from agents.models import Node
-from scheduling.models import SchedulerLease
+from scheduling.models import Node, SchedulerLease
 from scheduling.stopping import escalate_overdue
 from scheduling.tasks import enforce_grace_deadline
 from scheduling.leader.worker import run_pass

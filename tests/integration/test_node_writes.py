@@ -4,9 +4,9 @@ the other from an object read before the other wrote."""
 import pytest
 from django.utils import timezone
 
-from agents.models import Node
-from agents.services import do_cordon, do_mark_health, do_uncordon, note_alive
-from scheduling.models import JobEvent
+from scheduling.models import Node
+from teams.models import AuditEvent
+from scheduling.nodes import do_cordon, do_mark_health, do_uncordon, note_alive
 
 NAME = "z1-r1-h100-01"
 
@@ -51,4 +51,4 @@ def test_a_health_verdict_from_a_stale_read_changes_nothing(ready):
     changed = do_mark_health(detector_read, "LOST", message="no heartbeat for 31 s", now=timezone.now())
     assert columns() == ("READY", "", "READY")
     assert changed is False
-    assert not JobEvent.objects.filter(node__name=NAME, reason="LOST").exists()
+    assert not AuditEvent.objects.filter(node__name=NAME, reason="LOST").exists()

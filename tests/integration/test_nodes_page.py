@@ -8,9 +8,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from agents.models import Node
+from scheduling.models import Job, Node, SchedulerLease, Task
+from teams.models import AuditEvent
 from scheduling import lifecycle
-from scheduling.models import Job, JobEvent, SchedulerLease, Task
 from scheduling.stopping import do_request_stop
 from scheduling.leader.worker import run_pass
 from tests.conftest import make_spec
@@ -73,7 +73,7 @@ def test_only_site_admins(demo, client):
     assert client.get("/nodes/?part=heatmap", **HTMX).status_code == 403
     assert post(client, H100, "drain", "maintenance", **HTMX).status_code == 403
     assert Node.objects.get(name=H100).state == "NEW"
-    assert not JobEvent.objects.filter(kind="NODE_STATE", node__name=H100).exists()
+    assert not AuditEvent.objects.filter(kind="NODE_STATE", node__name=H100).exists()
 
 
 def test_every_node_by_rack_with_its_state(ops):
@@ -124,14 +124,14 @@ def test_drain_then_uncordon(api, ops, ready, user):
     html = response.content.decode()
     assert html.lstrip().startswith('<div id="heatmap"')
     assert 'data-state="DRAINING"' in node_line(html, node) and f"{node} is now DRAINING" in html
-    event = JobEvent.objects.filter(kind="NODE_STATE", node__name=node).latest("id")
+    event = AuditEvent.objects.filter(kind="NODE_STATE", node__name=node).latest("id")
     assert (event.reason, event.actor, event.actor_name) == ("DRAINING", user("ops"), "ops")
     assert "replace a DIMM" in event.message
     assert Task.objects.get(job_id=job_id).stop_reason == "DRAIN"
 
     html = post(ops, node, "uncordon", "DIMM replaced", **HTMX).content.decode()
     assert 'data-state="READY"' in node_line(html, node)
-    assert JobEvent.objects.filter(kind="NODE_STATE", node__name=node).latest("id").reason == "UNCORDONED"
+    assert AuditEvent.objects.filter(kind="NODE_STATE", node__name=node).latest("id").reason == "UNCORDONED"
 
 
 def test_cordon_and_drain_wait(ops, ready):
@@ -140,18 +140,18 @@ def test_cordon_and_drain_wait(ops, ready):
     assert Node.objects.get(name=H100).state == "CORDONED"
     html = post(ops, H100, "drain_wait", "let it finish", **HTMX).content.decode()
     assert 'data-state="DRAINING"' in node_line(html, H100)
-    assert JobEvent.objects.filter(kind="NODE_STATE", node__name=H100).latest("id").data["wait"] is True
+    assert AuditEvent.objects.filter(kind="NODE_STATE", node__name=H100).latest("id").data["wait"] is True
 
 
 def test_an_action_needs_a_reason(ops, ready):
-    before = JobEvent.objects.filter(kind="NODE_STATE").count()
+    before = AuditEvent.objects.filter(kind="NODE_STATE").count()
     response = post(ops, H100, "drain", "  ", **HTMX)
     assert response.status_code == 200
     line = node_line(response.content.decode(), H100)
     assert 'data-state="READY"' in line and 'class="error"' in line and "reason:" in line
     assert post(ops, H100, "reboot", "why not", **HTMX).content.decode().count('class="error"') == 1
     assert Node.objects.get(name=H100).state == "READY"
-    assert JobEvent.objects.filter(kind="NODE_STATE").count() == before
+    assert AuditEvent.objects.filter(kind="NODE_STATE").count() == before
     assert post(ops, "no-such-node", "drain", "x", **HTMX).status_code == 404
 
 
@@ -240,4 +240,4 @@ def test_an_admin_resets_a_nodes_token_from_the_console(ops):
     assert response.status_code == 200 and "token is reset" in response.content.decode()
     node = Node.objects.get(name=H100)
     assert (node.token_digest, node.health) == ("", "SUSPECT")
-    assert JobEvent.objects.get(kind="SECURITY", reason="NODE_TOKEN_RESET").actor_name == "ops"
+    assert AuditEvent.objects.get(kind="SECURITY", reason="NODE_TOKEN_RESET").actor_name == "ops"

@@ -10,13 +10,13 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from agents import liveness
-from agents.models import Node
+from scheduling import liveness
+from scheduling.models import Job, Node, SchedulerLease, Task
+from teams.models import AuditEvent
 from mlqueue.breaker import RedisBreaker
 from scheduling import notify
 from scheduling.leader import failures
 from scheduling.leader.failures import Clocks, detect
-from scheduling.models import Job, JobEvent, SchedulerLease, Task
 from scheduling.stopping import do_request_stop
 from scheduling.leader.worker import Waker, run_pass
 from tests.conftest import make_spec
@@ -98,7 +98,7 @@ def test_a_new_leader_does_not_read_old_silence_as_dead_nodes(lease, monkeypatch
     results = watch(lease, start, BOUND + MARGIN)
     assert [r["lost"] for r in results] == [0, 0, 0, 0] and results[2]["suspect"] == 1
     assert detect(epoch=lease, now=later(start, BOUND + MARGIN + 1))["lost"] == 1
-    assert JobEvent.objects.get(node__name="n1", reason="LOST").message == (
+    assert AuditEvent.objects.get(node__name="n1", reason="LOST").message == (
         f"SUSPECT -> LOST: no heartbeat for {BOUND + MARGIN + 1} s (outage bound {BOUND} s + margin {MARGIN} s)")
 
 
@@ -165,7 +165,7 @@ def test_a_task_its_agent_stopped_for_the_lease_is_an_infra_failure_even_with_ex
                                     "cause": "lease_expired"}])
     task = Task.objects.get(job_id=job_id)
     assert (task.state, task.failure_class, task.exit_code) == ("FAILED", "INFRA", 0)
-    event = JobEvent.objects.filter(job_id=job_id, reason="LEASE_EXPIRED").get()
+    event = AuditEvent.objects.filter(job_id=job_id, reason="LEASE_EXPIRED").get()
     assert event.message == ("rank 0 ended (exit code 0): stopped on its node: the node agent could not renew its "
                              "lease with the control plane within the outage bound")
 

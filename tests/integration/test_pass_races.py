@@ -7,7 +7,7 @@ import pytest
 from django.utils import timezone
 from prometheus_client import REGISTRY
 
-from agents.models import Node
+from scheduling.models import Node
 from mlqueue.breaker import RedisBreaker
 from mlqueue.celery import app as celery_app
 from scheduling import metrics, stopping

@@ -1,7 +1,7 @@
 """Who may do what: member, another team's member, lead, admin x list / detail / cancel / quotas."""
 import pytest
 
-from scheduling.models import JobEvent
+from teams.models import AuditEvent
 from teams.api import NOT_A_LEAD
 from tests.conftest import make_spec
 
@@ -39,9 +39,9 @@ def test_cancel(api, job_id, actor):
     assert response.status_code == MATRIX[actor][2]
     if response.status_code == 200:
         assert response.json()["state"] == "CANCELLED"
-        assert JobEvent.objects.get(job_id=job_id, kind="CANCEL_REQUESTED").actor_name == actor
+        assert AuditEvent.objects.get(job_id=job_id, kind="CANCEL_REQUESTED").actor_name == actor
     else:
-        assert not JobEvent.objects.filter(job_id=job_id, kind="CANCEL_REQUESTED").exists()
+        assert not AuditEvent.objects.filter(job_id=job_id, kind="CANCEL_REQUESTED").exists()
 
 
 @pytest.mark.parametrize("actor", ACTORS)
@@ -57,7 +57,7 @@ def test_quota_edit(api, actor):
     assert response.status_code == MATRIX[actor][4]
     if response.status_code == 403:
         assert response.json()["detail"] == NOT_A_LEAD.format(team="research-foundation-models")
-        assert not JobEvent.objects.filter(kind="QUOTA_CHANGED").exists()
+        assert not AuditEvent.objects.filter(kind="QUOTA_CHANGED").exists()
 
 
 def test_a_lead_cannot_edit_another_teams_quota(api):

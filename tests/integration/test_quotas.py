@@ -1,6 +1,5 @@
 """Quota edits: validated against the team tree, written to the audit log."""
-from scheduling.models import JobEvent
-from teams.models import Quota
+from teams.models import AuditEvent, Quota
 from teams.services import OVER_PARENT, UNDER_CHILDREN
 
 URL = "/api/v1/teams/research-foundation-models/quotas"
@@ -17,7 +16,7 @@ def test_lead_edit_is_applied_and_audited(api):
     assert response.status_code == 200, response.json()
     h100 = next(q for q in response.json() if q["resource_class"] == "gpu:H100")
     assert (h100["guaranteed"], h100["borrowing_limit"]) == (35, 40)
-    event = JobEvent.objects.get(kind="QUOTA_CHANGED")
+    event = AuditEvent.objects.get(kind="QUOTA_CHANGED")
     assert (event.team.name, event.actor_name) == ("research-foundation-models", "rita")
     assert event.message == ("research-foundation-models gpu:H100: guaranteed 32 -> 35, borrowing_limit 64 -> 40 "
                              "(llama run needs headroom)")
@@ -32,7 +31,7 @@ def test_children_cannot_be_promised_more_than_their_division(api):
     assert response.json()["fields"] == {"quotas.gpu:H100.guaranteed": [OVER_PARENT.format(
         team="research-foundation-models", total=52, rclass="gpu:H100", parent="research", parent_amount=51)]}
     assert quota("research-foundation-models", "gpu:H100").guaranteed == 32
-    assert not JobEvent.objects.filter(kind="QUOTA_CHANGED").exists()
+    assert not AuditEvent.objects.filter(kind="QUOTA_CHANGED").exists()
 
 
 def test_a_division_cannot_drop_below_its_teams(api):
@@ -69,7 +68,7 @@ def test_bad_patches_name_the_field(api):
         response = client.patch(URL, body, format="json")
         assert response.status_code == 400, body
         assert field in response.json()["fields"], (body, response.json())
-    assert not JobEvent.objects.filter(kind="QUOTA_CHANGED").exists()
+    assert not AuditEvent.objects.filter(kind="QUOTA_CHANGED").exists()
 
 
 def test_unknown_team_is_404(api):

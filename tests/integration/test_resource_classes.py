@@ -6,10 +6,9 @@ import pytest
 from django.utils.html import escape
 from rest_framework.test import APIClient
 
-from scheduling.models import JobEvent
-from teams.models import Quota, Team
+from teams.models import AuditEvent, Quota, Team
 from teams.resources import known_classes
-from teams.usage import cluster_usage
+from scheduling.usage import cluster_usage
 
 FM = "research-foundation-models"
 JOIN = "join-secret"
@@ -50,7 +49,7 @@ def test_a_configured_gpu_type_gets_quotas_through_the_api(api, h200_configured)
     assert response.status_code == 200, response.json()
     quota = Quota.objects.get(team__name=FM, resource_class="gpu:H200")
     assert (quota.guaranteed, quota.borrowing_limit) == (8, 8)
-    assert JobEvent.objects.filter(kind="QUOTA_CHANGED", data__resource_class="gpu:H200").count() == 2
+    assert AuditEvent.objects.filter(kind="QUOTA_CHANGED", data__resource_class="gpu:H200").count() == 2
 
 
 def test_a_gpu_type_a_node_reports_counts_and_gets_quotas(api, h200_node):

@@ -5,11 +5,11 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from agents.models import Node
+from scheduling.models import Job, Node, SchedulerLease, Signal, Task
+from teams.models import AuditEvent
 from mlqueue.celery import app as celery_app
 from scheduling import lifecycle, reports
 from scheduling.fencing import Deposed
-from scheduling.models import Job, JobEvent, SchedulerLease, Signal, Task
 from scheduling.leader.reconcile import restart_policy
 from scheduling.services import do_cancel_job
 from scheduling.leader.worker import run_pass
@@ -50,7 +50,7 @@ def test_a_pass_places_a_gang_fenced_by_the_epoch(api, leader):
     assert {t.epoch for t in tasks} == {EPOCH} and {t.attempt for t in tasks} == {1}
     assert {t.node.rack for t in tasks} == {"z1-r1"}  # prefer_same_rack: one rack of 8 H100 nodes
     assert all(t.gpu_indices == list(range(8)) for t in tasks)
-    placed = JobEvent.objects.get(job=job, reason="PLACED")
+    placed = AuditEvent.objects.get(job=job, reason="PLACED")
     assert placed.actor_name == "scheduler" and placed.data["epoch"] == EPOCH
     lease = SchedulerLease.objects.get()
     assert lease.last_pass_ms > 0 and lease.last_pass_at is not None
@@ -61,7 +61,7 @@ def test_a_deposed_epoch_writes_nothing(api, leader):
     with pytest.raises(Deposed):
         run_pass(epoch=leader - 1)
     assert set(job.tasks.values_list("state", flat=True)) == {"PENDING"}
-    assert not JobEvent.objects.filter(job=job, reason="PLACED").exists()
+    assert not AuditEvent.objects.filter(job=job, reason="PLACED").exists()
 
 
 def test_waiting_jobs_get_their_reason_saved(api, leader):
@@ -143,7 +143,7 @@ def test_preempted_gang_is_requeued_whole_and_resumes_with_a_new_attempt(api, le
     assert (victim.preemptions, victim.restarts_used, victim.retries_used) == (1, 0, 0)
     assert set(victim.tasks.values_list("state", flat=True)) == {"PENDING"}
     assert set(urgent.tasks.values_list("state", flat=True)) == {"ASSIGNED"}
-    retry = JobEvent.objects.get(job=victim, kind="RETRY")
+    retry = AuditEvent.objects.get(job=victim, kind="RETRY")
     assert retry.message == (
         "preempted; requeued, resuming from its checkpoint (preemption 1; restarts and retries not spent)")
     reports.do_report_exited(job_id=urgent.pk, rank=0, attempt=1, exit_code=0)  # frees the node
@@ -169,7 +169,7 @@ def test_app_failures_back_off_and_stop_at_max_retries(api, leader):
             assert Job.objects.get(pk=job.pk).pending_reason_code == "BACKOFF"
             now = job.not_before + timedelta(seconds=1)
     assert (job.state, job.failure_class, job.retries_used, job.restarts_used) == ("FAILED", "APP", 2, 0)
-    assert JobEvent.objects.filter(job=job, kind="TRANSITION", reason="APP").last().message == (
+    assert AuditEvent.objects.filter(job=job, kind="TRANSITION", reason="APP").last().message == (
         "rank 0 failed (exit code 3); no retries left (2 allowed)")
 
 
@@ -241,7 +241,7 @@ def test_dependencies_wait_then_fail_with_their_reason(api, leader):
     run_pass(epoch=leader)
     second.refresh_from_db()
     assert (second.state, second.failure_class) == ("FAILED", "DEPENDENCY")
-    assert JobEvent.objects.get(job=second, reason="DEPENDENCY").message == (
+    assert AuditEvent.objects.get(job=second, reason="DEPENDENCY").message == (
         f"job {first.pk}, which it depends on, ended FAILED")
 
 

@@ -14,10 +14,10 @@ from django.utils.html import escape
 from django.views.debug import ExceptionReporter
 from rest_framework.test import APIClient
 
-from agents.models import Node
+from scheduling.models import Job, Node, SchedulerLease, Task
+from teams.models import AuditEvent
 from scheduling import secrets, services
 from scheduling.assignments import assignment_env
-from scheduling.models import Job, JobEvent, SchedulerLease, Task
 from scheduling.spec import (
     IN_ENV_AND_SECRET_ENV, OWNER_NOT_CALLER, RESERVED_ENV, SECRET_BLANK, SECRET_IS_MASK, spec_digest,
 )
@@ -247,7 +247,7 @@ def test_bad_secret_env_and_owner_are_refused_naming_the_field(api, body, field,
     response = api("alice").post("/api/v1/jobs", body, format="json")
     assert response.status_code == 400
     assert response.json()["fields"][field] == [message]
-    assert (Job.objects.count(), JobEvent.objects.count()) == (0, 0)
+    assert (Job.objects.count(), AuditEvent.objects.count()) == (0, 0)
 
 
 def test_a_secret_value_is_never_quoted_in_an_error(api):

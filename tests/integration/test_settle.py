@@ -7,7 +7,8 @@ from django.utils import timezone
 from prometheus_client import REGISTRY
 
 from scheduling import lifecycle, reports
-from scheduling.models import Job, JobEvent, Task
+from scheduling.models import Job, Task
+from teams.models import AuditEvent
 from scheduling.leader.reconcile import reconcile
 from scheduling.leader.worker import run_pass
 from tests.integration.test_scheduler_pass import leader, run_all_ranks, submit  # noqa: F401 (a fixture)
@@ -34,7 +35,7 @@ def test_a_job_preempted_25_times_with_max_restarts_20_is_still_requeued(api, le
         run_pass(epoch=leader)  # requeued, and placed again at once on the idle cluster
         assert job.tasks.get().attempt == attempt + 1
     assert counters(job) == ("ASSIGNED", 25, 0, 0)
-    assert JobEvent.objects.filter(job=job, kind="RETRY").last().message == (
+    assert AuditEvent.objects.filter(job=job, kind="RETRY").last().message == (
         "preempted; requeued, resuming from its checkpoint (preemption 25; restarts and retries not spent)")
 
 
@@ -45,7 +46,7 @@ def test_drains_and_spot_reclaims_spend_nothing_either(api, leader):
     stop_and_exit(job, "DRAIN")
     run_pass(epoch=leader)
     assert counters(job) == ("ASSIGNED", 1, 0, 0)
-    assert JobEvent.objects.get(job=job, kind="RETRY").message == (
+    assert AuditEvent.objects.get(job=job, kind="RETRY").message == (
         "drained off its node; requeued, resuming from its checkpoint (preemption 1; restarts and retries not spent)")
 
 
@@ -65,9 +66,9 @@ def test_a_lost_node_still_spends_max_restarts(api, leader):
         run_pass(epoch=leader)
     job.refresh_from_db()
     assert (job.state, job.failure_class, job.restarts_used, job.preemptions) == ("FAILED", "INFRA", 1, 0)
-    assert JobEvent.objects.get(job=job, kind="RETRY").message == (
+    assert AuditEvent.objects.get(job=job, kind="RETRY").message == (
         "lost to an infrastructure failure; restart 1 of 1, resuming from its checkpoint (retries not spent)")
-    assert JobEvent.objects.get(job=job, kind="TRANSITION", to_state="FAILED", reason="INFRA").message == (
+    assert AuditEvent.objects.get(job=job, kind="TRANSITION", to_state="FAILED", reason="INFRA").message == (
         "lost to an infrastructure failure; no restarts left (1 allowed)")
 
 
@@ -80,7 +81,7 @@ def test_on_preemption_fail_fails_the_job_with_one_event(api, leader):
 
     job.refresh_from_db()
     assert (job.state, job.failure_class) == ("FAILED", "INFRA")
-    failed = JobEvent.objects.filter(job=job, kind="TRANSITION", to_state="FAILED")
+    failed = AuditEvent.objects.filter(job=job, kind="TRANSITION", to_state="FAILED")
     assert [(e.from_state, e.reason, e.message) for e in failed] == [
         ("PREEMPTED", "INFRA", "preempted, and its restart policy says fail")]
 

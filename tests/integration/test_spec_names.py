@@ -6,11 +6,11 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.test import Client
 from rest_framework import serializers
 
-from scheduling.models import Job, JobEvent
+from scheduling.models import Job
+from teams.models import AuditEvent, TEAM_NAME_VALIDATOR, Team
 from scheduling.spec import (
     CLIENT_JOB_ID, ENV_NAME, INVISIBLE, INVISIBLE_KEY, LABEL_KEY, StringMapField, refuse_invisible,
 )
-from teams.models import TEAM_NAME_VALIDATOR, Team
 from tests.conftest import make_spec
 
 RLO = "\u202e"  # RIGHT-TO-LEFT OVERRIDE: "invoice\u202efdp.exe" reads "invoiceexe.pdf"
@@ -47,7 +47,7 @@ def test_invisible_characters_in_names_are_refused_naming_the_field(api, body, f
     response = api("alice").post("/api/v1/jobs", body, format="json")
     assert response.status_code == 400
     assert response.json()["fields"][field] == [INVISIBLE.format(char=char)]
-    assert (Job.objects.count(), JobEvent.objects.count()) == (0, 0)
+    assert (Job.objects.count(), AuditEvent.objects.count()) == (0, 0)
 
 
 @pytest.mark.parametrize("body, field, key", [

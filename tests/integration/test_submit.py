@@ -4,7 +4,8 @@ import threading
 import pytest
 from django.db import connection
 
-from scheduling.models import Job, JobEvent, Task
+from scheduling.models import Job, Task
+from teams.models import AuditEvent
 from scheduling.services import SPEC_CONFLICT
 from tests.conftest import make_spec
 
@@ -103,7 +104,7 @@ def test_twenty_concurrent_identical_submits_make_one_job(api):
     assert len(set(ids)) == 1
     assert Job.objects.count() == 1
     assert Task.objects.count() == 8
-    assert JobEvent.objects.filter(kind="SUBMITTED").count() == 1
+    assert AuditEvent.objects.filter(kind="SUBMITTED").count() == 1
 
 
 def test_list_filters_by_team_state_and_priority(api):

@@ -9,9 +9,9 @@ import yaml
 from django.test import Client
 from django.utils.html import escape
 
-from agents.models import Node
+from scheduling.models import Job, Node, Task
+from teams.models import AuditEvent
 from scheduling import services
-from scheduling.models import Job, JobEvent, Task
 from scheduling.spec import SPEC_FIELD_ORDER
 from scheduling.web.submit_page import CLONE_NOT_VISIBLE, FIELDS, NOT_A_MAPPING, NOT_IN_FORM, YAML_SYNTAX
 from tests.conftest import make_spec
@@ -87,7 +87,7 @@ def inline_errors(response, name: str) -> str:
 
 
 def counts() -> tuple[int, int, int]:
-    return Job.objects.count(), Task.objects.count(), JobEvent.objects.count()
+    return Job.objects.count(), Task.objects.count(), AuditEvent.objects.count()
 
 
 @pytest.fixture

@@ -5,13 +5,12 @@ import re
 import pytest
 from django.utils.html import escape
 
-from agents.models import Node
-from scheduling.models import JobEvent, SchedulerLease
+from scheduling.models import Node, SchedulerLease
+from teams.models import AuditEvent, Membership, Quota, Team
 from scheduling.leader.worker import run_pass
 from teams.api import NOT_A_LEAD, NOT_A_MEMBER
-from teams.models import Membership, Quota, Team
 from teams.services import OVER_PARENT
-from teams.usage import cluster_usage
+from scheduling.usage import cluster_usage
 from tests.conftest import make_spec
 
 FM = "research-foundation-models"
@@ -148,7 +147,7 @@ def test_a_member_cannot_open_or_post_an_edit(demo, logged_in):
     response = client.post("/teams/", {**EDIT, "reason": "more please"})
     assert response.status_code == 403 and response.content.decode() == NOT_A_LEAD.format(team=FM)
     assert Quota.objects.get(team__name=FM, resource_class="gpu:H100").guaranteed == 32
-    assert not JobEvent.objects.filter(kind="QUOTA_CHANGED").exists()
+    assert not AuditEvent.objects.filter(kind="QUOTA_CHANGED").exists()
 
 
 def test_a_non_member_cannot_read_a_row(demo, logged_in):
@@ -164,7 +163,7 @@ def test_a_lead_saves_an_edit_with_a_reason_and_it_is_audited(running, logged_in
     assert cells(html)[2:5] == ["40 / 34 (+64)", "6", "0"]
     assert "saved" in cells(html)[7]
     assert Quota.objects.get(team__name=FM, resource_class="gpu:H100").guaranteed == 34
-    event = JobEvent.objects.get(kind="QUOTA_CHANGED")
+    event = AuditEvent.objects.get(kind="QUOTA_CHANGED")
     assert (event.team.name, event.actor_name, event.data["reason"]) == (FM, "rita", "llama run needs headroom")
     assert event.message == f"{FM} gpu:H100: guaranteed 32 -> 34 (llama run needs headroom)"
 
@@ -176,7 +175,7 @@ def test_an_edit_without_a_reason_shows_the_serializers_error_and_saves_nothing(
     assert re.search(r'name="reason".*?<span class="error">This field may not be blank.</span>', html, re.DOTALL)
     assert re.search(r'name="guaranteed"[^>]*value="34"', html)  # what was typed stays
     assert Quota.objects.get(team__name=FM, resource_class="gpu:H100").guaranteed == 32
-    assert not JobEvent.objects.filter(kind="QUOTA_CHANGED").exists()
+    assert not AuditEvent.objects.filter(kind="QUOTA_CHANGED").exists()
 
 
 def test_an_invalid_value_is_named_beside_its_field(demo, logged_in):
@@ -191,13 +190,13 @@ def test_an_edit_over_the_parent_shows_the_tree_rule_inline(demo, logged_in):
     message = OVER_PARENT.format(team=FM, total=52, rclass="gpu:H100", parent="research", parent_amount=51)
     assert f'<span class="error">{escape(message)}</span>' in html
     assert Quota.objects.get(team__name=FM, resource_class="gpu:H100").guaranteed == 32
-    assert not JobEvent.objects.filter(kind="QUOTA_CHANGED").exists()
+    assert not AuditEvent.objects.filter(kind="QUOTA_CHANGED").exists()
 
 
 def test_an_unchanged_save_is_refused(demo, logged_in):
     html = logged_in("rita").post("/teams/", {**EDIT, "guaranteed": "32", "reason": "nothing"}).content.decode()
     assert "these are the current values" in html
-    assert not JobEvent.objects.filter(kind="QUOTA_CHANGED").exists()
+    assert not AuditEvent.objects.filter(kind="QUOTA_CHANGED").exists()
 
 
 def test_a_division_lead_edits_its_teams(demo, logged_in, user):

@@ -2,7 +2,7 @@ import json
 
 from django.core.management.base import BaseCommand
 
-from agents.models import Node
+from scheduling.models import Node
 
 
 class Command(BaseCommand):

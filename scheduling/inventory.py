@@ -1,5 +1,5 @@
 """Reads of the node inventory, in the policy core's terms."""
-from agents.models import Node
+from scheduling.models import Node
 from scheduling.core import model as core
 
 INVENTORY_FIELDS = ("name", "zone", "rack", "gpu_type", "gpu_count", "cpu_count", "memory_gb", "labels", "state")

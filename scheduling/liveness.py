@@ -22,7 +22,7 @@ from django.conf import settings
 from django.core.cache import cache
 from django.db import DatabaseError, connection
 
-from agents.models import Node
+from scheduling.models import Node
 from mlqueue.breaker import RedisBreaker
 
 log = logging.getLogger(__name__)

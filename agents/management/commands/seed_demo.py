@@ -8,9 +8,10 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
-from agents.models import Node
+from scheduling.models import Node
 from scheduling.core.model import resource_class
 from teams.models import Membership, Quota, Role, Team
+from teams.services import do_note_gpu_type
 
 DEMO_PASSWORD = "demo"
 ZONES = ("z1", "z2")
@@ -89,6 +90,7 @@ class Command(BaseCommand):
     def seed_nodes(self) -> int:
         created = 0
         for kind in FLEET:
+            do_note_gpu_type(kind.gpu_type)
             for zone in ZONES:
                 for index in range(1, kind.per_rack + 1):
                     _, new = Node.objects.get_or_create(

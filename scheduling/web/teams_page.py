@@ -26,7 +26,7 @@ from teams.selectors import (
 )
 from teams.serializers import QuotaPatchSerializer
 from teams.services import do_update_quotas
-from teams.usage import ClassUsage, ClusterUsage, TeamUsage, cluster_usage
+from scheduling.usage import ClassUsage, ClusterUsage, TeamUsage, cluster_usage
 
 QUOTA_FIELDS = ("guaranteed", "borrowing_limit", "weight")
 NOTHING_CHANGED = "these are the current values: change one to save."

@@ -10,10 +10,9 @@ from dataclasses import dataclass
 
 from django.db.models import Case, F, Func, IntegerField, Sum, When
 
-from agents.models import Node
+from scheduling.models import Node, Task
 from scheduling.core import model as core
 from scheduling.core.fairshare import Ledger
-from scheduling.models import Task
 from scheduling.leader.snapshot import ACTIVE, load_teams
 from teams.models import Team
 from teams.resources import known_classes

@@ -1,0 +1,124 @@
+"""Writes about a node's state: its health (from heartbeats and the leader's failure
+detection) and the admin's cordon, drain, uncordon and spot reclaim notices, each audited.
+Registration and node tokens are the agents app's (agents/services.py)."""
+from datetime import timedelta
+
+from django.db import transaction
+from django.db.models import Case, F, Value, When
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from scheduling import notify
+from scheduling.models import AdminState, Node, NodeState, StopReason, Task, TaskState
+from scheduling.stopping import do_request_stop
+from teams.models import AuditEvent, EventKind
+
+ACTIVE = (TaskState.ASSIGNED, TaskState.RUNNING)
+# The columns the state writers below touch, re-read into the caller's object after each.
+NODE_STATE = ["health", "admin_state", "admin_reason", "reclaim_deadline", "state", "state_reason",
+              "state_changed_at", "first_heartbeat_at"]
+
+
+def record_node_event(node: Node, *, actor=None, actor_name: str, reason: str, message: str, data=None, now=None) -> None:
+    AuditEvent.objects.create(node=node, kind=EventKind.NODE_STATE, actor=actor, actor_name=actor_name, reason=reason,
+                            message=message, data=data or {}, created_at=now or timezone.now())
+
+
+def _health_columns(health: str, *, reason: str, now) -> dict:
+    """The health writers' UPDATE: their own column, and `state` from the row's admin_state as
+    it is when the UPDATE runs (Node.effective_state's rule, in SQL)."""
+    state = Value(health) if health != NodeState.READY else Case(
+        When(admin_state=AdminState.NONE, then=Value(NodeState.READY)), default=F("admin_state"))
+    return {"health": health, "state": state, "state_reason": reason, "state_changed_at": now}
+
+
+def _set_admin_state(node: Node, admin_state: str, *, reason: str, now, **admin) -> None:
+    """The admin writers' UPDATE: their own columns (`admin` adds admin_reason and
+    reclaim_deadline), and `state` from the row's health as it is when the UPDATE runs (an
+    admin state shows only on a READY node). Health is the failure detector's: never written here."""
+    state = F("health") if admin_state == AdminState.NONE else Case(
+        When(health=NodeState.READY, then=Value(admin_state)), default=F("health"))
+    Node.objects.filter(pk=node.pk).update(admin_state=admin_state, **admin, state=state, state_reason=reason,
+                                           state_changed_at=now)
+    node.refresh_from_db(fields=NODE_STATE)  # the caller shows what the row says now
+    notify.wake_scheduler("node")
+
+
+def note_alive(node: Node, *, now=None) -> None:
+    """A heartbeat arrived: a NEW, SUSPECT or LOST node is READY again (one write, then none).
+    Conditional on the row not being READY already, so racing heartbeats record one event."""
+    if node.health == NodeState.READY:
+        return
+    now = now or timezone.now()
+    was = node.health
+    with transaction.atomic():
+        changed = Node.objects.filter(pk=node.pk).exclude(health=NodeState.READY).update(
+            first_heartbeat_at=Coalesce(F("first_heartbeat_at"), Value(now)),
+            **_health_columns(NodeState.READY, reason=f"heartbeating again (was {was})", now=now))
+        if changed:
+            node.refresh_from_db(fields=NODE_STATE)
+            record_node_event(node, actor_name=f"agent:{node.name}", reason="READY",
+                    message=f"{was} -> READY: heartbeat received", now=now)
+            notify.wake_scheduler("node")
+
+
+def do_mark_health(node: Node, health: str, *, message: str, now) -> bool:
+    """The leader's verdict from missed heartbeats (SUSPECT, LOST), written only while the
+    row's health is still the `node.health` the verdict was made on: a heartbeat that made it
+    READY since wins. Returns whether it changed anything (the event is recorded only then)."""
+    was = node.health
+    changed = Node.objects.filter(pk=node.pk, health=was).update(**_health_columns(health, reason=message, now=now))
+    if changed:
+        node.refresh_from_db(fields=NODE_STATE)
+        record_node_event(node, actor_name="scheduler", reason=health, message=f"{was} -> {health}: {message}", now=now)
+        notify.wake_scheduler("node")
+    return bool(changed)
+
+
+def do_cordon(*, node: Node, user, reason: str, now=None) -> Node:
+    now = now or timezone.now()
+    with transaction.atomic():
+        _set_admin_state(node, AdminState.CORDONED, reason=reason, now=now, admin_reason=reason)
+        record_node_event(node, actor=user, actor_name=user.get_username(), reason="CORDONED", message=f"cordoned: {reason}",
+                now=now)
+    return node
+
+
+def do_uncordon(*, node: Node, user, reason: str, now=None) -> Node:
+    now = now or timezone.now()
+    with transaction.atomic():
+        _set_admin_state(node, AdminState.NONE, reason=reason, now=now, admin_reason="", reclaim_deadline=None)
+        record_node_event(node, actor=user, actor_name=user.get_username(), reason="UNCORDONED",
+                message=f"uncordoned: {reason}", now=now)
+    return node
+
+
+def do_drain(*, node: Node, user, reason: str, wait: bool = False, deadline=None, now=None) -> int:
+    """No new work; unless `wait`, running tasks are stopped gracefully (each job's grace
+    period, or until `deadline` for a spot reclaim) and requeued elsewhere. Returns how many
+    jobs were signalled."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        _set_admin_state(node, AdminState.DRAINING, reason=reason, now=now, admin_reason=reason,
+                         reclaim_deadline=deadline)
+        record_node_event(node, actor=user, actor_name=user.get_username(), reason="DRAINING",
+                message=f"draining{' (running tasks may finish)' if wait else ''}: {reason}",
+                data={"wait": wait, "deadline": deadline.isoformat() if deadline else None}, now=now)
+        if wait:
+            return 0
+        jobs = Task.objects.filter(node=node, state__in=ACTIVE).values_list("job_id", "job__grace_period_seconds")
+        signalled = 0
+        for job_id, grace in sorted(set(jobs)):
+            grace_s = grace if deadline is None else max(0, min(grace, int((deadline - now).total_seconds()) - 5))
+            signalled += bool(do_request_stop(job_id=job_id, reason=StopReason.DRAIN, grace_s=grace_s, now=now,
+                                              message=f"node {node.name} is draining: {reason}",
+                                              actor_name=user.get_username()))
+    return signalled
+
+
+def do_reclaim_notice(*, node: Node, user, deadline, reason: str = "", now=None) -> int:
+    """A spot node will be taken back at `deadline`: checkpoint now, drain, and requeue what
+    is still there at the deadline (the leader's sweep does that)."""
+    now = now or timezone.now()
+    why = reason or f"spot reclaim at {deadline.isoformat()}"
+    return do_drain(node=node, user=user, reason=why, deadline=max(deadline, now + timedelta(seconds=1)), now=now)
