@@ -13,7 +13,7 @@ from django.db.models import Case, F, Func, IntegerField, Sum, When
 from scheduling.models import Node, Task
 from scheduling.core import model as core
 from scheduling.core.fairshare import Ledger
-from scheduling.leader.snapshot import ACTIVE, load_teams
+from scheduling.cluster import ACTIVE, load_teams
 from teams.models import Team
 from teams.resources import known_classes
 

@@ -23,6 +23,7 @@ from scheduling.fencing import Deposed, fenced
 from scheduling.leader.leadership import Leadership, LeaseRowLeadership
 from scheduling.models import SchedulerLease
 from scheduling.notify import WAKE_CHANNEL
+from scheduling.queue_state import QUEUE_ORDER_KEY, QUEUE_ORDER_TTL_S, stored_order
 from scheduling.leader.reconcile import Swept, reconcile
 from scheduling.leader.forecasting import Forecaster
 from scheduling.leader.snapshot import build_view
@@ -81,20 +82,13 @@ def _run_pass(*, epoch: int, now=None, forecaster: Forecaster | None = None,
     return PassReport(epoch, elapsed_ms, swept, applied, len(view.snapshot.pending), applied.placed, applied.preempted)
 
 
-QUEUE_ORDER_KEY = "mlq:queue-order"
-
-
 def publish_queue_order(order) -> None:
-    """The pass's queue order (pending job ids, first first), for the queue page's positions.
-    Best effort, in the cache: a page that finds none shows no positions."""
+    """The pass's queue order (pending job ids, first first), for the queue page's positions
+    (scheduling/queue_state.py reads it). Best effort: a page that finds none shows no positions."""
     try:
-        cache.set(QUEUE_ORDER_KEY, list(order), 600)
+        cache.set(QUEUE_ORDER_KEY, stored_order(order), QUEUE_ORDER_TTL_S)
     except Exception as exc:  # the cache is down: positions are a nicety, the pass is not
         log.warning("could not publish the queue order (%s)", exc)
-
-
-def queue_positions() -> dict[int, int]:
-    return {job_id: index + 1 for index, job_id in enumerate(cache.get(QUEUE_ORDER_KEY) or [])}
 
 
 class Waker:

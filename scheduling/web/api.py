@@ -16,13 +16,13 @@ from scheduling import services
 from scheduling.web import throttles
 from scheduling.web.filters import JobFilter
 from scheduling.models import Job, JobState, Priority, SchedulerLease, Task, TaskLog
+from scheduling.queue_state import queue_positions
 from teams.models import AuditEvent
 from scheduling.selectors import visible_jobs
 from scheduling.web.serializers import (
     CancelSerializer, JobDetailSerializer, JobEventSerializer, JobSerializer, QueueEntrySerializer,
 )
 from scheduling.spec import JobSpecSerializer
-from scheduling.leader.worker import queue_positions
 
 LEASE_DURATION = timedelta(seconds=10)
 

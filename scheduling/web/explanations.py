@@ -7,11 +7,11 @@ from datetime import datetime
 from django.conf import settings
 from django.utils import timezone
 
+from scheduling.cluster import load_nodes, load_running
 from scheduling.core.state import ClusterState
 from scheduling.core.whatif import fits_now, suggestions
 from scheduling.models import Job
 from scheduling.services import job_shape
-from scheduling.leader.snapshot import load_nodes, load_running
 
 
 @dataclass

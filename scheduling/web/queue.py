@@ -7,8 +7,8 @@ from django.db.models import Prefetch, QuerySet
 from django.utils import timezone
 
 from scheduling.models import Job, JobState, Priority, Task
+from scheduling.queue_state import queue_positions
 from scheduling.selectors import visible_jobs
-from scheduling.leader.worker import queue_positions
 
 ACTIVE = (JobState.PENDING, JobState.ASSIGNED, JobState.RUNNING)
 PAGE_SIZE = 50
