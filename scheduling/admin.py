@@ -56,7 +56,7 @@ class TaskAdmin(admin.ModelAdmin):
 
 @admin.register(SchedulerLease)
 class SchedulerLeaseAdmin(admin.ModelAdmin):
-    list_display = ["epoch", "holder", "backend_pid", "renewed_at", "last_pass_ms", "last_pass_at"]
+    list_display = ["epoch", "holder", "backend_pid", "renewed_at", "lease_seconds", "last_pass_ms", "last_pass_at"]
 
     def has_change_permission(self, request, obj=None):
         return False

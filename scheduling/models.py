@@ -297,6 +297,9 @@ class SchedulerLease(models.Model):
     backend_pid = models.IntegerField(null=True, blank=True)
     acquired_at = models.DateTimeField(null=True, blank=True)
     renewed_at = models.DateTimeField(null=True, blank=True)
+    # The holder's lease duration (`run_scheduler --lease`), written with every take and renewal:
+    # the lease is live while renewed_at is younger than this by the database's clock.
+    lease_seconds = models.FloatField(null=True, blank=True)
     last_pass_ms = models.FloatField(null=True, blank=True)
     last_pass_at = models.DateTimeField(null=True, blank=True)
 

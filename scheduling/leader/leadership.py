@@ -1,7 +1,8 @@
 """Who leads the scheduler.
 
 On Postgres: a session advisory lock held on a dedicated connection (never Django's, never
-behind a pooler), plus the lease row with the epoch, the holder and the database's clock.
+behind a pooler), plus the lease row with the epoch, the holder, the database's clock and the
+lease's duration (by which the web tells whether a leader is alive: scheduling/selectors.py).
 The holder renews every `renew_s`; it stops calling itself leader once `renew_deadline_s`
 passes without a successful renewal, which is before the lease (`lease_s`) can lapse. A
 standby that finds the lease lapsed terminates the holder's backend (an advisory lock alone
@@ -34,7 +35,7 @@ LEASE_TABLE = SchedulerLease._meta.db_table
 TAKE_LEASE = f"""
 WITH bumped AS (
     UPDATE {LEASE_TABLE} SET epoch = epoch + 1, holder = %(holder)s, backend_pid = pg_backend_pid(),
-           acquired_at = now(), renewed_at = now()
+           acquired_at = now(), renewed_at = now(), lease_seconds = %(lease_s)s
     WHERE id = 1 RETURNING epoch
 )
 INSERT INTO {AuditEvent._meta.db_table} (kind, actor_name, from_state, to_state, reason, message, data, created_at)
@@ -103,7 +104,7 @@ class PostgresLeadership(Leadership):
         # one is ended by its idle_in_transaction_session_timeout; meanwhile, try again later.
         self.conn.execute("SET lock_timeout = '3s'")
         try:
-            epoch = self.conn.execute(TAKE_LEASE, {"holder": self.holder}).fetchone()[0]
+            epoch = self.conn.execute(TAKE_LEASE, {"holder": self.holder, "lease_s": self.lease_s}).fetchone()[0]
         except psycopg.errors.LockNotAvailable:
             log.warning("leadership: the lease row is still locked by the old leader; will retry")
             self._close()
@@ -144,8 +145,8 @@ class PostgresLeadership(Leadership):
         sent_at = time.monotonic()  # the lease counts from before the request, not its reply
         try:
             renewed = self.conn.execute(
-                f"UPDATE {LEASE_TABLE} SET renewed_at = now() WHERE id = 1 AND epoch = %s "
-                "AND backend_pid = pg_backend_pid()", (self.epoch,),
+                f"UPDATE {LEASE_TABLE} SET renewed_at = now(), lease_seconds = %s WHERE id = 1 AND epoch = %s "
+                "AND backend_pid = pg_backend_pid()", (self.lease_s, self.epoch),
             ).rowcount == 1
         except psycopg.OperationalError as exc:
             log.warning("leadership: renewal failed (%s); retrying until the deadline", exc)
@@ -188,13 +189,14 @@ class LeaseRowLeadership(Leadership):
                 return None
             lease.epoch += 1
             lease.holder, lease.backend_pid, lease.acquired_at, lease.renewed_at = self.holder, None, now, now
+            lease.lease_seconds = self.lease_s
             lease.save()
         self.epoch, self.renewed_at = lease.epoch, time.monotonic()
         return lease.epoch
 
     def renew(self) -> bool:
         renewed = SchedulerLease.objects.filter(pk=1, epoch=self.epoch, holder=self.holder).update(
-            renewed_at=timezone.now()) == 1
+            renewed_at=timezone.now(), lease_seconds=self.lease_s) == 1
         if renewed:
             self.renewed_at = time.monotonic()
         return renewed
