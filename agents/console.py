@@ -6,12 +6,10 @@ itself every few seconds for every admin who has the page open."""
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
-from django.utils import timezone
-
-from scheduling.models import AdminState, Job, JobState, Node, NodeState, SchedulerLease, StopReason, Task, TaskIsolation, TaskState
-from teams.models import EventKind, AuditEvent
-from scheduling.web.api import LEASE_DURATION
 from scheduling.metrics_store import gpus_by_state
+from scheduling.models import AdminState, Job, JobState, Node, NodeState, StopReason, Task, TaskIsolation, TaskState
+from scheduling.selectors import scheduler_state
+from teams.models import AuditEvent, EventKind
 
 ACTIVE = (TaskState.ASSIGNED, TaskState.RUNNING)
 UP = (NodeState.READY, NodeState.CORDONED, NodeState.DRAINING)
@@ -141,12 +139,11 @@ def gpu_classes() -> list[GpuClass]:
             for (rclass,), ratio in fragmentation]
 
 
-def scheduler_status(now=None) -> dict:
-    """The lease row, and its holder as leader only while the lease is live (renewed within
-    the lease's duration); otherwise no one leads and passes have stopped."""
-    lease = SchedulerLease.objects.filter(pk=1).first() or SchedulerLease()
-    alive = lease.renewed_at is not None and (now or timezone.now()) - lease.renewed_at < LEASE_DURATION
-    return {"leader": lease.holder if alive else None, "lease": lease}
+def scheduler_status() -> dict:
+    """The lease, and its holder as leader only while the lease is live (the same answer as
+    /api/v1/scheduler's); otherwise no one leads and passes have stopped."""
+    state = scheduler_state()
+    return {"leader": state.leader, "lease": state}
 
 
 def recent_preemptions() -> list[dict]:

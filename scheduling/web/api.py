@@ -1,9 +1,6 @@
 """REST endpoints for jobs. Thin: parse, call a service or selector, serialize."""
-from datetime import timedelta
-
 from django.conf import settings
 from django.db.models import Prefetch
-from django.utils import timezone
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import exceptions, generics, serializers, status
@@ -15,16 +12,14 @@ from mlqueue.pagination import StrictCursorPagination
 from scheduling import services
 from scheduling.web import throttles
 from scheduling.web.filters import JobFilter
-from scheduling.models import Job, JobState, Priority, SchedulerLease, Task, TaskLog
+from scheduling.models import Job, JobState, Priority, Task, TaskLog
 from scheduling.queue_state import queue_positions
+from scheduling.selectors import scheduler_state, visible_jobs
 from teams.models import AuditEvent
-from scheduling.selectors import visible_jobs
 from scheduling.web.serializers import (
     CancelSerializer, JobDetailSerializer, JobEventSerializer, JobSerializer, QueueEntrySerializer,
 )
 from scheduling.spec import JobSpecSerializer
-
-LEASE_DURATION = timedelta(seconds=10)
 
 
 class NewestFirst(StrictCursorPagination):
@@ -96,8 +91,9 @@ class JobCancel(APIView):
 class SchedulerStateSerializer(serializers.Serializer):
     leader = serializers.CharField(allow_null=True)
     epoch = serializers.IntegerField()
-    leading = serializers.BooleanField(help_text="whether the lease was renewed within its duration")
+    leading = serializers.BooleanField(source="alive", help_text="whether the lease was renewed within its duration")
     renewed_at = serializers.DateTimeField(allow_null=True)
+    lease_seconds = serializers.FloatField(allow_null=True, help_text="the lease's duration, as its holder keeps to it")
     last_pass_ms = serializers.FloatField(allow_null=True)
     last_pass_at = serializers.DateTimeField(allow_null=True)
 
@@ -105,12 +101,7 @@ class SchedulerStateSerializer(serializers.Serializer):
 class SchedulerState(APIView):
     @extend_schema(responses=SchedulerStateSerializer)
     def get(self, request: Request) -> Response:
-        lease, _ = SchedulerLease.objects.get_or_create(pk=1)
-        alive = lease.renewed_at is not None and timezone.now() - lease.renewed_at < LEASE_DURATION
-        return Response(SchedulerStateSerializer({
-            "leader": lease.holder if alive else None, "epoch": lease.epoch, "leading": alive,
-            "renewed_at": lease.renewed_at, "last_pass_ms": lease.last_pass_ms, "last_pass_at": lease.last_pass_at,
-        }).data)
+        return Response(SchedulerStateSerializer(scheduler_state()).data)
 
 
 class LogQuerySerializer(serializers.Serializer):
