@@ -110,7 +110,7 @@ def test_the_embedded_leader_writes_its_duration_too():
 
 @pytest.mark.django_db(transaction=True)
 def test_the_migration_gives_the_existing_row_the_duration_assumed_until_now():
-    before, after = [("scheduling", "0016_job_pending_histogram")], [("scheduling", "0017_lease_duration")]
+    before, after = [("scheduling", "0018_audit_event_to_teams")], [("scheduling", "0019_lease_duration")]
     executor = MigrationExecutor(connection)
     executor.migrate(before)
     try:

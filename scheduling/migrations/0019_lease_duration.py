@@ -14,7 +14,7 @@ def keep_the_duration_assumed_until_now(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('scheduling', '0016_job_pending_histogram'),
+        ('scheduling', '0018_audit_event_to_teams'),
     ]
 
     operations = [
