@@ -68,6 +68,7 @@ after_api = sorted(sys.modules)
 import scheduling.web
 for found in pkgutil.iter_modules(scheduling.web.__path__):
     importlib.import_module(f"scheduling.web.{{found.name}}")
+import mlqueue.urls, mlqueue.routing  # everything a web process serves
 print(json.dumps({{"file": scheduling.web.api.__file__, "after_api": after_api, "after_web": sorted(sys.modules)}}))
 """
 
