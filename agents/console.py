@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from scheduling.metrics_store import gpus_by_state
 from scheduling.models import AdminState, Job, JobState, Node, NodeState, StopReason, Task, TaskIsolation, TaskState
 from scheduling.selectors import scheduler_state
+from scheduling.states import ON_NODE
 from teams.models import AuditEvent, EventKind
 
-ACTIVE = (TaskState.ASSIGNED, TaskState.RUNNING)
 UP = (NodeState.READY, NodeState.CORDONED, NodeState.DRAINING)
 RECENT = 20
 NODE_FIELDS = ("id", "name", "zone", "rack", "gpu_type", "gpu_count", "cpu_count", "state", "state_reason",
@@ -80,7 +80,7 @@ def racks() -> list[Rack]:
 def _usage() -> tuple[dict[int, dict[int, int]], Counter]:
     """What the active tasks hold, by node id: GPU index -> job id, and CPUs in use."""
     gpus, cpus = defaultdict(dict), Counter()
-    rows = Task.objects.filter(state__in=ACTIVE, node__isnull=False).values_list(
+    rows = Task.objects.filter(state__in=ON_NODE, node__isnull=False).values_list(
         "node_id", "job_id", "gpu_indices", "job__cpu_per_rank")
     for node_id, job_id, indices, cpu_per_rank in rows:
         gpus[node_id].update(dict.fromkeys(indices, job_id))

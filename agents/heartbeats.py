@@ -23,7 +23,6 @@ from scheduling import lifecycle, notify
 from scheduling.assignments import assignment_env, checkpoint_dir
 from teams.models import hash_token
 
-ACTIVE = (TaskState.ASSIGNED, TaskState.RUNNING)
 EPOCH_CACHE_S = 1.0
 HEARTBEATS = Counter("mlqueue_heartbeats_total", "Agent heartbeats answered")
 

@@ -9,7 +9,8 @@ from rest_framework.exceptions import AuthenticationFailed, PermissionDenied
 from agents import tokens
 from mlqueue.errors import Conflict
 from scheduling.models import Node, NodeState, Task
-from scheduling.nodes import ACTIVE, do_cordon, do_drain, do_mark_health, do_uncordon, record_node_event
+from scheduling.nodes import do_cordon, do_drain, do_mark_health, do_uncordon, record_node_event
+from scheduling.states import ON_NODE
 from teams.models import hash_token
 from teams.services import do_note_gpu_type
 
@@ -81,7 +82,7 @@ def do_agent_register(*, name: str, inventory: dict, credential: Node | tokens.J
         node = Node.objects.select_for_update().filter(name=name).first()
         if node is not None and node.token_digest or node is None and not _inserted(name, inventory, now=now):
             raise Conflict(ALREADY_REGISTERED.format(name=name))
-        if Task.objects.filter(node__name=name, state__in=ACTIVE).exists():
+        if Task.objects.filter(node__name=name, state__in=ON_NODE).exists():
             raise Conflict(STILL_HAS_TASKS.format(name=name))
         if not tokens.do_use_join_token(credential, now=now):
             raise AuthenticationFailed(tokens.WRONG_JOIN_TOKEN)

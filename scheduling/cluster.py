@@ -6,10 +6,10 @@ Reads are `values()` queries, not model instances: 30,000 running tasks are one 
 from collections import defaultdict
 
 from scheduling.core import model as core
-from scheduling.models import Job, Node, Task, TaskState
+from scheduling.models import Job, Node, Task
+from scheduling.states import ON_NODE
 from teams.models import Quota, Team
 
-ACTIVE = (TaskState.ASSIGNED, TaskState.RUNNING)
 HOUR = 3600.0
 
 
@@ -32,7 +32,7 @@ def load_running(now) -> list[core.RunningJob]:
     stopping: dict[int, int | None] = {}
     began: dict[int, float] = {}
     saved: dict[int, list[float | None]] = defaultdict(list)
-    rows = Task.objects.filter(state__in=ACTIVE).values_list(
+    rows = Task.objects.filter(state__in=ON_NODE).values_list(
         "job_id", "rank", "node__name", "gpu_indices", "stop_reason", "preempted_for_id", "started_at", "assigned_at",
         "last_checkpoint_at")
     for job_id, rank, node, gpus, stop_reason, preempted_for, started_at, assigned_at, checkpoint_at in rows:

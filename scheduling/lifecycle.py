@@ -12,7 +12,8 @@ from django.db.models import Case, Exists, F, Value, When
 from django.utils import timezone
 
 from scheduling.models import Job, SchedulerLease, Task, TaskState
-from teams.models import EventKind, AuditEvent
+from scheduling.states import ENDED, JOB_FINISHED, ON_NODE
+from teams.models import AuditEvent, EventKind
 
 S = TaskState
 TRANSITIONS: Mapping[str, frozenset[str]] = {
@@ -27,9 +28,6 @@ TRANSITIONS: Mapping[str, frozenset[str]] = {
     S.SUCCEEDED: frozenset({S.PENDING}),
     S.CANCELLED: frozenset(),
 }
-ACTIVE = frozenset({S.ASSIGNED, S.RUNNING})
-FINAL = frozenset({S.SUCCEEDED, S.CANCELLED})
-ENDED = frozenset({S.SUCCEEDED, S.FAILED, S.PREEMPTED, S.CANCELLED})
 
 
 class IllegalTransition(ValueError):
@@ -108,9 +106,9 @@ def sync_job_state(job_id: int, *, now=None) -> tuple[str, str]:
         fields = {"state": after, "updated_at": now}
         if after == S.RUNNING and job.started_at is None:
             fields["started_at"] = now
-        if after in (S.SUCCEEDED, S.FAILED, S.CANCELLED):
+        if after in JOB_FINISHED:
             fields["finished_at"] = now
-        if after in ACTIVE or after in (S.SUCCEEDED, S.FAILED, S.CANCELLED):
+        if after in ON_NODE or after in JOB_FINISHED:
             fields.update(pending_reason_code="", pending_reason_message="", pending_histogram={})
         Job.objects.filter(pk=job_id).update(**fields)
     return job.state, after

@@ -3,10 +3,10 @@ from collections import defaultdict
 
 from django.db.models import Count
 
-from scheduling.models import Job, JobState, Node, NodeState, SchedulerLease, Task, TaskState
+from scheduling.models import Job, JobState, Node, NodeState, SchedulerLease, Task
 from scheduling.core.model import resource_class
+from scheduling.states import ON_NODE
 
-ACTIVE = (TaskState.ASSIGNED, TaskState.RUNNING)
 
 
 def cluster_gauges():
@@ -29,7 +29,7 @@ def _pending_by_reason():
 
 def gpus_by_state():
     used = defaultdict(int)
-    for node_id, gpus in Task.objects.filter(state__in=ACTIVE, node__isnull=False).values_list("node_id",
+    for node_id, gpus in Task.objects.filter(state__in=ON_NODE, node__isnull=False).values_list("node_id",
                                                                                                "gpu_indices"):
         used[node_id] += len(gpus)
     totals = defaultdict(lambda: defaultdict(int))

@@ -6,6 +6,8 @@ from django.utils import timezone
 from scheduling.core.model import PRIORITIES, Topology, resource_class
 from scheduling.core.model import NodeState as CoreNodeState
 from scheduling.core.reasons import ReasonCode
+# TaskState and JobState are declared with their named sets; imported from here as before.
+from scheduling.states import ON_NODE, QUEUED_OR_RUNNING, UNSUCCESSFUL, JobState, TaskState  # noqa: F401
 
 
 # The node inventory. Liveness (heartbeats) lives in Redis, and in batches here (scheduling/liveness.py).
@@ -69,20 +71,6 @@ class Node(models.Model):
     @staticmethod
     def effective_state(health: str, admin_state: str) -> str:
         return admin_state if health == NodeState.READY and admin_state else health
-
-
-class TaskState(models.TextChoices):
-    PENDING = "PENDING"
-    ASSIGNED = "ASSIGNED"
-    RUNNING = "RUNNING"
-    SUCCEEDED = "SUCCEEDED"
-    FAILED = "FAILED"
-    PREEMPTED = "PREEMPTED"
-    CANCELLED = "CANCELLED"
-
-
-# A job's state is derived from its tasks' (see lifecycle.derive_job_state), same names.
-JobState = TaskState
 
 
 class FailureClass(models.TextChoices):
@@ -201,15 +189,14 @@ class Job(models.Model):
             # The scheduler loads the active jobs; the queue page lists them in order.
             models.Index(
                 fields=["priority", "submitted_at", "id"],
-                condition=models.Q(state__in=["PENDING", "ASSIGNED", "RUNNING"]),
+                condition=models.Q(state__in=list(QUEUED_OR_RUNNING)),
                 name="job_active_order_idx",
             ),
             models.Index(fields=["team", "state", "-id"], name="job_team_state_idx"),
             models.Index(fields=["state", "-id"], name="job_state_idx"),
             models.Index(fields=["owner", "-id"], name="job_owner_idx"),
             # The leader's sweep for attempts that ended without a verdict yet.
-            models.Index(fields=["state"], condition=models.Q(failure_class="", state__in=["FAILED", "PREEMPTED",
-                                                                                          "CANCELLED"]),
+            models.Index(fields=["state"], condition=models.Q(failure_class="", state__in=list(UNSUCCESSFUL)),
                          name="job_attempt_over_idx"),
         ]
 
@@ -255,7 +242,7 @@ class Task(models.Model):
             # What runs where: the scheduler's snapshot and the agent's assignments.
             models.Index(
                 fields=["node", "state"],
-                condition=models.Q(state__in=["ASSIGNED", "RUNNING"]),
+                condition=models.Q(state__in=list(ON_NODE)),
                 name="task_active_node_idx",
             ),
             models.Index(fields=["state"], name="task_state_idx"),

@@ -9,11 +9,11 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from scheduling import notify
-from scheduling.models import AdminState, Node, NodeState, StopReason, Task, TaskState
+from scheduling.models import AdminState, Node, NodeState, StopReason, Task
+from scheduling.states import ON_NODE
 from scheduling.stopping import do_request_stop
 from teams.models import AuditEvent, EventKind
 
-ACTIVE = (TaskState.ASSIGNED, TaskState.RUNNING)
 # The columns the state writers below touch, re-read into the caller's object after each.
 NODE_STATE = ["health", "admin_state", "admin_reason", "reclaim_deadline", "state", "state_reason",
               "state_changed_at", "first_heartbeat_at"]
@@ -106,7 +106,7 @@ def do_drain(*, node: Node, user, reason: str, wait: bool = False, deadline=None
                 data={"wait": wait, "deadline": deadline.isoformat() if deadline else None}, now=now)
         if wait:
             return 0
-        jobs = Task.objects.filter(node=node, state__in=ACTIVE).values_list("job_id", "job__grace_period_seconds")
+        jobs = Task.objects.filter(node=node, state__in=ON_NODE).values_list("job_id", "job__grace_period_seconds")
         signalled = 0
         for job_id, grace in sorted(set(jobs)):
             grace_s = grace if deadline is None else max(0, min(grace, int((deadline - now).total_seconds()) - 5))

@@ -10,12 +10,12 @@ from django.utils import timezone
 
 from scheduling import lifecycle, metrics, notify
 from scheduling.models import FailureClass, Job, StopReason, Task, TaskState
-from teams.models import EventKind, AuditEvent
+from scheduling.states import ON_NODE
+from teams.models import AuditEvent, EventKind
 from scheduling.stopping import do_request_stop
 
 log = logging.getLogger(__name__)
 S = TaskState
-ACTIVE = (S.ASSIGNED, S.RUNNING)
 
 # What an exit means once the scheduler has asked the task to stop.
 STOPPED_AS = {
@@ -71,7 +71,7 @@ def do_report_exited(*, job_id: int, rank: int, attempt: int, exit_code: int | N
     """Record an exit; a failed rank of a gang has its peers stopped. Returns the new state."""
     now = now or timezone.now()
     task = current_task(job_id, rank, attempt)
-    if task is None or task.state not in ACTIVE:
+    if task is None or task.state not in ON_NODE:
         return None
     to_state, failure_class = exit_outcome(task.stop_reason, exit_code, cause)
     how = f"exit code {exit_code}" if exit_code is not None else f"signal {signal}" if signal else "no exit status"
@@ -108,7 +108,7 @@ def do_report_checkpoint(*, job_id: int, rank: int, attempt: int, node_name: str
     now = now or timezone.now()
     when = min(datetime.fromtimestamp(at, dt_timezone.utc), now)
     recorded = Task.objects.filter(
-        job_id=job_id, rank=rank, attempt=attempt, node__name=node_name, state__in=ACTIVE, epoch__gte=epoch,
+        job_id=job_id, rank=rank, attempt=attempt, node__name=node_name, state__in=ON_NODE, epoch__gte=epoch,
         assigned_at__lte=when).filter(Q(last_checkpoint_at__isnull=True) | Q(last_checkpoint_at__lt=when)).update(
         last_checkpoint_at=when, checkpoint_step=step)
     if not recorded:

@@ -9,12 +9,12 @@ from django.utils import timezone
 
 from mlqueue.breaker import RedisBreaker
 from scheduling import notify
-from scheduling.models import Signal, Task, TaskState
-from teams.models import EventKind, AuditEvent
+from scheduling.models import Signal, Task
+from scheduling.states import ON_NODE
+from teams.models import AuditEvent, EventKind
 
 log = logging.getLogger(__name__)
 _broker = RedisBreaker("Celery's broker (grace deadlines are kept by the leader's sweep)")
-ACTIVE = (TaskState.ASSIGNED, TaskState.RUNNING)
 
 
 def do_request_stop(*, job_id: int, reason: str, grace_s: int, message: str, now=None, preempted_for: int | None = None,
@@ -23,7 +23,7 @@ def do_request_stop(*, job_id: int, reason: str, grace_s: int, message: str, now
     now = now or timezone.now()
     kill_at = now + timedelta(seconds=grace_s)
     signal = Signal.TERM if grace_s > 0 else Signal.KILL
-    stopped = Task.objects.filter(job_id=job_id, state__in=ACTIVE, stop_reason="").update(
+    stopped = Task.objects.filter(job_id=job_id, state__in=ON_NODE, stop_reason="").update(
         stop_reason=reason, stop_signal=signal, stop_requested_at=now, kill_at=kill_at,
         preempted_for_id=preempted_for, updated_at=now)
     if stopped:
@@ -38,7 +38,7 @@ def do_request_stop(*, job_id: int, reason: str, grace_s: int, message: str, now
 
 
 def _nodes_of(*job_ids: int) -> list[str]:
-    return list(Task.objects.filter(job_id__in=job_ids, state__in=ACTIVE, node__isnull=False).values_list(
+    return list(Task.objects.filter(job_id__in=job_ids, state__in=ON_NODE, node__isnull=False).values_list(
         "node__name", flat=True))
 
 
@@ -64,7 +64,7 @@ def _schedule_kill(job_id: int, grace_s: int) -> None:
 def escalate_overdue(*, now=None, job_id: int | None = None) -> int:
     """TERM -> KILL for tasks past their grace deadline. Idempotent (a conditional update)."""
     now = now or timezone.now()
-    overdue = Task.objects.filter(state__in=ACTIVE, stop_signal=Signal.TERM, kill_at__lte=now)
+    overdue = Task.objects.filter(state__in=ON_NODE, stop_signal=Signal.TERM, kill_at__lte=now)
     if job_id is not None:
         overdue = overdue.filter(job_id=job_id)
     job_ids = list(overdue.values_list("job_id", flat=True).distinct())

@@ -13,7 +13,8 @@ from django.db.models import Case, F, Func, IntegerField, Sum, When
 from scheduling.models import Node, Task
 from scheduling.core import model as core
 from scheduling.core.fairshare import Ledger
-from scheduling.cluster import ACTIVE, load_teams
+from scheduling.cluster import load_teams
+from scheduling.states import ON_NODE
 from teams.models import Team
 from teams.resources import known_classes
 
@@ -147,7 +148,7 @@ def _active_units() -> list[tuple[int, str, int]]:
     task holds its GPU indices, a CPU task its job's CPUs per rank."""
     units = Case(When(job__gpu_type="", then=F("job__cpu_per_rank")), default=JSONArrayLength("gpu_indices"),
                  output_field=IntegerField())
-    rows = (Task.objects.filter(state__in=ACTIVE).order_by().values("job__team_id", "job__gpu_type")
+    rows = (Task.objects.filter(state__in=ON_NODE).order_by().values("job__team_id", "job__gpu_type")
             .annotate(units=Sum(units)))
     return [(row["job__team_id"], core.resource_class(row["job__gpu_type"] or None), row["units"]) for row in rows]
 

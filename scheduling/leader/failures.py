@@ -30,9 +30,9 @@ from agents.node.supervise import kill_grace
 from scheduling.nodes import do_mark_health
 from scheduling import lifecycle, notify
 from scheduling.fencing import fenced
+from scheduling.states import ON_NODE
 
 log = logging.getLogger(__name__)
-ACTIVE = (TaskState.ASSIGNED, TaskState.RUNNING)
 
 
 @dataclass
@@ -132,7 +132,7 @@ def _lose(node: Node, age: float, *, epoch: int, now) -> int:
 
 def _requeue_reclaimed(*, epoch: int, now) -> int:
     requeued = 0
-    for node in Node.objects.filter(reclaim_deadline__lte=now, tasks__state__in=ACTIVE).distinct():
+    for node in Node.objects.filter(reclaim_deadline__lte=now, tasks__state__in=ON_NODE).distinct():
         with fenced(epoch):
             failed = _fail_tasks_on(node, StopReason.DRAIN, f"spot node {node.name} reclaimed", now)
         requeued += failed
@@ -143,7 +143,7 @@ def _fail_tasks_on(node: Node, stop_reason: str, message: str, now) -> int:
     """The node's active tasks fail as INFRA (their gangs' other ranks are stopped by the next
     sweep, and the whole gang is requeued)."""
     failed = 0
-    for task in Task.objects.filter(node=node, state__in=ACTIVE):
+    for task in Task.objects.filter(node=node, state__in=ON_NODE):
         failed += lifecycle.transition_task(task, to_state=TaskState.FAILED, attempt=task.attempt,
                                             actor_name="scheduler", reason="NODE_LOST", message=message, now=now,
                                             failure_class=FailureClass.INFRA, stop_reason=task.stop_reason or stop_reason)

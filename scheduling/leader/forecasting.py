@@ -17,6 +17,7 @@ from scheduling import notify
 from scheduling.core.decisions import Decisions
 from scheduling.fencing import fenced
 from scheduling.models import Job, JobState
+from scheduling.states import QUEUED_OR_RUNNING
 from scheduling.sim.forecast import Forecast, forecast, forecast_to
 from scheduling.leader.snapshot import StoreView
 
@@ -88,7 +89,7 @@ def _forecast(snapshot, fractions, max_decisions, grace_s) -> Forecast:
 
 def longest_grace() -> float:
     """The longest grace period of a job that runs or waits: how long any victim may take to stop."""
-    found = Job.objects.filter(state__in=[JobState.PENDING, JobState.ASSIGNED, JobState.RUNNING]).aggregate(
+    found = Job.objects.filter(state__in=QUEUED_OR_RUNNING).aggregate(
         longest=Max("grace_period_seconds"))["longest"]
     return float(found if found is not None else 120)
 

@@ -25,12 +25,11 @@ from scheduling.core.settle import (
 )
 from scheduling.fencing import fenced
 from scheduling.models import FailureClass, Job, StopReason, Task, TaskState
-from teams.models import EventKind, AuditEvent
+from scheduling.states import ON_NODE, UNSUCCESSFUL
+from teams.models import AuditEvent, EventKind
 from scheduling.stopping import do_request_stop, escalate_overdue
 
 S = TaskState
-ACTIVE = (S.ASSIGNED, S.RUNNING)
-OVER = (S.FAILED, S.PREEMPTED, S.CANCELLED)
 HOUR = timedelta(hours=1)
 
 
@@ -106,21 +105,21 @@ def _timed_out(now):
 
 
 def _cancelled_running():
-    return Job.objects.filter(cancel_requested_at__isnull=False, tasks__state__in=ACTIVE,
+    return Job.objects.filter(cancel_requested_at__isnull=False, tasks__state__in=ON_NODE,
                               tasks__stop_reason="").distinct().only("id", "grace_period_seconds", "max_runtime_hours")
 
 
 def _broken_gangs():
     """Jobs with a rank still active and unasked to stop while another rank has failed."""
-    failed_peer = Task.objects.filter(job_id=OuterRef("job_id"), state__in=(S.FAILED, S.PREEMPTED, S.CANCELLED))
-    job_ids = Task.objects.filter(state__in=ACTIVE, stop_reason="").filter(Exists(failed_peer)).values("job_id")
+    failed_peer = Task.objects.filter(job_id=OuterRef("job_id"), state__in=UNSUCCESSFUL)
+    job_ids = Task.objects.filter(state__in=ON_NODE, stop_reason="").filter(Exists(failed_peer)).values("job_id")
     return Job.objects.filter(pk__in=job_ids).only("id", "grace_period_seconds", "max_runtime_hours")
 
 
 def _attempt_over() -> Q:
     """Jobs whose tasks have all ended (that is what these derived states mean), not all in
     success, with no verdict yet."""
-    return Q(state__in=OVER, failure_class="")
+    return Q(state__in=UNSUCCESSFUL, failure_class="")
 
 
 def do_settle(job_id: int, *, epoch: int, now) -> Verdict | None:
@@ -130,7 +129,7 @@ def do_settle(job_id: int, *, epoch: int, now) -> Verdict | None:
     None when there was nothing left to settle."""
     with fenced(epoch):
         job = Job.objects.select_for_update().get(pk=job_id)
-        if job.state not in OVER or job.failure_class:
+        if job.state not in UNSUCCESSFUL or job.failure_class:
             return None
         verdict = settle(_attempt(job), _outcome(job), restart_policy(job))
         do_apply_verdict(job, verdict, now=now, lost=lost_work(job, now=now))

@@ -1,9 +1,8 @@
 """REST endpoints for jobs. Thin: parse, call a service or selector, serialize."""
-from django.conf import settings
 from django.db.models import Prefetch
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiResponse, extend_schema
-from rest_framework import exceptions, generics, serializers, status
+from rest_framework import generics, serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView

@@ -16,6 +16,7 @@ from scheduling.web.queue import SORTS, QueueQuery, queue_page
 from scheduling.secrets import masked_spec
 from scheduling.selectors import can_change_job, visible_jobs
 from scheduling.spec import SPEC_FIELD_ORDER
+from scheduling.states import QUEUED_OR_RUNNING
 from teams.selectors import visible_team_names
 
 
@@ -71,8 +72,9 @@ def _panel_context(job: Job, user) -> dict:
         "ranks": range(job.task_count),
         "now_day": timezone.now().strftime("%Y%m%d"),
         # Offered only to who may (the service checks again on the POST).
-        "can_cancel": job.state in (TaskState.PENDING, TaskState.ASSIGNED, TaskState.RUNNING, TaskState.FAILED)
-        and not (job.state == TaskState.FAILED and job.failure_class) and can_change_job(user, job),
+        # FAILED without a failure class is an attempt awaiting its retry (services.do_cancel_job).
+        "can_cancel": (job.state in QUEUED_OR_RUNNING or job.state == TaskState.FAILED and not job.failure_class)
+        and can_change_job(user, job),
     }
 
 

@@ -9,8 +9,8 @@ from django.utils import timezone
 from scheduling.models import Job, JobState, Priority, Task
 from scheduling.queue_state import queue_positions
 from scheduling.selectors import visible_jobs
+from scheduling.states import NOT_STARTED, QUEUED_OR_RUNNING
 
-ACTIVE = (JobState.PENDING, JobState.ASSIGNED, JobState.RUNNING)
 PAGE_SIZE = 50
 SORTS = {
     "position": "place in line (pending first)",
@@ -62,7 +62,7 @@ class Row:
         job, now = self.job, timezone.now()
         if job.state == JobState.RUNNING and job.started_at:
             return "running " + short_duration((now - job.started_at).total_seconds())
-        if job.state in (JobState.PENDING, JobState.ASSIGNED):
+        if job.state in NOT_STARTED:
             return "waiting " + short_duration((now - job.submitted_at).total_seconds())
         return ""
 
@@ -83,7 +83,7 @@ def filtered(user, query: QueueQuery) -> QuerySet[Job]:
     if query.team:
         jobs = jobs.filter(team__name=query.team)
     if query.state == "active":
-        jobs = jobs.filter(state__in=ACTIVE)
+        jobs = jobs.filter(state__in=QUEUED_OR_RUNNING)
     elif query.state != "all":
         jobs = jobs.filter(state=query.state)
     if query.priority:

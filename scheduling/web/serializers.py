@@ -3,7 +3,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from scheduling.models import Job, Task
+from scheduling.models import Job, JobState, Task
 from teams.models import AuditEvent
 from scheduling.secrets import masked_spec
 
@@ -46,7 +46,7 @@ class JobSerializer(serializers.ModelSerializer):
 
     @extend_schema_field(PendingReasonSerializer(allow_null=True))
     def get_pending_reason(self, job: Job):
-        if job.state != "PENDING":
+        if job.state != JobState.PENDING:
             return None
         return {"code": job.pending_reason_code or "NOT_YET_SCHEDULED",
                 "message": job.pending_reason_message or "waiting for the scheduler's next pass"}
