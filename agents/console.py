@@ -6,6 +6,7 @@ itself every few seconds for every admin who has the page open."""
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
+from scheduling.core.model import gpu_type_of
 from scheduling.metrics_store import gpus_by_state
 from scheduling.models import AdminState, Job, JobState, Node, NodeState, StopReason, Task, TaskIsolation, TaskState
 from scheduling.selectors import scheduler_state
@@ -59,6 +60,10 @@ class GpuClass:
     @property
     def percent(self) -> float:
         return round(self.fragmentation * 100, 1)
+
+    @property
+    def gpu_type(self) -> str | None:
+        return gpu_type_of(self.resource_class)
 
 
 def racks() -> list[Rack]:

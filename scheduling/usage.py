@@ -65,7 +65,7 @@ class ClassUsage:
 
     @property
     def unit(self) -> str:
-        return self.resource_class.removeprefix("gpu:") if self.resource_class != core.resource_class(None) else "CPU"
+        return core.gpu_type_of(self.resource_class) or "CPU"
 
     @property
     def bar(self) -> Bar:

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 from django.conf import settings
 
-from scheduling.core.model import resource_class
+from scheduling.core.model import CPU_CLASS, resource_class
 from teams.models import ReportedGpuType
 
 UNKNOWN_CLASS = "unknown resource class {rclass!r}; known: {known}."
@@ -18,10 +18,9 @@ def known_classes(*, node_classes: Iterable[str] = ()) -> list[str]:
     name), then cpu: the order the teams page lists them in. `node_classes`: classes the
     caller holds nodes of, added to those recorded."""
     reported = map(resource_class, ReportedGpuType.objects.values_list("name", flat=True))
-    cpu = resource_class(None)
     configured = list(dict.fromkeys(resource_class(gpu_type) for gpu_type in settings.MLQ_GPU_TYPES))
-    others = sorted({*reported, *node_classes} - set(configured) - {cpu})
-    return [*configured, *others, cpu]
+    others = sorted({*reported, *node_classes} - set(configured) - {CPU_CLASS})
+    return [*configured, *others, CPU_CLASS]
 
 
 def unknown_class_message(rclass: str, known: list[str]) -> str:

@@ -41,6 +41,8 @@ class Topology(StrEnum):
     SPREAD = "spread"
 
 
+CPU_CLASS = "cpu"
+GPU_CLASS_PREFIX = "gpu:"
 _CLASS_NAMES: dict[str | None, str] = {}
 
 
@@ -48,8 +50,13 @@ def resource_class(gpu_type: str | None) -> str:
     """"gpu:H100", or "cpu" for a machine or job without GPUs (memoized: a hot path)."""
     name = _CLASS_NAMES.get(gpu_type)
     if name is None:
-        name = _CLASS_NAMES[gpu_type] = f"gpu:{gpu_type}" if gpu_type else "cpu"
+        name = _CLASS_NAMES[gpu_type] = f"{GPU_CLASS_PREFIX}{gpu_type}" if gpu_type else CPU_CLASS
     return name
+
+
+def gpu_type_of(rclass: str) -> str | None:
+    """The inverse of `resource_class`: "gpu:H100" -> "H100", "cpu" -> None."""
+    return rclass.removeprefix(GPU_CLASS_PREFIX) if rclass.startswith(GPU_CLASS_PREFIX) else None
 
 
 @dataclass(frozen=True, slots=True)

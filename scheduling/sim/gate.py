@@ -18,7 +18,7 @@ from collections import Counter, defaultdict
 from typing import Callable
 
 from scheduling.core.fairshare import Ledger
-from scheduling.core.model import JobShape, Node, NodeState, RunningJob, Team, priority_rank
+from scheduling.core.model import CPU_CLASS, JobShape, Node, NodeState, RunningJob, Team, priority_rank
 
 
 class DecisionGate:
@@ -101,7 +101,7 @@ class DecisionGate:
         self.ledger.add(job.team, job.resource_class, sign * job.units)
         self.held[job.resource_class] += sign * job.units
         for task in job.tasks:
-            units = task.cpus if self.node_class[task.node] == "cpu" else len(task.gpu_indices)
+            units = task.cpus if self.node_class[task.node] == CPU_CLASS else len(task.gpu_indices)
             self._update(task.node, used=sign * units)
 
     def node_ready(self, name: str, ready: bool) -> None:
