@@ -5,6 +5,7 @@ from django.db.models import Count
 
 from scheduling.models import Job, JobState, Node, NodeState, SchedulerLease, Task
 from scheduling.core.model import resource_class
+from scheduling.core.reasons import ReasonCode
 from scheduling.states import ON_NODE
 
 
@@ -24,7 +25,7 @@ def cluster_gauges():
 
 def _pending_by_reason():
     rows = Job.objects.filter(state=JobState.PENDING).values("pending_reason_code").annotate(n=Count("id"))
-    return [((row["pending_reason_code"] or "NOT_YET_SCHEDULED",), row["n"]) for row in rows]
+    return [((row["pending_reason_code"] or ReasonCode.NOT_YET_SCHEDULED,), row["n"]) for row in rows]
 
 
 def gpus_by_state():

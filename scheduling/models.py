@@ -5,7 +5,7 @@ from django.utils import timezone
 
 from scheduling.core.model import PRIORITIES, Topology, resource_class
 from scheduling.core.model import NodeState as CoreNodeState
-from scheduling.core.reasons import ReasonCode
+from scheduling.core.reasons import NOT_YET_SCHEDULED_MESSAGE, ReasonCode
 # TaskState and JobState are declared with their named sets; imported from here as before.
 from scheduling.states import ON_NODE, QUEUED_OR_RUNNING, UNSUCCESSFUL, JobState, TaskState  # noqa: F401
 
@@ -202,6 +202,15 @@ class Job(models.Model):
 
     def __str__(self) -> str:
         return f"job {self.pk} {self.name}"
+
+    @property
+    def reason_code(self) -> str:
+        """Why it waits, as the last pass stored it; NOT_YET_SCHEDULED until a pass has."""
+        return self.pending_reason_code or ReasonCode.NOT_YET_SCHEDULED
+
+    @property
+    def reason_message(self) -> str:
+        return self.pending_reason_message or NOT_YET_SCHEDULED_MESSAGE
 
 
 class Task(models.Model):

@@ -1,5 +1,6 @@
 """The core's output: what to start, what to stop, what to hold, and why each job waits."""
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Mapping
 
 from scheduling.core.model import TaskPlacement
@@ -18,16 +19,18 @@ class Placement:
         return tuple(sorted({t.node for t in self.tasks}))
 
 
-class PreemptionReason:
-    PRIORITY = "PRIORITY"
-    RECLAIM = "RECLAIM"
+class PreemptionReason(StrEnum):
+    """Why a running job is evicted (core/preemption.py), stored as its events' reason."""
+
+    PRIORITY = "PRIORITY"  # a job of a higher class outranks it
+    RECLAIM = "RECLAIM"  # a team within its guarantee takes back what it lent
 
 
 @dataclass(frozen=True, slots=True)
 class Preemption:
     victim_job_id: int
     for_job_id: int
-    reason: str
+    reason: PreemptionReason
     message: str
 
 

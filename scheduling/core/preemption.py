@@ -27,6 +27,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Iterator
 
+from scheduling.core.decisions import PreemptionReason
 from scheduling.core.model import PendingJob, PolicyConfig, RunningJob, Topology, priority_rank
 from scheduling.core.placement import capacity
 from scheduling.core.trial import Trial
@@ -139,9 +140,9 @@ class VictimPool:
         self.found = {}
 
 
-def why(candidate: Candidate, claim: Claim) -> str:
+def why(candidate: Candidate, claim: Claim) -> PreemptionReason:
     """PRIORITY when the job outranks the victim, else RECLAIM (a guarantee taken back)."""
-    return "PRIORITY" if claim.outranks(candidate) else "RECLAIM"
+    return PreemptionReason.PRIORITY if claim.outranks(candidate) else PreemptionReason.RECLAIM
 
 
 def ready_at(victims: tuple[RunningJob, ...], job: PendingJob, claim: Claim, *, excess: dict[str, int],

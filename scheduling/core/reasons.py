@@ -20,6 +20,9 @@ class ReasonCode(StrEnum):
     NOT_YET_SCHEDULED = "NOT_YET_SCHEDULED"
 
 
+NOT_YET_SCHEDULED_MESSAGE = "waiting for the scheduler's next pass"
+
+
 class Category(StrEnum):
     """Whether waiting can end by itself (capacity frees up) or needs someone to act."""
 

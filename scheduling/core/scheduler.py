@@ -18,7 +18,7 @@ from collections import defaultdict
 from typing import Callable
 
 from scheduling.core import explain
-from scheduling.core.decisions import Decisions, PassStats, Placement, Preemption, Reservation
+from scheduling.core.decisions import Decisions, PassStats, Placement, Preemption, PreemptionReason, Reservation
 from scheduling.core.fairshare import Ledger, borrowed_jobs
 from scheduling.core.model import ClusterSnapshot, JobShape, PendingJob, RunningJob, priority_rank
 from scheduling.core.placement import capacity, commit, plan
@@ -454,9 +454,9 @@ class Pass:
             self.victims.take(victim)
             self.preemptions.append(Preemption(victim.job_id, job.job_id, reasons[victim.job_id], (
                 f"preempted for job {job.job_id} ({job.priority}, team {job.team}): "
-                + ("reclaiming capacity its team is guaranteed" if reasons[victim.job_id] == "RECLAIM"
+                + ("reclaiming capacity its team is guaranteed" if reasons[victim.job_id] == PreemptionReason.RECLAIM
                    else f"{victim.priority} yields to {job.priority}"))))
-        reclaim = "RECLAIM" in reasons.values()
+        reclaim = PreemptionReason.RECLAIM in reasons.values()
         self._hold_room(job, list(found.victims), nominate=not reclaim or self.config.nominate_reclaimers)
         self.pending[job.job_id] = explain.preempting(job, [v.job_id for v in found.victims],
                                                       units_freed(found.victims), reclaim)

@@ -20,6 +20,7 @@ from django.db.models import Exists, Min, OuterRef, Q
 from scheduling import lifecycle, metrics, notify
 from scheduling.leader import failures
 from scheduling.core.model import HOUR as HOUR_S, confirmed_checkpoint, lost_since
+from scheduling.core.reasons import ReasonCode
 from scheduling.core.settle import (
     Action, Attempt, Counter, EndedTask, Outcome, RestartMode, RestartPolicy, TaskEnd, Verdict, settle,
 )
@@ -202,7 +203,7 @@ def _requeue(job: Job, verdict: Verdict, *, now, lost: dict) -> None:
         return
     not_before = now + timedelta(seconds=verdict.backoff_s) if verdict.backoff_s else None
     Job.objects.filter(pk=job.pk).update(not_before=not_before, finished_at=None, updated_at=now,
-                                         pending_reason_code="BACKOFF" if not_before else "",
+                                         pending_reason_code=ReasonCode.BACKOFF if not_before else "",
                                          pending_reason_message=verdict.message if not_before else "",
                                          pending_histogram={},
                                          **{verdict.counter: verdict.count})
@@ -247,7 +248,7 @@ def _fail_orphans(*, epoch: int, now) -> int:
         message = f"job {dependency}, which it depends on, ended {state}"
         with fenced(epoch):
             moved = lifecycle.transition_gang(job_id, from_state=S.PENDING, to_state=S.FAILED, actor_name="scheduler",
-                                              reason="DEPENDENCY", message=message, now=now,
+                                              reason=FailureClass.DEPENDENCY, message=message, now=now,
                                               failure_class=FailureClass.DEPENDENCY)
             if moved:
                 Job.objects.filter(pk=job_id).update(failure_class=FailureClass.DEPENDENCY,

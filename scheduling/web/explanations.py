@@ -8,6 +8,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from scheduling.cluster import load_nodes, load_running
+from scheduling.core.reasons import ReasonCode
 from scheduling.core.state import ClusterState
 from scheduling.core.whatif import fits_now, suggestions
 from scheduling.models import Job
@@ -22,6 +23,10 @@ class Why:
     # the nodes (held, behind a reservation, over quota...) or no pass has looked at it yet.
     histogram: tuple[tuple[str, int], ...]
     fit_count: str
+
+    @property
+    def held(self) -> bool:
+        return self.code == ReasonCode.HELD
 
 
 @dataclass
@@ -41,8 +46,8 @@ def cluster_now() -> tuple[ClusterState, tuple]:
 def explain_job(job: Job) -> Why:
     stored = job.pending_histogram or {}
     return Why(
-        code=job.pending_reason_code or "NOT_YET_SCHEDULED",
-        message=job.pending_reason_message or "waiting for the scheduler's next pass",
+        code=job.reason_code,
+        message=job.reason_message,
         histogram=tuple((why, count) for why, count in stored.get("histogram", ())),
         fit_count=stored.get("fit", ""),
     )

@@ -48,8 +48,7 @@ class JobSerializer(serializers.ModelSerializer):
     def get_pending_reason(self, job: Job):
         if job.state != JobState.PENDING:
             return None
-        return {"code": job.pending_reason_code or "NOT_YET_SCHEDULED",
-                "message": job.pending_reason_message or "waiting for the scheduler's next pass"}
+        return {"code": job.reason_code, "message": job.reason_message}
 
 
 class JobDetailSerializer(JobSerializer):
