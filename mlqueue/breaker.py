@@ -7,13 +7,15 @@ import time
 import redis
 from django.conf import settings
 
+from mlqueue.redis_client import redis_client
+
 log = logging.getLogger(__name__)
 RETRY_AFTER_S = 5.0
 
 
 class RedisBreaker:
-    def __init__(self, what: str, *, timeout_s: float = 0.5):
-        self.what, self.timeout_s = what, timeout_s
+    def __init__(self, what: str):
+        self.what = what
         self._client = None
         self.down_until = 0.0
 
@@ -22,8 +24,7 @@ class RedisBreaker:
         if not settings.REDIS_URL or time.monotonic() < self.down_until:
             return None
         if self._client is None:
-            self._client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=self.timeout_s,
-                                                socket_connect_timeout=self.timeout_s)
+            self._client = redis_client()
         return self._client
 
     def allowed(self) -> bool:

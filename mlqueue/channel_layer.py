@@ -9,9 +9,10 @@ costs one command a second per web process and lets the timeout be 2 s."""
 from channels_redis.core import RedisChannelLayer
 
 from mlqueue.breaker import RedisBreaker
+from mlqueue.redis_client import BLOCKING_SOCKET_TIMEOUT_S, BLOCKING_WAIT_S
 
-BZPOPMIN_S = 1
-SOCKET_TIMEOUT_S = 2
+BZPOPMIN_S = BLOCKING_WAIT_S
+SOCKET_TIMEOUT_S = BLOCKING_SOCKET_TIMEOUT_S
 
 
 class ShortWaitRedisChannelLayer(RedisChannelLayer):

@@ -10,6 +10,9 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from mlqueue.redis_client import (
+    BLOCKING_CONNECT_TIMEOUT_S, BLOCKING_SOCKET_TIMEOUT_S, COMMAND_TIMEOUT_S, CONNECT_TIMEOUT_S,
+)
 from scheduling.core.model import MIN_RUNTIME_BY_CLASS, PRIORITIES
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -139,17 +142,21 @@ REDIS_URL = os.environ.get("REDIS_URL", "")
 if REDIS_URL:
     # Redis is a cache: each process counts in its own memory while it fails (mlqueue/cache.py).
     # Short timeouts everywhere: a Redis that stops answering must not hold a request or a pass.
+    # The same timeouts as mlqueue.redis_client's, which says why each is what it is.
     CACHES = {"default": {"BACKEND": "mlqueue.cache.FallbackRedisCache", "LOCATION": REDIS_URL,
-                          "OPTIONS": {"socket_connect_timeout": 0.5, "socket_timeout": 0.5}}}
+                          "OPTIONS": {"socket_connect_timeout": CONNECT_TIMEOUT_S,
+                                      "socket_timeout": COMMAND_TIMEOUT_S}}}
     CHANNEL_LAYERS = {"default": {"BACKEND": "mlqueue.channel_layer.ShortWaitRedisChannelLayer", "CONFIG": {
-        "hosts": [{"address": REDIS_URL, "socket_connect_timeout": 1, "socket_timeout": 2}]}}}
+        "hosts": [{"address": REDIS_URL, "socket_connect_timeout": BLOCKING_CONNECT_TIMEOUT_S,
+                   "socket_timeout": BLOCKING_SOCKET_TIMEOUT_S}]}}}
     CELERY_BROKER_URL = REDIS_URL
     CELERY_TASK_ALWAYS_EAGER = False
     # A publish (the grace deadline's kill, scheduling/stopping.py) gives up within about 2 s when
     # Redis is down or hung; the leader's sweep kills on time without it. The socket timeout must
     # stay above the worker's 1 s BRPOP.
-    CELERY_BROKER_CONNECTION_TIMEOUT = 1
-    CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_connect_timeout": 1, "socket_timeout": 2}
+    CELERY_BROKER_CONNECTION_TIMEOUT = BLOCKING_CONNECT_TIMEOUT_S
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_connect_timeout": BLOCKING_CONNECT_TIMEOUT_S,
+                                       "socket_timeout": BLOCKING_SOCKET_TIMEOUT_S}
     CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.2,
                                         "interval_max": 0.2}
 else:

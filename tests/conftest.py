@@ -3,13 +3,13 @@ import copy
 import time
 
 import pytest
-import redis
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.cache import cache
 from django.core.management import call_command
 from rest_framework.test import APIClient
 
+from mlqueue.redis_client import redis_client
 from scheduling import liveness
 from teams.models import ApiToken
 
@@ -64,7 +64,7 @@ def fresh_liveness(monkeypatch):
     Redis keys (the heartbeat set emptied, its sentinel set), the cache (where heartbeats go
     without Redis) cleared, and this process's unflushed heartbeats dropped."""
     if settings.REDIS_URL:
-        client = redis.Redis.from_url(settings.REDIS_URL)
+        client = redis_client()
         client.pipeline(transaction=False).delete(liveness.ZSET).set(liveness.SENTINEL, time.time()).execute()
         client.close()
     cache.clear()

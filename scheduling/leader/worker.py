@@ -27,6 +27,7 @@ from scheduling.queue_state import QUEUE_ORDER_KEY, QUEUE_ORDER_TTL_S, stored_or
 from scheduling.leader.reconcile import Swept, reconcile
 from scheduling.leader.forecasting import Forecaster
 from scheduling.leader.snapshot import build_view
+from mlqueue.redis_client import redis_client
 
 log = logging.getLogger(__name__)
 FAILED_PASSES = Counter("mlqueue_scheduler_failed_passes_total", "Passes that failed with an unexpected error")
@@ -101,7 +102,7 @@ class Waker:
 
     def _subscribed(self):
         if self.pubsub is None and settings.REDIS_URL:
-            client = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=1, socket_timeout=5)
+            client = redis_client()
             pubsub = client.pubsub(ignore_subscribe_messages=True)
             pubsub.subscribe(WAKE_CHANNEL)
             self.pubsub = pubsub

@@ -3,6 +3,7 @@
 cannot trust the silence it sees (a takeover, Redis down or emptied, a full disruption), and a
 task its agent stopped because the lease ran out is an infra failure, whatever its exit code."""
 import socket
+import time
 from datetime import datetime, timedelta, timezone as dt_timezone
 
 import pytest
@@ -14,6 +15,7 @@ from scheduling import liveness
 from scheduling.models import Job, Node, SchedulerLease, Task
 from teams.models import AuditEvent
 from mlqueue.breaker import RedisBreaker
+from mlqueue.redis_client import COMMAND_TIMEOUT_S
 from scheduling import notify
 from scheduling.leader import failures
 from scheduling.leader.failures import Clocks, detect
@@ -89,6 +91,21 @@ def test_a_pass_runs_with_redis_down_and_a_waker_ticks(api, leader, redis_down):
     report = run_pass(epoch=leader)
     assert report.pending == 1  # no READY node heard from: nothing placed, nothing raised
     assert Waker().wait(0.2) is False
+
+
+def test_a_waker_on_a_redis_that_does_not_answer_costs_the_loop_one_command_timeout(settings):
+    """The leader's loop renews its lease too: a SUBSCRIBE that a hung Redis never answers
+    must cost it the command timeout, not the 5 s it once took each tick."""
+    with socket.socket() as silent:  # accepts connections (the kernel does), answers nothing
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        settings.REDIS_URL = f"redis://127.0.0.1:{silent.getsockname()[1]}/0"
+        waker, took = Waker(), []
+        for _ in range(2):
+            started = time.monotonic()
+            assert waker.wait(0.2) is False
+            took.append(time.monotonic() - started)
+    assert waker.down and max(took) < 0.2 + COMMAND_TIMEOUT_S + 0.3, took
 
 
 def test_a_new_leader_does_not_read_old_silence_as_dead_nodes(lease, monkeypatch):
