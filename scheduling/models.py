@@ -166,8 +166,9 @@ class Job(models.Model):
     # about room on the nodes: {"histogram": [[why, nodes], ...], "fit": "3/36"}; {} otherwise.
     # The job page shows it instead of rebuilding the cluster on every render.
     pending_histogram = models.JSONField(default=dict, blank=True)
-    # The forecast (scheduling/leader/forecasting.py): the start if every job runs to its
-    # max_runtime, and the likely start from the teams' observed runtimes.
+    # The start-time forecast's two starts (scheduling/leader/forecasting.py): the latest start
+    # (`estimated_start`, the API's name for it: the start if every job runs to its max_runtime),
+    # and the likely start, from the teams' observed runtimes.
     estimated_start = models.DateTimeField(null=True, blank=True)
     likely_start = models.DateTimeField(null=True, blank=True)
 

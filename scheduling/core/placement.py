@@ -15,7 +15,7 @@ Limit = Callable[[Slot], int | None]
 
 
 class Extra(NamedTuple):
-    """Resources a node would have back if some jobs stopped (for forecasts and victims). A
+    """Resources a node would have back if some jobs stopped (for shadow starts and victims). A
     named tuple, not a frozen dataclass: victim searches make one per victim task they try,
     and a tuple is several times cheaper to make."""
 

@@ -1,7 +1,7 @@
 """Reservations and EASY backfill.
 
-The highest blocked job of a resource class gets a reservation: the earliest time the running
-jobs' max runtimes say it will fit, and the nodes it will use then. Later jobs may still start
+The highest blocked job of a resource class gets a reservation at its *shadow start*: the
+earliest time the running jobs' max runtimes say it will fit, and the nodes it will use then. Later jobs may still start
 ("backfill") if they cannot delay it: they end before that time, or they only use room on the
 reserved nodes that the reservation will not need. Past the wait bound, nothing new goes on
 the reserved nodes at all.
@@ -25,13 +25,13 @@ def released_by(jobs: list[RunningJob]) -> dict[str, Extra]:
 
 
 def ending_order(running: list[RunningJob], now: float) -> list[RunningJob]:
-    """Running jobs soonest expected end first (the order `forecast` takes them away in)."""
+    """Running jobs soonest expected end first (the order `shadow_start` takes them away in)."""
     return sorted(running, key=lambda j: (max(j.expected_end, now), j.job_id))
 
 
 def rooms_now(state: ClusterState, job: PendingJob) -> dict[Slot, int]:
     """Ready nodes with room for a task of `job` now, and how many tasks: read off the free-room
-    index, so a forecast does not weigh every node of the class. A node with less room (none
+    index, so a shadow start does not weigh every node of the class. A node with less room (none
     for a task) enters the trial only when a job on it is taken away (`Trial`'s `joining`),
     which is exactly when its room can change."""
     shape = job.shape
@@ -43,12 +43,12 @@ def rooms_now(state: ClusterState, job: PendingJob) -> dict[Slot, int]:
     return found
 
 
-def forecast(state: ClusterState, job: PendingJob, running: list[RunningJob], now: float, *,
-             ending: list[RunningJob] | None = None) -> tuple[float, Plan, dict[str, Extra]] | None:
-    """When and where `job` fits if running jobs end at their expected ends: they are taken
-    away soonest first until it fits. Returns (start, plan, room given back by then), or None
-    if it never fits on the ready nodes. `ending`: `running` in `ending_order`, if the caller
-    has it already."""
+def shadow_start(state: ClusterState, job: PendingJob, running: list[RunningJob], now: float, *,
+                 ending: list[RunningJob] | None = None) -> tuple[float, Plan, dict[str, Extra]] | None:
+    """The shadow start (EASY backfill's name for it): when and where `job` fits if running
+    jobs end at their expected ends, taken away soonest first until it fits. Returns (start,
+    plan, room given back by then), or None if it never fits on the ready nodes. `ending`:
+    `running` in `ending_order`, if the caller has it already."""
     ending = ending if ending is not None else ending_order(running, now)
     trial = Trial(job, rooms_now(state, job), joining=state.slots_named(job.resource_class))
     gone = trial.fit_by_removing(ending)

@@ -25,7 +25,7 @@ from scheduling.core.placement import capacity, commit, plan
 from scheduling.core.preemption import VictimPool, find_victims, ready_at, units_freed, why
 from scheduling.core.queue_order import RANKS, QueueOrder
 from scheduling.core.reasons import PendingReason, ReasonCode
-from scheduling.core.reservation import ReservationBook, ending_order, forecast
+from scheduling.core.reservation import ReservationBook, ending_order, shadow_start
 from scheduling.core.state import ClusterState
 
 
@@ -145,7 +145,7 @@ class Pass:
         self.nominations: dict[int, tuple[str, ...]] = {}
 
     def _index_running(self) -> None:
-        """Per class, the running jobs (for forecasts) and the lowest priority class anyone
+        """Per class, the running jobs (for shadow starts) and the lowest priority class anyone
         preemptible runs at: a job that ranks no higher cannot outrank anyone, so it needs no
         victim search (unless it reclaims). Per preemptor, the jobs stopping for it. One loop:
         it runs over every running job each pass."""
@@ -366,7 +366,7 @@ class Pass:
         least of all) takes that room while they stop, and it need not evict again.
         A hold leaves the class's generation as it is (see `_decide`): it only takes room from
         jobs placed after it, and nothing else a decision reads (the free-room index that
-        victim searches and forecasts read, the ledger, the reservations) changes with it, so
+        victim searches and shadow starts read, the ledger, the reservations) changes with it, so
         a job that neither started, evicted nor reserved before it would not after it.
         `nominate`: keep them for it until the pass after its victims have stopped (see
         `_hold_nominated`)."""
@@ -377,12 +377,12 @@ class Pass:
 
     def _start_nodes(self, job: PendingJob, stopping: list[RunningJob]) -> list[str]:
         """The nodes `job` will start on once `stopping` are gone (none if it never fits)."""
-        found = forecast(self.state, job, stopping, self.now, ending=stopping)
+        found = shadow_start(self.state, job, stopping, self.now, ending=stopping)
         return [slot.name for slot, _ in found[1]] if found else []
 
     def _hold(self, job: PendingJob, nodes, *, first: bool = False) -> None:
-        """Hold `nodes` for `job`, but none another job holds or has reserved: the forecast
-        does not see those, and holding them too would only keep backfill off them."""
+        """Hold `nodes` for `job`, but none another job holds or has reserved: its shadow
+        start does not see those, and holding them too would only keep backfill off them."""
         for node in nodes:
             if not self.book.held.get(node):
                 self.book.hold(node, job.job_id, self.now, first=first)
@@ -390,8 +390,8 @@ class Pass:
     def _nodes_to_hold(self, job: PendingJob, stopping: list[RunningJob]) -> list[str]:
         """The nodes `_hold_room` holds for a preemptor in flight (none to add without room
         beyond its victims' nodes), again only once its class's room, its shape or its
-        victims changed: it is asked every pass until they have stopped, and its forecast
-        reads nothing else (the start time, which moves with the clock, is not held)."""
+        victims changed: it is asked every pass until they have stopped, and its shadow
+        start reads nothing else (the start time, which moves with the clock, is not held)."""
         key = (self.state, self.state.changes[job.resource_class], job.shape, tuple(stopping))
         kept = self.holds.get(job.job_id)
         if kept is None or kept[0] != key:
@@ -402,7 +402,7 @@ class Pass:
     def _room_beyond(self, job: PendingJob, stopping: list[RunningJob]) -> bool:
         """Whether `job` has room for a task on a node none of `stopping` runs on. If not, it
         will start on their nodes alone, which the pass has held for it from the start: a
-        forecast (`_hold_room`) would hold nothing more, and one per preemption in flight
+        shadow start (`_hold_room`) would hold nothing more, and one per preemption in flight
         is what a pass would spend most on."""
         theirs = {task.node for victim in stopping for task in victim.tasks}
         shape = job.shape
@@ -469,7 +469,7 @@ class Pass:
         sorted_at = self.ending.get(job.resource_class)
         if sorted_at is None or sorted_at[0] != len(active):  # jobs only join `active` in a pass
             sorted_at = self.ending[job.resource_class] = (len(active), ending_order(active, self.now))
-        found = forecast(self.state, job, active, self.now, ending=sorted_at[1])
+        found = shadow_start(self.state, job, active, self.now, ending=sorted_at[1])
         if found is None:
             return
         start_at, chosen, extra = found

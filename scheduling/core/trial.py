@@ -1,5 +1,5 @@
 """What if some jobs were gone? The room on each node, kept current as jobs are taken away
-one at a time: the machinery of both preemption (which victims?) and reservation forecasts
+one at a time: the machinery of both preemption (which victims?) and shadow starts
 (when will it fit?)."""
 from typing import Mapping
 

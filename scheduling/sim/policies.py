@@ -10,7 +10,7 @@ measures the queueing policy and not the node picking:
 from scheduling.core.decisions import Decisions, Placement
 from scheduling.core.model import ClusterSnapshot, PendingJob, RunningJob
 from scheduling.core.placement import commit, plan
-from scheduling.core.reservation import ReservationBook, forecast
+from scheduling.core.reservation import ReservationBook, shadow_start
 from scheduling.core.scheduler import Scheduler
 from scheduling.core.state import ClusterState
 
@@ -67,7 +67,7 @@ class EasyPolicy(FifoPolicy):
     def reserve(self, state, job, running, book, now) -> bool:
         if book.reservations:
             return True  # one reservation (the head's); the rest only backfill around it
-        found = forecast(state, job, [r for r in running if r.resource_class == job.resource_class], now)
+        found = shadow_start(state, job, [r for r in running if r.resource_class == job.resource_class], now)
         if found is None:
             return True
         start_at, chosen, extra = found

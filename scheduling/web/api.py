@@ -140,7 +140,7 @@ class QueueQuerySerializer(serializers.Serializer):
 
 class Queue(APIView):
     """Pending work the caller may see, in the order the scheduler's last pass considered it,
-    with each job's reason and forecast start; jobs the last pass has not ordered yet last."""
+    with each job's reason and its latest and likely starts; jobs the last pass has not ordered yet last."""
 
     @extend_schema(parameters=[QueueQuerySerializer], responses=QueueEntrySerializer(many=True))
     def get(self, request: Request) -> Response:

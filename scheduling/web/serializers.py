@@ -39,9 +39,11 @@ class JobSerializer(serializers.ModelSerializer):
                   "gpus_per_task", "tasks", "pending_reason", "estimated_start", "likely_start", "submitted_at",
                   "started_at", "finished_at"]
         extra_kwargs = {
-            "estimated_start": {"help_text": "pending jobs: the forecast start if every job runs to its max_runtime "
-                                             "and nothing that outranks it arrives (null: beyond the forecast)"},
-            "likely_start": {"help_text": "pending jobs: the forecast start from the teams' observed runtimes"},
+            "estimated_start": {"help_text": "pending jobs: the latest start, from the start-time forecast's run "
+                                             "where every job runs to its max_runtime, if nothing that outranks it "
+                                             "arrives (null: beyond the forecast)"},
+            "likely_start": {"help_text": "pending jobs: the likely start, from the start-time forecast's run with "
+                                          "the teams' observed runtimes"},
         }
 
     @extend_schema_field(PendingReasonSerializer(allow_null=True))

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from scheduling.core.model import PRIORITIES, PendingJob, PolicyConfig, priority_rank, resource_class
 from scheduling.core.placement import capacity
 from scheduling.core.preemption import Candidate, VictimPool, candidate_order, find_victims
-from scheduling.core.reservation import ending_order, forecast, released_by
+from scheduling.core.reservation import ending_order, released_by, shadow_start
 from scheduling.core.scheduler import schedule
 from scheduling.core.state import ClusterState
 from scheduling.core.trial import Trial
@@ -17,7 +17,7 @@ from tests.unit.core.test_schedule_equivalence import (
 )
 
 
-def forecast_over_every_node(state: ClusterState, job: PendingJob, ending: list):
+def shadow_start_over_every_node(state: ClusterState, job: PendingJob, ending: list):
     """The reference: every ready node of the class enters the trial from the start."""
     rooms = {slot: capacity(slot, job.shape) for slot in state.ready_slots(job.resource_class)}
     trial = Trial(job, rooms)
@@ -35,7 +35,7 @@ def readable(found) -> tuple | None:
 
 
 @st.composite
-def forecasts(draw):
+def shadow_starts(draw):
     """A cluster, its running jobs, a job of one of its classes, and the jobs it waits on
     (all of the class's running jobs soonest end first, as for a reservation, or a few, as
     for a preemptor whose victims are stopping)."""
@@ -52,12 +52,12 @@ def forecasts(draw):
 
 
 @EQUIVALENCE_SETTINGS
-@given(forecasts())
-def test_a_forecast_reads_the_free_room_index_as_a_scan_of_every_node_would(case):
+@given(shadow_starts())
+def test_a_shadow_start_reads_the_free_room_index_as_a_scan_of_every_node_would(case):
     cluster, running, job, ending = case
     state = ClusterState(cluster, running)
-    assert readable(forecast(state, job, ending, NOW, ending=ending)) == readable(
-        forecast_over_every_node(state, job, ending))
+    assert readable(shadow_start(state, job, ending, NOW, ending=ending)) == readable(
+        shadow_start_over_every_node(state, job, ending))
 
 
 def candidates_by_scan(running, borrowed, config, taken, job, claim, excess):
@@ -110,9 +110,9 @@ def test_the_victim_pool_gives_the_candidates_a_scan_of_every_running_job_gives(
             taken.add(candidate.job.job_id)
 
 
-class EveryPreemptorForecast(EveryJobTried):
-    """The reference for `_room_beyond`: a preemptor whose victims are stopping always runs
-    its forecast, even with no room beyond their nodes."""
+class EveryPreemptorShadowStart(EveryJobTried):
+    """The reference for `_room_beyond`: a preemptor whose victims are stopping always computes
+    its shadow start, even with no room beyond their nodes."""
 
     def _room_beyond(self, job, stopping) -> bool:
         return True
@@ -120,8 +120,8 @@ class EveryPreemptorForecast(EveryJobTried):
 
 @EQUIVALENCE_SETTINGS
 @given(snapshots())
-def test_a_preemptor_with_no_room_beyond_its_victims_holds_what_its_forecast_would_hold(snapshot):
-    assert schedule(snapshot) == EveryPreemptorForecast(snapshot).run()
+def test_a_preemptor_with_no_room_beyond_its_victims_holds_what_its_shadow_start_would_hold(snapshot):
+    assert schedule(snapshot) == EveryPreemptorShadowStart(snapshot).run()
 
 
 @EQUIVALENCE_SETTINGS
