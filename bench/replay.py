@@ -1,14 +1,15 @@
 """Replay a trace through a policy on a simulated cluster.
 
-    python -m bench.replay --trace ../shared/traces/philly-2017-09-10.csv --policy mlqueue \\
+    python -m bench.replay --trace var/philly-2017-09-10.csv --policy mlqueue \\
         --nodes 64 --gpus-per-node 8 --runtime-estimate x2 [--from 2017-09-04 --to 2017-10-01]
         [--load-scale 1] [--quotas proportional|equal|none|FILE.json] [--fleet seed-2500]
         [--checkpoint-interval 1800] [--grace 120] [--restart-overhead 0] [--node-failures 0] [--seed 1]
         [--baseline easy|fifo|sjf|none] [--table]
 
-Prints one JSON line of figures (see scheduling/sim/metrics.py), plus the wall time; unless
-`--baseline none`, also replays `easy` (or the named policy) on the same jobs and adds the
-ratios to it: `avg_wait_vs_easy`, `max_wait_vs_easy`, `avg_jct_vs_easy`.
+The Philly trace is not in the repository: BENCHMARKS.md ("Getting the trace") says where to
+get it and how it was cut. Prints one JSON line of figures (see scheduling/sim/metrics.py),
+plus the wall time; unless `--baseline none`, also replays `easy` (or the named policy) on the
+same jobs and adds the ratios to it: `avg_wait_vs_easy`, `max_wait_vs_easy`, `avg_jct_vs_easy`.
 `--quotas FILE.json` ({"team": guaranteed GPUs, ...}) replays the same trace under quotas an
 admin is considering, before applying them.
 """

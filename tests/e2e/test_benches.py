@@ -9,8 +9,8 @@ import pytest
 from tests.e2e.processes import ROOT
 
 pytestmark = pytest.mark.e2e
-# Six hours of ../shared/traces/philly-2017-09-10.csv (2017-10-04 00:00-06:00), kept here so
-# the suite does not depend on the shared folder.
+# Six hours of the Philly trace (2017-10-04 00:00-06:00), kept here so the suite does not
+# depend on the whole trace, which is not in the repository (BENCHMARKS.md, "Getting the trace").
 SAMPLE_TRACE = ROOT / "tests" / "data" / "philly-2017-10-04-sample.csv"
 
 
