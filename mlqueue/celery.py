@@ -1,4 +1,5 @@
-"""The Celery app: grace timers, agent callbacks, back-off release, reports."""
+"""The Celery app. Its one task is the fast path for grace deadlines (scheduling/tasks.py); the
+leader's sweep is the guarantee."""
 import os
 
 from celery import Celery

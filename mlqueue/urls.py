@@ -19,7 +19,7 @@ admin.site.login_form = login_limits.LimitedAdminAuthenticationForm
 
 
 def endpoint(route: str, view, name: str):
-    """DESIGN.md names endpoints without a trailing slash; accept either."""
+    """The API's endpoints are written without a trailing slash (README, "The API"); accept either."""
     return re_path(rf"^{route}/?$", view, name=name)
 
 

@@ -35,7 +35,8 @@ SEED_SPEC = {
 
 
 def make_spec(**overrides) -> dict:
-    """The DESIGN.md seed spec with top-level fields replaced; `resources` merges."""
+    """The seed spec (the README's 64-GPU job, every field set) with top-level fields replaced;
+    `resources` merges."""
     spec = copy.deepcopy(SEED_SPEC)
     resources = overrides.pop("resources", None)
     spec.update(overrides)

@@ -1,4 +1,4 @@
-"""The demo cluster of DESIGN.md: two divisions, three teams, six users, 36 nodes.
+"""The demo cluster `make demo` runs (README): two divisions, three teams, six users, 36 nodes.
 
 Idempotent: what exists is left alone (a quota someone edited keeps its edit)."""
 from dataclasses import dataclass
