@@ -8,7 +8,7 @@ from django.core.exceptions import RequestDataTooBig
 from rest_framework import exceptions
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from mlqueue.errors import FieldPermissionDenied, RequestTooLarge
+from mlqueue.errors import BODY_TOO_LARGE, FieldPermissionDenied, RequestTooLarge
 from mlqueue.parsers import BodyParseError
 
 
@@ -33,7 +33,7 @@ def flatten_errors(detail, prefix: str = "") -> dict[str, list[str]]:
 
 def exception_handler(exc, context):
     if isinstance(exc, RequestDataTooBig):
-        exc = RequestTooLarge(f"request body is over the limit of {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes")
+        exc = RequestTooLarge(BODY_TOO_LARGE.format(limit=settings.DATA_UPLOAD_MAX_MEMORY_SIZE))
     response = drf_exception_handler(exc, context)
     if response is None:
         return None

@@ -1,6 +1,8 @@
 """API exceptions the services raise; mlqueue.api_errors renders them."""
 from rest_framework import exceptions, status
 
+BODY_TOO_LARGE = "request body is over the limit of {limit} bytes"
+
 
 class FieldPermissionDenied(exceptions.PermissionDenied):
     """A 403 that still names the field at fault (e.g. a team the caller is not in)."""

@@ -11,12 +11,13 @@ from django.conf import settings
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser
 
-from mlqueue.errors import RequestTooLarge
+from mlqueue.errors import BODY_TOO_LARGE, RequestTooLarge
 
 # No request of ours nests past a handful of levels; json.loads recurses (a RecursionError, a
 # 500, past ~1,000) and so do the serializers and the error renderer behind it.
 MAX_JSON_DEPTH = 64
 MALFORMED_JSON = "malformed JSON ({problem})"
+NOT_JSON_CONSTANT = "{name} is not valid JSON"
 JSON_TOO_DEEP = f"JSON nested deeper than {MAX_JSON_DEPTH} levels."
 NUL_IN_TEXT = "contains a NUL character (U+0000), which cannot be stored."
 LONE_SURROGATE = "contains an unpaired surrogate ({code}), which is not valid Unicode text."
@@ -85,7 +86,7 @@ def loads_body(raw: bytes, *, check_text: bool = True):
 
 
 def _refuse_constant(name: str):
-    raise ValueError(f"{name} is not valid JSON")
+    raise ValueError(NOT_JSON_CONSTANT.format(name=name))
 
 
 class BodyParseError(ParseError):
@@ -103,7 +104,7 @@ class LimitedJSONParser(JSONParser):
         limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
         raw = stream.read(limit + 1) if stream is not None else b""
         if len(raw) > limit:
-            raise RequestTooLarge(f"request body is over the limit of {limit} bytes")
+            raise RequestTooLarge(BODY_TOO_LARGE.format(limit=limit))
         try:
             return loads_body(raw, check_text=self.check_text)
         except BodyError as exc:

@@ -37,6 +37,20 @@ SECRET_IS_MASK = (
 SECRET_BLANK = "{name} has no value: give the secret's value, or leave {name} out."
 DEFAULT_MAX_GPUS_PER_TASK = 8
 NOT_FINITE = "must be a finite number, not {value}."
+NOT_AN_INTEGER = "must be an integer, not {kind}."
+NOT_A_NUMBER = "must be a number, not {kind}."
+NOT_A_STRING = "must be a string, not {kind}."
+UNKNOWN_FIELD = "unknown field."
+TOO_MANY_ENTRIES = "at most {limit} entries, got {count}."
+INVALID_NAME = "{name!r} is not a valid name: {rule}."
+UNKNOWN_GPU_TYPE = "unknown GPU type {gpu_type!r}; known types: {known}."
+GPU_TYPE_REQUIRED = "required when gpu_count is {gpus}."
+GPU_TYPE_WITHOUT_GPUS = "is 0 but gpu_type is {gpu_type}; leave gpu_type out for a CPU job."
+GPUS_NOT_DIVISIBLE = "{gpus} GPUs cannot be split into tasks of {per_task} (gpus_per_task)."
+TASKS_DISAGREE = "{gpus} GPUs at {per_task} per task make {tasks} tasks, not {asked}."
+GPUS_PER_TASK_WITHOUT_GPUS = "is only for GPU jobs (gpu_count > 0)."
+CLIENT_JOB_ID_RULE = "use letters, digits and . _ : - (at most 128), starting with a letter or digit."
+MAX_RUNTIME_RANGE = "must be more than 0 and at most {limit:g} hours, got {value:g}."
 MAX_ID = 2**63 - 1  # ids are bigint columns: a larger one is no job, and Postgres refuses it
 
 
@@ -57,7 +71,7 @@ def without_invisible(value: str) -> str:
 class StrictIntegerField(serializers.IntegerField):
     """An integer in the JSON sense: "8", 8.0 and true are refused, not coerced."""
 
-    default_error_messages = {"invalid": "must be an integer, not {kind}."}
+    default_error_messages = {"invalid": NOT_AN_INTEGER}
 
     def to_internal_value(self, data):
         if isinstance(data, bool) or not isinstance(data, int):
@@ -69,7 +83,7 @@ class StrictFloatField(serializers.FloatField):
     """A number in the JSON sense. inf and nan are refused: JSON's 1e400, YAML's .inf and the
     form's "nan" all arrive as one, and nan passes every range check."""
 
-    default_error_messages = {"invalid": "must be a number, not {kind}.", "not_finite": NOT_FINITE}
+    default_error_messages = {"invalid": NOT_A_NUMBER, "not_finite": NOT_FINITE}
 
     def to_internal_value(self, data):
         if isinstance(data, bool) or not isinstance(data, (int, float)):
@@ -87,7 +101,7 @@ class StrictStringField(serializers.CharField):
     """A string, not a number or a list coerced to one; `printable_only=True` also refuses
     invisible and control characters (for names people read)."""
 
-    default_error_messages = {"not_a_string": "must be a string, not {kind}.", "invisible": INVISIBLE}
+    default_error_messages = {"not_a_string": NOT_A_STRING, "invisible": INVISIBLE}
 
     def __init__(self, *, printable_only: bool = False, **kwargs):
         self.printable_only = printable_only
@@ -119,10 +133,10 @@ class StringMapField(serializers.DictField):
             self._check_keys(data)
         value = super().to_internal_value(data)
         if len(value) > self.max_items:
-            raise serializers.ValidationError(f"at most {self.max_items} entries, got {len(value)}.")
+            raise serializers.ValidationError(TOO_MANY_ENTRIES.format(limit=self.max_items, count=len(value)))
         bad = sorted(k for k in value if not self.key_pattern.fullmatch(k))
         if bad:
-            raise serializers.ValidationError(f"{bad[0]!r} is not a valid name: {self.key_rule}.")
+            raise serializers.ValidationError(INVALID_NAME.format(name=bad[0], rule=self.key_rule))
         return dict(sorted(value.items()))
 
     def _check_keys(self, data: dict) -> None:
@@ -138,7 +152,7 @@ class StrictSerializer(serializers.Serializer):
         if isinstance(data, dict):
             unknown = sorted(set(data) - set(self.fields))
             if unknown:
-                raise serializers.ValidationError({name: ["unknown field."] for name in unknown})
+                raise serializers.ValidationError({name: [UNKNOWN_FIELD] for name in unknown})
         return super().to_internal_value(data)
 
 
@@ -155,37 +169,31 @@ class ResourcesSerializer(StrictSerializer):
         value = value or ""
         if value and value not in settings.MLQ_GPU_TYPES:
             raise serializers.ValidationError(
-                f"unknown GPU type {value!r}; known types: {', '.join(settings.MLQ_GPU_TYPES)}."
-            )
+                UNKNOWN_GPU_TYPE.format(gpu_type=value, known=", ".join(settings.MLQ_GPU_TYPES)))
         return value
 
     def validate(self, attrs):
         gpus, gpu_type = attrs["gpu_count"], attrs["gpu_type"]
         if gpus and not gpu_type:
-            raise serializers.ValidationError({"gpu_type": [f"required when gpu_count is {gpus}."]})
+            raise serializers.ValidationError({"gpu_type": [GPU_TYPE_REQUIRED.format(gpus=gpus)]})
         if gpu_type and not gpus:
-            raise serializers.ValidationError(
-                {"gpu_count": [f"is 0 but gpu_type is {gpu_type}; leave gpu_type out for a CPU job."]}
-            )
+            raise serializers.ValidationError({"gpu_count": [GPU_TYPE_WITHOUT_GPUS.format(gpu_type=gpu_type)]})
         return self._validate_gpu_tasks(attrs) if gpus else self._validate_cpu_tasks(attrs)
 
     def _validate_gpu_tasks(self, attrs):
         gpus = attrs["gpu_count"]
         per_task = attrs.get("gpus_per_task") or min(gpus, DEFAULT_MAX_GPUS_PER_TASK)
         if gpus % per_task:
-            raise serializers.ValidationError(
-                {"gpu_count": [f"{gpus} GPUs cannot be split into tasks of {per_task} (gpus_per_task)."]}
-            )
+            raise serializers.ValidationError({"gpu_count": [GPUS_NOT_DIVISIBLE.format(gpus=gpus, per_task=per_task)]})
         tasks = gpus // per_task
         if attrs.get("tasks", tasks) != tasks:
             raise serializers.ValidationError(
-                {"tasks": [f"{gpus} GPUs at {per_task} per task make {tasks} tasks, not {attrs['tasks']}."]}
-            )
+                {"tasks": [TASKS_DISAGREE.format(gpus=gpus, per_task=per_task, tasks=tasks, asked=attrs["tasks"])]})
         return {**attrs, "gpus_per_task": per_task, "tasks": tasks}
 
     def _validate_cpu_tasks(self, attrs):
         if attrs.get("gpus_per_task"):
-            raise serializers.ValidationError({"gpus_per_task": ["is only for GPU jobs (gpu_count > 0)."]})
+            raise serializers.ValidationError({"gpus_per_task": [GPUS_PER_TASK_WITHOUT_GPUS]})
         return {**attrs, "gpus_per_task": 0, "tasks": attrs.get("tasks", 1)}
 
 
@@ -241,13 +249,13 @@ class JobSpecSerializer(StrictSerializer):
 
     def validate_client_job_id(self, value):
         if value is not None and not CLIENT_JOB_ID.match(value):
-            raise serializers.ValidationError("use letters, digits and . _ : - (at most 128), starting with a letter or digit.")
+            raise serializers.ValidationError(CLIENT_JOB_ID_RULE)
         return value
 
     def validate_max_runtime_hours(self, value):
         limit = settings.MLQ_MAX_RUNTIME_HOURS
         if not 0 < value <= limit:
-            raise serializers.ValidationError(f"must be more than 0 and at most {limit:g} hours, got {value:g}.")
+            raise serializers.ValidationError(MAX_RUNTIME_RANGE.format(limit=limit, value=value))
         return value
 
     def validate_owner(self, value):

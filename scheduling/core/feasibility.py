@@ -5,6 +5,16 @@ from typing import Iterable
 
 from scheduling.core.model import JobShape, Node, Topology, Verdict, labels_match, tasks_per_node
 
+NO_NODE_OF_TYPE = "no node in the cluster has gpu_type={kind}"
+NO_CPU_NODES = "the cluster has no CPU nodes"
+MORE_THAN_THE_CLUSTER = "asks {asked} {kind}; the cluster has {total}"
+# what: "GPUs per task", "CPUs per task" or "GB of memory per task"; unit: "", " CPUs" or " GB".
+LARGER_THAN_ANY_NODE = "asks {asked} {what}; the largest {kind} node has {largest}{unit}"
+NO_NODE_WITH_LABELS = "no {kind} node carries the labels {wanted} ({count} {kind} nodes)"
+MORE_THAN_THE_MATCHING_NODES = "needs {what}; the matching {kind} nodes hold {count} at most"
+MORE_THAN_ONE_ZONE = "needs {what} in one zone (a gang never spans zones); the largest zone, {zone}, holds {count}"
+MORE_THAN_ONE_RACK = "require_same_rack needs {what} in one rack; the largest rack, {rack}, holds {count}"
+
 
 def can_ever_run(shape: JobShape, nodes: Iterable[Node]) -> Verdict:
     """Checks, in order: the resource class exists, the totals, one task on the largest node,
@@ -13,8 +23,7 @@ def can_ever_run(shape: JobShape, nodes: Iterable[Node]) -> Verdict:
     same_class = [n for n in nodes if n.gpu_type == shape.gpu_type]
     if not same_class:
         field = "resources.gpu_type" if shape.gpu_type else "resources.gpu_count"
-        return Verdict(False, field, f"no node in the cluster has gpu_type={kind}" if shape.gpu_type
-                       else "the cluster has no CPU nodes")
+        return Verdict(False, field, NO_NODE_OF_TYPE.format(kind=kind) if shape.gpu_type else NO_CPU_NODES)
     for check in (_check_totals, _check_largest_node, _check_selector):
         verdict = check(shape, same_class, kind)
         if not verdict.ok:
@@ -27,7 +36,8 @@ def _check_totals(shape: JobShape, nodes: list[Node], kind: str) -> Verdict:
     if shape.gpu_type:
         total = sum(n.gpus for n in nodes)
         if shape.gpu_count > total:
-            return Verdict(False, "resources.gpu_count", f"asks {shape.gpu_count} {kind}; the cluster has {total}")
+            return Verdict(False, "resources.gpu_count",
+                           MORE_THAN_THE_CLUSTER.format(asked=shape.gpu_count, kind=kind, total=total))
     return Verdict(True)
 
 
@@ -40,7 +50,8 @@ def _check_largest_node(shape: JobShape, nodes: list[Node], kind: str) -> Verdic
     )
     for field, asked, largest, what, unit in checks:
         if asked > largest:
-            return Verdict(False, field, f"asks {asked} {what}; the largest {kind} node has {largest}{unit}")
+            return Verdict(False, field,
+                           LARGER_THAN_ANY_NODE.format(asked=asked, what=what, kind=kind, largest=largest, unit=unit))
     return Verdict(True)
 
 
@@ -48,7 +59,7 @@ def _check_selector(shape: JobShape, nodes: list[Node], kind: str) -> Verdict:
     if any(labels_match(shape.node_selector, n.labels) for n in nodes):
         return Verdict(True)
     wanted = ", ".join(f"{k}={v}" for k, v in sorted(shape.node_selector.items()))
-    return Verdict(False, "node_selector", f"no {kind} node carries the labels {wanted} ({len(nodes)} {kind} nodes)")
+    return Verdict(False, "node_selector", NO_NODE_WITH_LABELS.format(kind=kind, wanted=wanted, count=len(nodes)))
 
 
 def _check_groups(shape: JobShape, nodes: list[Node], kind: str) -> Verdict:
@@ -63,12 +74,11 @@ def _check_groups(shape: JobShape, nodes: list[Node], kind: str) -> Verdict:
     if zone_fit < shape.tasks:
         if sum(by_zone.values()) < shape.tasks:
             return Verdict(False, "resources.gpu_count" if shape.gpu_type else "resources.tasks",
-                           f"needs {what}; the matching {kind} nodes hold {sum(by_zone.values())} at most")
+                           MORE_THAN_THE_MATCHING_NODES.format(what=what, kind=kind, count=sum(by_zone.values())))
         return Verdict(False, "resources.gpu_count" if shape.gpu_type else "resources.tasks",
-                       f"needs {what} in one zone (a gang never spans zones); the largest zone, {zone}, holds {zone_fit}")
+                       MORE_THAN_ONE_ZONE.format(what=what, zone=zone, count=zone_fit))
     if shape.topology == Topology.REQUIRE_SAME_RACK:
         rack, rack_fit = max(sorted(by_rack.items()), key=lambda kv: kv[1])
         if rack_fit < shape.tasks:
-            return Verdict(False, "topology_hint",
-                           f"require_same_rack needs {what} in one rack; the largest rack, {rack}, holds {rack_fit}")
+            return Verdict(False, "topology_hint", MORE_THAN_ONE_RACK.format(what=what, rack=rack, count=rack_fit))
     return Verdict(True)

@@ -1,13 +1,36 @@
-"""Malformed and forbidden submissions: every one a 4xx naming the field, none writes a row."""
+"""Malformed and forbidden submissions: every one a 4xx naming the field with its exact message,
+none writes a row."""
 import json
 
 import pytest
+from django.conf import settings
 
+from mlqueue.errors import BODY_TOO_LARGE
+from mlqueue.parsers import MALFORMED_JSON, NOT_JSON_CONSTANT
+from scheduling.core.feasibility import LARGER_THAN_ANY_NODE, MORE_THAN_THE_CLUSTER, NO_NODE_WITH_LABELS
 from scheduling.models import Job, Task
+from scheduling.services import NOT_A_MEMBER, P0_RESERVED, UNKNOWN_DEPENDENCY, UNKNOWN_TEAM
+from scheduling.spec import (CLIENT_JOB_ID_RULE, ENV_RULE, GPU_TYPE_REQUIRED, GPU_TYPE_WITHOUT_GPUS, GPUS_NOT_DIVISIBLE,
+                             INVALID_NAME, MAX_RUNTIME_RANGE, NOT_A_NUMBER, NOT_A_STRING, NOT_AN_INTEGER, RESERVED_ENV,
+                             TASKS_DISAGREE, UNKNOWN_FIELD, UNKNOWN_GPU_TYPE)
 from teams.models import AuditEvent
 from tests.conftest import make_spec
 
 OVERSIZED = json.dumps(make_spec(env={f"V{i}": "x" * 1000 for i in range(300)})).encode()
+# DRF's own messages, word for word (its serializer fields and views say them, not our code).
+REQUIRED = "This field is required."
+NOT_A_DICT = "Invalid data. Expected a dictionary, but got {kind}."
+NOT_A_CHOICE = '"{value}" is not a valid choice.'
+AT_LEAST = "Ensure this value is greater than or equal to {limit}."
+AT_MOST = "Ensure this value is less than or equal to {limit}."
+AT_MOST_CHARACTERS = "Ensure this field has no more than {limit} characters."
+NOT_A_LIST = 'Expected a list of items but got type "{kind}".'
+NOT_A_MAPPING = 'Expected a dictionary of items but got type "{kind}".'
+EMPTY_LIST = "This list may not be empty."
+UNSUPPORTED_MEDIA_TYPE = 'Unsupported media type "{media_type}" in request.'
+NOT_AUTHENTICATED = "Authentication credentials were not provided."
+# The demo fleet (seed_demo): 16 nodes of 8 H100, each with 192 CPUs.
+H100_NODES, H100_GPUS, H100_CPUS = 16, 128, 192
 
 
 def without(key: str) -> dict:
@@ -16,65 +39,99 @@ def without(key: str) -> dict:
     return spec
 
 
-# (case, user, body: a spec dict or raw bytes, content type, status, field the error must name)
+# (case, user, body: a spec dict or raw bytes, content type, status, field the error names or
+# None, the exact message for that field, or the whole `detail` where no field is named)
 CASES = [
-    ("missing team", "alice", without("team"), None, 400, "team"),
-    ("unknown team", "alice", make_spec(team="nope"), None, 400, "team"),
-    ("team the caller is not in", "alice", make_spec(team="production-ranking"), None, 403, "team"),
-    ("negative gpu_count", "alice", make_spec(resources={"gpu_count": -8}), None, 400, "resources.gpu_count"),
-    ("gpu_count as a string", "alice", make_spec(resources={"gpu_count": "64"}), None, 400, "resources.gpu_count"),
-    ("fractional gpu_count", "alice", make_spec(resources={"gpu_count": 8.5}), None, 400, "resources.gpu_count"),
-    ("boolean gpu_count", "alice", make_spec(resources={"gpu_count": True}), None, 400, "resources.gpu_count"),
+    ("missing team", "alice", without("team"), None, 400, "team", REQUIRED),
+    ("unknown team", "alice", make_spec(team="nope"), None, 400, "team", UNKNOWN_TEAM.format(name="nope")),
+    ("team the caller is not in", "alice", make_spec(team="production-ranking"), None, 403, "team",
+     NOT_A_MEMBER.format(name="production-ranking")),
+    ("negative gpu_count", "alice", make_spec(resources={"gpu_count": -8}), None, 400, "resources.gpu_count",
+     AT_LEAST.format(limit=0)),
+    ("gpu_count as a string", "alice", make_spec(resources={"gpu_count": "64"}), None, 400, "resources.gpu_count",
+     NOT_AN_INTEGER.format(kind="the string '64'")),
+    ("fractional gpu_count", "alice", make_spec(resources={"gpu_count": 8.5}), None, 400, "resources.gpu_count",
+     NOT_AN_INTEGER.format(kind="float")),
+    ("boolean gpu_count", "alice", make_spec(resources={"gpu_count": True}), None, 400, "resources.gpu_count",
+     NOT_AN_INTEGER.format(kind="bool")),
     ("gpu_count not divisible", "alice", make_spec(resources={"gpu_count": 12, "gpus_per_task": 8}), None, 400,
-     "resources.gpu_count"),
-    ("unknown gpu_type", "alice", make_spec(resources={"gpu_type": "V100"}), None, 400, "resources.gpu_type"),
+     "resources.gpu_count", GPUS_NOT_DIVISIBLE.format(gpus=12, per_task=8)),
+    ("unknown gpu_type", "alice", make_spec(resources={"gpu_type": "V100"}), None, 400, "resources.gpu_type",
+     UNKNOWN_GPU_TYPE.format(gpu_type="V100", known="H100, A100, L40S")),
     ("more GPUs than the cluster", "alice", make_spec(resources={"gpu_count": 4096}), None, 400,
-     "resources.gpu_count"),
+     "resources.gpu_count", MORE_THAN_THE_CLUSTER.format(asked=4096, kind="H100", total=H100_GPUS)),
     ("more GPUs per task than a node", "alice", make_spec(resources={"gpu_count": 16, "gpus_per_task": 16}), None,
-     400, "resources.gpus_per_task"),
-    ("GPUs without a type", "alice", make_spec(resources={"gpu_type": None}), None, 400, "resources.gpu_type"),
-    ("a type without GPUs", "alice", make_spec(resources={"gpu_count": 0}), None, 400, "resources.gpu_count"),
-    ("tasks disagree with GPUs", "alice", make_spec(resources={"tasks": 4}), None, 400, "resources.tasks"),
+     400, "resources.gpus_per_task",
+     LARGER_THAN_ANY_NODE.format(asked=16, what="GPUs per task", kind="H100", largest=8, unit="")),
+    ("GPUs without a type", "alice", make_spec(resources={"gpu_type": None}), None, 400, "resources.gpu_type",
+     GPU_TYPE_REQUIRED.format(gpus=64)),
+    ("a type without GPUs", "alice", make_spec(resources={"gpu_count": 0}), None, 400, "resources.gpu_count",
+     GPU_TYPE_WITHOUT_GPUS.format(gpu_type="H100")),
+    ("tasks disagree with GPUs", "alice", make_spec(resources={"tasks": 4}), None, 400, "resources.tasks",
+     TASKS_DISAGREE.format(gpus=64, per_task=8, tasks=8, asked=4)),
     ("more CPUs per task than a node", "alice", make_spec(resources={"cpu_per_rank": 1000}), None, 400,
-     "resources.cpu_per_rank"),
-    ("resources not an object", "alice", make_spec(resources=None) | {"resources": "lots"}, None, 400, "resources"),
-    ("unknown priority", "alice", make_spec(priority="P9"), None, 400, "priority"),
-    ("priority as a word", "alice", make_spec(priority="high"), None, 400, "priority"),
-    ("P0 by a member", "alice", make_spec(priority="P0"), None, 403, "priority"),
-    ("zero max runtime", "alice", make_spec(max_runtime_hours=0), None, 400, "max_runtime_hours"),
-    ("max runtime over the limit", "alice", make_spec(max_runtime_hours=10_000), None, 400, "max_runtime_hours"),
-    ("max runtime as a word", "alice", make_spec(max_runtime_hours="forever"), None, 400, "max_runtime_hours"),
-    ("unknown topology hint", "alice", make_spec(topology_hint="same_rack"), None, 400, "topology_hint"),
-    ("missing command", "alice", without("command"), None, 400, "command"),
-    ("command as a string", "alice", make_spec(command="python train.py"), None, 400, "command"),
-    ("empty command", "alice", make_spec(command=[]), None, 400, "command"),
-    ("command of numbers", "alice", make_spec(command=[1, 2]), None, 400, "command.0"),
-    ("unknown field", "alice", make_spec(gpu=8), None, 400, "gpu"),
-    ("misspelt resource field", "alice", make_spec(resources={"gpu_cont": 8}), None, 400, "resources.gpu_cont"),
-    ("reserved env name", "alice", make_spec(env={"MLQ_EPOCH": "9"}), None, 400, "env"),
-    ("invalid env name", "alice", make_spec(env={"1BAD": "x"}), None, 400, "env"),
-    ("env value not a string", "alice", make_spec(env={"A": 1}), None, 400, "env.A"),
-    ("node selector as a list", "alice", make_spec(node_selector=["ib"]), None, 400, "node_selector"),
-    ("node selector nothing carries", "alice", make_spec(node_selector={"ib": "nope"}), None, 400, "node_selector"),
+     "resources.cpu_per_rank",
+     LARGER_THAN_ANY_NODE.format(asked=1000, what="CPUs per task", kind="H100", largest=H100_CPUS, unit=" CPUs")),
+    ("resources not an object", "alice", make_spec(resources=None) | {"resources": "lots"}, None, 400, "resources",
+     NOT_A_DICT.format(kind="str")),
+    ("unknown priority", "alice", make_spec(priority="P9"), None, 400, "priority", NOT_A_CHOICE.format(value="P9")),
+    ("priority as a word", "alice", make_spec(priority="high"), None, 400, "priority",
+     NOT_A_CHOICE.format(value="high")),
+    ("P0 by a member", "alice", make_spec(priority="P0"), None, 403, "priority",
+     P0_RESERVED.format(name="research-foundation-models")),
+    ("zero max runtime", "alice", make_spec(max_runtime_hours=0), None, 400, "max_runtime_hours",
+     MAX_RUNTIME_RANGE.format(limit=settings.MLQ_MAX_RUNTIME_HOURS, value=0)),
+    ("max runtime over the limit", "alice", make_spec(max_runtime_hours=10_000), None, 400, "max_runtime_hours",
+     MAX_RUNTIME_RANGE.format(limit=settings.MLQ_MAX_RUNTIME_HOURS, value=10_000)),
+    ("max runtime as a word", "alice", make_spec(max_runtime_hours="forever"), None, 400, "max_runtime_hours",
+     NOT_A_NUMBER.format(kind="the string 'forever'")),
+    ("unknown topology hint", "alice", make_spec(topology_hint="same_rack"), None, 400, "topology_hint",
+     NOT_A_CHOICE.format(value="same_rack")),
+    ("missing command", "alice", without("command"), None, 400, "command", REQUIRED),
+    ("command as a string", "alice", make_spec(command="python train.py"), None, 400, "command",
+     NOT_A_LIST.format(kind="str")),
+    ("empty command", "alice", make_spec(command=[]), None, 400, "command", EMPTY_LIST),
+    ("command of numbers", "alice", make_spec(command=[1, 2]), None, 400, "command.0", NOT_A_STRING.format(kind="int")),
+    ("unknown field", "alice", make_spec(gpu=8), None, 400, "gpu", UNKNOWN_FIELD),
+    ("misspelt resource field", "alice", make_spec(resources={"gpu_cont": 8}), None, 400, "resources.gpu_cont",
+     UNKNOWN_FIELD),
+    ("reserved env name", "alice", make_spec(env={"MLQ_EPOCH": "9"}), None, 400, "env",
+     RESERVED_ENV.format(name="MLQ_EPOCH")),
+    ("invalid env name", "alice", make_spec(env={"1BAD": "x"}), None, 400, "env",
+     INVALID_NAME.format(name="1BAD", rule=ENV_RULE)),
+    ("env value not a string", "alice", make_spec(env={"A": 1}), None, 400, "env.A", NOT_A_STRING.format(kind="int")),
+    ("node selector as a list", "alice", make_spec(node_selector=["ib"]), None, 400, "node_selector",
+     NOT_A_MAPPING.format(kind="list")),
+    ("node selector nothing carries", "alice", make_spec(node_selector={"ib": "nope"}), None, 400, "node_selector",
+     NO_NODE_WITH_LABELS.format(kind="H100", wanted="ib=nope", count=H100_NODES)),
     ("checkpoint without a path", "alice", make_spec(checkpoint={"interval_minutes": 5}), None, 400,
-     "checkpoint.path"),
+     "checkpoint.path", REQUIRED),
     ("unknown restart mode", "alice", make_spec(restart_policy={"on_preemption": "retry"}), None, 400,
-     "restart_policy.on_preemption"),
+     "restart_policy.on_preemption", NOT_A_CHOICE.format(value="retry")),
     ("negative max_retries", "alice", make_spec(restart_policy={"max_retries": -1}), None, 400,
-     "restart_policy.max_retries"),
-    ("grace period too long", "alice", make_spec(grace_period_seconds=99_999), None, 400, "grace_period_seconds"),
-    ("dependency that does not exist", "alice", make_spec(depends_on=[999_999]), None, 400, "depends_on"),
-    ("dependency not an id", "alice", make_spec(depends_on=["abc"]), None, 400, "depends_on.0"),
-    ("client_job_id with spaces", "alice", make_spec(client_job_id="my job"), None, 400, "client_job_id"),
-    ("client_job_id too long", "alice", make_spec(client_job_id="x" * 200), None, 400, "client_job_id"),
-    ("name too long", "alice", make_spec(name="n" * 500), None, 400, "name"),
-    ("malformed JSON", "alice", b'{"team": "research-', "application/json", 400, None),
+     "restart_policy.max_retries", AT_LEAST.format(limit=0)),
+    ("grace period too long", "alice", make_spec(grace_period_seconds=99_999), None, 400, "grace_period_seconds",
+     AT_MOST.format(limit=3600)),
+    ("dependency that does not exist", "alice", make_spec(depends_on=[999_999]), None, 400, "depends_on",
+     UNKNOWN_DEPENDENCY.format(id=999_999)),
+    ("dependency not an id", "alice", make_spec(depends_on=["abc"]), None, 400, "depends_on.0",
+     NOT_AN_INTEGER.format(kind="the string 'abc'")),
+    ("client_job_id with spaces", "alice", make_spec(client_job_id="my job"), None, 400, "client_job_id",
+     CLIENT_JOB_ID_RULE),
+    ("client_job_id too long", "alice", make_spec(client_job_id="x" * 200), None, 400, "client_job_id",
+     AT_MOST_CHARACTERS.format(limit=128)),
+    ("name too long", "alice", make_spec(name="n" * 500), None, 400, "name", AT_MOST_CHARACTERS.format(limit=200)),
+    # The problem in parentheses is Python's json module's own words.
+    ("malformed JSON", "alice", b'{"team": "research-', "application/json", 400, "body",
+     MALFORMED_JSON.format(problem="Unterminated string starting at: line 1 column 10 (char 9)")),
     ("NaN is not JSON", "alice", b'{"team": "research-vision", "max_runtime_hours": NaN}', "application/json", 400,
-     None),
-    ("a list, not an object", "alice", b"[1, 2]", "application/json", 400, "body"),
-    ("oversized body", "alice", OVERSIZED, "application/json", 413, None),
-    ("not JSON at all", "alice", b"team=research-vision", "text/plain", 415, None),
-    ("no token", None, make_spec(), None, 401, None),
+     "body", MALFORMED_JSON.format(problem=NOT_JSON_CONSTANT.format(name="NaN"))),
+    ("a list, not an object", "alice", b"[1, 2]", "application/json", 400, "body", NOT_A_DICT.format(kind="list")),
+    ("oversized body", "alice", OVERSIZED, "application/json", 413, None,
+     BODY_TOO_LARGE.format(limit=settings.DATA_UPLOAD_MAX_MEMORY_SIZE)),
+    ("not JSON at all", "alice", b"team=research-vision", "text/plain", 415, None,
+     UNSUPPORTED_MEDIA_TYPE.format(media_type="text/plain")),
+    ("no token", None, make_spec(), None, 401, None, NOT_AUTHENTICATED),
 ]
 
 
@@ -82,8 +139,9 @@ def counts() -> tuple[int, int, int, int]:
     return Job.objects.count(), Task.objects.count(), AuditEvent.objects.count(), Job.depends_on.through.objects.count()
 
 
-@pytest.mark.parametrize("case, username, body, content_type, status, field", CASES, ids=[c[0] for c in CASES])
-def test_bad_submission_is_refused_cleanly(api, case, username, body, content_type, status, field):
+@pytest.mark.parametrize("case, username, body, content_type, status, field, message", CASES,
+                         ids=[c[0] for c in CASES])
+def test_bad_submission_is_refused_cleanly(api, case, username, body, content_type, status, field, message):
     client = api(username)
     before = counts()
 
@@ -94,10 +152,11 @@ def test_bad_submission_is_refused_cleanly(api, case, username, body, content_ty
 
     assert response.status_code == status, response.content
     payload = response.json()
-    assert payload["detail"]
-    if field is not None:
-        assert field in payload["fields"], payload
-        assert payload["detail"].startswith(f"{field}: ")
+    if field is None:
+        assert payload == {"detail": message}
+    else:
+        assert payload["fields"][field][0] == message, payload
+        assert payload["detail"] == f"{field}: {message}"
     assert counts() == before
 
 
