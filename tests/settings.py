@@ -1,5 +1,13 @@
 """Settings for the test suite (and the processes the end-to-end tests start): real Postgres
-and Redis by default, as `make test` runs it. Kept out of the shipped `mlqueue` package."""
+and Redis by default, as `make test` runs it. Kept out of the shipped `mlqueue` package.
+
+The database and the Redis database come from DATABASE_URL and REDIS_URL (the defaults below
+otherwise), and everything the suite starts uses those too, so two suites can share a machine:
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/mlqueue_b REDIS_URL=redis://127.0.0.1:6379/12 pytest
+
+(pytest-django creates test_mlqueue_b; the benchmarks' scratch databases are named after it,
+and their Redis databases are MLQ_TEST_LATENCY_REDIS_URL and MLQ_TEST_HEARTBEATS_REDIS_URL.)"""
 import os
 
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/mlqueue")

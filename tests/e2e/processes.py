@@ -5,6 +5,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from django.conf import settings
 
@@ -14,6 +15,14 @@ ROOT = Path(__file__).resolve().parents[2]
 def database_url() -> str:
     db = settings.DATABASES["default"]
     return f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+
+
+def scratch_database_url(suffix: str) -> str:
+    """A database for a process that drops and creates its own (a benchmark): on the suite's
+    server, named after the suite's DATABASE_URL ("mlqueue" -> "mlqueue_<suffix>"), so two
+    suites given different DATABASE_URLs never share one."""
+    url = urlsplit(settings.DATABASE_URL)
+    return url._replace(path=f"{url.path}_{suffix}").geturl()
 
 
 def process_env(**extra) -> dict:

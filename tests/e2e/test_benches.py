@@ -1,14 +1,20 @@
 """The benchmarks run and print one JSON line each (their figures are read by people, in
 BENCHMARKS.md, not asserted here: timings on a shared machine are not test material)."""
 import json
+import os
 import subprocess
 import sys
 
 import pytest
 
-from tests.e2e.processes import ROOT
+from tests.e2e.processes import ROOT, scratch_database_url
 
 pytestmark = pytest.mark.e2e
+# The Redis databases the benchmarks' processes use (each bench starts from what its last run
+# left), one per bench, apart from the suite's own REDIS_URL: a second suite on this machine
+# sets its own.
+LATENCY_REDIS_URL = os.environ.get("MLQ_TEST_LATENCY_REDIS_URL", "redis://127.0.0.1:6379/13")
+HEARTBEATS_REDIS_URL = os.environ.get("MLQ_TEST_HEARTBEATS_REDIS_URL", "redis://127.0.0.1:6379/10")
 # Six hours of the Philly trace (2017-10-04 00:00-06:00), kept here so the suite does not
 # depend on the whole trace, which is not in the repository (BENCHMARKS.md, "Getting the trace").
 SAMPLE_TRACE = ROOT / "tests" / "data" / "philly-2017-10-04-sample.csv"
@@ -29,23 +35,21 @@ def test_cycle_bench_prints_its_figures():
 
 
 def test_latency_bench_measures_every_job():
-    figures = run_bench("bench/latency.py", "--jobs", "20", "--database-url",
-                        "postgres://postgres@127.0.0.1:5432/mlqueue_bench_smoke", "--redis-url",
-                        "redis://127.0.0.1:6379/13")
+    figures = run_bench("bench/latency.py", "--jobs", "20", "--database-url", scratch_database_url("bench_smoke"),
+                        "--redis-url", LATENCY_REDIS_URL)
     assert figures["jobs"] == 20 and 0 < figures["p50_ms"] <= figures["p99_ms"] <= figures["max_ms"]
 
 
 def test_heartbeat_bench_measures_the_web_tier():
     figures = run_bench("bench/heartbeats.py", "--nodes", "50", "--seconds", "2", "--web", "1", "--clients", "1",
-                        "--connections", "2", "--database-url",
-                        "postgres://postgres@127.0.0.1:5432/mlqueue_bench_hb_smoke", "--redis-url",
-                        "redis://127.0.0.1:6379/10")
+                        "--connections", "2", "--database-url", scratch_database_url("bench_hb_smoke"),
+                        "--redis-url", HEARTBEATS_REDIS_URL)
     assert figures["heartbeats"] > 0 and figures["errors"] == 0
 
 
 def test_queue_page_bench_renders_every_view():
     figures = run_bench("bench/queue_page.py", "--jobs", "300", "--renders", "2", "--database-url",
-                        "postgres://postgres@127.0.0.1:5432/mlqueue_bench_queue_smoke")
+                        scratch_database_url("bench_queue_smoke"))
     assert figures["jobs"] == 300 and all(value > 0 for key, value in figures.items() if key.endswith("_ms"))
 
 

@@ -97,9 +97,10 @@ def test_event_log_is_append_only(api):
 
 def test_check_deploy_is_clean_with_production_settings():
     env = {k: v for k, v in os.environ.items() if k not in ("DEBUG", "DJANGO_SETTINGS_MODULE", "DJANGO_ALLOW_ASYNC_UNSAFE")}
+    # DATABASE_URL and REDIS_URL stay the suite's (tests/settings.py): production-like, and
+    # nothing another suite on this machine uses.
     env.update(SECRET_KEY="x7Gq2-production-like-secret-key-with-plenty-of-entropy-0xDEADBEEF",
                ALLOWED_HOSTS="mlqueue.example.com", DJANGO_SETTINGS_MODULE="mlqueue.settings",
-               DATABASE_URL="postgres://postgres@127.0.0.1:5432/postgres", REDIS_URL="redis://127.0.0.1:6379/0",
                MLQ_SECRET_ENV_KEYS=Fernet.generate_key().decode())
     result = subprocess.run([sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
