@@ -11,6 +11,7 @@ from rest_framework.test import APIClient
 
 from mlqueue.redis_client import redis_client
 from scheduling import liveness
+from scheduling.leader import failures
 from teams.models import ApiToken
 
 SEED_SPEC = {
@@ -70,6 +71,13 @@ def fresh_liveness(monkeypatch):
         client.close()
     cache.clear()
     monkeypatch.setattr(liveness, "_pending", liveness.Pending())
+
+
+@pytest.fixture(autouse=True)
+def fresh_failure_detection(monkeypatch):
+    """The failure detector's clocks as in a process that has just taken the lead: none of
+    another test's looks (perhaps at a time that test made up) bears on this test's nodes."""
+    monkeypatch.setattr(failures, "CLOCKS", failures.Clocks())
 
 
 @pytest.fixture

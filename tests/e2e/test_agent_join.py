@@ -43,7 +43,8 @@ def test_an_agent_restarts_on_its_workdir_without_a_join_token(cluster, tmp_path
     assert hijack.value.status == 409
 
     first.signal(signal.SIGKILL)
-    Node.objects.filter(name=NODE["name"]).update(state="SUSPECT", health="SUSPECT")
+    wait_for(lambda: Node.objects.filter(name=NODE["name"], health__in=("SUSPECT", "LOST")).exists(), timeout=20,
+             what="the leader to find the node silent")
     cluster.add_agent(NODE, env={"MLQ_AGENT_JOIN_TOKEN": ""})
     try:
         wait_for(ready, timeout=20, what="the node back with its own token")

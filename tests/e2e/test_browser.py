@@ -14,6 +14,7 @@ from teams.models import ApiToken, Quota
 from tests.e2e.browser import CHROMIUM, FLAGS, log_in, screenshot_dir
 from tests.e2e.cluster import Cluster
 from tests.e2e.processes import wait_for
+from tests.nodes import cordon
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -87,8 +88,7 @@ def test_the_job_page_of_a_job_that_cannot_fit_explains_why(cluster, browser, tm
 
     body = {"team": "research-foundation-models", "name": "needs-a-whole-rack", "command": ["true"],
             "resources": {"gpu_count": 64, "gpu_type": "H100"}, "topology_hint": "require_same_rack"}
-    Node.objects.filter(name="z1-r1-h100-01").update(state="CORDONED", admin_state="CORDONED")
-    Node.objects.filter(name="z2-r1-h100-01").update(state="CORDONED", admin_state="CORDONED")
+    cordon(["z1-r1-h100-01", "z2-r1-h100-01"])
     request = urllib.request.Request(f"{cluster.url}/api/v1/jobs", data=json.dumps(body).encode(), method="POST",
                                      headers={"Content-Type": "application/json",
                                               "Authorization": f"Bearer {api_token('alice')}"})

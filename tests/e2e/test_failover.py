@@ -6,10 +6,11 @@ import time
 import pytest
 from django.db import connection
 
-from scheduling.models import Job, Node, SchedulerLease
+from scheduling.models import Job, SchedulerLease
 from teams.models import AuditEvent
 from tests.conftest import make_spec
 from tests.e2e.processes import scheduler, wait_for
+from tests.nodes import heartbeat
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -57,7 +58,7 @@ def test_one_leader_among_two_and_failover_after_kill_9(procs, tmp_path, demo):
 
 
 def test_a_paused_leader_is_fenced_off_and_steps_down(procs, tmp_path, api):
-    Node.objects.update(state="READY")
+    heartbeat()
     timing = ("--lease", "5", "--renew", "1")
     slow = scheduler(tmp_path, "slow", *timing, MLQ_FAULT_APPLY_DELAY_S=3)
     procs.append(slow)

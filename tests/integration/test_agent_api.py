@@ -15,6 +15,7 @@ from scheduling.leader import failures
 from scheduling.leader.failures import detect
 from scheduling.leader.worker import run_pass
 from tests.conftest import make_spec
+from tests.nodes import cordon
 
 JOIN = "join-secret"
 INVENTORY = {"zone": "z1", "rack": "z1-r1", "gpu_type": "H100", "gpu_count": 8, "cpu_count": 192,
@@ -84,7 +85,7 @@ def test_first_heartbeat_makes_a_node_ready_and_later_ones_write_nothing(db):
 def test_an_assignment_runs_its_course_through_the_agent_api(api, leader):
     client = agent("z1-r1-h100-01", {**INVENTORY, "address": "10.0.0.1"})
     beat(client, "z1-r1-h100-01")
-    Node.objects.exclude(name="z1-r1-h100-01").update(state="CORDONED")
+    cordon(Node.objects.exclude(name="z1-r1-h100-01"))
     job_id = api("alice").post("/api/v1/jobs", make_spec(resources={"gpu_count": 8}, env={"SEED": "7"}),
                                format="json").json()["id"]
     run_pass(epoch=leader)
@@ -120,7 +121,7 @@ def test_an_agent_running_an_attempt_the_server_no_longer_assigns_is_told_to_kil
 def test_a_node_cannot_report_for_another_nodes_tasks(api, leader):
     mine, other = agent("z1-r1-h100-01"), agent("z1-r1-h100-02")
     beat(mine, "z1-r1-h100-01")
-    Node.objects.exclude(name="z1-r1-h100-01").update(state="CORDONED")
+    cordon(Node.objects.exclude(name="z1-r1-h100-01"))
     job_id = api("alice").post("/api/v1/jobs", make_spec(resources={"gpu_count": 8}), format="json").json()["id"]
     run_pass(epoch=leader)
     event = {"type": "exited", "job_id": job_id, "rank": 0, "attempt": 1, "exit_code": 1}
@@ -134,7 +135,7 @@ def test_silent_nodes_go_suspect_then_lost_and_their_tasks_are_requeued(api, lea
     monkeypatch.setattr(failures, "CLOCKS", failures.Clocks(epoch=leader))  # a leader that has been watching
     client = agent("z1-r1-h100-01")
     beat(client, "z1-r1-h100-01")
-    Node.objects.exclude(name="z1-r1-h100-01").update(state="CORDONED")
+    cordon(Node.objects.exclude(name="z1-r1-h100-01"))
     job_id = api("alice").post("/api/v1/jobs", make_spec(resources={"gpu_count": 8}), format="json").json()["id"]
     run_pass(epoch=leader)
     beat(client, "z1-r1-h100-01", [{"job_id": job_id, "rank": 0, "attempt": 1, "state": "running"}])
@@ -164,7 +165,7 @@ def test_silent_nodes_go_suspect_then_lost_and_their_tasks_are_requeued(api, lea
 def test_drain_signals_running_tasks_and_they_requeue_as_preempted(api, leader, user):
     client = agent("z1-r1-h100-01")
     beat(client, "z1-r1-h100-01")
-    Node.objects.exclude(name="z1-r1-h100-01").update(state="CORDONED")
+    cordon(Node.objects.exclude(name="z1-r1-h100-01"))
     job_id = api("alice").post("/api/v1/jobs", make_spec(resources={"gpu_count": 8}), format="json").json()["id"]
     run_pass(epoch=leader)
     beat(client, "z1-r1-h100-01", [{"job_id": job_id, "rank": 0, "attempt": 1, "state": "running"}])
@@ -188,7 +189,7 @@ def test_drain_signals_running_tasks_and_they_requeue_as_preempted(api, leader, 
 def test_a_spot_reclaim_notice_requeues_at_the_deadline(api, leader):
     client = agent("z1-r1-h100-01")
     beat(client, "z1-r1-h100-01")
-    Node.objects.exclude(name="z1-r1-h100-01").update(state="CORDONED")
+    cordon(Node.objects.exclude(name="z1-r1-h100-01"))
     job_id = api("alice").post("/api/v1/jobs", make_spec(resources={"gpu_count": 8}, grace_period_seconds=120),
                                format="json").json()["id"]
     run_pass(epoch=leader)

@@ -21,6 +21,7 @@ from scheduling.leader import failures
 from scheduling.leader.failures import detect
 from scheduling.leader.worker import run_pass
 from tests.conftest import make_spec
+from tests.nodes import cordon
 
 BOOTSTRAP = "bootstrap-join-secret"
 INVENTORY = {"zone": "z1", "rack": "z1-r1", "gpu_type": "H100", "gpu_count": 8, "cpu_count": 192,
@@ -157,7 +158,7 @@ def placed(api):
     SchedulerLease.objects.filter(pk=1).update(epoch=2, renewed_at=timezone.now())
     client = node_client(register(BOOTSTRAP, "z1-r1-h100-01").json()["token"])
     client.post("/api/v1/agents/z1-r1-h100-01/heartbeat", {"tasks": []}, format="json")
-    Node.objects.exclude(name="z1-r1-h100-01").update(state="CORDONED")
+    cordon(Node.objects.exclude(name="z1-r1-h100-01"))
     job_id = api("alice").post("/api/v1/jobs", make_spec(resources={"gpu_count": 8}), format="json").json()["id"]
     run_pass(epoch=2)
     return job_id, client

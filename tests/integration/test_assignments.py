@@ -1,16 +1,17 @@
 """The environment a task starts with: its attempt, where to resume from, and its gang."""
 from django.utils import timezone
 
-from scheduling.models import Job, Node, SchedulerLease, Task
 from scheduling import reports
 from scheduling.assignments import assignment_env, master_port
 from scheduling.leader.worker import run_pass
+from scheduling.models import Job, SchedulerLease, Task
 from tests.conftest import make_spec
+from tests.nodes import heartbeat
 
 
 def test_a_restarted_gang_rank_is_told_its_attempt_and_checkpoint(api, demo):
     SchedulerLease.objects.filter(pk=1).update(epoch=4, renewed_at=timezone.now())
-    Node.objects.update(state="READY")
+    heartbeat()
     job_id = api("alice").post("/api/v1/jobs", make_spec(resources={"gpu_count": 16}, env={"SEED": "1"}),
                                format="json").json()["id"]
     run_pass(epoch=4)

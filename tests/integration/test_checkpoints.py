@@ -13,6 +13,7 @@ from scheduling.leader import snapshot
 from scheduling.leader.worker import run_pass
 from tests.conftest import make_spec
 from tests.integration.test_agent_api import INVENTORY, JOIN, agent, beat
+from tests.nodes import cordon
 
 A, B = "z1-r1-h100-01", "z1-r1-h100-02"
 START = datetime(2026, 5, 4, 9, 0, tzinfo=dt_timezone.utc)
@@ -41,7 +42,7 @@ def running_job(api, leader, *, gpus=8, nodes=(A,), checkpoint=True) -> tuple[in
     clients = {name: agent(name, {**INVENTORY, "address": "10.0.0.1"}) for name in nodes}
     for name, client in clients.items():
         beat(client, name)
-    Node.objects.exclude(name__in=nodes).update(state="CORDONED")
+    cordon(Node.objects.exclude(name__in=nodes))
     spec = make_spec(resources={"gpu_count": gpus}, grace_period_seconds=5,
                      checkpoint={"path": "/ckpt/run", "interval_minutes": 10} if checkpoint else None)
     job_id = api("alice").post("/api/v1/jobs", spec, format="json").json()["id"]

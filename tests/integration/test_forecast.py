@@ -10,6 +10,7 @@ from scheduling.models import Job, JobState, Node
 from scheduling.leader.forecasting import Forecaster, runtime_fractions
 from scheduling.leader.worker import publish_queue_order, run_pass
 from tests.integration.test_scheduler_pass import leader, run_all_ranks, submit  # noqa: F401 (fixture)
+from tests.nodes import cordon
 
 ONE_NODE = "z1-r1-h100-01"
 
@@ -17,7 +18,7 @@ ONE_NODE = "z1-r1-h100-01"
 @pytest.fixture
 def one_node(leader):  # noqa: F811
     """One 8-GPU H100 node: 8-GPU jobs queue behind each other."""
-    Node.objects.filter(gpu_type="H100").exclude(name=ONE_NODE).update(state="CORDONED")
+    cordon(Node.objects.filter(gpu_type="H100").exclude(name=ONE_NODE))
     return leader
 
 

@@ -2,11 +2,12 @@
 place, fill the cluster and leave jobs waiting, it decides exactly as a fresh pass would."""
 from django.utils import timezone
 
-from scheduling.models import Job, Node, SchedulerLease
 from scheduling.core.scheduler import Scheduler, schedule
 from scheduling.leader.snapshot import build_view
 from scheduling.leader.worker import SchedulerWorker, run_pass
+from scheduling.models import Job, SchedulerLease
 from tests.conftest import make_spec
+from tests.nodes import heartbeat
 
 EPOCH = 5
 
@@ -20,7 +21,7 @@ def submit(api, user: str, **overrides) -> Job:
 
 def test_a_kept_scheduler_decides_as_a_fresh_pass_on_the_store(api, demo):
     SchedulerLease.objects.filter(pk=1).update(epoch=EPOCH, holder="test:1", renewed_at=timezone.now())
-    Node.objects.update(state="READY")
+    heartbeat()
     kept = Scheduler()
     for round_ in range(3):
         submit(api, "alice", name=f"gang-{round_}")  # 64 H100: the seed gang

@@ -13,6 +13,7 @@ from mlqueue.asgi import application
 from scheduling import notify
 from scheduling.leader.worker import run_pass
 from tests.conftest import make_spec
+from tests.nodes import cordon, heartbeat
 
 EPOCH = 7
 
@@ -55,8 +56,8 @@ def pass_as_leader() -> None:
 
 
 def an_h100_job_with_no_h100_ready(api) -> int:
-    Node.objects.filter(gpu_type="H100").update(state="CORDONED")
-    Node.objects.exclude(gpu_type="H100").update(state="READY")
+    heartbeat()
+    cordon(Node.objects.filter(gpu_type="H100"))
     return api("alice").post("/api/v1/jobs", make_spec(resources={"gpu_count": 8}), format="json").json()["id"]
 
 
@@ -101,8 +102,8 @@ def test_a_job_whose_reason_is_not_about_room_gets_a_sentence_not_a_count(api, d
 def add_nodes_and_running_tasks(api, count: int) -> None:
     """`count` more READY CPU nodes, each running one task of a job of bob's."""
     nodes = Node.objects.bulk_create(
-        Node(name=f"extra-{i:03d}", zone="z1", rack="z1-r9", cpu_count=64, memory_gb=256, state="READY")
-        for i in range(count))
+        Node(name=f"extra-{i:03d}", zone="z1", rack="z1-r9", cpu_count=64, memory_gb=256) for i in range(count))
+    heartbeat(nodes)
     spec = make_spec(team="production-ranking", client_job_id="extra",
                      resources={"gpu_count": 0, "gpu_type": None, "tasks": count, "cpu_per_rank": 1,
                                 "memory_per_rank_gb": 1})

@@ -13,6 +13,7 @@ from scheduling.tasks import enforce_grace_deadline
 from scheduling.leader.worker import run_pass
 from tests.conftest import make_spec
 from tests.e2e.processes import ROOT, process_env
+from tests.nodes import cordon, heartbeat
 
 
 def metric_lines(client) -> list[str]:
@@ -23,8 +24,8 @@ def metric_lines(client) -> list[str]:
 
 def test_metrics_show_the_pass_and_the_cluster(api, demo, client):
     SchedulerLease.objects.filter(pk=1).update(epoch=3)
-    Node.objects.update(state="READY")
-    Node.objects.filter(gpu_type="L40S").update(state="CORDONED")
+    heartbeat()
+    cordon(Node.objects.filter(gpu_type="L40S"))
     api("alice").post("/api/v1/jobs", make_spec(), format="json")
     api("alice").post("/api/v1/jobs", make_spec(client_job_id="l40s", resources={"gpu_type": "L40S", "gpu_count": 8}),
                       format="json")
@@ -44,7 +45,7 @@ def test_metrics_show_the_pass_and_the_cluster(api, demo, client):
 
 @pytest.mark.django_db(transaction=True)
 def test_counters_from_the_scheduler_process_reach_the_web_process(api, demo, client, tmp_path, monkeypatch):
-    Node.objects.update(state="READY")
+    heartbeat()
     for i in range(3):
         api("alice").post("/api/v1/jobs", make_spec(client_job_id=f"j{i}", resources={"gpu_count": 8}), format="json")
     env = process_env(PROMETHEUS_MULTIPROC_DIR=tmp_path)
@@ -62,7 +63,7 @@ def test_counters_from_the_scheduler_process_reach_the_web_process(api, demo, cl
 
 def test_grace_task_is_idempotent(api, demo):
     SchedulerLease.objects.filter(pk=1).update(epoch=1)
-    Node.objects.update(state="READY")
+    heartbeat()
     job_id = api("alice").post("/api/v1/jobs", make_spec(resources={"gpu_count": 8}), format="json").json()["id"]
     run_pass(epoch=1)
     from scheduling.models import Task

@@ -5,15 +5,16 @@ import pytest
 from django.utils import timezone
 
 from scheduling.models import Node
-from teams.models import AuditEvent
 from scheduling.nodes import do_cordon, do_mark_health, do_uncordon, note_alive
+from teams.models import AuditEvent
+from tests.nodes import heartbeat
 
 NAME = "z1-r1-h100-01"
 
 
 @pytest.fixture
 def ready(demo) -> Node:
-    Node.objects.filter(name=NAME).update(health="READY", admin_state="", state="READY")
+    heartbeat(NAME)
     return Node.objects.get(name=NAME)
 
 

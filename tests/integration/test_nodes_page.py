@@ -14,6 +14,7 @@ from scheduling import lifecycle
 from scheduling.stopping import do_request_stop
 from scheduling.leader.worker import run_pass
 from tests.conftest import make_spec
+from tests.nodes import cordon, drain, fall_silent, heartbeat
 
 HTMX = {"HTTP_HX_REQUEST": "true"}
 H100 = "z1-r1-h100-01"
@@ -28,15 +29,9 @@ def ops(demo, client):
 
 @pytest.fixture
 def ready(demo):
-    """Every node schedulable (its health left NEW, so the pass's failure detection, which
-    watches heartbeats of READY nodes, leaves it alone)."""
+    """A leader at epoch 1, and every node READY (its agent heartbeated)."""
     SchedulerLease.objects.filter(pk=1).update(epoch=1)
-    Node.objects.update(state="READY")
-
-
-def heartbeating(name: str) -> None:
-    """Healthy for the admin actions: a node's state is its health unless that is READY."""
-    Node.objects.filter(name=name).update(health="READY")
+    heartbeat()
 
 
 def submit(api, **resources) -> int:
@@ -76,9 +71,8 @@ def test_only_site_admins(demo, client):
     assert not AuditEvent.objects.filter(kind="NODE_STATE", node__name=H100).exists()
 
 
-def test_every_node_by_rack_with_its_state(ops):
-    Node.objects.update(state="READY")
-    Node.objects.filter(name="z2-r2-a100-03").update(state="LOST", state_reason="no heartbeat for 30s")
+def test_every_node_by_rack_with_its_state(ops, ready):
+    fall_silent("z2-r2-a100-03", health="LOST", epoch=1)
     html = ops.get("/nodes/").content.decode()
     racks = re.findall(r'<div class="rack" id="rack-([^"]+)">(.*?)</div>\s*</div>\s*(?=<div class="rack"|</div>)',
                        html, re.DOTALL)
@@ -87,7 +81,9 @@ def test_every_node_by_rack_with_its_state(ops):
     assert sum(len(n) for n in names.values()) == 36 and len(names["z1-r1"]) == 8
     assert all(name.startswith(rack) for rack, ns in names.items() for name in ns)
     lost = node_line(html, "z2-r2-a100-03")
-    assert 'data-state="LOST"' in lost and "n-LOST" in lost and "no heartbeat for 30s" in lost
+    reason = Node.objects.get(name="z2-r2-a100-03").state_reason
+    assert 'data-state="LOST"' in lost and "n-LOST" in lost
+    assert reason.startswith("no heartbeat for ") and reason in lost
     assert cells(lost, "down") == 8
     assert "0/96 CPUs" in node_line(html, "z1-r4-cpu-01")
     assert 'data-state="READY" data-count="35"' in html and 'data-state="LOST" data-count="1"' in html
@@ -104,8 +100,9 @@ def test_gpu_cells_show_a_placed_job(api, ops, ready):
 def test_reserved_draining_and_down_cells(api, ops, ready):
     job_id = submit(api, gpu_count=64)
     Job.objects.filter(pk=job_id).update(reserved_nodes=["z1-r1-h100-02", "z1-r1-h100-03"])
-    Node.objects.filter(name="z1-r2-a100-01").update(state="DRAINING", admin_state="DRAINING")
-    Node.objects.filter(name="z1-r3-l40s-01").update(state="SUSPECT", admin_state="CORDONED")
+    drain("z1-r2-a100-01")
+    cordon("z1-r3-l40s-01")
+    fall_silent("z1-r3-l40s-01", health="SUSPECT", epoch=1)
     html = ops.get("/nodes/").content.decode()
     assert cells(html, "reserved") == 16
     assert f"reserved for job {job_id}" in node_line(html, "z1-r1-h100-02")
@@ -118,7 +115,6 @@ def test_reserved_draining_and_down_cells(api, ops, ready):
 
 def test_drain_then_uncordon(api, ops, ready, user):
     job_id, node = place(api)
-    heartbeating(node)
     response = post(ops, node, "drain", "replace a DIMM", **HTMX)
     assert response.status_code == 200
     html = response.content.decode()
@@ -135,7 +131,6 @@ def test_drain_then_uncordon(api, ops, ready, user):
 
 
 def test_cordon_and_drain_wait(ops, ready):
-    heartbeating(H100)
     post(ops, H100, "cordon", "flaky NIC", **HTMX)
     assert Node.objects.get(name=H100).state == "CORDONED"
     html = post(ops, H100, "drain_wait", "let it finish", **HTMX).content.decode()
@@ -156,7 +151,6 @@ def test_an_action_needs_a_reason(ops, ready):
 
 
 def test_without_htmx_a_post_redirects_or_shows_the_page(ops, ready):
-    heartbeating(H100)
     response = post(ops, H100, "cordon", "firmware update")
     assert response.status_code == 302 and response["Location"] == "/nodes/"
     assert f"{H100} is now CORDONED" in ops.get("/nodes/").content.decode()
@@ -169,7 +163,7 @@ def test_the_heatmap_refreshes_itself(ops, ready):
     html = ops.get("/nodes/?part=heatmap", **HTMX).content.decode()
     assert html.lstrip().startswith('<div id="heatmap"') and "<html" not in html
     assert 'hx-get="/nodes/?part=heatmap"' in html and 'hx-trigger="every 5s' in html
-    Node.objects.filter(name=H100).update(state="LOST")
+    fall_silent(H100, health="LOST", epoch=1)
     assert 'data-state="LOST"' in node_line(ops.get("/nodes/?part=heatmap", **HTMX).content.decode(), H100)
     assert "<html" in ops.get("/nodes/").content.decode()
 
@@ -192,7 +186,7 @@ def test_recent_preemptions_and_failures(api, ops, ready):
 
 def test_gpus_and_fragmentation_per_class(api, ops, ready):
     place(api, gpu_count=4, gpus_per_task=4)
-    Node.objects.filter(name="z1-r2-a100-01").update(state="CORDONED")
+    cordon("z1-r2-a100-01")
     html = ops.get("/nodes/").content.decode()
     h100 = re.search(r'<tr id="gpus-H100">(.*?)</tr>', html, re.DOTALL).group(1)
     assert re.findall(r"<td[^>]*>([^<]*)</td>", h100) == ["gpu:H100", "4", "124", "0", "3.2%"]
@@ -234,7 +228,7 @@ def test_a_node_whose_agent_cannot_isolate_tasks_is_marked_and_warned_about(ops)
 
 
 def test_an_admin_resets_a_nodes_token_from_the_console(ops):
-    heartbeating(H100)
+    heartbeat(H100)
     Node.objects.filter(name=H100).update(token_digest="x" * 64)
     response = ops.post("/nodes/", {"node": H100, "action": "reset_token", "reason": "reinstalled"}, **HTMX)
     assert response.status_code == 200 and "token is reset" in response.content.decode()

@@ -23,6 +23,7 @@ from scheduling.stopping import do_request_stop
 from scheduling.leader.worker import Waker, run_pass
 from tests.conftest import make_spec
 from tests.integration.test_agent_api import JOIN, agent, beat
+from tests.nodes import cordon, heartbeat
 
 INVENTORY = {"zone": "z1", "rack": "z1-r1", "gpu_type": "H100", "gpu_count": 8, "cpu_count": 192, "memory_gb": 2048}
 BOUND, MARGIN = 20, 10
@@ -58,8 +59,18 @@ def leader(demo, lease):
 
 
 def ready_nodes(*names: str, heard_at: datetime) -> None:
+    """New nodes whose agents heartbeat at `heard_at`, and the web's batch of them written."""
     for name in names:
-        Node.objects.create(name=name, health="READY", state="READY", last_heartbeat_at=heard_at, **INVENTORY)
+        Node.objects.create(name=name, **INVENTORY)
+    heartbeat(names, now=heard_at)
+    liveness.flush()
+
+
+def web_batch(*names: str, at: datetime) -> None:
+    """Heartbeats from `names` answered at `at` by a web process, which writes its batch."""
+    for name in names:
+        liveness.record(name, at.timestamp())
+    liveness.flush()
 
 
 def later(start: datetime, seconds: float) -> datetime:
@@ -129,6 +140,7 @@ def test_a_leader_that_stopped_looking_restarts_its_clocks(lease, monkeypatch):
 
 
 def test_redis_losing_its_data_restarts_the_clocks(lease, monkeypatch):
+    monkeypatch.setattr(liveness, "_pending", liveness.Pending(next_flush=float("inf")))  # no batch written yet
     client = agent("n1")
     beat(client, "n1")
     heard = liveness.last_heard(["n1"])["n1"]
@@ -136,7 +148,7 @@ def test_redis_losing_its_data_restarts_the_clocks(lease, monkeypatch):
     monkeypatch.setattr(failures, "CLOCKS", Clocks(epoch=2))
     detect(epoch=2, now=later(start, 5))
     liveness._redis.client().flushdb()  # Redis restarted without persistence
-    Node.objects.update(last_heartbeat_at=None)  # and this node's batch had not been written yet
+    assert Node.objects.get(name="n1").last_heartbeat_at is None  # and this node's batch had not been written yet
     results = watch(2, later(start, 10), BOUND + MARGIN)
     assert [r["lost"] for r in results] == [0, 0, 0, 0]  # counted from when the loss was seen
     assert detect(epoch=2, now=later(start, 10 + BOUND + MARGIN + 1))["lost"] == 1
@@ -147,7 +159,7 @@ def test_with_redis_down_the_leader_counts_from_postgres_and_from_when_redis_wen
     ready_nodes("alive", "dead", heard_at=start)
     monkeypatch.setattr(failures, "CLOCKS", Clocks(epoch=2))
     for seconds in range(10, BOUND + MARGIN + 30, 10):
-        Node.objects.filter(name="alive").update(last_heartbeat_at=later(start, seconds))  # the web's batches
+        web_batch("alive", at=later(start, seconds))
         counts = detect(epoch=2, now=later(start, seconds))
     assert Node.objects.get(name="alive").health == "READY"
     assert Node.objects.get(name="dead").health == "LOST" and counts["full_disruption"] == 0
@@ -163,7 +175,7 @@ def test_in_a_full_disruption_no_node_is_lost_and_its_end_restarts_the_clocks(le
     back = later(start, BOUND + MARGIN + 40)
     verdicts = []
     for seconds in range(0, BOUND + MARGIN + 20, 10):  # three come back and heartbeat on; d really died
-        Node.objects.exclude(name="d").update(last_heartbeat_at=later(back, seconds))
+        heartbeat(["a", "b", "c"], now=later(back, seconds))
         verdicts.append(detect(epoch=2, now=later(back, seconds)))
     assert verdicts[0]["full_disruption"] == 0
     # d is counted from the end of the disruption, not from its last heartbeat long before:
@@ -174,7 +186,7 @@ def test_in_a_full_disruption_no_node_is_lost_and_its_end_restarts_the_clocks(le
 def test_a_task_its_agent_stopped_for_the_lease_is_an_infra_failure_even_with_exit_0(api, leader):
     client = agent("z1-r1-h100-01")
     beat(client, "z1-r1-h100-01")
-    Node.objects.exclude(name="z1-r1-h100-01").update(state="CORDONED")
+    cordon(Node.objects.exclude(name="z1-r1-h100-01"))
     job_id = api("alice").post("/api/v1/jobs", make_spec(resources={"gpu_count": 8}), format="json").json()["id"]
     run_pass(epoch=leader)
     beat(client, "z1-r1-h100-01", [{"job_id": job_id, "rank": 0, "attempt": 1, "state": "running"}])
@@ -192,7 +204,7 @@ def test_an_assignment_stopped_before_its_agent_reported_it_does_not_stay_assign
     start; the leader then preempted it, and no reply offers a stopped assignment again."""
     client = agent("z1-r1-h100-01")
     beat(client, "z1-r1-h100-01")
-    Node.objects.exclude(name="z1-r1-h100-01").update(state="CORDONED")
+    cordon(Node.objects.exclude(name="z1-r1-h100-01"))
     job_id = api("alice").post("/api/v1/jobs", make_spec(resources={"gpu_count": 8}), format="json").json()["id"]
     run_pass(epoch=leader)
     assert do_request_stop(job_id=job_id, reason="PREEMPTED", grace_s=30, message="preempted") == 1

@@ -18,6 +18,7 @@ from scheduling.leader.snapshot import build_view
 from scheduling.stopping import do_request_stop
 from scheduling.leader.worker import run_pass
 from tests.integration.test_scheduler_pass import leader, run_all_ranks, submit  # noqa: F401 (a fixture)
+from tests.nodes import cordon
 
 
 def decide(now):
@@ -26,7 +27,7 @@ def decide(now):
 
 
 def test_a_job_cancelled_mid_pass_gets_no_stale_reason_back(api, leader, user):
-    Node.objects.filter(gpu_type="H100").update(state="CORDONED")
+    cordon(Node.objects.filter(gpu_type="H100"))
     job = submit(api, resources={"gpu_count": 8})
     now = timezone.now()
     view, decisions = decide(now)
@@ -62,7 +63,7 @@ def test_a_placement_that_lost_its_race_is_not_counted(api, leader, user):
 
 
 def test_a_preemption_whose_victim_already_stopped_is_not_counted(api, leader):
-    Node.objects.exclude(rack="z1-r1").update(state="CORDONED")
+    cordon(Node.objects.exclude(rack="z1-r1"))
     victim = submit(api, user="bob", team="production-ranking", priority="P3", client_job_id="victim")
     run_pass(epoch=leader)
     run_all_ranks(victim)

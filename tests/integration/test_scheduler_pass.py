@@ -14,15 +14,16 @@ from scheduling.leader.reconcile import restart_policy
 from scheduling.services import do_cancel_job
 from scheduling.leader.worker import run_pass
 from tests.conftest import make_spec
+from tests.nodes import cordon, heartbeat, uncordon
 
 EPOCH = 7
 
 
 @pytest.fixture
 def leader(demo):
-    """The lease at EPOCH, and the demo fleet's nodes READY (as if their agents heartbeated)."""
+    """The lease at EPOCH, and the demo fleet's nodes READY (their agents heartbeated)."""
     SchedulerLease.objects.filter(pk=1).update(epoch=EPOCH, holder="test:1", renewed_at=timezone.now())
-    Node.objects.update(state="READY")
+    heartbeat()
     return EPOCH
 
 
@@ -65,9 +66,9 @@ def test_a_deposed_epoch_writes_nothing(api, leader):
 
 
 def test_waiting_jobs_get_their_reason_saved(api, leader):
-    Node.objects.filter(gpu_type="H100").exclude(name__startswith="z1-r1-h100-0").update(state="CORDONED")
+    cordon(Node.objects.filter(gpu_type="H100").exclude(name__startswith="z1-r1-h100-0"))
     job = submit(api)  # 64 H100; 9 nodes stay ready: 01..09 of z1-r1? only 01..08 exist, minus 08
-    Node.objects.filter(name="z1-r1-h100-08").update(state="CORDONED")
+    cordon("z1-r1-h100-08")
     run_pass(epoch=leader)
     job.refresh_from_db()
     assert job.pending_reason_code == "INSUFFICIENT_CAPACITY"
@@ -78,7 +79,7 @@ def test_waiting_jobs_get_their_reason_saved(api, leader):
 
 
 def test_the_node_histogram_is_stored_with_the_reason_only_when_it_changed(api, leader):
-    Node.objects.filter(gpu_type="H100").update(state="CORDONED")
+    cordon(Node.objects.filter(gpu_type="H100"))
     job = submit(api, resources={"gpu_count": 8})
     held = submit(api, resources={"gpu_count": 8}, client_job_id="held")
     Job.objects.filter(pk=held.pk).update(held=True)
@@ -90,14 +91,14 @@ def test_the_node_histogram_is_stored_with_the_reason_only_when_it_changed(api, 
     assert (held.pending_reason_code, held.pending_histogram) == ("HELD", {})  # not about room: no count
 
     assert run_pass(epoch=leader).applied.reasons_written == 0  # unchanged: not written again
-    Node.objects.filter(name="z1-r1-h100-01").update(state="READY")
+    uncordon("z1-r1-h100-01")
     assert run_pass(epoch=leader).placed == 1
     job.refresh_from_db()
     assert (job.state, job.pending_reason_code, job.pending_histogram) == ("ASSIGNED", "", {})
 
 
 def test_preempted_gang_gets_term_then_kill_even_with_its_celery_message_lost(api, leader):
-    Node.objects.exclude(rack="z1-r1").update(state="CORDONED")  # one rack of 8 nodes
+    cordon(Node.objects.exclude(rack="z1-r1"))  # one rack of 8 nodes
     victim = submit(api, user="bob", team="production-ranking", priority="P3", client_job_id="victim",
                     grace_period_seconds=60)
     run_pass(epoch=leader)
@@ -121,7 +122,7 @@ def test_preempted_gang_gets_term_then_kill_even_with_its_celery_message_lost(ap
 
 
 def test_preempted_gang_is_requeued_whole_and_resumes_with_a_new_attempt(api, leader):
-    Node.objects.exclude(rack="z1-r1").update(state="CORDONED")
+    cordon(Node.objects.exclude(rack="z1-r1"))
     victim = submit(api, user="bob", team="production-ranking", priority="P3", client_job_id="victim")
     run_pass(epoch=leader)
     run_all_ranks(victim)
@@ -339,7 +340,7 @@ def test_the_node_a_preemptor_freed_is_kept_for_it_once_its_victim_has_stopped(a
     ahead of it in the queue (here one waiting past the bound) does not take the freed node,
     so it need not evict again; once placed, its nomination is gone."""
     node = Node.objects.filter(rack="z1-r1").order_by("name").first()
-    Node.objects.exclude(pk=node.pk).update(state="CORDONED")
+    cordon(Node.objects.exclude(pk=node.pk))
     victim = submit(api, user="bob", team="production-ranking", priority="P3", client_job_id="victim",
                     resources={"gpu_count": 8})
     run_pass(epoch=leader)

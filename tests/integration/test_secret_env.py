@@ -24,6 +24,7 @@ from scheduling.spec import (
 from scheduling.web.submit_page import SECRET_NAMES_INPUT, SECRET_NOT_KEY_VALUE, SECRET_VALUES_NOT_SHOWN
 from scheduling.leader.worker import run_pass
 from tests.conftest import make_spec
+from tests.nodes import cordon
 
 SECRET = "wandb-8f14e45fceea167a5a36dedd4bea2543"
 OTHER_SECRET = "wandb-c9f0f895fb98ab9159f51fd0297e236d"
@@ -109,7 +110,7 @@ def two_agents(demo, settings, fresh_liveness):
         client.credentials(HTTP_AUTHORIZATION=f"Bearer {joined.json()['token']}")
         assert client.post(f"/api/v1/agents/{name}/heartbeat", {"tasks": []}, format="json").status_code == 200
         clients[name] = client
-    Node.objects.exclude(name__in=clients).update(state="CORDONED")
+    cordon(Node.objects.exclude(name__in=clients))
     return clients
 
 

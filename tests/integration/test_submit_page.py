@@ -15,6 +15,7 @@ from scheduling import services
 from scheduling.spec import SPEC_FIELD_ORDER
 from scheduling.web.submit_page import CLONE_NOT_VISIBLE, FIELDS, NOT_A_MAPPING, NOT_IN_FORM, YAML_SYNTAX
 from tests.conftest import make_spec
+from tests.nodes import cordon, heartbeat
 
 URL = "/jobs/new/"
 SPEC_PATHS = {
@@ -234,7 +235,7 @@ def test_yaml_that_is_not_a_spec_mapping_is_explained_and_the_form_kept(alice, f
 
 
 def test_dry_run_lists_the_nodes_an_8_gpu_job_would_take_now_and_writes_nothing(alice, form):
-    Node.objects.update(state="READY")
+    heartbeat()
     before = counts()
     response = post(alice, form, "dry_run", **{"resources.gpu_count": "8"})
 
@@ -247,8 +248,8 @@ def test_dry_run_lists_the_nodes_an_8_gpu_job_would_take_now_and_writes_nothing(
 
 
 def test_dry_run_explains_a_job_that_does_not_fit_now(alice, form):
-    Node.objects.update(state="CORDONED")
-    Node.objects.filter(gpu_type="A100").update(state="READY")
+    heartbeat()
+    cordon(Node.objects.exclude(gpu_type="A100"))
     response = post(alice, form, "dry_run", **{"resources.gpu_count": "8"})
 
     dry = response.context["state"].dry_run

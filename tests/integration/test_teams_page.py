@@ -5,13 +5,14 @@ import re
 import pytest
 from django.utils.html import escape
 
-from scheduling.models import Node, SchedulerLease
+from scheduling.models import SchedulerLease
 from teams.models import AuditEvent, Membership, Quota, Team
 from scheduling.leader.worker import run_pass
 from teams.api import NOT_A_LEAD, NOT_A_MEMBER
 from teams.services import OVER_PARENT
 from scheduling.usage import cluster_usage
 from tests.conftest import make_spec
+from tests.nodes import heartbeat
 
 FM = "research-foundation-models"
 EDIT = {"team": FM, "resource_class": "gpu:H100", "guaranteed": "34", "borrowing_limit": "64", "weight": "1.0"}
@@ -32,7 +33,7 @@ def running(api):
     for username, spec in jobs:
         assert api(username).post("/api/v1/jobs", spec, format="json").status_code == 201
     SchedulerLease.objects.filter(pk=1).update(epoch=1)
-    Node.objects.update(state="READY")
+    heartbeat()
     assert run_pass(epoch=1).placed == 3
 
 
