@@ -1,8 +1,10 @@
 """Shared fixtures: the demo cluster, API clients per user, and a job spec builder."""
 import copy
 import time
+from datetime import datetime, timezone as dt_timezone
 
 import pytest
+import time_machine
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.cache import cache
@@ -35,6 +37,9 @@ SEED_SPEC = {
 }
 
 
+FROZEN_AT = datetime(2026, 4, 20, 9, 0, tzinfo=dt_timezone.utc)
+
+
 def make_spec(**overrides) -> dict:
     """The seed spec (the README's 64-GPU job, every field set) with top-level fields replaced;
     `resources` merges."""
@@ -44,6 +49,15 @@ def make_spec(**overrides) -> dict:
     if resources is not None:
         spec["resources"] = {**spec["resources"], **resources}
     return spec
+
+
+@pytest.fixture
+def clock():
+    """The clock frozen at FROZEN_AT, for tests in which time passes for code that reads the
+    clock itself: clock.shift(timedelta(hours=1)) is an hour later. Ask for it before the
+    fixtures whose rows should be written at that time."""
+    with time_machine.travel(FROZEN_AT, tick=False) as traveller:
+        yield traveller
 
 
 @pytest.fixture

@@ -194,13 +194,13 @@ def test_gpus_and_fragmentation_per_class(api, ops, ready):
     assert re.findall(r"<td[^>]*>([^<]*)</td>", a100) == ["gpu:A100", "0", "56", "8", "0.0%"]
 
 
-def test_scheduler_status(ops):
+def test_scheduler_status(clock, ops):
     now = timezone.now()
     SchedulerLease.objects.filter(pk=1).update(epoch=7, holder="sched-1:42", renewed_at=now, last_pass_ms=12.5,
                                                last_pass_at=now)
     html = ops.get("/nodes/").content.decode()
     assert "sched-1:42" in html and '<dd id="epoch">7</dd>' in html and "12.5 ms" in html
-    SchedulerLease.objects.filter(pk=1).update(renewed_at=now - timedelta(seconds=30))
+    clock.shift(timedelta(seconds=30))  # and no renewal since
     html = ops.get("/nodes/").content.decode()
     assert "sched-1:42" not in html and "the lease has lapsed" in html
 

@@ -62,12 +62,12 @@ def test_a_placement_that_lost_its_race_is_not_counted(api, leader, user):
     assert placements_counted() == (before[0] + 1, before[1] + 1)
 
 
-def test_a_preemption_whose_victim_already_stopped_is_not_counted(api, leader):
+def test_a_preemption_whose_victim_already_stopped_is_not_counted(clock, api, leader):
     cordon(Node.objects.exclude(rack="z1-r1"))
     victim = submit(api, user="bob", team="production-ranking", priority="P3", client_job_id="victim")
     run_pass(epoch=leader)
     run_all_ranks(victim)
-    victim.tasks.update(started_at=timezone.now() - timedelta(hours=1))  # old enough to be preempted
+    clock.shift(timedelta(hours=1))  # the victim has run long enough to be preempted
     submit(api, user="rita", priority="P0", client_job_id="urgent")
     now = timezone.now()
     view, decisions = decide(now)

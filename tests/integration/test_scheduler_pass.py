@@ -97,36 +97,37 @@ def test_the_node_histogram_is_stored_with_the_reason_only_when_it_changed(api, 
     assert (job.state, job.pending_reason_code, job.pending_histogram) == ("ASSIGNED", "", {})
 
 
-def test_preempted_gang_gets_term_then_kill_even_with_its_celery_message_lost(api, leader):
+def test_preempted_gang_gets_term_then_kill_even_with_its_celery_message_lost(clock, api, leader):
     cordon(Node.objects.exclude(rack="z1-r1"))  # one rack of 8 nodes
     victim = submit(api, user="bob", team="production-ranking", priority="P3", client_job_id="victim",
                     grace_period_seconds=60)
     run_pass(epoch=leader)
     run_all_ranks(victim)
-    victim.tasks.update(started_at=timezone.now() - timedelta(hours=1))  # old enough to be preempted
+    clock.shift(timedelta(hours=1))  # the victim has run long enough to be preempted
     urgent = submit(api, user="rita", priority="P0", client_job_id="urgent")
 
-    now = timezone.now()
-    run_pass(epoch=leader, now=now)
+    run_pass(epoch=leader)
     stopping = list(victim.tasks.values_list("stop_reason", "stop_signal", "preempted_for", "kill_at"))
     assert {s[:3] for s in stopping} == {("PREEMPTED", Signal.TERM, urgent.pk)}
-    assert {s[3] for s in stopping} == {now + timedelta(seconds=60)}
+    assert {s[3] for s in stopping} == {timezone.now() + timedelta(seconds=60)}
     urgent.refresh_from_db()
     assert urgent.pending_reason_code == "PREEMPTING"
 
     celery_app.control.purge()  # the fast path is lost: the sweep must still kill on time
-    run_pass(epoch=leader, now=now + timedelta(seconds=30))
+    clock.shift(timedelta(seconds=30))
+    run_pass(epoch=leader)
     assert set(victim.tasks.values_list("stop_signal", flat=True)) == {Signal.TERM}
-    run_pass(epoch=leader, now=now + timedelta(seconds=61))
+    clock.shift(timedelta(seconds=31))
+    run_pass(epoch=leader)
     assert set(victim.tasks.values_list("stop_signal", flat=True)) == {Signal.KILL}
 
 
-def test_preempted_gang_is_requeued_whole_and_resumes_with_a_new_attempt(api, leader):
+def test_preempted_gang_is_requeued_whole_and_resumes_with_a_new_attempt(clock, api, leader):
     cordon(Node.objects.exclude(rack="z1-r1"))
     victim = submit(api, user="bob", team="production-ranking", priority="P3", client_job_id="victim")
     run_pass(epoch=leader)
     run_all_ranks(victim)
-    victim.tasks.update(started_at=timezone.now() - timedelta(hours=1))  # old enough to be preempted
+    clock.shift(timedelta(hours=1))  # the victim has run long enough to be preempted
     urgent = submit(api, user="rita", priority="P0", client_job_id="urgent", resources={"gpu_count": 8})
     run_pass(epoch=leader)
 
@@ -217,15 +218,15 @@ def test_cancel_of_a_running_job_stops_it_then_it_ends_cancelled(api, leader, us
     assert (job.state, job.failure_class) == ("CANCELLED", "CANCELLED")
 
 
-def test_a_job_past_its_max_runtime_is_stopped_and_fails_as_timeout(api, leader):
+def test_a_job_past_its_max_runtime_is_stopped_and_fails_as_timeout(clock, api, leader):
     job = submit(api, resources={"gpu_count": 8}, max_runtime_hours=1)
     run_pass(epoch=leader)
     run_all_ranks(job)
-    later = timezone.now() + timedelta(hours=1, minutes=1)
-    run_pass(epoch=leader, now=later)
+    clock.shift(timedelta(hours=1, minutes=1))
+    run_pass(epoch=leader)
     assert job.tasks.get().stop_reason == "TIMEOUT"
-    reports.do_report_exited(job_id=job.pk, rank=0, attempt=1, exit_code=None, signal="SIGKILL", now=later)
-    run_pass(epoch=leader, now=later)
+    reports.do_report_exited(job_id=job.pk, rank=0, attempt=1, exit_code=None, signal="SIGKILL")
+    run_pass(epoch=leader)
     job.refresh_from_db()
     assert (job.state, job.failure_class) == ("FAILED", "TIMEOUT")
 
@@ -269,12 +270,13 @@ def test_scheduler_endpoint_shows_the_leader(api, leader):
     assert body["last_pass_ms"] > 0
 
 
-def test_a_late_report_about_an_old_attempt_cannot_end_the_new_one(api, leader):
+def test_a_late_report_about_an_old_attempt_cannot_end_the_new_one(clock, api, leader):
     job = submit(api, resources={"gpu_count": 8}, restart_policy={"max_retries": 1})
     run_pass(epoch=leader)
     run_all_ranks(job, exit_code=1)
     run_pass(epoch=leader)  # requeued with a back-off
-    run_pass(epoch=leader, now=timezone.now() + timedelta(minutes=5))  # placed after it
+    clock.shift(timedelta(minutes=5))
+    run_pass(epoch=leader)  # placed after it
     run_all_ranks(job)
     task = job.tasks.get()
     assert (task.state, task.attempt) == ("RUNNING", 2)
@@ -335,7 +337,7 @@ def test_a_new_leader_adopts_unstarted_assignments(api, leader):
     assert job.tasks.get().epoch == leader + 1
 
 
-def test_the_node_a_preemptor_freed_is_kept_for_it_once_its_victim_has_stopped(api, leader):
+def test_the_node_a_preemptor_freed_is_kept_for_it_once_its_victim_has_stopped(clock, api, leader):
     """Its nomination is stored with its reason. In the pass after its victim stopped, a job
     ahead of it in the queue (here one waiting past the bound) does not take the freed node,
     so it need not evict again; once placed, its nomination is gone."""
@@ -345,7 +347,7 @@ def test_the_node_a_preemptor_freed_is_kept_for_it_once_its_victim_has_stopped(a
                     resources={"gpu_count": 8})
     run_pass(epoch=leader)
     run_all_ranks(victim)
-    victim.tasks.update(started_at=timezone.now() - timedelta(hours=1))
+    clock.shift(timedelta(hours=1))  # the victim has run long enough to be preempted
     urgent = submit(api, user="rita", priority="P0", client_job_id="urgent", resources={"gpu_count": 8})
     run_pass(epoch=leader)
     urgent.refresh_from_db()
