@@ -25,8 +25,10 @@ def holder_pid() -> int | None:
 
 
 def advisory_lock_holders() -> int:
+    """Advisory locks held on this suite's database (another suite's leaders may share the server)."""
     with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted")
+        cursor.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted "
+                       "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())")
         return cursor.fetchone()[0]
 
 
