@@ -1,4 +1,5 @@
-"""Shared fixtures: the demo cluster, API clients per user, and a job spec builder."""
+"""Shared fixtures: the demo cluster, API clients per user, a frozen clock, fresh failure-detection
+clocks for each test, and a job spec builder (node states: tests/nodes.py)."""
 import copy
 import time
 from datetime import datetime, timezone as dt_timezone
