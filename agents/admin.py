@@ -7,8 +7,18 @@ from agents.tokens import do_revoke_join_token
 
 @admin.register(Node)
 class NodeAdmin(admin.ModelAdmin):
-    list_display = ["name", "zone", "rack", "gpu_type", "gpu_count", "cpu_count", "memory_gb", "state", "state_reason",
-                    "task_isolation"]
+    list_display = [
+        "name",
+        "zone",
+        "rack",
+        "gpu_type",
+        "gpu_count",
+        "cpu_count",
+        "memory_gb",
+        "state",
+        "state_reason",
+        "task_isolation",
+    ]
     list_filter = ["state", "zone", "gpu_type"]
     search_fields = ["name", "rack"]
     exclude = ["token_digest"]
@@ -20,8 +30,18 @@ class JoinTokenAdmin(admin.ModelAdmin):
     revoked with the action below, which is audited."""
 
     list_display = ["hint", "name", "created_by", "created_at", "expires_at", "uses", "max_uses", "revoked_at"]
-    readonly_fields = ["name", "digest", "hint", "created_by", "created_at", "expires_at", "max_uses", "uses",
-                       "last_used_at", "revoked_at"]
+    readonly_fields = [
+        "name",
+        "digest",
+        "hint",
+        "created_by",
+        "created_at",
+        "expires_at",
+        "max_uses",
+        "uses",
+        "last_used_at",
+        "revoked_at",
+    ]
     actions = ["revoke"]
 
     def has_add_permission(self, request):
@@ -32,6 +52,8 @@ class JoinTokenAdmin(admin.ModelAdmin):
 
     @admin.action(description="Revoke the selected join tokens")
     def revoke(self, request, queryset):
-        revoked = sum(do_revoke_join_token(token=token, revoked_by=request.user.get_username(), actor=request.user)
-                      for token in queryset)
+        revoked = sum(
+            do_revoke_join_token(token=token, revoked_by=request.user.get_username(), actor=request.user)
+            for token in queryset
+        )
         self.message_user(request, f"revoked {revoked} join token(s)")

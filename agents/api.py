@@ -1,6 +1,7 @@
 """REST endpoints for nodes: the inventory and admin actions (for people), and the agent API
 (register, heartbeat, events), which authenticates with a join token (to register a free node
 name) or a node's own token instead of a user's."""
+
 import django_filters
 from django.conf import settings
 from django.shortcuts import get_object_or_404
@@ -26,9 +27,27 @@ class NodeSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Node
-        fields = ["name", "zone", "rack", "resource_class", "gpu_type", "gpu_count", "cpu_count", "memory_gb",
-                  "scratch_disk_gb", "labels", "state", "state_reason", "health", "admin_state", "admin_reason",
-                  "reclaim_deadline", "state_changed_at", "first_heartbeat_at", "task_isolation"]
+        fields = [
+            "name",
+            "zone",
+            "rack",
+            "resource_class",
+            "gpu_type",
+            "gpu_count",
+            "cpu_count",
+            "memory_gb",
+            "scratch_disk_gb",
+            "labels",
+            "state",
+            "state_reason",
+            "health",
+            "admin_state",
+            "admin_reason",
+            "reclaim_deadline",
+            "state_changed_at",
+            "first_heartbeat_at",
+            "task_isolation",
+        ]
 
 
 class NodeFilter(django_filters.FilterSet):
@@ -54,6 +73,7 @@ class NodeList(generics.ListAPIView):
 
 
 # --- admin actions -------------------------------------------------------------------------
+
 
 class NodeActionSerializer(serializers.Serializer):
     reason = serializers.CharField(max_length=300)
@@ -109,6 +129,7 @@ class ReclaimNotice(NodeAction):
 
 # --- the agent API ---------------------------------------------------------------------------
 
+
 def bearer(request: Request) -> str:
     header = request.META.get("HTTP_AUTHORIZATION", "")
     kind, _, raw = header.partition(" ")
@@ -143,10 +164,18 @@ class AgentRegister(AgentView):
         body = RegisterSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         inventory = dict(body.validated_data)
-        node, token = services.do_agent_register(name=inventory.pop("name"), inventory=inventory,
-                                                 credential=credential, raw=raw)
-        return Response({"node": node.name, "token": token, "heartbeat_interval_s": settings.MLQ_HEARTBEAT_INTERVAL_S,
-                         "lease_s": settings.MLQ_OUTAGE_BOUND_S}, status=201)
+        node, token = services.do_agent_register(
+            name=inventory.pop("name"), inventory=inventory, credential=credential, raw=raw
+        )
+        return Response(
+            {
+                "node": node.name,
+                "token": token,
+                "heartbeat_interval_s": settings.MLQ_HEARTBEAT_INTERVAL_S,
+                "lease_s": settings.MLQ_OUTAGE_BOUND_S,
+            },
+            status=201,
+        )
 
 
 class AgentHeartbeat(AgentView):

@@ -3,6 +3,7 @@ fragmentation per class, the scheduler's status, recent preemptions and failures
 
 Each read is a fixed number of queries whatever the cluster's size: the heatmap re-fetches
 itself every few seconds for every admin who has the page open."""
+
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
@@ -15,10 +16,32 @@ from teams.models import AuditEvent, EventKind
 
 UP = (NodeState.READY, NodeState.CORDONED, NodeState.DRAINING)
 RECENT = 20
-NODE_FIELDS = ("id", "name", "zone", "rack", "gpu_type", "gpu_count", "cpu_count", "state", "state_reason",
-               "admin_state", "reclaim_deadline", "task_isolation")
-EVENT_FIELDS = ("id", "created_at", "job_id", "job__name", "job__team__name", "actor_name", "from_state", "to_state",
-                "reason", "message")
+NODE_FIELDS = (
+    "id",
+    "name",
+    "zone",
+    "rack",
+    "gpu_type",
+    "gpu_count",
+    "cpu_count",
+    "state",
+    "state_reason",
+    "admin_state",
+    "reclaim_deadline",
+    "task_isolation",
+)
+EVENT_FIELDS = (
+    "id",
+    "created_at",
+    "job_id",
+    "job__name",
+    "job__team__name",
+    "actor_name",
+    "from_state",
+    "to_state",
+    "reason",
+    "message",
+)
 
 
 @dataclass(frozen=True)
@@ -73,12 +96,19 @@ def racks() -> list[Rack]:
     grouped: dict[tuple[str, str], Rack] = {}
     for node in Node.objects.order_by("zone", "rack", "name").values(*NODE_FIELDS):
         rack = grouped.setdefault((node["zone"], node["rack"]), Rack(node["zone"], node["rack"]))
-        rack.nodes.append(NodeLine(
-            name=node["name"], state=node["state"], reason=node["state_reason"], admin_state=node["admin_state"],
-            gpu_type=node["gpu_type"], reclaim_deadline=node["reclaim_deadline"],
-            cells=_cells(node, gpus_held[node["id"]], reserved.get(node["name"])),
-            cpu_use="" if node["gpu_type"] else f"{cpus_used[node['id']]}/{node['cpu_count']} CPUs",
-            unisolated=node["task_isolation"] == TaskIsolation.NONE))
+        rack.nodes.append(
+            NodeLine(
+                name=node["name"],
+                state=node["state"],
+                reason=node["state_reason"],
+                admin_state=node["admin_state"],
+                gpu_type=node["gpu_type"],
+                reclaim_deadline=node["reclaim_deadline"],
+                cells=_cells(node, gpus_held[node["id"]], reserved.get(node["name"])),
+                cpu_use="" if node["gpu_type"] else f"{cpus_used[node['id']]}/{node['cpu_count']} CPUs",
+                unisolated=node["task_isolation"] == TaskIsolation.NONE,
+            )
+        )
     return list(grouped.values())
 
 
@@ -86,7 +116,8 @@ def _usage() -> tuple[dict[int, dict[int, int]], Counter]:
     """What the active tasks hold, by node id: GPU index -> job id, and CPUs in use."""
     gpus, cpus = defaultdict(dict), Counter()
     rows = Task.objects.filter(state__in=ON_NODE, node__isnull=False).values_list(
-        "node_id", "job_id", "gpu_indices", "job__cpu_per_rank")
+        "node_id", "job_id", "gpu_indices", "job__cpu_per_rank"
+    )
     for node_id, job_id, indices, cpu_per_rank in rows:
         gpus[node_id].update(dict.fromkeys(indices, job_id))
         cpus[node_id] += cpu_per_rank
@@ -96,8 +127,12 @@ def _usage() -> tuple[dict[int, dict[int, int]], Counter]:
 def _reservations() -> dict[str, int]:
     """Node name -> the pending job it is reserved for (the oldest, when several are)."""
     reserved: dict[str, int] = {}
-    rows = Job.objects.filter(state=JobState.PENDING).exclude(reserved_nodes=[]).order_by("id").values_list(
-        "id", "reserved_nodes")
+    rows = (
+        Job.objects.filter(state=JobState.PENDING)
+        .exclude(reserved_nodes=[])
+        .order_by("id")
+        .values_list("id", "reserved_nodes")
+    )
     for job_id, names in rows:
         for name in names:
             reserved.setdefault(name, job_id)
@@ -140,8 +175,10 @@ def gpu_classes() -> list[GpuClass]:
     counts = defaultdict(Counter)
     for (rclass, state), value in gpus:
         counts[rclass][state if state in ("free", "used") else "unavailable"] += value
-    return [GpuClass(rclass, counts[rclass]["free"], counts[rclass]["used"], counts[rclass]["unavailable"], ratio)
-            for (rclass,), ratio in fragmentation]
+    return [
+        GpuClass(rclass, counts[rclass]["free"], counts[rclass]["used"], counts[rclass]["unavailable"], ratio)
+        for (rclass,), ratio in fragmentation
+    ]
 
 
 def scheduler_status() -> dict:

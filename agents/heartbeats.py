@@ -5,6 +5,7 @@ kill.
 Heartbeats are the hottest path in the system (2,500 nodes every 5 s), so the common case, a
 node whose tasks did not change, costs one indexed read: the node and its active tasks in a
 single SQL statement. Postgres is written only when a task or the node changes state."""
+
 import time
 from dataclasses import dataclass
 from datetime import timedelta
@@ -126,19 +127,38 @@ def _fail_forgotten(node: NodeView, current: dict, held: set, now) -> bool:
     (it restarted), or an ASSIGNED one already asked to stop, which no reply offers any more
     (an agent that started it, then restarted before reporting the start, would otherwise leave
     it ASSIGNED for good). The agent reports every task it holds, so neither runs there."""
-    forgotten = [t for t in current.values() if (t.job_id, t.rank, t.attempt) not in held
-                 and (t.state == TaskState.RUNNING or t.stop_reason)]
+    forgotten = [
+        t
+        for t in current.values()
+        if (t.job_id, t.rank, t.attempt) not in held and (t.state == TaskState.RUNNING or t.stop_reason)
+    ]
     for row in forgotten:
         if row.state == TaskState.RUNNING and not row.stop_reason:
             task = Task.objects.get(job_id=row.job_id, rank=row.rank)
-            lifecycle.transition_task(task, to_state=TaskState.FAILED, attempt=row.attempt,
-                                      actor_name=f"agent:{node.name}", reason="AGENT_LOST_TASK", now=now,
-                                      message=f"rank {row.rank} is no longer running on {node.name} (agent restarted?)",
-                                      failure_class=FailureClass.INFRA)
+            lifecycle.transition_task(
+                task,
+                to_state=TaskState.FAILED,
+                attempt=row.attempt,
+                actor_name=f"agent:{node.name}",
+                reason="AGENT_LOST_TASK",
+                now=now,
+                message=f"rank {row.rank} is no longer running on {node.name} (agent restarted?)",
+                failure_class=FailureClass.INFRA,
+            )
         else:  # a stop was asked for: it ends as that stop says (a preemption stays one)
-            ingest.apply_event(node.name, {"type": "exited", "job_id": row.job_id, "rank": row.rank,
-                                           "attempt": row.attempt, "exit_code": None, "signal": "", "cause": "lost"},
-                               now=now)
+            ingest.apply_event(
+                node.name,
+                {
+                    "type": "exited",
+                    "job_id": row.job_id,
+                    "rank": row.rank,
+                    "attempt": row.attempt,
+                    "exit_code": None,
+                    "signal": "",
+                    "cause": "lost",
+                },
+                now=now,
+            )
         notify.wake_scheduler("lost task")
     return bool(forgotten)
 
@@ -148,8 +168,11 @@ def reply(node: NodeView, reported: list[dict], now, *, reload) -> dict:
     if changed:
         node = reload()
     known = {(item["job_id"], item["rank"], item["attempt"]) for item in reported}
-    new = [t for t in node.tasks
-           if t.state == TaskState.ASSIGNED and not t.stop_reason and (t.job_id, t.rank, t.attempt) not in known]
+    new = [
+        t
+        for t in node.tasks
+        if t.state == TaskState.ASSIGNED and not t.stop_reason and (t.job_id, t.rank, t.attempt) not in known
+    ]
     lease_s = settings.MLQ_OUTAGE_BOUND_S
     return {
         "lease_s": lease_s,
@@ -157,8 +180,11 @@ def reply(node: NodeView, reported: list[dict], now, *, reload) -> dict:
         "heartbeat_interval_s": settings.MLQ_HEARTBEAT_INTERVAL_S,
         "highest_epoch": current_epoch(),
         "assignments": assignments(node, new),
-        "signals": [{"job_id": t.job_id, "rank": t.rank, "attempt": t.attempt, "signal": t.stop_signal,
-                     "reason": t.stop_reason} for t in node.tasks if t.stop_signal],
+        "signals": [
+            {"job_id": t.job_id, "rank": t.rank, "attempt": t.attempt, "signal": t.stop_signal, "reason": t.stop_reason}
+            for t in node.tasks
+            if t.stop_signal
+        ],
         "kill": stale,
     }
 
@@ -176,10 +202,17 @@ def assignment(task: Task) -> dict:
     rank0 = task if task.rank == 0 else Task.objects.select_related("node").get(job_id=job.pk, rank=0)
     master = rank0.node.address or rank0.node.name if rank0.node else ""
     return {
-        "job_id": job.pk, "rank": task.rank, "attempt": task.attempt, "epoch": task.epoch,
+        "job_id": job.pk,
+        "rank": task.rank,
+        "attempt": task.attempt,
+        "epoch": task.epoch,
         "owner": job.owner.get_username(),  # where the site maps owners to UIDs, the task runs as its owner
-        "command": job.command, "image": job.image, "gpu_indices": task.gpu_indices,
-        "cpus": job.cpu_per_rank, "memory_gb": job.memory_per_rank_gb,
-        "grace_period_seconds": job.grace_period_seconds, "checkpoint_dir": checkpoint_dir(job),
+        "command": job.command,
+        "image": job.image,
+        "gpu_indices": task.gpu_indices,
+        "cpus": job.cpu_per_rank,
+        "memory_gb": job.memory_per_rank_gb,
+        "grace_period_seconds": job.grace_period_seconds,
+        "checkpoint_dir": checkpoint_dir(job),
         "env": assignment_env(task, job=job, master_node=master),
     }

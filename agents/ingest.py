@@ -6,6 +6,7 @@ Logs are bytes from a program: what Postgres cannot hold in text (NUL, lone surr
 replaced by U+FFFD, one character for one, so every offset stays true; and what is stored per
 attempt and stream is capped by what is already stored, not by where a chunk claims to start.
 """
+
 from collections import defaultdict
 
 from django.conf import settings
@@ -44,8 +45,11 @@ def attempts_on(node: Node, keys: set[tuple[int, int]]) -> dict[tuple[int, int],
     """(job, rank) -> the attempt this node may report on, for the given tasks."""
     if not keys:
         return {}
-    rows = Task.objects.filter(job_id__in={job for job, _ in keys}).filter(
-        Q(node=node) | Q(node__isnull=True, last_node=node)).values_list("job_id", "rank", "attempt")
+    rows = (
+        Task.objects.filter(job_id__in={job for job, _ in keys})
+        .filter(Q(node=node) | Q(node__isnull=True, last_node=node))
+        .values_list("job_id", "rank", "attempt")
+    )
     return {(job, rank): attempt for job, rank, attempt in rows if (job, rank) in keys}
 
 
@@ -65,15 +69,36 @@ def apply_event(node_name: str, event: dict, *, now) -> None:
     if kind == "started":
         reports.do_report_started(job_id=job_id, rank=rank, attempt=attempt, now=now)
     elif kind == "exited":
-        reports.do_report_exited(job_id=job_id, rank=rank, attempt=attempt, exit_code=event["exit_code"],
-                                 signal=event["signal"], cause=event.get("cause", ""), now=now)
+        reports.do_report_exited(
+            job_id=job_id,
+            rank=rank,
+            attempt=attempt,
+            exit_code=event["exit_code"],
+            signal=event["signal"],
+            cause=event.get("cause", ""),
+            now=now,
+        )
     elif kind == "checkpoint":
-        reports.do_report_checkpoint(job_id=job_id, rank=rank, attempt=attempt, node_name=node_name,
-                                     step=event["step"], at=event["at"], epoch=event.get("epoch", 0), now=now)
+        reports.do_report_checkpoint(
+            job_id=job_id,
+            rank=rank,
+            attempt=attempt,
+            node_name=node_name,
+            step=event["step"],
+            at=event["at"],
+            epoch=event.get("epoch", 0),
+            now=now,
+        )
     elif kind == "dropped":
-        AuditEvent.objects.create(job_id=job_id, kind=EventKind.TRANSITION, actor_name=f"agent:{node_name}",
-                                reason="AGENT_DROPPED_EVENT", message=replace_bad_text(event["data"])[:1000],
-                                data={"rank": rank, "attempt": attempt}, created_at=now)
+        AuditEvent.objects.create(
+            job_id=job_id,
+            kind=EventKind.TRANSITION,
+            actor_name=f"agent:{node_name}",
+            reason="AGENT_DROPPED_EVENT",
+            message=replace_bad_text(event["data"])[:1000],
+            data={"rank": rank, "attempt": attempt},
+            created_at=now,
+        )
 
 
 def store_logs(events: list[dict], *, now) -> None:
@@ -93,8 +118,17 @@ def store_logs(events: list[dict], *, now) -> None:
             text = text[:room]
             _note_log_cap(key, cap, now=now)
         stored[key] += len(text)
-        rows.append(TaskLog(job_id=key[0], rank=key[1], attempt=key[2], stream=key[3], offset=event["offset"],
-                            text=text, created_at=now))
+        rows.append(
+            TaskLog(
+                job_id=key[0],
+                rank=key[1],
+                attempt=key[2],
+                stream=key[3],
+                offset=event["offset"],
+                text=text,
+                created_at=now,
+            )
+        )
     TaskLog.objects.bulk_create(rows, ignore_conflicts=True)
 
 
@@ -106,8 +140,11 @@ def stored_chars(keys: set[tuple]) -> defaultdict:
     match = Q()
     for job_id, rank, attempt, stream in keys:
         match |= Q(job_id=job_id, rank=rank, attempt=attempt, stream=stream)
-    rows = (TaskLog.objects.filter(match).values_list("job_id", "rank", "attempt", "stream")
-            .annotate(chars=Sum(Length("text"))))
+    rows = (
+        TaskLog.objects.filter(match)
+        .values_list("job_id", "rank", "attempt", "stream")
+        .annotate(chars=Sum(Length("text")))
+    )
     stored = defaultdict(int)
     for job_id, rank, attempt, stream, chars in rows:
         stored[(job_id, rank, attempt, stream)] = chars or 0
@@ -116,7 +153,13 @@ def stored_chars(keys: set[tuple]) -> defaultdict:
 
 def _note_log_cap(key: tuple, cap: int, *, now) -> None:
     job_id, rank, attempt, stream = key
-    AuditEvent.objects.create(job_id=job_id, kind=EventKind.TRANSITION, actor_name="mlqueue", reason="LOG_CAPPED",
-                            message=f"rank {rank} attempt {attempt}: {stream} reached the {cap:,} characters kept; "
-                                    "the rest is only in the agent's file on the node",
-                            data={"rank": rank, "attempt": attempt, "stream": stream}, created_at=now)
+    AuditEvent.objects.create(
+        job_id=job_id,
+        kind=EventKind.TRANSITION,
+        actor_name="mlqueue",
+        reason="LOG_CAPPED",
+        message=f"rank {rank} attempt {attempt}: {stream} reached the {cap:,} characters kept; "
+        "the rest is only in the agent's file on the node",
+        data={"rank": rank, "attempt": attempt, "stream": stream},
+        created_at=now,
+    )

@@ -2,6 +2,7 @@
 
 Everything an agent reports is bounded: a node token is a credential like any other, and what
 it sends ends up in the scheduler's snapshot (inventory) and in Postgres (integers, logs)."""
+
 import re
 
 from rest_framework import serializers
@@ -32,8 +33,15 @@ class RegisterSerializer(serializers.Serializer):
     cpu_count = StrictIntegerField(min_value=1, max_value=MAX_CPUS)
     memory_gb = StrictIntegerField(min_value=1, max_value=MAX_MEMORY_GB)
     scratch_disk_gb = StrictIntegerField(min_value=0, max_value=MAX_SCRATCH_GB, required=False, default=0)
-    labels = StringMapField(key_pattern=LABEL_KEY, key_rule="a label name", max_items=MAX_LABELS, required=False,
-                            default=dict, max_value_length=MAX_LABEL_VALUE, printable_values=True)
+    labels = StringMapField(
+        key_pattern=LABEL_KEY,
+        key_rule="a label name",
+        max_items=MAX_LABELS,
+        required=False,
+        default=dict,
+        max_value_length=MAX_LABEL_VALUE,
+        printable_values=True,
+    )
     address = StrictStringField(required=False, allow_blank=True, default="", max_length=253, printable_only=True)
     task_isolation = serializers.ChoiceField(["uid", "none"], required=False, default="")
 
@@ -56,8 +64,7 @@ class AttemptSerializer(serializers.Serializer):
 
 class RunningSerializer(AttemptSerializer):
     state = serializers.ChoiceField(["starting", "running", "exited"])
-    exit_code = StrictIntegerField(required=False, allow_null=True, default=None, min_value=-INT32 - 1,
-                                   max_value=INT32)
+    exit_code = StrictIntegerField(required=False, allow_null=True, default=None, min_value=-INT32 - 1, max_value=INT32)
     signal = StrictStringField(required=False, allow_blank=True, default="", max_length=10)
     cause = serializers.ChoiceField(EXIT_CAUSES, required=False, default="")
 
@@ -69,14 +76,14 @@ class HeartbeatSerializer(serializers.Serializer):
 
 class EventSerializer(AttemptSerializer):
     type = serializers.ChoiceField(["started", "exited", "log", "checkpoint", "dropped"])
-    exit_code = StrictIntegerField(required=False, allow_null=True, default=None, min_value=-INT32 - 1,
-                                   max_value=INT32)
+    exit_code = StrictIntegerField(required=False, allow_null=True, default=None, min_value=-INT32 - 1, max_value=INT32)
     signal = StrictStringField(required=False, allow_blank=True, default="", max_length=10)
     cause = serializers.ChoiceField(EXIT_CAUSES, required=False, default="")
     stream = serializers.ChoiceField(["stdout", "stderr"], required=False, default="stdout")
     offset = StrictIntegerField(min_value=0, max_value=INT64, required=False, default=0)  # in characters
-    data = StrictStringField(required=False, allow_blank=True, default="", max_length=MAX_LOG_CHUNK,
-                             trim_whitespace=False)
+    data = StrictStringField(
+        required=False, allow_blank=True, default="", max_length=MAX_LOG_CHUNK, trim_whitespace=False
+    )
     # A checkpoint: the epoch of the assignment, the step the job confirmed and when it saved it.
     epoch = StrictIntegerField(min_value=0, max_value=INT64, required=False, default=0)
     step = StrictIntegerField(min_value=0, max_value=INT64, required=False, default=None, allow_null=True)

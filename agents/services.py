@@ -2,6 +2,7 @@
 node token resets, each audited. A node's health and the admin's cordon, drain and reclaim
 notices are the scheduler's (scheduling/nodes.py); the admin's actions are named here for the
 API and the console."""
+
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 from rest_framework.exceptions import AuthenticationFailed, PermissionDenied
@@ -14,15 +15,27 @@ from scheduling.states import ON_NODE
 from teams.models import hash_token
 from teams.services import do_note_gpu_type
 
-INVENTORY = ("zone", "rack", "gpu_type", "gpu_count", "cpu_count", "memory_gb", "scratch_disk_gb", "labels", "address",
-             "task_isolation")
+INVENTORY = (
+    "zone",
+    "rack",
+    "gpu_type",
+    "gpu_count",
+    "cpu_count",
+    "memory_gb",
+    "scratch_disk_gb",
+    "labels",
+    "address",
+    "task_isolation",
+)
 TOKEN_OF_OTHER_NODE = "this token belongs to node {owner}; it cannot register {name}."
 ALREADY_REGISTERED = (
     "node {name} is already registered to an agent. Restart that agent on its workdir (it keeps the node's token), "
-    "or have an admin reset the node's token first: POST /api/v1/nodes/{name}/reset-token.")
+    "or have an admin reset the node's token first: POST /api/v1/nodes/{name}/reset-token."
+)
 STILL_HAS_TASKS = (
     "node {name} still has tasks placed by its previous agent; they are requeued once that agent's lease has "
-    "certainly expired (lease + margin after its last heartbeat). Register again then.")
+    "certainly expired (lease + margin after its last heartbeat). Register again then."
+)
 
 
 def do_register_node(*, name: str, inventory: dict, via: str = "", now=None) -> tuple[Node, str]:
@@ -32,14 +45,20 @@ def do_register_node(*, name: str, inventory: dict, via: str = "", now=None) -> 
     raw = tokens.new_node_token()
     with transaction.atomic():
         node, _ = Node.objects.select_for_update().get_or_create(
-            name=name, defaults={**{k: inventory[k] for k in INVENTORY if k in inventory}, "registered_at": now})
+            name=name, defaults={**{k: inventory[k] for k in INVENTORY if k in inventory}, "registered_at": now}
+        )
         held = bool(node.token_digest)  # by an earlier agent, whose token stops working now
         _set_inventory(node, inventory)
         node.token_digest = hash_token(raw)
         node.save()
-        record_node_event(node, actor_name=f"agent:{name}", reason="REGISTERED", now=now, data={"via": via},
-                message=f"{'re-registered' if held else 'registered'}{f' with {via}' if via else ''}: "
-                        f"{_describe(node)}")
+        record_node_event(
+            node,
+            actor_name=f"agent:{name}",
+            reason="REGISTERED",
+            now=now,
+            data={"via": via},
+            message=f"{'re-registered' if held else 'registered'}{f' with {via}' if via else ''}: {_describe(node)}",
+        )
     return node, raw
 
 
@@ -53,8 +72,10 @@ def _set_inventory(node: Node, inventory: dict) -> None:
 
 
 def _describe(node: Node) -> str:
-    return (f"{node.gpu_count} x {node.gpu_type or 'CPU'}, {node.cpu_count} CPUs, {node.memory_gb} GB, "
-            f"zone {node.zone}, rack {node.rack}, task isolation {node.task_isolation or 'unknown'}")
+    return (
+        f"{node.gpu_count} x {node.gpu_type or 'CPU'}, {node.cpu_count} CPUs, {node.memory_gb} GB, "
+        f"zone {node.zone}, rack {node.rack}, task isolation {node.task_isolation or 'unknown'}"
+    )
 
 
 def check_registration_credential(raw: str, *, now=None) -> Node | tokens.JoinCredential:
@@ -68,8 +89,9 @@ def check_registration_credential(raw: str, *, now=None) -> Node | tokens.JoinCr
     return join
 
 
-def do_agent_register(*, name: str, inventory: dict, credential: Node | tokens.JoinCredential, raw: str,
-                      now=None) -> tuple[Node, str]:
+def do_agent_register(
+    *, name: str, inventory: dict, credential: Node | tokens.JoinCredential, raw: str, now=None
+) -> tuple[Node, str]:
     """An agent (re-)registers its node. With the node's own token: the inventory is updated
     and the token kept (an agent restarting on its workdir). With a join token: only a name that
     no agent holds (new, or reset by an admin), and the join token spends a use."""
@@ -105,8 +127,14 @@ def _re_register(node: Node, inventory: dict, *, now) -> Node:
         node = Node.objects.select_for_update().get(pk=node.pk)
         _set_inventory(node, inventory)
         node.save()
-        record_node_event(node, actor_name=f"agent:{node.name}", reason="REGISTERED", now=now, data={"via": "node token"},
-                message=f"re-registered with its own node token: {_describe(node)}")
+        record_node_event(
+            node,
+            actor_name=f"agent:{node.name}",
+            reason="REGISTERED",
+            now=now,
+            data={"via": "node token"},
+            message=f"re-registered with its own node token: {_describe(node)}",
+        )
     return node
 
 
@@ -122,8 +150,15 @@ def do_reset_node_token(*, node: Node, user, reason: str, now=None) -> None:
         node.refresh_from_db()
         if node.health == NodeState.READY:
             do_mark_health(node, NodeState.SUSPECT, message=f"node token reset by {user.get_username()}", now=now)
-        tokens.audit(reason="NODE_TOKEN_RESET", node=node, actor=user, actor_name=user.get_username(), now=now,
-                     message=f"node token of {node.name} reset: {reason}", data={"reason": reason})
+        tokens.audit(
+            reason="NODE_TOKEN_RESET",
+            node=node,
+            actor=user,
+            actor_name=user.get_username(),
+            now=now,
+            message=f"node token of {node.name} reset: {reason}",
+            data={"reason": reason},
+        )
 
 
 # The admin's node actions by name, for the API and the console alike: (node, user, reason).

@@ -25,6 +25,7 @@ and a half minutes. The long campaign injects shuffled rounds of every kind for 
 and its scratch directory removed at the end, on failure or Ctrl-C too (`--keep` keeps the
 directory: logs, ledger, database files).
 """
+
 import argparse
 import json
 import os
@@ -56,9 +57,12 @@ SHOWN_VIOLATIONS = 10
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--minutes", type=float, default=15,
-                        help="how long to inject faults (the long campaign; its first round of every kind always "
-                             "runs to its end)")
+    parser.add_argument(
+        "--minutes",
+        type=float,
+        default=15,
+        help="how long to inject faults (the long campaign; its first round of every kind always runs to its end)",
+    )
     parser.add_argument("--seed", type=int, default=None, help="the random seed (default: from the clock)")
     parser.add_argument("--bound", type=float, default=150, help="the outage bound in seconds (long campaign)")
     parser.add_argument("--short", action="store_true", help="each fault kind once, on scaled-down clocks")
@@ -149,8 +153,12 @@ def settle(stack: Stack, workload: Workload, timings: Timings) -> None:
     stack.heal()
     accepted = list(workload.accepted().values())
     try:
-        wait_until(lambda: set(stack.store.job_states(accepted).values()) <= {"SUCCEEDED"}, timeout=timings.settle_s,
-                   what="the last jobs to finish", interval=1)
+        wait_until(
+            lambda: set(stack.store.job_states(accepted).values()) <= {"SUCCEEDED"},
+            timeout=timings.settle_s,
+            what="the last jobs to finish",
+            interval=1,
+        )
     except TimeoutError as exc:
         note(str(exc))
 
@@ -167,26 +175,41 @@ def failed_submits_by_fault(faults: list[Fault], workload: Workload) -> dict[str
     return {kind: dict(counts) for kind, counts in sorted(found.items())}
 
 
-def figures(args, timings: Timings, ev: Evidence, done: Injected, workload: Workload,
-            violations: dict[str, list[str]], wall_s: float) -> dict:
+def figures(
+    args,
+    timings: Timings,
+    ev: Evidence,
+    done: Injected,
+    workload: Workload,
+    violations: dict[str, list[str]],
+    wall_s: float,
+) -> dict:
     faults = done.faults
     origin = faults[0].start if faults else ev.read_at
     preemptions = [e for e in ev.events if e.kind == "STOP_REQUESTED" and e.reason == "PREEMPTED"]
     return {
-        "seed": args.seed, "short": args.short, "minutes": None if args.short else args.minutes,
-        "bound_s": timings.bound_s, "margin_s": timings.margin_s, "heartbeat_s": timings.heartbeat_s,
-        "wall_s": round(wall_s, 1), "faults": dict(Counter(f.kind for f in faults)),
-        "fault_log": [f.record(origin) for f in faults], "campaign_errors": done.errors,
+        "seed": args.seed,
+        "short": args.short,
+        "minutes": None if args.short else args.minutes,
+        "bound_s": timings.bound_s,
+        "margin_s": timings.margin_s,
+        "heartbeat_s": timings.heartbeat_s,
+        "wall_s": round(wall_s, 1),
+        "faults": dict(Counter(f.kind for f in faults)),
+        "fault_log": [f.record(origin) for f in faults],
+        "campaign_errors": done.errors,
         "jobs": job_figures(ev, workload),
         "celery_kills_in_grace_window": sum(f.kind == "celery_kill" and f.victim is not None for f in faults),
-        "preemptions": len(preemptions), "preemptions_held_to_grace": len(held_preemptions(ev, faults, timings)),
+        "preemptions": len(preemptions),
+        "preemptions_held_to_grace": len(held_preemptions(ev, faults, timings)),
         "restarts_spent": sum(job.restarts_used for job in ev.jobs.values()),
         "leader_takeovers": sum(e.kind == "LEADER" for e in ev.events),
         "nodes_lost": sum(e.kind == "NODE_STATE" and e.reason == "LOST" for e in ev.events),
         "longest_outage_s": round(max((f.end - f.start for f in faults if f.kind in OUTAGES), default=0), 1),
         "api_answers": {str(status): count for status, count in sorted(workload.answers.items(), key=str)},
         "failed_submits_by_fault": failed_submits_by_fault(faults, workload),
-        "api_refusals": workload.refusals[:SHOWN_VIOLATIONS], "processes_restarted": dict(done.revived),
+        "api_refusals": workload.refusals[:SHOWN_VIOLATIONS],
+        "processes_restarted": dict(done.revived),
         "invariants": {name: len(violations[name]) for name in INVARIANTS},
         "violations": {name: found[:SHOWN_VIOLATIONS] for name, found in violations.items() if found},
     }
@@ -194,9 +217,13 @@ def figures(args, timings: Timings, ev: Evidence, done: Injected, workload: Work
 
 def job_figures(ev: Evidence, workload: Workload) -> dict[str, int]:
     states = Counter(job.state for job in ev.jobs.values())
-    return {"submitted": len(workload.accepted()), "succeeded": states["SUCCEEDED"],
-            "active": states["PENDING"] + states["ASSIGNED"] + states["RUNNING"],
-            "never_accepted": len(workload.submissions) - len(workload.accepted()), "attempts_run": len(ev.spans)}
+    return {
+        "submitted": len(workload.accepted()),
+        "succeeded": states["SUCCEEDED"],
+        "active": states["PENDING"] + states["ASSIGNED"] + states["RUNNING"],
+        "never_accepted": len(workload.submissions) - len(workload.accepted()),
+        "attempts_run": len(ev.spans),
+    }
 
 
 def campaign(args, workdir: Path) -> dict:
@@ -210,13 +237,13 @@ def campaign(args, workdir: Path) -> dict:
         workload = Workload(stack.web_ports, stack.tokens, stack.ledger, timings, random.Random(args.seed + 1))
         workload.start()
         time.sleep(timings.job_s[0])  # jobs running before the first fault
-        done = inject(Campaign(stack, workload, timings, rng), short=args.short,
-                      deadline=time.time() + args.minutes * 60)
+        done = inject(
+            Campaign(stack, workload, timings, rng), short=args.short, deadline=time.time() + args.minutes * 60
+        )
         workload.stop()
         note("faults and submits stopped; settling")
         settle(stack, workload, timings)
-        ev = gather(stack.store, stack.ledger, [agent.output() for agent in stack.agents.values()],
-                    read_at=time.time())
+        ev = gather(stack.store, stack.ledger, [agent.output() for agent in stack.agents.values()], read_at=time.time())
         violations = verdict(ev, faults=done.faults, timings=timings, accepted=workload.accepted())
         return figures(args, timings, ev, done, workload, violations, time.time() - started)
     finally:

@@ -13,6 +13,7 @@ violations it finds, one sentence each with the job, the fault and the times inv
 6. late_preemptions: a preempted task not signalled, or not stopped within its grace period
    plus one scheduler pass and one heartbeat, Celery killed or not.
 """
+
 from bench.chaos_evidence import Evidence, Span
 from bench.chaos_faults import AGENT_FAULTS, Fault
 from bench.chaos_timings import TICK_S, Timings
@@ -22,8 +23,14 @@ KILL_REASONS = ("NODE_LOST", "AGENT_LOST_TASK", "LEASE_EXPIRED")
 # Faults that stop the stop signal itself (no leader, no database, no web tier): a preemption
 # whose grace window overlaps one is not held to the grace deadline.
 SIGNAL_PATH_FAULTS = ("leader_kill", "leader_stop", "postgres_restart", "postgres_down", "web_down")
-INVARIANTS = ("overlapping_attempts", "deposed_epoch_writes", "jobs_lost", "outage_kills", "agent_fault_requeues",
-              "late_preemptions")
+INVARIANTS = (
+    "overlapping_attempts",
+    "deposed_epoch_writes",
+    "jobs_lost",
+    "outage_kills",
+    "agent_fault_requeues",
+    "late_preemptions",
+)
 
 
 def overlapping_attempts(ev: Evidence, **_) -> list[str]:
@@ -35,8 +42,10 @@ def overlapping_attempts(ev: Evidence, **_) -> list[str]:
         spans.sort(key=lambda s: s.first)
         for before, after in zip(spans, spans[1:]):
             if before.last >= after.first or before.attempt > after.attempt:
-                found.append(f"job {job} rank {rank}: attempt {before.attempt} ran {before.first:.2f}-"
-                             f"{before.last:.2f}, attempt {after.attempt} started at {after.first:.2f}")
+                found.append(
+                    f"job {job} rank {rank}: attempt {before.attempt} ran {before.first:.2f}-"
+                    f"{before.last:.2f}, attempt {after.attempt} started at {after.first:.2f}"
+                )
     return found
 
 
@@ -57,8 +66,10 @@ def deposed_epoch_writes(ev: Evidence, **_) -> list[str]:
         if epoch not in takeovers:
             found.append(f"event {event.id} ({event.reason}, job {event.job}) carries epoch {epoch}, never taken")
         elif later:
-            found.append(f"event {event.id} ({event.reason}, job {event.job}) of epoch {epoch} was written after "
-                         f"epoch {min(later)[1]} took the lead (event {min(later)[0]})")
+            found.append(
+                f"event {event.id} ({event.reason}, job {event.job}) of epoch {epoch} was written after "
+                f"epoch {min(later)[1]} took the lead (event {min(later)[0]})"
+            )
     for task in ev.tasks:
         if task.epoch and (task.epoch not in takeovers or task.epoch > ev.lease_epoch):
             found.append(f"job {task.job} rank {task.rank} carries epoch {task.epoch} (lease at {ev.lease_epoch})")
@@ -68,15 +79,21 @@ def deposed_epoch_writes(ev: Evidence, **_) -> list[str]:
 def jobs_lost(ev: Evidence, *, accepted: dict[str, int], timings: Timings, **_) -> list[str]:
     """Missing, ended without success, pending with no reason, or stuck: a task assigned and
     never started, or still active long after its SIGKILL was due, goes nowhere by itself."""
-    found = [f"{client_id} was accepted as job {job_id}, which the database does not hold"
-             for client_id, job_id in sorted(accepted.items()) if job_id not in ev.jobs]
+    found = [
+        f"{client_id} was accepted as job {job_id}, which the database does not hold"
+        for client_id, job_id in sorted(accepted.items())
+        if job_id not in ev.jobs
+    ]
     for job in sorted(ev.jobs.values(), key=lambda j: j.id):
         if job.state in ("SUCCEEDED", "ASSIGNED", "RUNNING") or job.state == "PENDING" and job.reason:
             continue
         last = ev.job_events(job.id)[-1:]
         why = f": {last[0].reason} {last[0].message}" if last else ""
-        found.append(f"job {job.id} is {job.state}" + (f" ({job.failure_class})" if job.failure_class else
-                                                        " with no reason") + why)
+        found.append(
+            f"job {job.id} is {job.state}"
+            + (f" ({job.failure_class})" if job.failure_class else " with no reason")
+            + why
+        )
     return found + _stuck(ev, timings)
 
 
@@ -86,17 +103,22 @@ def _stuck(ev: Evidence, timings: Timings) -> list[str]:
     for task in sorted(ev.tasks, key=lambda t: (t.job, t.rank)):
         if task.state == "ASSIGNED" and task.assigned_at and ev.read_at - task.assigned_at > patience:
             stop = f" (asked to stop: SIGKILL due at {task.kill_at:.2f})" if task.kill_at else ""
-            found.append(f"job {task.job} rank {task.rank} has been ASSIGNED for "
-                         f"{ev.read_at - task.assigned_at:.0f} s and never started{stop}")
+            found.append(
+                f"job {task.job} rank {task.rank} has been ASSIGNED for "
+                f"{ev.read_at - task.assigned_at:.0f} s and never started{stop}"
+            )
         elif task.state in ("ASSIGNED", "RUNNING") and task.kill_at and ev.read_at - task.kill_at > patience:
-            found.append(f"job {task.job} rank {task.rank} is still {task.state} {ev.read_at - task.kill_at:.0f} s "
-                         "after its SIGKILL was due")
+            found.append(
+                f"job {task.job} rank {task.rank} is still {task.state} {ev.read_at - task.kill_at:.0f} s "
+                "after its SIGKILL was due"
+            )
     return found
 
 
 def agent_fault_for(faults: list[Fault], nodes: set[str], at: float, slack: float) -> Fault | None:
-    return next((f for f in faults if f.kind in AGENT_FAULTS and nodes & set(f.nodes) and f.covers(at, slack=slack)),
-                None)
+    return next(
+        (f for f in faults if f.kind in AGENT_FAULTS and nodes & set(f.nodes) and f.covers(at, slack=slack)), None
+    )
 
 
 def outage_kills(ev: Evidence, *, faults: list[Fault], timings: Timings, **_) -> list[str]:
@@ -108,8 +130,10 @@ def outage_kills(ev: Evidence, *, faults: list[Fault], timings: Timings, **_) ->
     for span in sorted(ev.spans.values(), key=lambda s: s.first):
         killed_at = _unrequested_kill(ev, span)
         if killed_at is not None and not agent_fault_for(faults, ev.nodes_ran(span), killed_at, slack):
-            found.append(f"job {span.job} rank {span.rank} attempt {span.attempt} was stopped at {killed_at:.2f} "
-                         f"with no stop requested and no agent fault on its nodes")
+            found.append(
+                f"job {span.job} rank {span.rank} attempt {span.attempt} was stopped at {killed_at:.2f} "
+                f"with no stop requested and no agent fault on its nodes"
+            )
     for kill in ev.lease_kills:
         if not agent_fault_for(faults, {kill.node}, kill.at, slack):
             found.append(f"{kill.node} at {kill.at:.2f}: {kill.line}")
@@ -119,8 +143,10 @@ def outage_kills(ev: Evidence, *, faults: list[Fault], timings: Timings, **_) ->
             continue
         nodes = {event.node} if node_lost else ev.nodes_before(event)
         if not agent_fault_for(faults, nodes, event.at, slack):
-            found.append(f"event {event.id} at {event.at:.2f}: {event.reason} "
-                         f"{'node ' + event.node if node_lost else f'job {event.job}'}: {event.message}")
+            found.append(
+                f"event {event.id} at {event.at:.2f}: {event.reason} "
+                f"{'node ' + event.node if node_lost else f'job {event.job}'}: {event.message}"
+            )
     return found
 
 
@@ -153,17 +179,21 @@ def _requeue_violation(ev: Evidence, fault: Fault, key: tuple[int, int, int]) ->
     if not retries:
         return "" if span and span.finished else f"{where} was never requeued"
     alive = [s for s in ev.spans.values() if s.job == job and s.attempt <= attempt and s.last > retries[0].at]
-    return "; ".join(f"{where}: requeued at {retries[0].at:.2f} while rank {s.rank} attempt {s.attempt} ran until "
-                     f"{s.last:.2f}" for s in alive)
+    return "; ".join(
+        f"{where}: requeued at {retries[0].at:.2f} while rank {s.rank} attempt {s.attempt} ran until {s.last:.2f}"
+        for s in alive
+    )
 
 
 def _outlived_agent(ev: Evidence, fault: Fault) -> list[str]:
     """A killed agent's tasks die with it (their supervisors see it go): an attempt its nodes
     started before the agent came back must not run on after the SIGKILL."""
-    return [f"job {s.job} rank {s.rank} attempt {s.attempt} on {fault.target} ran until {s.last:.2f}, "
-            f"{s.last - fault.start:.1f} s after its agent was SIGKILLed at {fault.start:.2f}"
-            for s in sorted(ev.spans.values(), key=lambda s: (s.job, s.rank, s.attempt))
-            if s.first < fault.end and s.last > fault.start + TICK_S + 0.5 and ev.nodes_ran(s) & set(fault.nodes)]
+    return [
+        f"job {s.job} rank {s.rank} attempt {s.attempt} on {fault.target} ran until {s.last:.2f}, "
+        f"{s.last - fault.start:.1f} s after its agent was SIGKILLed at {fault.start:.2f}"
+        for s in sorted(ev.spans.values(), key=lambda s: (s.job, s.rank, s.attempt))
+        if s.first < fault.end and s.last > fault.start + TICK_S + 0.5 and ev.nodes_ran(s) & set(fault.nodes)
+    ]
 
 
 def held_preemptions(ev: Evidence, faults: list[Fault], timings: Timings) -> list[tuple]:
@@ -173,8 +203,12 @@ def held_preemptions(ev: Evidence, faults: list[Fault], timings: Timings) -> lis
     for stop in (e for e in ev.events if e.kind == "STOP_REQUESTED" and e.reason == "PREEMPTED"):
         deadline = stop.at + float(stop.data.get("grace_s", timings.grace_s)) + timings.stop_allowance_s
         nodes = ev.nodes_before(stop)
-        if not any(f.start <= deadline and f.end >= stop.at and (
-                f.kind in SIGNAL_PATH_FAULTS or f.kind in AGENT_FAULTS and nodes & set(f.nodes)) for f in faults):
+        if not any(
+            f.start <= deadline
+            and f.end >= stop.at
+            and (f.kind in SIGNAL_PATH_FAULTS or f.kind in AGENT_FAULTS and nodes & set(f.nodes))
+            for f in faults
+        ):
             held.append((stop, deadline))
     return held
 
@@ -185,14 +219,22 @@ def late_preemptions(ev: Evidence, *, faults: list[Fault], timings: Timings, **_
         for span in (s for s in ev.spans.values() if s.job == stop.job and s.first <= stop.at <= s.last + 0.5):
             where = f"job {span.job} rank {span.rank} attempt {span.attempt}, preempted at {stop.at:.2f}"
             if span.last > deadline:
-                found.append(f"{where}, ran until {span.last:.2f} ({span.last - deadline:.1f} s past grace + one "
-                             "pass + one heartbeat)")
+                found.append(
+                    f"{where}, ran until {span.last:.2f} ({span.last - deadline:.1f} s past grace + one "
+                    "pass + one heartbeat)"
+                )
             elif span.signalled_at is None and not span.finished and span.last > stop.at + 0.5:
                 found.append(f"{where}, was killed without a SIGTERM first")
     return found
 
 
 def verdict(ev: Evidence, *, faults: list[Fault], timings: Timings, accepted: dict[str, int]) -> dict[str, list[str]]:
-    checks = (overlapping_attempts, deposed_epoch_writes, jobs_lost, outage_kills, agent_fault_requeues,
-              late_preemptions)
+    checks = (
+        overlapping_attempts,
+        deposed_epoch_writes,
+        jobs_lost,
+        outage_kills,
+        agent_fault_requeues,
+        late_preemptions,
+    )
     return {check.__name__: check(ev, faults=faults, timings=timings, accepted=accepted) for check in checks}

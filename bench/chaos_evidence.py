@@ -7,6 +7,7 @@
 - the agents' logs: which node started each attempt, and each time an agent's lease ran out
   and it killed its tasks.
 All times are epoch seconds of this one machine's clock."""
+
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -155,16 +156,28 @@ def read_agent_logs(logs: list[str]) -> tuple[list[LeaseKill], dict[tuple[int, i
 
 
 def read_database(store: Store) -> tuple[dict[int, JobRow], list[Event], list[TaskRow], int]:
-    jobs = {row[0]: JobRow(*row) for row in store.rows(
-        "SELECT id, coalesce(client_job_id, ''), state, pending_reason_code, failure_class, restarts_used "
-        "FROM scheduling_job")}
-    events = [Event(*row) for row in store.rows(
-        "SELECT e.id, e.job_id, e.kind, e.reason, e.to_state, e.data, extract(epoch FROM e.created_at)::float8, "
-        "n.name, left(e.message, 200) FROM scheduling_jobevent e LEFT JOIN agents_node n ON n.id = e.node_id "
-        "ORDER BY e.id")]
-    tasks = [TaskRow(*row) for row in store.rows(
-        "SELECT job_id, rank, epoch, state, extract(epoch FROM assigned_at)::float8, "
-        "extract(epoch FROM kill_at)::float8 FROM scheduling_task")]
+    jobs = {
+        row[0]: JobRow(*row)
+        for row in store.rows(
+            "SELECT id, coalesce(client_job_id, ''), state, pending_reason_code, failure_class, restarts_used "
+            "FROM scheduling_job"
+        )
+    }
+    events = [
+        Event(*row)
+        for row in store.rows(
+            "SELECT e.id, e.job_id, e.kind, e.reason, e.to_state, e.data, extract(epoch FROM e.created_at)::float8, "
+            "n.name, left(e.message, 200) FROM scheduling_jobevent e LEFT JOIN agents_node n ON n.id = e.node_id "
+            "ORDER BY e.id"
+        )
+    ]
+    tasks = [
+        TaskRow(*row)
+        for row in store.rows(
+            "SELECT job_id, rank, epoch, state, extract(epoch FROM assigned_at)::float8, "
+            "extract(epoch FROM kill_at)::float8 FROM scheduling_task"
+        )
+    ]
     lease = store.rows("SELECT epoch FROM scheduling_schedulerlease WHERE id = 1")
     return jobs, events, tasks, lease[0][0] if lease else 0
 

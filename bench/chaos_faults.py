@@ -3,6 +3,7 @@ held, and undone (what it killed is started again, on the same ports and workdir
 recorded: kind, start, end, target, what happened. Control-plane outages stay under the
 outage bound; agent faults last past the bound and the margin, so that the node is called
 LOST while its agent is still away."""
+
 import random
 import signal
 import time
@@ -35,9 +36,14 @@ class Fault:
         return self.start <= moment <= self.end + slack
 
     def record(self, origin: float) -> dict:
-        return {"kind": self.kind, "target": self.target, "start_s": round(self.start - origin, 1),
-                "end_s": round(self.end - origin, 1), "detail": self.detail,
-                **({"victim": self.victim} if self.victim is not None else {})}
+        return {
+            "kind": self.kind,
+            "target": self.target,
+            "start_s": round(self.start - origin, 1),
+            "end_s": round(self.end - origin, 1),
+            "detail": self.detail,
+            **({"victim": self.victim} if self.victim is not None else {}),
+        }
 
 
 @dataclass
@@ -91,8 +97,9 @@ def leader_stop(c: Campaign) -> Fault:
     leader.signal(signal.SIGCONT)
     fault.end = time.time()
     took_over = successor is not None and successor is not leader
-    fault.detail = (f"SIGSTOP for {fault.end - fault.start:.0f} s (lease {SCHEDULER_LEASE_S:g} s); "
-                    + (f"{successor.name} took over" if took_over else "no standby took over"))
+    fault.detail = f"SIGSTOP for {fault.end - fault.start:.0f} s (lease {SCHEDULER_LEASE_S:g} s); " + (
+        f"{successor.name} took over" if took_over else "no standby took over"
+    )
     return fault
 
 
@@ -161,8 +168,10 @@ def celery_kill(c: Campaign) -> Fault:
         time.sleep(c.timings.grace_s)
     else:
         fault.victim = window.job_id
-        fault.detail = (f"killed {window.kill_at - fault.start:.1f} s before job {window.job_id}'s grace ended "
-                        f"({'it ignores SIGTERM' if window.ignores_sigterm else 'it checkpoints on SIGTERM'})")
+        fault.detail = (
+            f"killed {window.kill_at - fault.start:.1f} s before job {window.job_id}'s grace ended "
+            f"({'it ignores SIGTERM' if window.ignores_sigterm else 'it checkpoints on SIGTERM'})"
+        )
         time.sleep(max(0.0, window.kill_at - time.time()) + c.timings.stop_allowance_s)
     c.stack.celery.start()
     fault.end = time.time()
@@ -225,7 +234,19 @@ def agent_kill(c: Campaign) -> Fault:
     return fault
 
 
-FAULTS = {fault.__name__: fault for fault in (
-    leader_kill, leader_stop, postgres_restart, postgres_down, redis_restart, redis_down, web_down, celery_kill,
-    agent_cut, agent_stop, agent_kill,
-)}
+FAULTS = {
+    fault.__name__: fault
+    for fault in (
+        leader_kill,
+        leader_stop,
+        postgres_restart,
+        postgres_down,
+        redis_restart,
+        redis_down,
+        web_down,
+        celery_kill,
+        agent_cut,
+        agent_stop,
+        agent_kill,
+    )
+}

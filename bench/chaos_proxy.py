@@ -5,6 +5,7 @@ A cut drops every open connection and then accepts new ones without ever answeri
 forwarding them: a partition as a cut cable or a firewall DROP makes it, where the agent's
 requests hang until its own timeout (a refused connection would fail fast, which is the
 kinder case). `restore()` closes what was held and forwards again."""
+
 import socket
 import threading
 

@@ -4,6 +4,7 @@ its own that a fault can signal and the campaign can start again with the same c
 
 Postgres refuses to run as root, and CI runs as root: there initdb and pg_ctl run as the
 `postgres` user, on a data directory it owns; elsewhere they run as the caller."""
+
 import os
 import pwd
 import shutil
@@ -16,7 +17,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PG_SETTINGS = {
     "listen_addresses": "'127.0.0.1'",
-    "fsync": "off", "synchronous_commit": "off", "full_page_writes": "off",  # a scratch database
+    "fsync": "off",
+    "synchronous_commit": "off",
+    "full_page_writes": "off",  # a scratch database
     "max_connections": "200",
 }
 
@@ -57,8 +60,15 @@ class Child:
         with open(self.log_path, "a") as log:
             log.write(f"--- {self.name} start {self.starts + 1} at {time.time():.3f}\n")
             log.flush()
-            self.proc = subprocess.Popen(self.argv, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, start_new_session=True)
+            self.proc = subprocess.Popen(
+                self.argv,
+                cwd=ROOT,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         self.starts += 1
         return self
 
@@ -100,8 +110,21 @@ class Redis:
     def __init__(self, workdir: Path):
         self.port = free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
-        argv = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                "--daemonize", "no", "--dir", str(workdir)]
+        argv = [
+            "redis-server",
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--daemonize",
+            "no",
+            "--dir",
+            str(workdir),
+        ]
         self.child = Child("redis", argv, log_path=workdir / "redis.log", env=dict(os.environ))
 
     def start(self) -> None:
@@ -159,8 +182,19 @@ class Postgres:
         self._run("pg_ctl", "-D", str(self.data), "-w", "-t", "60", "-m", mode, "stop")
 
     def restart(self) -> None:
-        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.dir / "postgres.log"), "-w", "-t", "60", "-m",
-                  "fast", "restart")
+        self._run(
+            "pg_ctl",
+            "-D",
+            str(self.data),
+            "-l",
+            str(self.dir / "postgres.log"),
+            "-w",
+            "-t",
+            "60",
+            "-m",
+            "fast",
+            "restart",
+        )
 
     def create_database(self) -> None:
         import psycopg

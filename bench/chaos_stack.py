@@ -12,6 +12,7 @@
 The database holds the demo's teams, users and quotas (`seed_demo`) but not its 36 nodes: those
 never heartbeat, and a fleet of nodes that exist only on paper would make "can it ever run"
 accept jobs for them and count them in the share of silent nodes."""
+
 import json
 import os
 import secrets
@@ -84,13 +85,30 @@ class Stack:
 
     def _start_control_plane(self) -> None:
         started = time.monotonic()
-        self.webs = [self._child(f"web-{i + 1}", ["-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-                                                  "mlqueue.asgi:application"])
-                     for i, port in enumerate(self.web_ports)]
+        self.webs = [
+            self._child(
+                f"web-{i + 1}", ["-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "mlqueue.asgi:application"]
+            )
+            for i, port in enumerate(self.web_ports)
+        ]
         lease = ["--lease", str(SCHEDULER_LEASE_S), "--renew", str(SCHEDULER_RENEW_S)]
         self.schedulers = [self._child(f"scheduler-{i + 1}", ["manage.py", "run_scheduler", *lease]) for i in range(2)]
-        self.celery = self._child("celery", ["-m", "celery", "-A", "mlqueue", "worker", "--pool", "solo",
-                                             "--loglevel", "INFO", "--without-gossip", "--without-mingle"])
+        self.celery = self._child(
+            "celery",
+            [
+                "-m",
+                "celery",
+                "-A",
+                "mlqueue",
+                "worker",
+                "--pool",
+                "solo",
+                "--loglevel",
+                "INFO",
+                "--without-gossip",
+                "--without-mingle",
+            ],
+        )
         wait_until(self.api_answers, timeout=60, what="the web tier", interval=0.1)
         self.web_start_s = time.monotonic() - started
 
@@ -98,22 +116,36 @@ class Stack:
         t = self.timings
         drop = ("PYTEST", "DJANGO_", "DATABASE_URL", "REDIS_URL", "MLQ_")
         env = {key: value for key, value in os.environ.items() if not key.startswith(drop)}
-        env.update({
-            "DJANGO_SETTINGS_MODULE": "mlqueue.settings", "DATABASE_URL": self.postgres.url,
-            "REDIS_URL": self.redis.url, "DEBUG": "0", "SECRET_KEY": secrets.token_urlsafe(50),
-            "ALLOWED_HOSTS": "127.0.0.1,localhost", "SECURE_SSL_REDIRECT": "0", "SESSION_COOKIE_SECURE": "0",
-            "CSRF_COOKIE_SECURE": "0", "SECURE_HSTS_SECONDS": "0", "PYTHONUNBUFFERED": "1",
-            "MLQ_VAR_DIR": str(self.workdir / "var"), "MLQ_SUBMIT_RATE": "off",
-            "MLQ_AGENT_JOIN_TOKEN": secrets.token_urlsafe(24), "MLQ_FAILPOINT_FILE": str(self.failpoint_file),
-            "MLQ_OUTAGE_BOUND_S": str(t.bound_s), "MLQ_LOST_MARGIN_S": str(t.margin_s),
-            "MLQ_HEARTBEAT_INTERVAL_S": str(t.heartbeat_s), "MLQ_PREEMPT_MIN_RUNTIME_S": "0",
-            "MLQ_RETRY_BACKOFF_BASE_S": "1",
-        })
+        env.update(
+            {
+                "DJANGO_SETTINGS_MODULE": "mlqueue.settings",
+                "DATABASE_URL": self.postgres.url,
+                "REDIS_URL": self.redis.url,
+                "DEBUG": "0",
+                "SECRET_KEY": secrets.token_urlsafe(50),
+                "ALLOWED_HOSTS": "127.0.0.1,localhost",
+                "SECURE_SSL_REDIRECT": "0",
+                "SESSION_COOKIE_SECURE": "0",
+                "CSRF_COOKIE_SECURE": "0",
+                "SECURE_HSTS_SECONDS": "0",
+                "PYTHONUNBUFFERED": "1",
+                "MLQ_VAR_DIR": str(self.workdir / "var"),
+                "MLQ_SUBMIT_RATE": "off",
+                "MLQ_AGENT_JOIN_TOKEN": secrets.token_urlsafe(24),
+                "MLQ_FAILPOINT_FILE": str(self.failpoint_file),
+                "MLQ_OUTAGE_BOUND_S": str(t.bound_s),
+                "MLQ_LOST_MARGIN_S": str(t.margin_s),
+                "MLQ_HEARTBEAT_INTERVAL_S": str(t.heartbeat_s),
+                "MLQ_PREEMPT_MIN_RUNTIME_S": "0",
+                "MLQ_RETRY_BACKOFF_BASE_S": "1",
+            }
+        )
         return env
 
     def _manage(self, *args: str) -> str:
-        result = subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=self.env, capture_output=True,
-                                text=True, timeout=300)
+        result = subprocess.run(
+            [sys.executable, "manage.py", *args], cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=300
+        )
         if result.returncode != 0:
             raise RuntimeError(f"manage.py {args[0]} failed:\n{result.stderr[-3000:]}")
         return result.stdout
@@ -124,11 +156,39 @@ class Stack:
     def _agent(self, name: str, port: int) -> Child:
         zone, rack = AGENTS[name]
         fleet = self.workdir / f"{name}.json"
-        fleet.write_text(json.dumps([{"name": node, "zone": zone, "rack": rack, "labels": {}, "address": "127.0.0.1",
-                                      "cpu_count": 64, "memory_gb": 256, "gpu_type": "H100", "gpu_count": 8}
-                                     for node in node_names(name)]))
-        return self._child(name, ["-m", "agents.node.daemon", "--server", f"http://127.0.0.1:{port}", "--fleet", str(fleet),
-                                  "--workdir", str(self.workdir / "agents" / name), "--isolation", "none"])
+        fleet.write_text(
+            json.dumps(
+                [
+                    {
+                        "name": node,
+                        "zone": zone,
+                        "rack": rack,
+                        "labels": {},
+                        "address": "127.0.0.1",
+                        "cpu_count": 64,
+                        "memory_gb": 256,
+                        "gpu_type": "H100",
+                        "gpu_count": 8,
+                    }
+                    for node in node_names(name)
+                ]
+            )
+        )
+        return self._child(
+            name,
+            [
+                "-m",
+                "agents.node.daemon",
+                "--server",
+                f"http://127.0.0.1:{port}",
+                "--fleet",
+                str(fleet),
+                "--workdir",
+                str(self.workdir / "agents" / name),
+                "--isolation",
+                "none",
+            ],
+        )
 
     # --- watching -----------------------------------------------------------------------------
     def leader(self) -> Child | None:
@@ -145,13 +205,15 @@ class Stack:
                 return self.leader() is not None and self.store.ready_nodes() == nodes
             except Exception:  # the database is still coming back: keep waiting
                 return False
+
         wait_until(ready, timeout=timeout, what=f"a leader and {nodes} READY nodes", interval=0.5)
 
     def api_answers(self) -> bool:
         """Both web processes answer an authenticated read that needs the database."""
         for port in self.web_ports:
-            request = urllib.request.Request(f"http://127.0.0.1:{port}/api/v1/scheduler",
-                                             headers={"Authorization": f"Bearer {self.tokens['alice']}"})
+            request = urllib.request.Request(
+                f"http://127.0.0.1:{port}/api/v1/scheduler", headers={"Authorization": f"Bearer {self.tokens['alice']}"}
+            )
             try:
                 with urllib.request.urlopen(request, timeout=2) as response:
                     if response.status != 200:

@@ -1,6 +1,7 @@
 """What the fault campaign reads from the database under test: plain SQL on a connection of its
 own per question, so a Postgres restart between two questions costs nothing but a reconnect.
 The campaign never writes here: every change goes through the API, as a user's would."""
+
 from dataclasses import dataclass
 
 import psycopg
@@ -41,8 +42,11 @@ class Store:
 
     def active_tasks_on(self, nodes: list[str]) -> list[tuple[int, int, int]]:
         """(job, rank, attempt) of the tasks assigned to or running on these nodes now."""
-        return self.rows("SELECT t.job_id, t.rank, t.attempt FROM scheduling_task t JOIN agents_node n "
-                         "ON n.id = t.node_id WHERE n.name = ANY(%s) AND t.state = ANY(%s)", (nodes, list(ACTIVE)))
+        return self.rows(
+            "SELECT t.job_id, t.rank, t.attempt FROM scheduling_task t JOIN agents_node n "
+            "ON n.id = t.node_id WHERE n.name = ANY(%s) AND t.state = ANY(%s)",
+            (nodes, list(ACTIVE)),
+        )
 
     def grace_windows(self) -> list[GraceWindow]:
         """Jobs whose tasks got SIGTERM and will get SIGKILL later than a second from now."""
@@ -50,14 +54,17 @@ class Store:
             "SELECT t.job_id, extract(epoch FROM min(t.kill_at)), bool_or(j.env->>'IGNORE_SIGTERM' = '1') "
             "FROM scheduling_task t JOIN scheduling_job j ON j.id = t.job_id WHERE t.state = ANY(%s) "
             "AND t.stop_signal = 'TERM' AND t.kill_at > now() + interval '1 second' GROUP BY t.job_id",
-            (list(ACTIVE),))
+            (list(ACTIVE),),
+        )
         return [GraceWindow(job_id, float(kill_at), bool(ignores)) for job_id, kill_at, ignores in found]
 
     def free_gpus(self) -> int:
         """GPUs of READY nodes that no active task holds."""
         total = self.rows("SELECT coalesce(sum(gpu_count), 0) FROM agents_node WHERE state = 'READY'")[0][0]
-        held = self.rows("SELECT coalesce(sum(jsonb_array_length(gpu_indices)), 0) FROM scheduling_task "
-                         "WHERE state = ANY(%s)", (list(ACTIVE),))[0][0]
+        held = self.rows(
+            "SELECT coalesce(sum(jsonb_array_length(gpu_indices)), 0) FROM scheduling_task WHERE state = ANY(%s)",
+            (list(ACTIVE),),
+        )[0][0]
         return max(0, total - held)
 
     def job_states(self, job_ids: list[int]) -> dict[int, str]:

@@ -5,6 +5,7 @@ runs once in about two and a half minutes).
 The short bound is 12 s, not less: on a loaded two-core machine a SIGKILLed web process takes
 up to 8 s to answer again, and an outage must end, with a heartbeat on either side of it, well
 inside the bound for "no task killed by an outage shorter than the bound" to be a fair test."""
+
 from dataclasses import dataclass
 
 SCHEDULER_LEASE_S = 4.0  # `run_scheduler --lease 4 --renew 1`: a standby takes over in seconds
@@ -54,12 +55,34 @@ class Timings:
         return SCHEDULER_TICK_S + self.heartbeat_s + 1.0
 
 
-SHORT = Timings(bound_s=12, margin_s=5, heartbeat_s=1, outage_s=(2, 5), gap_s=(1.5, 2.5), job_s=(3, 8), grace_s=3,
-                submit_every_s=0.8, settle_s=45, failpoint_wait_s=8, window_wait_s=15)
+SHORT = Timings(
+    bound_s=12,
+    margin_s=5,
+    heartbeat_s=1,
+    outage_s=(2, 5),
+    gap_s=(1.5, 2.5),
+    job_s=(3, 8),
+    grace_s=3,
+    submit_every_s=0.8,
+    settle_s=45,
+    failpoint_wait_s=8,
+    window_wait_s=15,
+)
 
 
 def long_timings(bound_s: float) -> Timings:
     """Outages of 30-120 s (the issue's campaign), so the bound must be above 120 s plus a
     heartbeat and a client timeout: 150 s by default (RELIABILITY.md)."""
-    return Timings(bound_s=bound_s, margin_s=30, heartbeat_s=5, outage_s=(30, 120), gap_s=(10, 20), job_s=(30, 150),
-                   grace_s=15, submit_every_s=9, settle_s=300, failpoint_wait_s=30, window_wait_s=120)
+    return Timings(
+        bound_s=bound_s,
+        margin_s=30,
+        heartbeat_s=5,
+        outage_s=(30, 120),
+        gap_s=(10, 20),
+        job_s=(30, 150),
+        grace_s=15,
+        submit_every_s=9,
+        settle_s=300,
+        failpoint_wait_s=30,
+        window_wait_s=120,
+    )

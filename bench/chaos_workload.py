@@ -7,6 +7,7 @@ outrank (and so preempt) them. Every job checkpoints on SIGTERM, except about a 
 that may be preempted, which ignore it, so that only the SIGKILL at the end of their grace
 period stops them. A submit that fails (the web tier down, a 503 while Postgres is) is tried
 again later with the same `client_job_id`, so a lost answer never makes a second job."""
+
 import json
 import random
 import sys
@@ -88,30 +89,45 @@ class Workload:
     def new_submission(self, *, shape: Shape | None = None, priority: str | None = None) -> Submission:
         shape = shape or self.rng.choices(SHAPES, weights=[s.weight for s in SHAPES])[0]
         with self.lock:
-            submission = Submission(f"chaos-{len(self.submissions) + 1}", shape.user,
-                                    self.spec(shape, priority or self.rng.choice(shape.priorities),
-                                              len(self.submissions) + 1))
+            submission = Submission(
+                f"chaos-{len(self.submissions) + 1}",
+                shape.user,
+                self.spec(shape, priority or self.rng.choice(shape.priorities), len(self.submissions) + 1),
+            )
             self.submissions.append(submission)
         return submission
 
     def spec(self, shape: Shape, priority: str, number: int) -> dict:
         run_for = f"{self.rng.uniform(*self.timings.job_s):.1f}"
-        env = {"LEDGER": str(self.ledger), "LEDGER_TAG_JOB": "1", "RUN_FOR_FIRST": run_for, "RUN_FOR": run_for,
-               "TICK_S": str(TICK_S)}
+        env = {
+            "LEDGER": str(self.ledger),
+            "LEDGER_TAG_JOB": "1",
+            "RUN_FOR_FIRST": run_for,
+            "RUN_FOR": run_for,
+            "TICK_S": str(TICK_S),
+        }
         if priority != "P0" and self.rng.random() < IGNORES_SIGTERM:
             env["IGNORE_SIGTERM"] = "1"
-        return {"team": TEAMS[shape.user], "name": f"chaos-{number}", "client_job_id": f"chaos-{number}",
-                "command": [sys.executable, LEDGER_JOB], "priority": priority,
-                "grace_period_seconds": self.timings.grace_s, "env": env,
-                "checkpoint": {"path": str(self.ledger.parent / "checkpoints" / str(number))},
-                "resources": {"gpu_count": shape.gpus, "gpu_type": "H100", "cpu_per_rank": 4,
-                              "memory_per_rank_gb": 16}}
+        return {
+            "team": TEAMS[shape.user],
+            "name": f"chaos-{number}",
+            "client_job_id": f"chaos-{number}",
+            "command": [sys.executable, LEDGER_JOB],
+            "priority": priority,
+            "grace_period_seconds": self.timings.grace_s,
+            "env": env,
+            "checkpoint": {"path": str(self.ledger.parent / "checkpoints" / str(number))},
+            "resources": {"gpu_count": shape.gpus, "gpu_type": "H100", "cpu_per_rank": 4, "memory_per_rank_gb": 16},
+        }
 
     def submit(self, submission: Submission) -> None:
         port = self.rng.choice(self.web_ports)
         request = urllib.request.Request(
-            f"http://127.0.0.1:{port}/api/v1/jobs", data=json.dumps(submission.spec).encode(), method="POST",
-            headers={"Content-Type": "application/json", "Authorization": f"Bearer {self.tokens[submission.user]}"})
+            f"http://127.0.0.1:{port}/api/v1/jobs",
+            data=json.dumps(submission.spec).encode(),
+            method="POST",
+            headers={"Content-Type": "application/json", "Authorization": f"Bearer {self.tokens[submission.user]}"},
+        )
         try:
             with urllib.request.urlopen(request, timeout=5) as response:
                 status, body = response.status, json.loads(response.read())

@@ -19,6 +19,7 @@ Two figures, because a scheduler meets two kinds of pass:
 
 Prints one JSON line to stdout; progress goes to stderr.
 """
+
 import argparse
 import gc
 import json
@@ -81,34 +82,43 @@ def timed(snapshot: ClusterSnapshot, scheduler: Scheduler) -> tuple[float, Decis
         gc.enable()
 
 
-def settle(snapshot: ClusterSnapshot, fleet: list[Node], args: argparse.Namespace, scheduler: Scheduler
-           ) -> ClusterSnapshot:
+def settle(
+    snapshot: ClusterSnapshot, fleet: list[Node], args: argparse.Namespace, scheduler: Scheduler
+) -> ClusterSnapshot:
     """Untimed passes, topping the queue up after each, until a pass leaves about `--pending`
     tasks waiting and preempts at most a handful (or twenty rounds)."""
     for round_ in range(20):
         _, decisions, _ = timed(snapshot, scheduler)
         snapshot = apply(snapshot, decisions)
         waiting = pending_tasks(snapshot)
-        print(f"settling {round_ + 1}: {len(decisions.placements)} placed, {len(decisions.preemptions)} preempted, "
-              f"{waiting} tasks left", file=sys.stderr)
+        print(
+            f"settling {round_ + 1}: {len(decisions.placements)} placed, {len(decisions.preemptions)} preempted, "
+            f"{waiting} tasks left",
+            file=sys.stderr,
+        )
         if waiting >= 0.95 * args.pending and len(decisions.preemptions) <= 5:
             break
         if waiting < args.pending:
-            snapshot = add_jobs(snapshot, fleet, tasks=args.pending - waiting, seed=args.seed * 100 + round_,
-                                submitted_over=8 * 3600)
+            snapshot = add_jobs(
+                snapshot, fleet, tasks=args.pending - waiting, seed=args.seed * 100 + round_, submitted_over=8 * 3600
+            )
     return snapshot
 
 
-def steady_passes(snapshot: ClusterSnapshot, fleet: list[Node], args: argparse.Namespace, scheduler: Scheduler
-                  ) -> tuple[list[float], list[Decisions], list[float]]:
+def steady_passes(
+    snapshot: ClusterSnapshot, fleet: list[Node], args: argparse.Namespace, scheduler: Scheduler
+) -> tuple[list[float], list[Decisions], list[float]]:
     timings, decisions, cpu = [], [], []
     for index in range(args.passes):
         elapsed, result, cpu_ms = timed(snapshot, scheduler)
         timings.append(elapsed)
         cpu.append(cpu_ms)
         decisions.append(result)
-        print(f"pass {index + 1}/{args.passes}: {elapsed:.1f} ms, {len(result.placements)} placed, "
-              f"{len(result.preemptions)} preempted, {pending_tasks(snapshot)} tasks pending", file=sys.stderr)
+        print(
+            f"pass {index + 1}/{args.passes}: {elapsed:.1f} ms, {len(result.placements)} placed, "
+            f"{len(result.preemptions)} preempted, {pending_tasks(snapshot)} tasks pending",
+            file=sys.stderr,
+        )
         snapshot = add_jobs(apply(snapshot, result), fleet, jobs=args.arrivals, seed=args.seed * 1000 + index)
     return timings, decisions, cpu
 
@@ -121,22 +131,49 @@ def apply(snapshot: ClusterSnapshot, decisions: Decisions) -> ClusterSnapshot:
     """What the worker does with a pass: placed jobs run, victims stop; a second passes."""
     stopping = {p.victim_job_id: p.for_job_id for p in decisions.preemptions}
     placed = {p.job_id: p for p in decisions.placements}
-    running = [replace(job, preempting=True, preempted_for=stopping[job.job_id]) if job.job_id in stopping else job
-               for job in snapshot.running]
-    running += [RunningJob(job.job_id, job.team, job.priority, job.shape.gpu_type, placed[job.job_id].tasks,
-                           started_at=snapshot.now, expected_end=snapshot.now + job.max_runtime_s,
-                           checkpointing=job.checkpointing)
-                for job in snapshot.pending if job.job_id in placed]
+    running = [
+        replace(job, preempting=True, preempted_for=stopping[job.job_id]) if job.job_id in stopping else job
+        for job in snapshot.running
+    ]
+    running += [
+        RunningJob(
+            job.job_id,
+            job.team,
+            job.priority,
+            job.shape.gpu_type,
+            placed[job.job_id].tasks,
+            started_at=snapshot.now,
+            expected_end=snapshot.now + job.max_runtime_s,
+            checkpointing=job.checkpointing,
+        )
+        for job in snapshot.pending
+        if job.job_id in placed
+    ]
     pending = [job for job in snapshot.pending if job.job_id not in placed]
     return replace(snapshot, running=tuple(running), pending=tuple(pending), now=snapshot.now + 1.0)
 
 
-def add_jobs(snapshot: ClusterSnapshot, fleet: list[Node], *, seed: int, tasks: int | None = None,
-             jobs: int | None = None, submitted_over: float = 0.0) -> ClusterSnapshot:
+def add_jobs(
+    snapshot: ClusterSnapshot,
+    fleet: list[Node],
+    *,
+    seed: int,
+    tasks: int | None = None,
+    jobs: int | None = None,
+    submitted_over: float = 0.0,
+) -> ClusterSnapshot:
     """New submissions: about `tasks` tasks, or `jobs` jobs, of the queue's mix."""
     first_id = 1 + max(j.job_id for j in (*snapshot.running, *snapshot.pending))
-    arrivals = build_arrivals(fleet, snapshot.teams, tasks=tasks or 10**9, seed=seed, now=snapshot.now,
-                              first_id=first_id, jobs=jobs, submitted_over=submitted_over)
+    arrivals = build_arrivals(
+        fleet,
+        snapshot.teams,
+        tasks=tasks or 10**9,
+        seed=seed,
+        now=snapshot.now,
+        first_id=first_id,
+        jobs=jobs,
+        submitted_over=submitted_over,
+    )
     return replace(snapshot, pending=snapshot.pending + tuple(arrivals))
 
 
@@ -146,8 +183,15 @@ def nearest_rank(values: list[float], percentile: float) -> float:
     return ordered[max(1, math.ceil(percentile / 100 * len(ordered))) - 1]
 
 
-def summary(fleet: str, cold: tuple[float, Decisions, float], steady: ClusterSnapshot, args: argparse.Namespace,
-            timings: list[float], decisions: list[Decisions], cpu: list[float]) -> dict:
+def summary(
+    fleet: str,
+    cold: tuple[float, Decisions, float],
+    steady: ClusterSnapshot,
+    args: argparse.Namespace,
+    timings: list[float],
+    decisions: list[Decisions],
+    cpu: list[float],
+) -> dict:
     """The result line: the cold pass alone, then medians over the steady passes; `cpu_`
     figures are the passes' own CPU time, which other processes on the machine hardly move."""
     p50 = statistics.median(timings)
@@ -177,8 +221,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     name, fleet = fleet_for(args)
     teams = build_teams(fleet)
-    running, pending = build_workload(fleet, teams, pending_tasks=args.pending, fill=args.fill, seed=args.seed,
-                                      now=NOW)
+    running, pending = build_workload(fleet, teams, pending_tasks=args.pending, fill=args.fill, seed=args.seed, now=NOW)
     snapshot = ClusterSnapshot(tuple(fleet), tuple(running), tuple(pending), teams, NOW)
     print(f"{name}: {len(fleet)} nodes, {len(running)} running, {len(pending)} pending jobs", file=sys.stderr)
     # The long-lived snapshot is not garbage: keep the cyclic collector off it, as a worker

@@ -4,6 +4,7 @@ Every draw comes from a seeded random.Random, so a benchmark is repeatable: the 
 gives the same nodes, the same running allocations and the same queue, and a change in the
 figures is a change in the scheduler, not in its input. Pure Python, like the core: no Django.
 """
+
 import random
 from collections import Counter, defaultdict
 from dataclasses import dataclass, replace
@@ -12,7 +13,17 @@ from itertools import count
 from typing import Callable, Iterator, Mapping, Sequence
 
 from scheduling.core.model import (
-    HOUR, PRIORITIES, JobShape, Node, NodeState, PendingJob, Quota, RunningJob, TaskPlacement, Team, Topology,
+    HOUR,
+    PRIORITIES,
+    JobShape,
+    Node,
+    NodeState,
+    PendingJob,
+    Quota,
+    RunningJob,
+    TaskPlacement,
+    Team,
+    Topology,
 )
 from scheduling.sim.fleets import FLEETS, build_fleet, custom_fleet, apportion  # noqa: F401  (re-exported)
 
@@ -63,8 +74,10 @@ def build_teams(fleet: Sequence[Node]) -> tuple[Team, ...]:
 
 def _division_teams(division: str, guarantees: Mapping[str, int], shares: Sequence[float]) -> list[Team]:
     split = {rclass: apportion(g, shares) for rclass, g in guarantees.items()}
-    return [Team(f"{division}-{suffix}", division, {rc: Quota(parts[i], parts[i]) for rc, parts in split.items()})
-            for i, suffix in enumerate("abcdefgh"[:len(shares)])]
+    return [
+        Team(f"{division}-{suffix}", division, {rc: Quota(parts[i], parts[i]) for rc, parts in split.items()})
+        for i, suffix in enumerate("abcdefgh"[: len(shares)])
+    ]
 
 
 class _TeamPicker:
@@ -198,12 +211,15 @@ class _Free:
         return (self.node.gpus > 0 and not self.gpus) or self.cpus == 0 or self.memory_gb == 0
 
     def fits(self, shape: JobShape) -> bool:
-        return (len(self.gpus) >= shape.gpus_per_task and self.cpus >= shape.cpus_per_task
-                and self.memory_gb >= shape.memory_gb_per_task)
+        return (
+            len(self.gpus) >= shape.gpus_per_task
+            and self.cpus >= shape.cpus_per_task
+            and self.memory_gb >= shape.memory_gb_per_task
+        )
 
     def take(self, rank: int, shape: JobShape) -> TaskPlacement:
-        indices = tuple(self.gpus[:shape.gpus_per_task])
-        del self.gpus[:shape.gpus_per_task]
+        indices = tuple(self.gpus[: shape.gpus_per_task])
+        del self.gpus[: shape.gpus_per_task]
         self.cpus -= shape.cpus_per_task
         self.memory_gb -= shape.memory_gb_per_task
         return TaskPlacement(rank, self.node.name, indices, shape.cpus_per_task, shape.memory_gb_per_task)
@@ -227,11 +243,11 @@ class _Pool:
                 by_rack[free.node.rack].append(free)
         roomy = [frees for frees in by_rack.values() if len(frees) >= shape.tasks]
         if roomy:
-            return self._take(rng.choice(roomy)[:shape.tasks], shape)
+            return self._take(rng.choice(roomy)[: shape.tasks], shape)
         spread = [free for frees in by_rack.values() for free in frees]
         if shape.topology is Topology.REQUIRE_SAME_RACK or len(spread) < shape.tasks:
             return ()
-        return self._take(spread[:shape.tasks], shape)
+        return self._take(spread[: shape.tasks], shape)
 
     def place_tasks(self, rng: random.Random, shape: JobShape) -> tuple[TaskPlacement, ...]:
         """Each task on a node probed at random, the scattered layout of a cluster that has run
@@ -277,8 +293,9 @@ def _allocations(rng: random.Random, cls: _Class, fill: float) -> list[tuple[Tas
     return out
 
 
-def _fill(pool: _Pool, out: list[tuple[TaskPlacement, ...]], target: float,
-          place: Callable[[], tuple[TaskPlacement, ...]]) -> None:
+def _fill(
+    pool: _Pool, out: list[tuple[TaskPlacement, ...]], target: float, place: Callable[[], tuple[TaskPlacement, ...]]
+) -> None:
     """Appends placements until `target` units are used, or placing keeps failing: the class
     is then as full as jobs of this kind can make it."""
     misses = 0
@@ -289,8 +306,9 @@ def _fill(pool: _Pool, out: list[tuple[TaskPlacement, ...]], target: float,
             out.append(tasks)
 
 
-def _running_job(rng: random.Random, job_id: int, cls: _Class, tasks: tuple[TaskPlacement, ...],
-                 teams: _TeamPicker, now: float) -> RunningJob:
+def _running_job(
+    rng: random.Random, job_id: int, cls: _Class, tasks: tuple[TaskPlacement, ...], teams: _TeamPicker, now: float
+) -> RunningJob:
     """Started in the past, due to end in the future; gangs mostly checkpoint."""
     units = sum(len(t.gpu_indices) if cls.gpu_type else t.cpus for t in tasks)
     team = teams.charge(rng, cls.rclass, units)
@@ -299,9 +317,18 @@ def _running_job(rng: random.Random, job_id: int, cls: _Class, tasks: tuple[Task
     started_at = now - runtime * rng.uniform(0.02, 0.95)
     checkpointing = bool(cls.gpu_type) and rng.random() < (0.7 if len(tasks) > 1 else 0.3)
     last_checkpoint = max(started_at, now - rng.uniform(0, 1800)) if checkpointing else None
-    return RunningJob(job_id, team.name, priority, cls.gpu_type, tasks, started_at, started_at + runtime,
-                      preemptible=priority != "P0", checkpointing=checkpointing,
-                      last_checkpoint_at=last_checkpoint)
+    return RunningJob(
+        job_id,
+        team.name,
+        priority,
+        cls.gpu_type,
+        tasks,
+        started_at,
+        started_at + runtime,
+        preemptible=priority != "P0",
+        checkpointing=checkpointing,
+        last_checkpoint_at=last_checkpoint,
+    )
 
 
 def _priority(rng: random.Random) -> str:
@@ -346,8 +373,12 @@ def _pending_job(rng: random.Random, job_id: int, shape: JobShape, teams: _TeamP
     runtime = _runtime(rng)
     roll = rng.random()
     return PendingJob(
-        job_id, teams.pick(rng, shape.resource_class).name, _priority(rng), shape,
-        submitted_at=now - rng.uniform(60, 8 * HOUR), max_runtime_s=runtime,
+        job_id,
+        teams.pick(rng, shape.resource_class).name,
+        _priority(rng),
+        shape,
+        submitted_at=now - rng.uniform(60, 8 * HOUR),
+        max_runtime_s=runtime,
         not_before=now + rng.uniform(600, 6 * HOUR) if roll < 0.02 else None,
         held=0.02 <= roll < 0.03,
         waiting_on=_dependencies(rng, job_id) if 0.03 <= roll < 0.06 else (),
@@ -363,23 +394,37 @@ def _dependencies(rng: random.Random, job_id: int) -> tuple[int, ...]:
     return tuple(sorted({rng.randrange(1, job_id) for _ in range(rng.randint(1, 2))}))
 
 
-def build_workload(fleet: Sequence[Node], teams: Sequence[Team], *, pending_tasks: int, fill: float, seed: int,
-                   now: float) -> tuple[list[RunningJob], list[PendingJob]]:
+def build_workload(
+    fleet: Sequence[Node], teams: Sequence[Team], *, pending_tasks: int, fill: float, seed: int, now: float
+) -> tuple[list[RunningJob], list[PendingJob]]:
     """Running jobs filling `fill` of each resource class's READY capacity, on real free GPU
     indices, never over-allocating a node; then a queue of exactly `pending_tasks` tasks."""
     rng = random.Random(seed)
     classes = _classes(fleet)
     picker = _TeamPicker(teams, rng)
     ids = count(1)
-    running = [_running_job(rng, next(ids), cls, tasks, picker, now)
-               for cls in classes for tasks in _allocations(rng, cls, fill)]
-    pending = [_pending_job(rng, next(ids), shape, picker, now)
-               for shape in _pending_shapes(rng, classes, pending_tasks)]
+    running = [
+        _running_job(rng, next(ids), cls, tasks, picker, now)
+        for cls in classes
+        for tasks in _allocations(rng, cls, fill)
+    ]
+    pending = [
+        _pending_job(rng, next(ids), shape, picker, now) for shape in _pending_shapes(rng, classes, pending_tasks)
+    ]
     return running, pending
 
 
-def build_arrivals(fleet: Sequence[Node], teams: Sequence[Team], *, tasks: int, seed: int, now: float,
-                   first_id: int, jobs: int | None = None, submitted_over: float = 0.0) -> list[PendingJob]:
+def build_arrivals(
+    fleet: Sequence[Node],
+    teams: Sequence[Team],
+    *,
+    tasks: int,
+    seed: int,
+    now: float,
+    first_id: int,
+    jobs: int | None = None,
+    submitted_over: float = 0.0,
+) -> list[PendingJob]:
     """New submissions of the queue's mix with ids from `first_id`: about `tasks` tasks, or
     the first `jobs` jobs; submitted over the last `submitted_over` seconds (0: just now)."""
     rng = random.Random(seed)
@@ -391,6 +436,5 @@ def build_arrivals(fleet: Sequence[Node], teams: Sequence[Team], *, tasks: int, 
         if jobs is not None and len(arrivals) == jobs:
             break
         job = _pending_job(rng, next(ids), shape, picker, now)
-        arrivals.append(replace(job, submitted_at=now - rng.uniform(0, submitted_over), not_before=None,
-                                waiting_on=()))
+        arrivals.append(replace(job, submitted_at=now - rng.uniform(0, submitted_over), not_before=None, waiting_on=()))
     return arrivals

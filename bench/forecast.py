@@ -7,6 +7,7 @@ the forecast (two simulations: the bound and the likely) runs `--runs` times on 
 snapshot. Prints one JSON line: the median wall time, the simulated passes it is allowed,
 how many pending jobs got a start and how far ahead the last one is.
 """
+
 import argparse
 import gc
 import json
@@ -37,28 +38,43 @@ def main(argv=None) -> dict:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--fill", type=float, default=0.9)
-    parser.add_argument("--ask-every-instant", action="store_true",
-                        help="the reference path: ask the core even where no pass could decide anything")
+    parser.add_argument(
+        "--ask-every-instant",
+        action="store_true",
+        help="the reference path: ask the core even where no pass could decide anything",
+    )
     args = parser.parse_args(argv)
     args.passes, args.arrivals = 1, 2  # what settle() reads
     name, fleet = fleet_for(args)
     teams = build_teams(fleet)
     running, pending = build_workload(fleet, teams, pending_tasks=args.pending, fill=args.fill, seed=args.seed, now=NOW)
-    snapshot = settle(ClusterSnapshot(tuple(fleet), tuple(running), tuple(pending), teams, NOW), fleet, args,
-                      Scheduler())
+    snapshot = settle(
+        ClusterSnapshot(tuple(fleet), tuple(running), tuple(pending), teams, NOW), fleet, args, Scheduler()
+    )
     gc.collect()
     gc.freeze()
     timings, result = [], None
     for _ in range(args.runs):
         started = time.perf_counter()
-        result = forecast(snapshot, likely_fraction={team.name: 0.5 for team in teams}, max_decisions=args.max_passes,
-                          skip_quiet=not args.ask_every_instant)
+        result = forecast(
+            snapshot,
+            likely_fraction={team.name: 0.5 for team in teams},
+            max_decisions=args.max_passes,
+            skip_quiet=not args.ask_every_instant,
+        )
         timings.append((time.perf_counter() - started) * 1000)
     horizon = max(result.latest.values(), default=NOW) - NOW
-    figures = {"fleet": name, "running": len(snapshot.running), "pending_jobs": len(snapshot.pending),
-               "max_passes": args.max_passes, "forecast_ms_p50": round(statistics.median(timings), 1),
-               "forecast_ms_max": round(max(timings), 1), "jobs_forecast": len(result.latest),
-               "complete": result.complete, "horizon_h": round(horizon / 3600, 1)}
+    figures = {
+        "fleet": name,
+        "running": len(snapshot.running),
+        "pending_jobs": len(snapshot.pending),
+        "max_passes": args.max_passes,
+        "forecast_ms_p50": round(statistics.median(timings), 1),
+        "forecast_ms_max": round(max(timings), 1),
+        "jobs_forecast": len(result.latest),
+        "complete": result.complete,
+        "horizon_h": round(horizon / 3600, 1),
+    }
     print(json.dumps(figures))
     return figures
 

@@ -16,6 +16,7 @@ node token is a credential of one machine). Prints one JSON line: cases run, by 
 server errors and the first few failing requests, seconds. tests/integration/test_schema_fuzz.py
 runs the same fuzzing, shorter, in the test suite.
 """
+
 import argparse
 import json
 import logging
@@ -61,9 +62,13 @@ class Figures:
         return self.by_status_class.get("5xx", 0)
 
     def as_dict(self) -> dict:
-        return {"cases": self.cases, "by_status_class": dict(sorted(self.by_status_class.items())),
-                "server_errors": self.server_errors, "unsendable": self.unsendable,
-                "first_failures": self.failures}
+        return {
+            "cases": self.cases,
+            "by_status_class": dict(sorted(self.by_status_class.items())),
+            "server_errors": self.server_errors,
+            "unsendable": self.unsendable,
+            "first_failures": self.failures,
+        }
 
 
 def targets(schema, identities: list[Identity], real_paths: dict[str, dict]) -> list[tuple]:
@@ -93,8 +98,16 @@ def _real_parameters(path: str, real_paths: dict[str, dict]) -> dict | None:
     return None
 
 
-def fuzz(schema, *, identities: list[Identity], real_paths: dict[str, dict], cases: int, send,
-         derandomize: bool = False, seed: int | None = None) -> Figures:
+def fuzz(
+    schema,
+    *,
+    identities: list[Identity],
+    real_paths: dict[str, dict],
+    cases: int,
+    send,
+    derandomize: bool = False,
+    seed: int | None = None,
+) -> Figures:
     """Runs at least `cases` requests (if the operations allow that many distinct ones), spread
     evenly over the targets, in rounds: Hypothesis stops early on an operation with few
     possible requests, and the next round shares out what is left. `send(case, headers)`
@@ -108,8 +121,7 @@ def fuzz(schema, *, identities: list[Identity], real_paths: dict[str, dict], cas
         per_target = -(-remaining // len(plan))
         round_seed = None if seed is None else seed + round_number
         for operation, identity, mode, path_parameters in plan:
-            _fuzz_target(operation, identity, mode, path_parameters, per_target, send, figures, derandomize,
-                         round_seed)
+            _fuzz_target(operation, identity, mode, path_parameters, per_target, send, figures, derandomize, round_seed)
         if figures.cases == before:
             break
     return figures
@@ -126,8 +138,15 @@ def _fuzz_target(operation, identity, mode, path_parameters, examples, send, fig
     except Exception:  # noqa: BLE001 - e.g. nothing about this operation can be made invalid
         return
 
-    @settings(max_examples=examples, deadline=None, database=None, derandomize=derandomize,
-              phases=[Phase.generate], suppress_health_check=list(HealthCheck), verbosity=Verbosity.quiet)
+    @settings(
+        max_examples=examples,
+        deadline=None,
+        database=None,
+        derandomize=derandomize,
+        phases=[Phase.generate],
+        suppress_health_check=list(HealthCheck),
+        verbosity=Verbosity.quiet,
+    )
     @given(strategy)
     def run(case):
         try:
@@ -149,25 +168,41 @@ def _describe(case, identity: Identity) -> dict:
     from schemathesis.core import NotSet
 
     body = None if isinstance(case.body, NotSet) else case.body
-    return {"as": identity.label, "method": case.method, "path": case.formatted_path,
-            "query": repr(case.query)[:300], "body": repr(body)[:300]}
+    return {
+        "as": identity.label,
+        "method": case.method,
+        "path": case.formatted_path,
+        "query": repr(case.query)[:300],
+        "body": repr(body)[:300],
+    }
 
 
 # --- in-process: a scratch database and the WSGI application --------------------------------
 
+
 def in_process_send(app):
     def send(case, headers):
         return case.call(app=app, headers=headers).status_code
+
     return send
 
 
 def setup_scratch(database_url: str, redis_url: str) -> None:
     from bench.latency import recreate_database
 
-    os.environ.update({"DATABASE_URL": database_url, "REDIS_URL": redis_url, "DJANGO_SETTINGS_MODULE":
-                       "mlqueue.settings", "DEBUG": "0", "SECRET_KEY": os.urandom(32).hex(),
-                       "SECURE_SSL_REDIRECT": "0", "MLQ_SUBMIT_RATE": "off", "MLQ_AGENT_JOIN_TOKEN": JOIN_TOKEN,
-                       "MLQ_DB_POOL": "0"})
+    os.environ.update(
+        {
+            "DATABASE_URL": database_url,
+            "REDIS_URL": redis_url,
+            "DJANGO_SETTINGS_MODULE": "mlqueue.settings",
+            "DEBUG": "0",
+            "SECRET_KEY": os.urandom(32).hex(),
+            "SECURE_SSL_REDIRECT": "0",
+            "MLQ_SUBMIT_RATE": "off",
+            "MLQ_AGENT_JOIN_TOKEN": JOIN_TOKEN,
+            "MLQ_DB_POOL": "0",
+        }
+    )
     recreate_database(database_url)
     sys.path.insert(0, str(ROOT))
     import django
@@ -194,13 +229,27 @@ def demo_world() -> tuple[list[Identity], dict[str, dict]]:
     team, spec = check_job_submission(user=alice, data={"team": "research-foundation-models", "command": ["true"]})
     job, _ = do_submit_job(user=alice, team=team, spec=spec)
     seeded_node = Node.objects.order_by("name").first().name
-    node, node_token = do_register_node(name="fuzz-node", inventory={
-        "zone": "z1", "rack": "z1-r1", "gpu_type": "H100", "gpu_count": 8, "cpu_count": 64, "memory_gb": 512})
-    identities = [Identity(name, f"Bearer {ApiToken.issue(user=users.get(username=name))[1]}")
-                  for name in ("alice", "ops")]
+    node, node_token = do_register_node(
+        name="fuzz-node",
+        inventory={
+            "zone": "z1",
+            "rack": "z1-r1",
+            "gpu_type": "H100",
+            "gpu_count": 8,
+            "cpu_count": 64,
+            "memory_gb": 512,
+        },
+    )
+    identities = [
+        Identity(name, f"Bearer {ApiToken.issue(user=users.get(username=name))[1]}") for name in ("alice", "ops")
+    ]
     identities.append(Identity("agent", f"Bearer {node_token}", agent=True))
-    real_paths = {"/api/v1/jobs/": {"job_id": job.pk}, "/api/v1/teams/": {"name": "research-foundation-models"},
-                  "/api/v1/nodes/": {"name": seeded_node}, AGENT_PREFIX: {"name": node.name}}
+    real_paths = {
+        "/api/v1/jobs/": {"job_id": job.pk},
+        "/api/v1/teams/": {"name": "research-foundation-models"},
+        "/api/v1/nodes/": {"name": seeded_node},
+        AGENT_PREFIX: {"name": node.name},
+    }
     return identities, real_paths
 
 
@@ -235,20 +284,28 @@ def run_in_process(args) -> dict:
     identities, real_paths = demo_world()
     schema = load_schema_in_process(application, identities[0].authorization)
     started = time.monotonic()
-    figures = fuzz(schema, identities=identities, real_paths=real_paths, cases=args.cases, seed=args.seed,
-                   send=JoinTokenForRegister(in_process_send(application)))
+    figures = fuzz(
+        schema,
+        identities=identities,
+        real_paths=real_paths,
+        cases=args.cases,
+        seed=args.seed,
+        send=JoinTokenForRegister(in_process_send(application)),
+    )
     return {**figures.as_dict(), "seconds": round(time.monotonic() - started, 1), "target": "in-process WSGI"}
 
 
 # --- a live server ----------------------------------------------------------------------------
+
 
 def run_live(args) -> dict:
     import schemathesis
 
     member = Identity("member", f"Bearer {args.token}")
     identities = [member] + ([Identity("admin", f"Bearer {args.admin_token}")] if args.admin_token else [])
-    schema = schemathesis.openapi.from_url(f"{args.url.rstrip('/')}/api/schema/?format=json",
-                                           headers={"Authorization": member.authorization})
+    schema = schemathesis.openapi.from_url(
+        f"{args.url.rstrip('/')}/api/schema/?format=json", headers={"Authorization": member.authorization}
+    )
 
     def send(case, headers):
         return case.call(base_url=args.url.rstrip("/"), headers=headers, timeout=30).status_code

@@ -11,6 +11,7 @@ every 5 s = 500/s). Prints one JSON line: heartbeats per second, latency p50/p99
 The load generator and the web tier share this machine's cores, so the line also gives the web
 processes' own CPU per heartbeat (from /proc) and the cores 500/s would take at that cost.
 """
+
 import argparse
 import http.client
 import json
@@ -59,16 +60,21 @@ def register_nodes(count: int) -> list[tuple[str, str]]:
     return [(f"vn-{i:05d}", do_register_node(name=f"vn-{i:05d}", inventory=inventory)[1]) for i in range(count)]
 
 
-def client(ports: list[int], nodes: list[tuple[str, str]], seconds: float, connections: int, rate: float,
-           queue) -> None:
+def client(
+    ports: list[int], nodes: list[tuple[str, str]], seconds: float, connections: int, rate: float, queue
+) -> None:
     """`connections` threads, each with its own keep-alive connection and share of the nodes,
     sending heartbeats back to back or spaced to its share of `rate`. Latency counts from when
     a heartbeat was due, so a server that falls behind shows it. Reports (count, errors,
     latencies in ms) through `queue`."""
     results = []
-    threads = [threading.Thread(target=connection_loop, args=(ports[i % len(ports)], nodes[i::connections], seconds,
-                                                                rate / connections, results))
-               for i in range(connections)]
+    threads = [
+        threading.Thread(
+            target=connection_loop,
+            args=(ports[i % len(ports)], nodes[i::connections], seconds, rate / connections, results),
+        )
+        for i in range(connections)
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -89,8 +95,12 @@ def connection_loop(port: int, nodes: list[tuple[str, str]], seconds: float, rat
         index += 1
         began = time.perf_counter() - max(0.0, time.monotonic() - due)
         try:
-            conn.request("POST", f"/api/v1/agents/{name}/heartbeat", body,
-                         {"Content-Type": "application/json", "Authorization": f"Bearer {token}"})
+            conn.request(
+                "POST",
+                f"/api/v1/agents/{name}/heartbeat",
+                body,
+                {"Content-Type": "application/json", "Authorization": f"Bearer {token}"},
+            )
             response = conn.getresponse()
             response.read()
             ok = response.status == 200
@@ -115,9 +125,17 @@ def nearest_rank(values: list[float], percentile: float) -> float:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    env = {**os.environ, "DATABASE_URL": args.database_url, "REDIS_URL": args.redis_url, "DEBUG": "0",
-           "DJANGO_SETTINGS_MODULE": "mlqueue.settings", "SECURE_SSL_REDIRECT": "0", "ALLOWED_HOSTS": "127.0.0.1",
-           "LOG_LEVEL": "WARNING", "SECRET_KEY": os.environ.get("SECRET_KEY") or secrets.token_urlsafe(50)}
+    env = {
+        **os.environ,
+        "DATABASE_URL": args.database_url,
+        "REDIS_URL": args.redis_url,
+        "DEBUG": "0",
+        "DJANGO_SETTINGS_MODULE": "mlqueue.settings",
+        "SECURE_SSL_REDIRECT": "0",
+        "ALLOWED_HOSTS": "127.0.0.1",
+        "LOG_LEVEL": "WARNING",
+        "SECRET_KEY": os.environ.get("SECRET_KEY") or secrets.token_urlsafe(50),
+    }
     recreate_database(args.database_url)
     subprocess.run([sys.executable, "manage.py", "migrate", "--verbosity", "0"], cwd=ROOT, env=env, check=True)
     os.environ.update(env)
@@ -126,16 +144,26 @@ def main(argv=None) -> None:
     django.setup()
     nodes = register_nodes(args.nodes)
     ports = [free_port() for _ in range(args.web)]
-    web = [subprocess.Popen([sys.executable, "-m", "daphne", "-v", "0", "-b", "127.0.0.1", "-p", str(port),
-                             "mlqueue.asgi:application"], cwd=ROOT, env=env) for port in ports]
+    web = [
+        subprocess.Popen(
+            [sys.executable, "-m", "daphne", "-v", "0", "-b", "127.0.0.1", "-p", str(port), "mlqueue.asgi:application"],
+            cwd=ROOT,
+            env=env,
+        )
+        for port in ports
+    ]
     try:
         time.sleep(3)
         cpu_before = sum(cpu_seconds(proc.pid) for proc in web)
         queue = multiprocessing.Queue()
-        share = [nodes[i::args.clients] for i in range(args.clients)]
+        share = [nodes[i :: args.clients] for i in range(args.clients)]
         per_client = args.rate / args.clients if args.rate else 0.0
-        workers = [multiprocessing.Process(target=client, args=(ports, share[i], args.seconds, args.connections,
-                                                                 per_client, queue)) for i in range(args.clients)]
+        workers = [
+            multiprocessing.Process(
+                target=client, args=(ports, share[i], args.seconds, args.connections, per_client, queue)
+            )
+            for i in range(args.clients)
+        ]
         for worker in workers:
             worker.start()
         results = [queue.get() for _ in workers]
@@ -148,16 +176,25 @@ def main(argv=None) -> None:
             proc.wait(timeout=10)
     latencies = [ms for _, _, batch in results for ms in batch]
     total = sum(count for count, _, _ in results)
-    print(json.dumps({
-        "virtual_nodes": args.nodes, "web_processes": args.web, "clients": args.clients * args.connections,
-        "target_rate": args.rate or None,
-        "seconds": args.seconds, "heartbeats": total, "heartbeats_per_s": round(total / args.seconds, 1),
-        "p50_ms": round(statistics.median(latencies), 1), "p99_ms": round(nearest_rank(latencies, 99), 1),
-        "errors": sum(errors for _, errors, _ in results),
-        # The web tier's own CPU per heartbeat, and the cores 500/s would take at that cost.
-        "web_cpu_ms_per_heartbeat": round(web_cpu * 1000 / max(total, 1), 2),
-        "web_cores_for_500_per_s": round(web_cpu / max(total, 1) * 500, 2),
-    }))
+    print(
+        json.dumps(
+            {
+                "virtual_nodes": args.nodes,
+                "web_processes": args.web,
+                "clients": args.clients * args.connections,
+                "target_rate": args.rate or None,
+                "seconds": args.seconds,
+                "heartbeats": total,
+                "heartbeats_per_s": round(total / args.seconds, 1),
+                "p50_ms": round(statistics.median(latencies), 1),
+                "p99_ms": round(nearest_rank(latencies, 99), 1),
+                "errors": sum(errors for _, errors, _ in results),
+                # The web tier's own CPU per heartbeat, and the cores 500/s would take at that cost.
+                "web_cpu_ms_per_heartbeat": round(web_cpu * 1000 / max(total, 1), 2),
+                "web_cores_for_500_per_s": round(web_cpu / max(total, 1) * 500, 2),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ time, as a user would, and times each from its commit to its assignment being vi
 store (polled every 2 ms). Each job then reports a clean exit so the cluster stays idle.
 Prints one JSON line.
 """
+
 import argparse
 import json
 import math
@@ -50,8 +51,13 @@ def manage(*args: str, env: dict) -> None:
 
 
 def setup(args) -> dict:
-    env = {**os.environ, "DATABASE_URL": args.database_url, "REDIS_URL": args.redis_url,
-           "DJANGO_SETTINGS_MODULE": "mlqueue.settings", "DEBUG": "1"}
+    env = {
+        **os.environ,
+        "DATABASE_URL": args.database_url,
+        "REDIS_URL": args.redis_url,
+        "DJANGO_SETTINGS_MODULE": "mlqueue.settings",
+        "DEBUG": "1",
+    }
     recreate_database(args.database_url)
     manage("migrate", "--verbosity", "0", env=env)
     manage("seed_demo", "--force", env=env)
@@ -72,8 +78,12 @@ def submit_and_wait(user, index: int) -> float:
     from scheduling.models import Task
     from scheduling.services import check_job_submission, do_submit_job
 
-    data = {"team": "research-vision", "command": ["true"], "client_job_id": f"latency-{index}",
-            "resources": {"gpu_count": 1, "gpu_type": "A100"}}
+    data = {
+        "team": "research-vision",
+        "command": ["true"],
+        "client_job_id": f"latency-{index}",
+        "resources": {"gpu_count": 1, "gpu_type": "A100"},
+    }
     team, spec = check_job_submission(user=user, data=data)
     job, _ = do_submit_job(user=user, team=team, spec=spec)
     committed = time.monotonic()
@@ -95,8 +105,13 @@ def nearest_rank(values: list[float], percentile: float) -> float:
 def main(argv=None) -> None:
     args = parse_args(argv)
     env = setup(args)
-    scheduler = subprocess.Popen([sys.executable, "manage.py", "run_scheduler"], cwd=ROOT, env=env,
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    scheduler = subprocess.Popen(
+        [sys.executable, "manage.py", "run_scheduler"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         from django.contrib.auth import get_user_model
         from scheduling.models import SchedulerLease
@@ -109,11 +124,17 @@ def main(argv=None) -> None:
     finally:
         scheduler.terminate()
         scheduler.wait(timeout=15)
-    print(json.dumps({
-        "jobs": len(latencies), "p50_ms": round(statistics.median(latencies), 1),
-        "p99_ms": round(nearest_rank(latencies, 99), 1), "max_ms": round(max(latencies), 1),
-        "mean_ms": round(statistics.mean(latencies), 1),
-    }))
+    print(
+        json.dumps(
+            {
+                "jobs": len(latencies),
+                "p50_ms": round(statistics.median(latencies), 1),
+                "p99_ms": round(nearest_rank(latencies, 99), 1),
+                "max_ms": round(max(latencies), 1),
+                "mean_ms": round(statistics.mean(latencies), 1),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ running, the rest ended), then renders the page as a member and as an admin, for
 people use: active jobs in queue order, all jobs newest first, and a page far back. Prints one
 JSON line with the median milliseconds of each over several renders.
 """
+
 import argparse
 import json
 import os
@@ -39,8 +40,14 @@ def populate(count: int) -> None:
     from teams.models import Team
 
     owners = {u.username: u for u in get_user_model().objects.all()}
-    teams = [(Team.objects.get(name=t), owners[u]) for t, u in
-             (("research-foundation-models", "alice"), ("research-vision", "victor"), ("production-ranking", "bob"))]
+    teams = [
+        (Team.objects.get(name=t), owners[u])
+        for t, u in (
+            ("research-foundation-models", "alice"),
+            ("research-vision", "victor"),
+            ("production-ranking", "bob"),
+        )
+    ]
     now, states = timezone.now(), ["SUCCEEDED"] * 7 + ["FAILED", "CANCELLED"] + ["PENDING"]
     for first in range(0, count, 5000):
         jobs = [_job(i, teams[i % 3], states[i % len(states)], now) for i in range(first, min(count, first + 5000))]
@@ -55,10 +62,21 @@ def _job(i: int, team_owner, state: str, now):
 
     team, owner = team_owner
     spec = {"name": f"job-{i}", "team": team.name, "command": ["true"]}
-    return Job(team=team, owner=owner, name=f"job-{i}", command=["true"], spec=spec, spec_digest=str(i), state=state,
-               gpu_type="H100", gpu_count=8, gpus_per_task=8, submitted_at=now - timedelta(seconds=i),
-               pending_reason_code="INSUFFICIENT_CAPACITY" if state == "PENDING" else "",
-               pending_reason_message="needs 8 H100; 0 of 128 free" if state == "PENDING" else "")
+    return Job(
+        team=team,
+        owner=owner,
+        name=f"job-{i}",
+        command=["true"],
+        spec=spec,
+        spec_digest=str(i),
+        state=state,
+        gpu_type="H100",
+        gpu_count=8,
+        gpus_per_task=8,
+        submitted_at=now - timedelta(seconds=i),
+        pending_reason_code="INSUFFICIENT_CAPACITY" if state == "PENDING" else "",
+        pending_reason_message="needs 8 H100; 0 of 128 free" if state == "PENDING" else "",
+    )
 
 
 def render_ms(client, url: str, renders: int) -> float:
@@ -73,8 +91,14 @@ def render_ms(client, url: str, renders: int) -> float:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    env = {**os.environ, "DATABASE_URL": args.database_url, "DJANGO_SETTINGS_MODULE": "mlqueue.settings",
-           "DEBUG": "1", "ALLOWED_HOSTS": "testserver", "MLQ_DB_POOL": "0"}
+    env = {
+        **os.environ,
+        "DATABASE_URL": args.database_url,
+        "DJANGO_SETTINGS_MODULE": "mlqueue.settings",
+        "DEBUG": "1",
+        "ALLOWED_HOSTS": "testserver",
+        "MLQ_DB_POOL": "0",
+    }
     env.pop("REDIS_URL", None)
     recreate_database(args.database_url)
     subprocess.run([sys.executable, "manage.py", "migrate", "--verbosity", "0"], cwd=ROOT, env=env, check=True)

@@ -13,6 +13,7 @@ same jobs and adds the ratios to it: `avg_wait_vs_easy`, `max_wait_vs_easy`, `av
 `--quotas FILE.json` ({"team": guaranteed GPUs, ...}) replays the same trace under quotas an
 admin is considering, before applying them.
 """
+
 import argparse
 import json
 import math
@@ -51,22 +52,38 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--quotas", default="proportional", help="proportional, equal, none, or a JSON file")
     parser.add_argument("--checkpoint-interval", type=float, default=1800.0, help="seconds; 0: no checkpoints")
     parser.add_argument("--grace", type=float, default=120.0)
-    parser.add_argument("--restart-overhead", type=float, default=0.0,
-                        help="seconds a job restarted after a preemption or node loss spends before its work "
-                        "resumes (image pull, data and checkpoint load), counted as lost work; 0: free")
+    parser.add_argument(
+        "--restart-overhead",
+        type=float,
+        default=0.0,
+        help="seconds a job restarted after a preemption or node loss spends before its work "
+        "resumes (image pull, data and checkpoint load), counted as lost work; 0: free",
+    )
     parser.add_argument("--tick", type=float, default=600.0)
     parser.add_argument("--node-failures", type=int, default=0)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--wait-bound", type=float, help="mlqueue: seconds before a waiting job goes first and "
-                        "holds its reservation strictly (default: the core's)")
+    parser.add_argument(
+        "--wait-bound",
+        type=float,
+        help="mlqueue: seconds before a waiting job goes first and "
+        "holds its reservation strictly (default: the core's)",
+    )
     parser.add_argument("--aging", type=float, help="mlqueue: seconds of waiting per priority class gained")
     parser.add_argument("--no-shortest-first", action="store_true", help="mlqueue: oldest first within a team")
     parser.add_argument("--order", choices=["fair_share", "weighted_shortest"], help="mlqueue: the queue order")
     parser.add_argument("--reservations", type=int, help="mlqueue: blocked jobs per class holding a reservation")
-    parser.add_argument("--set", action="append", metavar="FIELD=JSON",
-                        help="mlqueue: any PolicyConfig field, e.g. --set max_reclaim_searches=16 (repeatable)")
-    parser.add_argument("--baseline", default="easy", choices=["easy", "fifo", "sjf", "none"],
-                        help="also replay this policy and report ratios to it (avg_jct_vs_easy, ...)")
+    parser.add_argument(
+        "--set",
+        action="append",
+        metavar="FIELD=JSON",
+        help="mlqueue: any PolicyConfig field, e.g. --set max_reclaim_searches=16 (repeatable)",
+    )
+    parser.add_argument(
+        "--baseline",
+        default="easy",
+        choices=["easy", "fifo", "sjf", "none"],
+        help="also replay this policy and report ratios to it (avg_jct_vs_easy, ...)",
+    )
     parser.add_argument("--table", action="store_true", help="also print a markdown table row (to stderr)")
     return parser.parse_args(argv)
 
@@ -174,8 +191,15 @@ def main(argv=None) -> dict:
     setup = {"quotas": args.quotas, "runtime_estimate": args.runtime_estimate}
     if args.policy == "mlqueue":
         setup.update(order=knobs.order, wait_bound_s=knobs.reservation_wait_bound_s)
-    figures = {"policy": args.policy, "nodes": len(fleet), **setup, **summary,
-               "refused": refused, "wall_s": round(wall, 1), "jobs_per_min": round(len(jobs) / wall * 60) if wall else None}
+    figures = {
+        "policy": args.policy,
+        "nodes": len(fleet),
+        **setup,
+        **summary,
+        "refused": refused,
+        "wall_s": round(wall, 1),
+        "jobs_per_min": round(len(jobs) / wall * 60) if wall else None,
+    }
     if args.baseline not in ("none", args.policy):
         figures.update(versus(figures, {"policy": args.baseline, **replay(args, args.baseline, fleet, jobs, owed)}))
     print(json.dumps(figures))
@@ -188,9 +212,15 @@ def replay(args, name: str, fleet, jobs, owed: dict[str, int]) -> dict:
     """One policy over the jobs: its summary figures."""
     gpus = sum(n.gpus for n in fleet)
     policy = make_policy(name, durations={job.job_id: job.duration for job in jobs})
-    config = SimConfig(checkpoint_interval_s=args.checkpoint_interval, grace_s=args.grace, tick_s=args.tick,
-                       restart_overhead_s=args.restart_overhead,
-                       gpu_type=args.gpu_type, node_failures=args.node_failures, seed=args.seed)
+    config = SimConfig(
+        checkpoint_interval_s=args.checkpoint_interval,
+        grace_s=args.grace,
+        tick_s=args.tick,
+        restart_overhead_s=args.restart_overhead,
+        gpu_type=args.gpu_type,
+        node_failures=args.node_failures,
+        seed=args.seed,
+    )
     sim = Simulation(fleet, teams_for(owed, args.gpu_type, gpus), jobs, policy, config, policy_config(args)).run()
     return summarize(sim, entitlements={t: float(g) for t, g in owed.items()})
 

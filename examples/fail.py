@@ -1,4 +1,5 @@
 """Fails on purpose, to show retries with back-off: exits 3 until attempt $SUCCEED_ON."""
+
 import os
 import sys
 

@@ -1,5 +1,6 @@
 """Run as every rank of a gang: checks the torchrun variables mlqueue sets, and that all ranks
 agree on where rank 0 is. Exits non-zero if anything is off."""
+
 import os
 import sys
 

@@ -6,6 +6,7 @@ MLQ_CHECKPOINT_INTERVAL_S), every CKPT_EVERY steps if set, and on SIGTERM (a pre
 drain), then confirms it with `mlqueue.checkpoint.done(step=...)`: the scheduler then knows
 what a preemption would lose. Preempt it (or drain its node) half-way: the next attempt
 starts from the last saved step."""
+
 import json
 import os
 import signal

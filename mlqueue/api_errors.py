@@ -3,6 +3,7 @@
 `fields` uses dotted paths so a client can point at the exact spec field; `detail` repeats the
 first problem as one sentence for humans and logs.
 """
+
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from rest_framework import exceptions

@@ -1,4 +1,5 @@
 """HTTP and WebSocket routing. WebSocket routes are added by the apps that push live views."""
+
 import os
 
 from django.core.asgi import get_asgi_application

@@ -1,6 +1,7 @@
 """A circuit breaker for Redis, which mlqueue treats as a cache: after an error, Redis is not
 asked again for a few seconds, so that no heartbeat, submit or pass waits on a dead Redis's
 timeout each time. One line is logged when it goes away and one when it is back."""
+
 import logging
 import time
 

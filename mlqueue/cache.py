@@ -7,6 +7,7 @@ own memory (the limits still hold, per process), and Redis is not asked again fo
 (mlqueue.breaker), so no request waits on its timeout. One line is logged when the fallback
 starts and one when Redis is back; what was counted in memory meanwhile is then dropped, as Redis
 is the record again."""
+
 from django.core.cache.backends.base import DEFAULT_TIMEOUT
 from django.core.cache.backends.locmem import LocMemCache
 from django.core.cache.backends.redis import RedisCache

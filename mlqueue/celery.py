@@ -1,5 +1,6 @@
 """The Celery app. Its one task is the fast path for grace deadlines (scheduling/tasks.py); the
 leader's sweep is the guarantee."""
+
 import os
 
 from celery import Celery

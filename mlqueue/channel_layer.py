@@ -6,6 +6,7 @@ loop blocks in BZPOPMIN for `brpop_timeout` seconds, so the socket timeout must 
 that: with channels_redis's 5 s it must exceed 5 s (redis-py 8's own default of exactly 5 s
 ends the loop of every socket idle for 5 s, and live views stop updating). A 1 s BZPOPMIN
 costs one command a second per web process and lets the timeout be 2 s."""
+
 from channels_redis.core import RedisChannelLayer
 
 from mlqueue.breaker import RedisBreaker

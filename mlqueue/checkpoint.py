@@ -14,6 +14,7 @@ removed, only where they lie inside MLQ_CHECKPOINT_DIR. See docs/checkpoints.md.
 
 This runs in the job's own process, as the job's user: never in the node agent.
 """
+
 import json
 import os
 import shutil

@@ -1,4 +1,5 @@
 """API exceptions the services raise; mlqueue.api_errors renders them."""
+
 from rest_framework import exceptions, status
 
 BODY_TOO_LARGE = "request body is over the limit of {limit} bytes"

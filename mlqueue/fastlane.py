@@ -11,6 +11,7 @@ ALLOWED_HOSTS (CommonMiddleware), the redirect of plain HTTP to HTTPS (SecurityM
 control characters in the path (mlqueue.middleware), and the body's size, depth and text
 (mlqueue.parsers). While Postgres cannot be reached it answers 503 with Retry-After, as
 mlqueue.middleware.DatabaseOutages does for Django's requests: the agent keeps its tasks."""
+
 import json
 import logging
 import re
@@ -23,8 +24,14 @@ from rest_framework import exceptions
 
 from agents.heartbeats import handle
 from mlqueue.api_errors import flatten_errors
-from mlqueue.middleware import (DATABASE_UNAVAILABLE, RETRY_AFTER_S, check_path_and_query, database_outages,
-                                host_is_allowed, is_database_unavailable)
+from mlqueue.middleware import (
+    DATABASE_UNAVAILABLE,
+    RETRY_AFTER_S,
+    check_path_and_query,
+    database_outages,
+    host_is_allowed,
+    is_database_unavailable,
+)
 from mlqueue.parsers import BodyError, loads_body
 
 log = logging.getLogger(__name__)

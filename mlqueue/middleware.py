@@ -7,6 +7,7 @@ and line breaks but not NUL. The heartbeat lane (mlqueue/fastlane.py) applies th
 
 Also answers 503 with Retry-After, never a 500, while Postgres cannot be reached
 (DatabaseOutages); the heartbeat lane does the same."""
+
 import logging
 import re
 import sys
@@ -58,8 +59,10 @@ def check_path_and_query(path: str, query_string: str) -> tuple[str, str] | None
 
 
 def check_form(request) -> tuple[str, str] | None:
-    if request.method != "POST" or request.content_type not in ("application/x-www-form-urlencoded",
-                                                                  "multipart/form-data"):
+    if request.method != "POST" or request.content_type not in (
+        "application/x-www-form-urlencoded",
+        "multipart/form-data",
+    ):
         return None
     try:
         fields = request.POST.lists()
@@ -133,8 +136,11 @@ class OutageLog:
         now = time.monotonic()
         if now >= self.next_at:
             self.next_at = now + OUTAGE_LOG_EVERY_S
-            log.warning("the database is unavailable (%s): answering 503, Retry-After %d s",
-                        str(exc).strip() or type(exc).__name__, RETRY_AFTER_S)
+            log.warning(
+                "the database is unavailable (%s): answering 503, Retry-After %d s",
+                str(exc).strip() or type(exc).__name__,
+                RETRY_AFTER_S,
+            )
 
 
 database_outages = OutageLog()

@@ -3,6 +3,7 @@ out is a 400 naming the parameter.
 
 DRF's CursorPagination answers some bad cursors with a 404 and passes others (any text as the
 position, a huge integer) straight into the query, where they fail as a 500."""
+
 import re
 
 from django.core.exceptions import FieldDoesNotExist, ValidationError as DjangoValidationError

@@ -3,6 +3,7 @@
 DRF reads the request stream itself, so Django's DATA_UPLOAD_MAX_MEMORY_SIZE never sees a JSON
 body; this parser enforces it. `loads_body` is shared with the heartbeat lane (mlqueue/fastlane.py),
 which parses its bodies without DRF."""
+
 import json
 import re
 from itertools import accumulate
@@ -57,7 +58,8 @@ def first_bad_text(data, path: str = "") -> tuple[str, str] | None:
         if found is None:
             return None
         return path or "body", NUL_IN_TEXT if found[0] == "\x00" else LONE_SURROGATE.format(
-            code=f"U+{ord(found[0]):04X}")
+            code=f"U+{ord(found[0]):04X}"
+        )
     items = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, list) else ()
     for key, value in items:
         bad_key = first_bad_text(key, path)

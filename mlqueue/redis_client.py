@@ -13,6 +13,7 @@ Clients that block in Redis on purpose need a socket timeout above their longest
 channels_redis's BZPOPMIN and Celery's BRPOP (mlqueue/channel_layer.py, settings.py). Those are
 built by their libraries from settings; the constants below are theirs too.
 """
+
 import redis
 from django.conf import settings
 
@@ -28,5 +29,6 @@ assert BLOCKING_SOCKET_TIMEOUT_S > BLOCKING_WAIT_S
 def redis_client(url: str | None = None) -> redis.Redis:
     """A client of `url` (settings.REDIS_URL by default) with mlqueue's command timeouts.
     Opening one connects to nothing yet: the first command does."""
-    return redis.Redis.from_url(url or settings.REDIS_URL, socket_connect_timeout=CONNECT_TIMEOUT_S,
-                                socket_timeout=COMMAND_TIMEOUT_S)
+    return redis.Redis.from_url(
+        url or settings.REDIS_URL, socket_connect_timeout=CONNECT_TIMEOUT_S, socket_timeout=COMMAND_TIMEOUT_S
+    )

@@ -1,6 +1,7 @@
 """WebSocket URL patterns. Browser sockets must come from our own origin (scheme, host and port:
 mlqueue/websocket_origin.py) and are authenticated by session; agent sockets (no browser, no
 Origin) by their node token."""
+
 from django.urls import path
 
 from agents.consumers import AgentWakeConsumer

@@ -4,6 +4,7 @@ With no DATABASE_URL / REDIS_URL the same code runs embedded: a SQLite file, an 
 channel layer and Celery tasks run eagerly in-process. Postgres and Redis are what tests,
 benchmarks and production use.
 """
+
 import os
 from pathlib import Path
 
@@ -11,7 +12,10 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from mlqueue.redis_client import (
-    BLOCKING_CONNECT_TIMEOUT_S, BLOCKING_SOCKET_TIMEOUT_S, COMMAND_TIMEOUT_S, CONNECT_TIMEOUT_S,
+    BLOCKING_CONNECT_TIMEOUT_S,
+    BLOCKING_SOCKET_TIMEOUT_S,
+    COMMAND_TIMEOUT_S,
+    CONNECT_TIMEOUT_S,
 )
 from scheduling.core.model import MIN_RUNTIME_BY_CLASS, PRIORITIES
 
@@ -125,7 +129,10 @@ if DATABASE_URL:
         # `timeout`: how long a request waits for a connection before it answers 503
         # (mlqueue/middleware.py). While Postgres is down every request waits this long.
         DATABASES["default"]["OPTIONS"]["pool"] = {
-            "min_size": env_int("MLQ_DB_POOL_MIN", 1), "max_size": env_int("MLQ_DB_POOL_MAX", 10), "timeout": 2}
+            "min_size": env_int("MLQ_DB_POOL_MIN", 1),
+            "max_size": env_int("MLQ_DB_POOL_MAX", 10),
+            "timeout": 2,
+        }
 else:
     VAR_DIR.mkdir(parents=True, exist_ok=True)
     DATABASES = {
@@ -143,26 +150,51 @@ if REDIS_URL:
     # Redis is a cache: each process counts in its own memory while it fails (mlqueue/cache.py).
     # Short timeouts everywhere: a Redis that stops answering must not hold a request or a pass.
     # The same timeouts as mlqueue.redis_client's, which says why each is what it is.
-    CACHES = {"default": {"BACKEND": "mlqueue.cache.FallbackRedisCache", "LOCATION": REDIS_URL,
-                          "OPTIONS": {"socket_connect_timeout": CONNECT_TIMEOUT_S,
-                                      "socket_timeout": COMMAND_TIMEOUT_S}}}
-    CHANNEL_LAYERS = {"default": {"BACKEND": "mlqueue.channel_layer.ShortWaitRedisChannelLayer", "CONFIG": {
-        "hosts": [{"address": REDIS_URL, "socket_connect_timeout": BLOCKING_CONNECT_TIMEOUT_S,
-                   "socket_timeout": BLOCKING_SOCKET_TIMEOUT_S}]}}}
+    CACHES = {
+        "default": {
+            "BACKEND": "mlqueue.cache.FallbackRedisCache",
+            "LOCATION": REDIS_URL,
+            "OPTIONS": {"socket_connect_timeout": CONNECT_TIMEOUT_S, "socket_timeout": COMMAND_TIMEOUT_S},
+        }
+    }
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "mlqueue.channel_layer.ShortWaitRedisChannelLayer",
+            "CONFIG": {
+                "hosts": [
+                    {
+                        "address": REDIS_URL,
+                        "socket_connect_timeout": BLOCKING_CONNECT_TIMEOUT_S,
+                        "socket_timeout": BLOCKING_SOCKET_TIMEOUT_S,
+                    }
+                ]
+            },
+        }
+    }
     CELERY_BROKER_URL = REDIS_URL
     CELERY_TASK_ALWAYS_EAGER = False
     # A publish (the grace deadline's kill, scheduling/stopping.py) gives up within about 2 s when
     # Redis is down or hung; the leader's sweep kills on time without it. The socket timeout must
     # stay above the worker's 1 s BRPOP.
     CELERY_BROKER_CONNECTION_TIMEOUT = BLOCKING_CONNECT_TIMEOUT_S
-    CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_connect_timeout": BLOCKING_CONNECT_TIMEOUT_S,
-                                       "socket_timeout": BLOCKING_SOCKET_TIMEOUT_S}
-    CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.2,
-                                        "interval_max": 0.2}
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "socket_connect_timeout": BLOCKING_CONNECT_TIMEOUT_S,
+        "socket_timeout": BLOCKING_SOCKET_TIMEOUT_S,
+    }
+    CELERY_TASK_PUBLISH_RETRY_POLICY = {
+        "max_retries": 1,
+        "interval_start": 0,
+        "interval_step": 0.2,
+        "interval_max": 0.2,
+    }
 else:
     # Shared by the processes of one machine (web, scheduler), as Redis would be.
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
-                          "LOCATION": str(VAR_DIR / "cache")}}
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
+            "LOCATION": str(VAR_DIR / "cache"),
+        }
+    }
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
     CELERY_BROKER_URL = "memory://"
     CELERY_TASK_ALWAYS_EAGER = True
@@ -289,8 +321,10 @@ def env_min_runtime(name: str, single: str) -> dict[str, float]:
     for item in filter(None, (part.strip() for part in raw.split(","))):
         klass, sep, value = (piece.strip() for piece in item.partition("="))
         if not sep or klass not in PRIORITIES:
-            raise ImproperlyConfigured(f"{name}={raw!r}: {item!r} is not CLASS=SECONDS with a class of "
-                                       f"{', '.join(PRIORITIES)} (e.g. P0=0,P1=600)")
+            raise ImproperlyConfigured(
+                f"{name}={raw!r}: {item!r} is not CLASS=SECONDS with a class of "
+                f"{', '.join(PRIORITIES)} (e.g. P0=0,P1=600)"
+            )
         found[klass] = _seconds(name, raw, value)
     return found
 
@@ -337,6 +371,7 @@ MLQ_MAX_LOG_CHARS = env_int("MLQ_MAX_LOG_CHARS", 10_000_000)  # per task attempt
 # after a pass, and at most this many simulated passes each.
 MLQ_FORECAST_INTERVAL_S = float(os.environ.get("MLQ_FORECAST_INTERVAL_S", "5"))
 MLQ_FORECAST_MAX_PASSES = env_int("MLQ_FORECAST_MAX_PASSES", 200)
+
 
 # --- Abuse limits and who may reach what (SECURITY.md).
 def env_positive(name: str, default: int) -> int:

@@ -1,5 +1,6 @@
 """Text people read as names (job, team, node and label names): refused when it holds an
 invisible or control character, which can make one name read as another. Shared by every app."""
+
 import unicodedata
 
 from django.core.exceptions import ValidationError as DjangoValidationError

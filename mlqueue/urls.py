@@ -37,8 +37,9 @@ api_v1 = [
     endpoint(r"nodes/(?P<name>[^/]+)/cordon", agents_api.NodeAction.as_view(action="cordon"), "node-cordon"),
     endpoint(r"nodes/(?P<name>[^/]+)/drain", agents_api.NodeAction.as_view(action="drain"), "node-drain"),
     endpoint(r"nodes/(?P<name>[^/]+)/uncordon", agents_api.NodeAction.as_view(action="uncordon"), "node-uncordon"),
-    endpoint(r"nodes/(?P<name>[^/]+)/reset-token", agents_api.NodeAction.as_view(action="reset-token"),
-             "node-reset-token"),
+    endpoint(
+        r"nodes/(?P<name>[^/]+)/reset-token", agents_api.NodeAction.as_view(action="reset-token"), "node-reset-token"
+    ),
     endpoint(r"nodes/(?P<name>[^/]+)/reclaim-notice", agents_api.ReclaimNotice.as_view(), "node-reclaim-notice"),
     endpoint("agents/register", agents_api.AgentRegister.as_view(), "agent-register"),
     endpoint(r"agents/(?P<name>[^/]+)/heartbeat", agents_api.AgentHeartbeat.as_view(), "agent-heartbeat"),
@@ -58,8 +59,13 @@ pages = [
     path("teams/", team_pages.page, name="teams-page"),
     path("nodes/", node_pages.page, name="nodes-page"),
     # Both password forms count failures and refuse (429) a locked user name or address.
-    path("accounts/login/", login_limits.with_lockout_status(
-        auth_views.LoginView.as_view(authentication_form=login_limits.LimitedAuthenticationForm)), name="login"),
+    path(
+        "accounts/login/",
+        login_limits.with_lockout_status(
+            auth_views.LoginView.as_view(authentication_form=login_limits.LimitedAuthenticationForm)
+        ),
+        name="login",
+    ),
     path("admin/login/", login_limits.with_lockout_status(admin.site.login)),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
 ]

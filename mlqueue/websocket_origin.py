@@ -9,6 +9,7 @@ passes it. Here the whole origin (scheme, host, port) must be the one the reques
 proxy was in front), or be listed in CSRF_TRUSTED_ORIGINS; and the Host must be in
 ALLOWED_HOSTS, as Django requires of every HTTP request. No Origin, no socket: only browsers
 use these sockets (agents have their own route, authenticated by token)."""
+
 import logging
 from urllib.parse import urlsplit
 
@@ -25,7 +26,7 @@ REFUSED_LOG = "refused a WebSocket to %s from origin %r (host %r): not this site
 
 
 def parse_origin(value: str) -> tuple[str, str, int] | None:
-    """"https://Example.com" -> ("https", "example.com", 443); None for anything that is not
+    """ "https://Example.com" -> ("https", "example.com", 443); None for anything that is not
     a bare http(s) origin (as "null", a path or a user name would be)."""
     try:
         parts = urlsplit(value)
@@ -89,7 +90,11 @@ class SameOriginValidator:
     async def __call__(self, scope, receive, send):
         if scope["type"] == "websocket" and not origin_allowed(scope):
             headers = dict(scope.get("headers", []))
-            logger.warning(REFUSED_LOG, scope.get("path"), headers.get(b"origin", b"").decode("latin1"),
-                           headers.get(b"host", b"").decode("latin1"))
+            logger.warning(
+                REFUSED_LOG,
+                scope.get("path"),
+                headers.get(b"origin", b"").decode("latin1"),
+                headers.get(b"host", b"").decode("latin1"),
+            )
             return await WebsocketDenier()(scope, receive, send)
         return await self.application(scope, receive, send)

@@ -8,8 +8,19 @@ class TaskInline(admin.TabularInline):
     model = Task
     fk_name = "job"
     extra = 0
-    fields = ["rank", "state", "node", "gpu_indices", "attempt", "epoch", "failure_class", "exit_code", "stop_reason",
-              "stop_signal", "kill_at"]
+    fields = [
+        "rank",
+        "state",
+        "node",
+        "gpu_indices",
+        "attempt",
+        "epoch",
+        "failure_class",
+        "exit_code",
+        "stop_reason",
+        "stop_signal",
+        "kill_at",
+    ]
     readonly_fields = fields
     can_delete = False
 
@@ -28,13 +39,35 @@ class EventInline(admin.TabularInline):
 
 @admin.register(Job)
 class JobAdmin(admin.ModelAdmin):
-    list_display = ["id", "name", "team", "owner", "priority", "state", "gpu_type", "gpu_count", "pending_reason_code",
-                    "submitted_at"]
+    list_display = [
+        "id",
+        "name",
+        "team",
+        "owner",
+        "priority",
+        "state",
+        "gpu_type",
+        "gpu_count",
+        "pending_reason_code",
+        "submitted_at",
+    ]
     list_filter = ["state", "priority", "gpu_type", "team"]
     search_fields = ["name", "client_job_id", "owner__username"]
     list_select_related = ["team", "owner"]
-    readonly_fields = ["spec", "spec_digest", "state", "pending_reason_code", "pending_reason_message", "submitted_at",
-                       "started_at", "finished_at", "updated_at", "restarts_used", "retries_used", "preemptions"]
+    readonly_fields = [
+        "spec",
+        "spec_digest",
+        "state",
+        "pending_reason_code",
+        "pending_reason_message",
+        "submitted_at",
+        "started_at",
+        "finished_at",
+        "updated_at",
+        "restarts_used",
+        "retries_used",
+        "preemptions",
+    ]
     raw_id_fields = ["depends_on"]
     inlines = [TaskInline, EventInline]
 

@@ -2,6 +2,7 @@
 restarted attempt resume (its attempt number, restart count and checkpoint directory) and a
 gang rank find its peers (torchrun's variables). The job's secret_env is decrypted here and
 nowhere else: it goes only into the assignment of the node that runs the task."""
+
 import logging
 
 from scheduling.models import Job, RestartMode, Task
@@ -29,8 +30,10 @@ def checkpoint_settings(job: Job) -> dict[str, str]:
     block = job.checkpoint or {}
     interval = block.get("interval_minutes")
     keep = block.get("retain_last_n")
-    return {"MLQ_CHECKPOINT_INTERVAL_S": str(int(interval) * 60) if interval else "",
-            "MLQ_CHECKPOINT_RETAIN_LAST_N": str(int(keep)) if keep else ""}
+    return {
+        "MLQ_CHECKPOINT_INTERVAL_S": str(int(interval) * 60) if interval else "",
+        "MLQ_CHECKPOINT_RETAIN_LAST_N": str(int(keep)) if keep else "",
+    }
 
 
 def secret_env(job: Job) -> dict[str, str]:

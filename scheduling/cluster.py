@@ -3,6 +3,7 @@ on them and the teams with their quotas. The leader's snapshot (scheduling/leade
 the "what would help" panel's view of the cluster now (scheduling/web/explanations.py).
 
 Reads are `values()` queries, not model instances: 30,000 running tasks are one pass of the table."""
+
 from collections import defaultdict
 
 from scheduling.core import model as core
@@ -22,8 +23,19 @@ def load_nodes() -> tuple[list[core.Node], dict[str, int]]:
     fields = ("id", "name", "zone", "rack", "gpu_type", "gpu_count", "cpu_count", "memory_gb", "labels", "state")
     for row in Node.objects.values(*fields):
         ids[row["name"]] = row["id"]
-        found.append(core.Node(row["name"], row["zone"], row["rack"], row["gpu_type"] or None, row["gpu_count"],
-                               row["cpu_count"], row["memory_gb"], row["labels"] or {}, core.NodeState(row["state"])))
+        found.append(
+            core.Node(
+                row["name"],
+                row["zone"],
+                row["rack"],
+                row["gpu_type"] or None,
+                row["gpu_count"],
+                row["cpu_count"],
+                row["memory_gb"],
+                row["labels"] or {},
+                core.NodeState(row["state"]),
+            )
+        )
     return found, ids
 
 
@@ -33,8 +45,16 @@ def load_running(now) -> list[core.RunningJob]:
     began: dict[int, float] = {}
     saved: dict[int, list[float | None]] = defaultdict(list)
     rows = Task.objects.filter(state__in=ON_NODE).values_list(
-        "job_id", "rank", "node__name", "gpu_indices", "stop_reason", "preempted_for_id", "started_at", "assigned_at",
-        "last_checkpoint_at")
+        "job_id",
+        "rank",
+        "node__name",
+        "gpu_indices",
+        "stop_reason",
+        "preempted_for_id",
+        "started_at",
+        "assigned_at",
+        "last_checkpoint_at",
+    )
     for job_id, rank, node, gpus, stop_reason, preempted_for, started_at, assigned_at, checkpoint_at in rows:
         tasks[job_id].append((rank, node, tuple(gpus)))
         saved[job_id].append(ts(checkpoint_at))
@@ -44,10 +64,26 @@ def load_running(now) -> list[core.RunningJob]:
         if moment is not None:
             began[job_id] = min(began.get(job_id, moment), moment)
     jobs = Job.objects.filter(pk__in=tasks).values(
-        "id", "team__name", "priority", "gpu_type", "cpu_per_rank", "memory_per_rank_gb", "max_runtime_hours",
-        "checkpoint", "preemptions")
-    return [_running_job(job, tasks[job["id"]], stopping, began.get(job["id"], now.timestamp()),
-                         core.confirmed_checkpoint(saved[job["id"]])) for job in jobs]
+        "id",
+        "team__name",
+        "priority",
+        "gpu_type",
+        "cpu_per_rank",
+        "memory_per_rank_gb",
+        "max_runtime_hours",
+        "checkpoint",
+        "preemptions",
+    )
+    return [
+        _running_job(
+            job,
+            tasks[job["id"]],
+            stopping,
+            began.get(job["id"], now.timestamp()),
+            core.confirmed_checkpoint(saved[job["id"]]),
+        )
+        for job in jobs
+    ]
 
 
 def checkpoint_interval_s(checkpoint: dict | None) -> float | None:
@@ -55,18 +91,30 @@ def checkpoint_interval_s(checkpoint: dict | None) -> float | None:
     return float(checkpoint.get("interval_minutes", 30)) * 60 if checkpoint else None
 
 
-def _running_job(job: dict, tasks: list, stopping: dict, started: float,
-                 checkpoint_at: float | None) -> core.RunningJob:
+def _running_job(
+    job: dict, tasks: list, stopping: dict, started: float, checkpoint_at: float | None
+) -> core.RunningJob:
     """`started`: when this attempt began (its runtime allowance counts from there);
     `checkpoint_at`: the checkpoint every rank of this attempt has confirmed (None: not yet)."""
-    placements = tuple(core.TaskPlacement(rank, node, gpus, job["cpu_per_rank"], job["memory_per_rank_gb"])
-                       for rank, node, gpus in sorted(tasks))
+    placements = tuple(
+        core.TaskPlacement(rank, node, gpus, job["cpu_per_rank"], job["memory_per_rank_gb"])
+        for rank, node, gpus in sorted(tasks)
+    )
     return core.RunningJob(
-        job["id"], job["team__name"], job["priority"], job["gpu_type"] or None, placements, started,
-        started + job["max_runtime_hours"] * HOUR, preemptible=job["priority"] != "P0",
-        checkpointing=job["checkpoint"] is not None, last_checkpoint_at=checkpoint_at,
-        preempting=job["id"] in stopping, preempted_for=stopping.get(job["id"]),
-        checkpoint_interval_s=checkpoint_interval_s(job["checkpoint"]), preemptions=job["preemptions"],
+        job["id"],
+        job["team__name"],
+        job["priority"],
+        job["gpu_type"] or None,
+        placements,
+        started,
+        started + job["max_runtime_hours"] * HOUR,
+        preemptible=job["priority"] != "P0",
+        checkpointing=job["checkpoint"] is not None,
+        last_checkpoint_at=checkpoint_at,
+        preempting=job["id"] in stopping,
+        preempted_for=stopping.get(job["id"]),
+        checkpoint_interval_s=checkpoint_interval_s(job["checkpoint"]),
+        preemptions=job["preemptions"],
     )
 
 
@@ -74,7 +122,10 @@ def load_teams() -> tuple[core.Team, ...]:
     """The team tree with each team's quotas, as the core sees it."""
     quotas = defaultdict(dict)
     for row in Quota.objects.values("team_id", "resource_class", "guaranteed", "borrowing_limit", "weight"):
-        quotas[row["team_id"]][row["resource_class"]] = core.Quota(row["guaranteed"], row["borrowing_limit"],
-                                                                   row["weight"])
-    return tuple(core.Team(t["name"], t["parent__name"], quotas.get(t["id"], {}))
-                 for t in Team.objects.values("id", "name", "parent__name"))
+        quotas[row["team_id"]][row["resource_class"]] = core.Quota(
+            row["guaranteed"], row["borrowing_limit"], row["weight"]
+        )
+    return tuple(
+        core.Team(t["name"], t["parent__name"], quotas.get(t["id"], {}))
+        for t in Team.objects.values("id", "name", "parent__name")
+    )

@@ -1,6 +1,7 @@
 """Fenced writes: every write of the leader runs in a transaction that first reads the lease
 row FOR SHARE and aborts unless the epoch is still the leader's. A new leader's epoch bump
 waits for such a transaction, and every later one from the old leader aborts."""
+
 from contextlib import contextmanager
 
 from django.db import connection, transaction

@@ -1,4 +1,5 @@
 """Reads of the node inventory, in the policy core's terms."""
+
 from scheduling.models import Node
 from scheduling.core import model as core
 
@@ -7,9 +8,15 @@ INVENTORY_FIELDS = ("name", "zone", "rack", "gpu_type", "gpu_count", "cpu_count"
 
 def to_core_node(row: dict) -> core.Node:
     return core.Node(
-        name=row["name"], zone=row["zone"], rack=row["rack"], gpu_type=row["gpu_type"] or None,
-        gpus=row["gpu_count"], cpus=row["cpu_count"], memory_gb=row["memory_gb"],
-        labels=row["labels"] or {}, state=core.NodeState(row["state"]),
+        name=row["name"],
+        zone=row["zone"],
+        rack=row["rack"],
+        gpu_type=row["gpu_type"] or None,
+        gpus=row["gpu_count"],
+        cpus=row["cpu_count"],
+        memory_gb=row["memory_gb"],
+        labels=row["labels"] or {},
+        state=core.NodeState(row["state"]),
     )
 
 

@@ -5,6 +5,7 @@ on its epoch still being current). Zero rows means another actor got there first
 caller re-reads. A job's state is never written by hand: it is derived from its tasks in the
 same transaction. A gang's tasks move together or not at all.
 """
+
 from collections.abc import Iterable, Mapping
 
 from django.db import transaction
@@ -73,16 +74,30 @@ NO_CHECKPOINT = {"last_checkpoint_at": None, "checkpoint_step": None}
 def _stamp_fields(to_state: str, now) -> dict:
     stamps = {"updated_at": now}
     if to_state == S.ASSIGNED:
-        stamps.update(assigned_at=now, attempt=F("attempt") + 1, finished_at=None, exit_code=None, exit_signal="",
-                      failure_class="", **NO_STOP, **NO_CHECKPOINT)
+        stamps.update(
+            assigned_at=now,
+            attempt=F("attempt") + 1,
+            finished_at=None,
+            exit_code=None,
+            exit_signal="",
+            failure_class="",
+            **NO_STOP,
+            **NO_CHECKPOINT,
+        )
     elif to_state == S.RUNNING:
         stamps["started_at"] = now
     elif to_state in ENDED:
         stamps.update(finished_at=now, kill_at=None)
     elif to_state == S.PENDING:
         # `preempted_for` stays until the next start: the requeued job yields to its preemptor.
-        stamps.update(node=None, gpu_indices=[], assigned_at=None, started_at=None, **NO_CHECKPOINT,
-                      **{**NO_STOP, "preempted_for": F("preempted_for")})
+        stamps.update(
+            node=None,
+            gpu_indices=[],
+            assigned_at=None,
+            started_at=None,
+            **NO_CHECKPOINT,
+            **{**NO_STOP, "preempted_for": F("preempted_for")},
+        )
     return stamps
 
 
@@ -121,16 +136,32 @@ def _lock_job(job_id: int) -> None:
 
 def _record(*, job_id, rank, from_state, to_state, actor, actor_name, reason, message, data, now) -> None:
     AuditEvent.objects.create(
-        job_id=job_id, kind=EventKind.TRANSITION, actor=actor, actor_name=actor_name,
-        from_state=from_state, to_state=to_state, reason=reason, message=message,
-        data={"rank": rank, **data} if rank is not None else data, created_at=now,
+        job_id=job_id,
+        kind=EventKind.TRANSITION,
+        actor=actor,
+        actor_name=actor_name,
+        from_state=from_state,
+        to_state=to_state,
+        reason=reason,
+        message=message,
+        data={"rank": rank, **data} if rank is not None else data,
+        created_at=now,
     )
 
 
 def transition_task(
-    task: Task, *, to_state: str, from_state: str | None = None, epoch: int | None = None,
-    attempt: int | None = None, actor=None, actor_name: str = "system", reason: str = "", message: str = "",
-    now=None, **fields,
+    task: Task,
+    *,
+    to_state: str,
+    from_state: str | None = None,
+    epoch: int | None = None,
+    attempt: int | None = None,
+    actor=None,
+    actor_name: str = "system",
+    reason: str = "",
+    message: str = "",
+    now=None,
+    **fields,
 ) -> bool:
     """Move one task from `from_state` (default: the state it was read in), and only while it
     is still `attempt` when given. False when zero rows matched: another actor moved it first,
@@ -141,12 +172,23 @@ def transition_task(
     match = {"pk": task.pk} if attempt is None else {"pk": task.pk, "attempt": attempt}
     with transaction.atomic():
         _lock_job(task.job_id)
-        moved = _conditional_update(task_filter=match, from_state=from_state, to_state=to_state,
-                                    epoch=epoch, fields=fields, now=now)
+        moved = _conditional_update(
+            task_filter=match, from_state=from_state, to_state=to_state, epoch=epoch, fields=fields, now=now
+        )
         if not moved:
             return False
-        _record(job_id=task.job_id, rank=task.rank, from_state=from_state, to_state=to_state, actor=actor,
-                actor_name=actor_name, reason=reason, message=message, data={}, now=now)
+        _record(
+            job_id=task.job_id,
+            rank=task.rank,
+            from_state=from_state,
+            to_state=to_state,
+            actor=actor,
+            actor_name=actor_name,
+            reason=reason,
+            message=message,
+            data={},
+            now=now,
+        )
         sync_job_state(task.job_id, now=now)
     return True
 
@@ -164,10 +206,14 @@ def _set_per_rank(job_id: int, per_rank: Mapping[int, dict]) -> None:
     for name in names:
         field = Task._meta.get_field(name)
         stored_as = field.target_field if field.is_relation else field
-        whens = [When(rank=rank, then=Value(getattr(fields[name], "pk", fields[name]), output_field=stored_as))
-                 for rank, fields in per_rank.items() if name in fields]
+        whens = [
+            When(rank=rank, then=Value(getattr(fields[name], "pk", fields[name]), output_field=stored_as))
+            for rank, fields in per_rank.items()
+            if name in fields
+        ]
         Task.objects.filter(job_id=job_id, rank__in=list(per_rank)).update(
-            **{field.attname: Case(*whens, default=F(field.attname), output_field=stored_as)})
+            **{field.attname: Case(*whens, default=F(field.attname), output_field=stored_as)}
+        )
 
 
 class GangMoved(Exception):
@@ -175,9 +221,20 @@ class GangMoved(Exception):
 
 
 def transition_gang(
-    job_id: int, *, from_state: str | tuple[str, ...], to_state: str, epoch: int | None = None,
-    per_rank: Mapping[int, dict] | None = None, require_all: bool = True, actor=None,
-    actor_name: str = "system", reason: str = "", message: str = "", data: dict | None = None, now=None, **fields,
+    job_id: int,
+    *,
+    from_state: str | tuple[str, ...],
+    to_state: str,
+    epoch: int | None = None,
+    per_rank: Mapping[int, dict] | None = None,
+    require_all: bool = True,
+    actor=None,
+    actor_name: str = "system",
+    reason: str = "",
+    message: str = "",
+    data: dict | None = None,
+    now=None,
+    **fields,
 ) -> int:
     """Move the tasks of a job that are in `from_state` (one state or several) to `to_state`,
     recording one event. With `require_all` (a gang), every task must move or none does.
@@ -191,15 +248,30 @@ def transition_gang(
         with transaction.atomic():
             _lock_job(job_id)
             total = Task.objects.filter(job_id=job_id).count()
-            moved = _conditional_update(task_filter={"job_id": job_id}, from_state=from_state, to_state=to_state,
-                                        epoch=epoch, fields=fields, now=now)
+            moved = _conditional_update(
+                task_filter={"job_id": job_id},
+                from_state=from_state,
+                to_state=to_state,
+                epoch=epoch,
+                fields=fields,
+                now=now,
+            )
             if require_all and moved != total or not moved:
                 raise GangMoved
             if per_rank:
                 _set_per_rank(job_id, per_rank)
-            _record(job_id=job_id, rank=None, from_state="/".join(_states(from_state)), to_state=to_state, actor=actor,
-                    actor_name=actor_name, reason=reason, message=message,
-                    data={"tasks": moved, **(data or {})}, now=now)
+            _record(
+                job_id=job_id,
+                rank=None,
+                from_state="/".join(_states(from_state)),
+                to_state=to_state,
+                actor=actor,
+                actor_name=actor_name,
+                reason=reason,
+                message=message,
+                data={"tasks": moved, **(data or {})},
+                now=now,
+            )
             sync_job_state(job_id, now=now)
     except GangMoved:
         return 0

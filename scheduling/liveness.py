@@ -11,6 +11,7 @@ notices (scheduling/leader/failures.py). Embedded (no Redis), the local file cac
 
 A Redis that fails is not asked again for a few seconds (a circuit breaker): a heartbeat
 must not wait for a connect timeout each time."""
+
 import logging
 import threading
 import time
@@ -128,8 +129,7 @@ def last_seen(nodes: list[Node], *, now: float) -> Seen:
     fresh, answered, lost = _fresh(nodes, now=now)
     at = {}
     for node in nodes:
-        times = [t for t in (fresh.get(node.name), node.last_heartbeat_at and node.last_heartbeat_at.timestamp())
-                 if t]
+        times = [t for t in (fresh.get(node.name), node.last_heartbeat_at and node.last_heartbeat_at.timestamp()) if t]
         if times:
             at[node.name] = max(times)
     return Seen(at, answered, lost)
@@ -159,4 +159,3 @@ def last_heard(names: list[str]) -> dict[str, float]:
     """node -> its last heartbeat (epoch seconds), for pages and tests."""
     nodes = list(Node.objects.filter(name__in=names))
     return last_seen(nodes, now=time.time()).at
-

@@ -9,6 +9,7 @@ scraped, so they are right whichever process serves the scrape.
 /metrics is not public (it names teams, nodes and load): a scrape needs
 `Authorization: Bearer <MLQ_METRICS_TOKEN>` or a client address in MLQ_METRICS_ALLOWED_NETWORKS
 (default: loopback only). docs/metrics.md has the Prometheus side."""
+
 import hmac
 import ipaddress
 import os
@@ -19,13 +20,22 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, H
 from prometheus_client import REGISTRY, multiprocess
 from prometheus_client.core import GaugeMetricFamily
 
-PASS_SECONDS = Histogram("mlqueue_scheduler_pass_seconds", "Duration of a scheduling pass",
-                         buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
+PASS_SECONDS = Histogram(
+    "mlqueue_scheduler_pass_seconds",
+    "Duration of a scheduling pass",
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
 PLACEMENTS = Counter("mlqueue_placements_total", "Jobs placed by the scheduler", ["resource_class"])
 PREEMPTIONS = Counter("mlqueue_preemptions_total", "Jobs preempted, by why", ["reason"])
-QUEUE_WAIT = Histogram("mlqueue_queue_wait_seconds", "Submit (or requeue) to placement", ["team", "priority"],
-                       buckets=(1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 12 * 3600, 48 * 3600))
-OUTCOMES = Counter("mlqueue_job_outcomes_total", "Jobs ended, by outcome and failure class", ["outcome", "failure_class"])
+QUEUE_WAIT = Histogram(
+    "mlqueue_queue_wait_seconds",
+    "Submit (or requeue) to placement",
+    ["team", "priority"],
+    buckets=(1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 12 * 3600, 48 * 3600),
+)
+OUTCOMES = Counter(
+    "mlqueue_job_outcomes_total", "Jobs ended, by outcome and failure class", ["outcome", "failure_class"]
+)
 DEPOSED = Counter("mlqueue_scheduler_deposed_total", "Times a leader found itself deposed")
 
 
@@ -61,8 +71,10 @@ class StoreCollector:
             yield family
 
 
-METRICS_FORBIDDEN = ("/metrics is not public: scrape it with `Authorization: Bearer <MLQ_METRICS_TOKEN>` "
-                     "or from a network in MLQ_METRICS_ALLOWED_NETWORKS.\n")
+METRICS_FORBIDDEN = (
+    "/metrics is not public: scrape it with `Authorization: Bearer <MLQ_METRICS_TOKEN>` "
+    "or from a network in MLQ_METRICS_ALLOWED_NETWORKS.\n"
+)
 METRICS_BAD_TOKEN = "/metrics: that bearer token is not MLQ_METRICS_TOKEN.\n"
 
 
@@ -108,4 +120,3 @@ def metrics_view(request):
             registry.register(collector)
     registry.register(StoreCollector())
     return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
-

@@ -1,4 +1,5 @@
 """The cluster the scheduler decides over: nodes, jobs, their tasks (ranks) and logs, and the leader lease."""
+
 from django.conf import settings
 from django.db import models
 from django.utils import timezone
@@ -6,6 +7,7 @@ from django.utils import timezone
 from scheduling.core.model import PRIORITIES, Topology, resource_class
 from scheduling.core.model import NodeState as CoreNodeState
 from scheduling.core.reasons import NOT_YET_SCHEDULED_MESSAGE, ReasonCode
+
 # TaskState and JobState are declared with their named sets; imported from here as before.
 from scheduling.states import ON_NODE, QUEUED_OR_RUNNING, UNSUCCESSFUL, JobState, TaskState  # noqa: F401
 
@@ -197,8 +199,11 @@ class Job(models.Model):
             models.Index(fields=["state", "-id"], name="job_state_idx"),
             models.Index(fields=["owner", "-id"], name="job_owner_idx"),
             # The leader's sweep for attempts that ended without a verdict yet.
-            models.Index(fields=["state"], condition=models.Q(failure_class="", state__in=list(UNSUCCESSFUL)),
-                         name="job_attempt_over_idx"),
+            models.Index(
+                fields=["state"],
+                condition=models.Q(failure_class="", state__in=list(UNSUCCESSFUL)),
+                name="job_attempt_over_idx",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -280,8 +285,9 @@ class TaskLog(models.Model):
     class Meta:
         db_table = "agents_tasklog"
         ordering = ["job_id", "rank", "attempt", "stream", "offset"]
-        constraints = [models.UniqueConstraint(fields=["job", "rank", "attempt", "stream", "offset"],
-                                               name="tasklog_chunk_unique")]
+        constraints = [
+            models.UniqueConstraint(fields=["job", "rank", "attempt", "stream", "offset"], name="tasklog_chunk_unique")
+        ]
 
 
 class SchedulerLease(models.Model):

@@ -1,6 +1,7 @@
 """Writes about a node's state: its health (from heartbeats and the leader's failure
 detection) and the admin's cordon, drain, uncordon and spot reclaim notices, each audited.
 Registration and node tokens are the agents app's (agents/services.py)."""
+
 from datetime import timedelta
 
 from django.db import transaction
@@ -15,20 +16,41 @@ from scheduling.stopping import do_request_stop
 from teams.models import AuditEvent, EventKind
 
 # The columns the state writers below touch, re-read into the caller's object after each.
-NODE_STATE = ["health", "admin_state", "admin_reason", "reclaim_deadline", "state", "state_reason",
-              "state_changed_at", "first_heartbeat_at"]
+NODE_STATE = [
+    "health",
+    "admin_state",
+    "admin_reason",
+    "reclaim_deadline",
+    "state",
+    "state_reason",
+    "state_changed_at",
+    "first_heartbeat_at",
+]
 
 
-def record_node_event(node: Node, *, actor=None, actor_name: str, reason: str, message: str, data=None, now=None) -> None:
-    AuditEvent.objects.create(node=node, kind=EventKind.NODE_STATE, actor=actor, actor_name=actor_name, reason=reason,
-                            message=message, data=data or {}, created_at=now or timezone.now())
+def record_node_event(
+    node: Node, *, actor=None, actor_name: str, reason: str, message: str, data=None, now=None
+) -> None:
+    AuditEvent.objects.create(
+        node=node,
+        kind=EventKind.NODE_STATE,
+        actor=actor,
+        actor_name=actor_name,
+        reason=reason,
+        message=message,
+        data=data or {},
+        created_at=now or timezone.now(),
+    )
 
 
 def _health_columns(health: str, *, reason: str, now) -> dict:
     """The health writers' UPDATE: their own column, and `state` from the row's admin_state as
     it is when the UPDATE runs (Node.effective_state's rule, in SQL)."""
-    state = Value(health) if health != NodeState.READY else Case(
-        When(admin_state=AdminState.NONE, then=Value(NodeState.READY)), default=F("admin_state"))
+    state = (
+        Value(health)
+        if health != NodeState.READY
+        else Case(When(admin_state=AdminState.NONE, then=Value(NodeState.READY)), default=F("admin_state"))
+    )
     return {"health": health, "state": state, "state_reason": reason, "state_changed_at": now}
 
 
@@ -36,10 +58,14 @@ def _set_admin_state(node: Node, admin_state: str, *, reason: str, now, **admin)
     """The admin writers' UPDATE: their own columns (`admin` adds admin_reason and
     reclaim_deadline), and `state` from the row's health as it is when the UPDATE runs (an
     admin state shows only on a READY node). Health is the failure detector's: never written here."""
-    state = F("health") if admin_state == AdminState.NONE else Case(
-        When(health=NodeState.READY, then=Value(admin_state)), default=F("health"))
-    Node.objects.filter(pk=node.pk).update(admin_state=admin_state, **admin, state=state, state_reason=reason,
-                                           state_changed_at=now)
+    state = (
+        F("health")
+        if admin_state == AdminState.NONE
+        else Case(When(health=NodeState.READY, then=Value(admin_state)), default=F("health"))
+    )
+    Node.objects.filter(pk=node.pk).update(
+        admin_state=admin_state, **admin, state=state, state_reason=reason, state_changed_at=now
+    )
     node.refresh_from_db(fields=NODE_STATE)  # the caller shows what the row says now
     notify.wake_scheduler("node")
 
@@ -52,13 +78,23 @@ def note_alive(node: Node, *, now=None) -> None:
     now = now or timezone.now()
     was = node.health
     with transaction.atomic():
-        changed = Node.objects.filter(pk=node.pk).exclude(health=NodeState.READY).update(
-            first_heartbeat_at=Coalesce(F("first_heartbeat_at"), Value(now)),
-            **_health_columns(NodeState.READY, reason=f"heartbeating again (was {was})", now=now))
+        changed = (
+            Node.objects.filter(pk=node.pk)
+            .exclude(health=NodeState.READY)
+            .update(
+                first_heartbeat_at=Coalesce(F("first_heartbeat_at"), Value(now)),
+                **_health_columns(NodeState.READY, reason=f"heartbeating again (was {was})", now=now),
+            )
+        )
         if changed:
             node.refresh_from_db(fields=NODE_STATE)
-            record_node_event(node, actor_name=f"agent:{node.name}", reason="READY",
-                    message=f"{was} -> READY: heartbeat received", now=now)
+            record_node_event(
+                node,
+                actor_name=f"agent:{node.name}",
+                reason="READY",
+                message=f"{was} -> READY: heartbeat received",
+                now=now,
+            )
             notify.wake_scheduler("node")
 
 
@@ -79,8 +115,9 @@ def do_cordon(*, node: Node, user, reason: str, now=None) -> Node:
     now = now or timezone.now()
     with transaction.atomic():
         _set_admin_state(node, AdminState.CORDONED, reason=reason, now=now, admin_reason=reason)
-        record_node_event(node, actor=user, actor_name=user.get_username(), reason="CORDONED", message=f"cordoned: {reason}",
-                now=now)
+        record_node_event(
+            node, actor=user, actor_name=user.get_username(), reason="CORDONED", message=f"cordoned: {reason}", now=now
+        )
     return node
 
 
@@ -88,8 +125,14 @@ def do_uncordon(*, node: Node, user, reason: str, now=None) -> Node:
     now = now or timezone.now()
     with transaction.atomic():
         _set_admin_state(node, AdminState.NONE, reason=reason, now=now, admin_reason="", reclaim_deadline=None)
-        record_node_event(node, actor=user, actor_name=user.get_username(), reason="UNCORDONED",
-                message=f"uncordoned: {reason}", now=now)
+        record_node_event(
+            node,
+            actor=user,
+            actor_name=user.get_username(),
+            reason="UNCORDONED",
+            message=f"uncordoned: {reason}",
+            now=now,
+        )
     return node
 
 
@@ -99,20 +142,34 @@ def do_drain(*, node: Node, user, reason: str, wait: bool = False, deadline=None
     jobs were signalled."""
     now = now or timezone.now()
     with transaction.atomic():
-        _set_admin_state(node, AdminState.DRAINING, reason=reason, now=now, admin_reason=reason,
-                         reclaim_deadline=deadline)
-        record_node_event(node, actor=user, actor_name=user.get_username(), reason="DRAINING",
-                message=f"draining{' (running tasks may finish)' if wait else ''}: {reason}",
-                data={"wait": wait, "deadline": deadline.isoformat() if deadline else None}, now=now)
+        _set_admin_state(
+            node, AdminState.DRAINING, reason=reason, now=now, admin_reason=reason, reclaim_deadline=deadline
+        )
+        record_node_event(
+            node,
+            actor=user,
+            actor_name=user.get_username(),
+            reason="DRAINING",
+            message=f"draining{' (running tasks may finish)' if wait else ''}: {reason}",
+            data={"wait": wait, "deadline": deadline.isoformat() if deadline else None},
+            now=now,
+        )
         if wait:
             return 0
         jobs = Task.objects.filter(node=node, state__in=ON_NODE).values_list("job_id", "job__grace_period_seconds")
         signalled = 0
         for job_id, grace in sorted(set(jobs)):
             grace_s = grace if deadline is None else max(0, min(grace, int((deadline - now).total_seconds()) - 5))
-            signalled += bool(do_request_stop(job_id=job_id, reason=StopReason.DRAIN, grace_s=grace_s, now=now,
-                                              message=f"node {node.name} is draining: {reason}",
-                                              actor_name=user.get_username()))
+            signalled += bool(
+                do_request_stop(
+                    job_id=job_id,
+                    reason=StopReason.DRAIN,
+                    grace_s=grace_s,
+                    now=now,
+                    message=f"node {node.name} is draining: {reason}",
+                    actor_name=user.get_username(),
+                )
+            )
     return signalled
 
 

@@ -2,6 +2,7 @@
 
 Both are best effort: the leader also ticks every second, and pages re-read on reconnect.
 While Redis fails, neither is tried for a few seconds at a time (mlqueue/breaker.py)."""
+
 import re
 
 import redis

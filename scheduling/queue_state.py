@@ -4,6 +4,7 @@ One definition of where it lives and in what form: the leader writes it after ea
 (`publish_queue_order` in scheduling/leader/worker.py), the queue page and `/api/v1/queue`
 read positions from it. It is in the cache (Redis in production), not Postgres: a lost order
 costs a page its positions until the next pass, nothing else."""
+
 from collections.abc import Iterable
 
 from django.core.cache import cache

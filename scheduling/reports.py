@@ -1,6 +1,7 @@
 """What node agents report, as services the agent API calls: a task started, a task exited,
 a checkpoint was written. Reports carry the attempt they are about; a report about an
 attempt that is no longer current changes nothing."""
+
 import logging
 from datetime import datetime, timedelta, timezone as dt_timezone
 
@@ -29,8 +30,10 @@ STOPPED_AS = {
 
 # Exits the agent reports as not the task's own doing: (reason, what happened).
 CAUSES = {
-    "lease_expired": ("LEASE_EXPIRED", "stopped on its node: the node agent could not renew its lease with the "
-                                       "control plane within the outage bound"),
+    "lease_expired": (
+        "LEASE_EXPIRED",
+        "stopped on its node: the node agent could not renew its lease with the control plane within the outage bound",
+    ),
     "lost": ("AGENT_LOST_TASK", "lost when its node agent restarted"),
 }
 
@@ -60,14 +63,22 @@ def do_report_started(*, job_id: int, rank: int, attempt: int, now=None) -> bool
     task = current_task(job_id, rank, attempt)
     if task is None or task.state != S.ASSIGNED:
         return False
-    moved = lifecycle.transition_task(task, to_state=S.RUNNING, attempt=attempt, actor_name=f"agent:{task.node_id}",
-                                      reason="STARTED", message=f"rank {rank} started", now=now)
+    moved = lifecycle.transition_task(
+        task,
+        to_state=S.RUNNING,
+        attempt=attempt,
+        actor_name=f"agent:{task.node_id}",
+        reason="STARTED",
+        message=f"rank {rank} started",
+        now=now,
+    )
     notify.jobs_changed([job_id])
     return moved
 
 
-def do_report_exited(*, job_id: int, rank: int, attempt: int, exit_code: int | None, signal: str = "",
-                     cause: str = "", now=None) -> str | None:
+def do_report_exited(
+    *, job_id: int, rank: int, attempt: int, exit_code: int | None, signal: str = "", cause: str = "", now=None
+) -> str | None:
     """Record an exit; a failed rank of a gang has its peers stopped. Returns the new state."""
     now = now or timezone.now()
     task = current_task(job_id, rank, attempt)
@@ -77,17 +88,30 @@ def do_report_exited(*, job_id: int, rank: int, attempt: int, exit_code: int | N
     how = f"exit code {exit_code}" if exit_code is not None else f"signal {signal}" if signal else "no exit status"
     reason, why = CAUSES.get(cause, ("EXITED", "")) if not task.stop_reason else (task.stop_reason, "")
     moved = lifecycle.transition_task(
-        task, to_state=to_state, attempt=attempt, actor_name=f"agent:{task.node_id}", reason=reason,
-        message=f"rank {rank} ended ({how}){': ' + why if why else ''}", now=now, exit_code=exit_code,
-        exit_signal=signal or "", failure_class=failure_class)
+        task,
+        to_state=to_state,
+        attempt=attempt,
+        actor_name=f"agent:{task.node_id}",
+        reason=reason,
+        message=f"rank {rank} ended ({how}){': ' + why if why else ''}",
+        now=now,
+        exit_code=exit_code,
+        exit_signal=signal or "",
+        failure_class=failure_class,
+    )
     if not moved:
         return None
     if Job.objects.filter(pk=job_id, state=S.SUCCEEDED).exists():
         metrics.OUTCOMES.labels("succeeded", "").inc()
     if to_state == S.FAILED and failure_class == FailureClass.APP:
         grace = Job.objects.values_list("grace_period_seconds", flat=True).get(pk=job_id)
-        do_request_stop(job_id=job_id, reason=StopReason.PEER_FAILED, grace_s=grace, now=now,
-                        message=f"rank {rank} failed ({how}); stopping the other ranks")
+        do_request_stop(
+            job_id=job_id,
+            reason=StopReason.PEER_FAILED,
+            grace_s=grace,
+            now=now,
+            message=f"rank {rank} failed ({how}); stopping the other ranks",
+        )
     notify.jobs_changed([job_id])
     notify.wake_scheduler("exit")
     return to_state
@@ -98,8 +122,9 @@ def do_report_exited(*, job_id: int, rank: int, attempt: int, exit_code: int | N
 CHECKPOINT_EVENT_EVERY = timedelta(minutes=1)
 
 
-def do_report_checkpoint(*, job_id: int, rank: int, attempt: int, node_name: str, step: int, at: float,
-                         epoch: int = 0, now=None) -> bool:
+def do_report_checkpoint(
+    *, job_id: int, rank: int, attempt: int, node_name: str, step: int, at: float, epoch: int = 0, now=None
+) -> bool:
     """A rank's current attempt confirmed a checkpoint at `at` (epoch seconds, the job's own
     clock; a time in the future counts as now). Recorded by one conditional update, only for
     the attempt still active on that node and only if newer than the one recorded; a
@@ -107,16 +132,31 @@ def do_report_checkpoint(*, job_id: int, rank: int, attempt: int, node_name: str
     its latest. Returns whether it was recorded."""
     now = now or timezone.now()
     when = min(datetime.fromtimestamp(at, dt_timezone.utc), now)
-    recorded = Task.objects.filter(
-        job_id=job_id, rank=rank, attempt=attempt, node__name=node_name, state__in=ON_NODE, epoch__gte=epoch,
-        assigned_at__lte=when).filter(Q(last_checkpoint_at__isnull=True) | Q(last_checkpoint_at__lt=when)).update(
-        last_checkpoint_at=when, checkpoint_step=step)
+    recorded = (
+        Task.objects.filter(
+            job_id=job_id,
+            rank=rank,
+            attempt=attempt,
+            node__name=node_name,
+            state__in=ON_NODE,
+            epoch__gte=epoch,
+            assigned_at__lte=when,
+        )
+        .filter(Q(last_checkpoint_at__isnull=True) | Q(last_checkpoint_at__lt=when))
+        .update(last_checkpoint_at=when, checkpoint_step=step)
+    )
     if not recorded:
-        log.info("checkpoint of job %s rank %s attempt %s at %s ignored: not the active attempt there, or not newer",
-                 job_id, rank, attempt, when)
+        log.info(
+            "checkpoint of job %s rank %s attempt %s at %s ignored: not the active attempt there, or not newer",
+            job_id,
+            rank,
+            attempt,
+            when,
+        )
         return False
     Job.objects.filter(pk=job_id).filter(Q(last_checkpoint_at__isnull=True) | Q(last_checkpoint_at__lt=when)).update(
-        last_checkpoint_at=when)
+        last_checkpoint_at=when
+    )
     if _note_checkpoint(job_id=job_id, rank=rank, attempt=attempt, step=step, when=when, node_name=node_name, now=now):
         notify.jobs_changed([job_id])  # as rate-limited as the event: live views need no more
     return True
@@ -125,17 +165,22 @@ def do_report_checkpoint(*, job_id: int, rank: int, attempt: int, node_name: str
 def _note_checkpoint(*, job_id: int, rank: int, attempt: int, step: int, when, node_name: str, now) -> bool:
     """The job's timeline says so, at most once per CHECKPOINT_EVENT_EVERY (the ranks of a gang
     reporting the same checkpoint at once are serialized on the job's row)."""
-    recent = AuditEvent.objects.filter(job_id=job_id, kind=EventKind.CHECKPOINT,
-                                     created_at__gt=now - CHECKPOINT_EVENT_EVERY)
+    recent = AuditEvent.objects.filter(
+        job_id=job_id, kind=EventKind.CHECKPOINT, created_at__gt=now - CHECKPOINT_EVENT_EVERY
+    )
     if recent.exists():
         return False
     with transaction.atomic():
         list(Job.objects.select_for_update().filter(pk=job_id).values_list("pk", flat=True))
         if recent.exists():
             return False
-        AuditEvent.objects.create(job_id=job_id, kind=EventKind.CHECKPOINT, actor_name=f"agent:{node_name}",
-                                reason="CHECKPOINT", message=f"rank {rank} confirmed a checkpoint at step {step} "
-                                                             f"(attempt {attempt}, saved {when:%H:%M:%S} UTC)",
-                                data={"rank": rank, "attempt": attempt, "step": step, "at": when.isoformat()},
-                                created_at=now)
+        AuditEvent.objects.create(
+            job_id=job_id,
+            kind=EventKind.CHECKPOINT,
+            actor_name=f"agent:{node_name}",
+            reason="CHECKPOINT",
+            message=f"rank {rank} confirmed a checkpoint at step {step} (attempt {attempt}, saved {when:%H:%M:%S} UTC)",
+            data={"rank": rank, "attempt": attempt, "step": step, "at": when.isoformat()},
+            created_at=now,
+        )
     return True

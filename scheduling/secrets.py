@@ -5,6 +5,7 @@ Keys come from `MLQ_SECRET_ENV_KEYS`: comma-separated Fernet keys; the first enc
 decrypts, so a new key goes first and an old one stays listed while jobs encrypted with it may
 still run. Unset, a key is derived from SECRET_KEY so the demo works; `check --deploy` warns.
 """
+
 import base64
 import hashlib
 import hmac
@@ -111,8 +112,10 @@ def env_macs(values: dict[str, str]) -> list[str]:
     if not values:
         return [""]
     message = json.dumps(values, sort_keys=True, separators=(",", ":")).encode()
-    return [hmac.new(_hkdf(base64.urlsafe_b64decode(key), b"secret_env digest"), message, hashlib.sha256).hexdigest()
-            for key in _current_keys()]
+    return [
+        hmac.new(_hkdf(base64.urlsafe_b64decode(key), b"secret_env digest"), message, hashlib.sha256).hexdigest()
+        for key in _current_keys()
+    ]
 
 
 @checks.register(checks.Tags.security)

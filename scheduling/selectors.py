@@ -1,5 +1,6 @@
 """Reads about jobs, scoped to what a user may see, and who may change a job; the scheduler's
 lease as the web shows it."""
+
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -55,8 +56,7 @@ class Seconds(Func):
 
     def as_sqlite(self, compiler, connection, **extra_context):
         # Django keeps durations on SQLite as integer microseconds.
-        return self.as_sql(compiler, connection, template="CAST(%(expressions)s * 1000000 AS INTEGER)",
-                           **extra_context)
+        return self.as_sql(compiler, connection, template="CAST(%(expressions)s * 1000000 AS INTEGER)", **extra_context)
 
 
 def scheduler_state() -> LeaseState:
@@ -64,6 +64,10 @@ def scheduler_state() -> LeaseState:
     `renewed_at` with, by the duration the leader wrote: the web host's clock plays no part.
     A lease never renewed, or without a duration, is not alive."""
     live = Q(renewed_at__gt=Now() - Seconds("lease_seconds"))
-    row = (SchedulerLease.objects.filter(pk=1).annotate(alive=Case(When(live, then=True), default=False))
-           .values("alive", *LEASE_FIELDS).first())
+    row = (
+        SchedulerLease.objects.filter(pk=1)
+        .annotate(alive=Case(When(live, then=True), default=False))
+        .values("alive", *LEASE_FIELDS)
+        .first()
+    )
     return LeaseState(**row) if row else LeaseState()

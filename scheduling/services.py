@@ -1,4 +1,5 @@
 """Writes about jobs: submit and cancel. `check_*` validates, `do_*` writes (and records why)."""
+
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.views.decorators.debug import sensitive_variables
@@ -68,23 +69,41 @@ def _check_dependencies(user, job_ids: list[int]) -> None:
 def job_shape(spec: dict) -> JobShape:
     res = spec["resources"]
     return JobShape(
-        gpu_type=res["gpu_type"] or None, tasks=res["tasks"], gpus_per_task=res["gpus_per_task"],
-        cpus_per_task=res["cpu_per_rank"], memory_gb_per_task=res["memory_per_rank_gb"],
-        node_selector=spec["node_selector"], topology=Topology(spec["topology_hint"]),
+        gpu_type=res["gpu_type"] or None,
+        tasks=res["tasks"],
+        gpus_per_task=res["gpus_per_task"],
+        cpus_per_task=res["cpu_per_rank"],
+        memory_gb_per_task=res["memory_per_rank_gb"],
+        node_selector=spec["node_selector"],
+        topology=Topology(spec["topology_hint"]),
     )
 
 
 def _job_columns(spec: dict) -> dict:
     res, policy = spec["resources"], spec["restart_policy"]
     return dict(
-        client_job_id=spec["client_job_id"], name=spec["name"], image=spec["image"], command=spec["command"],
-        env=spec["env"], gpu_type=res["gpu_type"], gpu_count=res["gpu_count"], gpus_per_task=res["gpus_per_task"],
-        task_count=res["tasks"], cpu_per_rank=res["cpu_per_rank"], memory_per_rank_gb=res["memory_per_rank_gb"],
-        scratch_disk_gb=res["scratch_disk_gb"], topology_hint=spec["topology_hint"],
-        node_selector=spec["node_selector"], priority=spec["priority"], max_runtime_hours=spec["max_runtime_hours"],
-        grace_period_seconds=spec["grace_period_seconds"], checkpoint=spec["checkpoint"],
-        on_preemption=policy["on_preemption"], on_node_failure=policy["on_node_failure"],
-        max_restarts=policy["max_restarts"], max_retries=policy["max_retries"],
+        client_job_id=spec["client_job_id"],
+        name=spec["name"],
+        image=spec["image"],
+        command=spec["command"],
+        env=spec["env"],
+        gpu_type=res["gpu_type"],
+        gpu_count=res["gpu_count"],
+        gpus_per_task=res["gpus_per_task"],
+        task_count=res["tasks"],
+        cpu_per_rank=res["cpu_per_rank"],
+        memory_per_rank_gb=res["memory_per_rank_gb"],
+        scratch_disk_gb=res["scratch_disk_gb"],
+        topology_hint=spec["topology_hint"],
+        node_selector=spec["node_selector"],
+        priority=spec["priority"],
+        max_runtime_hours=spec["max_runtime_hours"],
+        grace_period_seconds=spec["grace_period_seconds"],
+        checkpoint=spec["checkpoint"],
+        on_preemption=policy["on_preemption"],
+        on_node_failure=policy["on_node_failure"],
+        max_restarts=policy["max_restarts"],
+        max_retries=policy["max_retries"],
     )
 
 
@@ -104,8 +123,9 @@ def do_submit_job(*, user, team: Team, spec: dict) -> tuple[Job, bool]:
             return _same_job_or_conflict(existing, digests), False
     try:
         with transaction.atomic():
-            job = _create_job(user=user, team=team, spec=spec, digest=digests[0],
-                              secret_env_ciphertext=encrypt_env(secret_values))
+            job = _create_job(
+                user=user, team=team, spec=spec, digest=digests[0], secret_env_ciphertext=encrypt_env(secret_values)
+            )
             notify.wake_scheduler("submit")
             notify.jobs_changed([job.pk])
     except IntegrityError:
@@ -119,33 +139,46 @@ def do_submit_job(*, user, team: Team, spec: dict) -> tuple[Job, bool]:
 
 def _same_job_or_conflict(existing: Job, digests: list[str]) -> Job:
     if existing.spec_digest not in digests:
-        raise Conflict(SPEC_CONFLICT.format(team=existing.team.name, job_id=existing.pk,
-                                            client_job_id=existing.client_job_id))
+        raise Conflict(
+            SPEC_CONFLICT.format(team=existing.team.name, job_id=existing.pk, client_job_id=existing.client_job_id)
+        )
     return existing
 
 
 def _create_job(*, user, team: Team, spec: dict, digest: str, secret_env_ciphertext: str) -> Job:
     now = timezone.now()
-    job = Job.objects.create(team=team, owner=user, spec=spec, spec_digest=digest, submitted_at=now,
-                             updated_at=now, secret_env_ciphertext=secret_env_ciphertext, **_job_columns(spec))
-    Task.objects.bulk_create(
-        [Task(job=job, rank=rank, updated_at=now) for rank in range(job.task_count)]
+    job = Job.objects.create(
+        team=team,
+        owner=user,
+        spec=spec,
+        spec_digest=digest,
+        submitted_at=now,
+        updated_at=now,
+        secret_env_ciphertext=secret_env_ciphertext,
+        **_job_columns(spec),
     )
+    Task.objects.bulk_create([Task(job=job, rank=rank, updated_at=now) for rank in range(job.task_count)])
     if spec["depends_on"]:
         job.depends_on.set(spec["depends_on"])
     shape = job_shape(spec).describe()
     AuditEvent.objects.create(
-        job=job, kind=EventKind.SUBMITTED, actor=user, actor_name=user.get_username(), to_state=TaskState.PENDING,
+        job=job,
+        kind=EventKind.SUBMITTED,
+        actor=user,
+        actor_name=user.get_username(),
+        to_state=TaskState.PENDING,
         message=f"submitted by {user.get_username()} to {team.name}: {shape}, priority {job.priority}",
-        data={"client_job_id": job.client_job_id, "tasks": job.task_count}, created_at=now,
+        data={"client_job_id": job.client_job_id, "tasks": job.task_count},
+        created_at=now,
     )
     return job
 
 
 def check_may_cancel(*, user, job: Job) -> None:
     if not can_change_job(user, job):
-        raise PermissionDenied(NOT_YOURS_TO_CANCEL.format(owner=job.owner.get_username(), team=job.team.name,
-                                                          job_id=job.pk))
+        raise PermissionDenied(
+            NOT_YOURS_TO_CANCEL.format(owner=job.owner.get_username(), team=job.team.name, job_id=job.pk)
+        )
 
 
 def do_cancel_job(*, job: Job, user, reason: str = "") -> Job:
@@ -159,16 +192,32 @@ def do_cancel_job(*, job: Job, user, reason: str = "") -> Job:
         raise Conflict(ALREADY_ENDED.format(job_id=job.pk, state=job.state))
     why = reason or f"cancelled by {user.get_username()}"
     with transaction.atomic():
-        if not Job.objects.filter(pk=job.pk, cancel_requested_at__isnull=True).update(cancel_requested_at=timezone.now()):
+        if not Job.objects.filter(pk=job.pk, cancel_requested_at__isnull=True).update(
+            cancel_requested_at=timezone.now()
+        ):
             job.refresh_from_db()
             return job
-        AuditEvent.objects.create(job=job, kind=EventKind.CANCEL_REQUESTED, actor=user,
-                                actor_name=user.get_username(), reason="CANCELLED", message=why)
+        AuditEvent.objects.create(
+            job=job,
+            kind=EventKind.CANCEL_REQUESTED,
+            actor=user,
+            actor_name=user.get_username(),
+            reason="CANCELLED",
+            message=why,
+        )
         notify.wake_scheduler("cancel")
         notify.jobs_changed([job.pk])
         for from_state in (TaskState.PENDING, TaskState.FAILED, TaskState.PREEMPTED):
-            lifecycle.transition_gang(job.pk, from_state=from_state, to_state=TaskState.CANCELLED, require_all=False,
-                                      actor=user, actor_name=user.get_username(), reason="CANCELLED", message=why,
-                                      failure_class="CANCELLED")
+            lifecycle.transition_gang(
+                job.pk,
+                from_state=from_state,
+                to_state=TaskState.CANCELLED,
+                require_all=False,
+                actor=user,
+                actor_name=user.get_username(),
+                reason="CANCELLED",
+                message=why,
+                failure_class="CANCELLED",
+            )
     job.refresh_from_db()
     return job

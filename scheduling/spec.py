@@ -3,6 +3,7 @@
 `JobSpecSerializer` checks each field and the fields together, fills defaults, and gives the
 normalized spec whose digest decides whether a repeated submit is "the same job".
 """
+
 import hashlib
 import json
 import math
@@ -121,11 +122,21 @@ class StringMapField(serializers.DictField):
     Keys with invisible characters are refused before anything else, so no message or error
     path carries one; `printable_values=True` refuses them in the values too (labels)."""
 
-    def __init__(self, *, key_pattern: re.Pattern, key_rule: str, max_items: int, max_value_length: int = 4096,
-                 printable_values: bool = False, trim_values: bool = True, **kwargs):
+    def __init__(
+        self,
+        *,
+        key_pattern: re.Pattern,
+        key_rule: str,
+        max_items: int,
+        max_value_length: int = 4096,
+        printable_values: bool = False,
+        trim_values: bool = True,
+        **kwargs,
+    ):
         self.key_pattern, self.key_rule, self.max_items = key_pattern, key_rule, max_items
-        child = StrictStringField(allow_blank=True, max_length=max_value_length, printable_only=printable_values,
-                                  trim_whitespace=trim_values)
+        child = StrictStringField(
+            allow_blank=True, max_length=max_value_length, printable_only=printable_values, trim_whitespace=trim_values
+        )
         super().__init__(child=child, **kwargs)
 
     def to_internal_value(self, data):
@@ -169,7 +180,8 @@ class ResourcesSerializer(StrictSerializer):
         value = value or ""
         if value and value not in settings.MLQ_GPU_TYPES:
             raise serializers.ValidationError(
-                UNKNOWN_GPU_TYPE.format(gpu_type=value, known=", ".join(settings.MLQ_GPU_TYPES)))
+                UNKNOWN_GPU_TYPE.format(gpu_type=value, known=", ".join(settings.MLQ_GPU_TYPES))
+            )
         return value
 
     def validate(self, attrs):
@@ -188,7 +200,8 @@ class ResourcesSerializer(StrictSerializer):
         tasks = gpus // per_task
         if attrs.get("tasks", tasks) != tasks:
             raise serializers.ValidationError(
-                {"tasks": [TASKS_DISAGREE.format(gpus=gpus, per_task=per_task, tasks=tasks, asked=attrs["tasks"])]})
+                {"tasks": [TASKS_DISAGREE.format(gpus=gpus, per_task=per_task, tasks=tasks, asked=attrs["tasks"])]}
+            )
         return {**attrs, "gpus_per_task": per_task, "tasks": tasks}
 
     def _validate_cpu_tasks(self, attrs):
@@ -216,31 +229,47 @@ class RestartPolicySerializer(StrictSerializer):
 class JobSpecSerializer(StrictSerializer):
     """The spec. Pass context={"user": ...} for `owner` to be checked against the caller."""
 
-    client_job_id = StrictStringField(required=False, allow_null=True, default=None, max_length=128,
-                                      printable_only=True)
+    client_job_id = StrictStringField(
+        required=False, allow_null=True, default=None, max_length=128, printable_only=True
+    )
     name = StrictStringField(required=False, max_length=200, printable_only=True)
     team = StrictStringField(max_length=63, printable_only=True)
     # Accepted so the documented body works as it is; never stored: the owner is the caller.
     owner = StrictStringField(required=False, max_length=254, printable_only=True)
     image = StrictStringField(required=False, allow_blank=True, default="", max_length=500)
-    command = serializers.ListField(child=StrictStringField(allow_blank=True, max_length=10_000),
-                                    allow_empty=False, max_length=1000)
+    command = serializers.ListField(
+        child=StrictStringField(allow_blank=True, max_length=10_000), allow_empty=False, max_length=1000
+    )
     resources = ResourcesSerializer(required=False)
     topology_hint = serializers.ChoiceField([t.value for t in Topology], required=False, default="none")
-    node_selector = StringMapField(key_pattern=LABEL_KEY, key_rule="a label name such as 'ib' or 'example.com/fabric'",
-                                   max_items=32, required=False, default=dict, printable_values=True)
+    node_selector = StringMapField(
+        key_pattern=LABEL_KEY,
+        key_rule="a label name such as 'ib' or 'example.com/fabric'",
+        max_items=32,
+        required=False,
+        default=dict,
+        printable_values=True,
+    )
     priority = serializers.ChoiceField(PRIORITIES, required=False, default="P2")
     max_runtime_hours = StrictFloatField(required=False, default=168.0)
     grace_period_seconds = StrictIntegerField(required=False, default=120, min_value=0, max_value=3600)
     checkpoint = CheckpointSerializer(required=False, allow_null=True, default=None)
     restart_policy = RestartPolicySerializer(required=False)
-    depends_on = serializers.ListField(child=StrictIntegerField(min_value=1, max_value=MAX_ID), required=False,
-                                       default=list, max_length=100)
+    depends_on = serializers.ListField(
+        child=StrictIntegerField(min_value=1, max_value=MAX_ID), required=False, default=list, max_length=100
+    )
     env = StringMapField(key_pattern=ENV_NAME, key_rule=ENV_RULE, max_items=200, required=False, default=dict)
     # Write-only: encrypted at rest, "***" wherever it is shown (scheduling/secrets.py). Values
     # are kept as given (a PEM key ends in a newline).
-    secret_env = StringMapField(key_pattern=ENV_NAME, key_rule=ENV_RULE, max_items=100, required=False, default=dict,
-                                max_value_length=8192, trim_values=False)
+    secret_env = StringMapField(
+        key_pattern=ENV_NAME,
+        key_rule=ENV_RULE,
+        max_items=100,
+        required=False,
+        default=dict,
+        max_value_length=8192,
+        trim_values=False,
+    )
 
     def validate_image(self, value):
         if value and not IMAGE_REFERENCE.match(value):

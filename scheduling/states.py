@@ -4,6 +4,7 @@ A job's state is derived from its tasks' (lifecycle.derive_job_state), under the
 Only Django's choices enum is imported here (no ORM, no settings), so that models.py can
 declare its partial indexes with these very sets.
 """
+
 from django.db.models import TextChoices
 
 

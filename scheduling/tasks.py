@@ -1,4 +1,5 @@
 """Celery tasks: thin, idempotent, acks_late. Each loads rows and calls a service."""
+
 from celery import shared_task
 
 from scheduling.stopping import escalate_overdue

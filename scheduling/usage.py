@@ -4,6 +4,7 @@ Shares come from the scheduler's own Ledger (scheduling/core/fairshare.py), fed 
 aggregate of the active tasks, so the page ranks teams exactly as a pass would. Four queries,
 whatever the number of teams, jobs or tasks.
 """
+
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -129,27 +130,45 @@ def cluster_usage() -> ClusterUsage:
     ordered = _depth_first(teams)
     known = tuple(known_classes(node_classes=capacity))
     order = class_order(known)
-    classes = tuple(sorted(set(capacity) | {rclass for q in quotas.values() for rclass in q}
-                           | {rclass for used in ledger.usage.values() for rclass in used}, key=order))
+    classes = tuple(
+        sorted(
+            set(capacity)
+            | {rclass for q in quotas.values() for rclass in q}
+            | {rclass for used in ledger.usage.values() for rclass in used},
+            key=order,
+        )
+    )
     borrowed_at = _borrowed_per_level(ledger, ordered)
-    return ClusterUsage(classes, capacity, tuple(
-        _team_usage(ledger, row, depth, classes, borrowed_at, order) for row, depth in ordered), known)
+    return ClusterUsage(
+        classes,
+        capacity,
+        tuple(_team_usage(ledger, row, depth, classes, borrowed_at, order) for row, depth in ordered),
+        known,
+    )
 
 
 def _capacity() -> dict[str, int]:
     """Every node counts, whatever its state: the same capacity a scheduler pass computes."""
     rows = Node.objects.order_by().values("gpu_type").annotate(gpus=Sum("gpu_count"), cpus=Sum("cpu_count"))
-    return {core.resource_class(row["gpu_type"] or None): row["gpus"] if row["gpu_type"] else row["cpus"]
-            for row in rows}
+    return {
+        core.resource_class(row["gpu_type"] or None): row["gpus"] if row["gpu_type"] else row["cpus"] for row in rows
+    }
 
 
 def _active_units() -> list[tuple[int, str, int]]:
     """(team id, resource class, units held) summed over assigned and running tasks: a GPU
     task holds its GPU indices, a CPU task its job's CPUs per rank."""
-    units = Case(When(job__gpu_type="", then=F("job__cpu_per_rank")), default=JSONArrayLength("gpu_indices"),
-                 output_field=IntegerField())
-    rows = (Task.objects.filter(state__in=ON_NODE).order_by().values("job__team_id", "job__gpu_type")
-            .annotate(units=Sum(units)))
+    units = Case(
+        When(job__gpu_type="", then=F("job__cpu_per_rank")),
+        default=JSONArrayLength("gpu_indices"),
+        output_field=IntegerField(),
+    )
+    rows = (
+        Task.objects.filter(state__in=ON_NODE)
+        .order_by()
+        .values("job__team_id", "job__gpu_type")
+        .annotate(units=Sum(units))
+    )
     return [(row["job__team_id"], core.resource_class(row["job__gpu_type"] or None), row["units"]) for row in rows]
 
 
@@ -179,13 +198,22 @@ def _borrowed_per_level(ledger: Ledger, ordered: list[tuple[dict, int]]) -> dict
     return borrowed
 
 
-def _team_usage(ledger: Ledger, row: dict, depth: int, classes: tuple[str, ...],
-                borrowed_at: dict[tuple[int, str], int], order: Callable[[str], tuple[int, str]]) -> TeamUsage:
+def _team_usage(
+    ledger: Ledger,
+    row: dict,
+    depth: int,
+    classes: tuple[str, ...],
+    borrowed_at: dict[tuple[int, str], int],
+    order: Callable[[str], tuple[int, str]],
+) -> TeamUsage:
     name, used = row["name"], ledger.usage.get(row["name"], {})
     quotas = ledger.teams[name].quotas
     mine = sorted(set(quotas) | {rclass for rclass, units in used.items() if units}, key=order)
     return TeamUsage(
-        row["id"], name, row["parent__name"], depth,
+        row["id"],
+        name,
+        row["parent__name"],
+        depth,
         tuple(_class_usage(ledger, name, rclass, used.get(rclass, 0), borrowed_at[(depth, rclass)]) for rclass in mine),
         tuple(used.get(rclass, 0) / ledger.entitlement(name, rclass) for rclass in classes),
         ledger.share(name),
@@ -199,7 +227,13 @@ def _class_usage(ledger: Ledger, team: str, rclass: str, used: int, borrowed_at_
     guaranteed = quota.guaranteed if quota else 0
     idle = max(0, guaranteed - used)
     return ClassUsage(
-        rclass, quota is not None, guaranteed, quota.borrowing_limit if quota else 0,
-        quota.weight if quota else 1.0, used, max(0, used - guaranteed), min(idle, borrowed_at_level),
+        rclass,
+        quota is not None,
+        guaranteed,
+        quota.borrowing_limit if quota else 0,
+        quota.weight if quota else 1.0,
+        used,
+        max(0, used - guaranteed),
+        min(idle, borrowed_at_level),
         used / ledger.entitlement(team, rclass),
     )

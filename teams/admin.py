@@ -18,7 +18,8 @@ class QuotaForm(forms.ModelForm):
         self.known = known_classes()
         current = [self.instance.resource_class] if self.instance.resource_class not in ("", *self.known) else []
         self.fields["resource_class"].widget = forms.Select(
-            choices=[("", "---------"), *((rclass, rclass) for rclass in [*self.known, *current])])
+            choices=[("", "---------"), *((rclass, rclass) for rclass in [*self.known, *current])]
+        )
 
     def clean_resource_class(self):
         rclass = self.cleaned_data["resource_class"]

@@ -1,4 +1,5 @@
 """REST endpoints for teams and quotas."""
+
 from collections import defaultdict
 
 from django.shortcuts import get_object_or_404
@@ -43,6 +44,7 @@ class TeamQuotas(APIView):
             raise PermissionDenied(NOT_A_LEAD.format(team=team.name))
         body = QuotaPatchSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        do_update_quotas(team=team, changes=body.validated_data["quotas"], user=request.user,
-                         reason=body.validated_data["reason"])
+        do_update_quotas(
+            team=team, changes=body.validated_data["quotas"], user=request.user, reason=body.validated_data["reason"]
+        )
         return Response(QuotaSerializer(team.quotas.all(), many=True).data)

@@ -1,4 +1,5 @@
 """`Authorization: Bearer <token>` for the REST API."""
+
 from datetime import timedelta
 
 from django.utils import timezone
@@ -26,11 +27,7 @@ class BearerTokenAuthentication(authentication.BaseAuthentication):
         return self.authenticate_token(raw)
 
     def authenticate_token(self, raw: str):
-        token = (
-            ApiToken.objects.select_related("user")
-            .filter(digest=hash_token(raw), revoked_at__isnull=True)
-            .first()
-        )
+        token = ApiToken.objects.select_related("user").filter(digest=hash_token(raw), revoked_at__isnull=True).first()
         if token is None or not token.user.is_active:
             raise exceptions.AuthenticationFailed("Invalid or revoked token.")
         now = timezone.now()

@@ -19,6 +19,7 @@ from the proxy (daphne `--proxy-headers`, uvicorn `--proxy-headers --forwarded-a
 do that only when the proxy overwrites X-Forwarded-For rather than appending to what the
 client sent, or every client behind it shares one address (and one allowance).
 """
+
 import functools
 import hashlib
 import ipaddress
@@ -97,8 +98,9 @@ def check_login_allowed(*, username: str, address: str) -> None:
     kind = max(waits, key=waits.get)
     template = LOCKED_USER if kind == "user" else LOCKED_ADDRESS
     wait = waits[kind]
-    raise LoginLocked(message=template.format(username=username, address=address, wait=_human_wait(wait)),
-                      retry_after=wait)
+    raise LoginLocked(
+        message=template.format(username=username, address=address, wait=_human_wait(wait)), retry_after=wait
+    )
 
 
 def _count_failure(kind: str, who: str, now: float, window: int) -> float:
@@ -182,6 +184,7 @@ class LimitedAdminAuthenticationForm(LoginLimitsMixin, AdminAuthenticationForm):
 def with_lockout_status(view):
     """Wrap a login view (LoginView, admin.site.login): a refused attempt answers 429 with
     Retry-After instead of the form's usual 200."""
+
     @functools.wraps(view)
     def wrapped(request, *args, **kwargs):
         response = view(request, *args, **kwargs)
@@ -191,4 +194,5 @@ def with_lockout_status(view):
             response.status_code = 429
             response["Retry-After"] = str(lockout.wait)
         return response
+
     return wrapped

@@ -1,5 +1,6 @@
 """Teams (a tree: division -> team), membership roles, quotas per resource class, API tokens,
 and the audit log of who did what."""
+
 import hashlib
 import secrets
 

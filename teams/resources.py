@@ -3,6 +3,7 @@
 A class is `cpu`, or `gpu:<TYPE>` for each GPU type in MLQ_GPU_TYPES (what a spec may ask for)
 and each one a registered node has reported (`ReportedGpuType`, recorded when a node registers),
 so a GPU type added to the settings or brought by a new machine can be given quotas at once."""
+
 from collections.abc import Iterable
 
 from django.conf import settings

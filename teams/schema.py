@@ -1,4 +1,5 @@
 """Tells drf-spectacular how the API authenticates, so /api/docs/ can send a token."""
+
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 
 

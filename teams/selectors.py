@@ -1,4 +1,5 @@
 """Reads about teams and who may do what. Site admins are Django superusers."""
+
 from teams.models import Membership, Role, Team
 
 

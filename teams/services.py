@@ -1,5 +1,6 @@
 """Writes about teams: quota changes, each one audited with who, what and why, and the GPU
 types nodes report (the resource classes quotas may name)."""
+
 from django.db import transaction
 from django.db.models import Sum
 from django.utils import timezone
@@ -7,9 +8,7 @@ from rest_framework.exceptions import ValidationError
 
 from teams.models import AuditEvent, EventKind, Quota, ReportedGpuType, Team
 
-OVER_PARENT = (
-    "{team} and its sibling teams would be guaranteed {total} {rclass}, more than {parent}'s {parent_amount}."
-)
+OVER_PARENT = "{team} and its sibling teams would be guaranteed {total} {rclass}, more than {parent}'s {parent_amount}."
 UNDER_CHILDREN = "{team}'s teams are guaranteed {children} {rclass} in all; its guarantee cannot go below that."
 
 
@@ -36,7 +35,11 @@ def _apply_quota_change(*, team: Team, rclass: str, fields: dict, user, reason: 
     quota.save()
     changed = ", ".join(f"{name} {before[name]} -> {value}" for name, value in fields.items())
     AuditEvent.objects.create(
-        team=team, kind=EventKind.QUOTA_CHANGED, actor=user, actor_name=user.get_username(), reason="QUOTA",
+        team=team,
+        kind=EventKind.QUOTA_CHANGED,
+        actor=user,
+        actor_name=user.get_username(),
+        reason="QUOTA",
         message=f"{team.name} {rclass}: {changed} ({reason})",
         data={"resource_class": rclass, "before": before, "after": fields, "reason": reason},
     )
@@ -54,8 +57,19 @@ def _check_tree(*, team: Team, rclass: str, guaranteed: int) -> None:
         total = guaranteed + _guaranteed(siblings, rclass)
         parent_amount = _guaranteed([team.parent_id], rclass)
         if total > parent_amount:
-            raise ValidationError({field: [OVER_PARENT.format(team=team.name, total=total, rclass=rclass,
-                                                             parent=team.parent.name, parent_amount=parent_amount)]})
+            raise ValidationError(
+                {
+                    field: [
+                        OVER_PARENT.format(
+                            team=team.name,
+                            total=total,
+                            rclass=rclass,
+                            parent=team.parent.name,
+                            parent_amount=parent_amount,
+                        )
+                    ]
+                }
+            )
     children = _guaranteed(team.children.values_list("pk", flat=True), rclass)
     if guaranteed < children:
         raise ValidationError({field: [UNDER_CHILDREN.format(team=team.name, children=children, rclass=rclass)]})

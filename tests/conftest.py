@@ -1,5 +1,6 @@
 """Shared fixtures: the demo cluster, API clients per user, a frozen clock, fresh failure-detection
 clocks for each test, and a job spec builder (node states: tests/nodes.py)."""
+
 import copy
 import time
 from datetime import datetime, timezone as dt_timezone
@@ -23,16 +24,25 @@ SEED_SPEC = {
     "team": "research-foundation-models",
     "image": "registry.example.com/training/llama-70b:2026-04-19",
     "command": ["python", "-m", "train", "--config", "llama-70b.yaml"],
-    "resources": {"gpu_count": 64, "gpu_type": "H100", "cpu_per_rank": 16, "memory_per_rank_gb": 256,
-                  "scratch_disk_gb": 2000},
+    "resources": {
+        "gpu_count": 64,
+        "gpu_type": "H100",
+        "cpu_per_rank": 16,
+        "memory_per_rank_gb": 256,
+        "scratch_disk_gb": 2000,
+    },
     "topology_hint": "prefer_same_rack",
     "node_selector": {},
     "priority": "P1",
     "max_runtime_hours": 168,
     "grace_period_seconds": 120,
     "checkpoint": {"path": "s3://ckpt/llama-70b/run-47", "interval_minutes": 30, "retain_last_n": 3},
-    "restart_policy": {"on_preemption": "resume_from_checkpoint", "on_node_failure": "resume_from_checkpoint",
-                       "max_restarts": 20, "max_retries": 2},
+    "restart_policy": {
+        "on_preemption": "resume_from_checkpoint",
+        "on_node_failure": "resume_from_checkpoint",
+        "max_restarts": 20,
+        "max_retries": 2,
+    },
     "depends_on": [],
     "env": {"WANDB_PROJECT": "llama-70b"},
 }
@@ -69,9 +79,11 @@ def demo(db):
 @pytest.fixture
 def logged_in(client, demo):
     """logged_in("rita") -> the test client, logged in as rita (the demo's password)."""
+
     def log_in(username: str):
         assert client.login(username=username, password="demo")
         return client
+
     return log_in
 
 
@@ -103,10 +115,12 @@ def user(demo):
 @pytest.fixture
 def api(demo):
     """api("alice") -> an APIClient sending alice's bearer token; api(None) is anonymous."""
+
     def client_for(username: str | None) -> APIClient:
         client = APIClient()
         if username is not None:
             _, raw = ApiToken.issue(user=get_user_model().objects.get(username=username))
             client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
         return client
+
     return client_for

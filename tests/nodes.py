@@ -10,6 +10,7 @@ and the failure detector and the pages then read those. So tests use these inste
 - fall_silent(): the nodes stop heartbeating and the leader's failure detection
   (scheduling/leader/failures.py) finds them SUSPECT, or LOST with their tasks failed.
 """
+
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -79,8 +80,11 @@ def fall_silent(nodes: Nodes, *, health: str, epoch: int) -> datetime:
     margin (their tasks failed). Returns when it looked (later than now: the rows say so)."""
     names = [node.name for node in _rows(nodes)]
     heartbeat(names)
-    silent_s = settings.MLQ_SUSPECT_AFTER_S if health == NodeState.SUSPECT else (
-        settings.MLQ_OUTAGE_BOUND_S + failures.lost_margin())
+    silent_s = (
+        settings.MLQ_SUSPECT_AFTER_S
+        if health == NodeState.SUSPECT
+        else (settings.MLQ_OUTAGE_BOUND_S + failures.lost_margin())
+    )
     at = timezone.now() + timedelta(seconds=silent_s + 1)
     heartbeat(Node.objects.filter(health=NodeState.READY).exclude(name__in=names), now=at)
     kept = failures.CLOCKS

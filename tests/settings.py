@@ -8,6 +8,7 @@ otherwise), and everything the suite starts uses those too, so two suites can sh
 
 (pytest-django creates test_mlqueue_b; the benchmarks' scratch databases are named after it,
 and their Redis databases are MLQ_TEST_LATENCY_REDIS_URL and MLQ_TEST_HEARTBEATS_REDIS_URL.)"""
+
 import os
 
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/mlqueue")

@@ -12,6 +12,7 @@ A file already there when the task starts belongs to an earlier attempt (or anot
 sharing the directory): only a version written after the start counts. Ranks of a gang may
 share one directory: each rank's task reports it for itself (the server keeps it per task).
 """
+
 import json
 import logging
 import math

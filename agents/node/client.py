@@ -1,4 +1,5 @@
 """The agent's side of the agent API: JSON over HTTP(S) with a bearer token, stdlib only."""
+
 import json
 import urllib.error
 import urllib.request
@@ -18,7 +19,9 @@ class AgentClient:
 
     def post(self, path: str, body: dict, *, token: str | None = None) -> dict:
         request = urllib.request.Request(
-            f"{self.server}/api/v1/{path}", data=json.dumps(body).encode(), method="POST",
+            f"{self.server}/api/v1/{path}",
+            data=json.dumps(body).encode(),
+            method="POST",
             headers={"Content-Type": "application/json", "Authorization": f"Bearer {token or self.token}"},
         )
         try:

@@ -6,6 +6,7 @@ an environment variable is removed after reading, from the process's memory too,
 `/proc/<pid>/environ` would still show it. The node token lives in a 0600 file in the node's
 workdir, so that an agent restarting on the same workdir can re-register its node.
 """
+
 import ctypes
 import logging
 import os

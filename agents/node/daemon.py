@@ -15,6 +15,7 @@ scheduler sends; reports starts, exits and log chunks; and obeys three safety ru
   (it waits for the bound plus a margin longer than that grace). Each task's supervisor enforces the same deadline from a file the agent rewrites at
   each renewal, so a stopped or stuck agent's tasks die on time too.
 """
+
 import argparse
 import getpass
 import json
@@ -30,7 +31,13 @@ from pathlib import Path
 from agents.node import credentials
 from agents.node.client import AgentClient, ApiError
 from agents.node.isolation import (
-    DEFAULT_UID_RANGE, NO_ISOLATION_WARNING, TaskUsers, can_switch_users, load_user_map, parse_uid_range, untraversable,
+    DEFAULT_UID_RANGE,
+    NO_ISOLATION_WARNING,
+    TaskUsers,
+    can_switch_users,
+    load_user_map,
+    parse_uid_range,
+    untraversable,
 )
 from agents.node.outbox import Outbox
 from agents.node.machine import inventory
@@ -42,8 +49,17 @@ POLL_S = 0.2
 
 
 class NodeAgent:
-    def __init__(self, *, server: str, join_token: str, node: dict, workdir: Path, container_hook: str = "",
-                 pass_env=DEFAULT_PASS_ENV, task_users: TaskUsers | None = None):
+    def __init__(
+        self,
+        *,
+        server: str,
+        join_token: str,
+        node: dict,
+        workdir: Path,
+        container_hook: str = "",
+        pass_env=DEFAULT_PASS_ENV,
+        task_users: TaskUsers | None = None,
+    ):
         self.client = AgentClient(server)
         self.join_token, self.node, self.name = join_token, node, node["name"]
         self.workdir = (workdir / self.name).absolute()  # tasks run elsewhere: their supervisors need whole paths
@@ -71,8 +87,9 @@ class NodeAgent:
             return 0, set()
 
     def _save_state(self) -> None:
-        credentials.write_private(self.state_path, json.dumps({"highest_epoch": self.highest_epoch,
-                                                               "seen": sorted(self.seen)}))
+        credentials.write_private(
+            self.state_path, json.dumps({"highest_epoch": self.highest_epoch, "seen": sorted(self.seen)})
+        )
 
     # --- the loop ---------------------------------------------------------------------------
     def run(self) -> None:
@@ -98,8 +115,11 @@ class NodeAgent:
             return
         while not self.stopping.is_set():
             try:
-                with connect(self.client.websocket_url(self.name), open_timeout=5,
-                             additional_headers={"Authorization": f"Bearer {self.client.token}"}) as socket:
+                with connect(
+                    self.client.websocket_url(self.name),
+                    open_timeout=5,
+                    additional_headers={"Authorization": f"Bearer {self.client.token}"},
+                ) as socket:
                     for _ in socket:
                         self.wake.set()
             except Exception as exc:  # any failure: wait and reconnect; heartbeats go on regardless
@@ -134,12 +154,16 @@ class NodeAgent:
         forgot its token) goes on watching its tasks and its lease meanwhile."""
         held = list(self.credentials())
         if not held:
-            log.error("%s: no node token in %s and no join token: give one with --token-file or "
-                      "MLQ_AGENT_JOIN_TOKEN", self.name, self.workdir)
+            log.error(
+                "%s: no node token in %s and no join token: give one with --token-file or MLQ_AGENT_JOIN_TOKEN",
+                self.name,
+                self.workdir,
+            )
         for credential, what in held:
             try:
-                reply = self.client.post("agents/register", {**self.node, "task_isolation": self.task_users.mode},
-                                         token=credential)
+                reply = self.client.post(
+                    "agents/register", {**self.node, "task_isolation": self.task_users.mode}, token=credential
+                )
             except ApiError as exc:
                 log.warning("%s: cannot register with the %s (%s)", self.name, what, exc)
                 continue
@@ -166,8 +190,9 @@ class NodeAgent:
         sent_at = time.monotonic()
         reported = [task.report() for task in self.tasks.values()]
         try:
-            reply = self.client.post(f"agents/{self.name}/heartbeat", {"tasks": reported,
-                                                                       "highest_epoch": self.highest_epoch})
+            reply = self.client.post(
+                f"agents/{self.name}/heartbeat", {"tasks": reported, "highest_epoch": self.highest_epoch}
+            )
         except ApiError as exc:
             log.warning("%s: heartbeat refused (%s)", self.name, exc)
             if exc.status == 401:
@@ -230,8 +255,17 @@ class NodeAgent:
         if why_not:
             log.warning("%s: refusing job %s rank %s attempt %s: %s", self.name, *key, why_not)
             if key in self.seen and key not in self.tasks:  # it ran here before this agent restarted: gone
-                self.outbox.append({"type": "exited", "job_id": key[0], "rank": key[1], "attempt": key[2],
-                                    "exit_code": None, "signal": "", "cause": "lost"})
+                self.outbox.append(
+                    {
+                        "type": "exited",
+                        "job_id": key[0],
+                        "rank": key[1],
+                        "attempt": key[2],
+                        "exit_code": None,
+                        "signal": "",
+                        "cause": "lost",
+                    }
+                )
             return None
         self.highest_epoch = max(self.highest_epoch, assignment["epoch"])
         self.seen.add(key)
@@ -239,13 +273,21 @@ class NodeAgent:
         user = None
         try:
             user = self.task_users.acquire(assignment.get("owner", ""))
-            task = TaskProcess(assignment, self.workdir, lease_file=self.lease_path, container_hook=self.container_hook,
-                               pass_env=self.pass_env, user=user, helpers=self.helpers)
+            task = TaskProcess(
+                assignment,
+                self.workdir,
+                lease_file=self.lease_path,
+                container_hook=self.container_hook,
+                pass_env=self.pass_env,
+                user=user,
+                helpers=self.helpers,
+            )
         except OSError as exc:
             self.task_users.release(user)
             log.error("%s: cannot start job %s rank %s: %s", self.name, *key[:2], exc)
-            self.outbox.append({"type": "exited", "job_id": key[0], "rank": key[1], "attempt": key[2],
-                                "exit_code": 127, "signal": ""})
+            self.outbox.append(
+                {"type": "exited", "job_id": key[0], "rank": key[1], "attempt": key[2], "exit_code": 127, "signal": ""}
+            )
             return None
         self.tasks[key] = task
         self.outbox.append({"type": "started", "job_id": key[0], "rank": key[1], "attempt": key[2]})
@@ -260,11 +302,23 @@ class NodeAgent:
                 self.outbox.extend(task.checkpoint_events(final=exited))
             self.outbox.extend(task.log_events(final=exited))
             if exited:
-                log.info("%s: job %s rank %s attempt %s exited (%s)", self.name, *task.key,
-                         task.exit_code if task.exit_code is not None else task.exit_signal)
-                self.outbox.append({"type": "exited", "job_id": task.job_id, "rank": task.rank,
-                                    "attempt": task.attempt, "exit_code": task.exit_code, "signal": task.exit_signal,
-                                    "cause": task.cause})
+                log.info(
+                    "%s: job %s rank %s attempt %s exited (%s)",
+                    self.name,
+                    *task.key,
+                    task.exit_code if task.exit_code is not None else task.exit_signal,
+                )
+                self.outbox.append(
+                    {
+                        "type": "exited",
+                        "job_id": task.job_id,
+                        "rank": task.rank,
+                        "attempt": task.attempt,
+                        "exit_code": task.exit_code,
+                        "signal": task.exit_signal,
+                        "cause": task.cause,
+                    }
+                )
 
     def enforce_lease(self) -> None:
         """No renewal in time: SIGTERM at the deadline, SIGKILL a grace later (the tasks'
@@ -275,8 +329,12 @@ class NodeAgent:
             return
         name = "KILL" if now >= self.lease_deadline + self.lease_grace_s else "TERM"
         if any(name not in task.signals_sent for task in running):
-            log.error("%s: lease expired without renewal (the control plane is unreachable): SIG%s to %d task(s)",
-                      self.name, name, len(running))
+            log.error(
+                "%s: lease expired without renewal (the control plane is unreachable): SIG%s to %d task(s)",
+                self.name,
+                name,
+                len(running),
+            )
         for task in running:
             task.cause = "lease_expired"
             task.send(name)
@@ -293,8 +351,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     # No abbreviations: `--token X` must not quietly mean `--token-file X`.
     parser = argparse.ArgumentParser(prog="mlqueue-agent", description="The mlqueue node agent.", allow_abbrev=False)
     parser.add_argument("--server", required=True, help="the mlqueue web URL, e.g. https://mlqueue.example.com")
-    parser.add_argument("--token-file", type=Path, help="a file (mode 600) holding a join token; or set "
-                        "MLQ_AGENT_JOIN_TOKEN. Not needed once the workdir holds the node's own token")
+    parser.add_argument(
+        "--token-file",
+        type=Path,
+        help="a file (mode 600) holding a join token; or set "
+        "MLQ_AGENT_JOIN_TOKEN. Not needed once the workdir holds the node's own token",
+    )
     parser.add_argument("--node-name", help="default: this machine's hostname")
     parser.add_argument("--zone", default="z1")
     parser.add_argument("--rack", default="r1")
@@ -305,26 +367,47 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--memory-gb", type=int)
     parser.add_argument("--label", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--address", help="how other nodes reach this one (a gang's MASTER_ADDR)")
-    parser.add_argument("--container-hook", default="", help="wraps jobs that name an image, e.g. "
-                        "'podman run --rm --network host {image}'")
+    parser.add_argument(
+        "--container-hook",
+        default="",
+        help="wraps jobs that name an image, e.g. 'podman run --rm --network host {image}'",
+    )
     parser.add_argument("--fleet", type=Path, help="a JSON list of virtual nodes to run in this process")
-    parser.add_argument("--pass-env", action="append", default=[], metavar="NAME[,NAME...]",
-                        help="more of the agent's environment variables that tasks see (always: "
-                        f"{', '.join(DEFAULT_PASS_ENV)} where set)")
-    parser.add_argument("--isolation", choices=["auto", "uid", "none"], default="auto",
-                        help="uid: each task runs as a user of its own (needs root); none: as the agent's user; "
-                        "auto (default): uid when running as root")
-    parser.add_argument("--task-uids", default=DEFAULT_UID_RANGE, metavar="FIRST-LAST",
-                        help=f"the UIDs (and GIDs) given to tasks, one per running task (default {DEFAULT_UID_RANGE})")
-    parser.add_argument("--task-user-map", type=Path, metavar="FILE",
-                        help="a JSON object of user name -> UID: a job runs as its owner's own UID where listed")
+    parser.add_argument(
+        "--pass-env",
+        action="append",
+        default=[],
+        metavar="NAME[,NAME...]",
+        help="more of the agent's environment variables that tasks see (always: "
+        f"{', '.join(DEFAULT_PASS_ENV)} where set)",
+    )
+    parser.add_argument(
+        "--isolation",
+        choices=["auto", "uid", "none"],
+        default="auto",
+        help="uid: each task runs as a user of its own (needs root); none: as the agent's user; "
+        "auto (default): uid when running as root",
+    )
+    parser.add_argument(
+        "--task-uids",
+        default=DEFAULT_UID_RANGE,
+        metavar="FIRST-LAST",
+        help=f"the UIDs (and GIDs) given to tasks, one per running task (default {DEFAULT_UID_RANGE})",
+    )
+    parser.add_argument(
+        "--task-user-map",
+        type=Path,
+        metavar="FILE",
+        help="a JSON object of user name -> UID: a job runs as its owner's own UID where listed",
+    )
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
     if any("=" not in label for label in args.label):
         parser.error("--label takes KEY=VALUE")
     try:
-        args.pass_env = DEFAULT_PASS_ENV + tuple(check_pass_env(
-            [name.strip() for item in args.pass_env for name in item.split(",") if name.strip()]))
+        args.pass_env = DEFAULT_PASS_ENV + tuple(
+            check_pass_env([name.strip() for item in args.pass_env for name in item.split(",") if name.strip()])
+        )
         args.task_users = task_users_from(args)
     except ValueError as exc:
         parser.error(str(exc))
@@ -348,15 +431,26 @@ def nodes_from(args: argparse.Namespace) -> list[dict]:
             raise SystemExit(f"mlqueue-agent: cannot read --fleet {args.fleet}: {exc}") from None
         return [{"labels": {}, "address": "127.0.0.1", **node} for node in fleet]
     labels = dict(label.split("=", 1) for label in args.label)
-    return [inventory(name=args.node_name, zone=args.zone, rack=args.rack, fake_gpus=args.fake_gpus,
-                      gpu_type=args.gpu_type, cpus=args.cpus, memory=args.memory_gb, labels=labels,
-                      address=args.address)]
+    return [
+        inventory(
+            name=args.node_name,
+            zone=args.zone,
+            rack=args.rack,
+            fake_gpus=args.fake_gpus,
+            gpu_type=args.gpu_type,
+            cpus=args.cpus,
+            memory=args.memory_gb,
+            labels=labels,
+            address=args.address,
+        )
+    ]
 
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                        stream=sys.stderr)
+    logging.basicConfig(
+        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
     join_token = credentials.join_token_from(args.token_file)
     args.workdir.mkdir(parents=True, exist_ok=True)
     if args.task_users.mode == "none":
@@ -364,16 +458,29 @@ def main(argv=None) -> None:
     else:
         args.task_users.sweep()
     if args.task_users.mode == "uid" and untraversable(args.workdir.resolve()):
-        log.warning("tasks run as other users but cannot pass through %s to reach their own directories by name: "
-                    "chmod o+x it (0711)", ", ".join(map(str, untraversable(args.workdir.resolve()))))
-    agents = [NodeAgent(server=args.server, join_token=join_token, node=node, workdir=args.workdir,
-                        container_hook=args.container_hook, pass_env=args.pass_env, task_users=args.task_users)
-              for node in nodes_from(args)]
+        log.warning(
+            "tasks run as other users but cannot pass through %s to reach their own directories by name: "
+            "chmod o+x it (0711)",
+            ", ".join(map(str, untraversable(args.workdir.resolve()))),
+        )
+    agents = [
+        NodeAgent(
+            server=args.server,
+            join_token=join_token,
+            node=node,
+            workdir=args.workdir,
+            container_hook=args.container_hook,
+            pass_env=args.pass_env,
+            task_users=args.task_users,
+        )
+        for node in nodes_from(args)
+    ]
     threads = [threading.Thread(target=agent.run, name=agent.name, daemon=True) for agent in agents]
 
     def stop(*_):
         for agent in agents:
             agent.stop()
+
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     for thread in threads:

@@ -15,6 +15,7 @@ directories removed; the attempt's directory is closed to it by the runtime.
 Without root the agent cannot switch users: every task runs as the agent's user and can read
 the others' environment and files. The agent says so at start, and the node page shows it.
 """
+
 import contextlib
 import json
 import logging
@@ -34,7 +35,8 @@ SHARED_TMP_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
 NO_ISOLATION_WARNING = (
     "tasks run as the agent's own user ({user}): a task can read this agent's node token and join-token file, the "
     "environment (secret_env included), files and checkpoints of every other task on this node, and signal its "
-    "processes. Run the agent as root so that each task runs as a user of its own (--task-uids).")
+    "processes. Run the agent as root so that each task runs as a user of its own (--task-uids)."
+)
 
 
 @dataclass(frozen=True)
@@ -90,8 +92,9 @@ class TaskUsers:
         """At start: whatever a pool UID still runs is left from before (an agent killed with
         its tasks' daemons still running): kill it, before any UID is handed out."""
         for uid in sorted(uids_running(self.uids)) if self.uids is not None else ():
-            log.warning("task user %s: killed %d process(es) left from before this agent started", uid,
-                        kill_processes_of(uid))
+            log.warning(
+                "task user %s: killed %d process(es) left from before this agent started", uid, kill_processes_of(uid)
+            )
 
     def release(self, user: TaskUser | None) -> None:
         """The task has ended: once no task holds the UID, kill what it left running and remove
@@ -106,8 +109,9 @@ class TaskUsers:
         killed = kill_processes_of(user.uid, user.gid)
         removed = remove_files_of(user.uid) if user.pooled else 0
         if killed or removed:
-            log.info("task user %s: killed %d leftover process(es), removed %d leftover file(s)", user.uid,
-                     killed, removed)
+            log.info(
+                "task user %s: killed %d leftover process(es), removed %d leftover file(s)", user.uid, killed, removed
+            )
 
 
 def _owner_uids() -> dict[int, int]:
@@ -142,9 +146,17 @@ def kill_processes_of(uid: int, gid: int | None = None) -> int:
         if not processes_of(uid):
             break
         try:
-            subprocess.run(["/bin/sh", "-c", "kill -9 -1"], user=uid, group=uid if gid is None else gid,
-                           extra_groups=[], cwd="/", env={}, timeout=10, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL)
+            subprocess.run(
+                ["/bin/sh", "-c", "kill -9 -1"],
+                user=uid,
+                group=uid if gid is None else gid,
+                extra_groups=[],
+                cwd="/",
+                env={},
+                timeout=10,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
         except (OSError, subprocess.SubprocessError):
             for pid in processes_of(uid):  # not root: what this process may signal itself
                 with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -175,7 +187,7 @@ def remove_files_of(uid: int, dirs=SHARED_TMP_DIRS) -> int:
 
 
 def parse_uid_range(text: str) -> range:
-    """"200000-200999" -> range(200000, 201000)."""
+    """ "200000-200999" -> range(200000, 201000)."""
     first, dash, last = text.partition("-")
     try:
         low, high = int(first), int(last)

@@ -1,5 +1,6 @@
 """What this machine has: GPUs through NVML when present (or fake ones for machines without),
 CPUs and memory from the OS."""
+
 import os
 import socket
 
@@ -28,7 +29,7 @@ KNOWN_TYPES = ("H200", "H100", "A100", "L40S", "L4", "A10G", "V100", "T4")
 
 
 def gpu_type_from_name(name: str) -> str:
-    """"NVIDIA H100 80GB HBM3" -> "H100"; an unknown model keeps its whole name, dashed
+    """ "NVIDIA H100 80GB HBM3" -> "H100"; an unknown model keeps its whole name, dashed
     ("NVIDIA RTX 6000 Ada Generation" -> "RTX-6000-ADA-GENERATION"): set --gpu-type to taste."""
     words = name.upper().replace("-", " ").split()
     for known in KNOWN_TYPES:
@@ -44,14 +45,30 @@ def memory_gb() -> int:
         return 1
 
 
-def inventory(*, name: str | None, zone: str, rack: str, fake_gpus: int | None, gpu_type: str | None,
-              cpus: int | None, memory: int | None, labels: dict, address: str | None) -> dict:
+def inventory(
+    *,
+    name: str | None,
+    zone: str,
+    rack: str,
+    fake_gpus: int | None,
+    gpu_type: str | None,
+    cpus: int | None,
+    memory: int | None,
+    labels: dict,
+    address: str | None,
+) -> dict:
     if fake_gpus is not None:
         kind, count = (gpu_type or "H100") if fake_gpus else "", fake_gpus
     else:
         kind, count = detect_gpus()
     return {
-        "name": name or socket.gethostname(), "zone": zone, "rack": rack, "gpu_type": kind, "gpu_count": count,
-        "cpu_count": cpus or os.cpu_count() or 1, "memory_gb": memory or memory_gb(), "labels": labels,
+        "name": name or socket.gethostname(),
+        "zone": zone,
+        "rack": rack,
+        "gpu_type": kind,
+        "gpu_count": count,
+        "cpu_count": cpus or os.cpu_count() or 1,
+        "memory_gb": memory or memory_gb(),
+        "labels": labels,
         "address": address or socket.gethostname(),
     }

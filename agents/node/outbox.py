@@ -5,6 +5,7 @@ limit. A refusal (4xx) is the event's: the batch is sent again one event at a ti
 bad one, which is tried a few times more and then dropped, with a `dropped` event in its place
 so the job's timeline says what was lost. One bad event never blocks the others.
 """
+
 import logging
 
 from agents.node.client import ApiError
@@ -37,7 +38,7 @@ class Outbox:
     def flush(self, post) -> None:
         """Send what is waiting with `post(batch)`, until done or the server fails us."""
         while self.events:
-            batch = self.events[:1 if self.singles else BATCH]
+            batch = self.events[: 1 if self.singles else BATCH]
             try:
                 post(batch)
             except ApiError as exc:
@@ -47,7 +48,7 @@ class Outbox:
                 continue
             except OSError:
                 return
-            del self.events[:len(batch)]
+            del self.events[: len(batch)]
             self.singles, self.refusals = max(0, self.singles - 1), 0
 
     def _refused(self, batch: list[dict], exc: ApiError) -> None:
@@ -59,8 +60,16 @@ class Outbox:
             return
         event = self.events.pop(0)
         self.singles, self.refusals = max(0, self.singles - 1), 0
-        log.error("%s: dropped a %s event of job %s rank %s attempt %s after %d refusals: %s", self.name,
-                  event.get("type"), event.get("job_id"), event.get("rank"), event.get("attempt"), MAX_REFUSALS, exc)
+        log.error(
+            "%s: dropped a %s event of job %s rank %s attempt %s after %d refusals: %s",
+            self.name,
+            event.get("type"),
+            event.get("job_id"),
+            event.get("rank"),
+            event.get("attempt"),
+            MAX_REFUSALS,
+            exc,
+        )
         if event.get("type") != "dropped":
             self.events.insert(0, dropped(event, str(exc)))
 
@@ -68,8 +77,16 @@ class Outbox:
 def dropped(event: dict, why: str) -> dict:
     """What the server is told instead of an event it refused."""
     about = {key: event[key] for key in ("job_id", "rank", "attempt") if isinstance(event.get(key), int)}
-    detail = f"{event.get('type')} event" + (f" ({event.get('stream')} at offset {event.get('offset')}, "
-                                              f"{len(event.get('data') or '')} characters)"
-                                              if event.get("type") == "log" else "")
-    return {"type": "dropped", "job_id": 0, "rank": 0, "attempt": 1, **about,
-            "data": f"the agent dropped a {detail} the server refused {MAX_REFUSALS} times: {why}"[:1000]}
+    detail = f"{event.get('type')} event" + (
+        f" ({event.get('stream')} at offset {event.get('offset')}, {len(event.get('data') or '')} characters)"
+        if event.get("type") == "log"
+        else ""
+    )
+    return {
+        "type": "dropped",
+        "job_id": 0,
+        "rank": 0,
+        "attempt": 1,
+        **about,
+        "data": f"the agent dropped a {detail} the server refused {MAX_REFUSALS} times: {why}"[:1000],
+    }

@@ -12,6 +12,7 @@ logs; the task works in `work/` inside it, owned by the task's user, mode 0700. 
 out of the task's reach: a task that could replace them with a link would have the agent read
 (and ship to the job's owner) whatever file the link names.
 """
+
 import codecs
 import json
 import os
@@ -35,8 +36,22 @@ SUPERVISOR = str(Path(__file__).resolve().with_name("supervise.py"))
 
 LOG_CHUNK_BYTES = 32 * 1024
 # What a task may see of the agent's own environment, unless --pass-env says otherwise.
-DEFAULT_PASS_ENV = ("PATH", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "TZ", "TERM", "HOME", "USER", "LOGNAME",
-                    "SHELL", "TMPDIR", "LD_LIBRARY_PATH", "NVIDIA_DRIVER_CAPABILITIES")
+DEFAULT_PASS_ENV = (
+    "PATH",
+    "LANG",
+    "LANGUAGE",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TZ",
+    "TERM",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "TMPDIR",
+    "LD_LIBRARY_PATH",
+    "NVIDIA_DRIVER_CAPABILITIES",
+)
 # Never passed, whatever --pass-env says: the agent's tokens and the server's secrets.
 NEVER_PASSED = re.compile(r"^(MLQ_|DATABASE_URL$|REDIS_URL$|SECRET_KEY$|DJANGO_|PGPASSWORD$|AWS_SECRET)")
 DIR_MODE, PRIVATE_MODE = 0o711, 0o700
@@ -47,13 +62,16 @@ def check_pass_env(names: list[str]) -> list[str]:
     """The names an admin asked to pass on; raises ValueError for one that must never be."""
     refused = [name for name in names if NEVER_PASSED.match(name)]
     if refused:
-        raise ValueError(f"--pass-env {refused[0]}: the agent never passes MLQ_* variables or the server's "
-                         "secrets (DATABASE_URL, REDIS_URL, SECRET_KEY, ...) to tasks")
+        raise ValueError(
+            f"--pass-env {refused[0]}: the agent never passes MLQ_* variables or the server's "
+            "secrets (DATABASE_URL, REDIS_URL, SECRET_KEY, ...) to tasks"
+        )
     return names
 
 
-def task_environment(assignment_env: dict, *, pass_env, workdir: Path, user: TaskUser | None,
-                     helpers: Path | None = None) -> dict[str, str]:
+def task_environment(
+    assignment_env: dict, *, pass_env, workdir: Path, user: TaskUser | None, helpers: Path | None = None
+) -> dict[str, str]:
     """Built from nothing: the allowed part of the agent's environment, then what the scheduler
     sends (its MLQ_* and torchrun variables, the user's env and secret_env). A task with a user
     of its own gets its own HOME and TMPDIR: the agent's are not its to write. `helpers` (the
@@ -139,14 +157,24 @@ class Stream:
 
 
 class TaskProcess:
-    def __init__(self, assignment: dict, workdir: Path, *, lease_file: Path, container_hook: str = "",
-                 pass_env=DEFAULT_PASS_ENV, user: TaskUser | None = None, helpers: Path | None = None):
+    def __init__(
+        self,
+        assignment: dict,
+        workdir: Path,
+        *,
+        lease_file: Path,
+        container_hook: str = "",
+        pass_env=DEFAULT_PASS_ENV,
+        user: TaskUser | None = None,
+        helpers: Path | None = None,
+    ):
         self.job_id, self.rank, self.attempt = assignment["job_id"], assignment["rank"], assignment["attempt"]
         self.epoch = assignment.get("epoch", 0)
         self.grace_s = assignment.get("grace_period_seconds", 30)
         self.user = user
-        self.dir = make_dir(workdir / "jobs" / str(self.job_id) / f"rank-{self.rank}" / f"attempt-{self.attempt}",
-                            DIR_MODE)
+        self.dir = make_dir(
+            workdir / "jobs" / str(self.job_id) / f"rank-{self.rank}" / f"attempt-{self.attempt}", DIR_MODE
+        )
         for parent in self.dir.parents:
             if parent == workdir:
                 break
@@ -164,8 +192,10 @@ class TaskProcess:
         self.signals_sent: set[str] = set()
         env = task_environment(assignment["env"], pass_env=pass_env, workdir=self.work, user=user, helpers=helpers)
         # Before the process exists: a marker already there is an earlier attempt's.
-        self.checkpoints = CheckpointWatch(marker_path(env.get("MLQ_CHECKPOINT_DIR", ""), self.work),
-                                           label=f"job {self.job_id} rank {self.rank} attempt {self.attempt}")
+        self.checkpoints = CheckpointWatch(
+            marker_path(env.get("MLQ_CHECKPOINT_DIR", ""), self.work),
+            label=f"job {self.job_id} rank {self.rank} attempt {self.attempt}",
+        )
         self.process = self._spawn(assignment, container_hook, env)
 
     def _command(self, assignment: dict, container_hook: str, env_fd: int) -> list[str]:
@@ -177,8 +207,22 @@ class TaskProcess:
         # empty environment: nothing of the task's (PYTHONPATH, LD_PRELOAD, its directory on
         # sys.path) may run inside a process of the agent's user.
         who = ["--uid", str(self.user.uid), "--gid", str(self.user.gid)] if self.user else []
-        return [sys.executable, "-I", SUPERVISOR, "--env-fd", str(env_fd), "--agent-pid", str(os.getpid()),
-                "--lease-file", str(self.lease_file), "--status-file", str(self.status_file), *who, "--", *command]
+        return [
+            sys.executable,
+            "-I",
+            SUPERVISOR,
+            "--env-fd",
+            str(env_fd),
+            "--agent-pid",
+            str(os.getpid()),
+            "--lease-file",
+            str(self.lease_file),
+            "--status-file",
+            str(self.status_file),
+            *who,
+            "--",
+            *command,
+        ]
 
     def _spawn(self, assignment: dict, container_hook: str, env: dict) -> subprocess.Popen:
         out, err = (stream.open_for_writing() for stream in self.streams)
@@ -187,9 +231,16 @@ class TaskProcess:
             env_file.write(json.dumps(env).encode())
             env_file.seek(0)
             try:
-                return subprocess.Popen(self._command(assignment, container_hook, env_file.fileno()), cwd=self.work,
-                                        env={}, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-                                        start_new_session=True, pass_fds=(env_file.fileno(),))
+                return subprocess.Popen(
+                    self._command(assignment, container_hook, env_file.fileno()),
+                    cwd=self.work,
+                    env={},
+                    stdout=out,
+                    stderr=err,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                    pass_fds=(env_file.fileno(),),
+                )
             except OSError:
                 self.close()
                 raise
@@ -249,8 +300,15 @@ class TaskProcess:
 
     def report(self) -> dict:
         state = "running" if self.running else "exited"
-        return {"job_id": self.job_id, "rank": self.rank, "attempt": self.attempt, "state": state,
-                "exit_code": self.exit_code, "signal": self.exit_signal, "cause": self.cause}
+        return {
+            "job_id": self.job_id,
+            "rank": self.rank,
+            "attempt": self.attempt,
+            "state": state,
+            "exit_code": self.exit_code,
+            "signal": self.exit_signal,
+            "cause": self.cause,
+        }
 
     def checkpoint_events(self, *, final: bool = False) -> list[dict]:
         """A `checkpoint` event when the task has confirmed a new checkpoint (checked at most
@@ -258,8 +316,17 @@ class TaskProcess:
         found = self.checkpoints.poll(force=final)
         if found is None:
             return []
-        return [{"type": "checkpoint", "job_id": self.job_id, "rank": self.rank, "attempt": self.attempt,
-                 "epoch": self.epoch, "step": found["step"], "at": found["at"]}]
+        return [
+            {
+                "type": "checkpoint",
+                "job_id": self.job_id,
+                "rank": self.rank,
+                "attempt": self.attempt,
+                "epoch": self.epoch,
+                "step": found["step"],
+                "at": found["at"],
+            }
+        ]
 
     def log_events(self, final: bool = False) -> list[dict]:
         events = []
@@ -268,6 +335,15 @@ class TaskProcess:
                 offset, text = stream.new_text(final=final)
                 if not text:
                     break
-                events.append({"type": "log", "job_id": self.job_id, "rank": self.rank, "attempt": self.attempt,
-                               "stream": stream.name, "offset": offset, "data": text})
+                events.append(
+                    {
+                        "type": "log",
+                        "job_id": self.job_id,
+                        "rank": self.rank,
+                        "attempt": self.attempt,
+                        "stream": stream.name,
+                        "offset": offset,
+                        "data": text,
+                    }
+                )
         return events

@@ -19,6 +19,7 @@ empty environment of its own), and
 On Linux the kernel also tells it at once when the agent dies (PR_SET_PDEATHSIG with
 SIGHUP, whose handler kills the group); the reparenting check is the portable second line.
 """
+
 import ctypes
 import json
 import os
@@ -40,8 +41,10 @@ def notice_parent_death() -> None:
         pass  # not Linux: the reparenting watch below still applies
 
 
-USAGE = ("usage: python -I agents/node/supervise.py --env-fd N --agent-pid P --lease-file F --status-file S "
-         "[--uid U --gid G] -- COMMAND...")
+USAGE = (
+    "usage: python -I agents/node/supervise.py --env-fd N --agent-pid P --lease-file F --status-file S "
+    "[--uid U --gid G] -- COMMAND..."
+)
 REQUIRED = ("--env-fd", "--agent-pid", "--lease-file", "--status-file")
 OPTIONS = (*REQUIRED, "--uid", "--gid")
 NUMBERS = ("--env-fd", "--agent-pid", "--uid", "--gid")
@@ -56,7 +59,7 @@ def parse(argv: list[str]) -> tuple[dict, dict, list[str]]:
     this process may be root, and a task's LD_PRELOAD or PYTHONPATH must not reach it."""
     if "--" not in argv:
         raise ValueError(USAGE)
-    options, command = argv[:argv.index("--")], argv[argv.index("--") + 1:]
+    options, command = argv[: argv.index("--")], argv[argv.index("--") + 1 :]
     pairs = dict(zip(options[0::2], options[1::2]))
     if not command or len(options) % 2 or set(pairs) not in (set(REQUIRED), set(OPTIONS)):
         raise ValueError(USAGE)
@@ -114,8 +117,10 @@ class LeaseWatch:
             _signal_group(self.group, signal.SIGKILL, spare_self=False)
         elif now >= self.until and not self.terminated:
             self.terminated = True
-            self._note(f"the node agent could not renew its lease within the outage bound: SIGTERM, SIGKILL in "
-                       f"{self.grace_s:g} s")
+            self._note(
+                f"the node agent could not renew its lease within the outage bound: SIGTERM, SIGKILL in "
+                f"{self.grace_s:g} s"
+            )
             _signal_group(self.group, signal.SIGTERM, spare_self=True)
 
     def _note(self, what: str) -> None:

@@ -1,4 +1,5 @@
 """The core's output: what to start, what to stop, what to hold, and why each job waits."""
+
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Mapping

@@ -3,6 +3,7 @@
 Capacity reasons come with a per-node histogram, kube-scheduler style:
 "0/36 nodes fit a task: 20 other resource class, 12 fewer than 8 free H100, 4 NEW".
 """
+
 from collections import Counter, defaultdict
 from dataclasses import replace
 from typing import Iterable
@@ -39,35 +40,51 @@ def backoff(job: PendingJob, now: float) -> PendingReason:
 def quota(job: PendingJob, over: tuple[str, int, int, int]) -> PendingReason:
     name, used, guaranteed, limit = over
     unit, who = job.shape.unit_name, ("team" if name == job.team else "parent team")
-    return PendingReason(ReasonCode.QUOTA, (
-        f"{who} {name} uses {used} {unit} (guaranteed {guaranteed}, borrowing limit reached at {limit}); "
-        f"this job needs {job.shape.units} more"))
+    return PendingReason(
+        ReasonCode.QUOTA,
+        (
+            f"{who} {name} uses {used} {unit} (guaranteed {guaranteed}, borrowing limit reached at {limit}); "
+            f"this job needs {job.shape.units} more"
+        ),
+    )
 
 
 def nothing_to_borrow(job: PendingJob, used: int, guaranteed: int, free: int) -> PendingReason:
     unit = job.shape.unit_name
-    return PendingReason(ReasonCode.QUOTA, (
-        f"team {job.team} at {used}/{guaranteed} guaranteed {unit}, nothing idle to borrow "
-        f"(needs {job.shape.units}, {free} free)"))
+    return PendingReason(
+        ReasonCode.QUOTA,
+        (
+            f"team {job.team} at {used}/{guaranteed} guaranteed {unit}, nothing idle to borrow "
+            f"(needs {job.shape.units}, {free} free)"
+        ),
+    )
 
 
 def preempting(job: PendingJob, victims: Iterable[int], units: int, reclaim: bool) -> PendingReason:
     ids = ", ".join(str(v) for v in sorted(victims))
     why = "borrowed by other teams" if reclaim else "of lower priority"
-    return PendingReason(ReasonCode.PREEMPTING, (
-        f"stopping job(s) {ids} ({units} {job.shape.unit_name} {why}); it starts once they have stopped"))
+    return PendingReason(
+        ReasonCode.PREEMPTING,
+        (f"stopping job(s) {ids} ({units} {job.shape.unit_name} {why}); it starts once they have stopped"),
+    )
 
 
 def preemption_pending(job: PendingJob, victims: int, at: float, minimum: float) -> PendingReason:
     noun = "victim" if victims == 1 else "victims"
-    return PendingReason(ReasonCode.PREEMPTION_PENDING, (
-        f"{victims} {noun} reachable at {clock(at)} after their {duration(minimum)} minimum"))
+    return PendingReason(
+        ReasonCode.PREEMPTION_PENDING,
+        (f"{victims} {noun} reachable at {clock(at)} after their {duration(minimum)} minimum"),
+    )
 
 
 def reclaim_delayed(job: PendingJob, delay: float) -> PendingReason:
-    return PendingReason(ReasonCode.PREEMPTION_PENDING, (
-        f"within team {job.team}'s guarantee: it reclaims borrowed {job.shape.unit_name} once it has waited "
-        f"{span(delay)}, if no room frees up before"))
+    return PendingReason(
+        ReasonCode.PREEMPTION_PENDING,
+        (
+            f"within team {job.team}'s guarantee: it reclaims borrowed {job.shape.unit_name} once it has waited "
+            f"{span(delay)}, if no room frees up before"
+        ),
+    )
 
 
 def span(seconds: float) -> str:
@@ -86,21 +103,31 @@ def duration(seconds: float) -> str:
 def behind_reservation(job: PendingJob, reservation: Reservation, now: float) -> PendingReason:
     hours = max(0.0, (reservation.start_at - now) / 3600)
     nodes = len(reservation.nodes)
-    return PendingReason(ReasonCode.BEHIND_RESERVATION, (
-        f"fits now, but would delay job {reservation.job_id}, which holds {nodes} node(s) from "
-        f"{clock(reservation.start_at)}; with max_runtime_hours <= {hours:.2f} it could start now"))
+    return PendingReason(
+        ReasonCode.BEHIND_RESERVATION,
+        (
+            f"fits now, but would delay job {reservation.job_id}, which holds {nodes} node(s) from "
+            f"{clock(reservation.start_at)}; with max_runtime_hours <= {hours:.2f} it could start now"
+        ),
+    )
 
 
 def held_for_preemptors(job: PendingJob, preemptors: list[int]) -> PendingReason:
     ids = ", ".join(str(p) for p in preemptors)
-    return PendingReason(ReasonCode.BEHIND_RESERVATION, (
-        f"fits the free room, but it is held for job {ids}, which preempted jobs to start there"))
+    return PendingReason(
+        ReasonCode.BEHIND_RESERVATION,
+        (f"fits the free room, but it is held for job {ids}, which preempted jobs to start there"),
+    )
 
 
 def behind_others(job: PendingJob, placed_units: int) -> PendingReason:
-    return PendingReason(ReasonCode.PRIORITY, (
-        f"fits the cluster, but jobs ahead of it in the queue (higher priority or lower fair share) "
-        f"took {placed_units} {job.shape.unit_name} this pass"))
+    return PendingReason(
+        ReasonCode.PRIORITY,
+        (
+            f"fits the cluster, but jobs ahead of it in the queue (higher priority or lower fair share) "
+            f"took {placed_units} {job.shape.unit_name} this pass"
+        ),
+    )
 
 
 def with_reservation(reason: PendingReason, reservation: Reservation | None) -> PendingReason:
@@ -157,8 +184,13 @@ class CapacityExplainer:
         """Nodes by why they cannot take one task: another class, not READY, too little free
         room (read off the free-room index, not node by node), then labels, CPUs, memory.
         One task's needs decide it, not the job's task count or topology: computed once each."""
-        key = (shape.resource_class, shape.units_per_task, shape.cpus_per_task, shape.memory_gb_per_task,
-               tuple(sorted(shape.node_selector.items())))
+        key = (
+            shape.resource_class,
+            shape.units_per_task,
+            shape.cpus_per_task,
+            shape.memory_gb_per_task,
+            tuple(sorted(shape.node_selector.items())),
+        )
         histograms = self._memos(shape.resource_class)[2]
         if key not in histograms:
             histograms[key] = self._histogram(shape)
@@ -169,7 +201,8 @@ class CapacityExplainer:
         counts["other resource class"] = len(self.nodes) - self.class_sizes.get(shape.resource_class, 0)
         levels = self.state.buckets.get(shape.resource_class, {})
         counts[f"fewer than {shape.units_per_task} free {shape.unit_name}"] = sum(
-            len(slots) for free, level in levels.items() if free < shape.units_per_task for slots in level.values())
+            len(slots) for free, level in levels.items() if free < shape.units_per_task for slots in level.values()
+        )
         for slot in self.state.slots_by_free(shape.resource_class, shape.units_per_task):
             counts[self._rejection(slot, shape)] += 1
         fit = counts.pop("", 0)
@@ -181,15 +214,19 @@ class CapacityExplainer:
         key = (shape.resource_class, tuple(sorted(shape.node_selector.items())))
         matching = self._memos(shape.resource_class)[3]
         if key not in matching:
-            slots = [s for s in self.state.ready_slots(shape.resource_class)
-                     if labels_match(shape.node_selector, s.node.labels)]
+            slots = [
+                s
+                for s in self.state.ready_slots(shape.resource_class)
+                if labels_match(shape.node_selector, s.node.labels)
+            ]
             matching[key] = (slots, sum(s.free_units for s in slots), sum(s.total_units for s in slots))
         return matching[key]
 
     def _not_ready(self, rclass: str) -> Counter[str]:
         if rclass not in self.not_ready:
             self.not_ready[rclass] = Counter(
-                n.state.value for n in self.nodes if n.resource_class == rclass and n.state != NodeState.READY)
+                n.state.value for n in self.nodes if n.resource_class == rclass and n.state != NodeState.READY
+            )
         return self.not_ready[rclass]
 
     @staticmethod
@@ -217,8 +254,10 @@ class CapacityExplainer:
         for slot in matching:
             blocks[group(slot)] += slot.free_units
         where, largest = max(sorted(blocks.items()), key=lambda kv: kv[1])
-        return (f"needs {shape.units} {shape.unit_name} in one {scope}; {free} free but the largest block is "
-                f"{largest} ({scope} {where})")
+        return (
+            f"needs {shape.units} {shape.unit_name} in one {scope}; {free} free but the largest block is "
+            f"{largest} ({scope} {where})"
+        )
 
 
 def _block_scope(shape: JobShape):

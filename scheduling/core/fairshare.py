@@ -4,6 +4,7 @@ A team's share of a resource class is its usage over its entitlement (guarantee 
 of the class's capacity, times its weight); its dominant share is the largest over classes.
 Teams are compared division first, then team, so a division's teams share its turn.
 """
+
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -57,7 +58,8 @@ class Ledger:
         if found is None:
             used = self.usage.get(team, {})
             found = self.shares[team] = max(
-                (units / self.entitlement(team, rclass) for rclass, units in used.items() if units), default=0.0)
+                (units / self.entitlement(team, rclass) for rclass, units in used.items() if units), default=0.0
+            )
         return found
 
     def entitlement(self, team: str, rclass: str) -> float:

@@ -1,5 +1,6 @@
 """Can a job ever run? Asked at submit against an empty cluster, so a job that no amount of
 waiting would start is refused with a 400 instead of pending forever."""
+
 from collections import defaultdict
 from typing import Iterable
 
@@ -36,8 +37,11 @@ def _check_totals(shape: JobShape, nodes: list[Node], kind: str) -> Verdict:
     if shape.gpu_type:
         total = sum(n.gpus for n in nodes)
         if shape.gpu_count > total:
-            return Verdict(False, "resources.gpu_count",
-                           MORE_THAN_THE_CLUSTER.format(asked=shape.gpu_count, kind=kind, total=total))
+            return Verdict(
+                False,
+                "resources.gpu_count",
+                MORE_THAN_THE_CLUSTER.format(asked=shape.gpu_count, kind=kind, total=total),
+            )
     return Verdict(True)
 
 
@@ -45,13 +49,19 @@ def _check_largest_node(shape: JobShape, nodes: list[Node], kind: str) -> Verdic
     checks = (
         ("resources.gpus_per_task", shape.gpus_per_task, max(n.gpus for n in nodes), "GPUs per task", ""),
         ("resources.cpu_per_rank", shape.cpus_per_task, max(n.cpus for n in nodes), "CPUs per task", " CPUs"),
-        ("resources.memory_per_rank_gb", shape.memory_gb_per_task, max(n.memory_gb for n in nodes),
-         "GB of memory per task", " GB"),
+        (
+            "resources.memory_per_rank_gb",
+            shape.memory_gb_per_task,
+            max(n.memory_gb for n in nodes),
+            "GB of memory per task",
+            " GB",
+        ),
     )
     for field, asked, largest, what, unit in checks:
         if asked > largest:
-            return Verdict(False, field,
-                           LARGER_THAN_ANY_NODE.format(asked=asked, what=what, kind=kind, largest=largest, unit=unit))
+            return Verdict(
+                False, field, LARGER_THAN_ANY_NODE.format(asked=asked, what=what, kind=kind, largest=largest, unit=unit)
+            )
     return Verdict(True)
 
 
@@ -73,10 +83,16 @@ def _check_groups(shape: JobShape, nodes: list[Node], kind: str) -> Verdict:
     zone, zone_fit = max(sorted(by_zone.items()), key=lambda kv: kv[1])
     if zone_fit < shape.tasks:
         if sum(by_zone.values()) < shape.tasks:
-            return Verdict(False, "resources.gpu_count" if shape.gpu_type else "resources.tasks",
-                           MORE_THAN_THE_MATCHING_NODES.format(what=what, kind=kind, count=sum(by_zone.values())))
-        return Verdict(False, "resources.gpu_count" if shape.gpu_type else "resources.tasks",
-                       MORE_THAN_ONE_ZONE.format(what=what, zone=zone, count=zone_fit))
+            return Verdict(
+                False,
+                "resources.gpu_count" if shape.gpu_type else "resources.tasks",
+                MORE_THAN_THE_MATCHING_NODES.format(what=what, kind=kind, count=sum(by_zone.values())),
+            )
+        return Verdict(
+            False,
+            "resources.gpu_count" if shape.gpu_type else "resources.tasks",
+            MORE_THAN_ONE_ZONE.format(what=what, zone=zone, count=zone_fit),
+        )
     if shape.topology == Topology.REQUIRE_SAME_RACK:
         rack, rack_fit = max(sorted(by_rack.items()), key=lambda kv: kv[1])
         if rack_fit < shape.tasks:

@@ -5,6 +5,7 @@ seconds in the simulator); the core never reads a clock itself. Free capacity is
 input: it is each node's total minus the running allocations on it, so the two can never
 disagree.
 """
+
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Mapping
@@ -47,7 +48,7 @@ _CLASS_NAMES: dict[str | None, str] = {}
 
 
 def resource_class(gpu_type: str | None) -> str:
-    """"gpu:H100", or "cpu" for a machine or job without GPUs (memoized: a hot path)."""
+    """ "gpu:H100", or "cpu" for a machine or job without GPUs (memoized: a hot path)."""
     name = _CLASS_NAMES.get(gpu_type)
     if name is None:
         name = _CLASS_NAMES[gpu_type] = f"{GPU_CLASS_PREFIX}{gpu_type}" if gpu_type else CPU_CLASS
@@ -116,8 +117,14 @@ class JobShape:
 
     def key(self) -> tuple:
         """Jobs with equal keys and more tasks can never fit where one with fewer did not."""
-        return (self.gpu_type, self.gpus_per_task, self.cpus_per_task, self.memory_gb_per_task,
-                tuple(sorted(self.node_selector.items())), self.topology)
+        return (
+            self.gpu_type,
+            self.gpus_per_task,
+            self.cpus_per_task,
+            self.memory_gb_per_task,
+            tuple(sorted(self.node_selector.items())),
+            self.topology,
+        )
 
 
 def tasks_per_node(shape: JobShape, *, gpus: int, cpus: int, memory_gb: int) -> int:

@@ -4,6 +4,7 @@ racks and nodes). A gang is placed whole in one zone or not at all.
 `plan()` only looks; `commit()` takes the resources. A `limit` lets the caller cap what a job
 may use on a node (the room a reservation leaves to backfill).
 """
+
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Callable, NamedTuple
@@ -192,7 +193,14 @@ def commit(state: ClusterState, chosen: Plan, shape: JobShape) -> tuple[TaskPlac
     placements, rank = [], 0
     for slot, count in sorted(chosen, key=lambda sc: (sc[0].node.rack, sc[0].name)):
         for _ in range(count):
-            placements.append(state.allocate(slot, rank=rank, gpus=shape.gpus_per_task,
-                                             cpus=shape.cpus_per_task, memory_gb=shape.memory_gb_per_task))
+            placements.append(
+                state.allocate(
+                    slot,
+                    rank=rank,
+                    gpus=shape.gpus_per_task,
+                    cpus=shape.cpus_per_task,
+                    memory_gb=shape.memory_gb_per_task,
+                )
+            )
             rank += 1
     return tuple(placements)

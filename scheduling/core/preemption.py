@@ -23,6 +23,7 @@ set; the best set has the fewest non-borrowed victims, then non-checkpointing on
 victims. Domains are tried in the order of their best candidate, and the search stops after
 `DOMAINS_TRIED` that work, so its cost does not grow with the cluster.
 """
+
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Iterator
@@ -67,8 +68,11 @@ class Claim:
 
     def may_reclaim(self, candidate: Candidate) -> bool:
         job = candidate.job
-        return job.started_at <= self.reclaim_started_by and job.expected_end > self.ending_after and (
-            self.max_evictions is None or job.preemptions < self.max_evictions)
+        return (
+            job.started_at <= self.reclaim_started_by
+            and job.expected_end > self.ending_after
+            and (self.max_evictions is None or job.preemptions < self.max_evictions)
+        )
 
 
 class VictimPool:
@@ -95,8 +99,10 @@ class VictimPool:
         if found is None:
             borrowed, now, config = self.borrowed, self.now, self.config
             memory, longest = config.eviction_memory, config.reclaim_longest_first
-            ordered = sorted(self.may_go.get(rclass, ()),
-                             key=lambda j: candidate_order(j, borrowed, now, memory=memory, longest=longest))
+            ordered = sorted(
+                self.may_go.get(rclass, ()),
+                key=lambda j: candidate_order(j, borrowed, now, memory=memory, longest=longest),
+            )
             found = self.by_class[rclass] = [Candidate(job, priority_rank(job.priority)) for job in ordered]
         return found
 
@@ -108,8 +114,13 @@ class VictimPool:
         if self.now - job.submitted_at > config.reclaim_wait_bound_s:
             return Claim(priority_rank(job.priority), self.now - minimum)
         reclaim_minimum = 0.0 if ignore_age else config.reclaim_min_runtime_s
-        return Claim(priority_rank(job.priority), self.now - minimum, self.now - reclaim_minimum,
-                     config.reclaim_max_evictions, self.now + config.reclaim_spare_ending_s)
+        return Claim(
+            priority_rank(job.priority),
+            self.now - minimum,
+            self.now - reclaim_minimum,
+            config.reclaim_max_evictions,
+            self.now + config.reclaim_spare_ending_s,
+        )
 
     def by_domain(self, rclass: str, scope: str, place: dict[str, str] | None) -> dict[str, list]:
         """A class's candidates by domain (node, rack or zone: `scope`, mapped by `place`), in
@@ -129,10 +140,14 @@ class VictimPool:
         found = self.found.get(key)
         if found is None:
             found = self.found[key] = [
-                c for c in self.of_class(rclass)
+                c
+                for c in self.of_class(rclass)
                 if c.job.job_id not in self.taken
-                and ((c.rank > rank and c.job.started_at <= started_by)  # claim.outranks(c), inlined: a hot loop
-                     or (c.job.team in excess and c.job.team != team and claim.may_reclaim(c)))]
+                and (
+                    (c.rank > rank and c.job.started_at <= started_by)  # claim.outranks(c), inlined: a hot loop
+                    or (c.job.team in excess and c.job.team != team and claim.may_reclaim(c))
+                )
+            ]
         return found
 
     def take(self, victim: RunningJob) -> None:
@@ -145,8 +160,15 @@ def why(candidate: Candidate, claim: Claim) -> PreemptionReason:
     return PreemptionReason.PRIORITY if claim.outranks(candidate) else PreemptionReason.RECLAIM
 
 
-def ready_at(victims: tuple[RunningJob, ...], job: PendingJob, claim: Claim, *, excess: dict[str, int],
-             minimum: float, reclaim_minimum: float) -> tuple[float, float] | None:
+def ready_at(
+    victims: tuple[RunningJob, ...],
+    job: PendingJob,
+    claim: Claim,
+    *,
+    excess: dict[str, int],
+    minimum: float,
+    reclaim_minimum: float,
+) -> tuple[float, float] | None:
     """When victims found with age ignored may all go, by `claim` (the job's claim now), and
     the minimum runtime that sets that time: (the latest time one of them may go, its
     minimum); None if every one of them may go already. A victim may go for priority once it
@@ -167,11 +189,19 @@ def ready_at(victims: tuple[RunningJob, ...], job: PendingJob, claim: Claim, *, 
     return latest
 
 
-def candidate_order(victim: RunningJob, borrowed: set[int], now: float, *, memory: bool = False,
-                    longest: bool = False) -> tuple:
-    return (victim.job_id not in borrowed, not victim.checkpointing, -priority_rank(victim.priority),
-            victim.preemptions if memory else 0, -victim.expected_end if longest else 0,
-            victim.hours_lost_if_stopped(now), -victim.started_at, victim.job_id)
+def candidate_order(
+    victim: RunningJob, borrowed: set[int], now: float, *, memory: bool = False, longest: bool = False
+) -> tuple:
+    return (
+        victim.job_id not in borrowed,
+        not victim.checkpointing,
+        -priority_rank(victim.priority),
+        victim.preemptions if memory else 0,
+        -victim.expected_end if longest else 0,
+        victim.hours_lost_if_stopped(now),
+        -victim.started_at,
+        victim.job_id,
+    )
 
 
 def domain_of(slot: Slot, job: PendingJob) -> str:
@@ -182,16 +212,24 @@ def domain_of(slot: Slot, job: PendingJob) -> str:
     return slot.node.zone
 
 
-def find_victims(state: ClusterState, job: PendingJob, candidates: list[Candidate], claim: Claim, *,
-                 excess: dict[str, int], borrowed: set[int], now: float, memory: bool = False,
-                 pool: "VictimPool | None" = None) -> VictimSet | None:
+def find_victims(
+    state: ClusterState,
+    job: PendingJob,
+    candidates: list[Candidate],
+    claim: Claim,
+    *,
+    excess: dict[str, int],
+    borrowed: set[int],
+    now: float,
+    memory: bool = False,
+    pool: "VictimPool | None" = None,
+) -> VictimSet | None:
     """The best set of victims whose removal lets `job` fit, or None if no set does.
     `candidates` come in `candidate_order`. `pool`: the pool they were drawn from, whose
     index of candidates by domain serves every search of the pass (else one is built for
     this search)."""
     scope, place = _domain_map(state, job)
-    members = (pool.by_domain(job.resource_class, scope, place) if pool is not None
-               else _by_domain(candidates, place))
+    members = pool.by_domain(job.resource_class, scope, place) if pool is not None else _by_domain(candidates, place)
     domains = _domains(candidates, members, place, claim, excess)
     free_by_domain = _free_slots_by_domain(state, job, place)
     best, tried = None, 0
@@ -201,8 +239,9 @@ def find_victims(state: ClusterState, job: PendingJob, candidates: list[Candidat
         room = sum(s.free_units for s in free) + sum(s.free_units for n, s in hosts.items() if s not in free)
         if room + domain.units < job.shape.units:
             continue  # even all its candidates gone would not make room
-        trial = Trial(job, {slot: capacity(slot, job.shape) for slot in free if slot.ready}, one_domain=True,
-                      joining=hosts)
+        trial = Trial(
+            job, {slot: capacity(slot, job.shape) for slot in free if slot.ready}, one_domain=True, joining=hosts
+        )
         found = trial.fit_by_removing(domain.victims)
         if found is None:
             continue
@@ -234,8 +273,13 @@ class Domain:
     spent: dict[str, int] = field(default_factory=lambda: defaultdict(int))
 
 
-def _domains(ordered: list[Candidate], members: dict[str, list], place: dict[str, str] | None, claim: Claim,
-             excess: dict[str, int]) -> Iterator[tuple[str, Domain]]:
+def _domains(
+    ordered: list[Candidate],
+    members: dict[str, list],
+    place: dict[str, str] | None,
+    claim: Claim,
+    excess: dict[str, int],
+) -> Iterator[tuple[str, Domain]]:
     """Domains with their candidates in order, the nodes they run on and the units they hold
     there; domains in the order of their best candidate, each built only when the search
     reaches it (it stops after a few that work). A candidate the job does not outrank enters
@@ -306,11 +350,15 @@ def _free_slots_by_domain(state: ClusterState, job: PendingJob, place) -> dict[s
 
 
 def _score(victims: list[RunningJob], borrowed: set[int], now: float, memory: bool) -> tuple:
-    return (sum(v.job_id not in borrowed for v in victims), sum(not v.checkpointing for v in victims),
-            sum(v.preemptions for v in victims) if memory else 0, len(victims) if memory else 0,
-            round(sum(v.hours_lost_if_stopped(now) for v in victims), 6), len(victims))
+    return (
+        sum(v.job_id not in borrowed for v in victims),
+        sum(not v.checkpointing for v in victims),
+        sum(v.preemptions for v in victims) if memory else 0,
+        len(victims) if memory else 0,
+        round(sum(v.hours_lost_if_stopped(now) for v in victims), 6),
+        len(victims),
+    )
 
 
 def units_freed(victims: tuple[RunningJob, ...]) -> int:
     return sum(v.units for v in victims)
-

@@ -1,4 +1,5 @@
 """The order a pass considers waiting jobs in (see `QueueOrder`)."""
+
 import heapq
 from collections import defaultdict
 from operator import attrgetter
@@ -30,8 +31,13 @@ class QueueOrder:
     first across teams while a team using more than it is owed sees its jobs count as larger.
     """
 
-    def __init__(self, jobs: list[PendingJob], ledger: Ledger, snapshot: ClusterSnapshot,
-                 changes: Callable[[], object] | None = None):
+    def __init__(
+        self,
+        jobs: list[PendingJob],
+        ledger: Ledger,
+        snapshot: ClusterSnapshot,
+        changes: Callable[[], object] | None = None,
+    ):
         """`changes`: a value that changes whenever the ledger does (then shares are read once
         per change, not once per job)."""
         self.ledger, self.now, self.config = ledger, snapshot.now, snapshot.config
@@ -116,8 +122,14 @@ class QueueOrder:
         head = queue[-1]
         size = expected_units_seconds(head) if size is None else size
         version = self._version()
-        return (size * (1.0 + self._standing(team, self.ledger.share)), head.submitted_at, head.job_id, team, size,
-                version)
+        return (
+            size * (1.0 + self._standing(team, self.ledger.share)),
+            head.submitted_at,
+            head.job_id,
+            team,
+            size,
+            version,
+        )
 
     def _version(self) -> object:
         """What changes with the ledger (a fresh object each time without `changes`)."""

@@ -1,4 +1,5 @@
 """Why a job waits: a code (data), a category, and a sentence with the numbers."""
+
 from dataclasses import dataclass, field
 from enum import StrEnum
 

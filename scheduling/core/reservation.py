@@ -6,6 +6,7 @@ earliest time the running jobs' max runtimes say it will fit, and the nodes it w
 reserved nodes that the reservation will not need. Past the wait bound, nothing new goes on
 the reserved nodes at all.
 """
+
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -43,8 +44,14 @@ def rooms_now(state: ClusterState, job: PendingJob) -> dict[Slot, int]:
     return found
 
 
-def shadow_start(state: ClusterState, job: PendingJob, running: list[RunningJob], now: float, *,
-                 ending: list[RunningJob] | None = None) -> tuple[float, Plan, dict[str, Extra]] | None:
+def shadow_start(
+    state: ClusterState,
+    job: PendingJob,
+    running: list[RunningJob],
+    now: float,
+    *,
+    ending: list[RunningJob] | None = None,
+) -> tuple[float, Plan, dict[str, Extra]] | None:
     """The shadow start (EASY backfill's name for it): when and where `job` fits if running
     jobs end at their expected ends, taken away soonest first until it fits. Returns (start,
     plan, room given back by then), or None if it never fits on the ready nodes. `ending`:
@@ -79,7 +86,9 @@ class ReservationBook:
     def count(self, rclass: str) -> int:
         return len(self.by_class.get(rclass, ()))
 
-    def add(self, job: PendingJob, start_at: float, chosen: Plan, extra: dict[str, Extra], *, strict: bool) -> Reservation:
+    def add(
+        self, job: PendingJob, start_at: float, chosen: Plan, extra: dict[str, Extra], *, strict: bool
+    ) -> Reservation:
         units = {slot.name: count * job.shape.units_per_task for slot, count in chosen}
         for slot, _ in chosen:
             back = extra.get(slot.name, Extra())
@@ -119,6 +128,7 @@ class ReservationBook:
                 if end_at > h.start_at and (least is None or max(h.spare, 0) < least):
                     least = max(h.spare, 0)
             return least
+
         return limit
 
     @staticmethod

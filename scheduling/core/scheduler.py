@@ -13,6 +13,7 @@
 5. Explain every job left waiting, once per team, shape and reason.
 6. Count what the pass did.
 """
+
 import dataclasses
 from collections import defaultdict
 from typing import Callable
@@ -94,8 +95,14 @@ class Pass:
     # Repeat the decisions and explanations of equal jobs (tests turn it off to compare).
     repeat_equal = True
 
-    def __init__(self, snapshot: ClusterSnapshot, state: ClusterState | None = None, known: dict | None = None,
-                 holds: dict | None = None, explainer: explain.CapacityExplainer | None = None):
+    def __init__(
+        self,
+        snapshot: ClusterSnapshot,
+        state: ClusterState | None = None,
+        known: dict | None = None,
+        holds: dict | None = None,
+        explainer: explain.CapacityExplainer | None = None,
+    ):
         """`state`: the free-room index of exactly this snapshot, if the caller keeps one;
         `known`: jobs' kinds from earlier passes (see `_kind`); `holds`: the nodes preemptors
         in flight held in earlier passes over `state` (see `_nodes_to_hold`); `explainer`: the
@@ -160,15 +167,21 @@ class Pass:
                 lowest[rclass] = RANKS[job.priority]
 
     def run(self) -> Decisions:
-        candidates = [job for job in self.snap.pending if not self._screened(job)]   # 2. Screen.
+        candidates = [job for job in self.snap.pending if not self._screened(job)]  # 2. Screen.
         self._hold_nominated(candidates)
-        queue = QueueOrder(candidates, self.ledger, self.snap, self._changes)        # 3.
-        order = self._consider(queue)                                                # 4.
+        queue = QueueOrder(candidates, self.ledger, self.snap, self._changes)  # 3.
+        order = self._consider(queue)  # 4.
         if self.config.explain:
-            self._explain_blocked()                                                   # 5.
-        return Decisions(tuple(self.placements), tuple(self.preemptions), tuple(self.book.reservations),
-                         dict(self.pending), tuple(order), self._stats(len(order)),   # 6.
-                         self.nominations)
+            self._explain_blocked()  # 5.
+        return Decisions(
+            tuple(self.placements),
+            tuple(self.preemptions),
+            tuple(self.book.reservations),
+            dict(self.pending),
+            tuple(order),
+            self._stats(len(order)),  # 6.
+            self.nominations,
+        )
 
     def _hold_nominated(self, candidates: list[PendingJob]) -> None:
         """Hold for each job whose victims have stopped the nodes it was nominated to when it
@@ -300,7 +313,9 @@ class Pass:
         return chosen
 
     def _fits_at_start(self, job: PendingJob) -> bool:
-        return self.state.free_units.get(job.resource_class, 0) + self.placed_units[job.resource_class] >= job.shape.units
+        return (
+            self.state.free_units.get(job.resource_class, 0) + self.placed_units[job.resource_class] >= job.shape.units
+        )
 
     def _place(self, job: PendingJob, chosen, end_at: float) -> None:
         rclass, units = job.resource_class, job.shape.units
@@ -310,8 +325,18 @@ class Pass:
         self.ledger.add(job.team, rclass, units)
         self.placed_units[rclass] += units
         self.placements.append(Placement(job.job_id, tasks, borrowed))
-        self.active[rclass].append(RunningJob(job.job_id, job.team, job.priority, job.shape.gpu_type, tasks,
-                                      started_at=self.now, expected_end=end_at, checkpointing=job.checkpointing))
+        self.active[rclass].append(
+            RunningJob(
+                job.job_id,
+                job.team,
+                job.priority,
+                job.shape.gpu_type,
+                tasks,
+                started_at=self.now,
+                expected_end=end_at,
+                checkpointing=job.checkpointing,
+            )
+        )
 
     @property
     def victims(self) -> VictimPool:
@@ -328,8 +353,9 @@ class Pass:
             self._hold(job, self._nodes_to_hold(job, in_flight))
             if job.nominated:
                 self.nominations[job.job_id] = job.nominated
-            self.pending[job.job_id] = explain.preempting(job, [v.job_id for v in in_flight],
-                                                          sum(v.units for v in in_flight), reclaim=False)
+            self.pending[job.job_id] = explain.preempting(
+                job, [v.job_id for v in in_flight], sum(v.units for v in in_flight), reclaim=False
+            )
             return True
         if not self.config.preemption:
             return False
@@ -406,8 +432,10 @@ class Pass:
         is what a pass would spend most on."""
         theirs = {task.node for victim in stopping for task in victim.tasks}
         shape = job.shape
-        return any(slot.name not in theirs and capacity(slot, shape)
-                   for slot in self.state.slots_by_free(job.resource_class, shape.units_per_task))
+        return any(
+            slot.name not in theirs and capacity(slot, shape)
+            for slot in self.state.slots_by_free(job.resource_class, shape.units_per_task)
+        )
 
     def _may_reclaim_yet(self, job: PendingJob) -> bool:
         """A job reclaims only once it has waited `reclaim_after_wait_s`: until then, room that
@@ -424,8 +452,17 @@ class Pass:
         if not candidates:
             return None
         self.searches += 1
-        return find_victims(self.state, job, candidates, claim, excess=excess, borrowed=self.borrowed, now=self.now,
-                            memory=self.config.eviction_memory, pool=self.victims)
+        return find_victims(
+            self.state,
+            job,
+            candidates,
+            claim,
+            excess=excess,
+            borrowed=self.borrowed,
+            now=self.now,
+            memory=self.config.eviction_memory,
+            pool=self.victims,
+        )
 
     def _await_victims(self, job: PendingJob, excess: dict[str, int], tried: int) -> PendingReason | None:
         """No victims may go now: would some, once they have run the minimum of `job`'s class?
@@ -438,9 +475,14 @@ class Pass:
         if len(candidates) == tried:
             return None  # age kept nobody out: no wait would help
         found = self._search(job, candidates, claim, excess)
-        ready = found and ready_at(found.victims, job, self.victims.claim(job), excess=excess,
-                                   minimum=self.config.min_runtime_for(job.priority),
-                                   reclaim_minimum=self.config.reclaim_min_runtime_s)
+        ready = found and ready_at(
+            found.victims,
+            job,
+            self.victims.claim(job),
+            excess=excess,
+            minimum=self.config.min_runtime_for(job.priority),
+            reclaim_minimum=self.config.reclaim_min_runtime_s,
+        )
         return explain.preemption_pending(job, len(found.victims), *ready) if ready else None
 
     def _await_known(self, job: PendingJob, memo_key: tuple) -> None:
@@ -452,14 +494,26 @@ class Pass:
         reasons = {v.job_id: why(candidates[v.job_id], claim) for v in found.victims}
         for victim in found.victims:
             self.victims.take(victim)
-            self.preemptions.append(Preemption(victim.job_id, job.job_id, reasons[victim.job_id], (
-                f"preempted for job {job.job_id} ({job.priority}, team {job.team}): "
-                + ("reclaiming capacity its team is guaranteed" if reasons[victim.job_id] == PreemptionReason.RECLAIM
-                   else f"{victim.priority} yields to {job.priority}"))))
+            self.preemptions.append(
+                Preemption(
+                    victim.job_id,
+                    job.job_id,
+                    reasons[victim.job_id],
+                    (
+                        f"preempted for job {job.job_id} ({job.priority}, team {job.team}): "
+                        + (
+                            "reclaiming capacity its team is guaranteed"
+                            if reasons[victim.job_id] == PreemptionReason.RECLAIM
+                            else f"{victim.priority} yields to {job.priority}"
+                        )
+                    ),
+                )
+            )
         reclaim = PreemptionReason.RECLAIM in reasons.values()
         self._hold_room(job, list(found.victims), nominate=not reclaim or self.config.nominate_reclaimers)
-        self.pending[job.job_id] = explain.preempting(job, [v.job_id for v in found.victims],
-                                                      units_freed(found.victims), reclaim)
+        self.pending[job.job_id] = explain.preempting(
+            job, [v.job_id for v in found.victims], units_freed(found.victims), reclaim
+        )
         # The room is spoken for: the team's share and guarantee count it from now on, so
         # its next job does not reclaim (or outrank) the same capacity again.
         self.ledger.add(job.team, job.resource_class, job.shape.units)
@@ -549,8 +603,11 @@ class Pass:
 
     def _stats(self, considered: int) -> PassStats:
         return PassStats(
-            pending=len(self.snap.pending), considered=considered, placed=len(self.placements),
-            placed_tasks=sum(len(p.tasks) for p in self.placements), preempted=len(self.preemptions),
+            pending=len(self.snap.pending),
+            considered=considered,
+            placed=len(self.placements),
+            placed_tasks=sum(len(p.tasks) for p in self.placements),
+            preempted=len(self.preemptions),
             reserved=len(self.book.reservations),
             fragmentation=fragmentation(self.state) if self.config.explain else {},
         )
@@ -559,8 +616,15 @@ class Pass:
 def shape_key(shape: JobShape) -> tuple:
     """All of a shape, hashable (its node selector as sorted pairs)."""
     selector = shape.node_selector
-    return (shape.gpu_type, shape.tasks, shape.gpus_per_task, shape.cpus_per_task, shape.memory_gb_per_task,
-            shape.topology, tuple(sorted(selector.items())) if selector else ())
+    return (
+        shape.gpu_type,
+        shape.tasks,
+        shape.gpus_per_task,
+        shape.cpus_per_task,
+        shape.memory_gb_per_task,
+        shape.topology,
+        tuple(sorted(selector.items())) if selector else (),
+    )
 
 
 def fragmentation(state: ClusterState) -> dict[str, float]:

@@ -19,6 +19,7 @@ Pure, like the scheduler: no Django, no I/O, no clock. A verdict's back-off is a
 the caller adds to its own `now`. The leader (scheduling/leader/reconcile.py) and the simulator
 (scheduling/sim/engine.py) both decide here.
 """
+
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -140,7 +141,7 @@ class RestartPolicy:
 
     def backoff_s(self, retries_used: int) -> float:
         """Exponential back-off before retry n+1: base x 2^n, capped."""
-        return min(self.backoff_base_s * 2 ** retries_used, self.backoff_max_s)
+        return min(self.backoff_base_s * 2**retries_used, self.backoff_max_s)
 
     def resumes(self, mode: RestartMode) -> str:
         return "resuming from its checkpoint" if mode == RestartMode.RESUME and self.checkpointing else "from the start"
@@ -162,8 +163,12 @@ def settle(attempt: Attempt, outcome: Outcome, policy: RestartPolicy) -> Verdict
     if outcome.cancel_requested or any(t.state == TaskEnd.CANCELLED for t in outcome.tasks):
         return Verdict(Action.CANCEL, SettleCode.CANCELLED, "cancelled", FailureClass.CANCELLED)
     if any(t.failure_class == FailureClass.TIMEOUT for t in ended):
-        return Verdict(Action.FAIL, SettleCode.TIMEOUT, f"ran past max_runtime_hours ({policy.max_runtime_hours:g} h)",
-                       FailureClass.TIMEOUT)
+        return Verdict(
+            Action.FAIL,
+            SettleCode.TIMEOUT,
+            f"ran past max_runtime_hours ({policy.max_runtime_hours:g} h)",
+            FailureClass.TIMEOUT,
+        )
     failed = next((t for t in ended if t.failure_class == FailureClass.APP), None)
     if failed is not None:
         return _after_app_failure(failed, attempt, policy)
@@ -175,43 +180,68 @@ def settle(attempt: Attempt, outcome: Outcome, policy: RestartPolicy) -> Verdict
 def _after_app_failure(failed: EndedTask, attempt: Attempt, policy: RestartPolicy) -> Verdict:
     what = f"rank {failed.rank} failed ({failed.how()})"
     if attempt.retries_used >= policy.max_retries:
-        return Verdict(Action.FAIL, SettleCode.NO_RETRIES_LEFT,
-                       f"{what}; no retries left ({policy.max_retries} allowed)", FailureClass.APP)
+        return Verdict(
+            Action.FAIL,
+            SettleCode.NO_RETRIES_LEFT,
+            f"{what}; no retries left ({policy.max_retries} allowed)",
+            FailureClass.APP,
+        )
     delay, retry = policy.backoff_s(attempt.retries_used), attempt.retries_used + 1
-    return Verdict(Action.REQUEUE, SettleCode.RETRY,
-                   f"{what}; retry {retry} of {policy.max_retries} after {delay:.0f} s back-off",
-                   counter=Counter.RETRIES, count=retry, backoff_s=delay)
+    return Verdict(
+        Action.REQUEUE,
+        SettleCode.RETRY,
+        f"{what}; retry {retry} of {policy.max_retries} after {delay:.0f} s back-off",
+        counter=Counter.RETRIES,
+        count=retry,
+        backoff_s=delay,
+    )
 
 
 def _made_room(ended: list[EndedTask]) -> bool:
     """The scheduler stopped a rank to make room, and no rank was lost on its own (that would
     be a failure, whatever else was going on)."""
-    lost_on_its_own = any(t.failure_class == FailureClass.INFRA and t.stop_reason not in STOPPED_FOR_A_REASON
-                          for t in ended)
+    lost_on_its_own = any(
+        t.failure_class == FailureClass.INFRA and t.stop_reason not in STOPPED_FOR_A_REASON for t in ended
+    )
     return not lost_on_its_own and any(t.stop_reason in MAKING_ROOM for t in ended)
 
 
 def _after_preemption(ended: list[EndedTask], attempt: Attempt, policy: RestartPolicy) -> Verdict:
     what = "preempted" if any(t.stop_reason == StopReason.PREEMPTED for t in ended) else "drained off its node"
     if policy.on_preemption == RestartMode.FAIL:
-        return Verdict(Action.FAIL, SettleCode.POLICY_FAILS, f"{what}, and its restart policy says fail",
-                       FailureClass.INFRA)
+        return Verdict(
+            Action.FAIL, SettleCode.POLICY_FAILS, f"{what}, and its restart policy says fail", FailureClass.INFRA
+        )
     count = attempt.preemptions + 1
-    return Verdict(Action.REQUEUE, SettleCode.PREEMPTED,
-                   f"{what}; requeued, {policy.resumes(policy.on_preemption)} "
-                   f"(preemption {count}; restarts and retries not spent)",
-                   counter=Counter.PREEMPTIONS, count=count)
+    return Verdict(
+        Action.REQUEUE,
+        SettleCode.PREEMPTED,
+        f"{what}; requeued, {policy.resumes(policy.on_preemption)} "
+        f"(preemption {count}; restarts and retries not spent)",
+        counter=Counter.PREEMPTIONS,
+        count=count,
+    )
 
 
 def _after_infra_failure(attempt: Attempt, policy: RestartPolicy) -> Verdict:
     what = "lost to an infrastructure failure"
     if policy.on_node_failure == RestartMode.FAIL:
-        return Verdict(Action.FAIL, SettleCode.POLICY_FAILS, f"{what}, and its restart policy says fail",
-                       FailureClass.INFRA)
+        return Verdict(
+            Action.FAIL, SettleCode.POLICY_FAILS, f"{what}, and its restart policy says fail", FailureClass.INFRA
+        )
     if attempt.restarts_used >= policy.max_restarts:
-        return Verdict(Action.FAIL, SettleCode.NO_RESTARTS_LEFT,
-                       f"{what}; no restarts left ({policy.max_restarts} allowed)", FailureClass.INFRA)
+        return Verdict(
+            Action.FAIL,
+            SettleCode.NO_RESTARTS_LEFT,
+            f"{what}; no restarts left ({policy.max_restarts} allowed)",
+            FailureClass.INFRA,
+        )
     count = attempt.restarts_used + 1
-    return Verdict(Action.REQUEUE, SettleCode.RESTART,
-                   f"{what}; restart {count} of {policy.max_restarts}, {policy.resumes(policy.on_node_failure)} "
-                   "(retries not spent)", counter=Counter.RESTARTS, count=count)
+    return Verdict(
+        Action.REQUEUE,
+        SettleCode.RESTART,
+        f"{what}; restart {count} of {policy.max_restarts}, {policy.resumes(policy.on_node_failure)} "
+        "(retries not spent)",
+        counter=Counter.RESTARTS,
+        count=count,
+    )

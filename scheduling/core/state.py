@@ -3,6 +3,7 @@ resource class and by free amount, so finding room for a task does not scan ever
 
 A "unit" is what a resource class is counted in: GPUs for a GPU class, CPUs for `cpu`.
 """
+
 from collections import defaultdict
 from typing import Iterable, Iterator
 
@@ -88,7 +89,8 @@ class ClusterState:
         self._take_running(running)
         # rclass -> free units -> rack -> ready slots with that many free (dicts keep name order).
         self.buckets: dict[str, dict[int, dict[str, dict[Slot, None]]]] = defaultdict(
-            lambda: defaultdict(lambda: defaultdict(dict)))
+            lambda: defaultdict(lambda: defaultdict(dict))
+        )
         self.free_units: dict[str, int] = defaultdict(int)
         self.rack_free: dict[str, int] = defaultdict(int)
         buckets, free_units, rack_free = self.buckets, self.free_units, self.rack_free
@@ -155,8 +157,13 @@ class ClusterState:
         for name in sorted(nodes):
             slot, tasks = self.slots[name], [t for ts in self.on_node[name].values() for t in ts]
             used = {i for t in tasks for i in t.gpu_indices}
-            self._reset(slot, [i for i in range(slot.node.gpus) if i not in used], slot.node.cpus - sum(
-                t.cpus for t in tasks), slot.node.memory_gb - sum(t.memory_gb for t in tasks), touched)
+            self._reset(
+                slot,
+                [i for i in range(slot.node.gpus) if i not in used],
+                slot.node.cpus - sum(t.cpus for t in tasks),
+                slot.node.memory_gb - sum(t.memory_gb for t in tasks),
+                touched,
+            )
         self._name_order(touched)
         return True
 

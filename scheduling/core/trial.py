@@ -1,6 +1,7 @@
 """What if some jobs were gone? The room on each node, kept current as jobs are taken away
 one at a time: the machinery of both preemption (which victims?) and shadow starts
 (when will it fit?)."""
+
 from typing import Mapping
 
 from scheduling.core.model import PendingJob, RunningJob
@@ -13,8 +14,14 @@ class Trial:
     a victim's own nodes are recomputed, and the layout is planned only once the total room
     could hold the job."""
 
-    def __init__(self, job: PendingJob, rooms_now: dict[Slot, int], *, one_domain: bool = False,
-                 joining: Mapping[str, Slot] | None = None):
+    def __init__(
+        self,
+        job: PendingJob,
+        rooms_now: dict[Slot, int],
+        *,
+        one_domain: bool = False,
+        joining: Mapping[str, Slot] | None = None,
+    ):
         """`one_domain`: the rooms are one node, one rack for a rack-bound gang, or one zone,
         so the job fits exactly when the total room holds all its tasks. `joining`: nodes of
         the domain that enter the trial only when a victim on them is taken away (so the cost
@@ -41,8 +48,11 @@ class Trial:
             if slot is None:
                 continue
             was = extra.get(task.node, NOTHING)
-            now = extra[task.node] = Extra(was.gpus + sign * len(task.gpu_indices), was.cpus + sign * task.cpus,
-                                           was.memory_gb + sign * task.memory_gb)
+            now = extra[task.node] = Extra(
+                was.gpus + sign * len(task.gpu_indices),
+                was.cpus + sign * task.cpus,
+                was.memory_gb + sign * task.memory_gb,
+            )
             tasks = capacity(slot, self.shape, extra=now)
             self.total += tasks - rooms[slot]
             rooms[slot] = tasks
@@ -62,13 +72,13 @@ class Trial:
         and the exact count found by putting victims back, halving the step."""
         count, step = 0, 1
         while count < len(ordered):
-            for victim in ordered[count:count + step]:
+            for victim in ordered[count : count + step]:
                 self._change(victim, +1)
             count = min(count + step, len(ordered))
             if self.total < self.shape.tasks:
                 continue
             if self.fits():
-                return ordered[:self._shrink(ordered, count, step)]
+                return ordered[: self._shrink(ordered, count, step)]
             step *= 2
         return None
 

@@ -1,5 +1,6 @@
 """What would let a waiting job start sooner: the same job reshaped, tried against the cluster
 as it is now. Each suggestion is one change a user can make to the spec."""
+
 from dataclasses import replace
 
 from scheduling.core.model import JobShape, Topology
@@ -28,8 +29,10 @@ def _variants(shape: JobShape, gpu_types: list[str]):
         per_task = shape.gpus_per_task // 2
         while per_task >= 1:
             if shape.gpu_count % per_task == 0:
-                yield (f"fits now with {per_task} GPUs per task ({shape.gpu_count // per_task} tasks)",
-                       replace(shape, gpus_per_task=per_task, tasks=shape.gpu_count // per_task))
+                yield (
+                    f"fits now with {per_task} GPUs per task ({shape.gpu_count // per_task} tasks)",
+                    replace(shape, gpus_per_task=per_task, tasks=shape.gpu_count // per_task),
+                )
                 break
             per_task //= 2
     if shape.topology == Topology.REQUIRE_SAME_RACK:
@@ -41,5 +44,7 @@ def _variants(shape: JobShape, gpu_types: list[str]):
             yield f"fits now on {other}", replace(shape, gpu_type=other)
     if shape.tasks > 1:
         fewer = shape.tasks // 2
-        yield (f"fits now with {fewer * shape.units_per_task} {shape.unit_name} ({fewer} tasks)",
-               replace(shape, tasks=fewer))
+        yield (
+            f"fits now with {fewer * shape.units_per_task} {shape.unit_name} ({fewer} tasks)",
+            replace(shape, tasks=fewer),
+        )

@@ -2,6 +2,7 @@
 
 Each placement is its own short transaction (a gang moves whole or not at all); preemptions
 signal victims; reasons and reservations are written only where they changed."""
+
 from dataclasses import dataclass, field
 
 from scheduling import lifecycle, notify
@@ -15,8 +16,13 @@ from scheduling.leader.snapshot import StoreView
 from scheduling.stopping import do_request_stop
 
 REASON_BATCH = 500
-REASON_FIELDS = ["pending_reason_code", "pending_reason_message", "reserved_nodes", "nominated_nodes",
-                 "pending_histogram"]
+REASON_FIELDS = [
+    "pending_reason_code",
+    "pending_reason_message",
+    "reserved_nodes",
+    "nominated_nodes",
+    "pending_histogram",
+]
 
 
 @dataclass
@@ -54,20 +60,35 @@ def apply_decisions(decisions: Decisions, view: StoreView, *, epoch: int, now) -
 
 
 def _place(placement: Placement, view: StoreView, *, epoch: int, now) -> bool:
-    per_rank = {t.rank: {"node_id": view.node_ids[t.node], "gpu_indices": list(t.gpu_indices), "epoch": epoch}
-                for t in placement.tasks}
+    per_rank = {
+        t.rank: {"node_id": view.node_ids[t.node], "gpu_indices": list(t.gpu_indices), "epoch": epoch}
+        for t in placement.tasks
+    }
     nodes = ", ".join(placement.nodes)
     with fenced(epoch):
         moved = lifecycle.transition_gang(
-            placement.job_id, from_state=TaskState.PENDING, to_state=TaskState.ASSIGNED, epoch=epoch,
-            per_rank=per_rank, actor_name="scheduler", reason="PLACED",
+            placement.job_id,
+            from_state=TaskState.PENDING,
+            to_state=TaskState.ASSIGNED,
+            epoch=epoch,
+            per_rank=per_rank,
+            actor_name="scheduler",
+            reason="PLACED",
             message=f"placed on {nodes}" + (" (borrowing idle capacity)" if placement.borrowed else ""),
-            data={"nodes": list(placement.nodes), "borrowed": placement.borrowed, "epoch": epoch}, now=now)
+            data={"nodes": list(placement.nodes), "borrowed": placement.borrowed, "epoch": epoch},
+            now=now,
+        )
         failpoints.hit("apply.inside_place")
         if moved:
             Job.objects.filter(pk=placement.job_id).update(
-                borrowed=placement.borrowed, reserved_nodes=[], nominated_nodes=[], pending_histogram={},
-                estimated_start=None, likely_start=None, not_before=None)
+                borrowed=placement.borrowed,
+                reserved_nodes=[],
+                nominated_nodes=[],
+                pending_histogram={},
+                estimated_start=None,
+                likely_start=None,
+                not_before=None,
+            )
             notify.jobs_changed([placement.job_id])
             notify.wake_agents(placement.nodes, "assignment")
     failpoints.hit("apply.after_place")
@@ -79,14 +100,25 @@ def _preempt(preemption: Preemption, *, epoch: int, now) -> bool:
     if grace is None:
         return False
     with fenced(epoch):
-        stopped = do_request_stop(job_id=preemption.victim_job_id, reason=StopReason.PREEMPTED, grace_s=grace,
-                                  message=preemption.message, now=now, preempted_for=preemption.for_job_id)
+        stopped = do_request_stop(
+            job_id=preemption.victim_job_id,
+            reason=StopReason.PREEMPTED,
+            grace_s=grace,
+            message=preemption.message,
+            now=now,
+            preempted_for=preemption.for_job_id,
+        )
         failpoints.hit("apply.inside_preempt")
         if stopped:
             AuditEvent.objects.create(
-                job_id=preemption.for_job_id, kind=EventKind.STOP_REQUESTED, actor_name="scheduler",
-                reason=preemption.reason, message=f"preempting job {preemption.victim_job_id} to make room",
-                data={"victim": preemption.victim_job_id}, created_at=now)
+                job_id=preemption.for_job_id,
+                kind=EventKind.STOP_REQUESTED,
+                actor_name="scheduler",
+                reason=preemption.reason,
+                message=f"preempting job {preemption.victim_job_id} to make room",
+                data={"victim": preemption.victim_job_id},
+                created_at=now,
+            )
     return bool(stopped)
 
 
@@ -111,16 +143,24 @@ def _write_reasons(decisions: Decisions, view: StoreView, *, epoch: int, now) ->
         nominated = list(decisions.nominations.get(job_id, ()))
         histogram = stored_histogram(reason)
         if view.reasons.get(job_id) != (reason.code.value, reason.message, nodes, nominated, histogram):
-            changed.append(Job(pk=job_id, pending_reason_code=reason.code.value,
-                               pending_reason_message=reason.message, reserved_nodes=nodes,
-                               nominated_nodes=nominated, pending_histogram=histogram))
+            changed.append(
+                Job(
+                    pk=job_id,
+                    pending_reason_code=reason.code.value,
+                    pending_reason_message=reason.message,
+                    reserved_nodes=nodes,
+                    nominated_nodes=nominated,
+                    pending_histogram=histogram,
+                )
+            )
     written = 0
     for first in range(0, len(changed), REASON_BATCH):
         with fenced(epoch):
             # bulk_update on a filtered queryset keeps its filter: UPDATE ... WHERE state =
             # 'PENDING' AND id IN (...), one statement per batch.
-            rows = Job.objects.filter(state=TaskState.PENDING).bulk_update(changed[first:first + REASON_BATCH],
-                                                                           REASON_FIELDS)
+            rows = Job.objects.filter(state=TaskState.PENDING).bulk_update(
+                changed[first : first + REASON_BATCH], REASON_FIELDS
+            )
         written += rows
     notify.jobs_changed(job.pk for job in changed)
     return written

@@ -4,6 +4,7 @@ leader, to prove a crash at any point leaves nothing half-done or run twice.
 Off unless MLQ_FAILPOINT_FILE is set (never in production). The campaign writes one point's
 name to that file; the scheduler that reaches that point removes the file and SIGKILLs itself
 (no cleanup, no `finally`: as a power cut would)."""
+
 import logging
 import os
 import signal
@@ -13,12 +14,12 @@ from django.conf import settings
 log = logging.getLogger(__name__)
 
 POINTS = (
-    "pass.after_sweep",        # the sweep committed, nothing of this pass applied
-    "apply.inside_place",      # inside a placement's fenced transaction, before it commits
-    "apply.after_place",       # a placement committed, its agents not yet woken
-    "apply.inside_preempt",    # inside a preemption's fenced transaction
-    "apply.before_reasons",    # placements and preemptions done, reasons not yet written
-    "pass.before_record",      # everything applied, the pass not yet recorded on the lease
+    "pass.after_sweep",  # the sweep committed, nothing of this pass applied
+    "apply.inside_place",  # inside a placement's fenced transaction, before it commits
+    "apply.after_place",  # a placement committed, its agents not yet woken
+    "apply.inside_preempt",  # inside a preemption's fenced transaction
+    "apply.before_reasons",  # placements and preemptions done, reasons not yet written
+    "pass.before_record",  # everything applied, the pass not yet recorded on the lease
 )
 
 

@@ -19,6 +19,7 @@
 The proof sketch is in the README ("Outages"): every time the leader counts from is at or
 after the agent's last renewal, so the agent's deadline always comes first.
 """
+
 import logging
 from dataclasses import dataclass
 
@@ -95,8 +96,12 @@ def _note_disruption(clocks: Clocks, ages: dict[str, float], *, now: float) -> N
     threshold = max(settings.MLQ_FULL_DISRUPTION_MIN_NODES, settings.MLQ_FULL_DISRUPTION_SHARE * len(ages))
     disrupted = bool(ages) and silent >= threshold
     if disrupted and not clocks.disrupted:
-        log.error("full disruption: %d of %d nodes silent at once; the fault is ours, no node is called LOST "
-                  "until they are heard again", silent, len(ages))
+        log.error(
+            "full disruption: %d of %d nodes silent at once; the fault is ours, no node is called LOST "
+            "until they are heard again",
+            silent,
+            len(ages),
+        )
     elif clocks.disrupted and not disrupted:
         clocks.restart(now, f"full disruption over ({silent} of {len(ages)} nodes still silent)")
     clocks.disrupted = disrupted
@@ -122,7 +127,9 @@ def _suspect(node: Node, age: float, *, epoch: int, now) -> int:
 
 
 def _lose(node: Node, age: float, *, epoch: int, now) -> int:
-    message = f"no heartbeat for {age:.0f} s (outage bound {settings.MLQ_OUTAGE_BOUND_S:g} s + margin {lost_margin():g} s)"
+    message = (
+        f"no heartbeat for {age:.0f} s (outage bound {settings.MLQ_OUTAGE_BOUND_S:g} s + margin {lost_margin():g} s)"
+    )
     with fenced(epoch):
         if not do_mark_health(node, NodeState.LOST, now=now, message=message):
             return 0  # it heartbeat in the meantime
@@ -144,8 +151,16 @@ def _fail_tasks_on(node: Node, stop_reason: str, message: str, now) -> int:
     sweep, and the whole gang is requeued)."""
     failed = 0
     for task in Task.objects.filter(node=node, state__in=ON_NODE):
-        failed += lifecycle.transition_task(task, to_state=TaskState.FAILED, attempt=task.attempt,
-                                            actor_name="scheduler", reason="NODE_LOST", message=message, now=now,
-                                            failure_class=FailureClass.INFRA, stop_reason=task.stop_reason or stop_reason)
+        failed += lifecycle.transition_task(
+            task,
+            to_state=TaskState.FAILED,
+            attempt=task.attempt,
+            actor_name="scheduler",
+            reason="NODE_LOST",
+            message=message,
+            now=now,
+            failure_class=FailureClass.INFRA,
+            stop_reason=task.stop_reason or stop_reason,
+        )
         notify.jobs_changed([task.job_id])
     return failed

@@ -4,6 +4,7 @@ on the pass's snapshot), and the teams' runtime history it learns "likely" from.
 Started after a pass at most every `MLQ_FORECAST_INTERVAL_S`, in a child process, never per
 request: the API and pages read the two stored columns. Writes are fenced and only where a
 start moved."""
+
 import logging
 import multiprocessing
 import statistics
@@ -33,12 +34,17 @@ SLACK_S = 30.0
 def runtime_fractions(now) -> dict[str, float]:
     """team -> the median share of its asked-for max_runtime its jobs used, over the jobs that
     succeeded in the last 30 days (teams with fewer than 3 have no history)."""
-    rows = (Job.objects.filter(state=JobState.SUCCEEDED, finished_at__gte=now - HISTORY, started_at__isnull=False)
-            .order_by("-finished_at").values_list("team__name", "started_at", "finished_at", "max_runtime_hours")[:5000])
+    rows = (
+        Job.objects.filter(state=JobState.SUCCEEDED, finished_at__gte=now - HISTORY, started_at__isnull=False)
+        .order_by("-finished_at")
+        .values_list("team__name", "started_at", "finished_at", "max_runtime_hours")[:5000]
+    )
     shares: dict[str, list[float]] = {}
     for team, started, finished, hours in rows:
         if hours > 0:
-            shares.setdefault(team, []).append(min(1.0, max(0.0, (finished - started).total_seconds() / (hours * 3600))))
+            shares.setdefault(team, []).append(
+                min(1.0, max(0.0, (finished - started).total_seconds() / (hours * 3600)))
+            )
     return {team: max(0.01, statistics.median(found)) for team, found in shares.items() if len(found) >= MIN_SAMPLES}
 
 
@@ -89,8 +95,7 @@ def _forecast(snapshot, fractions, max_decisions, grace_s) -> Forecast:
 
 def longest_grace() -> float:
     """The longest grace period of a job that runs or waits: how long any victim may take to stop."""
-    found = Job.objects.filter(state__in=QUEUED_OR_RUNNING).aggregate(
-        longest=Max("grace_period_seconds"))["longest"]
+    found = Job.objects.filter(state__in=QUEUED_OR_RUNNING).aggregate(longest=Max("grace_period_seconds"))["longest"]
     return float(found if found is not None else 120)
 
 
@@ -104,8 +109,9 @@ class _Child:
     def __init__(self, args):
         self.started = time.perf_counter()
         self.receiver, sender = self.CONTEXT.Pipe(duplex=False)
-        self.process = self.CONTEXT.Process(target=forecast_to, args=(sender, *args), daemon=True,
-                                            name="mlqueue-forecast")
+        self.process = self.CONTEXT.Process(
+            target=forecast_to, args=(sender, *args), daemon=True, name="mlqueue-forecast"
+        )
         self.process.start()
         sender.close()
 
@@ -139,11 +145,14 @@ def write(result: Forecast, view: StoreView, placed: set[int], *, epoch: int) ->
         if _moved(view.starts.get(job.job_id, (None, None)), (latest, likely)):
             changed.append(Job(pk=job.job_id, estimated_start=latest, likely_start=likely))
     for first in range(0, len(changed), BATCH):
-        batch = changed[first:first + BATCH]
+        batch = changed[first : first + BATCH]
         with fenced(epoch):
             # A job placed or cancelled since the snapshot keeps its own (cleared) columns.
-            still = set(Job.objects.filter(pk__in=[job.pk for job in batch], state=JobState.PENDING)
-                        .values_list("pk", flat=True))
+            still = set(
+                Job.objects.filter(pk__in=[job.pk for job in batch], state=JobState.PENDING).values_list(
+                    "pk", flat=True
+                )
+            )
             Job.objects.bulk_update([job for job in batch if job.pk in still], ["estimated_start", "likely_start"])
     notify.jobs_changed(job.pk for job in changed)
     return len(changed)

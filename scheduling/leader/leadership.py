@@ -10,6 +10,7 @@ never fails over from a paused process whose socket stays open) and takes over w
 
 Embedded (SQLite): the lease row alone, compared on the process clock.
 """
+
 import logging
 import os
 import socket
@@ -81,8 +82,13 @@ class PostgresLeadership(Leadership):
     def _connect(self) -> psycopg.Connection:
         db = settings.DATABASES["default"]
         return psycopg.connect(
-            host=db.get("HOST") or None, port=db.get("PORT") or None, dbname=db["NAME"], user=db.get("USER") or None,
-            password=db.get("PASSWORD") or None, autocommit=True, application_name=f"mlqueue-leader {self.holder}",
+            host=db.get("HOST") or None,
+            port=db.get("PORT") or None,
+            dbname=db["NAME"],
+            user=db.get("USER") or None,
+            password=db.get("PASSWORD") or None,
+            autocommit=True,
+            application_name=f"mlqueue-leader {self.holder}",
             connect_timeout=5,
         )
 
@@ -127,7 +133,8 @@ class PostgresLeadership(Leadership):
         for (pid,) in self.conn.execute(
             "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1 "
             "AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
-            "AND ((classid::bigint << 32) | objid::bigint) = %s", (LOCK_KEY,),
+            "AND ((classid::bigint << 32) | objid::bigint) = %s",
+            (LOCK_KEY,),
         ).fetchall():
             log.warning("leadership: lease of %s lapsed; terminating its backend %s", row[0], pid)
             self.conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
@@ -144,10 +151,14 @@ class PostgresLeadership(Leadership):
         """True: renewed. False: the lease is not ours any more. None: could not tell (error)."""
         sent_at = time.monotonic()  # the lease counts from before the request, not its reply
         try:
-            renewed = self.conn.execute(
-                f"UPDATE {LEASE_TABLE} SET renewed_at = now(), lease_seconds = %s WHERE id = 1 AND epoch = %s "
-                "AND backend_pid = pg_backend_pid()", (self.lease_s, self.epoch),
-            ).rowcount == 1
+            renewed = (
+                self.conn.execute(
+                    f"UPDATE {LEASE_TABLE} SET renewed_at = now(), lease_seconds = %s WHERE id = 1 AND epoch = %s "
+                    "AND backend_pid = pg_backend_pid()",
+                    (self.lease_s, self.epoch),
+                ).rowcount
+                == 1
+            )
         except psycopg.OperationalError as exc:
             log.warning("leadership: renewal failed (%s); retrying until the deadline", exc)
             return None
@@ -195,8 +206,12 @@ class LeaseRowLeadership(Leadership):
         return lease.epoch
 
     def renew(self) -> bool:
-        renewed = SchedulerLease.objects.filter(pk=1, epoch=self.epoch, holder=self.holder).update(
-            renewed_at=timezone.now(), lease_seconds=self.lease_s) == 1
+        renewed = (
+            SchedulerLease.objects.filter(pk=1, epoch=self.epoch, holder=self.holder).update(
+                renewed_at=timezone.now(), lease_seconds=self.lease_s
+            )
+            == 1
+        )
         if renewed:
             self.renewed_at = time.monotonic()
         return renewed

@@ -10,6 +10,7 @@
 6. pending jobs whose dependency failed -> FAILED (DEPENDENCY).
 Only the leader requeues or retries, and every write here is fenced by its epoch.
 """
+
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone as dt_timezone
 
@@ -22,7 +23,16 @@ from scheduling.leader import failures
 from scheduling.core.model import HOUR as HOUR_S, confirmed_checkpoint, lost_since
 from scheduling.core.reasons import ReasonCode
 from scheduling.core.settle import (
-    Action, Attempt, Counter, EndedTask, Outcome, RestartMode, RestartPolicy, TaskEnd, Verdict, settle,
+    Action,
+    Attempt,
+    Counter,
+    EndedTask,
+    Outcome,
+    RestartMode,
+    RestartPolicy,
+    TaskEnd,
+    Verdict,
+    settle,
 )
 from scheduling.fencing import fenced
 from scheduling.models import FailureClass, Job, StopReason, Task, TaskState
@@ -90,8 +100,13 @@ def _stop_each(jobs, reason: str, *, epoch: int, now) -> int:
     stopped = 0
     for job in jobs:
         with fenced(epoch):
-            asked = do_request_stop(job_id=job.pk, reason=reason, grace_s=job.grace_period_seconds, now=now,
-                                    message=STOP_MESSAGES[reason].format(hours=job.max_runtime_hours))
+            asked = do_request_stop(
+                job_id=job.pk,
+                reason=reason,
+                grace_s=job.grace_period_seconds,
+                now=now,
+                message=STOP_MESSAGES[reason].format(hours=job.max_runtime_hours),
+            )
         stopped += bool(asked)
     return stopped
 
@@ -99,15 +114,22 @@ def _stop_each(jobs, reason: str, *, epoch: int, now) -> int:
 def _timed_out(now):
     """Jobs whose current attempt has run past max_runtime_hours (measured from the attempt's
     first rank to start: a restart gets its full allowance again)."""
-    starts = dict(Task.objects.filter(state=S.RUNNING, stop_reason="").values("job_id").annotate(
-        start=Min("started_at")).values_list("job_id", "start"))
+    starts = dict(
+        Task.objects.filter(state=S.RUNNING, stop_reason="")
+        .values("job_id")
+        .annotate(start=Min("started_at"))
+        .values_list("job_id", "start")
+    )
     jobs = Job.objects.filter(pk__in=starts).only("id", "max_runtime_hours", "grace_period_seconds")
     return [job for job in jobs if starts[job.pk] and starts[job.pk] + job.max_runtime_hours * HOUR <= now]
 
 
 def _cancelled_running():
-    return Job.objects.filter(cancel_requested_at__isnull=False, tasks__state__in=ON_NODE,
-                              tasks__stop_reason="").distinct().only("id", "grace_period_seconds", "max_runtime_hours")
+    return (
+        Job.objects.filter(cancel_requested_at__isnull=False, tasks__state__in=ON_NODE, tasks__stop_reason="")
+        .distinct()
+        .only("id", "grace_period_seconds", "max_runtime_hours")
+    )
 
 
 def _broken_gangs():
@@ -143,8 +165,17 @@ def _attempt(job: Job) -> Attempt:
 
 def _outcome(job: Job) -> Outcome:
     fields = ("rank", "state", "failure_class", "stop_reason", "exit_code", "exit_signal")
-    tasks = tuple(EndedTask(row["rank"], TaskEnd(row["state"]), row["failure_class"], row["stop_reason"],
-                            row["exit_code"], row["exit_signal"]) for row in job.tasks.values(*fields))
+    tasks = tuple(
+        EndedTask(
+            row["rank"],
+            TaskEnd(row["state"]),
+            row["failure_class"],
+            row["stop_reason"],
+            row["exit_code"],
+            row["exit_signal"],
+        )
+        for row in job.tasks.values(*fields)
+    )
     return Outcome(tasks, cancel_requested=job.cancel_requested_at is not None)
 
 
@@ -161,18 +192,25 @@ def lost_work(job: Job, *, now) -> dict:
     since = lost_since(started, checkpoint)
     ended = max((finished for _, finished, _, _ in rows if finished is not None), default=now).timestamp()
     gpus = sum(len(indices) for *_, indices in rows)
-    return {"lost_gpu_hours": round(gpus * max(0.0, ended - since) / HOUR_S, 4),
-            "lost_since": datetime.fromtimestamp(since, dt_timezone.utc).isoformat(),
-            "since_checkpoint": checkpoint is not None and checkpoint >= started}
+    return {
+        "lost_gpu_hours": round(gpus * max(0.0, ended - since) / HOUR_S, 4),
+        "lost_since": datetime.fromtimestamp(since, dt_timezone.utc).isoformat(),
+        "since_checkpoint": checkpoint is not None and checkpoint >= started,
+    }
 
 
 def restart_policy(job: Job) -> RestartPolicy:
     """The job's restart policy, with the cluster's back-off settings."""
     return RestartPolicy(
-        max_retries=job.max_retries, max_restarts=job.max_restarts, on_preemption=RestartMode(job.on_preemption),
-        on_node_failure=RestartMode(job.on_node_failure), checkpointing=bool(job.checkpoint),
-        max_runtime_hours=job.max_runtime_hours, backoff_base_s=settings.MLQ_RETRY_BACKOFF_BASE_S,
-        backoff_max_s=settings.MLQ_RETRY_BACKOFF_MAX_S)
+        max_retries=job.max_retries,
+        max_restarts=job.max_restarts,
+        on_preemption=RestartMode(job.on_preemption),
+        on_node_failure=RestartMode(job.on_node_failure),
+        checkpointing=bool(job.checkpoint),
+        max_runtime_hours=job.max_runtime_hours,
+        backoff_base_s=settings.MLQ_RETRY_BACKOFF_BASE_S,
+        backoff_max_s=settings.MLQ_RETRY_BACKOFF_MAX_S,
+    )
 
 
 def do_apply_verdict(job: Job, verdict: Verdict, *, now, lost: dict | None = None) -> None:
@@ -196,19 +234,38 @@ def _count_outcome(outcome: str, failure_class: str) -> None:
 
 def _requeue(job: Job, verdict: Verdict, *, now, lost: dict) -> None:
     """The whole gang goes back to PENDING as a new attempt (its finished ranks too)."""
-    moved = lifecycle.transition_gang(job.pk, from_state=(S.FAILED, S.PREEMPTED, S.SUCCEEDED), to_state=S.PENDING,
-                                      require_all=False, actor_name="scheduler", reason=verdict.code,
-                                      message=verdict.message, data=lost, now=now)
+    moved = lifecycle.transition_gang(
+        job.pk,
+        from_state=(S.FAILED, S.PREEMPTED, S.SUCCEEDED),
+        to_state=S.PENDING,
+        require_all=False,
+        actor_name="scheduler",
+        reason=verdict.code,
+        message=verdict.message,
+        data=lost,
+        now=now,
+    )
     if not moved:
         return
     not_before = now + timedelta(seconds=verdict.backoff_s) if verdict.backoff_s else None
-    Job.objects.filter(pk=job.pk).update(not_before=not_before, finished_at=None, updated_at=now,
-                                         pending_reason_code=ReasonCode.BACKOFF if not_before else "",
-                                         pending_reason_message=verdict.message if not_before else "",
-                                         pending_histogram={},
-                                         **{verdict.counter: verdict.count})
-    AuditEvent.objects.create(job=job, kind=EventKind.RETRY, actor_name="scheduler", reason=verdict.code,
-                            message=verdict.message, data={verdict.counter: verdict.count}, created_at=now)
+    Job.objects.filter(pk=job.pk).update(
+        not_before=not_before,
+        finished_at=None,
+        updated_at=now,
+        pending_reason_code=ReasonCode.BACKOFF if not_before else "",
+        pending_reason_message=verdict.message if not_before else "",
+        pending_histogram={},
+        **{verdict.counter: verdict.count},
+    )
+    AuditEvent.objects.create(
+        job=job,
+        kind=EventKind.RETRY,
+        actor_name="scheduler",
+        reason=verdict.code,
+        message=verdict.message,
+        data={verdict.counter: verdict.count},
+        created_at=now,
+    )
     notify.jobs_changed([job.pk])
     notify.wake_scheduler("requeue")
 
@@ -216,22 +273,47 @@ def _requeue(job: Job, verdict: Verdict, *, now, lost: dict) -> None:
 def _end_failed(job: Job, verdict: Verdict, *, now, lost: dict) -> None:
     """Ranks still PREEMPTED become FAILED, recorded as one transition that carries the
     verdict; when every rank had FAILED already, the verdict is that one event."""
-    moved = lifecycle.transition_gang(job.pk, from_state=S.PREEMPTED, to_state=S.FAILED, require_all=False,
-                                      actor_name="scheduler", reason=verdict.failure_class, message=verdict.message,
-                                      data=lost, now=now, failure_class=verdict.failure_class)
+    moved = lifecycle.transition_gang(
+        job.pk,
+        from_state=S.PREEMPTED,
+        to_state=S.FAILED,
+        require_all=False,
+        actor_name="scheduler",
+        reason=verdict.failure_class,
+        message=verdict.message,
+        data=lost,
+        now=now,
+        failure_class=verdict.failure_class,
+    )
     if not moved:
-        AuditEvent.objects.create(job=job, kind=EventKind.TRANSITION, actor_name="scheduler", from_state=job.state,
-                                to_state=S.FAILED, reason=verdict.failure_class, message=verdict.message,
-                                data=lost, created_at=now)
+        AuditEvent.objects.create(
+            job=job,
+            kind=EventKind.TRANSITION,
+            actor_name="scheduler",
+            from_state=job.state,
+            to_state=S.FAILED,
+            reason=verdict.failure_class,
+            message=verdict.message,
+            data=lost,
+            created_at=now,
+        )
     Job.objects.filter(pk=job.pk).update(failure_class=verdict.failure_class, finished_at=now, updated_at=now)
     _count_outcome("failed", verdict.failure_class)
     notify.jobs_changed([job.pk])
 
 
 def _end_cancelled(job: Job, verdict: Verdict, *, now) -> None:
-    lifecycle.transition_gang(job.pk, from_state=(S.FAILED, S.PREEMPTED), to_state=S.CANCELLED, require_all=False,
-                              actor_name="scheduler", reason=verdict.code, message=verdict.message, now=now,
-                              failure_class=verdict.failure_class)
+    lifecycle.transition_gang(
+        job.pk,
+        from_state=(S.FAILED, S.PREEMPTED),
+        to_state=S.CANCELLED,
+        require_all=False,
+        actor_name="scheduler",
+        reason=verdict.code,
+        message=verdict.message,
+        now=now,
+        failure_class=verdict.failure_class,
+    )
     Job.objects.filter(pk=job.pk).update(failure_class=verdict.failure_class, updated_at=now)
     _count_outcome("cancelled", verdict.failure_class)
     notify.jobs_changed([job.pk])
@@ -240,20 +322,32 @@ def _end_cancelled(job: Job, verdict: Verdict, *, now) -> None:
 def _fail_orphans(*, epoch: int, now) -> int:
     """Pending jobs that depend on a job that failed or was cancelled can never run."""
     through = Job.depends_on.through
-    dead = through.objects.filter(from_job__state=S.PENDING).filter(
-        Q(to_job__state=S.CANCELLED) | Q(to_job__state=S.FAILED) & ~Q(to_job__failure_class="")).values_list(
-        "from_job_id", "to_job_id", "to_job__state")
+    dead = (
+        through.objects.filter(from_job__state=S.PENDING)
+        .filter(Q(to_job__state=S.CANCELLED) | Q(to_job__state=S.FAILED) & ~Q(to_job__failure_class=""))
+        .values_list("from_job_id", "to_job_id", "to_job__state")
+    )
     failed = 0
     for job_id, dependency, state in sorted(set(dead)):
         message = f"job {dependency}, which it depends on, ended {state}"
         with fenced(epoch):
-            moved = lifecycle.transition_gang(job_id, from_state=S.PENDING, to_state=S.FAILED, actor_name="scheduler",
-                                              reason=FailureClass.DEPENDENCY, message=message, now=now,
-                                              failure_class=FailureClass.DEPENDENCY)
+            moved = lifecycle.transition_gang(
+                job_id,
+                from_state=S.PENDING,
+                to_state=S.FAILED,
+                actor_name="scheduler",
+                reason=FailureClass.DEPENDENCY,
+                message=message,
+                now=now,
+                failure_class=FailureClass.DEPENDENCY,
+            )
             if moved:
-                Job.objects.filter(pk=job_id).update(failure_class=FailureClass.DEPENDENCY,
-                                                     pending_reason_code="", pending_reason_message="",
-                                                     pending_histogram={})
+                Job.objects.filter(pk=job_id).update(
+                    failure_class=FailureClass.DEPENDENCY,
+                    pending_reason_code="",
+                    pending_reason_message="",
+                    pending_histogram={},
+                )
                 _count_outcome("failed", FailureClass.DEPENDENCY)
                 notify.jobs_changed([job_id])
         failed += bool(moved)

@@ -3,6 +3,7 @@
 
 A pass: sweep (reconcile.py), snapshot the store, run the policy core, apply its decisions
 fenced by the epoch, record the pass on the lease row."""
+
 import gc
 import logging
 import time
@@ -44,8 +45,9 @@ class PassReport:
     preempted: int
 
 
-def run_pass(*, epoch: int, now=None, forecaster: Forecaster | None = None,
-             scheduler: Scheduler | None = None) -> PassReport:
+def run_pass(
+    *, epoch: int, now=None, forecaster: Forecaster | None = None, scheduler: Scheduler | None = None
+) -> PassReport:
     """One pass as the leader of `epoch`. Raises Deposed if another scheduler took over.
     `scheduler`: the policy core's state kept from the last pass (its decisions are exactly a
     fresh pass's; it only saves re-indexing the cluster); None: a fresh pass.
@@ -58,8 +60,9 @@ def run_pass(*, epoch: int, now=None, forecaster: Forecaster | None = None,
         gc.enable()
 
 
-def _run_pass(*, epoch: int, now=None, forecaster: Forecaster | None = None,
-              scheduler: Scheduler | None = None) -> PassReport:
+def _run_pass(
+    *, epoch: int, now=None, forecaster: Forecaster | None = None, scheduler: Scheduler | None = None
+) -> PassReport:
     started = time.perf_counter()
     now = now or timezone.now()
     swept = reconcile(epoch=epoch, now=now)
@@ -68,8 +71,11 @@ def _run_pass(*, epoch: int, now=None, forecaster: Forecaster | None = None,
     decide = scheduler.schedule if scheduler is not None else schedule
     decisions = decide(view.snapshot, timer=time.perf_counter)
     if settings.MLQ_FAULT_APPLY_DELAY_S:
-        log.warning("fault injection: waiting %s s before applying epoch %s's decisions",
-                    settings.MLQ_FAULT_APPLY_DELAY_S, epoch)
+        log.warning(
+            "fault injection: waiting %s s before applying epoch %s's decisions",
+            settings.MLQ_FAULT_APPLY_DELAY_S,
+            epoch,
+        )
         time.sleep(settings.MLQ_FAULT_APPLY_DELAY_S)
     applied = apply_decisions(decisions, view, epoch=epoch, now=now)
     publish_queue_order(decisions.order)
@@ -195,9 +201,16 @@ class SchedulerWorker:
             FAILED_PASSES.inc()
             return None
         if report.placed or report.preempted or report.swept.retried or report.swept.requeued:
-            log.info("pass epoch=%s %.0f ms: %s pending, %s placed, %s preempted, %s retried, %s requeued",
-                     epoch, report.elapsed_ms, report.pending, report.placed, report.preempted,
-                     report.swept.retried, report.swept.requeued)
+            log.info(
+                "pass epoch=%s %.0f ms: %s pending, %s placed, %s preempted, %s retried, %s requeued",
+                epoch,
+                report.elapsed_ms,
+                report.pending,
+                report.placed,
+                report.preempted,
+                report.swept.retried,
+                report.swept.requeued,
+            )
         return report
 
     def stop(self, *_args) -> None:

@@ -9,6 +9,7 @@ it (core/settle.py): requeued, counted as a preemption or spending a restart, or
 Deterministic: ties break by insertion order and every random draw comes from one seeded
 generator.
 """
+
 import heapq
 import itertools
 import math
@@ -18,7 +19,15 @@ from dataclasses import dataclass, field, replace
 from scheduling.core import model as core
 from scheduling.core.decisions import Decisions
 from scheduling.core.settle import (
-    Action, Attempt, EndedTask, FailureClass, Outcome, RestartPolicy, StopReason, TaskEnd, settle,
+    Action,
+    Attempt,
+    EndedTask,
+    FailureClass,
+    Outcome,
+    RestartPolicy,
+    StopReason,
+    TaskEnd,
+    settle,
 )
 from scheduling.sim.gate import DecisionGate, Watched
 from scheduling.sim.trace import TraceJob
@@ -136,7 +145,7 @@ class Simulation:
             self._at(job.submit, ARRIVE, job.job_id)
         self.dependents: dict[int, list[int]] = {}
         for job in self.jobs:
-            for dependency in (job.view.waiting_on if job.view else ()):
+            for dependency in job.view.waiting_on if job.view else ():
                 self.dependents.setdefault(dependency, []).append(job.job_id)
         for placement, end_at in self.running_at_start:
             self._resume(placement, end_at)
@@ -154,24 +163,41 @@ class Simulation:
         """A live job, running until `end_at`. If the simulation preempts it, it waits again
         as itself (`_resumed_view`), its eviction count carried on."""
         view = _resumed_view(placement)
-        job = TraceJob(placement.job_id, placement.started_at, end_at - placement.started_at, view.shape.units,
-                       placement.team, placement.gpu_type, placement.priority, view.max_runtime_s, view=view,
-                       checkpoint_interval_s=placement.checkpoint_interval_s)
+        job = TraceJob(
+            placement.job_id,
+            placement.started_at,
+            end_at - placement.started_at,
+            view.shape.units,
+            placement.team,
+            placement.gpu_type,
+            placement.priority,
+            view.max_runtime_s,
+            view=view,
+            checkpoint_interval_s=placement.checkpoint_interval_s,
+        )
         self.records[job.job_id] = Record(job, first_start=placement.started_at, preemptions=placement.preemptions)
         token = next(self.tokens)
         confirmed = placement.last_checkpoint_at
-        self.running[job.job_id] = Run(placement, placement.started_at, token, stopping=placement.preempting,
-                                       preempted_for=placement.preempted_for,
-                                       interval=self._interval(placement.checkpoint_interval_s),
-                                       anchor=placement.started_at if confirmed is None else confirmed,
-                                       confirmed=confirmed)
+        self.running[job.job_id] = Run(
+            placement,
+            placement.started_at,
+            token,
+            stopping=placement.preempting,
+            preempted_for=placement.preempted_for,
+            interval=self._interval(placement.checkpoint_interval_s),
+            anchor=placement.started_at if confirmed is None else confirmed,
+            confirmed=confirmed,
+        )
         self._at(end_at, FINISH, (job.job_id, token))
 
     def run(self) -> "Simulation":
         config = self.config
         while self.events:
-            if config.stop_once_all_started and not self.pending and all(
-                    r.first_start is not None for r in self.records.values()):
+            if (
+                config.stop_once_all_started
+                and not self.pending
+                and all(r.first_start is not None for r in self.records.values())
+            ):
                 break
             if config.max_decisions and self.decisions >= config.max_decisions:
                 break
@@ -204,8 +230,12 @@ class Simulation:
         if self._free_units(rclass) >= job.gpus_per_task:
             return True
         return getattr(self.policy, "preempts", False) and (
-            self.teams_with_guarantees or any(core.priority_rank(job.priority) < core.priority_rank(run.placement.priority)
-                                              for run in self.running.values()))
+            self.teams_with_guarantees
+            or any(
+                core.priority_rank(job.priority) < core.priority_rank(run.placement.priority)
+                for run in self.running.values()
+            )
+        )
 
     def _free_units(self, rclass: str) -> int:
         if self.gate is not None:
@@ -220,7 +250,8 @@ class Simulation:
             for node in self._nodes_now():
                 if node.state == core.NodeState.READY:
                     self._ready[node.resource_class] = self._ready.get(node.resource_class, 0) + (
-                        node.gpus if node.gpu_type else node.cpus)
+                        node.gpus if node.gpu_type else node.cpus
+                    )
         return self._ready
 
     def _watch(self) -> None:
@@ -231,12 +262,18 @@ class Simulation:
 
         def waits(job_id: int, job: TraceJob) -> None:
             view = job.view
-            gate.waits(job_id, job.shape(gpu_type), job.team, view.priority if view else job.priority,
-                       view is not None and view.held)
+            gate.waits(
+                job_id,
+                job.shape(gpu_type),
+                job.team,
+                view.priority if view else job.priority,
+                view is not None and view.held,
+            )
 
         self.pending = Watched(waits, lambda job_id, job: gate.leaves(job_id))
-        self.running = Watched(lambda job_id, run: gate.runs(run.placement),
-                               lambda job_id, run: gate.ends(run.placement))
+        self.running = Watched(
+            lambda job_id, run: gate.runs(run.placement), lambda job_id, run: gate.ends(run.placement)
+        )
 
     # --- events ---------------------------------------------------------------------------
     def _on_arrive(self, job_id: int) -> None:
@@ -267,10 +304,22 @@ class Simulation:
     def _nodes_now(self) -> tuple[core.Node, ...]:
         """The fleet with failed nodes marked (the same tuple while nothing has failed)."""
         if self._fleet is None:
-            self._fleet = tuple(node if self.node_state[node.name] == node.state else
-                                core.Node(node.name, node.zone, node.rack, node.gpu_type, node.gpus, node.cpus,
-                                          node.memory_gb, node.labels, self.node_state[node.name])
-                                for node in self.nodes)
+            self._fleet = tuple(
+                node
+                if self.node_state[node.name] == node.state
+                else core.Node(
+                    node.name,
+                    node.zone,
+                    node.rack,
+                    node.gpu_type,
+                    node.gpus,
+                    node.cpus,
+                    node.memory_gb,
+                    node.labels,
+                    self.node_state[node.name],
+                )
+                for node in self.nodes
+            )
         return self._fleet
 
     def _on_fail(self, node_name: str) -> None:
@@ -321,8 +370,11 @@ class Simulation:
         record.lost_gpu_s += (elapsed - saved) * record.job.gpus
         record.done_s = min(record.job.duration, record.done_s + saved)
         record.yields_to = run.preempted_for
-        verdict = settle(Attempt(restarts_used=record.restarts_used, preemptions=record.preemptions),
-                         _outcome(run, lost_node), self.config.restart_policy)
+        verdict = settle(
+            Attempt(restarts_used=record.restarts_used, preemptions=record.preemptions),
+            _outcome(run, lost_node),
+            self.config.restart_policy,
+        )
         if verdict.action != Action.REQUEUE:
             record.failed_at = self.now
             return
@@ -365,12 +417,27 @@ class Simulation:
         token = next(self.tokens)
         view = self._pending(job)
         self.pending_views.pop(job.job_id, None)
-        self.running[job.job_id] = Run(core.RunningJob(
-            job.job_id, view.team, view.priority, view.shape.gpu_type, placement.tasks, self.now,
-            self.now + self._told(job, record), preemptible=view.priority != "P0", checkpointing=view.checkpointing,
-            last_checkpoint_at=None, checkpoint_interval_s=view.checkpoint_interval_s,
-            preemptions=record.preemptions), self.now, token,
-            interval=self._interval(view.checkpoint_interval_s), anchor=self.now + overhead, overhead=overhead)
+        self.running[job.job_id] = Run(
+            core.RunningJob(
+                job.job_id,
+                view.team,
+                view.priority,
+                view.shape.gpu_type,
+                placement.tasks,
+                self.now,
+                self.now + self._told(job, record),
+                preemptible=view.priority != "P0",
+                checkpointing=view.checkpointing,
+                last_checkpoint_at=None,
+                checkpoint_interval_s=view.checkpoint_interval_s,
+                preemptions=record.preemptions,
+            ),
+            self.now,
+            token,
+            interval=self._interval(view.checkpoint_interval_s),
+            anchor=self.now + overhead,
+            overhead=overhead,
+        )
         self._at(self.now + overhead + remaining, FINISH, (job.job_id, token))
 
     def _told(self, job: TraceJob, record: Record) -> float:
@@ -386,10 +453,22 @@ class Simulation:
             self.gate.stopping(job_id)
         # It holds its GPUs until it stops: nothing is over-committed while it drains.
         p = run.placement
-        run.placement = core.RunningJob(p.job_id, p.team, p.priority, p.gpu_type, p.tasks, p.started_at,
-                                        p.expected_end, p.preemptible, p.checkpointing,
-                                        self._last_checkpoint(run), preempting=True, preempted_for=for_job_id,
-                                        checkpoint_interval_s=p.checkpoint_interval_s, preemptions=p.preemptions)
+        run.placement = core.RunningJob(
+            p.job_id,
+            p.team,
+            p.priority,
+            p.gpu_type,
+            p.tasks,
+            p.started_at,
+            p.expected_end,
+            p.preemptible,
+            p.checkpointing,
+            self._last_checkpoint(run),
+            preempting=True,
+            preempted_for=for_job_id,
+            checkpoint_interval_s=p.checkpoint_interval_s,
+            preemptions=p.preemptions,
+        )
         self._at(self.now + self.config.grace_s, STOP, job_id)
 
     def _interval(self, job_interval_s: float | None) -> float:
@@ -417,10 +496,20 @@ class Simulation:
         taken = int((self.now - run.anchor) // interval)
         if taken != run.checkpoints:
             p = run.placement
-            run.placement = core.RunningJob(p.job_id, p.team, p.priority, p.gpu_type, p.tasks, p.started_at,
-                                            p.expected_end, p.preemptible, p.checkpointing,
-                                            self._last_checkpoint(run), checkpoint_interval_s=p.checkpoint_interval_s,
-                                            preemptions=p.preemptions)
+            run.placement = core.RunningJob(
+                p.job_id,
+                p.team,
+                p.priority,
+                p.gpu_type,
+                p.tasks,
+                p.started_at,
+                p.expected_end,
+                p.preemptible,
+                p.checkpointing,
+                self._last_checkpoint(run),
+                checkpoint_interval_s=p.checkpoint_interval_s,
+                preemptions=p.preemptions,
+            )
             run.checkpoints = taken
         return run.placement
 
@@ -437,14 +526,26 @@ class Simulation:
         yields_to = record.yields_to
         if job.view is not None:
             unmet = tuple(d for d in job.view.waiting_on if d not in self.records or self.records[d].end is None)
-            return replace(job.view, max_runtime_s=self._told(job, record), waiting_on=unmet,
-                           yields_to=yields_to or job.view.yields_to,
-                           nominated=record.nominated)
+            return replace(
+                job.view,
+                max_runtime_s=self._told(job, record),
+                waiting_on=unmet,
+                yields_to=yields_to or job.view.yields_to,
+                nominated=record.nominated,
+            )
         interval = self._interval(job.checkpoint_interval_s)
-        return core.PendingJob(job.job_id, job.team, job.priority, job.shape(self.config.gpu_type), job.submit,
-                               self._told(job, record),
-                               checkpointing=bool(interval), yields_to=yields_to,
-                               checkpoint_interval_s=job.checkpoint_interval_s, nominated=record.nominated)
+        return core.PendingJob(
+            job.job_id,
+            job.team,
+            job.priority,
+            job.shape(self.config.gpu_type),
+            job.submit,
+            self._told(job, record),
+            checkpointing=bool(interval),
+            yields_to=yields_to,
+            checkpoint_interval_s=job.checkpoint_interval_s,
+            nominated=record.nominated,
+        )
 
     def _plan_failures(self) -> None:
         rng = random.Random(self.config.seed)
@@ -459,11 +560,17 @@ def _resumed_view(placement: core.RunningJob) -> core.PendingJob:
     told (to its expected end) and its checkpointing. Its wait counts from its start (the
     time it was submitted is not known here either)."""
     first = placement.tasks[0]
-    shape = core.JobShape(placement.gpu_type, len(placement.tasks), len(first.gpu_indices), first.cpus,
-                          first.memory_gb)
-    return core.PendingJob(placement.job_id, placement.team, placement.priority, shape, placement.started_at,
-                           placement.expected_end - placement.started_at, checkpointing=placement.checkpointing,
-                           checkpoint_interval_s=placement.checkpoint_interval_s)
+    shape = core.JobShape(placement.gpu_type, len(placement.tasks), len(first.gpu_indices), first.cpus, first.memory_gb)
+    return core.PendingJob(
+        placement.job_id,
+        placement.team,
+        placement.priority,
+        shape,
+        placement.started_at,
+        placement.expected_end - placement.started_at,
+        checkpointing=placement.checkpointing,
+        checkpoint_interval_s=placement.checkpoint_interval_s,
+    )
 
 
 def _outcome(run: Run, lost_node: str | None) -> Outcome:
@@ -471,12 +578,24 @@ def _outcome(run: Run, lost_node: str | None) -> Outcome:
     period; or, with a node lost, the ranks there FAILED (INFRA) and the others stopped for
     them (a preemption under way stays the reason of both)."""
     if lost_node is None:
-        return Outcome(tuple(EndedTask(t.rank, TaskEnd.PREEMPTED, FailureClass.INFRA, StopReason.PREEMPTED)
-                             for t in run.placement.tasks))
+        return Outcome(
+            tuple(
+                EndedTask(t.rank, TaskEnd.PREEMPTED, FailureClass.INFRA, StopReason.PREEMPTED)
+                for t in run.placement.tasks
+            )
+        )
     asked = StopReason.PREEMPTED if run.stopping else ""
-    return Outcome(tuple(EndedTask(t.rank, TaskEnd.FAILED, FailureClass.INFRA,
-                                   asked if t.node == lost_node else asked or StopReason.PEER_FAILED)
-                         for t in run.placement.tasks))
+    return Outcome(
+        tuple(
+            EndedTask(
+                t.rank,
+                TaskEnd.FAILED,
+                FailureClass.INFRA,
+                asked if t.node == lost_node else asked or StopReason.PEER_FAILED,
+            )
+            for t in run.placement.tasks
+        )
+    )
 
 
 def check_no_overcommit(nodes: list[core.Node], running: list[core.RunningJob]) -> None:
@@ -491,6 +610,10 @@ def check_no_overcommit(nodes: list[core.Node], running: list[core.RunningJob]) 
             entry[2] += task.memory_gb
     for name, (gpus, cpus, memory) in used.items():
         node = by_name[name]
-        if len(gpus) != len(set(gpus)) or any(g >= node.gpus for g in gpus) or cpus > node.cpus \
-                or memory > node.memory_gb:
+        if (
+            len(gpus) != len(set(gpus))
+            or any(g >= node.gpus for g in gpus)
+            or cpus > node.cpus
+            or memory > node.memory_gb
+        ):
             raise AssertionError(f"node {name} over-committed: GPUs {sorted(gpus)}, {cpus} CPUs, {memory} GB")

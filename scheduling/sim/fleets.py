@@ -1,5 +1,6 @@
 """Fleets for the simulator and the benchmarks: named fleets from the planning figures and
 uniform custom ones, laid out in racks and zones. Pure Python, like the core."""
+
 import random
 from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping, Sequence
@@ -85,7 +86,7 @@ def _lay_out(machines: Sequence[Machine], *, racks: int, zones: int, first_rack:
     nodes, start = [], 0
     for offset, size in enumerate(apportion(len(machines), [1] * racks)):
         zone, rack = _rack_name(first_rack + offset, zones)
-        nodes += [_node(machine, zone, rack, slot) for slot, machine in enumerate(machines[start:start + size], 1)]
+        nodes += [_node(machine, zone, rack, slot) for slot, machine in enumerate(machines[start : start + size], 1)]
         start += size
     return nodes
 
@@ -97,8 +98,16 @@ def _rack_name(index: int, zones: int) -> tuple[str, str]:
 
 
 def _node(machine: Machine, zone: str, rack: str, slot: int) -> Node:
-    return Node(f"{rack}-n{slot:02d}", zone, rack, machine.gpu_type, machine.gpus, machine.cpus,
-                machine.memory_gb, dict(machine.labels))
+    return Node(
+        f"{rack}-n{slot:02d}",
+        zone,
+        rack,
+        machine.gpu_type,
+        machine.gpus,
+        machine.cpus,
+        machine.memory_gb,
+        dict(machine.labels),
+    )
 
 
 def _with_unhealthy(nodes: list[Node]) -> list[Node]:
@@ -116,6 +125,6 @@ def apportion(total: int, weights: Sequence[float]) -> list[int]:
     exact = [total * w / sum(weights) for w in weights]
     parts = [int(x) for x in exact]
     by_remainder = sorted(range(len(exact)), key=lambda i: parts[i] - exact[i])
-    for i in by_remainder[:total - sum(parts)]:
+    for i in by_remainder[: total - sum(parts)]:
         parts[i] += 1
     return parts

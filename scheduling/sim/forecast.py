@@ -12,6 +12,7 @@ Two runs of the same core on a virtual clock, starting from what runs and waits 
 A preemption already under way ends its victim after the grace period (the victim's own
 requeue is not forecast: it is no longer pending). Pure, like the core: no clock, no I/O.
 """
+
 from dataclasses import dataclass, replace
 from typing import Mapping
 
@@ -41,9 +42,16 @@ class Forecast:
     complete: bool  # False: the decision budget ran out before every job started
 
 
-def forecast(snapshot: ClusterSnapshot, *, likely_fraction: Mapping[str, float] | None = None,
-             grace_s: float = 120.0, max_decisions: int = 200, step_s: float = STEP_S,
-             skip_quiet: bool = True, reclaim_searches: int | None = RECLAIM_SEARCHES) -> Forecast:
+def forecast(
+    snapshot: ClusterSnapshot,
+    *,
+    likely_fraction: Mapping[str, float] | None = None,
+    grace_s: float = 120.0,
+    max_decisions: int = 200,
+    step_s: float = STEP_S,
+    skip_quiet: bool = True,
+    reclaim_searches: int | None = RECLAIM_SEARCHES,
+) -> Forecast:
     """`likely_fraction`: team -> the share of its asked-for runtime its jobs typically use
     (0-1]. `grace_s`: how long a victim takes to stop (the longest grace period running, for a
     bound). Jobs that never start within `max_decisions` passes (held jobs, jobs that cannot
@@ -71,30 +79,53 @@ def _forecast_config(config: PolicyConfig, reclaim_searches: int | None) -> Poli
     return replace(config, max_reclaim_searches=reclaim_searches if cap is None else min(cap, reclaim_searches))
 
 
-def forecast_to(connection, snapshot: ClusterSnapshot, likely_fraction: Mapping[str, float],
-                max_decisions: int, grace_s: float) -> None:
+def forecast_to(
+    connection, snapshot: ClusterSnapshot, likely_fraction: Mapping[str, float], max_decisions: int, grace_s: float
+) -> None:
     """A child process's body: forecast and send the result down `connection` (the leader's
     pipe; if the leader is gone, there is no one to tell). Lives here, not with the leader's
     Django code, so the child imports nothing but the core and the simulator."""
     try:
-        connection.send(forecast(snapshot, likely_fraction=likely_fraction, max_decisions=max_decisions,
-                                 grace_s=grace_s))
+        connection.send(
+            forecast(snapshot, likely_fraction=likely_fraction, max_decisions=max_decisions, grace_s=grace_s)
+        )
     except (BrokenPipeError, EOFError):
         pass
     finally:
         connection.close()
 
 
-def _simulate(snapshot: ClusterSnapshot, fraction: Mapping[str, float], grace_s: float, max_decisions: int,
-              step_s: float, skip_quiet: bool = True) -> tuple[dict[int, float], bool]:
+def _simulate(
+    snapshot: ClusterSnapshot,
+    fraction: Mapping[str, float],
+    grace_s: float,
+    max_decisions: int,
+    step_s: float,
+    skip_quiet: bool = True,
+) -> tuple[dict[int, float], bool]:
     now = snapshot.now
     running = tuple((job, _end(job, now, fraction.get(job.team, 1.0), grace_s)) for job in snapshot.running)
     jobs = [_trace_job(job, now, fraction.get(job.team, 1.0)) for job in snapshot.pending]
-    config = SimConfig(checkpoint_interval_s=0, grace_s=grace_s, tick_s=0, sample_s=0, stop_once_all_started=True,
-                       max_decisions=max_decisions, decision_step_s=step_s, step_growth=STEP_GROWTH,
-                       skip_quiet_instants=skip_quiet)
-    sim = Simulation(list(snapshot.nodes), snapshot.teams, jobs, MlqueuePolicy(), config,
-                     replace(snapshot.config, explain=False), running_at_start=running).run()
+    config = SimConfig(
+        checkpoint_interval_s=0,
+        grace_s=grace_s,
+        tick_s=0,
+        sample_s=0,
+        stop_once_all_started=True,
+        max_decisions=max_decisions,
+        decision_step_s=step_s,
+        step_growth=STEP_GROWTH,
+        skip_quiet_instants=skip_quiet,
+    )
+    sim = Simulation(
+        list(snapshot.nodes),
+        snapshot.teams,
+        jobs,
+        MlqueuePolicy(),
+        config,
+        replace(snapshot.config, explain=False),
+        running_at_start=running,
+    ).run()
     starts = {job.job_id: sim.records[job.job_id].first_start for job in snapshot.pending}
     found = {job_id: at for job_id, at in starts.items() if at is not None}
     return found, len(found) == len(starts)
@@ -115,5 +146,14 @@ def _end(job: RunningJob, now: float, fraction: float, grace_s: float) -> float:
 def _trace_job(job: PendingJob, now: float, fraction: float) -> TraceJob:
     length = max(MIN_LENGTH_S, job.max_runtime_s * min(1.0, fraction))
     arrives = max(now, job.not_before or now)  # a job in back-off or not_before waits until then
-    return TraceJob(job.job_id, arrives, length, job.shape.units, job.team, job.shape.gpu_type, job.priority,
-                    job.max_runtime_s, view=job)
+    return TraceJob(
+        job.job_id,
+        arrives,
+        length,
+        job.shape.units,
+        job.team,
+        job.shape.gpu_type,
+        job.priority,
+        job.max_runtime_s,
+        view=job,
+    )

@@ -14,6 +14,7 @@ Kept up to date as jobs come and go (`Watched` dicts) and nodes fail, so the que
 a few dictionary reads, not a scan of the queue: a deep queue on a full cluster is the
 common case where most instants (arrivals, ticks) can change nothing.
 """
+
 from collections import Counter, defaultdict
 from typing import Callable
 
@@ -65,8 +66,13 @@ class DecisionGate:
     def waits(self, job_id: int, shape: JobShape, team: str, priority: str, held: bool) -> None:
         if held:
             return
-        entry = self.waiting[job_id] = (shape.resource_class, shape.units_per_task, team, shape.units,
-                                        priority_rank(priority))
+        entry = self.waiting[job_id] = (
+            shape.resource_class,
+            shape.units_per_task,
+            team,
+            shape.units,
+            priority_rank(priority),
+        )
         rclass, per_task, _, units, rank = entry
         _count(self.task_units[rclass], per_task, 1)
         _count(self.wait_ranks[rclass], rank, 1)

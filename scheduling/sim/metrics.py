@@ -1,4 +1,5 @@
 """A replay's figures: waits, completion times, slowdown, utilization, fairness."""
+
 import math
 import statistics
 from collections import defaultdict
@@ -30,16 +31,24 @@ def summarize(sim: Simulation, *, entitlements: dict[str, float]) -> dict:
     makespan = max((r.end for r in done), default=0.0) - start
     used = sum(r.gpu_s for r in sim.records.values())
     return {
-        "jobs": len(sim.records), "finished": len(done), "gpus": gpus,
+        "jobs": len(sim.records),
+        "finished": len(done),
+        "gpus": gpus,
         "avg_wait_s": round(statistics.fmean(waits), 1) if waits else 0.0,
-        "p50_wait_s": round(percentile(waits, 50), 1), "p95_wait_s": round(percentile(waits, 95), 1),
-        "p99_wait_s": round(percentile(waits, 99), 1), "max_wait_s": round(max(waits, default=0.0), 1),
+        "p50_wait_s": round(percentile(waits, 50), 1),
+        "p95_wait_s": round(percentile(waits, 95), 1),
+        "p99_wait_s": round(percentile(waits, 99), 1),
+        "max_wait_s": round(max(waits, default=0.0), 1),
         "avg_jct_s": round(statistics.fmean(r.end - r.job.submit for r in done), 1) if done else 0.0,
-        "bounded_slowdown": round(statistics.fmean(
-            max(1.0, (r.end - r.job.submit) / max(r.job.duration, SLOWDOWN_FLOOR_S)) for r in done), 3) if done else 0.0,
+        "bounded_slowdown": round(
+            statistics.fmean(max(1.0, (r.end - r.job.submit) / max(r.job.duration, SLOWDOWN_FLOOR_S)) for r in done), 3
+        )
+        if done
+        else 0.0,
         "utilization": round(used / (gpus * makespan), 4) if gpus and makespan else 0.0,
         "makespan_s": round(makespan, 1),
-        "wait_by_size_s": _wait_by_size(done), "wait_by_team_s": _wait_by_team(done),
+        "wait_by_size_s": _wait_by_size(done),
+        "wait_by_team_s": _wait_by_team(done),
         "jain_fairness": round(_fairness(sim, entitlements), 4),
         "preemptions": sum(r.preemptions for r in sim.records.values()),
         "restarts": sum(r.restarts_used for r in sim.records.values()),
@@ -55,26 +64,50 @@ def versus(figures: dict, baseline: dict) -> dict:
     queue wait counts only a job's first start, so churn (waiting again, redoing lost work)
     shows in completion times alone."""
     name = baseline["policy"]
-    found = {"baseline": {key: baseline[key] for key in ("policy", "avg_wait_s", "max_wait_s", "avg_jct_s",
-                                                         "jain_fairness")}}
+    found = {
+        "baseline": {key: baseline[key] for key in ("policy", "avg_wait_s", "max_wait_s", "avg_jct_s", "jain_fairness")}
+    }
     for key in ("avg_wait_s", "max_wait_s", "avg_jct_s"):
         ratio = figures[key] / baseline[key] if baseline[key] else None
         found[f"{key[:-2]}_vs_{name}"] = round(ratio, 3) if ratio is not None else None
     return found
 
 
-TABLE_COLUMNS = ("policy", "avg wait s", "p50", "p95", "p99", "max wait s", "avg JCT s", "JCT vs easy",
-                 "bounded slowdown", "utilization", "Jain", "preemptions", "GPU-h lost")
+TABLE_COLUMNS = (
+    "policy",
+    "avg wait s",
+    "p50",
+    "p95",
+    "p99",
+    "max wait s",
+    "avg JCT s",
+    "JCT vs easy",
+    "bounded slowdown",
+    "utilization",
+    "Jain",
+    "preemptions",
+    "GPU-h lost",
+)
 
 
 def table_row(figures: dict) -> str:
     """One markdown row of BENCHMARKS.md's replay tables."""
     ratio = figures.get("avg_jct_vs_easy")
-    cells = (figures["policy"], f"{figures['avg_wait_s']:,.0f}", f"{figures['p50_wait_s']:,.0f}",
-             f"{figures['p95_wait_s']:,.0f}", f"{figures['p99_wait_s']:,.0f}", f"{figures['max_wait_s']:,.0f}",
-             f"{figures['avg_jct_s']:,.0f}", f"{ratio:.2f}" if ratio is not None else ("1.00" if figures["policy"] == "easy" else "-"),
-             f"{figures['bounded_slowdown']:.2f}", f"{figures['utilization']:.4f}", f"{figures['jain_fairness']:.4f}",
-             f"{figures['preemptions']:,}", f"{figures['gpu_hours_lost']:,.0f}")
+    cells = (
+        figures["policy"],
+        f"{figures['avg_wait_s']:,.0f}",
+        f"{figures['p50_wait_s']:,.0f}",
+        f"{figures['p95_wait_s']:,.0f}",
+        f"{figures['p99_wait_s']:,.0f}",
+        f"{figures['max_wait_s']:,.0f}",
+        f"{figures['avg_jct_s']:,.0f}",
+        f"{ratio:.2f}" if ratio is not None else ("1.00" if figures["policy"] == "easy" else "-"),
+        f"{figures['bounded_slowdown']:.2f}",
+        f"{figures['utilization']:.4f}",
+        f"{figures['jain_fairness']:.4f}",
+        f"{figures['preemptions']:,}",
+        f"{figures['gpu_hours_lost']:,.0f}",
+    )
     return "| " + " | ".join(cells) + " |"
 
 

@@ -7,6 +7,7 @@ measures the queueing policy and not the node picking:
   jobs' estimates promise; later jobs start only if they cannot delay it.
 - `sjf`: oracle shortest job first (true durations), no reservation: starves big jobs.
 """
+
 from scheduling.core.decisions import Decisions, Placement
 from scheduling.core.model import ClusterSnapshot, PendingJob, RunningJob
 from scheduling.core.placement import commit, plan

@@ -1,5 +1,6 @@
 """Workloads for the simulator: the Philly summary trace and a generic CSV, cut to a window,
 compressed in time, and told a runtime estimate the way a real user would (or would not)."""
+
 import csv
 import math
 from dataclasses import dataclass, replace
@@ -72,10 +73,18 @@ def load_generic(path: Path, *, start: float | None = None, end: float | None = 
         for row in csv.DictReader(handle):
             submit = float(row["submit_time"])
             if (start is None or submit >= start) and (end is None or submit < end):
-                rows.append(TraceJob(
-                    int(row["job_id"]), submit, float(row["duration"]), int(row["num_gpus"]), row["team"],
-                    row.get("gpu_type") or None, row.get("priority") or "P2",
-                    float(row["max_runtime"]) if row.get("max_runtime") else None))
+                rows.append(
+                    TraceJob(
+                        int(row["job_id"]),
+                        submit,
+                        float(row["duration"]),
+                        int(row["num_gpus"]),
+                        row["team"],
+                        row.get("gpu_type") or None,
+                        row.get("priority") or "P2",
+                        float(row["max_runtime"]) if row.get("max_runtime") else None,
+                    )
+                )
     return _from_zero(rows)
 
 
@@ -98,8 +107,12 @@ def with_estimates(jobs: list[TraceJob], mode: str) -> list[TraceJob]:
     factor = {"exact": 1.0, "x2": 2.0}.get(mode)
     if mode not in ("exact", "x2", "max"):
         raise ValueError(f"--runtime-estimate must be exact, x2 or max, not {mode!r}")
-    return [job if job.max_runtime is not None else
-            replace(job, max_runtime=WEEK_S if mode == "max" else max(job.duration * factor, 60.0)) for job in jobs]
+    return [
+        job
+        if job.max_runtime is not None
+        else replace(job, max_runtime=WEEK_S if mode == "max" else max(job.duration * factor, 60.0))
+        for job in jobs
+    ]
 
 
 def load(path: Path, *, start=None, end=None) -> list[TraceJob]:

@@ -1,4 +1,5 @@
 """REST endpoints for jobs. Thin: parse, call a service or selector, serialize."""
+
 from django.db.models import Prefetch
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiResponse, extend_schema
@@ -16,7 +17,11 @@ from scheduling.queue_state import queue_positions
 from scheduling.selectors import scheduler_state, visible_jobs
 from teams.models import AuditEvent
 from scheduling.web.serializers import (
-    CancelSerializer, JobDetailSerializer, JobEventSerializer, JobSerializer, QueueEntrySerializer,
+    CancelSerializer,
+    JobDetailSerializer,
+    JobEventSerializer,
+    JobSerializer,
+    QueueEntrySerializer,
 )
 from scheduling.spec import JobSpecSerializer
 
@@ -40,13 +45,21 @@ class JobListCreate(generics.ListAPIView):
     def get_queryset(self):
         return visible_jobs(self.request.user)
 
-    @extend_schema(request=JobSpecSerializer, responses={201: JobDetailSerializer, 200: JobDetailSerializer,
-                                                         409: OpenApiResponse(description="same client_job_id, other spec")})
+    @extend_schema(
+        request=JobSpecSerializer,
+        responses={
+            201: JobDetailSerializer,
+            200: JobDetailSerializer,
+            409: OpenApiResponse(description="same client_job_id, other spec"),
+        },
+    )
     def post(self, request: Request) -> Response:
         team, spec = services.check_job_submission(user=request.user, data=request.data)
         job, created = services.do_submit_job(user=request.user, team=team, spec=spec)
-        return Response(JobDetailSerializer(_with_tasks(job.pk, request.user)).data,
-                        status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+        return Response(
+            JobDetailSerializer(_with_tasks(job.pk, request.user)).data,
+            status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
+        )
 
     def throttled(self, request: Request, wait: float | None):
         raise throttles.submit_rate_exceeded(wait)
@@ -76,8 +89,13 @@ class JobEvents(generics.ListAPIView):
 
 
 class JobCancel(APIView):
-    @extend_schema(request=CancelSerializer, responses={
-        200: JobDetailSerializer, 403: OpenApiResponse(description="not the owner, a lead of its team or an admin")})
+    @extend_schema(
+        request=CancelSerializer,
+        responses={
+            200: JobDetailSerializer,
+            403: OpenApiResponse(description="not the owner, a lead of its team or an admin"),
+        },
+    )
     def post(self, request: Request, job_id: int) -> Response:
         job = get_object_or_404(visible_jobs(request.user), pk=job_id)
         services.check_may_cancel(user=request.user, job=job)  # 403 before any complaint about the body
@@ -117,18 +135,34 @@ class JobLogs(APIView):
         job = get_object_or_404(visible_jobs(request.user), pk=job_id)
         query = LogQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
-        rank, stream, offset = query.validated_data["rank"], query.validated_data["stream"], query.validated_data["offset"]
+        rank, stream, offset = (
+            query.validated_data["rank"],
+            query.validated_data["stream"],
+            query.validated_data["offset"],
+        )
         chunks = TaskLog.objects.filter(job=job, rank=rank, stream=stream)
-        attempt = query.validated_data.get("attempt") or chunks.order_by("-attempt").values_list(
-            "attempt", flat=True).first() or 1
+        attempt = (
+            query.validated_data.get("attempt")
+            or chunks.order_by("-attempt").values_list("attempt", flat=True).first()
+            or 1
+        )
         text, end = "", offset
         for chunk_offset, chunk in chunks.filter(attempt=attempt, offset__gte=offset).values_list("offset", "text"):
             if chunk_offset != end:
                 break  # a gap: later chunks have not arrived yet
             text += chunk
             end += len(chunk)
-        return Response({"job_id": job.pk, "rank": rank, "attempt": attempt, "stream": stream, "offset": offset,
-                         "next_offset": end, "text": text})
+        return Response(
+            {
+                "job_id": job.pk,
+                "rank": rank,
+                "attempt": attempt,
+                "stream": stream,
+                "offset": offset,
+                "next_offset": end,
+                "text": text,
+            }
+        )
 
 
 class QueueQuerySerializer(serializers.Serializer):
@@ -154,7 +188,7 @@ class Queue(APIView):
             jobs = jobs.filter(priority=params["priority"])
         positions = queue_positions()
         ids = sorted(jobs.values_list("id", flat=True), key=lambda job_id: (positions.get(job_id, 1 << 30), job_id))
-        page = ids[params["offset"]:params["offset"] + params["limit"]]
+        page = ids[params["offset"] : params["offset"] + params["limit"]]
         by_id = Job.objects.select_related("team", "owner").in_bulk(page)
         entries = []
         for job_id in page:
@@ -162,5 +196,6 @@ class Queue(APIView):
                 job = by_id[job_id]
                 job.position = positions.get(job_id)
                 entries.append(job)
-        return Response({"count": len(ids), "offset": params["offset"],
-                         "results": QueueEntrySerializer(entries, many=True).data})
+        return Response(
+            {"count": len(ids), "offset": params["offset"], "results": QueueEntrySerializer(entries, many=True).data}
+        )

@@ -6,6 +6,7 @@ A socket outlives the checks made when it opened, so it re-checks on the first e
 MLQ_WS_RECHECK_S: that its session still logs in the same active user (logged out, password
 changed or deactivated: the socket closes) and which teams that user may now see. Between
 re-checks events cost no database read."""
+
 import time
 from importlib import import_module
 from types import SimpleNamespace
@@ -64,9 +65,11 @@ class JobsConsumer(AsyncJsonWebsocketConsumer):
         if clock() - self.teams_read_at >= settings.MLQ_WS_RECHECK_S and not await self._still_logged_in():
             await self.close(code=LOGIN_ENDED)
             return
-        visible = [job_id for job_id, team_id in event["jobs"]
-                   if (self.teams is None or team_id in self.teams)
-                   and (self.only_job is None or job_id == int(self.only_job))]
+        visible = [
+            job_id
+            for job_id, team_id in event["jobs"]
+            if (self.teams is None or team_id in self.teams) and (self.only_job is None or job_id == int(self.only_job))
+        ]
         if visible:
             await self.send_json({"changed": visible})
 

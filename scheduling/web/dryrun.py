@@ -1,6 +1,7 @@
 """The submit page's dry run: for a spec that passed validation (so an empty cluster could
 hold it), where it would go on the cluster as it is now, or why it would wait and what change
 would let it start. Reads the cluster only; nothing is written."""
+
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -34,5 +35,4 @@ def dry_run(spec: dict) -> DryRun:
     if placement is not None:
         return DryRun(shape.describe(), tuple(sorted((slot.name, count) for slot, count in placement)))
     reason = CapacityExplainer(state, nodes).explain_shape(shape)
-    return DryRun(shape.describe(), reason=reason,
-                  suggestions=tuple(suggestions(state, shape, settings.MLQ_GPU_TYPES)))
+    return DryRun(shape.describe(), reason=reason, suggestions=tuple(suggestions(state, shape, settings.MLQ_GPU_TYPES)))

@@ -1,6 +1,7 @@
 """The "why is this job pending?" panel: the reason, node histogram and fit count the last
 pass stored with the job (read, never recomputed: the page re-renders on every push), and,
 asked for, what would let it start sooner against the cluster as it is now."""
+
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -58,5 +59,8 @@ def what_would_help(job: Job) -> Help:
     it runs when a user asks, never on a render."""
     state, _ = cluster_now()
     shape = job_shape(job.spec)
-    return Help(at=timezone.now(), fits_as_is=fits_now(state, shape),
-                suggestions=suggestions(state, shape, settings.MLQ_GPU_TYPES))
+    return Help(
+        at=timezone.now(),
+        fits_as_is=fits_now(state, shape),
+        suggestions=suggestions(state, shape, settings.MLQ_GPU_TYPES),
+    )

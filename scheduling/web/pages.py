@@ -1,5 +1,6 @@
 """The pages people use: the live queue and the job page. Thin views over selectors and
 services; fragments are served to htmx for live refreshes."""
+
 import yaml
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -24,9 +25,17 @@ from teams.selectors import visible_team_names
 def queue(request):
     query = QueueQuery.from_params(request.GET)
     rows, page = queue_page(request.user, query)
-    context = {"rows": rows, "page": page, "query": query, "sorts": SORTS, "section": "queue",
-               "states": ["active", "all", *TaskState.values], "priorities": Priority.values,
-               "teams": visible_team_names(request.user), "querystring": request.GET.urlencode()}
+    context = {
+        "rows": rows,
+        "page": page,
+        "query": query,
+        "sorts": SORTS,
+        "section": "queue",
+        "states": ["active", "all", *TaskState.values],
+        "priorities": Priority.values,
+        "teams": visible_team_names(request.user),
+        "querystring": request.GET.urlencode(),
+    }
     template = "scheduling/queue_table.html" if request.headers.get("HX-Request") else "scheduling/queue.html"
     return render(request, template, context)
 
@@ -90,8 +99,11 @@ def job_log(request, job_id: int):
     chunks = TaskLog.objects.filter(job=job, rank=rank, stream=stream)
     attempt = chunks.order_by("-attempt").values_list("attempt", flat=True).first()
     text = "".join(chunks.filter(attempt=attempt).order_by("offset").values_list("text", flat=True)) if attempt else ""
-    return render(request, "scheduling/job_log.html", {"job": job, "rank": rank, "stream": stream,
-                                                        "attempt": attempt, "tail": text[-20000:]})
+    return render(
+        request,
+        "scheduling/job_log.html",
+        {"job": job, "rank": rank, "stream": stream, "attempt": attempt, "tail": text[-20000:]},
+    )
 
 
 @login_required

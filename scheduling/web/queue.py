@@ -1,5 +1,6 @@
 """The queue page's rows: what a user may see, filtered, sorted and paginated, with each job's
 place in line, reason, GPUs, nodes, time waited or running, and estimated start."""
+
 from dataclasses import dataclass, field
 
 from django.core.paginator import Paginator
@@ -39,9 +40,12 @@ class QueueQuery:
         except ValueError:
             page = 1
         return cls(
-            team=params.get("team", ""), state=state if state in ("active", "all", *JobState.values) else "active",
+            team=params.get("team", ""),
+            state=state if state in ("active", "all", *JobState.values) else "active",
             priority=params.get("priority", "") if params.get("priority", "") in Priority.values else "",
-            mine=params.get("mine") in ("1", "on", "true"), sort=sort if sort in SORTS else "position", page=page,
+            mine=params.get("mine") in ("1", "on", "true"),
+            sort=sort if sort in SORTS else "position",
+            page=page,
         )
 
 
@@ -103,8 +107,12 @@ def queue_page(user, query: QueueQuery):
         by_id = {job.pk: job for job in _with_nodes(Job.objects.filter(pk__in=list(page.object_list)))}
         ordered = [by_id[job_id] for job_id in page.object_list if job_id in by_id]
     else:
-        order = {"-submitted": ["-submitted_at", "-id"], "submitted": ["submitted_at", "id"],
-                 "priority": ["priority", "submitted_at", "id"], "-id": ["-id"]}[query.sort]
+        order = {
+            "-submitted": ["-submitted_at", "-id"],
+            "submitted": ["submitted_at", "id"],
+            "priority": ["priority", "submitted_at", "id"],
+            "-id": ["-id"],
+        }[query.sort]
         page = Paginator(_with_nodes(jobs.order_by(*order)), PAGE_SIZE).get_page(query.page)
         ordered = list(page.object_list)
     return [Row(job, positions.get(job.pk), _nodes(job)) for job in ordered], page

@@ -1,4 +1,5 @@
 """How jobs, tasks and events look in the API (output only; input is spec.JobSpecSerializer)."""
+
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
@@ -18,11 +19,26 @@ class TaskSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Task
-        fields = ["rank", "state", "node", "gpu_indices", "attempt", "epoch", "failure_class", "exit_code",
-                  "assigned_at", "started_at", "finished_at", "last_checkpoint_at", "checkpoint_step"]
+        fields = [
+            "rank",
+            "state",
+            "node",
+            "gpu_indices",
+            "attempt",
+            "epoch",
+            "failure_class",
+            "exit_code",
+            "assigned_at",
+            "started_at",
+            "finished_at",
+            "last_checkpoint_at",
+            "checkpoint_step",
+        ]
         extra_kwargs = {
-            "last_checkpoint_at": {"help_text": "this attempt's last checkpoint the job confirmed (null: none yet; "
-                                                "a preemption loses everything since then, or since the start)"},
+            "last_checkpoint_at": {
+                "help_text": "this attempt's last checkpoint the job confirmed (null: none yet; "
+                "a preemption loses everything since then, or since the start)"
+            },
             "checkpoint_step": {"help_text": "the step the job gave with that checkpoint, if any"},
         }
 
@@ -35,15 +51,35 @@ class JobSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Job
-        fields = ["id", "client_job_id", "name", "team", "owner", "state", "priority", "gpu_type", "gpu_count",
-                  "gpus_per_task", "tasks", "pending_reason", "estimated_start", "likely_start", "submitted_at",
-                  "started_at", "finished_at"]
+        fields = [
+            "id",
+            "client_job_id",
+            "name",
+            "team",
+            "owner",
+            "state",
+            "priority",
+            "gpu_type",
+            "gpu_count",
+            "gpus_per_task",
+            "tasks",
+            "pending_reason",
+            "estimated_start",
+            "likely_start",
+            "submitted_at",
+            "started_at",
+            "finished_at",
+        ]
         extra_kwargs = {
-            "estimated_start": {"help_text": "pending jobs: the latest start, from the start-time forecast's run "
-                                             "where every job runs to its max_runtime, if nothing that outranks it "
-                                             "arrives (null: beyond the forecast)"},
-            "likely_start": {"help_text": "pending jobs: the likely start, from the start-time forecast's run with "
-                                          "the teams' observed runtimes"},
+            "estimated_start": {
+                "help_text": "pending jobs: the latest start, from the start-time forecast's run "
+                "where every job runs to its max_runtime, if nothing that outranks it "
+                "arrives (null: beyond the forecast)"
+            },
+            "likely_start": {
+                "help_text": "pending jobs: the likely start, from the start-time forecast's run with "
+                "the teams' observed runtimes"
+            },
         }
 
     @extend_schema_field(PendingReasonSerializer(allow_null=True))
@@ -57,19 +93,32 @@ class JobDetailSerializer(JobSerializer):
     tasks = TaskSerializer(many=True, read_only=True)
     task_count = serializers.IntegerField()
     depends_on = serializers.PrimaryKeyRelatedField(many=True, read_only=True)
-    spec = serializers.SerializerMethodField(help_text="the spec as accepted; secret_env values read \"***\"")
+    spec = serializers.SerializerMethodField(help_text='the spec as accepted; secret_env values read "***"')
 
     class Meta(JobSerializer.Meta):
         fields = JobSerializer.Meta.fields + [
-            "task_count", "spec", "depends_on", "held", "not_before", "restarts_used", "retries_used",
-            "max_restarts", "max_retries", "preemptions", "failure_class", "cancel_requested_at", "updated_at",
+            "task_count",
+            "spec",
+            "depends_on",
+            "held",
+            "not_before",
+            "restarts_used",
+            "retries_used",
+            "max_restarts",
+            "max_retries",
+            "preemptions",
+            "failure_class",
+            "cancel_requested_at",
+            "updated_at",
             "last_checkpoint_at",
         ]
         extra_kwargs = {
             **JobSerializer.Meta.extra_kwargs,
             "last_checkpoint_at": {"help_text": "the latest checkpoint any attempt of the job confirmed"},
-            "preemptions": {"help_text": "times preempted, drained or spot-reclaimed and requeued: counted apart, "
-                                         "they spend neither max_restarts nor max_retries"},
+            "preemptions": {
+                "help_text": "times preempted, drained or spot-reclaimed and requeued: counted apart, "
+                "they spend neither max_restarts nor max_retries"
+            },
         }
 
     @extend_schema_field(OpenApiTypes.OBJECT)

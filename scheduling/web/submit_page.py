@@ -10,6 +10,7 @@ form -> YAML -> form lossless, but for secret_env values, which never go back to
 submit are form posts (htmx swaps the form for the first three); the server does every
 conversion.
 """
+
 import re
 from dataclasses import dataclass, field
 from functools import cache
@@ -66,28 +67,68 @@ class Field:
 
 
 SECTIONS = (
-    ("Job", (Field("client_job_id", "text", "optional: makes a resubmit idempotent"),
-             Field("name", "text", "defaults to client_job_id or the command"), Field("team", "choice"),
-             Field("image", "text", "registry/image:tag"), Field("command", "lines", "one argument per line"))),
-    ("Resources", (Field("resources.gpu_count", "int"), Field("resources.gpu_type", "choice"),
-                   Field("resources.gpus_per_task", "int", "up to 8"), Field("resources.tasks", "int", "from GPUs"),
-                   Field("resources.cpu_per_rank", "int"), Field("resources.memory_per_rank_gb", "int"),
-                   Field("resources.scratch_disk_gb", "int"))),
-    ("Placement and limits", (Field("topology_hint", "choice"), Field("priority", "choice"),
-                              Field("max_runtime_hours", "float"), Field("grace_period_seconds", "int"),
-                              Field("node_selector", "pairs", "KEY=VALUE per line, e.g. ib=ndr400"))),
-    ("Checkpoint", (Field("checkpoint.path", "text", "empty: no checkpoint"),
-                    Field("checkpoint.interval_minutes", "int"), Field("checkpoint.retain_last_n", "int"))),
-    ("Restart policy", (Field("restart_policy.on_preemption", "choice"),
-                        Field("restart_policy.on_node_failure", "choice"),
-                        Field("restart_policy.max_restarts", "int"), Field("restart_policy.max_retries", "int"))),
-    ("Dependencies and environment", (Field("depends_on", "ids", "job ids, comma-separated"),
-                                      Field("env", "pairs", "KEY=VALUE per line"),
-                                      Field("secret_env", "secret", "NAME=value per line; write-only"))),
+    (
+        "Job",
+        (
+            Field("client_job_id", "text", "optional: makes a resubmit idempotent"),
+            Field("name", "text", "defaults to client_job_id or the command"),
+            Field("team", "choice"),
+            Field("image", "text", "registry/image:tag"),
+            Field("command", "lines", "one argument per line"),
+        ),
+    ),
+    (
+        "Resources",
+        (
+            Field("resources.gpu_count", "int"),
+            Field("resources.gpu_type", "choice"),
+            Field("resources.gpus_per_task", "int", "up to 8"),
+            Field("resources.tasks", "int", "from GPUs"),
+            Field("resources.cpu_per_rank", "int"),
+            Field("resources.memory_per_rank_gb", "int"),
+            Field("resources.scratch_disk_gb", "int"),
+        ),
+    ),
+    (
+        "Placement and limits",
+        (
+            Field("topology_hint", "choice"),
+            Field("priority", "choice"),
+            Field("max_runtime_hours", "float"),
+            Field("grace_period_seconds", "int"),
+            Field("node_selector", "pairs", "KEY=VALUE per line, e.g. ib=ndr400"),
+        ),
+    ),
+    (
+        "Checkpoint",
+        (
+            Field("checkpoint.path", "text", "empty: no checkpoint"),
+            Field("checkpoint.interval_minutes", "int"),
+            Field("checkpoint.retain_last_n", "int"),
+        ),
+    ),
+    (
+        "Restart policy",
+        (
+            Field("restart_policy.on_preemption", "choice"),
+            Field("restart_policy.on_node_failure", "choice"),
+            Field("restart_policy.max_restarts", "int"),
+            Field("restart_policy.max_retries", "int"),
+        ),
+    ),
+    (
+        "Dependencies and environment",
+        (
+            Field("depends_on", "ids", "job ids, comma-separated"),
+            Field("env", "pairs", "KEY=VALUE per line"),
+            Field("secret_env", "secret", "NAME=value per line; write-only"),
+        ),
+    ),
 )
 # In the spec's own order, so the YAML reads like the API's documented spec.
-FIELDS = sorted((f for _, fields in SECTIONS for f in fields),
-                key=lambda f: SPEC_FIELD_ORDER.index(f.name.split(".")[0]))
+FIELDS = sorted(
+    (f for _, fields in SECTIONS for f in fields), key=lambda f: SPEC_FIELD_ORDER.index(f.name.split(".")[0])
+)
 
 
 class FormProblem(ValueError):
@@ -96,6 +137,7 @@ class FormProblem(ValueError):
 
 # --- form text <-> spec values -------------------------------------------------------------
 
+
 def _text(raw: str) -> str | None:
     return raw.strip() or None
 
@@ -103,12 +145,14 @@ def _text(raw: str) -> str | None:
 def _number(kind: type):
     """A parser that passes what is not a number through as the string typed, so the
     serializer answers as the API would ("must be an integer, not the string 'abc'")."""
+
     def parse(raw: str):
         raw = raw.strip()
         try:
             return kind(raw) if raw else None
         except ValueError:
             return raw
+
     return parse
 
 
@@ -176,8 +220,13 @@ def _show_ids(value) -> str:
 
 # kind -> (form text to spec value, spec value to form text)
 KINDS = {
-    "text": (_text, _show), "choice": (_text, _show), "int": (_int, _show), "float": (_float, _show),
-    "lines": (_lines, _show_lines), "pairs": (_pairs, _show_pairs), "ids": (_ids, _show_ids),
+    "text": (_text, _show),
+    "choice": (_text, _show),
+    "int": (_int, _show),
+    "float": (_float, _show),
+    "lines": (_lines, _show_lines),
+    "pairs": (_pairs, _show_pairs),
+    "ids": (_ids, _show_ids),
     "secret": (_secret_pairs, _show_secret),
 }
 
@@ -226,8 +275,11 @@ def _lost_in_form(data: dict, spec: dict) -> list[str]:
     """What the YAML says that the form cannot show (an unknown field, a list where a number
     goes): told, rather than silently changed. Empty values are the defaults either way."""
     kept = _flat(spec)
-    return [NOT_IN_FORM.format(path=path, value=value) for path, value in _flat(data).items()
-            if value not in (None, "", [], {}) and (path not in kept or kept[path] != value)]
+    return [
+        NOT_IN_FORM.format(path=path, value=value)
+        for path, value in _flat(data).items()
+        if value not in (None, "", [], {}) and (path not in kept or kept[path] != value)
+    ]
 
 
 def _dump(spec: dict) -> str:
@@ -266,9 +318,15 @@ def _load_yaml(text: str) -> tuple[dict | None, str]:
     return (None, YAML_BAD_TEXT.format(path=bad_text[0], message=bad_text[1])) if bad_text else (data, "")
 
 
-_NESTING = {yaml.FlowSequenceStartToken: 1, yaml.FlowMappingStartToken: 1, yaml.BlockSequenceStartToken: 1,
-            yaml.BlockMappingStartToken: 1, yaml.FlowSequenceEndToken: -1, yaml.FlowMappingEndToken: -1,
-            yaml.BlockEndToken: -1}
+_NESTING = {
+    yaml.FlowSequenceStartToken: 1,
+    yaml.FlowMappingStartToken: 1,
+    yaml.BlockSequenceStartToken: 1,
+    yaml.BlockMappingStartToken: 1,
+    yaml.FlowSequenceEndToken: -1,
+    yaml.FlowMappingEndToken: -1,
+    yaml.BlockEndToken: -1,
+}
 
 
 def _scan_problem(text: str) -> str:
@@ -292,6 +350,7 @@ def _yaml_error(exc: yaml.YAMLError) -> str:
 
 
 # --- what the page shows ------------------------------------------------------------------
+
 
 @dataclass
 class SubmitState:
@@ -334,8 +393,10 @@ def _choices(user) -> dict[str, list[tuple[str, str]]]:
     return {
         "team": [(name, name) for name in visible_team_names(user)],
         "resources.gpu_type": [("", "none (CPU job)"), *((t, t) for t in settings.MLQ_GPU_TYPES)],
-        "topology_hint": [(t.value, t.value) for t in Topology], "priority": [(p, p) for p in PRIORITIES],
-        "restart_policy.on_preemption": modes, "restart_policy.on_node_failure": modes,
+        "topology_hint": [(t.value, t.value) for t in Topology],
+        "priority": [(p, p) for p in PRIORITIES],
+        "restart_policy.on_preemption": modes,
+        "restart_policy.on_node_failure": modes,
     }
 
 
@@ -356,8 +417,12 @@ def _default_text(name: str) -> str:
 def _errors_for(name: str, errors: dict[str, list[str]]) -> list[str]:
     """An input's messages: its own path's, then those of paths below it ("env.A",
     "depends_on.0"), prefixed with the part below."""
-    below = [f"{path[len(name) + 1:]}: {message}" for path, found in errors.items()
-             if path.startswith(name + ".") for message in found]
+    below = [
+        f"{path[len(name) + 1 :]}: {message}"
+        for path, found in errors.items()
+        if path.startswith(name + ".")
+        for message in found
+    ]
     return [*errors.get(name, []), *below]
 
 
@@ -370,8 +435,9 @@ def _bind(f: Field, state: SubmitState, choices: dict) -> BoundField:
         options = [*options, (value, value or (f"default ({default})" if default else "(not set)"))]
     if f.kind == "secret":
         # Never echoed: the box comes back empty and the names come back as checkboxes.
-        return BoundField(f.name, f.kind, "", _errors_for(f.name, state.errors), [], f.hint,
-                          secret_names=_secret_names(value))
+        return BoundField(
+            f.name, f.kind, "", _errors_for(f.name, state.errors), [], f.hint, secret_names=_secret_names(value)
+        )
     return BoundField(f.name, f.kind, value, _errors_for(f.name, state.errors), options, f.hint or default)
 
 
@@ -381,7 +447,8 @@ def _render(request, state: SubmitState):
     if shown != state.yaml:
         state.yaml, state.yaml_errors = shown, [*state.yaml_errors, SECRET_VALUES_NOT_SHOWN]
     context = {
-        "section": "submit", "state": state,
+        "section": "submit",
+        "state": state,
         "sections": [(title, [_bind(f, state, choices) for f in fields]) for title, fields in SECTIONS],
         "summary": [f"{path}: {message}" for path, found in state.errors.items() for message in found],
     }
@@ -390,6 +457,7 @@ def _render(request, state: SubmitState):
 
 
 # --- the view -------------------------------------------------------------------------------
+
 
 @login_required
 @sensitive_post_parameters("secret_env", "yaml")  # kept out of crash reports
@@ -418,10 +486,23 @@ def _posted_secrets(post) -> str:
 def _default_values(user) -> dict[str, str]:
     teams = visible_team_names(user)
     values = dict.fromkeys((f.name for f in FIELDS), "")
-    values.update({"team": teams[0] if teams else "", "resources.gpu_count": "1",
-                   "resources.gpu_type": settings.MLQ_GPU_TYPES[0], "max_runtime_hours": "24"})
-    for name in ("topology_hint", "priority", "grace_period_seconds", "restart_policy.on_preemption",
-                 "restart_policy.on_node_failure", "restart_policy.max_restarts", "restart_policy.max_retries"):
+    values.update(
+        {
+            "team": teams[0] if teams else "",
+            "resources.gpu_count": "1",
+            "resources.gpu_type": settings.MLQ_GPU_TYPES[0],
+            "max_runtime_hours": "24",
+        }
+    )
+    for name in (
+        "topology_hint",
+        "priority",
+        "grace_period_seconds",
+        "restart_policy.on_preemption",
+        "restart_policy.on_node_failure",
+        "restart_policy.max_restarts",
+        "restart_policy.max_retries",
+    ):
         values[name] = str(_serializer_default(name))
     return values
 

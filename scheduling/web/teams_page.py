@@ -4,6 +4,7 @@ in-place quota edits for leads.
 The page owns a single route (/teams/), so the same view serves its htmx parts, chosen by
 query parameters (one quota row, read or edit; the fair-share table), and takes the edits as
 POSTs. Who sees and edits what follows the API (teams/api.py): members read, leads edit."""
+
 from dataclasses import dataclass
 
 from django.contrib.auth.decorators import login_required
@@ -68,9 +69,16 @@ def _page_context(user, usage: ClusterUsage) -> dict:
     everything = is_site_admin(user)
     visible = team_ids_of(user) if not everything else set()
     editable = _editable_ids(usage, roles) if not everything else set()
-    teams = [TeamView(team, everything or team.id in visible, everything or team.id in editable, roles.get(team.name),
-                      _addable(usage, team))
-             for team in usage.teams]
+    teams = [
+        TeamView(
+            team,
+            everything or team.id in visible,
+            everything or team.id in editable,
+            roles.get(team.name),
+            _addable(usage, team),
+        )
+        for team in usage.teams
+    ]
     return {"usage": usage, "teams": teams, "leads": sorted(name for name, role in roles.items() if role == Role.LEAD)}
 
 
@@ -99,8 +107,9 @@ def _quota_row(request):
     rclass = request.GET.get("resource_class", "")
     view, row, known = _row_of(request.user, team, rclass)
     if row is None and rclass not in known:
-        return HttpResponseBadRequest(f"resource_class: {unknown_class_message(rclass, known)}",
-                                      content_type="text/plain")
+        return HttpResponseBadRequest(
+            f"resource_class: {unknown_class_message(rclass, known)}", content_type="text/plain"
+        )
     if row is None and not editing:
         return HttpResponse("")
     row = row or ClassUsage.unused(rclass)
@@ -133,8 +142,7 @@ def _save_quota(request):
     try:
         body.is_valid(raise_exception=True)
         changes = _changed(team, rclass, body.validated_data["quotas"][rclass])
-        do_update_quotas(team=team, changes={rclass: changes}, user=request.user,
-                         reason=body.validated_data["reason"])
+        do_update_quotas(team=team, changes={rclass: changes}, user=request.user, reason=body.validated_data["reason"])
     except ValidationError as exc:
         return _form_with_errors(request, team, rclass, flatten_errors(exc.detail))
     view, row, _ = _row_of(request.user, team, rclass)

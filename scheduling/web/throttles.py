@@ -1,4 +1,5 @@
 """The submit rate: POST /api/v1/jobs and the submit page count against one limit per user."""
+
 from django.conf import settings
 from rest_framework import exceptions
 from rest_framework.throttling import UserRateThrottle
@@ -23,8 +24,9 @@ def submit_rate_exceeded(wait: float | None) -> exceptions.Throttled:
     count, period = settings.MLQ_SUBMIT_RATE.split("/")
     exc = exceptions.Throttled(wait)
     exc.wait = exc.wait or 1  # DRF has no estimate when a race overfilled the window; Retry-After needs one
-    exc.detail = exceptions.ErrorDetail(SUBMIT_RATE_EXCEEDED.format(count=count, period=period, wait=exc.wait),
-                                        code="throttled")
+    exc.detail = exceptions.ErrorDetail(
+        SUBMIT_RATE_EXCEEDED.format(count=count, period=period, wait=exc.wait), code="throttled"
+    )
     return exc
 
 

@@ -1,12 +1,21 @@
 """Headless Chromium (Debian's package, never a downloaded browser) for the browser tests, and
 where their screenshots go: docs/screenshots/ when MLQ_SCREENSHOTS=1 (to refresh the committed
 ones), a temporary folder otherwise."""
+
 import os
 from pathlib import Path
 
 CHROMIUM = "/usr/bin/chromium"
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-quic",
-         "--no-first-run", "--disable-component-update", "--disable-sync"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-component-update",
+    "--disable-sync",
+]
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
 
 

@@ -2,6 +2,7 @@
 and node agents as real processes, on the test database, with timings scaled down (1 s
 heartbeats, a 6 s outage bound (the agents' lease), a 3 s margin) so failures are detected in
 seconds. A test may override any of them."""
+
 import json
 import socket
 from pathlib import Path
@@ -9,10 +10,18 @@ from pathlib import Path
 from tests.e2e.processes import Process, scheduler, wait_for
 
 JOIN_TOKEN = "e2e-join-token"
-FAST = {"MLQ_HEARTBEAT_INTERVAL_S": 1, "MLQ_OUTAGE_BOUND_S": 6, "MLQ_LOST_MARGIN_S": 3,
-        "MLQ_AGENT_JOIN_TOKEN": JOIN_TOKEN, "ALLOWED_HOSTS": "127.0.0.1,localhost", "MLQ_RETRY_BACKOFF_BASE_S": 1,
-        # Plain HTTP on loopback: cookies without the Secure flag, or the browser drops them.
-        "SESSION_COOKIE_SECURE": 0, "CSRF_COOKIE_SECURE": 0, "SECURE_HSTS_SECONDS": 0}
+FAST = {
+    "MLQ_HEARTBEAT_INTERVAL_S": 1,
+    "MLQ_OUTAGE_BOUND_S": 6,
+    "MLQ_LOST_MARGIN_S": 3,
+    "MLQ_AGENT_JOIN_TOKEN": JOIN_TOKEN,
+    "ALLOWED_HOSTS": "127.0.0.1,localhost",
+    "MLQ_RETRY_BACKOFF_BASE_S": 1,
+    # Plain HTTP on loopback: cookies without the Secure flag, or the browser drops them.
+    "SESSION_COOKIE_SECURE": 0,
+    "CSRF_COOKIE_SECURE": 0,
+    "SECURE_HSTS_SECONDS": 0,
+}
 
 
 def free_port() -> int:
@@ -37,8 +46,11 @@ class Cluster:
         return self
 
     def _start_web(self) -> Process:
-        web = Process(["-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), "mlqueue.asgi:application"],
-                      self.tmp / f"web-{len(self.procs)}.log", **self.env)
+        web = Process(
+            ["-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), "mlqueue.asgi:application"],
+            self.tmp / f"web-{len(self.procs)}.log",
+            **self.env,
+        )
         self.procs.append(web)
         wait_for(self._web_up, timeout=30, what="the web server")
         return web
@@ -50,18 +62,53 @@ class Cluster:
     def add_agent(self, node: dict, *, server: str | None = None, **options) -> Process:
         return self.add_fleet([node], name=node["name"], server=server, **options)
 
-    def add_fleet(self, nodes: list[dict], *, name: str = "fleet", server: str | None = None, isolation: str = "none",
-                  workdir: Path | None = None, env: dict | None = None) -> Process:
+    def add_fleet(
+        self,
+        nodes: list[dict],
+        *,
+        name: str = "fleet",
+        server: str | None = None,
+        isolation: str = "none",
+        workdir: Path | None = None,
+        env: dict | None = None,
+    ) -> Process:
         """One agent process running these nodes (as virtual nodes when more than one). It
         joins with MLQ_AGENT_JOIN_TOKEN from its environment, as in production. Tasks run as
         the agent's user unless `isolation="uid"`: the tests' jobs run this venv's Python,
         which lives where other users cannot reach."""
         fleet = self.tmp / f"{name}.json"
-        fleet.write_text(json.dumps([{"labels": {}, "address": "127.0.0.1", "cpu_count": 64, "memory_gb": 256,
-                                      "gpu_type": "H100", "gpu_count": 8, **node} for node in nodes]))
-        agent = Process(["-m", "agents.node.daemon", "--server", server or self.url, "--fleet", str(fleet), "--workdir",
-                         str(workdir or self.tmp / "agents"), "--isolation", isolation],
-                        self.tmp / f"agent-{name}.log", **{**self.env, **(env or {})})
+        fleet.write_text(
+            json.dumps(
+                [
+                    {
+                        "labels": {},
+                        "address": "127.0.0.1",
+                        "cpu_count": 64,
+                        "memory_gb": 256,
+                        "gpu_type": "H100",
+                        "gpu_count": 8,
+                        **node,
+                    }
+                    for node in nodes
+                ]
+            )
+        )
+        agent = Process(
+            [
+                "-m",
+                "agents.node.daemon",
+                "--server",
+                server or self.url,
+                "--fleet",
+                str(fleet),
+                "--workdir",
+                str(workdir or self.tmp / "agents"),
+                "--isolation",
+                isolation,
+            ],
+            self.tmp / f"agent-{name}.log",
+            **{**self.env, **(env or {})},
+        )
         self.agents[name] = agent
         self.procs.append(agent)
         return agent
@@ -76,7 +123,6 @@ class Cluster:
     def stop(self) -> None:
         for proc in reversed(self.procs):
             proc.stop()
-
 
     def logs(self) -> str:
         return "\n".join(f"--- {p.log_path.name}\n{p.output()[-3000:]}" for p in self.procs)

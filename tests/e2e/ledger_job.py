@@ -8,6 +8,7 @@ runs many jobs on one ledger, all off unless set:
 - IGNORE_SIGTERM=1: a SIGTERM is noted (`term`) and the job runs on, so only the SIGKILL at
   the end of its grace period stops it;
 - TICK_S: how often it notes that it is alive (default 0.1 s)."""
+
 import os
 import signal
 import sys
@@ -30,8 +31,9 @@ def checkpoint_and_exit(*_):
     sys.exit(0)
 
 
-signal.signal(signal.SIGTERM, (lambda *_: note("term")) if os.environ.get("IGNORE_SIGTERM") == "1"
-              else checkpoint_and_exit)
+signal.signal(
+    signal.SIGTERM, (lambda *_: note("term")) if os.environ.get("IGNORE_SIGTERM") == "1" else checkpoint_and_exit
+)
 note("start")
 end = time.time() + RUN_FOR
 while time.time() < end:

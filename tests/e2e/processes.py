@@ -1,4 +1,5 @@
 """Helpers for tests that run real mlqueue processes against the test database."""
+
 import os
 import signal
 import subprocess
@@ -30,9 +31,16 @@ def process_env(**extra) -> dict:
     # The test settings: production's, but with the test run's fast password hasher, so the
     # demo users the tests create can log in to these processes. `tests` imports because each
     # process runs `manage.py` or `-m module` from ROOT, which puts ROOT first on sys.path.
-    env.update(DJANGO_SETTINGS_MODULE="tests.settings", DATABASE_URL=database_url(),
-               REDIS_URL=settings.REDIS_URL, PYTHONUNBUFFERED="1", DEBUG="0", MLQ_DB_POOL="1", MLQ_SERVE_STATIC="1",
-               SECRET_KEY=settings.SECRET_KEY)  # DEBUG off refuses to start without one
+    env.update(
+        DJANGO_SETTINGS_MODULE="tests.settings",
+        DATABASE_URL=database_url(),
+        REDIS_URL=settings.REDIS_URL,
+        PYTHONUNBUFFERED="1",
+        DEBUG="0",
+        MLQ_DB_POOL="1",
+        MLQ_SERVE_STATIC="1",
+        SECRET_KEY=settings.SECRET_KEY,
+    )  # DEBUG off refuses to start without one
     env.update({k: str(v) for k, v in extra.items()})
     return env
 
@@ -43,8 +51,14 @@ class Process:
     def __init__(self, args: list[str], log_path: Path, **env):
         self.log_path = log_path
         self.log = open(log_path, "w")
-        self.proc = subprocess.Popen([sys.executable, *args], cwd=ROOT, env=process_env(**env), stdout=self.log,
-                                     stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, *args],
+            cwd=ROOT,
+            env=process_env(**env),
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
     @property
     def pid(self) -> int:

@@ -1,6 +1,7 @@
 """A TCP proxy a test can cut: agent -> proxy -> web, or web -> proxy -> Postgres. `cut()`
 closes every connection and stops listening, as a network partition or a stopped server would;
 `restore()` listens again on the same port, as the server coming back."""
+
 import socket
 import threading
 

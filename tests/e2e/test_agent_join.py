@@ -2,6 +2,7 @@
 node token in a 0600 file in its workdir, and comes back after a restart with no join token at
 all; meanwhile the join token cannot take its node over (the admin's reset is in
 tests/integration/test_agent_security.py)."""
+
 import signal
 import stat
 from pathlib import Path
@@ -38,13 +39,19 @@ def test_an_agent_restarts_on_its_workdir_without_a_join_token(cluster, tmp_path
     assert JOIN_TOKEN not in Path(f"/proc/{first.pid}/cmdline").read_bytes().decode()
 
     with pytest.raises(ApiError) as hijack:
-        AgentClient(cluster.url).post("agents/register", {"name": NODE["name"], "zone": "z1", "rack": "z1-r1",
-                                                          "cpu_count": 1024, "memory_gb": 1}, token=JOIN_TOKEN)
+        AgentClient(cluster.url).post(
+            "agents/register",
+            {"name": NODE["name"], "zone": "z1", "rack": "z1-r1", "cpu_count": 1024, "memory_gb": 1},
+            token=JOIN_TOKEN,
+        )
     assert hijack.value.status == 409
 
     first.signal(signal.SIGKILL)
-    wait_for(lambda: Node.objects.filter(name=NODE["name"], health__in=("SUSPECT", "LOST")).exists(), timeout=20,
-             what="the leader to find the node silent")
+    wait_for(
+        lambda: Node.objects.filter(name=NODE["name"], health__in=("SUSPECT", "LOST")).exists(),
+        timeout=20,
+        what="the leader to find the node silent",
+    )
     cluster.add_agent(NODE, env={"MLQ_AGENT_JOIN_TOKEN": ""})
     try:
         wait_for(ready, timeout=20, what="the node back with its own token")

@@ -1,5 +1,6 @@
 """The benchmarks run and print one JSON line each (their figures are read by people, in
 BENCHMARKS.md, not asserted here: timings on a shared machine are not test material)."""
+
 import json
 import os
 import subprocess
@@ -35,21 +36,49 @@ def test_cycle_bench_prints_its_figures():
 
 
 def test_latency_bench_measures_every_job():
-    figures = run_bench("bench/latency.py", "--jobs", "20", "--database-url", scratch_database_url("bench_smoke"),
-                        "--redis-url", LATENCY_REDIS_URL)
+    figures = run_bench(
+        "bench/latency.py",
+        "--jobs",
+        "20",
+        "--database-url",
+        scratch_database_url("bench_smoke"),
+        "--redis-url",
+        LATENCY_REDIS_URL,
+    )
     assert figures["jobs"] == 20 and 0 < figures["p50_ms"] <= figures["p99_ms"] <= figures["max_ms"]
 
 
 def test_heartbeat_bench_measures_the_web_tier():
-    figures = run_bench("bench/heartbeats.py", "--nodes", "50", "--seconds", "2", "--web", "1", "--clients", "1",
-                        "--connections", "2", "--database-url", scratch_database_url("bench_hb_smoke"),
-                        "--redis-url", HEARTBEATS_REDIS_URL)
+    figures = run_bench(
+        "bench/heartbeats.py",
+        "--nodes",
+        "50",
+        "--seconds",
+        "2",
+        "--web",
+        "1",
+        "--clients",
+        "1",
+        "--connections",
+        "2",
+        "--database-url",
+        scratch_database_url("bench_hb_smoke"),
+        "--redis-url",
+        HEARTBEATS_REDIS_URL,
+    )
     assert figures["heartbeats"] > 0 and figures["errors"] == 0
 
 
 def test_queue_page_bench_renders_every_view():
-    figures = run_bench("bench/queue_page.py", "--jobs", "300", "--renders", "2", "--database-url",
-                        scratch_database_url("bench_queue_smoke"))
+    figures = run_bench(
+        "bench/queue_page.py",
+        "--jobs",
+        "300",
+        "--renders",
+        "2",
+        "--database-url",
+        scratch_database_url("bench_queue_smoke"),
+    )
     assert figures["jobs"] == 300 and all(value > 0 for key, value in figures.items() if key.endswith("_ms"))
 
 
@@ -57,8 +86,10 @@ def test_replay_bench_replays_the_trace_under_each_policy(tmp_path):
     quotas = tmp_path / "quotas.json"
     quotas.write_text('{"11cb48": 32, "6214e9": 16}')
     base = ("-m", "bench.replay", "--trace", str(SAMPLE_TRACE), "--nodes", "8")
-    results = {policy: run_bench(*base, "--policy", policy, "--quotas", "none") for policy in ("fifo", "easy", "sjf",
-                                                                                               "mlqueue")}
+    results = {
+        policy: run_bench(*base, "--policy", policy, "--quotas", "none")
+        for policy in ("fifo", "easy", "sjf", "mlqueue")
+    }
     assert len({figures["jobs"] for figures in results.values()}) == 1
     for figures in results.values():
         assert figures["finished"] == figures["jobs"] > 0 and figures["gpus"] == 64
@@ -72,20 +103,29 @@ def test_replay_bench_replays_the_trace_under_each_policy(tmp_path):
 
 
 def test_forecast_bench_prints_its_figures():
-    figures = run_bench("bench/forecast.py", "--nodes", "64", "--racks", "4", "--pending", "300", "--runs", "1",
-                        "--max-passes", "50")
+    figures = run_bench(
+        "bench/forecast.py", "--nodes", "64", "--racks", "4", "--pending", "300", "--runs", "1", "--max-passes", "50"
+    )
     assert figures["jobs_forecast"] > 0 and figures["forecast_ms_p50"] > 0
 
 
-@pytest.mark.parametrize("args, message", [
-    (("--trace", "no-such.csv"), "cannot read the trace"),
-    (("--from", "October"), "--from"),
-    (("--quotas", "missing.json"), "--quotas"),
-    (("--load-scale", "0"), "--load-scale"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("--trace", "no-such.csv"), "cannot read the trace"),
+        (("--from", "October"), "--from"),
+        (("--quotas", "missing.json"), "--quotas"),
+        (("--load-scale", "0"), "--load-scale"),
+    ],
+)
 def test_replay_bench_refuses_bad_options_with_a_message(args, message):
     base = {"--trace": str(SAMPLE_TRACE), "--nodes": "8", "--to": "2017-10-04 03:00:00"}
     base.update(dict(zip(args[::2], args[1::2])))
-    result = subprocess.run([sys.executable, "-m", "bench.replay", *[x for pair in base.items() for x in pair]],
-                            cwd=ROOT, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "bench.replay", *[x for pair in base.items() for x in pair]],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr

@@ -1,6 +1,7 @@
 """The web UI in a real browser (headless Chromium) against the whole system: web, scheduler
 and agents as real processes on the demo data. Each test also takes the screenshots the
 README shows (see tests/e2e/browser.py)."""
+
 import json
 import sys
 
@@ -23,9 +24,19 @@ pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 def cluster(tmp_path, demo):
     """The whole system, with agents for the demo fleet's nodes (virtual, fake GPUs)."""
     running = Cluster(tmp_path).start(agents=[])
-    fleet = [{"name": n.name, "zone": n.zone, "rack": n.rack, "gpu_type": n.gpu_type, "gpu_count": n.gpu_count,
-              "cpu_count": n.cpu_count, "memory_gb": n.memory_gb, "labels": n.labels}
-             for n in Node.objects.order_by("name")]
+    fleet = [
+        {
+            "name": n.name,
+            "zone": n.zone,
+            "rack": n.rack,
+            "gpu_type": n.gpu_type,
+            "gpu_count": n.gpu_count,
+            "cpu_count": n.cpu_count,
+            "memory_gb": n.memory_gb,
+            "labels": n.labels,
+        }
+        for n in Node.objects.order_by("name")
+    ]
     running.add_fleet(fleet)
     wait_for(lambda: Node.objects.filter(state="READY").count() == len(fleet), timeout=30, what="the fleet READY")
     yield running
@@ -86,15 +97,26 @@ def test_a_member_submits_from_the_form_and_watches_it_start_without_reloading(c
 def test_the_job_page_of_a_job_that_cannot_fit_explains_why(cluster, browser, tmp_path):
     import urllib.request
 
-    body = {"team": "research-foundation-models", "name": "needs-a-whole-rack", "command": ["true"],
-            "resources": {"gpu_count": 64, "gpu_type": "H100"}, "topology_hint": "require_same_rack"}
+    body = {
+        "team": "research-foundation-models",
+        "name": "needs-a-whole-rack",
+        "command": ["true"],
+        "resources": {"gpu_count": 64, "gpu_type": "H100"},
+        "topology_hint": "require_same_rack",
+    }
     cordon(["z1-r1-h100-01", "z2-r1-h100-01"])
-    request = urllib.request.Request(f"{cluster.url}/api/v1/jobs", data=json.dumps(body).encode(), method="POST",
-                                     headers={"Content-Type": "application/json",
-                                              "Authorization": f"Bearer {api_token('alice')}"})
+    request = urllib.request.Request(
+        f"{cluster.url}/api/v1/jobs",
+        data=json.dumps(body).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {api_token('alice')}"},
+    )
     job_id = json.loads(urllib.request.urlopen(request).read())["id"]
-    wait_for(lambda: Job.objects.get(pk=job_id).pending_reason_code not in ("", "NOT_YET_SCHEDULED"), timeout=15,
-             what="the scheduler's reason")
+    wait_for(
+        lambda: Job.objects.get(pk=job_id).pending_reason_code not in ("", "NOT_YET_SCHEDULED"),
+        timeout=15,
+        what="the scheduler's reason",
+    )
 
     page = page_for(browser, cluster, "alice")
     page.goto(f"{cluster.url}/jobs/{job_id}/")
@@ -137,9 +159,11 @@ def test_a_lead_edits_a_quota_and_a_member_cannot(cluster, browser, tmp_path):
     expect(member.locator("#quota-research-foundation-models-gpu-H100")).to_be_visible()
     assert member.locator(".edit-quota").count() == 0
     request = urllib.request.Request(
-        f"{cluster.url}/api/v1/teams/research-foundation-models/quotas", method="PATCH",
+        f"{cluster.url}/api/v1/teams/research-foundation-models/quotas",
+        method="PATCH",
         data=json.dumps({"reason": "more", "quotas": {"gpu:H100": {"guaranteed": 31}}}).encode(),
-        headers={"Content-Type": "application/json", "Authorization": f"Bearer {api_token('alice')}"})
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {api_token('alice')}"},
+    )
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(request)
     assert refused.value.code == 403
@@ -179,9 +203,12 @@ def test_the_login_page(cluster, browser, tmp_path):
 def submit_as(cluster, username: str, body: dict) -> int:
     import urllib.request
 
-    request = urllib.request.Request(f"{cluster.url}/api/v1/jobs", data=json.dumps(body).encode(), method="POST",
-                                     headers={"Content-Type": "application/json",
-                                              "Authorization": f"Bearer {api_token(username)}"})
+    request = urllib.request.Request(
+        f"{cluster.url}/api/v1/jobs",
+        data=json.dumps(body).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {api_token(username)}"},
+    )
     return json.loads(urllib.request.urlopen(request).read())["id"]
 
 
@@ -190,22 +217,75 @@ def test_the_queue_of_a_busy_cluster_shows_why_each_job_waits(cluster, browser, 
     waiting ones with a reason each, in queue order."""
     sleep = [sys.executable, "-c", "import time; time.sleep(120)"]
     jobs = [
-        ("bob", {"team": "production-ranking", "name": "ranking-refresh", "priority": "P1", "command": sleep,
-                 "resources": {"gpu_count": 64, "gpu_type": "H100"}, "topology_hint": "require_same_rack"}),
-        ("alice", {"team": "research-foundation-models", "name": "llama-70b-pretrain", "command": sleep,
-                   "resources": {"gpu_count": 48, "gpu_type": "H100"}, "topology_hint": "prefer_same_rack"}),
-        ("victor", {"team": "research-vision", "name": "vit-eval", "command": sleep,
-                    "resources": {"gpu_count": 16, "gpu_type": "L40S"}}),
-        ("alice", {"team": "research-foundation-models", "name": "llama-70b-sft", "command": sleep,
-                   "resources": {"gpu_count": 64, "gpu_type": "H100"}, "topology_hint": "require_same_rack"}),
-        ("victor", {"team": "research-vision", "name": "detector-sweep", "command": sleep,
-                    "resources": {"gpu_count": 8, "gpu_type": "L40S"}}),
-        ("bob", {"team": "production-ranking", "name": "embeddings-backfill", "command": sleep,
-                 "resources": {"tasks": 6, "cpu_per_rank": 48, "memory_per_rank_gb": 128}}),
+        (
+            "bob",
+            {
+                "team": "production-ranking",
+                "name": "ranking-refresh",
+                "priority": "P1",
+                "command": sleep,
+                "resources": {"gpu_count": 64, "gpu_type": "H100"},
+                "topology_hint": "require_same_rack",
+            },
+        ),
+        (
+            "alice",
+            {
+                "team": "research-foundation-models",
+                "name": "llama-70b-pretrain",
+                "command": sleep,
+                "resources": {"gpu_count": 48, "gpu_type": "H100"},
+                "topology_hint": "prefer_same_rack",
+            },
+        ),
+        (
+            "victor",
+            {
+                "team": "research-vision",
+                "name": "vit-eval",
+                "command": sleep,
+                "resources": {"gpu_count": 16, "gpu_type": "L40S"},
+            },
+        ),
+        (
+            "alice",
+            {
+                "team": "research-foundation-models",
+                "name": "llama-70b-sft",
+                "command": sleep,
+                "resources": {"gpu_count": 64, "gpu_type": "H100"},
+                "topology_hint": "require_same_rack",
+            },
+        ),
+        (
+            "victor",
+            {
+                "team": "research-vision",
+                "name": "detector-sweep",
+                "command": sleep,
+                "resources": {"gpu_count": 8, "gpu_type": "L40S"},
+            },
+        ),
+        (
+            "bob",
+            {
+                "team": "production-ranking",
+                "name": "embeddings-backfill",
+                "command": sleep,
+                "resources": {"tasks": 6, "cpu_per_rank": 48, "memory_per_rank_gb": 128},
+            },
+        ),
     ]
     ids = [submit_as(cluster, user, body) for user, body in jobs]
-    wait_for(lambda: not Job.objects.filter(pk__in=ids, state="PENDING", pending_reason_code__in=("", "NOT_YET_SCHEDULED"))
-             .exists(), timeout=20, what="every job placed or explained")
+    wait_for(
+        lambda: (
+            not Job.objects.filter(
+                pk__in=ids, state="PENDING", pending_reason_code__in=("", "NOT_YET_SCHEDULED")
+            ).exists()
+        ),
+        timeout=20,
+        what="every job placed or explained",
+    )
     wait_for(lambda: Job.objects.filter(pk__in=ids, state="RUNNING").count() >= 3, timeout=20, what="jobs running")
 
     page = page_for(browser, cluster, "ops")

@@ -1,6 +1,7 @@
 """The fault campaign's short version (`bench/chaos.py --short`): a whole mlqueue of real
 processes on its own Postgres and Redis, a steady workload, and every fault kind of the issue's
 table once. Every invariant must hold, and the campaign must fit in three minutes."""
+
 import json
 import subprocess
 import sys
@@ -16,8 +17,13 @@ SEED = 12
 
 
 def test_every_fault_kind_runs_and_every_invariant_holds():
-    result = subprocess.run([sys.executable, "bench/chaos.py", "--short", "--seed", str(SEED)], cwd=ROOT,
-                            capture_output=True, text=True, timeout=400)
+    result = subprocess.run(
+        [sys.executable, "bench/chaos.py", "--short", "--seed", str(SEED)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
     lines = result.stdout.strip().splitlines()
     assert lines, result.stderr[-3000:]
     figures = json.loads(lines[-1])

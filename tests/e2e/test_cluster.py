@@ -1,4 +1,5 @@
 """The whole system with real processes: web, scheduler, agents running real tasks."""
+
 import json
 import signal
 import sys
@@ -12,9 +13,11 @@ from tests.e2e.processes import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
-PRINT_ENV = ("import json, os; print(json.dumps({k: os.environ.get(k) for k in ["
-             "'RANK', 'WORLD_SIZE', 'NODE_RANK', 'MASTER_ADDR', 'MASTER_PORT', 'CUDA_VISIBLE_DEVICES', "
-             "'MLQ_JOB_ID', 'MLQ_TASK_RANK', 'MLQ_ATTEMPT', 'MLQ_EPOCH']}))")
+PRINT_ENV = (
+    "import json, os; print(json.dumps({k: os.environ.get(k) for k in ["
+    "'RANK', 'WORLD_SIZE', 'NODE_RANK', 'MASTER_ADDR', 'MASTER_PORT', 'CUDA_VISIBLE_DEVICES', "
+    "'MLQ_JOB_ID', 'MLQ_TASK_RANK', 'MLQ_ATTEMPT', 'MLQ_EPOCH']}))"
+)
 
 
 @pytest.fixture
@@ -36,11 +39,18 @@ def job_state(job_id: int) -> str:
 
 
 def test_a_gang_of_16_gpus_runs_on_two_agents(cluster, api):
-    cluster.start(agents=[{"name": "z1-r1-h100-01", "zone": "z1", "rack": "z1-r1"},
-                          {"name": "z1-r1-h100-02", "zone": "z1", "rack": "z1-r1"}])
+    cluster.start(
+        agents=[
+            {"name": "z1-r1-h100-01", "zone": "z1", "rack": "z1-r1"},
+            {"name": "z1-r1-h100-02", "zone": "z1", "rack": "z1-r1"},
+        ]
+    )
     wait_for(lambda: Node.objects.filter(state="READY").count() == 2, timeout=20, what="two READY nodes")
-    job_id = submit(api, command=[sys.executable, "-c", PRINT_ENV],
-                    resources={"gpu_count": 16, "gpu_type": "H100", "cpu_per_rank": 8, "memory_per_rank_gb": 64})
+    job_id = submit(
+        api,
+        command=[sys.executable, "-c", PRINT_ENV],
+        resources={"gpu_count": 16, "gpu_type": "H100", "cpu_per_rank": 8, "memory_per_rank_gb": 64},
+    )
     try:
         wait_for(lambda: job_state(job_id) == "SUCCEEDED", timeout=30, what="the gang to succeed")
     except AssertionError:
@@ -73,18 +83,23 @@ def read_ledger(path) -> dict[str, list[tuple[str, float]]]:
 
 
 def assert_never_overlapping(ledger: dict) -> None:
-    spans = sorted((min(t for _, t in events), max(t for _, t in events), attempt)
-                   for attempt, events in ledger.items())
+    spans = sorted(
+        (min(t for _, t in events), max(t for _, t in events), attempt) for attempt, events in ledger.items()
+    )
     for (_, end, first), (start, _, second) in zip(spans, spans[1:]):
         assert end < start, f"attempts {first} and {second} overlapped: {spans}"
 
 
 def ledger_job(api, tmp_path, *, first_run_s: float) -> tuple[int, object]:
     ledger = tmp_path / "ledger.txt"
-    job_id = submit(api, command=[sys.executable, LEDGER_JOB], grace_period_seconds=5,
-                    resources={"gpu_count": 8, "gpu_type": "H100", "cpu_per_rank": 4, "memory_per_rank_gb": 16},
-                    env={"LEDGER": str(ledger), "RUN_FOR_FIRST": str(first_run_s), "RUN_FOR": "1.5"},
-                    checkpoint={"path": str(tmp_path / "ckpt")})
+    job_id = submit(
+        api,
+        command=[sys.executable, LEDGER_JOB],
+        grace_period_seconds=5,
+        resources={"gpu_count": 8, "gpu_type": "H100", "cpu_per_rank": 4, "memory_per_rank_gb": 16},
+        env={"LEDGER": str(ledger), "RUN_FOR_FIRST": str(first_run_s), "RUN_FOR": "1.5"},
+        checkpoint={"path": str(tmp_path / "ckpt")},
+    )
     return job_id, ledger
 
 
@@ -110,7 +125,7 @@ def test_an_agent_killed_with_sigkill_loses_its_node_and_the_job_finishes_elsewh
         raise AssertionError(cluster.logs()) from None
     assert on_node(job_id) == NODE_B["name"]
     events = read_ledger(ledger)
-    assert set(events) == {"1", "2"} and ("end", ) == events["2"][-1][:1]
+    assert set(events) == {"1", "2"} and ("end",) == events["2"][-1][:1]
     assert_never_overlapping(events)
 
 
@@ -135,7 +150,7 @@ def test_a_cut_off_agent_kills_its_tasks_before_the_server_requeues_them(cluster
     first_attempt_ended = max(t for _, t in events["1"])
     requeued = AuditEvent.objects.get(job_id=job_id, kind="RETRY").created_at.timestamp()
     assert first_attempt_ended < requeued, "the server requeued before the agent had killed the task"
-    assert ("checkpoint", ) == events["1"][-1][:1]  # the agent's lease kill is a SIGTERM first
+    assert ("checkpoint",) == events["1"][-1][:1]  # the agent's lease kill is a SIGTERM first
     assert "lease expired without renewal" in cluster.agents[NODE_A["name"]].output()
     assert_never_overlapping(events)
 

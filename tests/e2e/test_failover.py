@@ -1,5 +1,6 @@
 """Leadership with real processes: one leader among many, failover after kill -9, and a paused
 leader whose writes the store rejects after a standby took over."""
+
 import signal
 import time
 
@@ -27,8 +28,10 @@ def holder_pid() -> int | None:
 def advisory_lock_holders() -> int:
     """Advisory locks held on this suite's database (another suite's leaders may share the server)."""
     with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted "
-                       "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())")
+        cursor.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted "
+            "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+        )
         return cursor.fetchone()[0]
 
 

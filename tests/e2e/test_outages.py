@@ -1,6 +1,7 @@
 """Outages with real processes: the web tier down for longer than the old 20 s lease but
 shorter than the outage bound kills no task; an agent stopped with SIGSTOP cannot keep its
 tasks alive past the bound (their supervisors kill them), and only then are they run elsewhere."""
+
 import signal
 import time
 

@@ -2,6 +2,7 @@
 through a proxy the test cuts: a restart costs no request (the pool checks a connection before
 lending it); while Postgres is gone the API and the heartbeat lane answer 503 with Retry-After,
 never a 500; once it is back they answer again within seconds, with no restart of the web."""
+
 import json
 import time
 import urllib.error
@@ -29,14 +30,21 @@ def web(tmp_path, demo):
     db = settings.DATABASES["default"]
     postgres = Proxy(int(db["PORT"]))
     port = free_port()
-    process = Process(["-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "mlqueue.asgi:application"],
-                      tmp_path / "web.log", **FAST,
-                      DATABASE_URL=f"postgres://{db['USER']}@127.0.0.1:{postgres.port}/{db['NAME']}")
+    process = Process(
+        ["-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "mlqueue.asgi:application"],
+        tmp_path / "web.log",
+        **FAST,
+        DATABASE_URL=f"postgres://{db['USER']}@127.0.0.1:{postgres.port}/{db['NAME']}",
+    )
     url = f"http://127.0.0.1:{port}/api/v1/"
     _, api_token = ApiToken.issue(user=get_user_model().objects.get(username="alice"))
     _, node_token = do_register_node(name="n1", inventory=INVENTORY)
-    yield SimpleNamespace(postgres=postgres, process=process, jobs=lambda: call(url + "jobs", api_token),
-                          heartbeat=lambda: call(url + "agents/n1/heartbeat", node_token, body={"tasks": []}))
+    yield SimpleNamespace(
+        postgres=postgres,
+        process=process,
+        jobs=lambda: call(url + "jobs", api_token),
+        heartbeat=lambda: call(url + "agents/n1/heartbeat", node_token, body={"tasks": []}),
+    )
     process.stop()
     postgres.cut()
 
@@ -44,8 +52,9 @@ def web(tmp_path, demo):
 def call(url: str, token: str, *, body: dict | None = None) -> tuple[int, dict, str | None]:
     """(status, JSON body, Retry-After) of one request; a refused connection is status 0."""
     data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url, data=data, headers={"Authorization": f"Bearer {token}",
-                                                              "Content-Type": "application/json"})
+    request = urllib.request.Request(
+        url, data=data, headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    )
     try:
         with urllib.request.urlopen(request, timeout=10) as response:
             return response.status, json.loads(response.read()), response.headers.get("Retry-After")
@@ -75,8 +84,11 @@ def test_the_api_answers_503_while_postgres_is_down_and_recovers_without_a_resta
         for request in (web.jobs, web.heartbeat, web.jobs):
             started = time.monotonic()
             status, body, retry_after = request()
-            assert (status, body, retry_after) == (503, {"detail": DATABASE_UNAVAILABLE.format(seconds=RETRY_AFTER_S)},
-                                                   str(RETRY_AFTER_S))
+            assert (status, body, retry_after) == (
+                503,
+                {"detail": DATABASE_UNAVAILABLE.format(seconds=RETRY_AFTER_S)},
+                str(RETRY_AFTER_S),
+            )
             assert time.monotonic() - started < POOL_WAIT_S + 2
 
         web.postgres.restore()  # back on the same address; daphne is not restarted

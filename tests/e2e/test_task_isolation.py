@@ -1,6 +1,7 @@
 """Hostile jobs on a real agent: one looks for the agent's secrets (its environment, every
 process's command line and environment) and finds none; two jobs of two teams on one node
 cannot read each other's environment or files, nor signal each other's processes."""
+
 import os
 import shutil
 import tempfile
@@ -65,9 +66,14 @@ def cluster(tmp_path, demo, base_dir):
 
 
 def submit(api, user: str, team: str, script: str, base_dir: Path, **secrets) -> int:
-    body = {"team": team, "name": f"{user}-job", "command": ["/bin/sh", "-c", script],
-            "resources": {"gpu_count": 1, "gpu_type": "H100", "cpu_per_rank": 1, "memory_per_rank_gb": 1},
-            "env": {"SHARED": str(base_dir / "shared")}, "secret_env": secrets}
+    body = {
+        "team": team,
+        "name": f"{user}-job",
+        "command": ["/bin/sh", "-c", script],
+        "resources": {"gpu_count": 1, "gpu_type": "H100", "cpu_per_rank": 1, "memory_per_rank_gb": 1},
+        "env": {"SHARED": str(base_dir / "shared")},
+        "secret_env": secrets,
+    }
     response = api(user).post("/api/v1/jobs", body, format="json")
     assert response.status_code == 201, response.json()
     return response.json()["id"]
@@ -103,15 +109,21 @@ def test_a_hostile_job_finds_none_of_the_agents_secrets(cluster, api, base_dir):
         assert JOIN_TOKEN not in found and "DATABASE_URL" not in found.split("---environs")[1]
 
 
-@pytest.mark.skipif(not ISOLATED, reason="switching users needs root: as another user the agent runs every task "
-                                         "as itself, and says so (see test_nodes_page)")
+@pytest.mark.skipif(
+    not ISOLATED,
+    reason="switching users needs root: as another user the agent runs every task "
+    "as itself, and says so (see test_nodes_page)",
+)
 def test_two_teams_jobs_on_one_node_cannot_read_or_signal_each_other(cluster, api, base_dir):
     victim_out, found = run_both(cluster, api, base_dir)
     attacker_uid = found.split("uid=")[1].split()[0]
     victim_uid = victim_out.split("uid=")[1].split()[0]
     assert attacker_uid != victim_uid and "0" not in (attacker_uid, victim_uid)
-    assert [line for line in found.splitlines() if "=" in line and line.split("=")[0] in (
-        "environ", "file", "list", "signal")] == ["environ=DENIED", "file=DENIED", "list=DENIED", "signal=DENIED"]
+    assert [
+        line
+        for line in found.splitlines()
+        if "=" in line and line.split("=")[0] in ("environ", "file", "list", "signal")
+    ] == ["environ=DENIED", "file=DENIED", "list=DENIED", "signal=DENIED"]
     assert [line for line in found.splitlines() if A_SECRET in line] == []  # neither its env nor its file
     assert victim_out.strip().endswith(f"file:{A_SECRET}")  # A ran to its end, untouched
     assert Node.objects.get(name=NODE["name"]).task_isolation == "uid"

@@ -1,5 +1,6 @@
 """The agent API: joining, heartbeats (in the cache, not Postgres), assignments, events, logs;
 node tokens that act only for their node; admin drain; the leader's failure detection."""
+
 from datetime import datetime, timedelta, timezone as dt_timezone
 
 import pytest
@@ -18,8 +19,16 @@ from tests.conftest import make_spec
 from tests.nodes import cordon
 
 JOIN = "join-secret"
-INVENTORY = {"zone": "z1", "rack": "z1-r1", "gpu_type": "H100", "gpu_count": 8, "cpu_count": 192,
-             "memory_gb": 2048, "labels": {"ib": "ndr400"}, "address": "10.0.0.1"}
+INVENTORY = {
+    "zone": "z1",
+    "rack": "z1-r1",
+    "gpu_type": "H100",
+    "gpu_count": 8,
+    "cpu_count": 192,
+    "memory_gb": 2048,
+    "labels": {"ib": "ndr400"},
+    "address": "10.0.0.1",
+}
 
 
 @pytest.fixture(autouse=True)
@@ -29,8 +38,12 @@ def agent_settings(settings, fresh_liveness):
 
 def agent(name: str, inventory: dict | None = None) -> APIClient:
     client = APIClient()
-    response = client.post("/api/v1/agents/register", {"name": name, **(inventory or INVENTORY)}, format="json",
-                           HTTP_AUTHORIZATION=f"Bearer {JOIN}")
+    response = client.post(
+        "/api/v1/agents/register",
+        {"name": name, **(inventory or INVENTORY)},
+        format="json",
+        HTTP_AUTHORIZATION=f"Bearer {JOIN}",
+    )
     assert response.status_code == 201, response.json()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {response.json()['token']}")
     return client
@@ -52,10 +65,13 @@ def test_join_needs_the_cluster_token(db):
     client = APIClient()
     body = {"name": "n1", **INVENTORY}
     assert client.post("/api/v1/agents/register", body, format="json").status_code == 401
-    assert client.post("/api/v1/agents/register", body, format="json",
-                       HTTP_AUTHORIZATION="Bearer wrong").status_code == 401
-    bad = client.post("/api/v1/agents/register", {**body, "gpu_count": 0}, format="json",
-                      HTTP_AUTHORIZATION=f"Bearer {JOIN}")
+    assert (
+        client.post("/api/v1/agents/register", body, format="json", HTTP_AUTHORIZATION="Bearer wrong").status_code
+        == 401
+    )
+    bad = client.post(
+        "/api/v1/agents/register", {**body, "gpu_count": 0}, format="json", HTTP_AUTHORIZATION=f"Bearer {JOIN}"
+    )
     assert bad.status_code == 400 and "gpu_count" in bad.json()["fields"]
     assert not Node.objects.exists()
 
@@ -86,8 +102,11 @@ def test_an_assignment_runs_its_course_through_the_agent_api(api, leader):
     client = agent("z1-r1-h100-01", {**INVENTORY, "address": "10.0.0.1"})
     beat(client, "z1-r1-h100-01")
     cordon(Node.objects.exclude(name="z1-r1-h100-01"))
-    job_id = api("alice").post("/api/v1/jobs", make_spec(resources={"gpu_count": 8}, env={"SEED": "7"}),
-                               format="json").json()["id"]
+    job_id = (
+        api("alice")
+        .post("/api/v1/jobs", make_spec(resources={"gpu_count": 8}, env={"SEED": "7"}), format="json")
+        .json()["id"]
+    )
     run_pass(epoch=leader)
 
     [assignment] = beat(client, "z1-r1-h100-01")["assignments"]
@@ -99,13 +118,15 @@ def test_an_assignment_runs_its_course_through_the_agent_api(api, leader):
     running = {"job_id": job_id, "rank": 0, "attempt": 1, "state": "running"}
     reply = beat(client, "z1-r1-h100-01", [running])
     assert reply["assignments"] == [] and Task.objects.get(job_id=job_id).state == "RUNNING"
-    events = [{"type": "log", "job_id": job_id, "rank": 0, "attempt": 1, "stream": "stdout", "offset": 0,
-               "data": "step 1\n"},
-              {"type": "log", "job_id": job_id, "rank": 0, "attempt": 1, "stream": "stdout", "offset": 7,
-               "data": "step 2\n"},
-              {"type": "exited", "job_id": job_id, "rank": 0, "attempt": 1, "exit_code": 0}]
+    events = [
+        {"type": "log", "job_id": job_id, "rank": 0, "attempt": 1, "stream": "stdout", "offset": 0, "data": "step 1\n"},
+        {"type": "log", "job_id": job_id, "rank": 0, "attempt": 1, "stream": "stdout", "offset": 7, "data": "step 2\n"},
+        {"type": "exited", "job_id": job_id, "rank": 0, "attempt": 1, "exit_code": 0},
+    ]
     assert client.post("/api/v1/agents/z1-r1-h100-01/events", {"events": events}, format="json").json() == {
-        "accepted": 3, "refused": []}
+        "accepted": 3,
+        "refused": [],
+    }
     assert Job.objects.get(pk=job_id).state == "SUCCEEDED"
     log = api("alice").get(f"/api/v1/jobs/{job_id}/logs?rank=0").json()
     assert (log["text"], log["next_offset"], log["attempt"]) == ("step 1\nstep 2\n", 14, 1)
@@ -126,7 +147,9 @@ def test_a_node_cannot_report_for_another_nodes_tasks(api, leader):
     run_pass(epoch=leader)
     event = {"type": "exited", "job_id": job_id, "rank": 0, "attempt": 1, "exit_code": 1}
     assert other.post("/api/v1/agents/z1-r1-h100-02/events", {"events": [event]}, format="json").json() == {
-        "accepted": 0, "refused": [{"index": 0, "reason": f"job {job_id} rank 0 is not placed on node z1-r1-h100-02."}]}
+        "accepted": 0,
+        "refused": [{"index": 0, "reason": f"job {job_id} rank 0 is not placed on node z1-r1-h100-02."}],
+    }
     assert Task.objects.get(job_id=job_id).state == "ASSIGNED"
 
 
@@ -151,13 +174,17 @@ def test_silent_nodes_go_suspect_then_lost_and_their_tasks_are_requeued(api, lea
     task = Task.objects.get(job_id=job_id)
     assert (task.state, task.failure_class) == ("FAILED", "INFRA")
     assert AuditEvent.objects.get(node__name="z1-r1-h100-01", reason="LOST").message.startswith(
-        "SUSPECT -> LOST: no heartbeat for 31 s (outage bound 20 s + margin 10 s)")
+        "SUSPECT -> LOST: no heartbeat for 31 s (outage bound 20 s + margin 10 s)"
+    )
     run_pass(epoch=leader, now=at(32))
     job = Job.objects.get(pk=job_id)
     assert (job.state, job.restarts_used) == ("PENDING", 1)
 
-    beat(client, "z1-r1-h100-01", [{"job_id": job_id, "rank": 0, "attempt": 1, "state": "exited",
-                                    "exit_code": None, "signal": "SIGKILL"}])
+    beat(
+        client,
+        "z1-r1-h100-01",
+        [{"job_id": job_id, "rank": 0, "attempt": 1, "state": "exited", "exit_code": None, "signal": "SIGKILL"}],
+    )
     assert Node.objects.get(name="z1-r1-h100-01").state == "READY"  # back, and its old attempt ignored
     assert Job.objects.get(pk=job_id).restarts_used == 1
 
@@ -182,21 +209,27 @@ def test_drain_signals_running_tasks_and_they_requeue_as_preempted(api, leader, 
     assert (job.state, job.preemptions, job.restarts_used, job.retries_used) == ("PENDING", 1, 0, 0)
     audit = AuditEvent.objects.get(node__name="z1-r1-h100-01", reason="DRAINING")
     assert (audit.actor_name, audit.message) == ("ops", "draining: replace a DIMM")
-    assert api("ops").post("/api/v1/nodes/z1-r1-h100-01/uncordon", {"reason": "fixed"},
-                           format="json").json()["state"] == "READY"
+    assert (
+        api("ops").post("/api/v1/nodes/z1-r1-h100-01/uncordon", {"reason": "fixed"}, format="json").json()["state"]
+        == "READY"
+    )
 
 
 def test_a_spot_reclaim_notice_requeues_at_the_deadline(clock, api, leader):
     client = agent("z1-r1-h100-01")
     beat(client, "z1-r1-h100-01")
     cordon(Node.objects.exclude(name="z1-r1-h100-01"))
-    job_id = api("alice").post("/api/v1/jobs", make_spec(resources={"gpu_count": 8}, grace_period_seconds=120),
-                               format="json").json()["id"]
+    job_id = (
+        api("alice")
+        .post("/api/v1/jobs", make_spec(resources={"gpu_count": 8}, grace_period_seconds=120), format="json")
+        .json()["id"]
+    )
     run_pass(epoch=leader)
     beat(client, "z1-r1-h100-01", [{"job_id": job_id, "rank": 0, "attempt": 1, "state": "running"}])
     deadline = timezone.now() + timedelta(seconds=60)
-    response = api("ops").post("/api/v1/nodes/z1-r1-h100-01/reclaim-notice", {"deadline": deadline.isoformat()},
-                               format="json")
+    response = api("ops").post(
+        "/api/v1/nodes/z1-r1-h100-01/reclaim-notice", {"deadline": deadline.isoformat()}, format="json"
+    )
     assert response.status_code == 200
     task = Task.objects.get(job_id=job_id)
     assert (task.stop_reason, task.stop_signal) == ("DRAIN", "TERM")
@@ -206,5 +239,9 @@ def test_a_spot_reclaim_notice_requeues_at_the_deadline(clock, api, leader):
     run_pass(epoch=leader)
     job = Job.objects.get(pk=job_id)
     assert (job.state, job.preemptions, job.restarts_used) == ("PENDING", 1, 0)
-    assert api("ops").post("/api/v1/nodes/z1-r1-h100-01/reclaim-notice", {"deadline": "2020-01-01T00:00:00Z"},
-                           format="json").status_code == 400
+    assert (
+        api("ops")
+        .post("/api/v1/nodes/z1-r1-h100-01/reclaim-notice", {"deadline": "2020-01-01T00:00:00Z"}, format="json")
+        .status_code
+        == 400
+    )

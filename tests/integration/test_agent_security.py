@@ -1,6 +1,7 @@
 """Attacks on the agent API, each refused: joining with a stolen, expired, used-up or revoked
 token; taking over a registered node's name; reporting a node nobody has; reporting on other
 nodes' tasks or other attempts; filling Postgres with logs; a NUL byte blocking the outbox."""
+
 import io
 import threading
 from datetime import datetime, timedelta, timezone as dt_timezone
@@ -24,8 +25,16 @@ from tests.conftest import make_spec
 from tests.nodes import cordon
 
 BOOTSTRAP = "bootstrap-join-secret"
-INVENTORY = {"zone": "z1", "rack": "z1-r1", "gpu_type": "H100", "gpu_count": 8, "cpu_count": 192,
-             "memory_gb": 2048, "labels": {"ib": "ndr400"}, "address": "10.0.0.1"}
+INVENTORY = {
+    "zone": "z1",
+    "rack": "z1-r1",
+    "gpu_type": "H100",
+    "gpu_count": 8,
+    "cpu_count": 192,
+    "memory_gb": 2048,
+    "labels": {"ib": "ndr400"},
+    "address": "10.0.0.1",
+}
 
 
 @pytest.fixture(autouse=True)
@@ -34,8 +43,12 @@ def agent_settings(settings, fresh_liveness):
 
 
 def register(token: str, name: str = "n1", **inventory):
-    return APIClient().post("/api/v1/agents/register", {"name": name, **INVENTORY, **inventory}, format="json",
-                            HTTP_AUTHORIZATION=f"Bearer {token}")
+    return APIClient().post(
+        "/api/v1/agents/register",
+        {"name": name, **INVENTORY, **inventory},
+        format="json",
+        HTTP_AUTHORIZATION=f"Bearer {token}",
+    )
 
 
 def node_client(token: str) -> APIClient:
@@ -46,10 +59,12 @@ def node_client(token: str) -> APIClient:
 
 # --- joining ----------------------------------------------------------------------------------
 
+
 def test_a_join_token_made_by_the_command_is_shown_once_hashed_and_bounded(clock, db):
     out, err = io.StringIO(), io.StringIO()
-    call_command("create_join_token", "--name", "rack z2-r3", "--expires", "24h", "--max-uses", "2", stdout=out,
-                 stderr=err)
+    call_command(
+        "create_join_token", "--name", "rack z2-r3", "--expires", "24h", "--max-uses", "2", stdout=out, stderr=err
+    )
     raw = out.getvalue().strip()
     token = JoinToken.objects.get()
     assert raw.startswith("mlqj_") and token.digest == hash_token(raw) and raw not in str(token.__dict__)
@@ -117,26 +132,43 @@ def test_an_agent_restarting_on_its_workdir_re_registers_with_its_own_node_token
 
 def test_an_admin_reset_lets_a_new_agent_join_and_locks_the_old_token_out(api):
     old = register(BOOTSTRAP, "z1-r1-h100-01").json()["token"]
-    assert api("rita").post("/api/v1/nodes/z1-r1-h100-01/reset-token", {"reason": "x"},
-                            format="json").status_code == 403
+    assert (
+        api("rita").post("/api/v1/nodes/z1-r1-h100-01/reset-token", {"reason": "x"}, format="json").status_code == 403
+    )
     assert api("ops").post("/api/v1/nodes/z1-r1-h100-01/reset-token", {}, format="json").status_code == 400
     response = api("ops").post("/api/v1/nodes/z1-r1-h100-01/reset-token", {"reason": "reinstalled"}, format="json")
     assert response.status_code == 200
-    assert node_client(old).post("/api/v1/agents/z1-r1-h100-01/heartbeat", {"tasks": []},
-                                 format="json").status_code == 401
+    assert (
+        node_client(old).post("/api/v1/agents/z1-r1-h100-01/heartbeat", {"tasks": []}, format="json").status_code == 401
+    )
     assert register(BOOTSTRAP, "z1-r1-h100-01").status_code == 201
     audit = AuditEvent.objects.get(kind="SECURITY", reason="NODE_TOKEN_RESET")
     assert (audit.actor_name, audit.node.name, audit.message) == (
-        "ops", "z1-r1-h100-01", "node token of z1-r1-h100-01 reset: reinstalled")
+        "ops",
+        "z1-r1-h100-01",
+        "node token of z1-r1-h100-01 reset: reinstalled",
+    )
 
 
-@pytest.mark.parametrize("field, value", [
-    ("gpu_count", 17), ("cpu_count", 100_000), ("cpu_count", 1025), ("memory_gb", 65_537),
-    ("scratch_disk_gb", 1_000_001), ("cpu_count", 2**31), ("memory_gb", 2**63),
-    ("labels", {f"k{i}": "v" for i in range(65)}), ("labels", {"rack": "x" * 64}),
-    ("task_isolation", "root"), ("zone", "z1\u202e"), ("rack", "r1\u0007"), ("labels", {"ib": "a\u200bb"}),
-    ("address", "10.0.0.1\u2066"),
-])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("gpu_count", 17),
+        ("cpu_count", 100_000),
+        ("cpu_count", 1025),
+        ("memory_gb", 65_537),
+        ("scratch_disk_gb", 1_000_001),
+        ("cpu_count", 2**31),
+        ("memory_gb", 2**63),
+        ("labels", {f"k{i}": "v" for i in range(65)}),
+        ("labels", {"rack": "x" * 64}),
+        ("task_isolation", "root"),
+        ("zone", "z1\u202e"),
+        ("rack", "r1\u0007"),
+        ("labels", {"ib": "a\u200bb"}),
+        ("address", "10.0.0.1\u2066"),
+    ],
+)
 def test_an_inventory_out_of_range_is_refused(db, field, value):
     response = register(BOOTSTRAP, "n1", **{field: value})
     assert response.status_code == 400 and any(name.startswith(field) for name in response.json()["fields"])
@@ -151,6 +183,7 @@ def test_a_node_name_that_is_not_a_host_name_is_refused(db, name):
 
 
 # --- reporting on tasks --------------------------------------------------------------------------
+
 
 @pytest.fixture
 def placed(api):
@@ -171,27 +204,46 @@ def events(client, name: str, *items) -> dict:
 
 
 def log(job_id: int, data: str, *, offset: int = 0, attempt: int = 1) -> dict:
-    return {"type": "log", "job_id": job_id, "rank": 0, "attempt": attempt, "stream": "stdout", "offset": offset,
-            "data": data}
+    return {
+        "type": "log",
+        "job_id": job_id,
+        "rank": 0,
+        "attempt": attempt,
+        "stream": "stdout",
+        "offset": offset,
+        "data": data,
+    }
 
 
 def test_a_node_cannot_write_logs_into_a_task_placed_nowhere_or_elsewhere(api, placed):
     job_id, _ = placed
     attacker = node_client(register(BOOTSTRAP, "z2-r1-h100-09").json()["token"])
-    pending = api("bob").post("/api/v1/jobs", make_spec(team="production-ranking", client_job_id="other",
-                                                        resources={"gpu_count": 8}), format="json").json()["id"]
+    pending = (
+        api("bob")
+        .post(
+            "/api/v1/jobs",
+            make_spec(team="production-ranking", client_job_id="other", resources={"gpu_count": 8}),
+            format="json",
+        )
+        .json()["id"]
+    )
     reply = events(attacker, "z2-r1-h100-09", log(pending, "forged"), log(job_id, "forged"))
     assert reply["accepted"] == 0
     assert [r["reason"] for r in reply["refused"]] == [
         f"job {pending} rank 0 is not placed on node z2-r1-h100-09.",
-        f"job {job_id} rank 0 is not placed on node z2-r1-h100-09."]
+        f"job {job_id} rank 0 is not placed on node z2-r1-h100-09.",
+    ]
     assert not TaskLog.objects.exists()
 
 
 def test_a_node_reports_only_on_the_attempt_placed_there(placed):
     job_id, client = placed
-    reply = events(client, "z1-r1-h100-01", log(job_id, "from attempt 7", attempt=7),
-                   {"type": "exited", "job_id": job_id, "rank": 0, "attempt": 7, "exit_code": 1})
+    reply = events(
+        client,
+        "z1-r1-h100-01",
+        log(job_id, "from attempt 7", attempt=7),
+        {"type": "exited", "job_id": job_id, "rank": 0, "attempt": 7, "exit_code": 1},
+    )
     assert reply["accepted"] == 0
     assert reply["refused"][0]["reason"] == f"job {job_id} rank 0 is at attempt 1 on this node, not attempt 7."
     assert Task.objects.get(job_id=job_id).state == "ASSIGNED" and not TaskLog.objects.exists()
@@ -225,9 +277,11 @@ def test_stored_logs_are_capped_by_what_is_stored_not_by_the_offset_claimed(sett
 
 def test_a_nul_byte_or_a_lone_surrogate_in_a_log_is_stored_in_place_and_blocks_nothing(placed):
     job_id, client = placed
-    body = ('{"events": [{"type": "log", "job_id": %d, "rank": 0, "attempt": 1, "stream": "stdout", "offset": 0, '
-            '"data": "a\\u0000b\\ud800c\\n"}, {"type": "started", "job_id": %d, "rank": 0, "attempt": 1}]}'
-            % (job_id, job_id))
+    body = (
+        '{"events": [{"type": "log", "job_id": %d, "rank": 0, "attempt": 1, "stream": "stdout", "offset": 0, '
+        '"data": "a\\u0000b\\ud800c\\n"}, {"type": "started", "job_id": %d, "rank": 0, "attempt": 1}]}'
+        % (job_id, job_id)
+    )
     response = client.post("/api/v1/agents/z1-r1-h100-01/events", body, content_type="application/json")
     assert response.status_code == 200, response.json() and response.json()["accepted"] == 2
     assert TaskLog.objects.get().text == "a\ufffdb\ufffdc\n"  # one for one: offsets stay true
@@ -236,15 +290,22 @@ def test_a_nul_byte_or_a_lone_surrogate_in_a_log_is_stored_in_place_and_blocks_n
 
 def test_an_event_the_agent_had_to_drop_is_on_the_jobs_timeline(placed):
     job_id, client = placed
-    dropped = {"type": "dropped", "job_id": job_id, "rank": 0, "attempt": 1,
-               "data": "the agent dropped a log event the server refused 3 times: HTTP 400"}
+    dropped = {
+        "type": "dropped",
+        "job_id": job_id,
+        "rank": 0,
+        "attempt": 1,
+        "data": "the agent dropped a log event the server refused 3 times: HTTP 400",
+    }
     assert events(client, "z1-r1-h100-01", dropped)["accepted"] == 1
     event = AuditEvent.objects.get(job_id=job_id, reason="AGENT_DROPPED_EVENT")
     assert (event.actor_name, event.message) == ("agent:z1-r1-h100-01", dropped["data"])
 
 
-@pytest.mark.parametrize("field, value", [("job_id", 2**63), ("rank", 2**31), ("attempt", 2**31),
-                                          ("exit_code", 2**31), ("offset", 2**63), ("job_id", 0)])
+@pytest.mark.parametrize(
+    "field, value",
+    [("job_id", 2**63), ("rank", 2**31), ("attempt", 2**31), ("exit_code", 2**31), ("offset", 2**63), ("job_id", 0)],
+)
 def test_integers_past_what_the_store_holds_are_refused(placed, field, value):
     job_id, client = placed
     event = {**log(job_id, "x"), "type": "exited", "exit_code": 0, field: value}
@@ -255,8 +316,10 @@ def test_integers_past_what_the_store_holds_are_refused(placed, field, value):
 
 def test_nul_or_surrogates_elsewhere_in_an_event_are_replaced_not_a_500(placed):
     job_id, client = placed
-    body = ('{"events": [{"type": "exited", "job_id": %d, "rank": 0, "attempt": 1, "exit_code": null, '
-            '"signal": "KILL\\u0000", "\\ud800": 1}]}' % job_id)
+    body = (
+        '{"events": [{"type": "exited", "job_id": %d, "rank": 0, "attempt": 1, "exit_code": null, '
+        '"signal": "KILL\\u0000", "\\ud800": 1}]}' % job_id
+    )
     response = client.post("/api/v1/agents/z1-r1-h100-01/events", body, content_type="application/json")
     assert response.status_code == 200 and response.json()["accepted"] == 1
     assert Task.objects.get(job_id=job_id).exit_signal == "KILL\ufffd"
@@ -287,6 +350,7 @@ def test_two_agents_racing_for_a_new_name_get_one_node_and_one_409(settings):
             statuses.append(register(BOOTSTRAP, "z9-r1-new").status_code)
         finally:
             connection.close()
+
     threads = [threading.Thread(target=join) for _ in range(2)]
     for thread in threads:
         thread.start()

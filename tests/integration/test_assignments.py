@@ -1,4 +1,5 @@
 """The environment a task starts with: its attempt, where to resume from, and its gang."""
+
 from django.utils import timezone
 
 from scheduling import reports
@@ -12,8 +13,11 @@ from tests.nodes import heartbeat
 def test_a_restarted_gang_rank_is_told_its_attempt_and_checkpoint(api, demo):
     SchedulerLease.objects.filter(pk=1).update(epoch=4, renewed_at=timezone.now())
     heartbeat()
-    job_id = api("alice").post("/api/v1/jobs", make_spec(resources={"gpu_count": 16}, env={"SEED": "1"}),
-                               format="json").json()["id"]
+    job_id = (
+        api("alice")
+        .post("/api/v1/jobs", make_spec(resources={"gpu_count": 16}, env={"SEED": "1"}), format="json")
+        .json()["id"]
+    )
     run_pass(epoch=4)
     for task in Task.objects.filter(job_id=job_id):
         reports.do_report_started(job_id=job_id, rank=task.rank, attempt=1)
@@ -25,10 +29,27 @@ def test_a_restarted_gang_rank_is_told_its_attempt_and_checkpoint(api, demo):
     job = Job.objects.get(pk=job_id)
     rank1 = job.tasks.get(rank=1)
     env = assignment_env(rank1, job=job, master_node=job.tasks.get(rank=0).node.name)
-    assert {k: env[k] for k in ("MLQ_ATTEMPT", "MLQ_RESTART_COUNT", "MLQ_RESUME", "MLQ_CHECKPOINT_DIR", "MLQ_EPOCH",
-                                "WORLD_SIZE", "RANK", "SEED")} == {
-        "MLQ_ATTEMPT": "2", "MLQ_RESTART_COUNT": "1", "MLQ_RESUME": "1",
-        "MLQ_CHECKPOINT_DIR": "s3://ckpt/llama-70b/run-47", "MLQ_EPOCH": "4", "WORLD_SIZE": "2", "RANK": "1",
-        "SEED": "1"}
+    assert {
+        k: env[k]
+        for k in (
+            "MLQ_ATTEMPT",
+            "MLQ_RESTART_COUNT",
+            "MLQ_RESUME",
+            "MLQ_CHECKPOINT_DIR",
+            "MLQ_EPOCH",
+            "WORLD_SIZE",
+            "RANK",
+            "SEED",
+        )
+    } == {
+        "MLQ_ATTEMPT": "2",
+        "MLQ_RESTART_COUNT": "1",
+        "MLQ_RESUME": "1",
+        "MLQ_CHECKPOINT_DIR": "s3://ckpt/llama-70b/run-47",
+        "MLQ_EPOCH": "4",
+        "WORLD_SIZE": "2",
+        "RANK": "1",
+        "SEED": "1",
+    }
     assert env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3,4,5,6,7"
     assert env["MASTER_PORT"] == str(master_port(job_id, 2)) != str(master_port(job_id, 1))

@@ -1,5 +1,6 @@
 """Who may cancel a job: its owner, leads of its team or of a team above it, and site admins.
 Seeing a job (any member of its team or of its division) is not enough."""
+
 import pytest
 from django.test import Client
 
@@ -40,8 +41,10 @@ def test_a_teammate_may_see_but_not_cancel_anothers_job(api, ritas_job):
     response = alice.post(f"/api/v1/jobs/{ritas_job}/cancel", {"reason": "need the GPUs"}, format="json")
     assert response.status_code == 403
     assert response.json() == {"detail": refusal(ritas_job)}
-    assert refusal(ritas_job) == ("only the job's owner (rita), leads of research-foundation-models (or of a team "
-                                  f"above it) and site admins may cancel job {ritas_job}.")
+    assert refusal(ritas_job) == (
+        "only the job's owner (rita), leads of research-foundation-models (or of a team "
+        f"above it) and site admins may cancel job {ritas_job}."
+    )
     assert_not_cancelled(ritas_job)
 
 

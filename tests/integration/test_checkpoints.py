@@ -1,6 +1,7 @@
 """Confirmed checkpoints, from the agent's event to the record: kept per task for the current
 attempt only (fenced like exits), the job's latest, a rate-limited timeline event, a fresh
 attempt with none, the snapshot's confirmed checkpoint, and the work an ended attempt lost."""
+
 from datetime import datetime, timedelta, timezone as dt_timezone
 
 import pytest
@@ -43,8 +44,11 @@ def running_job(api, leader, *, gpus=8, nodes=(A,), checkpoint=True) -> tuple[in
     for name, client in clients.items():
         beat(client, name)
     cordon(Node.objects.exclude(name__in=nodes))
-    spec = make_spec(resources={"gpu_count": gpus}, grace_period_seconds=5,
-                     checkpoint={"path": "/ckpt/run", "interval_minutes": 10} if checkpoint else None)
+    spec = make_spec(
+        resources={"gpu_count": gpus},
+        grace_period_seconds=5,
+        checkpoint={"path": "/ckpt/run", "interval_minutes": 10} if checkpoint else None,
+    )
     job_id = api("alice").post("/api/v1/jobs", spec, format="json").json()["id"]
     run_pass(epoch=leader)
     for task in Task.objects.filter(job_id=job_id).select_related("node"):
@@ -58,8 +62,15 @@ def report(job_id, rank, attempt, state, **more) -> dict:
 
 
 def checkpoint(job_id, *, rank=0, attempt=1, step=100, at: datetime, epoch=2) -> dict:
-    return {"type": "checkpoint", "job_id": job_id, "rank": rank, "attempt": attempt, "epoch": epoch, "step": step,
-            "at": at.timestamp()}
+    return {
+        "type": "checkpoint",
+        "job_id": job_id,
+        "rank": rank,
+        "attempt": attempt,
+        "epoch": epoch,
+        "step": step,
+        "at": at.timestamp(),
+    }
 
 
 def send(client, node, *events):
@@ -77,8 +88,10 @@ def test_a_checkpoint_is_kept_per_task_and_the_timeline_says_so_at_most_once_a_m
     assert (task.last_checkpoint_at, task.checkpoint_step) == (saved, 100)
     assert Job.objects.get(pk=job_id).last_checkpoint_at == saved
     [event] = AuditEvent.objects.filter(job_id=job_id, kind="CHECKPOINT")
-    assert (event.actor_name, event.data) == (f"agent:{A}", {"rank": 0, "attempt": 1, "step": 100,
-                                                              "at": saved.isoformat()})
+    assert (event.actor_name, event.data) == (
+        f"agent:{A}",
+        {"rank": 0, "attempt": 1, "step": 100, "at": saved.isoformat()},
+    )
 
     for second in range(1, 20):  # a job confirming every second: the fields follow, the timeline does not
         clock.shift(timedelta(seconds=1))
@@ -90,10 +103,19 @@ def test_a_checkpoint_is_kept_per_task_and_the_timeline_says_so_at_most_once_a_m
     assert AuditEvent.objects.filter(job_id=job_id, kind="CHECKPOINT").count() == 2
 
 
-@pytest.mark.parametrize("change, field", [
-    ({"step": None}, "step"), ({"at": None}, "at"), ({"step": -1}, "step"), ({"step": "12"}, "step"),
-    ({"at": "yesterday"}, "at"), ({"at": -5}, "at"), ({"at": 1e13}, "at"), ({"epoch": -1}, "epoch"),
-])
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        ({"step": None}, "step"),
+        ({"at": None}, "at"),
+        ({"step": -1}, "step"),
+        ({"step": "12"}, "step"),
+        ({"at": "yesterday"}, "at"),
+        ({"at": -5}, "at"),
+        ({"at": 1e13}, "at"),
+        ({"epoch": -1}, "epoch"),
+    ],
+)
 def test_a_malformed_checkpoint_event_is_refused_naming_the_field(api, leader, change, field):
     job_id, clients = running_job(api, leader)
     event = {**checkpoint(job_id, at=timezone.now()), **change}
@@ -113,8 +135,10 @@ def test_only_the_current_attempt_on_its_own_node_records_a_checkpoint(api, lead
     assigned = Task.objects.get(job_id=job_id).assigned_at
     refused = send(clients[A], A, checkpoint(job_id, attempt=2, at=now))["refused"]
     assert refused == [{"index": 0, "reason": f"job {job_id} rank 0 is at attempt 1 on this node, not attempt 2."}]
-    assert send(other, B, checkpoint(job_id, at=now))["refused"][0]["reason"] == \
-        f"job {job_id} rank 0 is not placed on node {B}."
+    assert (
+        send(other, B, checkpoint(job_id, at=now))["refused"][0]["reason"]
+        == f"job {job_id} rank 0 is not placed on node {B}."
+    )
     send(clients[A], A, checkpoint(job_id, at=assigned - timedelta(seconds=30)))  # an earlier attempt's file
     send(clients[A], A, checkpoint(job_id, at=now, epoch=3))  # from an epoch newer than its assignment's
     assert Task.objects.get(job_id=job_id).last_checkpoint_at is None
@@ -145,7 +169,8 @@ def test_the_snapshot_counts_from_the_checkpoint_every_rank_confirmed(api, leade
     send(clients[A], A, checkpoint(job_id, rank=rank_of[A], at=first))
     assert seen().last_checkpoint_at is None  # the other rank has confirmed nothing yet
     assert seen().hours_lost_if_stopped(timezone.now().timestamp()) == pytest.approx(
-        16 * (timezone.now() - started).total_seconds() / 3600)
+        16 * (timezone.now() - started).total_seconds() / 3600
+    )
     send(clients[B], B, checkpoint(job_id, rank=rank_of[B], at=first + timedelta(minutes=5)))
     assert seen().last_checkpoint_at == first.timestamp()
     assert seen().hours_lost_if_stopped(timezone.now().timestamp()) == pytest.approx(16 * 10 / 60)
@@ -168,8 +193,12 @@ def test_a_drained_attempt_records_the_work_lost_since_its_checkpoint_and_the_ne
     clock.shift(timedelta(minutes=1))
     ended_attempt = drain_and_settle(api, leader, clients, job_id, clock)
     lost = (timezone.now() - saved).total_seconds()  # the rank ended at the last tick
-    assert ended_attempt.data == {"tasks": 1, "lost_gpu_hours": round(8 * lost / 3600, 4),
-                                  "lost_since": saved.isoformat(), "since_checkpoint": True}
+    assert ended_attempt.data == {
+        "tasks": 1,
+        "lost_gpu_hours": round(8 * lost / 3600, 4),
+        "lost_since": saved.isoformat(),
+        "since_checkpoint": True,
+    }
     task = Task.objects.get(job_id=job_id)
     assert (task.last_checkpoint_at, task.checkpoint_step, task.state) == (None, None, "PENDING")
     assert Job.objects.get(pk=job_id).last_checkpoint_at == saved  # the job's latest stays
@@ -180,8 +209,12 @@ def test_without_a_confirmed_checkpoint_the_whole_attempt_is_lost(api, leader, c
     started = Task.objects.get(job_id=job_id).started_at
     clock.shift(timedelta(minutes=45))
     ended_attempt = drain_and_settle(api, leader, clients, job_id, clock)
-    assert ended_attempt.data == {"tasks": 1, "lost_gpu_hours": round(8 * (45 * 60 + 3) / 3600, 4),
-                                  "lost_since": started.isoformat(), "since_checkpoint": False}
+    assert ended_attempt.data == {
+        "tasks": 1,
+        "lost_gpu_hours": round(8 * (45 * 60 + 3) / 3600, 4),
+        "lost_since": started.isoformat(),
+        "since_checkpoint": False,
+    }
 
 
 def test_the_job_page_shows_the_lost_work(api, leader, clock, client):

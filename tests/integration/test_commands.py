@@ -1,4 +1,5 @@
 """Management commands: seed_demo, create_token; and the production deploy check."""
+
 import io
 import os
 import subprocess
@@ -31,7 +32,8 @@ def test_seed_demo_builds_the_design_fleet(demo):
     counts = {t: Node.objects.filter(gpu_type=t).count() for t in ("H100", "A100", "L40S", "")}
     assert counts == {"H100": 16, "A100": 8, "L40S": 4, "": 8}
     assert list(Node.objects.order_by("rack").values_list("rack", flat=True).distinct()) == [
-        f"z{z}-r{r}" for z in (1, 2) for r in (1, 2, 3, 4)]
+        f"z{z}-r{r}" for z in (1, 2) for r in (1, 2, 3, 4)
+    ]
     assert set(Node.objects.values_list("state", flat=True)) == {"NEW"}
     assert Team.objects.get(name="research-vision").parent.name == "research"
     assert Membership.objects.get(user__username="rita").role == "lead"
@@ -96,14 +98,25 @@ def test_event_log_is_append_only(api):
 
 
 def test_check_deploy_is_clean_with_production_settings():
-    env = {k: v for k, v in os.environ.items() if k not in ("DEBUG", "DJANGO_SETTINGS_MODULE", "DJANGO_ALLOW_ASYNC_UNSAFE")}
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("DEBUG", "DJANGO_SETTINGS_MODULE", "DJANGO_ALLOW_ASYNC_UNSAFE")
+    }
     # DATABASE_URL and REDIS_URL stay the suite's (tests/settings.py): production-like, and
     # nothing another suite on this machine uses.
-    env.update(SECRET_KEY="x7Gq2-production-like-secret-key-with-plenty-of-entropy-0xDEADBEEF",
-               ALLOWED_HOSTS="mlqueue.example.com", DJANGO_SETTINGS_MODULE="mlqueue.settings",
-               MLQ_SECRET_ENV_KEYS=Fernet.generate_key().decode())
-    result = subprocess.run([sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
-                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    env.update(
+        SECRET_KEY="x7Gq2-production-like-secret-key-with-plenty-of-entropy-0xDEADBEEF",
+        ALLOWED_HOSTS="mlqueue.example.com",
+        DJANGO_SETTINGS_MODULE="mlqueue.settings",
+        MLQ_SECRET_ENV_KEYS=Fernet.generate_key().decode(),
+    )
+    result = subprocess.run(
+        [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "System check identified no issues" in result.stdout
 
@@ -113,6 +126,12 @@ def test_check_deploy_flags_the_development_key():
     off and no SECRET_KEY the server does not start at all: test_secret_key.py)."""
     env = {k: v for k, v in os.environ.items() if k not in ("DEBUG", "SECRET_KEY", "DJANGO_SETTINGS_MODULE")}
     env.update(DJANGO_SETTINGS_MODULE="mlqueue.settings", ALLOWED_HOSTS="mlqueue.example.com", DEBUG="1")
-    result = subprocess.run([sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
-                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode != 0 and "security.W009" in result.stderr + result.stdout

@@ -1,4 +1,5 @@
 """The lean ASGI lane serves heartbeats exactly as the DRF view does, errors included."""
+
 import json
 
 import pytest
@@ -14,11 +15,26 @@ from mlqueue.parsers import JSON_TOO_DEEP, LONE_SURROGATE, NUL_IN_TEXT
 INVENTORY = {"zone": "z1", "rack": "r1", "gpu_type": "H100", "gpu_count": 8, "cpu_count": 8, "memory_gb": 16}
 
 
-def call(path: str, body: bytes, authorization: str = "", method: str = "POST", *, host: str = "localhost",
-         headers: tuple = (), scheme: str = "http", query: bytes = b"") -> tuple[int, dict, dict]:
+def call(
+    path: str,
+    body: bytes,
+    authorization: str = "",
+    method: str = "POST",
+    *,
+    host: str = "localhost",
+    headers: tuple = (),
+    scheme: str = "http",
+    query: bytes = b"",
+) -> tuple[int, dict, dict]:
     sent = []
-    scope = {"type": "http", "method": method, "path": path, "scheme": scheme, "query_string": query,
-             "headers": [(b"authorization", authorization.encode()), (b"host", host.encode()), *headers]}
+    scope = {
+        "type": "http",
+        "method": method,
+        "path": path,
+        "scheme": scheme,
+        "query_string": query,
+        "headers": [(b"authorization", authorization.encode()), (b"host", host.encode()), *headers],
+    }
 
     async def receive():
         return {"type": "http.request", "body": body, "more_body": False}
@@ -40,8 +56,11 @@ def test_the_lane_answers_heartbeats_and_refuses_bad_ones():
     assert status == 200 and body["assignments"] == [] and body["lease_s"] > 0
 
     status, body, headers = call("/api/v1/agents/n1/heartbeat", b"{}", "Bearer wrong")
-    assert (status, body["detail"], headers[b"www-authenticate"]) == (401, "invalid node token: register again.",
-                                                                        b"Bearer")
+    assert (status, body["detail"], headers[b"www-authenticate"]) == (
+        401,
+        "invalid node token: register again.",
+        b"Bearer",
+    )
     status, body, _ = call("/api/v1/agents/n1/heartbeat", b"{not json", f"Bearer {token}")
     assert status == 400 and body["detail"].startswith("body: malformed JSON")
     status, body, _ = call("/api/v1/agents/n1/heartbeat", b'{"tasks": [{"job_id": "x"}]}', f"Bearer {token}")
@@ -60,8 +79,9 @@ def test_the_lane_refuses_a_host_django_would_refuse(node_token, settings):
     settings.ALLOWED_HOSTS = ["mlqueue.example.com"]
     status, body, _ = call("/api/v1/agents/n1/heartbeat", b'{"tasks": []}', f"Bearer {node_token}", host="evil.test")
     assert (status, body["detail"]) == (400, "host: " + DISALLOWED_HOST.format(host="evil.test"))
-    status, _, _ = call("/api/v1/agents/n1/heartbeat", b'{"tasks": []}', f"Bearer {node_token}",
-                        host="mlqueue.example.com:8443")
+    status, _, _ = call(
+        "/api/v1/agents/n1/heartbeat", b'{"tasks": []}', f"Bearer {node_token}", host="mlqueue.example.com:8443"
+    )
     assert status == 200
 
 

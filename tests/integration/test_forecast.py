@@ -1,5 +1,6 @@
 """The leader's start-time forecast on the real store: written after a pass, served by the
 job and queue APIs and the job page, learnt from the team's history, and kept in life."""
+
 from datetime import timedelta
 
 import pytest
@@ -23,8 +24,15 @@ def one_node(leader):  # noqa: F811
 
 
 def small(api, name: str, hours: float) -> Job:
-    return submit(api, client_job_id=name, name=name, priority="P2", max_runtime_hours=hours, topology_hint="none",
-                  resources={"gpu_count": 8, "cpu_per_rank": 4, "memory_per_rank_gb": 32})
+    return submit(
+        api,
+        client_job_id=name,
+        name=name,
+        priority="P2",
+        max_runtime_hours=hours,
+        topology_hint="none",
+        resources={"gpu_count": 8, "cpu_per_rank": 4, "memory_per_rank_gb": 32},
+    )
 
 
 def forecast_pass(epoch: int):
@@ -89,8 +97,11 @@ def test_likely_start_learns_from_the_teams_history(api, one_node):
     now = timezone.now()
     for index in range(3):  # the team's jobs used a quarter of the hour they asked for
         old = small(api, f"history-{index}", 1.0)
-        Job.objects.filter(pk=old.pk).update(state=JobState.SUCCEEDED, started_at=now - timedelta(hours=2),
-                                             finished_at=now - timedelta(hours=2) + timedelta(minutes=15))
+        Job.objects.filter(pk=old.pk).update(
+            state=JobState.SUCCEEDED,
+            started_at=now - timedelta(hours=2),
+            finished_at=now - timedelta(hours=2) + timedelta(minutes=15),
+        )
     assert runtime_fractions(now) == {"research-foundation-models": pytest.approx(0.25)}
     first = small(api, "first", 1.0)
     forecast_pass(one_node)
@@ -112,8 +123,15 @@ def test_the_queue_api_checks_its_parameters_and_scopes_to_the_callers_teams(api
     response = api("alice").get("/api/v1/queue?limit=0&priority=P9")
     assert response.status_code == 400 and {"limit", "priority"} <= set(response.json()["fields"])
     mine = small(api, "mine", 1.0)
-    other = submit(api, user="bob", client_job_id="bobs", team="production-ranking", priority="P2",
-                   resources={"gpu_count": 8, "cpu_per_rank": 4, "memory_per_rank_gb": 32}, topology_hint="none")
+    other = submit(
+        api,
+        user="bob",
+        client_job_id="bobs",
+        team="production-ranking",
+        priority="P2",
+        resources={"gpu_count": 8, "cpu_per_rank": 4, "memory_per_rank_gb": 32},
+        topology_hint="none",
+    )
     publish_queue_order([other.pk, mine.pk])
     ids = [entry["id"] for entry in api("alice").get("/api/v1/queue").json()["results"]]
     assert ids == [mine.pk]  # bob's job is not alice's to see

@@ -1,5 +1,6 @@
 """The worker keeps one `Scheduler` from pass to pass: on the real store, over passes that
 place, fill the cluster and leave jobs waiting, it decides exactly as a fresh pass would."""
+
 from django.utils import timezone
 
 from scheduling.core.scheduler import Scheduler, schedule
@@ -26,8 +27,13 @@ def test_a_kept_scheduler_decides_as_a_fresh_pass_on_the_store(api, demo):
     for round_ in range(3):
         submit(api, "alice", name=f"gang-{round_}")  # 64 H100: the seed gang
         for index in range(3):
-            submit(api, "bob", team="production-ranking", name=f"one-{round_}-{index}",
-                   resources={"gpu_count": 4, "gpus_per_task": 4})
+            submit(
+                api,
+                "bob",
+                team="production-ranking",
+                name=f"one-{round_}-{index}",
+                resources={"gpu_count": 4, "gpus_per_task": 4},
+            )
         view = build_view(now=timezone.now())
         assert kept.schedule(view.snapshot) == schedule(view.snapshot)
         report = run_pass(epoch=EPOCH, scheduler=kept)

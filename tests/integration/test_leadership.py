@@ -1,6 +1,7 @@
 """Who leads: one scheduler at a time on Postgres, each takeover a new epoch, recorded as a
 LEADER event in the same statement as the epoch bump (the fault campaign's evidence that no
 write of a deposed epoch was accepted)."""
+
 import pytest
 
 from scheduling.fencing import Deposed, fenced

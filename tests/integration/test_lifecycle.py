@@ -1,4 +1,5 @@
 """Transitions on the real store: conditional updates, gangs all-or-nothing, epoch fencing, races."""
+
 import threading
 
 import pytest
@@ -26,14 +27,23 @@ def states(job: Job) -> set[str]:
 
 
 def test_gang_moves_together_and_the_job_follows(job):
-    moved = lifecycle.transition_gang(job.pk, from_state=S.PENDING, to_state=S.ASSIGNED, per_rank=assignment(job),
-                                      epoch=0, actor_name="scheduler", reason="PLACED", message="z1-r1")
+    moved = lifecycle.transition_gang(
+        job.pk,
+        from_state=S.PENDING,
+        to_state=S.ASSIGNED,
+        per_rank=assignment(job),
+        epoch=0,
+        actor_name="scheduler",
+        reason="PLACED",
+        message="z1-r1",
+    )
     assert moved == 8
     job.refresh_from_db()
     assert job.state == S.ASSIGNED
     assert set(job.tasks.values_list("attempt", flat=True)) == {1}
     assert list(job.tasks.order_by("rank").values_list("node__name", flat=True)) == [
-        f"z1-r1-h100-{i:02d}" for i in range(1, 9)]
+        f"z1-r1-h100-{i:02d}" for i in range(1, 9)
+    ]
     event = job.events.get(kind="TRANSITION")
     assert (event.from_state, event.to_state, event.data) == (S.PENDING, S.ASSIGNED, {"tasks": 8})
 
@@ -52,11 +62,15 @@ def test_gang_with_one_task_elsewhere_does_not_move(job):
 
 def test_a_stale_epoch_writes_nothing(job):
     SchedulerLease.objects.filter(pk=1).update(epoch=5)
-    assert lifecycle.transition_gang(job.pk, from_state=S.PENDING, to_state=S.ASSIGNED, epoch=4,
-                                     per_rank=assignment(job)) == 0
+    assert (
+        lifecycle.transition_gang(job.pk, from_state=S.PENDING, to_state=S.ASSIGNED, epoch=4, per_rank=assignment(job))
+        == 0
+    )
     assert states(job) == {S.PENDING}
-    assert lifecycle.transition_gang(job.pk, from_state=S.PENDING, to_state=S.ASSIGNED, epoch=5,
-                                     per_rank=assignment(job)) == 8
+    assert (
+        lifecycle.transition_gang(job.pk, from_state=S.PENDING, to_state=S.ASSIGNED, epoch=5, per_rank=assignment(job))
+        == 8
+    )
 
 
 def test_illegal_transition_raises_before_touching_the_store(job):

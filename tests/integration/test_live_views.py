@@ -1,5 +1,6 @@
 """The queue and job pages, and the WebSocket that keeps them live: authenticated, origin-checked,
 and telling each user only about jobs of teams they may see."""
+
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
 from channels.testing import WebsocketCommunicator
@@ -102,11 +103,14 @@ def test_a_job_whose_reason_is_not_about_room_gets_a_sentence_not_a_count(api, d
 def add_nodes_and_running_tasks(api, count: int) -> None:
     """`count` more READY CPU nodes, each running one task of a job of bob's."""
     nodes = Node.objects.bulk_create(
-        Node(name=f"extra-{i:03d}", zone="z1", rack="z1-r9", cpu_count=64, memory_gb=256) for i in range(count))
+        Node(name=f"extra-{i:03d}", zone="z1", rack="z1-r9", cpu_count=64, memory_gb=256) for i in range(count)
+    )
     heartbeat(nodes)
-    spec = make_spec(team="production-ranking", client_job_id="extra",
-                     resources={"gpu_count": 0, "gpu_type": None, "tasks": count, "cpu_per_rank": 1,
-                                "memory_per_rank_gb": 1})
+    spec = make_spec(
+        team="production-ranking",
+        client_job_id="extra",
+        resources={"gpu_count": 0, "gpu_type": None, "tasks": count, "cpu_per_rank": 1, "memory_per_rank_gb": 1},
+    )
     response = api("bob").post("/api/v1/jobs", spec, format="json")
     assert response.status_code == 201, response.json()
     job = Job.objects.get(pk=response.json()["id"])
@@ -152,8 +156,9 @@ def test_cancel_from_the_job_page(api, demo):
 
 def socket(client: Client, path: str, origin: bytes = b"http://127.0.0.1") -> WebsocketCommunicator:
     cookie = f"sessionid={client.cookies['sessionid'].value}".encode()
-    return WebsocketCommunicator(application, path, headers=[(b"origin", origin), (b"cookie", cookie),
-                                                             (b"host", b"127.0.0.1")])
+    return WebsocketCommunicator(
+        application, path, headers=[(b"origin", origin), (b"cookie", cookie), (b"host", b"127.0.0.1")]
+    )
 
 
 @pytest.mark.django_db(transaction=True)
@@ -183,8 +188,9 @@ def test_a_websocket_from_a_foreign_origin_or_without_a_login_is_refused(demo):
     async def scenario():
         foreign = socket(alice_client, "/ws/jobs/", origin=b"https://evil.example.com")
         assert (await foreign.connect())[0] is False
-        anonymous = WebsocketCommunicator(application, "/ws/jobs/", headers=[(b"origin", b"http://127.0.0.1"),
-                                                                             (b"host", b"127.0.0.1")])
+        anonymous = WebsocketCommunicator(
+            application, "/ws/jobs/", headers=[(b"origin", b"http://127.0.0.1"), (b"host", b"127.0.0.1")]
+        )
         connected, code = await anonymous.connect()
         assert (connected, code) == (False, 4001)  # past the origin check, refused for want of a login
         # Let both consumers end inside the scenario: left running, they were cancelled as the

@@ -1,6 +1,7 @@
 """Password guessing: failed logins are counted per user name and per client address; past the
 allowance the web login, the admin login and the token-exchange service answer 429 with when to
 retry, without checking the password, until the window has passed."""
+
 import logging
 from datetime import datetime, timezone
 from unittest import mock
@@ -12,7 +13,12 @@ from django.test import Client, RequestFactory
 
 from mlqueue.api_errors import exception_handler
 from teams.login_limits import (
-    LOCKED_ADDRESS, LOCKED_USER, LoginLocked, authenticate_within_limits, check_login_allowed, client_address,
+    LOCKED_ADDRESS,
+    LOCKED_USER,
+    LoginLocked,
+    authenticate_within_limits,
+    check_login_allowed,
+    client_address,
 )
 
 START = datetime(2026, 4, 20, 9, 0, 10, tzinfo=timezone.utc)
@@ -107,10 +113,15 @@ def test_the_admin_login_is_limited_too(limits):
 def test_x_forwarded_for_does_not_buy_a_fresh_allowance(limits):
     for i in range(5):
         response = Client(REMOTE_ADDR=ATTACKER, HTTP_X_FORWARDED_FOR=f"10.0.0.{i}").post(
-            "/accounts/login/", {"username": f"nobody{i}", "password": GUESS})
+            "/accounts/login/", {"username": f"nobody{i}", "password": GUESS}
+        )
         assert response.status_code == 200
-    assert Client(REMOTE_ADDR=ATTACKER, HTTP_X_FORWARDED_FOR="10.9.9.9").post(
-        "/accounts/login/", {"username": "ops", "password": "demo"}).status_code == 429
+    assert (
+        Client(REMOTE_ADDR=ATTACKER, HTTP_X_FORWARDED_FOR="10.9.9.9")
+        .post("/accounts/login/", {"username": "ops", "password": "demo"})
+        .status_code
+        == 429
+    )
 
 
 def test_an_ipv6_client_is_counted_by_its_64(limits):
@@ -125,8 +136,9 @@ def test_a_lockout_is_logged_with_user_name_and_address_but_never_the_password(l
     with caplog.at_level(logging.WARNING, logger="teams.login_limits"):
         fail(3, "alice")
     [record] = [r for r in caplog.records if r.name == "teams.login_limits"]
-    assert record.getMessage() == ("login locked for 600 s: user had 3 failed logins "
-                                   f"(user name 'alice', address {ATTACKER})")
+    assert record.getMessage() == (
+        f"login locked for 600 s: user had 3 failed logins (user name 'alice', address {ATTACKER})"
+    )
     assert GUESS not in caplog.text
 
 

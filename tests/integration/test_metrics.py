@@ -1,5 +1,6 @@
 """/metrics: counters from the scheduler's passes, gauges read from the store, and counters
 summed across processes (prometheus_client's multiprocess mode)."""
+
 import os
 import subprocess
 import sys
@@ -27,8 +28,9 @@ def test_metrics_show_the_pass_and_the_cluster(api, demo, client):
     heartbeat()
     cordon(Node.objects.filter(gpu_type="L40S"))
     api("alice").post("/api/v1/jobs", make_spec(), format="json")
-    api("alice").post("/api/v1/jobs", make_spec(client_job_id="l40s", resources={"gpu_type": "L40S", "gpu_count": 8}),
-                      format="json")
+    api("alice").post(
+        "/api/v1/jobs", make_spec(client_job_id="l40s", resources={"gpu_type": "L40S", "gpu_count": 8}), format="json"
+    )
     run_pass(epoch=3)
 
     lines = metric_lines(client)
@@ -38,8 +40,10 @@ def test_metrics_show_the_pass_and_the_cluster(api, demo, client):
     assert any(line.startswith('mlqueue_pending_jobs{reason="NO_MATCHING_NODES"} 1.0') for line in lines)
     assert any(line.startswith('mlqueue_placements_total{resource_class="gpu:H100"}') for line in lines)
     assert any(line.startswith("mlqueue_scheduler_pass_seconds_count") for line in lines)
-    assert any(line.startswith('mlqueue_queue_wait_seconds_count{priority="P1",team="research-foundation-models"}')
-               for line in lines)
+    assert any(
+        line.startswith('mlqueue_queue_wait_seconds_count{priority="P1",team="research-foundation-models"}')
+        for line in lines
+    )
     assert 'mlqueue_fragmentation_ratio{resource_class="gpu:H100"} 0.0' in lines
 
 
@@ -49,8 +53,14 @@ def test_counters_from_the_scheduler_process_reach_the_web_process(api, demo, cl
     for i in range(3):
         api("alice").post("/api/v1/jobs", make_spec(client_job_id=f"j{i}", resources={"gpu_count": 8}), format="json")
     env = process_env(PROMETHEUS_MULTIPROC_DIR=tmp_path)
-    result = subprocess.run([sys.executable, "manage.py", "run_scheduler", "--once"], cwd=ROOT, env=env,
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "manage.py", "run_scheduler", "--once"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stderr
     assert "3 placed" in result.stdout
 

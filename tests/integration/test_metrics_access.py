@@ -1,5 +1,6 @@
 """/metrics is not public: a bearer token equal to MLQ_METRICS_TOKEN, or a client address in
 MLQ_METRICS_ALLOWED_NETWORKS (default loopback only); others get 403, a wrong token 401."""
+
 import ipaddress
 
 import pytest
@@ -41,8 +42,9 @@ def test_the_token_opens_it_from_anywhere(db, token):
     assert scrape("203.0.113.5", TOKEN).status_code == 200
 
 
-@pytest.mark.parametrize("header", [f"Bearer {TOKEN}x", f"Bearer {TOKEN[:-1]}", "Bearer ", f"Basic {TOKEN}",
-                                    f"Token {TOKEN}"])
+@pytest.mark.parametrize(
+    "header", [f"Bearer {TOKEN}x", f"Bearer {TOKEN[:-1]}", "Bearer ", f"Basic {TOKEN}", f"Token {TOKEN}"]
+)
 def test_a_wrong_token_is_401_even_from_an_allowed_network(db, token, header):
     response = Client(REMOTE_ADDR="127.0.0.1").get("/metrics", HTTP_AUTHORIZATION=header)
     assert response.status_code == 401
@@ -73,12 +75,15 @@ def test_allowed_networks_replace_loopback(db, settings):
     assert scrape("127.0.0.1").status_code == 403
 
 
-@pytest.mark.parametrize("raw, networks", [
-    (None, ("127.0.0.0/8", "::1/128")),  # unset: loopback
-    ("10.0.0.0/8, 192.168.1.0/24", ("10.0.0.0/8", "192.168.1.0/24")),
-    ("10.1.2.3", ("10.1.2.3/32",)),
-    ("", ()),  # set but empty: token only
-])
+@pytest.mark.parametrize(
+    "raw, networks",
+    [
+        (None, ("127.0.0.0/8", "::1/128")),  # unset: loopback
+        ("10.0.0.0/8, 192.168.1.0/24", ("10.0.0.0/8", "192.168.1.0/24")),
+        ("10.1.2.3", ("10.1.2.3/32",)),
+        ("", ()),  # set but empty: token only
+    ],
+)
 def test_the_networks_setting(monkeypatch, raw, networks):
     if raw is None:
         monkeypatch.delenv("MLQ_METRICS_ALLOWED_NETWORKS", raising=False)
@@ -88,11 +93,14 @@ def test_the_networks_setting(monkeypatch, raw, networks):
     assert tuple(str(n) for n in parsed) == networks
 
 
-@pytest.mark.parametrize("raw, message", [
-    ("10.0.0.1/8", "MLQ_METRICS_ALLOWED_NETWORKS: 10.0.0.1/8 has host bits set"),
-    ("everyone", "MLQ_METRICS_ALLOWED_NETWORKS: 'everyone' does not appear to be an IPv4 or IPv6 network"),
-    ("10.0.0.0/33", "MLQ_METRICS_ALLOWED_NETWORKS: '10.0.0.0/33' does not appear to be an IPv4 or IPv6 network"),
-])
+@pytest.mark.parametrize(
+    "raw, message",
+    [
+        ("10.0.0.1/8", "MLQ_METRICS_ALLOWED_NETWORKS: 10.0.0.1/8 has host bits set"),
+        ("everyone", "MLQ_METRICS_ALLOWED_NETWORKS: 'everyone' does not appear to be an IPv4 or IPv6 network"),
+        ("10.0.0.0/33", "MLQ_METRICS_ALLOWED_NETWORKS: '10.0.0.0/33' does not appear to be an IPv4 or IPv6 network"),
+    ],
+)
 def test_a_bad_network_stops_the_server(monkeypatch, raw, message):
     monkeypatch.setenv("MLQ_METRICS_ALLOWED_NETWORKS", raw)
     with pytest.raises(ImproperlyConfigured) as error:

@@ -1,6 +1,7 @@
 """Node writes that race: each actor writes only its own column, and `state` is computed in
 the UPDATE from the row as it is then, so neither the failure detector nor an admin can undo
 the other from an object read before the other wrote."""
+
 import pytest
 from django.utils import timezone
 

@@ -1,6 +1,7 @@
 """The admin console at /nodes/: site admins only; the GPU heatmap by rack (used, reserved,
 draining, down), cordon / drain / uncordon with a required reason, fragmentation, the
 scheduler's status, recent preemptions and failures, in a bounded number of queries."""
+
 import itertools
 import re
 from datetime import timedelta
@@ -74,8 +75,9 @@ def test_only_site_admins(demo, client):
 def test_every_node_by_rack_with_its_state(ops, ready):
     fall_silent("z2-r2-a100-03", health="LOST", epoch=1)
     html = ops.get("/nodes/").content.decode()
-    racks = re.findall(r'<div class="rack" id="rack-([^"]+)">(.*?)</div>\s*</div>\s*(?=<div class="rack"|</div>)',
-                       html, re.DOTALL)
+    racks = re.findall(
+        r'<div class="rack" id="rack-([^"]+)">(.*?)</div>\s*</div>\s*(?=<div class="rack"|</div>)', html, re.DOTALL
+    )
     assert [rack for rack, _ in racks] == [f"z{z}-r{r}" for z in (1, 2) for r in (1, 2, 3, 4)]
     names = {rack: re.findall(r'id="node-([^"]+)"', body) for rack, body in racks}
     assert sum(len(n) for n in names.values()) == 36 and len(names["z1-r1"]) == 8
@@ -196,8 +198,9 @@ def test_gpus_and_fragmentation_per_class(api, ops, ready):
 
 def test_scheduler_status(clock, ops):
     now = timezone.now()
-    SchedulerLease.objects.filter(pk=1).update(epoch=7, holder="sched-1:42", renewed_at=now, last_pass_ms=12.5,
-                                               last_pass_at=now)
+    SchedulerLease.objects.filter(pk=1).update(
+        epoch=7, holder="sched-1:42", renewed_at=now, last_pass_ms=12.5, last_pass_at=now
+    )
     html = ops.get("/nodes/").content.decode()
     assert "sched-1:42" in html and '<dd id="epoch">7</dd>' in html and "12.5 ms" in html
     clock.shift(timedelta(seconds=30))  # and no renewal since

@@ -2,6 +2,7 @@
 (liveness in Postgres, batched), the leader's failure detection restarts its clocks whenever it
 cannot trust the silence it sees (a takeover, Redis down or emptied, a full disruption), and a
 task its agent stopped because the lease ran out is an infra failure, whatever its exit code."""
+
 import socket
 import time
 from datetime import datetime, timedelta, timezone as dt_timezone
@@ -127,7 +128,8 @@ def test_a_new_leader_does_not_read_old_silence_as_dead_nodes(lease, monkeypatch
     assert [r["lost"] for r in results] == [0, 0, 0, 0] and results[2]["suspect"] == 1
     assert detect(epoch=lease, now=later(start, BOUND + MARGIN + 1))["lost"] == 1
     assert AuditEvent.objects.get(node__name="n1", reason="LOST").message == (
-        f"SUSPECT -> LOST: no heartbeat for {BOUND + MARGIN + 1} s (outage bound {BOUND} s + margin {MARGIN} s)")
+        f"SUSPECT -> LOST: no heartbeat for {BOUND + MARGIN + 1} s (outage bound {BOUND} s + margin {MARGIN} s)"
+    )
 
 
 def test_a_leader_that_stopped_looking_restarts_its_clocks(lease, monkeypatch):
@@ -190,13 +192,18 @@ def test_a_task_its_agent_stopped_for_the_lease_is_an_infra_failure_even_with_ex
     job_id = api("alice").post("/api/v1/jobs", make_spec(resources={"gpu_count": 8}), format="json").json()["id"]
     run_pass(epoch=leader)
     beat(client, "z1-r1-h100-01", [{"job_id": job_id, "rank": 0, "attempt": 1, "state": "running"}])
-    beat(client, "z1-r1-h100-01", [{"job_id": job_id, "rank": 0, "attempt": 1, "state": "exited", "exit_code": 0,
-                                    "cause": "lease_expired"}])
+    beat(
+        client,
+        "z1-r1-h100-01",
+        [{"job_id": job_id, "rank": 0, "attempt": 1, "state": "exited", "exit_code": 0, "cause": "lease_expired"}],
+    )
     task = Task.objects.get(job_id=job_id)
     assert (task.state, task.failure_class, task.exit_code) == ("FAILED", "INFRA", 0)
     event = AuditEvent.objects.filter(job_id=job_id, reason="LEASE_EXPIRED").get()
-    assert event.message == ("rank 0 ended (exit code 0): stopped on its node: the node agent could not renew its "
-                             "lease with the control plane within the outage bound")
+    assert event.message == (
+        "rank 0 ended (exit code 0): stopped on its node: the node agent could not renew its "
+        "lease with the control plane within the outage bound"
+    )
 
 
 def test_an_assignment_stopped_before_its_agent_reported_it_does_not_stay_assigned(api, leader):

@@ -8,6 +8,7 @@ is made unreachable for real: the connection's port becomes one where nothing li
 Redis down or not answering: the cache falls back to this process's memory, so submits work
 and the submit and login limits still hold; a Celery publish gives up within seconds; the
 channel layer's commands time out quickly, yet a quiet live view keeps listening."""
+
 import asyncio
 import json
 import logging
@@ -90,19 +91,22 @@ def test_the_outage_middleware_wraps_those_that_read_the_database(settings):
     """Installed, and outside the session and auth middleware, whose errors it must see."""
     order = settings.MIDDLEWARE
     assert order.index("mlqueue.middleware.DatabaseOutages") < order.index(
-        "django.contrib.sessions.middleware.SessionMiddleware")
+        "django.contrib.sessions.middleware.SessionMiddleware"
+    )
 
 
 @pytest.mark.parametrize("debug", [False, True])
-def test_the_api_answers_503_with_retry_after_while_postgres_is_down(api, node_token, settings, debug, caplog,
-                                                                     outage_log):
+def test_the_api_answers_503_with_retry_after_while_postgres_is_down(
+    api, node_token, settings, debug, caplog, outage_log
+):
     settings.DEBUG = debug
     alice, agent = api("alice"), Client(HTTP_AUTHORIZATION=f"Bearer {node_token}")
     with caplog.at_level(logging.WARNING, logger="mlqueue.middleware"), postgres_unreachable():
         assert_unavailable_json(alice.get("/api/v1/jobs"))
         assert_unavailable_json(alice.post("/api/v1/jobs", make_spec(), format="json"))
-        assert_unavailable_json(agent.post("/api/v1/agents/n1/heartbeat", {"tasks": []},
-                                           content_type="application/json"))
+        assert_unavailable_json(
+            agent.post("/api/v1/agents/n1/heartbeat", {"tasks": []}, content_type="application/json")
+        )
     warnings = [r.getMessage() for r in caplog.records if r.name == "mlqueue.middleware"]
     assert len(warnings) == 1 and warnings[0].startswith("the database is unavailable (connection failed: ")
     assert warnings[0].endswith("answering 503, Retry-After 5 s")
@@ -173,8 +177,12 @@ def test_what_counts_as_the_database_being_unavailable(demo):
         connection.ensure_connection()
     with pytest.raises(psycopg.OperationalError) as refused_raw:
         psycopg.connect(host="127.0.0.1", port=closed_port(), user="postgres", connect_timeout=2)
-    with ConnectionPool(f"host=127.0.0.1 port={closed_port()} user=postgres", min_size=0, max_size=1, timeout=0.2,
-                        open=True) as pool, pytest.raises(PoolTimeout) as pool_timeout:
+    with (
+        ConnectionPool(
+            f"host=127.0.0.1 port={closed_port()} user=postgres", min_size=0, max_size=1, timeout=0.2, open=True
+        ) as pool,
+        pytest.raises(PoolTimeout) as pool_timeout,
+    ):
         pool.getconn()
     with pytest.raises(OperationalError) as cancelled:
         run_a_cancelled_query()
@@ -186,8 +194,14 @@ def test_what_counts_as_the_database_being_unavailable(demo):
 
 def heartbeat_via_the_lane(token: str) -> tuple[int, dict, dict]:
     sent = []
-    scope = {"type": "http", "method": "POST", "path": "/api/v1/agents/n1/heartbeat", "scheme": "http",
-             "query_string": b"", "headers": [(b"authorization", f"Bearer {token}".encode()), (b"host", b"localhost")]}
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/api/v1/agents/n1/heartbeat",
+        "scheme": "http",
+        "query_string": b"",
+        "headers": [(b"authorization", f"Bearer {token}".encode()), (b"host", b"localhost")],
+    }
 
     async def receive():
         return {"type": "http.request", "body": b'{"tasks": []}', "more_body": False}
@@ -206,6 +220,7 @@ def test_the_heartbeat_lane_answers_503_while_postgres_is_down(node_token):
 
 
 # --- Redis down: the cache.
+
 
 @pytest.fixture
 def cache_down(settings):
@@ -233,8 +248,9 @@ def test_submits_work_and_are_still_limited_while_redis_is_down(api, cache_down,
 def test_login_limits_still_lock_while_redis_is_down(demo, cache_down, settings):
     settings.MLQ_LOGIN_MAX_FAILURES = 2
     login = Client(REMOTE_ADDR="203.0.113.7")
-    statuses = [login.post("/accounts/login/", {"username": "alice", "password": "wrong"}).status_code
-                for _ in range(3)]
+    statuses = [
+        login.post("/accounts/login/", {"username": "alice", "password": "wrong"}).status_code for _ in range(3)
+    ]
     assert statuses == [200, 200, 429]
     admin = Client(REMOTE_ADDR="203.0.113.8").post("/admin/login/", {"username": "bob", "password": "wrong"})
     assert admin.status_code == 200
@@ -260,8 +276,10 @@ def test_a_redis_that_does_not_answer_costs_half_a_second_once(settings):
 def test_the_cache_comes_back_to_redis_after_an_outage(settings, caplog):
     redis = urlsplit(settings.REDIS_URL)
     proxy = Proxy(redis.port)
-    cache = FallbackRedisCache(f"redis://127.0.0.1:{proxy.port}{redis.path}",
-                               {**settings.CACHES["default"], "KEY_PREFIX": f"outage-{proxy.port}"})
+    cache = FallbackRedisCache(
+        f"redis://127.0.0.1:{proxy.port}{redis.path}",
+        {**settings.CACHES["default"], "KEY_PREFIX": f"outage-{proxy.port}"},
+    )
     with caplog.at_level(logging.WARNING, logger="mlqueue.breaker"):
         cache.set("before", "in redis", 60)
         proxy.cut()
@@ -276,6 +294,7 @@ def test_the_cache_comes_back_to_redis_after_an_outage(settings, caplog):
 
 
 # --- Redis down: Celery.
+
 
 def test_a_publish_to_a_broker_that_does_not_answer_gives_up_within_seconds():
     silent = socket.socket()
@@ -301,10 +320,12 @@ def test_a_publish_to_a_broker_that_does_not_answer_gives_up_within_seconds():
 
 # --- Redis: the channel layer.
 
+
 def test_a_quiet_channel_keeps_listening_past_the_socket_timeout():
     """The layer's BZPOPMIN must end before its socket times out: redis-py 8's default timeout
     (5 s) equals channels_redis's BZPOPMIN (5 s), and the receive loop of every live view quiet
     for 5 s died with a TimeoutError, so it heard no more changes."""
+
     async def quiet_then_told():
         layer = get_channel_layer()
         channel = await layer.new_channel()

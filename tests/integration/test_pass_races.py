@@ -1,5 +1,6 @@
 """What a pass writes and counts when the store moved on between its snapshot and its apply
 step, and what it says when the broker is gone."""
+
 import logging
 from datetime import timedelta
 
@@ -43,8 +44,10 @@ def test_a_job_cancelled_mid_pass_gets_no_stale_reason_back(api, leader, user):
 
 def placements_counted() -> tuple[float, float]:
     labels = {"team": "research-foundation-models", "priority": "P1"}
-    return (REGISTRY.get_sample_value("mlqueue_placements_total", {"resource_class": "gpu:H100"}) or 0.0,
-            REGISTRY.get_sample_value("mlqueue_queue_wait_seconds_count", labels) or 0.0)
+    return (
+        REGISTRY.get_sample_value("mlqueue_placements_total", {"resource_class": "gpu:H100"}) or 0.0,
+        REGISTRY.get_sample_value("mlqueue_queue_wait_seconds_count", labels) or 0.0,
+    )
 
 
 def test_a_placement_that_lost_its_race_is_not_counted(api, leader, user):
@@ -93,8 +96,9 @@ def broker_down(monkeypatch):
     monkeypatch.setattr(stopping, "_broker", RedisBreaker("broker"))
 
 
-def test_a_grace_timer_the_broker_refused_is_logged(api, leader, broker_down, caplog,
-                                                    django_capture_on_commit_callbacks):
+def test_a_grace_timer_the_broker_refused_is_logged(
+    api, leader, broker_down, caplog, django_capture_on_commit_callbacks
+):
     job = submit(api, resources={"gpu_count": 8})
     run_pass(epoch=leader)
     run_all_ranks(job)
@@ -110,4 +114,5 @@ def test_a_grace_timer_the_broker_refused_is_logged(api, leader, broker_down, ca
         stopping._schedule_kill(job.pk, 30)
     assert [r.getMessage() for r in caplog.records if r.name == "scheduling.stopping"] == [
         f"not scheduling the SIGKILL of job {job.pk} in 30 s (the broker is down); the leader's sweep will still "
-        "kill it on time"]
+        "kill it on time"
+    ]

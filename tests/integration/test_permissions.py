@@ -1,4 +1,5 @@
 """Who may do what: member, another team's member, lead, admin x list / detail / cancel / quotas."""
+
 import pytest
 
 from teams.models import AuditEvent
@@ -68,8 +69,13 @@ def test_a_lead_cannot_edit_another_teams_quota(api):
 
 def test_anonymous_gets_401_everywhere(api, job_id):
     client = api(None)
-    for url in ["/api/v1/jobs", f"/api/v1/jobs/{job_id}", "/api/v1/teams", "/api/v1/nodes",
-                "/api/v1/teams/research-vision/quotas"]:
+    for url in [
+        "/api/v1/jobs",
+        f"/api/v1/jobs/{job_id}",
+        "/api/v1/teams",
+        "/api/v1/nodes",
+        "/api/v1/teams/research-vision/quotas",
+    ]:
         assert client.get(url).status_code == 401, url
     assert client.post(f"/api/v1/jobs/{job_id}/cancel").status_code == 401
 

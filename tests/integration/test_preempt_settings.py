@@ -1,5 +1,6 @@
 """MLQ_PREEMPT_MIN_RUNTIME: the minimum runtime per preemptor class, and the older
 MLQ_PREEMPT_MIN_RUNTIME_S still honoured for P1-P3."""
+
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
@@ -9,29 +10,35 @@ from scheduling.leader.snapshot import policy_config
 NAME, SINGLE = "MLQ_PREEMPT_MIN_RUNTIME", "MLQ_PREEMPT_MIN_RUNTIME_S"
 
 
-@pytest.mark.parametrize("raw, single, expected", [
-    ("", "", {"P0": 0, "P1": 600, "P2": 600, "P3": 600}),
-    ("P0=0,P1=600,P2=600,P3=600", "", {"P0": 0, "P1": 600, "P2": 600, "P3": 600}),
-    ("P1=60, P3=3600", "", {"P0": 0, "P1": 60, "P2": 600, "P3": 3600}),  # the rest keep their default
-    ("P0=30", "", {"P0": 30, "P1": 600, "P2": 600, "P3": 600}),
-    ("", "0", {"P0": 0, "P1": 0, "P2": 0, "P3": 0}),  # bench/chaos_stack.py's setting
-    ("", "120", {"P0": 0, "P1": 120, "P2": 120, "P3": 120}),  # never P0's
-    ("P2=900", "120", {"P0": 0, "P1": 120, "P2": 900, "P3": 120}),  # the per-class entry wins
-])
+@pytest.mark.parametrize(
+    "raw, single, expected",
+    [
+        ("", "", {"P0": 0, "P1": 600, "P2": 600, "P3": 600}),
+        ("P0=0,P1=600,P2=600,P3=600", "", {"P0": 0, "P1": 600, "P2": 600, "P3": 600}),
+        ("P1=60, P3=3600", "", {"P0": 0, "P1": 60, "P2": 600, "P3": 3600}),  # the rest keep their default
+        ("P0=30", "", {"P0": 30, "P1": 600, "P2": 600, "P3": 600}),
+        ("", "0", {"P0": 0, "P1": 0, "P2": 0, "P3": 0}),  # bench/chaos_stack.py's setting
+        ("", "120", {"P0": 0, "P1": 120, "P2": 120, "P3": 120}),  # never P0's
+        ("P2=900", "120", {"P0": 0, "P1": 120, "P2": 900, "P3": 120}),  # the per-class entry wins
+    ],
+)
 def test_minimum_runtime_by_class_from_the_environment(monkeypatch, raw, single, expected):
     monkeypatch.setenv(NAME, raw)
     monkeypatch.setenv(SINGLE, single)
     assert env_min_runtime(NAME, SINGLE) == expected
 
 
-@pytest.mark.parametrize("raw, single, complaint", [
-    ("P1", "", "MLQ_PREEMPT_MIN_RUNTIME='P1': 'P1' is not CLASS=SECONDS"),
-    ("P4=10", "", "MLQ_PREEMPT_MIN_RUNTIME='P4=10': 'P4=10' is not CLASS=SECONDS with a class of P0, P1, P2, P3"),
-    ("P1=ten", "", "MLQ_PREEMPT_MIN_RUNTIME='P1=ten': 'ten' is not a number of seconds >= 0"),
-    ("P1=-5", "", "MLQ_PREEMPT_MIN_RUNTIME='P1=-5': '-5' is not a number of seconds >= 0"),
-    ("P1=inf", "", "MLQ_PREEMPT_MIN_RUNTIME='P1=inf': 'inf' is not a number of seconds >= 0"),
-    ("", "soon", "MLQ_PREEMPT_MIN_RUNTIME_S='soon': 'soon' is not a number of seconds >= 0"),
-])
+@pytest.mark.parametrize(
+    "raw, single, complaint",
+    [
+        ("P1", "", "MLQ_PREEMPT_MIN_RUNTIME='P1': 'P1' is not CLASS=SECONDS"),
+        ("P4=10", "", "MLQ_PREEMPT_MIN_RUNTIME='P4=10': 'P4=10' is not CLASS=SECONDS with a class of P0, P1, P2, P3"),
+        ("P1=ten", "", "MLQ_PREEMPT_MIN_RUNTIME='P1=ten': 'ten' is not a number of seconds >= 0"),
+        ("P1=-5", "", "MLQ_PREEMPT_MIN_RUNTIME='P1=-5': '-5' is not a number of seconds >= 0"),
+        ("P1=inf", "", "MLQ_PREEMPT_MIN_RUNTIME='P1=inf': 'inf' is not a number of seconds >= 0"),
+        ("", "soon", "MLQ_PREEMPT_MIN_RUNTIME_S='soon': 'soon' is not a number of seconds >= 0"),
+    ],
+)
 def test_a_bad_minimum_runtime_stops_the_server_naming_the_variable(monkeypatch, raw, single, complaint):
     monkeypatch.setenv(NAME, raw)
     monkeypatch.setenv(SINGLE, single)
@@ -62,8 +69,10 @@ def test_a_bad_reclaim_delay_stops_the_server_naming_the_variable(monkeypatch, r
     assert str(caught.value) == f"MLQ_RECLAIM_AFTER_WAIT_S={raw!r}: {raw!r} is not a number of seconds >= 0"
 
 
-@pytest.mark.parametrize("raw, expected", [("", "weighted_shortest"), ("fair_share", "fair_share"),
-                                           (" weighted_shortest ", "weighted_shortest")])
+@pytest.mark.parametrize(
+    "raw, expected",
+    [("", "weighted_shortest"), ("fair_share", "fair_share"), (" weighted_shortest ", "weighted_shortest")],
+)
 def test_the_queue_order_from_the_environment(monkeypatch, settings, raw, expected):
     monkeypatch.setenv("MLQ_QUEUE_ORDER", raw)
     assert env_choice("MLQ_QUEUE_ORDER", QUEUE_ORDERS) == expected

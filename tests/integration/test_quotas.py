@@ -1,4 +1,5 @@
 """Quota edits: validated against the team tree, written to the audit log."""
+
 from teams.models import AuditEvent, Quota
 from teams.services import OVER_PARENT, UNDER_CHILDREN
 
@@ -18,8 +19,9 @@ def test_lead_edit_is_applied_and_audited(api):
     assert (h100["guaranteed"], h100["borrowing_limit"]) == (35, 40)
     event = AuditEvent.objects.get(kind="QUOTA_CHANGED")
     assert (event.team.name, event.actor_name) == ("research-foundation-models", "rita")
-    assert event.message == ("research-foundation-models gpu:H100: guaranteed 32 -> 35, borrowing_limit 64 -> 40 "
-                             "(llama run needs headroom)")
+    assert event.message == (
+        "research-foundation-models gpu:H100: guaranteed 32 -> 35, borrowing_limit 64 -> 40 (llama run needs headroom)"
+    )
 
 
 def test_children_cannot_be_promised_more_than_their_division(api):
@@ -28,8 +30,13 @@ def test_children_cannot_be_promised_more_than_their_division(api):
     response = api("rita").patch(URL, body, format="json")
 
     assert response.status_code == 400
-    assert response.json()["fields"] == {"quotas.gpu:H100.guaranteed": [OVER_PARENT.format(
-        team="research-foundation-models", total=52, rclass="gpu:H100", parent="research", parent_amount=51)]}
+    assert response.json()["fields"] == {
+        "quotas.gpu:H100.guaranteed": [
+            OVER_PARENT.format(
+                team="research-foundation-models", total=52, rclass="gpu:H100", parent="research", parent_amount=51
+            )
+        ]
+    }
     assert quota("research-foundation-models", "gpu:H100").guaranteed == 32
     assert not AuditEvent.objects.filter(kind="QUOTA_CHANGED").exists()
 
@@ -39,7 +46,8 @@ def test_a_division_cannot_drop_below_its_teams(api):
     response = api("ops").patch("/api/v1/teams/research/quotas", body, format="json")
     assert response.status_code == 400
     assert response.json()["fields"]["quotas.gpu:H100.guaranteed"] == [
-        UNDER_CHILDREN.format(team="research", children=48, rclass="gpu:H100")]
+        UNDER_CHILDREN.format(team="research", children=48, rclass="gpu:H100")
+    ]
 
 
 def test_a_failing_class_rolls_back_the_whole_patch(api):

@@ -1,5 +1,6 @@
 """Resource classes follow the cluster: a GPU type configured in MLQ_GPU_TYPES or reported by a
 registered node can be given quotas (API, teams page, admin); any other class is refused by name."""
+
 import re
 
 import pytest
@@ -12,8 +13,16 @@ from scheduling.usage import cluster_usage
 
 FM = "research-foundation-models"
 JOIN = "join-secret"
-H200_NODE = {"zone": "z1", "rack": "z1-r9", "gpu_type": "H200", "gpu_count": 8, "cpu_count": 192,
-             "memory_gb": 2048, "labels": {}, "address": "10.0.0.9"}
+H200_NODE = {
+    "zone": "z1",
+    "rack": "z1-r9",
+    "gpu_type": "H200",
+    "gpu_count": 8,
+    "cpu_count": 192,
+    "memory_gb": 2048,
+    "labels": {},
+    "address": "10.0.0.9",
+}
 
 
 @pytest.fixture
@@ -25,8 +34,9 @@ def h200_configured(settings):
 def h200_node(demo, settings):
     """An H200 machine joins through the agent API; MLQ_GPU_TYPES does not name H200."""
     settings.MLQ_AGENT_JOIN_TOKEN = JOIN
-    response = APIClient().post("/api/v1/agents/register", {"name": "h200-01", **H200_NODE}, format="json",
-                                HTTP_AUTHORIZATION=f"Bearer {JOIN}")
+    response = APIClient().post(
+        "/api/v1/agents/register", {"name": "h200-01", **H200_NODE}, format="json", HTTP_AUTHORIZATION=f"Bearer {JOIN}"
+    )
     assert response.status_code == 201, response.json()
 
 
@@ -62,8 +72,9 @@ def test_a_gpu_type_a_node_reports_counts_and_gets_quotas(api, h200_node):
 
 
 def test_an_unknown_class_is_refused_naming_the_known_ones(api, h200_configured):
-    response = api("rita").patch(f"/api/v1/teams/{FM}/quotas",
-                                 {"reason": "x", "quotas": {"gpu:X": {"guaranteed": 1}}}, format="json")
+    response = api("rita").patch(
+        f"/api/v1/teams/{FM}/quotas", {"reason": "x", "quotas": {"gpu:X": {"guaranteed": 1}}}, format="json"
+    )
 
     assert response.status_code == 400
     message = "unknown resource class 'gpu:X'; known: cpu, gpu:A100, gpu:H100, gpu:H200, gpu:L40S."
@@ -86,8 +97,17 @@ def test_a_lead_adds_a_quota_for_a_new_class_on_the_teams_page(api, logged_in, h
     form = client.get(f"/teams/?team={FM}&resource_class=gpu%3AH200&edit=1").content.decode()
     assert form.startswith(f'<tr id="quota-{FM}-gpu-H200" class="editing">')
     assert client.get(f"/teams/?team={FM}&resource_class=gpu%3AH200").content == b""  # Cancel: the row goes
-    response = client.post("/teams/", {"team": FM, "resource_class": "gpu:H200", "guaranteed": "8",
-                                       "borrowing_limit": "0", "weight": "1.0", "reason": "H200s arrive"})
+    response = client.post(
+        "/teams/",
+        {
+            "team": FM,
+            "resource_class": "gpu:H200",
+            "guaranteed": "8",
+            "borrowing_limit": "0",
+            "weight": "1.0",
+            "reason": "H200s arrive",
+        },
+    )
 
     assert response.status_code == 200 and response["HX-Trigger"] == "quotas-changed"
     assert Quota.objects.get(team__name=FM, resource_class="gpu:H200").guaranteed == 8
@@ -99,8 +119,9 @@ def test_the_teams_page_refuses_an_unknown_class(logged_in):
 
     response = client.get(f"/teams/?team={FM}&resource_class=gpu%3AX&edit=1")
     assert response.status_code == 400 and response.content.decode() == f"resource_class: {message}"
-    html = client.post("/teams/", {"team": FM, "resource_class": "gpu:X", "guaranteed": "1",
-                                   "reason": "x"}).content.decode()
+    html = client.post(
+        "/teams/", {"team": FM, "resource_class": "gpu:X", "guaranteed": "1", "reason": "x"}
+    ).content.decode()
     assert f'<p class="error">{escape(message)}</p>' in html
     assert not Quota.objects.filter(resource_class="gpu:X").exists()
 
@@ -109,8 +130,14 @@ def test_the_admin_form_checks_the_class(client, demo, h200_configured):
     assert client.login(username="ops", password="demo")
     team = Team.objects.get(name="production")
     url = "/admin/teams/quota/add/"
-    form = {"team": team.pk, "guaranteed": "0", "borrowing_limit": "0", "weight": "1.0",
-            "updated_at_0": "2026-01-01", "updated_at_1": "00:00:00"}
+    form = {
+        "team": team.pk,
+        "guaranteed": "0",
+        "borrowing_limit": "0",
+        "weight": "1.0",
+        "updated_at_0": "2026-01-01",
+        "updated_at_1": "00:00:00",
+    }
 
     assert '<option value="gpu:H200">' in client.get(url).content.decode()
     refused = client.post(url, {**form, "resource_class": "gpu:X"})

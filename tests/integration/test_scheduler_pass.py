@@ -1,5 +1,6 @@
 """The leader's pass on the real store: placements, reasons, preemption grace, retries,
 cancels, timeouts, dependencies, and fencing by epoch."""
+
 from datetime import timedelta
 
 import pytest
@@ -73,7 +74,8 @@ def test_waiting_jobs_get_their_reason_saved(api, leader):
     job.refresh_from_db()
     assert job.pending_reason_code == "INSUFFICIENT_CAPACITY"
     assert job.pending_reason_message == (
-        "needs 64 H100; 56 of 56 free (7/36 nodes fit a task: 20 other resource class, 9 CORDONED)")
+        "needs 64 H100; 56 of 56 free (7/36 nodes fit a task: 20 other resource class, 9 CORDONED)"
+    )
     body = api("alice").get(f"/api/v1/jobs/{job.pk}").json()
     assert body["pending_reason"] == {"code": job.pending_reason_code, "message": job.pending_reason_message}
 
@@ -99,8 +101,9 @@ def test_the_node_histogram_is_stored_with_the_reason_only_when_it_changed(api, 
 
 def test_preempted_gang_gets_term_then_kill_even_with_its_celery_message_lost(clock, api, leader):
     cordon(Node.objects.exclude(rack="z1-r1"))  # one rack of 8 nodes
-    victim = submit(api, user="bob", team="production-ranking", priority="P3", client_job_id="victim",
-                    grace_period_seconds=60)
+    victim = submit(
+        api, user="bob", team="production-ranking", priority="P3", client_job_id="victim", grace_period_seconds=60
+    )
     run_pass(epoch=leader)
     run_all_ranks(victim)
     clock.shift(timedelta(hours=1))  # the victim has run long enough to be preempted
@@ -137,8 +140,9 @@ def test_preempted_gang_is_requeued_whole_and_resumes_with_a_new_attempt(clock, 
     run_pass(epoch=leader)
     assert victim.tasks.filter(state="RUNNING").count() == 7
     for task in victim.tasks.exclude(rank=0):
-        reports.do_report_exited(job_id=victim.pk, rank=task.rank, attempt=task.attempt, exit_code=None,
-                                 signal="SIGTERM")
+        reports.do_report_exited(
+            job_id=victim.pk, rank=task.rank, attempt=task.attempt, exit_code=None, signal="SIGTERM"
+        )
     run_pass(epoch=leader)  # requeue the gang; the urgent job takes a node
 
     victim.refresh_from_db()
@@ -147,7 +151,8 @@ def test_preempted_gang_is_requeued_whole_and_resumes_with_a_new_attempt(clock, 
     assert set(urgent.tasks.values_list("state", flat=True)) == {"ASSIGNED"}
     retry = AuditEvent.objects.get(job=victim, kind="RETRY")
     assert retry.message == (
-        "preempted; requeued, resuming from its checkpoint (preemption 1; restarts and retries not spent)")
+        "preempted; requeued, resuming from its checkpoint (preemption 1; restarts and retries not spent)"
+    )
     reports.do_report_exited(job_id=urgent.pk, rank=0, attempt=1, exit_code=0)  # frees the node
     run_pass(epoch=leader)
     assert set(victim.tasks.values_list("state", "attempt")) == {("ASSIGNED", 2)}
@@ -172,7 +177,8 @@ def test_app_failures_back_off_and_stop_at_max_retries(api, leader):
             now = job.not_before + timedelta(seconds=1)
     assert (job.state, job.failure_class, job.retries_used, job.restarts_used) == ("FAILED", "APP", 2, 0)
     assert AuditEvent.objects.filter(job=job, kind="TRANSITION", reason="APP").last().message == (
-        "rank 0 failed (exit code 3); no retries left (2 allowed)")
+        "rank 0 failed (exit code 3); no retries left (2 allowed)"
+    )
 
 
 def test_a_failed_rank_stops_its_gang_and_the_gang_retries_whole(api, leader):
@@ -194,8 +200,15 @@ def test_infra_failures_do_not_spend_retries(api, leader):
     for restart in range(4):
         run_all_ranks(job)
         task = job.tasks.get()  # its node is lost (scheduling/leader/failures.py fails its tasks so)
-        lifecycle.transition_task(task, to_state="FAILED", attempt=task.attempt, actor_name="scheduler",
-                                  reason="NODE_LOST", message="node lost", failure_class="INFRA")
+        lifecycle.transition_task(
+            task,
+            to_state="FAILED",
+            attempt=task.attempt,
+            actor_name="scheduler",
+            reason="NODE_LOST",
+            message="node lost",
+            failure_class="INFRA",
+        )
         run_pass(epoch=leader)  # requeued, and placed again at once on the idle cluster
         job.refresh_from_db()
         if restart < 3:
@@ -244,7 +257,8 @@ def test_dependencies_wait_then_fail_with_their_reason(api, leader):
     second.refresh_from_db()
     assert (second.state, second.failure_class) == ("FAILED", "DEPENDENCY")
     assert AuditEvent.objects.get(job=second, reason="DEPENDENCY").message == (
-        f"job {first.pk}, which it depends on, ended FAILED")
+        f"job {first.pk}, which it depends on, ended FAILED"
+    )
 
 
 def test_a_dependency_that_succeeds_releases_the_job(api, leader):
@@ -343,8 +357,9 @@ def test_the_node_a_preemptor_freed_is_kept_for_it_once_its_victim_has_stopped(c
     so it need not evict again; once placed, its nomination is gone."""
     node = Node.objects.filter(rack="z1-r1").order_by("name").first()
     cordon(Node.objects.exclude(pk=node.pk))
-    victim = submit(api, user="bob", team="production-ranking", priority="P3", client_job_id="victim",
-                    resources={"gpu_count": 8})
+    victim = submit(
+        api, user="bob", team="production-ranking", priority="P3", client_job_id="victim", resources={"gpu_count": 8}
+    )
     run_pass(epoch=leader)
     run_all_ranks(victim)
     clock.shift(timedelta(hours=1))  # the victim has run long enough to be preempted

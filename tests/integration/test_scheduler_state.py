@@ -1,5 +1,6 @@
 """Whether a leader is alive, as /api/v1/scheduler and the admin console say it: decided by
 Postgres on its own clock, by the duration the leader wrote on the lease row (issue 14)."""
+
 import re
 from datetime import timedelta
 
@@ -20,8 +21,10 @@ def renewed_ago(seconds: float, *, lease_seconds: float | None) -> None:
     """The lease renewed `seconds` ago by the database's clock, as a leader renews it."""
     SchedulerLease.objects.filter(pk=1).update(holder=HOLDER, epoch=3, lease_seconds=lease_seconds)
     with connection.cursor() as cursor:
-        cursor.execute(f"UPDATE {SchedulerLease._meta.db_table} SET renewed_at = now() - make_interval(secs => %s) "
-                       "WHERE id = 1", [seconds])
+        cursor.execute(
+            f"UPDATE {SchedulerLease._meta.db_table} SET renewed_at = now() - make_interval(secs => %s) WHERE id = 1",
+            [seconds],
+        )
 
 
 def console_leader(client) -> str | None:
@@ -76,7 +79,11 @@ def test_the_api_and_the_console_agree(api, ops, ago, lease_seconds):
         body = api("victor").get("/api/v1/scheduler").json()
         shown = console_leader(ops)
     assert (body["leading"], body["leader"], body["epoch"], body["lease_seconds"]) == (
-        alive, HOLDER if alive else None, 3, lease_seconds)
+        alive,
+        HOLDER if alive else None,
+        3,
+        lease_seconds,
+    )
     assert shown == body["leader"]
 
 

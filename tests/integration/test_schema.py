@@ -1,4 +1,5 @@
 """The OpenAPI schema and its docs page, served from local static files (no CDN)."""
+
 import re
 
 
@@ -6,8 +7,15 @@ def test_schema_lists_the_public_endpoints(api):
     response = api("alice").get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json")
     assert response.status_code == 200
     paths = set(response.json()["paths"])
-    assert {"/api/v1/jobs", "/api/v1/jobs/{job_id}", "/api/v1/jobs/{job_id}/events", "/api/v1/jobs/{job_id}/cancel",
-            "/api/v1/teams", "/api/v1/teams/{name}/quotas", "/api/v1/nodes"} <= {p.rstrip("/") for p in paths} | paths
+    assert {
+        "/api/v1/jobs",
+        "/api/v1/jobs/{job_id}",
+        "/api/v1/jobs/{job_id}/events",
+        "/api/v1/jobs/{job_id}/cancel",
+        "/api/v1/teams",
+        "/api/v1/teams/{name}/quotas",
+        "/api/v1/nodes",
+    } <= {p.rstrip("/") for p in paths} | paths
     assert response.json()["components"]["securitySchemes"]["bearerAuth"]["scheme"] == "bearer"
 
 

@@ -2,6 +2,7 @@
 database, no server): valid and invalid requests to every operation, as a member (alice), as
 an admin (ops) and, for the agent API, as a registered node (and the join token for register).
 None may be answered with a 5xx. bench/fuzz.py runs the same, longer."""
+
 import pytest
 from django.core.cache import cache
 from django.core.management import call_command
@@ -20,8 +21,14 @@ def test_no_generated_request_gets_a_server_error(settings):
     identities, real_paths = demo_world()
     schema = load_schema_in_process(application, identities[0].authorization)
 
-    figures = fuzz(schema, identities=identities, real_paths=real_paths, cases=CASES, derandomize=True,
-                   send=JoinTokenForRegister(in_process_send(application)))
+    figures = fuzz(
+        schema,
+        identities=identities,
+        real_paths=real_paths,
+        cases=CASES,
+        derandomize=True,
+        send=JoinTokenForRegister(in_process_send(application)),
+    )
 
     assert figures.server_errors == 0, figures.failures
     assert figures.cases >= CASES // 2, figures.as_dict()

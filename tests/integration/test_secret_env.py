@@ -1,5 +1,6 @@
 """secret_env: write-only values, encrypted at rest, delivered only in the heartbeat reply of
 the node that runs the task, "***" everywhere else; and `owner` in a submitted spec."""
+
 import logging
 import sys
 
@@ -19,7 +20,12 @@ from teams.models import AuditEvent
 from scheduling import secrets, services
 from scheduling.assignments import assignment_env
 from scheduling.spec import (
-    IN_ENV_AND_SECRET_ENV, OWNER_NOT_CALLER, RESERVED_ENV, SECRET_BLANK, SECRET_IS_MASK, spec_digest,
+    IN_ENV_AND_SECRET_ENV,
+    OWNER_NOT_CALLER,
+    RESERVED_ENV,
+    SECRET_BLANK,
+    SECRET_IS_MASK,
+    spec_digest,
 )
 from scheduling.web.submit_page import SECRET_NAMES_INPUT, SECRET_NOT_KEY_VALUE, SECRET_VALUES_NOT_SHOWN
 from scheduling.leader.worker import run_pass
@@ -30,8 +36,16 @@ SECRET = "wandb-8f14e45fceea167a5a36dedd4bea2543"
 OTHER_SECRET = "wandb-c9f0f895fb98ab9159f51fd0297e236d"
 KEY_A, KEY_B = Fernet.generate_key().decode(), Fernet.generate_key().decode()
 JOIN = "join-secret"
-INVENTORY = {"zone": "z1", "rack": "z1-r1", "gpu_type": "H100", "gpu_count": 8, "cpu_count": 192,
-             "memory_gb": 2048, "labels": {"ib": "ndr400"}, "address": "10.0.0.1"}
+INVENTORY = {
+    "zone": "z1",
+    "rack": "z1-r1",
+    "gpu_type": "H100",
+    "gpu_count": 8,
+    "cpu_count": 192,
+    "memory_gb": 2048,
+    "labels": {"ib": "ndr400"},
+    "address": "10.0.0.1",
+}
 
 
 def with_secret(**overrides) -> dict:
@@ -41,13 +55,16 @@ def with_secret(**overrides) -> dict:
 def every_row_as_text() -> str:
     """Every job, task and event row as Postgres prints it: what a database dump would hold."""
     with connection.cursor() as cursor:
-        cursor.execute("SELECT row_to_json(j)::text FROM scheduling_job j UNION ALL "
-                       "SELECT row_to_json(t)::text FROM scheduling_task t UNION ALL "
-                       "SELECT row_to_json(e)::text FROM scheduling_jobevent e")
+        cursor.execute(
+            "SELECT row_to_json(j)::text FROM scheduling_job j UNION ALL "
+            "SELECT row_to_json(t)::text FROM scheduling_task t UNION ALL "
+            "SELECT row_to_json(e)::text FROM scheduling_jobevent e"
+        )
         return "\n".join(row[0] for row in cursor.fetchall())
 
 
 # --- storage -------------------------------------------------------------------------------
+
 
 def test_the_value_is_stored_encrypted_and_the_spec_keeps_only_the_name(api, caplog):
     caplog.set_level(logging.DEBUG)
@@ -96,6 +113,7 @@ def test_the_submit_page_keeps_its_secret_inputs_out_of_crash_reports(alice):
 
 # --- who sees it ---------------------------------------------------------------------------
 
+
 @pytest.fixture
 def two_agents(demo, settings, fresh_liveness):
     """Nodes z1-r1-h100-01 and -02 ready through the agent API, every other node cordoned."""
@@ -104,8 +122,9 @@ def two_agents(demo, settings, fresh_liveness):
     clients = {}
     for name in ("z1-r1-h100-01", "z1-r1-h100-02"):
         client = APIClient()
-        joined = client.post("/api/v1/agents/register", {"name": name, **INVENTORY}, format="json",
-                             HTTP_AUTHORIZATION=f"Bearer {JOIN}")
+        joined = client.post(
+            "/api/v1/agents/register", {"name": name, **INVENTORY}, format="json", HTTP_AUTHORIZATION=f"Bearer {JOIN}"
+        )
         assert joined.status_code == 201, joined.json()
         client.credentials(HTTP_AUTHORIZATION=f"Bearer {joined.json()['token']}")
         assert client.post(f"/api/v1/agents/{name}/heartbeat", {"tasks": []}, format="json").status_code == 200
@@ -134,8 +153,12 @@ def test_only_the_assigned_nodes_heartbeat_reply_carries_the_value(api, two_agen
     assert SECRET not in beat(two_agents[other], other).content.decode()
     alice, rita = api("alice"), api("rita")
     seen_elsewhere = [
-        alice.get(f"/api/v1/jobs/{job_id}"), rita.get(f"/api/v1/jobs/{job_id}"), alice.get("/api/v1/jobs"),
-        alice.get(f"/api/v1/jobs/{job_id}/events"), alice.get("/api/v1/queue"), api("ops").get("/api/v1/nodes"),
+        alice.get(f"/api/v1/jobs/{job_id}"),
+        rita.get(f"/api/v1/jobs/{job_id}"),
+        alice.get("/api/v1/jobs"),
+        alice.get(f"/api/v1/jobs/{job_id}/events"),
+        alice.get("/api/v1/queue"),
+        api("ops").get("/api/v1/nodes"),
     ]
     assert [r.status_code for r in seen_elsewhere] == [200] * 6
     assert all(SECRET not in r.content.decode() for r in seen_elsewhere)
@@ -154,14 +177,14 @@ def test_the_job_page_and_its_panel_show_the_name_with_stars(api):
 
 
 def test_assignment_env_merges_the_secret_under_mlqueues_own_variables(api):
-    api("alice").post("/api/v1/jobs", make_spec(secret_env={"HF_TOKEN": SECRET, "RANK": "spoofed"}),
-                      format="json")
+    api("alice").post("/api/v1/jobs", make_spec(secret_env={"HF_TOKEN": SECRET, "RANK": "spoofed"}), format="json")
     job = Job.objects.get()
     env = assignment_env(job.tasks.get(rank=0), job=job, master_node="n1")
     assert (env["HF_TOKEN"], env["RANK"], env["WANDB_PROJECT"]) == (SECRET, "0", "llama-70b")
 
 
 # --- idempotent submit ---------------------------------------------------------------------
+
 
 def test_a_resubmit_with_the_same_secret_is_the_same_job_and_another_secret_a_conflict(api):
     client = api("alice")
@@ -174,7 +197,8 @@ def test_a_resubmit_with_the_same_secret_is_the_same_job_and_another_secret_a_co
     assert (first.status_code, again.status_code, other.status_code, none.status_code) == (201, 200, 409, 409)
     assert again.json()["id"] == job.pk
     assert other.json()["detail"] == services.SPEC_CONFLICT.format(
-        team="research-foundation-models", job_id=job.pk, client_job_id="llama-70b-run-47")
+        team="research-foundation-models", job_id=job.pk, client_job_id="llama-70b-run-47"
+    )
 
 
 def test_the_digest_is_keyed_so_it_tells_nothing_about_the_value(api, settings):
@@ -207,6 +231,7 @@ def test_keys_rotate_the_old_key_still_decrypts_and_matches_and_a_dropped_key_fa
 
 # --- settings ------------------------------------------------------------------------------
 
+
 def test_a_bad_key_is_improperly_configured_and_a_check_error(settings):
     settings.MLQ_SECRET_ENV_KEYS = [KEY_A, "not-a-key"]
     with pytest.raises(ImproperlyConfigured) as raised:
@@ -230,20 +255,46 @@ def test_without_keys_the_demo_works_and_check_deploy_warns(settings):
 
 # --- bad secret_env and owner --------------------------------------------------------------
 
-@pytest.mark.parametrize("body, field, message", [
-    (make_spec(secret_env={"MLQ_TOKEN": "x"}), "secret_env", RESERVED_ENV.format(name="MLQ_TOKEN")),
-    (make_spec(secret_env={"WANDB_PROJECT": "x"}), "secret_env", IN_ENV_AND_SECRET_ENV.format(name="WANDB_PROJECT")),
-    (make_spec(secret_env={"WANDB_API_KEY": "***"}), "secret_env", SECRET_IS_MASK.format(name="WANDB_API_KEY")),
-    (make_spec(secret_env={"WANDB_API_KEY": " "}), "secret_env", SECRET_BLANK.format(name="WANDB_API_KEY")),
-    (make_spec(secret_env={"1BAD": "x"}), "secret_env",
-     "'1BAD' is not a valid name: letters, digits and underscores, not starting with a digit."),
-    (make_spec(secret_env={"A": 7}), "secret_env.A", "must be a string, not int."),
-    (make_spec(secret_env={"A": "x" * 8193}), "secret_env.A", "Ensure this field has no more than 8192 characters."),
-    (make_spec(secret_env=["A=x"]), "secret_env", 'Expected a dictionary of items but got type "list".'),
-    (make_spec(owner="someone@example.com"), "owner", OWNER_NOT_CALLER.format(owner="someone@example.com")),
-    (make_spec(owner="bob"), "owner", OWNER_NOT_CALLER.format(owner="bob")),
-], ids=["reserved", "also in env", "the mask", "blank", "bad name", "not a string", "too long", "a list",
-        "someone else's email", "someone else's name"])
+
+@pytest.mark.parametrize(
+    "body, field, message",
+    [
+        (make_spec(secret_env={"MLQ_TOKEN": "x"}), "secret_env", RESERVED_ENV.format(name="MLQ_TOKEN")),
+        (
+            make_spec(secret_env={"WANDB_PROJECT": "x"}),
+            "secret_env",
+            IN_ENV_AND_SECRET_ENV.format(name="WANDB_PROJECT"),
+        ),
+        (make_spec(secret_env={"WANDB_API_KEY": "***"}), "secret_env", SECRET_IS_MASK.format(name="WANDB_API_KEY")),
+        (make_spec(secret_env={"WANDB_API_KEY": " "}), "secret_env", SECRET_BLANK.format(name="WANDB_API_KEY")),
+        (
+            make_spec(secret_env={"1BAD": "x"}),
+            "secret_env",
+            "'1BAD' is not a valid name: letters, digits and underscores, not starting with a digit.",
+        ),
+        (make_spec(secret_env={"A": 7}), "secret_env.A", "must be a string, not int."),
+        (
+            make_spec(secret_env={"A": "x" * 8193}),
+            "secret_env.A",
+            "Ensure this field has no more than 8192 characters.",
+        ),
+        (make_spec(secret_env=["A=x"]), "secret_env", 'Expected a dictionary of items but got type "list".'),
+        (make_spec(owner="someone@example.com"), "owner", OWNER_NOT_CALLER.format(owner="someone@example.com")),
+        (make_spec(owner="bob"), "owner", OWNER_NOT_CALLER.format(owner="bob")),
+    ],
+    ids=[
+        "reserved",
+        "also in env",
+        "the mask",
+        "blank",
+        "bad name",
+        "not a string",
+        "too long",
+        "a list",
+        "someone else's email",
+        "someone else's name",
+    ],
+)
 def test_bad_secret_env_and_owner_are_refused_naming_the_field(api, body, field, message):
     response = api("alice").post("/api/v1/jobs", body, format="json")
     assert response.status_code == 400
@@ -279,8 +330,13 @@ def alice(demo) -> Client:
 
 def submit_form(**changes) -> dict:
     """alice's form as the page draws it, with a 1-GPU job and the given inputs."""
-    form = {"team": "research-foundation-models", "command": "python\ntrain.py", "resources.gpu_count": "1",
-            "resources.gpu_type": "H100", "max_runtime_hours": "24"}
+    form = {
+        "team": "research-foundation-models",
+        "command": "python\ntrain.py",
+        "resources.gpu_count": "1",
+        "resources.gpu_type": "H100",
+        "max_runtime_hours": "24",
+    }
     return {**form, **changes}
 
 
@@ -320,8 +376,13 @@ def test_a_ticked_name_without_a_value_is_refused_by_name_and_a_typed_value_goes
     dropped = post(alice, "submit", submit_form(client_job_id="no-secret"))  # unticked: dropped
     assert dropped.status_code == 302 and Job.objects.get().spec["secret_env"] == {}
 
-    typed = post(alice, "submit", submit_form(client_job_id="typed", secret_env=f"WANDB_API_KEY={SECRET}",
-                                              **{SECRET_NAMES_INPUT: "WANDB_API_KEY"}))
+    typed = post(
+        alice,
+        "submit",
+        submit_form(
+            client_job_id="typed", secret_env=f"WANDB_API_KEY={SECRET}", **{SECRET_NAMES_INPUT: "WANDB_API_KEY"}
+        ),
+    )
     job = Job.objects.get(client_job_id="typed")
     assert typed.status_code == 302 and secrets.decrypt_env(job.secret_env_ciphertext) == {"WANDB_API_KEY": SECRET}
 

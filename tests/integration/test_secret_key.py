@@ -1,5 +1,6 @@
 """SECRET_KEY: with DEBUG off the server refuses to start without one, rather than signing
 sessions with a key anyone can read in the source."""
+
 import os
 import subprocess
 import sys
@@ -16,8 +17,7 @@ def start(**env) -> subprocess.CompletedProcess:
     """What every entry point (web, scheduler, manage.py) does first: load the settings."""
     base = {k: v for k, v in os.environ.items() if k not in ("SECRET_KEY", "DEBUG", "DJANGO_SETTINGS_MODULE")}
     base.update(DJANGO_SETTINGS_MODULE="mlqueue.settings", **env)
-    return subprocess.run([sys.executable, "-c", START], cwd=ROOT, env=base, capture_output=True, text=True,
-                          timeout=60)
+    return subprocess.run([sys.executable, "-c", START], cwd=ROOT, env=base, capture_output=True, text=True, timeout=60)
 
 
 @pytest.mark.parametrize("debug", ["0", ""])  # off, and unset (off by default)

@@ -1,5 +1,6 @@
 """The leader applying a settle verdict on the real store: preemptions that spend nothing,
 infra failures that spend restarts, one event per change, counters only for what committed."""
+
 import pytest
 from django.db import transaction
 from django.test import Client
@@ -36,7 +37,8 @@ def test_a_job_preempted_25_times_with_max_restarts_20_is_still_requeued(api, le
         assert job.tasks.get().attempt == attempt + 1
     assert counters(job) == ("ASSIGNED", 25, 0, 0)
     assert AuditEvent.objects.filter(job=job, kind="RETRY").last().message == (
-        "preempted; requeued, resuming from its checkpoint (preemption 25; restarts and retries not spent)")
+        "preempted; requeued, resuming from its checkpoint (preemption 25; restarts and retries not spent)"
+    )
 
 
 def test_drains_and_spot_reclaims_spend_nothing_either(api, leader):
@@ -47,14 +49,22 @@ def test_drains_and_spot_reclaims_spend_nothing_either(api, leader):
     run_pass(epoch=leader)
     assert counters(job) == ("ASSIGNED", 1, 0, 0)
     assert AuditEvent.objects.get(job=job, kind="RETRY").message == (
-        "drained off its node; requeued, resuming from its checkpoint (preemption 1; restarts and retries not spent)")
+        "drained off its node; requeued, resuming from its checkpoint (preemption 1; restarts and retries not spent)"
+    )
 
 
 def lose_the_node_under(job: Job) -> None:
     """What the failure detector does to a LOST node's tasks (scheduling/leader/failures.py)."""
     for task in job.tasks.all():
-        assert lifecycle.transition_task(task, to_state="FAILED", attempt=task.attempt, actor_name="scheduler",
-                                         reason="NODE_LOST", message="node lost", failure_class="INFRA")
+        assert lifecycle.transition_task(
+            task,
+            to_state="FAILED",
+            attempt=task.attempt,
+            actor_name="scheduler",
+            reason="NODE_LOST",
+            message="node lost",
+            failure_class="INFRA",
+        )
 
 
 def test_a_lost_node_still_spends_max_restarts(api, leader):
@@ -67,9 +77,11 @@ def test_a_lost_node_still_spends_max_restarts(api, leader):
     job.refresh_from_db()
     assert (job.state, job.failure_class, job.restarts_used, job.preemptions) == ("FAILED", "INFRA", 1, 0)
     assert AuditEvent.objects.get(job=job, kind="RETRY").message == (
-        "lost to an infrastructure failure; restart 1 of 1, resuming from its checkpoint (retries not spent)")
+        "lost to an infrastructure failure; restart 1 of 1, resuming from its checkpoint (retries not spent)"
+    )
     assert AuditEvent.objects.get(job=job, kind="TRANSITION", to_state="FAILED", reason="INFRA").message == (
-        "lost to an infrastructure failure; no restarts left (1 allowed)")
+        "lost to an infrastructure failure; no restarts left (1 allowed)"
+    )
 
 
 def test_on_preemption_fail_fails_the_job_with_one_event(api, leader):
@@ -83,7 +95,8 @@ def test_on_preemption_fail_fails_the_job_with_one_event(api, leader):
     assert (job.state, job.failure_class) == ("FAILED", "INFRA")
     failed = AuditEvent.objects.filter(job=job, kind="TRANSITION", to_state="FAILED")
     assert [(e.from_state, e.reason, e.message) for e in failed] == [
-        ("PREEMPTED", "INFRA", "preempted, and its restart policy says fail")]
+        ("PREEMPTED", "INFRA", "preempted, and its restart policy says fail")
+    ]
 
 
 def outcomes(outcome: str, failure_class: str) -> float:
@@ -123,7 +136,12 @@ def test_the_api_and_the_job_page_show_preemptions_beside_restarts_and_retries(a
 
     body = api("alice").get(f"/api/v1/jobs/{job.pk}").json()
     assert {k: body[k] for k in ("preemptions", "restarts_used", "max_restarts", "retries_used", "max_retries")} == {
-        "preemptions": 1, "restarts_used": 0, "max_restarts": 20, "retries_used": 0, "max_retries": 2}
+        "preemptions": 1,
+        "restarts_used": 0,
+        "max_restarts": 20,
+        "retries_used": 0,
+        "max_retries": 2,
+    }
     client = Client()
     client.login(username="alice", password="demo")
     page = client.get(f"/jobs/{job.pk}/panel/").content.decode()

@@ -1,6 +1,7 @@
 """Names people read: no trailing newline slipping past a `$` regex, and no invisible or
 control character (bidi overrides, zero-width spaces) in job names, ids, env and label names,
 label values, or team names and descriptions."""
+
 import pytest
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.test import Client
@@ -9,7 +10,13 @@ from rest_framework import serializers
 from scheduling.models import Job
 from teams.models import AuditEvent, TEAM_NAME_VALIDATOR, Team
 from scheduling.spec import (
-    CLIENT_JOB_ID, ENV_NAME, INVISIBLE, INVISIBLE_KEY, LABEL_KEY, StringMapField, refuse_invisible,
+    CLIENT_JOB_ID,
+    ENV_NAME,
+    INVISIBLE,
+    INVISIBLE_KEY,
+    LABEL_KEY,
+    StringMapField,
+    refuse_invisible,
 )
 from tests.conftest import make_spec
 
@@ -17,9 +24,15 @@ RLO = "\u202e"  # RIGHT-TO-LEFT OVERRIDE: "invoice\u202efdp.exe" reads "invoicee
 RLO_NAME = "U+202E RIGHT-TO-LEFT OVERRIDE"
 
 
-@pytest.mark.parametrize("pattern, text", [
-    (ENV_NAME, "FOO\n"), (LABEL_KEY, "ib\n"), (CLIENT_JOB_ID, "run-1\n"), (TEAM_NAME_VALIDATOR.regex, "vision\n"),
-])
+@pytest.mark.parametrize(
+    "pattern, text",
+    [
+        (ENV_NAME, "FOO\n"),
+        (LABEL_KEY, "ib\n"),
+        (CLIENT_JOB_ID, "run-1\n"),
+        (TEAM_NAME_VALIDATOR.regex, "vision\n"),
+    ],
+)
 def test_no_name_pattern_takes_a_trailing_newline(pattern, text):
     assert pattern.match(text) is None and pattern.match(text[:-1])
 
@@ -32,17 +45,20 @@ def test_an_env_name_with_a_trailing_newline_is_refused_naming_env(api):
     assert "'FOO\\n'" in message  # the name is quoted escaped, never raw
 
 
-@pytest.mark.parametrize("body, field, char", [
-    (make_spec(name=f"invoice{RLO}fdp.exe"), "name", RLO_NAME),
-    (make_spec(name="a\u2066b\u2069"), "name", "U+2066 LEFT-TO-RIGHT ISOLATE"),
-    (make_spec(name="line\u2028two"), "name", "U+2028 LINE SEPARATOR"),
-    (make_spec(name="tab\there"), "name", "U+0009 CONTROL CHARACTER"),
-    (make_spec(client_job_id="run\u200b47"), "client_job_id", "U+200B ZERO WIDTH SPACE"),
-    (make_spec(team=f"research{RLO}"), "team", RLO_NAME),
-    (make_spec(owner=f"alice{RLO}"), "owner", RLO_NAME),
-    (make_spec(node_selector={"ib": f"ndr{RLO}400"}), "node_selector.ib", RLO_NAME),
-], ids=["bidi override", "bidi isolate", "line separator", "tab", "zero-width space", "team", "owner",
-        "label value"])
+@pytest.mark.parametrize(
+    "body, field, char",
+    [
+        (make_spec(name=f"invoice{RLO}fdp.exe"), "name", RLO_NAME),
+        (make_spec(name="a\u2066b\u2069"), "name", "U+2066 LEFT-TO-RIGHT ISOLATE"),
+        (make_spec(name="line\u2028two"), "name", "U+2028 LINE SEPARATOR"),
+        (make_spec(name="tab\there"), "name", "U+0009 CONTROL CHARACTER"),
+        (make_spec(client_job_id="run\u200b47"), "client_job_id", "U+200B ZERO WIDTH SPACE"),
+        (make_spec(team=f"research{RLO}"), "team", RLO_NAME),
+        (make_spec(owner=f"alice{RLO}"), "owner", RLO_NAME),
+        (make_spec(node_selector={"ib": f"ndr{RLO}400"}), "node_selector.ib", RLO_NAME),
+    ],
+    ids=["bidi override", "bidi isolate", "line separator", "tab", "zero-width space", "team", "owner", "label value"],
+)
 def test_invisible_characters_in_names_are_refused_naming_the_field(api, body, field, char):
     response = api("alice").post("/api/v1/jobs", body, format="json")
     assert response.status_code == 400
@@ -50,11 +66,15 @@ def test_invisible_characters_in_names_are_refused_naming_the_field(api, body, f
     assert (Job.objects.count(), AuditEvent.objects.count()) == (0, 0)
 
 
-@pytest.mark.parametrize("body, field, key", [
-    (make_spec(env={f"A{RLO}B": "1"}), "env", f"A{RLO}B"),
-    (make_spec(secret_env={f"\u2066TOKEN": "x"}), "secret_env", "\u2066TOKEN"),
-    (make_spec(node_selector={f"ib{RLO}": "ndr400"}), "node_selector", f"ib{RLO}"),
-], ids=["env", "secret_env", "label key"])
+@pytest.mark.parametrize(
+    "body, field, key",
+    [
+        (make_spec(env={f"A{RLO}B": "1"}), "env", f"A{RLO}B"),
+        (make_spec(secret_env={f"\u2066TOKEN": "x"}), "secret_env", "\u2066TOKEN"),
+        (make_spec(node_selector={f"ib{RLO}": "ndr400"}), "node_selector", f"ib{RLO}"),
+    ],
+    ids=["env", "secret_env", "label key"],
+)
 def test_invisible_characters_in_map_keys_are_refused_naming_the_map(api, body, field, key):
     response = api("alice").post("/api/v1/jobs", body, format="json")
     assert response.status_code == 400
@@ -64,8 +84,9 @@ def test_invisible_characters_in_map_keys_are_refused_naming_the_map(api, body, 
 
 
 def test_a_name_made_from_the_command_drops_invisible_characters(api):
-    response = api("alice").post("/api/v1/jobs", {"team": "research-foundation-models",
-                                                  "command": [f"/bin/invoice{RLO}fdp.exe"]}, format="json")
+    response = api("alice").post(
+        "/api/v1/jobs", {"team": "research-foundation-models", "command": [f"/bin/invoice{RLO}fdp.exe"]}, format="json"
+    )
     assert response.status_code == 201 and response.json()["name"] == "invoicefdp.exe"
 
 
@@ -88,11 +109,16 @@ def test_the_shared_helpers_for_other_serializers():
 
 # --- teams (created in the admin) ----------------------------------------------------------
 
-@pytest.mark.parametrize("fields, field", [
-    ({"name": "vision\n"}, "name"),
-    ({"name": "vision", "description": f"the {RLO}real{RLO} team"}, "description"),
-    ({"name": "vision", "description": "zero\u200bwidth"}, "description"),
-], ids=["name with a newline", "description with a bidi override", "description with a zero-width space"])
+
+@pytest.mark.parametrize(
+    "fields, field",
+    [
+        ({"name": "vision\n"}, "name"),
+        ({"name": "vision", "description": f"the {RLO}real{RLO} team"}, "description"),
+        ({"name": "vision", "description": "zero\u200bwidth"}, "description"),
+    ],
+    ids=["name with a newline", "description with a bidi override", "description with a zero-width space"],
+)
 def test_team_names_and_descriptions_refuse_invisible_characters(db, fields, field):
     with pytest.raises(DjangoValidationError) as raised:
         Team(**fields).full_clean()

@@ -1,4 +1,5 @@
 """Submitting jobs through the API: the seed job, idempotency, concurrency."""
+
 import threading
 
 import pytest
@@ -26,12 +27,23 @@ def test_seed_job_as_alice_is_8_pending_tasks_of_8_gpus(api):
 
 
 def test_spec_defaults_are_filled_and_kept(api):
-    spec = {"team": "research-vision", "command": ["python", "eval.py"], "resources": {"gpu_count": 4, "gpu_type": "A100"}}
+    spec = {
+        "team": "research-vision",
+        "command": ["python", "eval.py"],
+        "resources": {"gpu_count": 4, "gpu_type": "A100"},
+    }
     body = api("victor").post("/api/v1/jobs", spec, format="json").json()
 
     assert body["name"] == "python"
-    assert body["spec"]["resources"] == {"gpu_count": 4, "gpu_type": "A100", "gpus_per_task": 4, "tasks": 1,
-                                         "cpu_per_rank": 1, "memory_per_rank_gb": 4, "scratch_disk_gb": 0}
+    assert body["spec"]["resources"] == {
+        "gpu_count": 4,
+        "gpu_type": "A100",
+        "gpus_per_task": 4,
+        "tasks": 1,
+        "cpu_per_rank": 1,
+        "memory_per_rank_gb": 4,
+        "scratch_disk_gb": 0,
+    }
     assert body["spec"]["restart_policy"]["max_retries"] == 2
     assert (body["priority"], body["spec"]["topology_hint"], body["spec"]["max_runtime_hours"]) == ("P2", "none", 168)
 
@@ -67,14 +79,16 @@ def test_same_client_job_id_with_another_spec_is_409(api):
 
     assert other.status_code == 409
     assert other.json()["detail"] == SPEC_CONFLICT.format(
-        team="research-foundation-models", job_id=first["id"], client_job_id="llama-70b-run-47")
+        team="research-foundation-models", job_id=first["id"], client_job_id="llama-70b-run-47"
+    )
     assert Job.objects.count() == 1
 
 
 def test_same_client_job_id_in_another_team_is_another_job(api):
     api("alice").post("/api/v1/jobs", make_spec(resources={"gpu_count": 8}), format="json")
-    response = api("bob").post("/api/v1/jobs", make_spec(team="production-ranking", resources={"gpu_count": 8}),
-                               format="json")
+    response = api("bob").post(
+        "/api/v1/jobs", make_spec(team="production-ranking", resources={"gpu_count": 8}), format="json"
+    )
     assert response.status_code == 201
     assert Job.objects.count() == 2
 
@@ -148,7 +162,8 @@ def test_list_does_a_fixed_number_of_queries(api, django_assert_max_num_queries)
 def test_depends_on_links_jobs(api):
     client = api("alice")
     first = client.post("/api/v1/jobs", make_spec(client_job_id="prep", resources={"gpu_count": 1}), format="json")
-    second = client.post("/api/v1/jobs", make_spec(client_job_id="train", depends_on=[first.json()["id"]]),
-                         format="json")
+    second = client.post(
+        "/api/v1/jobs", make_spec(client_job_id="train", depends_on=[first.json()["id"]]), format="json"
+    )
     assert second.status_code == 201
     assert second.json()["depends_on"] == [first.json()["id"]]

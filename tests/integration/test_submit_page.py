@@ -1,6 +1,7 @@
 """The submit page: the form, its inline errors (the API's own messages), the YAML view, the
 dry run, submit and clone. Forms are read back from the HTML the page serves, as a browser
 would post them."""
+
 import re
 from html.parser import HTMLParser
 
@@ -19,12 +20,33 @@ from tests.nodes import cordon, heartbeat
 
 URL = "/jobs/new/"
 SPEC_PATHS = {
-    "client_job_id", "name", "team", "image", "command", "resources.gpu_count", "resources.gpu_type",
-    "resources.gpus_per_task", "resources.tasks", "resources.cpu_per_rank", "resources.memory_per_rank_gb",
-    "resources.scratch_disk_gb", "topology_hint", "node_selector", "priority", "max_runtime_hours",
-    "grace_period_seconds", "checkpoint.path", "checkpoint.interval_minutes", "checkpoint.retain_last_n",
-    "restart_policy.on_preemption", "restart_policy.on_node_failure", "restart_policy.max_restarts",
-    "restart_policy.max_retries", "depends_on", "env", "secret_env",
+    "client_job_id",
+    "name",
+    "team",
+    "image",
+    "command",
+    "resources.gpu_count",
+    "resources.gpu_type",
+    "resources.gpus_per_task",
+    "resources.tasks",
+    "resources.cpu_per_rank",
+    "resources.memory_per_rank_gb",
+    "resources.scratch_disk_gb",
+    "topology_hint",
+    "node_selector",
+    "priority",
+    "max_runtime_hours",
+    "grace_period_seconds",
+    "checkpoint.path",
+    "checkpoint.interval_minutes",
+    "checkpoint.retain_last_n",
+    "restart_policy.on_preemption",
+    "restart_policy.on_node_failure",
+    "restart_policy.max_restarts",
+    "restart_policy.max_retries",
+    "depends_on",
+    "env",
+    "secret_env",
 }
 
 
@@ -82,8 +104,11 @@ def post(client: Client, form: dict, action: str, **changes):
 
 def inline_errors(response, name: str) -> str:
     """The error text drawn next to one input."""
-    found = re.search(rf'<span class="errorlist" id="err-f-{name.replace(".", "-")}">(.*?)</span>',
-                      response.content.decode(), re.DOTALL)
+    found = re.search(
+        rf'<span class="errorlist" id="err-f-{name.replace(".", "-")}">(.*?)</span>',
+        response.content.decode(),
+        re.DOTALL,
+    )
     return found.group(1) if found else ""
 
 
@@ -114,21 +139,32 @@ def test_the_form_has_every_spec_field_with_sensible_defaults(alice):
     assert (values["command"], values["resources.gpu_count"], values["resources.gpu_type"]) == ("", "1", "H100")
     assert (values["priority"], values["max_runtime_hours"], values["grace_period_seconds"]) == ("P2", "24", "120")
     assert (values["topology_hint"], values["checkpoint.path"], values["env"]) == ("none", "", "")
-    assert (values["restart_policy.on_preemption"], values["restart_policy.max_restarts"],
-            values["restart_policy.max_retries"]) == ("resume_from_checkpoint", "20", "2")
+    assert (
+        values["restart_policy.on_preemption"],
+        values["restart_policy.max_restarts"],
+        values["restart_policy.max_retries"],
+    ) == ("resume_from_checkpoint", "20", "2")
     assert yaml.safe_load(values["yaml"])["resources"] == {"gpu_count": 1, "gpu_type": "H100"}
     for action in ("submit", "dry_run", "to_yaml", "from_yaml"):
         assert f'name="action" value="{action}"' in response.content.decode()
 
 
 def test_submit_creates_the_job_and_goes_to_its_page(alice, form):
-    response = post(alice, form, "submit", **{"client_job_id": "page-1", "resources.gpu_count": "16",
-                                             "env": "A=1\nB = two", "depends_on": ""})
+    response = post(
+        alice,
+        form,
+        "submit",
+        **{"client_job_id": "page-1", "resources.gpu_count": "16", "env": "A=1\nB = two", "depends_on": ""},
+    )
 
     job = Job.objects.get()
     assert response.status_code == 302 and response.url == f"/jobs/{job.pk}/"
     assert (job.owner.username, job.team.name, job.gpu_count, job.task_count) == (
-        "alice", "research-foundation-models", 16, 2)
+        "alice",
+        "research-foundation-models",
+        16,
+        2,
+    )
     assert (job.command, job.env, job.max_runtime_hours) == (["python", "-m", "train"], {"A": "1", "B": "two"}, 24)
     assert f"Job {job.pk} submitted" in alice.get(response.url).content.decode()
 
@@ -146,13 +182,19 @@ def test_the_same_submit_again_is_the_same_job_and_another_spec_is_a_conflict(al
     assert escape(conflict) in other.content.decode()
 
 
-@pytest.mark.parametrize("changes, resources, message", [
-    ({"resources.gpu_count": "abc"}, {"gpu_count": "abc"}, "must be an integer, not the string 'abc'."),
-    ({"resources.gpu_count": "12", "resources.gpus_per_task": "8"}, {"gpu_count": 12, "gpus_per_task": 8},
-     "12 GPUs cannot be split into tasks of 8 (gpus_per_task)."),
-], ids=["not a number", "not divisible"])
-def test_a_bad_gpu_count_gets_the_apis_message_inline_and_writes_nothing(api, alice, form, changes, resources,
-                                                                          message):
+@pytest.mark.parametrize(
+    "changes, resources, message",
+    [
+        ({"resources.gpu_count": "abc"}, {"gpu_count": "abc"}, "must be an integer, not the string 'abc'."),
+        (
+            {"resources.gpu_count": "12", "resources.gpus_per_task": "8"},
+            {"gpu_count": 12, "gpus_per_task": 8},
+            "12 GPUs cannot be split into tasks of 8 (gpus_per_task).",
+        ),
+    ],
+    ids=["not a number", "not divisible"],
+)
+def test_a_bad_gpu_count_gets_the_apis_message_inline_and_writes_nothing(api, alice, form, changes, resources, message):
     api_fields = api("alice").post("/api/v1/jobs", make_spec(resources=resources), format="json").json()["fields"]
     before = counts()
     response = post(alice, form, "submit", **changes)
@@ -185,10 +227,21 @@ def test_inputs_the_form_cannot_read_are_named(alice, form):
 
 
 def test_form_to_yaml_to_form_to_yaml_is_lossless(alice, form, user):
-    form |= {"client_job_id": "rt-1", "name": "round trip", "image": "reg/x:1", "command": "python\n\n--flag=a b",
-             "resources.gpu_count": "16", "resources.gpus_per_task": "8", "resources.cpu_per_rank": "16",
-             "topology_hint": "prefer_same_rack", "node_selector": "ib=ndr400", "max_runtime_hours": "1.5",
-             "checkpoint.path": "s3://ckpt/rt", "checkpoint.interval_minutes": "15", "env": "B=2\nA=x=y"}
+    form |= {
+        "client_job_id": "rt-1",
+        "name": "round trip",
+        "image": "reg/x:1",
+        "command": "python\n\n--flag=a b",
+        "resources.gpu_count": "16",
+        "resources.gpus_per_task": "8",
+        "resources.cpu_per_rank": "16",
+        "topology_hint": "prefer_same_rack",
+        "node_selector": "ib=ndr400",
+        "max_runtime_hours": "1.5",
+        "checkpoint.path": "s3://ckpt/rt",
+        "checkpoint.interval_minutes": "15",
+        "env": "B=2\nA=x=y",
+    }
     first_yaml = form_of(post(alice, form, "to_yaml"))["yaml"]
     back = form_of(post(alice, form | {"yaml": first_yaml, "name": "changed"}, "from_yaml"))
     second_yaml = form_of(post(alice, back, "to_yaml"))["yaml"]
@@ -205,7 +258,11 @@ def test_yaml_to_form_fills_the_form_from_an_api_spec(alice, form):
     spec = make_spec(depends_on=[], env={"X": "1"})
     values = form_of(post(alice, form, "from_yaml", yaml=yaml.safe_dump(spec)))
     assert (values["name"], values["resources.gpu_count"], values["checkpoint.path"], values["env"]) == (
-        "llama-70b-pretrain-run-47", "64", "s3://ckpt/llama-70b/run-47", "X=1")
+        "llama-70b-pretrain-run-47",
+        "64",
+        "s3://ckpt/llama-70b/run-47",
+        "X=1",
+    )
     assert values["command"] == "python\n-m\ntrain\n--config\nllama-70b.yaml"
 
 
@@ -214,7 +271,9 @@ def test_yaml_without_a_field_leaves_its_select_on_the_default(alice, form):
     assert form_of(response)["priority"] == ""
     assert '<option value="" selected>default (P2)</option>' in response.content.decode()
     assert yaml.safe_load(form_of(post(alice, form_of(response), "to_yaml"))["yaml"]) == {
-        "team": "research-foundation-models", "command": ["a"]}
+        "team": "research-foundation-models",
+        "command": ["a"],
+    }
 
 
 def test_yaml_the_form_cannot_hold_is_reported(alice, form):
@@ -222,11 +281,17 @@ def test_yaml_the_form_cannot_hold_is_reported(alice, form):
     assert response.context["state"].yaml_errors == [NOT_IN_FORM.format(path="gpu", value=8)]
 
 
-@pytest.mark.parametrize("text, message", [
-    ("team: [unclosed\n", YAML_SYNTAX.format(line=2, column=1, problem="expected ',' or ']', but got '<stream end>'")),
-    ("- a\n- b\n", NOT_A_MAPPING.format(kind="a list")),
-    ("", NOT_A_MAPPING.format(kind="empty")),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (
+            "team: [unclosed\n",
+            YAML_SYNTAX.format(line=2, column=1, problem="expected ',' or ']', but got '<stream end>'"),
+        ),
+        ("- a\n- b\n", NOT_A_MAPPING.format(kind="a list")),
+        ("", NOT_A_MAPPING.format(kind="empty")),
+    ],
+)
 def test_yaml_that_is_not_a_spec_mapping_is_explained_and_the_form_kept(alice, form, text, message):
     response = post(alice, form | {"name": "kept"}, "from_yaml", yaml=text)
     assert response.context["state"].yaml_errors == [message]
@@ -269,7 +334,11 @@ def test_clone_prefills_a_visible_job_and_ignores_an_invisible_one(alice, user):
 
     values = form_of(alice.get(f"{URL}?clone={mine.pk}"))
     assert (values["client_job_id"], values["name"], values["resources.gpu_count"], values["priority"]) == (
-        "", "llama-70b-pretrain-run-47 (copy)", "64", "P1")
+        "",
+        "llama-70b-pretrain-run-47 (copy)",
+        "64",
+        "P1",
+    )
     assert values["env"] == "WANDB_PROJECT=llama-70b" and values["checkpoint.path"] == "s3://ckpt/llama-70b/run-47"
 
     response = alice.get(f"{URL}?clone={bobs.pk}")

@@ -1,5 +1,6 @@
 """Submissions per user are rate limited (MLQ_SUBMIT_RATE): past it, POST /api/v1/jobs answers
 429 with Retry-After and creates nothing; reads and other users are not affected."""
+
 from datetime import datetime, timezone
 
 import pytest
@@ -62,8 +63,10 @@ def test_off_turns_it_off(api, settings):
     assert {submit(alice, f"j{i}").status_code for i in range(5)} == {201}
 
 
-@pytest.mark.parametrize("raw, rate", [("", "120/minute"), ("1000/minute", "1000/minute"), ("5/second", "5/second"),
-                                       ("off", None), ("OFF", None)])
+@pytest.mark.parametrize(
+    "raw, rate",
+    [("", "120/minute"), ("1000/minute", "1000/minute"), ("5/second", "5/second"), ("off", None), ("OFF", None)],
+)
 def test_the_rate_setting(monkeypatch, raw, rate):
     monkeypatch.setenv("MLQ_SUBMIT_RATE", raw)
     assert env_rate("MLQ_SUBMIT_RATE", "120/minute") == rate

@@ -1,5 +1,6 @@
 """The teams page: quota bars and fair shares from running jobs, who sees which numbers, and
 leads editing quotas in place (validated like the API, audited)."""
+
 import re
 
 import pytest
@@ -24,11 +25,18 @@ def running(api):
     victor's 16 A100 (15 guaranteed) and bob's 4 x 16 CPUs, all placed by one pass."""
     jobs = [
         ("alice", make_spec(client_job_id="h100", resources={"gpu_count": 40})),
-        ("victor", make_spec(client_job_id="a100", team="research-vision",
-                             resources={"gpu_count": 16, "gpu_type": "A100"})),
-        ("bob", make_spec(client_job_id="cpu", team="production-ranking",
-                          resources={"gpu_count": 0, "gpu_type": "", "tasks": 4, "cpu_per_rank": 16,
-                                     "memory_per_rank_gb": 64})),
+        (
+            "victor",
+            make_spec(client_job_id="a100", team="research-vision", resources={"gpu_count": 16, "gpu_type": "A100"}),
+        ),
+        (
+            "bob",
+            make_spec(
+                client_job_id="cpu",
+                team="production-ranking",
+                resources={"gpu_count": 0, "gpu_type": "", "tasks": 4, "cpu_per_rank": 16, "memory_per_rank_gb": 64},
+            ),
+        ),
     ]
     for username, spec in jobs:
         assert api(username).post("/api/v1/jobs", spec, format="json").status_code == 201
@@ -44,7 +52,9 @@ def row(html: str, team: str, rclass: str) -> str | None:
 
 
 def cells(row_html: str) -> list[str]:
-    return [re.sub(r"<[^>]+>|\s+", " ", cell).strip() for cell in re.findall(r"<td[^>]*>(.*?)</td>", row_html, re.DOTALL)]
+    return [
+        re.sub(r"<[^>]+>|\s+", " ", cell).strip() for cell in re.findall(r"<td[^>]*>(.*?)</td>", row_html, re.DOTALL)
+    ]
 
 
 def standing(usage, team: str, rclass: str) -> tuple[int, int, int, int]:
@@ -87,8 +97,10 @@ def test_the_page_shows_the_tree_in_a_bounded_number_of_queries(running, logged_
 
     assert response.status_code == 200 and response.context["section"] == "teams"
     html = response.content.decode()
-    order = [html.index(f'id="team-{name}"') for name in
-             ("production", "production-ranking", "research", FM, "research-vision")]
+    order = [
+        html.index(f'id="team-{name}"')
+        for name in ("production", "production-ranking", "research", FM, "research-vision")
+    ]
     assert order == sorted(order)
     assert cells(row(html, FM, "gpu:H100"))[2:7] == ["40 / 32 (+64)", "8", "0", "1", "1.202"]
     assert cells(row(html, "research-vision", "gpu:H100"))[2:5] == ["0 / 16 (+32)", "0", "8"]
@@ -181,8 +193,11 @@ def test_an_edit_without_a_reason_shows_the_serializers_error_and_saves_nothing(
 
 def test_an_invalid_value_is_named_beside_its_field(demo, logged_in):
     html = logged_in("rita").post("/teams/", {**EDIT, "weight": "0", "reason": "x"}).content.decode()
-    assert re.search(r'name="weight".*?<span class="error">Ensure this value is greater than or equal to 0.01.</span>',
-                     html, re.DOTALL)
+    assert re.search(
+        r'name="weight".*?<span class="error">Ensure this value is greater than or equal to 0.01.</span>',
+        html,
+        re.DOTALL,
+    )
 
 
 def test_an_edit_over_the_parent_shows_the_tree_rule_inline(demo, logged_in):

@@ -1,5 +1,6 @@
 """Browser WebSockets: only from this site's own origin (scheme, host and port), and a socket
 that outlives its user's rights stops hearing about their old teams, or closes."""
+
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
 from channels.testing import WebsocketCommunicator
@@ -16,43 +17,52 @@ from tests.conftest import make_spec
 
 
 def scope(origin: str | None, host: str | None, scheme: str = "ws", **extra: str) -> dict:
-    headers = [(name.encode(), value.encode()) for name, value in
-               [("origin", origin), ("host", host), *extra.items()] if value is not None]
+    headers = [
+        (name.encode(), value.encode())
+        for name, value in [("origin", origin), ("host", host), *extra.items()]
+        if value is not None
+    ]
     return {"type": "websocket", "scheme": scheme, "path": "/ws/jobs/", "headers": headers}
 
 
-@pytest.mark.parametrize("origin, host, scheme, extra, allowed", [
-    ("http://127.0.0.1:8000", "127.0.0.1:8000", "ws", {}, True),
-    ("http://127.0.0.1:9999", "127.0.0.1:8000", "ws", {}, False),  # another service on the same host
-    ("http://127.0.0.1", "127.0.0.1:80", "ws", {}, True),  # default ports
-    ("http://127.0.0.1:8000", "127.0.0.1", "ws", {}, False),
-    ("https://127.0.0.1:8000", "127.0.0.1:8000", "ws", {}, False),  # scheme differs
-    ("https://localhost", "localhost", "wss", {}, True),
-    ("http://localhost", "localhost", "wss", {}, False),
-    ("https://localhost", "localhost", "ws", {"x-forwarded-proto": "https"}, True),  # TLS proxy in front
-    ("http://LOCALHOST:8000", "localhost:8000", "ws", {}, True),
-    ("http://[::1]:8000", "[::1]:8000", "ws", {}, True),
-    ("https://evil.example.com", "127.0.0.1", "ws", {}, False),
-    ("http://evil.example.com", "evil.example.com", "ws", {}, False),  # same origin, host not allowed (rebinding)
-    ("null", "127.0.0.1", "ws", {}, False),
-    (None, "127.0.0.1", "ws", {}, False),
-    ("http://127.0.0.1", None, "ws", {}, False),
-    ("http://127.0.0.1/path", "127.0.0.1", "ws", {}, False),
-    ("http://user@127.0.0.1", "127.0.0.1", "ws", {}, False),
-    ("http://127.0.0.1:99999", "127.0.0.1:99999", "ws", {}, False),
-    ("ftp://127.0.0.1", "127.0.0.1", "ws", {}, False),
-])
+@pytest.mark.parametrize(
+    "origin, host, scheme, extra, allowed",
+    [
+        ("http://127.0.0.1:8000", "127.0.0.1:8000", "ws", {}, True),
+        ("http://127.0.0.1:9999", "127.0.0.1:8000", "ws", {}, False),  # another service on the same host
+        ("http://127.0.0.1", "127.0.0.1:80", "ws", {}, True),  # default ports
+        ("http://127.0.0.1:8000", "127.0.0.1", "ws", {}, False),
+        ("https://127.0.0.1:8000", "127.0.0.1:8000", "ws", {}, False),  # scheme differs
+        ("https://localhost", "localhost", "wss", {}, True),
+        ("http://localhost", "localhost", "wss", {}, False),
+        ("https://localhost", "localhost", "ws", {"x-forwarded-proto": "https"}, True),  # TLS proxy in front
+        ("http://LOCALHOST:8000", "localhost:8000", "ws", {}, True),
+        ("http://[::1]:8000", "[::1]:8000", "ws", {}, True),
+        ("https://evil.example.com", "127.0.0.1", "ws", {}, False),
+        ("http://evil.example.com", "evil.example.com", "ws", {}, False),  # same origin, host not allowed (rebinding)
+        ("null", "127.0.0.1", "ws", {}, False),
+        (None, "127.0.0.1", "ws", {}, False),
+        ("http://127.0.0.1", None, "ws", {}, False),
+        ("http://127.0.0.1/path", "127.0.0.1", "ws", {}, False),
+        ("http://user@127.0.0.1", "127.0.0.1", "ws", {}, False),
+        ("http://127.0.0.1:99999", "127.0.0.1:99999", "ws", {}, False),
+        ("ftp://127.0.0.1", "127.0.0.1", "ws", {}, False),
+    ],
+)
 def test_the_origin_must_be_this_sites_own(origin, host, scheme, extra, allowed):
     assert origin_allowed(scope(origin, host, scheme, **extra)) is allowed
 
 
-@pytest.mark.parametrize("origin, allowed", [
-    ("https://ui.example.com", True),
-    ("https://ui.example.com:8443", False),
-    ("http://ui.example.com", False),
-    ("https://a.corp.example.net", True),
-    ("https://corp.example.net.evil.com", False),
-])
+@pytest.mark.parametrize(
+    "origin, allowed",
+    [
+        ("https://ui.example.com", True),
+        ("https://ui.example.com:8443", False),
+        ("http://ui.example.com", False),
+        ("https://a.corp.example.net", True),
+        ("https://corp.example.net.evil.com", False),
+    ],
+)
 def test_csrf_trusted_origins_are_trusted(settings, origin, allowed):
     settings.CSRF_TRUSTED_ORIGINS = ["https://ui.example.com", "https://*.corp.example.net"]
     assert origin_allowed(scope(origin, "127.0.0.1:8000")) is allowed
@@ -77,8 +87,7 @@ def logged_in(username: str) -> Client:
 
 def socket(client: Client, path: str, origin: bytes, host: bytes) -> WebsocketCommunicator:
     cookie = f"sessionid={client.cookies['sessionid'].value}".encode()
-    return WebsocketCommunicator(application, path, headers=[(b"origin", origin), (b"cookie", cookie),
-                                                             (b"host", host)])
+    return WebsocketCommunicator(application, path, headers=[(b"origin", origin), (b"cookie", cookie), (b"host", host)])
 
 
 @pytest.mark.django_db(transaction=True)
@@ -139,9 +148,12 @@ def test_a_new_membership_is_heard_after_the_recheck(api, demo, clock):
         assert (await victor.connect())[0]
         await send_changed([job])
         assert await victor.receive_nothing(timeout=0.5)
-        await sync_to_async(lambda: Membership.objects.create(
-            user=get_user_model().objects.get(username="victor"), team_id=Membership.objects.filter(
-                user__username="alice").values_list("team_id", flat=True).get()))()
+        await sync_to_async(
+            lambda: Membership.objects.create(
+                user=get_user_model().objects.get(username="victor"),
+                team_id=Membership.objects.filter(user__username="alice").values_list("team_id", flat=True).get(),
+            )
+        )()
         clock[0] += 30
         await send_changed([job])
         assert await victor.receive_json_from(timeout=5) == {"changed": [job]}

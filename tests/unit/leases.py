@@ -1,5 +1,6 @@
 """A node lease for tests that start tasks without an agent: the supervisor refuses to start a
 task without one."""
+
 import time
 from pathlib import Path
 

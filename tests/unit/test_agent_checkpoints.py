@@ -1,5 +1,6 @@
 """The agent's watch of a task's checkpoint marker: the file is the job's (hostile), the agent
 is root. Only a plain, small, well-formed file written after the task started is reported."""
+
 import json
 import os
 import sys
@@ -22,27 +23,33 @@ def marker(folder, text: str):
     return path
 
 
-@pytest.mark.parametrize("text, record", [
-    ('{"step": 1200, "time": 1700000000.25}', {"step": 1200, "at": 1700000000.25}),
-    ('{"step": 0, "time": 1700000000, "path": "s3://b/k"}', {"step": 0, "at": 1700000000.0}),
-])
+@pytest.mark.parametrize(
+    "text, record",
+    [
+        ('{"step": 1200, "time": 1700000000.25}', {"step": 1200, "at": 1700000000.25}),
+        ('{"step": 0, "time": 1700000000, "path": "s3://b/k"}', {"step": 0, "at": 1700000000.0}),
+    ],
+)
 def test_well_formed_markers(tmp_path, text, record):
     assert read_marker(marker(tmp_path, text)) == (record, "")
 
 
-@pytest.mark.parametrize("text, why", [
-    ("\x00\xff garbage {", "not JSON"),
-    ('["step", 1]', "not a JSON object"),
-    ('{"step": -1, "time": 1}', "`step` is not a non-negative integer"),
-    ('{"step": "12", "time": 1}', "`step` is not a non-negative integer"),
-    ('{"step": true, "time": 1}', "`step` is not a non-negative integer"),
-    ('{"step": 1e3, "time": 1}', "`step` is not a non-negative integer"),
-    ('{"step": 99999999999999999999999, "time": 1}', "`step` is not a non-negative integer"),
-    ('{"step": 1, "time": NaN}', "`time` is not a time in seconds since the epoch"),
-    ('{"step": 1, "time": 1e300}', "`time` is not a time in seconds since the epoch"),
-    ('{"step": 1}', "`time` is not a time in seconds since the epoch"),
-    ("[" * 100_000, "more than the 4096 bytes allowed"),
-])
+@pytest.mark.parametrize(
+    "text, why",
+    [
+        ("\x00\xff garbage {", "not JSON"),
+        ('["step", 1]', "not a JSON object"),
+        ('{"step": -1, "time": 1}', "`step` is not a non-negative integer"),
+        ('{"step": "12", "time": 1}', "`step` is not a non-negative integer"),
+        ('{"step": true, "time": 1}', "`step` is not a non-negative integer"),
+        ('{"step": 1e3, "time": 1}', "`step` is not a non-negative integer"),
+        ('{"step": 99999999999999999999999, "time": 1}', "`step` is not a non-negative integer"),
+        ('{"step": 1, "time": NaN}', "`time` is not a time in seconds since the epoch"),
+        ('{"step": 1, "time": 1e300}', "`time` is not a time in seconds since the epoch"),
+        ('{"step": 1}', "`time` is not a time in seconds since the epoch"),
+        ("[" * 100_000, "more than the 4096 bytes allowed"),
+    ],
+)
 def test_bad_markers_are_refused_with_a_reason(tmp_path, text, why):
     found, reason = read_marker(marker(tmp_path, text))
     assert found is None and why in reason
@@ -113,11 +120,23 @@ def test_a_task_confirms_through_mlqueue_checkpoint_and_the_agent_reports_it(tmp
     marker(folder, '{"step": 1, "time": 1}')  # left by attempt 1
     helpers = install_helpers(tmp_path / "agent")
     assert sorted(p.name for p in (helpers / "mlqueue").iterdir()) == ["__init__.py", "checkpoint.py"]
-    script = ("import sys; from mlqueue import checkpoint; checkpoint.done(step=42); "
-              "print(sorted(m for m in sys.modules if m.startswith(('django', 'celery'))))")
-    task = TaskProcess({"job_id": 5, "rank": 1, "attempt": 2, "epoch": 3, "command": [sys.executable, "-c", script],
-                        "env": {"MLQ_CHECKPOINT_DIR": str(folder)}}, tmp_path / "node", lease_file=a_lease(tmp_path),
-                       helpers=helpers)
+    script = (
+        "import sys; from mlqueue import checkpoint; checkpoint.done(step=42); "
+        "print(sorted(m for m in sys.modules if m.startswith(('django', 'celery'))))"
+    )
+    task = TaskProcess(
+        {
+            "job_id": 5,
+            "rank": 1,
+            "attempt": 2,
+            "epoch": 3,
+            "command": [sys.executable, "-c", script],
+            "env": {"MLQ_CHECKPOINT_DIR": str(folder)},
+        },
+        tmp_path / "node",
+        lease_file=a_lease(tmp_path),
+        helpers=helpers,
+    )
     deadline = time.monotonic() + 20
     while not task.poll():
         assert time.monotonic() < deadline
@@ -126,7 +145,8 @@ def test_a_task_confirms_through_mlqueue_checkpoint_and_the_agent_reports_it(tmp
     logs = "".join(e["data"] for e in task.log_events(final=True))
     assert task.exit_code == 0, logs
     assert [{k: v for k, v in e.items() if k != "at"} for e in events] == [
-        {"type": "checkpoint", "job_id": 5, "rank": 1, "attempt": 2, "epoch": 3, "step": 42}]
+        {"type": "checkpoint", "job_id": 5, "rank": 1, "attempt": 2, "epoch": 3, "step": 42}
+    ]
     assert abs(events[0]["at"] - time.time()) < 30
     assert json.loads((folder / ".mlq-checkpoint").read_text())["step"] == 42
     assert "[]" in logs
@@ -150,12 +170,24 @@ def test_a_task_with_a_user_of_its_own_can_import_the_helper_but_not_change_it(m
         os.chmod(helpers.parent, 0o711)
         users = TaskUsers(uids=range(200800, 200801))
         user = users.acquire("bob")
-        script = ("from mlqueue import checkpoint; checkpoint.done(step=3)\n"
-                  "try:\n    open(checkpoint.__file__, 'a')\nexcept PermissionError:\n    print('read-only')\n")
-        task = TaskProcess({"job_id": 5, "rank": 0, "attempt": 1, "epoch": 1,
-                            "command": ["/usr/bin/python3", "-S", "-c", script],
-                            "env": {"MLQ_CHECKPOINT_DIR": folder}}, helpers.parent / "node", user=user,
-                           lease_file=a_lease(helpers.parent), helpers=helpers)
+        script = (
+            "from mlqueue import checkpoint; checkpoint.done(step=3)\n"
+            "try:\n    open(checkpoint.__file__, 'a')\nexcept PermissionError:\n    print('read-only')\n"
+        )
+        task = TaskProcess(
+            {
+                "job_id": 5,
+                "rank": 0,
+                "attempt": 1,
+                "epoch": 1,
+                "command": ["/usr/bin/python3", "-S", "-c", script],
+                "env": {"MLQ_CHECKPOINT_DIR": folder},
+            },
+            helpers.parent / "node",
+            user=user,
+            lease_file=a_lease(helpers.parent),
+            helpers=helpers,
+        )
         task.process.wait(timeout=20)
         task.poll()
         assert task.checkpoint_events(final=True)[0]["step"] == 3

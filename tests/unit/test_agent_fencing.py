@@ -1,18 +1,39 @@
 """The agent's own fencing: it refuses an assignment from an epoch older than the highest it
 has seen, and an attempt it has already run, even across a restart."""
+
 import sys
 import time
 
 from agents.node.daemon import NodeAgent
 
-NODE = {"name": "n1", "zone": "z1", "rack": "r1", "gpu_type": "H100", "gpu_count": 8, "cpu_count": 8,
-        "memory_gb": 16, "labels": {}, "address": "127.0.0.1"}
+NODE = {
+    "name": "n1",
+    "zone": "z1",
+    "rack": "r1",
+    "gpu_type": "H100",
+    "gpu_count": 8,
+    "cpu_count": 8,
+    "memory_gb": 16,
+    "labels": {},
+    "address": "127.0.0.1",
+}
 
 
 def assignment(*, epoch: int, attempt: int = 1) -> dict:
-    return {"job_id": 7, "rank": 0, "attempt": attempt, "epoch": epoch, "command": [sys.executable, "-c", "pass"],
-            "image": "", "gpu_indices": [0], "cpus": 1, "memory_gb": 1, "grace_period_seconds": 1,
-            "checkpoint_dir": "", "env": {"MLQ_ATTEMPT": str(attempt)}}
+    return {
+        "job_id": 7,
+        "rank": 0,
+        "attempt": attempt,
+        "epoch": epoch,
+        "command": [sys.executable, "-c", "pass"],
+        "image": "",
+        "gpu_indices": [0],
+        "cpus": 1,
+        "memory_gb": 1,
+        "grace_period_seconds": 1,
+        "checkpoint_dir": "",
+        "env": {"MLQ_ATTEMPT": str(attempt)},
+    }
 
 
 def agent(tmp_path) -> NodeAgent:

@@ -1,6 +1,7 @@
 """Task users: one UID per running task from a pool (or the owner's mapped UID), and nothing of
 a task left for the next holder of its UID: no process that escaped its group, no file in the
 shared temporary directories, no way into its old directory."""
+
 import json
 import os
 import subprocess
@@ -14,8 +15,11 @@ from agents.node.runtime import TaskProcess
 from tests.unit.leases import a_lease
 
 ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
-needs_root = pytest.mark.skipif(not ROOT, reason="switching users needs root; without it the agent runs tasks as "
-                                                 "itself and warns (test_agent_secrets covers what it still hides)")
+needs_root = pytest.mark.skipif(
+    not ROOT,
+    reason="switching users needs root; without it the agent runs tasks as "
+    "itself and warns (test_agent_secrets covers what it still hides)",
+)
 
 
 def test_each_running_task_gets_a_uid_of_its_own_and_a_mapped_owner_keeps_theirs():
@@ -28,8 +32,15 @@ def test_each_running_task_gets_a_uid_of_its_own_and_a_mapped_owner_keeps_theirs
     assert TaskUsers.none().acquire("bob") is None and TaskUsers.none().mode == "none"
 
 
-@pytest.mark.parametrize("text, problem", [("200000", "FIRST-LAST"), ("0-10", "no system accounts"),
-                                           ("5-x", "FIRST-LAST"), ("300-200", "no system accounts")])
+@pytest.mark.parametrize(
+    "text, problem",
+    [
+        ("200000", "FIRST-LAST"),
+        ("0-10", "no system accounts"),
+        ("5-x", "FIRST-LAST"),
+        ("300-200", "no system accounts"),
+    ],
+)
 def test_a_bad_uid_range_is_refused(text, problem):
     with pytest.raises(ValueError, match=problem):
         parse_uid_range(text)
@@ -65,8 +76,9 @@ def test_a_fork_loop_does_not_outlive_its_uids_release():
     users = TaskUsers(uids=range(200520, 200521))
     user = users.acquire("mallory")
     loop = "i=0; while [ $i -lt 400 ]; do (sleep 300 &) ; i=$((i+1)); done; sleep 300"
-    subprocess.Popen(["/bin/sh", "-c", f"setsid /bin/sh -c '{loop}' &"], user=user.uid, group=user.gid,
-                     extra_groups=[], cwd="/").wait(timeout=10)
+    subprocess.Popen(
+        ["/bin/sh", "-c", f"setsid /bin/sh -c '{loop}' &"], user=user.uid, group=user.gid, extra_groups=[], cwd="/"
+    ).wait(timeout=10)
     deadline = time.monotonic() + 10
     while len(processes_of(user.uid)) < 50 and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -80,8 +92,14 @@ def test_releasing_a_uid_kills_what_escaped_and_removes_its_temporary_files():
     user = users.acquire("bob")
     leftover = Path(f"/tmp/mlq-leftover-{user.uid}")
     # A daemon that left the task's session, and a file in /tmp: both outlive the task.
-    subprocess.run(["/bin/sh", "-c", f"setsid sleep 300 & echo x > {leftover}"], user=user.uid, group=user.gid,
-                   extra_groups=[], check=True, cwd="/")
+    subprocess.run(
+        ["/bin/sh", "-c", f"setsid sleep 300 & echo x > {leftover}"],
+        user=user.uid,
+        group=user.gid,
+        extra_groups=[],
+        check=True,
+        cwd="/",
+    )
     assert processes_of(user.uid) and leftover.exists()
     users.release(user)
     deadline = time.monotonic() + 5
@@ -95,8 +113,12 @@ def test_a_finished_tasks_directory_is_closed_to_the_next_holder_of_its_uid(tmp_
     tmp_path.chmod(0o711)
     users = TaskUsers(uids=range(200600, 200601))
     user = users.acquire("bob")
-    task = TaskProcess({"job_id": 1, "rank": 0, "attempt": 1, "command": ["/bin/sh", "-c", "echo hi > out; id -u"],
-                        "env": {}}, tmp_path, user=user, lease_file=a_lease(tmp_path))
+    task = TaskProcess(
+        {"job_id": 1, "rank": 0, "attempt": 1, "command": ["/bin/sh", "-c", "echo hi > out; id -u"], "env": {}},
+        tmp_path,
+        user=user,
+        lease_file=a_lease(tmp_path),
+    )
     task.process.wait(timeout=10)
     assert (task.work / "out").stat().st_uid == user.uid
     assert task.work.stat().st_mode & 0o777 == 0o700 and task.work.stat().st_uid == user.uid
@@ -105,8 +127,14 @@ def test_a_finished_tasks_directory_is_closed_to_the_next_holder_of_its_uid(tmp_
     task.close()
     users.release(user)
     assert task.work.stat().st_uid == 0
-    probe = subprocess.run(["/bin/cat", str(task.work / "out")], user=user.uid, group=user.gid, extra_groups=[],
-                           capture_output=True, cwd="/")
+    probe = subprocess.run(
+        ["/bin/cat", str(task.work / "out")],
+        user=user.uid,
+        group=user.gid,
+        extra_groups=[],
+        capture_output=True,
+        cwd="/",
+    )
     assert probe.returncode != 0 and b"Permission denied" in probe.stderr
 
 
@@ -123,9 +151,22 @@ def test_nothing_a_task_sets_runs_inside_the_agents_supervisor(tmp_path):
     (evil / "agents.py").write_text(payload)
     users = TaskUsers(uids=range(200700, 200701)) if ROOT else TaskUsers.none()
     user = users.acquire("mallory")
-    task = TaskProcess({"job_id": 1, "rank": 0, "attempt": 1, "command": ["/bin/sh", "-c", "echo done"],
-                        "env": {"PYTHONPATH": str(evil), "PYTHONSTARTUP": str(evil / "sitecustomize.py"),
-                                "PYTHONWARNINGS": "error"}}, tmp_path, user=user, lease_file=a_lease(tmp_path))
+    task = TaskProcess(
+        {
+            "job_id": 1,
+            "rank": 0,
+            "attempt": 1,
+            "command": ["/bin/sh", "-c", "echo done"],
+            "env": {
+                "PYTHONPATH": str(evil),
+                "PYTHONSTARTUP": str(evil / "sitecustomize.py"),
+                "PYTHONWARNINGS": "error",
+            },
+        },
+        tmp_path,
+        user=user,
+        lease_file=a_lease(tmp_path),
+    )
     assert task.process.wait(timeout=20) == 0
     assert task.log_events(final=True)[0]["data"] == "done\n"
     assert not marker.exists()
@@ -135,7 +176,11 @@ def test_an_image_cannot_add_options_to_the_container_runtime():
     from agents.node.runtime import hooked
 
     assert hooked("podman run --rm {image}", "registry.example.com/a/b:1.0") == [
-        "podman", "run", "--rm", "registry.example.com/a/b:1.0"]
+        "podman",
+        "run",
+        "--rm",
+        "registry.example.com/a/b:1.0",
+    ]
     assert hooked("apptainer exec docker://{image}", "x/y@sha256:ab") == ["apptainer", "exec", "docker://x/y@sha256:ab"]
     for bad in ("--privileged -v /:/host x", "-v/:/host", "x y", "x;rm -rf /"):
         with pytest.raises(OSError, match="not an image reference"):

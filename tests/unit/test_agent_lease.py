@@ -1,6 +1,7 @@
 """The node lease, enforced where a stuck agent cannot stop it: each task's supervisor reads the
 deadline the agent writes at each renewal, sends SIGTERM a grace before it and SIGKILL at it,
 and notes why, so the exit is reported as the lease's doing and not the task's."""
+
 import subprocess
 import sys
 import time
@@ -11,17 +12,31 @@ from agents.node.runtime import SUPERVISOR, TaskProcess
 from agents.node.supervise import kill_grace, write_lease
 from tests.unit.leases import a_lease
 
-NODE = {"name": "n1", "zone": "z1", "rack": "r1", "gpu_type": "H100", "gpu_count": 8, "cpu_count": 8,
-        "memory_gb": 16, "labels": {}, "address": "127.0.0.1"}
+NODE = {
+    "name": "n1",
+    "zone": "z1",
+    "rack": "r1",
+    "gpu_type": "H100",
+    "gpu_count": 8,
+    "cpu_count": 8,
+    "memory_gb": 16,
+    "labels": {},
+    "address": "127.0.0.1",
+}
 # Ignores SIGTERM (notes it), so only the SIGKILL at the deadline ends it.
-STUBBORN = [sys.executable, "-c", "import signal, time\n"
-            "signal.signal(signal.SIGTERM, lambda *_: print('term', flush=True))\n"
-            "print('up', flush=True)\ntime.sleep(60)"]
+STUBBORN = [
+    sys.executable,
+    "-c",
+    "import signal, time\n"
+    "signal.signal(signal.SIGTERM, lambda *_: print('term', flush=True))\n"
+    "print('up', flush=True)\ntime.sleep(60)",
+]
 
 
 def start(tmp_path, command, lease) -> TaskProcess:
-    return TaskProcess({"job_id": 1, "rank": 0, "attempt": 1, "command": command, "env": {}}, tmp_path,
-                       lease_file=lease)
+    return TaskProcess(
+        {"job_id": 1, "rank": 0, "attempt": 1, "command": command, "env": {}}, tmp_path, lease_file=lease
+    )
 
 
 def wait_exit(task: TaskProcess, timeout: float) -> float:
@@ -48,8 +63,10 @@ def test_the_supervisor_stops_a_task_when_the_lease_runs_out_even_with_the_agent
     assert (task.exit_signal, task.cause) == ("SIGKILL", "lease_expired")
     texts = output(task)
     assert texts["stdout"] == "up\nterm\n"
-    assert "mlqueue: the node agent could not renew its lease within the outage bound: SIGTERM, SIGKILL in 0.5 s" \
+    assert (
+        "mlqueue: the node agent could not renew its lease within the outage bound: SIGTERM, SIGKILL in 0.5 s"
         in texts["stderr"]
+    )
     assert task.report()["cause"] == "lease_expired"
 
 
@@ -76,9 +93,22 @@ def test_the_agent_stops_its_tasks_when_its_lease_ends_and_says_why(tmp_path):
     agent = NodeAgent(server="http://127.0.0.1:9", join_token="x", node=NODE, workdir=tmp_path)
     agent.renewed(time.monotonic(), 2.0)  # a short test lease: SIGTERM at its end, SIGKILL 0.5 s later
     assert kill_grace(2.0) == 0.5 and kill_grace(300) == 5.0
-    task = agent.start({"job_id": 7, "rank": 0, "attempt": 1, "epoch": 1, "command": STUBBORN, "image": "",
-                        "gpu_indices": [0], "cpus": 1, "memory_gb": 1, "grace_period_seconds": 1,
-                        "checkpoint_dir": "", "env": {}})
+    task = agent.start(
+        {
+            "job_id": 7,
+            "rank": 0,
+            "attempt": 1,
+            "epoch": 1,
+            "command": STUBBORN,
+            "image": "",
+            "gpu_indices": [0],
+            "cpus": 1,
+            "memory_gb": 1,
+            "grace_period_seconds": 1,
+            "checkpoint_dir": "",
+            "env": {},
+        }
+    )
     time.sleep(1.8)
     agent.enforce_lease()
     assert task.signals_sent == set()  # the lease still runs: an outage shorter than it kills nothing
@@ -94,13 +124,26 @@ def test_the_agent_stops_its_tasks_when_its_lease_ends_and_says_why(tmp_path):
 def test_an_attempt_lost_in_an_agent_restart_is_reported_not_left_assigned(tmp_path):
     first = NodeAgent(server="http://127.0.0.1:9", join_token="x", node=NODE, workdir=tmp_path)
     first.renewed(time.monotonic(), 60)
-    job = {"job_id": 7, "rank": 0, "attempt": 1, "epoch": 1, "command": [sys.executable, "-c", "pass"], "image": "",
-           "gpu_indices": [0], "cpus": 1, "memory_gb": 1, "grace_period_seconds": 1, "checkpoint_dir": "", "env": {}}
+    job = {
+        "job_id": 7,
+        "rank": 0,
+        "attempt": 1,
+        "epoch": 1,
+        "command": [sys.executable, "-c", "pass"],
+        "image": "",
+        "gpu_indices": [0],
+        "cpus": 1,
+        "memory_gb": 1,
+        "grace_period_seconds": 1,
+        "checkpoint_dir": "",
+        "env": {},
+    }
     first.start(job)  # then the agent dies before it could report the start
     restarted = NodeAgent(server="http://127.0.0.1:9", join_token="x", node=NODE, workdir=tmp_path)
     assert restarted.start(job) is None  # never twice
-    assert list(restarted.outbox) == [{"type": "exited", "job_id": 7, "rank": 0, "attempt": 1, "exit_code": None,
-                                       "signal": "", "cause": "lost"}]
+    assert list(restarted.outbox) == [
+        {"type": "exited", "job_id": 7, "rank": 0, "attempt": 1, "exit_code": None, "signal": "", "cause": "lost"}
+    ]
 
 
 def test_a_supervisor_whose_agent_died_before_it_could_watch_starts_nothing(tmp_path):
@@ -113,9 +156,27 @@ def test_a_supervisor_whose_agent_died_before_it_could_watch_starts_nothing(tmp_
         dead_agent = subprocess.Popen(["true"])
         dead_agent.wait()
         supervisor = subprocess.run(
-            [sys.executable, "-I", SUPERVISOR, "--env-fd", str(env.fileno()), "--agent-pid",
-             str(dead_agent.pid), "--lease-file", str(a_lease(tmp_path)), "--status-file", str(tmp_path / "status"),
-             "--", "/bin/sh", "-c", f"touch {marker}"], pass_fds=(env.fileno(),), capture_output=True, text=True)
+            [
+                sys.executable,
+                "-I",
+                SUPERVISOR,
+                "--env-fd",
+                str(env.fileno()),
+                "--agent-pid",
+                str(dead_agent.pid),
+                "--lease-file",
+                str(a_lease(tmp_path)),
+                "--status-file",
+                str(tmp_path / "status"),
+                "--",
+                "/bin/sh",
+                "-c",
+                f"touch {marker}",
+            ],
+            pass_fds=(env.fileno(),),
+            capture_output=True,
+            text=True,
+        )
     assert supervisor.returncode == 1 and not marker.exists()
     assert supervisor.stderr == "mlqueue: the node agent is gone: not starting the task\n"
 
@@ -126,8 +187,21 @@ def test_an_agent_given_a_relative_workdir_still_starts_its_tasks(tmp_path, monk
     monkeypatch.chdir(tmp_path)
     agent = NodeAgent(server="http://127.0.0.1:9", join_token="x", node=NODE, workdir=Path("agents"))
     agent.renewed(time.monotonic(), 60)
-    task = agent.start({"job_id": 7, "rank": 0, "attempt": 1, "epoch": 1, "command": [sys.executable, "-c", "pass"],
-                        "image": "", "gpu_indices": [0], "cpus": 1, "memory_gb": 1, "grace_period_seconds": 1,
-                        "checkpoint_dir": "", "env": {}})
+    task = agent.start(
+        {
+            "job_id": 7,
+            "rank": 0,
+            "attempt": 1,
+            "epoch": 1,
+            "command": [sys.executable, "-c", "pass"],
+            "image": "",
+            "gpu_indices": [0],
+            "cpus": 1,
+            "memory_gb": 1,
+            "grace_period_seconds": 1,
+            "checkpoint_dir": "",
+            "env": {},
+        }
+    )
     wait_exit(task, timeout=10)
     assert task.exit_code == 0, output(task)["stderr"]

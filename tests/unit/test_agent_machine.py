@@ -1,21 +1,39 @@
 """What an agent reports about its machine."""
+
 import pytest
 
 from agents.node.machine import gpu_type_from_name, inventory
 
 
-@pytest.mark.parametrize("name, kind", [
-    ("NVIDIA H100 80GB HBM3", "H100"), ("NVIDIA H200", "H200"), ("NVIDIA A100-SXM4-80GB", "A100"),
-    ("NVIDIA L40S", "L40S"), ("Tesla T4", "T4"), ("NVIDIA RTX 6000 Ada Generation", "RTX-6000-ADA-GENERATION"),
-])
+@pytest.mark.parametrize(
+    "name, kind",
+    [
+        ("NVIDIA H100 80GB HBM3", "H100"),
+        ("NVIDIA H200", "H200"),
+        ("NVIDIA A100-SXM4-80GB", "A100"),
+        ("NVIDIA L40S", "L40S"),
+        ("Tesla T4", "T4"),
+        ("NVIDIA RTX 6000 Ada Generation", "RTX-6000-ADA-GENERATION"),
+    ],
+)
 def test_gpu_model_names_map_to_resource_classes(name, kind):
     assert gpu_type_from_name(name) == kind
 
 
 def test_fake_gpus_need_no_nvml():
-    found = inventory(name="n1", zone="z1", rack="r1", fake_gpus=8, gpu_type="A100", cpus=32, memory=256, labels={},
-                      address="10.0.0.2")
+    found = inventory(
+        name="n1",
+        zone="z1",
+        rack="r1",
+        fake_gpus=8,
+        gpu_type="A100",
+        cpus=32,
+        memory=256,
+        labels={},
+        address="10.0.0.2",
+    )
     assert (found["gpu_type"], found["gpu_count"], found["cpu_count"], found["memory_gb"]) == ("A100", 8, 32, 256)
-    cpu_only = inventory(name="n2", zone="z1", rack="r1", fake_gpus=0, gpu_type=None, cpus=None, memory=None,
-                         labels={}, address=None)
+    cpu_only = inventory(
+        name="n2", zone="z1", rack="r1", fake_gpus=0, gpu_type=None, cpus=None, memory=None, labels={}, address=None
+    )
     assert (cpu_only["gpu_type"], cpu_only["gpu_count"]) == ("", 0) and cpu_only["cpu_count"] >= 1

@@ -1,6 +1,7 @@
 """The node agent runs on GPU hosts without the server: importing any module of agents.node,
 in a fresh interpreter, loads nothing of Django, DRF, Channels, Celery, Redis, Postgres or
 the server's apps (issue 14)."""
+
 import json
 import subprocess
 import sys
@@ -23,8 +24,13 @@ print(json.dumps({{"file": agents.node.__file__, "imported": names, "loaded": so
 
 
 def load_every_node_module() -> dict:
-    ran = subprocess.run([sys.executable, "-I", "-c", IMPORT_EVERY_NODE_MODULE.format(root=str(ROOT))], cwd=ROOT,
-                         capture_output=True, text=True, timeout=60)
+    ran = subprocess.run(
+        [sys.executable, "-I", "-c", IMPORT_EVERY_NODE_MODULE.format(root=str(ROOT))],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert ran.returncode == 0, ran.stderr
     return json.loads(ran.stdout)
 
@@ -33,6 +39,9 @@ def test_the_node_agent_loads_nothing_of_the_server():
     found = load_every_node_module()
     assert Path(found["file"]).parent == ROOT / "agents" / "node"
     assert {"agents.node.daemon", "agents.node.supervise", "agents.node.runtime"} <= set(found["imported"])
-    server = [name for name in found["loaded"] if name.split(".")[0] in SERVER_ONLY
-              or (name.startswith("agents.") and not name.startswith("agents.node"))]
+    server = [
+        name
+        for name in found["loaded"]
+        if name.split(".")[0] in SERVER_ONLY or (name.startswith("agents.") and not name.startswith("agents.node"))
+    ]
     assert server == [], f"agents.node loaded server modules: {', '.join(server)}"

@@ -1,6 +1,7 @@
 """The agent keeps its secrets from its tasks: a task's environment is built from nothing, the
 join token never stays in the environment (nor in /proc/<pid>/environ), the node token is a
 0600 file, and one event the server refuses never blocks the others."""
+
 import json
 import os
 import stat
@@ -16,19 +17,46 @@ from agents.node.daemon import NodeAgent, parse_args
 from agents.node.outbox import MAX_REFUSALS, Outbox
 from agents.node.runtime import DEFAULT_PASS_ENV, check_pass_env, task_environment
 
-NODE = {"name": "n1", "zone": "z1", "rack": "r1", "gpu_type": "H100", "gpu_count": 8, "cpu_count": 8,
-        "memory_gb": 16, "labels": {}, "address": "127.0.0.1"}
-AGENT_SECRETS = {"MLQ_AGENT_JOIN_TOKEN": "join-secret-1", "DATABASE_URL": "postgres://u:pw@db/x",
-                 "REDIS_URL": "redis://:pw@r/0", "SECRET_KEY": "django-secret", "AWS_SECRET_ACCESS_KEY": "aws",
-                 "SOME_OTHER_VARIABLE": "not on the allow-list"}
+NODE = {
+    "name": "n1",
+    "zone": "z1",
+    "rack": "r1",
+    "gpu_type": "H100",
+    "gpu_count": 8,
+    "cpu_count": 8,
+    "memory_gb": 16,
+    "labels": {},
+    "address": "127.0.0.1",
+}
+AGENT_SECRETS = {
+    "MLQ_AGENT_JOIN_TOKEN": "join-secret-1",
+    "DATABASE_URL": "postgres://u:pw@db/x",
+    "REDIS_URL": "redis://:pw@r/0",
+    "SECRET_KEY": "django-secret",
+    "AWS_SECRET_ACCESS_KEY": "aws",
+    "SOME_OTHER_VARIABLE": "not on the allow-list",
+}
 
 
 def run_task(tmp_path, env: dict, command: list[str], **agent_options) -> dict:
     node = NodeAgent(server="http://127.0.0.1:9", join_token="x", node=NODE, workdir=tmp_path, **agent_options)
     node.renewed(time.monotonic(), 60)  # as after a heartbeat: tasks start only under a lease
-    task = node.start({"job_id": 7, "rank": 0, "attempt": 1, "epoch": 1, "command": command, "image": "",
-                       "gpu_indices": [0], "cpus": 1, "memory_gb": 1, "grace_period_seconds": 1,
-                       "checkpoint_dir": "", "env": env})
+    task = node.start(
+        {
+            "job_id": 7,
+            "rank": 0,
+            "attempt": 1,
+            "epoch": 1,
+            "command": command,
+            "image": "",
+            "gpu_indices": [0],
+            "cpus": 1,
+            "memory_gb": 1,
+            "grace_period_seconds": 1,
+            "checkpoint_dir": "",
+            "env": env,
+        }
+    )
     task.process.wait(timeout=20)
     deadline = time.monotonic() + 5
     while not task.poll() and time.monotonic() < deadline:
@@ -47,7 +75,11 @@ def test_a_task_sees_none_of_the_agents_environment_beyond_the_allow_list(tmp_pa
     assert not set(AGENT_SECRETS) & set(seen)
     assert not any(value in json.dumps(seen) for value in AGENT_SECRETS.values())
     assert {k: seen[k] for k in ("MLQ_JOB_ID", "WANDB_PROJECT", "CUDA_VISIBLE_DEVICES", "TZ")} == {
-        "MLQ_JOB_ID": "7", "WANDB_PROJECT": "p", "CUDA_VISIBLE_DEVICES": "0", "TZ": "Europe/Paris"}
+        "MLQ_JOB_ID": "7",
+        "WANDB_PROJECT": "p",
+        "CUDA_VISIBLE_DEVICES": "0",
+        "TZ": "Europe/Paris",
+    }
     assert set(seen) <= set(DEFAULT_PASS_ENV) | {"MLQ_JOB_ID", "WANDB_PROJECT", "CUDA_VISIBLE_DEVICES", "PYTHONPATH"}
     # PYTHONPATH is the agent's own addition: a directory holding only mlqueue.checkpoint, never its site-packages.
     assert seen["PYTHONPATH"] == str(tmp_path / NODE["name"] / "python")
@@ -55,8 +87,9 @@ def test_a_task_sees_none_of_the_agents_environment_beyond_the_allow_list(tmp_pa
 
 def test_pass_env_adds_names_but_never_the_agents_or_servers_secrets(tmp_path, monkeypatch):
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy:3128")
-    assert parse_args(["--server", "http://x", "--pass-env", "HTTPS_PROXY,NCCL_SOCKET_IFNAME",
-                       "--isolation", "none"]).pass_env[-2:] == ("HTTPS_PROXY", "NCCL_SOCKET_IFNAME")
+    assert parse_args(
+        ["--server", "http://x", "--pass-env", "HTTPS_PROXY,NCCL_SOCKET_IFNAME", "--isolation", "none"]
+    ).pass_env[-2:] == ("HTTPS_PROXY", "NCCL_SOCKET_IFNAME")
     for forbidden in ("MLQ_AGENT_JOIN_TOKEN", "DATABASE_URL", "SECRET_KEY", "MLQ_ANYTHING"):
         with pytest.raises(ValueError, match="never passes"):
             check_pass_env([forbidden])
@@ -107,6 +140,7 @@ def test_the_node_token_is_kept_in_a_file_only_the_agent_can_read(tmp_path):
 
 # --- the outbox -------------------------------------------------------------------------------
 
+
 class Server:
     """Refuses (400) any batch holding an event with "bad"; or fails every post with `status`."""
 
@@ -123,8 +157,7 @@ class Server:
 
 
 def event(n: int, **extra) -> dict:
-    return {"type": "log", "job_id": 1, "rank": 0, "attempt": 1, "stream": "stdout", "offset": n, "data": "x",
-            **extra}
+    return {"type": "log", "job_id": 1, "rank": 0, "attempt": 1, "stream": "stdout", "offset": n, "data": "x", **extra}
 
 
 def test_one_refused_event_is_dropped_after_a_few_tries_and_the_rest_go_through():
@@ -134,8 +167,9 @@ def test_one_refused_event_is_dropped_after_a_few_tries_and_the_rest_go_through(
         outbox.flush(server.post)
     assert [e["offset"] for e in server.got if e["type"] == "log"] == [0, 1, 3]
     [dropped] = [e for e in server.got if e["type"] == "dropped"]
-    assert dropped["data"].startswith(f"the agent dropped a log event (stdout at offset 2, 1 characters) the "
-                                      f"server refused {MAX_REFUSALS} times")
+    assert dropped["data"].startswith(
+        f"the agent dropped a log event (stdout at offset 2, 1 characters) the server refused {MAX_REFUSALS} times"
+    )
     assert len(outbox) == 0
 
 

@@ -1,6 +1,7 @@
 """docs/architecture.md stays true to the tree (issue 14): every path in its "Where things are"
 table exists, every package a newcomer would look for has a row there, and every path the page
 names anywhere else exists too. Moving or adding a package without updating the page fails here."""
+
 import re
 from pathlib import Path
 
@@ -67,8 +68,16 @@ def test_the_first_column_is_read_cell_by_cell():
 
 
 def test_the_packages_are_found():
-    assert {"scheduling", "agents", "bench", "tests", "scheduling/leader", "scheduling/web", "agents/node",
-            "scheduling/migrations"} <= packages()
+    assert {
+        "scheduling",
+        "agents",
+        "bench",
+        "tests",
+        "scheduling/leader",
+        "scheduling/web",
+        "agents/node",
+        "scheduling/migrations",
+    } <= packages()
 
 
 def test_every_path_the_page_names_exists():

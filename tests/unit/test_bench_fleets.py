@@ -1,5 +1,6 @@
 """The benchmark's fleets and workloads: the advertised sizes, never an over-allocated node,
 and the same input for the same seed, so benchmark figures compare like with like. No database."""
+
 from collections import Counter, defaultdict
 
 import pytest

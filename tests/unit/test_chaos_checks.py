@@ -1,8 +1,14 @@
 """The fault campaign's invariants (bench/chaos_checks.py) on evidence written by hand: each
 one finds the violation it is for, with its exact sentence, and passes the case that looks
 like it but is not one. A campaign whose checks could never fail would prove nothing."""
+
 from bench.chaos_checks import (
-    agent_fault_requeues, deposed_epoch_writes, jobs_lost, late_preemptions, outage_kills, overlapping_attempts,
+    agent_fault_requeues,
+    deposed_epoch_writes,
+    jobs_lost,
+    late_preemptions,
+    outage_kills,
+    overlapping_attempts,
 )
 from bench.chaos_evidence import Event, Evidence, JobRow, LeaseKill, Span, TaskRow
 from bench.chaos_faults import Fault
@@ -15,8 +21,9 @@ def span(job: int, attempt: int, first: float, last: float, *, rank: int = 0, **
     return Span(job, rank, attempt, first, last, {"start": first, **marks})
 
 
-def event(id: int, job: int | None, kind: str, reason: str, at: float, *, node: str | None = None,
-          message: str = "", **data) -> Event:
+def event(
+    id: int, job: int | None, kind: str, reason: str, at: float, *, node: str | None = None, message: str = "", **data
+) -> Event:
     return Event(id, job, kind, reason, "", data, at, node, message)
 
 
@@ -24,16 +31,24 @@ def placed(id: int, job: int, at: float, node: str = NODE_A, epoch: int = 1) -> 
     return event(id, job, "TRANSITION", "PLACED", at, nodes=[node], epoch=epoch)
 
 
-def task(job: int, *, epoch: int = 1, state: str = "RUNNING", assigned_at: float = 0.0,
-         kill_at: float | None = None) -> TaskRow:
+def task(
+    job: int, *, epoch: int = 1, state: str = "RUNNING", assigned_at: float = 0.0, kill_at: float | None = None
+) -> TaskRow:
     return TaskRow(job, 0, epoch, state, assigned_at, kill_at)
 
 
-def evidence(*, spans=(), events=(), jobs=(), tasks=(), lease_epoch: int = 1, lease_kills=(),
-             read_at: float = 1000.0) -> Evidence:
-    return Evidence({(s.job, s.rank, s.attempt): s for s in spans}, {j.id: j for j in jobs},
-                    [event(1, None, "LEADER", "LEADER", 0.0, epoch=1), *events], list(tasks), lease_epoch,
-                    list(lease_kills), read_at)
+def evidence(
+    *, spans=(), events=(), jobs=(), tasks=(), lease_epoch: int = 1, lease_kills=(), read_at: float = 1000.0
+) -> Evidence:
+    return Evidence(
+        {(s.job, s.rank, s.attempt): s for s in spans},
+        {j.id: j for j in jobs},
+        [event(1, None, "LEADER", "LEADER", 0.0, epoch=1), *events],
+        list(tasks),
+        lease_epoch,
+        list(lease_kills),
+        read_at,
+    )
 
 
 def agent_fault(kind: str, start: float, end: float, *, node: str = NODE_A, tasks=()) -> Fault:
@@ -41,15 +56,24 @@ def agent_fault(kind: str, start: float, end: float, *, node: str = NODE_A, task
 
 
 def test_two_attempts_of_one_task_running_at_once_overlap():
-    ev = evidence(spans=[span(1, 1, 10.0, 20.0), span(1, 2, 19.5, 30.0), span(2, 1, 10.0, 20.0),
-                         span(2, 2, 20.5, 30.0)])
+    ev = evidence(
+        spans=[span(1, 1, 10.0, 20.0), span(1, 2, 19.5, 30.0), span(2, 1, 10.0, 20.0), span(2, 2, 20.5, 30.0)]
+    )
     assert overlapping_attempts(ev) == ["job 1 rank 0: attempt 1 ran 10.00-20.00, attempt 2 started at 19.50"]
 
 
 def test_a_write_of_a_deposed_epoch_is_found_by_its_event_id():
-    ev = evidence(events=[placed(5, 3, 10.0), event(6, None, "LEADER", "LEADER", 11.0, epoch=2),
-                          placed(7, 3, 10.5), placed(8, 4, 12.0, epoch=2), placed(9, 5, 13.0, epoch=7)],
-                  tasks=[task(3, epoch=1), task(4, epoch=2), task(5, epoch=3)], lease_epoch=2)
+    ev = evidence(
+        events=[
+            placed(5, 3, 10.0),
+            event(6, None, "LEADER", "LEADER", 11.0, epoch=2),
+            placed(7, 3, 10.5),
+            placed(8, 4, 12.0, epoch=2),
+            placed(9, 5, 13.0, epoch=7),
+        ],
+        tasks=[task(3, epoch=1), task(4, epoch=2), task(5, epoch=3)],
+        lease_epoch=2,
+    )
     assert deposed_epoch_writes(ev) == [
         "event 7 (PLACED, job 3) of epoch 1 was written after epoch 2 took the lead (event 6)",
         "event 9 (PLACED, job 5) carries epoch 7, never taken",
@@ -58,12 +82,22 @@ def test_a_write_of_a_deposed_epoch_is_found_by_its_event_id():
 
 
 def test_a_job_is_lost_when_missing_failed_pending_without_a_reason_or_stuck():
-    jobs = [JobRow(1, "chaos-1", "SUCCEEDED", "", "", 0), JobRow(2, "chaos-2", "PENDING", "QUOTA", "", 0),
-            JobRow(3, "chaos-3", "FAILED", "", "INFRA", 21), JobRow(4, "chaos-4", "PENDING", "", "", 0),
-            JobRow(5, "chaos-5", "RUNNING", "", "", 0), JobRow(7, "chaos-7", "ASSIGNED", "", "", 0),
-            JobRow(8, "chaos-8", "ASSIGNED", "", "", 0), JobRow(9, "chaos-9", "RUNNING", "", "", 0)]
-    tasks = [task(5, kill_at=995.0), task(7, state="ASSIGNED", assigned_at=900.0),
-             task(8, state="ASSIGNED", assigned_at=998.0), task(9, kill_at=950.0)]
+    jobs = [
+        JobRow(1, "chaos-1", "SUCCEEDED", "", "", 0),
+        JobRow(2, "chaos-2", "PENDING", "QUOTA", "", 0),
+        JobRow(3, "chaos-3", "FAILED", "", "INFRA", 21),
+        JobRow(4, "chaos-4", "PENDING", "", "", 0),
+        JobRow(5, "chaos-5", "RUNNING", "", "", 0),
+        JobRow(7, "chaos-7", "ASSIGNED", "", "", 0),
+        JobRow(8, "chaos-8", "ASSIGNED", "", "", 0),
+        JobRow(9, "chaos-9", "RUNNING", "", "", 0),
+    ]
+    tasks = [
+        task(5, kill_at=995.0),
+        task(7, state="ASSIGNED", assigned_at=900.0),
+        task(8, state="ASSIGNED", assigned_at=998.0),
+        task(9, kill_at=950.0),
+    ]
     ev = evidence(jobs=jobs, tasks=tasks, events=[event(9, 3, "TRANSITION", "INFRA", 50.0, message="no restarts left")])
     accepted = {f"chaos-{n}": n for n in range(1, 10)}  # no job 6 in the database
     assert jobs_lost(ev, accepted=accepted, timings=SHORT) == [
@@ -76,23 +110,38 @@ def test_a_job_is_lost_when_missing_failed_pending_without_a_reason_or_stuck():
 
 
 def test_a_task_stopped_with_nobody_asking_is_an_outage_kill_unless_an_agent_fault_explains_it():
-    spans = [span(1, 1, 10.0, 30.0, checkpoint=30.0), span(2, 1, 10.0, 30.0, checkpoint=30.0),
-             span(3, 1, 10.0, 30.0, checkpoint=30.0), span(4, 1, 10.0, 40.0, end=40.0)]
-    events = [placed(2, 1, 9.0), placed(3, 2, 9.0, node=NODE_B), placed(4, 3, 9.0, node=NODE_B),
-              event(5, 3, "STOP_REQUESTED", "PREEMPTED", 29.5, grace_s=3), placed(6, 4, 9.0, node=NODE_B)]
+    spans = [
+        span(1, 1, 10.0, 30.0, checkpoint=30.0),
+        span(2, 1, 10.0, 30.0, checkpoint=30.0),
+        span(3, 1, 10.0, 30.0, checkpoint=30.0),
+        span(4, 1, 10.0, 40.0, end=40.0),
+    ]
+    events = [
+        placed(2, 1, 9.0),
+        placed(3, 2, 9.0, node=NODE_B),
+        placed(4, 3, 9.0, node=NODE_B),
+        event(5, 3, "STOP_REQUESTED", "PREEMPTED", 29.5, grace_s=3),
+        placed(6, 4, 9.0, node=NODE_B),
+    ]
     ev = evidence(spans=spans, events=events)
     assert outage_kills(ev, faults=[agent_fault("agent_cut", 20.0, 35.0, node=NODE_B)], timings=SHORT) == [
-        "job 1 rank 0 attempt 1 was stopped at 30.00 with no stop requested and no agent fault on its nodes"]
+        "job 1 rank 0 attempt 1 was stopped at 30.00 with no stop requested and no agent fault on its nodes"
+    ]
 
 
 def test_a_lease_kill_or_a_lost_node_outside_an_agent_fault_is_an_outage_kill():
-    ev = evidence(lease_kills=[LeaseKill(NODE_A, 100.0, "lease expired without renewal: SIGTERM to 1 task(s)"),
-                               LeaseKill(NODE_B, 100.0, "lease expired without renewal: SIGTERM to 2 task(s)")],
-                  events=[event(5, None, "NODE_STATE", "LOST", 104.0, node=NODE_A, message="SUSPECT -> LOST")])
+    ev = evidence(
+        lease_kills=[
+            LeaseKill(NODE_A, 100.0, "lease expired without renewal: SIGTERM to 1 task(s)"),
+            LeaseKill(NODE_B, 100.0, "lease expired without renewal: SIGTERM to 2 task(s)"),
+        ],
+        events=[event(5, None, "NODE_STATE", "LOST", 104.0, node=NODE_A, message="SUSPECT -> LOST")],
+    )
     faults = [agent_fault("agent_stop", 90.0, 99.0, node=NODE_B), Fault("postgres_down", "postgres", 95.0, 101.0)]
     assert outage_kills(ev, faults=faults, timings=SHORT) == [
         f"{NODE_A} at 100.00: lease expired without renewal: SIGTERM to 1 task(s)",
-        f"event 5 at 104.00: LOST node {NODE_A}: SUSPECT -> LOST"]
+        f"event 5 at 104.00: LOST node {NODE_A}: SUSPECT -> LOST",
+    ]
 
 
 def test_an_agent_faults_tasks_must_be_requeued_and_only_once_dead():
@@ -106,8 +155,14 @@ def test_an_agent_faults_tasks_must_be_requeued_and_only_once_dead():
 
 
 def test_a_killed_agents_tasks_must_die_with_it():
-    spans = [span(1, 1, 10.0, 20.1), span(2, 1, 10.0, 24.0, end=24.0), span(3, 1, 19.9, 23.0), span(4, 1, 23.0, 30.0),
-             span(5, 1, 10.0, 25.0, rank=0), span(5, 1, 10.0, 20.1, rank=1)]
+    spans = [
+        span(1, 1, 10.0, 20.1),
+        span(2, 1, 10.0, 24.0, end=24.0),
+        span(3, 1, 19.9, 23.0),
+        span(4, 1, 23.0, 30.0),
+        span(5, 1, 10.0, 25.0, rank=0),
+        span(5, 1, 10.0, 20.1, rank=1),
+    ]
     gang = event(9, 5, "TRANSITION", "PLACED", 5.0, nodes=[NODE_A, NODE_B], epoch=1)
     ev = evidence(spans=spans, events=[placed(2 + job, job, 5.0) for job in (1, 2, 3, 4)] + [gang])
     # The agents' logs say which node started which rank: the gang's rank 0 ran on the other agent.
@@ -123,8 +178,12 @@ def test_a_killed_agents_tasks_must_die_with_it():
 
 def test_a_preempted_task_must_get_sigterm_and_stop_within_its_grace_unless_the_signal_path_was_down():
     deadline = 100.0 + 3 + SHORT.stop_allowance_s
-    spans = [span(1, 1, 50.0, deadline + 1, term=100.4), span(2, 1, 50.0, 101.0),
-             span(3, 1, 50.0, deadline + 5, term=100.4), span(4, 1, 50.0, 100.5, checkpoint=100.5)]
+    spans = [
+        span(1, 1, 50.0, deadline + 1, term=100.4),
+        span(2, 1, 50.0, 101.0),
+        span(3, 1, 50.0, deadline + 5, term=100.4),
+        span(4, 1, 50.0, 100.5, checkpoint=100.5),
+    ]
     stops = [event(10 + job, job, "STOP_REQUESTED", "PREEMPTED", 100.0, grace_s=3) for job in (1, 2, 3, 4)]
     faults = [Fault("postgres_down", "postgres", 200.0, 205.0), Fault("leader_stop", "scheduler-1", 101.0, 110.0)]
     ev = evidence(spans=spans, events=[placed(2, job, 40.0) for job in (1, 2, 3, 4)] + stops)

@@ -1,4 +1,5 @@
 """mlqueue.checkpoint: what a job imports to confirm its checkpoints (stdlib only)."""
+
 import json
 import os
 import subprocess
@@ -24,11 +25,19 @@ def job_env(tmp_path, monkeypatch):
 
 
 def test_importing_it_loads_neither_django_nor_celery():
-    probe = ("import sys, mlqueue.checkpoint; "
-             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('django', 'celery', 'kombu', 'rest_framework')"
-             " or m in ('mlqueue.celery', 'mlqueue.settings')))")
-    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True,
-                         env={"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(ROOT)})
+    probe = (
+        "import sys, mlqueue.checkpoint; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('django', 'celery', 'kombu', 'rest_framework')"
+        " or m in ('mlqueue.celery', 'mlqueue.settings')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(ROOT)},
+    )
     assert out.stdout.strip() == "[]"
 
 
@@ -42,8 +51,11 @@ def test_celery_still_finds_the_app_from_the_package_name():
 
 def test_done_writes_the_marker_atomically(job_env):
     checkpoint.done(step=1200, path="step-1200", now=1_700_000_000.5)
-    assert json.loads((job_env / ".mlq-checkpoint").read_text()) == {"step": 1200, "time": 1_700_000_000.5,
-                                                                     "path": "step-1200"}
+    assert json.loads((job_env / ".mlq-checkpoint").read_text()) == {
+        "step": 1200,
+        "time": 1_700_000_000.5,
+        "path": "step-1200",
+    }
     assert oct((job_env / ".mlq-checkpoint").stat().st_mode & 0o777) == "0o644"
     assert not [p for p in os.listdir(job_env) if p.endswith(".tmp")]
 

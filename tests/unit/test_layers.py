@@ -11,6 +11,7 @@ import each other and a change at the bottom never needs the top.
                      importable from any layer, importing only each other
 
 docs/architecture.md says where each kind of change goes."""
+
 import ast
 from pathlib import Path
 
@@ -88,32 +89,48 @@ def edges() -> list[tuple[str, str, str, str]]:
 
 def test_every_module_is_walked():
     walked = {module_name(path) for path in first_party_modules()}
-    assert {"scheduling.leader.worker", "scheduling.web.api", "agents.api", "teams.models", "mlqueue.urls",
-            "scheduling.core.scheduler", "agents.node.daemon"} <= walked
+    assert {
+        "scheduling.leader.worker",
+        "scheduling.web.api",
+        "agents.api",
+        "teams.models",
+        "mlqueue.urls",
+        "scheduling.core.scheduler",
+        "agents.node.daemon",
+    } <= walked
     assert len(walked) > 100
 
 
 def test_libraries_import_only_libraries():
-    wrong = [f"{module} imports {name}" for module, name, source, target in edges()
-             if source in LIBRARIES and target not in LIBRARIES]
+    wrong = [
+        f"{module} imports {name}"
+        for module, name, source, target in edges()
+        if source in LIBRARIES and target not in LIBRARIES
+    ]
     assert wrong == [], "a library (no Django) imports an app:\n" + "\n".join(wrong)
 
 
 def test_apps_import_only_downward():
-    upward = [f"{module} ({source}) imports {name} ({target})" for module, name, source, target in edges()
-              if source in LAYERS and target in LAYERS and LAYERS.index(target) > LAYERS.index(source)]
+    upward = [
+        f"{module} ({source}) imports {name} ({target})"
+        for module, name, source, target in edges()
+        if source in LAYERS and target in LAYERS and LAYERS.index(target) > LAYERS.index(source)
+    ]
     assert upward == [], "an import goes up the layers (LAYERS in this file):\n" + "\n".join(upward)
 
 
-@pytest.mark.parametrize("source, expected", [
-    ("from scheduling import lifecycle", {"scheduling.lifecycle"}),
-    ("def f():\n    from agents.services import do_register_node", {"agents.services"}),
-    ("import teams.models", {"teams.models"}),
-    ("from . import fairshare", {"scheduling.core.fairshare"}),
-    ("from .model import Node", {"scheduling.core.model"}),
-    ("from mlqueue import checkpoint, errors", {"mlqueue.checkpoint", "mlqueue.errors"}),
-    ("import json\nfrom django.db import models", set()),
-])
+@pytest.mark.parametrize(
+    "source, expected",
+    [
+        ("from scheduling import lifecycle", {"scheduling.lifecycle"}),
+        ("def f():\n    from agents.services import do_register_node", {"agents.services"}),
+        ("import teams.models", {"teams.models"}),
+        ("from . import fairshare", {"scheduling.core.fairshare"}),
+        ("from .model import Node", {"scheduling.core.model"}),
+        ("from mlqueue import checkpoint, errors", {"mlqueue.checkpoint", "mlqueue.errors"}),
+        ("import json\nfrom django.db import models", set()),
+    ],
+)
 def test_the_walk_sees_every_kind_of_import(source, expected):
     assert imported(ROOT / "scheduling" / "core" / "probe.py", source) == expected
 

@@ -1,6 +1,13 @@
 """The named sets of task and job states (scheduling/states.py) fit together."""
+
 from scheduling.states import (
-    ENDED, JOB_FINISHED, NOT_STARTED, ON_NODE, QUEUED_OR_RUNNING, UNSUCCESSFUL, TaskState as S,
+    ENDED,
+    JOB_FINISHED,
+    NOT_STARTED,
+    ON_NODE,
+    QUEUED_OR_RUNNING,
+    UNSUCCESSFUL,
+    TaskState as S,
 )
 
 

@@ -1,6 +1,7 @@
 """The web reads the scheduler's state through the domain (selectors, the published queue
 order), never through the leader: a web process must not load the worker, its Redis
 wake-ups, its leadership or the forecaster's multiprocessing (issue 14)."""
+
 import ast
 import json
 import subprocess
@@ -24,28 +25,43 @@ def imported_names(source: str, *, package: str) -> set[str]:
             module = ".".join(part for part in (base, node.module) if part)
             names.add(module)
             names.update(f"{module}.{alias.name}" for alias in node.names)
-        elif isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) in (
-                "import_module", "__import__") and node.args and isinstance(node.args[0], ast.Constant):
+        elif (
+            isinstance(node, ast.Call)
+            and getattr(node.func, "attr", getattr(node.func, "id", "")) in ("import_module", "__import__")
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+        ):
             names.add(str(node.args[0].value))
     return names
 
 
 def leader_imports(path: Path) -> list[str]:
     package = ".".join(path.relative_to(ROOT).parent.parts)
-    return sorted(name for name in imported_names(path.read_text(), package=package)
-                  if name == LEADER or name.startswith(LEADER + "."))
+    return sorted(
+        name
+        for name in imported_names(path.read_text(), package=package)
+        if name == LEADER or name.startswith(LEADER + ".")
+    )
 
 
 def test_the_walk_sees_every_form_of_import():
-    source = ("import scheduling.leader.worker\n"
-              "def later():\n"
-              "    from scheduling import leader\n"
-              "    from ..leader import snapshot\n"
-              "    from . import queue\n"
-              "    importlib.import_module('scheduling.leader.apply')\n")
+    source = (
+        "import scheduling.leader.worker\n"
+        "def later():\n"
+        "    from scheduling import leader\n"
+        "    from ..leader import snapshot\n"
+        "    from . import queue\n"
+        "    importlib.import_module('scheduling.leader.apply')\n"
+    )
     assert imported_names(source, package="scheduling.web") == {
-        "scheduling.leader.worker", "scheduling", "scheduling.leader", "scheduling.leader.snapshot",
-        "scheduling.web", "scheduling.web.queue", "scheduling.leader.apply"}
+        "scheduling.leader.worker",
+        "scheduling",
+        "scheduling.leader",
+        "scheduling.leader.snapshot",
+        "scheduling.web",
+        "scheduling.web.queue",
+        "scheduling.leader.apply",
+    }
 
 
 def test_no_module_of_the_web_imports_the_leader():
@@ -74,8 +90,13 @@ print(json.dumps({{"file": scheduling.web.api.__file__, "after_api": after_api, 
 
 
 def test_importing_the_web_loads_nothing_of_the_leader():
-    ran = subprocess.run([sys.executable, "-I", "-c", IMPORT_THE_WEB.format(root=str(ROOT))], cwd=ROOT,
-                         capture_output=True, text=True, timeout=60)
+    ran = subprocess.run(
+        [sys.executable, "-I", "-c", IMPORT_THE_WEB.format(root=str(ROOT))],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert ran.returncode == 0, ran.stderr
     found = json.loads(ran.stdout)
     assert Path(found["file"]) == WEB / "api.py"

@@ -12,7 +12,7 @@ UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
 
 
 def parse_duration(text: str) -> timedelta:
-    """"24h" -> 24 hours; s, m, h and d."""
+    """ "24h" -> 24 hours; s, m, h and d."""
     match = DURATION.match(text.strip())
     if not match or int(match[1]) == 0:
         raise CommandError(f"--expires {text!r}: use a positive number with s, m, h or d, e.g. 24h or 7d")
@@ -20,8 +20,10 @@ def parse_duration(text: str) -> timedelta:
 
 
 class Command(BaseCommand):
-    help = ("Create a join token that lets new node agents register, and print it (it is shown only once; only "
-            "its hash is kept). Give it to agents in a 0600 file (--token-file) or MLQ_AGENT_JOIN_TOKEN.")
+    help = (
+        "Create a join token that lets new node agents register, and print it (it is shown only once; only "
+        "its hash is kept). Give it to agents in a 0600 file (--token-file) or MLQ_AGENT_JOIN_TOKEN."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("--name", default="", help="what it is for, e.g. 'rack z2-r3 install'")
@@ -32,10 +34,13 @@ class Command(BaseCommand):
         if max_uses is not None and max_uses < 1:
             raise CommandError("--max-uses must be at least 1")
         expires_at = timezone.now() + parse_duration(expires) if expires else None
-        token, raw = do_create_join_token(created_by=f"manage.py ({getpass.getuser()})", name=name[:100],
-                                          expires_at=expires_at, max_uses=max_uses)
+        token, raw = do_create_join_token(
+            created_by=f"manage.py ({getpass.getuser()})", name=name[:100], expires_at=expires_at, max_uses=max_uses
+        )
         self.stdout.write(raw)
-        self.stderr.write(f"join token {token.hint}… created; expires "
-                          f"{expires_at.isoformat() if expires_at else 'never'}; "
-                          f"{max_uses if max_uses is not None else 'unlimited'} use(s). "
-                          f"Revoke it with: manage.py revoke_join_token {token.hint}")
+        self.stderr.write(
+            f"join token {token.hint}… created; expires "
+            f"{expires_at.isoformat() if expires_at else 'never'}; "
+            f"{max_uses if max_uses is not None else 'unlimited'} use(s). "
+            f"Revoke it with: manage.py revoke_join_token {token.hint}"
+        )

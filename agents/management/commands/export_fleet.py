@@ -13,9 +13,18 @@ class Command(BaseCommand):
 
     def handle(self, *args, address, **options):
         fleet = [
-            {"name": n.name, "zone": n.zone, "rack": n.rack, "gpu_type": n.gpu_type, "gpu_count": n.gpu_count,
-             "cpu_count": n.cpu_count, "memory_gb": n.memory_gb, "scratch_disk_gb": n.scratch_disk_gb,
-             "labels": n.labels, "address": address}
+            {
+                "name": n.name,
+                "zone": n.zone,
+                "rack": n.rack,
+                "gpu_type": n.gpu_type,
+                "gpu_count": n.gpu_count,
+                "cpu_count": n.cpu_count,
+                "memory_gb": n.memory_gb,
+                "scratch_disk_gb": n.scratch_disk_gb,
+                "labels": n.labels,
+                "address": address,
+            }
             for n in Node.objects.order_by("name")
         ]
         self.stdout.write(json.dumps(fleet, indent=1))

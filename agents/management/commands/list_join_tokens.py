@@ -10,10 +10,12 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         now = timezone.now()
         for token in JoinToken.objects.all():
-            self.stdout.write(f"{token.hint}…  {status(token, now):<8} uses {token.uses}/"
-                              f"{token.max_uses if token.max_uses is not None else '∞'}  "
-                              f"expires {token.expires_at.isoformat() if token.expires_at else 'never'}  "
-                              f"by {token.created_by}  {token.name}")
+            self.stdout.write(
+                f"{token.hint}…  {status(token, now):<8} uses {token.uses}/"
+                f"{token.max_uses if token.max_uses is not None else '∞'}  "
+                f"expires {token.expires_at.isoformat() if token.expires_at else 'never'}  "
+                f"by {token.created_by}  {token.name}"
+            )
 
 
 def status(token: JoinToken, now) -> str:

@@ -1,6 +1,7 @@
 """The demo cluster `make demo` runs (README): two divisions, three teams, six users, 36 nodes.
 
 Idempotent: what exists is left alone (a quota someone edited keeps its edit)."""
+
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -42,10 +43,14 @@ DIVISIONS = {"research": 0.4, "production": 0.6}
 TEAMS = {
     # team: (division, {resource class: (guaranteed, borrowing limit)})
     "research-foundation-models": ("research", {"gpu:H100": (32, 64), "gpu:A100": (10, 16), "cpu": (150, 150)}),
-    "research-vision": ("research", {"gpu:H100": (16, 32), "gpu:A100": (15, 16), "gpu:L40S": (12, 16),
-                                     "cpu": (150, 150)}),
-    "production-ranking": ("production", {"gpu:H100": (77, 32), "gpu:A100": (39, 16), "gpu:L40S": (20, 8),
-                                          "cpu": (461, 150)}),
+    "research-vision": (
+        "research",
+        {"gpu:H100": (16, 32), "gpu:A100": (15, 16), "gpu:L40S": (12, 16), "cpu": (150, 150)},
+    ),
+    "production-ranking": (
+        "production",
+        {"gpu:H100": (77, 32), "gpu:A100": (39, 16), "gpu:L40S": (20, 8), "cpu": (461, 150)},
+    ),
 }
 USERS = {
     # user: (team, role)
@@ -95,10 +100,17 @@ class Command(BaseCommand):
                 for index in range(1, kind.per_rack + 1):
                     _, new = Node.objects.get_or_create(
                         name=node_name(kind, zone, index),
-                        defaults=dict(zone=zone, rack=f"{zone}-{kind.rack}", gpu_type=kind.gpu_type,
-                                      gpu_count=kind.gpus, cpu_count=kind.cpus, memory_gb=kind.memory_gb,
-                                      scratch_disk_gb=kind.scratch_gb, labels=dict(kind.labels),
-                                      state_reason="waiting for the node's agent to heartbeat"),
+                        defaults=dict(
+                            zone=zone,
+                            rack=f"{zone}-{kind.rack}",
+                            gpu_type=kind.gpu_type,
+                            gpu_count=kind.gpus,
+                            cpu_count=kind.cpus,
+                            memory_gb=kind.memory_gb,
+                            scratch_disk_gb=kind.scratch_gb,
+                            labels=dict(kind.labels),
+                            state_reason="waiting for the node's agent to heartbeat",
+                        ),
                     )
                     created += new
         return created

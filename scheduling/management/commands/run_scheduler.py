@@ -34,8 +34,9 @@ class Command(BaseCommand):
             raise CommandError("--tick must be more than 0 and at most 1 second")
         if not (0 < renew < lease * 0.7):
             raise CommandError("--renew must be positive and well under --lease (at most 70% of it)")
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                            stream=sys.stderr)
+        logging.basicConfig(
+            level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+        )
         connection_created.connect(limit_idle_transactions)
         leadership = leadership_for_this_database(lease_s=lease, renew_s=renew, renew_deadline_s=lease * 0.7)
         worker = SchedulerWorker(leadership, tick_s=tick)
@@ -54,8 +55,10 @@ class Command(BaseCommand):
         while time.monotonic() < deadline:
             report = worker.run_once()
             if report is not None:
-                self.stdout.write(f"one pass as epoch {report.epoch}: {report.elapsed_ms:.0f} ms, {report.pending} "
-                                  f"pending, {report.placed} placed, {report.preempted} preempted")
+                self.stdout.write(
+                    f"one pass as epoch {report.epoch}: {report.elapsed_ms:.0f} ms, {report.pending} "
+                    f"pending, {report.placed} placed, {report.preempted} preempted"
+                )
                 return
             time.sleep(0.5)
         raise CommandError("another scheduler leads and its lease did not lapse; no pass was run")

@@ -1,5 +1,6 @@
 """The indexes that keep a pass's cost off the cluster's size read exactly what a scan of every
 node or candidate reads: each is checked against that scan, written out here, on random clusters."""
+
 from dataclasses import replace
 
 from hypothesis import given
@@ -13,7 +14,14 @@ from scheduling.core.scheduler import schedule
 from scheduling.core.state import ClusterState
 from scheduling.core.trial import Trial
 from tests.unit.core.test_schedule_equivalence import (
-    EQUIVALENCE_SETTINGS, NOW, TEAMS, EveryJobTried, fleets, running_jobs, shapes, snapshots,
+    EQUIVALENCE_SETTINGS,
+    NOW,
+    TEAMS,
+    EveryJobTried,
+    fleets,
+    running_jobs,
+    shapes,
+    snapshots,
 )
 
 
@@ -57,20 +65,29 @@ def test_a_shadow_start_reads_the_free_room_index_as_a_scan_of_every_node_would(
     cluster, running, job, ending = case
     state = ClusterState(cluster, running)
     assert readable(shadow_start(state, job, ending, NOW, ending=ending)) == readable(
-        shadow_start_over_every_node(state, job, ending))
+        shadow_start_over_every_node(state, job, ending)
+    )
 
 
 def candidates_by_scan(running, borrowed, config, taken, job, claim, excess):
     """The reference: every running job put in candidate order, then filtered, at each search."""
-    ordered = sorted(running, key=lambda j: candidate_order(j, borrowed, NOW, memory=config.eviction_memory,
-                                                            longest=config.reclaim_longest_first))
+    ordered = sorted(
+        running,
+        key=lambda j: candidate_order(
+            j, borrowed, NOW, memory=config.eviction_memory, longest=config.reclaim_longest_first
+        ),
+    )
     found = []
     for victim in ordered:
         candidate = Candidate(victim, priority_rank(victim.priority))
         may_go = victim.preemptible and not victim.preempting and victim.priority != "P0"
         reclaimable = victim.team in excess and victim.team != job.team and claim.may_reclaim(candidate)
-        if (may_go and victim.resource_class == job.resource_class and victim.job_id not in taken
-                and (claim.outranks(candidate) or reclaimable)):
+        if (
+            may_go
+            and victim.resource_class == job.resource_class
+            and victim.job_id not in taken
+            and (claim.outranks(candidate) or reclaimable)
+        ):
             found.append(candidate)
     return found
 
@@ -80,17 +97,28 @@ def searches(draw):
     """Running jobs (some borrowed, some not preemptible), a policy, and a run of searches by
     jobs of a few kinds, with a victim taken now and then between them."""
     cluster = draw(fleets())
-    running = [r if draw(st.integers(0, 5)) else replace(r, preemptible=False)
-               for r in running_jobs(draw, cluster, draw(st.integers(0, 20)), [1000])]
+    running = [
+        r if draw(st.integers(0, 5)) else replace(r, preemptible=False)
+        for r in running_jobs(draw, cluster, draw(st.integers(0, 20)), [1000])
+    ]
     borrowed = {r.job_id for r in running if draw(st.booleans())}
-    config = PolicyConfig(eviction_memory=draw(st.booleans()), reclaim_longest_first=draw(st.booleans()),
-                          reclaim_max_evictions=draw(st.sampled_from([None, 1])),
-                          reclaim_min_runtime_s=draw(st.sampled_from([0.0, 900.0])))
+    config = PolicyConfig(
+        eviction_memory=draw(st.booleans()),
+        reclaim_longest_first=draw(st.booleans()),
+        reclaim_max_evictions=draw(st.sampled_from([None, 1])),
+        reclaim_min_runtime_s=draw(st.sampled_from([0.0, 900.0])),
+    )
     steps = []
     for index in range(draw(st.integers(1, 12))):
         shape = draw(shapes())
-        job = PendingJob(2000 + index, draw(st.sampled_from(TEAMS)), draw(st.sampled_from(PRIORITIES)), shape,
-                         NOW - draw(st.sampled_from([60.0, 30_000.0])), 3600.0)
+        job = PendingJob(
+            2000 + index,
+            draw(st.sampled_from(TEAMS)),
+            draw(st.sampled_from(PRIORITIES)),
+            shape,
+            NOW - draw(st.sampled_from([60.0, 30_000.0])),
+            3600.0,
+        )
         excess = {team: 8 for team in TEAMS if draw(st.booleans())}
         steps.append((job, excess, draw(st.booleans()), draw(st.integers(0, 3))))
     return cluster, tuple(running), borrowed, config, steps

@@ -1,5 +1,6 @@
 """Preemption policy: the minimum runtime belongs to the preemptor's class (P0 waits for
 nobody), and a job whose victims are only too young yet says when they may go."""
+
 import pytest
 
 from scheduling.core.model import PolicyConfig
@@ -16,54 +17,108 @@ def young_pair(*, ages=(60, 300), priority="P2"):
 
 
 def test_p0_preempts_victims_younger_than_ten_minutes_at_once():
-    decisions = schedule(snapshot(TWO_NODES, pending=[job(9, gpus=16, priority="P0", team="ranking")],
-                                  running_jobs=young_pair(), backfill=False))
+    decisions = schedule(
+        snapshot(
+            TWO_NODES,
+            pending=[job(9, gpus=16, priority="P0", team="ranking")],
+            running_jobs=young_pair(),
+            backfill=False,
+        )
+    )
     assert sorted(p.victim_job_id for p in decisions.preemptions) == [1, 2]
     assert {p.reason for p in decisions.preemptions} == {"PRIORITY"}
     assert decisions.pending[9].code == ReasonCode.PREEMPTING
 
 
-@pytest.mark.parametrize("priority, ages, config, code, message", [
-    # P1 needs both young P2s: the younger started at 21:19 and may go at 21:29.
-    ("P1", (60, 300), {}, ReasonCode.PREEMPTION_PENDING,
-     "2 victims reachable at 21:29 UTC after their 10-minute minimum"),
-    # One victim old enough, the other 2 minutes short: the time is the young one's.
-    ("P1", (480, HOUR), {}, ReasonCode.PREEMPTION_PENDING,
-     "2 victims reachable at 21:22 UTC after their 10-minute minimum"),
-    ("P2", (60, 60), {}, ReasonCode.INSUFFICIENT_CAPACITY,  # outranks nobody, however long it waits
-     "needs 16 H100; 0 of 16 free (0/2 nodes fit a task: 2 fewer than 8 free H100)"),
-    ("P1", (30, 30), {"min_runtime_by_class": {"P1": 90}}, ReasonCode.PREEMPTION_PENDING,
-     "2 victims reachable at 21:21 UTC after their 90-second minimum"),
-    ("P1", (60, 60), {"min_runtime_by_class": {"P1": 1800}}, ReasonCode.PREEMPTION_PENDING,
-     "2 victims reachable at 21:49 UTC after their 30-minute minimum"),
-])
+@pytest.mark.parametrize(
+    "priority, ages, config, code, message",
+    [
+        # P1 needs both young P2s: the younger started at 21:19 and may go at 21:29.
+        (
+            "P1",
+            (60, 300),
+            {},
+            ReasonCode.PREEMPTION_PENDING,
+            "2 victims reachable at 21:29 UTC after their 10-minute minimum",
+        ),
+        # One victim old enough, the other 2 minutes short: the time is the young one's.
+        (
+            "P1",
+            (480, HOUR),
+            {},
+            ReasonCode.PREEMPTION_PENDING,
+            "2 victims reachable at 21:22 UTC after their 10-minute minimum",
+        ),
+        (
+            "P2",
+            (60, 60),
+            {},
+            ReasonCode.INSUFFICIENT_CAPACITY,  # outranks nobody, however long it waits
+            "needs 16 H100; 0 of 16 free (0/2 nodes fit a task: 2 fewer than 8 free H100)",
+        ),
+        (
+            "P1",
+            (30, 30),
+            {"min_runtime_by_class": {"P1": 90}},
+            ReasonCode.PREEMPTION_PENDING,
+            "2 victims reachable at 21:21 UTC after their 90-second minimum",
+        ),
+        (
+            "P1",
+            (60, 60),
+            {"min_runtime_by_class": {"P1": 1800}},
+            ReasonCode.PREEMPTION_PENDING,
+            "2 victims reachable at 21:49 UTC after their 30-minute minimum",
+        ),
+    ],
+)
 def test_a_job_whose_victims_are_too_young_says_when_they_may_go(priority, ages, config, code, message):
-    decisions = schedule(snapshot(TWO_NODES, pending=[job(9, gpus=16, priority=priority, team="ranking")],
-                                  running_jobs=young_pair(ages=ages), backfill=False, **config))
+    decisions = schedule(
+        snapshot(
+            TWO_NODES,
+            pending=[job(9, gpus=16, priority=priority, team="ranking")],
+            running_jobs=young_pair(ages=ages),
+            backfill=False,
+            **config,
+        )
+    )
     assert decisions.preemptions == ()  # nobody is evicted early
     assert (decisions.pending[9].code, decisions.pending[9].message) == (code, message)
     assert str(decisions.pending[9]) == f"{code}: {message}"
 
 
 def test_one_young_victim_is_one_victim():
-    decisions = schedule(snapshot(TWO_NODES, pending=[job(9, gpus=8, priority="P1", team="ranking")],
-                                  running_jobs=young_pair(ages=(120, 240)), backfill=False))
+    decisions = schedule(
+        snapshot(
+            TWO_NODES,
+            pending=[job(9, gpus=8, priority="P1", team="ranking")],
+            running_jobs=young_pair(ages=(120, 240)),
+            backfill=False,
+        )
+    )
     # The fewest GPU-hours lost: the younger (21:18); it may go at 21:28.
     assert decisions.pending[9].message == "1 victim reachable at 21:28 UTC after their 10-minute minimum"
 
 
 def test_pending_preemption_keeps_its_reservation_suffix():
-    decisions = schedule(snapshot(TWO_NODES, pending=[job(9, gpus=16, priority="P1", team="ranking")],
-                                  running_jobs=young_pair()))
+    decisions = schedule(
+        snapshot(TWO_NODES, pending=[job(9, gpus=16, priority="P1", team="ranking")], running_jobs=young_pair())
+    )
     assert decisions.pending[9].message == (
-        "2 victims reachable at 21:29 UTC after their 10-minute minimum; "
-        "reserved 2 node(s), estimated start 22:20 UTC")
+        "2 victims reachable at 21:29 UTC after their 10-minute minimum; reserved 2 node(s), estimated start 22:20 UTC"
+    )
 
 
 def test_victims_that_would_not_make_room_even_when_old_are_not_promised():
     p0 = running(2, ["z1-r1-n2"], priority="P0", age=60)
-    decisions = schedule(snapshot(TWO_NODES, pending=[job(9, gpus=16, priority="P1", team="ranking")],
-                                  running_jobs=[running(1, ["z1-r1-n1"], age=60), p0], backfill=False))
+    decisions = schedule(
+        snapshot(
+            TWO_NODES,
+            pending=[job(9, gpus=16, priority="P1", team="ranking")],
+            running_jobs=[running(1, ["z1-r1-n1"], age=60), p0],
+            backfill=False,
+        )
+    )
     assert decisions.pending[9].code == ReasonCode.INSUFFICIENT_CAPACITY
 
 
@@ -83,19 +138,28 @@ def test_the_promised_time_is_when_preemption_happens():
     assert sorted(p.victim_job_id for p in at.preemptions) == [1, 2]
 
 
-@pytest.mark.parametrize("config, expected", [
-    ({}, {"P0": 0, "P1": 600, "P2": 600, "P3": 600}),
-    ({"min_runtime_by_class": {"P0": 60, "P2": 1200}}, {"P0": 60, "P1": 600, "P2": 1200, "P3": 600}),
-    # The older single knob still works: it is the minimum for P1-P3, never for P0.
-    ({"min_runtime_before_preempt_s": 0}, {"P0": 0, "P1": 0, "P2": 0, "P3": 0}),
-    ({"min_runtime_before_preempt_s": 900}, {"P0": 0, "P1": 900, "P2": 900, "P3": 900}),
-])
+@pytest.mark.parametrize(
+    "config, expected",
+    [
+        ({}, {"P0": 0, "P1": 600, "P2": 600, "P3": 600}),
+        ({"min_runtime_by_class": {"P0": 60, "P2": 1200}}, {"P0": 60, "P1": 600, "P2": 1200, "P3": 600}),
+        # The older single knob still works: it is the minimum for P1-P3, never for P0.
+        ({"min_runtime_before_preempt_s": 0}, {"P0": 0, "P1": 0, "P2": 0, "P3": 0}),
+        ({"min_runtime_before_preempt_s": 900}, {"P0": 0, "P1": 900, "P2": 900, "P3": 900}),
+    ],
+)
 def test_minimum_runtime_by_preemptor_class(config, expected):
     policy = PolicyConfig(**config)
     assert {p: policy.min_runtime_for(p) for p in ("P0", "P1", "P2", "P3")} == expected
 
 
 def test_old_knob_at_zero_lets_p1_preempt_young_victims():
-    decisions = schedule(snapshot(TWO_NODES, pending=[job(9, gpus=16, priority="P1", team="ranking")],
-                                  running_jobs=young_pair(), min_runtime_before_preempt_s=0))
+    decisions = schedule(
+        snapshot(
+            TWO_NODES,
+            pending=[job(9, gpus=16, priority="P1", team="ranking")],
+            running_jobs=young_pair(),
+            min_runtime_before_preempt_s=0,
+        )
+    )
     assert sorted(p.victim_job_id for p in decisions.preemptions) == [1, 2]

@@ -1,5 +1,6 @@
 """Reclaim without churn: a team takes its guarantee back, but the policy remembers whom it
 already evicted, and a job that waits long enough is never refused its guarantee."""
+
 from scheduling.core.model import HOUR
 from scheduling.core.reasons import ReasonCode
 from scheduling.core.scheduler import schedule
@@ -12,8 +13,10 @@ QUOTAS = teams(vision={"gpu:H100": (32, 32)}, ranking={"gpu:H100": (32, 32)})
 def ranking_jobs(evictions=(0,) * 8, ages=None):
     """ranking runs 8 single-node jobs (64 GPUs): its newest four (5-8) are the borrowed 32."""
     ages = ages or [HOUR * (10 - i) for i in range(1, 9)]
-    return [running(i, [f"z1-r1-n{i}"], team="ranking", age=ages[i - 1], preemptions=evictions[i - 1],
-                    remaining=10 * HOUR) for i in range(1, 9)]
+    return [
+        running(i, [f"z1-r1-n{i}"], team="ranking", age=ages[i - 1], preemptions=evictions[i - 1], remaining=10 * HOUR)
+        for i in range(1, 9)
+    ]
 
 
 def victims(decisions) -> list[int]:
@@ -36,8 +39,9 @@ def test_with_memory_jobs_evicted_before_go_last():
 
 
 def test_a_job_evicted_as_often_as_allowed_is_spared():
-    decisions = reclaim(ranking_jobs(evictions=(0, 0, 0, 0, 1, 1, 1, 1)), reclaim_max_evictions=1,
-                        eviction_memory=False)
+    decisions = reclaim(
+        ranking_jobs(evictions=(0, 0, 0, 0, 1, 1, 1, 1)), reclaim_max_evictions=1, eviction_memory=False
+    )
     assert victims(decisions) == [3, 4]  # the team is still 32 over: its other jobs may go
 
 
@@ -48,8 +52,9 @@ def test_when_every_candidate_is_spared_the_owner_waits():
 
 
 def test_past_the_wait_bound_the_owner_reclaims_from_anyone_over():
-    decisions = reclaim(ranking_jobs(evictions=(1,) * 8), age=3 * HOUR, reclaim_max_evictions=1,
-                        reclaim_wait_bound_s=2 * HOUR)
+    decisions = reclaim(
+        ranking_jobs(evictions=(1,) * 8), age=3 * HOUR, reclaim_max_evictions=1, reclaim_wait_bound_s=2 * HOUR
+    )
     assert victims(decisions) == [7, 8]
 
 
@@ -63,28 +68,49 @@ def test_young_borrowed_jobs_are_spared_until_the_owner_has_waited_past_the_boun
 
 def test_equal_jobs_on_either_side_of_the_wait_bound_are_decided_apart():
     pending = [job(60, gpus=8, team="vision", age=60), job(61, gpus=8, team="vision", age=3 * HOUR)]
-    decisions = schedule(snapshot(NODES, pending=pending, running_jobs=ranking_jobs(evictions=(1,) * 8),
-                                  team_list=QUOTAS, reclaim_max_evictions=1, reclaim_wait_bound_s=2 * HOUR))
+    decisions = schedule(
+        snapshot(
+            NODES,
+            pending=pending,
+            running_jobs=ranking_jobs(evictions=(1,) * 8),
+            team_list=QUOTAS,
+            reclaim_max_evictions=1,
+            reclaim_wait_bound_s=2 * HOUR,
+        )
+    )
     assert [p.for_job_id for p in decisions.preemptions] == [61]
 
 
 def test_a_reclaim_held_back_by_young_victims_says_when_they_may_go():
     nodes = cluster(rack("z1-r1", 2))
     quotas = teams(vision={"gpu:H100": (16, 0)}, ranking={"gpu:H100": (0, 16)})
-    young = [running(1, ["z1-r1-n1"], team="ranking", age=60, remaining=10 * HOUR),
-             running(2, ["z1-r1-n2"], team="ranking", age=300, remaining=10 * HOUR)]
-    decisions = schedule(snapshot(nodes, pending=[job(9, gpus=16, team="vision")], running_jobs=young,
-                                  team_list=quotas, reclaim_min_runtime_s=600, backfill=False))
+    young = [
+        running(1, ["z1-r1-n1"], team="ranking", age=60, remaining=10 * HOUR),
+        running(2, ["z1-r1-n2"], team="ranking", age=300, remaining=10 * HOUR),
+    ]
+    decisions = schedule(
+        snapshot(
+            nodes,
+            pending=[job(9, gpus=16, team="vision")],
+            running_jobs=young,
+            team_list=quotas,
+            reclaim_min_runtime_s=600,
+            backfill=False,
+        )
+    )
     assert decisions.preemptions == ()
     assert str(decisions.pending[9]) == (
-        "PREEMPTION_PENDING: 2 victims reachable at 21:29 UTC after their 10-minute minimum")
+        "PREEMPTION_PENDING: 2 victims reachable at 21:29 UTC after their 10-minute minimum"
+    )
 
 
 def test_borrowed_jobs_about_to_end_are_left_to_end():
     """Natural termination: their room comes back within the hour anyway, while an evicted
     job would wait again and redo its work since its last checkpoint."""
-    jobs = [running(i, [f"z1-r1-n{i}"], team="ranking", age=HOUR * (10 - i), remaining=HOUR if i > 6 else 10 * HOUR)
-            for i in range(1, 9)]
+    jobs = [
+        running(i, [f"z1-r1-n{i}"], team="ranking", age=HOUR * (10 - i), remaining=HOUR if i > 6 else 10 * HOUR)
+        for i in range(1, 9)
+    ]
     assert victims(reclaim(jobs, reclaim_spare_ending_s=2 * HOUR)) == [5, 6]  # 7 and 8 end within 2 h
     assert victims(reclaim(jobs, reclaim_spare_ending_s=0, reclaim_longest_first=False)) == [7, 8]
 
@@ -96,7 +122,9 @@ def test_when_every_borrowed_job_ends_soon_the_owner_waits_until_the_bound():
 
 
 def test_longest_expected_remaining_goes_first():
-    jobs = [running(i, [f"z1-r1-n{i}"], team="ranking", age=HOUR * (10 - i), remaining=(10 + i % 3) * HOUR)
-            for i in range(1, 9)]
+    jobs = [
+        running(i, [f"z1-r1-n{i}"], team="ranking", age=HOUR * (10 - i), remaining=(10 + i % 3) * HOUR)
+        for i in range(1, 9)
+    ]
     assert victims(reclaim(jobs, reclaim_longest_first=True)) == [5, 8]  # 12 h left each
     assert victims(reclaim(jobs, reclaim_longest_first=False)) == [7, 8]

@@ -1,4 +1,5 @@
 """A resource class's name and the GPU type it names, both ways."""
+
 import pytest
 
 from scheduling.core.model import CPU_CLASS, gpu_type_of, resource_class

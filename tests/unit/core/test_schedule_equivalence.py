@@ -2,6 +2,7 @@
 jobs repeat a decision (equivalence classes), reasons are computed once per kind, and a
 `Scheduler` keeps the free-room index between passes. Compared whole: placements,
 preemptions, reservations, the queue order and every pending reason."""
+
 import random
 from dataclasses import replace
 
@@ -9,7 +10,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scheduling.core.model import (
-    ClusterSnapshot, JobShape, Node, NodeState, PendingJob, PolicyConfig, Quota, RunningJob, TaskPlacement, Team,
+    ClusterSnapshot,
+    JobShape,
+    Node,
+    NodeState,
+    PendingJob,
+    PolicyConfig,
+    Quota,
+    RunningJob,
+    TaskPlacement,
+    Team,
     Topology,
 )
 from scheduling.core.scheduler import Pass, Scheduler, schedule
@@ -45,8 +55,9 @@ def shapes(draw) -> JobShape:
     else:
         per_task, tasks, cpus = 0, draw(st.integers(1, 3)), draw(st.sampled_from([8, 32]))
     selector = {"ib": "ndr"} if draw(st.integers(0, 4)) == 0 else {}
-    return JobShape(gpu_type, tasks, per_task, cpus, draw(st.sampled_from([8, 64])), selector,
-                    draw(st.sampled_from(list(Topology))))
+    return JobShape(
+        gpu_type, tasks, per_task, cpus, draw(st.sampled_from([8, 64])), selector, draw(st.sampled_from(list(Topology)))
+    )
 
 
 def running_jobs(draw, cluster: tuple[Node, ...], count: int, pending_ids: list[int]) -> tuple[RunningJob, ...]:
@@ -68,25 +79,53 @@ def running_jobs(draw, cluster: tuple[Node, ...], count: int, pending_ids: list[
         if not tasks:
             continue
         stopping_for = draw(st.sampled_from([None] * 8 + pending_ids[:2])) if pending_ids else None
-        jobs.append(RunningJob(
-            job_id, draw(st.sampled_from(TEAMS)), draw(st.sampled_from(PRIORITIES)), first.gpu_type,
-            tuple(tasks), NOW - draw(st.sampled_from([60.0, 1200.0, 20_000.0])), NOW + draw(st.floats(60, 50_000)),
-            checkpointing=draw(st.booleans()), preempting=stopping_for is not None, preempted_for=stopping_for))
+        jobs.append(
+            RunningJob(
+                job_id,
+                draw(st.sampled_from(TEAMS)),
+                draw(st.sampled_from(PRIORITIES)),
+                first.gpu_type,
+                tuple(tasks),
+                NOW - draw(st.sampled_from([60.0, 1200.0, 20_000.0])),
+                NOW + draw(st.floats(60, 50_000)),
+                checkpointing=draw(st.booleans()),
+                preempting=stopping_for is not None,
+                preempted_for=stopping_for,
+            )
+        )
     return tuple(jobs)
 
 
 @st.composite
 def queues(draw, first_id: int = 1000) -> tuple[PendingJob, ...]:
     """Jobs of a few kinds (team, priority, shape, runtime), many alike, as real queues are."""
-    kinds = draw(st.lists(st.tuples(st.sampled_from(TEAMS), st.sampled_from(PRIORITIES), shapes(),
-                                    st.sampled_from([600.0, 3600.0, 40_000.0])), min_size=1, max_size=5))
+    kinds = draw(
+        st.lists(
+            st.tuples(
+                st.sampled_from(TEAMS),
+                st.sampled_from(PRIORITIES),
+                shapes(),
+                st.sampled_from([600.0, 3600.0, 40_000.0]),
+            ),
+            min_size=1,
+            max_size=5,
+        )
+    )
     jobs = []
     for index in range(draw(st.integers(1, 30))):
         team, priority, shape, runtime = draw(st.sampled_from(kinds))
-        jobs.append(PendingJob(
-            first_id + index, team, priority, shape, NOW - draw(st.sampled_from([60.0, 3000.0, 9000.0, 30_000.0])),
-            runtime, checkpointing=draw(st.booleans()),
-            yields_to=draw(st.sampled_from([None] * 6 + [first_id, first_id + 1]))))
+        jobs.append(
+            PendingJob(
+                first_id + index,
+                team,
+                priority,
+                shape,
+                NOW - draw(st.sampled_from([60.0, 3000.0, 9000.0, 30_000.0])),
+                runtime,
+                checkpointing=draw(st.booleans()),
+                yields_to=draw(st.sampled_from([None] * 6 + [first_id, first_id + 1])),
+            )
+        )
     return tuple(jobs)
 
 
@@ -95,12 +134,17 @@ def snapshots(draw) -> ClusterSnapshot:
     cluster = draw(fleets())
     names = [n.name for n in cluster]
     # A few jobs nominated to a node or two when they evicted (PendingJob.nominated).
-    pending = tuple(replace(j, nominated=tuple(draw(st.lists(st.sampled_from(names), max_size=2, unique=True))))
-                    if draw(st.integers(0, 4)) == 0 else j for j in draw(queues()))
+    pending = tuple(
+        replace(j, nominated=tuple(draw(st.lists(st.sampled_from(names), max_size=2, unique=True))))
+        if draw(st.integers(0, 4)) == 0
+        else j
+        for j in draw(queues())
+    )
     running = running_jobs(draw, cluster, draw(st.integers(0, 20)), [j.job_id for j in pending])
     quota = st.sampled_from([None, Quota(4, 4), Quota(8, 0), Quota(16, 16)])
-    teams = tuple(Team(name, None, {rc: q for rc in ("gpu:H100", "gpu:A100", "cpu") if (q := draw(quota))})
-                  for name in TEAMS)
+    teams = tuple(
+        Team(name, None, {rc: q for rc in ("gpu:H100", "gpu:A100", "cpu") if (q := draw(quota))}) for name in TEAMS
+    )
     config = PolicyConfig(
         reservation_wait_bound_s=draw(st.sampled_from([600.0, 7200.0])),
         reservations_per_class=draw(st.sampled_from([1, 2])),
@@ -109,7 +153,8 @@ def snapshots(draw) -> ClusterSnapshot:
         reclaim_after_wait_s=draw(st.sampled_from([0.0, 300.0])),
         nominate_reclaimers=draw(st.booleans()),
         overdue_first=draw(st.sampled_from([None, 1, 2])),
-        order=draw(st.sampled_from(["fair_share", "weighted_shortest"])))
+        order=draw(st.sampled_from(["fair_share", "weighted_shortest"])),
+    )
     return ClusterSnapshot(cluster, running, pending, teams, NOW, config)
 
 
@@ -135,14 +180,28 @@ def next_snapshot(snapshot: ClusterSnapshot, decisions, rng: random.Random) -> C
     id, new object) and new ones arrive."""
     placed = {p.job_id: p for p in decisions.placements if rng.random() < 0.7}
     stopping = {p.victim_job_id: p.for_job_id for p in decisions.preemptions}
-    running = [replace(job, preempting=True, preempted_for=stopping[job.job_id]) if job.job_id in stopping else job
-               for job in snapshot.running if rng.random() > 0.3]
-    running += [RunningJob(job.job_id, job.team, job.priority, job.shape.gpu_type, placed[job.job_id].tasks,
-                           snapshot.now, snapshot.now + job.max_runtime_s)
-                for job in snapshot.pending if job.job_id in placed]
+    running = [
+        replace(job, preempting=True, preempted_for=stopping[job.job_id]) if job.job_id in stopping else job
+        for job in snapshot.running
+        if rng.random() > 0.3
+    ]
+    running += [
+        RunningJob(
+            job.job_id,
+            job.team,
+            job.priority,
+            job.shape.gpu_type,
+            placed[job.job_id].tasks,
+            snapshot.now,
+            snapshot.now + job.max_runtime_s,
+        )
+        for job in snapshot.pending
+        if job.job_id in placed
+    ]
     nominated = decisions.nominations  # stored with the reasons, as the leader does
-    pending = [replace(job, nominated=nominated.get(job.job_id, ())) for job in snapshot.pending
-               if job.job_id not in placed]
+    pending = [
+        replace(job, nominated=nominated.get(job.job_id, ())) for job in snapshot.pending if job.job_id not in placed
+    ]
     if pending and rng.random() < 0.3:
         index = rng.randrange(len(pending))
         pending[index] = replace(pending[index], priority=rng.choice(PRIORITIES))
@@ -153,9 +212,14 @@ def next_snapshot(snapshot: ClusterSnapshot, decisions, rng: random.Random) -> C
     if rng.random() < 0.2:
         index = rng.randrange(len(nodes))
         flipped = NodeState.CORDONED if nodes[index].state == NodeState.READY else NodeState.READY
-        nodes = nodes[:index] + (replace(nodes[index], state=flipped),) + nodes[index + 1:]
-    return replace(snapshot, nodes=nodes, running=tuple(running), pending=tuple(pending),
-                   now=snapshot.now + rng.choice([1.0, 600.0]))
+        nodes = nodes[:index] + (replace(nodes[index], state=flipped),) + nodes[index + 1 :]
+    return replace(
+        snapshot,
+        nodes=nodes,
+        running=tuple(running),
+        pending=tuple(pending),
+        now=snapshot.now + rng.choice([1.0, 600.0]),
+    )
 
 
 def test_a_node_freed_since_the_last_pass_is_chosen_as_a_fresh_pass_would():
@@ -188,10 +252,13 @@ def test_a_preemptor_in_flight_holds_the_room_of_this_pass_not_the_last():
     first = snapshot(nodes, pending=[preemptor], running_jobs=[victim, running(2, ["z1-r1-n3"])])
     kept = Scheduler()
     assert kept.schedule(first) == tried_alone(first)
-    second = replace(first, running=(victim, running(3, ["z1-r1-n2"])), pending=(preemptor, job(6, gpus=8)),
-                     now=first.now + 1)
+    second = replace(
+        first, running=(victim, running(3, ["z1-r1-n2"])), pending=(preemptor, job(6, gpus=8)), now=first.now + 1
+    )
     decisions = kept.schedule(second)
     assert decisions == tried_alone(second)
     assert decisions.placements == ()
-    assert decisions.pending[6].message == ("fits the free room, but it is held for job 5, which preempted jobs "
-                                            "to start there; reserved 1 node(s), estimated start 22:20 UTC")
+    assert decisions.pending[6].message == (
+        "fits the free room, but it is held for job 5, which preempted jobs "
+        "to start there; reserved 1 node(s), estimated start 22:20 UTC"
+    )

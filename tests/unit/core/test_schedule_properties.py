@@ -1,6 +1,7 @@
 """Properties over random clusters and queues (hypothesis): whatever the input, a pass never
 over-allocates, keeps gangs whole and in one zone, is deterministic, and leaves no team that
 is owed capacity without a way to get it back."""
+
 from collections import defaultdict
 from dataclasses import replace
 
@@ -8,8 +9,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scheduling.core.model import (
-    ClusterSnapshot, JobShape, Node, NodeState, PendingJob, PolicyConfig, Quota, RunningJob, TaskPlacement, Team,
-    Topology, labels_match,
+    ClusterSnapshot,
+    JobShape,
+    Node,
+    NodeState,
+    PendingJob,
+    PolicyConfig,
+    Quota,
+    RunningJob,
+    TaskPlacement,
+    Team,
+    Topology,
+    labels_match,
 )
 from scheduling.core.scheduler import schedule
 
@@ -27,8 +38,19 @@ def nodes(draw, racks: tuple[int, int] = (1, 3), per_rack: tuple[int, int] = (1,
                 gpu_type = draw(st.sampled_from(["H100", "H100", "A100", None]))
                 state = draw(st.sampled_from([NodeState.READY] * 5 + [NodeState.CORDONED, NodeState.SUSPECT]))
                 labels = {"ib": "ndr"} if draw(st.booleans()) else {}
-                found.append(Node(f"z{zone}-r{rack}-n{index}", f"z{zone}", f"z{zone}-r{rack}", gpu_type,
-                                  8 if gpu_type else 0, 64, 512, labels, state))
+                found.append(
+                    Node(
+                        f"z{zone}-r{rack}-n{index}",
+                        f"z{zone}",
+                        f"z{zone}-r{rack}",
+                        gpu_type,
+                        8 if gpu_type else 0,
+                        64,
+                        512,
+                        labels,
+                        state,
+                    )
+                )
     return tuple(found)
 
 
@@ -42,8 +64,9 @@ def shapes(draw, gpu_type=None) -> JobShape:
     else:
         per_task, tasks, cpus = 0, draw(st.integers(1, 4)), draw(st.sampled_from([4, 16, 32]))
     selector = {"ib": "ndr"} if draw(st.integers(0, 5)) == 0 else {}
-    return JobShape(gpu_type, tasks, per_task, cpus, draw(st.sampled_from([8, 64])), selector,
-                    draw(st.sampled_from(list(Topology))))
+    return JobShape(
+        gpu_type, tasks, per_task, cpus, draw(st.sampled_from([8, 64])), selector, draw(st.sampled_from(list(Topology)))
+    )
 
 
 def fill(cluster: tuple[Node, ...], draw, count: int) -> tuple[RunningJob, ...]:
@@ -59,11 +82,18 @@ def fill(cluster: tuple[Node, ...], draw, count: int) -> tuple[RunningJob, ...]:
             continue
         indices = tuple(room[0][:gpus])
         room[0], room[1], room[2] = room[0][gpus:], room[1] - cpus, room[2] - memory
-        jobs.append(RunningJob(
-            job_id, draw(st.sampled_from(TEAMS)), draw(st.sampled_from(["P0", "P1", "P2", "P3"])), node.gpu_type,
-            (TaskPlacement(0, node.name, indices, cpus, memory),), NOW - draw(st.floats(0, 20_000)),
-            NOW + draw(st.floats(60, 50_000)), checkpointing=draw(st.booleans()),
-        ))
+        jobs.append(
+            RunningJob(
+                job_id,
+                draw(st.sampled_from(TEAMS)),
+                draw(st.sampled_from(["P0", "P1", "P2", "P3"])),
+                node.gpu_type,
+                (TaskPlacement(0, node.name, indices, cpus, memory),),
+                NOW - draw(st.floats(0, 20_000)),
+                NOW + draw(st.floats(60, 50_000)),
+                checkpointing=draw(st.booleans()),
+            )
+        )
     return tuple(jobs)
 
 
@@ -72,10 +102,17 @@ def snapshots(draw) -> ClusterSnapshot:
     cluster = draw(nodes())
     running = fill(cluster, draw, draw(st.integers(0, 25)))
     pending = tuple(
-        PendingJob(1000 + i, draw(st.sampled_from(TEAMS)), draw(st.sampled_from(["P0", "P1", "P2", "P3"])),
-                   draw(shapes()), NOW - draw(st.floats(0, 30_000)), draw(st.floats(60, 100_000)),
-                   checkpointing=draw(st.booleans()))
-        for i in range(draw(st.integers(0, 20))))
+        PendingJob(
+            1000 + i,
+            draw(st.sampled_from(TEAMS)),
+            draw(st.sampled_from(["P0", "P1", "P2", "P3"])),
+            draw(shapes()),
+            NOW - draw(st.floats(0, 30_000)),
+            draw(st.floats(60, 100_000)),
+            checkpointing=draw(st.booleans()),
+        )
+        for i in range(draw(st.integers(0, 20)))
+    )
     quotas = {"gpu:H100": Quota(16, 16), "gpu:A100": Quota(8, 8), "cpu": Quota(64, 64)}
     teams = tuple(Team(name, None, quotas if draw(st.booleans()) else {}) for name in TEAMS)
     config = PolicyConfig(reservation_wait_bound_s=draw(st.sampled_from([600.0, 7200.0])))
@@ -141,9 +178,12 @@ def test_every_job_is_placed_or_has_a_reason_and_victims_are_never_p0(snapshot):
 @PROPERTY_SETTINGS
 @given(snapshots(), st.randoms(use_true_random=False))
 def test_decisions_are_deterministic_whatever_the_input_order(snapshot, rng):
-    shuffled = replace(snapshot, nodes=tuple(rng.sample(snapshot.nodes, len(snapshot.nodes))),
-                       running=tuple(rng.sample(snapshot.running, len(snapshot.running))),
-                       pending=tuple(rng.sample(snapshot.pending, len(snapshot.pending))))
+    shuffled = replace(
+        snapshot,
+        nodes=tuple(rng.sample(snapshot.nodes, len(snapshot.nodes))),
+        running=tuple(rng.sample(snapshot.running, len(snapshot.running))),
+        pending=tuple(rng.sample(snapshot.pending, len(snapshot.pending))),
+    )
     first, again, other_order = schedule(snapshot), schedule(snapshot), schedule(shuffled)
     assert first == again
     assert first == other_order
@@ -157,14 +197,25 @@ def reclaim_cases(draw):
     cluster = tuple(Node(f"z1-r1-n{i}", "z1", "z1-r1", "H100", 8, 64, 512) for i in range(count))
     per_job = draw(st.sampled_from([1, 2, 4, 8]))
     running = tuple(
-        RunningJob(100 + i * 8 + k, "ranking", draw(st.sampled_from(["P1", "P2", "P3"])), "H100",
-                   (TaskPlacement(0, node.name, tuple(range(k * per_job, (k + 1) * per_job)), 1, 8),),
-                   NOW - draw(st.floats(0, 5000)), NOW + 3600, checkpointing=draw(st.booleans()))
-        for i, node in enumerate(cluster) for k in range(8 // per_job))
+        RunningJob(
+            100 + i * 8 + k,
+            "ranking",
+            draw(st.sampled_from(["P1", "P2", "P3"])),
+            "H100",
+            (TaskPlacement(0, node.name, tuple(range(k * per_job, (k + 1) * per_job)), 1, 8),),
+            NOW - draw(st.floats(0, 5000)),
+            NOW + 3600,
+            checkpointing=draw(st.booleans()),
+        )
+        for i, node in enumerate(cluster)
+        for k in range(8 // per_job)
+    )
     guarantee = 8 * count // 2
     ask = draw(st.sampled_from([g for g in (1, 2, 4, 8) if g <= guarantee]))
-    teams = (Team("vision", None, {"gpu:H100": Quota(guarantee, 0)}),
-             Team("ranking", None, {"gpu:H100": Quota(8 * count - guarantee, guarantee)}))
+    teams = (
+        Team("vision", None, {"gpu:H100": Quota(guarantee, 0)}),
+        Team("ranking", None, {"gpu:H100": Quota(8 * count - guarantee, guarantee)}),
+    )
     job = PendingJob(1, "vision", draw(st.sampled_from(["P2", "P3"])), JobShape("H100", 1, ask, 1, 8), NOW - 60, 3600)
     return ClusterSnapshot(cluster, running, (job,), teams, NOW)
 
@@ -174,11 +225,22 @@ def reclaim_cases(draw):
 def test_a_team_under_its_guarantee_always_has_a_reclaim_path(snapshot):
     decisions = schedule(snapshot)
     assert decisions.pending[1].code == "PREEMPTING"
-    freed = sum(len(t.gpu_indices) for p in decisions.preemptions
-                for j in snapshot.running if j.job_id == p.victim_job_id for t in j.tasks)
+    freed = sum(
+        len(t.gpu_indices)
+        for p in decisions.preemptions
+        for j in snapshot.running
+        if j.job_id == p.victim_job_id
+        for t in j.tasks
+    )
     assert freed >= snapshot.pending[0].shape.units
     # What is reclaimed (not outranked) never takes ranking below its own guarantee.
-    reclaimed = sum(len(t.gpu_indices) for p in decisions.preemptions if p.reason == "RECLAIM"
-                    for j in snapshot.running if j.job_id == p.victim_job_id for t in j.tasks)
+    reclaimed = sum(
+        len(t.gpu_indices)
+        for p in decisions.preemptions
+        if p.reason == "RECLAIM"
+        for j in snapshot.running
+        if j.job_id == p.victim_job_id
+        for t in j.tasks
+    )
     ranking = next(t for t in snapshot.teams if t.name == "ranking").quota("gpu:H100").guaranteed
     assert sum(len(t.gpu_indices) for j in snapshot.running for t in j.tasks) - reclaimed >= ranking

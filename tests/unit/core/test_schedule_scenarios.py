@@ -1,4 +1,5 @@
 """Table-driven scenarios of the policy core: exact placements and exact reasons."""
+
 from dataclasses import replace
 
 from scheduling.core.model import NodeState, Topology
@@ -43,7 +44,8 @@ def test_two_half_cluster_gangs_do_not_deadlock():
     assert decisions.pending[22].code == ReasonCode.INSUFFICIENT_CAPACITY
     assert decisions.pending[22].message == (
         "needs 64 H100; 32 of 128 free (4/16 nodes fit a task: 12 fewer than 8 free H100); "
-        "reserved 8 node(s), estimated start 22:20 UTC")
+        "reserved 8 node(s), estimated start 22:20 UTC"
+    )
     # The histogram and the fit count behind the sentence survive the reservation's suffix.
     assert decisions.pending[22].histogram == (("fewer than 8 free H100", 12),)
     assert decisions.pending[22].fit_count == "4/16"
@@ -64,7 +66,8 @@ def test_gang_is_not_starved_by_a_stream_of_small_jobs():
     assert {decisions.pending[j.job_id].code for j in long} == {ReasonCode.BEHIND_RESERVATION}
     assert decisions.pending[50].message == (
         "fits now, but would delay job 30, which holds 8 node(s) from 22:20 UTC; "
-        "with max_runtime_hours <= 1.00 it could start now")
+        "with max_runtime_hours <= 1.00 it could start now"
+    )
 
 
 def test_shortest_weighted_first_small_jobs_go_first_until_the_gang_is_past_the_bound():
@@ -107,13 +110,13 @@ def test_reclaim_of_borrowed_gpus_even_at_the_same_priority():
     assert {p.reason for p in decisions.preemptions} == {"RECLAIM"}
     assert decisions.pending[60].code == ReasonCode.PREEMPTING
     assert decisions.pending[60].message == (
-        "stopping job(s) 7, 8 (16 H100 borrowed by other teams); it starts once they have stopped")
+        "stopping job(s) 7, 8 (16 H100 borrowed by other teams); it starts once they have stopped"
+    )
 
 
 def test_p0_preempts_p2_checkpointing_jobs_in_one_rack():
     nodes = cluster(rack("z1-r1", 4), rack("z1-r2", 4))
-    checkpointing = [running(i, [f"z1-r1-n{i}"], checkpointing=True, last_checkpoint_at=NOW - 600)
-                     for i in range(1, 5)]
+    checkpointing = [running(i, [f"z1-r1-n{i}"], checkpointing=True, last_checkpoint_at=NOW - 600) for i in range(1, 5)]
     plain = [running(10 + i, [f"z1-r2-n{i}"]) for i in range(1, 5)]
     incident = job(70, gpus=32, priority="P0", topology=Topology.PREFER_SAME_RACK, team="ranking")
     decisions = schedule(snapshot(nodes, pending=[incident], running_jobs=[*checkpointing, *plain]))
@@ -150,8 +153,9 @@ def test_young_tasks_and_p0_are_never_evicted_for_priority():
 def test_victims_already_stopping_are_not_chosen_twice():
     nodes = cluster(rack("z1-r1", 1))
     stopping = running(1, ["z1-r1-n1"], priority="P3", preempting=True, preempted_for=5)
-    decisions = schedule(snapshot(nodes, pending=[job(5, gpus=8, priority="P1"), job(6, gpus=8, priority="P1")],
-                                  running_jobs=[stopping]))
+    decisions = schedule(
+        snapshot(nodes, pending=[job(5, gpus=8, priority="P1"), job(6, gpus=8, priority="P1")], running_jobs=[stopping])
+    )
     assert decisions.preemptions == ()
     assert decisions.pending[5].code == ReasonCode.PREEMPTING
 
@@ -171,7 +175,8 @@ def test_rack_fragmentation_names_the_rack():
     gang = job(81, gpus=32, topology=Topology.REQUIRE_SAME_RACK)
     decisions = schedule(snapshot(nodes, pending=[gang], running_jobs=busy, preemption=False, backfill=False))
     assert decisions.pending[81].message.startswith(
-        "needs 32 H100 in one rack; 40 free but the largest block is 24 (rack z1-r1)")
+        "needs 32 H100 in one rack; 40 free but the largest block is 24 (rack z1-r1)"
+    )
 
 
 def test_quota_limit_is_explained_with_numbers():
@@ -181,7 +186,8 @@ def test_quota_limit_is_explained_with_numbers():
     decisions = schedule(snapshot(nodes, pending=[job(90, gpus=8)], running_jobs=used, team_list=quotas))
     assert decisions.pending[90].code == ReasonCode.QUOTA
     assert decisions.pending[90].message == (
-        "team vision uses 32 H100 (guaranteed 16, borrowing limit reached at 32); this job needs 8 more")
+        "team vision uses 32 H100 (guaranteed 16, borrowing limit reached at 32); this job needs 8 more"
+    )
 
 
 def test_at_guarantee_with_nothing_idle_is_quota():
@@ -191,7 +197,8 @@ def test_at_guarantee_with_nothing_idle_is_quota():
     decisions = schedule(snapshot(nodes, pending=[job(91, gpus=8)], running_jobs=used, team_list=quotas))
     assert decisions.pending[91].message == (
         "team vision at 8/8 guaranteed H100, nothing idle to borrow (needs 8, 0 free); "
-        "reserved 1 node(s), estimated start 22:20 UTC")
+        "reserved 1 node(s), estimated start 22:20 UTC"
+    )
 
 
 def test_placement_past_the_guarantee_is_marked_borrowed():
@@ -206,8 +213,10 @@ def test_no_matching_nodes_lists_their_states():
     decisions = schedule(snapshot(nodes, pending=[job(1, gpus=8, gpu_type="L40S")]))
     reason = decisions.pending[1]
     assert reason.code == ReasonCode.NO_MATCHING_NODES
-    assert reason.message == ("no READY node has gpu_type=L40S (matching nodes: 2 CORDONED) "
-                              "(0/4 nodes fit a task: 2 CORDONED, 2 other resource class)")
+    assert reason.message == (
+        "no READY node has gpu_type=L40S (matching nodes: 2 CORDONED) "
+        "(0/4 nodes fit a task: 2 CORDONED, 2 other resource class)"
+    )
     assert reason.histogram == (("CORDONED", 2), ("other resource class", 2))
     assert reason.fit_count == "0/4"
 
@@ -230,8 +239,13 @@ def test_priority_class_goes_first_then_fair_share_then_age():
     nodes = cluster(rack("z1-r1", 1))
     quotas = teams(vision={"gpu:H100": (8, 8)}, ranking={"gpu:H100": (8, 8)})
     ranking_busy = running(9, ["z1-r1-n1"], team="ranking", gpus_per_node=4)
-    pending = [job(1, gpus=1, priority="P3", age=500), job(2, gpus=1, team="ranking", age=400),
-               job(3, gpus=1, age=100), job(4, gpus=1, age=200), job(5, gpus=1, priority="P1", age=10)]
+    pending = [
+        job(1, gpus=1, priority="P3", age=500),
+        job(2, gpus=1, team="ranking", age=400),
+        job(3, gpus=1, age=100),
+        job(4, gpus=1, age=200),
+        job(5, gpus=1, priority="P1", age=10),
+    ]
     decisions = schedule(snapshot(nodes, pending=pending, running_jobs=[ranking_busy], team_list=quotas))
     # P1 first; then vision (share lower than ranking's) twice, oldest first; ranking; then P3.
     assert decisions.order == (5, 4, 3, 2, 1)
@@ -239,8 +253,12 @@ def test_priority_class_goes_first_then_fair_share_then_age():
 
 def test_aging_raises_a_job_one_class_per_interval_but_never_into_p0():
     nodes = cluster(rack("z1-r1", 1))
-    pending = [job(1, gpus=1, priority="P3", age=9 * HOUR), job(2, gpus=1, priority="P2", age=60),
-               job(3, gpus=1, priority="P0", age=60), job(4, gpus=1, priority="P1", age=60)]
+    pending = [
+        job(1, gpus=1, priority="P3", age=9 * HOUR),
+        job(2, gpus=1, priority="P2", age=60),
+        job(3, gpus=1, priority="P0", age=60),
+        job(4, gpus=1, priority="P1", age=60),
+    ]
     decisions = schedule(snapshot(nodes, pending=pending, aging_interval_s=4 * HOUR))
     assert decisions.order == (3, 1, 4, 2)  # P3 aged two classes sits with P1, and is older
 
@@ -281,8 +299,13 @@ def test_nodes_being_emptied_for_a_job_are_kept_for_it():
     # Job 5's victim stops on n1, which has 4 GPUs free meanwhile; job 6 must not take them.
     stopping = running(1, ["z1-r1-n1"], gpus_per_node=4, priority="P3", preempting=True, preempted_for=5)
     busy = running(2, ["z1-r1-n2"], priority="P1")
-    decisions = schedule(snapshot(nodes, pending=[job(5, gpus=8, priority="P1"), job(6, gpus=4, team="ranking")],
-                                  running_jobs=[stopping, busy]))
+    decisions = schedule(
+        snapshot(
+            nodes,
+            pending=[job(5, gpus=8, priority="P1"), job(6, gpus=4, team="ranking")],
+            running_jobs=[stopping, busy],
+        )
+    )
     assert decisions.placements == ()
     assert decisions.pending[5].code == ReasonCode.PREEMPTING
 
@@ -292,12 +315,17 @@ def test_reclaim_picks_the_block_not_just_the_newest_jobs():
     # whole-node jobs; vision needs one whole node: the search evicts what frees one node.
     nodes = cluster(rack("z1-r1", 4))
     quotas = teams(vision={"gpu:H100": (16, 0)}, ranking={"gpu:H100": (16, 16)})
-    spread = [running(10 + i, [f"z1-r1-n{1 + i % 2}"], gpus_per_node=2, first_gpu=2 * (i // 2) + 4,
-                      team="ranking", age=60 + i) for i in range(4)]
+    spread = [
+        running(
+            10 + i, [f"z1-r1-n{1 + i % 2}"], gpus_per_node=2, first_gpu=2 * (i // 2) + 4, team="ranking", age=60 + i
+        )
+        for i in range(4)
+    ]
     halves = [running(20 + i, [f"z1-r1-n{1 + i}"], gpus_per_node=4, team="ranking", age=HOUR) for i in range(2)]
     whole = [running(30 + i, [f"z1-r1-n{3 + i}"], team="ranking", age=2 * HOUR) for i in range(2)]
-    decisions = schedule(snapshot(nodes, pending=[job(1, gpus=8)], running_jobs=[*spread, *halves, *whole],
-                                  team_list=quotas))
+    decisions = schedule(
+        snapshot(nodes, pending=[job(1, gpus=8)], running_jobs=[*spread, *halves, *whole], team_list=quotas)
+    )
     victims = sorted(p.victim_job_id for p in decisions.preemptions)
     freed_nodes = {t.node for j in [*spread, *halves, *whole] if j.job_id in victims for t in j.tasks}
     assert len(freed_nodes) == 1
@@ -312,8 +340,7 @@ def test_a_requeued_victim_goes_after_the_job_it_was_preempted_for():
     other_vision = running(9, ["z1-r1-n1", "z1-r1-n2"], team="vision", age=60)
     victim = job(1, gpus=16, team="vision", age=5 * HOUR, yields_to=2)  # overdue, older
     preemptor = job(2, gpus=16, team="ranking", age=3 * 60)
-    decisions = schedule(snapshot(nodes, pending=[victim, preemptor], running_jobs=[other_vision],
-                                  team_list=quotas))
+    decisions = schedule(snapshot(nodes, pending=[victim, preemptor], running_jobs=[other_vision], team_list=quotas))
     assert decisions.order == (2, 1)
     assert placed_nodes(decisions, 2) == ["z1-r1-n3", "z1-r1-n4"] and not decisions.preemptions
     # Once the preemptor has started (it is no longer pending), the victim's place is its own.
@@ -330,13 +357,15 @@ def test_room_a_stopped_victim_left_is_kept_for_its_preemptor():
     stopping = running(1, ["z1-r1-n1"], priority="P2", preempting=True, preempted_for=5)
     stopped = job(2, gpus=8, priority="P2", yields_to=5)
     other = job(3, gpus=4, priority="P1", team="ranking")
-    decisions = schedule(snapshot(nodes, pending=[job(5, gpus=16, priority="P0"), stopped, other],
-                                  running_jobs=[stopping]))
+    decisions = schedule(
+        snapshot(nodes, pending=[job(5, gpus=16, priority="P0"), stopped, other], running_jobs=[stopping])
+    )
     assert decisions.placements == ()
     assert decisions.pending[5].code == ReasonCode.PREEMPTING
     assert decisions.pending[2].message == (
         "fits the free room, but it is held for job 5, which preempted jobs to start there; "
-        "reserved 1 node(s), estimated start 22:20 UTC")
+        "reserved 1 node(s), estimated start 22:20 UTC"
+    )
     assert decisions.pending[3].code == ReasonCode.BEHIND_RESERVATION
 
 
@@ -354,23 +383,38 @@ def test_room_freed_by_reclaim_goes_to_the_owner_not_to_an_overdue_borrower():
     overdue = job(3, gpus=1, team="ranking", age=5 * HOUR)
 
     young = running(17, ["z1-r1-n1"], gpus_per_node=1, first_gpu=7, team="ranking", age=30)
-    evicted = schedule(snapshot(nodes, pending=[owner, overdue], running_jobs=borrowers + [young], team_list=quotas,
-                                nominate_reclaimers=True))
+    evicted = schedule(
+        snapshot(
+            nodes,
+            pending=[owner, overdue],
+            running_jobs=borrowers + [young],
+            team_list=quotas,
+            nominate_reclaimers=True,
+        )
+    )
     assert [(p.victim_job_id, p.for_job_id) for p in evicted.preemptions] == [(17, 2)]
     assert evicted.nominations == {2: ("z1-r1-n1",)}
     # Off (the default), a job that only reclaimed is not nominated.
-    assert schedule(snapshot(nodes, pending=[owner, overdue], running_jobs=borrowers + [young],
-                             team_list=quotas)).nominations == {}
+    assert (
+        schedule(
+            snapshot(nodes, pending=[owner, overdue], running_jobs=borrowers + [young], team_list=quotas)
+        ).nominations
+        == {}
+    )
 
     # The victim has stopped: GPU 7 is free, the overdue borrower goes first in the queue.
     nominated = replace(owner, nominated=evicted.nominations[2])
-    after = schedule(snapshot(nodes, pending=[nominated, overdue], running_jobs=borrowers, team_list=quotas,
-                              nominate_reclaimers=True))
+    after = schedule(
+        snapshot(
+            nodes, pending=[nominated, overdue], running_jobs=borrowers, team_list=quotas, nominate_reclaimers=True
+        )
+    )
     assert after.order == (3, 2)
     assert placed_nodes(after, 2) == ["z1-r1-n1"] and after.preemptions == ()
     assert after.pending[3].message == (
         "team ranking at 7/0 guaranteed H100, nothing idle to borrow (needs 1, 0 free); "
-        "reserved 1 node(s), estimated start 22:20 UTC")
+        "reserved 1 node(s), estimated start 22:20 UTC"
+    )
     assert after.nominations == {}
 
     # Without the nomination, the old behaviour: the borrower takes it and the owner evicts again.
@@ -424,7 +468,8 @@ def test_a_team_past_its_guarantee_blocked_by_fragmentation_is_told_so_not_that_
     assert decisions.pending[3].code == ReasonCode.FRAGMENTED
     assert decisions.pending[3].message == (
         "needs 8 H100 in one node; 8 free but the largest block is 4 (node z1-r1-n1) (0/2 nodes fit a task: "
-        "2 fewer than 8 free H100); reserved 1 node(s), estimated start 22:20 UTC")
+        "2 fewer than 8 free H100); reserved 1 node(s), estimated start 22:20 UTC"
+    )
 
 
 def test_with_overdue_first_only_the_oldest_jobs_past_the_bound_jump_the_fair_share_order():
@@ -451,14 +496,14 @@ def test_reclaim_searches_are_bounded_per_pass():
     owners = [job(3, gpus=8, team="vision"), job(4, gpus=8, team="ranking")]
     unbounded = schedule(snapshot(nodes, pending=owners, running_jobs=borrowers, team_list=quotas))
     assert sorted(p.victim_job_id for p in unbounded.preemptions) == [1, 2]
-    bounded = schedule(snapshot(nodes, pending=owners, running_jobs=borrowers, team_list=quotas,
-                                max_reclaim_searches=1))
+    bounded = schedule(
+        snapshot(nodes, pending=owners, running_jobs=borrowers, team_list=quotas, max_reclaim_searches=1)
+    )
     assert len(bounded.preemptions) == 1
     tried = bounded.preemptions[0].for_job_id
     assert bounded.pending[tried].code == ReasonCode.PREEMPTING
     # The other owner is tried again next pass; meanwhile it waits with a capacity reason.
     assert bounded.pending[7 - tried].code == ReasonCode.INSUFFICIENT_CAPACITY
-
 
 
 def test_an_owner_reclaims_only_after_the_reclaim_delay():
@@ -467,12 +512,21 @@ def test_an_owner_reclaims_only_after_the_reclaim_delay():
     borrower = running(1, ["z1-r1-n1"], team="ranking")
 
     def decide(waited: float):
-        return schedule(snapshot(nodes, pending=[job(2, team="vision", age=waited)], running_jobs=[borrower],
-                                 team_list=quotas, reclaim_after_wait_s=600))
+        return schedule(
+            snapshot(
+                nodes,
+                pending=[job(2, team="vision", age=waited)],
+                running_jobs=[borrower],
+                team_list=quotas,
+                reclaim_after_wait_s=600,
+            )
+        )
+
     waiting = decide(599)
     assert waiting.preemptions == ()
     assert waiting.pending[2].code == ReasonCode.PREEMPTION_PENDING
     assert waiting.pending[2].message.startswith(
         "within team vision's guarantee: it reclaims borrowed H100 once it has waited 10 minutes, "
-        "if no room frees up before")
+        "if no room frees up before"
+    )
     assert [p.victim_job_id for p in decide(600).preemptions] == [1]

@@ -1,16 +1,34 @@
 """The settle verdict, table-driven: each way an attempt ends, the action, the counter it
 raises, the back-off, and the exact message its owner reads."""
+
 import pytest
 
 from scheduling.core.settle import (
-    Action, Attempt, Counter, EndedTask, Outcome, RestartMode, RestartPolicy, SettleCode, TaskEnd, Verdict, settle,
+    Action,
+    Attempt,
+    Counter,
+    EndedTask,
+    Outcome,
+    RestartMode,
+    RestartPolicy,
+    SettleCode,
+    TaskEnd,
+    Verdict,
+    settle,
 )
 
 CHECKPOINTING = RestartPolicy(checkpointing=True)
 
 
-def rank(rank_: int, state: str = "FAILED", failure_class: str = "", stop_reason: str = "", *, exit_code=None,
-         signal: str = "") -> EndedTask:
+def rank(
+    rank_: int,
+    state: str = "FAILED",
+    failure_class: str = "",
+    stop_reason: str = "",
+    *,
+    exit_code=None,
+    signal: str = "",
+) -> EndedTask:
     return EndedTask(rank_, TaskEnd(state), failure_class, stop_reason, exit_code, signal)
 
 
@@ -31,83 +49,194 @@ def peer_stopped(rank_: int) -> EndedTask:
 
 
 CASES = [
-    ("a cancel beats a failure",
-     Outcome((app(0), rank(1, "CANCELLED", "CANCELLED", "CANCELLED")), cancel_requested=True), Attempt(),
-     CHECKPOINTING,
-     Verdict(Action.CANCEL, SettleCode.CANCELLED, "cancelled", "CANCELLED")),
-    ("a rank that ended CANCELLED cancels the gang",
-     Outcome((preempted(0), rank(1, "CANCELLED", "CANCELLED", "CANCELLED"))), Attempt(), CHECKPOINTING,
-     Verdict(Action.CANCEL, SettleCode.CANCELLED, "cancelled", "CANCELLED")),
-    ("a timeout fails at once, retries left or not",
-     Outcome((rank(0, "FAILED", "TIMEOUT", "TIMEOUT", signal="SIGKILL"),)), Attempt(),
-     RestartPolicy(max_runtime_hours=1.5),
-     Verdict(Action.FAIL, SettleCode.TIMEOUT, "ran past max_runtime_hours (1.5 h)", "TIMEOUT")),
-    ("the first application failure retries after the base back-off",
-     Outcome((app(0, exit_code=3),)), Attempt(), CHECKPOINTING,
-     Verdict(Action.REQUEUE, SettleCode.RETRY, "rank 0 failed (exit code 3); retry 1 of 2 after 30 s back-off",
-             counter=Counter.RETRIES, count=1, backoff_s=30.0)),
-    ("the back-off doubles with each retry spent",
-     Outcome((rank(0, "SUCCEEDED", exit_code=0), app(1, exit_code=1), peer_stopped(2))), Attempt(retries_used=2),
-     RestartPolicy(max_retries=5),
-     Verdict(Action.REQUEUE, SettleCode.RETRY, "rank 1 failed (exit code 1); retry 3 of 5 after 120 s back-off",
-             counter=Counter.RETRIES, count=3, backoff_s=120.0)),
-    ("and stops at its cap",
-     Outcome((rank(0, "FAILED", "APP", signal="SIGSEGV"),)), Attempt(retries_used=9),
-     RestartPolicy(max_retries=10, backoff_max_s=3600),
-     Verdict(Action.REQUEUE, SettleCode.RETRY, "rank 0 failed (signal SIGSEGV); retry 10 of 10 after 3600 s back-off",
-             counter=Counter.RETRIES, count=10, backoff_s=3600.0)),
-    ("no retries left fails as APP",
-     Outcome((app(0),)), Attempt(retries_used=2, restarts_used=0), CHECKPOINTING,
-     Verdict(Action.FAIL, SettleCode.NO_RETRIES_LEFT, "rank 0 failed (exit code 3); no retries left (2 allowed)",
-             "APP")),
-    ("an application failure during a preemption is still the application's",
-     Outcome((preempted(0), app(1))), Attempt(), CHECKPOINTING,
-     Verdict(Action.REQUEUE, SettleCode.RETRY, "rank 1 failed (exit code 3); retry 1 of 2 after 30 s back-off",
-             counter=Counter.RETRIES, count=1, backoff_s=30.0)),
-    ("a preemption counts apart and spends nothing",
-     Outcome((preempted(0), preempted(1))), Attempt(retries_used=2, restarts_used=20, preemptions=24),
-     RestartPolicy(max_retries=2, max_restarts=20, checkpointing=True),
-     Verdict(Action.REQUEUE, SettleCode.PREEMPTED,
-             "preempted; requeued, resuming from its checkpoint (preemption 25; restarts and retries not spent)",
-             counter=Counter.PREEMPTIONS, count=25)),
-    ("a drain or a spot reclaim is a preemption too, with its peers stopped",
-     Outcome((rank(0, "FAILED", "INFRA", "DRAIN", signal="SIGKILL"), peer_stopped(1))), Attempt(),
-     RestartPolicy(max_restarts=0, on_preemption=RestartMode.RESTART, checkpointing=True),
-     Verdict(Action.REQUEUE, SettleCode.PREEMPTED,
-             "drained off its node; requeued, from the start (preemption 1; restarts and retries not spent)",
-             counter=Counter.PREEMPTIONS, count=1)),
-    ("on_preemption: fail still fails",
-     Outcome((preempted(0),)), Attempt(), RestartPolicy(on_preemption=RestartMode.FAIL),
-     Verdict(Action.FAIL, SettleCode.POLICY_FAILS, "preempted, and its restart policy says fail", "INFRA")),
-    ("a lost node spends a restart",
-     Outcome((lost(0), peer_stopped(1))), Attempt(restarts_used=3, preemptions=7), CHECKPOINTING,
-     Verdict(Action.REQUEUE, SettleCode.RESTART,
-             "lost to an infrastructure failure; restart 4 of 20, resuming from its checkpoint (retries not spent)",
-             counter=Counter.RESTARTS, count=4)),
-    ("a rank lost on its own while another was preempted is a failure",
-     Outcome((preempted(0), lost(1))), Attempt(), RestartPolicy(),
-     Verdict(Action.REQUEUE, SettleCode.RESTART,
-             "lost to an infrastructure failure; restart 1 of 20, from the start (retries not spent)",
-             counter=Counter.RESTARTS, count=1)),
-    ("a rank being preempted when its node was lost stays a preemption",
-     Outcome((rank(0, "FAILED", "INFRA", "PREEMPTED", signal="SIGKILL"),)), Attempt(restarts_used=20),
-     CHECKPOINTING,
-     Verdict(Action.REQUEUE, SettleCode.PREEMPTED,
-             "preempted; requeued, resuming from its checkpoint (preemption 1; restarts and retries not spent)",
-             counter=Counter.PREEMPTIONS, count=1)),
-    ("no restarts left fails as INFRA",
-     Outcome((lost(0),)), Attempt(restarts_used=20), CHECKPOINTING,
-     Verdict(Action.FAIL, SettleCode.NO_RESTARTS_LEFT, "lost to an infrastructure failure; no restarts left "
-             "(20 allowed)", "INFRA")),
-    ("on_node_failure: fail fails at the first loss",
-     Outcome((lost(0),)), Attempt(), RestartPolicy(on_node_failure=RestartMode.FAIL),
-     Verdict(Action.FAIL, SettleCode.POLICY_FAILS, "lost to an infrastructure failure, and its restart policy says "
-             "fail", "INFRA")),
+    (
+        "a cancel beats a failure",
+        Outcome((app(0), rank(1, "CANCELLED", "CANCELLED", "CANCELLED")), cancel_requested=True),
+        Attempt(),
+        CHECKPOINTING,
+        Verdict(Action.CANCEL, SettleCode.CANCELLED, "cancelled", "CANCELLED"),
+    ),
+    (
+        "a rank that ended CANCELLED cancels the gang",
+        Outcome((preempted(0), rank(1, "CANCELLED", "CANCELLED", "CANCELLED"))),
+        Attempt(),
+        CHECKPOINTING,
+        Verdict(Action.CANCEL, SettleCode.CANCELLED, "cancelled", "CANCELLED"),
+    ),
+    (
+        "a timeout fails at once, retries left or not",
+        Outcome((rank(0, "FAILED", "TIMEOUT", "TIMEOUT", signal="SIGKILL"),)),
+        Attempt(),
+        RestartPolicy(max_runtime_hours=1.5),
+        Verdict(Action.FAIL, SettleCode.TIMEOUT, "ran past max_runtime_hours (1.5 h)", "TIMEOUT"),
+    ),
+    (
+        "the first application failure retries after the base back-off",
+        Outcome((app(0, exit_code=3),)),
+        Attempt(),
+        CHECKPOINTING,
+        Verdict(
+            Action.REQUEUE,
+            SettleCode.RETRY,
+            "rank 0 failed (exit code 3); retry 1 of 2 after 30 s back-off",
+            counter=Counter.RETRIES,
+            count=1,
+            backoff_s=30.0,
+        ),
+    ),
+    (
+        "the back-off doubles with each retry spent",
+        Outcome((rank(0, "SUCCEEDED", exit_code=0), app(1, exit_code=1), peer_stopped(2))),
+        Attempt(retries_used=2),
+        RestartPolicy(max_retries=5),
+        Verdict(
+            Action.REQUEUE,
+            SettleCode.RETRY,
+            "rank 1 failed (exit code 1); retry 3 of 5 after 120 s back-off",
+            counter=Counter.RETRIES,
+            count=3,
+            backoff_s=120.0,
+        ),
+    ),
+    (
+        "and stops at its cap",
+        Outcome((rank(0, "FAILED", "APP", signal="SIGSEGV"),)),
+        Attempt(retries_used=9),
+        RestartPolicy(max_retries=10, backoff_max_s=3600),
+        Verdict(
+            Action.REQUEUE,
+            SettleCode.RETRY,
+            "rank 0 failed (signal SIGSEGV); retry 10 of 10 after 3600 s back-off",
+            counter=Counter.RETRIES,
+            count=10,
+            backoff_s=3600.0,
+        ),
+    ),
+    (
+        "no retries left fails as APP",
+        Outcome((app(0),)),
+        Attempt(retries_used=2, restarts_used=0),
+        CHECKPOINTING,
+        Verdict(
+            Action.FAIL, SettleCode.NO_RETRIES_LEFT, "rank 0 failed (exit code 3); no retries left (2 allowed)", "APP"
+        ),
+    ),
+    (
+        "an application failure during a preemption is still the application's",
+        Outcome((preempted(0), app(1))),
+        Attempt(),
+        CHECKPOINTING,
+        Verdict(
+            Action.REQUEUE,
+            SettleCode.RETRY,
+            "rank 1 failed (exit code 3); retry 1 of 2 after 30 s back-off",
+            counter=Counter.RETRIES,
+            count=1,
+            backoff_s=30.0,
+        ),
+    ),
+    (
+        "a preemption counts apart and spends nothing",
+        Outcome((preempted(0), preempted(1))),
+        Attempt(retries_used=2, restarts_used=20, preemptions=24),
+        RestartPolicy(max_retries=2, max_restarts=20, checkpointing=True),
+        Verdict(
+            Action.REQUEUE,
+            SettleCode.PREEMPTED,
+            "preempted; requeued, resuming from its checkpoint (preemption 25; restarts and retries not spent)",
+            counter=Counter.PREEMPTIONS,
+            count=25,
+        ),
+    ),
+    (
+        "a drain or a spot reclaim is a preemption too, with its peers stopped",
+        Outcome((rank(0, "FAILED", "INFRA", "DRAIN", signal="SIGKILL"), peer_stopped(1))),
+        Attempt(),
+        RestartPolicy(max_restarts=0, on_preemption=RestartMode.RESTART, checkpointing=True),
+        Verdict(
+            Action.REQUEUE,
+            SettleCode.PREEMPTED,
+            "drained off its node; requeued, from the start (preemption 1; restarts and retries not spent)",
+            counter=Counter.PREEMPTIONS,
+            count=1,
+        ),
+    ),
+    (
+        "on_preemption: fail still fails",
+        Outcome((preempted(0),)),
+        Attempt(),
+        RestartPolicy(on_preemption=RestartMode.FAIL),
+        Verdict(Action.FAIL, SettleCode.POLICY_FAILS, "preempted, and its restart policy says fail", "INFRA"),
+    ),
+    (
+        "a lost node spends a restart",
+        Outcome((lost(0), peer_stopped(1))),
+        Attempt(restarts_used=3, preemptions=7),
+        CHECKPOINTING,
+        Verdict(
+            Action.REQUEUE,
+            SettleCode.RESTART,
+            "lost to an infrastructure failure; restart 4 of 20, resuming from its checkpoint (retries not spent)",
+            counter=Counter.RESTARTS,
+            count=4,
+        ),
+    ),
+    (
+        "a rank lost on its own while another was preempted is a failure",
+        Outcome((preempted(0), lost(1))),
+        Attempt(),
+        RestartPolicy(),
+        Verdict(
+            Action.REQUEUE,
+            SettleCode.RESTART,
+            "lost to an infrastructure failure; restart 1 of 20, from the start (retries not spent)",
+            counter=Counter.RESTARTS,
+            count=1,
+        ),
+    ),
+    (
+        "a rank being preempted when its node was lost stays a preemption",
+        Outcome((rank(0, "FAILED", "INFRA", "PREEMPTED", signal="SIGKILL"),)),
+        Attempt(restarts_used=20),
+        CHECKPOINTING,
+        Verdict(
+            Action.REQUEUE,
+            SettleCode.PREEMPTED,
+            "preempted; requeued, resuming from its checkpoint (preemption 1; restarts and retries not spent)",
+            counter=Counter.PREEMPTIONS,
+            count=1,
+        ),
+    ),
+    (
+        "no restarts left fails as INFRA",
+        Outcome((lost(0),)),
+        Attempt(restarts_used=20),
+        CHECKPOINTING,
+        Verdict(
+            Action.FAIL,
+            SettleCode.NO_RESTARTS_LEFT,
+            "lost to an infrastructure failure; no restarts left (20 allowed)",
+            "INFRA",
+        ),
+    ),
+    (
+        "on_node_failure: fail fails at the first loss",
+        Outcome((lost(0),)),
+        Attempt(),
+        RestartPolicy(on_node_failure=RestartMode.FAIL),
+        Verdict(
+            Action.FAIL,
+            SettleCode.POLICY_FAILS,
+            "lost to an infrastructure failure, and its restart policy says fail",
+            "INFRA",
+        ),
+    ),
 ]
 
 
-@pytest.mark.parametrize(("outcome", "attempt", "policy", "verdict"), [case[1:] for case in CASES],
-                         ids=[case[0] for case in CASES])
+@pytest.mark.parametrize(
+    ("outcome", "attempt", "policy", "verdict"), [case[1:] for case in CASES], ids=[case[0] for case in CASES]
+)
 def test_settle(outcome, attempt, policy, verdict):
     assert settle(attempt, outcome, policy) == verdict
 

@@ -1,5 +1,6 @@
 """The start-time forecast: exact on small cases, and a bound that holds when the runs
 really are shorter than asked."""
+
 import random
 
 import pytest
@@ -29,8 +30,9 @@ def test_the_bound_queues_behind_max_runtimes_and_the_likely_behind_typical_ones
 
 def test_a_coarse_forecast_rounds_starts_up_never_down():
     nodes = cluster(rack("z1-r1", 1))
-    busy = [running(job_id, ["z1-r1-n1"], gpus_per_node=1, first_gpu=job_id, remaining=10 * job_id)
-            for job_id in range(8)]  # one GPU frees every 10 s
+    busy = [
+        running(job_id, ["z1-r1-n1"], gpus_per_node=1, first_gpu=job_id, remaining=10 * job_id) for job_id in range(8)
+    ]  # one GPU frees every 10 s
     queue = [job(100 + n, gpus=1, age=100 - n) for n in range(8)]
     state = snapshot(nodes, pending=queue, running_jobs=busy)
     exact, coarse = forecast(state, step_s=0).latest, forecast(state, step_s=60).latest
@@ -64,11 +66,27 @@ def random_state(seed: int):
     for job_id in range(1, 5):
         count = rng.choice([1, 1, 2])
         hosts, names = names[:count], names[count:]
-        busy.append(running(job_id, hosts, team=rng.choice(["vision", "ranking"]), age=rng.uniform(700, 3000),
-                            remaining=rng.uniform(600, 4 * HOUR), priority=rng.choice(["P2", "P3"])))
-    pending = [job(job_id, gpus=rng.choice([1, 2, 4, 8, 16, 24]), team=rng.choice(["vision", "ranking"]),
-                   runtime=rng.uniform(600, 3 * HOUR), age=rng.uniform(0, 1800), priority=rng.choice(["P2", "P3"]))
-               for job_id in range(10, 40)]
+        busy.append(
+            running(
+                job_id,
+                hosts,
+                team=rng.choice(["vision", "ranking"]),
+                age=rng.uniform(700, 3000),
+                remaining=rng.uniform(600, 4 * HOUR),
+                priority=rng.choice(["P2", "P3"]),
+            )
+        )
+    pending = [
+        job(
+            job_id,
+            gpus=rng.choice([1, 2, 4, 8, 16, 24]),
+            team=rng.choice(["vision", "ranking"]),
+            runtime=rng.uniform(600, 3 * HOUR),
+            age=rng.uniform(0, 1800),
+            priority=rng.choice(["P2", "P3"]),
+        )
+        for job_id in range(10, 40)
+    ]
     return snapshot(nodes, pending=pending, running_jobs=busy, min_runtime_before_preempt_s=0), rng
 
 
@@ -77,11 +95,24 @@ def live(state, rng, *, full=False):
     with `full`)."""
     part = (lambda: 1.0) if full else (lambda: rng.uniform(0.05, 1.0))
     ends = tuple((run, NOW + part() * (run.expected_end - NOW)) for run in state.running)
-    jobs = [TraceJob(p.job_id, NOW, p.max_runtime_s * part(), p.shape.units, p.team,
-                     p.shape.gpu_type, p.priority, p.max_runtime_s, view=p) for p in state.pending]
+    jobs = [
+        TraceJob(
+            p.job_id,
+            NOW,
+            p.max_runtime_s * part(),
+            p.shape.units,
+            p.team,
+            p.shape.gpu_type,
+            p.priority,
+            p.max_runtime_s,
+            view=p,
+        )
+        for p in state.pending
+    ]
     config = SimConfig(checkpoint_interval_s=0, tick_s=0, sample_s=0, grace_s=120)
-    sim = Simulation(list(state.nodes), state.teams, jobs, MlqueuePolicy(), config,
-                     state.config, running_at_start=ends).run()
+    sim = Simulation(
+        list(state.nodes), state.teams, jobs, MlqueuePolicy(), config, state.config, running_at_start=ends
+    ).run()
     return {p.job_id: sim.records[p.job_id].first_start for p in state.pending}
 
 

@@ -1,6 +1,7 @@
 """What makes the forecast cheaper: the simulated passes keep a `Scheduler` between them
 (exactly the decisions of a fresh `schedule()` each pass), and a forecast's passes bound
 their reclaim victim searches (the live pass's default stays unbounded)."""
+
 import pytest
 
 from scheduling.core.model import PolicyConfig, Quota, Team
@@ -31,12 +32,27 @@ def test_a_replay_with_the_kept_scheduler_is_the_one_with_fresh_passes(seed, mon
 def test_a_forecast_run_with_the_kept_scheduler_is_the_one_with_fresh_passes(seed):
     nodes, busy, pending, rng = live_state(seed)
     ends = tuple((run, NOW + rng.uniform(0.1, 1.0) * (run.expected_end - NOW)) for run in busy)
-    jobs = [TraceJob(p.job_id, max(NOW, p.not_before or NOW), p.max_runtime_s * rng.uniform(0.2, 1.0),
-                     p.shape.units, p.team, p.shape.gpu_type, p.priority, p.max_runtime_s, view=p) for p in pending]
-    config = SimConfig(checkpoint_interval_s=0, grace_s=120, tick_s=0, sample_s=0, decision_step_s=60,
-                       step_growth=1 / 60)
-    runs = [Simulation(list(nodes), (), jobs, policy, config, PolicyConfig(explain=False),
-                       running_at_start=ends).run() for policy in (MlqueuePolicy(), FreshPassPolicy())]
+    jobs = [
+        TraceJob(
+            p.job_id,
+            max(NOW, p.not_before or NOW),
+            p.max_runtime_s * rng.uniform(0.2, 1.0),
+            p.shape.units,
+            p.team,
+            p.shape.gpu_type,
+            p.priority,
+            p.max_runtime_s,
+            view=p,
+        )
+        for p in pending
+    ]
+    config = SimConfig(
+        checkpoint_interval_s=0, grace_s=120, tick_s=0, sample_s=0, decision_step_s=60, step_growth=1 / 60
+    )
+    runs = [
+        Simulation(list(nodes), (), jobs, policy, config, PolicyConfig(explain=False), running_at_start=ends).run()
+        for policy in (MlqueuePolicy(), FreshPassPolicy())
+    ]
     assert outcome(runs[0]) == outcome(runs[1])
     assert runs[0].decisions == runs[1].decisions > 0
 
@@ -50,8 +66,9 @@ def borrowed_cluster(**config):
     one of b's."""
     nodes = cluster(rack("z1-r1", 2))
     busy = [running(1, ["z1-r1-n1"], team="b"), running(2, ["z1-r1-n2"], team="b")]
-    return snapshot(nodes, pending=[job(3, team="a"), job(4, team="a", age=30)], running_jobs=busy,
-                    team_list=TEAMS, **config)
+    return snapshot(
+        nodes, pending=[job(3, team="a"), job(4, team="a", age=30)], running_jobs=busy, team_list=TEAMS, **config
+    )
 
 
 def test_a_forecast_reclaims_for_one_job_a_pass_when_its_passes_may_search_once():

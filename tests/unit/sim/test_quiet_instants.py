@@ -1,6 +1,7 @@
 """Skipping the instants where no pass could decide anything (sim/gate.py) leaves the
 schedule exactly as asking the policy at every instant that matters does (the reference
 path, `skip_quiet_instants=False`), on random replays and on forecast-like runs of live jobs."""
+
 import random
 
 import pytest
@@ -13,34 +14,71 @@ from scheduling.sim.policies import make_policy
 from scheduling.sim.trace import TraceJob, with_estimates
 from tests.unit.core.builders import HOUR, NOW, cluster, job, rack, running
 
-TEAMS = (Team("a", None, {"gpu:H100": Quota(24, 64)}), Team("b", None, {"gpu:H100": Quota(16, 64)}),
-         Team("c", None, {"gpu:H100": Quota(8, 64)}), Team("d", None, {}))
+TEAMS = (
+    Team("a", None, {"gpu:H100": Quota(24, 64)}),
+    Team("b", None, {"gpu:H100": Quota(16, 64)}),
+    Team("c", None, {"gpu:H100": Quota(8, 64)}),
+    Team("d", None, {}),
+)
 
 
 def random_trace(seed: int, count: int = 160) -> list[TraceJob]:
     """Bursts of arrivals on a small cluster, so a queue builds up and most instants are quiet."""
     rng = random.Random(seed)
-    return with_estimates([
-        TraceJob(i, rng.uniform(0, 3000) if rng.random() < 0.7 else rng.uniform(3000, 20000),
-                 rng.uniform(30, 2400), rng.choice([1, 1, 1, 2, 4, 8, 8, 16, 24]), rng.choice("abcd"),
-                 priority=rng.choice(["P1"] + ["P2"] * 16 + ["P3"] * 3)) for i in range(1, count + 1)],
-        rng.choice(["exact", "x2"]))
+    return with_estimates(
+        [
+            TraceJob(
+                i,
+                rng.uniform(0, 3000) if rng.random() < 0.7 else rng.uniform(3000, 20000),
+                rng.uniform(30, 2400),
+                rng.choice([1, 1, 1, 2, 4, 8, 8, 16, 24]),
+                rng.choice("abcd"),
+                priority=rng.choice(["P1"] + ["P2"] * 16 + ["P3"] * 3),
+            )
+            for i in range(1, count + 1)
+        ],
+        rng.choice(["exact", "x2"]),
+    )
 
 
 def outcome(sim: Simulation) -> tuple:
-    lives = {job_id: (r.first_start, r.end, r.preemptions, r.restarts_used, r.failed_at, round(r.lost_gpu_s, 6),
-                      round(r.gpu_s, 6)) for job_id, r in sim.records.items()}
+    lives = {
+        job_id: (
+            r.first_start,
+            r.end,
+            r.preemptions,
+            r.restarts_used,
+            r.failed_at,
+            round(r.lost_gpu_s, 6),
+            round(r.gpu_s, 6),
+        )
+        for job_id, r in sim.records.items()
+    }
     return lives, sim.samples
 
 
 def replay(policy: str, seed: int, *, skip: bool, failures: int = 0, step: float = 0.0) -> Simulation:
     trace = random_trace(seed)
-    config = SimConfig(checkpoint_interval_s=60, grace_s=30, tick_s=300, sample_s=900, node_failures=failures,
-                       failure_downtime_s=900, seed=seed, check_every_event=True, decision_step_s=step,
-                       skip_quiet_instants=skip)
-    return Simulation(custom_fleet(6, 8, racks=2, zones=1), TEAMS, trace,
-                      make_policy(policy, durations={j.job_id: j.duration for j in trace}), config,
-                      PolicyConfig(explain=False, min_runtime_before_preempt_s=120)).run()
+    config = SimConfig(
+        checkpoint_interval_s=60,
+        grace_s=30,
+        tick_s=300,
+        sample_s=900,
+        node_failures=failures,
+        failure_downtime_s=900,
+        seed=seed,
+        check_every_event=True,
+        decision_step_s=step,
+        skip_quiet_instants=skip,
+    )
+    return Simulation(
+        custom_fleet(6, 8, racks=2, zones=1),
+        TEAMS,
+        trace,
+        make_policy(policy, durations={j.job_id: j.duration for j in trace}),
+        config,
+        PolicyConfig(explain=False, min_runtime_before_preempt_s=120),
+    ).run()
 
 
 def test_mlqueue_replays_the_same_schedule_with_fewer_passes():
@@ -84,22 +122,39 @@ def live_state(seed: int):
     while gpu_hosts:
         count = min(len(gpu_hosts), rng.choice([1, 1, 2]))
         hosts, gpu_hosts = gpu_hosts[:count], gpu_hosts[count:]
-        busy.append(running(job_id, hosts, team=rng.choice("abcd"), age=rng.uniform(100, 3000),
-                            remaining=rng.uniform(600, 4 * HOUR), priority=rng.choice(["P1", "P2"]),
-                            preempting=rng.random() < 0.1))
+        busy.append(
+            running(
+                job_id,
+                hosts,
+                team=rng.choice("abcd"),
+                age=rng.uniform(100, 3000),
+                remaining=rng.uniform(600, 4 * HOUR),
+                priority=rng.choice(["P1", "P2"]),
+                preempting=rng.random() < 0.1,
+            )
+        )
         job_id += 1
     busy.append(running(job_id, ["z1-c1-n1"], gpus_per_node=0, gpu_type=None, cpus=24, team="d"))
     pending = []
     for job_id in range(100, 150):
         gpus = rng.choice([0, 4, 8, 8, 16, 24])
-        pending.append(job(
-            job_id, gpus=gpus, gpu_type="H100" if gpus else None, cpus=rng.choice([16, 32]),
-            **({} if gpus else {"tasks": rng.choice([1, 2])}), team=rng.choice("abcd"),
-            runtime=rng.uniform(600, 3 * HOUR),
-            age=rng.uniform(0, 9000), priority=rng.choice(["P0"] + ["P2"] * 8 + ["P3"] * 2),
-            topology=rng.choice(list(Topology)) if gpus > 8 else Topology.NONE, held=rng.random() < 0.05,
-            waiting_on=(job_id - 1,) if rng.random() < 0.1 else (),
-            not_before=NOW + rng.uniform(0, 4 * HOUR) if rng.random() < 0.3 else None))
+        pending.append(
+            job(
+                job_id,
+                gpus=gpus,
+                gpu_type="H100" if gpus else None,
+                cpus=rng.choice([16, 32]),
+                **({} if gpus else {"tasks": rng.choice([1, 2])}),
+                team=rng.choice("abcd"),
+                runtime=rng.uniform(600, 3 * HOUR),
+                age=rng.uniform(0, 9000),
+                priority=rng.choice(["P0"] + ["P2"] * 8 + ["P3"] * 2),
+                topology=rng.choice(list(Topology)) if gpus > 8 else Topology.NONE,
+                held=rng.random() < 0.05,
+                waiting_on=(job_id - 1,) if rng.random() < 0.1 else (),
+                not_before=NOW + rng.uniform(0, 4 * HOUR) if rng.random() < 0.3 else None,
+            )
+        )
     return nodes, busy, pending, rng
 
 
@@ -108,9 +163,20 @@ def test_a_forecast_run_of_live_jobs_gives_the_same_starts():
     for seed in range(6):
         nodes, busy, pending, rng = live_state(seed)
         ends = tuple((run, NOW + rng.uniform(0.1, 1.0) * (run.expected_end - NOW)) for run in busy)
-        jobs = [TraceJob(p.job_id, max(NOW, p.not_before or NOW), p.max_runtime_s * rng.uniform(0.2, 1.0),
-                         p.shape.units, p.team, p.shape.gpu_type, p.priority, p.max_runtime_s, view=p)
-                for p in pending]
+        jobs = [
+            TraceJob(
+                p.job_id,
+                max(NOW, p.not_before or NOW),
+                p.max_runtime_s * rng.uniform(0.2, 1.0),
+                p.shape.units,
+                p.team,
+                p.shape.gpu_type,
+                p.priority,
+                p.max_runtime_s,
+                view=p,
+            )
+            for p in pending
+        ]
         reference, gated = forecast_run(nodes, jobs, ends, skip=False), forecast_run(nodes, jobs, ends, skip=True)
         assert outcome(gated) == outcome(reference)
         quiet += gated.quiet
@@ -118,12 +184,20 @@ def test_a_forecast_run_of_live_jobs_gives_the_same_starts():
 
 
 def forecast_run(nodes, jobs, ends, *, skip: bool) -> Simulation:
-    config = SimConfig(checkpoint_interval_s=0, grace_s=120, tick_s=0, sample_s=0, decision_step_s=60,
-                       step_growth=1 / 60, skip_quiet_instants=skip)
+    config = SimConfig(
+        checkpoint_interval_s=0,
+        grace_s=120,
+        tick_s=0,
+        sample_s=0,
+        decision_step_s=60,
+        step_growth=1 / 60,
+        skip_quiet_instants=skip,
+    )
     # No guarantees here (the replays above reclaim): a reclaim of work that never
     # checkpoints can go round in circles, which a forecast cuts short by its budget.
-    return Simulation(list(nodes), (), jobs, make_policy("mlqueue"), config, PolicyConfig(explain=False),
-                      running_at_start=ends).run()
+    return Simulation(
+        list(nodes), (), jobs, make_policy("mlqueue"), config, PolicyConfig(explain=False), running_at_start=ends
+    ).run()
 
 
 def test_a_watched_dict_reports_every_change():

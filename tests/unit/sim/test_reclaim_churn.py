@@ -1,5 +1,6 @@
 """The simulator remembers evictions as the store does, so the policy's eviction memory works
 in replays; and the replay reports completion times against `easy`."""
+
 import random
 
 import pytest
@@ -11,21 +12,34 @@ from scheduling.sim.metrics import table_row, versus
 from scheduling.sim.policies import make_policy
 from scheduling.sim.trace import TraceJob, with_estimates
 
-TEAMS = (Team("a", None, {"gpu:H100": Quota(24, 64)}), Team("b", None, {"gpu:H100": Quota(24, 64)}),
-         Team("c", None, {"gpu:H100": Quota(16, 64)}))
+TEAMS = (
+    Team("a", None, {"gpu:H100": Quota(24, 64)}),
+    Team("b", None, {"gpu:H100": Quota(24, 64)}),
+    Team("c", None, {"gpu:H100": Quota(16, 64)}),
+)
 
 
 def busy_trace(seed: int, count: int = 200) -> list[TraceJob]:
     rng = random.Random(seed)
-    return with_estimates([TraceJob(i, rng.uniform(0, 6000), rng.uniform(300, 4000), rng.choice([1, 1, 2, 4, 8, 8]),
-                                     rng.choice("abc")) for i in range(1, count + 1)], "x2")
+    return with_estimates(
+        [
+            TraceJob(i, rng.uniform(0, 6000), rng.uniform(300, 4000), rng.choice([1, 1, 2, 4, 8, 8]), rng.choice("abc"))
+            for i in range(1, count + 1)
+        ],
+        "x2",
+    )
 
 
 def replay(seed: int, config: PolicyConfig) -> Simulation:
     fleet = custom_fleet(8, 8, racks=2, zones=1)
-    return Simulation(fleet, TEAMS, busy_trace(seed), make_policy("mlqueue"),
-                      SimConfig(checkpoint_interval_s=600, grace_s=30, tick_s=120, check_every_event=True),
-                      config).run()
+    return Simulation(
+        fleet,
+        TEAMS,
+        busy_trace(seed),
+        make_policy("mlqueue"),
+        SimConfig(checkpoint_interval_s=600, grace_s=30, tick_s=120, check_every_event=True),
+        config,
+    ).run()
 
 
 def test_a_restarted_job_carries_its_eviction_count_to_the_policy():
@@ -40,8 +54,14 @@ def test_a_restarted_job_carries_its_eviction_count_to_the_policy():
             return make_policy("mlqueue").decide(snapshot)
 
     fleet = custom_fleet(8, 8, racks=2, zones=1)
-    sim = Simulation(fleet, TEAMS, busy_trace(1), Watching(), SimConfig(checkpoint_interval_s=600, grace_s=30,
-                                                                          tick_s=120), PolicyConfig(explain=False)).run()
+    sim = Simulation(
+        fleet,
+        TEAMS,
+        busy_trace(1),
+        Watching(),
+        SimConfig(checkpoint_interval_s=600, grace_s=30, tick_s=120),
+        PolicyConfig(explain=False),
+    ).run()
     evicted = {job_id: r.preemptions for job_id, r in sim.records.items() if r.preemptions}
     assert evicted, "the trace should make the policy reclaim"
     # A job's last attempt started after all but its last eviction (none follows a finish).
@@ -62,6 +82,17 @@ def test_versus_reports_ratios_to_the_baseline():
     found = versus(mine, easy)
     assert (found["avg_wait_vs_easy"], found["max_wait_vs_easy"], found["avg_jct_vs_easy"]) == (0.5, 0.75, 0.8)
     assert found["baseline"]["avg_jct_s"] == 100.0
-    row = table_row({**mine, **found, "p50_wait_s": 0, "p95_wait_s": 10, "p99_wait_s": 20, "bounded_slowdown": 1.5,
-                     "utilization": 0.5, "preemptions": 1234, "gpu_hours_lost": 5.5})
+    row = table_row(
+        {
+            **mine,
+            **found,
+            "p50_wait_s": 0,
+            "p95_wait_s": 10,
+            "p99_wait_s": 20,
+            "bounded_slowdown": 1.5,
+            "utilization": 0.5,
+            "preemptions": 1234,
+            "gpu_hours_lost": 5.5,
+        }
+    )
     assert row == "| mlqueue | 50 | 0 | 10 | 20 | 300 | 80 | 0.80 | 1.50 | 0.5000 | 0.9000 | 1,234 | 6 |"

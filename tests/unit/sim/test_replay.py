@@ -1,4 +1,5 @@
 """The simulator on hand-computed schedules, and its guarantees on random replays."""
+
 import random
 
 import pytest
@@ -20,9 +21,14 @@ def job(job_id: int, submit: float, gpus: int, duration: float, team: str = "a",
 
 def starts(policy: str, jobs: list[TraceJob], *, estimate: str = "exact", nodes=TWO_NODES, **config) -> dict:
     jobs = with_estimates(jobs, estimate)
-    sim = Simulation(nodes, (), jobs, make_policy(policy, durations={j.job_id: j.duration for j in jobs}),
-                     SimConfig(**{"checkpoint_interval_s": 0, "tick_s": 0, **config}),
-                     PolicyConfig(explain=False)).run()
+    sim = Simulation(
+        nodes,
+        (),
+        jobs,
+        make_policy(policy, durations={j.job_id: j.duration for j in jobs}),
+        SimConfig(**{"checkpoint_interval_s": 0, "tick_s": 0, **config}),
+        PolicyConfig(explain=False),
+    ).run()
     return {job_id: record.first_start for job_id, record in sim.records.items()}
 
 
@@ -56,9 +62,14 @@ def test_mlqueue_backfills_like_easy_and_reserves_for_the_blocked_gang():
 def test_a_preempted_job_loses_the_work_since_its_checkpoint_and_pays_the_grace():
     nodes = custom_fleet(1, 8, racks=1, zones=1)
     trace = with_estimates([job(1, 0, 8, 1000, priority="P3"), job(2, 700, 8, 100, team="b", priority="P1")], "exact")
-    sim = Simulation(nodes, (), trace, make_policy("mlqueue"), SimConfig(checkpoint_interval_s=300, grace_s=60,
-                                                                          tick_s=0),
-                     PolicyConfig(explain=False, min_runtime_before_preempt_s=0)).run()
+    sim = Simulation(
+        nodes,
+        (),
+        trace,
+        make_policy("mlqueue"),
+        SimConfig(checkpoint_interval_s=300, grace_s=60, tick_s=0),
+        PolicyConfig(explain=False, min_runtime_before_preempt_s=0),
+    ).run()
     low, high = sim.records[1], sim.records[2]
     assert high.first_start == 760  # after the victim's 60 s grace
     assert low.preemptions == 1 and low.lost_gpu_s == (760 - 600) * 8  # checkpointed at 600
@@ -67,21 +78,42 @@ def test_a_preempted_job_loses_the_work_since_its_checkpoint_and_pays_the_grace(
 
 def random_trace(seed: int, count: int = 150) -> list[TraceJob]:
     rng = random.Random(seed)
-    return with_estimates([
-        job(i, rng.uniform(0, 4000), rng.choice([1, 1, 2, 4, 8, 16, 24, 32]), rng.uniform(30, 900),
-            team=rng.choice("abc"), priority=rng.choice(["P1", "P2", "P2", "P3"])) for i in range(1, count + 1)],
-        rng.choice(["exact", "x2"]))
+    return with_estimates(
+        [
+            job(
+                i,
+                rng.uniform(0, 4000),
+                rng.choice([1, 1, 2, 4, 8, 16, 24, 32]),
+                rng.uniform(30, 900),
+                team=rng.choice("abc"),
+                priority=rng.choice(["P1", "P2", "P2", "P3"]),
+            )
+            for i in range(1, count + 1)
+        ],
+        rng.choice(["exact", "x2"]),
+    )
 
 
 @pytest.mark.parametrize("seed", range(4))
 def test_mlqueue_never_over_allocates_in_a_random_replay(seed):
     fleet = custom_fleet(8, 8, racks=2, zones=2)
-    teams = (Team("a", None, {"gpu:H100": Quota(24, 64)}), Team("b", None, {"gpu:H100": Quota(24, 64)}),
-             Team("c", None, {"gpu:H100": Quota(16, 64)}))
-    config = SimConfig(checkpoint_interval_s=300, grace_s=30, tick_s=120, node_failures=3, failure_downtime_s=500,
-                       seed=seed, check_every_event=True)
-    sim = Simulation(fleet, teams, random_trace(seed), make_policy("mlqueue"), config,
-                     PolicyConfig(explain=False)).run()
+    teams = (
+        Team("a", None, {"gpu:H100": Quota(24, 64)}),
+        Team("b", None, {"gpu:H100": Quota(24, 64)}),
+        Team("c", None, {"gpu:H100": Quota(16, 64)}),
+    )
+    config = SimConfig(
+        checkpoint_interval_s=300,
+        grace_s=30,
+        tick_s=120,
+        node_failures=3,
+        failure_downtime_s=500,
+        seed=seed,
+        check_every_event=True,
+    )
+    sim = Simulation(
+        fleet, teams, random_trace(seed), make_policy("mlqueue"), config, PolicyConfig(explain=False)
+    ).run()
     assert all(record.end is not None for record in sim.records.values())  # everything finished
     assert sim.decisions > 0
 
@@ -89,8 +121,14 @@ def test_mlqueue_never_over_allocates_in_a_random_replay(seed):
 def test_the_same_seed_gives_the_same_replay():
     def replay():
         fleet = custom_fleet(6, 8, racks=2, zones=1)
-        sim = Simulation(fleet, (), random_trace(7), make_policy("mlqueue"),
-                         SimConfig(node_failures=2, seed=7), PolicyConfig(explain=False)).run()
+        sim = Simulation(
+            fleet,
+            (),
+            random_trace(7),
+            make_policy("mlqueue"),
+            SimConfig(node_failures=2, seed=7),
+            PolicyConfig(explain=False),
+        ).run()
         return summarize(sim, entitlements={})
 
     assert replay() == replay()
@@ -103,6 +141,7 @@ def test_jain_index():
 
 def test_fair_shares_water_fill():
     from scheduling.sim.metrics import fair_shares
+
     assert fair_shares({"a": 10, "b": 100, "c": 100}, 90, {}) == {"a": 10, "b": 40, "c": 40}
     assert fair_shares({"a": 100, "b": 100}, 90, {"a": 2, "b": 1}) == {"a": 60, "b": 30}
     assert fair_shares({"a": 5, "b": 5}, 90, {}) == {"a": 5, "b": 5}

@@ -1,5 +1,6 @@
 """The simulator settles a run cut short as the leader does (core/settle.py): a preemption is
 counted apart and spends nothing, a lost node spends a restart, and none left gives up."""
+
 from scheduling.core.model import PolicyConfig
 from scheduling.core.settle import RestartPolicy
 from scheduling.sim.engine import SimConfig, Simulation
@@ -12,9 +13,14 @@ ONE_NODE = custom_fleet(1, 8, racks=1, zones=1)
 
 
 def simulate(trace: list[TraceJob], **config):
-    return Simulation(ONE_NODE, (), with_estimates(trace, "exact"), make_policy("mlqueue"),
-                      SimConfig(**{"checkpoint_interval_s": 300, "grace_s": 60, "tick_s": 0, **config}),
-                      PolicyConfig(explain=False, min_runtime_before_preempt_s=0)).run()
+    return Simulation(
+        ONE_NODE,
+        (),
+        with_estimates(trace, "exact"),
+        make_policy("mlqueue"),
+        SimConfig(**{"checkpoint_interval_s": 300, "grace_s": 60, "tick_s": 0, **config}),
+        PolicyConfig(explain=False, min_runtime_before_preempt_s=0),
+    ).run()
 
 
 def test_a_preempted_job_spends_no_restart_even_with_none_allowed():
