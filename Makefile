@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 DEMO_ENV := DEBUG=1 MLQ_AGENT_JOIN_TOKEN=$${MLQ_AGENT_JOIN_TOKEN:-demo-join-token}
 
-.PHONY: demo test services clean
+.PHONY: demo test lint services clean
 
 $(INSTALLED): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,7 +16,11 @@ services:
 	@bash .ci/services
 	@bash .ci/browser
 
-test: $(INSTALLED) services
+lint: $(INSTALLED)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+test: $(INSTALLED) lint services
 	$(BIN)/python -m pytest
 
 demo: $(INSTALLED)

@@ -1,8 +1,8 @@
 from django.contrib import admin
 
 from agents.models import JoinToken
-from scheduling.models import Node
 from agents.tokens import do_revoke_join_token
+from scheduling.models import Node
 
 
 @admin.register(Node)

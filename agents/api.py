@@ -14,11 +14,11 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agents import heartbeats, ingest, services, tokens
-from scheduling import nodes
-from scheduling.models import Node, NodeState
 from agents.protocol import EventsSerializer, HeartbeatSerializer, RegisterSerializer
 from mlqueue.pagination import StrictCursorPagination as CursorPagination
 from mlqueue.parsers import AgentEventsJSONParser
+from scheduling import nodes
+from scheduling.models import Node, NodeState
 from teams.selectors import is_site_admin
 
 

@@ -5,8 +5,8 @@ reply, and without this socket the agent learns the same at its next regular hea
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from scheduling.models import Node
 from mlqueue.channel_layer import join_group
+from scheduling.models import Node
 from scheduling.notify import agent_group
 from teams.models import hash_token
 

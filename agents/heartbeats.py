@@ -17,11 +17,10 @@ from prometheus_client import Counter
 from rest_framework import exceptions
 
 from agents import ingest
-from scheduling import liveness, nodes
-from scheduling.models import FailureClass, Node, NodeState, SchedulerLease, Task, TaskState
 from agents.protocol import HeartbeatSerializer
-from scheduling import lifecycle, notify
+from scheduling import lifecycle, liveness, nodes, notify
 from scheduling.assignments import assignment_env, checkpoint_dir
+from scheduling.models import FailureClass, Node, NodeState, SchedulerLease, Task, TaskState
 from teams.models import hash_token
 
 EPOCH_CACHE_S = 1.0

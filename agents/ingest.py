@@ -14,10 +14,10 @@ from django.db.models import Q, Sum
 from django.db.models.functions import Length
 from django.utils import timezone
 
-from scheduling.models import Node, Task, TaskLog
-from teams.models import EventKind, AuditEvent
 from mlqueue.parsers import replace_bad_text
 from scheduling import reports
+from scheduling.models import Node, Task, TaskLog
+from teams.models import AuditEvent, EventKind
 
 NOT_HERE = "job {job_id} rank {rank} is not placed on node {node}."
 OTHER_ATTEMPT = "job {job_id} rank {rank} is at attempt {current} on this node, not attempt {attempt}."

@@ -14,6 +14,8 @@ violations it finds, one sentence each with the job, the fault and the times inv
    plus one scheduler pass and one heartbeat, Celery killed or not.
 """
 
+from itertools import pairwise
+
 from bench.chaos_evidence import Evidence, Span
 from bench.chaos_faults import AGENT_FAULTS, Fault
 from bench.chaos_timings import TICK_S, Timings
@@ -40,7 +42,7 @@ def overlapping_attempts(ev: Evidence, **_) -> list[str]:
     found = []
     for (job, rank), spans in sorted(by_task.items()):
         spans.sort(key=lambda s: s.first)
-        for before, after in zip(spans, spans[1:]):
+        for before, after in pairwise(spans):
             if before.last >= after.first or before.attempt > after.attempt:
                 found.append(
                     f"job {job} rank {rank}: attempt {before.attempt} ran {before.first:.2f}-"

@@ -7,10 +7,10 @@ figures is a change in the scheduler, not in its input. Pure Python, like the co
 
 import random
 from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from itertools import count
-from typing import Callable, Iterator, Mapping, Sequence
 
 from scheduling.core.model import (
     HOUR,
@@ -25,8 +25,7 @@ from scheduling.core.model import (
     Team,
     Topology,
 )
-from scheduling.sim.fleets import FLEETS, build_fleet, custom_fleet, apportion  # noqa: F401  (re-exported)
-
+from scheduling.sim.fleets import FLEETS, apportion, build_fleet, custom_fleet  # noqa: F401  (re-exported)
 
 # (division, share of every resource class, its teams' shares of the division's guarantee)
 DIVISIONS = (("research", 0.4, (0.5, 0.3, 0.2)), ("production", 0.6, (0.4, 0.35, 0.25)))
@@ -148,7 +147,7 @@ def _class(gpu_type: str | None, nodes: list[Node]) -> _Class:
 
 def _single_shape(rng: random.Random, cls: _Class) -> JobShape:
     """One task of 1, 2, 4 or 8 GPUs (those the class's hosts can hold)."""
-    sizes = [(gpus, weight) for gpus, weight in zip(SINGLE_GPUS, SINGLE_WEIGHTS) if gpus <= cls.host.gpus]
+    sizes = [(gpus, weight) for gpus, weight in zip(SINGLE_GPUS, SINGLE_WEIGHTS, strict=True) if gpus <= cls.host.gpus]
     gpus = rng.choices([g for g, _ in sizes], [w for _, w in sizes])[0]
     return JobShape(cls.gpu_type, 1, gpus, *_per_task(rng, cls.host, gpus), _selector(rng, cls, 0.05))
 

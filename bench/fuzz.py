@@ -219,8 +219,8 @@ def demo_world() -> tuple[list[Identity], dict[str, dict]]:
     demo data must be loaded (seed_demo)."""
     from django.contrib.auth import get_user_model
 
-    from scheduling.models import Node
     from agents.services import do_register_node
+    from scheduling.models import Node
     from scheduling.services import check_job_submission, do_submit_job
     from teams.models import ApiToken
 

@@ -114,6 +114,7 @@ def main(argv=None) -> None:
     )
     try:
         from django.contrib.auth import get_user_model
+
         from scheduling.models import SchedulerLease
 
         deadline = time.monotonic() + 30

@@ -9,7 +9,6 @@ django_asgi_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-
 from django.urls import re_path  # noqa: E402
 
 from mlqueue.fastlane import HeartbeatLane  # noqa: E402

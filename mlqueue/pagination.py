@@ -6,7 +6,8 @@ position, a huge integer) straight into the query, where they fail as a 500."""
 
 import re
 
-from django.core.exceptions import FieldDoesNotExist, ValidationError as DjangoValidationError
+from django.core.exceptions import FieldDoesNotExist
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import connection
 from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.pagination import CursorPagination

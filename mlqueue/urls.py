@@ -1,17 +1,17 @@
 from django.conf import settings
 from django.contrib import admin
-from django.contrib.staticfiles.views import serve as serve_static
 from django.contrib.auth import views as auth_views
+from django.contrib.staticfiles.views import serve as serve_static
 from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from agents import api as agents_api
 from agents import pages as node_pages
+from scheduling.metrics import metrics_view
 from scheduling.web import api as jobs_api
 from scheduling.web import pages as job_pages
 from scheduling.web import submit_page
 from scheduling.web import teams_page as team_pages
-from scheduling.metrics import metrics_view
 from teams import api as teams_api
 from teams import login_limits
 

@@ -1,6 +1,7 @@
 """The cluster as the policy core sees it, read from the store: the nodes, the jobs running
-on them and the teams with their quotas. The leader's snapshot (scheduling/leader/snapshot.py) is built from these, and so is
-the "what would help" panel's view of the cluster now (scheduling/web/explanations.py).
+on them and the teams with their quotas. The leader's snapshot (scheduling/leader/snapshot.py)
+is built from these, and so is the "what would help" panel's view of the cluster now
+(scheduling/web/explanations.py).
 
 Reads are `values()` queries, not model instances: 30,000 running tasks are one pass of the table."""
 

@@ -1,7 +1,7 @@
 """Reads of the node inventory, in the policy core's terms."""
 
-from scheduling.models import Node
 from scheduling.core import model as core
+from scheduling.models import Node
 
 INVENTORY_FIELDS = ("name", "zone", "rack", "gpu_type", "gpu_count", "cpu_count", "memory_gb", "labels", "state")
 

@@ -16,15 +16,15 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import redis
 from django.conf import settings
 from django.core.cache import cache
 from django.db import DatabaseError, connection
 
-from scheduling.models import Node
 from mlqueue.breaker import RedisBreaker
+from scheduling.models import Node
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +111,7 @@ def _flush_each(heard: dict[str, float]) -> None:
 
 
 def _moment(at: float) -> datetime:
-    return datetime.fromtimestamp(at, tz=timezone.utc)
+    return datetime.fromtimestamp(at, tz=UTC)
 
 
 @dataclass(frozen=True)
@@ -152,7 +152,7 @@ def _fresh(nodes: list[Node], *, now: float) -> tuple[dict[str, float], bool, bo
         _redis.failed(exc)
         return {}, False, False
     _redis.worked()
-    return {name: score for name, score in zip(names, scores) if score is not None}, True, bool(created)
+    return {name: score for name, score in zip(names, scores, strict=True) if score is not None}, True, bool(created)
 
 
 def last_heard(names: list[str]) -> dict[str, float]:

@@ -16,8 +16,15 @@ import os
 
 from django.conf import settings
 from django.http import HttpResponse
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client import REGISTRY, multiprocess
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
 from prometheus_client.core import GaugeMetricFamily
 
 PASS_SECONDS = Histogram(

@@ -4,9 +4,9 @@ from collections import defaultdict
 
 from django.db.models import Count
 
-from scheduling.models import Job, JobState, Node, NodeState, SchedulerLease, Task
 from scheduling.core.model import resource_class
 from scheduling.core.reasons import ReasonCode
+from scheduling.models import Job, JobState, Node, NodeState, SchedulerLease, Task
 from scheduling.states import ON_NODE
 
 

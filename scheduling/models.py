@@ -11,7 +11,6 @@ from scheduling.core.reasons import NOT_YET_SCHEDULED_MESSAGE, ReasonCode
 # TaskState and JobState are declared with their named sets; imported from here as before.
 from scheduling.states import ON_NODE, QUEUED_OR_RUNNING, UNSUCCESSFUL, JobState, TaskState  # noqa: F401
 
-
 # The node inventory. Liveness (heartbeats) lives in Redis, and in batches here (scheduling/liveness.py).
 # A node's `state` is what the scheduler reads: its health (NEW, READY, SUSPECT, LOST, from
 # heartbeats) unless it is READY, in which case an admin's CORDONED or DRAINING shows instead.

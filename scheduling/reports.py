@@ -3,7 +3,7 @@ a checkpoint was written. Reports carry the attempt they are about; a report abo
 attempt that is no longer current changes nothing."""
 
 import logging
-from datetime import datetime, timedelta, timezone as dt_timezone
+from datetime import UTC, datetime, timedelta
 
 from django.db import transaction
 from django.db.models import Q
@@ -12,8 +12,8 @@ from django.utils import timezone
 from scheduling import lifecycle, metrics, notify
 from scheduling.models import FailureClass, Job, StopReason, Task, TaskState
 from scheduling.states import ON_NODE
-from teams.models import AuditEvent, EventKind
 from scheduling.stopping import do_request_stop
+from teams.models import AuditEvent, EventKind
 
 log = logging.getLogger(__name__)
 S = TaskState
@@ -131,7 +131,7 @@ def do_report_checkpoint(
     checkpoint from before the attempt was placed is an earlier attempt's file. The job keeps
     its latest. Returns whether it was recorded."""
     now = now or timezone.now()
-    when = min(datetime.fromtimestamp(at, dt_timezone.utc), now)
+    when = min(datetime.fromtimestamp(at, UTC), now)
     recorded = (
         Task.objects.filter(
             job_id=job_id,

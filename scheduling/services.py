@@ -5,16 +5,16 @@ from django.utils import timezone
 from django.views.decorators.debug import sensitive_variables
 from rest_framework.exceptions import PermissionDenied, ValidationError
 
-from scheduling.inventory import inventory
 from mlqueue.errors import Conflict, FieldPermissionDenied
 from scheduling import lifecycle, notify
 from scheduling.core.feasibility import can_ever_run
 from scheduling.core.model import JobShape, Topology
+from scheduling.inventory import inventory
 from scheduling.models import Job, Task, TaskState
-from teams.models import AuditEvent, EventKind, Team
 from scheduling.secrets import encrypt_env, env_macs, masked
 from scheduling.selectors import can_change_job, visible_jobs
 from scheduling.spec import JobSpecSerializer, normalized, spec_digest
+from teams.models import AuditEvent, EventKind, Team
 from teams.selectors import can_edit_quotas, is_member
 
 UNKNOWN_TEAM = "no team named {name!r}."

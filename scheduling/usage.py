@@ -11,10 +11,10 @@ from dataclasses import dataclass
 
 from django.db.models import Case, F, Func, IntegerField, Sum, When
 
-from scheduling.models import Node, Task
+from scheduling.cluster import load_teams
 from scheduling.core import model as core
 from scheduling.core.fairshare import Ledger
-from scheduling.cluster import load_teams
+from scheduling.models import Node, Task
 from scheduling.states import ON_NODE
 from teams.models import Team
 from teams.resources import known_classes

@@ -3,7 +3,7 @@ clocks for each test, and a job spec builder (node states: tests/nodes.py)."""
 
 import copy
 import time
-from datetime import datetime, timezone as dt_timezone
+from datetime import UTC, datetime
 
 import pytest
 import time_machine
@@ -48,7 +48,7 @@ SEED_SPEC = {
 }
 
 
-FROZEN_AT = datetime(2026, 4, 20, 9, 0, tzinfo=dt_timezone.utc)
+FROZEN_AT = datetime(2026, 4, 20, 9, 0, tzinfo=UTC)
 
 
 def make_spec(**overrides) -> dict:

@@ -18,11 +18,11 @@ from django.contrib.auth import get_user_model
 from django.db.models import QuerySet
 from django.utils import timezone
 
+from agents.management.commands.seed_demo import ADMIN
 from scheduling import liveness
 from scheduling import nodes as node_services
-from scheduling.models import Node, NodeState
 from scheduling.leader import failures
-from agents.management.commands.seed_demo import ADMIN
+from scheduling.models import Node, NodeState
 
 Nodes = QuerySet | list | tuple | str | Node | None
 

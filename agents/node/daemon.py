@@ -12,8 +12,9 @@ scheduler sends; reports starts, exits and log chunks; and obeys three safety ru
   on its own monotonic clock from before the heartbeat that renewed it. Through a control-plane
   outage shorter than that, its tasks run on. If it has not renewed by then, its tasks get
   SIGTERM at the deadline and SIGKILL a grace later, before the server can call the node lost
-  (it waits for the bound plus a margin longer than that grace). Each task's supervisor enforces the same deadline from a file the agent rewrites at
-  each renewal, so a stopped or stuck agent's tasks die on time too.
+  (it waits for the bound plus a margin longer than that grace). Each task's supervisor
+  enforces the same deadline from a file the agent rewrites at each renewal, so a stopped or
+  stuck agent's tasks die on time too.
 """
 
 import argparse
@@ -39,8 +40,8 @@ from agents.node.isolation import (
     parse_uid_range,
     untraversable,
 )
-from agents.node.outbox import Outbox
 from agents.node.machine import inventory
+from agents.node.outbox import Outbox
 from agents.node.runtime import DEFAULT_PASS_ENV, DIR_MODE, TaskProcess, check_pass_env, install_helpers
 from agents.node.supervise import LEASE_KILL_GRACE_S, kill_grace, write_lease
 

@@ -1,5 +1,6 @@
 """The process between the agent and a task:
-`python -I agents/node/supervise.py --env-fd N --agent-pid P --lease-file F --status-file S [--uid U --gid G] -- CMD...`.
+`python -I agents/node/supervise.py --env-fd N --agent-pid P --lease-file F --status-file S
+[--uid U --gid G] -- CMD...`.
 
 It runs COMMAND in its own process group, with the environment read from file descriptor N
 (as user U and group G, with no other groups and a private umask, when given: the agent's user
@@ -12,9 +13,10 @@ empty environment of its own), and
   this process could watch it (its parent is no longer P) starts nothing;
 - enforces the node's lease itself: the agent writes its lease deadline to F (a monotonic
   time, the system-wide CLOCK_MONOTONIC) each time it renews; at the deadline this process
-  sends SIGTERM to the group, and SIGKILL a kill grace later, and notes "lease-expired" in S. An agent that is stopped (SIGSTOP), stuck or partitioned cannot
-  renew, and its tasks are dead by the deadline all the same: before the leader may requeue
-  them elsewhere (README, "Outages");
+  sends SIGTERM to the group, and SIGKILL a kill grace later, and notes "lease-expired" in S.
+  An agent that is stopped (SIGSTOP), stuck or partitioned cannot renew, and its tasks are
+  dead by the deadline all the same: before the leader may requeue them elsewhere (README,
+  "Outages");
 - exits as COMMAND did: with its exit code, or by the same signal.
 On Linux the kernel also tells it at once when the agent dies (PR_SET_PDEATHSIG with
 SIGHUP, whose handler kills the group); the reparenting check is the portable second line.
@@ -60,7 +62,7 @@ def parse(argv: list[str]) -> tuple[dict, dict, list[str]]:
     if "--" not in argv:
         raise ValueError(USAGE)
     options, command = argv[: argv.index("--")], argv[argv.index("--") + 1 :]
-    pairs = dict(zip(options[0::2], options[1::2]))
+    pairs = dict(zip(options[0::2], options[1::2], strict=False))  # an odd count is refused below
     if not command or len(options) % 2 or set(pairs) not in (set(REQUIRED), set(OPTIONS)):
         raise ValueError(USAGE)
     numbers = {name: int(value) for name, value in pairs.items() if name in NUMBERS}

@@ -1,8 +1,8 @@
 """The core's output: what to start, what to stop, what to hold, and why each job waits."""
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Mapping
 
 from scheduling.core.model import TaskPlacement
 from scheduling.core.reasons import PendingReason

@@ -5,8 +5,8 @@ Capacity reasons come with a per-node histogram, kube-scheduler style:
 """
 
 from collections import Counter, defaultdict
+from collections.abc import Iterable
 from dataclasses import replace
-from typing import Iterable
 
 from scheduling.core.decisions import Reservation
 from scheduling.core.model import JobShape, Node, NodeState, PendingJob, Topology, labels_match

@@ -2,7 +2,7 @@
 waiting would start is refused with a 400 instead of pending forever."""
 
 from collections import defaultdict
-from typing import Iterable
+from collections.abc import Iterable
 
 from scheduling.core.model import JobShape, Node, Topology, Verdict, labels_match, tasks_per_node
 

@@ -6,9 +6,9 @@ input: it is each node's total minus the running allocations on it, so the two c
 disagree.
 """
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Mapping
 
 PRIORITIES = ("P0", "P1", "P2", "P3")
 HOUR = 3600.0

@@ -6,8 +6,9 @@ may use on a node (the room a reservation leaves to backfill).
 """
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 from scheduling.core.model import JobShape, TaskPlacement, Topology, labels_match, tasks_per_node
 from scheduling.core.state import ClusterState, Slot

@@ -25,14 +25,14 @@ victims. Domains are tried in the order of their best candidate, and the search 
 """
 
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Iterator
 
 from scheduling.core.decisions import PreemptionReason
 from scheduling.core.model import PendingJob, PolicyConfig, RunningJob, Topology, priority_rank
 from scheduling.core.placement import capacity
-from scheduling.core.trial import Trial
 from scheduling.core.state import ClusterState, Slot
+from scheduling.core.trial import Trial
 
 DOMAINS_TRIED = 4
 

@@ -2,8 +2,8 @@
 
 import heapq
 from collections import defaultdict
+from collections.abc import Callable
 from operator import attrgetter
-from typing import Callable
 
 from scheduling.core.fairshare import Ledger, expected_units_seconds
 from scheduling.core.model import PRIORITIES, ClusterSnapshot, PendingJob

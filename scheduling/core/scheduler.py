@@ -16,7 +16,7 @@
 
 import dataclasses
 from collections import defaultdict
-from typing import Callable
+from collections.abc import Callable
 
 from scheduling.core import explain
 from scheduling.core.decisions import Decisions, PassStats, Placement, Preemption, PreemptionReason, Reservation

@@ -5,10 +5,9 @@ A "unit" is what a resource class is counted in: GPUs for a GPU class, CPUs for 
 """
 
 from collections import defaultdict
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 from scheduling.core.model import Node, NodeState, RunningJob, TaskPlacement
-
 
 # Below this many running jobs, a refresh is cheap whatever it compares: always refresh.
 SMALL = 100

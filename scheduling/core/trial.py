@@ -2,7 +2,7 @@
 one at a time: the machinery of both preemption (which victims?) and shadow starts
 (when will it fit?)."""
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from scheduling.core.model import PendingJob, RunningJob
 from scheduling.core.placement import NOTHING, Extra, Room, capacity, plan_on

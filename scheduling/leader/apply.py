@@ -6,14 +6,14 @@ signal victims; reasons and reservations are written only where they changed."""
 from dataclasses import dataclass, field
 
 from scheduling import lifecycle, notify
-from scheduling.leader import failpoints
 from scheduling.core.decisions import Decisions, Placement, Preemption
 from scheduling.core.reasons import PendingReason
 from scheduling.fencing import fenced
-from scheduling.models import Job, StopReason, TaskState
-from teams.models import EventKind, AuditEvent
+from scheduling.leader import failpoints
 from scheduling.leader.snapshot import StoreView
+from scheduling.models import Job, StopReason, TaskState
 from scheduling.stopping import do_request_stop
+from teams.models import AuditEvent, EventKind
 
 REASON_BATCH = 500
 REASON_FIELDS = [

@@ -25,12 +25,11 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
-from scheduling import liveness
-from scheduling.models import FailureClass, Node, NodeState, StopReason, Task, TaskState
 from agents.node.supervise import kill_grace
-from scheduling.nodes import do_mark_health
-from scheduling import lifecycle, notify
+from scheduling import lifecycle, liveness, notify
 from scheduling.fencing import fenced
+from scheduling.models import FailureClass, Node, NodeState, StopReason, Task, TaskState
+from scheduling.nodes import do_mark_health
 from scheduling.states import ON_NODE
 
 log = logging.getLogger(__name__)

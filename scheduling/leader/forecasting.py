@@ -9,7 +9,7 @@ import logging
 import multiprocessing
 import statistics
 import time
-from datetime import datetime, timedelta, timezone as dt_timezone
+from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
 from django.db.models import Max
@@ -17,10 +17,10 @@ from django.db.models import Max
 from scheduling import notify
 from scheduling.core.decisions import Decisions
 from scheduling.fencing import fenced
-from scheduling.models import Job, JobState
-from scheduling.states import QUEUED_OR_RUNNING
-from scheduling.sim.forecast import Forecast, forecast, forecast_to
 from scheduling.leader.snapshot import StoreView
+from scheduling.models import Job, JobState
+from scheduling.sim.forecast import Forecast, forecast, forecast_to
+from scheduling.states import QUEUED_OR_RUNNING
 
 log = logging.getLogger(__name__)
 
@@ -159,11 +159,11 @@ def write(result: Forecast, view: StoreView, placed: set[int], *, epoch: int) ->
 
 
 def _moment(at: float | None):
-    return datetime.fromtimestamp(at, dt_timezone.utc) if at is not None else None
+    return datetime.fromtimestamp(at, UTC) if at is not None else None
 
 
 def _moved(stored: tuple, fresh: tuple) -> bool:
-    for old, new in zip(stored, fresh):
+    for old, new in zip(stored, fresh, strict=True):
         if (old is None) != (new is None):
             return True
         if old is not None and abs((old - new).total_seconds()) > SLACK_S:

@@ -12,15 +12,15 @@ Only the leader requeues or retries, and every write here is fenced by its epoch
 """
 
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone as dt_timezone
+from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Exists, Min, OuterRef, Q
 
 from scheduling import lifecycle, metrics, notify
-from scheduling.leader import failures
-from scheduling.core.model import HOUR as HOUR_S, confirmed_checkpoint, lost_since
+from scheduling.core.model import HOUR as HOUR_S
+from scheduling.core.model import confirmed_checkpoint, lost_since
 from scheduling.core.reasons import ReasonCode
 from scheduling.core.settle import (
     Action,
@@ -35,10 +35,11 @@ from scheduling.core.settle import (
     settle,
 )
 from scheduling.fencing import fenced
+from scheduling.leader import failures
 from scheduling.models import FailureClass, Job, StopReason, Task, TaskState
 from scheduling.states import ON_NODE, UNSUCCESSFUL
-from teams.models import AuditEvent, EventKind
 from scheduling.stopping import do_request_stop, escalate_overdue
+from teams.models import AuditEvent, EventKind
 
 S = TaskState
 HOUR = timedelta(hours=1)
@@ -194,7 +195,7 @@ def lost_work(job: Job, *, now) -> dict:
     gpus = sum(len(indices) for *_, indices in rows)
     return {
         "lost_gpu_hours": round(gpus * max(0.0, ended - since) / HOUR_S, 4),
-        "lost_since": datetime.fromtimestamp(since, dt_timezone.utc).isoformat(),
+        "lost_since": datetime.fromtimestamp(since, UTC).isoformat(),
         "since_checkpoint": checkpoint is not None and checkpoint >= started,
     }
 

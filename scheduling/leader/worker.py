@@ -16,19 +16,19 @@ from django.db import DatabaseError, close_old_connections, connections
 from django.utils import timezone
 from prometheus_client import Counter
 
+from mlqueue.redis_client import redis_client
 from scheduling import metrics
-from scheduling.leader import failpoints
-from scheduling.leader.apply import Applied, apply_decisions
 from scheduling.core.scheduler import Scheduler, schedule
 from scheduling.fencing import Deposed, fenced
+from scheduling.leader import failpoints
+from scheduling.leader.apply import Applied, apply_decisions
+from scheduling.leader.forecasting import Forecaster
 from scheduling.leader.leadership import Leadership, LeaseRowLeadership
+from scheduling.leader.reconcile import Swept, reconcile
+from scheduling.leader.snapshot import build_view
 from scheduling.models import SchedulerLease
 from scheduling.notify import WAKE_CHANNEL
 from scheduling.queue_state import QUEUE_ORDER_KEY, QUEUE_ORDER_TTL_S, stored_order
-from scheduling.leader.reconcile import Swept, reconcile
-from scheduling.leader.forecasting import Forecaster
-from scheduling.leader.snapshot import build_view
-from mlqueue.redis_client import redis_client
 
 log = logging.getLogger(__name__)
 FAILED_PASSES = Counter("mlqueue_scheduler_failed_passes_total", "Passes that failed with an unexpected error")

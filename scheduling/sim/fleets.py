@@ -2,8 +2,8 @@
 uniform custom ones, laid out in racks and zones. Pure Python, like the core."""
 
 import random
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Callable, Mapping, Sequence
 
 from scheduling.core.model import Node, NodeState
 
@@ -69,7 +69,7 @@ def _gpu_hosts(total: int) -> list[Machine]:
     """`total` hosts split 70/20/10 H100/A100/L40S, in that order, so racks are one type but
     for the few at a boundary."""
     counts = apportion(total, [share for _, share in GPU_MIX])
-    return [MACHINES[gpu_type] for (gpu_type, _), n in zip(GPU_MIX, counts) for _ in range(n)]
+    return [MACHINES[gpu_type] for (gpu_type, _), n in zip(GPU_MIX, counts, strict=True) for _ in range(n)]
 
 
 def _custom_machine(gpus: int, gpu_type: str) -> Machine:

@@ -13,8 +13,8 @@ A preemption already under way ends its victim after the grace period (the victi
 requeue is not forecast: it is no longer pending). Pure, like the core: no clock, no I/O.
 """
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Mapping
 
 from scheduling.core.model import ClusterSnapshot, PendingJob, PolicyConfig, RunningJob
 from scheduling.sim.engine import SimConfig, Simulation

@@ -16,7 +16,7 @@ common case where most instants (arrivals, ticks) can change nothing.
 """
 
 from collections import Counter, defaultdict
-from typing import Callable
+from collections.abc import Callable
 
 from scheduling.core.fairshare import Ledger
 from scheduling.core.model import CPU_CLASS, JobShape, Node, NodeState, RunningJob, Team, priority_rank

@@ -4,7 +4,7 @@ compressed in time, and told a runtime estimate the way a real user would (or wo
 import csv
 import math
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from scheduling.core.model import JobShape, PendingJob
@@ -43,7 +43,7 @@ class TraceJob:
 
 
 def _epoch(text: str) -> float:
-    return datetime.strptime(text, "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc).timestamp()
+    return datetime.strptime(text, "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC).timestamp()
 
 
 def load_philly(path: Path, *, start: str | None = None, end: str | None = None) -> list[TraceJob]:

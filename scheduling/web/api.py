@@ -10,12 +10,12 @@ from rest_framework.views import APIView
 
 from mlqueue.pagination import StrictCursorPagination
 from scheduling import services
-from scheduling.web import throttles
-from scheduling.web.filters import JobFilter
 from scheduling.models import Job, JobState, Priority, Task, TaskLog
 from scheduling.queue_state import queue_positions
 from scheduling.selectors import scheduler_state, visible_jobs
-from teams.models import AuditEvent
+from scheduling.spec import JobSpecSerializer
+from scheduling.web import throttles
+from scheduling.web.filters import JobFilter
 from scheduling.web.serializers import (
     CancelSerializer,
     JobDetailSerializer,
@@ -23,7 +23,7 @@ from scheduling.web.serializers import (
     JobSerializer,
     QueueEntrySerializer,
 )
-from scheduling.spec import JobSpecSerializer
+from teams.models import AuditEvent
 
 
 class NewestFirst(StrictCursorPagination):

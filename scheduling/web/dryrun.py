@@ -10,8 +10,8 @@ from scheduling.core.explain import CapacityExplainer
 from scheduling.core.placement import plan
 from scheduling.core.reasons import PendingReason
 from scheduling.core.whatif import suggestions
-from scheduling.web.explanations import cluster_now
 from scheduling.services import job_shape
+from scheduling.web.explanations import cluster_now
 
 
 @dataclass(frozen=True)

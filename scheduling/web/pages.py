@@ -4,20 +4,20 @@ services; fragments are served to htmx for live refreshes."""
 import yaml
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.utils import timezone
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.utils import timezone
 from django.views.decorators.http import require_POST
 from rest_framework.exceptions import APIException, PermissionDenied
 
 from scheduling import services
-from scheduling.web.explanations import explain_job, what_would_help
 from scheduling.models import Job, Priority, TaskLog, TaskState
-from scheduling.web.queue import SORTS, QueueQuery, queue_page
 from scheduling.secrets import masked_spec
 from scheduling.selectors import can_change_job, visible_jobs
 from scheduling.spec import SPEC_FIELD_ORDER
 from scheduling.states import QUEUED_OR_RUNNING
+from scheduling.web.explanations import explain_job, what_would_help
+from scheduling.web.queue import SORTS, QueueQuery, queue_page
 from teams.selectors import visible_team_names
 
 

@@ -5,8 +5,8 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from scheduling.models import Job, JobState, Task
-from teams.models import AuditEvent
 from scheduling.secrets import masked_spec
+from teams.models import AuditEvent
 
 
 class PendingReasonSerializer(serializers.Serializer):

@@ -28,12 +28,12 @@ from mlqueue.api_errors import flatten_errors
 from mlqueue.errors import Conflict, FieldPermissionDenied
 from mlqueue.parsers import first_bad_text
 from scheduling.core.model import PRIORITIES, Topology
-from scheduling.web.dryrun import DryRun, dry_run
 from scheduling.secrets import MASK, masked_spec
 from scheduling.selectors import visible_jobs
 from scheduling.services import check_job_submission, do_submit_job
-from scheduling.web.throttles import check_submit_rate
 from scheduling.spec import RESTART_MODES, SPEC_FIELD_ORDER, JobSpecSerializer
+from scheduling.web.dryrun import DryRun, dry_run
+from scheduling.web.throttles import check_submit_rate
 from teams.selectors import visible_team_names
 
 CLONE_NOT_VISIBLE = "job {id} does not exist or is not visible to you; the form starts from the defaults."

@@ -14,6 +14,7 @@ from django.views.decorators.http import require_http_methods
 from rest_framework.exceptions import ValidationError
 
 from mlqueue.api_errors import flatten_errors
+from scheduling.usage import ClassUsage, ClusterUsage, TeamUsage, cluster_usage
 from teams.api import NOT_A_LEAD, NOT_A_MEMBER
 from teams.models import Quota, Role, Team
 from teams.resources import unknown_class_message
@@ -27,7 +28,6 @@ from teams.selectors import (
 )
 from teams.serializers import QuotaPatchSerializer
 from teams.services import do_update_quotas
-from scheduling.usage import ClassUsage, ClusterUsage, TeamUsage, cluster_usage
 
 QUOTA_FIELDS = ("guaranteed", "borrowing_limit", "weight")
 NOTHING_CHANGED = "these are the current values: change one to save."

@@ -120,7 +120,7 @@ def test_forecast_bench_prints_its_figures():
 )
 def test_replay_bench_refuses_bad_options_with_a_message(args, message):
     base = {"--trace": str(SAMPLE_TRACE), "--nodes": "8", "--to": "2017-10-04 03:00:00"}
-    base.update(dict(zip(args[::2], args[1::2])))
+    base.update(dict(zip(args[::2], args[1::2], strict=True)))
     result = subprocess.run(
         [sys.executable, "-m", "bench.replay", *[x for pair in base.items() for x in pair]],
         cwd=ROOT,

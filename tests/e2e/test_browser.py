@@ -6,9 +6,8 @@ import json
 import sys
 
 import pytest
-from playwright.sync_api import expect, sync_playwright
-
 from django.db import connections
+from playwright.sync_api import expect, sync_playwright
 
 from scheduling.models import Job, Node
 from teams.models import ApiToken, Quota

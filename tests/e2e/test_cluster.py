@@ -3,6 +3,7 @@
 import json
 import signal
 import sys
+from itertools import pairwise
 
 import pytest
 
@@ -86,7 +87,7 @@ def assert_never_overlapping(ledger: dict) -> None:
     spans = sorted(
         (min(t for _, t in events), max(t for _, t in events), attempt) for attempt, events in ledger.items()
     )
-    for (_, end, first), (start, _, second) in zip(spans, spans[1:]):
+    for (_, end, first), (start, _, second) in pairwise(spans):
         assert end < start, f"attempts {first} and {second} overlapped: {spans}"
 
 

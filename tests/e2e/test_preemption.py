@@ -107,7 +107,7 @@ def test_p0_runs_within_the_grace_period_on_a_cluster_of_fresh_p2_jobs(cluster, 
         raise AssertionError(cluster.logs()) from None
     assert started_within < GRACE_S + 10
 
-    for victim, ledger in zip(victims, ledgers):
+    for victim, ledger in zip(victims, ledgers, strict=True):
         lines = ledger_of(ledger)
         first = [what for attempt, _, what, _ in lines if attempt == "1"]
         # SIGTERM first: the first attempt noted it and exited by itself (a SIGKILL leaves no "term").

@@ -89,7 +89,9 @@ def run_both(cluster, api, base_dir) -> tuple[str, str]:
     attacker = submit(api, "bob", "production-ranking", ATTACKER, base_dir)
     try:
         for job_id in (attacker, victim):
-            wait_for(lambda: Job.objects.get(pk=job_id).state == "SUCCEEDED", timeout=40, what=f"job {job_id}")
+            wait_for(
+                lambda job_id=job_id: Job.objects.get(pk=job_id).state == "SUCCEEDED", timeout=40, what=f"job {job_id}"
+            )
         wait_for(lambda: f"file:{A_SECRET}" in output(api, "alice", victim), timeout=10, what="A's log")
         wait_for(lambda: "---environs" in output(api, "bob", attacker), timeout=10, what="B's log")
     except AssertionError:

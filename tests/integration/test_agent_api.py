@@ -1,7 +1,7 @@
 """The agent API: joining, heartbeats (in the cache, not Postgres), assignments, events, logs;
 node tokens that act only for their node; admin drain; the leader's failure detection."""
 
-from datetime import datetime, timedelta, timezone as dt_timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.db import connection
@@ -10,11 +10,11 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from scheduling import liveness
-from scheduling.models import Job, Node, SchedulerLease, Task
-from teams.models import AuditEvent
 from scheduling.leader import failures
 from scheduling.leader.failures import detect
 from scheduling.leader.worker import run_pass
+from scheduling.models import Job, Node, SchedulerLease, Task
+from teams.models import AuditEvent
 from tests.conftest import make_spec
 from tests.nodes import cordon
 
@@ -163,7 +163,7 @@ def test_silent_nodes_go_suspect_then_lost_and_their_tasks_are_requeued(api, lea
     run_pass(epoch=leader)
     beat(client, "z1-r1-h100-01", [{"job_id": job_id, "rank": 0, "attempt": 1, "state": "running"}])
     last = liveness.last_heard(["z1-r1-h100-01"])["z1-r1-h100-01"]
-    at = lambda seconds: datetime.fromtimestamp(last + seconds, dt_timezone.utc)  # noqa: E731
+    at = lambda seconds: datetime.fromtimestamp(last + seconds, UTC)  # noqa: E731
 
     assert detect(epoch=leader, now=at(10)) == {"suspect": 0, "lost": 0, "reclaimed": 0, "full_disruption": 0}
     assert detect(epoch=leader, now=at(16))["suspect"] == 1

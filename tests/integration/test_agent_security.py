@@ -4,7 +4,7 @@ nodes' tasks or other attempts; filling Postgres with logs; a NUL byte blocking 
 
 import io
 import threading
-from datetime import datetime, timedelta, timezone as dt_timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -12,15 +12,15 @@ from django.db import connection
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from scheduling import liveness
 from agents.models import JoinToken
-from scheduling.models import Node, SchedulerLease, Task, TaskLog
-from teams.models import AuditEvent, hash_token
 from agents.services import ALREADY_REGISTERED, STILL_HAS_TASKS
 from agents.tokens import WRONG_JOIN_TOKEN, do_create_join_token
+from scheduling import liveness
 from scheduling.leader import failures
 from scheduling.leader.failures import detect
 from scheduling.leader.worker import run_pass
+from scheduling.models import Node, SchedulerLease, Task, TaskLog
+from teams.models import AuditEvent, hash_token
 from tests.conftest import make_spec
 from tests.nodes import cordon
 
@@ -278,10 +278,9 @@ def test_stored_logs_are_capped_by_what_is_stored_not_by_the_offset_claimed(sett
 def test_a_nul_byte_or_a_lone_surrogate_in_a_log_is_stored_in_place_and_blocks_nothing(placed):
     job_id, client = placed
     body = (
-        '{"events": [{"type": "log", "job_id": %d, "rank": 0, "attempt": 1, "stream": "stdout", "offset": 0, '
-        '"data": "a\\u0000b\\ud800c\\n"}, {"type": "started", "job_id": %d, "rank": 0, "attempt": 1}]}'
-        % (job_id, job_id)
-    )
+        '{"events": [{"type": "log", "job_id": JOB, "rank": 0, "attempt": 1, "stream": "stdout", "offset": 0, '
+        '"data": "a\\u0000b\\ud800c\\n"}, {"type": "started", "job_id": JOB, "rank": 0, "attempt": 1}]}'
+    ).replace("JOB", str(job_id))
     response = client.post("/api/v1/agents/z1-r1-h100-01/events", body, content_type="application/json")
     assert response.status_code == 200, response.json() and response.json()["accepted"] == 2
     assert TaskLog.objects.get().text == "a\ufffdb\ufffdc\n"  # one for one: offsets stay true
@@ -317,9 +316,9 @@ def test_integers_past_what_the_store_holds_are_refused(placed, field, value):
 def test_nul_or_surrogates_elsewhere_in_an_event_are_replaced_not_a_500(placed):
     job_id, client = placed
     body = (
-        '{"events": [{"type": "exited", "job_id": %d, "rank": 0, "attempt": 1, "exit_code": null, '
-        '"signal": "KILL\\u0000", "\\ud800": 1}]}' % job_id
-    )
+        '{"events": [{"type": "exited", "job_id": JOB, "rank": 0, "attempt": 1, "exit_code": null, '
+        '"signal": "KILL\\u0000", "\\ud800": 1}]}'
+    ).replace("JOB", str(job_id))
     response = client.post("/api/v1/agents/z1-r1-h100-01/events", body, content_type="application/json")
     assert response.status_code == 200 and response.json()["accepted"] == 1
     assert Task.objects.get(job_id=job_id).exit_signal == "KILL\ufffd"
@@ -334,7 +333,7 @@ def test_a_reset_node_with_tasks_left_cannot_be_taken_until_they_are_requeued(ap
     settings.MLQ_OUTAGE_BOUND_S, settings.MLQ_LOST_MARGIN_S = 20, 10
     monkeypatch.setattr(failures, "CLOCKS", failures.Clocks(epoch=2))  # a leader that has been watching
     last = liveness.last_heard(["z1-r1-h100-01"])["z1-r1-h100-01"]
-    detect(epoch=2, now=datetime.fromtimestamp(last + 31, dt_timezone.utc))  # past the bound + margin: LOST
+    detect(epoch=2, now=datetime.fromtimestamp(last + 31, UTC))  # past the bound + margin: LOST
     assert Task.objects.get(job_id=job_id).state == "FAILED"
     assert register(BOOTSTRAP, "z1-r1-h100-01").status_code == 201
 

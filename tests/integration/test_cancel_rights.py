@@ -5,8 +5,8 @@ import pytest
 from django.test import Client
 
 from scheduling.models import Job
-from teams.models import AuditEvent, Membership, Role, Team
 from scheduling.services import NOT_YOURS_TO_CANCEL
+from teams.models import AuditEvent, Membership, Role, Team
 from tests.conftest import make_spec
 
 
@@ -83,9 +83,9 @@ def test_a_lead_of_another_team_cannot_even_see_it(api, ritas_job):
 
 
 def test_the_job_page_offers_cancel_only_to_who_may(ritas_job):
-    assert 'action="/jobs/%d/cancel/"' % ritas_job in logged_in("rita").get(f"/jobs/{ritas_job}/").content.decode()
+    assert f'action="/jobs/{ritas_job}/cancel/"' in logged_in("rita").get(f"/jobs/{ritas_job}/").content.decode()
     html = logged_in("alice").get(f"/jobs/{ritas_job}/").content.decode()
-    assert "Job %d" % ritas_job in html and "/cancel/" not in html
+    assert f"Job {ritas_job}" in html and "/cancel/" not in html
 
 
 def test_a_forged_cancel_from_the_page_is_refused(ritas_job):

@@ -2,22 +2,22 @@
 attempt only (fenced like exits), the job's latest, a rate-limited timeline event, a fresh
 attempt with none, the snapshot's confirmed checkpoint, and the work an ended attempt lost."""
 
-from datetime import datetime, timedelta, timezone as dt_timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 import time_machine
 from django.utils import timezone
 
-from scheduling.models import Job, Node, Task
-from teams.models import AuditEvent
 from scheduling.leader import snapshot
 from scheduling.leader.worker import run_pass
+from scheduling.models import Job, Node, Task
+from teams.models import AuditEvent
 from tests.conftest import make_spec
 from tests.integration.test_agent_api import INVENTORY, JOIN, agent, beat
 from tests.nodes import cordon
 
 A, B = "z1-r1-h100-01", "z1-r1-h100-02"
-START = datetime(2026, 5, 4, 9, 0, tzinfo=dt_timezone.utc)
+START = datetime(2026, 5, 4, 9, 0, tzinfo=UTC)
 
 
 @pytest.fixture(autouse=True)

@@ -7,10 +7,10 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from scheduling.models import Job, JobState, Node
 from scheduling.leader.forecasting import Forecaster, runtime_fractions
 from scheduling.leader.worker import publish_queue_order, run_pass
-from tests.integration.test_scheduler_pass import leader, run_all_ranks, submit  # noqa: F401 (fixture)
+from scheduling.models import Job, JobState, Node
+from tests.integration.test_scheduler_pass import run_all_ranks, submit
 from tests.nodes import cordon
 
 ONE_NODE = "z1-r1-h100-01"

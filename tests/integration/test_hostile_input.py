@@ -12,15 +12,15 @@ from django.contrib.auth import get_user_model
 from django.core.cache import cache
 from django.test import Client
 
-from scheduling.models import Job, Node, Task, TaskLog
-from teams.models import AuditEvent
 from agents.services import do_register_node
 from mlqueue.middleware import CONTROL_CHARACTER, TOO_MANY_PARAMETERS
 from mlqueue.pagination import BAD_LIMIT, INVALID_CURSOR
 from mlqueue.parsers import JSON_TOO_DEEP, LONE_SURROGATE, MALFORMED_JSON, NUL_IN_TEXT
+from scheduling.models import Job, Node, Task, TaskLog
 from scheduling.services import check_job_submission, do_submit_job
 from scheduling.spec import NOT_FINITE
 from scheduling.web.submit_page import MAX_YAML_BYTES, MAX_YAML_DEPTH, YAML_TOO_DEEP, YAML_TOO_LARGE, YAML_VALUE
+from teams.models import AuditEvent
 from tests.conftest import make_spec
 
 JOIN_TOKEN = "join-hostile-input-test"

@@ -5,9 +5,10 @@ import threading
 import pytest
 from django.db import connection
 
-from scheduling.models import Job, Node, SchedulerLease, Task, TaskState as S
-from teams.models import AuditEvent
 from scheduling import lifecycle
+from scheduling.models import Job, Node, SchedulerLease, Task
+from scheduling.models import TaskState as S
+from teams.models import AuditEvent
 from tests.conftest import make_spec
 
 

@@ -9,10 +9,10 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from scheduling.models import Job, Node, SchedulerLease, Task
 from mlqueue.asgi import application
 from scheduling import notify
 from scheduling.leader.worker import run_pass
+from scheduling.models import Job, Node, SchedulerLease, Task
 from tests.conftest import make_spec
 from tests.nodes import cordon, heartbeat
 
@@ -114,7 +114,7 @@ def add_nodes_and_running_tasks(api, count: int) -> None:
     response = api("bob").post("/api/v1/jobs", spec, format="json")
     assert response.status_code == 201, response.json()
     job = Job.objects.get(pk=response.json()["id"])
-    for task, node in zip(job.tasks.order_by("rank"), nodes):
+    for task, node in zip(job.tasks.order_by("rank"), nodes, strict=True):
         Task.objects.filter(pk=task.pk).update(state="RUNNING", node=node, epoch=EPOCH, started_at=timezone.now())
     Job.objects.filter(pk=job.pk).update(state="RUNNING")
     assert Task.objects.filter(state="RUNNING").count() == count

@@ -3,7 +3,7 @@ allowance the web login, the admin login and the token-exchange service answer 4
 retry, without checking the password, until the window has passed."""
 
 import logging
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from unittest import mock
 
 import pytest
@@ -21,7 +21,7 @@ from teams.login_limits import (
     client_address,
 )
 
-START = datetime(2026, 4, 20, 9, 0, 10, tzinfo=timezone.utc)
+START = datetime(2026, 4, 20, 9, 0, 10, tzinfo=UTC)
 ATTACKER = "203.0.113.7"
 GUESS = "hunter2-not-the-password"
 

@@ -8,10 +8,10 @@ import sys
 import pytest
 from django.utils import timezone
 
+from scheduling.leader.worker import run_pass
 from scheduling.models import Node, SchedulerLease
 from scheduling.stopping import escalate_overdue
 from scheduling.tasks import enforce_grace_deadline
-from scheduling.leader.worker import run_pass
 from tests.conftest import make_spec
 from tests.e2e.processes import ROOT, process_env
 from tests.nodes import cordon, heartbeat

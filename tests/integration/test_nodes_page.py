@@ -9,11 +9,11 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from scheduling.models import Job, Node, SchedulerLease, Task
-from teams.models import AuditEvent
 from scheduling import lifecycle
-from scheduling.stopping import do_request_stop
 from scheduling.leader.worker import run_pass
+from scheduling.models import Job, Node, SchedulerLease, Task
+from scheduling.stopping import do_request_stop
+from teams.models import AuditEvent
 from tests.conftest import make_spec
 from tests.nodes import cordon, drain, fall_silent, heartbeat
 

@@ -5,23 +5,22 @@ task its agent stopped because the lease ran out is an infra failure, whatever i
 
 import socket
 import time
-from datetime import datetime, timedelta, timezone as dt_timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from scheduling import liveness
-from scheduling.models import Job, Node, SchedulerLease, Task
-from teams.models import AuditEvent
 from mlqueue.breaker import RedisBreaker
 from mlqueue.redis_client import COMMAND_TIMEOUT_S
-from scheduling import notify
+from scheduling import liveness, notify
 from scheduling.leader import failures
 from scheduling.leader.failures import Clocks, detect
-from scheduling.stopping import do_request_stop
 from scheduling.leader.worker import Waker, run_pass
+from scheduling.models import Job, Node, SchedulerLease, Task
+from scheduling.stopping import do_request_stop
+from teams.models import AuditEvent
 from tests.conftest import make_spec
 from tests.integration.test_agent_api import JOIN, agent, beat
 from tests.nodes import cordon, heartbeat
@@ -146,7 +145,7 @@ def test_redis_losing_its_data_restarts_the_clocks(lease, monkeypatch):
     client = agent("n1")
     beat(client, "n1")
     heard = liveness.last_heard(["n1"])["n1"]
-    start = datetime.fromtimestamp(heard, dt_timezone.utc)
+    start = datetime.fromtimestamp(heard, UTC)
     monkeypatch.setattr(failures, "CLOCKS", Clocks(epoch=2))
     detect(epoch=2, now=later(start, 5))
     liveness._redis.client().flushdb()  # Redis restarted without persistence

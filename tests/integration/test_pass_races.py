@@ -8,17 +8,17 @@ import pytest
 from django.utils import timezone
 from prometheus_client import REGISTRY
 
-from scheduling.models import Node
 from mlqueue.breaker import RedisBreaker
 from mlqueue.celery import app as celery_app
 from scheduling import metrics, stopping
-from scheduling.leader.apply import apply_decisions
 from scheduling.core.scheduler import schedule
-from scheduling.services import do_cancel_job
+from scheduling.leader.apply import apply_decisions
 from scheduling.leader.snapshot import build_view
-from scheduling.stopping import do_request_stop
 from scheduling.leader.worker import run_pass
-from tests.integration.test_scheduler_pass import leader, run_all_ranks, submit  # noqa: F401 (a fixture)
+from scheduling.models import Node
+from scheduling.services import do_cancel_job
+from scheduling.stopping import do_request_stop
+from tests.integration.test_scheduler_pass import run_all_ranks, submit
 from tests.nodes import cordon
 
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from teams.models import AuditEvent
 from teams.api import NOT_A_LEAD
+from teams.models import AuditEvent
 from tests.conftest import make_spec
 
 ACTORS = ["alice", "bob", "rita", "ops"]  # member, other team's member, lead, admin (all of rfm's job)

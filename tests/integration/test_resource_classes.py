@@ -7,9 +7,9 @@ import pytest
 from django.utils.html import escape
 from rest_framework.test import APIClient
 
+from scheduling.usage import cluster_usage
 from teams.models import AuditEvent, Quota, Team
 from teams.resources import known_classes
-from scheduling.usage import cluster_usage
 
 FM = "research-foundation-models"
 JOIN = "join-secret"

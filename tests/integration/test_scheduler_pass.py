@@ -6,26 +6,17 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from scheduling.models import Job, Node, SchedulerLease, Signal, Task
-from teams.models import AuditEvent
 from mlqueue.celery import app as celery_app
 from scheduling import lifecycle, reports
 from scheduling.fencing import Deposed
 from scheduling.leader.reconcile import restart_policy
-from scheduling.services import do_cancel_job
 from scheduling.leader.worker import run_pass
+from scheduling.models import Job, Node, SchedulerLease, Signal, Task
+from scheduling.services import do_cancel_job
+from teams.models import AuditEvent
 from tests.conftest import make_spec
-from tests.nodes import cordon, heartbeat, uncordon
-
-EPOCH = 7
-
-
-@pytest.fixture
-def leader(demo):
-    """The lease at EPOCH, and the demo fleet's nodes READY (their agents heartbeated)."""
-    SchedulerLease.objects.filter(pk=1).update(epoch=EPOCH, holder="test:1", renewed_at=timezone.now())
-    heartbeat()
-    return EPOCH
+from tests.integration.conftest import EPOCH
+from tests.nodes import cordon, uncordon
 
 
 def submit(api, user="alice", **overrides):

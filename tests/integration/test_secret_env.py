@@ -15,10 +15,10 @@ from django.utils.html import escape
 from django.views.debug import ExceptionReporter
 from rest_framework.test import APIClient
 
-from scheduling.models import Job, Node, SchedulerLease, Task
-from teams.models import AuditEvent
 from scheduling import secrets, services
 from scheduling.assignments import assignment_env
+from scheduling.leader.worker import run_pass
+from scheduling.models import Job, Node, SchedulerLease, Task
 from scheduling.spec import (
     IN_ENV_AND_SECRET_ENV,
     OWNER_NOT_CALLER,
@@ -28,7 +28,7 @@ from scheduling.spec import (
     spec_digest,
 )
 from scheduling.web.submit_page import SECRET_NAMES_INPUT, SECRET_NOT_KEY_VALUE, SECRET_VALUES_NOT_SHOWN
-from scheduling.leader.worker import run_pass
+from teams.models import AuditEvent
 from tests.conftest import make_spec
 from tests.nodes import cordon
 
@@ -391,7 +391,7 @@ def test_yaml_with_a_value_is_taken_as_names_only_and_yaml_with_stars_cannot_sub
     typed_yaml = f"team: research-foundation-models\ncommand: [a]\nsecret_env: {{WANDB_API_KEY: {SECRET}}}\n"
     response = post(alice, "from_yaml", submit_form(yaml=typed_yaml))
     html = response.content.decode()
-    assert SECRET not in html and f'value="WANDB_API_KEY" checked' in html
+    assert SECRET not in html and 'value="WANDB_API_KEY" checked' in html
     assert response.context["state"].yaml_errors == [SECRET_VALUES_NOT_SHOWN]
 
     exported = "team: research-foundation-models\ncommand: [a]\nsecret_env: {WANDB_API_KEY: '***'}\n"

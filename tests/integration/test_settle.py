@@ -8,11 +8,11 @@ from django.utils import timezone
 from prometheus_client import REGISTRY
 
 from scheduling import lifecycle, reports
-from scheduling.models import Job, Task
-from teams.models import AuditEvent
 from scheduling.leader.reconcile import reconcile
 from scheduling.leader.worker import run_pass
-from tests.integration.test_scheduler_pass import leader, run_all_ranks, submit  # noqa: F401 (a fixture)
+from scheduling.models import Job, Task
+from teams.models import AuditEvent
+from tests.integration.test_scheduler_pass import run_all_ranks, submit
 
 
 def stop_and_exit(job: Job, stop_reason: str) -> None:

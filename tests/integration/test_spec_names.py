@@ -8,7 +8,6 @@ from django.test import Client
 from rest_framework import serializers
 
 from scheduling.models import Job
-from teams.models import AuditEvent, TEAM_NAME_VALIDATOR, Team
 from scheduling.spec import (
     CLIENT_JOB_ID,
     ENV_NAME,
@@ -18,6 +17,7 @@ from scheduling.spec import (
     StringMapField,
     refuse_invisible,
 )
+from teams.models import TEAM_NAME_VALIDATOR, AuditEvent, Team
 from tests.conftest import make_spec
 
 RLO = "\u202e"  # RIGHT-TO-LEFT OVERRIDE: "invoice\u202efdp.exe" reads "invoiceexe.pdf"
@@ -70,7 +70,7 @@ def test_invisible_characters_in_names_are_refused_naming_the_field(api, body, f
     "body, field, key",
     [
         (make_spec(env={f"A{RLO}B": "1"}), "env", f"A{RLO}B"),
-        (make_spec(secret_env={f"\u2066TOKEN": "x"}), "secret_env", "\u2066TOKEN"),
+        (make_spec(secret_env={"\u2066TOKEN": "x"}), "secret_env", "\u2066TOKEN"),
         (make_spec(node_selector={f"ib{RLO}": "ndr400"}), "node_selector", f"ib{RLO}"),
     ],
     ids=["env", "secret_env", "label key"],

@@ -6,8 +6,8 @@ import pytest
 from django.db import connection
 
 from scheduling.models import Job, Task
-from teams.models import AuditEvent
 from scheduling.services import SPEC_CONFLICT
+from teams.models import AuditEvent
 from tests.conftest import make_spec
 
 

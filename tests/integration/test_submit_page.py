@@ -10,11 +10,11 @@ import yaml
 from django.test import Client
 from django.utils.html import escape
 
-from scheduling.models import Job, Node, Task
-from teams.models import AuditEvent
 from scheduling import services
+from scheduling.models import Job, Node, Task
 from scheduling.spec import SPEC_FIELD_ORDER
 from scheduling.web.submit_page import CLONE_NOT_VISIBLE, FIELDS, NOT_A_MAPPING, NOT_IN_FORM, YAML_SYNTAX
+from teams.models import AuditEvent
 from tests.conftest import make_spec
 from tests.nodes import cordon, heartbeat
 

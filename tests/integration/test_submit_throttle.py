@@ -1,7 +1,7 @@
 """Submissions per user are rate limited (MLQ_SUBMIT_RATE): past it, POST /api/v1/jobs answers
 429 with Retry-After and creates nothing; reads and other users are not affected."""
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 import time_machine
@@ -9,8 +9,8 @@ from django.core.cache import cache
 from django.core.exceptions import ImproperlyConfigured
 
 from mlqueue.settings import env_rate
-from scheduling.web.throttles import SUBMIT_RATE_EXCEEDED
 from scheduling.models import Job
+from scheduling.web.throttles import SUBMIT_RATE_EXCEEDED
 from tests.conftest import make_spec
 
 
@@ -18,7 +18,7 @@ from tests.conftest import make_spec
 def clock(settings):
     settings.MLQ_SUBMIT_RATE = "3/minute"
     cache.clear()
-    with time_machine.travel(datetime(2026, 4, 20, 9, 0, tzinfo=timezone.utc), tick=False) as traveller:
+    with time_machine.travel(datetime(2026, 4, 20, 9, 0, tzinfo=UTC), tick=False) as traveller:
         yield traveller
     cache.clear()
 

@@ -6,12 +6,12 @@ import re
 import pytest
 from django.utils.html import escape
 
-from scheduling.models import SchedulerLease
-from teams.models import AuditEvent, Membership, Quota, Team
 from scheduling.leader.worker import run_pass
-from teams.api import NOT_A_LEAD, NOT_A_MEMBER
-from teams.services import OVER_PARENT
+from scheduling.models import SchedulerLease
 from scheduling.usage import cluster_usage
+from teams.api import NOT_A_LEAD, NOT_A_MEMBER
+from teams.models import AuditEvent, Membership, Quota, Team
+from teams.services import OVER_PARENT
 from tests.conftest import make_spec
 from tests.nodes import heartbeat
 

@@ -11,7 +11,7 @@ APPS = ("mlqueue", "teams", "scheduling", "agents")
 TOP_LEVEL = ("mlqueue", "teams", "scheduling", "agents", "tests", "bench", "docs", "templates", "static", "examples")
 # A backticked repository path anywhere in the page: starts with a top-level folder, no spaces
 # or wildcards (`/api/v1/jobs` is a URL, `scheduling.core` a module name: neither matches).
-NAMED_PATH = re.compile(r"`((?:%s)/[^`\s*]*)`" % "|".join(TOP_LEVEL))
+NAMED_PATH = re.compile(r"`((?:" + "|".join(TOP_LEVEL) + r")/[^`\s*]*)`")
 
 
 def table_paths(text: str) -> list[str]:

@@ -7,6 +7,8 @@ from scheduling.states import (
     ON_NODE,
     QUEUED_OR_RUNNING,
     UNSUCCESSFUL,
+)
+from scheduling.states import (
     TaskState as S,
 )
 

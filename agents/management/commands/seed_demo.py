@@ -9,8 +9,8 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
-from scheduling.models import Node
 from scheduling.core.model import resource_class
+from scheduling.models import Node
 from teams.models import Membership, Quota, Role, Team
 from teams.services import do_note_gpu_type
 

@@ -23,8 +23,8 @@ from scheduling.core.model import (
     Topology,
 )
 from scheduling.core.scheduler import Pass, Scheduler, schedule
-from tests.unit.core.test_schedule_properties import nodes
 from tests.unit.core.builders import cluster, job, placed_nodes, rack, running, snapshot
+from tests.unit.core.test_schedule_properties import nodes
 
 NOW = 1_794_000_000.0
 TEAMS = ("vision", "ranking", "speech")
