@@ -7,6 +7,8 @@ import re
 from datetime import timedelta
 
 import pytest
+from django.db.models import DateTimeField, ExpressionWrapper
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from scheduling import lifecycle
@@ -196,14 +198,24 @@ def test_gpus_and_fragmentation_per_class(api, ops, ready):
     assert re.findall(r"<td[^>]*>([^<]*)</td>", a100) == ["gpu:A100", "0", "56", "8", "0.0%"]
 
 
-def test_scheduler_status(clock, ops):
-    now = timezone.now()
+def renewed_ago(seconds: float):
+    """The database's now() less `seconds`: whether a lease is alive is judged by the database's
+    clock (scheduling.selectors.scheduler_state), so it is moved there, not in Python."""
+    return ExpressionWrapper(Now() - timedelta(seconds=seconds), output_field=DateTimeField())
+
+
+def test_scheduler_status(ops):
     SchedulerLease.objects.filter(pk=1).update(
-        epoch=7, holder="sched-1:42", renewed_at=now, last_pass_ms=12.5, last_pass_at=now
+        epoch=7,
+        holder="sched-1:42",
+        renewed_at=renewed_ago(0),
+        lease_seconds=10,
+        last_pass_ms=12.5,
+        last_pass_at=timezone.now(),
     )
     html = ops.get("/nodes/").content.decode()
     assert "sched-1:42" in html and '<dd id="epoch">7</dd>' in html and "12.5 ms" in html
-    clock.shift(timedelta(seconds=30))  # and no renewal since
+    SchedulerLease.objects.filter(pk=1).update(renewed_at=renewed_ago(30))  # and no renewal since
     html = ops.get("/nodes/").content.decode()
     assert "sched-1:42" not in html and "the lease has lapsed" in html
 
