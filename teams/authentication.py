@@ -1,6 +1,6 @@
 """`Authorization: Bearer <token>` for the REST API."""
 
-from datetime import timedelta
+from datetime import UTC, timedelta
 
 from django.utils import timezone
 from rest_framework import authentication, exceptions
@@ -9,6 +9,9 @@ from teams.models import ApiToken, hash_token
 
 # last_used_at is for humans auditing tokens; minute resolution saves a write per request.
 LAST_USED_RESOLUTION = timedelta(minutes=1)
+
+INVALID_TOKEN = "Invalid or revoked token."
+TOKEN_EXPIRED = "This token expired at {expired_at}; create a new one (mlq login or /account/tokens/)"
 
 
 class BearerTokenAuthentication(authentication.BaseAuthentication):
@@ -29,8 +32,11 @@ class BearerTokenAuthentication(authentication.BaseAuthentication):
     def authenticate_token(self, raw: str):
         token = ApiToken.objects.select_related("user").filter(digest=hash_token(raw), revoked_at__isnull=True).first()
         if token is None or not token.user.is_active:
-            raise exceptions.AuthenticationFailed("Invalid or revoked token.")
+            raise exceptions.AuthenticationFailed(INVALID_TOKEN)
         now = timezone.now()
+        if token.expired(now):
+            expired_at = token.expires_at.astimezone(UTC).isoformat(timespec="seconds")
+            raise exceptions.AuthenticationFailed(TOKEN_EXPIRED.format(expired_at=expired_at))
         if token.last_used_at is None or now - token.last_used_at > LAST_USED_RESOLUTION:
             ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
         return token.user, token

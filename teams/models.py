@@ -3,6 +3,7 @@ and the audit log of who did what."""
 
 import hashlib
 import secrets
+from datetime import datetime
 
 from django.conf import settings
 from django.core.validators import MinValueValidator, RegexValidator
@@ -102,15 +103,19 @@ class ApiToken(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True, help_text="refused from then on; empty: never")
 
     def __str__(self) -> str:
         return f"{self.hint}… ({self.user})"
 
     @classmethod
-    def issue(cls, *, user, name: str = "") -> tuple["ApiToken", str]:
+    def issue(cls, *, user, name: str = "", expires_at: datetime | None = None) -> tuple["ApiToken", str]:
         raw = cls.PREFIX + secrets.token_urlsafe(32)
-        token = cls.objects.create(user=user, name=name, digest=hash_token(raw), hint=raw[:12])
+        token = cls.objects.create(user=user, name=name, digest=hash_token(raw), hint=raw[:12], expires_at=expires_at)
         return token, raw
+
+    def expired(self, now: datetime) -> bool:
+        return self.expires_at is not None and self.expires_at <= now
 
 
 class ReportedGpuType(models.Model):
