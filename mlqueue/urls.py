@@ -30,6 +30,8 @@ api_v1 = [
     endpoint(r"jobs/(?P<job_id>[0-9]+)/cancel", jobs_api.JobCancel.as_view(), "job-cancel"),
     endpoint("teams", teams_api.TeamList.as_view(), "teams"),
     endpoint(r"teams/(?P<name>[a-z0-9-]+)/quotas", teams_api.TeamQuotas.as_view(), "team-quotas"),
+    endpoint("tokens", teams_api.TokenListCreate.as_view(), "tokens"),
+    endpoint(r"tokens/(?P<token_id>[0-9]+)", teams_api.TokenDetail.as_view(), "token-detail"),
     endpoint("nodes", agents_api.NodeList.as_view(), "nodes"),
     endpoint("scheduler", jobs_api.SchedulerState.as_view(), "scheduler"),
     endpoint("queue", jobs_api.Queue.as_view(), "queue-api"),

@@ -3,6 +3,7 @@ from django.contrib import admin
 
 from teams.models import ApiToken, AuditEvent, Membership, Quota, Team
 from teams.resources import known_classes, unknown_class_message
+from teams.services import do_revoke_token
 
 
 class QuotaForm(forms.ModelForm):
@@ -62,18 +63,17 @@ class QuotaAdmin(admin.ModelAdmin):
 
 @admin.register(ApiToken)
 class ApiTokenAdmin(admin.ModelAdmin):
-    list_display = ["hint", "user", "name", "created_at", "last_used_at", "revoked_at"]
+    list_display = ["hint", "user", "name", "created_at", "last_used_at", "expires_at", "revoked_at"]
     readonly_fields = ["digest", "hint", "created_at", "last_used_at"]
     actions = ["revoke"]
 
     def has_add_permission(self, request):
-        return False  # tokens are issued by `manage.py create_token`, which shows the raw value once
+        return False  # tokens are issued by the API, /account/tokens/ or `manage.py create_token`: shown once
 
     @admin.action(description="Revoke the selected tokens")
     def revoke(self, request, queryset):
-        from django.utils import timezone
-
-        queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+        for token in queryset.filter(revoked_at__isnull=True).select_related("user"):
+            do_revoke_token(token=token, actor=request.user)  # audited like a revocation through the API
 
 
 @admin.register(AuditEvent)

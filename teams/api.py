@@ -1,21 +1,37 @@
-"""REST endpoints for teams and quotas."""
+"""REST endpoints for teams and quotas, and people's own API tokens."""
 
 from collections import defaultdict
 
+from django.contrib.auth import get_user_model
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import exceptions, permissions, status
 from rest_framework.exceptions import PermissionDenied
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from teams.login_limits import authenticate_within_limits
 from teams.models import Team
-from teams.selectors import can_edit_quotas, is_member, roles_of
-from teams.serializers import QuotaPatchSerializer, QuotaSerializer, TeamSerializer
-from teams.services import do_update_quotas
+from teams.selectors import can_edit_quotas, is_member, is_site_admin, roles_of, token_for, tokens_of
+from teams.serializers import (
+    NewTokenSerializer,
+    QuotaPatchSerializer,
+    QuotaSerializer,
+    TeamSerializer,
+    TokenCreateSerializer,
+    TokenSerializer,
+)
+from teams.services import do_create_token, do_revoke_token, do_update_quotas
 
 NOT_A_MEMBER = "only members of {team}, its leads and site admins may read its quotas."
 NOT_A_LEAD = "only leads of {team} (or of a team above it) and site admins may change its quotas."
+WRONG_CREDENTIALS = "wrong user name or password."
+NO_CREDENTIALS = "log in, send a token, or give username and password to create a token."
+CREDENTIAL_MISSING = "give both username and password, or neither when already logged in."
+ONLY_ADMINS_LIST_OTHERS = "only site admins may list another user's tokens."
+NO_SUCH_USER = "no user named {name!r}."
+NO_SUCH_TOKEN = "no token {token_id} of yours."
 
 
 class TeamList(APIView):
@@ -48,3 +64,66 @@ class TeamQuotas(APIView):
             team=team, changes=body.validated_data["quotas"], user=request.user, reason=body.validated_data["reason"]
         )
         return Response(QuotaSerializer(team.quotas.all(), many=True).data)
+
+
+class TokenListCreate(APIView):
+    """Your API tokens; a new one for a password (rate-limited like the login) or for a
+    request that is already authenticated (session or token)."""
+
+    def get_permissions(self):
+        if self.request.method == "POST":
+            return [permissions.AllowAny()]
+        return super().get_permissions()
+
+    @extend_schema(
+        parameters=[OpenApiParameter("user", str, description="another user's tokens (site admins only)")],
+        responses=TokenSerializer(many=True),
+    )
+    def get(self, request: Request) -> Response:
+        return Response(TokenSerializer(tokens_of(_owner_to_list(request)), many=True).data)
+
+    @extend_schema(request=TokenCreateSerializer, responses={201: NewTokenSerializer})
+    def post(self, request: Request) -> Response:
+        has_credentials = isinstance(request.data, dict) and ("username" in request.data or "password" in request.data)
+        if not has_credentials and not request.user.is_authenticated:
+            raise exceptions.NotAuthenticated(NO_CREDENTIALS)
+        body = TokenCreateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        fields = body.validated_data
+        owner = _owner_by_password(request, fields) if has_credentials else request.user
+        token, raw = do_create_token(user=owner, name=fields["name"], expires_in_days=fields.get("expires_in_days"))
+        return Response(NewTokenSerializer(token, context={"raw": raw}).data, status=status.HTTP_201_CREATED)
+
+
+class TokenDetail(APIView):
+    @extend_schema(request=None, responses={204: None})
+    def delete(self, request: Request, token_id: str) -> Response:
+        token = token_for(request.user, int(token_id))
+        if token is None:
+            raise exceptions.NotFound(NO_SUCH_TOKEN.format(token_id=token_id))
+        do_revoke_token(token=token, actor=request.user)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+def _owner_to_list(request: Request):
+    name = request.query_params.get("user")
+    if name is None or name == request.user.get_username():
+        return request.user
+    if not is_site_admin(request.user):
+        raise PermissionDenied(ONLY_ADMINS_LIST_OTHERS)
+    owner = get_user_model().objects.filter(username=name).first()
+    if owner is None:
+        raise exceptions.NotFound(NO_SUCH_USER.format(name=name))
+    return owner
+
+
+def _owner_by_password(request: Request, fields: dict):
+    """The user the credentials name; the same 401 for an unknown name and a wrong password,
+    and 429 while the name or the address is locked (teams/login_limits.py)."""
+    for field in ("username", "password"):
+        if field not in fields:
+            raise exceptions.ValidationError({field: [CREDENTIAL_MISSING]})
+    user = authenticate_within_limits(request, username=fields["username"], password=fields["password"])
+    if user is None:
+        raise exceptions.AuthenticationFailed(WRONG_CREDENTIALS)
+    return user

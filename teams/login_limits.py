@@ -1,8 +1,8 @@
 """Limits on password guessing: per user name and per client address.
 
 Every place that checks a password goes through here: the web login and the admin login (the
-forms below); `authenticate_within_limits` is for the password-to-token exchange, which does
-not exist yet (the CLI's `POST /api/v1/tokens` will call it). Past
+forms below); `authenticate_within_limits` is for the password-to-token exchange
+(`POST /api/v1/tokens`, teams/api.py). Past
 `MLQ_LOGIN_MAX_FAILURES` failures for one user name, or `MLQ_LOGIN_MAX_FAILURES_PER_ADDRESS`
 from one address, within `MLQ_LOGIN_WINDOW_S`, both are locked for `MLQ_LOGIN_WINDOW_S`: further
 attempts get 429 and their password is not even checked, so a locked account cannot be guessed

@@ -8,4 +8,8 @@ class BearerTokenScheme(OpenApiAuthenticationExtension):
     name = "bearerAuth"
 
     def get_security_definition(self, auto_schema):
-        return {"type": "http", "scheme": "bearer", "description": "a token from `manage.py create_token USER`"}
+        return {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "a token from `POST /api/v1/tokens`, /account/tokens/ or `manage.py create_token USER`",
+        }

@@ -1,6 +1,7 @@
-"""Reads about teams and who may do what. Site admins are Django superusers."""
+"""Reads about teams and who may do what, and people's API tokens. Site admins are Django
+superusers."""
 
-from teams.models import Membership, Role, Team
+from teams.models import ApiToken, Membership, Role, Team
 
 
 def is_site_admin(user) -> bool:
@@ -46,3 +47,17 @@ def visible_team_names(user) -> list[str]:
     """The teams whose jobs a user may see and submit to (admins: all), by name."""
     teams = Team.objects.all() if is_site_admin(user) else Team.objects.filter(pk__in=team_ids_of(user))
     return list(teams.order_by("name").values_list("name", flat=True))
+
+
+def tokens_of(owner) -> list[ApiToken]:
+    """`owner`'s API tokens, revoked and expired ones too, newest first (id breaks ties)."""
+    return list(ApiToken.objects.filter(user=owner).order_by("-created_at", "-id"))
+
+
+def token_for(user, token_id: int) -> ApiToken | None:
+    """The token `user` may revoke: their own, or anyone's for a site admin; None otherwise,
+    so someone else's token cannot be told from one that does not exist."""
+    tokens = ApiToken.objects.select_related("user")
+    if not is_site_admin(user):
+        tokens = tokens.filter(user=user)
+    return tokens.filter(pk=token_id).first()

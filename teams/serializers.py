@@ -1,6 +1,7 @@
 from rest_framework import serializers
 
-from teams.models import Quota, Team
+from mlqueue.text import INVISIBLE, invisible_char
+from teams.models import ApiToken, Quota, Team
 from teams.resources import known_classes, unknown_class_message
 
 
@@ -50,3 +51,56 @@ class QuotaPatchSerializer(serializers.Serializer):
         if unknown:
             raise serializers.ValidationError({unknown[0]: [unknown_class_message(unknown[0], known)]})
         return value
+
+
+NOT_A_STRING = "must be a string, not {kind}."
+TOKEN_NAME_LENGTH = 100
+MAX_TOKEN_DAYS = 3650
+
+
+class PrintableNameField(serializers.CharField):
+    """A string people read as a name: a number or a list is not coerced to one, and invisible
+    or control characters are refused (mlqueue/text.py)."""
+
+    default_error_messages = {"not_a_string": NOT_A_STRING, "invisible": INVISIBLE}
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("not_a_string", kind=type(data).__name__)
+        value = super().to_internal_value(data)
+        if char := invisible_char(value):
+            self.fail("invisible", char=char)
+        return value
+
+
+class TokenCreateSerializer(serializers.Serializer):
+    """`{"username", "password", "name": "laptop", "expires_in_days": 90}`; the credentials only
+    when the request is not already authenticated."""
+
+    username = serializers.CharField(required=False, max_length=150, trim_whitespace=False)
+    password = serializers.CharField(
+        required=False, max_length=4096, trim_whitespace=False, write_only=True, style={"input_type": "password"}
+    )
+    name = PrintableNameField(min_length=1, max_length=TOKEN_NAME_LENGTH)
+    expires_in_days = serializers.IntegerField(required=False, allow_null=True, min_value=1, max_value=MAX_TOKEN_DAYS)
+
+
+class TokenSerializer(serializers.ModelSerializer):
+    """A token as its owner sees it: never the raw value, never the digest."""
+
+    class Meta:
+        model = ApiToken
+        fields = ["id", "name", "hint", "created_at", "last_used_at", "expires_at", "revoked_at"]
+
+
+class NewTokenSerializer(serializers.ModelSerializer):
+    """The answer to a create: the one time the raw value is shown."""
+
+    token = serializers.SerializerMethodField()
+
+    class Meta:
+        model = ApiToken
+        fields = ["id", "name", "token", "hint", "created_at", "expires_at"]
+
+    def get_token(self, token: ApiToken) -> str:
+        return self.context["raw"]

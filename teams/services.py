@@ -1,12 +1,15 @@
-"""Writes about teams: quota changes, each one audited with who, what and why, and the GPU
-types nodes report (the resource classes quotas may name)."""
+"""Writes about teams: quota changes, each one audited with who, what and why; the GPU types
+nodes report (the resource classes quotas may name); and people's own API tokens, created and
+revoked in the audit log (never with the raw value)."""
+
+from datetime import timedelta
 
 from django.db import transaction
 from django.db.models import Sum
 from django.utils import timezone
 from rest_framework.exceptions import ValidationError
 
-from teams.models import AuditEvent, EventKind, Quota, ReportedGpuType, Team
+from teams.models import ApiToken, AuditEvent, EventKind, Quota, ReportedGpuType, Team
 
 OVER_PARENT = "{team} and its sibling teams would be guaranteed {total} {rclass}, more than {parent}'s {parent_amount}."
 UNDER_CHILDREN = "{team}'s teams are guaranteed {children} {rclass} in all; its guarantee cannot go below that."
@@ -80,3 +83,48 @@ def do_note_gpu_type(gpu_type: str) -> None:
     One statement; a type already known changes nothing."""
     if gpu_type:
         ReportedGpuType.objects.bulk_create([ReportedGpuType(name=gpu_type)], ignore_conflicts=True)
+
+
+def do_create_token(*, user, name: str, expires_in_days: int | None = None, actor=None) -> tuple[ApiToken, str]:
+    """A new API token for `user` (made by `actor`, the user by default); the raw value is
+    returned once and only its digest is kept."""
+    actor = actor or user
+    now = timezone.now()
+    expires_at = now + timedelta(days=expires_in_days) if expires_in_days is not None else None
+    with transaction.atomic():
+        token, raw = ApiToken.issue(user=user, name=name, expires_at=expires_at)
+        _audit_token(
+            token=token,
+            actor=actor,
+            reason="API_TOKEN_CREATED",
+            message=f"created, expires {expires_at.isoformat() if expires_at else 'never'}",
+        )
+    return token, raw
+
+
+def do_revoke_token(*, token: ApiToken, actor) -> bool:
+    """Revoke `token` (the selectors decide who may); False when it was already revoked, which
+    changes and records nothing."""
+    with transaction.atomic():
+        if not ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(revoked_at=timezone.now()):
+            return False
+        token.refresh_from_db(fields=["revoked_at"])
+        _audit_token(token=token, actor=actor, reason="API_TOKEN_REVOKED", message="revoked")
+    return True
+
+
+def _audit_token(*, token: ApiToken, actor, reason: str, message: str) -> None:
+    owner = token.user.get_username()
+    AuditEvent.objects.create(
+        kind=EventKind.SECURITY,
+        actor=actor,
+        actor_name=actor.get_username(),
+        reason=reason,
+        message=f"API token {token.hint}… ({token.name}) of {owner} {message}",
+        data={
+            "api_token": token.pk,
+            "user": owner,
+            "name": token.name,
+            "expires_at": token.expires_at.isoformat() if token.expires_at else None,
+        },
+    )
