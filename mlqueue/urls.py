@@ -10,7 +10,7 @@ from agents import pages as node_pages
 from scheduling.metrics import metrics_view
 from scheduling.web import api as jobs_api
 from scheduling.web import pages as job_pages
-from scheduling.web import submit_page
+from scheduling.web import submit_page, tokens_page
 from scheduling.web import teams_page as team_pages
 from teams import api as teams_api
 from teams import login_limits
@@ -60,6 +60,7 @@ pages = [
     path("jobs/<int:job_id>/clone/", job_pages.job_clone, name="job-clone"),
     path("teams/", team_pages.page, name="teams-page"),
     path("nodes/", node_pages.page, name="nodes-page"),
+    path("account/tokens/", tokens_page.page, name="account-tokens"),
     # Both password forms count failures and refuse (429) a locked user name or address.
     path(
         "accounts/login/",

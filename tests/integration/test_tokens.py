@@ -276,6 +276,100 @@ def test_creation_and_revocation_are_audited_without_the_raw_token(api):
         assert created["token"] not in text and token.digest not in text
 
 
+# --- the page -----------------------------------------------------------------------------
+
+PAGE = "/account/tokens/"
+
+
+def test_the_page_needs_a_login():
+    from django.test import Client
+
+    response = Client().get(PAGE)
+    assert response.status_code == 302 and response["Location"].startswith("/accounts/login/")
+
+
+def test_the_user_menu_links_the_page(logged_in):
+    assert f'href="{PAGE}"' in logged_in("alice").get("/queue/").content.decode()
+
+
+def test_the_page_lists_your_tokens_only(logged_in):
+    mine, bobs = exchange().json(), exchange(username="bob", password="demo").json()
+    html = logged_in("alice").get(PAGE).content.decode()
+    assert f'id="token-{mine["id"]}"' in html and f"{mine['hint']}…" in html
+    assert f'id="token-{bobs["id"]}"' not in html
+    assert mine["token"] not in html
+
+
+def test_creating_on_the_page_shows_the_token_once(logged_in):
+    client = logged_in("alice")
+    response = client.post(PAGE, {"name": "notebook", "expires_in_days": "30"})
+    assert response.status_code == 200 and response["Cache-Control"].startswith("max-age=0")
+    (token,) = ApiToken.objects.filter(name="notebook")
+    raw = response.context["raw"]
+    assert token.digest == hash_token(raw) and token.expires_at == START + timedelta(days=30)
+    assert raw in response.content.decode() and "it will not be shown again" in response.content.decode()
+    assert raw not in client.get(PAGE).content.decode()
+    assert bearer(raw).get("/api/v1/teams").status_code == 200
+    assert len(security_events("API_TOKEN_CREATED")) == 1
+
+
+def test_a_blank_expiry_on_the_page_is_never(logged_in):
+    logged_in("alice").post(PAGE, {"name": "notebook", "expires_in_days": ""})
+    assert ApiToken.objects.get(name="notebook").expires_at is None
+
+
+@pytest.mark.parametrize(
+    ("form", "field"),
+    [
+        ({"name": ""}, "name"),
+        ({"name": "x" * 101}, "name"),
+        ({"name": "note\u200bbook"}, "name"),
+        ({"name": "notebook", "expires_in_days": "0"}, "expires_in_days"),
+        ({"name": "notebook", "expires_in_days": "x"}, "expires_in_days"),
+        ({"name": "notebook", "expires_in_days": "99999"}, "expires_in_days"),
+    ],
+)
+def test_bad_input_on_the_page_is_400_naming_the_field(logged_in, form, field):
+    response = logged_in("alice").post(PAGE, form)
+    assert response.status_code == 400
+    assert f'data-field="{field}"' in response.content.decode()
+    assert not ApiToken.objects.exists()
+
+
+def test_revoking_on_the_page(logged_in):
+    created = exchange().json()
+    response = logged_in("alice").post(PAGE, {"revoke": created["id"]}, follow=True)
+    assert response.redirect_chain == [(PAGE, 302)]
+    assert ApiToken.objects.get(pk=created["id"]).revoked_at == START
+    assert f"Token {created['hint']}… (laptop) revoked" in response.content.decode()
+    assert bearer(created["token"]).get("/api/v1/teams").status_code == 401
+    (event,) = security_events("API_TOKEN_REVOKED")
+    assert event.actor_name == "alice"
+
+
+def test_another_users_token_cannot_be_revoked_on_the_page(logged_in):
+    bobs = exchange(username="bob", password="demo").json()
+    for value in (bobs["id"], "999999999999999999999", "x", "", "٣"):
+        response = logged_in("alice").post(PAGE, {"revoke": value})
+        assert response.status_code == 404, value
+    assert ApiToken.objects.get(pk=bobs["id"]).revoked_at is None
+    assert not security_events("API_TOKEN_REVOKED")
+
+
+def test_an_admin_revokes_anyones_token_on_the_page(logged_in):
+    bobs = exchange(username="bob", password="demo").json()
+    assert logged_in("ops").post(PAGE, {"revoke": bobs["id"]}).status_code == 302
+    assert ApiToken.objects.get(pk=bobs["id"]).revoked_at == START
+
+
+def test_the_page_needs_csrf(demo):
+    from django.test import Client
+
+    client = Client(enforce_csrf_checks=True)
+    client.login(username="alice", password="demo")
+    assert client.post(PAGE, {"name": "notebook"}).status_code == 403
+    assert not ApiToken.objects.exists()
+
 
 def test_the_django_admins_revoke_action_is_audited(logged_in):
     bobs = exchange(username="bob", password="demo").json()
