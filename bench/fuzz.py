@@ -244,7 +244,11 @@ def demo_world() -> tuple[list[Identity], dict[str, dict]]:
         Identity(name, f"Bearer {ApiToken.issue(user=users.get(username=name))[1]}") for name in ("alice", "ops")
     ]
     identities.append(Identity("agent", f"Bearer {node_token}", agent=True))
+    # A token of alice's that DELETE /api/v1/tokens/{id} may revoke with a real id, not the ones
+    # the fuzzing identities send (revoking those would turn the rest of the run into 401s).
+    decoy, _ = ApiToken.issue(user=alice, name="fuzz decoy")
     real_paths = {
+        "/api/v1/tokens/": {"token_id": decoy.pk},
         "/api/v1/jobs/": {"job_id": job.pk},
         "/api/v1/teams/": {"name": "research-foundation-models"},
         "/api/v1/nodes/": {"name": seeded_node},
