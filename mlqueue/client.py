@@ -1,0 +1,559 @@
+"""The Python SDK (issue 15): `from mlqueue.client import Client`.
+
+    client = Client()                      # MLQ_SERVER / MLQ_TOKEN, else ~/.config/mlqueue/config.toml
+    job = client.submit("job.yaml", set=["resources.gpu_count=16"])
+    job = client.wait(job)                 # polls until SUCCEEDED, FAILED (final) or CANCELLED
+    for line in client.logs(job): print(line)
+
+Standard library, httpx and PyYAML only: no Django, so it runs in a notebook or on a laptop.
+Every refused request raises `MlqError(status, detail, fields)`, `fields` as the API's dotted paths.
+`mlq` (mlqueue/cli.py) is built on this."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+import tomllib
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+NO_SERVER = "no server: set MLQ_SERVER, pass server=, or run `mlq login --server URL`"
+NO_TOKEN = "no token: set MLQ_TOKEN, pass token=, or run `mlq login`"
+NO_USER = "who are you? set MLQ_USER, or run `mlq login` (it records your user name)"
+BAD_OVERRIDE = "--set wants KEY=VALUE with a dotted key, e.g. resources.gpu_count=16; got {item!r}"
+NOT_A_MAPPING = "{where}: a job spec is a mapping of fields, not {kind}"
+OVERRIDE_THROUGH_VALUE = "{key}: {part} is a {kind}, not a mapping"
+WAIT_TIMED_OUT = "job {job} still {state} after {timeout:g} s"
+UNREACHABLE = "cannot reach {server}: {error}"
+
+API = "/api/v1"
+POLL_S = 2.0
+# A job is over when it succeeded or was cancelled, or failed with the leader's verdict given
+# (FAILED with no failure class yet may still be retried).
+FINISHED = ("SUCCEEDED", "CANCELLED")
+
+
+class MlqError(Exception):
+    """A request the server refused (or could not be made): the API's `detail` and `fields`."""
+
+    def __init__(self, status: int, detail: str, fields: dict[str, list[str]] | None = None):
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+        self.fields = fields or {}
+
+    def lines(self) -> list[str]:
+        """The detail, then each field's messages as `field: message` (the detail's own line once)."""
+        out = [self.detail]
+        for field, messages in self.fields.items():
+            for message in messages if isinstance(messages, list) else [messages]:
+                line = f"{field}: {message}"
+                if line not in out:
+                    out.append(line)
+        return out
+
+
+# --- typed results: frozen, built from the JSON, tolerant of fields they do not name -----------
+
+
+def _build(cls, data: dict):
+    names = {field.name for field in dataclasses.fields(cls)}
+    known = {key: value for key, value in data.items() if key in names and key != "raw"}
+    return cls(**known, raw=data)
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+    rank: int
+    state: str
+    node: str | None = None
+    attempt: int = 1
+    exit_code: int | None = None
+    failure_class: str = ""
+    started_at: str | None = None
+    finished_at: str | None = None
+    raw: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    id: int
+    state: str
+    name: str = ""
+    team: str = ""
+    owner: str = ""
+    priority: str = ""
+    gpu_type: str = ""
+    gpu_count: int = 0
+    pending_reason: dict | None = None
+    estimated_start: str | None = None
+    likely_start: str | None = None
+    submitted_at: str | None = None
+    started_at: str | None = None
+    finished_at: str | None = None
+    failure_class: str = ""
+    tasks: tuple[Task, ...] = ()
+    raw: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, data: dict) -> Job:
+        tasks = data.get("tasks")
+        built = _build(cls, {**data, "tasks": ()})
+        detail = tuple(Task.from_json(task) for task in tasks) if isinstance(tasks, list) else ()
+        return dataclasses.replace(built, tasks=detail, raw=data)
+
+    @property
+    def finished(self) -> bool:
+        return self.state in FINISHED or (self.state == "FAILED" and bool(self.failure_class))
+
+    @property
+    def reason(self) -> str:
+        return (self.pending_reason or {}).get("message", "")
+
+
+@dataclasses.dataclass(frozen=True)
+class QueueEntry:
+    id: int
+    state: str
+    position: int | None = None
+    name: str = ""
+    team: str = ""
+    owner: str = ""
+    priority: str = ""
+    gpu_type: str = ""
+    gpu_count: int = 0
+    pending_reason: dict | None = None
+    estimated_start: str | None = None
+    likely_start: str | None = None
+    reserved_nodes: tuple[str, ...] = ()
+    raw: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def reason(self) -> str:
+        return (self.pending_reason or {}).get("message", "")
+
+
+@dataclasses.dataclass(frozen=True)
+class Why:
+    job_id: int
+    state: str
+    reason: Any = None
+    histogram: Any = None
+    reservation: Any = None
+    latest_start: str | None = None
+    likely_start: str | None = None
+    suggestions: tuple = ()
+    raw: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class DryRun:
+    valid: bool
+    can_ever_run: bool | None = None
+    placement: Any = None
+    reason: Any = None
+    suggestions: tuple = ()
+    raw: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class Event:
+    id: int
+    kind: str
+    actor: str = ""
+    from_state: str = ""
+    to_state: str = ""
+    reason: str = ""
+    message: str = ""
+    created_at: str | None = None
+    raw: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class Team:
+    name: str
+    parent: str | None = None
+    is_division: bool = False
+    description: str = ""
+    my_role: str | None = None
+    raw: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class Quota:
+    resource_class: str
+    guaranteed: int = 0
+    borrowing_limit: int | None = None
+    weight: float = 1.0
+    updated_at: str | None = None
+    raw: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class Node:
+    name: str
+    state: str = ""
+    zone: str = ""
+    rack: str = ""
+    gpu_type: str = ""
+    gpu_count: int = 0
+    health: str = ""
+    admin_state: str = ""
+    admin_reason: str = ""
+    raw: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class Token:
+    id: int
+    name: str = ""
+    hint: str = ""
+    token: str | None = None  # only when just created: shown once
+    created_at: str | None = None
+    last_used_at: str | None = None
+    expires_at: str | None = None
+    revoked_at: str | None = None
+    raw: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class CancelResult:
+    cancelled: tuple = ()
+    skipped: tuple = ()
+    raw: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
+
+
+for _cls in (Task, QueueEntry, Why, DryRun, Event, Team, Quota, Node, Token, CancelResult):
+    _cls.from_json = classmethod(_build)
+
+
+# --- configuration -------------------------------------------------------------------------
+
+
+def config_path() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "mlqueue" / "config.toml"
+
+
+def read_config(path: Path | None = None) -> dict:
+    path = path or config_path()
+    try:
+        with open(path, "rb") as file:
+            return tomllib.load(file)
+    except FileNotFoundError:
+        return {}
+
+
+def _toml_string(value: str) -> str:
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{escaped}"'
+
+
+def write_config(server: str, token: str, user: str = "", path: Path | None = None) -> Path:
+    """Write the server, token and user name, readable by the user alone (0600 from its creation on)."""
+    path = path or config_path()
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    text = f"server = {_toml_string(server)}\ntoken = {_toml_string(token)}\nuser = {_toml_string(user)}\n"
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(descriptor, 0o600)
+    with os.fdopen(descriptor, "w") as file:
+        file.write(text)
+    return path
+
+
+# --- specs and overrides -------------------------------------------------------------------
+
+
+def parse_override(item: str) -> tuple[list[str], Any]:
+    """`resources.gpu_count=16` -> (["resources", "gpu_count"], 16): the value read as a YAML scalar."""
+    key, equals, text = item.partition("=")
+    parts = key.strip().split(".")
+    if not equals or not all(parts):
+        raise MlqError(0, BAD_OVERRIDE.format(item=item), {"--set": [BAD_OVERRIDE.format(item=item)]})
+    value = yaml.safe_load(text) if text.strip() else ""
+    return parts, value
+
+
+def apply_overrides(spec: dict, items: Iterable[str] = (), **overrides) -> dict:
+    """A copy of `spec` with dotted `KEY=VALUE` items and keyword overrides (top-level fields) applied."""
+    out = yaml.safe_load(yaml.safe_dump(spec))  # a deep copy of plain data
+    pairs = [parse_override(item) for item in items] + [([key], value) for key, value in overrides.items()]
+    for parts, value in pairs:
+        here = out
+        for depth, part in enumerate(parts[:-1]):
+            here = here.setdefault(part, {})
+            if not isinstance(here, dict):
+                key = ".".join(parts)
+                where = ".".join(parts[: depth + 1])
+                message = OVERRIDE_THROUGH_VALUE.format(key=key, part=where, kind=type(here).__name__)
+                raise MlqError(0, message, {key: [message]})
+        here[parts[-1]] = value
+    return out
+
+
+def load_spec(spec_or_path: dict | str | os.PathLike) -> dict:
+    if isinstance(spec_or_path, dict):
+        return spec_or_path
+    path = Path(spec_or_path)
+    spec = yaml.safe_load(path.read_text())
+    if not isinstance(spec, dict):
+        message = NOT_A_MAPPING.format(where=path, kind=type(spec).__name__)
+        raise MlqError(0, message, {"body": [message]})
+    return spec
+
+
+def _id(job) -> int:
+    return job.id if isinstance(job, Job | QueueEntry) else int(job)
+
+
+# --- the client ----------------------------------------------------------------------------
+
+
+class Client:
+    """One server, one token. `transport` is for tests (httpx.MockTransport)."""
+
+    def __init__(self, server: str | None = None, token: str | None = None, *, transport=None, timeout: float = 30):
+        config = read_config()
+        self.server = (server or os.environ.get("MLQ_SERVER") or config.get("server") or "").rstrip("/")
+        self.token = token or os.environ.get("MLQ_TOKEN") or config.get("token") or ""
+        # who the token belongs to, as `mlq login` recorded it: for `--mine` where the API has no "me"
+        self.user = os.environ.get("MLQ_USER") or (config.get("user") if token is None else "") or ""
+        self._transport = transport
+        self._timeout = timeout
+        self._http: httpx.Client | None = None
+
+    # plumbing
+
+    def _client(self) -> httpx.Client:
+        if not self.server:
+            raise MlqError(0, NO_SERVER)
+        if self._http is None:
+            headers = {"Accept": "application/json", "User-Agent": "mlq"}
+            self._http = httpx.Client(
+                base_url=self.server, headers=headers, transport=self._transport, timeout=self._timeout
+            )
+        return self._http
+
+    def close(self) -> None:
+        if self._http is not None:
+            self._http.close()
+            self._http = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def request(self, method: str, path: str, *, json=None, params=None, auth: bool = True) -> Any:
+        if auth and not self.token:
+            raise MlqError(0, NO_TOKEN)
+        params = {key: value for key, value in (params or {}).items() if value is not None}
+        # Never an old token with a password: an expired one would fail the login itself.
+        headers = {"Authorization": f"Bearer {self.token}"} if auth else {}
+        try:
+            response = self._client().request(method, API + path, json=json, params=params or None, headers=headers)
+        except httpx.HTTPError as error:
+            raise MlqError(0, UNREACHABLE.format(server=self.server, error=error)) from error
+        if response.status_code >= 400:
+            raise _refusal(response)
+        if response.status_code == 204 or not response.content:
+            return None
+        return response.json()
+
+    def _pages(self, path: str, params: dict) -> Iterator[dict]:
+        """Every row of a cursor-paginated list (`{"next", "results"}`), following `next`."""
+        data = self.request("GET", path, params=params)
+        while True:
+            if isinstance(data, list):
+                yield from data
+                return
+            yield from data.get("results", [])
+            following = data.get("next")
+            if not following:
+                return
+            url = httpx.URL(following)
+            data = self.request("GET", path, params=dict(url.params))
+
+    # jobs
+
+    def submit(self, spec_or_path, *, set: Iterable[str] = (), **overrides) -> Job:  # noqa: A002
+        spec = apply_overrides(load_spec(spec_or_path), set, **overrides)
+        return Job.from_json(self.request("POST", "/jobs", json=spec))
+
+    def dry_run(self, spec_or_path, *, set: Iterable[str] = (), **overrides) -> DryRun:  # noqa: A002
+        spec = apply_overrides(load_spec(spec_or_path), set, **overrides)
+        return DryRun.from_json(self.request("POST", "/jobs/dry-run", json=spec))
+
+    def get(self, job) -> Job:
+        return Job.from_json(self.request("GET", f"/jobs/{_id(job)}"))
+
+    def jobs(self, *, limit: int | None = None, **filters) -> list[Job]:
+        """Newest first; filters as the API's: team, state, priority, owner, submitted_after, ..."""
+        params = {**filters, "limit": min(limit, 500) if limit else None}
+        found = []
+        for row in self._pages("/jobs", params):
+            found.append(Job.from_json(row))
+            if limit and len(found) >= limit:
+                break
+        return found
+
+    def queue(self, *, team: str | None = None, priority: str | None = None) -> list[QueueEntry]:
+        entries, offset = [], 0
+        while True:
+            page = self.request("GET", "/queue", params={"team": team, "priority": priority, "offset": offset})
+            rows = page.get("results", [])
+            entries += [QueueEntry.from_json(row) for row in rows]
+            offset += len(rows)
+            if not rows or offset >= page.get("count", 0):
+                return entries
+
+    def why(self, job) -> Why:
+        return Why.from_json(self.request("GET", f"/jobs/{_id(job)}/why"))
+
+    def wait(self, job, timeout: float | None = None, poll: float = POLL_S) -> Job:
+        """The job once it has finished; MlqError (status 0) if `timeout` seconds pass first."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            current = self.get(job)
+            if current.finished:
+                return current
+            if deadline is not None and time.monotonic() >= deadline:
+                raise MlqError(0, WAIT_TIMED_OUT.format(job=current.id, state=current.state, timeout=timeout))
+            time.sleep(poll)
+
+    def log_chunk(self, job, *, rank: int = 0, attempt: int | None = None, stderr: bool = False, offset: int = 0):
+        params = {"rank": rank, "attempt": attempt, "stream": "stderr" if stderr else "stdout", "offset": offset}
+        return self.request("GET", f"/jobs/{_id(job)}/logs", params=params)
+
+    def logs(
+        self,
+        job,
+        *,
+        rank: int = 0,
+        attempt: int | None = None,
+        stderr: bool = False,
+        follow: bool = False,
+        poll: float = POLL_S,
+    ) -> Iterator[str]:
+        """The log's lines. `follow`: keep polling from the last offset every `poll` seconds until
+        the job has finished and its log has nothing more."""
+        offset, partial = 0, ""
+        while True:
+            chunk = self.log_chunk(job, rank=rank, attempt=attempt, stderr=stderr, offset=offset)
+            attempt = attempt or chunk.get("attempt")  # follow one attempt, the one we started on
+            text = partial + chunk.get("text", "")
+            offset = chunk.get("next_offset", offset)
+            *lines, partial = text.split("\n")
+            yield from lines
+            if not follow:
+                break
+            if not chunk.get("text") and self.get(job).finished:
+                # one more read: the last lines may have landed between the two requests
+                last = self.log_chunk(job, rank=rank, attempt=attempt, stderr=stderr, offset=offset)
+                text = partial + last.get("text", "")
+                *lines, partial = text.split("\n")
+                yield from lines
+                break
+            if not chunk.get("text"):
+                time.sleep(poll)
+        if partial:
+            yield partial
+
+    def cancel(self, jobs, *, reason: str = "") -> CancelResult | Job:
+        """One job (-> the Job) or several (-> CancelResult, by the bulk endpoint)."""
+        if isinstance(jobs, int | str | Job | QueueEntry):
+            body = {"reason": reason} if reason else {}
+            return Job.from_json(self.request("POST", f"/jobs/{_id(jobs)}/cancel", json=body))
+        body = {"ids": [_id(job) for job in jobs], **({"reason": reason} if reason else {})}
+        return CancelResult.from_json(self.request("POST", "/jobs/cancel", json=body))
+
+    def cancel_where(self, *, reason: str = "", **filter) -> CancelResult:  # noqa: A002
+        """Bulk cancel by filter: owner ("me"), state, team."""
+        body = {"filter": {key: value for key, value in filter.items() if value is not None}}
+        if reason:
+            body["reason"] = reason
+        return CancelResult.from_json(self.request("POST", "/jobs/cancel", json=body))
+
+    def set(self, job, **changes) -> Job:
+        """Change what may change after submit: priority, max_runtime_hours, name."""
+        body = {key: value for key, value in changes.items() if value is not None}
+        return Job.from_json(self.request("PATCH", f"/jobs/{_id(job)}", json=body))
+
+    def events(self, job) -> list[Event]:
+        return [Event.from_json(row) for row in self._pages(f"/jobs/{_id(job)}/events", {})]
+
+    # teams, quotas, nodes
+
+    def teams(self) -> list[Team]:
+        return [Team.from_json(row) for row in self.request("GET", "/teams")]
+
+    def quota(self, team: str) -> list[Quota]:
+        return [Quota.from_json(row) for row in self.request("GET", f"/teams/{team}/quotas")]
+
+    def set_quota(self, team: str, quotas: dict, reason: str) -> list[Quota]:
+        """`quotas`: {"gpu:H100": {"guaranteed": 64}, ...}; `reason` is recorded in the audit log."""
+        body = {"quotas": quotas, "reason": reason}
+        return [Quota.from_json(row) for row in self.request("PATCH", f"/teams/{team}/quotas", json=body)]
+
+    def nodes(self, **filters) -> list[Node]:
+        return [Node.from_json(row) for row in self._pages("/nodes", filters)]
+
+    def _node_action(self, action: str, node: str, reason: str, **extra) -> Node:
+        body = {"reason": reason, **{key: value for key, value in extra.items() if value is not None}}
+        return Node.from_json(self.request("POST", f"/nodes/{node}/{action}", json=body))
+
+    def cordon(self, node: str, reason: str) -> Node:
+        return self._node_action("cordon", node, reason)
+
+    def drain(self, node: str, reason: str, wait: bool | None = None) -> Node:
+        return self._node_action("drain", node, reason, wait=wait)
+
+    def uncordon(self, node: str, reason: str) -> Node:
+        return self._node_action("uncordon", node, reason)
+
+    # tokens
+
+    def tokens(self) -> list[Token]:
+        return [Token.from_json(row) for row in self.request("GET", "/tokens")]
+
+    def create_token(self, name: str, expires_in_days: int | None = None) -> Token:
+        body = {"name": name, "expires_in_days": expires_in_days}
+        return Token.from_json(self.request("POST", "/tokens", json={k: v for k, v in body.items() if v is not None}))
+
+    def revoke_token(self, token_id: int) -> None:
+        self.request("DELETE", f"/tokens/{int(token_id)}")
+
+    def login(
+        self, username: str, password: str, name: str = "mlq", *, server: str | None = None, save: bool = True
+    ) -> Token:
+        """A new token for username and password; this client uses it from now on, and (`save`)
+        the config file keeps it for the next `Client()`."""
+        if server:
+            self.close()
+            self.server = server.rstrip("/")
+        body = {"username": username, "password": password, "name": name}
+        token = Token.from_json(self.request("POST", "/tokens", json=body, auth=False))
+        self.close()
+        self.token = token.token or ""
+        self.user = username
+        if save:
+            write_config(self.server, self.token, username)
+        return token
+
+
+def _refusal(response: httpx.Response) -> MlqError:
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if isinstance(body, dict) and "detail" in body:
+        fields = body.get("fields") if isinstance(body.get("fields"), dict) else {}
+        return MlqError(response.status_code, str(body["detail"]), fields)
+    text = response.text.strip().splitlines()[0][:200] if response.text.strip() else response.reason_phrase
+    return MlqError(response.status_code, f"{response.status_code} {text}")

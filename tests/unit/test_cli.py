@@ -1,0 +1,409 @@
+"""`mlq` and the SDK against a fake server (httpx.MockTransport): configuration, --set, errors
+and exit codes, -o json/yaml, --wait, log polling (issue 15). No Django, no database."""
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from mlqueue import cli, client
+from mlqueue.client import Client, MlqError
+
+ROOT = Path(__file__).resolve().parents[2]
+SERVER = "http://mlq.test"
+
+
+class FakeServer:
+    """Routes (method, path) to a handler or a canned (status, body); records every request."""
+
+    def __init__(self, routes: dict):
+        self.routes = routes
+        self.requests: list[httpx.Request] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        answer = self.routes.get((request.method, request.url.path))
+        if answer is None:
+            return httpx.Response(404, json={"detail": "Not found."})
+        if callable(answer):
+            answer = answer(request)
+        status, body = answer
+        return httpx.Response(status, json=body) if body is not None else httpx.Response(status)
+
+    def bodies(self, method: str, path: str) -> list:
+        return [json.loads(r.content) for r in self.requests if r.method == method and r.url.path == path and r.content]
+
+
+def sdk(server: FakeServer, **kwargs) -> Client:
+    kwargs.setdefault("token", "tok")
+    return Client(server=SERVER, transport=httpx.MockTransport(server), **kwargs)
+
+
+def run(server: FakeServer, *args, user: str = "ada"):
+    def build():
+        made = sdk(server)
+        made.user = user
+        return made
+
+    return CliRunner().invoke(cli.main, list(args), obj={"client": build}, catch_exceptions=False)
+
+
+def job(job_id=7, state="PENDING", **extra):
+    return {"id": job_id, "name": "train", "team": "vision", "owner": "ada", "state": state, "priority": "P2", **extra}
+
+
+@pytest.fixture(autouse=True)
+def clean_environment(monkeypatch, tmp_path):
+    for name in ("MLQ_SERVER", "MLQ_TOKEN", "MLQ_USER"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setattr(client.time, "sleep", lambda seconds: None)
+
+
+@pytest.fixture
+def spec_file(tmp_path):
+    path = tmp_path / "job.yaml"
+    path.write_text("name: train\nteam: vision\ncommand: [python, train.py]\nresources:\n  gpu_count: 1\n")
+    return path
+
+
+# --- configuration ---------------------------------------------------------------------------
+
+
+def test_the_environment_wins_over_the_config_file_and_arguments_over_both(monkeypatch, tmp_path):
+    client.write_config("http://from-file", "file-token", "ada")
+    assert (Client().server, Client().token, Client().user) == ("http://from-file", "file-token", "ada")
+    monkeypatch.setenv("MLQ_SERVER", "http://from-env/")
+    monkeypatch.setenv("MLQ_TOKEN", "env-token")
+    assert (Client().server, Client().token) == ("http://from-env", "env-token")
+    assert (Client(server="http://arg", token="arg").server, Client(token="arg").token) == ("http://arg", "arg")
+
+
+def test_the_config_file_honours_xdg_and_is_readable_by_its_owner_alone(tmp_path):
+    path = client.write_config("http://x", 'a"b', "ada")
+    assert path == tmp_path / "config" / "mlqueue" / "config.toml"
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert client.read_config() == {"server": "http://x", "token": 'a"b', "user": "ada"}
+
+
+def test_no_server_or_token_is_a_clear_refusal():
+    with pytest.raises(MlqError, match="no server"):
+        Client(token="t").queue()
+    with pytest.raises(MlqError, match="no token"):
+        Client(server=SERVER).queue()
+
+
+def test_login_stores_a_new_token_0600_and_uses_it():
+    server = FakeServer(
+        {("POST", "/api/v1/tokens"): (201, {"id": 3, "name": "laptop", "token": "s3cret", "hint": "s3c"})}
+    )
+    result = run(server, "login", "--username", "ada", "--password", "pw", "--name", "laptop")
+    assert result.exit_code == 0, result.output
+    assert server.bodies("POST", "/api/v1/tokens") == [{"username": "ada", "password": "pw", "name": "laptop"}]
+    assert "Authorization" not in server.requests[0].headers
+    path = client.config_path()
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert client.read_config() == {"server": SERVER, "token": "s3cret", "user": "ada"}
+
+
+# --- --set -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "item, expected",
+    [
+        ("resources.gpu_count=16", (["resources", "gpu_count"], 16)),
+        ("priority=P1", (["priority"], "P1")),
+        ("env.DEBUG=true", (["env", "DEBUG"], True)),
+        ("env.STEPS='16'", (["env", "STEPS"], "16")),
+        ("checkpoint.interval_minutes=2.5", (["checkpoint", "interval_minutes"], 2.5)),
+        ("name=a=b", (["name"], "a=b")),
+    ],
+)
+def test_set_values_are_yaml_scalars(item, expected):
+    assert client.parse_override(item) == expected
+
+
+@pytest.mark.parametrize("item", ["gpu_count", "=3", "resources..gpu=1"])
+def test_a_malformed_set_is_refused(item):
+    with pytest.raises(MlqError) as raised:
+        client.parse_override(item)
+    assert raised.value.detail == client.BAD_OVERRIDE.format(item=item)
+
+
+def test_overrides_apply_to_a_copy_and_cannot_pass_through_a_value():
+    spec = {"resources": {"gpu_count": 1}, "command": ["x"]}
+    out = client.apply_overrides(spec, ["resources.gpu_count=16", "env.A=1"], priority="P1")
+    assert out == {"resources": {"gpu_count": 16}, "command": ["x"], "env": {"A": 1}, "priority": "P1"}
+    assert spec == {"resources": {"gpu_count": 1}, "command": ["x"]}
+    with pytest.raises(MlqError, match="command is a list, not a mapping"):
+        client.apply_overrides(spec, ["command.x=1"])
+
+
+def test_submit_sends_the_yaml_as_json_with_the_overrides(spec_file):
+    server = FakeServer({("POST", "/api/v1/jobs"): (201, job())})
+    result = run(server, "submit", str(spec_file), "--set", "resources.gpu_count=16", "--set", "env.STEPS=5")
+    assert result.exit_code == 0, result.output
+    assert server.bodies("POST", "/api/v1/jobs") == [
+        {
+            "name": "train",
+            "team": "vision",
+            "command": ["python", "train.py"],
+            "resources": {"gpu_count": 16},
+            "env": {"STEPS": 5},
+        }
+    ]
+    assert server.requests[0].headers["Authorization"] == "Bearer tok"
+    assert "submitted job 7 (train): PENDING" in result.output
+
+
+# --- errors and exit codes -------------------------------------------------------------------
+
+
+def test_a_refused_submit_prints_the_detail_and_each_field_and_exits_1(spec_file):
+    refusal = {
+        "detail": "resources.gpu_count: asks 4096 H100; the cluster has 128",
+        "fields": {"resources.gpu_count": ["asks 4096 H100; the cluster has 128"], "name": ["too long"]},
+    }
+    server = FakeServer({("POST", "/api/v1/jobs"): (400, refusal)})
+    result = run(server, "submit", str(spec_file))
+    assert result.exit_code == cli.EXIT_REFUSED
+    assert result.stderr.splitlines() == ["resources.gpu_count: asks 4096 H100; the cluster has 128", "name: too long"]
+
+
+def test_usage_errors_exit_2(spec_file):
+    server = FakeServer({})
+    assert run(server, "queue", "-o", "xml").exit_code == 2
+    assert run(server, "cancel").exit_code == 2
+    assert run(server, "status", "not-a-number").exit_code == 2
+    assert run(server, "quota", "vision", "--set", "H100=4").exit_code == 2
+    assert run(server, "nosuchverb").exit_code == 2
+    assert server.requests == []
+
+
+def test_a_members_refused_quota_edit_shows_the_apis_message():
+    message = "only a lead of vision or an admin may change its quotas"
+    server = FakeServer({("PATCH", "/api/v1/teams/vision/quotas"): (403, {"detail": message})})
+    result = run(server, "quota", "vision", "--set", "H100=64", "--set", "H100.borrowing_limit=80", "--reason", "more")
+    assert result.exit_code == 1
+    assert result.stderr.strip() == message
+    assert server.bodies("PATCH", "/api/v1/teams/vision/quotas") == [
+        {"quotas": {"gpu:H100": {"guaranteed": 64, "borrowing_limit": 80}}, "reason": "more"}
+    ]
+
+
+def test_a_server_that_answers_no_json_still_gives_a_clean_refusal():
+    server = FakeServer({("GET", "/api/v1/teams"): lambda request: (502, None)})
+    result = run(server, "teams")
+    assert result.exit_code == 1
+    assert result.stderr.startswith("502")
+
+
+# --- -o json / yaml --------------------------------------------------------------------------
+
+
+QUEUE = {
+    "count": 2,
+    "offset": 0,
+    "results": [
+        {**job(1), "position": 1, "pending_reason": {"code": "NO_FIT", "message": "no node has 8 free"}, "x": 1},
+        {**job(2, owner="bob"), "owner": "bob", "position": 2, "pending_reason": None, "reserved_nodes": ["n1"]},
+    ],
+}
+
+
+def test_queue_json_and_yaml_are_the_apis_rows_as_they_came():
+    server = FakeServer({("GET", "/api/v1/queue"): (200, QUEUE)})
+    as_json = run(server, "queue", "-o", "json")
+    assert as_json.exit_code == 0
+    assert json.loads(as_json.output) == QUEUE["results"]
+    as_yaml = run(server, "queue", "-o", "yaml")
+    assert yaml.safe_load(as_yaml.output) == QUEUE["results"]
+    mine = run(server, "queue", "--mine", "-o", "json")
+    assert [row["id"] for row in json.loads(mine.output)] == [1]
+
+
+def test_queue_table_shows_position_and_reason():
+    server = FakeServer({("GET", "/api/v1/queue"): (200, QUEUE)})
+    result = run(server, "queue")
+    assert result.exit_code == 0
+    assert "POS" in result.output and "no node has 8 free" in result.output
+    assert "RESERVED" not in result.output
+    assert "RESERVED" in run(server, "queue", "-o", "wide").output
+
+
+def test_jobs_follows_the_cursor_and_passes_filters():
+    first = {"next": f"{SERVER}/api/v1/jobs?cursor=abc&limit=50", "previous": None, "results": [job(3)]}
+    second = {"next": None, "previous": None, "results": [job(2)]}
+    server = FakeServer(
+        {("GET", "/api/v1/jobs"): lambda request: (200, second if request.url.params.get("cursor") else first)}
+    )
+    result = run(server, "jobs", "--state", "failed", "--since", "7d", "--mine", "-o", "json")
+    assert result.exit_code == 0, result.output
+    assert [row["id"] for row in json.loads(result.output)] == [3, 2]
+    params = server.requests[0].url.params
+    assert params["state"] == "FAILED" and params["owner"] == "ada" and "submitted_after" in params
+
+
+def test_why_and_dry_run_print_the_suggestions():
+    answer = {
+        "job_id": 7,
+        "state": "PENDING",
+        "reason": {"code": "NEVER_FITS", "message": "asks 16 H100 per node; nodes have 8"},
+        "histogram": {"too few GPUs": 12},
+        "reservation": None,
+        "latest_start": None,
+        "likely_start": None,
+        "suggestions": ["ask for 8 GPUs per task"],
+    }
+    server = FakeServer({("GET", "/api/v1/jobs/7/why"): (200, answer)})
+    result = run(server, "why", "7")
+    assert result.exit_code == 0
+    assert "asks 16 H100 per node" in result.output and "- ask for 8 GPUs per task" in result.output
+    assert json.loads(run(server, "why", "7", "-o", "json").output) == answer
+    assert client.Why.from_json(answer).suggestions == ["ask for 8 GPUs per task"]
+
+
+def test_tokens_list_create_revoke():
+    row = {"id": 4, "name": "ci", "hint": "ab12", "created_at": "t", "last_used_at": None, "expires_at": None}
+    server = FakeServer(
+        {
+            ("GET", "/api/v1/tokens"): (200, [row]),
+            ("POST", "/api/v1/tokens"): (201, {**row, "token": "secret-value"}),
+            ("DELETE", "/api/v1/tokens/4"): (204, None),
+        }
+    )
+    assert json.loads(run(server, "tokens", "-o", "json").output) == [row]
+    created = run(server, "tokens", "create", "ci", "--expires-in-days", "30")
+    assert created.stdout.strip() == "secret-value"
+    assert server.bodies("POST", "/api/v1/tokens") == [{"name": "ci", "expires_in_days": 30}]
+    assert run(server, "tokens", "revoke", "4").exit_code == 0
+
+
+def test_bulk_cancel_by_filter_and_by_ids():
+    server = FakeServer({("POST", "/api/v1/jobs/cancel"): (200, {"cancelled": [1, 2], "skipped": []})})
+    assert run(server, "cancel", "--mine", "--state", "pending").exit_code == 0
+    assert run(server, "cancel", "1", "2", "--reason", "r").exit_code == 0
+    assert server.bodies("POST", "/api/v1/jobs/cancel") == [
+        {"filter": {"owner": "me", "state": "PENDING"}},
+        {"ids": [1, 2], "reason": "r"},
+    ]
+
+
+# --- --wait and logs -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "states, code",
+    [
+        (["RUNNING", "SUCCEEDED"], 0),
+        (["RUNNING", "FAILED", "FAILED"], 1),  # FAILED without a verdict may still be retried
+        (["PENDING", "CANCELLED"], 3),
+    ],
+)
+def test_submit_wait_exits_with_the_jobs_outcome(spec_file, states, code):
+    answers = iter(states)
+    seen = []
+
+    def detail_tracking(request):
+        state = next(answers)
+        seen.append(state)
+        verdict = "USER" if state == "FAILED" and seen.count("FAILED") == 2 else ""
+        return 200, job(state=state, failure_class=verdict)
+
+    server = FakeServer({("POST", "/api/v1/jobs"): (201, job()), ("GET", "/api/v1/jobs/7"): detail_tracking})
+    result = run(server, "submit", str(spec_file), "--wait")
+    assert result.exit_code == code, result.output
+    assert seen == states
+
+
+def test_wait_times_out_with_a_refusal(monkeypatch):
+    server = FakeServer({("GET", "/api/v1/jobs/7"): (200, job(state="RUNNING"))})
+    clock = iter(range(0, 100, 10))
+    monkeypatch.setattr(client.time, "monotonic", lambda: next(clock))
+    with pytest.raises(MlqError, match="job 7 still RUNNING after 15 s"):
+        sdk(server).wait(7, timeout=15)
+
+
+def test_logs_follow_polls_from_the_offset_until_the_job_ends():
+    text = "step 1\nstep 2\nstep 3\ndone"
+    reads = iter([(0, 7), (7, 7), (7, 14), (14, 14), (14, len(text)), (len(text), len(text))])
+    states = iter(["RUNNING", "SUCCEEDED"])
+
+    def log(request):
+        start, end = next(reads)
+        assert int(request.url.params["offset"]) == start
+        return 200, {"attempt": 1, "next_offset": end, "text": text[start:end]}
+
+    server = FakeServer(
+        {("GET", "/api/v1/jobs/7/logs"): log, ("GET", "/api/v1/jobs/7"): lambda r: (200, job(state=next(states)))}
+    )
+    result = run(server, "logs", "7", "-f", "--rank", "1", "--stderr")
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines() == ["step 1", "step 2", "step 3", "done"]
+    logs = [r for r in server.requests if r.url.path.endswith("/logs")]
+    assert {r.url.params["rank"] for r in logs} == {"1"} and {r.url.params["stream"] for r in logs} == {"stderr"}
+    assert [r.url.params.get("attempt") for r in logs][1:] == ["1"] * (len(logs) - 1)
+
+
+def test_logs_without_follow_reads_once():
+    server = FakeServer({("GET", "/api/v1/jobs/7/logs"): (200, {"attempt": 1, "next_offset": 4, "text": "a\nb\n"})})
+    result = run(server, "logs", "7")
+    assert result.output.splitlines() == ["a", "b"]
+    assert len(server.requests) == 1
+
+
+# --- help and completion ---------------------------------------------------------------------
+
+
+def test_every_verb_has_an_example_in_its_help():
+    def walk(group, prefix):
+        for name, command in group.commands.items():
+            yield [*prefix, name], command
+            if hasattr(command, "commands"):
+                yield from walk(command, [*prefix, name])
+
+    assert "Example" in CliRunner().invoke(cli.main, ["--help"]).output
+    for path, _ in walk(cli.main, []):
+        shown = CliRunner().invoke(cli.main, [*path, "--help"])
+        assert shown.exit_code == 0 and "Example:" in shown.output, path
+
+
+@pytest.mark.parametrize("shell", ["bash", "zsh", "fish"])
+def test_completion_scripts(shell):
+    result = CliRunner().invoke(cli.main, ["completion", shell])
+    assert result.exit_code == 0 and "_MLQ_COMPLETE" in result.output
+
+
+# --- no Django -------------------------------------------------------------------------------
+
+SERVER_ONLY = ("django", "rest_framework", "channels", "celery", "redis", "psycopg", "scheduling", "teams", "agents")
+IMPORT_THE_CLI = """
+import json, sys
+sys.path.insert(0, {root!r})
+import mlqueue.client, mlqueue.cli
+print(json.dumps({{"file": mlqueue.cli.__file__, "loaded": sorted(sys.modules)}}))
+"""
+
+
+def test_the_sdk_and_the_cli_load_nothing_of_the_server():
+    ran = subprocess.run(
+        [sys.executable, "-I", "-c", IMPORT_THE_CLI.format(root=str(ROOT))],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert ran.returncode == 0, ran.stderr
+    found = json.loads(ran.stdout)
+    assert Path(found["file"]) == ROOT / "mlqueue" / "cli.py"
+    server = [name for name in found["loaded"] if name.split(".")[0] in SERVER_ONLY]
+    assert server == [], f"mlqueue.client/cli loaded server modules: {', '.join(server)}"
+    assert [name for name in found["loaded"] if name.startswith("mlqueue.")] == ["mlqueue.cli", "mlqueue.client"]
