@@ -1,0 +1,128 @@
+"""`mlq`, the real executable, against a live cluster (web, scheduler, an agent) (issue 15):
+submit a YAML file with --set, queue -o json, status, logs -f that ends with the job, cancel,
+--wait's exit codes for a success and a failure, teams, and a member's refused quota edit.
+
+The executable is what pip's console-script wrapper for `mlq = "mlqueue.cli:main"` is: this
+interpreter running mlqueue.cli.main, with this checkout on its path (the shared virtualenv has
+no editable install of each worktree)."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from scheduling.models import Job, Node
+from teams.api import NOT_A_LEAD
+from teams.models import AuditEvent, EventKind, Quota
+from tests.e2e.cluster import Cluster
+from tests.e2e.processes import ROOT, wait_for
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+NODE = {"name": "z1-r1-h100-01", "zone": "z1", "rack": "z1-r1"}
+COUNT_TO_THREE = "import time\nfor i in range(3):\n    print('step', i, flush=True)\n    time.sleep(1)\n"
+
+
+@pytest.fixture
+def cluster(tmp_path, demo):
+    running = Cluster(tmp_path)
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def mlq(tmp_path, cluster, api):
+    """mlq(*args, user="alice") -> the finished process, as `alice` with her own token."""
+    executable = tmp_path / "bin" / "mlq"
+    executable.parent.mkdir()
+    executable.write_text(f"#!{sys.executable}\nimport sys\nfrom mlqueue.cli import main\nsys.exit(main())\n")
+    executable.chmod(0o755)
+    tokens = {}
+
+    def run(*args, user="alice", timeout=60):
+        if user not in tokens:
+            tokens[user] = api(user)._credentials["HTTP_AUTHORIZATION"].split()[1]
+        env = {
+            "PATH": os.environ["PATH"],
+            "PYTHONPATH": str(ROOT),
+            "HOME": str(tmp_path / "home"),
+            "MLQ_SERVER": cluster.url,
+            "MLQ_TOKEN": tokens[user],
+            "MLQ_USER": user,
+        }
+        return subprocess.run(
+            [str(executable), *args], env=env, capture_output=True, text=True, timeout=timeout, cwd=tmp_path
+        )
+
+    return run
+
+
+def spec(tmp_path, name: str, code: str) -> str:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(
+        textwrap.dedent(f"""\
+            name: {name}
+            team: research-foundation-models
+            command: [{json.dumps(sys.executable)}, -c, {json.dumps(code)}]
+            resources: {{gpu_type: H100, gpu_count: 1}}
+            restart_policy: {{max_retries: 2}}
+            """)
+    )
+    return str(path)
+
+
+def test_mlq_against_a_live_cluster(cluster, mlq, tmp_path):
+    cluster.start(agents=[NODE])
+    wait_for(lambda: Node.objects.filter(state="READY").count() == 1, timeout=20, what="a READY node")
+
+    # submit with --set (a YAML scalar: the int 4), then status and logs -f until it ends
+    submitted = mlq("submit", spec(tmp_path, "counts", COUNT_TO_THREE), "--set", "resources.gpu_count=4", "-o", "json")
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = json.loads(submitted.stdout)["id"]
+    assert Job.objects.get(pk=job_id).gpu_count == 4
+    followed = mlq("logs", str(job_id), "-f")
+    assert followed.returncode == 0, followed.stderr + cluster.logs()
+    assert followed.stdout.splitlines() == ["step 0", "step 1", "step 2"]
+    assert Job.objects.get(pk=job_id).state == "SUCCEEDED"
+    status = mlq("status", str(job_id), "-o", "yaml")
+    assert status.returncode == 0 and "state: SUCCEEDED" in status.stdout
+    assert "SUCCEEDED" in mlq("status", str(job_id)).stdout
+
+    # --wait: 0 for a success, 1 for a failure with no retries left
+    assert mlq("submit", spec(tmp_path, "ok", "print('ok')"), "--wait").returncode == 0
+    failed = mlq(
+        "submit", spec(tmp_path, "fails", "raise SystemExit(3)"), "--set", "restart_policy.max_retries=0", "--wait"
+    )
+    assert failed.returncode == 1, failed.stdout + failed.stderr
+    assert "FAILED" in failed.stdout
+
+    # the queue as JSON: a job too big to start now waits there; cancel takes it out
+    blocker = mlq("submit", spec(tmp_path, "blocker", "import time; time.sleep(60)"), "--set", "resources.gpu_count=8")
+    big = mlq("submit", spec(tmp_path, "waits", "print(1)"), "--set", "resources.gpu_count=8", "-o", "json")
+    assert blocker.returncode == 0 and big.returncode == 0, blocker.stderr + big.stderr
+    waiting = json.loads(big.stdout)["id"]
+    wait_for(
+        lambda: waiting in [row["id"] for row in json.loads(mlq("queue", "-o", "json").stdout)],
+        timeout=20,
+        what="the big job in the queue",
+    )
+    cancelled = mlq("cancel", str(waiting), "--reason", "not needed")
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert Job.objects.get(pk=waiting).state == "CANCELLED"
+    blocker_id = Job.objects.get(name="blocker").pk
+    assert mlq("cancel", str(blocker_id)).returncode == 0
+
+    # teams, and a member's refused quota edit: the API's message, exit 1, nothing written
+    teams = mlq("teams", "-o", "json")
+    assert teams.returncode == 0
+    assert "research-foundation-models" in [team["name"] for team in json.loads(teams.stdout)]
+    quotas = list(Quota.objects.order_by("pk").values())
+    refused = mlq("quota", "research-foundation-models", "--set", "H100=64", "--reason", "more")
+    assert refused.returncode == 1
+    assert refused.stderr.strip() == NOT_A_LEAD.format(team="research-foundation-models")
+    assert refused.stdout == ""
+    assert list(Quota.objects.order_by("pk").values()) == quotas
+    assert not AuditEvent.objects.filter(kind=EventKind.QUOTA_CHANGED).exists()
