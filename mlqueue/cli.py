@@ -67,7 +67,7 @@ JOB_COLUMNS = [
     ("TEAM", lambda job: job.team),
     ("STATE", lambda job: job.state),
     ("PRI", lambda job: job.priority),
-    ("GPUS", lambda job: f"{job.gpu_count} {job.gpu_type}".strip()),
+    ("GPUS", lambda job: f"{job.gpu_count} {job.gpu_type}".strip() if job.gpu_count else "-"),
 ]
 JOB_WIDE = [
     ("OWNER", lambda job: job.owner),
@@ -116,7 +116,7 @@ NODE_COLUMNS = [
     ("NODE", lambda node: node.name),
     ("STATE", lambda node: node.state),
     ("ADMIN", lambda node: node.admin_state),
-    ("GPUS", lambda node: f"{node.gpu_count} {node.gpu_type}".strip()),
+    ("GPUS", lambda node: f"{node.gpu_count} {node.gpu_type}".strip() if node.gpu_count else "-"),
     ("RACK", lambda node: node.rack),
 ]
 NODE_WIDE = [
@@ -491,7 +491,13 @@ def cancel(ctx, job_ids, reason, mine, state, team, output):
     if job_ids and (mine or state or team):
         raise click.UsageError("give job ids or a filter (--mine/--state/--team), not both")
     if len(job_ids) == 1:
-        emit(sdk.cancel(job_ids[0], reason=reason), output, JOB_COLUMNS)
+        job = sdk.cancel(job_ids[0], reason=reason)
+        if output in ("json", "yaml"):
+            emit(job, output, JOB_COLUMNS)
+        elif job.state == "CANCELLED":
+            click.echo(f"job {job.id} cancelled")
+        else:
+            click.echo(f"job {job.id}: cancel requested; {job.state} until its tasks stop")
         return
     if job_ids:
         result = sdk.cancel(list(job_ids), reason=reason)

@@ -407,3 +407,17 @@ def test_the_sdk_and_the_cli_load_nothing_of_the_server():
     server = [name for name in found["loaded"] if name.split(".")[0] in SERVER_ONLY]
     assert server == [], f"mlqueue.client/cli loaded server modules: {', '.join(server)}"
     assert [name for name in found["loaded"] if name.startswith("mlqueue.")] == ["mlqueue.cli", "mlqueue.client"]
+
+
+def test_cancelling_one_running_job_says_the_cancel_is_requested():
+    server = FakeServer(
+        {
+            ("POST", "/api/v1/jobs/7/cancel"): (200, job(state="RUNNING", cancel_requested_at="t")),
+            ("POST", "/api/v1/jobs/8/cancel"): (200, job(8, state="CANCELLED")),
+        }
+    )
+    assert run(server, "cancel", "7", "--reason", "r").output.strip() == (
+        "job 7: cancel requested; RUNNING until its tasks stop"
+    )
+    assert run(server, "cancel", "8").output.strip() == "job 8 cancelled"
+    assert server.bodies("POST", "/api/v1/jobs/7/cancel") == [{"reason": "r"}]
