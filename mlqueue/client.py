@@ -322,7 +322,8 @@ class Client:
         self.server = (server or os.environ.get("MLQ_SERVER") or config.get("server") or "").rstrip("/")
         self.token = token or os.environ.get("MLQ_TOKEN") or config.get("token") or ""
         # who the token belongs to, as `mlq login` recorded it: for `--mine` where the API has no "me"
-        self.user = os.environ.get("MLQ_USER") or (config.get("user") if token is None else "") or ""
+        from_config = not token and not os.environ.get("MLQ_TOKEN")
+        self.user = os.environ.get("MLQ_USER") or (config.get("user", "") if from_config else "")
         self._transport = transport
         self._timeout = timeout
         self._http: httpx.Client | None = None
@@ -441,27 +442,34 @@ class Client:
         follow: bool = False,
         poll: float = POLL_S,
     ) -> Iterator[str]:
-        """The log's lines. `follow`: keep polling from the last offset every `poll` seconds until
-        the job has finished and its log has nothing more."""
-        offset, partial = 0, ""
+        """The log's lines (of `attempt`, default the latest). `follow`: keep polling from the last
+        offset every `poll` seconds until the job has finished and the log has nothing more; without
+        an `attempt` given, a retry's new attempt is followed on from its start."""
+        pinned, offset, partial = attempt is not None, 0, ""
         while True:
             chunk = self.log_chunk(job, rank=rank, attempt=attempt, stderr=stderr, offset=offset)
-            attempt = attempt or chunk.get("attempt")  # follow one attempt, the one we started on
-            text = partial + chunk.get("text", "")
+            attempt = attempt or chunk.get("attempt")
             offset = chunk.get("next_offset", offset)
-            *lines, partial = text.split("\n")
+            *lines, partial = (partial + chunk.get("text", "")).split("\n")
             yield from lines
             if not follow:
                 break
-            if not chunk.get("text") and self.get(job).finished:
-                # one more read: the last lines may have landed between the two requests
+            if chunk.get("text"):
+                continue
+            current = self.get(job)
+            newer = max((task.attempt for task in current.tasks if task.rank == rank), default=attempt)
+            if current.finished or (not pinned and attempt and newer > attempt):
+                # one more read of this attempt: its last lines may have landed since
                 last = self.log_chunk(job, rank=rank, attempt=attempt, stderr=stderr, offset=offset)
-                text = partial + last.get("text", "")
-                *lines, partial = text.split("\n")
+                *lines, partial = (partial + last.get("text", "")).split("\n")
                 yield from lines
-                break
-            if not chunk.get("text"):
-                time.sleep(poll)
+                if current.finished:
+                    break
+                if partial:
+                    yield partial
+                attempt, offset, partial = newer, 0, ""
+                continue
+            time.sleep(poll)
         if partial:
             yield partial
 

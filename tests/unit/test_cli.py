@@ -421,3 +421,39 @@ def test_cancelling_one_running_job_says_the_cancel_is_requested():
     )
     assert run(server, "cancel", "8").output.strip() == "job 8 cancelled"
     assert server.bodies("POST", "/api/v1/jobs/7/cancel") == [{"reason": "r"}]
+
+
+def test_logs_follow_moves_on_to_a_retrys_new_attempt():
+    logs = {1: "first try\n", 2: "second try\n"}
+    details = iter(
+        [
+            job(state="RUNNING", tasks=[{"rank": 0, "state": "RUNNING", "attempt": 2}]),
+            job(state="SUCCEEDED", tasks=[{"rank": 0, "state": "SUCCEEDED", "attempt": 2}]),
+        ]
+    )
+
+    def log(request):
+        attempt, offset = int(request.url.params.get("attempt", 1)), int(request.url.params["offset"])
+        return 200, {"attempt": attempt, "next_offset": len(logs[attempt]), "text": logs[attempt][offset:]}
+
+    server = FakeServer(
+        {("GET", "/api/v1/jobs/7/logs"): log, ("GET", "/api/v1/jobs/7"): lambda request: (200, next(details))}
+    )
+    assert list(sdk(server).logs(7, follow=True)) == ["first try", "second try"]
+    pinned = FakeServer(
+        {
+            ("GET", "/api/v1/jobs/7/logs"): log,
+            ("GET", "/api/v1/jobs/7"): (200, job(state="SUCCEEDED", tasks=[{"rank": 0, "state": "S", "attempt": 2}])),
+        }
+    )
+    assert list(sdk(pinned).logs(7, attempt=1, follow=True)) == ["first try"]
+
+
+def test_the_config_files_user_goes_with_its_token_only(monkeypatch):
+    client.write_config("http://x", "file-token", "ada")
+    assert Client().user == "ada"
+    assert Client(token="another").user == ""
+    monkeypatch.setenv("MLQ_TOKEN", "env-token")
+    assert Client().user == ""
+    monkeypatch.setenv("MLQ_USER", "bob")
+    assert Client().user == "bob"
