@@ -261,7 +261,13 @@ def completion(shell):
 
 @main.command()
 @click.argument("spec", type=click.Path(exists=True, dir_okay=False))
-@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="override a dotted field (VALUE is YAML)")
+@click.option(
+    "--set",
+    "overrides",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="override a dotted field; VALUE is YAML: 16 is a number, '16' a string (env values are strings)",
+)
 @click.option("--dry-run", is_flag=True, help="only say whether and where it could run")
 @click.option("--wait", is_flag=True, help="wait for the end: exit 0 succeeded, 1 failed, 3 cancelled")
 @click.option("--follow", is_flag=True, help="print rank 0's log as it runs (then as --wait)")
@@ -272,7 +278,7 @@ def submit(ctx, spec, overrides, dry_run, wait, follow, output):
 
     \b
     Example:
-      mlq submit job.yaml --set resources.gpu_count=16 --set env.STEPS=100 --wait
+      mlq submit job.yaml --set resources.gpu_count=16 --set "env.STEPS='100'" --wait
     """
     sdk = client(ctx)
     body = apply_overrides(load_spec(spec), overrides)

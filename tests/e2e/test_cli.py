@@ -23,7 +23,9 @@ from tests.e2e.processes import ROOT, wait_for
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 NODE = {"name": "z1-r1-h100-01", "zone": "z1", "rack": "z1-r1"}
-COUNT_TO_THREE = "import time\nfor i in range(3):\n    print('step', i, flush=True)\n    time.sleep(1)\n"
+COUNT_STEPS = (
+    "import os, time\nfor i in range(int(os.environ['STEPS'])):\n    print('step', i, flush=True)\n    time.sleep(1)\n"
+)
 
 
 @pytest.fixture
@@ -78,8 +80,9 @@ def test_mlq_against_a_live_cluster(cluster, mlq, tmp_path):
     cluster.start(agents=[NODE])
     wait_for(lambda: Node.objects.filter(state="READY").count() == 1, timeout=20, what="a READY node")
 
-    # submit with --set (a YAML scalar: the int 4), then status and logs -f until it ends
-    submitted = mlq("submit", spec(tmp_path, "counts", COUNT_TO_THREE), "--set", "resources.gpu_count=4", "-o", "json")
+    # submit with --set (YAML scalars: the int 4, the string '3'), then status and logs -f until it ends
+    counts = spec(tmp_path, "counts", COUNT_STEPS)
+    submitted = mlq("submit", counts, "--set", "resources.gpu_count=4", "--set", "env.STEPS='3'", "-o", "json")
     assert submitted.returncode == 0, submitted.stderr
     job_id = json.loads(submitted.stdout)["id"]
     assert Job.objects.get(pk=job_id).gpu_count == 4
