@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 import click
 import yaml
 
-from mlqueue.client import NO_USER, Client, Job, MlqError, apply_overrides, config_path, load_spec
+from mlqueue.client import NO_USER, Client, Job, MlqError, apply_overrides, config_path, load_spec, read_scalar
 
 EXIT_REFUSED = 1
 EXIT_FAILED = 1
@@ -579,7 +579,7 @@ def parse_quota_changes(items: Sequence[str]) -> dict:
         if not equals or not resource or field not in ("guaranteed", "borrowing_limit", "weight"):
             raise click.BadParameter(BAD_QUOTA.format(item=item), param_hint="--set")
         resource_class = resource if ":" in resource or resource == "cpu" else f"gpu:{resource}"
-        changes.setdefault(resource_class, {})[field] = yaml.safe_load(text)
+        changes.setdefault(resource_class, {})[field] = read_scalar(text, key)
     return changes
 
 

@@ -27,9 +27,10 @@ NO_TOKEN = "no token: set MLQ_TOKEN, pass token=, or run `mlq login`"
 NO_USER = "who are you? set MLQ_USER, or run `mlq login` (it records your user name)"
 BAD_OVERRIDE = "--set wants KEY=VALUE with a dotted key, e.g. resources.gpu_count=16; got {item!r}"
 NOT_A_MAPPING = "{where}: a job spec is a mapping of fields, not {kind}"
-OVERRIDE_THROUGH_VALUE = "{key}: {part} is a {kind}, not a mapping"
+OVERRIDE_THROUGH_VALUE = "{part} is a {kind}, not a mapping"
 WAIT_TIMED_OUT = "job {job} still {state} after {timeout:g} s"
 UNREACHABLE = "cannot reach {server}: {error}"
+NOT_YAML = "not YAML: {error}"
 
 API = "/api/v1"
 POLL_S = 2.0
@@ -274,9 +275,19 @@ def parse_override(item: str) -> tuple[list[str], Any]:
     key, equals, text = item.partition("=")
     parts = key.strip().split(".")
     if not equals or not all(parts):
-        raise MlqError(0, BAD_OVERRIDE.format(item=item), {"--set": [BAD_OVERRIDE.format(item=item)]})
-    value = yaml.safe_load(text) if text.strip() else ""
-    return parts, value
+        raise MlqError(0, BAD_OVERRIDE.format(item=item))
+    return parts, read_scalar(text, key.strip())
+
+
+def read_scalar(text: str, where: str) -> Any:
+    """VALUE as YAML reads it (16 -> 16, '16' -> "16", true -> True); blank is ""."""
+    if not text.strip():
+        return ""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        message = NOT_YAML.format(error=str(error).splitlines()[0])
+        raise MlqError(0, f"{where}: {message}", {where: [message]}) from None
 
 
 def apply_overrides(spec: dict, items: Iterable[str] = (), **overrides) -> dict:
@@ -290,8 +301,8 @@ def apply_overrides(spec: dict, items: Iterable[str] = (), **overrides) -> dict:
             if not isinstance(here, dict):
                 key = ".".join(parts)
                 where = ".".join(parts[: depth + 1])
-                message = OVERRIDE_THROUGH_VALUE.format(key=key, part=where, kind=type(here).__name__)
-                raise MlqError(0, message, {key: [message]})
+                message = OVERRIDE_THROUGH_VALUE.format(part=where, kind=type(here).__name__)
+                raise MlqError(0, f"{key}: {message}", {key: [message]})
         here[parts[-1]] = value
     return out
 
@@ -300,10 +311,12 @@ def load_spec(spec_or_path: dict | str | os.PathLike) -> dict:
     if isinstance(spec_or_path, dict):
         return spec_or_path
     path = Path(spec_or_path)
-    spec = yaml.safe_load(path.read_text())
+    try:
+        spec = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as error:
+        raise MlqError(0, f"{path}: {NOT_YAML.format(error=' '.join(str(error).split()))}") from None
     if not isinstance(spec, dict):
-        message = NOT_A_MAPPING.format(where=path, kind=type(spec).__name__)
-        raise MlqError(0, message, {"body": [message]})
+        raise MlqError(0, NOT_A_MAPPING.format(where=path, kind=type(spec).__name__))
     return spec
 
 

@@ -457,3 +457,23 @@ def test_the_config_files_user_goes_with_its_token_only(monkeypatch):
     assert Client().user == ""
     monkeypatch.setenv("MLQ_USER", "bob")
     assert Client().user == "bob"
+
+
+def test_a_spec_or_a_value_that_is_not_yaml_is_refused_by_name(tmp_path):
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("name: [unclosed\n")
+    server = FakeServer({})
+    result = run(server, "submit", str(broken))
+    assert result.exit_code == 1 and result.stderr.startswith(f"{broken}: not YAML: ")
+    result = run(server, "submit", str(broken), "--set", "resources.gpu_count=[1,")
+    assert result.exit_code == 1 and result.stderr.count("\n") == 1
+    listed = tmp_path / "ok.yaml"
+    listed.write_text("name: x\n")
+    result = run(server, "submit", str(listed), "--set", "resources.gpu_count=[1,")
+    assert result.exit_code == 1 and result.stderr.startswith("resources.gpu_count: not YAML: ")
+    assert result.stderr.count("\n") == 1
+    assert run(server, "quota", "t", "--set", "H100={", "--reason", "r").stderr.startswith("H100: not YAML")
+    listed = tmp_path / "list.yaml"
+    listed.write_text("- 1\n")
+    assert run(server, "submit", str(listed)).stderr.strip() == client.NOT_A_MAPPING.format(where=listed, kind="list")
+    assert server.requests == []
