@@ -477,3 +477,35 @@ def test_a_spec_or_a_value_that_is_not_yaml_is_refused_by_name(tmp_path):
     listed.write_text("- 1\n")
     assert run(server, "submit", str(listed)).stderr.strip() == client.NOT_A_MAPPING.format(where=listed, kind="list")
     assert server.requests == []
+
+
+def test_dry_run_set_events_nodes_and_cordon(spec_file):
+    node = {"name": "gpu-017", "state": "READY", "admin_state": "CORDONED", "gpu_type": "H100", "gpu_count": 8}
+    verdict = {
+        "valid": True,
+        "can_ever_run": False,
+        "placement": None,
+        "reason": "needs 16 per node",
+        "suggestions": [],
+    }
+    server = FakeServer(
+        {
+            ("POST", "/api/v1/jobs/dry-run"): (200, verdict),
+            ("PATCH", "/api/v1/jobs/7"): (200, job(priority="P1")),
+            ("GET", "/api/v1/jobs/7/events"): (200, {"next": None, "results": [{"id": 1, "kind": "SUBMITTED"}]}),
+            ("GET", "/api/v1/nodes"): (200, {"next": None, "results": [node]}),
+            ("POST", "/api/v1/nodes/gpu-017/cordon"): (200, node),
+        }
+    )
+    dry = run(server, "submit", str(spec_file), "--dry-run", "--set", "resources.gpu_count=16")
+    assert dry.exit_code == 0 and "reason: needs 16 per node" in dry.output
+    assert [r.url.path for r in server.requests] == ["/api/v1/jobs/dry-run"]  # nothing submitted
+    assert json.loads(run(server, "set", "7", "--priority", "P1", "-o", "json").output)["priority"] == "P1"
+    assert server.bodies("PATCH", "/api/v1/jobs/7") == [{"priority": "P1"}]
+    assert run(server, "set", "7").exit_code == 2
+    assert "SUBMITTED" in run(server, "events", "7").output
+    assert json.loads(run(server, "nodes", "--rack", "r1", "-o", "json").output) == [node]
+    assert server.requests[-1].url.params["rack"] == "r1"
+    assert run(server, "cordon", "gpu-017").exit_code == 2  # --reason is required
+    assert "CORDONED" in run(server, "cordon", "gpu-017", "--reason", "flaky").output
+    assert server.bodies("POST", "/api/v1/nodes/gpu-017/cordon") == [{"reason": "flaky"}]
