@@ -233,7 +233,12 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_PARSER_CLASSES": ["mlqueue.parsers.LimitedJSONParser"],
+    "DEFAULT_PARSER_CLASSES": [
+        "mlqueue.parsers.LimitedJSONParser",
+        "mlqueue.yaml_body.LimitedYAMLParser",
+        "mlqueue.yaml_body.LimitedXYAMLParser",
+        "mlqueue.yaml_body.LimitedTextYAMLParser",
+    ],
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "mlqueue.api_errors.exception_handler",

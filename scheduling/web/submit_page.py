@@ -26,7 +26,16 @@ from rest_framework.exceptions import Throttled, ValidationError
 
 from mlqueue.api_errors import flatten_errors
 from mlqueue.errors import Conflict, FieldPermissionDenied
-from mlqueue.parsers import first_bad_text
+from mlqueue.yaml_body import (  # noqa: F401 (the page's messages, imported from here by its tests)
+    MAX_YAML_BYTES,
+    MAX_YAML_DEPTH,
+    NOT_A_MAPPING,
+    YAML_SYNTAX,
+    YAML_TOO_DEEP,
+    YAML_TOO_LARGE,
+    YAML_VALUE,
+    load_yaml,
+)
 from scheduling.core.model import PRIORITIES, Topology
 from scheduling.secrets import MASK, masked_spec
 from scheduling.selectors import visible_jobs
@@ -39,16 +48,7 @@ from teams.selectors import visible_team_names
 CLONE_NOT_VISIBLE = "job {id} does not exist or is not visible to you; the form starts from the defaults."
 NOT_KEY_VALUE = "line {line}: {text!r} is not KEY=VALUE."
 KEY_TWICE = "line {line}: {key} is given twice."
-YAML_SYNTAX = "YAML syntax error at line {line}, column {column}: {problem}."
-YAML_ALIASES = "YAML anchors and aliases (&, *) are not supported: write the spec out in full."
-NOT_A_MAPPING = "the YAML must be a mapping of spec fields (like the API's JSON object); this one is {kind}."
 NOT_IN_FORM = "{path}: the form cannot hold {value!r} as it is, so it was left out or changed."
-MAX_YAML_BYTES = 64 * 1024  # a full spec is under 2 KB
-MAX_YAML_DEPTH = 64  # a spec nests three levels; the parser recurses per level
-YAML_TOO_LARGE = "the YAML is {size} bytes; the form reads at most {limit}."
-YAML_TOO_DEEP = "the YAML nests deeper than {limit} levels; a job spec nests three."
-YAML_VALUE = "YAML value error: {problem}."
-YAML_BAD_TEXT = "{path}: {message}"
 SECRET_VALUES_NOT_SHOWN = (
     "secret_env values are never sent back to the browser, so this YAML shows *** in their place: "
     "type the values in the secret_env box before you submit."
@@ -290,63 +290,10 @@ def _yaml_without_secret_values(text: str) -> str:
     """The YAML box as posted, unless it holds secret_env values: then the same spec written
     out with ***, since a value never goes back to the browser. (YAML that does not parse is
     sent back as typed, for its author to fix.)"""
-    data, _ = _load_yaml(text)
+    data, _ = load_yaml(text)
     if data is None or "secret_env" not in data or data == masked_spec(data):
         return text
     return _dump(data)
-
-
-def _load_yaml(text: str) -> tuple[dict | None, str]:
-    """The YAML as a spec mapping, or why not. Aliases are refused: the API takes JSON, and
-    a few lines of nested aliases expand beyond any limit. Size and nesting are bounded before
-    the parser runs: it recurses per level and slows down with depth (20 KB of "[" took 15 s)."""
-    size = len(text.encode("utf-8", "surrogatepass"))
-    if size > MAX_YAML_BYTES:
-        return None, YAML_TOO_LARGE.format(size=size, limit=MAX_YAML_BYTES)
-    try:
-        problem = _scan_problem(text)
-        data = None if problem else yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        return None, _yaml_error(exc)
-    except (ValueError, OverflowError, RecursionError) as exc:  # e.g. an integer of 5,000 digits
-        return None, YAML_VALUE.format(problem=exc)
-    if problem:
-        return None, problem
-    if not isinstance(data, dict):
-        return None, NOT_A_MAPPING.format(kind="empty" if data is None else f"a {type(data).__name__}")
-    bad_text = first_bad_text(data)
-    return (None, YAML_BAD_TEXT.format(path=bad_text[0], message=bad_text[1])) if bad_text else (data, "")
-
-
-_NESTING = {
-    yaml.FlowSequenceStartToken: 1,
-    yaml.FlowMappingStartToken: 1,
-    yaml.BlockSequenceStartToken: 1,
-    yaml.BlockMappingStartToken: 1,
-    yaml.FlowSequenceEndToken: -1,
-    yaml.FlowMappingEndToken: -1,
-    yaml.BlockEndToken: -1,
-}
-
-
-def _scan_problem(text: str) -> str:
-    """An alias, or nesting past MAX_YAML_DEPTH, seen by the scanner alone (it is linear and
-    stops at the first), before the parser and the loader see the document."""
-    depth = 0
-    for token in yaml.scan(text):
-        if isinstance(token, yaml.AliasToken):
-            return YAML_ALIASES
-        depth += _NESTING.get(type(token), 0)
-        if depth > MAX_YAML_DEPTH:
-            return YAML_TOO_DEEP.format(limit=MAX_YAML_DEPTH)
-    return ""
-
-
-def _yaml_error(exc: yaml.YAMLError) -> str:
-    mark = getattr(exc, "problem_mark", None)
-    if mark is None:
-        return f"YAML error: {exc}"
-    return YAML_SYNTAX.format(line=mark.line + 1, column=mark.column + 1, problem=exc.problem)
 
 
 # --- what the page shows ------------------------------------------------------------------
@@ -544,7 +491,7 @@ def _to_yaml(request, state: SubmitState):
 
 
 def _from_yaml(request, state: SubmitState):
-    data, error = _load_yaml(state.yaml)
+    data, error = load_yaml(state.yaml)
     if data is None:
         state.yaml_errors = [error]
     else:

@@ -1,0 +1,103 @@
+"""YAML job specs, bounded: the submit page's YAML box and the API's YAML bodies read them the
+same way. Size and nesting are checked before the parser runs (it recurses per level and slows
+down with depth: 20 KB of "[" took 15 s); aliases are refused (a few lines of nested aliases
+expand beyond any limit)."""
+
+import yaml
+from django.conf import settings
+from rest_framework.parsers import BaseParser
+
+from mlqueue.errors import BODY_TOO_LARGE, RequestTooLarge
+from mlqueue.parsers import BodyError, BodyParseError, first_bad_text
+
+YAML_SYNTAX = "YAML syntax error at line {line}, column {column}: {problem}."
+YAML_ALIASES = "YAML anchors and aliases (&, *) are not supported: write the spec out in full."
+NOT_A_MAPPING = "the YAML must be a mapping of spec fields (like the API's JSON object); this one is {kind}."
+MAX_YAML_BYTES = 64 * 1024  # a full spec is under 2 KB
+MAX_YAML_DEPTH = 64  # a spec nests three levels; the parser recurses per level
+YAML_TOO_LARGE = "the YAML is {size} bytes; the form reads at most {limit}."
+YAML_TOO_DEEP = "the YAML nests deeper than {limit} levels; a job spec nests three."
+YAML_VALUE = "YAML value error: {problem}."
+YAML_BAD_TEXT = "{path}: {message}"
+NOT_UTF8 = "the YAML is not UTF-8 text ({problem})."
+YAML_MEDIA_TYPES = ("application/yaml", "application/x-yaml", "text/yaml")
+
+
+def load_yaml(text: str) -> tuple[dict | None, str]:
+    """The YAML as a spec mapping, or why not (a sentence)."""
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > MAX_YAML_BYTES:
+        return None, YAML_TOO_LARGE.format(size=size, limit=MAX_YAML_BYTES)
+    try:
+        problem = _scan_problem(text)
+        data = None if problem else yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        return None, _yaml_error(exc)
+    except (ValueError, OverflowError, RecursionError) as exc:  # e.g. an integer of 5,000 digits
+        return None, YAML_VALUE.format(problem=exc)
+    if problem:
+        return None, problem
+    if not isinstance(data, dict):
+        return None, NOT_A_MAPPING.format(kind="empty" if data is None else f"a {type(data).__name__}")
+    bad_text = first_bad_text(data)
+    return (None, YAML_BAD_TEXT.format(path=bad_text[0], message=bad_text[1])) if bad_text else (data, "")
+
+
+_NESTING = {
+    yaml.FlowSequenceStartToken: 1,
+    yaml.FlowMappingStartToken: 1,
+    yaml.BlockSequenceStartToken: 1,
+    yaml.BlockMappingStartToken: 1,
+    yaml.FlowSequenceEndToken: -1,
+    yaml.FlowMappingEndToken: -1,
+    yaml.BlockEndToken: -1,
+}
+
+
+def _scan_problem(text: str) -> str:
+    """An alias, or nesting past MAX_YAML_DEPTH, seen by the scanner alone (it is linear and
+    stops at the first), before the parser and the loader see the document."""
+    depth = 0
+    for token in yaml.scan(text):
+        if isinstance(token, yaml.AliasToken):
+            return YAML_ALIASES
+        depth += _NESTING.get(type(token), 0)
+        if depth > MAX_YAML_DEPTH:
+            return YAML_TOO_DEEP.format(limit=MAX_YAML_DEPTH)
+    return ""
+
+
+def _yaml_error(exc: yaml.YAMLError) -> str:
+    mark = getattr(exc, "problem_mark", None)
+    if mark is None:
+        return f"YAML error: {exc}"
+    return YAML_SYNTAX.format(line=mark.line + 1, column=mark.column + 1, problem=exc.problem)
+
+
+class LimitedYAMLParser(BaseParser):
+    """A YAML body read as the submit page reads its YAML box: over MAX_YAML_BYTES (or the
+    request limit, if lower) is a 413; anything else wrong is a 400 naming `body`."""
+
+    media_type = "application/yaml"
+
+    def parse(self, stream, media_type=None, parser_context=None):
+        limit = min(MAX_YAML_BYTES, settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
+        raw = stream.read(limit + 1) if stream is not None else b""
+        if len(raw) > limit:
+            raise RequestTooLarge(BODY_TOO_LARGE.format(limit=limit))
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise BodyParseError(BodyError("body", NOT_UTF8.format(problem=exc))) from None
+        data, problem = load_yaml(text)
+        if problem:
+            raise BodyParseError(BodyError("body", problem))
+        return data
+
+
+class LimitedXYAMLParser(LimitedYAMLParser):
+    media_type = "application/x-yaml"
+
+
+class LimitedTextYAMLParser(LimitedYAMLParser):
+    media_type = "text/yaml"
