@@ -1,6 +1,31 @@
+import re
+from datetime import timedelta
+
 import django_filters
+from django.utils import timezone
+from django_filters.fields import IsoDateTimeField
 
 from scheduling.models import Job, JobState, Priority
+
+NOT_A_TIME = "enter an ISO 8601 date-time (2026-04-20T09:00:00Z) or a time ago such as 30m, 12h or 7d."
+_AGO = re.compile(r"(\d{1,5})([mhd])")
+_UNITS = {"m": "minutes", "h": "hours", "d": "days"}
+
+
+class TimeOrAgoField(IsoDateTimeField):
+    """An ISO 8601 date-time, or a time ago ("7d": seven days before now), for the CLI."""
+
+    default_error_messages = {"invalid": NOT_A_TIME}
+
+    def strptime(self, value, format):
+        ago = _AGO.fullmatch(value.strip())
+        if ago:
+            return timezone.now() - timedelta(**{_UNITS[ago[2]]: int(ago[1])})
+        return super().strptime(value, format)
+
+
+class TimeFilter(django_filters.IsoDateTimeFilter):
+    field_class = TimeOrAgoField
 
 
 class JobFilter(django_filters.FilterSet):
@@ -8,7 +33,10 @@ class JobFilter(django_filters.FilterSet):
     state = django_filters.MultipleChoiceFilter(choices=JobState.choices)
     priority = django_filters.MultipleChoiceFilter(choices=Priority.choices)
     owner = django_filters.CharFilter(field_name="owner__username")
+    submitted_after = TimeFilter(field_name="submitted_at", lookup_expr="gte", help_text="submitted at or after")
+    submitted_before = TimeFilter(field_name="submitted_at", lookup_expr="lt", help_text="submitted before")
+    ended_after = TimeFilter(field_name="finished_at", lookup_expr="gte", help_text="ended at or after")
 
     class Meta:
         model = Job
-        fields = ["team", "state", "priority", "owner"]
+        fields = ["team", "state", "priority", "owner", "submitted_after", "submitted_before", "ended_after"]
