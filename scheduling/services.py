@@ -37,6 +37,17 @@ def check_job_submission(*, user, data) -> tuple[Team, dict]:
     """Validate a submitted spec for `user`: fields, team, rights, dependencies and whether an
     empty cluster could ever hold it. Returns the team and the normalized spec, whose
     secret_env still holds the values in the clear: pass it to do_submit_job, never show it."""
+    team, spec = check_job_spec(user=user, data=data)
+    verdict = can_ever_run(job_shape(spec), inventory())
+    if not verdict.ok:
+        raise ValidationError({verdict.field: [verdict.message]})
+    return team, spec
+
+
+@sensitive_variables("data", "spec", "serializer")
+def check_job_spec(*, user, data) -> tuple[Team, dict]:
+    """check_job_submission but for whether the cluster could ever hold the job: the dry run
+    answers that as data rather than as a 400."""
     serializer = JobSpecSerializer(data=data, context={"user": user})
     serializer.is_valid(raise_exception=True)
     spec = normalized(serializer.validated_data)
@@ -44,9 +55,6 @@ def check_job_submission(*, user, data) -> tuple[Team, dict]:
     if spec["priority"] == "P0" and not can_edit_quotas(user, team):
         raise FieldPermissionDenied("priority", P0_RESERVED.format(name=team.name))
     _check_dependencies(user, spec["depends_on"])
-    verdict = can_ever_run(job_shape(spec), inventory())
-    if not verdict.ok:
-        raise ValidationError({verdict.field: [verdict.message]})
     return team, spec
 
 

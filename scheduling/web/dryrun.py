@@ -7,9 +7,11 @@ from dataclasses import dataclass
 from django.conf import settings
 
 from scheduling.core.explain import CapacityExplainer
+from scheduling.core.feasibility import can_ever_run
 from scheduling.core.placement import plan
 from scheduling.core.reasons import PendingReason
 from scheduling.core.whatif import suggestions
+from scheduling.inventory import inventory
 from scheduling.services import job_shape
 from scheduling.web.explanations import cluster_now
 
@@ -36,3 +38,41 @@ def dry_run(spec: dict) -> DryRun:
         return DryRun(shape.describe(), tuple(sorted((slot.name, count) for slot, count in placement)))
     reason = CapacityExplainer(state, nodes).explain_shape(shape)
     return DryRun(shape.describe(), reason=reason, suggestions=tuple(suggestions(state, shape, settings.MLQ_GPU_TYPES)))
+
+
+NEVER_FITS = "NEVER_FITS"  # the dry run's code for a spec no empty cluster could hold
+
+
+def dry_run_answer(spec: dict) -> dict:
+    """The API's dry run of a spec that passed check_job_spec: whether an empty cluster could
+    ever hold it (a submit would be a 400 if not), and if so the dry run against the cluster now."""
+    shape = job_shape(spec)
+    verdict = can_ever_run(shape, inventory())
+    if not verdict.ok:
+        reason = {"code": NEVER_FITS, "message": verdict.message, "field": verdict.field}
+        return _answer(shape.describe(), can_ever_run=False, placement=None, reason=reason, suggestions=())
+    found = dry_run(spec)
+    placement = {"nodes": [{"node": name, "tasks": count} for name, count in found.placement]}
+    reason = found.reason and {
+        "code": found.reason.code,
+        "category": found.reason.category,
+        "message": found.reason.message,
+    }
+    return _answer(
+        found.shape,
+        can_ever_run=True,
+        placement=placement if found.fits_now else None,
+        reason=reason,
+        suggestions=found.suggestions,
+    )
+
+
+def _answer(shape: str, *, can_ever_run: bool, placement, reason, suggestions) -> dict:
+    return {
+        "valid": True,
+        "can_ever_run": can_ever_run,
+        "shape": shape,
+        "placement": placement,
+        "reason": reason,
+        "suggestions": list(suggestions),
+    }

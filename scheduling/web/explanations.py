@@ -9,10 +9,10 @@ from django.conf import settings
 from django.utils import timezone
 
 from scheduling.cluster import load_nodes, load_running
-from scheduling.core.reasons import ReasonCode
+from scheduling.core.reasons import CATEGORY, ReasonCode
 from scheduling.core.state import ClusterState
 from scheduling.core.whatif import fits_now, suggestions
-from scheduling.models import Job
+from scheduling.models import Job, JobState
 from scheduling.services import job_shape
 
 
@@ -64,3 +64,35 @@ def what_would_help(job: Job) -> Help:
         fits_as_is=fits_now(state, shape),
         suggestions=suggestions(state, shape, settings.MLQ_GPU_TYPES),
     )
+
+
+def why_answer(job: Job) -> dict:
+    """The API's "why": what the job page's panel shows, as data; the suggestions are computed
+    now (what_would_help loads the cluster), for a pending job only."""
+    pending = job.state == JobState.PENDING
+    why = explain_job(job) if pending else None
+    return {
+        "job_id": job.pk,
+        "state": job.state,
+        "reason": why and {"code": why.code, "category": _category(why.code), "message": why.message},
+        "histogram": why
+        and why.histogram
+        and {"fit": why.fit_count, "rejections": [{"why": reason, "nodes": count} for reason, count in why.histogram]},
+        "reservation": _reservation(job) if pending else None,
+        "latest_start": job.estimated_start if pending else None,
+        "likely_start": job.likely_start if pending else None,
+        "suggestions": what_would_help(job).suggestions if pending else [],
+    }
+
+
+def _category(code: str) -> str | None:
+    try:
+        return CATEGORY[ReasonCode(code)]
+    except (ValueError, KeyError):  # a code the core no longer has
+        return None
+
+
+def _reservation(job: Job) -> dict | None:
+    if not job.reserved_nodes and not job.nominated_nodes:
+        return None
+    return {"reserved_nodes": list(job.reserved_nodes), "nominated_nodes": list(job.nominated_nodes)}
