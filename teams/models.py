@@ -144,6 +144,7 @@ class EventKind(models.TextChoices):
     SECURITY = "SECURITY"  # tokens created, used, revoked or reset
     LEADER = "LEADER"  # a scheduler took the lead: `data.epoch`, recorded with the epoch bump itself
     CHECKPOINT = "CHECKPOINT"  # a rank confirmed a checkpoint (at most one a minute per job)
+    JOB_CHANGED = "JOB_CHANGED"  # a name, priority or time limit changed after submit: `data.field`, before, after
 
 
 class AppendOnlyQuerySet(models.QuerySet):

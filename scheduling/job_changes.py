@@ -1,0 +1,195 @@
+"""Changes to a submitted job (name, priority, a shorter time limit) and cancelling many jobs
+at once. `check_*` validates, `do_*` writes (and records why).
+
+What may change, and when:
+1. `name`: while the job is queued or running (PENDING, ASSIGNED, RUNNING).
+2. `priority`: while the job is PENDING, and only to a priority the caller could submit at
+   (P0: leads of the job's team or above, and site admins); a placed job keeps the priority
+   it was placed with.
+3. `max_runtime_hours`: only down, while the job is queued or running (the reconciler reads
+   the limit live, so a running job is stopped at the new limit).
+An attempt that ended (even one awaiting its retry) cannot be changed.
+The submitted spec (`Job.spec`) stays as submitted; the columns hold what is in force."""
+
+from django.db import transaction
+from django.utils import timezone
+from rest_framework import serializers
+from rest_framework.exceptions import PermissionDenied, ValidationError
+
+from mlqueue.errors import Conflict, FieldPermissionDenied
+from scheduling import notify
+from scheduling.core.model import PRIORITIES
+from scheduling.models import Job
+from scheduling.selectors import visible_jobs
+from scheduling.services import P0_RESERVED, check_may_cancel, do_cancel_job
+from scheduling.spec import StrictFloatField, StrictSerializer, StrictStringField
+from scheduling.states import QUEUED_OR_RUNNING, UNSUCCESSFUL, JobState
+from teams.models import AuditEvent, EventKind
+from teams.selectors import can_edit_quotas
+
+NOTHING_TO_CHANGE = "give at least one of name, priority, max_runtime_hours."
+NOT_NOW = "job {job_id} is {state}: its {field} can change only while it is {states}."
+RUNTIME_ONLY_DOWN = "max_runtime_hours may only go down: the job has {current:g}, you asked for {asked:g}."
+CHANGED_MEANWHILE = "job {job_id} changed while this request ran ({field} is now {value!r}); look again and retry."
+
+# The states each change needs, checked and then required again by the UPDATE.
+WRITABLE_STATES = {
+    "name": QUEUED_OR_RUNNING,
+    "priority": (JobState.PENDING,),
+    "max_runtime_hours": QUEUED_OR_RUNNING,
+}
+
+
+class JobChangeSerializer(StrictSerializer):
+    name = StrictStringField(required=False, max_length=200, printable_only=True)
+    priority = serializers.ChoiceField(PRIORITIES, required=False)
+    max_runtime_hours = StrictFloatField(required=False)
+
+    def validate(self, attrs):
+        if not attrs:
+            raise ValidationError({"body": [NOTHING_TO_CHANGE]})
+        return attrs
+
+
+def check_job_change(*, user, job: Job, data) -> dict:
+    """The changes `data` asks for, keeping only those that differ; refuses any the caller may
+    not make or the job's state does not allow (a 400, 403 or 409 naming the field)."""
+    check_may_cancel(user=user, job=job)
+    body = JobChangeSerializer(data=data)
+    body.is_valid(raise_exception=True)
+    changes = {field: value for field, value in body.validated_data.items() if getattr(job, field) != value}
+    for field in changes:
+        if job.state not in WRITABLE_STATES[field]:
+            states = ", ".join(WRITABLE_STATES[field])
+            raise Conflict(NOT_NOW.format(job_id=job.pk, state=job.state, field=field, states=states))
+    if changes.get("priority") == "P0" and not can_edit_quotas(user, job.team):
+        raise FieldPermissionDenied("priority", P0_RESERVED.format(name=job.team.name))
+    if "max_runtime_hours" in changes and changes["max_runtime_hours"] > job.max_runtime_hours:
+        raise ValidationError(
+            {
+                "max_runtime_hours": [
+                    RUNTIME_ONLY_DOWN.format(current=job.max_runtime_hours, asked=changes["max_runtime_hours"])
+                ]
+            }
+        )
+    return changes
+
+
+def do_change_job(*, user, job: Job, changes: dict) -> Job:
+    """Write check_job_change's changes, each as a conditional UPDATE on the value and state the
+    check saw (0 rows: someone else changed the job first, and nothing is written), with one
+    event per field holding before and after."""
+    now = timezone.now()
+    with transaction.atomic():
+        for field, value in changes.items():
+            before = getattr(job, field)
+            written = Job.objects.filter(pk=job.pk, state__in=WRITABLE_STATES[field], **{field: before}).update(
+                **{field: value, "updated_at": now}
+            )
+            if not written:
+                current = Job.objects.filter(pk=job.pk).values_list(field, flat=True).first()
+                raise Conflict(CHANGED_MEANWHILE.format(job_id=job.pk, field=field, value=current))
+            AuditEvent.objects.create(
+                job=job,
+                kind=EventKind.JOB_CHANGED,
+                actor=user,
+                actor_name=user.get_username(),
+                message=f"{field} changed from {before!r} to {value!r} by {user.get_username()}",
+                data={"field": field, "before": before, "after": value},
+                created_at=now,
+            )
+        if changes:
+            notify.wake_scheduler("change")
+            notify.jobs_changed([job.pk])
+    job.refresh_from_db()
+    return job
+
+
+# --- cancelling many jobs ------------------------------------------------------------------
+
+MAX_BULK_CANCEL = 1000
+IDS_OR_FILTER = "give exactly one of ids and filter."
+EMPTY_FILTER = "give at least one of owner, state, team: an empty filter would match every job you can see."
+TOO_MANY_MATCH = "the filter matches {count} jobs not yet ended; cancel at most {limit} per call (narrow the filter)."
+NOT_VISIBLE = "job {id} does not exist or is not visible to you."
+ALREADY_CANCELLED = "job {id} is already CANCELLED."
+
+
+class CancelFilterSerializer(StrictSerializer):
+    owner = StrictStringField(required=False, max_length=150, help_text='a user name, or "me"')
+    state = serializers.ChoiceField(JobState.choices, required=False)
+    team = StrictStringField(required=False, max_length=100)
+
+    def validate(self, attrs):
+        if not attrs:
+            raise ValidationError(EMPTY_FILTER)
+        return attrs
+
+
+class BulkCancelSerializer(StrictSerializer):
+    ids = serializers.ListField(
+        child=serializers.IntegerField(min_value=1), required=False, allow_empty=False, max_length=MAX_BULK_CANCEL
+    )
+    filter = CancelFilterSerializer(required=False)
+    reason = serializers.CharField(required=False, allow_blank=True, max_length=500, default="")
+
+    def validate(self, attrs):
+        if ("ids" in attrs) == ("filter" in attrs):
+            raise ValidationError({"body": [IDS_OR_FILTER]})
+        return attrs
+
+
+def check_bulk_cancel(*, user, data) -> tuple[list[int], str]:
+    """The job ids a bulk cancel names (by `ids`, in their order, or the visible jobs not yet
+    ended that `filter` matches, oldest first) and its reason; at most MAX_BULK_CANCEL."""
+    body = BulkCancelSerializer(data=data)
+    body.is_valid(raise_exception=True)
+    params = body.validated_data
+    if "ids" in params:
+        return list(dict.fromkeys(params["ids"])), params["reason"]
+    wanted = params["filter"]
+    jobs = visible_jobs(user).exclude(state__in=(JobState.SUCCEEDED, JobState.CANCELLED))
+    jobs = jobs.exclude(state__in=UNSUCCESSFUL, failure_class__gt="")  # over for good; blank: awaiting a retry
+    if "owner" in wanted:
+        jobs = jobs.filter(owner__username=user.get_username() if wanted["owner"] == "me" else wanted["owner"])
+    if "state" in wanted:
+        jobs = jobs.filter(state=wanted["state"])
+    if "team" in wanted:
+        jobs = jobs.filter(team__name=wanted["team"])
+    ids = list(jobs.order_by("id").values_list("id", flat=True)[: MAX_BULK_CANCEL + 1])
+    if len(ids) > MAX_BULK_CANCEL:
+        count = jobs.count()
+        raise ValidationError({"filter": [TOO_MANY_MATCH.format(count=count, limit=MAX_BULK_CANCEL)]})
+    return ids, params["reason"]
+
+
+def do_cancel_jobs(*, user, job_ids: list[int], reason: str) -> tuple[list[int], list[dict]]:
+    """Cancel each job through do_cancel_job (each audited, each in its own transaction); a job
+    the caller cannot see or cancel, or that already ended, is skipped with why, not an error."""
+    by_id = visible_jobs(user).select_related("owner", "team").in_bulk(job_ids)
+    cancelled, skipped = [], []
+    for job_id in job_ids:
+        job = by_id.get(job_id)
+        why = _why_not_cancel(user, job_id, job)
+        if not why:
+            try:
+                do_cancel_job(job=job, user=user, reason=reason)
+            except (PermissionDenied, Conflict) as exc:  # the job moved on between the read and the write
+                why = str(exc.detail)
+        if why:
+            skipped.append({"id": job_id, "why": why})
+        else:
+            cancelled.append(job_id)
+    return cancelled, skipped
+
+
+def _why_not_cancel(user, job_id: int, job: Job | None) -> str:
+    if job is None:
+        return NOT_VISIBLE.format(id=job_id)
+    if job.state == JobState.CANCELLED:
+        return ALREADY_CANCELLED.format(id=job_id)
+    try:
+        check_may_cancel(user=user, job=job)
+    except PermissionDenied as exc:
+        return str(exc.detail)
+    return ""
