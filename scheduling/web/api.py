@@ -9,19 +9,24 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from mlqueue.pagination import StrictCursorPagination
-from scheduling import services
+from scheduling import job_changes, services
 from scheduling.models import Job, JobState, Priority, Task, TaskLog
 from scheduling.queue_state import queue_positions
 from scheduling.selectors import scheduler_state, visible_jobs
 from scheduling.spec import JobSpecSerializer
 from scheduling.web import throttles
+from scheduling.web.dryrun import dry_run_answer
+from scheduling.web.explanations import why_answer
 from scheduling.web.filters import JobFilter
 from scheduling.web.serializers import (
+    BulkCancelResultSerializer,
     CancelSerializer,
+    DryRunSerializer,
     JobDetailSerializer,
     JobEventSerializer,
     JobSerializer,
     QueueEntrySerializer,
+    WhySerializer,
 )
 from teams.models import AuditEvent
 
@@ -74,6 +79,49 @@ class JobDetail(APIView):
     @extend_schema(responses=JobDetailSerializer)
     def get(self, request: Request, job_id: int) -> Response:
         return Response(JobDetailSerializer(_with_tasks(job_id, request.user)).data)
+
+    @extend_schema(
+        request=job_changes.JobChangeSerializer,
+        responses={
+            200: JobDetailSerializer,
+            403: OpenApiResponse(description="not yours to change, or a priority above your rights"),
+            409: OpenApiResponse(description="the job's state does not allow the change, or it changed meanwhile"),
+        },
+    )
+    def patch(self, request: Request, job_id: int) -> Response:
+        """Change a submitted job: `name`, `priority` (while PENDING, within your rights) or a
+        lower `max_runtime_hours` (also while running). See scheduling/job_changes.py."""
+        job = get_object_or_404(visible_jobs(request.user).select_related("owner", "team"), pk=job_id)
+        changes = job_changes.check_job_change(user=request.user, job=job, data=request.data)
+        job_changes.do_change_job(user=request.user, job=job, changes=changes)
+        return Response(JobDetailSerializer(_with_tasks(job_id, request.user)).data)
+
+
+class JobDryRun(APIView):
+    @extend_schema(request=JobSpecSerializer, responses=DryRunSerializer)
+    def post(self, request: Request) -> Response:
+        """Validate a spec as a submit would and say whether it could ever run, where it would go
+        now, or why it would wait and what would help. Writes nothing."""
+        _, spec = services.check_job_spec(user=request.user, data=request.data)
+        return Response(dry_run_answer(spec))
+
+
+class JobWhy(APIView):
+    @extend_schema(responses=WhySerializer)
+    def get(self, request: Request, job_id: int) -> Response:
+        """Why a job waits: its reason, node histogram, reservation, forecast starts and what would
+        let it start now (computed on this request: it loads the cluster)."""
+        return Response(why_answer(get_object_or_404(visible_jobs(request.user), pk=job_id)))
+
+
+class JobBulkCancel(APIView):
+    @extend_schema(request=job_changes.BulkCancelSerializer, responses=BulkCancelResultSerializer)
+    def post(self, request: Request) -> Response:
+        """Cancel jobs by `ids` or by `filter`; each is audited. Jobs you cannot see or cancel, or
+        that already ended, are listed in `skipped` with why."""
+        job_ids, reason = job_changes.check_bulk_cancel(user=request.user, data=request.data)
+        cancelled, skipped = job_changes.do_cancel_jobs(user=request.user, job_ids=job_ids, reason=reason)
+        return Response({"cancelled": cancelled, "skipped": skipped})
 
 
 class JobEvents(generics.ListAPIView):

@@ -145,3 +145,51 @@ class JobEventSerializer(serializers.ModelSerializer):
 
 class CancelSerializer(serializers.Serializer):
     reason = serializers.CharField(required=False, allow_blank=True, max_length=500, default="")
+
+
+class DryRunPlacementSerializer(serializers.Serializer):
+    nodes = serializers.ListField(child=serializers.DictField(), help_text='[{"node": name, "tasks": n}, ...]')
+
+
+class ReasonSerializer(serializers.Serializer):
+    code = serializers.CharField()
+    category = serializers.CharField(required=False)
+    message = serializers.CharField()
+    field = serializers.CharField(required=False, help_text="can_ever_run false: the spec field at fault")
+
+
+class DryRunSerializer(serializers.Serializer):
+    valid = serializers.BooleanField()
+    can_ever_run = serializers.BooleanField(help_text="whether an empty cluster could hold it (false: POST is a 400)")
+    shape = serializers.CharField(help_text='what it asks for, e.g. "8 x 8 H100"')
+    placement = DryRunPlacementSerializer(allow_null=True, help_text="where it would go now; null if it would wait")
+    reason = ReasonSerializer(allow_null=True, help_text="why it would wait, or why it can never run")
+    suggestions = serializers.ListField(child=serializers.CharField())
+
+
+class HistogramSerializer(serializers.Serializer):
+    fit = serializers.CharField(help_text='nodes that could take one task, of how many, e.g. "3/36"')
+    rejections = serializers.ListField(child=serializers.DictField(), help_text='[{"why": ..., "nodes": n}, ...]')
+
+
+class ReservationSerializer(serializers.Serializer):
+    reserved_nodes = serializers.ListField(child=serializers.CharField())
+    nominated_nodes = serializers.ListField(child=serializers.CharField())
+
+
+class WhySerializer(serializers.Serializer):
+    job_id = serializers.IntegerField()
+    state = serializers.CharField()
+    reason = ReasonSerializer(allow_null=True, help_text="pending jobs only: the last pass's reason")
+    histogram = HistogramSerializer(allow_null=True)
+    reservation = ReservationSerializer(allow_null=True)
+    latest_start = serializers.DateTimeField(
+        allow_null=True, help_text="the forecast's start if all run to their limit"
+    )
+    likely_start = serializers.DateTimeField(allow_null=True, help_text="the forecast's start from observed runtimes")
+    suggestions = serializers.ListField(child=serializers.CharField(), help_text="changes that would fit it now")
+
+
+class BulkCancelResultSerializer(serializers.Serializer):
+    cancelled = serializers.ListField(child=serializers.IntegerField())
+    skipped = serializers.ListField(child=serializers.DictField(), help_text='[{"id": n, "why": "..."}, ...]')
