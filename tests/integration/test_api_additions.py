@@ -1,0 +1,341 @@
+"""The API additions for the CLI (issue 15): YAML bodies, the dry run, "why", PATCH, bulk
+cancel and the time filters on the job list."""
+
+from datetime import timedelta
+
+import pytest
+import yaml
+from django.test import override_settings
+from django.utils import timezone
+
+from mlqueue.yaml_body import MAX_YAML_BYTES, MAX_YAML_DEPTH, NOT_A_MAPPING, YAML_ALIASES, YAML_TOO_DEEP
+from scheduling.job_changes import (
+    ALREADY_CANCELLED,
+    EMPTY_FILTER,
+    IDS_OR_FILTER,
+    MAX_BULK_CANCEL,
+    NOT_NOW,
+    NOT_VISIBLE,
+    NOTHING_TO_CHANGE,
+    RUNTIME_ONLY_DOWN,
+    TOO_MANY_MATCH,
+)
+from scheduling.models import Job
+from scheduling.services import ALREADY_ENDED, NOT_YOURS_TO_CANCEL, P0_RESERVED
+from scheduling.spec import UNKNOWN_FIELD
+from scheduling.web.dryrun import NEVER_FITS
+from scheduling.web.filters import NOT_A_TIME
+from teams.models import AuditEvent
+from tests.conftest import make_spec
+from tests.nodes import heartbeat
+
+TEAM = "research-foundation-models"
+
+
+def submit(client, **overrides) -> int:
+    overrides.setdefault("client_job_id", None)  # a new job each time, not the seed spec's again
+    response = client.post("/api/v1/jobs", make_spec(**overrides), format="json")
+    assert response.status_code == 201, response.json()
+    return response.json()["id"]
+
+
+def post_yaml(client, url: str, text: str, content_type: str = "application/yaml"):
+    return client.generic("POST", url, text.encode(), content_type=content_type)
+
+
+# --- YAML bodies ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("content_type", ["application/yaml", "application/x-yaml", "text/yaml"])
+def test_a_yaml_spec_is_submitted_like_its_json(api, content_type):
+    response = post_yaml(api("alice"), "/api/v1/jobs", yaml.safe_dump(make_spec()), content_type)
+    assert response.status_code == 201, response.json()
+    assert response.json()["spec"] == api("alice").get(f"/api/v1/jobs/{response.json()['id']}").json()["spec"]
+    assert (response.json()["gpu_count"], response.json()["task_count"]) == (64, 8)
+
+
+def test_a_yaml_spec_gets_the_same_field_errors(api):
+    response = post_yaml(api("alice"), "/api/v1/jobs", yaml.safe_dump(make_spec(gpu_cont=3)))
+    assert response.status_code == 400
+    assert response.json()["fields"] == {"gpu_cont": [UNKNOWN_FIELD]}
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("- a\n- b\n", NOT_A_MAPPING.format(kind="a list")),
+        ("# only a comment\n", NOT_A_MAPPING.format(kind="empty")),
+        ("a: &x 1\nb: *x\n", YAML_ALIASES),
+        ("[" * (MAX_YAML_DEPTH + 1) + "]" * (MAX_YAML_DEPTH + 1), YAML_TOO_DEEP.format(limit=MAX_YAML_DEPTH)),
+    ],
+)
+def test_bad_yaml_is_a_400_naming_the_body(api, text, message):
+    for url in ("/api/v1/jobs", "/api/v1/jobs/dry-run"):
+        response = post_yaml(api("alice"), url, text)
+        assert response.status_code == 400
+        assert response.json() == {"detail": f"body: {message}", "fields": {"body": [message]}}
+    assert not Job.objects.exists()
+
+
+def test_yaml_syntax_errors_and_bad_bytes_name_the_body(api):
+    for raw in (b"team: [unclosed\n", b"team: \xff\n"):
+        response = api("alice").generic("POST", "/api/v1/jobs", raw, content_type="application/yaml")
+        assert response.status_code == 400 and list(response.json()["fields"]) == ["body"]
+
+
+def test_too_large_yaml_is_a_413(api):
+    text = "name: " + "x" * MAX_YAML_BYTES + "\n"
+    assert post_yaml(api("alice"), "/api/v1/jobs", text).status_code == 413
+    assert not Job.objects.exists()
+
+
+# --- dry run -------------------------------------------------------------------------------
+
+
+def test_a_dry_run_of_a_job_that_fits_says_where_and_writes_nothing(api, fresh_liveness):
+    heartbeat()
+    spec = make_spec(resources={"gpu_count": 8, "tasks": 1})
+    response = api("alice").post("/api/v1/jobs/dry-run", spec, format="json")
+    assert response.status_code == 200, response.json()
+    body = response.json()
+    assert (body["valid"], body["can_ever_run"], body["reason"], body["suggestions"]) == (True, True, None, [])
+    assert [node["tasks"] for node in body["placement"]["nodes"]] == [1]
+    assert not Job.objects.exists() and not AuditEvent.objects.filter(job__isnull=False).exists()
+
+
+def test_a_dry_run_in_yaml(api):
+    response = post_yaml(api("alice"), "/api/v1/jobs/dry-run", yaml.safe_dump(make_spec()))
+    assert response.status_code == 200 and response.json()["valid"] is True
+
+
+def test_a_dry_run_of_a_job_that_can_never_run_says_why_as_data(api):
+    spec = make_spec(resources={"gpu_count": 8000, "tasks": 1000})
+    submitted = api("alice").post("/api/v1/jobs", spec, format="json")
+    assert submitted.status_code == 400
+    field, messages = next(iter(submitted.json()["fields"].items()))
+    body = api("alice").post("/api/v1/jobs/dry-run", spec, format="json").json()
+    assert (body["can_ever_run"], body["placement"]) == (False, None)
+    assert body["reason"] == {"code": NEVER_FITS, "message": messages[0], "field": field}
+
+
+def test_an_invalid_spec_is_refused_by_the_dry_run_as_by_a_submit(api):
+    spec = make_spec(priority="P9")
+    submitted = api("alice").post("/api/v1/jobs", spec, format="json")
+    dry = api("alice").post("/api/v1/jobs/dry-run", spec, format="json")
+    assert (dry.status_code, dry.json()) == (submitted.status_code, submitted.json()) and dry.status_code == 400
+    p0 = api("alice").post("/api/v1/jobs/dry-run", make_spec(priority="P0"), format="json")
+    assert (p0.status_code, p0.json()["fields"]) == (403, {"priority": [P0_RESERVED.format(name=TEAM)]})
+
+
+# --- why -----------------------------------------------------------------------------------
+
+
+def test_why_of_a_pending_job(api):
+    job_id = submit(api("alice"))
+    Job.objects.filter(pk=job_id).update(
+        pending_reason_code="INSUFFICIENT_CAPACITY",
+        pending_reason_message="needs 8 nodes with 8 free H100",
+        pending_histogram={"histogram": [["fewer than 8 free GPUs", 30]], "fit": "2/32"},
+        reserved_nodes=["gpu-001"],
+        estimated_start=timezone.now() + timedelta(hours=2),
+    )
+    body = api("alice").get(f"/api/v1/jobs/{job_id}/why").json()
+    assert body["job_id"] == job_id and body["state"] == "PENDING"
+    assert body["reason"] == {
+        "code": "INSUFFICIENT_CAPACITY",
+        "category": "capacity",
+        "message": "needs 8 nodes with 8 free H100",
+    }
+    assert body["histogram"] == {"fit": "2/32", "rejections": [{"why": "fewer than 8 free GPUs", "nodes": 30}]}
+    assert body["reservation"] == {"reserved_nodes": ["gpu-001"], "nominated_nodes": []}
+    assert body["latest_start"] is not None and body["likely_start"] is None
+    assert isinstance(body["suggestions"], list)
+
+
+def test_why_of_a_job_not_pending_and_of_one_not_visible(api):
+    job_id = submit(api("alice"))
+    Job.objects.filter(pk=job_id).update(state="RUNNING")
+    body = api("alice").get(f"/api/v1/jobs/{job_id}/why").json()
+    assert (body["reason"], body["histogram"], body["reservation"], body["suggestions"]) == (None, None, None, [])
+    assert api("paul").get(f"/api/v1/jobs/{job_id}/why").status_code == 404
+
+
+# --- PATCH ---------------------------------------------------------------------------------
+
+
+def test_patch_changes_name_priority_and_a_lower_limit_each_audited(api):
+    job_id = submit(api("alice"))
+    response = api("alice").patch(
+        f"/api/v1/jobs/{job_id}", {"name": "renamed", "priority": "P3", "max_runtime_hours": 12}, format="json"
+    )
+    assert response.status_code == 200, response.json()
+    assert (response.json()["name"], response.json()["priority"]) == ("renamed", "P3")
+    assert Job.objects.get(pk=job_id).max_runtime_hours == 12
+    events = AuditEvent.objects.filter(job_id=job_id, kind="JOB_CHANGED").order_by("id")
+    assert [(e.actor_name, e.data["field"], e.data["after"]) for e in events] == [
+        ("alice", "name", "renamed"),
+        ("alice", "priority", "P3"),
+        ("alice", "max_runtime_hours", 12),
+    ]
+    assert events[1].data["before"] == "P1"
+
+
+def test_a_member_cannot_raise_to_p0_but_a_lead_can(api):
+    job_id = submit(api("alice"))
+    response = api("alice").patch(f"/api/v1/jobs/{job_id}", {"priority": "P0"}, format="json")
+    assert (response.status_code, response.json()["fields"]) == (403, {"priority": [P0_RESERVED.format(name=TEAM)]})
+    assert Job.objects.get(pk=job_id).priority == "P1"
+    assert api("rita").patch(f"/api/v1/jobs/{job_id}", {"priority": "P0"}, format="json").json()["priority"] == "P0"
+
+
+def test_the_time_limit_only_goes_down(api):
+    job_id = submit(api("alice"), max_runtime_hours=24)
+    response = api("alice").patch(f"/api/v1/jobs/{job_id}", {"max_runtime_hours": 48}, format="json")
+    assert response.status_code == 400
+    assert response.json()["fields"] == {"max_runtime_hours": [RUNTIME_ONLY_DOWN.format(current=24, asked=48)]}
+    Job.objects.filter(pk=job_id).update(state="RUNNING")
+    assert api("alice").patch(f"/api/v1/jobs/{job_id}", {"max_runtime_hours": 6}, format="json").status_code == 200
+    assert not AuditEvent.objects.filter(job_id=job_id, kind="JOB_CHANGED", data__after=48).exists()
+
+
+def test_priority_changes_only_while_pending_and_nothing_once_ended(api):
+    job_id = submit(api("alice"))
+    Job.objects.filter(pk=job_id).update(state="RUNNING")
+    response = api("alice").patch(f"/api/v1/jobs/{job_id}", {"priority": "P3"}, format="json")
+    assert response.status_code == 409
+    assert response.json()["detail"] == NOT_NOW.format(
+        job_id=job_id, state="RUNNING", field="priority", states="PENDING"
+    )
+    Job.objects.filter(pk=job_id).update(state="SUCCEEDED")
+    assert api("alice").patch(f"/api/v1/jobs/{job_id}", {"name": "x"}, format="json").status_code == 409
+
+
+@pytest.mark.parametrize(
+    "body, fields",
+    [
+        ({}, {"body": [NOTHING_TO_CHANGE]}),
+        ({"image": "evil"}, {"image": [UNKNOWN_FIELD]}),
+        ({"priority": "P9"}, {"priority": ['"P9" is not a valid choice.']}),
+    ],
+)
+def test_patch_refusals_name_the_field(api, body, fields):
+    job_id = submit(api("alice"))
+    response = api("alice").patch(f"/api/v1/jobs/{job_id}", body, format="json")
+    assert (response.status_code, response.json()["fields"]) == (400, fields)
+    assert not AuditEvent.objects.filter(job_id=job_id, kind="JOB_CHANGED").exists()
+
+
+def test_patch_by_who_may_not_cancel_is_refused_as_cancel_is(api):
+    job_id = submit(api("rita"))
+    response = api("alice").patch(f"/api/v1/jobs/{job_id}", {"name": "mine now"}, format="json")
+    assert response.status_code == 403
+    assert response.json() == {"detail": NOT_YOURS_TO_CANCEL.format(owner="rita", team=TEAM, job_id=job_id)}
+    assert api("paul").patch(f"/api/v1/jobs/{job_id}", {"name": "x"}, format="json").status_code == 404
+
+
+def test_patch_in_yaml(api):
+    job_id = submit(api("alice"))
+    response = api("alice").generic("PATCH", f"/api/v1/jobs/{job_id}", b"name: from-yaml\n", content_type="text/yaml")
+    assert (response.status_code, response.json()["name"]) == (200, "from-yaml")
+
+
+# --- bulk cancel ---------------------------------------------------------------------------
+
+
+def test_bulk_cancel_by_ids_cancels_mine_and_skips_the_rest(api):
+    alice = api("alice")
+    mine, done, cancelled = submit(alice), submit(alice), submit(alice)
+    ritas, pauls = submit(api("rita")), submit(api("paul"), team="production-ranking")
+    Job.objects.filter(pk=done).update(state="SUCCEEDED")
+    alice.post(f"/api/v1/jobs/{cancelled}/cancel", {}, format="json")
+    response = alice.post(
+        "/api/v1/jobs/cancel", {"ids": [mine, done, cancelled, ritas, pauls, mine], "reason": "cleanup"}, format="json"
+    )
+    assert response.status_code == 200, response.json()
+    assert response.json() == {
+        "cancelled": [mine],
+        "skipped": [
+            {"id": done, "why": ALREADY_ENDED.format(job_id=done, state="SUCCEEDED")},
+            {"id": cancelled, "why": ALREADY_CANCELLED.format(id=cancelled)},
+            {"id": ritas, "why": NOT_YOURS_TO_CANCEL.format(owner="rita", team=TEAM, job_id=ritas)},
+            {"id": pauls, "why": NOT_VISIBLE.format(id=pauls)},
+        ],
+    }
+    assert Job.objects.get(pk=mine).state == "CANCELLED"
+    assert AuditEvent.objects.get(job_id=mine, kind="CANCEL_REQUESTED").message == "cleanup"
+    assert Job.objects.get(pk=ritas).state == "PENDING"
+
+
+def test_bulk_cancel_by_filter(api):
+    alice = api("alice")
+    pending, running, ended = submit(alice), submit(alice), submit(alice)
+    ritas = submit(api("rita"))
+    Job.objects.filter(pk=running).update(state="RUNNING")
+    Job.objects.filter(pk=ended).update(state="SUCCEEDED")
+    response = alice.post("/api/v1/jobs/cancel", {"filter": {"owner": "me", "state": "PENDING"}}, format="json")
+    assert response.json() == {"cancelled": [pending], "skipped": []}
+    by_team = alice.post("/api/v1/jobs/cancel", {"filter": {"team": TEAM}}, format="json").json()
+    assert by_team["cancelled"] == [running]  # asked to stop; the ended job is not matched
+    assert [skip["id"] for skip in by_team["skipped"]] == [ritas]
+    assert AuditEvent.objects.filter(job_id=running, kind="CANCEL_REQUESTED", actor_name="alice").exists()
+
+
+@pytest.mark.parametrize(
+    "body, fields",
+    [
+        ({}, {"body": [IDS_OR_FILTER]}),
+        ({"ids": [1], "filter": {"owner": "me"}}, {"body": [IDS_OR_FILTER]}),
+        ({"filter": {}}, {"filter": [EMPTY_FILTER]}),
+        ({"filter": {"owner": "me", "colour": "red"}}, {"filter.colour": [UNKNOWN_FIELD]}),
+        ({"ids": []}, {"ids": ["This list may not be empty."]}),
+        (
+            {"ids": list(range(1, MAX_BULK_CANCEL + 2))},
+            {"ids": [f"Ensure this field has no more than {MAX_BULK_CANCEL} elements."]},
+        ),
+    ],
+)
+def test_bulk_cancel_refusals_name_the_field(api, body, fields):
+    response = api("alice").post("/api/v1/jobs/cancel", body, format="json")
+    assert (response.status_code, response.json()["fields"]) == (400, fields)
+
+
+def test_a_filter_matching_too_many_is_refused(api, monkeypatch):
+    monkeypatch.setattr("scheduling.job_changes.MAX_BULK_CANCEL", 2)
+    alice = api("alice")
+    jobs = [submit(alice) for _ in range(3)]
+    response = alice.post("/api/v1/jobs/cancel", {"filter": {"owner": "me"}}, format="json")
+    assert (response.status_code, response.json()["fields"]) == (
+        400,
+        {"filter": [TOO_MANY_MATCH.format(count=3, limit=2)]},
+    )
+    assert set(Job.objects.filter(pk__in=jobs).values_list("state", flat=True)) == {"PENDING"}
+
+
+# --- time filters --------------------------------------------------------------------------
+
+
+@override_settings(MLQ_SUBMIT_RATE="1000/minute")
+def test_the_list_filters_by_submit_and_end_times(api, clock):
+    alice = api("alice")
+    old = submit(alice)
+    clock.shift(timedelta(days=2))
+    new = submit(alice)
+    Job.objects.filter(pk=old).update(state="SUCCEEDED", finished_at=timezone.now())
+
+    def ids(query: str) -> list[int]:
+        response = alice.get(f"/api/v1/jobs?{query}")
+        assert response.status_code == 200, response.json()
+        return [job["id"] for job in response.json()["results"]]
+
+    since = (timezone.now() - timedelta(days=1)).isoformat().replace("+00:00", "Z")
+    assert ids(f"submitted_after={since}") == [new]
+    assert ids(f"submitted_before={since}") == [old]
+    assert ids("submitted_after=1d") == [new]
+    assert ids("submitted_after=3d") == [new, old]
+    assert ids("ended_after=1h") == [old]
+
+
+@pytest.mark.parametrize("param", ["submitted_after", "submitted_before", "ended_after"])
+def test_a_bad_time_is_a_400_naming_the_parameter(api, param):
+    response = api("alice").get(f"/api/v1/jobs?{param}=yesterday")
+    assert (response.status_code, response.json()["fields"]) == (400, {param: [NOT_A_TIME]})
