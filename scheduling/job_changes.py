@@ -11,6 +11,7 @@ What may change, and when:
 An attempt that ended (even one awaiting its retry) cannot be changed.
 The submitted spec (`Job.spec`) stays as submitted; the columns hold what is in force."""
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 from rest_framework import serializers
@@ -22,7 +23,7 @@ from scheduling.core.model import PRIORITIES
 from scheduling.models import Job
 from scheduling.selectors import visible_jobs
 from scheduling.services import P0_RESERVED, check_may_cancel, do_cancel_job
-from scheduling.spec import StrictFloatField, StrictSerializer, StrictStringField
+from scheduling.spec import MAX_RUNTIME_RANGE, StrictFloatField, StrictSerializer, StrictStringField
 from scheduling.states import QUEUED_OR_RUNNING, UNSUCCESSFUL, JobState
 from teams.models import AuditEvent, EventKind
 from teams.selectors import can_edit_quotas
@@ -44,6 +45,12 @@ class JobChangeSerializer(StrictSerializer):
     name = StrictStringField(required=False, max_length=200, printable_only=True)
     priority = serializers.ChoiceField(PRIORITIES, required=False)
     max_runtime_hours = StrictFloatField(required=False)
+
+    def validate_max_runtime_hours(self, value):
+        limit = settings.MLQ_MAX_RUNTIME_HOURS  # the submit's range, then "only down" on the job
+        if not 0 < value <= limit:
+            raise ValidationError(MAX_RUNTIME_RANGE.format(limit=limit, value=value))
+        return value
 
     def validate(self, attrs):
         if not attrs:

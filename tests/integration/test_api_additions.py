@@ -22,7 +22,7 @@ from scheduling.job_changes import (
 )
 from scheduling.models import Job
 from scheduling.services import ALREADY_ENDED, NOT_YOURS_TO_CANCEL, P0_RESERVED
-from scheduling.spec import UNKNOWN_FIELD
+from scheduling.spec import MAX_RUNTIME_RANGE, UNKNOWN_FIELD
 from scheduling.web.dryrun import NEVER_FITS
 from scheduling.web.filters import NOT_A_TIME
 from teams.models import AuditEvent
@@ -216,6 +216,8 @@ def test_priority_changes_only_while_pending_and_nothing_once_ended(api):
         ({}, {"body": [NOTHING_TO_CHANGE]}),
         ({"image": "evil"}, {"image": [UNKNOWN_FIELD]}),
         ({"priority": "P9"}, {"priority": ['"P9" is not a valid choice.']}),
+        ({"max_runtime_hours": 0}, {"max_runtime_hours": [MAX_RUNTIME_RANGE.format(limit=720, value=0.0)]}),
+        ({"name": ""}, {"name": ["This field may not be blank."]}),
     ],
 )
 def test_patch_refusals_name_the_field(api, body, fields):
@@ -339,3 +341,23 @@ def test_the_list_filters_by_submit_and_end_times(api, clock):
 def test_a_bad_time_is_a_400_naming_the_parameter(api, param):
     response = api("alice").get(f"/api/v1/jobs?{param}=yesterday")
     assert (response.status_code, response.json()["fields"]) == (400, {param: [NOT_A_TIME]})
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "2026-01-01",
+        "2026-01-01 10:00:00",
+        "!!set {a: null}",
+        "!!binary aGVsbG8=",
+        ".inf",
+        ".nan",
+        "1" * 5000,
+        "{a: [1]}",
+    ],
+)
+@pytest.mark.parametrize("field", ["name", "priority", "max_runtime_hours", "env", "node_selector", "team", "command"])
+def test_odd_yaml_values_are_refused_with_a_4xx_not_a_500(api, field, value):
+    text = yaml.safe_dump(make_spec(client_job_id=None, **{field: "PLACEHOLDER"})).replace("PLACEHOLDER", value)
+    assert post_yaml(api("alice"), "/api/v1/jobs", text).status_code < 500
+    assert post_yaml(api("alice"), "/api/v1/jobs/dry-run", text).status_code < 500
