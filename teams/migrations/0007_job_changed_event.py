@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('teams', '0005_reported_gpu_types'),
+        ('teams', '0006_apitoken_expires_at'),
     ]
 
     operations = [
