@@ -115,7 +115,11 @@ class JobWhy(APIView):
 
 
 class JobBulkCancel(APIView):
-    @extend_schema(request=job_changes.BulkCancelSerializer, responses=BulkCancelResultSerializer)
+    @extend_schema(
+        operation_id="v1_jobs_bulk_cancel",
+        request=job_changes.BulkCancelSerializer,
+        responses=BulkCancelResultSerializer,
+    )
     def post(self, request: Request) -> Response:
         """Cancel jobs by `ids` or by `filter`; each is audited. Jobs you cannot see or cancel, or
         that already ended, are listed in `skipped` with why."""
