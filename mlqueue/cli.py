@@ -439,14 +439,11 @@ def _print_explanation(data: dict):
     if data.get("placement"):
         click.echo(f"placement: {_text(data['placement'])}")
     histogram = data.get("histogram")
-    if isinstance(histogram, dict) and histogram:
-        click.echo("nodes:")
-        for key, count in histogram.items():
-            click.echo(f"  {key}: {count}")
-    elif isinstance(histogram, list) and histogram:
-        click.echo("nodes:")
-        for row in histogram:
-            click.echo(f"  {_text(row)}")
+    if histogram:
+        # {"fit": "0/32", "rejections": [{"why": ..., "nodes": n}, ...]}, as the job page shows it
+        click.echo(f"nodes that fit: {histogram.get('fit')}")
+        for row in histogram.get("rejections") or []:
+            click.echo(f"  {row.get('nodes')} {row.get('why')}")
     if data.get("reservation"):
         click.echo(f"reservation: {_text(data['reservation'])}")
     for key, label in (("likely_start", "likely start"), ("latest_start", "latest start")):

@@ -1,6 +1,8 @@
 """`mlq`, the real executable, against a live cluster (web, scheduler, an agent) (issue 15):
 submit a YAML file with --set, queue -o json, status, logs -f that ends with the job, cancel,
---wait's exit codes for a success and a failure, teams, and a member's refused quota edit.
+--wait's exit codes for a success and a failure, teams, and a member's refused quota edit;
+login (a token of its own in a 0600 config), why on a job that cannot start now, and a bulk
+cancel by filter.
 
 The executable is what pip's console-script wrapper for `mlq = "mlqueue.cli:main"` is: this
 interpreter running mlqueue.cli.main, with this checkout on its path (the shared virtualenv has
@@ -35,13 +37,18 @@ def cluster(tmp_path, demo):
     running.stop()
 
 
+def mlq_executable(tmp_path):
+    executable = tmp_path / "bin" / "mlq"
+    executable.parent.mkdir(exist_ok=True)
+    executable.write_text(f"#!{sys.executable}\nimport sys\nfrom mlqueue.cli import main\nsys.exit(main())\n")
+    executable.chmod(0o755)
+    return executable
+
+
 @pytest.fixture
 def mlq(tmp_path, cluster, api):
     """mlq(*args, user="alice") -> the finished process, as `alice` with her own token."""
-    executable = tmp_path / "bin" / "mlq"
-    executable.parent.mkdir()
-    executable.write_text(f"#!{sys.executable}\nimport sys\nfrom mlqueue.cli import main\nsys.exit(main())\n")
-    executable.chmod(0o755)
+    executable = mlq_executable(tmp_path)
     tokens = {}
 
     def run(*args, user="alice", timeout=60):
@@ -129,3 +136,57 @@ def test_mlq_against_a_live_cluster(cluster, mlq, tmp_path):
     assert refused.stdout == ""
     assert list(Quota.objects.order_by("pk").values()) == quotas
     assert not AuditEvent.objects.filter(kind=EventKind.QUOTA_CHANGED).exists()
+
+
+def test_login_why_and_a_bulk_cancel(cluster, tmp_path, api):
+    cluster.start(agents=[NODE])
+    wait_for(lambda: Node.objects.filter(state="READY").count() == 1, timeout=20, what="a READY node")
+    executable, home = mlq_executable(tmp_path), tmp_path / "home"
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(ROOT), "HOME": str(home)}  # no MLQ_SERVER, no token
+
+    def mlq(*args, **kwargs):
+        return subprocess.run([str(executable), *args], env=env, capture_output=True, text=True, timeout=60, **kwargs)
+
+    # login: asks for the password, stores a token of its own, readable only by its owner
+    logged_in = mlq("login", "--server", cluster.url, "--username", "alice", "--name", "e2e", input="demo\n")
+    assert logged_in.returncode == 0, logged_in.stdout + logged_in.stderr
+    config = home / ".config" / "mlqueue" / "config.toml"
+    assert config.stat().st_mode & 0o777 == 0o600
+    assert "e2e" in [token["name"] for token in json.loads(mlq("tokens", "-o", "json").stdout)]
+    wrong = mlq("login", "--server", cluster.url, "--username", "alice", "--password", "nope")
+    assert wrong.returncode == 1 and "password" in wrong.stderr.lower(), wrong.stderr
+
+    # why: a gang of two 4-GPU tasks cannot start while another job holds half the only node;
+    # one task would fit, and why says so
+    blocker = mlq("submit", spec(tmp_path, "blocker", "import time; time.sleep(60)"), "--set", "resources.gpu_count=4")
+    assert blocker.returncode == 0, blocker.stderr
+    waits = json.loads(
+        mlq(
+            "submit",
+            spec(tmp_path, "waits", "print(1)"),
+            "--set",
+            "resources.gpu_count=8",
+            "--set",
+            "resources.gpus_per_task=4",
+            "-o",
+            "json",
+        ).stdout
+    )["id"]
+    wait_for(
+        lambda: Job.objects.get(pk=waits).pending_reason_code not in ("", "NOT_YET_SCHEDULED"),
+        timeout=20,
+        what="the second job's reason",
+    )
+    answer = api("alice").get(f"/api/v1/jobs/{waits}/why").json()
+    assert answer["suggestions"], answer
+    why = mlq("why", str(waits))
+    assert why.returncode == 0, why.stderr
+    assert f"reason: {answer['reason']['message']}" in why.stdout
+    assert all(suggestion in why.stdout for suggestion in answer["suggestions"]), why.stdout
+
+    # a bulk cancel by filter takes every pending job of alice's, and says which
+    cancelled = mlq("cancel", "--mine", "--state", "pending", "--reason", "done for today", "-o", "json")
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert json.loads(cancelled.stdout)["cancelled"] == [waits]
+    assert Job.objects.get(pk=waits).state == "CANCELLED"
+    assert mlq("cancel", str(Job.objects.get(name="blocker").pk)).returncode == 0
