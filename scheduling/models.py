@@ -90,6 +90,7 @@ class StopReason(models.TextChoices):
     TIMEOUT = "TIMEOUT", "past max_runtime"
     DRAIN = "DRAIN", "its node is draining"
     PEER_FAILED = "PEER_FAILED", "another rank of its gang failed"
+    REQUEUED = "REQUEUED", "requeued on request"
 
 
 class Signal(models.TextChoices):
@@ -106,6 +107,11 @@ class RestartMode(models.TextChoices):
     RESUME = "resume_from_checkpoint"
     RESTART = "restart"
     FAIL = "fail"
+
+
+def held_message(name: str, reason: str) -> str:
+    """A held job's pending reason, as the job page and `why` show it."""
+    return f"held by {name}: {reason}" if reason else f"held by {name}: it will not start until it is released"
 
 
 class Job(models.Model):
@@ -148,6 +154,9 @@ class Job(models.Model):
     pending_reason_code = models.CharField(max_length=24, choices=PendingReasonCode.choices, blank=True)
     pending_reason_message = models.TextField(blank=True)
     held = models.BooleanField(default=False)
+    # Who held it and why (POST /jobs/{id}/hold), shown as its pending reason until released.
+    held_by_name = models.CharField(max_length=150, blank=True)
+    held_reason = models.CharField(max_length=500, blank=True)
     not_before = models.DateTimeField(null=True, blank=True, help_text="retry back-off: not placed before this")
     restarts_used = models.PositiveIntegerField(default=0)
     retries_used = models.PositiveIntegerField(default=0)
@@ -211,10 +220,14 @@ class Job(models.Model):
     @property
     def reason_code(self) -> str:
         """Why it waits, as the last pass stored it; NOT_YET_SCHEDULED until a pass has."""
+        if self.held:  # at once, before the next pass stores it
+            return ReasonCode.HELD
         return self.pending_reason_code or ReasonCode.NOT_YET_SCHEDULED
 
     @property
     def reason_message(self) -> str:
+        if self.held:
+            return held_message(self.held_by_name, self.held_reason)
         return self.pending_reason_message or NOT_YET_SCHEDULED_MESSAGE
 
 

@@ -25,6 +25,7 @@ STOPPED_AS = {
     StopReason.CANCELLED: (S.CANCELLED, FailureClass.CANCELLED),
     StopReason.TIMEOUT: (S.FAILED, FailureClass.TIMEOUT),
     StopReason.PEER_FAILED: (S.FAILED, FailureClass.INFRA),
+    StopReason.REQUEUED: (S.PREEMPTED, FailureClass.INFRA),
 }
 
 

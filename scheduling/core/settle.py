@@ -1,17 +1,19 @@
 """What an attempt that ended without success means: the user's cancel, a final failure, or a
 new attempt, and which budget that attempt spends.
 
-`settle()` takes the first of five rules that applies:
+`settle()` takes the first of six rules that applies:
 1. The user cancelled (asked to, or a rank ended CANCELLED) -> cancel: their word beats any
    retry.
 2. A rank ran past `max_runtime_hours` -> fail (TIMEOUT): a new attempt would run as long.
 3. A rank failed by itself (APP: an exit nobody asked for) -> retry after an exponential
    back-off, spending one of `max_retries`; none left -> fail (APP).
-4. The scheduler stopped the attempt to make room (a rank PREEMPTED, or DRAIN: a drain or a
+4. A user asked for the attempt to be requeued (a rank stopped REQUEUED) and no rank was lost
+   on its own -> requeue, spending and counting nothing, whatever the restart policy says.
+5. The scheduler stopped the attempt to make room (a rank PREEMPTED, or DRAIN: a drain or a
    spot reclaim) and no rank was lost on its own -> requeue, counting a preemption and
    spending nothing (seed 000: preemptions do not use up the retry budget); only
    `on_preemption: fail` fails the job.
-5. Anything else is the infrastructure's (a node lost, an agent that lost its task) ->
+6. Anything else is the infrastructure's (a node lost, an agent that lost its task) ->
    restart, spending one of `max_restarts`; none left, or `on_node_failure: fail` -> fail
    (INFRA).
 
@@ -50,6 +52,7 @@ class StopReason(StrEnum):
     TIMEOUT = "TIMEOUT"
     DRAIN = "DRAIN"
     PEER_FAILED = "PEER_FAILED"
+    REQUEUED = "REQUEUED"  # a user asked for a new attempt (POST /jobs/{id}/requeue)
 
 
 class RestartMode(StrEnum):
@@ -81,13 +84,19 @@ class SettleCode(StrEnum):
     RESTART = "RESTART"
     NO_RESTARTS_LEFT = "NO_RESTARTS_LEFT"
     POLICY_FAILS = "POLICY_FAILS"  # the restart policy says fail
+    REQUEUED = "REQUEUED"  # a user asked for it
 
 
 # Stops that make room for other work: they end an attempt without anyone's fault.
 MAKING_ROOM = frozenset({StopReason.PREEMPTED, StopReason.DRAIN})
 # Stops asked for because of something else (another rank, the user, the clock): a rank
 # with one of these was not lost on its own even if its node went with it.
-STOPPED_FOR_A_REASON = MAKING_ROOM | {StopReason.PEER_FAILED, StopReason.CANCELLED, StopReason.TIMEOUT}
+STOPPED_FOR_A_REASON = MAKING_ROOM | {
+    StopReason.PEER_FAILED,
+    StopReason.CANCELLED,
+    StopReason.TIMEOUT,
+    StopReason.REQUEUED,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,7 +162,7 @@ class Verdict:
     code: SettleCode
     message: str  # shown to the job's owner as is
     failure_class: str = ""  # the job's final failure class (fail, cancel)
-    counter: Counter | None = None  # what a requeue raises, to `count`
+    counter: Counter | None = None  # what a requeue raises, to `count` (None: a user's requeue raises nothing)
     count: int = 0
     backoff_s: float = 0.0  # a requeue is not placed again before this many seconds
 
@@ -172,7 +181,13 @@ def settle(attempt: Attempt, outcome: Outcome, policy: RestartPolicy) -> Verdict
     failed = next((t for t in ended if t.failure_class == FailureClass.APP), None)
     if failed is not None:
         return _after_app_failure(failed, attempt, policy)
-    if _made_room(ended):
+    if _stopped_for(ended, {StopReason.REQUEUED}):
+        return Verdict(
+            Action.REQUEUE,
+            SettleCode.REQUEUED,
+            f"requeued on request, {policy.resumes(policy.on_preemption)} (retries and restarts not spent)",
+        )
+    if _stopped_for(ended, MAKING_ROOM):
         return _after_preemption(ended, attempt, policy)
     return _after_infra_failure(attempt, policy)
 
@@ -197,13 +212,13 @@ def _after_app_failure(failed: EndedTask, attempt: Attempt, policy: RestartPolic
     )
 
 
-def _made_room(ended: list[EndedTask]) -> bool:
-    """The scheduler stopped a rank to make room, and no rank was lost on its own (that would
-    be a failure, whatever else was going on)."""
+def _stopped_for(ended: list[EndedTask], reasons) -> bool:
+    """A rank was stopped for one of `reasons` (to make room, or at a user's request), and no
+    rank was lost on its own (that would be a failure, whatever else was going on)."""
     lost_on_its_own = any(
         t.failure_class == FailureClass.INFRA and t.stop_reason not in STOPPED_FOR_A_REASON for t in ended
     )
-    return not lost_on_its_own and any(t.stop_reason in MAKING_ROOM for t in ended)
+    return not lost_on_its_own and any(t.stop_reason in reasons for t in ended)
 
 
 def _after_preemption(ended: list[EndedTask], attempt: Attempt, policy: RestartPolicy) -> Verdict:

@@ -249,6 +249,7 @@ def _requeue(job: Job, verdict: Verdict, *, now, lost: dict) -> None:
     if not moved:
         return
     not_before = now + timedelta(seconds=verdict.backoff_s) if verdict.backoff_s else None
+    counted = {verdict.counter: verdict.count} if verdict.counter else {}  # a user's requeue counts nothing
     Job.objects.filter(pk=job.pk).update(
         not_before=not_before,
         finished_at=None,
@@ -256,7 +257,7 @@ def _requeue(job: Job, verdict: Verdict, *, now, lost: dict) -> None:
         pending_reason_code=ReasonCode.BACKOFF if not_before else "",
         pending_reason_message=verdict.message if not_before else "",
         pending_histogram={},
-        **{verdict.counter: verdict.count},
+        **counted,
     )
     AuditEvent.objects.create(
         job=job,
@@ -264,7 +265,7 @@ def _requeue(job: Job, verdict: Verdict, *, now, lost: dict) -> None:
         actor_name="scheduler",
         reason=verdict.code,
         message=verdict.message,
-        data={verdict.counter: verdict.count},
+        data=counted,
         created_at=now,
     )
     notify.jobs_changed([job.pk])

@@ -378,7 +378,8 @@ class Simulation:
         if verdict.action != Action.REQUEUE:
             record.failed_at = self.now
             return
-        setattr(record, verdict.counter.value, verdict.count)
+        if verdict.counter:
+            setattr(record, verdict.counter.value, verdict.count)
         self.pending[job_id] = record.job
         self.pending_views.pop(job_id, None)
 

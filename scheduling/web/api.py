@@ -9,7 +9,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from mlqueue.pagination import StrictCursorPagination
-from scheduling import job_changes, services
+from scheduling import job_changes, job_control, services
 from scheduling.models import Job, JobState, Priority, Task, TaskLog
 from scheduling.queue_state import queue_positions
 from scheduling.selectors import scheduler_state, visible_jobs
@@ -154,6 +154,65 @@ class JobCancel(APIView):
         body = CancelSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         services.do_cancel_job(job=job, user=request.user, reason=body.validated_data["reason"])
+        return Response(JobDetailSerializer(_with_tasks(job_id, request.user)).data)
+
+
+def _control(request: Request, job_id: int, verb: str):
+    """The job a hold, release or requeue is about, after the rights check (a 403 before any
+    complaint about the body), and the body's reason."""
+    job = get_object_or_404(visible_jobs(request.user).select_related("owner", "team"), pk=job_id)
+    job_control.check_may_control(user=request.user, job=job, verb=verb)
+    body = CancelSerializer(data=request.data)
+    body.is_valid(raise_exception=True)
+    return job, body.validated_data["reason"]
+
+
+_CONTROL_RESPONSES = {
+    200: JobDetailSerializer,
+    403: OpenApiResponse(description="not the owner, a lead of its team or an admin"),
+}
+
+
+class JobHold(APIView):
+    @extend_schema(
+        operation_id="v1_jobs_hold",
+        request=CancelSerializer,
+        responses={**_CONTROL_RESPONSES, 409: OpenApiResponse(description="the job is not PENDING")},
+    )
+    def post(self, request: Request, job_id: int) -> Response:
+        """Hold a PENDING job: the scheduler leaves it waiting until it is released."""
+        job, reason = _control(request, job_id, "hold")
+        job_control.do_hold_job(user=request.user, job=job, reason=reason)
+        return Response(JobDetailSerializer(_with_tasks(job_id, request.user)).data)
+
+
+class JobRelease(APIView):
+    @extend_schema(
+        operation_id="v1_jobs_release",
+        request=None,
+        responses={**_CONTROL_RESPONSES, 409: OpenApiResponse(description="the job is not held")},
+    )
+    def post(self, request: Request, job_id: int) -> Response:
+        """Release a held job: the scheduler considers it again."""
+        job, _ = _control(request, job_id, "release")
+        job_control.do_release_job(user=request.user, job=job)
+        return Response(JobDetailSerializer(_with_tasks(job_id, request.user)).data)
+
+
+class JobRequeue(APIView):
+    @extend_schema(
+        operation_id="v1_jobs_requeue",
+        request=CancelSerializer,
+        responses={
+            **_CONTROL_RESPONSES,
+            409: OpenApiResponse(description="the job is not ASSIGNED or RUNNING, or is being stopped already"),
+        },
+    )
+    def post(self, request: Request, job_id: int) -> Response:
+        """Stop a running job gracefully (SIGTERM, SIGKILL after its grace period) and queue it
+        again as a new attempt, spending none of its retries or restarts."""
+        job, reason = _control(request, job_id, "requeue")
+        job_control.do_requeue_job(user=request.user, job=job, reason=reason)
         return Response(JobDetailSerializer(_with_tasks(job_id, request.user)).data)
 
 

@@ -101,6 +101,8 @@ class JobDetailSerializer(JobSerializer):
             "spec",
             "depends_on",
             "held",
+            "held_by_name",
+            "held_reason",
             "not_before",
             "restarts_used",
             "retries_used",

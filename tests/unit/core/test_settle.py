@@ -162,6 +162,27 @@ CASES = [
         ),
     ),
     (
+        "a user's requeue spends and counts nothing, whatever the restart policy says",
+        Outcome((preempted(0, "REQUEUED"), preempted(1, "REQUEUED"))),
+        Attempt(retries_used=2, restarts_used=20, preemptions=3),
+        RestartPolicy(max_retries=2, max_restarts=20, on_preemption=RestartMode.FAIL),
+        Verdict(
+            Action.REQUEUE, SettleCode.REQUEUED, "requeued on request, from the start (retries and restarts not spent)"
+        ),
+    ),
+    (
+        "a requeue with a rank lost on its own is that loss",
+        Outcome((preempted(0, "REQUEUED"), lost(1))),
+        Attempt(),
+        RestartPolicy(max_restarts=0),
+        Verdict(
+            Action.FAIL,
+            SettleCode.NO_RESTARTS_LEFT,
+            "lost to an infrastructure failure; no restarts left (0 allowed)",
+            "INFRA",
+        ),
+    ),
+    (
         "on_preemption: fail still fails",
         Outcome((preempted(0),)),
         Attempt(),

@@ -1,0 +1,125 @@
+"""Holding, releasing and requeuing a job (POST /api/v1/jobs/{id}/hold, /release, /requeue).
+`check_*` refuses, `do_*` writes (and records why). Who may: as for cancel (can_change_job).
+
+1. hold: a PENDING job is not considered by the scheduler until it is released (the snapshot
+   hands `held` to the core, which explains it as HELD). Holding a held job changes nothing.
+2. release: a held job is considered again (whatever its state; 409 if it is not held).
+3. requeue: a placed job (ASSIGNED or RUNNING) is stopped exactly as a drain stops it (SIGTERM,
+   SIGKILL at its grace deadline) with the stop reason REQUEUED; when its ranks have exited it
+   comes back PENDING as a new attempt, spending none of max_retries or max_restarts and
+   counting no preemption (core/settle.py, rule 4). Requeuing a job already being requeued
+   changes nothing.
+Every write is a conditional UPDATE on the state the check saw: 0 rows means the job moved on
+first, and the caller gets a 409 saying what it is now."""
+
+from django.db import transaction
+from django.utils import timezone
+from rest_framework.exceptions import PermissionDenied
+
+from mlqueue.errors import Conflict
+from scheduling import notify
+from scheduling.models import Job, StopReason, Task, held_message
+from scheduling.selectors import can_change_job
+from scheduling.states import ON_NODE, JobState
+from scheduling.stopping import do_request_stop
+from teams.models import AuditEvent, EventKind
+
+NOT_YOURS = (
+    "only the job's owner ({owner}), leads of {team} (or of a team above it) and site admins may {verb} job {job_id}."
+)
+HOLD_NOT_PENDING = "job {job_id} is {state}: only a PENDING job can be held."
+NOT_HELD = "job {job_id} is not held: there is nothing to release."
+REQUEUE_NOT_PLACED = "job {job_id} is {state}: only an ASSIGNED or RUNNING job can be requeued."
+REQUEUE_CANCELLING = "job {job_id} is being cancelled: it will not be requeued."
+ALREADY_STOPPING = "job {job_id} is already being stopped ({reason}): it will not be requeued on request."
+
+PLACED = tuple(ON_NODE)
+
+
+def check_may_control(*, user, job: Job, verb: str) -> None:
+    if not can_change_job(user, job):
+        raise PermissionDenied(
+            NOT_YOURS.format(owner=job.owner.get_username(), team=job.team.name, verb=verb, job_id=job.pk)
+        )
+
+
+def _event(job: Job, user, *, now, message: str, before: bool, after: bool) -> None:
+    AuditEvent.objects.create(
+        job=job,
+        kind=EventKind.JOB_CHANGED,
+        actor=user,
+        actor_name=user.get_username(),
+        message=message,
+        data={"field": "held", "before": before, "after": after},
+        created_at=now,
+    )
+
+
+def do_hold_job(*, user, job: Job, reason: str = "") -> Job:
+    """Hold a PENDING job (idempotent: a held job stays held, as it was)."""
+    check_may_control(user=user, job=job, verb="hold")
+    now = timezone.now()
+    name = user.get_username()
+    with transaction.atomic():
+        written = Job.objects.filter(pk=job.pk, state=JobState.PENDING, held=False).update(
+            held=True, held_by_name=name, held_reason=reason, updated_at=now
+        )
+        if written:
+            _event(job, user, now=now, message=held_message(name, reason), before=False, after=True)
+            notify.jobs_changed([job.pk])
+            notify.wake_scheduler("hold")
+    job.refresh_from_db()
+    if not written and not job.held:
+        raise Conflict(HOLD_NOT_PENDING.format(job_id=job.pk, state=job.state))
+    return job
+
+
+def do_release_job(*, user, job: Job) -> Job:
+    """Release a held job: the next pass considers it again."""
+    check_may_control(user=user, job=job, verb="release")
+    now = timezone.now()
+    with transaction.atomic():
+        written = Job.objects.filter(pk=job.pk, held=True).update(
+            held=False, held_by_name="", held_reason="", updated_at=now
+        )
+        if not written:
+            raise Conflict(NOT_HELD.format(job_id=job.pk))
+        _event(job, user, now=now, message=f"released by {user.get_username()}", before=True, after=False)
+        notify.jobs_changed([job.pk])
+        notify.wake_scheduler("release")
+    job.refresh_from_db()
+    return job
+
+
+def do_requeue_job(*, user, job: Job, reason: str = "") -> Job:
+    """Stop a placed job gracefully, as a drain does, to come back PENDING as a new attempt."""
+    check_may_control(user=user, job=job, verb="requeue")
+    if job.state not in PLACED:
+        raise Conflict(REQUEUE_NOT_PLACED.format(job_id=job.pk, state=job.state))
+    if job.cancel_requested_at is not None:
+        raise Conflict(REQUEUE_CANCELLING.format(job_id=job.pk))
+    name = user.get_username()
+    with transaction.atomic():
+        stopped = do_request_stop(
+            job_id=job.pk,
+            reason=StopReason.REQUEUED,
+            grace_s=job.grace_period_seconds,
+            message=reason or f"requeued by {name}",
+            actor_name=name,
+        )
+        if not stopped:
+            _check_already_requeued(job)
+    job.refresh_from_db()
+    return job
+
+
+def _check_already_requeued(job: Job) -> None:
+    """Nothing was signalled: fine if the job is being requeued already; a 409 saying why if it
+    is being stopped for another reason or is no longer placed."""
+    pending = set(Task.objects.filter(job_id=job.pk, state__in=ON_NODE).values_list("stop_reason", flat=True))
+    if pending == {StopReason.REQUEUED}:
+        return
+    if pending:
+        raise Conflict(ALREADY_STOPPING.format(job_id=job.pk, reason=", ".join(sorted(pending))))
+    state = Job.objects.values_list("state", flat=True).get(pk=job.pk)
+    raise Conflict(REQUEUE_NOT_PLACED.format(job_id=job.pk, state=state))
