@@ -516,6 +516,62 @@ def cancel(ctx, job_ids, reason, mine, state, team, output):
         click.echo(f"skipped: {_text(item)}")
 
 
+@main.command()
+@click.argument("job", type=int)
+@click.option("--reason", default="", help="shown as the job's pending reason while it is held")
+@output_option
+@click.pass_context
+def hold(ctx, job, reason, output):
+    """Hold a pending job: it is not started until released.
+
+    \b
+    Example:
+      mlq hold 42 --reason "waiting for the new shards"
+    """
+    held = client(ctx).hold(job, reason=reason)
+    if output in ("json", "yaml"):
+        emit(held, output, JOB_COLUMNS)
+    else:
+        click.echo(f"job {held.id} held by {held.raw.get('held_by_name', '')}")
+
+
+@main.command()
+@click.argument("job", type=int)
+@output_option
+@click.pass_context
+def release(ctx, job, output):
+    """Release a held job: the scheduler considers it again.
+
+    \b
+    Example:
+      mlq release 42
+    """
+    released = client(ctx).release(job)
+    if output in ("json", "yaml"):
+        emit(released, output, JOB_COLUMNS)
+    else:
+        click.echo(f"job {released.id} released")
+
+
+@main.command()
+@click.argument("job", type=int)
+@click.option("--reason", default="", help="recorded with the stop")
+@output_option
+@click.pass_context
+def requeue(ctx, job, reason, output):
+    """Stop a running job gracefully and queue it again (no retry spent).
+
+    \b
+    Example:
+      mlq requeue 42 --reason "picked up the fixed image"
+    """
+    requeued = client(ctx).requeue(job, reason=reason)
+    if output in ("json", "yaml"):
+        emit(requeued, output, JOB_COLUMNS)
+    else:
+        click.echo(f"job {requeued.id}: requeue requested; {requeued.state} until its tasks stop")
+
+
 @main.command("set")
 @click.argument("job", type=int)
 @click.option("--priority", type=click.Choice(["P0", "P1", "P2", "P3"]))

@@ -501,6 +501,20 @@ class Client:
             body["reason"] = reason
         return CancelResult.from_json(self.request("POST", "/jobs/cancel", json=body))
 
+    def hold(self, job, *, reason: str = "") -> Job:
+        """Hold a pending job: the scheduler leaves it waiting until it is released."""
+        body = {"reason": reason} if reason else {}
+        return Job.from_json(self.request("POST", f"/jobs/{_id(job)}/hold", json=body))
+
+    def release(self, job) -> Job:
+        """Release a held job."""
+        return Job.from_json(self.request("POST", f"/jobs/{_id(job)}/release", json={}))
+
+    def requeue(self, job, *, reason: str = "") -> Job:
+        """Stop a running job gracefully and queue it again, spending none of its retries."""
+        body = {"reason": reason} if reason else {}
+        return Job.from_json(self.request("POST", f"/jobs/{_id(job)}/requeue", json=body))
+
     def set(self, job, **changes) -> Job:
         """Change what may change after submit: priority, max_runtime_hours, name."""
         body = {key: value for key, value in changes.items() if value is not None}

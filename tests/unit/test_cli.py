@@ -509,3 +509,27 @@ def test_dry_run_set_events_nodes_and_cordon(spec_file):
     assert run(server, "cordon", "gpu-017").exit_code == 2  # --reason is required
     assert "CORDONED" in run(server, "cordon", "gpu-017", "--reason", "flaky").output
     assert server.bodies("POST", "/api/v1/nodes/gpu-017/cordon") == [{"reason": "flaky"}]
+
+
+def test_hold_release_and_requeue():
+    server = FakeServer(
+        {
+            ("POST", "/api/v1/jobs/7/hold"): (200, job(held=True, held_by_name="ada")),
+            ("POST", "/api/v1/jobs/7/release"): (200, job(held=False)),
+            ("POST", "/api/v1/jobs/8/requeue"): (200, job(8, state="RUNNING")),
+        }
+    )
+    assert run(server, "hold", "7", "--reason", "data").output.strip() == "job 7 held by ada"
+    assert run(server, "release", "7").output.strip() == "job 7 released"
+    assert run(server, "requeue", "8").output.strip() == "job 8: requeue requested; RUNNING until its tasks stop"
+    assert server.bodies("POST", "/api/v1/jobs/7/hold") == [{"reason": "data"}]
+    assert server.bodies("POST", "/api/v1/jobs/8/requeue") == [{}]
+    assert json.loads(run(server, "hold", "7", "-o", "json").output)["id"] == 7
+
+
+def test_a_refused_hold_shows_the_apis_message():
+    message = "job 7 is RUNNING: only a PENDING job can be held."
+    server = FakeServer({("POST", "/api/v1/jobs/7/hold"): (409, {"detail": message})})
+    result = run(server, "hold", "7")
+    assert result.exit_code == 1
+    assert result.stderr.strip() == message
