@@ -62,7 +62,7 @@ def do_hold_job(*, user, job: Job, reason: str = "") -> Job:
     name = user.get_username()
     with transaction.atomic():
         written = Job.objects.filter(pk=job.pk, state=JobState.PENDING, held=False).update(
-            held=True, held_by_name=name, held_reason=reason, updated_at=now
+            held=True, held_by_name=name, held_reason=reason, pending_histogram={}, updated_at=now
         )
         if written:
             _event(job, user, now=now, message=held_message(name, reason), before=False, after=True)
@@ -79,8 +79,14 @@ def do_release_job(*, user, job: Job) -> Job:
     check_may_control(user=user, job=job, verb="release")
     now = timezone.now()
     with transaction.atomic():
-        written = Job.objects.filter(pk=job.pk, held=True).update(
-            held=False, held_by_name="", held_reason="", updated_at=now
+        written = Job.objects.filter(pk=job.pk, held=True).update(  # not yet scheduled again, until the next pass
+            held=False,
+            held_by_name="",
+            held_reason="",
+            pending_reason_code="",
+            pending_reason_message="",
+            pending_histogram={},
+            updated_at=now,
         )
         if not written:
             raise Conflict(NOT_HELD.format(job_id=job.pk))

@@ -190,3 +190,44 @@ def test_login_why_and_a_bulk_cancel(cluster, tmp_path, api):
     assert json.loads(cancelled.stdout)["cancelled"] == [waits]
     assert Job.objects.get(pk=waits).state == "CANCELLED"
     assert mlq("cancel", str(Job.objects.get(name="blocker").pk)).returncode == 0
+
+
+def test_hold_release_and_requeue(cluster, mlq, tmp_path):
+    cluster.start(agents=[NODE])
+    wait_for(lambda: Node.objects.filter(state="READY").count() == 1, timeout=20, what="a READY node")
+
+    # requeue: a running job is stopped on its node (SIGTERM) and runs again as attempt 2, spending nothing
+    runs = mlq("submit", spec(tmp_path, "runs", COUNT_STEPS), "--set", "env.STEPS='60'", "-o", "json")
+    assert runs.returncode == 0, runs.stderr
+    runs_id = json.loads(runs.stdout)["id"]
+    wait_for(lambda: Job.objects.get(pk=runs_id).state == "RUNNING", timeout=30, what="the job running")
+    requeued = mlq("requeue", str(runs_id), "--reason", "new image")
+    assert requeued.returncode == 0, requeued.stderr
+    wait_for(
+        lambda: Job.objects.filter(pk=runs_id, state="RUNNING", tasks__attempt=2).exists(),
+        timeout=60,
+        what="the requeued job running again",
+    )
+    job = Job.objects.get(pk=runs_id)
+    assert (job.retries_used, job.restarts_used, job.preemptions) == (0, 0, 0)
+
+    # hold: a job waiting behind the running one stays PENDING, held, even once there is room
+    waits = mlq("submit", spec(tmp_path, "waits", "print(1)"), "--set", "resources.gpu_count=8", "-o", "json")
+    waits_id = json.loads(waits.stdout)["id"]
+    held = mlq("hold", str(waits_id), "--reason", "not yet")
+    assert held.returncode == 0, held.stderr
+    assert held.stdout.strip() == f"job {waits_id} held by alice"
+    assert "held by alice: not yet" in mlq("why", str(waits_id)).stdout
+    assert mlq("cancel", str(runs_id)).returncode == 0
+    wait_for(lambda: Job.objects.get(pk=runs_id).state == "CANCELLED", timeout=30, what="the running job cancelled")
+    wait_for(
+        lambda: Job.objects.get(pk=waits_id).pending_reason_code == "HELD", timeout=20, what="a pass after the cancel"
+    )
+    assert Job.objects.get(pk=waits_id).state == "PENDING"
+
+    # release: it runs
+    released = mlq("release", str(waits_id))
+    assert released.returncode == 0, released.stderr
+    wait_for(lambda: Job.objects.get(pk=waits_id).state == "SUCCEEDED", timeout=30, what="the released job done")
+    refused = mlq("release", str(waits_id))
+    assert refused.returncode == 1 and "not held" in refused.stderr

@@ -50,6 +50,8 @@ def test_a_held_job_is_not_placed_while_a_smaller_one_is_and_released_it_is(api,
     response = post(api, "alice", big, "release")
     assert response.status_code == 200, response.json()
     assert (response.json()["held"], response.json()["held_by_name"], response.json()["held_reason"]) == (False, "", "")
+    big.refresh_from_db()
+    assert big.reason_code == "NOT_YET_SCHEDULED"  # not the pass's stale HELD
     run_pass(epoch=leader)
     big.refresh_from_db()
     assert big.state == "ASSIGNED"
