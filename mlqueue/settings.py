@@ -372,6 +372,11 @@ def env_choice(name: str, choices: tuple[str, ...]) -> str:
 # gives teams turns by share, shortest first within a turn (BENCHMARKS.md: the two compared).
 MLQ_QUEUE_ORDER = env_choice("MLQ_QUEUE_ORDER", QUEUE_ORDERS)
 MLQ_MAX_LOG_CHARS = env_int("MLQ_MAX_LOG_CHARS", 10_000_000)  # per task attempt and stream, in Postgres
+# `GET /api/v1/jobs/{id}/logs?follow=1` (scheduling/web/logstream.py): how often a stream looks for
+# new lines, how long it may stay quiet before a keep-alive comment, and how long it lasts at most.
+MLQ_LOG_FOLLOW_POLL_S = env_seconds("MLQ_LOG_FOLLOW_POLL_S", 1.0)
+MLQ_LOG_FOLLOW_HEARTBEAT_S = env_seconds("MLQ_LOG_FOLLOW_HEARTBEAT_S", 15.0)
+MLQ_LOG_FOLLOW_MAX_S = env_seconds("MLQ_LOG_FOLLOW_MAX_S", 3600.0)
 # The start-time forecast (scheduling/leader/forecasting.py): at most one per this many seconds,
 # after a pass, and at most this many simulated passes each.
 MLQ_FORECAST_INTERVAL_S = float(os.environ.get("MLQ_FORECAST_INTERVAL_S", "5"))

@@ -1,6 +1,7 @@
 """REST endpoints for jobs. Thin: parse, call a service or selector, serialize."""
 
 from django.db.models import Prefetch
+from django.http import StreamingHttpResponse
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import generics, serializers, status
@@ -14,7 +15,7 @@ from scheduling.models import Job, JobState, Priority, Task, TaskLog
 from scheduling.queue_state import queue_positions
 from scheduling.selectors import scheduler_state, visible_jobs
 from scheduling.spec import JobSpecSerializer
-from scheduling.web import throttles
+from scheduling.web import logstream, throttles
 from scheduling.web.dryrun import dry_run_answer
 from scheduling.web.explanations import why_answer
 from scheduling.web.filters import JobFilter
@@ -237,32 +238,54 @@ class LogQuerySerializer(serializers.Serializer):
     attempt = serializers.IntegerField(min_value=1, required=False)
     stream = serializers.ChoiceField(["stdout", "stderr"], required=False, default="stdout")
     offset = serializers.IntegerField(min_value=0, required=False, default=0)
+    follow = serializers.BooleanField(
+        required=False, default=False, help_text="stream the attempt as server-sent events until it ends"
+    )
 
 
 class JobLogs(APIView):
-    @extend_schema(parameters=[LogQuerySerializer], responses={200: None})
-    def get(self, request: Request, job_id: int) -> Response:
-        """A rank's log from `offset` (default: its latest attempt's stdout from the start)."""
+    def perform_content_negotiation(self, request, force=False):
+        # EventSource asks for text/event-stream only; errors are still answered in JSON
+        return super().perform_content_negotiation(request, force=True)
+
+    @extend_schema(
+        parameters=[LogQuerySerializer],
+        responses={
+            200: OpenApiResponse(
+                description="JSON {job_id, rank, attempt, stream, offset, next_offset, text}; with follow, "
+                "text/event-stream: `log` events, then `end` (scheduling/web/logstream.py)"
+            )
+        },
+    )
+    def get(self, request: Request, job_id: int) -> Response | StreamingHttpResponse:
+        """A rank's log from `offset` (default: its latest attempt's stdout from the start);
+        `follow`: the attempt as server-sent events, new lines as they arrive, until it ends."""
         job = get_object_or_404(visible_jobs(request.user), pk=job_id)
-        query = LogQuerySerializer(data=request.query_params)
+        params = request.query_params.copy()
+        if params.get("follow") and "offset" not in params and request.headers.get("Last-Event-ID"):
+            params["offset"] = request.headers["Last-Event-ID"]
+        query = LogQuerySerializer(data=params)
         query.is_valid(raise_exception=True)
         rank, stream, offset = (
             query.validated_data["rank"],
             query.validated_data["stream"],
             query.validated_data["offset"],
         )
+        if query.validated_data["follow"]:
+            attempt = query.validated_data.get("attempt") or logstream.latest_attempt(job.pk, rank, stream)
+            response = StreamingHttpResponse(
+                logstream.follow_log(job.pk, rank, attempt, stream, offset), content_type=logstream.CONTENT_TYPE
+            )
+            response["Cache-Control"] = "no-cache"
+            response["X-Accel-Buffering"] = "no"  # a proxy in front must pass each event on at once
+            return response
         chunks = TaskLog.objects.filter(job=job, rank=rank, stream=stream)
         attempt = (
             query.validated_data.get("attempt")
             or chunks.order_by("-attempt").values_list("attempt", flat=True).first()
             or 1
         )
-        text, end = "", offset
-        for chunk_offset, chunk in chunks.filter(attempt=attempt, offset__gte=offset).values_list("offset", "text"):
-            if chunk_offset != end:
-                break  # a gap: later chunks have not arrived yet
-            text += chunk
-            end += len(chunk)
+        text, end = logstream.read_log(job.pk, rank, attempt, stream, offset)
         return Response(
             {
                 "job_id": job.pk,

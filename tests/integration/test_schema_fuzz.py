@@ -16,6 +16,8 @@ CASES = 400
 @pytest.mark.django_db(transaction=True)  # a request that fails in the database must not abort the rest
 def test_no_generated_request_gets_a_server_error(settings):
     settings.MLQ_AGENT_JOIN_TOKEN = JOIN_TOKEN
+    # a followed log of a running job streams until this bound; in-process, the response is read whole
+    settings.MLQ_LOG_FOLLOW_MAX_S = 0.5
     cache.clear()
     call_command("seed_demo", "--force", stdout=open("/dev/null", "w"))
     identities, real_paths = demo_world()

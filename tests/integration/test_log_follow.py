@@ -1,0 +1,122 @@
+"""`GET /api/v1/jobs/{id}/logs?follow=1` through the ASGI application (as daphne serves it):
+server-sent events with the lines there, the lines written after, and an `end` when the attempt
+is over; the same 404 and 400 as the plain endpoint."""
+
+import asyncio
+import json
+
+import httpx
+import pytest
+from asgiref.sync import async_to_sync, sync_to_async
+from django.contrib.auth import get_user_model
+
+from mlqueue.asgi import application
+from scheduling.models import Task, TaskLog
+from scheduling.states import TaskState
+from teams.models import ApiToken
+from tests.conftest import make_spec
+
+pytestmark = pytest.mark.django_db(transaction=True)  # the stream reads in its own thread
+
+
+@pytest.fixture(autouse=True)
+def fast_follow(settings):
+    settings.MLQ_LOG_FOLLOW_POLL_S = 0.05
+    settings.MLQ_LOG_FOLLOW_HEARTBEAT_S = 0.2
+    settings.MLQ_LOG_FOLLOW_MAX_S = 10
+
+
+def bearer(username: str) -> dict:
+    _, raw = ApiToken.issue(user=get_user_model().objects.get(username=username))
+    return {"Authorization": f"Bearer {raw}", "Accept": "text/event-stream"}
+
+
+def running_job(api) -> int:
+    job_id = api("alice").post("/api/v1/jobs", make_spec(), format="json").json()["id"]
+    Task.objects.filter(job_id=job_id, rank=0).update(state=TaskState.RUNNING, attempt=1)
+    return job_id
+
+
+def write(job_id: int, offset: int, text: str, attempt: int = 1) -> None:
+    TaskLog.objects.create(job_id=job_id, rank=0, attempt=attempt, stream="stdout", offset=offset, text=text)
+
+
+def events(body: str) -> list[tuple[str | None, str, dict | None]]:
+    """(id, event, data) of each event; comments as ("", ":", None)."""
+    found = []
+    for block in body.split("\n\n"):
+        if not block.strip():
+            continue
+        fields = dict(line.split(": ", 1) for line in block.split("\n") if not line.startswith(":"))
+        if block.startswith(":"):
+            found.append(("", ":", None))
+        elif "event" in fields:
+            found.append((fields.get("id"), fields["event"], json.loads(fields["data"])))
+    return found
+
+
+def get(path: str, headers: dict, during=None) -> httpx.Response:
+    async def go():
+        transport = httpx.ASGITransport(app=application)
+        async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as client:
+            request = asyncio.ensure_future(client.get(path, headers=headers))
+            if during is not None:
+                await during()
+            return await request
+
+    return async_to_sync(go)()
+
+
+def test_follow_sends_the_lines_there_then_new_ones_then_the_end(api):
+    job_id = running_job(api)
+    write(job_id, 0, "epoch 1\n")
+
+    async def later():
+        await asyncio.sleep(0.4)
+        await sync_to_async(write)(job_id, 8, "epoch 2\n")
+        await asyncio.sleep(0.4)
+        await sync_to_async(Task.objects.filter(job_id=job_id).update)(state=TaskState.SUCCEEDED)
+
+    response = get(f"/api/v1/jobs/{job_id}/logs?follow=1", bearer("alice"), later)
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/event-stream")
+    sent = [item for item in events(response.text) if item[1] != ":"]
+    assert sent == [
+        ("8", "log", {"offset": 0, "next_offset": 8, "text": "epoch 1\n"}),
+        ("16", "log", {"offset": 8, "next_offset": 16, "text": "epoch 2\n"}),
+        ("16", "end", {"next_offset": 16, "attempt": 1, "state": "SUCCEEDED"}),
+    ]
+    assert ("", ":", None) in events(response.text)  # the keep-alive while it was quiet
+
+
+def test_follow_resumes_from_the_offset_or_last_event_id_and_ends_on_a_new_attempt(api):
+    job_id = running_job(api)
+    write(job_id, 0, "one\n")
+    write(job_id, 4, "two\n")
+    Task.objects.filter(job_id=job_id).update(state=TaskState.RUNNING, attempt=2)
+    by_offset = get(f"/api/v1/jobs/{job_id}/logs?follow=1&attempt=1&offset=4", bearer("alice"))
+    by_id = get(f"/api/v1/jobs/{job_id}/logs?follow=true&attempt=1", {**bearer("alice"), "Last-Event-ID": "4"})
+    for response in (by_offset, by_id):
+        assert events(response.text) == [
+            ("8", "log", {"offset": 4, "next_offset": 8, "text": "two\n"}),
+            ("8", "end", {"next_offset": 8, "attempt": 1, "state": "RUNNING"}),
+        ]
+
+
+def test_follow_ends_when_the_job_is_cancelled_before_it_started(api):
+    job_id = api("alice").post("/api/v1/jobs", make_spec(), format="json").json()["id"]
+    api("alice").post(f"/api/v1/jobs/{job_id}/cancel", {}, format="json")
+    response = get(f"/api/v1/jobs/{job_id}/logs?follow=1", bearer("alice"))
+    assert [name for _, name, _ in events(response.text)] == ["end"]
+
+
+def test_follow_is_404_for_another_teams_job_and_400_naming_a_bad_parameter(api):
+    job_id = running_job(api)
+    assert get(f"/api/v1/jobs/{job_id}/logs?follow=1", bearer("bob")).status_code == 404
+    assert get(f"/api/v1/jobs/{job_id}/logs?follow=1", {"Accept": "text/event-stream"}).status_code in (401, 403)
+    for query, field in (("follow=maybe", "follow"), ("follow=1&offset=-1", "offset"), ("follow=1&rank=x", "rank")):
+        response = get(f"/api/v1/jobs/{job_id}/logs?{query}", bearer("alice"))
+        assert response.status_code == 400, query
+        assert field in response.json()["fields"], query
+    response = get(f"/api/v1/jobs/{job_id}/logs?follow=1", {**bearer("alice"), "Last-Event-ID": "x"})
+    assert response.status_code == 400 and "offset" in response.json()["fields"]
