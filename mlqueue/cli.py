@@ -461,7 +461,9 @@ def _print_explanation(data: dict):
 @click.option("--rank", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--attempt", type=click.IntRange(min=1), help="default: the latest")
 @click.option("--stderr", is_flag=True, help="stderr instead of stdout")
-@click.option("-f", "--follow", is_flag=True, help="keep printing new lines (polled every 2 s) until the job ends")
+@click.option(
+    "-f", "--follow", is_flag=True, help="keep printing new lines as they arrive (streamed) until the job ends"
+)
 @click.pass_context
 def logs(ctx, job, rank, attempt, stderr, follow):
     """A rank's log.

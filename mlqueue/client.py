@@ -12,6 +12,7 @@ Every refused request raises `MlqError(status, detail, fields)`, `fields` as the
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import time
 import tomllib
@@ -324,6 +325,24 @@ def _id(job) -> int:
     return job.id if isinstance(job, Job | QueueEntry) else int(job)
 
 
+def server_sent_events(lines: Iterable[str]) -> Iterator[tuple[str, str]]:
+    """(event, data) of each event in a text/event-stream's lines; comments and `id:`/`retry:` skipped."""
+    name, data = "message", []
+    for line in lines:
+        if not line:
+            if data:
+                yield name, "\n".join(data)
+            name, data = "message", []
+            continue
+        field, _, value = line.partition(":")
+        value = value[1:] if value.startswith(" ") else value
+        if field == "event":
+            name = value
+        elif field == "data":
+            data.append(value)
+    # an event cut off before its blank line is dropped, as EventSource does
+
+
 # --- the client ----------------------------------------------------------------------------
 
 
@@ -455,12 +474,19 @@ class Client:
         follow: bool = False,
         poll: float = POLL_S,
     ) -> Iterator[str]:
-        """The log's lines (of `attempt`, default the latest). `follow`: keep polling from the last
-        offset every `poll` seconds until the job has finished and the log has nothing more; without
-        an `attempt` given, a retry's new attempt is followed on from its start."""
-        pinned, offset, partial = attempt is not None, 0, ""
+        """The log's lines (of `attempt`, default the latest). `follow`: keep reading until the job has
+        finished and the log has nothing more, from the server's stream (`?follow=1`, server-sent
+        events), or polling from the last offset every `poll` seconds where the server does not
+        stream; without an `attempt` given, a retry's new attempt is followed on from its start."""
+        pinned, offset, partial, chunk = attempt is not None, 0, "", None
+        if follow:
+            fallback = yield from self._streamed_logs(job, rank=rank, attempt=attempt, stderr=stderr, poll=poll)
+            if fallback is None:
+                return
+            attempt, offset, partial, chunk = fallback
         while True:
-            chunk = self.log_chunk(job, rank=rank, attempt=attempt, stderr=stderr, offset=offset)
+            if chunk is None:
+                chunk = self.log_chunk(job, rank=rank, attempt=attempt, stderr=stderr, offset=offset)
             attempt = attempt or chunk.get("attempt")
             offset = chunk.get("next_offset", offset)
             *lines, partial = (partial + chunk.get("text", "")).split("\n")
@@ -468,7 +494,9 @@ class Client:
             if not follow:
                 break
             if chunk.get("text"):
+                chunk = None
                 continue
+            chunk = None
             current = self.get(job)
             newer = max((task.attempt for task in current.tasks if task.rank == rank), default=attempt)
             if current.finished or (not pinned and attempt and newer > attempt):
@@ -485,6 +513,55 @@ class Client:
             time.sleep(poll)
         if partial:
             yield partial
+
+    def _streamed_logs(self, job, *, rank: int, attempt: int | None, stderr: bool, poll: float):
+        """Yields the lines of `?follow=1`'s events, reconnecting from the last offset when a stream
+        closes before its `end`; returns None when done, or (attempt, offset, partial, chunk) to go on
+        polling from where the server answered a plain chunk (one that does not stream)."""
+        if not self.token:
+            raise MlqError(0, NO_TOKEN)
+        pinned, offset, partial = attempt is not None, 0, ""
+        headers = {"Authorization": f"Bearer {self.token}", "Accept": "text/event-stream"}
+        while True:
+            params = {"rank": rank, "stream": "stderr" if stderr else "stdout", "offset": offset, "follow": 1}
+            if attempt is not None:
+                params["attempt"] = attempt
+            ended = None
+            try:
+                with self._client().stream("GET", f"{API}/jobs/{_id(job)}/logs", params=params, headers=headers) as got:
+                    if got.status_code >= 400:
+                        got.read()
+                        raise _refusal(got)
+                    if not got.headers.get("content-type", "").startswith("text/event-stream"):
+                        got.read()
+                        return attempt, offset, partial, got.json()
+                    for name, data in server_sent_events(got.iter_lines()):
+                        body = json.loads(data)
+                        attempt = body.get("attempt", attempt)
+                        if name == "log":
+                            *lines, partial = (partial + body.get("text", "")).split("\n")
+                            yield from lines
+                            offset = body.get("next_offset", offset)
+                        elif name == "end":
+                            ended = body
+                            break
+            except httpx.HTTPError as error:
+                raise MlqError(0, UNREACHABLE.format(server=self.server, error=error)) from error
+            if ended is None:
+                continue  # closed at the server's bound: on from the offset
+            while not pinned:
+                current = self.get(job)
+                newer = max((task.attempt for task in current.tasks if task.rank == rank), default=attempt)
+                if current.finished or newer > attempt:
+                    break
+                time.sleep(poll)  # the attempt ended; the leader has yet to finish the job or retry it
+            if pinned or current.finished:
+                if partial:
+                    yield partial
+                return None
+            if partial:
+                yield partial
+            attempt, offset, partial = newer, 0, ""
 
     def cancel(self, jobs, *, reason: str = "") -> CancelResult | Job:
         """One job (-> the Job) or several (-> CancelResult, by the bulk endpoint)."""

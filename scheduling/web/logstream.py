@@ -1,6 +1,6 @@
 """`GET /api/v1/jobs/{id}/logs?follow=1`: one rank's log attempt as server-sent events.
 
-Events: `log` (data: {"offset", "next_offset", "text"}, id: the offset after it, so a client
+Events: `log` (data: {"attempt", "offset", "next_offset", "text"}, id: the offset after it, so a client
 resumes with Last-Event-ID or ?offset=), then one `end` (data: {"next_offset", "state",
 "attempt"}) once the attempt is over: its task ended, a newer attempt started, or the job
 finished. A `: keep-alive` comment every MLQ_LOG_FOLLOW_HEARTBEAT_S; the stream closes itself
@@ -76,7 +76,7 @@ async def follow_log(job_id: int, rank: int, attempt: int, stream: str, offset: 
     while time.monotonic() < deadline:
         text, end = await read(job_id, rank, attempt, stream, offset)
         if text:
-            yield event("log", {"offset": offset, "next_offset": end, "text": text}, end)
+            yield event("log", {"attempt": attempt, "offset": offset, "next_offset": end, "text": text}, end)
             offset, quiet_since = end, time.monotonic()
             continue
         state = await over(job_id, rank, attempt)
@@ -84,7 +84,7 @@ async def follow_log(job_id: int, rank: int, attempt: int, stream: str, offset: 
             # its last chunks may have landed between the read and the state
             text, end = await read(job_id, rank, attempt, stream, offset)
             if text:
-                yield event("log", {"offset": offset, "next_offset": end, "text": text}, end)
+                yield event("log", {"attempt": attempt, "offset": offset, "next_offset": end, "text": text}, end)
                 offset = end
             yield event("end", {"next_offset": offset, "attempt": attempt, "state": state}, offset)
             return

@@ -82,8 +82,8 @@ def test_follow_sends_the_lines_there_then_new_ones_then_the_end(api):
     assert response.headers["content-type"].startswith("text/event-stream")
     sent = [item for item in events(response.text) if item[1] != ":"]
     assert sent == [
-        ("8", "log", {"offset": 0, "next_offset": 8, "text": "epoch 1\n"}),
-        ("16", "log", {"offset": 8, "next_offset": 16, "text": "epoch 2\n"}),
+        ("8", "log", {"attempt": 1, "offset": 0, "next_offset": 8, "text": "epoch 1\n"}),
+        ("16", "log", {"attempt": 1, "offset": 8, "next_offset": 16, "text": "epoch 2\n"}),
         ("16", "end", {"next_offset": 16, "attempt": 1, "state": "SUCCEEDED"}),
     ]
     assert ("", ":", None) in events(response.text)  # the keep-alive while it was quiet
@@ -98,7 +98,7 @@ def test_follow_resumes_from_the_offset_or_last_event_id_and_ends_on_a_new_attem
     by_id = get(f"/api/v1/jobs/{job_id}/logs?follow=true&attempt=1", {**bearer("alice"), "Last-Event-ID": "4"})
     for response in (by_offset, by_id):
         assert events(response.text) == [
-            ("8", "log", {"offset": 4, "next_offset": 8, "text": "two\n"}),
+            ("8", "log", {"attempt": 1, "offset": 4, "next_offset": 8, "text": "two\n"}),
             ("8", "end", {"next_offset": 8, "attempt": 1, "state": "RUNNING"}),
         ]
 

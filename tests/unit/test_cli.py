@@ -34,6 +34,8 @@ class FakeServer:
             return httpx.Response(404, json={"detail": "Not found."})
         if callable(answer):
             answer = answer(request)
+        if isinstance(answer, httpx.Response):
+            return answer
         status, body = answer
         return httpx.Response(status, json=body) if body is not None else httpx.Response(status)
 
@@ -447,6 +449,70 @@ def test_logs_follow_moves_on_to_a_retrys_new_attempt():
         }
     )
     assert list(sdk(pinned).logs(7, attempt=1, follow=True)) == ["first try"]
+
+
+def sse(*events: tuple[str, dict], comment: bool = True) -> httpx.Response:
+    body = ": keep-alive\n\n" if comment else ""
+    for name, data in events:
+        body += f"id: {data.get('next_offset', 0)}\nevent: {name}\ndata: {json.dumps(data)}\n\n"
+    return httpx.Response(200, headers={"content-type": "text/event-stream"}, text=body)
+
+
+def test_server_sent_events_are_parsed_line_by_line():
+    lines = ["retry: 2000", "", ": keep-alive", "", "id: 3", "event: log", "data: a", "data:b", "", "data: plain", ""]
+    assert list(client.server_sent_events([*lines, "event: cut", "data: off"])) == [
+        ("log", "a\nb"),
+        ("message", "plain"),
+    ]
+
+
+def test_logs_follow_reads_the_stream_resumes_where_it_closed_and_moves_on_to_a_retry():
+    answers = iter(
+        [
+            # attempt 1, then the stream closes at the server's bound: the client resumes from offset 6
+            sse(("log", {"attempt": 1, "offset": 0, "next_offset": 6, "text": "first\npar"})),
+            sse(
+                ("log", {"attempt": 1, "offset": 6, "next_offset": 11, "text": "tial\n"}),
+                ("end", {"attempt": 1, "next_offset": 11, "state": "FAILED"}),
+            ),
+            sse(
+                ("log", {"attempt": 2, "offset": 0, "next_offset": 7, "text": "second"}),
+                ("end", {"attempt": 2, "next_offset": 7, "state": "SUCCEEDED"}),
+            ),
+        ]
+    )
+    details = iter(
+        [
+            job(state="RUNNING", tasks=[{"rank": 0, "state": "FAILED", "attempt": 1}]),
+            job(state="RUNNING", tasks=[{"rank": 0, "state": "RUNNING", "attempt": 2}]),
+            job(state="SUCCEEDED", tasks=[{"rank": 0, "state": "SUCCEEDED", "attempt": 2}]),
+        ]
+    )
+    server = FakeServer(
+        {
+            ("GET", "/api/v1/jobs/7/logs"): lambda r: next(answers),
+            ("GET", "/api/v1/jobs/7"): lambda r: (200, next(details)),
+        }
+    )
+    assert list(sdk(server).logs(7, follow=True, poll=0)) == ["first", "partial", "second"]
+    logs = [r for r in server.requests if r.url.path.endswith("/logs")]
+    assert [dict(r.url.params) for r in logs] == [
+        {"rank": "0", "stream": "stdout", "offset": "0", "follow": "1"},
+        {"rank": "0", "stream": "stdout", "offset": "6", "follow": "1", "attempt": "1"},
+        {"rank": "0", "stream": "stdout", "offset": "0", "follow": "1", "attempt": "2"},
+    ]
+    assert {r.headers["accept"] for r in logs} == {"text/event-stream"}
+
+
+def test_logs_follow_stops_at_the_end_of_a_pinned_attempt_and_refusals_are_errors():
+    server = FakeServer(
+        {("GET", "/api/v1/jobs/7/logs"): sse(("end", {"attempt": 1, "next_offset": 0, "state": "RUNNING"}))}
+    )
+    assert list(sdk(server).logs(7, attempt=1, follow=True)) == []
+    assert [r.url.path for r in server.requests] == ["/api/v1/jobs/7/logs"]
+    refused = FakeServer({("GET", "/api/v1/jobs/7/logs"): (400, {"detail": "offset: bad", "fields": {}})})
+    with pytest.raises(MlqError, match="offset: bad"):
+        list(sdk(refused).logs(7, follow=True))
 
 
 def test_the_config_files_user_goes_with_its_token_only(monkeypatch):
