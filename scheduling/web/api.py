@@ -262,8 +262,8 @@ class JobLogs(APIView):
         `follow`: the attempt as server-sent events, new lines as they arrive, until it ends."""
         job = get_object_or_404(visible_jobs(request.user), pk=job_id)
         params = request.query_params.copy()
-        if params.get("follow") and "offset" not in params and request.headers.get("Last-Event-ID"):
-            params["offset"] = request.headers["Last-Event-ID"]
+        if params.get("follow") and request.headers.get("Last-Event-ID"):
+            params["offset"] = request.headers["Last-Event-ID"]  # an EventSource resuming: past the URL's offset
         query = LogQuerySerializer(data=params)
         query.is_valid(raise_exception=True)
         rank, stream, offset = (

@@ -1,7 +1,7 @@
 """`GET /api/v1/jobs/{id}/logs?follow=1`: one rank's log attempt as server-sent events.
 
 Events: `log` (data: {"attempt", "offset", "next_offset", "text"}, id: the offset after it, so a client
-resumes with Last-Event-ID or ?offset=), then one `end` (data: {"next_offset", "state",
+resumes with ?offset= or Last-Event-ID, which wins), then one `end` (data: {"next_offset", "state",
 "attempt"}) once the attempt is over: its task ended, a newer attempt started, or the job
 finished. A `: keep-alive` comment every MLQ_LOG_FOLLOW_HEARTBEAT_S; the stream closes itself
 after the `end`, when the client goes, or after MLQ_LOG_FOLLOW_MAX_S (the client resumes).

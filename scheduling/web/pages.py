@@ -1,6 +1,8 @@
 """The pages people use: the live queue and the job page. Thin views over selectors and
 services; fragments are served to htmx for live refreshes."""
 
+from urllib.parse import urlencode
+
 import yaml
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -15,10 +17,13 @@ from scheduling.models import Job, Priority, TaskLog, TaskState
 from scheduling.secrets import masked_spec
 from scheduling.selectors import can_change_job, visible_jobs
 from scheduling.spec import SPEC_FIELD_ORDER
-from scheduling.states import QUEUED_OR_RUNNING
+from scheduling.states import JOB_FINISHED, QUEUED_OR_RUNNING
+from scheduling.web import logstream
 from scheduling.web.explanations import explain_job, what_would_help
 from scheduling.web.queue import SORTS, QueueQuery, queue_page
 from teams.selectors import visible_team_names
+
+LOG_TAIL_CHARS = 20_000  # what the job page shows of a log; static/js/mlqueue.js keeps it to this too
 
 
 @login_required
@@ -89,7 +94,8 @@ def _panel_context(job: Job, user) -> dict:
 
 @login_required
 def job_log(request, job_id: int):
-    """The tail of one rank's log (its latest attempt), re-fetched every few seconds."""
+    """The tail of one rank's log (its latest attempt). The page follows it from there by the API's
+    event stream (static/js/mlqueue.js); `poll` renders the fallback, re-fetched every 3 s."""
     job = _job_for(request, job_id)
     try:
         rank = int(request.GET.get("rank", 0))
@@ -98,11 +104,27 @@ def job_log(request, job_id: int):
     stream = request.GET.get("stream") if request.GET.get("stream") in ("stdout", "stderr") else "stdout"
     chunks = TaskLog.objects.filter(job=job, rank=rank, stream=stream)
     attempt = chunks.order_by("-attempt").values_list("attempt", flat=True).first()
-    text = "".join(chunks.filter(attempt=attempt).order_by("offset").values_list("text", flat=True)) if attempt else ""
+    text, offset = logstream.read_log(job.pk, rank, attempt, stream, 0) if attempt else ("", 0)
+    params = {
+        "follow": 1,
+        "rank": rank,
+        "stream": stream,
+        "offset": offset,
+        **({"attempt": attempt} if attempt else {}),
+    }
     return render(
         request,
         "scheduling/job_log.html",
-        {"job": job, "rank": rank, "stream": stream, "attempt": attempt, "tail": text[-20000:]},
+        {
+            "job": job,
+            "rank": rank,
+            "stream": stream,
+            "attempt": attempt,
+            "tail": text[-LOG_TAIL_CHARS:],
+            "poll": bool(request.GET.get("poll")),
+            "finished": job.state in JOB_FINISHED,
+            "follow_url": f"{reverse('job-logs', args=[job.pk])}?{urlencode(params)}",
+        },
     )
 
 

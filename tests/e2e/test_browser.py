@@ -301,3 +301,41 @@ def test_the_queue_of_a_busy_cluster_shows_why_each_job_waits(cluster, browser, 
     page.screenshot(path=str(screenshot_dir(tmp_path) / "job-waiting.png"), full_page=True)
     page.goto(f"{cluster.url}/nodes/")
     page.screenshot(path=str(screenshot_dir(tmp_path) / "nodes-busy.png"), full_page=True)
+
+
+def test_the_job_pages_log_tail_streams_new_lines_without_polling(cluster, browser):
+    import urllib.request
+
+    body = {
+        "team": "research-foundation-models",
+        "name": "counts-slowly",
+        "command": [
+            sys.executable,
+            "-c",
+            "import time\nfor i in range(4): print(f'line {i}', flush=True); time.sleep(1.5)",
+        ],
+        "resources": {"gpu_count": 8, "gpu_type": "H100"},
+    }
+    request = urllib.request.Request(
+        f"{cluster.url}/api/v1/jobs",
+        data=json.dumps(body).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {api_token('alice')}"},
+    )
+    job_id = json.loads(urllib.request.urlopen(request).read())["id"]
+    wait_for(lambda: Job.objects.get(pk=job_id).state == "RUNNING", timeout=20, what="the job RUNNING")
+
+    page = page_for(browser, cluster, "alice")
+    fetched = []
+    page.on("request", lambda request: fetched.append(request.url))
+    page.goto(f"{cluster.url}/jobs/{job_id}/")
+    log = page.locator("#log pre")
+    expect(log).to_contain_text("line 0", timeout=15_000)
+    assert "line 3" not in log.text_content()  # still running: what follows comes over the stream
+    expect(log).to_contain_text("line 3", timeout=15_000)
+    assert len([url for url in fetched if f"/jobs/{job_id}/log/" in url]) == 1  # the tail was not re-fetched
+    streams = [url for url in fetched if "/logs?follow=1" in url]
+    assert streams, fetched
+    fragments = [url for url in fetched if f"/jobs/{job_id}/log/" in url]
+    assert not [url for url in fragments if "poll=1" in url], fragments  # never fell back to polling
+    assert "line 0\nline 1\nline 2\nline 3" in log.text_content()

@@ -9,9 +9,10 @@ import httpx
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
 from django.contrib.auth import get_user_model
+from django.test import Client
 
 from mlqueue.asgi import application
-from scheduling.models import Task, TaskLog
+from scheduling.models import Job, Task, TaskLog
 from scheduling.states import TaskState
 from teams.models import ApiToken
 from tests.conftest import make_spec
@@ -95,7 +96,9 @@ def test_follow_resumes_from_the_offset_or_last_event_id_and_ends_on_a_new_attem
     write(job_id, 4, "two\n")
     Task.objects.filter(job_id=job_id).update(state=TaskState.RUNNING, attempt=2)
     by_offset = get(f"/api/v1/jobs/{job_id}/logs?follow=1&attempt=1&offset=4", bearer("alice"))
-    by_id = get(f"/api/v1/jobs/{job_id}/logs?follow=true&attempt=1", {**bearer("alice"), "Last-Event-ID": "4"})
+    by_id = get(  # an EventSource reconnecting sends the URL it opened, and the last id it had
+        f"/api/v1/jobs/{job_id}/logs?follow=true&attempt=1&offset=0", {**bearer("alice"), "Last-Event-ID": "4"}
+    )
     for response in (by_offset, by_id):
         assert events(response.text) == [
             ("8", "log", {"attempt": 1, "offset": 4, "next_offset": 8, "text": "two\n"}),
@@ -120,3 +123,25 @@ def test_follow_is_404_for_another_teams_job_and_400_naming_a_bad_parameter(api)
         assert field in response.json()["fields"], query
     response = get(f"/api/v1/jobs/{job_id}/logs?follow=1", {**bearer("alice"), "Last-Event-ID": "x"})
     assert response.status_code == 400 and "offset" in response.json()["fields"]
+
+
+def test_the_job_page_follows_the_stream_from_where_its_tail_ends_and_polls_as_the_fallback(api):
+    job_id = running_job(api)
+    write(job_id, 0, "epoch 1\n")
+    browser = Client()
+    assert browser.login(username="alice", password="demo")
+    html = browser.get(f"/jobs/{job_id}/log/?rank=0").content.decode()
+    follow_url = f"/api/v1/jobs/{job_id}/logs?follow=1&amp;rank=0&amp;stream=stdout&amp;offset=8&amp;attempt=1"
+    assert f'data-log-follow="{follow_url}"' in html and "every 3s" not in html and "epoch 1" in html
+    polled = browser.get(f"/jobs/{job_id}/log/?rank=0&poll=1").content.decode()
+    assert 'hx-trigger="every 3s"' in polled and "poll=1" in polled and "data-log-follow" not in polled
+
+    # the page's EventSource sends the session cookie, as the browser would
+    Task.objects.filter(job_id=job_id).update(state=TaskState.SUCCEEDED)
+    cookie = {"Cookie": f"sessionid={browser.cookies['sessionid'].value}", "Accept": "text/event-stream"}
+    streamed = get(follow_url.replace("&amp;", "&"), cookie)
+    assert [name for _, name, _ in events(streamed.text)] == ["end"]
+
+    Job.objects.filter(pk=job_id).update(state=TaskState.SUCCEEDED)
+    finished = browser.get(f"/jobs/{job_id}/log/?rank=0").content.decode()
+    assert "data-log-follow" not in finished and "every 3s" not in finished and "epoch 1" in finished
