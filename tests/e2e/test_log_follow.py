@@ -2,7 +2,6 @@
 its connection pool of MLQ_DB_POOL_MAX): more open streams than the pool has connections, and
 the web still answers everything else, because a stream takes a connection only for each poll."""
 
-import json
 import sys
 import threading
 import time
@@ -10,7 +9,7 @@ import time
 import httpx
 import pytest
 
-from scheduling.models import Job, Node
+from scheduling.models import Node
 from tests.e2e.cluster import Cluster
 from tests.e2e.processes import wait_for
 
@@ -68,7 +67,5 @@ def test_more_streams_than_pooled_connections_leave_the_web_answering(cluster, a
     assert web.post(f"/api/v1/jobs/{job_id}/cancel", json={}).status_code == 200
     for thread in threads:
         thread.join(timeout=30)
-    assert all(events == ["log", "end"] for events in received), received
-    assert Job.objects.get(pk=job_id).state in ("CANCELLED", "RUNNING")
+    assert all(events == ["log", "end"] for events in received), received  # each ended with the job
     web.close()
-    print(json.dumps({"streams": STREAMS, "pool": POOL}))
