@@ -8,6 +8,7 @@ import json
 import httpx
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
+from asgiref.testing import ApplicationCommunicator
 from django.contrib.auth import get_user_model
 from django.test import Client
 
@@ -145,3 +146,43 @@ def test_the_job_page_follows_the_stream_from_where_its_tail_ends_and_polls_as_t
     Job.objects.filter(pk=job_id).update(state=TaskState.SUCCEEDED)
     finished = browser.get(f"/jobs/{job_id}/log/?rank=0").content.decode()
     assert "data-log-follow" not in finished and "every 3s" not in finished and "epoch 1" in finished
+
+
+def test_the_stream_stops_when_the_client_goes(api):
+    job_id = running_job(api)
+    write(job_id, 0, "epoch 1\n")
+    headers = [(name.lower().encode(), value.encode()) for name, value in bearer("alice").items()]
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": f"/api/v1/jobs/{job_id}/logs",
+        "raw_path": f"/api/v1/jobs/{job_id}/logs".encode(),
+        "query_string": b"follow=1",
+        "headers": [(b"host", b"testserver"), *headers],
+        "client": ("127.0.0.1", 50000),
+        "server": ("testserver", 80),
+    }
+
+    async def go():
+        communicator = ApplicationCommunicator(application, scope)
+        await communicator.send_input({"type": "http.request", "body": b"", "more_body": False})
+        start = await communicator.receive_output(timeout=5)
+        assert start["type"] == "http.response.start" and start["status"] == 200
+        received = b""
+        while b"epoch 1" not in received:
+            received += (await communicator.receive_output(timeout=5))["body"]
+        await communicator.send_input({"type": "http.disconnect"})
+        await communicator.wait(timeout=3)  # the application returned: the stream was stopped, not left polling
+
+    async_to_sync(go)()
+
+
+def test_the_stream_closes_at_its_bound_without_an_end(api, settings):
+    settings.MLQ_LOG_FOLLOW_MAX_S = 0.3
+    job_id = running_job(api)
+    write(job_id, 0, "epoch 1\n")
+    response = get(f"/api/v1/jobs/{job_id}/logs?follow=1", bearer("alice"))
+    assert [name for _, name, _ in events(response.text) if name != ":"] == ["log"]  # the client resumes from 8
