@@ -548,7 +548,8 @@ class Client:
             except httpx.HTTPError as error:
                 raise MlqError(0, UNREACHABLE.format(server=self.server, error=error)) from error
             if ended is None:
-                continue  # closed at the server's bound: on from the offset
+                time.sleep(poll)  # closed at the server's bound, or by an outage: on from the offset
+                continue
             while not pinned:
                 current = self.get(job)
                 newer = max((task.attempt for task in current.tasks if task.rank == rank), default=attempt)
