@@ -436,8 +436,18 @@ def _print_explanation(data: dict):
     """The reason, histogram, reservation, starts and suggestions of a why or dry-run answer."""
     if data.get("reason"):
         click.echo(f"reason: {_text(data['reason'])}")
-    if data.get("placement"):
-        click.echo(f"placement: {_text(data['placement'])}")
+    placement = data.get("placement")
+    if placement:
+        nodes = placement.get("nodes") if isinstance(placement, dict) else None
+        if isinstance(nodes, list) and all(isinstance(node, dict) for node in nodes):
+            # [{"node": "z1-r1-h100-01", "tasks": 1}, ...] -> "z1-r1-h100-01 (1 task), ..."
+            placed = ", ".join(
+                f"{node.get('node')} ({node.get('tasks')} task{'' if node.get('tasks') == 1 else 's'})"
+                for node in nodes
+            )
+            click.echo(f"would go to: {placed}")
+        else:
+            click.echo(f"placement: {_text(placement)}")
     histogram = data.get("histogram")
     if histogram:
         # {"fit": "0/32", "rejections": [{"why": ..., "nodes": n}, ...]}, as the job page shows it

@@ -577,6 +577,15 @@ def test_dry_run_set_events_nodes_and_cordon(spec_file):
     assert server.bodies("POST", "/api/v1/nodes/gpu-017/cordon") == [{"reason": "flaky"}]
 
 
+def test_a_dry_run_that_would_place_names_the_nodes(spec_file):
+    placed = {"nodes": [{"node": "z1-r1-h100-01", "tasks": 1}, {"node": "z1-r1-h100-02", "tasks": 2}]}
+    verdict = {"valid": True, "can_ever_run": True, "placement": placed, "reason": None, "suggestions": []}
+    server = FakeServer({("POST", "/api/v1/jobs/dry-run"): (200, verdict)})
+    dry = run(server, "submit", str(spec_file), "--dry-run")
+    assert dry.exit_code == 0
+    assert "would go to: z1-r1-h100-01 (1 task), z1-r1-h100-02 (2 tasks)" in dry.output
+
+
 def test_hold_release_and_requeue():
     server = FakeServer(
         {
