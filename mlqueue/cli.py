@@ -61,6 +61,14 @@ def emit(data, output: str, columns: Sequence[tuple[str, Callable]], wide: Seque
     Console(width=None if sys.stdout.isatty() else 200).print(table)
 
 
+def report(item, output: str, columns, message: str) -> None:
+    """What a verb changed: the object itself for -o json/yaml, else one line for a person."""
+    if output in ("json", "yaml"):
+        emit(item, output, columns)
+    else:
+        click.echo(message)
+
+
 JOB_COLUMNS = [
     ("ID", lambda job: job.id),
     ("NAME", lambda job: job.name),
@@ -298,10 +306,8 @@ def submit(ctx, spec, overrides, dry_run, wait, follow, output):
             click.echo(line)
     if wait or follow:
         done = sdk.wait(job)
-        if output in ("json", "yaml"):
-            emit(done, output, JOB_COLUMNS)
-        else:
-            click.echo(f"job {done.id} {done.state}" + (f" ({done.failure_class})" if done.failure_class else ""))
+        failure = f" ({done.failure_class})" if done.failure_class else ""
+        report(done, output, JOB_COLUMNS, f"job {done.id} {done.state}{failure}")
         ctx.exit(outcome_code(done))
 
 
@@ -541,10 +547,7 @@ def hold(ctx, job, reason, output):
       mlq hold 42 --reason "waiting for the new shards"
     """
     held = client(ctx).hold(job, reason=reason)
-    if output in ("json", "yaml"):
-        emit(held, output, JOB_COLUMNS)
-    else:
-        click.echo(f"job {held.id} held by {held.raw.get('held_by_name', '')}")
+    report(held, output, JOB_COLUMNS, f"job {held.id} held by {held.raw.get('held_by_name', '')}")
 
 
 @main.command()
@@ -559,10 +562,7 @@ def release(ctx, job, output):
       mlq release 42
     """
     released = client(ctx).release(job)
-    if output in ("json", "yaml"):
-        emit(released, output, JOB_COLUMNS)
-    else:
-        click.echo(f"job {released.id} released")
+    report(released, output, JOB_COLUMNS, f"job {released.id} released")
 
 
 @main.command()
@@ -578,10 +578,9 @@ def requeue(ctx, job, reason, output):
       mlq requeue 42 --reason "picked up the fixed image"
     """
     requeued = client(ctx).requeue(job, reason=reason)
-    if output in ("json", "yaml"):
-        emit(requeued, output, JOB_COLUMNS)
-    else:
-        click.echo(f"job {requeued.id}: requeue requested; {requeued.state} until its tasks stop")
+    report(
+        requeued, output, JOB_COLUMNS, f"job {requeued.id}: requeue requested; {requeued.state} until its tasks stop"
+    )
 
 
 @main.command("set")
