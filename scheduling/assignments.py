@@ -1,10 +1,12 @@
 """What an agent is told to run for one task: the command, and the environment that makes a
-restarted attempt resume (its attempt number, restart count and checkpoint directory) and a
-gang rank find its peers (torchrun's variables). The job's secret_env is decrypted here and
+restarted attempt resume (its attempt number, restart count and checkpoint directory), a
+gang rank find its peers (torchrun's variables) and a group's child know its place (its array
+index, its sweep parameters). The job's secret_env is decrypted here and
 nowhere else: it goes only into the assignment of the node that runs the task."""
 
 import logging
 
+from scheduling.groups import child_env
 from scheduling.models import Job, RestartMode, Task
 from scheduling.secrets import SecretEnvUnreadable, decrypt_env
 
@@ -62,6 +64,7 @@ def assignment_env(task: Task, *, job: Job, master_node: str) -> dict[str, str]:
         "MLQ_CHECKPOINT_DIR": checkpoint_dir(job),
         **checkpoint_settings(job),
         "MLQ_RESUME": "1" if resume and task.attempt > 1 and checkpoint_dir(job) else "0",
+        **child_env(job),
         "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in task.gpu_indices),
         "WORLD_SIZE": str(job.task_count),
         "RANK": str(task.rank),

@@ -74,6 +74,7 @@ def load_running(now) -> list[core.RunningJob]:
         "max_runtime_hours",
         "checkpoint",
         "preemptions",
+        "parent_id",
     )
     return [
         _running_job(
@@ -116,6 +117,7 @@ def _running_job(
         preempted_for=stopping.get(job["id"]),
         checkpoint_interval_s=checkpoint_interval_s(job["checkpoint"]),
         preemptions=job["preemptions"],
+        group=job["parent_id"],
     )
 
 

@@ -12,22 +12,24 @@ from django.db import transaction
 from django.db.models import Case, Exists, F, Value, When
 from django.utils import timezone
 
+from scheduling.group_state import sync_group_state
 from scheduling.models import Job, SchedulerLease, Task, TaskState
 from scheduling.states import ENDED, JOB_FINISHED, ON_NODE
 from teams.models import AuditEvent, EventKind
 
 S = TaskState
 TRANSITIONS: Mapping[str, frozenset[str]] = {
-    S.PENDING: frozenset({S.ASSIGNED, S.CANCELLED, S.FAILED}),  # FAILED: a dependency failed
+    S.PENDING: frozenset({S.ASSIGNED, S.CANCELLED, S.FAILED, S.EARLY_STOPPED}),  # FAILED: a dependency failed
     # An agent may report a short task's exit before it reported the start.
-    S.ASSIGNED: frozenset({S.RUNNING, S.SUCCEEDED, S.FAILED, S.PREEMPTED, S.CANCELLED, S.PENDING}),
-    S.RUNNING: frozenset({S.SUCCEEDED, S.FAILED, S.PREEMPTED, S.CANCELLED}),
+    S.ASSIGNED: frozenset({S.RUNNING, S.SUCCEEDED, S.FAILED, S.PREEMPTED, S.CANCELLED, S.PENDING, S.EARLY_STOPPED}),
+    S.RUNNING: frozenset({S.SUCCEEDED, S.FAILED, S.PREEMPTED, S.CANCELLED, S.EARLY_STOPPED}),
     # Only the scheduler requeues: a retry or a restart is a new attempt from PENDING.
-    S.FAILED: frozenset({S.PENDING, S.CANCELLED}),
-    S.PREEMPTED: frozenset({S.PENDING, S.CANCELLED, S.FAILED}),  # FAILED: no restart allowed
+    S.FAILED: frozenset({S.PENDING, S.CANCELLED, S.EARLY_STOPPED}),
+    S.PREEMPTED: frozenset({S.PENDING, S.CANCELLED, S.FAILED, S.EARLY_STOPPED}),  # FAILED: no restart allowed
     # A rank that finished while another rank of its gang failed restarts with the gang.
     S.SUCCEEDED: frozenset({S.PENDING}),
     S.CANCELLED: frozenset(),
+    S.EARLY_STOPPED: frozenset(),
 }
 
 
@@ -45,15 +47,16 @@ def check_transition(from_state: str, to_state: str) -> None:
 def derive_job_state(states: Iterable[str]) -> str:
     """A job's state from its tasks':
     1. any task RUNNING -> RUNNING; 2. any ASSIGNED -> ASSIGNED; 3. any PENDING -> PENDING;
-    4. all SUCCEEDED -> SUCCEEDED; 5. any CANCELLED -> CANCELLED; 6. any FAILED -> FAILED;
-    7. otherwise PREEMPTED (between a preemption and its requeue)."""
+    4. all SUCCEEDED -> SUCCEEDED; 5. any EARLY_STOPPED -> EARLY_STOPPED; 6. any CANCELLED ->
+    CANCELLED; 7. any FAILED -> FAILED; 8. otherwise PREEMPTED (between a preemption and its
+    requeue)."""
     present = set(states)
     for state in (S.RUNNING, S.ASSIGNED, S.PENDING):
         if state in present:
             return state
     if present == {S.SUCCEEDED}:
         return S.SUCCEEDED
-    for state in (S.CANCELLED, S.FAILED):
+    for state in (S.EARLY_STOPPED, S.CANCELLED, S.FAILED):
         if state in present:
             return state
     return S.PREEMPTED
@@ -115,7 +118,7 @@ def _conditional_update(*, task_filter: dict, from_state, to_state: str, epoch, 
 def sync_job_state(job_id: int, *, now=None) -> tuple[str, str]:
     """Re-derive the job's state from its tasks; returns (before, after)."""
     now = now or timezone.now()
-    job = Job.objects.only("state", "started_at").get(pk=job_id)
+    job = Job.objects.only("state", "started_at", "parent_id").get(pk=job_id)
     after = derive_job_state(Task.objects.filter(job_id=job_id).values_list("state", flat=True))
     if after != job.state:
         fields = {"state": after, "updated_at": now}
@@ -126,6 +129,8 @@ def sync_job_state(job_id: int, *, now=None) -> tuple[str, str]:
         if after in ON_NODE or after in JOB_FINISHED:
             fields.update(pending_reason_code="", pending_reason_message="", pending_histogram={})
         Job.objects.filter(pk=job_id).update(**fields)
+        if job.parent_id is not None:
+            sync_group_state(job.parent_id, now=now)
     return job.state, after
 
 

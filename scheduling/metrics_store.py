@@ -32,7 +32,9 @@ def cluster_gauges():
 
 
 def _pending_by_reason():
-    rows = Job.objects.filter(state=JobState.PENDING).values("pending_reason_code").annotate(n=Count("id"))
+    rows = (
+        Job.objects.filter(state=JobState.PENDING, group_kind="").values("pending_reason_code").annotate(n=Count("id"))
+    )
     return [((row["pending_reason_code"] or ReasonCode.NOT_YET_SCHEDULED,), row["n"]) for row in rows]
 
 

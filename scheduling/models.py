@@ -80,6 +80,8 @@ class FailureClass(models.TextChoices):
     TIMEOUT = "TIMEOUT", "past max_runtime"
     CANCELLED = "CANCELLED", "cancelled"
     DEPENDENCY = "DEPENDENCY", "a job it depends on did not succeed"
+    EARLY_STOPPED = "EARLY_STOPPED", "stopped early by its sweep's rule"
+    GROUP = "GROUP", "elements of its group failed"
 
 
 class StopReason(models.TextChoices):
@@ -91,6 +93,7 @@ class StopReason(models.TextChoices):
     DRAIN = "DRAIN", "its node is draining"
     PEER_FAILED = "PEER_FAILED", "another rank of its gang failed"
     REQUEUED = "REQUEUED", "requeued on request"
+    EARLY_STOPPED = "EARLY_STOPPED", "stopped early by its sweep's rule"
 
 
 class Signal(models.TextChoices):
@@ -101,6 +104,13 @@ class Signal(models.TextChoices):
 Priority = models.TextChoices("Priority", [(p, p) for p in PRIORITIES])
 TopologyHint = models.TextChoices("TopologyHint", [(t.name, t.value) for t in Topology])
 PendingReasonCode = models.TextChoices("PendingReasonCode", [(c.value, c.value) for c in ReasonCode])
+
+
+class GroupKind(models.TextChoices):
+    """What a group's parent job is: its children are ordinary jobs (scheduling/groups.py)."""
+
+    ARRAY = "array", "array"
+    SWEEP = "sweep", "sweep"
 
 
 class RestartMode(models.TextChoices):
@@ -149,8 +159,22 @@ class Job(models.Model):
     max_restarts = models.PositiveIntegerField(default=20)
     max_retries = models.PositiveIntegerField(default=2)
     depends_on = models.ManyToManyField("self", symmetrical=False, related_name="dependents", blank=True)
+    # Job groups (scheduling/groups.py). A group's parent has a `group_kind`, no tasks of its own
+    # and a state derived from its children's; `group` holds what the group decides by: count,
+    # parallelism, max_failures and, for a sweep, its seed, metric and early-stop rule.
+    group_kind = models.CharField(max_length=10, choices=GroupKind.choices, blank=True)
+    group = models.JSONField(default=dict, blank=True)
+    # A child's parent and its place among its siblings (an array's index, a sweep's trial
+    # number); a sweep trial's parameters.
+    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.CASCADE, related_name="children")
+    group_index = models.PositiveIntegerField(null=True, blank=True)
+    params = models.JSONField(null=True, blank=True)
+    # A sweep's parent: when a trial last reported a metric, and when its early-stop rule last
+    # looked (the leader looks again only after new reports).
+    metrics_changed_at = models.DateTimeField(null=True, blank=True)
+    early_stop_checked_at = models.DateTimeField(null=True, blank=True)
 
-    state = models.CharField(max_length=10, choices=JobState.choices, default=JobState.PENDING)
+    state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.PENDING)
     pending_reason_code = models.CharField(max_length=24, choices=PendingReasonCode.choices, blank=True)
     pending_reason_message = models.TextField(blank=True)
     held = models.BooleanField(default=False)
@@ -162,7 +186,7 @@ class Job(models.Model):
     retries_used = models.PositiveIntegerField(default=0)
     # Preemptions, drains and spot reclaims: counted apart, never a budget (core/settle.py).
     preemptions = models.PositiveIntegerField(default=0)
-    failure_class = models.CharField(max_length=10, choices=FailureClass.choices, blank=True)
+    failure_class = models.CharField(max_length=16, choices=FailureClass.choices, blank=True)
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
     last_checkpoint_at = models.DateTimeField(null=True, blank=True)
     # Placed above its team's guarantee: first to go when the owner reclaims (display only;
@@ -206,6 +230,7 @@ class Job(models.Model):
             models.Index(fields=["team", "state", "-id"], name="job_team_state_idx"),
             models.Index(fields=["state", "-id"], name="job_state_idx"),
             models.Index(fields=["owner", "-id"], name="job_owner_idx"),
+            models.Index(fields=["parent", "group_index"], name="job_parent_index_idx"),
             # The leader's sweep for attempts that ended without a verdict yet.
             models.Index(
                 fields=["state"],
@@ -236,7 +261,7 @@ class Task(models.Model):
 
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="tasks")
     rank = models.PositiveIntegerField()
-    state = models.CharField(max_length=10, choices=TaskState.choices, default=TaskState.PENDING)
+    state = models.CharField(max_length=16, choices=TaskState.choices, default=TaskState.PENDING)
     node = models.ForeignKey("Node", null=True, blank=True, on_delete=models.SET_NULL, related_name="tasks")
     # Where the current attempt was placed, kept after a requeue clears `node`: that node's
     # agent may still ship the attempt's last log chunks, and no other node may.
@@ -244,11 +269,11 @@ class Task(models.Model):
     gpu_indices = models.JSONField(default=list, blank=True)
     attempt = models.PositiveIntegerField(default=0)
     epoch = models.PositiveBigIntegerField(default=0)
-    failure_class = models.CharField(max_length=10, choices=FailureClass.choices, blank=True)
+    failure_class = models.CharField(max_length=16, choices=FailureClass.choices, blank=True)
     exit_code = models.IntegerField(null=True, blank=True)
     exit_signal = models.CharField(max_length=10, blank=True)
     # A stop the scheduler asked for: the agent sends `stop_signal`; past `kill_at`, SIGKILL.
-    stop_reason = models.CharField(max_length=12, choices=StopReason.choices, blank=True)
+    stop_reason = models.CharField(max_length=16, choices=StopReason.choices, blank=True)
     stop_signal = models.CharField(max_length=4, choices=Signal.choices, blank=True)
     stop_requested_at = models.DateTimeField(null=True, blank=True)
     kill_at = models.DateTimeField(null=True, blank=True)
@@ -300,6 +325,32 @@ class TaskLog(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["job", "rank", "attempt", "stream", "offset"], name="tasklog_chunk_unique")
         ]
+
+
+class JobMetric(models.Model):
+    """One value a job reported (`mlqueue.report(step=.., name=value)`), shipped by its agent as a
+    `metric` event. `seq` is the report's line in the attempt's metrics file: with the rank and
+    attempt it makes a report stored once however often the agent resends it."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="metrics")
+    rank = models.PositiveIntegerField()
+    attempt = models.PositiveIntegerField()
+    seq = models.PositiveIntegerField()
+    step = models.BigIntegerField()
+    name = models.CharField(max_length=100)
+    value = models.FloatField()
+    reported_at = models.DateTimeField(null=True, blank=True, help_text="the job's own clock")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["job_id", "name", "step", "seq"]
+        constraints = [
+            models.UniqueConstraint(fields=["job", "rank", "attempt", "seq", "name"], name="jobmetric_report_unique")
+        ]
+        indexes = [models.Index(fields=["job", "name", "step"], name="jobmetric_series_idx")]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} {self.name}={self.value:g} at step {self.step}"
 
 
 class SchedulerLease(models.Model):

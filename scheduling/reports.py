@@ -26,6 +26,7 @@ STOPPED_AS = {
     StopReason.TIMEOUT: (S.FAILED, FailureClass.TIMEOUT),
     StopReason.PEER_FAILED: (S.FAILED, FailureClass.INFRA),
     StopReason.REQUEUED: (S.PREEMPTED, FailureClass.INFRA),
+    StopReason.EARLY_STOPPED: (S.EARLY_STOPPED, FailureClass.EARLY_STOPPED),
 }
 
 

@@ -6,7 +6,7 @@ from django.views.decorators.debug import sensitive_variables
 from rest_framework.exceptions import PermissionDenied, ValidationError
 
 from mlqueue.errors import Conflict, FieldPermissionDenied
-from scheduling import lifecycle, notify
+from scheduling import cancelling, groups, notify
 from scheduling.core.feasibility import can_ever_run
 from scheduling.core.model import JobShape, Topology
 from scheduling.inventory import inventory
@@ -155,6 +155,8 @@ def _same_job_or_conflict(existing: Job, digests: list[str]) -> Job:
 
 def _create_job(*, user, team: Team, spec: dict, digest: str, secret_env_ciphertext: str) -> Job:
     now = timezone.now()
+    kind = groups.group_kind(spec)
+    columns = _job_columns(spec)
     job = Job.objects.create(
         team=team,
         owner=user,
@@ -163,20 +165,29 @@ def _create_job(*, user, team: Team, spec: dict, digest: str, secret_env_ciphert
         submitted_at=now,
         updated_at=now,
         secret_env_ciphertext=secret_env_ciphertext,
-        **_job_columns(spec),
+        group_kind=kind,
+        group=groups.group_settings(spec) if kind else {},
+        **columns,
     )
-    Task.objects.bulk_create([Task(job=job, rank=rank, updated_at=now) for rank in range(job.task_count)])
+    shape = job_shape(spec).describe()
+    what = f"{shape}, priority {job.priority}"
+    data = {"client_job_id": job.client_job_id, "tasks": job.task_count}
+    if kind:
+        children = groups.do_create_group(parent=job, spec=spec, columns=columns, now=now)
+        what = f"{kind} of {len(children)} (at most {job.group['parallelism']} at once), each {what}"
+        data["children"] = len(children)
+    else:
+        Task.objects.bulk_create([Task(job=job, rank=rank, updated_at=now) for rank in range(job.task_count)])
     if spec["depends_on"]:
         job.depends_on.set(spec["depends_on"])
-    shape = job_shape(spec).describe()
     AuditEvent.objects.create(
         job=job,
         kind=EventKind.SUBMITTED,
         actor=user,
         actor_name=user.get_username(),
         to_state=TaskState.PENDING,
-        message=f"submitted by {user.get_username()} to {team.name}: {shape}, priority {job.priority}",
-        data={"client_job_id": job.client_job_id, "tasks": job.task_count},
+        message=f"submitted by {user.get_username()} to {team.name}: {what}",
+        data=data,
         created_at=now,
     )
     return job
@@ -191,41 +202,22 @@ def check_may_cancel(*, user, job: Job) -> None:
 
 def do_cancel_job(*, job: Job, user, reason: str = "") -> Job:
     """Cancel what has not started at once; ask the scheduler to stop what runs (its agents
-    kill the processes, then the tasks end CANCELLED). Only who can_change_job may."""
+    kill the processes, then the tasks end CANCELLED). Only who can_change_job may. A group's
+    parent cancels every child not finished."""
     check_may_cancel(user=user, job=job)
     if job.state == TaskState.CANCELLED:
         return job
     # FAILED without a failure class is an attempt awaiting its retry: it may still be cancelled.
-    if job.state == TaskState.SUCCEEDED or job.state == TaskState.FAILED and job.failure_class:
+    if (
+        job.state == TaskState.SUCCEEDED
+        or job.state in (TaskState.FAILED, TaskState.EARLY_STOPPED)
+        and job.failure_class
+    ):
         raise Conflict(ALREADY_ENDED.format(job_id=job.pk, state=job.state))
     why = reason or f"cancelled by {user.get_username()}"
-    with transaction.atomic():
-        if not Job.objects.filter(pk=job.pk, cancel_requested_at__isnull=True).update(
-            cancel_requested_at=timezone.now()
-        ):
-            job.refresh_from_db()
-            return job
-        AuditEvent.objects.create(
-            job=job,
-            kind=EventKind.CANCEL_REQUESTED,
-            actor=user,
-            actor_name=user.get_username(),
-            reason="CANCELLED",
-            message=why,
-        )
-        notify.wake_scheduler("cancel")
-        notify.jobs_changed([job.pk])
-        for from_state in (TaskState.PENDING, TaskState.FAILED, TaskState.PREEMPTED):
-            lifecycle.transition_gang(
-                job.pk,
-                from_state=from_state,
-                to_state=TaskState.CANCELLED,
-                require_all=False,
-                actor=user,
-                actor_name=user.get_username(),
-                reason="CANCELLED",
-                message=why,
-                failure_class="CANCELLED",
-            )
+    if job.group_kind:
+        groups.do_cancel_group(parent=job, actor=user, actor_name=user.get_username(), why=why)
+    else:
+        cancelling.do_cancel(job.pk, actor=user, actor_name=user.get_username(), why=why)
     job.refresh_from_db()
     return job

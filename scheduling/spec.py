@@ -52,6 +52,7 @@ TASKS_DISAGREE = "{gpus} GPUs at {per_task} per task make {tasks} tasks, not {as
 GPUS_PER_TASK_WITHOUT_GPUS = "is only for GPU jobs (gpu_count > 0)."
 CLIENT_JOB_ID_RULE = "use letters, digits and . _ : - (at most 128), starting with a letter or digit."
 MAX_RUNTIME_RANGE = "must be more than 0 and at most {limit:g} hours, got {value:g}."
+ONE_GROUP_KIND = "a job is an array or a sweep, not both."
 MAX_ID = 2**63 - 1  # ids are bigint columns: a larger one is no job, and Postgres refuses it
 
 
@@ -271,6 +272,20 @@ class JobSpecSerializer(StrictSerializer):
         trim_values=False,
     )
 
+    # At most one of these makes the job a group (scheduling/group_spec.py, groups.py).
+    array = serializers.JSONField(required=False, allow_null=True, default=None)
+    sweep = serializers.JSONField(required=False, allow_null=True, default=None)
+
+    def validate_array(self, value):
+        from scheduling.group_spec import ArraySerializer
+
+        return None if value is None else _nested(ArraySerializer, value)
+
+    def validate_sweep(self, value):
+        from scheduling.group_spec import SweepSerializer
+
+        return None if value is None else _nested(SweepSerializer, value)
+
     def validate_image(self, value):
         if value and not IMAGE_REFERENCE.match(value):
             raise serializers.ValidationError(f"{value[:100]!r} is not {IMAGE_RULE}")
@@ -311,6 +326,8 @@ class JobSpecSerializer(StrictSerializer):
         return sorted(set(value))
 
     def validate(self, attrs):
+        if attrs.get("array") is not None and attrs.get("sweep") is not None:
+            raise serializers.ValidationError({"sweep": [ONE_GROUP_KIND]})
         both = sorted(set(attrs.get("env", {})) & set(attrs.get("secret_env", {})))
         if both:
             raise serializers.ValidationError({"secret_env": [IN_ENV_AND_SECRET_ENV.format(name=both[0])]})
@@ -323,6 +340,12 @@ class JobSpecSerializer(StrictSerializer):
         return attrs
 
 
+def _nested(serializer_class, value):
+    serializer = serializer_class(data=value)
+    serializer.is_valid(raise_exception=True)
+    return serializer.validated_data
+
+
 def _refuse_reserved(names) -> None:
     reserved = sorted(name for name in names if name.startswith(RESERVED_ENV_PREFIX))
     if reserved:
@@ -332,12 +355,18 @@ def _refuse_reserved(names) -> None:
 # `owner` is checked, then dropped: the job's owner is the caller (a column, not the spec).
 NOT_STORED = ("owner",)
 SPEC_FIELD_ORDER = tuple(name for name in JobSpecSerializer._declared_fields if name not in NOT_STORED)
+# Blocks a spec holds only when given: a spec without them reads (and digests) as before they existed.
+ONLY_WHEN_GIVEN = ("array", "sweep")
 
 
 def normalized(attrs: dict) -> dict:
     """The accepted spec as plain JSON, in the documented field order. `secret_env` still
     holds the values: do_submit_job encrypts them and stores the names only."""
-    return json.loads(json.dumps({name: attrs[name] for name in SPEC_FIELD_ORDER}))
+    fields = {name: attrs[name] for name in SPEC_FIELD_ORDER}
+    for name in ONLY_WHEN_GIVEN:
+        if fields[name] is None:
+            del fields[name]
+    return json.loads(json.dumps(fields))
 
 
 def spec_digest(spec: dict, secret_mac: str = "") -> str:

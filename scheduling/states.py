@@ -16,6 +16,9 @@ class TaskState(TextChoices):
     FAILED = "FAILED"
     PREEMPTED = "PREEMPTED"
     CANCELLED = "CANCELLED"
+    # A sweep trial its rule stopped for doing worse than the others (scheduling/sweeps.py):
+    # ended on purpose, neither a failure nor a success, and never retried.
+    EARLY_STOPPED = "EARLY_STOPPED"
 
 
 JobState = TaskState
@@ -28,9 +31,9 @@ QUEUED_OR_RUNNING = (TaskState.PENDING, *ON_NODE)
 # Not started yet: queued, or placed with its process starting (the queue page's "waiting").
 NOT_STARTED = (TaskState.PENDING, TaskState.ASSIGNED)
 # An attempt that is over (finished_at is stamped); the leader may still requeue it.
-ENDED = (TaskState.SUCCEEDED, TaskState.FAILED, TaskState.PREEMPTED, TaskState.CANCELLED)
+ENDED = (TaskState.SUCCEEDED, TaskState.FAILED, TaskState.PREEMPTED, TaskState.CANCELLED, TaskState.EARLY_STOPPED)
 # An attempt that ended without success: the leader's verdict is due while failure_class is blank.
 UNSUCCESSFUL = (TaskState.FAILED, TaskState.PREEMPTED, TaskState.CANCELLED)
 # A job that has finished (PREEMPTED is only the moment between a preemption and its requeue;
 # FAILED without a failure class still awaits the leader's verdict).
-JOB_FINISHED = (TaskState.SUCCEEDED, TaskState.FAILED, TaskState.CANCELLED)
+JOB_FINISHED = (TaskState.SUCCEEDED, TaskState.FAILED, TaskState.CANCELLED, TaskState.EARLY_STOPPED)

@@ -170,7 +170,7 @@ class AuditEvent(models.Model):
     actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
     actor_name = models.CharField(max_length=150, help_text="user name, 'scheduler' or 'agent:<node>'")
     from_state = models.CharField(max_length=40, blank=True)
-    to_state = models.CharField(max_length=10, blank=True)
+    to_state = models.CharField(max_length=16, blank=True)
     reason = models.CharField(max_length=40, blank=True)
     message = models.TextField(blank=True)
     data = models.JSONField(default=dict, blank=True)

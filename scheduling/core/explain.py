@@ -32,6 +32,15 @@ def dependency(job: PendingJob) -> PendingReason:
     return PendingReason(ReasonCode.DEPENDENCY, f"waiting for {noun} {ids} to succeed")
 
 
+def group_limit(job: PendingJob, kind: str, parallelism: int) -> PendingReason:
+    what = "elements" if kind == "array" else "trials" if kind == "sweep" else "jobs"
+    return PendingReason(
+        ReasonCode.GROUP_LIMIT,
+        f"its {kind or 'group'} (job {job.group}) runs at most {parallelism} {what} at once, and "
+        f"{parallelism} are running or starting; it starts when one of them ends",
+    )
+
+
 def backoff(job: PendingJob, now: float) -> PendingReason:
     wait = job.not_before - now
     return PendingReason(ReasonCode.BACKOFF, f"retry back-off until {clock(job.not_before)} ({wait:.0f} s from now)")

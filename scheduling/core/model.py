@@ -198,6 +198,8 @@ class RunningJob:
     # How many times the job was preempted before this attempt: the policy spares jobs it has
     # already evicted (each eviction costs them their work since a checkpoint, and a new wait).
     preemptions: int = 0
+    # The job group it belongs to (ClusterSnapshot.groups), if any: it takes one of its slots.
+    group: int | None = None
     # Derived once (a pass asks for them many times): GPUs held (CPUs for a CPU job), class.
     units: int = field(init=False, repr=False, compare=False)
     resource_class: str = field(init=False, repr=False, compare=False)
@@ -238,6 +240,9 @@ class PendingJob:
     # held for it until the first pass after its victims have stopped: no job that comes
     # before it in that pass (one waiting past the bound, say) takes the room it freed.
     nominated: tuple[str, ...] = ()
+    # The job group it belongs to (ClusterSnapshot.groups): it starts only while the group has
+    # fewer than its parallelism on nodes.
+    group: int | None = None
 
     @property
     def resource_class(self) -> str:
@@ -328,6 +333,14 @@ class PolicyConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class Group:
+    """A job group (an array, a sweep): at most `parallelism` of its children on nodes at once."""
+
+    kind: str
+    parallelism: int
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterSnapshot:
     nodes: tuple[Node, ...]
     running: tuple[RunningJob, ...]
@@ -335,3 +348,5 @@ class ClusterSnapshot:
     teams: tuple[Team, ...]
     now: float
     config: PolicyConfig = field(default_factory=PolicyConfig)
+    # The groups of the pending jobs, by parent job id (PendingJob.group).
+    groups: Mapping[int, Group] = field(default_factory=dict)

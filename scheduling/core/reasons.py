@@ -19,6 +19,8 @@ class ReasonCode(StrEnum):
     PREEMPTION_PENDING = "PREEMPTION_PENDING"
     # Submitted since the last pass: no decision about it yet.
     NOT_YET_SCHEDULED = "NOT_YET_SCHEDULED"
+    # Its group (an array, a sweep) already has as many children on nodes as its parallelism.
+    GROUP_LIMIT = "GROUP_LIMIT"
 
 
 NOT_YET_SCHEDULED_MESSAGE = "waiting for the scheduler's next pass"
@@ -46,6 +48,7 @@ CATEGORY = {
     ReasonCode.PREEMPTING: Category.CAPACITY,
     ReasonCode.PREEMPTION_PENDING: Category.CAPACITY,
     ReasonCode.NOT_YET_SCHEDULED: Category.CAPACITY,
+    ReasonCode.GROUP_LIMIT: Category.USER,
 }
 
 

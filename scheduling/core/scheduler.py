@@ -4,6 +4,8 @@
 1. Index the cluster: free room per node by class and amount, usage per team, who borrows.
    (A `Scheduler` kept between passes keeps the free-room index and only updates it.)
 2. Screen: held jobs, jobs waiting on dependencies and jobs in retry back-off wait as such.
+   A child of a job group already at its parallelism waits too (checked again in step 4, as
+   the pass starts its siblings).
 3. Order the rest (see `queue_order.QueueOrder`).
 4. Take each job in order: check its quota; place it where it fits now without delaying a
    reservation; else evict victims for it if it may (preemption.py); else, if it is the
@@ -119,6 +121,9 @@ class Pass:
         self.preemptors: dict[str, list[int]] = {}  # see `_preemptors`
         self.preemptors_reason: dict[str, PendingReason] = {}  # see `_held_for_preemptors`
         self.lowest_running: dict[str, int] = defaultdict(lambda: -1)
+        # Per job group: its children on nodes, or about to be (see `_group_full`).
+        self.group_used: dict[int, int] = defaultdict(int)
+        self.group_members: set[int] = set()
         self._index_running()
         self._victims: VictimPool | None = None
         self.no_victims: dict[tuple, int] = {}
@@ -165,8 +170,11 @@ class Pass:
                     stopping_for[job.preempted_for].append(job)
             elif job.preemptible and job.priority != "P0" and RANKS[job.priority] > lowest[rclass]:
                 lowest[rclass] = RANKS[job.priority]
+            if job.group is not None:
+                self.group_used[job.group] += 1
 
     def run(self) -> Decisions:
+        self._count_group_starters()
         candidates = [job for job in self.snap.pending if not self._screened(job)]  # 2. Screen.
         self._hold_nominated(candidates)
         queue = QueueOrder(candidates, self.ledger, self.snap, self._changes)  # 3.
@@ -195,9 +203,35 @@ class Pass:
                 if any(self.book.holder(node) == job.job_id for node in job.nominated):
                     self.holders[job.job_id] = job.resource_class
 
+    def _count_group_starters(self) -> None:
+        """A group's pending children that evicted to start (their victims are stopping, or they
+        hold the nodes they were nominated to) take one of its slots already."""
+        for job in self.snap.pending:
+            if job.group is not None and (job.job_id in self.stopping_for or job.nominated):
+                self.group_used[job.group] += 1
+                self.group_members.add(job.job_id)
+
+    def _group_full(self, job: PendingJob) -> bool:
+        """Whether `job`'s group has as many children on nodes (or about to be) as it may: then
+        it waits with the reason that says so."""
+        if job.group is None or job.job_id in self.group_members:
+            return False
+        group = self.snap.groups.get(job.group)
+        if group is None or self.group_used[job.group] < group.parallelism:
+            return False
+        self.pending[job.job_id] = explain.group_limit(job, group.kind, group.parallelism)
+        return True
+
+    def _take_group_slot(self, job: PendingJob) -> None:
+        if job.group is not None and job.job_id not in self.group_members:
+            self.group_used[job.group] += 1
+            self.group_members.add(job.job_id)
+
     def _screened(self, job: PendingJob) -> bool:
         if job.held:
             self.pending[job.job_id] = explain.held()
+        elif self._group_full(job):
+            pass
         elif job.waiting_on:
             self.pending[job.job_id] = explain.dependency(job)
         elif job.not_before is not None and job.not_before > self.now:
@@ -217,6 +251,8 @@ class Pass:
         """Decide `job`, or repeat what an equal job (see `_equivalent`) got at the same
         `_epoch` of its class: a decision that changed nothing (a quota refusal, a job left
         blocked, with or without a reason) reads only what the epoch and the key pin down."""
+        if self._group_full(job):  # its siblings earlier in this pass took the last slots
+            return
         kind, rclass = self._kind(job)
         key = self._equivalent(job, kind, rclass) if self.repeat_equal else None
         epoch = self._epoch(rclass)
@@ -324,6 +360,7 @@ class Pass:
         self.book.consume(chosen, job.shape, end_at)
         self.ledger.add(job.team, rclass, units)
         self.placed_units[rclass] += units
+        self._take_group_slot(job)
         self.placements.append(Placement(job.job_id, tasks, borrowed))
         self.active[rclass].append(
             RunningJob(
@@ -335,6 +372,7 @@ class Pass:
                 started_at=self.now,
                 expected_end=end_at,
                 checkpointing=job.checkpointing,
+                group=job.group,
             )
         )
 
@@ -510,6 +548,7 @@ class Pass:
                 )
             )
         reclaim = PreemptionReason.RECLAIM in reasons.values()
+        self._take_group_slot(job)
         self._hold_room(job, list(found.victims), nominate=not reclaim or self.config.nominate_reclaimers)
         self.pending[job.job_id] = explain.preempting(
             job, [v.job_id for v in found.victims], units_freed(found.victims), reclaim

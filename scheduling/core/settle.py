@@ -53,6 +53,7 @@ class StopReason(StrEnum):
     DRAIN = "DRAIN"
     PEER_FAILED = "PEER_FAILED"
     REQUEUED = "REQUEUED"  # a user asked for a new attempt (POST /jobs/{id}/requeue)
+    EARLY_STOPPED = "EARLY_STOPPED"  # a sweep's rule stopped the trial (it ends EARLY_STOPPED)
 
 
 class RestartMode(StrEnum):
@@ -96,6 +97,7 @@ STOPPED_FOR_A_REASON = MAKING_ROOM | {
     StopReason.CANCELLED,
     StopReason.TIMEOUT,
     StopReason.REQUEUED,
+    StopReason.EARLY_STOPPED,
 }
 
 

@@ -35,7 +35,9 @@ def runtime_fractions(now) -> dict[str, float]:
     """team -> the median share of its asked-for max_runtime its jobs used, over the jobs that
     succeeded in the last 30 days (teams with fewer than 3 have no history)."""
     rows = (
-        Job.objects.filter(state=JobState.SUCCEEDED, finished_at__gte=now - HISTORY, started_at__isnull=False)
+        Job.objects.filter(
+            state=JobState.SUCCEEDED, finished_at__gte=now - HISTORY, started_at__isnull=False, group_kind=""
+        )
         .order_by("-finished_at")
         .values_list("team__name", "started_at", "finished_at", "max_runtime_hours")[:5000]
     )

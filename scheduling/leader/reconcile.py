@@ -3,11 +3,12 @@
 1. grace deadlines past due -> SIGKILL; unstarted assignments of earlier leaders adopted;
    nodes silent too long -> SUSPECT, then LOST with their tasks failed (scheduling/leader/failures.py);
 2. tasks past `max_runtime_hours` -> stop (TIMEOUT);
-3. cancelled jobs still running -> stop (CANCELLED);
-4. gangs with a failed rank -> stop the other ranks (PEER_FAILED);
-5. attempts that ended without success -> cancel, fail, or requeue as a retry, a restart or
+3. gangs with a failed rank -> stop the other ranks (PEER_FAILED);
+4. attempts that ended without success -> cancel, fail, or requeue as a retry, a restart or
    after a preemption (the verdict is core/settle.py's; `do_settle` applies it);
-6. pending jobs whose dependency failed -> FAILED (DEPENDENCY).
+5. pending jobs whose dependency failed -> FAILED (DEPENDENCY);
+6. job groups that failed -> their unfinished children cancelled (scheduling/groups.py);
+7. cancelled jobs still running -> stop (CANCELLED).
 Only the leader requeues or retries, and every write here is fenced by its epoch.
 """
 
@@ -18,7 +19,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Exists, Min, OuterRef, Q
 
-from scheduling import lifecycle, metrics, notify
+from scheduling import groups, lifecycle, metrics, notify
 from scheduling.core.model import HOUR as HOUR_S
 from scheduling.core.model import confirmed_checkpoint, lost_since
 from scheduling.core.reasons import ReasonCode
@@ -35,6 +36,7 @@ from scheduling.core.settle import (
     settle,
 )
 from scheduling.fencing import fenced
+from scheduling.group_state import sync_parent_of
 from scheduling.leader import failures
 from scheduling.models import FailureClass, Job, StopReason, Task, TaskState
 from scheduling.states import ON_NODE, UNSUCCESSFUL
@@ -82,11 +84,13 @@ def reconcile(*, epoch: int, now) -> Swept:
     swept.killed = killed
     swept.nodes = failures.detect(epoch=epoch, now=now)
     swept.stops[StopReason.TIMEOUT] = _stop_each(_timed_out(now), StopReason.TIMEOUT, epoch=epoch, now=now)
-    swept.stops[StopReason.CANCELLED] = _stop_each(_cancelled_running(), StopReason.CANCELLED, epoch=epoch, now=now)
     swept.stops[StopReason.PEER_FAILED] = _stop_each(_broken_gangs(), StopReason.PEER_FAILED, epoch=epoch, now=now)
     for job_id in Job.objects.filter(_attempt_over()).order_by("id").values_list("id", flat=True):
         swept.count(do_settle(job_id, epoch=epoch, now=now))
     swept.failed += _fail_orphans(epoch=epoch, now=now)
+    swept.cancelled += groups.cancel_rest_of_failed(epoch=epoch, now=now)
+    # Last, so that the children of a group that failed in this sweep are stopped in it too.
+    swept.stops[StopReason.CANCELLED] = _stop_each(_cancelled_running(), StopReason.CANCELLED, epoch=epoch, now=now)
     return swept
 
 
@@ -300,6 +304,7 @@ def _end_failed(job: Job, verdict: Verdict, *, now, lost: dict) -> None:
             created_at=now,
         )
     Job.objects.filter(pk=job.pk).update(failure_class=verdict.failure_class, finished_at=now, updated_at=now)
+    sync_parent_of(job, now=now)  # a child failed for good: its group may fail with it
     _count_outcome("failed", verdict.failure_class)
     notify.jobs_changed([job.pk])
 
@@ -317,6 +322,7 @@ def _end_cancelled(job: Job, verdict: Verdict, *, now) -> None:
         failure_class=verdict.failure_class,
     )
     Job.objects.filter(pk=job.pk).update(failure_class=verdict.failure_class, updated_at=now)
+    sync_parent_of(job, now=now)
     _count_outcome("cancelled", verdict.failure_class)
     notify.jobs_changed([job.pk])
 
@@ -350,6 +356,7 @@ def _fail_orphans(*, epoch: int, now) -> int:
                     pending_reason_message="",
                     pending_histogram={},
                 )
+                sync_parent_of(Job.objects.only("parent_id").get(pk=job_id), now=now)
                 _count_outcome("failed", FailureClass.DEPENDENCY)
                 notify.jobs_changed([job_id])
         failed += bool(moved)

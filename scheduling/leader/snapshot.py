@@ -40,14 +40,22 @@ def build_view(*, now, config: core.PolicyConfig | None = None) -> StoreView:
     running = load_running(now)
     pending, reasons, starts = _pending()
     snapshot = core.ClusterSnapshot(
-        tuple(nodes), tuple(running), tuple(pending), load_teams(), now.timestamp(), config or policy_config()
+        tuple(nodes),
+        tuple(running),
+        tuple(pending),
+        load_teams(),
+        now.timestamp(),
+        config or policy_config(),
+        groups=load_groups({job.group for job in pending if job.group is not None}),
     )
     return StoreView(snapshot, node_ids, reasons, starts)
 
 
 def _pending() -> tuple[list[core.PendingJob], dict, dict]:
-    rows = Job.objects.filter(state=JobState.PENDING, cancel_requested_at__isnull=True).values(
+    # A group's parent has no tasks of its own: only its children are scheduled.
+    rows = Job.objects.filter(state=JobState.PENDING, cancel_requested_at__isnull=True, group_kind="").values(
         "id",
+        "parent_id",
         "team__name",
         "priority",
         "gpu_type",
@@ -99,6 +107,7 @@ def _pending() -> tuple[list[core.PendingJob], dict, dict]:
                 yields_to=yields.get(row["id"]),
                 checkpoint_interval_s=checkpoint_interval_s(row["checkpoint"]),
                 nominated=tuple(row["nominated_nodes"]),
+                group=row["parent_id"],
             )
         )
         reasons[row["id"]] = (
@@ -110,6 +119,11 @@ def _pending() -> tuple[list[core.PendingJob], dict, dict]:
         )
         starts[row["id"]] = (row["estimated_start"], row["likely_start"])
     return jobs, reasons, starts
+
+
+def load_groups(parent_ids: set[int]) -> dict[int, core.Group]:
+    rows = Job.objects.filter(pk__in=parent_ids).values_list("id", "group_kind", "group")
+    return {job_id: core.Group(kind, group["parallelism"]) for job_id, kind, group in rows}
 
 
 def _unmet_dependencies(job_ids: list[int]) -> dict[int, list[int]]:

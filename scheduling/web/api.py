@@ -10,7 +10,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from mlqueue.pagination import StrictCursorPagination
-from scheduling import job_changes, job_control, services
+from scheduling import groups, job_changes, job_control, services, sweeps
 from scheduling.models import Job, JobState, Priority, Task, TaskLog
 from scheduling.queue_state import queue_positions
 from scheduling.selectors import scheduler_state, visible_jobs
@@ -22,6 +22,7 @@ from scheduling.web.filters import JobFilter
 from scheduling.web.serializers import (
     BulkCancelResultSerializer,
     CancelSerializer,
+    ChildSerializer,
     DryRunSerializer,
     JobDetailSerializer,
     JobEventSerializer,
@@ -50,6 +51,13 @@ class JobListCreate(generics.ListAPIView):
 
     def get_queryset(self):
         return visible_jobs(self.request.user)
+
+    def get_serializer(self, *args, **kwargs):
+        """A page of jobs counts its groups' children in one query, not one per group."""
+        if args and isinstance(args[0], list):
+            context = kwargs.setdefault("context", self.get_serializer_context())
+            context["group_counts"] = groups.child_counts([job.pk for job in args[0] if job.group_kind])
+        return super().get_serializer(*args, **kwargs)
 
     @extend_schema(
         request=JobSpecSerializer,
@@ -139,6 +147,19 @@ class JobEvents(generics.ListAPIView):
             return self.queryset
         job = get_object_or_404(visible_jobs(self.request.user), pk=self.kwargs["job_id"])
         return job.events.all()
+
+
+class JobChildren(APIView):
+    @extend_schema(responses={200: ChildSerializer(many=True)})
+    def get(self, request: Request, job_id: int) -> Response:
+        """A group's children: an array's by index; a sweep's best first by its metric (trials that
+        have not reported it last), each with its parameters and metric summary."""
+        parent = get_object_or_404(visible_jobs(request.user), pk=job_id)
+        if not parent.group_kind:
+            return Response(ChildSerializer([], many=True).data)
+        kids, summaries, ranks = sweeps.ranked_children(parent)
+        context = {"metrics": summaries, "ranks": ranks}
+        return Response(ChildSerializer(kids, many=True, context=context).data)
 
 
 class JobCancel(APIView):

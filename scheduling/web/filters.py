@@ -36,7 +36,21 @@ class JobFilter(django_filters.FilterSet):
     submitted_after = TimeFilter(field_name="submitted_at", lookup_expr="gte", help_text="submitted at or after")
     submitted_before = TimeFilter(field_name="submitted_at", lookup_expr="lt", help_text="submitted before")
     ended_after = TimeFilter(field_name="finished_at", lookup_expr="gte", help_text="ended at or after")
+    parent = django_filters.NumberFilter(field_name="parent_id", help_text="the children of this group")
+    top_level = django_filters.BooleanFilter(
+        field_name="parent", lookup_expr="isnull", help_text="true: groups and single jobs, not groups' children"
+    )
 
     class Meta:
         model = Job
-        fields = ["team", "state", "priority", "owner", "submitted_after", "submitted_before", "ended_after"]
+        fields = [
+            "team",
+            "state",
+            "priority",
+            "owner",
+            "submitted_after",
+            "submitted_before",
+            "ended_after",
+            "parent",
+            "top_level",
+        ]

@@ -4,6 +4,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from scheduling.groups import summary
 from scheduling.models import Job, JobState, Task
 from scheduling.secrets import masked_spec
 from teams.models import AuditEvent
@@ -43,11 +44,28 @@ class TaskSerializer(serializers.ModelSerializer):
         }
 
 
+class GroupSerializer(serializers.Serializer):
+    kind = serializers.ChoiceField(["array", "sweep"])
+    count = serializers.IntegerField(help_text="elements (an array) or trials (a sweep)")
+    parallelism = serializers.IntegerField(help_text="the most children on nodes at once")
+    max_failures = serializers.IntegerField(allow_null=True)
+    pending = serializers.IntegerField()
+    running = serializers.IntegerField()
+    succeeded = serializers.IntegerField()
+    failed = serializers.IntegerField()
+    cancelled = serializers.IntegerField()
+    early_stopped = serializers.IntegerField()
+
+
 class JobSerializer(serializers.ModelSerializer):
     team = serializers.CharField(source="team.name")
     owner = serializers.CharField(source="owner.username")
     tasks = serializers.IntegerField(source="task_count")
     pending_reason = serializers.SerializerMethodField()
+    group = serializers.SerializerMethodField(help_text="a group's parent: its children by state (null otherwise)")
+    parent = serializers.PrimaryKeyRelatedField(read_only=True, help_text="a group's child: the group's job id")
+    array_index = serializers.SerializerMethodField(help_text="an array's element: its index")
+    trial = serializers.SerializerMethodField(help_text="a sweep's trial: its number")
 
     class Meta:
         model = Job
@@ -69,8 +87,14 @@ class JobSerializer(serializers.ModelSerializer):
             "submitted_at",
             "started_at",
             "finished_at",
+            "group",
+            "parent",
+            "array_index",
+            "trial",
+            "params",
         ]
         extra_kwargs = {
+            "params": {"help_text": "a sweep's trial: its parameters"},
             "estimated_start": {
                 "help_text": "pending jobs: the latest start, from the start-time forecast's run "
                 "where every job runs to its max_runtime, if nothing that outranks it "
@@ -81,6 +105,21 @@ class JobSerializer(serializers.ModelSerializer):
                 "the teams' observed runtimes"
             },
         }
+
+    @extend_schema_field(GroupSerializer(allow_null=True))
+    def get_group(self, job: Job):
+        if not job.group_kind:
+            return None
+        counts = self.context.get("group_counts")
+        return summary(job, counts.get(job.pk, {}) if counts is not None else None)
+
+    @extend_schema_field(OpenApiTypes.INT)
+    def get_array_index(self, job: Job):
+        return job.group_index if job.parent_id and job.params is None else None
+
+    @extend_schema_field(OpenApiTypes.INT)
+    def get_trial(self, job: Job):
+        return job.group_index if job.parent_id and job.params is not None else None
 
     @extend_schema_field(PendingReasonSerializer(allow_null=True))
     def get_pending_reason(self, job: Job):
@@ -135,6 +174,31 @@ class QueueEntrySerializer(JobSerializer):
 
     class Meta(JobSerializer.Meta):
         fields = ["position", *JobSerializer.Meta.fields, "reserved_nodes"]
+
+
+class MetricSummarySerializer(serializers.Serializer):
+    name = serializers.CharField()
+    best = serializers.FloatField(allow_null=True, help_text="the best value reported (by the sweep's goal)")
+    best_step = serializers.IntegerField(allow_null=True)
+    last = serializers.FloatField(allow_null=True, help_text="the value at the latest step reported")
+    step = serializers.IntegerField(allow_null=True, help_text="the latest step reported")
+    reports = serializers.IntegerField()
+
+
+class ChildSerializer(JobSerializer):
+    metric = serializers.SerializerMethodField(help_text="a sweep's trial: its metric so far (null: no metric)")
+    rank = serializers.SerializerMethodField(help_text="a sweep's trial: its place by the metric (1 = best)")
+
+    class Meta(JobSerializer.Meta):
+        fields = [*JobSerializer.Meta.fields, "failure_class", "retries_used", "restarts_used", "metric", "rank"]
+
+    @extend_schema_field(MetricSummarySerializer(allow_null=True))
+    def get_metric(self, job: Job):
+        return self.context.get("metrics", {}).get(job.pk)
+
+    @extend_schema_field(OpenApiTypes.INT)
+    def get_rank(self, job: Job):
+        return self.context.get("ranks", {}).get(job.pk)
 
 
 class JobEventSerializer(serializers.ModelSerializer):

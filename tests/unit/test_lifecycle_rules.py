@@ -44,9 +44,9 @@ def test_illegal_transitions_raise_with_the_allowed_ones(from_state, to_state):
 
 def test_every_state_is_declared_and_ended_states_lead_only_back_to_pending():
     assert set(TRANSITIONS) == set(S.values)
-    assert TRANSITIONS[S.CANCELLED] == frozenset()
+    assert TRANSITIONS[S.CANCELLED] == TRANSITIONS[S.EARLY_STOPPED] == frozenset()
     # A retry or a requeue always starts again from PENDING; a finished rank of a gang that
-    # failed elsewhere restarts with it.
-    assert TRANSITIONS[S.FAILED] == {S.PENDING, S.CANCELLED}
-    assert TRANSITIONS[S.PREEMPTED] == {S.PENDING, S.CANCELLED, S.FAILED}
+    # failed elsewhere restarts with it. A sweep's rule may stop a trial between two attempts.
+    assert TRANSITIONS[S.FAILED] == {S.PENDING, S.CANCELLED, S.EARLY_STOPPED}
+    assert TRANSITIONS[S.PREEMPTED] == {S.PENDING, S.CANCELLED, S.FAILED, S.EARLY_STOPPED}
     assert TRANSITIONS[S.SUCCEEDED] == {S.PENDING}

@@ -1,0 +1,54 @@
+"""Cancelling one job: the request stamped once, what has not started cancelled at once; what
+runs is stopped by the leader's sweep (reconcile: cancelled jobs still running -> stop). Used
+by a user's cancel (services.do_cancel_job) and by a group that failed (groups.py)."""
+
+from django.db import transaction
+from django.utils import timezone
+
+from scheduling import lifecycle, notify
+from scheduling.models import Job, TaskState
+from teams.models import AuditEvent, EventKind
+
+NOT_STARTED_OR_SETTLING = (TaskState.PENDING, TaskState.FAILED, TaskState.PREEMPTED)
+
+
+def request_cancel(job_id: int, *, actor, actor_name: str, why: str, now=None) -> bool:
+    """Stamp the job's cancel request and record it (False: a request came first), in the
+    caller's transaction."""
+    now = now or timezone.now()
+    if not Job.objects.filter(pk=job_id, cancel_requested_at__isnull=True).update(cancel_requested_at=now):
+        return False
+    AuditEvent.objects.create(
+        job_id=job_id,
+        kind=EventKind.CANCEL_REQUESTED,
+        actor=actor,
+        actor_name=actor_name,
+        reason="CANCELLED",
+        message=why,
+        created_at=now,
+    )
+    notify.jobs_changed([job_id])
+    return True
+
+
+def do_cancel(job_id: int, *, actor, actor_name: str, why: str, now=None) -> bool:
+    """Request the cancel and cancel the tasks not on a node, in one transaction. False when
+    another request came first (it did, or does, the same)."""
+    with transaction.atomic():
+        if not request_cancel(job_id, actor=actor, actor_name=actor_name, why=why, now=now):
+            return False
+        notify.wake_scheduler("cancel")
+        for from_state in NOT_STARTED_OR_SETTLING:
+            lifecycle.transition_gang(
+                job_id,
+                from_state=from_state,
+                to_state=TaskState.CANCELLED,
+                require_all=False,
+                actor=actor,
+                actor_name=actor_name,
+                reason="CANCELLED",
+                message=why,
+                failure_class="CANCELLED",
+                now=now,
+            )
+    return True

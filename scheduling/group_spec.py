@@ -1,0 +1,231 @@
+"""The spec's group blocks: `array:` (many elements of one job, by index) and `sweep:` (one
+trial per set of hyperparameters). Each is checked field by field here; scheduling/groups.py
+turns an accepted block into the group's children.
+
+    array: {count: 200, parallelism: 16, max_failures: 5}          # or indices: "0-199" / "1,5,9-12"
+    sweep: {method: grid, parameters: {lr: [0.001, 0.01]}, parallelism: 4,
+            metric: {name: val_loss, goal: minimize}, early_stop: {rule: median, min_reports: 3}}
+"""
+
+import math
+import re
+
+from django.conf import settings
+from rest_framework import serializers
+
+from scheduling.spec import StrictIntegerField, StrictSerializer, StrictStringField
+from scheduling.sweep_params import grid_size
+
+PARAM_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}\Z")
+METRIC_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_./-]{0,99}\Z")
+INDEX_RANGE = re.compile(r"^(\d+)(?:-(\d+)(?::(\d+))?)?\Z")
+MAX_PARAMETERS = 32
+MAX_VALUES = 1000
+
+COUNT_OR_INDICES = 'give count or indices (e.g. count: 200 or indices: "0-199").'
+COUNT_DISAGREES = "{count} elements, but indices {indices!r} name {named}."
+BAD_INDICES = (
+    '{part!r} is not an index list: use comma-separated indices and ranges such as "0-199", "1,5,9-12" '
+    'or "0-98:2" (every second).'
+)
+BACKWARDS_RANGE = "{part!r} runs backwards: write the lower index first."
+TOO_MANY_ELEMENTS = "at most {limit} elements in one group, got {count}."
+MAX_FAILURES_RANGE = "must be less than the group's {count} elements, got {value}."
+BAD_PARAM_NAME = "{name!r} is not a parameter name: letters, digits and underscores, not starting with a digit."
+PARAM_NAMES_CLASH = "{a!r} and {b!r} are the same variable (MLQ_PARAM_{upper}): rename one."
+TOO_MANY_PARAMETERS = "at most {limit} parameters, got {count}."
+NO_PARAMETERS = "give at least one parameter."
+EMPTY_VALUES = "{name}: give at least one value."
+TOO_MANY_VALUES = "{name}: at most {limit} values, got {count}."
+BAD_VALUE = "{name}: values are numbers, strings or booleans, not {kind}."
+BAD_RANGE_KEYS = "{name}: a range is {{min, max}} with optional log: true and int: true; unknown {keys}."
+RANGE_NEEDS_BOUNDS = "{name}: a range needs min and max."
+RANGE_BOUNDS = "{name}: min must be below max, got min {low} and max {high}."
+LOG_NEEDS_POSITIVE = "{name}: a log range needs min > 0, got {low}."
+NOT_A_NUMBER = "{name}: {bound} must be a finite number, not {value!r}."
+GRID_NEEDS_LISTS = "{name}: a grid takes a list of values; ranges ({{min, max}}) are for method: random."
+PARAM_SHAPE = "{name}: give a list of values, or a range {{min: .., max: ..}} (method: random)."
+RANDOM_NEEDS_TRIALS = "method random needs max_trials: how many trials to draw."
+GRID_TOO_LARGE = "the grid has {size} combinations, more than {limit}: set max_trials to take the first ones."
+EARLY_STOP_NEEDS_METRIC = "early stopping compares trials by a metric: give metric: {name: .., goal: minimize}."
+
+
+def max_group_size() -> int:
+    return settings.MLQ_MAX_GROUP_SIZE
+
+
+def parse_indices(text: str) -> list[int]:
+    """Slurm's --array list: "0-199", "1,5,9-12", "0-98:2"; sorted, each index once."""
+    found: set[int] = set()
+    limit = max_group_size()
+    for part in (p.strip() for p in text.split(",")):
+        match = INDEX_RANGE.match(part)
+        if not match:
+            raise serializers.ValidationError(BAD_INDICES.format(part=part))
+        low, high, step = int(match[1]), int(match[2] or match[1]), int(match[3] or 1)
+        if high < low:
+            raise serializers.ValidationError(BACKWARDS_RANGE.format(part=part))
+        if step < 1 or (high - low) // step + 1 + len(found) > limit:
+            count = (high - low) // max(step, 1) + 1 + len(found)
+            raise serializers.ValidationError(
+                BAD_INDICES.format(part=part) if step < 1 else TOO_MANY_ELEMENTS.format(limit=limit, count=count)
+            )
+        found.update(range(low, high + 1, step))
+    return sorted(found)
+
+
+class ArraySerializer(StrictSerializer):
+    count = StrictIntegerField(required=False, min_value=1)
+    indices = StrictStringField(required=False, max_length=2000)
+    parallelism = StrictIntegerField(required=False, allow_null=True, default=None, min_value=1)
+    max_failures = StrictIntegerField(required=False, default=0, min_value=0)
+
+    def validate(self, attrs):
+        count, text = attrs.get("count"), attrs.get("indices")
+        if count is None and text is None:
+            raise serializers.ValidationError({"count": [COUNT_OR_INDICES]})
+        if text is not None:
+            indices = parse_indices(text)
+            if count is not None and count != len(indices):
+                named = f"{len(indices)}"
+                raise serializers.ValidationError(
+                    {"count": [COUNT_DISAGREES.format(count=count, indices=text, named=named)]}
+                )
+            count = len(indices)
+        if count > max_group_size():
+            raise serializers.ValidationError(
+                {"count": [TOO_MANY_ELEMENTS.format(limit=max_group_size(), count=count)]}
+            )
+        if attrs["max_failures"] and attrs["max_failures"] >= count:
+            raise serializers.ValidationError(
+                {"max_failures": [MAX_FAILURES_RANGE.format(count=count, value=attrs["max_failures"])]}
+            )
+        return {
+            "count": count,
+            "indices": text,
+            "parallelism": min(attrs["parallelism"] or count, count),
+            "max_failures": attrs["max_failures"],
+        }
+
+
+class MetricSerializer(StrictSerializer):
+    name = StrictStringField(max_length=100)
+    goal = serializers.ChoiceField(["minimize", "maximize"], required=False, default="minimize")
+
+    def validate_name(self, value):
+        if not METRIC_NAME.match(value):
+            raise serializers.ValidationError(
+                f"{value!r} is not a metric name: letters, digits and _ . / -, starting with a letter or _."
+            )
+        return value
+
+
+class EarlyStopSerializer(StrictSerializer):
+    rule = serializers.ChoiceField(["median"])
+    min_reports = StrictIntegerField(required=False, default=3, min_value=1, max_value=100_000)
+
+
+class ParametersField(serializers.Field):
+    """name -> a list of values, or a range {min, max, log, int}; kept in the order given."""
+
+    default_error_messages = {"not_a_mapping": "must be a mapping of parameter names to values or ranges."}
+
+    def to_internal_value(self, data):
+        if not isinstance(data, dict):
+            self.fail("not_a_mapping")
+        if not data:
+            raise serializers.ValidationError(NO_PARAMETERS)
+        if len(data) > MAX_PARAMETERS:
+            raise serializers.ValidationError(TOO_MANY_PARAMETERS.format(limit=MAX_PARAMETERS, count=len(data)))
+        _check_names(list(data))
+        return {name: _parameter(name, value) for name, value in data.items()}
+
+    def to_representation(self, value):
+        return value
+
+
+def _check_names(names: list) -> None:
+    seen: dict[str, str] = {}
+    for name in names:
+        if not isinstance(name, str) or not PARAM_NAME.match(name):
+            raise serializers.ValidationError(BAD_PARAM_NAME.format(name=name))
+        upper = name.upper()
+        if upper in seen:
+            raise serializers.ValidationError(PARAM_NAMES_CLASH.format(a=seen[upper], b=name, upper=upper))
+        seen[upper] = name
+
+
+def _parameter(name: str, value):
+    if isinstance(value, list):
+        return _values(name, value)
+    if isinstance(value, dict):
+        return _range(name, value)
+    raise serializers.ValidationError(PARAM_SHAPE.format(name=name))
+
+
+def _values(name: str, values: list) -> list:
+    if not values:
+        raise serializers.ValidationError(EMPTY_VALUES.format(name=name))
+    if len(values) > MAX_VALUES:
+        raise serializers.ValidationError(TOO_MANY_VALUES.format(name=name, limit=MAX_VALUES, count=len(values)))
+    for value in values:
+        if not isinstance(value, (str, int, float, bool)) or isinstance(value, float) and not math.isfinite(value):
+            raise serializers.ValidationError(BAD_VALUE.format(name=name, kind=type(value).__name__))
+        if isinstance(value, str) and len(value) > 1000:
+            raise serializers.ValidationError(f"{name}: a value is at most 1000 characters.")
+    return values
+
+
+def _range(name: str, spec: dict) -> dict:
+    unknown = sorted(set(spec) - {"min", "max", "log", "int"})
+    if unknown:
+        raise serializers.ValidationError(BAD_RANGE_KEYS.format(name=name, keys=", ".join(map(str, unknown))))
+    if "min" not in spec or "max" not in spec:
+        raise serializers.ValidationError(RANGE_NEEDS_BOUNDS.format(name=name))
+    low, high = (_bound(name, bound, spec[bound]) for bound in ("min", "max"))
+    log, as_int = spec.get("log", False), spec.get("int", False)
+    for flag, flag_value in (("log", log), ("int", as_int)):
+        if not isinstance(flag_value, bool):
+            raise serializers.ValidationError(f"{name}: {flag} is true or false, not {flag_value!r}.")
+    if not low < high:
+        raise serializers.ValidationError(RANGE_BOUNDS.format(name=name, low=low, high=high))
+    if log and low <= 0:
+        raise serializers.ValidationError(LOG_NEEDS_POSITIVE.format(name=name, low=low))
+    return {"min": low, "max": high, "log": log, "int": as_int}
+
+
+def _bound(name: str, bound: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise serializers.ValidationError(NOT_A_NUMBER.format(name=name, bound=bound, value=value))
+    return value
+
+
+class SweepSerializer(StrictSerializer):
+    method = serializers.ChoiceField(["grid", "random"])
+    parameters = ParametersField()
+    max_trials = StrictIntegerField(required=False, allow_null=True, default=None, min_value=1)
+    parallelism = StrictIntegerField(required=False, allow_null=True, default=None, min_value=1)
+    max_failures = StrictIntegerField(required=False, allow_null=True, default=None, min_value=0)
+    metric = MetricSerializer(required=False, allow_null=True, default=None)
+    early_stop = EarlyStopSerializer(required=False, allow_null=True, default=None)
+    seed = StrictIntegerField(required=False, allow_null=True, default=None, min_value=0, max_value=2**32 - 1)
+
+    def validate(self, attrs):
+        params, limit = attrs["parameters"], max_group_size()
+        if attrs["method"] == "grid":
+            ranged = next((name for name, value in params.items() if isinstance(value, dict)), None)
+            if ranged:
+                raise serializers.ValidationError({"parameters": [GRID_NEEDS_LISTS.format(name=ranged)]})
+            size = grid_size(params)
+            trials = min(size, attrs["max_trials"] or size)
+            if trials > limit:
+                raise serializers.ValidationError({"max_trials": [GRID_TOO_LARGE.format(size=size, limit=limit)]})
+        else:
+            if attrs["max_trials"] is None:
+                raise serializers.ValidationError({"max_trials": [RANDOM_NEEDS_TRIALS]})
+            trials = attrs["max_trials"]
+        if trials > limit:
+            raise serializers.ValidationError({"max_trials": [TOO_MANY_ELEMENTS.format(limit=limit, count=trials)]})
+        if attrs["early_stop"] and not attrs["metric"]:
+            raise serializers.ValidationError({"early_stop": [EARLY_STOP_NEEDS_METRIC]})
+        return {**attrs, "max_trials": trials, "parallelism": min(attrs["parallelism"] or trials, trials)}

@@ -1,0 +1,101 @@
+"""A job group's state, derived from its children's (scheduling/groups.py has the rest of groups).
+
+Kept apart from groups.py because the lifecycle re-derives it inside every child's transition:
+this module needs only the models."""
+
+from django.db.models import Count
+
+from scheduling.models import FailureClass, GroupKind, Job, JobState
+from scheduling.states import JOB_FINISHED, NOT_STARTED, ON_NODE
+from teams.models import AuditEvent, EventKind
+
+S = JobState
+
+
+def child_counts(parent_ids: list[int]) -> dict[int, dict[str, int]]:
+    """parent -> {state: children in it}, in one query. A child FAILED or PREEMPTED that awaits
+    the leader's verdict (no failure class yet) counts as PENDING: it may well run again."""
+    rows = (
+        Job.objects.filter(parent_id__in=parent_ids)
+        .values_list("parent_id", "state", "failure_class")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    found: dict[int, dict[str, int]] = {}
+    for parent_id, state, failure_class, n in rows:
+        if state in (S.FAILED, S.PREEMPTED) and not failure_class:
+            state = S.PENDING
+        counts = found.setdefault(parent_id, {})
+        counts[state] = counts.get(state, 0) + n
+    return found
+
+
+def derive_group_state(group: dict, counts: dict[str, int], *, cancel_requested: bool) -> tuple[str, str]:
+    """(state, failure class) of a group from its children's states, the first rule that holds:
+    1. more children FAILED than `max_failures` allows -> FAILED (the rest are cancelled);
+       a sweep with no `max_failures` fails only when every trial has failed;
+    2. a child on a node -> RUNNING; 3. a child waiting -> PENDING (also between a child's
+       preemption and its requeue);
+    4. all finished: cancelled on request, or a child CANCELLED and none SUCCEEDED -> CANCELLED;
+       otherwise SUCCEEDED (failures within `max_failures`, trials stopped early, and
+       children cancelled one by one do not fail the group)."""
+    failed = counts.get(S.FAILED, 0)
+    limit = group["max_failures"]
+    total = sum(counts.values())
+    if limit is not None and failed > limit or limit is None and total and failed == total:
+        return S.FAILED, FailureClass.GROUP
+    if any(counts.get(state) for state in ON_NODE):
+        return S.RUNNING, ""
+    if any(counts.get(state) for state in (*NOT_STARTED, S.PREEMPTED)):
+        return S.PENDING, ""
+    if cancel_requested or counts.get(S.CANCELLED) and not counts.get(S.SUCCEEDED):
+        return S.CANCELLED, FailureClass.CANCELLED
+    return S.SUCCEEDED, ""
+
+
+def sync_group_state(parent_id: int, *, now) -> tuple[str, str]:
+    """Re-derive a group's state from its children's; returns (before, after). Locks the parent
+    row first, so two children ending at once derive in turn, each seeing the other's end."""
+    parent = (
+        Job.objects.select_for_update().only("state", "started_at", "group", "cancel_requested_at").get(pk=parent_id)
+    )
+    counts = child_counts([parent_id]).get(parent_id, {})
+    state, failure_class = derive_group_state(
+        parent.group, counts, cancel_requested=parent.cancel_requested_at is not None
+    )
+    if state == parent.state:
+        return parent.state, state
+    fields = {"state": state, "updated_at": now, "failure_class": failure_class}
+    if state == S.RUNNING and parent.started_at is None:
+        fields["started_at"] = now
+    fields["finished_at"] = now if state in JOB_FINISHED else None
+    Job.objects.filter(pk=parent_id).update(**fields)
+    AuditEvent.objects.create(
+        job_id=parent_id,
+        kind=EventKind.TRANSITION,
+        actor_name="system",
+        from_state=parent.state,
+        to_state=state,
+        reason="GROUP",
+        message=_group_message(parent.group, counts, state),
+        data={"children": counts},
+        created_at=now,
+    )
+    return parent.state, state
+
+
+def sync_parent_of(job: Job, *, now) -> None:
+    """After a change to a child that is not a transition of its tasks (the leader's verdict that
+    a failed child is failed for good): its group's state again."""
+    if job.parent_id is not None:
+        sync_group_state(job.parent_id, now=now)
+
+
+def _group_message(group: dict, counts: dict[str, int], state: str) -> str:
+    what = "elements" if group["kind"] == GroupKind.ARRAY else "trials"
+    tally = ", ".join(f"{n} {s.lower()}" for s, n in sorted(counts.items()) if n)
+    if state == S.FAILED:
+        allowed = group["max_failures"]
+        bound = f"more than max_failures ({allowed})" if allowed is not None else "every one"
+        return f"{counts.get(S.FAILED, 0)} {what} failed, {bound}; the rest are cancelled ({tally})"
+    return f"{group['count']} {what}: {tally}"

@@ -1,0 +1,202 @@
+"""Job groups: a parent job whose children are ordinary jobs (arrays, sweeps).
+
+- **Submit** (`do_create_group`): the parent and every child, with their tasks, in the submit's
+  one transaction and in bulk. Each child is the parent's spec for one element or trial: its
+  `{index}`/`{count}` or `{param}` substituted in the command and env values; `MLQ_ARRAY_*` and
+  `MLQ_PARAM_*` come with its assignment (scheduling/assignments.py).
+- **Limit**: the scheduler starts at most `parallelism` children at once (core.PendingJob.group).
+- **State**: the parent has no tasks; its state follows its children's (`derive_group_state`),
+  re-derived whenever a child's state changes (lifecycle.sync_job_state calls `sync_group_state`).
+- **Cancel**: cancelling the parent cancels every child not finished (`do_cancel_group`); a
+  group that failed has its unfinished children cancelled by the leader (`cancel_rest_of_failed`).
+"""
+
+import re
+import secrets
+from dataclasses import dataclass
+
+from django.db import transaction
+from django.utils import timezone
+
+from scheduling import cancelling, sweep_params
+from scheduling.fencing import fenced
+from scheduling.group_spec import parse_indices
+from scheduling.group_state import child_counts, sync_group_state
+from scheduling.models import FailureClass, GroupKind, Job, JobState, Task
+from scheduling.states import JOB_FINISHED, ON_NODE
+
+S = JobState
+PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+# Who is in which column of a group's summary (the API's `group`, the queue row, the page).
+SUMMARY_STATES = {
+    "pending": (S.PENDING, S.PREEMPTED),
+    "running": ON_NODE,
+    "succeeded": (S.SUCCEEDED,),
+    "failed": (S.FAILED,),
+    "cancelled": (S.CANCELLED,),
+    "early_stopped": (S.EARLY_STOPPED,),
+}
+
+
+@dataclass(frozen=True)
+class Child:
+    index: int  # an array's index, a sweep's trial number
+    params: dict | None  # a sweep trial's parameters
+    values: dict  # what its placeholders stand for
+
+    def substitute(self, text: str) -> str:
+        """`text` with each {name} it knows replaced; other braces (JSON, shell) stay as written."""
+        return PLACEHOLDER.sub(lambda m: self.values.get(m[1], m[0]), text)
+
+
+def group_kind(spec: dict) -> str:
+    if spec.get("array") is not None:
+        return GroupKind.ARRAY
+    if spec.get("sweep") is not None:
+        return GroupKind.SWEEP
+    return ""
+
+
+def group_settings(spec: dict) -> dict:
+    """What the parent keeps in `Job.group`: a sweep's seed is drawn here when the spec gives
+    none, and kept, so the sweep can be submitted again with the same trials."""
+    kind = group_kind(spec)
+    block = spec[kind]
+    found = {"kind": kind, "parallelism": block["parallelism"], "max_failures": block["max_failures"]}
+    if kind == GroupKind.ARRAY:
+        return {**found, "count": block["count"], "indices": block["indices"]}
+    seed = block["seed"] if block["seed"] is not None else secrets.randbelow(2**32)
+    return {
+        **found,
+        "count": block["max_trials"],
+        "method": block["method"],
+        "seed": seed,
+        "metric": block["metric"],
+        "early_stop": block["early_stop"],
+    }
+
+
+def children_of(spec: dict, group: dict) -> list[Child]:
+    if group["kind"] == GroupKind.ARRAY:
+        count = group["count"]
+        indices = parse_indices(group["indices"]) if group["indices"] else range(count)
+        return [Child(i, None, {"index": str(i), "count": str(count)}) for i in indices]
+    drawn = sweep_params.trials(spec["sweep"], seed=group["seed"])
+    return [
+        Child(n, params, {"trial": str(n), **{k: sweep_params.as_text(v) for k, v in params.items()}})
+        for n, params in enumerate(drawn)
+    ]
+
+
+def child_spec(spec: dict, child: Child) -> dict:
+    """The spec one child runs: the group's, without the group block, with its values put in."""
+    found = {key: value for key, value in spec.items() if key not in ("array", "sweep", "client_job_id")}
+    found["command"] = [child.substitute(arg) for arg in spec["command"]]
+    found["env"] = {key: child.substitute(value) for key, value in spec["env"].items()}
+    found["client_job_id"] = None
+    found["name"] = child_name(spec["name"], spec, child)
+    return found
+
+
+def child_name(name: str, spec: dict, child: Child) -> str:
+    if spec.get("array") is not None:
+        return f"{name}[{child.index}]"[:200]
+    return f"{name} trial {child.index}"[:200]
+
+
+def child_env(job: Job) -> dict[str, str]:
+    """The variables a child's assignment carries for its place in its group."""
+    parent_group = job.parent.group if job.parent_id else {}
+    if not parent_group:
+        return {}
+    env = {"MLQ_GROUP_ID": str(job.parent_id)}
+    if parent_group["kind"] == GroupKind.ARRAY:
+        return {**env, "MLQ_ARRAY_INDEX": str(job.group_index), "MLQ_ARRAY_COUNT": str(parent_group["count"])}
+    params = job.params or {}
+    return {
+        **env,
+        "MLQ_SWEEP_TRIAL": str(job.group_index),
+        **{sweep_params.env_name(name): sweep_params.as_text(value) for name, value in params.items()},
+    }
+
+
+def do_create_group(*, parent: Job, spec: dict, columns: dict, now) -> list[Job]:
+    """The children of `parent` (just created, in the caller's transaction), with their tasks
+    and dependencies, in bulk. Returns them in index order."""
+    kids = children_of(spec, parent.group)
+    jobs = Job.objects.bulk_create([_child_job(parent, spec, columns, kid, now) for kid in kids])
+    Task.objects.bulk_create(
+        [Task(job=job, rank=rank, updated_at=now) for job in jobs for rank in range(job.task_count)]
+    )
+    if spec["depends_on"]:
+        through = Job.depends_on.through
+        through.objects.bulk_create(
+            [through(from_job_id=job.pk, to_job_id=dep) for job in jobs for dep in spec["depends_on"]]
+        )
+    return jobs
+
+
+def _child_job(parent: Job, spec: dict, columns: dict, kid: Child, now) -> Job:
+    own = child_spec(spec, kid)
+    return Job(
+        team_id=parent.team_id,
+        owner_id=parent.owner_id,
+        parent=parent,
+        group_index=kid.index,
+        params=kid.params,
+        spec=own,
+        spec_digest=parent.spec_digest,
+        secret_env_ciphertext=parent.secret_env_ciphertext,
+        submitted_at=now,
+        updated_at=now,
+        **{**columns, "client_job_id": None, "name": own["name"], "command": own["command"], "env": own["env"]},
+    )
+
+
+def summary(parent: Job, counts: dict[str, int] | None = None) -> dict:
+    """The group as the API and the pages show it: its kind, size, limit and children by state."""
+    group = parent.group
+    counts = counts if counts is not None else child_counts([parent.pk]).get(parent.pk, {})
+    found = {
+        "kind": group["kind"],
+        "count": group["count"],
+        "parallelism": group["parallelism"],
+        "max_failures": group["max_failures"],
+    }
+    for column, states in SUMMARY_STATES.items():
+        found[column] = sum(counts.get(state, 0) for state in states)
+    if group["kind"] == GroupKind.SWEEP:
+        found.update(method=group["method"], seed=group["seed"], metric=group["metric"], early_stop=group["early_stop"])
+    return found
+
+
+def unfinished_children(parent_id: int):
+    return Job.objects.filter(parent_id=parent_id).exclude(state__in=JOB_FINISHED)
+
+
+def do_cancel_group(*, parent: Job, actor, actor_name: str, why: str, now=None) -> None:
+    """Cancel the parent and every child not finished, each child in its own transaction:
+    holding the parent's row across them would deadlock with a child's own transitions, which
+    lock the child, then the parent."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        cancelling.request_cancel(parent.pk, actor=actor, actor_name=actor_name, why=why, now=now)
+    for child_id in unfinished_children(parent.pk).order_by("group_index").values_list("id", flat=True):
+        cancelling.do_cancel(child_id, actor=actor, actor_name=actor_name, why=why, now=now)
+    with transaction.atomic():
+        sync_group_state(parent.pk, now=now)
+
+
+def cancel_rest_of_failed(*, epoch: int, now) -> int:
+    """The leader's sweep: a group that FAILED (more failures than it allows) has its children
+    that are not finished and not yet cancelled cancelled, each fenced by `epoch`."""
+    children = Job.objects.filter(
+        parent__state=S.FAILED, parent__failure_class=FailureClass.GROUP, cancel_requested_at__isnull=True
+    ).exclude(state__in=JOB_FINISHED)
+    cancelled = 0
+    for child_id, parent_id in children.order_by("parent_id", "group_index").values_list("id", "parent_id"):
+        with fenced(epoch):
+            cancelled += cancelling.do_cancel(
+                child_id, actor=None, actor_name="scheduler", why=f"its group (job {parent_id}) failed", now=now
+            )
+    return cancelled

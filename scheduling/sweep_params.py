@@ -1,0 +1,60 @@
+"""A sweep's trials: the parameters of each, from an accepted `sweep:` block (group_spec.py).
+
+Pure (no Django, no clock): the same block and seed give the same trials, in the same order,
+on any machine, so a sweep can be submitted again and compared trial by trial.
+
+- grid: every combination of the listed values, the first parameter varying slowest, the
+  first `max_trials` of them;
+- random: `max_trials` draws, each parameter in the order given: a list uniformly, a range
+  {min, max} uniformly, on a log scale with `log: true`, as an integer with `int: true`.
+"""
+
+import itertools
+import math
+import random
+
+
+def grid_size(parameters: dict) -> int:
+    return math.prod(len(values) for values in parameters.values())
+
+
+def trials(sweep: dict, *, seed: int) -> list[dict]:
+    """The parameters of each trial, trial 0 first."""
+    parameters, count = sweep["parameters"], sweep["max_trials"]
+    if sweep["method"] == "grid":
+        return list(itertools.islice(_grid(parameters), count))
+    rng = random.Random(seed)
+    return [{name: _draw(rng, value) for name, value in parameters.items()} for _ in range(count)]
+
+
+def _grid(parameters: dict):
+    names = list(parameters)
+    for combination in itertools.product(*(parameters[name] for name in names)):
+        yield dict(zip(names, combination, strict=True))
+
+
+def _draw(rng: random.Random, value):
+    if isinstance(value, list):
+        return rng.choice(value)
+    low, high = value["min"], value["max"]
+    if value.get("log"):
+        drawn = math.exp(rng.uniform(math.log(low), math.log(high)))
+    else:
+        drawn = rng.uniform(low, high)
+    if value.get("int"):
+        return min(max(round(drawn), math.ceil(low)), math.floor(high))
+    return drawn
+
+
+def as_text(value) -> str:
+    """A parameter's value as it goes into a command or a variable: true/false for booleans
+    (what YAML and most argument parsers read), the shortest exact form for floats."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def env_name(name: str) -> str:
+    return f"MLQ_PARAM_{name.upper()}"

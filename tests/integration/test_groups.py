@@ -1,0 +1,202 @@
+"""Job groups (issue 16): an array's or a sweep's children are ordinary jobs, placed at most
+`parallelism` at once, retried one by one; the parent's state follows theirs; cancelling the
+parent cancels what has not finished."""
+
+import pytest
+
+from scheduling import reports
+from scheduling.leader.worker import run_pass
+from scheduling.models import Job
+from tests.integration.test_scheduler_pass import run_all_ranks
+from tests.integration.test_scheduler_pass import submit as submit_spec
+
+ONE_GPU = {"gpu_count": 1, "gpu_type": "H100"}
+
+
+def submit(api, user="alice", **overrides) -> Job:
+    return submit_spec(api, user, client_job_id=None, resources=ONE_GPU, topology_hint="none", **overrides)
+
+
+def children(parent: Job) -> list[Job]:
+    return list(Job.objects.filter(parent=parent).order_by("group_index"))
+
+
+def states(parent: Job) -> list[str]:
+    return [child.state for child in children(parent)]
+
+
+def test_an_array_makes_one_child_per_element_with_its_index_in_the_command(api, leader):
+    parent = submit(
+        api,
+        array={"count": 5, "parallelism": 2},
+        command=["python", "infer.py", "--shard", "{index}", "--of", "{count}"],
+    )
+    kids = children(parent)
+    assert [kid.group_index for kid in kids] == [0, 1, 2, 3, 4]
+    assert kids[3].command == ["python", "infer.py", "--shard", "3", "--of", "5"]
+    assert kids[3].name == f"{parent.name}[3]"
+    assert parent.group_kind == "array" and parent.tasks.count() == 0
+    assert all(kid.tasks.count() == 1 for kid in kids)
+
+
+def test_an_array_never_has_more_children_placed_than_its_parallelism(api, leader):
+    parent = submit(api, array={"count": 5, "parallelism": 2})
+    run_pass(epoch=leader)
+    assert states(parent) == ["ASSIGNED", "ASSIGNED", "PENDING", "PENDING", "PENDING"]
+    waiting = children(parent)[2]
+    assert waiting.pending_reason_code == "GROUP_LIMIT"
+    assert waiting.pending_reason_message == (
+        f"its array (job {parent.pk}) runs at most 2 elements at once, and 2 are running or starting; "
+        "it starts when one of them ends"
+    )
+    run_pass(epoch=leader)
+    assert states(parent).count("ASSIGNED") == 2
+
+    first = children(parent)[0]
+    run_all_ranks(first, exit_code=0)
+    parent.refresh_from_db()
+    assert parent.state == "RUNNING"
+    run_pass(epoch=leader)
+    assert states(parent) == ["SUCCEEDED", "ASSIGNED", "ASSIGNED", "PENDING", "PENDING"]
+
+
+def test_a_failed_element_is_retried_alone_and_the_array_succeeds(api, leader):
+    parent = submit(api, array={"count": 3})
+    run_pass(epoch=leader)
+    kids = children(parent)
+    run_all_ranks(kids[0], exit_code=0)
+    run_all_ranks(kids[1], exit_code=3)
+    run_all_ranks(kids[2], exit_code=0)
+    run_pass(epoch=leader)  # settles element 1 as a retry after its back-off
+    kids = children(parent)
+    assert [k.state for k in kids] == ["SUCCEEDED", "PENDING", "SUCCEEDED"]
+    assert kids[1].retries_used == 1 and kids[0].tasks.get().attempt == 1
+    parent.refresh_from_db()
+    assert parent.state == "PENDING"
+
+    Job.objects.filter(pk=kids[1].pk).update(not_before=None)
+    run_pass(epoch=leader)
+    run_all_ranks(Job.objects.get(pk=kids[1].pk), exit_code=0)
+    parent.refresh_from_db()
+    assert parent.state == "SUCCEEDED"
+    assert parent.finished_at is not None
+
+
+def test_an_array_past_max_failures_fails_and_the_leader_cancels_the_rest(api, leader):
+    parent = submit(api, array={"count": 4, "parallelism": 2, "max_failures": 0}, restart_policy={"max_retries": 0})
+    run_pass(epoch=leader)
+    run_all_ranks(children(parent)[0], exit_code=1)
+    run_pass(epoch=leader)  # the verdict: failed for good; the rest cancelled before anything starts
+    parent.refresh_from_db()
+    assert (parent.state, parent.failure_class) == ("FAILED", "GROUP")
+    kids = children(parent)
+    assert kids[0].state == "FAILED"
+    assert all(k.cancel_requested_at is not None for k in kids[1:])
+    assert [k.state for k in kids[1:]] == ["ASSIGNED", "CANCELLED", "CANCELLED"]
+    assert kids[1].tasks.get().stop_reason == "CANCELLED"  # the running one is being stopped
+    running = kids[1].tasks.get()
+    reports.do_report_exited(job_id=kids[1].pk, rank=0, attempt=running.attempt, exit_code=143)
+    assert Job.objects.get(pk=kids[1].pk).state == "CANCELLED"
+    parent.refresh_from_db()
+    assert parent.state == "FAILED"
+
+
+def test_cancelling_the_parent_cancels_every_unfinished_child(api, leader):
+    parent = submit(api, array={"count": 3, "parallelism": 1})
+    run_pass(epoch=leader)
+    run_all_ranks(children(parent)[0], exit_code=0)
+    response = api("alice").post(f"/api/v1/jobs/{parent.pk}/cancel", {}, format="json")
+    assert response.status_code == 200, response.json()
+    kids = children(parent)
+    assert [k.state for k in kids] == ["SUCCEEDED", "CANCELLED", "CANCELLED"]
+    parent.refresh_from_db()
+    assert parent.state == "CANCELLED"
+
+
+def test_a_grid_sweep_makes_a_trial_per_combination_with_its_parameters(api, leader):
+    parent = submit(
+        api,
+        sweep={"method": "grid", "parameters": {"lr": [0.001, 0.01], "batch_size": [32, 64]}, "parallelism": 4},
+        command=["python", "train.py", "--lr", "{lr}", "--batch-size", "{batch_size}"],
+    )
+    kids = children(parent)
+    assert [k.params for k in kids] == [
+        {"lr": 0.001, "batch_size": 32},
+        {"lr": 0.001, "batch_size": 64},
+        {"lr": 0.01, "batch_size": 32},
+        {"lr": 0.01, "batch_size": 64},
+    ]
+    assert kids[1].command == ["python", "train.py", "--lr", "0.001", "--batch-size", "64"]
+
+
+def test_a_random_sweep_with_a_seed_draws_the_same_trials_twice(api, leader):
+    sweep = {
+        "method": "random",
+        "parameters": {"lr": {"min": 1e-5, "max": 1e-1, "log": True}, "dropout": {"min": 0.0, "max": 0.5}},
+        "max_trials": 6,
+        "seed": 42,
+    }
+    first, second = submit(api, sweep=sweep), submit(api, sweep=sweep)
+    assert [k.params for k in children(first)] == [k.params for k in children(second)]
+    assert all(1e-5 <= k.params["lr"] <= 1e-1 for k in children(first))
+    assert len({k.params["lr"] for k in children(first)}) == 6
+
+
+@pytest.mark.parametrize(
+    ("block", "field", "message"),
+    [
+        ({"array": {"parallelism": 2}}, "count", "give count or indices"),
+        ({"array": {"count": 3, "max_failures": 3}}, "max_failures", "must be less than the group's 3 elements"),
+        ({"sweep": {"method": "random", "parameters": {"lr": [1, 2]}}}, "max_trials", "method random needs"),
+        ({"sweep": {"method": "grid", "parameters": {"lr": {"min": 0, "max": 1}}}}, "parameters", "a grid takes"),
+    ],
+)
+def test_a_bad_group_block_is_a_400_naming_the_field(api, leader, block, field, message):
+    response = api("alice").post("/api/v1/jobs", {**submit_body(), **block}, format="json")
+    assert response.status_code == 400, response.json()
+    assert message in str(response.json()), response.json()
+    assert field in str(response.json())
+    assert not Job.objects.exists()
+
+
+def submit_body() -> dict:
+    from tests.conftest import make_spec
+
+    return make_spec(client_job_id=None, resources=ONE_GPU)
+
+
+def test_an_element_reports_exit_as_an_ordinary_job(api, leader):
+    parent = submit(api, array={"count": 1})
+    run_pass(epoch=leader)
+    kid = children(parent)[0]
+    task = kid.tasks.get()
+    reports.do_report_started(job_id=kid.pk, rank=0, attempt=task.attempt)
+    parent.refresh_from_db()
+    assert parent.state == "RUNNING" and parent.started_at is not None
+
+
+def test_the_api_shows_the_group_and_lists_its_children(api, leader):
+    parent = submit(api, array={"count": 3, "parallelism": 2})
+    run_pass(epoch=leader)
+    body = api("alice").get(f"/api/v1/jobs/{parent.pk}").json()
+    assert body["group"] == {
+        "kind": "array",
+        "count": 3,
+        "parallelism": 2,
+        "max_failures": 0,
+        "pending": 1,
+        "running": 2,
+        "succeeded": 0,
+        "failed": 0,
+        "cancelled": 0,
+        "early_stopped": 0,
+    }
+    kids = api("alice").get(f"/api/v1/jobs/{parent.pk}/children").json()
+    assert [(k["array_index"], k["state"], k["parent"]) for k in kids] == [
+        (0, "ASSIGNED", parent.pk),
+        (1, "ASSIGNED", parent.pk),
+        (2, "PENDING", parent.pk),
+    ]
+    listed = api("alice").get("/api/v1/jobs?top_level=true").json()["results"]
+    assert [job["id"] for job in listed] == [parent.pk]
+    assert listed[0]["group"]["running"] == 2
