@@ -9,6 +9,9 @@ What may change, and when:
 3. `max_runtime_hours`: only down, while the job is queued or running (the reconciler reads
    the limit live, so a running job is stopped at the new limit).
 An attempt that ended (even one awaiting its retry) cannot be changed.
+A group's parent (an array, a sweep) may change while the group is queued or running: a new
+priority goes to every child still PENDING, a shorter time limit to every child queued or running
+(placed children keep their priority, as a placed job does).
 The submitted spec (`Job.spec`) stays as submitted; the columns hold what is in force."""
 
 from django.conf import settings
@@ -58,6 +61,14 @@ class JobChangeSerializer(StrictSerializer):
         return attrs
 
 
+# What a change to a group's parent does to its children: the states it reaches them in.
+GROUP_CHILD_STATES = {"priority": (JobState.PENDING,), "max_runtime_hours": QUEUED_OR_RUNNING}
+
+
+def writable_states(job: Job, field: str) -> tuple:
+    return QUEUED_OR_RUNNING if job.group_kind else WRITABLE_STATES[field]
+
+
 def check_job_change(*, user, job: Job, data) -> dict:
     """The changes `data` asks for, keeping only those that differ; refuses any the caller may
     not make or the job's state does not allow (a 400, 403 or 409 naming the field)."""
@@ -66,8 +77,8 @@ def check_job_change(*, user, job: Job, data) -> dict:
     body.is_valid(raise_exception=True)
     changes = {field: value for field, value in body.validated_data.items() if getattr(job, field) != value}
     for field in changes:
-        if job.state not in WRITABLE_STATES[field]:
-            states = ", ".join(WRITABLE_STATES[field])
+        if job.state not in writable_states(job, field):
+            states = ", ".join(writable_states(job, field))
             raise Conflict(NOT_NOW.format(job_id=job.pk, state=job.state, field=field, states=states))
     if changes.get("priority") == "P0" and not can_edit_quotas(user, job.team):
         raise FieldPermissionDenied("priority", P0_RESERVED.format(name=job.team.name))
@@ -90,19 +101,21 @@ def do_change_job(*, user, job: Job, changes: dict) -> Job:
     with transaction.atomic():
         for field, value in changes.items():
             before = getattr(job, field)
-            written = Job.objects.filter(pk=job.pk, state__in=WRITABLE_STATES[field], **{field: before}).update(
+            written = Job.objects.filter(pk=job.pk, state__in=writable_states(job, field), **{field: before}).update(
                 **{field: value, "updated_at": now}
             )
             if not written:
                 current = Job.objects.filter(pk=job.pk).values_list(field, flat=True).first()
                 raise Conflict(CHANGED_MEANWHILE.format(job_id=job.pk, field=field, value=current))
+            children = _change_children(job, field, value, now=now)
+            message = f"{field} changed from {before!r} to {value!r} by {user.get_username()}"
             AuditEvent.objects.create(
                 job=job,
                 kind=EventKind.JOB_CHANGED,
                 actor=user,
                 actor_name=user.get_username(),
-                message=f"{field} changed from {before!r} to {value!r} by {user.get_username()}",
-                data={"field": field, "before": before, "after": value},
+                message=message + (f", and for {children} of its children" if children else ""),
+                data={"field": field, "before": before, "after": value, **({"children": children} if children else {})},
                 created_at=now,
             )
         if changes:
@@ -110,6 +123,16 @@ def do_change_job(*, user, job: Job, changes: dict) -> Job:
             notify.jobs_changed([job.pk])
     job.refresh_from_db()
     return job
+
+
+def _change_children(job: Job, field: str, value, *, now) -> int:
+    """A group's change reaches the children in GROUP_CHILD_STATES (a time limit only down)."""
+    if not job.group_kind or field not in GROUP_CHILD_STATES:
+        return 0
+    children = Job.objects.filter(parent=job, state__in=GROUP_CHILD_STATES[field]).exclude(**{field: value})
+    if field == "max_runtime_hours":
+        children = children.filter(max_runtime_hours__gt=value)
+    return children.update(**{field: value, "updated_at": now})
 
 
 # --- cancelling many jobs ------------------------------------------------------------------

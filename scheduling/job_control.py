@@ -10,7 +10,11 @@
    counting no preemption (core/settle.py, rule 4). Requeuing a job already being requeued
    changes nothing.
 Every write is a conditional UPDATE on the state the check saw: 0 rows means the job moved on
-first, and the caller gets a 409 saying what it is now."""
+first, and the caller gets a 409 saying what it is now.
+
+A group's parent (an array, a sweep): hold holds the group and every child still PENDING, so
+none starts until the group is released (children placed already run on); release releases the
+group and its held children; requeue is refused (requeue an element or trial itself)."""
 
 from django.db import transaction
 from django.utils import timezone
@@ -20,7 +24,7 @@ from mlqueue.errors import Conflict
 from scheduling import notify
 from scheduling.models import Job, StopReason, Task, held_message
 from scheduling.selectors import can_change_job
-from scheduling.states import ON_NODE, JobState
+from scheduling.states import JOB_FINISHED, ON_NODE, JobState
 from scheduling.stopping import do_request_stop
 from teams.models import AuditEvent, EventKind
 
@@ -32,6 +36,11 @@ NOT_HELD = "job {job_id} is not held: there is nothing to release."
 REQUEUE_NOT_PLACED = "job {job_id} is {state}: only an ASSIGNED or RUNNING job can be requeued."
 REQUEUE_CANCELLING = "job {job_id} is being cancelled: it will not be requeued."
 ALREADY_STOPPING = "job {job_id} is already being stopped ({reason}): it will not be requeued on request."
+HOLD_GROUP_FINISHED = "job {job_id} is {state}: a finished group cannot be held."
+REQUEUE_GROUP = (
+    "job {job_id} is a {kind}: requeue its elements or trials one by one "
+    "(GET /api/v1/jobs/{job_id}/children lists them)."
+)
 
 PLACED = tuple(ON_NODE)
 
@@ -60,6 +69,8 @@ def do_hold_job(*, user, job: Job, reason: str = "") -> Job:
     check_may_control(user=user, job=job, verb="hold")
     now = timezone.now()
     name = user.get_username()
+    if job.group_kind:
+        return _hold_group(user=user, job=job, reason=reason, now=now)
     with transaction.atomic():
         written = Job.objects.filter(pk=job.pk, state=JobState.PENDING, held=False).update(
             held=True, held_by_name=name, held_reason=reason, pending_histogram={}, updated_at=now
@@ -79,27 +90,52 @@ def do_release_job(*, user, job: Job) -> Job:
     check_may_control(user=user, job=job, verb="release")
     now = timezone.now()
     with transaction.atomic():
-        written = Job.objects.filter(pk=job.pk, held=True).update(  # not yet scheduled again, until the next pass
-            held=False,
-            held_by_name="",
-            held_reason="",
-            pending_reason_code="",
-            pending_reason_message="",
-            pending_histogram={},
-            updated_at=now,
-        )
+        written = Job.objects.filter(pk=job.pk, held=True).update(**RELEASED, updated_at=now)
         if not written:
             raise Conflict(NOT_HELD.format(job_id=job.pk))
-        _event(job, user, now=now, message=f"released by {user.get_username()}", before=True, after=False)
+        children = Job.objects.filter(parent=job, held=True).update(**RELEASED, updated_at=now) if job.group_kind else 0
+        message = f"released by {user.get_username()}" + (f" with {children} of its children" if children else "")
+        _event(job, user, now=now, message=message, before=True, after=False)
         notify.jobs_changed([job.pk])
         notify.wake_scheduler("release")
     job.refresh_from_db()
     return job
 
 
+# Not yet scheduled again, until the next pass.
+RELEASED = {
+    "held": False,
+    "held_by_name": "",
+    "held_reason": "",
+    "pending_reason_code": "",
+    "pending_reason_message": "",
+    "pending_histogram": {},
+}
+
+
+def _hold_group(*, user, job: Job, reason: str, now) -> Job:
+    """Hold the group and its PENDING children (idempotent, like holding one job)."""
+    name = user.get_username()
+    held = {"held": True, "held_by_name": name, "held_reason": reason, "pending_histogram": {}, "updated_at": now}
+    with transaction.atomic():
+        written = Job.objects.filter(pk=job.pk, held=False).exclude(state__in=JOB_FINISHED).update(**held)
+        if written:
+            children = Job.objects.filter(parent=job, state=JobState.PENDING, held=False).update(**held)
+            message = f"{held_message(name, reason)} (with {children} of its children not yet placed)"
+            _event(job, user, now=now, message=message, before=False, after=True)
+            notify.jobs_changed([job.pk])
+            notify.wake_scheduler("hold")
+    job.refresh_from_db()
+    if not written and not job.held:
+        raise Conflict(HOLD_GROUP_FINISHED.format(job_id=job.pk, state=job.state))
+    return job
+
+
 def do_requeue_job(*, user, job: Job, reason: str = "") -> Job:
     """Stop a placed job gracefully, as a drain does, to come back PENDING as a new attempt."""
     check_may_control(user=user, job=job, verb="requeue")
+    if job.group_kind:
+        raise Conflict(REQUEUE_GROUP.format(job_id=job.pk, kind=job.group_kind))
     if job.state not in PLACED:
         raise Conflict(REQUEUE_NOT_PLACED.format(job_id=job.pk, state=job.state))
     if job.cancel_requested_at is not None:

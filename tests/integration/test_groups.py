@@ -200,3 +200,46 @@ def test_the_api_shows_the_group_and_lists_its_children(api, leader):
     listed = api("alice").get("/api/v1/jobs?top_level=true").json()["results"]
     assert [job["id"] for job in listed] == [parent.pk]
     assert listed[0]["group"]["running"] == 2
+
+
+def test_holding_a_group_holds_its_pending_children_and_releasing_it_releases_them(api, leader):
+    parent = submit(api, array={"count": 3, "parallelism": 1})
+    run_pass(epoch=leader)
+    response = api("alice").post(f"/api/v1/jobs/{parent.pk}/hold", {"reason": "bad data"}, format="json")
+    assert response.status_code == 200, response.json()
+    kids = children(parent)
+    assert [(k.state, k.held) for k in kids] == [("ASSIGNED", False), ("PENDING", True), ("PENDING", True)]
+    run_all_ranks(kids[0], exit_code=0)
+    run_pass(epoch=leader)
+    assert states(parent) == ["SUCCEEDED", "PENDING", "PENDING"]
+    assert children(parent)[1].reason_message == "held by alice: bad data"
+
+    response = api("alice").post(f"/api/v1/jobs/{parent.pk}/release", {}, format="json")
+    assert response.status_code == 200, response.json()
+    run_pass(epoch=leader)
+    assert states(parent) == ["SUCCEEDED", "ASSIGNED", "PENDING"]
+
+
+def test_a_group_is_not_requeued_whole(api, leader):
+    parent = submit(api, array={"count": 2})
+    run_pass(epoch=leader)
+    response = api("alice").post(f"/api/v1/jobs/{parent.pk}/requeue", {}, format="json")
+    assert response.status_code == 409
+    assert "requeue its elements or trials one by one" in response.json()["detail"]
+
+
+def test_a_new_priority_for_a_group_reaches_its_pending_children(api, leader):
+    parent = submit(api, array={"count": 3, "parallelism": 1})
+    run_pass(epoch=leader)
+    response = api("alice").patch(f"/api/v1/jobs/{parent.pk}", {"priority": "P3"}, format="json")
+    assert response.status_code == 200, response.json()
+    assert [k.priority for k in children(parent)] == ["P1", "P3", "P3"]  # the placed one keeps the seed spec's P1
+
+
+def test_the_same_group_submitted_twice_is_one_group(api, leader):
+    body = {"client_job_id": "shards-1", "array": {"count": 4}}
+    first = submit_spec(api, "alice", resources=ONE_GPU, **body)
+    response = api("alice").post("/api/v1/jobs", {**submit_body(), **body}, format="json")
+    assert response.status_code == 200, response.json()
+    assert response.json()["id"] == first.pk
+    assert Job.objects.filter(parent=first).count() == 4
