@@ -85,7 +85,10 @@ class ArraySerializer(StrictSerializer):
         if count is None and text is None:
             raise serializers.ValidationError({"count": [COUNT_OR_INDICES]})
         if text is not None:
-            indices = parse_indices(text)
+            try:
+                indices = parse_indices(text)
+            except serializers.ValidationError as exc:
+                raise serializers.ValidationError({"indices": exc.detail}) from exc
             if count is not None and count != len(indices):
                 named = f"{len(indices)}"
                 raise serializers.ValidationError(

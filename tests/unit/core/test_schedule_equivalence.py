@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from scheduling.core.model import (
     ClusterSnapshot,
+    Group,
     JobShape,
     Node,
     NodeState,
@@ -29,6 +30,7 @@ from tests.unit.core.test_schedule_properties import nodes
 NOW = 1_794_000_000.0
 TEAMS = ("vision", "ranking", "speech")
 PRIORITIES = ("P0", "P1", "P2", "P3")
+GROUPS = (1, 2)  # job groups (arrays) some jobs belong to, each with a small parallelism
 EQUIVALENCE_SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -91,6 +93,7 @@ def running_jobs(draw, cluster: tuple[Node, ...], count: int, pending_ids: list[
                 checkpointing=draw(st.booleans()),
                 preempting=stopping_for is not None,
                 preempted_for=stopping_for,
+                group=draw(st.sampled_from([None, None, None, *GROUPS])),
             )
         )
     return tuple(jobs)
@@ -124,6 +127,7 @@ def queues(draw, first_id: int = 1000) -> tuple[PendingJob, ...]:
                 runtime,
                 checkpointing=draw(st.booleans()),
                 yields_to=draw(st.sampled_from([None] * 6 + [first_id, first_id + 1])),
+                group=draw(st.sampled_from([None, None, *GROUPS])),
             )
         )
     return tuple(jobs)
@@ -155,7 +159,8 @@ def snapshots(draw) -> ClusterSnapshot:
         overdue_first=draw(st.sampled_from([None, 1, 2])),
         order=draw(st.sampled_from(["fair_share", "weighted_shortest"])),
     )
-    return ClusterSnapshot(cluster, running, pending, teams, NOW, config)
+    groups = {group: Group("array", draw(st.integers(1, 4))) for group in GROUPS}
+    return ClusterSnapshot(cluster, running, pending, teams, NOW, config, groups)
 
 
 @EQUIVALENCE_SETTINGS
@@ -194,6 +199,7 @@ def next_snapshot(snapshot: ClusterSnapshot, decisions, rng: random.Random) -> C
             placed[job.job_id].tasks,
             snapshot.now,
             snapshot.now + job.max_runtime_s,
+            group=job.group,
         )
         for job in snapshot.pending
         if job.job_id in placed
