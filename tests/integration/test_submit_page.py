@@ -12,7 +12,7 @@ from django.utils.html import escape
 
 from scheduling import services
 from scheduling.models import Job, Node, Task
-from scheduling.spec import SPEC_FIELD_ORDER
+from scheduling.spec import ONLY_WHEN_GIVEN, SPEC_FIELD_ORDER
 from scheduling.web.submit_page import CLONE_NOT_VISIBLE, FIELDS, NOT_A_MAPPING, NOT_IN_FORM, YAML_SYNTAX
 from teams.models import AuditEvent
 from tests.conftest import make_spec
@@ -249,7 +249,7 @@ def test_form_to_yaml_to_form_to_yaml_is_lossless(alice, form, user):
     assert second_yaml == first_yaml
     assert back | {"csrfmiddlewaretoken": ""} == form | {"yaml": first_yaml, "csrfmiddlewaretoken": ""}
     spec = yaml.safe_load(first_yaml)
-    assert list(spec) == [k for k in SPEC_FIELD_ORDER if k not in ("depends_on", "secret_env")]
+    assert list(spec) == [k for k in SPEC_FIELD_ORDER if k not in ("depends_on", "secret_env", *ONLY_WHEN_GIVEN)]
     assert spec["command"] == ["python", "", "--flag=a b"] and spec["env"] == {"B": "2", "A": "x=y"}
     services.check_job_submission(user=user("alice"), data=spec)  # the YAML is a spec the API takes
 
