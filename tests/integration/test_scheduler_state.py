@@ -39,7 +39,7 @@ def ops(demo, client):
     return client
 
 
-@pytest.mark.parametrize(("lease_seconds", "alive"), [(10.0, True), (5.0, False), (8.5, True), (7.5, False)])
+@pytest.mark.parametrize(("lease_seconds", "alive"), [(10.0, True), (5.0, False), (9.5, True), (7.5, False)])
 def test_alive_follows_the_duration_on_the_row(demo, lease_seconds, alive):
     renewed_ago(8, lease_seconds=lease_seconds)
     state = scheduler_state()
