@@ -13,7 +13,7 @@ from django.db.models import Case, Exists, F, Value, When
 from django.utils import timezone
 
 from scheduling.group_state import sync_group_state
-from scheduling.models import Job, SchedulerLease, Task, TaskState
+from scheduling.models import FailureClass, Job, SchedulerLease, Task, TaskState
 from scheduling.states import ENDED, JOB_FINISHED, ON_NODE
 from teams.models import AuditEvent, EventKind
 
@@ -128,6 +128,10 @@ def sync_job_state(job_id: int, *, now=None) -> tuple[str, str]:
             fields["finished_at"] = now
         if after in ON_NODE or after in JOB_FINISHED:
             fields.update(pending_reason_code="", pending_reason_message="", pending_histogram={})
+        if after == S.EARLY_STOPPED:
+            # No verdict is due (a trial stopped by its sweep's rule is never retried): its
+            # class is known now, and the job's page and API show it with its state.
+            fields["failure_class"] = FailureClass.EARLY_STOPPED
         Job.objects.filter(pk=job_id).update(**fields)
         if job.parent_id is not None:
             sync_group_state(job.parent_id, now=now)

@@ -8,7 +8,9 @@
    after a preemption (the verdict is core/settle.py's; `do_settle` applies it);
 5. pending jobs whose dependency failed -> FAILED (DEPENDENCY);
 6. job groups that failed -> their unfinished children cancelled (scheduling/groups.py);
-7. cancelled jobs still running -> stop (CANCELLED).
+7. sweeps with new metric reports -> trials worse than the median stopped (EARLY_STOPPED,
+   scheduling/leader/early_stopping.py);
+8. cancelled jobs still running -> stop (CANCELLED).
 Only the leader requeues or retries, and every write here is fenced by its epoch.
 """
 
@@ -38,6 +40,7 @@ from scheduling.core.settle import (
 from scheduling.fencing import fenced
 from scheduling.group_state import sync_parent_of
 from scheduling.leader import failures
+from scheduling.leader.early_stopping import stop_worse_trials
 from scheduling.models import FailureClass, Job, StopReason, Task, TaskState
 from scheduling.states import ON_NODE, UNSUCCESSFUL
 from scheduling.stopping import do_request_stop, escalate_overdue
@@ -89,6 +92,7 @@ def reconcile(*, epoch: int, now) -> Swept:
         swept.count(do_settle(job_id, epoch=epoch, now=now))
     swept.failed += _fail_orphans(epoch=epoch, now=now)
     swept.cancelled += groups.cancel_rest_of_failed(epoch=epoch, now=now)
+    swept.stops[StopReason.EARLY_STOPPED] = stop_worse_trials(epoch=epoch, now=now)
     # Last, so that the children of a group that failed in this sweep are stopped in it too.
     swept.stops[StopReason.CANCELLED] = _stop_each(_cancelled_running(), StopReason.CANCELLED, epoch=epoch, now=now)
     return swept
