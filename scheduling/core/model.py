@@ -348,5 +348,5 @@ class ClusterSnapshot:
     teams: tuple[Team, ...]
     now: float
     config: PolicyConfig = field(default_factory=PolicyConfig)
-    # The groups of the pending jobs, by parent job id (PendingJob.group).
+    # The groups of the pending and running jobs, by parent job id (PendingJob.group, RunningJob.group).
     groups: Mapping[int, Group] = field(default_factory=dict)

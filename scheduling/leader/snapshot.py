@@ -46,7 +46,8 @@ def build_view(*, now, config: core.PolicyConfig | None = None) -> StoreView:
         load_teams(),
         now.timestamp(),
         config or policy_config(),
-        groups=load_groups({job.group for job in pending if job.group is not None}),
+        # Running children's groups too: the forecast may evict one, which then waits in its group.
+        groups=load_groups({job.group for job in (*pending, *running) if job.group is not None}),
     )
     return StoreView(snapshot, node_ids, reasons, starts)
 

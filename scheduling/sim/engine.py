@@ -14,6 +14,7 @@ import heapq
 import itertools
 import math
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from scheduling.core import model as core
@@ -113,6 +114,9 @@ class Simulation:
     policy_config: core.PolicyConfig = field(default_factory=core.PolicyConfig)
     # Jobs already running when the simulation starts, each with the time it will end.
     running_at_start: tuple[tuple[core.RunningJob, float], ...] = ()
+    # Job groups by id (a job's TraceJob.group, or its view's): the core starts at most a
+    # group's parallelism of its jobs at once, here as in the leader's pass.
+    groups: Mapping[int, core.Group] = field(default_factory=dict)
 
     def __post_init__(self):
         self.now = 0.0
@@ -432,6 +436,7 @@ class Simulation:
                 last_checkpoint_at=None,
                 checkpoint_interval_s=view.checkpoint_interval_s,
                 preemptions=record.preemptions,
+                group=view.group,
             ),
             self.now,
             token,
@@ -469,6 +474,7 @@ class Simulation:
             preempted_for=for_job_id,
             checkpoint_interval_s=p.checkpoint_interval_s,
             preemptions=p.preemptions,
+            group=p.group,
         )
         self._at(self.now + self.config.grace_s, STOP, job_id)
 
@@ -486,7 +492,9 @@ class Simulation:
         nodes = self._nodes_now()
         running = tuple(self._with_checkpoint(run) for run in self.running.values())
         pending = tuple(self._pending(job) for job in self.pending.values())
-        return core.ClusterSnapshot(nodes, running, pending, self.teams, self.now, self.policy_config)
+        return core.ClusterSnapshot(
+            nodes, running, pending, self.teams, self.now, self.policy_config, groups=self.groups
+        )
 
     def _with_checkpoint(self, run: Run) -> core.RunningJob:
         """The run as the scheduler sees it, with its latest checkpoint (rebuilt only when a
@@ -510,6 +518,7 @@ class Simulation:
                 self._last_checkpoint(run),
                 checkpoint_interval_s=p.checkpoint_interval_s,
                 preemptions=p.preemptions,
+                group=p.group,
             )
             run.checkpoints = taken
         return run.placement
@@ -546,6 +555,7 @@ class Simulation:
             yields_to=yields_to,
             checkpoint_interval_s=job.checkpoint_interval_s,
             nominated=record.nominated,
+            group=job.group,
         )
 
     def _plan_failures(self) -> None:
@@ -558,8 +568,8 @@ class Simulation:
 def _resumed_view(placement: core.RunningJob) -> core.PendingJob:
     """What a live running job asks for should it wait again: the shape of its tasks (its
     node selector and topology are not known here), its team and priority, the runtime it was
-    told (to its expected end) and its checkpointing. Its wait counts from its start (the
-    time it was submitted is not known here either)."""
+    told (to its expected end), its checkpointing and its group. Its wait counts from its start
+    (the time it was submitted is not known here either)."""
     first = placement.tasks[0]
     shape = core.JobShape(placement.gpu_type, len(placement.tasks), len(first.gpu_indices), first.cpus, first.memory_gb)
     return core.PendingJob(
@@ -571,6 +581,7 @@ def _resumed_view(placement: core.RunningJob) -> core.PendingJob:
         placement.expected_end - placement.started_at,
         checkpointing=placement.checkpointing,
         checkpoint_interval_s=placement.checkpoint_interval_s,
+        group=placement.group,
     )
 
 

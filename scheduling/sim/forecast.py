@@ -125,6 +125,7 @@ def _simulate(
         config,
         replace(snapshot.config, explain=False),
         running_at_start=running,
+        groups=snapshot.groups,  # a group's parallelism holds in the forecast too
     ).run()
     starts = {job.job_id: sim.records[job.job_id].first_start for job in snapshot.pending}
     found = {job_id: at for job_id, at in starts.items() if at is not None}

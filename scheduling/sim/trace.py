@@ -25,6 +25,7 @@ class TraceJob:
     max_runtime: float | None = None  # what the scheduler is told; None: decided by the estimate option
     view: PendingJob | None = None  # a live job's own shape and settings (the forecast), else built from the above
     checkpoint_interval_s: float | None = None  # its own checkpoint interval; None: the simulation's
+    group: int | None = None  # the job group it belongs to (Simulation.groups); a live job's view says
 
     @property
     def tasks(self) -> int:

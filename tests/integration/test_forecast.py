@@ -10,6 +10,7 @@ from django.utils import timezone
 from scheduling.leader.forecasting import Forecaster, runtime_fractions
 from scheduling.leader.worker import publish_queue_order, run_pass
 from scheduling.models import Job, JobState, Node
+from tests.conftest import make_spec
 from tests.integration.test_scheduler_pass import run_all_ranks, submit
 from tests.nodes import cordon
 
@@ -137,3 +138,26 @@ def test_the_queue_api_checks_its_parameters_and_scopes_to_the_callers_teams(api
     assert ids == [mine.pk]  # bob's job is not alice's to see
     assert [e["id"] for e in api("ops").get("/api/v1/queue").json()["results"]] == [other.pk, mine.pk]
     assert api(None).get("/api/v1/queue").status_code == 401
+
+
+def test_an_arrays_parallelism_holds_in_the_forecast(api, leader):
+    """Six one-GPU elements, at most two at once, on an idle cluster: two start now and the
+    forecast starts the others in two more waves, one max_runtime apart."""
+    response = api("alice").post(
+        "/api/v1/jobs",
+        make_spec(
+            client_job_id=None,
+            max_runtime_hours=1.0,
+            topology_hint="none",
+            resources={"gpu_count": 1, "gpu_type": "H100"},
+            array={"count": 6, "parallelism": 2},
+        ),
+        format="json",
+    )
+    assert response.status_code == 201, response.json()
+    forecast_pass(leader)
+    kids = list(Job.objects.filter(parent_id=response.json()["id"]).order_by("group_index"))
+    placed = kids[0].tasks.get().assigned_at
+    assert [kid.state for kid in kids] == ["ASSIGNED", "ASSIGNED", "PENDING", "PENDING", "PENDING", "PENDING"]
+    waves = [seconds_from(kid.estimated_start, placed) for kid in kids[2:]]
+    assert waves == pytest.approx([3600, 3600, 7200, 7200], abs=5)
