@@ -32,7 +32,7 @@ from scheduling.sim.engine import SimConfig, Simulation  # noqa: E402
 from scheduling.sim.fleets import build_fleet, custom_fleet  # noqa: E402
 from scheduling.sim.metrics import summarize, table_row, versus  # noqa: E402
 from scheduling.sim.policies import make_policy  # noqa: E402
-from scheduling.sim.trace import load, load_scaled, with_estimates  # noqa: E402
+from scheduling.sim.trace import load, load_scaled, trace_groups, with_estimates  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -161,6 +161,7 @@ def fail(message: str):
 def read_jobs(args) -> list:
     try:
         jobs = load(args.trace, start=args.start, end=args.end)
+        trace_groups(jobs)  # a group given two limits is refused here, with the others
     except OSError as exc:
         fail(f"cannot read the trace {args.trace}: {exc.strerror}")
     except (KeyError, ValueError) as exc:
@@ -221,7 +222,9 @@ def replay(args, name: str, fleet, jobs, owed: dict[str, int]) -> dict:
         node_failures=args.node_failures,
         seed=args.seed,
     )
-    sim = Simulation(fleet, teams_for(owed, args.gpu_type, gpus), jobs, policy, config, policy_config(args)).run()
+    teams = teams_for(owed, args.gpu_type, gpus)
+    # A generic trace's job groups (its `group` column) hold for mlqueue; the baselines ignore them.
+    sim = Simulation(fleet, teams, jobs, policy, config, policy_config(args), groups=trace_groups(jobs)).run()
     return summarize(sim, entitlements={t: float(g) for t, g in owed.items()})
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from scheduling.core.model import JobShape, PendingJob
+from scheduling.core.model import Group, JobShape, PendingJob
 
 WEEK_S = 7 * 24 * 3600.0
 GPUS_PER_TASK = 8
@@ -26,6 +26,7 @@ class TraceJob:
     view: PendingJob | None = None  # a live job's own shape and settings (the forecast), else built from the above
     checkpoint_interval_s: float | None = None  # its own checkpoint interval; None: the simulation's
     group: int | None = None  # the job group it belongs to (Simulation.groups); a live job's view says
+    parallelism: int | None = None  # its group's limit, from a trace's `group` column (`trace_groups`)
 
     @property
     def tasks(self) -> int:
@@ -67,8 +68,9 @@ def _full(day: str) -> str:
 
 
 def load_generic(path: Path, *, start: float | None = None, end: float | None = None) -> list[TraceJob]:
-    """`job_id,submit_time,duration,num_gpus,team[,gpu_type][,priority][,max_runtime]`,
-    submit_time in seconds."""
+    """`job_id,submit_time,duration,num_gpus,team[,gpu_type][,priority][,max_runtime][,group]`,
+    submit_time in seconds; `group` as Slurm writes an array's limit, `ID%PARALLELISM` (`17%4`:
+    job group 17, at most 4 of its jobs at once)."""
     rows = []
     with open(path, newline="") as handle:
         for row in csv.DictReader(handle):
@@ -84,9 +86,32 @@ def load_generic(path: Path, *, start: float | None = None, end: float | None = 
                         row.get("gpu_type") or None,
                         row.get("priority") or "P2",
                         float(row["max_runtime"]) if row.get("max_runtime") else None,
+                        **_group(row.get("group") or ""),
                     )
                 )
     return _from_zero(rows)
+
+
+def _group(text: str) -> dict:
+    """{group, parallelism} from `ID%PARALLELISM`; nothing from an empty cell."""
+    if not text:
+        return {}
+    found, _, limit = text.partition("%")
+    if not (found.isdigit() and limit.isdigit() and int(limit) > 0):
+        raise ValueError(f"group {text!r}: write ID%PARALLELISM, e.g. 17%4")
+    return {"group": int(found), "parallelism": int(limit)}
+
+
+def trace_groups(jobs: list[TraceJob]) -> dict[int, Group]:
+    """The job groups the trace's jobs name, for Simulation.groups."""
+    groups: dict[int, Group] = {}
+    for job in jobs:
+        if job.group is None or job.parallelism is None:
+            continue
+        known = groups.setdefault(job.group, Group("array", job.parallelism))
+        if known.parallelism != job.parallelism:
+            raise ValueError(f"group {job.group}: parallelism {known.parallelism} and {job.parallelism} in one trace")
+    return groups
 
 
 def _from_zero(jobs: list[TraceJob]) -> list[TraceJob]:

@@ -4,12 +4,12 @@ import random
 
 import pytest
 
-from scheduling.core.model import PolicyConfig, Quota, Team
+from scheduling.core.model import Group, PolicyConfig, Quota, Team
 from scheduling.sim.engine import SimConfig, Simulation
 from scheduling.sim.fleets import custom_fleet
 from scheduling.sim.metrics import jain, summarize
 from scheduling.sim.policies import make_policy
-from scheduling.sim.trace import TraceJob, with_estimates
+from scheduling.sim.trace import TraceJob, load_generic, trace_groups, with_estimates
 
 TWO_NODES = custom_fleet(2, 8, racks=1, zones=1)
 NO_CHECKPOINTS = SimConfig(checkpoint_interval_s=0, tick_s=0)
@@ -145,3 +145,33 @@ def test_fair_shares_water_fill():
     assert fair_shares({"a": 10, "b": 100, "c": 100}, 90, {}) == {"a": 10, "b": 40, "c": 40}
     assert fair_shares({"a": 100, "b": 100}, 90, {"a": 2, "b": 1}) == {"a": 60, "b": 30}
     assert fair_shares({"a": 5, "b": 5}, 90, {}) == {"a": 5, "b": 5}
+
+
+def test_a_generic_trace_names_job_groups_and_their_limit_holds(tmp_path):
+    trace = tmp_path / "groups.csv"
+    trace.write_text(
+        "job_id,submit_time,duration,num_gpus,team,gpu_type,priority,max_runtime,group\n"
+        + "".join(f"{n},0,100,1,a,,,,7%2\n" for n in range(1, 6))
+        + "6,0,100,1,a,,,,\n"
+    )
+    jobs = load_generic(trace)
+    assert trace_groups(jobs) == {7: Group("array", 2)}
+    sim = Simulation(TWO_NODES, (), jobs, make_policy("mlqueue"), NO_CHECKPOINTS, groups=trace_groups(jobs)).run()
+    assert {n: r.first_start for n, r in sim.records.items()} == {1: 0, 2: 0, 3: 100, 4: 100, 5: 200, 6: 0}
+
+
+@pytest.mark.parametrize(
+    ("cells", "message"),
+    [
+        (["7", "7"], "group '7': write ID%PARALLELISM, e.g. 17%4"),
+        (["7%0", "7%0"], "group '7%0': write ID%PARALLELISM, e.g. 17%4"),
+        (["7%2", "7%3"], "group 7: parallelism 2 and 3 in one trace"),
+    ],
+)
+def test_a_bad_group_cell_is_refused_with_its_value(tmp_path, cells, message):
+    trace = tmp_path / "bad.csv"
+    rows = "".join(f"{n},0,100,1,a,,,,{cell}\n" for n, cell in enumerate(cells, start=1))
+    trace.write_text("job_id,submit_time,duration,num_gpus,team,gpu_type,priority,max_runtime,group\n" + rows)
+    with pytest.raises(ValueError) as error:
+        trace_groups(load_generic(trace))
+    assert str(error.value) == message
