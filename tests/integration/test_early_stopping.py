@@ -10,7 +10,8 @@ from scheduling import reports
 from scheduling.fencing import Deposed
 from scheduling.leader.early_stopping import stop_worse_trials
 from scheduling.leader.worker import run_pass
-from scheduling.models import Job, JobMetric, Task
+from scheduling.models import Job, JobMetric, StopReason, Task
+from scheduling.stopping import do_request_stop
 from teams.models import AuditEvent, EventKind
 from tests.integration.test_groups import children, states, submit
 from tests.integration.test_scheduler_pass import run_all_ranks
@@ -110,15 +111,16 @@ def test_the_rule_looks_again_only_after_new_reports(leader, sweep, django_asser
 def test_a_trial_waiting_again_after_a_preemption_ends_early_stopped_at_once(api, leader, sweep):
     parent = sweep
     worse = children(parent)[1]
-    # Preempted and requeued since it reported: it waits, with no process to signal.
-    Task.objects.filter(job=worse).update(state="PENDING", node=None, gpu_indices=[])
-    Job.objects.filter(pk=worse.pk).update(state="PENDING")
-    assert stop_worse_trials(epoch=leader, now=timezone.now()) == 1
+    task = worse.tasks.get()
+    do_request_stop(job_id=worse.pk, reason=StopReason.PREEMPTED, grace_s=30, message="preempted for job 99")
+    reports.do_report_exited(job_id=worse.pk, rank=0, attempt=task.attempt, exit_code=143)
+    # The pass requeues it (a preemption), then judges the sweep: it waits, with no process to
+    # signal, so it ends EARLY_STOPPED there and then, and the last trial takes its slot.
+    run_pass(epoch=leader)
     worse.refresh_from_db()
-    assert (worse.state, worse.failure_class) == ("EARLY_STOPPED", "EARLY_STOPPED")
+    assert (worse.state, worse.failure_class, worse.preemptions) == ("EARLY_STOPPED", "EARLY_STOPPED", 1)
     ended = AuditEvent.objects.get(job=worse, kind=EventKind.TRANSITION, to_state="EARLY_STOPPED")
     assert (ended.from_state, ended.reason, ended.message) == ("PENDING/PREEMPTED", "EARLY_STOPPED", WHY)
-    run_pass(epoch=leader)  # nothing of it is scheduled any more; the last trial takes the slot
     assert states(parent) == ["SUCCEEDED", "EARLY_STOPPED", "RUNNING", "ASSIGNED"]
 
 
