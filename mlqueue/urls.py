@@ -58,6 +58,7 @@ api_v1 = [
 pages = [
     path("", job_pages.queue, name="home"),
     path("queue/", job_pages.queue, name="queue"),
+    path("queue/groups/<int:job_id>/", job_pages.queue_group, name="queue-group"),
     path("jobs/new/", submit_page.page, name="job-new"),
     path("jobs/<int:job_id>/", job_pages.job_page, name="job-page"),
     path("jobs/<int:job_id>/panel/", job_pages.job_panel, name="job-panel"),

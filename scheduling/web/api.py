@@ -329,14 +329,18 @@ class QueueQuerySerializer(serializers.Serializer):
 
 class Queue(APIView):
     """Pending work the caller may see, in the order the scheduler's last pass considered it,
-    with each job's reason and its latest and likely starts; jobs the last pass has not ordered yet last."""
+    with each job's reason and its latest and likely starts; jobs the last pass has not ordered yet last.
+
+    A job group's children are entries (they are what the scheduler places, each with its
+    `parent` and `array_index` or `trial`); the group's parent is not: it never runs itself
+    (`GET /api/v1/jobs/{id}` gives its counts)."""
 
     @extend_schema(parameters=[QueueQuerySerializer], responses=QueueEntrySerializer(many=True))
     def get(self, request: Request) -> Response:
         query = QueueQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
         params = query.validated_data
-        jobs = visible_jobs(request.user).filter(state=JobState.PENDING)
+        jobs = visible_jobs(request.user).filter(state=JobState.PENDING, group_kind="")
         if "team" in params:
             jobs = jobs.filter(team__name=params["team"])
         if "priority" in params:

@@ -20,7 +20,8 @@ from scheduling.spec import SPEC_FIELD_ORDER
 from scheduling.states import JOB_FINISHED, QUEUED_OR_RUNNING
 from scheduling.web import logstream
 from scheduling.web.explanations import explain_job, what_would_help
-from scheduling.web.queue import SORTS, QueueQuery, queue_page
+from scheduling.web.group_page import group_section
+from scheduling.web.queue import SORTS, QueueQuery, group_rows, queue_page
 from teams.selectors import visible_team_names
 
 LOG_TAIL_CHARS = 20_000  # what the job page shows of a log; static/js/mlqueue.js keeps it to this too
@@ -45,6 +46,14 @@ def queue(request):
     return render(request, template, context)
 
 
+@login_required
+def queue_group(request, job_id: int):
+    """An expanded group row of the queue: its children, as ordinary rows (an htmx fragment)."""
+    parent = get_object_or_404(visible_jobs(request.user).exclude(group_kind=""), pk=job_id)
+    rows, total = group_rows(parent)
+    return render(request, "scheduling/queue_group.html", {"parent": parent, "rows": rows, "total": total})
+
+
 def spec_yaml(spec: dict) -> str:
     """The spec as a user would write it: the documented field order, block style, and
     secret_env values as *** (stored so; masked again so no other writer can leak one here)."""
@@ -60,7 +69,12 @@ def _job_for(request, job_id: int) -> Job:
 @login_required
 def job_page(request, job_id: int):
     job = _job_for(request, job_id)
-    context = {**_panel_context(job, request.user), "section": "queue", "spec_yaml": spec_yaml(job.spec)}
+    context = {
+        **_panel_context(job, request.user),
+        **group_section(job),
+        "section": "queue",
+        "spec_yaml": spec_yaml(job.spec),
+    }
     return render(request, "scheduling/job.html", context)
 
 

@@ -1,5 +1,9 @@
 """The queue page's rows: what a user may see, filtered, sorted and paginated, with each job's
-place in line, reason, GPUs, nodes, time waited or running, and estimated start."""
+place in line, reason, GPUs, nodes, time waited or running, and estimated start.
+
+A job group (an array or a sweep) is ONE row, as squeue shows `123_[5-100]`: its pending
+indices, its children by state, its parallelism and the best place in line of its pending
+children. Its children are not top-level rows; the row expands to them (`group_rows`)."""
 
 from dataclasses import dataclass, field
 
@@ -7,12 +11,18 @@ from django.core.paginator import Paginator
 from django.db.models import Prefetch, QuerySet
 from django.utils import timezone
 
-from scheduling.models import Job, JobState, Priority, Task
+from scheduling.group_state import child_counts
+from scheduling.groups import summary
+from scheduling.models import GroupKind, Job, JobState, Priority, Task
 from scheduling.queue_state import queue_positions
 from scheduling.selectors import visible_jobs
 from scheduling.states import NOT_STARTED, QUEUED_OR_RUNNING
 
 PAGE_SIZE = 50
+# The children an expanded group row lists; the group's page lists them all.
+GROUP_ROWS = 100
+# The index ranges a group row names before it elides the rest ("5-9,12,20-31,…").
+MAX_RANGES = 6
 SORTS = {
     "position": "place in line (pending first)",
     "-submitted": "newest first",
@@ -49,16 +59,32 @@ class QueueQuery:
         )
 
 
+@dataclass(frozen=True)
+class GroupInfo:
+    """What a group's row says: its children by state (groups.summary) and which are pending."""
+
+    counts: dict
+    pending: str  # squeue's form for an array ("123_[5-9,12]"), "trials 3-19" for a sweep; "" if none
+
+    @property
+    def done(self) -> int:
+        return self.counts["succeeded"]
+
+
 @dataclass
 class Row:
     job: Job
     position: int | None
     nodes: list[str] = field(default_factory=list)
+    group: GroupInfo | None = None
 
     @property
     def gpus(self) -> str:
         job = self.job
-        return f"{job.gpu_count} x {job.gpu_type}" if job.gpu_type else f"{job.task_count} x {job.cpu_per_rank} CPU"
+        each = " each" if self.group else ""
+        if job.gpu_type:
+            return f"{job.gpu_count} x {job.gpu_type}{each}"
+        return f"{job.task_count} x {job.cpu_per_rank} CPU{each}"
 
     @property
     def clock(self) -> str:
@@ -82,8 +108,29 @@ def short_duration(seconds: float) -> str:
     return f"{seconds // 86400}d{seconds % 86400 // 3600}h"
 
 
+def index_ranges(indices: list[int]) -> str:
+    """[5, 6, 7, 9, 12, 13] -> "5-7,9,12-13"; past MAX_RANGES ranges the rest is "…"."""
+    ranges: list[list[int]] = []
+    for index in sorted(indices):
+        if ranges and index == ranges[-1][1] + 1:
+            ranges[-1][1] = index
+        else:
+            ranges.append([index, index])
+    parts = [str(low) if low == high else f"{low}-{high}" for low, high in ranges[:MAX_RANGES]]
+    return ",".join(parts) + (",…" if len(ranges) > MAX_RANGES else "")
+
+
+def pending_label(parent: Job, indices: list[int]) -> str:
+    if not indices:
+        return ""
+    if parent.group_kind == GroupKind.ARRAY:
+        return f"{parent.pk}_[{index_ranges(indices)}]"
+    return f"trial{'s' if len(indices) > 1 else ''} {index_ranges(indices)}"
+
+
 def filtered(user, query: QueueQuery) -> QuerySet[Job]:
-    jobs = visible_jobs(user)
+    """Top-level jobs only: a group's children are listed under its row."""
+    jobs = visible_jobs(user).filter(parent__isnull=True)
     if query.team:
         jobs = jobs.filter(team__name=query.team)
     if query.state == "active":
@@ -98,9 +145,10 @@ def filtered(user, query: QueueQuery) -> QuerySet[Job]:
 
 
 def queue_page(user, query: QueueQuery):
-    """(rows, paginator page)."""
+    """(rows, paginator page), in a number of queries that does not grow with the page's jobs
+    or their groups' children."""
     jobs = filtered(user, query)
-    positions = queue_positions()
+    positions = with_group_positions(queue_positions())
     if query.sort == "position":
         ids = _by_position(jobs, positions)
         page = Paginator(ids, PAGE_SIZE).get_page(query.page)
@@ -115,7 +163,50 @@ def queue_page(user, query: QueueQuery):
         }[query.sort]
         page = Paginator(_with_nodes(jobs.order_by(*order)), PAGE_SIZE).get_page(query.page)
         ordered = list(page.object_list)
-    return [Row(job, positions.get(job.pk), _nodes(job)) for job in ordered], page
+    groups = group_infos([job for job in ordered if job.group_kind])
+    return [Row(job, positions.get(job.pk), _nodes(job), groups.get(job.pk)) for job in ordered], page
+
+
+def with_group_positions(positions: dict[int, int]) -> dict[int, int]:
+    """The positions, plus each group's: the best place in line of its pending children (one
+    query, over the jobs the last pass ordered)."""
+    if not positions:
+        return positions
+    children = Job.objects.filter(pk__in=list(positions), parent__isnull=False).values_list("id", "parent_id")
+    found = dict(positions)
+    for child_id, parent_id in children:
+        found[parent_id] = min(found.get(parent_id, 1 << 30), positions[child_id])
+    return found
+
+
+def group_infos(parents: list[Job]) -> dict[int, GroupInfo]:
+    """parent -> its row's counts and pending indices, in two queries for the whole page."""
+    if not parents:
+        return {}
+    ids = [parent.pk for parent in parents]
+    counts = child_counts(ids)
+    pending: dict[int, list[int]] = {}
+    waiting = Job.objects.filter(parent_id__in=ids, state__in=(JobState.PENDING, JobState.PREEMPTED))
+    for parent_id, index in waiting.values_list("parent_id", "group_index").order_by():
+        pending.setdefault(parent_id, []).append(index)
+    return {
+        parent.pk: GroupInfo(
+            summary(parent, counts.get(parent.pk, {})), pending_label(parent, pending.get(parent.pk, []))
+        )
+        for parent in parents
+    }
+
+
+def group_rows(parent: Job) -> tuple[list[Row], int]:
+    """An expanded group row: its children as ordinary rows, pending ones in line order, then
+    by index; at most GROUP_ROWS of them, and how many there are in all."""
+    positions = queue_positions()
+    children = Job.objects.filter(parent=parent)
+    ids = sorted(children.values_list("id", "group_index"), key=lambda pair: (positions.get(pair[0], 1 << 30), pair[1]))
+    shown = [job_id for job_id, _ in ids[:GROUP_ROWS]]
+    by_id = _with_nodes(Job.objects.filter(pk__in=shown)).in_bulk(shown)
+    rows = [Row(by_id[job_id], positions.get(job_id), _nodes(by_id[job_id])) for job_id in shown if job_id in by_id]
+    return rows, len(ids)
 
 
 def _by_position(jobs: QuerySet[Job], positions: dict[int, int]) -> list[int]:

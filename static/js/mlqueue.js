@@ -67,3 +67,66 @@
     boxes.forEach(follow);
   });
 })();
+
+// The queue's group rows: the ▸ button loads the group's children under its row (GET
+// /queue/groups/{id}/) and ▾ folds them away. Which groups are open is kept across the live
+// refreshes and the pager, which re-render the table: each open group's children are loaded again.
+(function () {
+  var open = {};
+  function load(button) {
+    var id = button.getAttribute("data-group-toggle");
+    var body = document.getElementById("group-" + id + "-children");
+    if (!body) return;
+    button.setAttribute("aria-expanded", "true");
+    button.textContent = "▾";
+    htmx.ajax("GET", button.getAttribute("data-children-url"), {target: body, swap: "innerHTML"});
+  }
+  function fold(button) {
+    var id = button.getAttribute("data-group-toggle");
+    var body = document.getElementById("group-" + id + "-children");
+    if (body) body.innerHTML = "";
+    button.setAttribute("aria-expanded", "false");
+    button.textContent = "▸";
+  }
+  document.addEventListener("click", function (event) {
+    var button = event.target.closest && event.target.closest("[data-group-toggle]");
+    if (!button) return;
+    var id = button.getAttribute("data-group-toggle");
+    if (open[id]) { delete open[id]; fold(button); } else { open[id] = true; load(button); }
+  });
+  htmx.onLoad(function (element) {  // a re-rendered queue table: open again what was open
+    if (!element.querySelectorAll) return;
+    element.querySelectorAll("[data-group-toggle]").forEach(function (button) {
+      if (open[button.getAttribute("data-group-toggle")]) load(button);
+    });
+  });
+})();
+
+// A sweep's chart: every trial's curve of its metric on one chart (Chart.js, vendored; the
+// data embedded by the server with json_script). The best trial is drawn thick, early-stopped
+// trials dashed.
+(function () {
+  var COLOURS = ["#2f5bea", "#1f8a4c", "#c0392b", "#b7791f", "#6b2fb3", "#0f8ca0", "#d35400", "#7f8c8d"];
+  document.addEventListener("DOMContentLoaded", function () {
+    var canvas = document.querySelector("[data-sweep-chart]");
+    if (!canvas || !window.Chart) return;
+    var data = JSON.parse(document.getElementById(canvas.getAttribute("data-sweep-chart")).textContent);
+    var datasets = data.series.map(function (s, i) {
+      return {
+        label: s.label + (s.stopped ? " · stopped early" : ""),
+        data: s.points.map(function (p) { return {x: p[0], y: p[1]}; }),
+        borderColor: COLOURS[i % COLOURS.length], backgroundColor: COLOURS[i % COLOURS.length],
+        borderWidth: s.rank === 1 ? 3 : 1.5, borderDash: s.stopped ? [5, 4] : [], pointRadius: 0, tension: 0.1
+      };
+    });
+    new Chart(canvas, {
+      type: "line",
+      data: {datasets: datasets},
+      options: {
+        animation: false, maintainAspectRatio: false, parsing: true,
+        scales: {x: {type: "linear", title: {display: true, text: "step"}}, y: {title: {display: true, text: data.metric}}},
+        plugins: {legend: {position: "right", labels: {boxWidth: 12, font: {size: 11}}}}
+      }
+    });
+  });
+})();
