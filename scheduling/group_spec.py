@@ -87,7 +87,7 @@ class ArraySerializer(StrictSerializer):
         if text is not None:
             try:
                 indices = parse_indices(text)
-            except serializers.ValidationError as exc:
+            except serializers.ValidationError as exc:  # named on its field, as every bad input is
                 raise serializers.ValidationError({"indices": exc.detail}) from exc
             if count is not None and count != len(indices):
                 named = f"{len(indices)}"

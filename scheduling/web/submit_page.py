@@ -9,6 +9,9 @@ form -> YAML -> form lossless, but for secret_env values, which never go back to
 (names come back ticked, each value to be typed again). The YAML buttons, the dry run and
 submit are form posts (htmx swaps the form for the first three); the server does every
 conversion.
+
+A job group is the same blocks as the spec's: the "Array" inputs make `array:`, the "Sweep"
+inputs `sweep:` (its parameters typed as YAML, one per line); left blank, the job is no group.
 """
 
 import re
@@ -37,6 +40,7 @@ from mlqueue.yaml_body import (  # noqa: F401 (the page's messages, imported fro
     load_yaml,
 )
 from scheduling.core.model import PRIORITIES, Topology
+from scheduling.group_spec import ArraySerializer, SweepSerializer
 from scheduling.secrets import MASK, masked_spec
 from scheduling.selectors import visible_jobs
 from scheduling.services import check_job_submission, do_submit_job
@@ -54,6 +58,7 @@ SECRET_VALUES_NOT_SHOWN = (
     "type the values in the secret_env box before you submit."
 )
 SECRET_NOT_KEY_VALUE = "line {line} is not NAME=value (the line is not shown: it may hold a secret)."
+PARAMETERS_SHAPE = "one parameter a line: NAME: [values], or NAME: {{min: .., max: ..}} for method random; {problem}"
 # The secret names the page carries (checkboxes) while their values, never sent back to the
 # browser, wait to be typed again.
 SECRET_NAMES_INPUT = "secret_env_names"
@@ -124,7 +129,35 @@ SECTIONS = (
             Field("secret_env", "secret", "NAME=value per line; write-only"),
         ),
     ),
+    (
+        "Array (many elements of this job: {index} and {count} in the command and env)",
+        (
+            Field("array.count", "int", "elements 0..count-1"),
+            Field("array.indices", "text", 'or indices: "0-199", "1,5,9-12"'),
+            Field("array.parallelism", "int", "at once; default all"),
+            Field("array.max_failures", "int"),
+        ),
+    ),
+    (
+        "Sweep (one trial per set of parameters: {name} in the command and env)",
+        (
+            Field("sweep.method", "choice"),
+            Field(
+                "sweep.parameters", "yaml", "lr: [0.0001, 0.001]\nbatch_size: [32, 64]\ndropout: {min: 0.0, max: 0.5}"
+            ),
+            Field("sweep.max_trials", "int", "random: required; caps a grid"),
+            Field("sweep.parallelism", "int", "at once; default all"),
+            Field("sweep.max_failures", "int", "default: fail only if all fail"),
+            Field("sweep.metric.name", "text", "e.g. val_loss"),
+            Field("sweep.metric.goal", "choice"),
+            Field("sweep.early_stop.rule", "choice"),
+            Field("sweep.early_stop.min_reports", "int"),
+            Field("sweep.seed", "int", "random: same seed, same trials"),
+        ),
+    ),
 )
+# The group blocks are JSON fields of the spec's serializer, checked by these (for the defaults).
+GROUP_SERIALIZERS = {"array": ArraySerializer, "sweep": SweepSerializer}
 # In the spec's own order, so the YAML reads like the API's documented spec.
 FIELDS = sorted(
     (f for _, fields in SECTIONS for f in fields), key=lambda f: SPEC_FIELD_ORDER.index(f.name.split(".")[0])
@@ -188,6 +221,23 @@ def _secret_pairs(raw: str) -> dict[str, str] | None:
     return _pairs(raw)
 
 
+def _yaml_mapping(raw: str) -> dict | None:
+    """A sweep's parameters typed as YAML ("lr: [0.001, 0.01]" a line)."""
+    if not raw.strip():
+        return None
+    data, problem = load_yaml(raw)
+    if data is None:
+        raise FormProblem(PARAMETERS_SHAPE.format(problem=problem))
+    return data
+
+
+def _show_yaml(value) -> str:
+    """Each parameter on its line, its values in flow style, as one would type them."""
+    if not isinstance(value, dict):
+        return _show(value)
+    return yaml.safe_dump(value, sort_keys=False, default_flow_style=None, width=10_000, allow_unicode=True).strip()
+
+
 def _ids(raw: str) -> list | None:
     return [_int(item) for item in re.split(r"[\s,]+", raw) if item] or None
 
@@ -228,6 +278,7 @@ KINDS = {
     "pairs": (_pairs, _show_pairs),
     "ids": (_ids, _show_ids),
     "secret": (_secret_pairs, _show_secret),
+    "yaml": (_yaml_mapping, _show_yaml),
 }
 
 
@@ -242,8 +293,11 @@ def form_to_spec(values: dict[str, str]) -> tuple[dict, dict[str, list[str]]]:
             problems[f.name] = [str(exc)]
             continue
         if value is not None:
-            section, _, leaf = f.name.rpartition(".")
-            (spec.setdefault(section, {}) if section else spec)[leaf] = value
+            *sections, leaf = f.name.split(".")
+            target = spec
+            for section in sections:
+                target = target.setdefault(section, {})
+            target[leaf] = value
     if "path" not in spec.get("checkpoint", {}):
         spec.pop("checkpoint", None)
     return spec, problems
@@ -328,11 +382,12 @@ class BoundField:
 
     @property
     def label(self) -> str:
-        return self.name.rpartition(".")[2]
+        """The path below its section: "gpu_count", "metric.name"."""
+        return self.name.partition(".")[2] or self.name
 
     @property
     def wide(self) -> bool:
-        return self.kind in ("lines", "pairs", "secret")
+        return self.kind in ("lines", "pairs", "secret", "yaml")
 
 
 def _choices(user) -> dict[str, list[tuple[str, str]]]:
@@ -344,13 +399,17 @@ def _choices(user) -> dict[str, list[tuple[str, str]]]:
         "priority": [(p, p) for p in PRIORITIES],
         "restart_policy.on_preemption": modes,
         "restart_policy.on_node_failure": modes,
+        "sweep.method": [("", "none (not a sweep)"), ("grid", "grid"), ("random", "random")],
+        "sweep.metric.goal": [("minimize", "minimize"), ("maximize", "maximize")],
+        "sweep.early_stop.rule": [("", "none"), ("median", "median")],
     }
 
 
 @cache
 def _serializer_default(path: str):
-    spec_field = JobSpecSerializer()
-    for part in path.split("."):
+    first, *rest = path.split(".")
+    spec_field = GROUP_SERIALIZERS[first]() if first in GROUP_SERIALIZERS else JobSpecSerializer().fields[first]
+    for part in rest:
         spec_field = spec_field.fields[part]
     return spec_field.default
 

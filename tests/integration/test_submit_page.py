@@ -47,6 +47,20 @@ SPEC_PATHS = {
     "depends_on",
     "env",
     "secret_env",
+    "array.count",
+    "array.indices",
+    "array.parallelism",
+    "array.max_failures",
+    "sweep.method",
+    "sweep.parameters",
+    "sweep.max_trials",
+    "sweep.parallelism",
+    "sweep.max_failures",
+    "sweep.metric.name",
+    "sweep.metric.goal",
+    "sweep.early_stop.rule",
+    "sweep.early_stop.min_reports",
+    "sweep.seed",
 }
 
 
