@@ -190,3 +190,17 @@ def test_the_queue_api_lists_a_group_s_children_not_its_parent(api):
         (kids[0].pk, 2, parent.pk, 0),
         (kids[1].pk, None, parent.pk, 1),
     ]
+
+
+def test_a_group_s_page_reads_in_queries_that_do_not_grow_with_its_children(api, logged_in):
+    client = logged_in("alice")
+    small = submit(api, sweep=GRID)
+    big = submit(api, sweep={**GRID, "parameters": {"lr": [0.001, 0.01, 0.1], "batch_size": [8, 16, 32, 64, 128]}})
+    for parent in (small, big):
+        for kid in children(parent):
+            report(kid, [1.0, 0.5])
+    small_html, few = page(client, f"/jobs/{small.pk}/")
+    big_html, many = page(client, f"/jobs/{big.pk}/")
+    assert (big_html.count('<tr id="child-'), small_html.count('<tr id="child-')) == (15, 4)
+    assert many == few
+    assert "<h2>Logs</h2>" not in big_html and ">Tasks</h2>" not in big_html  # a parent runs nothing itself
