@@ -63,6 +63,7 @@ pages = [
     path("jobs/<int:job_id>/", job_pages.job_page, name="job-page"),
     path("jobs/<int:job_id>/panel/", job_pages.job_panel, name="job-panel"),
     path("jobs/<int:job_id>/help/", job_pages.job_help, name="job-help"),
+    path("jobs/<int:job_id>/group/", job_pages.job_group, name="job-group"),
     path("jobs/<int:job_id>/log/", job_pages.job_log, name="job-log"),
     path("jobs/<int:job_id>/cancel/", job_pages.job_cancel, name="job-cancel-page"),
     path("jobs/<int:job_id>/clone/", job_pages.job_clone, name="job-clone"),

@@ -84,6 +84,14 @@ def job_panel(request, job_id: int):
 
 
 @login_required
+def job_group(request, job_id: int):
+    """The job page's group section alone, re-fetched when one of its children changes."""
+    job = _job_for(request, job_id)
+    context = {"job": job, "can_cancel": _can_cancel(job, request.user), **group_section(job)}
+    return render(request, "scheduling/_group.html", context)
+
+
+@login_required
 def job_help(request, job_id: int):
     """The panel's "What would help?": computed only when asked, as it loads the whole cluster."""
     job = _job_for(request, job_id)
@@ -99,11 +107,16 @@ def _panel_context(job: Job, user) -> dict:
         "why": explain_job(job) if job.state == TaskState.PENDING else None,
         "ranks": range(job.task_count),
         "now_day": timezone.now().strftime("%Y%m%d"),
-        # Offered only to who may (the service checks again on the POST).
-        # FAILED without a failure class is an attempt awaiting its retry (services.do_cancel_job).
-        "can_cancel": (job.state in QUEUED_OR_RUNNING or job.state == TaskState.FAILED and not job.failure_class)
-        and can_change_job(user, job),
+        "can_cancel": _can_cancel(job, user),
     }
+
+
+def _can_cancel(job: Job, user) -> bool:
+    """Offered only to who may (the service checks again on the POST). FAILED without a failure
+    class is an attempt awaiting its retry (services.do_cancel_job)."""
+    return (
+        job.state in QUEUED_OR_RUNNING or job.state == TaskState.FAILED and not job.failure_class
+    ) and can_change_job(user, job)
 
 
 @login_required

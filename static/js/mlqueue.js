@@ -21,6 +21,7 @@
     return function () { if (timer) return; timer = setTimeout(function () { timer = null; fn(); }, ms); };
   }
   document.addEventListener("DOMContentLoaded", function () {
+    watchChildren();
     var root = document.querySelector("[data-live-path]");
     if (!root) return;
     var target = root.getAttribute("data-live-refresh");
@@ -28,6 +29,22 @@
     var refresh = debounce(function () { htmx.trigger(target, "refresh"); }, 500);
     connect(root.getAttribute("data-live-path"), function () { refresh(); }, status);
   });
+  // A group's section (data-live-children="id,id,..."): its children are other jobs than the
+  // page's, so it hears every visible job's change and re-fetches itself when one of its own changed.
+  function watchChildren() {
+    if (!document.querySelector("[data-live-children]")) return;
+    var refresh = debounce(function () {
+      var section = document.querySelector("[data-live-children]");
+      if (section) htmx.trigger(section, "refresh");
+    }, 1000);
+    connect("/ws/jobs/", function (message) {
+      var section = document.querySelector("[data-live-children]");
+      if (!section) return;
+      var ids = section.getAttribute("data-live-children").split(",");
+      var mine = (message.changed || []).some(function (id) { return ids.indexOf(String(id)) >= 0; });
+      if (message.reconnected || mine) refresh();
+    }, null);
+  }
 })();
 
 // The job page's log tail: follows the API's event stream (GET /api/v1/jobs/{id}/logs?follow=1)
@@ -103,13 +120,15 @@
 })();
 
 // A sweep's chart: every trial's curve of its metric on one chart (Chart.js, vendored; the
-// data embedded by the server with json_script). The best trial is drawn thick, early-stopped
-// trials dashed.
+// data embedded by the server with json_script), drawn again when the section is re-fetched.
+// The best trial is drawn thick, early-stopped trials dashed.
 (function () {
   var COLOURS = ["#2f5bea", "#1f8a4c", "#c0392b", "#b7791f", "#6b2fb3", "#0f8ca0", "#d35400", "#7f8c8d"];
-  document.addEventListener("DOMContentLoaded", function () {
-    var canvas = document.querySelector("[data-sweep-chart]");
+  htmx.onLoad(function (element) {  // the page, and the group section each time it is re-fetched
+    var canvas = element.querySelector && element.querySelector("[data-sweep-chart]");
     if (!canvas || !window.Chart) return;
+    var old = Chart.getChart(canvas);
+    if (old) old.destroy();
     var data = JSON.parse(document.getElementById(canvas.getAttribute("data-sweep-chart")).textContent);
     var datasets = data.series.map(function (s, i) {
       return {

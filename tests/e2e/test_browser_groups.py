@@ -4,6 +4,7 @@ its trials and draws their curves on one chart. Screenshots: queue-group.png, sw
 (docs/screenshots/ with MLQ_SCREENSHOTS=1)."""
 
 import sys
+import urllib.request
 
 import pytest
 from playwright.sync_api import expect
@@ -11,7 +12,7 @@ from playwright.sync_api import expect
 from scheduling.models import Job, JobMetric
 from tests.e2e.browser import screenshot_dir
 from tests.e2e.processes import wait_for
-from tests.e2e.test_browser import browser, cluster, page_for, submit_as  # noqa: F401 (fixtures)
+from tests.e2e.test_browser import api_token, browser, cluster, page_for, submit_as  # noqa: F401 (fixtures)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -96,3 +97,16 @@ def test_a_sweep_s_page_ranks_its_trials_and_charts_them(cluster, browser, tmp_p
     datasets = page.evaluate("Chart.getChart(document.getElementById('sweep-chart')).data.datasets.length")
     assert datasets == 5  # the trials that reported
     page.screenshot(path=str(screenshot_dir(tmp_path) / "sweep-page.png"), full_page=True)
+
+    # A trial that changes is re-read live: the section hears its children's changes.
+    cancel = urllib.request.Request(
+        f"{cluster.url}/api/v1/jobs/{trials[5].pk}/cancel",
+        data=b"{}",
+        method="POST",
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {api_token('alice')}"},
+    )
+    assert urllib.request.urlopen(cancel).status == 200
+    expect(page.locator(f"#child-{trials[5].pk} .badge")).to_have_text("CANCELLED", timeout=10_000)
+    expect(page.locator("#group-counts")).to_contain_text("1 cancelled")
+    assert page.evaluate("Chart.getChart(document.getElementById('sweep-chart')).data.datasets.length") == 5
+    assert page.evaluate("performance.getEntriesByType('navigation').length") == 1

@@ -204,3 +204,17 @@ def test_a_group_s_page_reads_in_queries_that_do_not_grow_with_its_children(api,
     assert (big_html.count('<tr id="child-'), small_html.count('<tr id="child-')) == (15, 4)
     assert many == few
     assert "<h2>Logs</h2>" not in big_html and ">Tasks</h2>" not in big_html  # a parent runs nothing itself
+
+
+def test_the_group_section_alone_is_served_for_its_live_refresh(api, logged_in):
+    parent = submit(api, sweep=GRID)
+    kids = children(parent)
+    report(kids[2], [0.3])
+    html, _ = page(logged_in("alice"), f"/jobs/{parent.pk}/group/")
+    assert html.count('<div class="panel" id="group"') == 1
+    assert f'data-live-children="{kids[2].pk},{kids[0].pk},{kids[1].pk},{kids[3].pk}"' in html
+    assert "chart-4.6.1.umd.min.js" in html  # a full render loads Chart.js ...
+    fragment = logged_in("alice").get(f"/jobs/{parent.pk}/group/", HTTP_HX_REQUEST="true").content.decode()
+    assert "chart-4.6.1.umd.min.js" not in fragment  # ... a refresh does not load it again
+    assert 'id="sweep-chart-data"' in fragment
+    assert logged_in("victor").get(f"/jobs/{parent.pk}/group/").status_code == 404
