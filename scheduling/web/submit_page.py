@@ -130,29 +130,29 @@ SECTIONS = (
         ),
     ),
     (
-        "Array (many elements of this job: {index} and {count} in the command and env)",
+        "Array (elements run at most parallelism at once; {index} and {count} in the command and env)",
         (
-            Field("array.count", "int", "elements 0..count-1"),
+            Field("array.count", "int", "e.g. 200"),
             Field("array.indices", "text", 'or indices: "0-199", "1,5,9-12"'),
-            Field("array.parallelism", "int", "at once; default all"),
+            Field("array.parallelism", "int", "all"),
             Field("array.max_failures", "int"),
         ),
     ),
     (
-        "Sweep (one trial per set of parameters: {name} in the command and env)",
+        "Sweep (a trial per set of parameters, {name} in the command and env; max_trials caps a grid, random needs it)",
         (
             Field("sweep.method", "choice"),
             Field(
                 "sweep.parameters", "yaml", "lr: [0.0001, 0.001]\nbatch_size: [32, 64]\ndropout: {min: 0.0, max: 0.5}"
             ),
-            Field("sweep.max_trials", "int", "random: required; caps a grid"),
-            Field("sweep.parallelism", "int", "at once; default all"),
-            Field("sweep.max_failures", "int", "default: fail only if all fail"),
+            Field("sweep.max_trials", "int", "grid: all"),
+            Field("sweep.parallelism", "int", "all"),
+            Field("sweep.max_failures", "int", "none"),
             Field("sweep.metric.name", "text", "e.g. val_loss"),
             Field("sweep.metric.goal", "choice"),
             Field("sweep.early_stop.rule", "choice"),
             Field("sweep.early_stop.min_reports", "int"),
-            Field("sweep.seed", "int", "random: same seed, same trials"),
+            Field("sweep.seed", "int", "drawn"),
         ),
     ),
 )
