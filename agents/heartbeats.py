@@ -191,7 +191,9 @@ def reply(node: NodeView, reported: list[dict], now, *, reload) -> dict:
 def assignments(node: NodeView, rows: list[TaskRow]) -> list[dict]:
     if not rows:
         return []
-    tasks = Task.objects.filter(node_id=node.id, state=TaskState.ASSIGNED).select_related("job", "job__owner", "job__parent")
+    tasks = Task.objects.filter(node_id=node.id, state=TaskState.ASSIGNED).select_related(
+        "job", "job__owner", "job__parent"
+    )
     wanted = {(r.job_id, r.rank, r.attempt) for r in rows}
     return [assignment(t) for t in tasks if (t.job_id, t.rank, t.attempt) in wanted]
 
