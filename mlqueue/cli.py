@@ -7,13 +7,24 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import sys
 from collections.abc import Callable, Sequence
 
 import click
 import yaml
 
-from mlqueue.client import NO_USER, Client, Job, MlqError, apply_overrides, config_path, load_spec, read_scalar
+from mlqueue.client import (
+    NO_USER,
+    Child,
+    Client,
+    Job,
+    MlqError,
+    apply_overrides,
+    config_path,
+    load_spec,
+    read_scalar,
+)
 
 EXIT_REFUSED = 1
 EXIT_FAILED = 1
@@ -21,6 +32,23 @@ EXIT_CANCELLED = 3
 NOTHING_TO_CANCEL = "name jobs to cancel, or --mine / --state / --team to cancel by filter"
 BAD_QUOTA = "--set wants CLASS=N or CLASS.FIELD=N (field: guaranteed, borrowing_limit, weight); got {item!r}"
 QUOTA_NEEDS_REASON = "--reason is required with --set: it is recorded in the audit log"
+
+ARRAY_PART = re.compile(r"^(\d+)(?:-(\d+)(?::(\d+))?)?\Z")
+ARRAY_HELP = (
+    "make the job an array, as Slurm's --array: indices 0-199, 1,5,9-12 or 0-98:2 (every second), then %N to run "
+    "at most N at once (0-199%16). A lone number is that one index (--array 7 reruns element 7): 200 elements "
+    "are 0-199"
+)
+BAD_ARRAY_PART = "{part!r} is not an index or a range: write indices such as 0-199, 1,5,9-12 or 0-98:2, then %N"
+ARRAY_BACKWARDS = "{part!r} runs backwards: write the lower index first"
+ARRAY_STEP = "{part!r}: the step after ':' is at least 1"
+ARRAY_PARALLELISM = "{limit!r} after % is the most elements at once: a whole number, at least 1"
+ARRAY_AND_SWEEP = "--array makes the job an array, but the spec has a sweep: block: a job is one or the other"
+MAX_FAILURES_NEEDS_GROUP = "--max-failures is for a group: give --array, or a spec with an array: or sweep: block"
+SEED_NEEDS_SWEEP = "--sweep-seed is for a sweep: the spec has no sweep: block"
+NOT_A_GROUP = "job {job} has no children: it is not an array or a sweep"
+STATUS_CHILDREN = 20  # children `mlq status` lists before pointing at `mlq children`
+SUMMARY_COLUMNS = ("running", "pending", "succeeded", "failed", "cancelled", "early_stopped")
 
 OUTPUTS = click.Choice(["table", "wide", "json", "yaml"])
 
@@ -69,6 +97,133 @@ def report(item, output: str, columns, message: str) -> None:
         click.echo(message)
 
 
+def parse_array(text: str) -> dict:
+    """`0-199%16` -> {"indices": "0-199", "parallelism": 16}, Slurm's --array syntax: comma-separated
+    indices and ranges (`1,5,9-12`, `0-98:2` every second), then `%N` the most at once (no `%`: the
+    spec's parallelism, else all). ValueError with the message when malformed; how many elements is
+    the server's to bound."""
+    listed, percent, limit = text.replace(" ", "").partition("%")
+    for part in listed.split(","):
+        match = ARRAY_PART.match(part)
+        if not match:
+            raise ValueError(BAD_ARRAY_PART.format(part=part))
+        if match[2] is not None and int(match[2]) < int(match[1]):
+            raise ValueError(ARRAY_BACKWARDS.format(part=part))
+        if match[3] is not None and int(match[3]) < 1:
+            raise ValueError(ARRAY_STEP.format(part=part))
+    found = {"indices": listed}
+    if percent:
+        if not limit.isdigit() or int(limit) < 1:
+            raise ValueError(ARRAY_PARALLELISM.format(limit=limit))
+        found["parallelism"] = int(limit)
+    return found
+
+
+class ArrayIndices(click.ParamType):
+    """--array's value, checked by parse_array: a malformed one is a usage error naming the part."""
+
+    name = "INDICES[%N]"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, dict):
+            return value
+        try:
+            return parse_array(value)
+        except ValueError as error:
+            self.fail(str(error), param, ctx)
+
+
+def with_group_options(spec: dict, *, array: dict | None, max_failures: int | None, sweep_seed: int | None) -> dict:
+    """The spec with --array, --max-failures and --sweep-seed put in its group block. --array
+    replaces the block's elements (count or indices) and, with %N, its parallelism; the file's
+    max_failures stays unless --max-failures is given."""
+    out = dict(spec)
+    if array is not None:
+        if out.get("sweep") is not None:
+            raise click.UsageError(ARRAY_AND_SWEEP)
+        kept = {key: value for key, value in (out.get("array") or {}).items() if key not in ("count", "indices")}
+        out["array"] = {**kept, **array}
+    kind = "array" if out.get("array") is not None else "sweep" if out.get("sweep") is not None else None
+    if max_failures is not None:
+        if kind is None:
+            raise click.UsageError(MAX_FAILURES_NEEDS_GROUP)
+        out[kind] = {**out[kind], "max_failures": max_failures}
+    if sweep_seed is not None:
+        if kind != "sweep":
+            raise click.UsageError(SEED_NEEDS_SWEEP)
+        out["sweep"] = {**out["sweep"], "seed": sweep_seed}
+    return out
+
+
+def group_counts(group: dict) -> str:
+    """`3 running, 5 pending, 4 succeeded`: a group's children by state, the empty states left out."""
+    counts = [f"{group[column]} {column.replace('_', ' ')}" for column in SUMMARY_COLUMNS if group.get(column)]
+    return ", ".join(counts) or "no children"
+
+
+def group_summary(group: dict) -> str:
+    """A group in a line: `array of 12 elements, at most 3 at once, 1 may fail: 3 running, 9 pending`."""
+    what = "elements" if group["kind"] == "array" else "trials"
+    head = f"{group['kind']} of {group['count']} {what}, at most {group['parallelism']} at once"
+    if group.get("max_failures"):
+        head += f", {group['max_failures']} may fail"
+    if group["kind"] == "sweep":
+        head += f" ({group.get('method')}, seed {group.get('seed')}"
+        metric = group.get("metric")
+        head += f", {metric['goal']} {metric['name']})" if metric else ")"
+    return f"{head}: {group_counts(group)}"
+
+
+def group_cell(job: Job) -> str | None:
+    """The jobs list's GROUP column: a parent's kind, size and counts; a child's place in its group."""
+    if job.group:
+        return f"{job.group['kind']} of {job.group['count']}: {group_counts(job.group)}"
+    if job.parent is not None:
+        place = f"[{job.array_index}]" if job.array_index is not None else f"trial {job.trial}"
+        return f"job {job.parent} {place}"
+    return None
+
+
+def _number(value) -> str | None:
+    return None if value is None else f"{value:.6g}" if isinstance(value, float) else str(value)
+
+
+def _params(child: Child) -> str:
+    return " ".join(f"{name}={_number(value)}" for name, value in (child.params or {}).items())
+
+
+def _metric(key: str) -> Callable:
+    return lambda child: _number((child.metric or {}).get(key))
+
+
+ARRAY_CHILD_COLUMNS = [
+    ("INDEX", lambda child: child.array_index),
+    ("ID", lambda child: child.id),
+    ("STATE", lambda child: child.state),
+    ("RETRIES", lambda child: child.retries_used),
+    ("FAILURE", lambda child: child.failure_class or None),
+]
+SWEEP_CHILD_COLUMNS = [
+    ("RANK", lambda child: child.rank),
+    ("TRIAL", lambda child: child.trial),
+    ("ID", lambda child: child.id),
+    ("STATE", lambda child: child.state),
+    ("PARAMS", _params),
+    ("BEST", _metric("best")),
+    ("LAST", _metric("last")),
+    ("STEP", _metric("step")),
+]
+CHILD_WIDE = [
+    ("RESTARTS", lambda child: child.restarts_used),
+    ("STARTED", lambda child: child.started_at),
+    ("FINISHED", lambda child: child.finished_at),
+]
+
+
+def child_columns(children: Sequence[Child]) -> list:
+    return SWEEP_CHILD_COLUMNS if any(child.trial is not None for child in children) else ARRAY_CHILD_COLUMNS
+
+
 JOB_COLUMNS = [
     ("ID", lambda job: job.id),
     ("NAME", lambda job: job.name),
@@ -83,6 +238,7 @@ JOB_WIDE = [
     ("STARTED", lambda job: job.started_at),
     ("FINISHED", lambda job: job.finished_at),
 ]
+JOBS_COLUMNS = [*JOB_COLUMNS, ("GROUP", group_cell)]
 QUEUE_COLUMNS = [
     ("POS", lambda entry: entry.position),
     *JOB_COLUMNS,
@@ -276,20 +432,33 @@ def completion(shell):
     metavar="KEY=VALUE",
     help="override a dotted field; VALUE is YAML: 16 is a number, '16' a string (env values are strings)",
 )
+@click.option("--array", type=ArrayIndices(), help=ARRAY_HELP)
+@click.option(
+    "--max-failures",
+    type=click.IntRange(min=0),
+    help="an array's or a sweep's children that may fail for good before the group fails (default 0)",
+)
+@click.option(
+    "--sweep-seed", type=click.IntRange(0, 2**32 - 1), help="a sweep's seed: the same seed draws the same trials"
+)
 @click.option("--dry-run", is_flag=True, help="only say whether and where it could run")
 @click.option("--wait", is_flag=True, help="wait for the end: exit 0 succeeded, 1 failed, 3 cancelled")
 @click.option("--follow", is_flag=True, help="print rank 0's log as it runs (then as --wait)")
 @output_option
 @click.pass_context
-def submit(ctx, spec, overrides, dry_run, wait, follow, output):
-    """Submit the job spec in SPEC (YAML or JSON).
+def submit(ctx, spec, overrides, array, max_failures, sweep_seed, dry_run, wait, follow, output):
+    """Submit the job spec in SPEC (YAML or JSON). A spec with an array: or sweep: block, or
+    --array, makes a group: one parent job whose children are its elements or trials.
 
     \b
     Example:
       mlq submit job.yaml --set resources.gpu_count=16 --set "env.STEPS='100'" --wait
+      mlq submit infer.yaml --array 0-199%16 --max-failures 5
+      mlq submit sweep.yaml --sweep-seed 7
     """
     sdk = client(ctx)
     body = apply_overrides(load_spec(spec), overrides)
+    body = with_group_options(body, array=array, max_failures=max_failures, sweep_seed=sweep_seed)
     if dry_run:
         verdict = sdk.dry_run(body)
         emit(verdict, output, [("VALID", lambda d: d.valid), ("CAN EVER RUN", lambda d: d.can_ever_run)])
@@ -300,7 +469,8 @@ def submit(ctx, spec, overrides, dry_run, wait, follow, output):
     if output in ("json", "yaml") and not (wait or follow):
         emit(job, output, JOB_COLUMNS)
         return
-    click.echo(f"submitted job {job.id} ({job.name}): {job.state}", err=output in ("json", "yaml"))
+    made = f"; {group_summary(job.group)}" if job.group else ""
+    click.echo(f"submitted job {job.id} ({job.name}): {job.state}{made}", err=output in ("json", "yaml"))
     if follow:
         for line in sdk.logs(job, follow=True):
             click.echo(line)
@@ -370,10 +540,14 @@ def since_to_iso(since: str) -> str:
 @click.option("--mine", is_flag=True, help="only jobs you submitted")
 @click.option("--since", help="submitted since: 30m, 12h, 7d, 2w or an ISO time")
 @click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
+@click.option(
+    "--children", "with_children", is_flag=True, help="list groups' children too (default: a group is its one row)"
+)
 @output_option
 @click.pass_context
-def jobs(ctx, state, team, mine, since, limit, output):
-    """Job history, newest first.
+def jobs(ctx, state, team, mine, since, limit, with_children, output):
+    """Job history, newest first. An array or sweep is one row with its children's counts
+    (mlq children ID lists them).
 
     \b
     Example:
@@ -384,16 +558,22 @@ def jobs(ctx, state, team, mine, since, limit, output):
         "team": team,
         "owner": _me(client(ctx)) if mine else None,
         "submitted_after": since_to_iso(since) if since else None,
+        "top_level": None if with_children else True,
     }
-    emit(client(ctx).jobs(limit=limit, **filters), output, JOB_COLUMNS, JOB_WIDE)
+    emit(client(ctx).jobs(limit=limit, **filters), output, JOBS_COLUMNS, JOB_WIDE)
 
 
 @main.command()
 @click.argument("job", type=int)
+@click.option(
+    "--children", "all_children", is_flag=True, help=f"a group: list every child (default: the first {STATUS_CHILDREN})"
+)
 @output_option
 @click.pass_context
-def status(ctx, job, output):
-    """One job: its state, reason, and tasks (nodes, attempts).
+def status(ctx, job, all_children, output):
+    """One job: its state, reason, and tasks (nodes, attempts). A group (array or sweep): its
+    children by state and the children themselves (a sweep's best first by its metric).
+    -o json/yaml is the job alone: mlq children ID -o json lists the children.
 
     \b
     Example:
@@ -404,6 +584,8 @@ def status(ctx, job, output):
         emit(found, output, JOB_COLUMNS)
         return
     emit(found, output, JOB_COLUMNS, JOB_WIDE)
+    if found.group:
+        _print_group(client(ctx), found, output, every=all_children)
     if found.reason:
         click.echo(f"\nwaiting: {found.reason}")
         if found.likely_start or found.estimated_start:
@@ -411,6 +593,38 @@ def status(ctx, job, output):
     if found.tasks:
         click.echo()
         emit(list(found.tasks), output, TASK_COLUMNS)
+
+
+def _print_group(sdk: Client, parent: Job, output: str, *, every: bool) -> None:
+    """A group's summary line, then its children (the first STATUS_CHILDREN unless `every`)."""
+    click.echo(f"\n{group_summary(parent.group)}")
+    kids = sdk.children(parent)
+    shown = kids if every else kids[:STATUS_CHILDREN]
+    if shown:
+        click.echo()
+        emit(shown, output, child_columns(shown), CHILD_WIDE)
+    if len(shown) < len(kids):
+        click.echo(f"... and {len(kids) - len(shown)} more: mlq children {parent.id}")
+
+
+@main.command()
+@click.argument("job", type=int)
+@output_option
+@click.pass_context
+def children(ctx, job, output):
+    """A group's children: an array's elements by index, a sweep's trials best first by its
+    metric (with their parameters, best and last value and latest step).
+
+    \b
+    Example:
+      mlq children 42
+      mlq children 42 -o json
+    """
+    kids = client(ctx).children(job)
+    if not kids and output not in ("json", "yaml"):
+        click.echo(NOT_A_GROUP.format(job=job), err=True)
+        return
+    emit(kids, output, child_columns(kids), CHILD_WIDE)
 
 
 @main.command()
@@ -512,9 +726,12 @@ def cancel(ctx, job_ids, reason, mine, state, team, output):
     if job_ids and (mine or state or team):
         raise click.UsageError("give job ids or a filter (--mine/--state/--team), not both")
     if len(job_ids) == 1:
+        before = sdk.get(job_ids[0]) if output not in ("json", "yaml") else None
         job = sdk.cancel(job_ids[0], reason=reason)
         if output in ("json", "yaml"):
             emit(job, output, JOB_COLUMNS)
+        elif job.group:
+            click.echo(group_cancelled(before, job))
         elif job.state == "CANCELLED":
             click.echo(f"job {job.id} cancelled")
         else:
@@ -532,6 +749,18 @@ def cancel(ctx, job_ids, reason, mine, state, team, output):
     click.echo(f"cancelled: {' '.join(str(_text(item)) for item in result.cancelled) or 'none'}")
     for item in result.skipped:
         click.echo(f"skipped: {_text(item)}")
+
+
+def group_cancelled(before: Job, after: Job) -> str:
+    """What cancelling a group did to its children: those cancelled now (the difference in its
+    CANCELLED count), and those still stopping on their nodes."""
+    what = "elements" if after.group["kind"] == "array" else "trials"
+    cancelled = after.group["cancelled"] - ((before.group or {}).get("cancelled") or 0)
+    stopping = after.group["running"]
+    line = f"job {after.id} ({after.group['kind']}): cancelled {cancelled} of its {after.group['count']} {what}"
+    if stopping:
+        line += f"; {stopping} stopping on their nodes"
+    return f"{line}; {after.state}"
 
 
 @main.command()

@@ -100,6 +100,11 @@ class Job:
     finished_at: str | None = None
     failure_class: str = ""
     tasks: tuple[Task, ...] = ()
+    group: dict | None = None  # a group's parent: {kind, count, parallelism, pending, running, succeeded, ...}
+    parent: int | None = None  # a group's child: the parent's id
+    array_index: int | None = None  # an array's element: its index
+    trial: int | None = None  # a sweep's trial: its number
+    params: dict | None = None  # a sweep's trial: its parameters
     raw: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -116,6 +121,17 @@ class Job:
     @property
     def reason(self) -> str:
         return (self.pending_reason or {}).get("message", "")
+
+
+@dataclasses.dataclass(frozen=True)
+class Child(Job):
+    """A group's child as `children()` lists it: a job, with its retries and, in a sweep with a
+    metric, its summary ({name, best, best_step, last, step, reports}) and rank (1 = best)."""
+
+    retries_used: int = 0
+    restarts_used: int = 0
+    metric: dict | None = None
+    rank: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -321,6 +337,11 @@ def load_spec(spec_or_path: dict | str | os.PathLike) -> dict:
     return spec
 
 
+def _query_value(value):
+    """A filter's value in a query string: booleans as the API reads them (true/false)."""
+    return ("true" if value else "false") if isinstance(value, bool) else value
+
+
 def _id(job) -> int:
     return job.id if isinstance(job, Job | QueueEntry) else int(job)
 
@@ -427,7 +448,9 @@ class Client:
         return Job.from_json(self.request("GET", f"/jobs/{_id(job)}"))
 
     def jobs(self, *, limit: int | None = None, **filters) -> list[Job]:
-        """Newest first; filters as the API's: team, state, priority, owner, submitted_after, ..."""
+        """Newest first; filters as the API's: team, state, priority, owner, submitted_after, parent
+        (a group's children), top_level=True (groups and single jobs, not groups' children), ..."""
+        filters = {key: _query_value(value) for key, value in filters.items()}
         params = {**filters, "limit": min(limit, 500) if limit else None}
         found = []
         for row in self._pages("/jobs", params):
@@ -445,6 +468,16 @@ class Client:
             offset += len(rows)
             if not rows or offset >= page.get("count", 0):
                 return entries
+
+    def children(self, job) -> list[Child]:
+        """A group's children as the server orders them: an array's by index, a sweep's best first
+        by its metric (trials that have not reported it last); [] for a job that is not a group."""
+        return [Child.from_json(row) for row in self.request("GET", f"/jobs/{_id(job)}/children")]
+
+    def metrics(self, job, name: str | None = None) -> Any:
+        """The metrics a job reported (`mlqueue.report(...)`), as the server's
+        `GET /api/v1/jobs/{id}/metrics` returns them, optionally only the series `name`."""
+        return self.request("GET", f"/jobs/{_id(job)}/metrics", params={"name": name})
 
     def why(self, job) -> Why:
         return Why.from_json(self.request("GET", f"/jobs/{_id(job)}/why"))

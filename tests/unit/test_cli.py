@@ -414,7 +414,9 @@ def test_the_sdk_and_the_cli_load_nothing_of_the_server():
 def test_cancelling_one_running_job_says_the_cancel_is_requested():
     server = FakeServer(
         {
+            ("GET", "/api/v1/jobs/7"): (200, job(state="RUNNING")),
             ("POST", "/api/v1/jobs/7/cancel"): (200, job(state="RUNNING", cancel_requested_at="t")),
+            ("GET", "/api/v1/jobs/8"): (200, job(8, state="PENDING")),
             ("POST", "/api/v1/jobs/8/cancel"): (200, job(8, state="CANCELLED")),
         }
     )
