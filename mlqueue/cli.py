@@ -46,6 +46,7 @@ ARRAY_PARALLELISM = "{limit!r} after % is the most elements at once: a whole num
 ARRAY_AND_SWEEP = "--array makes the job an array, but the spec has a sweep: block: a job is one or the other"
 MAX_FAILURES_NEEDS_GROUP = "--max-failures is for a group: give --array, or a spec with an array: or sweep: block"
 SEED_NEEDS_SWEEP = "--sweep-seed is for a sweep: the spec has no sweep: block"
+FOLLOW_A_GROUP = "--follow prints one job's log; a group's children each have theirs (mlq logs CHILD_ID): use --wait"
 NOT_A_GROUP = "job {job} has no children: it is not an array or a sweep"
 STATUS_CHILDREN = 20  # children `mlq status` lists before pointing at `mlq children`
 SUMMARY_COLUMNS = ("running", "pending", "succeeded", "failed", "cancelled", "early_stopped")
@@ -459,6 +460,8 @@ def submit(ctx, spec, overrides, array, max_failures, sweep_seed, dry_run, wait,
     sdk = client(ctx)
     body = apply_overrides(load_spec(spec), overrides)
     body = with_group_options(body, array=array, max_failures=max_failures, sweep_seed=sweep_seed)
+    if follow and (body.get("array") is not None or body.get("sweep") is not None):
+        raise click.UsageError(FOLLOW_A_GROUP)
     if dry_run:
         verdict = sdk.dry_run(body)
         emit(verdict, output, [("VALID", lambda d: d.valid), ("CAN EVER RUN", lambda d: d.can_ever_run)])

@@ -4,6 +4,7 @@
     job = client.submit("job.yaml", set=["resources.gpu_count=16"])
     job = client.wait(job)                 # polls until SUCCEEDED, FAILED (final) or CANCELLED
     for line in client.logs(job): print(line)
+    client.children(group)                 # an array's elements or a sweep's trials (docs/cli.md)
 
 Standard library, httpx and PyYAML only: no Django, so it runs in a notebook or on a laptop.
 Every refused request raises `MlqError(status, detail, fields)`, `fields` as the API's dotted paths.

@@ -153,6 +153,7 @@ def test_sweep_seed_and_max_failures_go_in_the_specs_sweep_block(tmp_path):
         ("name: a\ncommand: [x]\n", ["--sweep-seed", "3"], cli.SEED_NEEDS_SWEEP),
         ("name: a\ncommand: [x]\narray: {count: 3}\n", ["--sweep-seed", "3"], cli.SEED_NEEDS_SWEEP),
         ("name: a\ncommand: [x]\nsweep: {method: grid}\n", ["--array", "0-3"], cli.ARRAY_AND_SWEEP),
+        ("name: a\ncommand: [x]\n", ["--array", "0-3", "--follow"], cli.FOLLOW_A_GROUP),
     ],
 )
 def test_group_options_that_do_not_fit_the_spec_are_usage_errors(tmp_path, spec, args, message):
