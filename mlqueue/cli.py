@@ -185,11 +185,19 @@ def group_cell(job: Job) -> str | None:
     return None
 
 
+def child_place(job: Job) -> str:
+    """`element 4 of array job 42`, `trial 3 of sweep job 43: lr=0.001 batch_size=32`."""
+    if job.array_index is not None:
+        return f"element {job.array_index} of array job {job.parent}"
+    params = _params(job)
+    return f"trial {job.trial} of sweep job {job.parent}" + (f": {params}" if params else "")
+
+
 def _number(value) -> str | None:
     return None if value is None else f"{value:.6g}" if isinstance(value, float) else str(value)
 
 
-def _params(child: Child) -> str:
+def _params(child: Job) -> str:
     return " ".join(f"{name}={_number(value)}" for name, value in (child.params or {}).items())
 
 
@@ -589,6 +597,8 @@ def status(ctx, job, all_children, output):
     emit(found, output, JOB_COLUMNS, JOB_WIDE)
     if found.group:
         _print_group(client(ctx), found, output, every=all_children)
+    elif found.parent is not None:
+        click.echo(f"\n{child_place(found)}")
     if found.reason:
         click.echo(f"\nwaiting: {found.reason}")
         if found.likely_start or found.estimated_start:

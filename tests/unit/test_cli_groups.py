@@ -297,6 +297,17 @@ def test_status_of_a_sweep_ranks_its_trials_with_their_parameters_and_metric():
     ]
 
 
+def test_status_of_a_child_names_its_place_in_its_group():
+    server = FakeServer(
+        {
+            ("GET", "/api/v1/jobs/51"): (200, {**ELEMENTS[1], "tasks": []}),
+            ("GET", "/api/v1/jobs/62"): (200, {**TRIALS[0], "tasks": []}),
+        }
+    )
+    assert run(server, "status", "51").output.splitlines()[-1] == "element 1 of array job 42"
+    assert run(server, "status", "62").output.splitlines()[-1] == "trial 2 of sweep job 43: lr=0.001 batch_size=32"
+
+
 def test_children_lists_them_as_tables_json_or_yaml():
     server = FakeServer(
         {
