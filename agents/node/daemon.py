@@ -69,7 +69,7 @@ class NodeAgent:
         self.container_hook, self.pass_env = container_hook, pass_env
         self.task_users = task_users or TaskUsers.none()
         self.node_token_path = self.workdir / credentials.NODE_TOKEN_FILE
-        self.helpers = install_helpers(self.workdir)  # mlqueue.checkpoint for the tasks' Python
+        self.helpers = install_helpers(self.workdir)  # mlqueue.checkpoint and mlqueue.report for the tasks' Python
         self.tasks: dict[tuple[int, int, int], TaskProcess] = {}
         self.outbox = Outbox(self.name)  # events not yet accepted by the server
         self.interval_s, self.lease_deadline, self.lease_grace_s = 5.0, 0.0, LEASE_KILL_GRACE_S
@@ -301,6 +301,7 @@ class NodeAgent:
             exited = task.poll()
             if task.running or exited:  # before its exit: the server takes checkpoints of an active attempt
                 self.outbox.extend(task.checkpoint_events(final=exited))
+            self.outbox.extend(task.metric_events(final=exited))
             self.outbox.extend(task.log_events(final=exited))
             if exited:
                 log.info(

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from agents.node.checkpoints import CheckpointWatch, marker_path
 from agents.node.isolation import TaskUser
+from agents.node.metrics import MetricsTail, metrics_path
 from agents.node.supervise import LEASE_EXPIRED
 
 # The supervisor is the supervise.py next to this file, run by its path rather than found on
@@ -75,7 +76,7 @@ def task_environment(
     """Built from nothing: the allowed part of the agent's environment, then what the scheduler
     sends (its MLQ_* and torchrun variables, the user's env and secret_env). A task with a user
     of its own gets its own HOME and TMPDIR: the agent's are not its to write. `helpers` (the
-    directory holding only mlqueue/checkpoint.py) goes last on PYTHONPATH: a job's own
+    directory holding only mlqueue's job helpers) goes last on PYTHONPATH: a job's own
     mlqueue install, if it has one, comes first."""
     env = {name: os.environ[name] for name in pass_env if name in os.environ and not NEVER_PASSED.match(name)}
     if user is not None:
@@ -87,15 +88,17 @@ def task_environment(
 
 
 def install_helpers(workdir: Path) -> Path:
-    """A directory holding only a copy of the stdlib-only `mlqueue.checkpoint` (and an empty
-    `mlqueue` package around it), readable by tasks, writable only by the agent. Never the
-    agent's own site-packages: a task imports nothing else of the agent's code."""
-    from mlqueue import checkpoint
+    """A directory holding only copies of the stdlib-only job helpers (`mlqueue.checkpoint`,
+    `mlqueue.report` in mlqueue/__init__.py and mlqueue/metrics_report.py), readable by tasks,
+    writable only by the agent. Never the agent's own site-packages: a task imports nothing else
+    of the agent's code."""
+    from mlqueue import checkpoint, metrics_report
 
     root = make_dir(workdir / "python", 0o755)
     package = make_dir(root / "mlqueue", 0o755)
-    _install(package / "__init__.py", '"""The helpers mlqueue gives jobs: `from mlqueue import checkpoint`."""\n')
-    _install(package / "checkpoint.py", Path(checkpoint.__file__).read_text())
+    here = Path(checkpoint.__file__).parent
+    for source in (here / "__init__.py", Path(checkpoint.__file__), Path(metrics_report.__file__)):
+        _install(package / source.name, source.read_text())
     return root
 
 
@@ -196,6 +199,13 @@ class TaskProcess:
             marker_path(env.get("MLQ_CHECKPOINT_DIR", ""), self.work),
             label=f"job {self.job_id} rank {self.rank} attempt {self.attempt}",
         )
+        # One file per rank and attempt, in the task's own directory: ranks never share one.
+        env["MLQ_METRICS_FILE"] = str(metrics_path(self.work))
+        self.metrics = MetricsTail(
+            metrics_path(self.work),
+            owner_uid=user.uid if user is not None else None,
+            label=f"job {self.job_id} rank {self.rank} attempt {self.attempt}",
+        )
         self.process = self._spawn(assignment, container_hook, env)
 
     def _command(self, assignment: dict, container_hook: str, env_fd: int) -> list[str]:
@@ -292,6 +302,7 @@ class TaskProcess:
         whoever gets this task's UID next."""
         for stream in self.streams:
             stream.close()
+        self.metrics.close()
         if self.user is not None:
             try:
                 os.chown(self.work, os.geteuid(), os.getegid())
@@ -326,6 +337,14 @@ class TaskProcess:
                 "step": found["step"],
                 "at": found["at"],
             }
+        ]
+
+    def metric_events(self, *, final: bool = False) -> list[dict]:
+        """A `metric` event per report the task completed since the last call (read at most every
+        second, and to the end as it exits)."""
+        return [
+            {"type": "metric", "job_id": self.job_id, "rank": self.rank, "attempt": self.attempt, **found}
+            for found in self.metrics.poll(final=final)
         ]
 
     def log_events(self, final: bool = False) -> list[dict]:

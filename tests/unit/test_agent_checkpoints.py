@@ -118,7 +118,11 @@ def test_a_task_confirms_through_mlqueue_checkpoint_and_the_agent_reports_it(tmp
     folder = tmp_path / "shared-ckpt"
     marker(folder, '{"step": 1, "time": 1}')  # left by attempt 1
     helpers = install_helpers(tmp_path / "agent")
-    assert sorted(p.name for p in (helpers / "mlqueue").iterdir()) == ["__init__.py", "checkpoint.py"]
+    assert sorted(p.name for p in (helpers / "mlqueue").iterdir()) == [
+        "__init__.py",
+        "checkpoint.py",
+        "metrics_report.py",
+    ]
     script = (
         "import sys; from mlqueue import checkpoint; checkpoint.done(step=42); "
         "print(sorted(m for m in sys.modules if m.startswith(('django', 'celery'))))"

@@ -7,7 +7,8 @@ import each other and a change at the bottom never needs the top.
     scheduling       the cluster (nodes, jobs, tasks), the leader, the jobs API and pages
     teams            teams, roles, quotas, API tokens, the audit log
     shared           the rest of mlqueue/: errors, parsers, breaker, cache, text rules
-    libraries        scheduling.core, scheduling.sim, agents.node, mlqueue.checkpoint, mlqueue.client
+    libraries        scheduling.core, scheduling.sim, agents.node, mlqueue.checkpoint, mlqueue.metrics_report,
+                     mlqueue.client
                      and mlqueue.cli (the SDK and `mlq`): no Django,
                      importable from any layer, importing only each other
 
@@ -20,7 +21,15 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 APPS = ("mlqueue", "teams", "scheduling", "agents")
-LIBRARIES = ("scheduling.core", "scheduling.sim", "agents.node", "mlqueue.checkpoint", "mlqueue.client", "mlqueue.cli")
+LIBRARIES = (
+    "scheduling.core",
+    "scheduling.sim",
+    "agents.node",
+    "mlqueue.checkpoint",
+    "mlqueue.metrics_report",
+    "mlqueue.client",
+    "mlqueue.cli",
+)
 WIRING = ("mlqueue.settings", "mlqueue.urls", "mlqueue.routing", "mlqueue.asgi", "mlqueue.wsgi", "mlqueue.fastlane")
 # Bottom to top: a module may import its own layer and those below it, never one above.
 LAYERS = ("shared", "teams", "scheduling", "agents", "wiring")
