@@ -1,10 +1,12 @@
 """What agents report about their tasks, from the events endpoint and from heartbeats alike.
 
 A node token reports only on the tasks placed on its node, and only on the attempt placed
-there (or, for the last log chunks, the attempt that ran there before a requeue released it).
-Logs are bytes from a program: what Postgres cannot hold in text (NUL, lone surrogates) is
-replaced by U+FFFD, one character for one, so every offset stays true; and what is stored per
-attempt and stream is capped by what is already stored, not by where a chunk claims to start.
+there (or, for the last log chunks and reports, the attempt that ran there before a requeue
+released it). Logs and metric reports are stored in bulk per batch (metrics:
+scheduling/job_metrics.py). Logs are bytes from a program: what Postgres cannot hold in text
+(NUL, lone surrogates) is replaced by U+FFFD, one character for one, so every offset stays
+true; and what is stored per attempt and stream is capped by what is already stored, not by
+where a chunk claims to start.
 """
 
 from collections import defaultdict
@@ -15,7 +17,7 @@ from django.db.models.functions import Length
 from django.utils import timezone
 
 from mlqueue.parsers import replace_bad_text
-from scheduling import reports
+from scheduling import job_metrics, reports
 from scheduling.models import Node, Task, TaskLog
 from teams.models import AuditEvent, EventKind
 
@@ -28,16 +30,17 @@ def do_ingest_events(*, node: Node, events: list[dict], now=None) -> dict:
     were refused (the agent drops those: a refusal is not worth a retry)."""
     now = now or timezone.now()
     attempts = attempts_on(node, {(e["job_id"], e["rank"]) for e in events})
-    logs, refused = [], []
+    batched, refused = {"log": [], "metric": []}, []
     for index, event in enumerate(events):
         why = refusal(node, attempts, event)
         if why:
             refused.append({"index": index, "reason": why})
-        elif event["type"] == "log":
-            logs.append(event)
+        elif event["type"] in batched:
+            batched[event["type"]].append(event)
         else:
             apply_event(node.name, event, now=now)
-    store_logs(logs, now=now)
+    store_logs(batched["log"], now=now)
+    job_metrics.do_record_metrics(batched["metric"], now=now)
     return {"accepted": len(events) - len(refused), "refused": refused[:20]}
 
 

@@ -7,6 +7,7 @@ import re
 
 from rest_framework import serializers
 
+from mlqueue.metrics_report import MAX_VALUES, MetricsError, check_values
 from scheduling.spec import LABEL_KEY, StrictFloatField, StrictIntegerField, StrictStringField, StringMapField
 
 INT32 = 2**31 - 1
@@ -74,8 +75,26 @@ class HeartbeatSerializer(serializers.Serializer):
     highest_epoch = StrictIntegerField(min_value=0, max_value=INT64, required=False, default=0)
 
 
+class MetricValuesField(serializers.DictField):
+    """A report's values: 1 to MAX_VALUES names (mlqueue.metrics_report.NAME) to finite numbers,
+    checked by the same rules the job's helper and the agent apply."""
+
+    default_error_messages = {"bad": "{why}"}
+
+    def to_internal_value(self, data):
+        if isinstance(data, dict) and len(data) > MAX_VALUES:  # before anything looks at the keys
+            self.fail("bad", why=f"at most {MAX_VALUES} metrics in one report, not {len(data)}.")
+        try:
+            return check_values(data)
+        except MetricsError as exc:
+            self.fail("bad", why=str(exc))
+
+    def to_representation(self, value):
+        return value
+
+
 class EventSerializer(AttemptSerializer):
-    type = serializers.ChoiceField(["started", "exited", "log", "checkpoint", "dropped"])
+    type = serializers.ChoiceField(["started", "exited", "log", "checkpoint", "metric", "dropped"])
     exit_code = StrictIntegerField(required=False, allow_null=True, default=None, min_value=-INT32 - 1, max_value=INT32)
     signal = StrictStringField(required=False, allow_blank=True, default="", max_length=10)
     cause = serializers.ChoiceField(EXIT_CAUSES, required=False, default="")
@@ -88,13 +107,22 @@ class EventSerializer(AttemptSerializer):
     epoch = StrictIntegerField(min_value=0, max_value=INT64, required=False, default=0)
     step = StrictIntegerField(min_value=0, max_value=INT64, required=False, default=None, allow_null=True)
     at = StrictFloatField(min_value=0, max_value=MAX_EPOCH_S, required=False, default=None, allow_null=True)
+    # A metric report: its line in the attempt's metrics file, its step (above), the job's time
+    # of it and its values.
+    seq = StrictIntegerField(min_value=1, max_value=INT32, required=False, default=None, allow_null=True)
+    time = StrictFloatField(min_value=0, max_value=MAX_EPOCH_S, required=False, default=None, allow_null=True)
+    values = MetricValuesField(required=False, default=None, allow_null=True)
 
     def validate(self, attrs):
-        if attrs["type"] == "checkpoint":
-            missing = {name: ["required in a checkpoint event."] for name in ("step", "at") if attrs[name] is None}
-            if missing:
-                raise serializers.ValidationError(missing)
+        needed = REQUIRED.get(attrs["type"], ())
+        missing = {name: [f"required in a {attrs['type']} event."] for name in needed if attrs[name] is None}
+        if missing:
+            raise serializers.ValidationError(missing)
         return attrs
+
+
+# The fields an event of each type cannot do without (the others have defaults).
+REQUIRED = {"checkpoint": ("step", "at"), "metric": ("seq", "step", "time", "values")}
 
 
 class EventsSerializer(serializers.Serializer):

@@ -1,5 +1,6 @@
 """A short "training" loop that checkpoints to $MLQ_CHECKPOINT_DIR, confirms each checkpoint to
-mlqueue, and resumes from the last one.
+mlqueue, reports its loss with `mlqueue.report` (drawn on the job's page), and resumes from the
+last checkpoint.
 
 It saves when mlqueue says a checkpoint is due (the spec's `checkpoint.interval_minutes`, as
 MLQ_CHECKPOINT_INTERVAL_S), every CKPT_EVERY steps if set, and on SIGTERM (a preemption or a
@@ -18,6 +19,10 @@ try:
     from mlqueue import checkpoint  # on PYTHONPATH where the node agent runs the job
 except ImportError:  # run by hand, or by an agent without the helper: write the marker ourselves
     checkpoint = None
+try:
+    from mlqueue import report
+except ImportError:  # the same: write the metrics line ourselves (docs/job-metrics.md)
+    report = None
 
 STEPS = int(os.environ.get("STEPS", "60"))
 EVERY = int(os.environ.get("CKPT_EVERY", "10"))
@@ -51,6 +56,16 @@ def save_and_exit(*_):
     sys.exit(0)
 
 
+def report_loss(at_step: int) -> None:
+    """A made-up loss that falls with the steps, reported at every step."""
+    loss = round(2.0 / (1 + 0.1 * at_step), 4)
+    if report is not None:
+        report(step=at_step, loss=loss)
+    elif os.environ.get("MLQ_METRICS_FILE"):
+        with open(os.environ["MLQ_METRICS_FILE"], "a") as metrics:
+            metrics.write(json.dumps({"step": at_step, "time": time.time(), "metrics": {"loss": loss}}) + "\n")
+
+
 def due() -> bool:
     if checkpoint is not None and checkpoint.due():
         return True
@@ -61,6 +76,7 @@ signal.signal(signal.SIGTERM, save_and_exit)
 while step < STEPS:
     time.sleep(0.5)
     step += 1
+    report_loss(step)
     if due():
         save()
 print(f"done: {STEPS} steps", flush=True)

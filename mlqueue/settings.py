@@ -372,8 +372,9 @@ def env_choice(name: str, choices: tuple[str, ...]) -> str:
 # gives teams turns by share, shortest first within a turn (BENCHMARKS.md: the two compared).
 MLQ_QUEUE_ORDER = env_choice("MLQ_QUEUE_ORDER", QUEUE_ORDERS)
 MLQ_MAX_LOG_CHARS = env_int("MLQ_MAX_LOG_CHARS", 10_000_000)  # per task attempt and stream, in Postgres
-# Job groups: the most elements (or trials) one array (or sweep) may have; metric reports kept
-# per task attempt (past it the rest are dropped and the job's timeline says so).
+# Job groups: the most elements (or trials) one array (or sweep) may have; the lines of a task
+# attempt's metrics file whose reports are kept (past it the rest are dropped and the job's
+# timeline says so; scheduling/job_metrics.py).
 MLQ_MAX_GROUP_SIZE = env_int("MLQ_MAX_GROUP_SIZE", 10_000)
 MLQ_MAX_METRIC_REPORTS = env_int("MLQ_MAX_METRIC_REPORTS", 100_000)
 # `GET /api/v1/jobs/{id}/logs?follow=1` (scheduling/web/logstream.py): how often a stream looks for

@@ -31,6 +31,7 @@ api_v1 = [
     endpoint(r"jobs/(?P<job_id>[0-9]+)", jobs_api.JobDetail.as_view(), "job-detail"),
     endpoint(r"jobs/(?P<job_id>[0-9]+)/events", jobs_api.JobEvents.as_view(), "job-events"),
     endpoint(r"jobs/(?P<job_id>[0-9]+)/children", jobs_api.JobChildren.as_view(), "job-children"),
+    endpoint(r"jobs/(?P<job_id>[0-9]+)/metrics", jobs_api.JobMetrics.as_view(), "job-metrics"),
     endpoint(r"jobs/(?P<job_id>[0-9]+)/cancel", jobs_api.JobCancel.as_view(), "job-cancel"),
     endpoint(r"jobs/(?P<job_id>[0-9]+)/hold", jobs_api.JobHold.as_view(), "job-hold"),
     endpoint(r"jobs/(?P<job_id>[0-9]+)/release", jobs_api.JobRelease.as_view(), "job-release"),

@@ -9,8 +9,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from mlqueue.metrics_report import NAME as METRIC_NAME
 from mlqueue.pagination import StrictCursorPagination
-from scheduling import groups, job_changes, job_control, services, sweeps
+from scheduling import groups, job_changes, job_control, job_metrics, services, sweeps
 from scheduling.models import Job, JobState, Priority, Task, TaskLog
 from scheduling.queue_state import queue_positions
 from scheduling.selectors import scheduler_state, visible_jobs
@@ -26,6 +27,7 @@ from scheduling.web.serializers import (
     DryRunSerializer,
     JobDetailSerializer,
     JobEventSerializer,
+    JobMetricsSerializer,
     JobSerializer,
     QueueEntrySerializer,
     WhySerializer,
@@ -160,6 +162,36 @@ class JobChildren(APIView):
         kids, summaries, ranks = sweeps.ranked_children(parent)
         context = {"metrics": summaries, "ranks": ranks}
         return Response(ChildSerializer(kids, many=True, context=context).data)
+
+
+class MetricsQuerySerializer(serializers.Serializer):
+    name = serializers.RegexField(METRIC_NAME, max_length=100, required=False, help_text="one metric only")
+    rank = serializers.IntegerField(min_value=0, max_value=2**31 - 1, required=False)
+    attempt = serializers.IntegerField(min_value=1, max_value=2**31 - 1, required=False)
+    after_step = serializers.IntegerField(
+        min_value=0, max_value=2**63 - 1, required=False, help_text="only points past this step (the next page)"
+    )
+
+
+class JobMetrics(APIView):
+    @extend_schema(parameters=[MetricsQuerySerializer], responses=JobMetricsSerializer)
+    def get(self, request: Request, job_id: int) -> Response:
+        """A job's metrics (`mlqueue.report`), one series per name in step order; a group's
+        parent: each child's. At most `points_per_series` points per series and 50,000 in all;
+        `truncated` names the series cut short."""
+        job = get_object_or_404(visible_jobs(request.user), pk=job_id)
+        query = MetricsQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        kids = list(sweeps.children(job).values_list("pk", flat=True)) if job.group_kind else []
+        found, cut = job_metrics.metric_series(kids or [job.pk], **query.validated_data)
+        answer = {
+            "job_id": job.pk,
+            "series": {} if kids else found.get(job.pk, {}),
+            "children": {str(kid): found[kid] for kid in kids if kid in found},
+            "truncated": cut,
+            "points_per_series": job_metrics.POINTS_PER_SERIES,
+        }
+        return Response(answer)
 
 
 class JobCancel(APIView):

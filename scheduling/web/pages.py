@@ -12,7 +12,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 from rest_framework.exceptions import APIException, PermissionDenied
 
-from scheduling import services
+from scheduling import job_metrics, services
 from scheduling.models import Job, Priority, TaskLog, TaskState
 from scheduling.secrets import masked_spec
 from scheduling.selectors import can_change_job, visible_jobs
@@ -72,10 +72,28 @@ def job_page(request, job_id: int):
     context = {
         **_panel_context(job, request.user),
         **group_section(job),
+        **_metrics_context(job),
         "section": "queue",
         "spec_yaml": spec_yaml(job.spec),
     }
     return render(request, "scheduling/job.html", context)
+
+
+METRIC_CHART_POINTS = 2_000  # per series on the page; the API pages through the rest
+
+
+def _metrics_context(job: Job) -> dict:
+    """The job's metrics for its chart (name -> [[step, value], ...]) and the table of each
+    one's last value; a group's parent has none of its own (its children have theirs)."""
+    if job.group_kind:
+        return {}
+    found, cut = job_metrics.metric_series([job.pk], per_series=METRIC_CHART_POINTS)
+    series = found.get(job.pk, {})
+    return {
+        "metric_chart": {name: [[p["step"], p["value"]] for p in points] for name, points in series.items()},
+        "metric_last": job_metrics.last_values(job.pk),
+        "metric_cut": bool(cut),
+    }
 
 
 @login_required

@@ -201,6 +201,38 @@ class ChildSerializer(JobSerializer):
         return self.context.get("ranks", {}).get(job.pk)
 
 
+class MetricPointSerializer(serializers.Serializer):
+    step = serializers.IntegerField()
+    value = serializers.FloatField()
+    time = serializers.DateTimeField(allow_null=True, help_text="when the job reported it, by its own clock")
+    attempt = serializers.IntegerField()
+    rank = serializers.IntegerField()
+
+
+class MetricSeriesField(serializers.DictField):
+    """name -> its points in step order."""
+
+    def __init__(self, **kwargs):
+        super().__init__(child=serializers.ListField(child=MetricPointSerializer()), **kwargs)
+
+
+class TruncatedSeriesSerializer(serializers.Serializer):
+    job_id = serializers.IntegerField()
+    name = serializers.CharField()
+
+
+class JobMetricsSerializer(serializers.Serializer):
+    job_id = serializers.IntegerField()
+    series = MetricSeriesField(help_text="the job's metrics by name (empty for a group's parent)")
+    children = serializers.DictField(
+        child=MetricSeriesField(), help_text="a group's parent: each child's series, by child id (else empty)"
+    )
+    truncated = TruncatedSeriesSerializer(
+        many=True, help_text="series cut at the bound: ask again with after_step = their last step"
+    )
+    points_per_series = serializers.IntegerField(help_text="the most points one series holds in one answer")
+
+
 class JobEventSerializer(serializers.ModelSerializer):
     actor = serializers.CharField(source="actor_name")
 

@@ -1,0 +1,144 @@
+"""Metrics jobs report (`mlqueue.report`, shipped by their agents as `metric` events): kept one
+row per value (`JobMetric`), at most MLQ_MAX_METRIC_REPORTS reports per task attempt, and read
+back as series for the API and the job page. docs/job-metrics.md has the whole path."""
+
+from collections import defaultdict
+from datetime import UTC, datetime
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F, Q, Window
+from django.db.models.functions import RowNumber
+
+from scheduling.models import Job, JobMetric
+from teams.models import AuditEvent, EventKind
+
+CAPPED = "METRICS_CAPPED"
+# What one answer holds: points per series (job and name), and points in all.
+POINTS_PER_SERIES = 5_000
+POINTS_PER_ANSWER = 50_000
+
+
+def do_record_metrics(events: list[dict], *, now) -> int:
+    """Store the reports of `metric` events already known to be their node's (agents/ingest.py),
+    in one insert; a report the agent sends again (it resends what it is not sure arrived) is
+    dropped by the constraint on (job, rank, attempt, seq, name). Only the first
+    MLQ_MAX_METRIC_REPORTS lines of an attempt's metrics file are kept (a report's `seq` is its
+    line, so the cap costs no count and a resend is judged as its first sending was); past it the
+    job's timeline says so, once. The jobs, and the parents of those in a group, get
+    `metrics_changed_at` stamped (the early-stop rule looks only after new reports). Returns how
+    many reports were offered for storing."""
+    cap = settings.MLQ_MAX_METRIC_REPORTS
+    kept = [event for event in events if event["seq"] <= cap]
+    capped = sorted({_attempt_key(event) for event in events if event["seq"] > cap})
+    rows = [row for event in kept for row in _rows(event, now=now)]
+    with transaction.atomic():
+        JobMetric.objects.bulk_create(rows, ignore_conflicts=True)
+        if rows:
+            _stamp({row.job_id for row in rows}, now=now)
+        for key in capped:
+            _note_cap(key, cap, now=now)
+    return len(kept)
+
+
+def _attempt_key(event: dict) -> tuple[int, int, int]:
+    return event["job_id"], event["rank"], event["attempt"]
+
+
+def _rows(event: dict, *, now) -> list[JobMetric]:
+    at = datetime.fromtimestamp(event["time"], UTC)
+    return [
+        JobMetric(
+            job_id=event["job_id"],
+            rank=event["rank"],
+            attempt=event["attempt"],
+            seq=event["seq"],
+            step=event["step"],
+            name=name,
+            value=value,
+            reported_at=at,
+            created_at=now,
+        )
+        for name, value in event["values"].items()
+    ]
+
+
+def _stamp(job_ids: set[int], *, now) -> None:
+    parents = Job.objects.filter(pk__in=job_ids, parent__isnull=False).values_list("parent_id", flat=True)
+    Job.objects.filter(Q(pk__in=job_ids) | Q(pk__in=list(parents))).update(metrics_changed_at=now)
+
+
+def _note_cap(key: tuple[int, int, int], cap: int, *, now) -> None:
+    """Once per attempt: the reports past the cap are not kept (the file on the node has them)."""
+    job_id, rank, attempt = key
+    if AuditEvent.objects.filter(job_id=job_id, reason=CAPPED, data__rank=rank, data__attempt=attempt).exists():
+        return
+    AuditEvent.objects.create(
+        job_id=job_id,
+        kind=EventKind.TRANSITION,
+        actor_name="mlqueue",
+        reason=CAPPED,
+        message=f"rank {rank} attempt {attempt}: metric reports past line {cap:,} of its metrics file are not kept; "
+        "the file on the node has them",
+        data={"rank": rank, "attempt": attempt},
+        created_at=now,
+    )
+
+
+# --- reads ------------------------------------------------------------------------------------
+
+
+def metric_series(
+    job_ids: list[int],
+    *,
+    name: str | None = None,
+    rank: int | None = None,
+    attempt: int | None = None,
+    after_step: int | None = None,
+    per_series: int = POINTS_PER_SERIES,
+    total: int = POINTS_PER_ANSWER,
+) -> tuple[dict[int, dict[str, list[dict]]], list[dict]]:
+    """job -> name -> points {step, value, time, attempt, rank}, ordered by step (then attempt,
+    rank, report), at most `per_series` points per job and name and `total` in all; and the
+    series cut short ({job_id, name}), which continue with `after_step` = their last step. One
+    query."""
+    rows = JobMetric.objects.filter(job_id__in=job_ids)
+    if name is not None:
+        rows = rows.filter(name=name)
+    if rank is not None:
+        rows = rows.filter(rank=rank)
+    if attempt is not None:
+        rows = rows.filter(attempt=attempt)
+    if after_step is not None:
+        rows = rows.filter(step__gt=after_step)
+    order = [F("step"), F("attempt"), F("rank"), F("seq")]
+    numbered = rows.annotate(place=Window(RowNumber(), partition_by=[F("job_id"), F("name")], order_by=order))
+    found = (
+        numbered.filter(place__lte=per_series + 1)
+        .order_by("job_id", "name", "step", "attempt", "rank", "seq")
+        .values_list("job_id", "name", "step", "value", "reported_at", "attempt", "rank", "place")[: total + 1]
+    )
+    series: dict[int, dict[str, list[dict]]] = defaultdict(dict)
+    cut: list[dict] = []
+    for count, (job_id, metric, step, value, at, run, which, place) in enumerate(found):
+        if place > per_series or count >= total:
+            if {"job_id": job_id, "name": metric} not in cut:
+                cut.append({"job_id": job_id, "name": metric})
+            continue
+        point = {"step": step, "value": value, "time": at.isoformat() if at else None, "attempt": run, "rank": which}
+        series[job_id].setdefault(metric, []).append(point)
+    return dict(series), cut
+
+
+def last_values(job_id: int) -> list[dict]:
+    """Each metric's last point (the highest step, then the latest attempt, rank and report):
+    the job page's table, whatever the chart's bound. One query."""
+    latest = [F("step").desc(), F("attempt").desc(), F("rank").desc(), F("seq").desc()]
+    rows = (
+        JobMetric.objects.filter(job_id=job_id)
+        .annotate(place=Window(RowNumber(), partition_by=[F("name")], order_by=latest))
+        .filter(place=1)
+        .order_by("name")
+        .values("name", "step", "value", "attempt", "rank")
+    )
+    return list(rows)
