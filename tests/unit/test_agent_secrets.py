@@ -80,9 +80,13 @@ def test_a_task_sees_none_of_the_agents_environment_beyond_the_allow_list(tmp_pa
         "CUDA_VISIBLE_DEVICES": "0",
         "TZ": "Europe/Paris",
     }
-    assert set(seen) <= set(DEFAULT_PASS_ENV) | {"MLQ_JOB_ID", "WANDB_PROJECT", "CUDA_VISIBLE_DEVICES", "PYTHONPATH"}
-    # PYTHONPATH is the agent's own addition: a directory holding only mlqueue.checkpoint, never its site-packages.
+    added = {"PYTHONPATH", "MLQ_METRICS_FILE"}
+    assert set(seen) <= set(DEFAULT_PASS_ENV) | {"MLQ_JOB_ID", "WANDB_PROJECT", "CUDA_VISIBLE_DEVICES"} | added
+    # PYTHONPATH is the agent's own addition: a directory holding only the job helpers, never its site-packages.
     assert seen["PYTHONPATH"] == str(tmp_path / NODE["name"] / "python")
+    # So is MLQ_METRICS_FILE: a file in the task's own working directory, one per rank and attempt.
+    assert seen["MLQ_METRICS_FILE"].startswith(str(tmp_path / NODE["name"] / "jobs") + "/")
+    assert seen["MLQ_METRICS_FILE"].endswith("/rank-0/attempt-1/work/.mlq-metrics.jsonl")
 
 
 def test_pass_env_adds_names_but_never_the_agents_or_servers_secrets(tmp_path, monkeypatch):
