@@ -270,3 +270,15 @@ def test_the_job_page_without_metrics_says_how_to_report_them(api, leader, logge
     html = logged_in("alice").get(f"/jobs/{job_id}/").content.decode()
     assert 'id="metrics-none"' in html and "mlqueue.report(step=..., val_loss=...)" in html
     assert '<script id="metric-series" type="application/json">{}</script>' in html
+
+
+def test_a_batch_of_reports_costs_the_same_few_queries_whatever_its_size(api, leader, django_assert_max_num_queries):
+    job_id, clients = running_job(api, leader, checkpoint=False)
+    batch = [metric(job_id, seq, seq, loss=1.0 / seq, acc=0.5, lr=1e-3) for seq in range(1, 201)]
+    with django_assert_max_num_queries(7) as counted:  # the token, the node, its attempts, one insert, the stamps
+        send(clients[A], A, *batch)
+    assert JobMetric.objects.filter(job_id=job_id).count() == 600
+    small = len(counted.captured_queries)
+    with django_assert_max_num_queries(small) as again:
+        send(clients[A], A, metric(job_id, 201, 201, loss=0.1))
+    assert len(again.captured_queries) == small
