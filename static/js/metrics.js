@@ -30,7 +30,7 @@
       options: {
         animation: false, maintainAspectRatio: false, parsing: false, normalized: true,
         interaction: {mode: "nearest", intersect: false},
-        scales: {x: {type: "linear", title: {display: true, text: "step"}}, y: {type: "linear"}}
+        scales: {x: {type: "linear", ticks: {precision: 0}, title: {display: true, text: "step"}}, y: {type: "linear"}}
       }
     });
   }
