@@ -93,7 +93,7 @@ def test_a_report_is_refused_from_another_node_and_for_another_attempt(api, lead
             "metric name 'bad name': use letters, digits, '_', '.', '/' and '-' (at most 100, e.g. val_loss, eval/acc)",
         ),
         ({"values": {"loss": "0.5"}}, "values", "metric 'loss': '0.5' is not a finite number"),
-        ({"values": {f"m{i}": 1 for i in range(65)}}, "values", "at most 64 metrics in one report, not 65."),
+        ({"values": {f"m{i}": 1 for i in range(65)}}, "values", "a report holds at most 64 metrics, not 65"),
         ({"seq": 0}, "seq", "Ensure this value is greater than or equal to 1."),
         ({"step": -1}, "step", "Ensure this value is greater than or equal to 0."),
         ({"seq": None}, "seq", "required in a metric event."),
