@@ -290,6 +290,9 @@ class PolicyConfig:
     overdue_first: int | None = 2
     backfill: bool = True
     preemption: bool = True
+    # Whether a team within its guarantee evicts borrowers (RECLAIM); off, it only outranks
+    # (PRIORITY) like any job. The forecast's simulated future may turn it off (sim/forecast.py).
+    reclaim: bool = True
     # Within a team's turn, start the job with the least expected GPU-time first.
     shortest_first_within_team: bool = True
     # "weighted_shortest": jobs by expected GPU-time times (1 + their team's dominant share), so

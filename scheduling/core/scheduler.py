@@ -397,7 +397,7 @@ class Pass:
             return True
         if not self.config.preemption:
             return False
-        reclaim = self.ledger.within_guarantee(job.team, job.resource_class, job.shape.units)
+        reclaim = self.config.reclaim and self.ledger.within_guarantee(job.team, job.resource_class, job.shape.units)
         if reclaim and not self._may_reclaim_yet(job):
             reclaim = False
             self.pending[job.job_id] = explain.reclaim_delayed(job, self.config.reclaim_after_wait_s)

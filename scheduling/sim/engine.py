@@ -59,6 +59,12 @@ class SimConfig:
     decision_step_s: float = 0.0
     step_growth: float = 0.0
     max_step_s: float = 3600.0
+    # With steps: a job placed at a pass runs (and ends) as if it had started when it could
+    # have between the passes: once the last room it took freed up and it waited (see
+    # `_backdated`). Its start is still recorded at the pass (rounded up), but room that freed
+    # up between two passes no longer idles until the next one, so coarse steps do not push
+    # every later start back, step after step.
+    backdate_starts: bool = False
     # Skip asking the policy where no waiting job could fit or evict (gate.py): the same
     # schedule, fewer passes. False: ask whenever something happened (the reference path).
     skip_quiet_instants: bool = True
@@ -122,6 +128,9 @@ class Simulation:
         self.now = 0.0
         self.started_at = min((job.submit for job in self.jobs), default=0.0)
         self.last_decision: float | None = None
+        self.previous_decision: float | None = None
+        self.freed_at: dict[str, float] = {}  # node -> when room on it last freed up (backdate_starts)
+        self.waits_since: dict[int, float] = {}  # job -> when it last began to wait, eligible (backdate_starts)
         self.events: list = []
         self.sequence = itertools.count()
         self.tokens = itertools.count(1)
@@ -261,7 +270,7 @@ class Simulation:
     def _watch(self) -> None:
         """Let a gate follow every job that starts or stops waiting or running."""
         preempts = self.policy_config.preemption and getattr(self.policy, "preempts", False)
-        gate = self.gate = DecisionGate(self.nodes, self.teams, preempts=preempts)
+        gate = self.gate = DecisionGate(self.nodes, self.teams, preempts=preempts, reclaims=self.policy_config.reclaim)
         gpu_type = self.config.gpu_type
 
         def waits(job_id: int, job: TraceJob) -> None:
@@ -284,6 +293,7 @@ class Simulation:
         job = self.records[job_id].job
         self.pending[job_id] = job
         self.pending_views.pop(job_id, None)
+        self.waits_since[job_id] = self.now
         self.matters = self.matters or self._arrival_matters(job)
 
     def _on_finish(self, payload) -> None:
@@ -295,9 +305,15 @@ class Simulation:
         record.gpu_s += (self.now - run.started) * record.job.gpus
         record.done_s, record.end = record.job.duration, self.now
         del self.running[job_id]
+        self._freed(run)
         for waiting in self.dependents.get(job_id, ()):
             self.pending_views.pop(waiting, None)
+            self.waits_since[waiting] = self.now
         self.matters = True
+
+    def _freed(self, run: Run) -> None:
+        for task in run.placement.tasks:
+            self.freed_at[task.node] = self.now
 
     def _on_stop(self, job_id: int) -> None:
         """A preempted job's grace period is over: it stops, keeping its checkpointed work."""
@@ -366,6 +382,7 @@ class Simulation:
         """The run ends early, preempted or with `lost_node`: the work since the last
         checkpoint is lost, and the job waits again or, settled as failed, gives up."""
         run = self.running.pop(job_id)
+        self._freed(run)
         record = self.records[job_id]
         elapsed = self.now - run.started
         saved_at = self._last_checkpoint(run)
@@ -386,10 +403,11 @@ class Simulation:
             setattr(record, verdict.counter.value, verdict.count)
         self.pending[job_id] = record.job
         self.pending_views.pop(job_id, None)
+        self.waits_since[job_id] = self.now
 
     # --- the policy -----------------------------------------------------------------------
     def _decide(self) -> None:
-        self.last_decision = self.now
+        self.previous_decision, self.last_decision = self.last_decision, self.now
         if self.gate is not None and not self.gate.may_decide():
             self.quiet += 1  # a pass would place and evict nothing: as if asked
             return
@@ -422,6 +440,7 @@ class Simulation:
         token = next(self.tokens)
         view = self._pending(job)
         self.pending_views.pop(job.job_id, None)
+        started = self._backdated(job.job_id, placement.tasks)
         self.running[job.job_id] = Run(
             core.RunningJob(
                 job.job_id,
@@ -429,8 +448,8 @@ class Simulation:
                 view.priority,
                 view.shape.gpu_type,
                 placement.tasks,
-                self.now,
-                self.now + self._told(job, record),
+                started,
+                started + self._told(job, record),
                 preemptible=view.priority != "P0",
                 checkpointing=view.checkpointing,
                 last_checkpoint_at=None,
@@ -438,13 +457,28 @@ class Simulation:
                 preemptions=record.preemptions,
                 group=view.group,
             ),
-            self.now,
+            started,
             token,
             interval=self._interval(view.checkpoint_interval_s),
-            anchor=self.now + overhead,
+            anchor=started + overhead,
             overhead=overhead,
         )
-        self._at(self.now + overhead + remaining, FINISH, (job.job_id, token))
+        self._at(max(self.now, started + overhead + remaining), FINISH, (job.job_id, token))
+
+    def _backdated(self, job_id: int, tasks) -> float:
+        """When a job placed now would have started had the policy been asked at every instant
+        (`SimConfig.backdate_starts`; else now): once the last room it takes had freed up and
+        it had begun to wait, if both happened since the previous pass. If it already waited
+        with that room at the previous pass and was not given it there, what changed since
+        (the order, a reservation) has no time of its own: it starts now."""
+        previous = self.previous_decision
+        if not self.config.backdate_starts or previous is None:
+            return self.now
+        ready = max(
+            max((self.freed_at.get(task.node, previous) for task in tasks), default=previous),
+            self.waits_since.get(job_id, self.now),
+        )
+        return ready if previous < ready < self.now else self.now
 
     def _told(self, job: TraceJob, record: Record) -> float:
         """The runtime the scheduler believes: the estimate, less the work already saved."""

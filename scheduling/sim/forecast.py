@@ -27,12 +27,22 @@ MIN_LENGTH_S = 60.0
 # that coarse, and always rounded up.
 STEP_S = 60.0
 STEP_GROWTH = 1 / 60
+BACKDATE = False
 # Reclaim victim searches per simulated pass. Unbounded, a deep queue of teams under their
 # guarantee searches ~190 times a pass, two thirds of a forecast's time; at 16 the reclaims
 # the live pass would make at once are spread over the next simulated minutes (BENCHMARKS.md,
 # the forecast: 38% less time, starts within a few minutes of the unbounded run's). The
 # cluster's own bound, if tighter, stays.
 RECLAIM_SEARCHES = 16
+# What the simulated future evicts: "all" as the cluster is configured, "priority" (owners do
+# not reclaim from borrowers), or "none". Evictions already under way end as they would.
+EVICTIONS = ("all", "priority", "none")
+
+
+@dataclass(frozen=True)
+class Run:
+    starts: dict[int, float]  # job id -> its first start in the run
+    complete: bool  # False: the decision budget ran out before every job started
 
 
 @dataclass(frozen=True)
@@ -42,67 +52,37 @@ class Forecast:
     complete: bool  # False: the decision budget ran out before every job started
 
 
-def forecast(
+def forecast(snapshot: ClusterSnapshot, *, likely_fraction: Mapping[str, float] | None = None, **options) -> Forecast:
+    """`likely_fraction`: team -> the share of its asked-for runtime its jobs typically use
+    (0-1]; without it the likely starts are the bound's. `options`: those of `simulate`. The
+    two runs one after the other; the leader runs them in two processes (`simulate_to`)."""
+    bound = simulate(snapshot, None, **options)
+    return combine(bound, simulate(snapshot, likely_fraction, **options) if likely_fraction else None)
+
+
+def simulate(
     snapshot: ClusterSnapshot,
+    fraction: Mapping[str, float] | None,
     *,
-    likely_fraction: Mapping[str, float] | None = None,
     grace_s: float = 120.0,
     max_decisions: int = 200,
     step_s: float = STEP_S,
+    step_growth: float = STEP_GROWTH,
+    backdate: bool = BACKDATE,
     skip_quiet: bool = True,
     reclaim_searches: int | None = RECLAIM_SEARCHES,
-) -> Forecast:
-    """`likely_fraction`: team -> the share of its asked-for runtime its jobs typically use
-    (0-1]. `grace_s`: how long a victim takes to stop (the longest grace period running, for a
-    bound). Jobs that never start within `max_decisions` passes (held jobs, jobs that cannot
-    fit, jobs past the budget) get no forecast; instants where no pass could decide anything
-    are skipped and not counted (`skip_quiet=False`: the reference path, for comparisons).
+    evictions: str = "all",
+) -> Run:
+    """One run: the bound (`fraction` None) or the likely. `grace_s`: how long a victim takes
+    to stop (the longest grace period running, for a bound). Jobs that never start within
+    `max_decisions` passes (held jobs, jobs that cannot fit, jobs past the budget) get no
+    forecast; instants where no pass could decide anything are skipped and not counted
+    (`skip_quiet=False`: the reference path, for comparisons). `step_s`, `step_growth`: how
+    often the simulated policy decides; `backdate`: see `SimConfig.backdate_starts`.
     `reclaim_searches`: the most reclaim victim searches of a simulated pass (None: as the
-    cluster is configured)."""
-    snapshot = replace(snapshot, config=_forecast_config(snapshot.config, reclaim_searches))
-    latest, done_latest = _simulate(snapshot, {}, grace_s, max_decisions, step_s, skip_quiet)
-    if likely_fraction:
-        likely, done_likely = _simulate(snapshot, likely_fraction, grace_s, max_decisions, step_s, skip_quiet)
-        # A shorter run never makes anything later in life; where the policy's list
-        # scheduling would (an anomaly), the bound still holds.
-        likely = {job_id: min(at, latest.get(job_id, at)) for job_id, at in likely.items()}
-    else:
-        likely, done_likely = dict(latest), done_latest
-    return Forecast(latest, likely, done_latest and done_likely)
-
-
-def _forecast_config(config: PolicyConfig, reclaim_searches: int | None) -> PolicyConfig:
-    """The cluster's policy, its reclaim searches bounded by `reclaim_searches` too."""
-    if reclaim_searches is None:
-        return config
-    cap = config.max_reclaim_searches
-    return replace(config, max_reclaim_searches=reclaim_searches if cap is None else min(cap, reclaim_searches))
-
-
-def forecast_to(
-    connection, snapshot: ClusterSnapshot, likely_fraction: Mapping[str, float], max_decisions: int, grace_s: float
-) -> None:
-    """A child process's body: forecast and send the result down `connection` (the leader's
-    pipe; if the leader is gone, there is no one to tell). Lives here, not with the leader's
-    Django code, so the child imports nothing but the core and the simulator."""
-    try:
-        connection.send(
-            forecast(snapshot, likely_fraction=likely_fraction, max_decisions=max_decisions, grace_s=grace_s)
-        )
-    except (BrokenPipeError, EOFError):
-        pass
-    finally:
-        connection.close()
-
-
-def _simulate(
-    snapshot: ClusterSnapshot,
-    fraction: Mapping[str, float],
-    grace_s: float,
-    max_decisions: int,
-    step_s: float,
-    skip_quiet: bool = True,
-) -> tuple[dict[int, float], bool]:
+    cluster is configured); `evictions`: one of `EVICTIONS`."""
+    snapshot = replace(snapshot, config=_forecast_config(snapshot.config, reclaim_searches, evictions))
+    fraction = fraction or {}
     now = snapshot.now
     running = tuple((job, _end(job, now, fraction.get(job.team, 1.0), grace_s)) for job in snapshot.running)
     jobs = [_trace_job(job, now, fraction.get(job.team, 1.0)) for job in snapshot.pending]
@@ -114,7 +94,8 @@ def _simulate(
         stop_once_all_started=True,
         max_decisions=max_decisions,
         decision_step_s=step_s,
-        step_growth=STEP_GROWTH,
+        step_growth=step_growth,
+        backdate_starts=backdate,
         skip_quiet_instants=skip_quiet,
     )
     sim = Simulation(
@@ -129,7 +110,46 @@ def _simulate(
     ).run()
     starts = {job.job_id: sim.records[job.job_id].first_start for job in snapshot.pending}
     found = {job_id: at for job_id, at in starts.items() if at is not None}
-    return found, len(found) == len(starts)
+    return Run(found, len(found) == len(starts))
+
+
+def combine(bound: Run, likely: Run | None) -> Forecast:
+    """The forecast of the two runs (without a likely run, the likely starts are the bound's)."""
+    if likely is None:
+        return Forecast(bound.starts, dict(bound.starts), bound.complete)
+    # A shorter run never makes anything later in life; where the policy's list scheduling
+    # would (an anomaly), the bound still holds.
+    starts = {job_id: min(at, bound.starts.get(job_id, at)) for job_id, at in likely.starts.items()}
+    return Forecast(bound.starts, starts, bound.complete and likely.complete)
+
+
+def _forecast_config(config: PolicyConfig, reclaim_searches: int | None, evictions: str) -> PolicyConfig:
+    """The cluster's policy, its reclaim searches bounded by `reclaim_searches` too, and the
+    simulated future's evictions as `evictions` says."""
+    if evictions not in EVICTIONS:
+        raise ValueError(f"evictions must be one of {', '.join(EVICTIONS)}, not {evictions!r}")
+    if evictions == "priority":
+        config = replace(config, reclaim=False)
+    elif evictions == "none":
+        config = replace(config, preemption=False)
+    if reclaim_searches is None:
+        return config
+    cap = config.max_reclaim_searches
+    return replace(config, max_reclaim_searches=reclaim_searches if cap is None else min(cap, reclaim_searches))
+
+
+def simulate_to(
+    connection, snapshot: ClusterSnapshot, fraction: Mapping[str, float] | None, max_decisions: int, grace_s: float
+) -> None:
+    """A child process's body: one run (`simulate`), sent down `connection` (the leader's
+    pipe; if the leader is gone, there is no one to tell). Lives here, not with the leader's
+    Django code, so the child imports nothing but the core and the simulator."""
+    try:
+        connection.send(simulate(snapshot, fraction, max_decisions=max_decisions, grace_s=grace_s))
+    except (BrokenPipeError, EOFError):
+        pass
+    finally:
+        connection.close()
 
 
 def _end(job: RunningJob, now: float, fraction: float, grace_s: float) -> float:

@@ -4,7 +4,8 @@ A pass of the core decides something only where:
 1. a task of a waiting job fits the free room of one ready node of its class (units: GPUs,
    or CPUs for a CPU class), or
 2. a waiting job may evict (scheduler.py, `Pass._preempt_for`): its team stays within its
-   guarantee with it (a reclaim), or it outranks a preemptible job running in its class.
+   guarantee with it (a reclaim, where the policy reclaims: `PolicyConfig.reclaim`), or it
+   outranks a preemptible job running in its class.
 Where neither holds for any waiting job, the pass places nothing and evicts nothing, so the
 simulator need not ask: the same schedule, without the pass. Held jobs are never decided on;
 every other waiting job counts, even one the core will screen out (a dependency, a back-off),
@@ -23,8 +24,9 @@ from scheduling.core.model import CPU_CLASS, JobShape, Node, NodeState, RunningJ
 
 
 class DecisionGate:
-    def __init__(self, nodes, teams: tuple[Team, ...], *, preempts: bool):
+    def __init__(self, nodes, teams: tuple[Team, ...], *, preempts: bool, reclaims: bool = True):
         self.preempts = preempts
+        self.reclaims = reclaims  # False: a team within its guarantee only outranks (PolicyConfig.reclaim)
         self.ledger = Ledger.build(teams, (), {})  # units held per team (and ancestors), per class
         self.held: dict[str, int] = defaultdict(int)  # units held per class, by every running job
         self.node_class = {node.name: node.resource_class for node in nodes}
@@ -49,7 +51,7 @@ class DecisionGate:
                 return True
         if not self.preempts:
             return False
-        for (team, rclass), sizes in self.job_units.items():
+        for (team, rclass), sizes in self.job_units.items() if self.reclaims else ():
             if sizes and self.ledger.within_guarantee(team, rclass, min(sizes)):
                 return True
         for rclass, ranks in self.wait_ranks.items():

@@ -128,3 +128,13 @@ def test_longest_expected_remaining_goes_first():
     ]
     assert victims(reclaim(jobs, reclaim_longest_first=True)) == [5, 8]  # 12 h left each
     assert victims(reclaim(jobs, reclaim_longest_first=False)) == [7, 8]
+
+
+def test_with_reclaim_off_an_owner_does_not_reclaim_but_still_outranks():
+    # The forecast's simulated future may leave borrowers be (PolicyConfig.reclaim).
+    assert victims(reclaim(ranking_jobs())) == [7, 8]
+    assert reclaim(ranking_jobs(), reclaim=False).preemptions == ()
+    claim = job(60, gpus=16, per_task=8, team="vision", priority="P1")
+    decisions = schedule(snapshot(NODES, pending=[claim], running_jobs=ranking_jobs(), team_list=QUOTAS, reclaim=False))
+    assert victims(decisions) == [7, 8]
+    assert {p.reason for p in decisions.preemptions} == {"PRIORITY"}

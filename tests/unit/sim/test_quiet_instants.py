@@ -57,7 +57,9 @@ def outcome(sim: Simulation) -> tuple:
     return lives, sim.samples
 
 
-def replay(policy: str, seed: int, *, skip: bool, failures: int = 0, step: float = 0.0) -> Simulation:
+def replay(
+    policy: str, seed: int, *, skip: bool, failures: int = 0, step: float = 0.0, reclaim: bool = True
+) -> Simulation:
     trace = random_trace(seed)
     config = SimConfig(
         checkpoint_interval_s=60,
@@ -77,7 +79,7 @@ def replay(policy: str, seed: int, *, skip: bool, failures: int = 0, step: float
         trace,
         make_policy(policy, durations={j.job_id: j.duration for j in trace}),
         config,
-        PolicyConfig(explain=False, min_runtime_before_preempt_s=120),
+        PolicyConfig(explain=False, min_runtime_before_preempt_s=120, reclaim=reclaim),
     ).run()
 
 
@@ -90,6 +92,17 @@ def test_mlqueue_replays_the_same_schedule_with_fewer_passes():
         assert gated.decisions + gated.quiet == reference.decisions
         quiet += gated.quiet
     assert quiet > 0
+
+
+def test_without_reclaim_the_gate_skips_the_instants_where_only_a_reclaim_was_possible():
+    quiet, quiet_with_reclaim = 0, 0
+    for seed in range(3):
+        reference = replay("mlqueue", seed, skip=False, reclaim=False)
+        gated = replay("mlqueue", seed, skip=True, reclaim=False)
+        assert outcome(gated) == outcome(reference)
+        quiet += gated.quiet
+        quiet_with_reclaim += replay("mlqueue", seed, skip=True).quiet
+    assert quiet > quiet_with_reclaim
 
 
 @pytest.mark.parametrize("policy", ["fifo", "easy", "sjf"])
