@@ -84,7 +84,7 @@ def test_the_leader_forecasts_in_a_child_process_and_writes_on_a_later_pass(api,
     assert forecaster.running is not None  # the pass did not wait for it
     waiting = small(api, "waiting", 1.0)
     for _ in range(4):  # a pass writes what the child finished and starts the next forecast
-        forecaster.running.process.join(timeout=30)
+        forecaster.running.join(timeout=30)
         run_pass(epoch=one_node, forecaster=forecaster)
         waiting.refresh_from_db()
         if waiting.estimated_start is not None:
@@ -94,9 +94,10 @@ def test_the_leader_forecasts_in_a_child_process_and_writes_on_a_later_pass(api,
     assert forecaster.running is None
 
 
-def test_likely_start_learns_from_the_teams_history(api, one_node):
+def quarter_hours(api) -> None:
+    """The team's jobs used a quarter of the hour they asked for."""
     now = timezone.now()
-    for index in range(3):  # the team's jobs used a quarter of the hour they asked for
+    for index in range(3):
         old = small(api, f"history-{index}", 1.0)
         Job.objects.filter(pk=old.pk).update(
             state=JobState.SUCCEEDED,
@@ -104,6 +105,10 @@ def test_likely_start_learns_from_the_teams_history(api, one_node):
             finished_at=now - timedelta(hours=2) + timedelta(minutes=15),
         )
     assert runtime_fractions(now) == {"research-foundation-models": pytest.approx(0.25)}
+
+
+def test_likely_start_learns_from_the_teams_history(api, one_node):
+    quarter_hours(api)
     first = small(api, "first", 1.0)
     forecast_pass(one_node)
     started = first.tasks.get().assigned_at
@@ -118,6 +123,27 @@ def test_likely_start_learns_from_the_teams_history(api, one_node):
     page = client.get(f"/jobs/{waiting.pk}/panel/").content.decode()
     assert "at the latest" in page and "likely around" in page
     assert waiting.estimated_start.strftime("%H:%M") in page and waiting.likely_start.strftime("%H:%M") in page
+
+
+def test_the_bound_and_the_likely_run_in_two_child_processes_side_by_side(api, one_node):
+    quarter_hours(api)
+    first = small(api, "first", 1.0)
+    forecast_pass(one_node)
+    started = first.tasks.get().assigned_at
+    waiting = small(api, "waiting", 1.0)
+    forecaster = Forecaster(interval_s=0)
+    run_pass(epoch=one_node, forecaster=forecaster)
+    children = forecaster.running
+    assert children.likely is not None and children.likely.process.pid != children.bound.process.pid
+    for _ in range(4):
+        forecaster.running.join(timeout=30)
+        run_pass(epoch=one_node, forecaster=forecaster)
+        waiting.refresh_from_db()
+        if waiting.likely_start is not None:
+            break
+    assert seconds_from(waiting.estimated_start, started) == pytest.approx(3600, abs=5)
+    assert seconds_from(waiting.likely_start, started) == pytest.approx(900, abs=5)
+    forecaster.stop()
 
 
 def test_the_queue_api_checks_its_parameters_and_scopes_to_the_callers_teams(api, one_node):
