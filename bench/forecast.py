@@ -1,6 +1,6 @@
 """How long the leader's start-time forecast takes on a big cluster with a deep queue.
 
-    python bench/forecast.py --fleet seed-2500 --pending 5000 [--max-passes 200] [--runs 3] [--processes 2]
+    python bench/forecast.py --fleet seed-2500 --pending 5000 [--max-passes 80] [--runs 3] [--processes 2]
 
 The queue is settled first as in bench/cycle.py (the storm of a fresh queue is over), then
 the forecast (two simulations: the bound and the likely) runs `--runs` times on the same
@@ -25,7 +25,7 @@ from bench.cycle import NOW, fleet_for, settle  # noqa: E402
 from bench.fleets import FLEETS, build_teams, build_workload  # noqa: E402
 from scheduling.core.model import ClusterSnapshot  # noqa: E402
 from scheduling.core.scheduler import Scheduler  # noqa: E402
-from scheduling.sim.forecast import Forecast, combine, forecast, simulate_to  # noqa: E402
+from scheduling.sim.forecast import EVICTIONS, Forecast, combine, forecast, simulate_to  # noqa: E402
 
 
 def main(argv=None) -> dict:
@@ -36,11 +36,12 @@ def main(argv=None) -> dict:
     parser.add_argument("--racks", type=int)
     parser.add_argument("--zones", type=int, default=2)
     parser.add_argument("--pending", type=int, default=5000, help="pending tasks in the queue")
-    parser.add_argument("--max-passes", type=int, default=200)
+    parser.add_argument("--max-passes", type=int, default=80)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--fill", type=float, default=0.9)
     parser.add_argument("--processes", type=int, choices=(1, 2), default=1)
+    parser.add_argument("--evictions", choices=EVICTIONS, default="all", help="MLQ_FORECAST_EVICTIONS")
     parser.add_argument(
         "--ask-every-instant",
         action="store_true",
@@ -61,13 +62,14 @@ def main(argv=None) -> dict:
         started = time.perf_counter()
         fractions = {team.name: 0.5 for team in teams}
         if args.processes == 2:
-            result = in_two_processes(snapshot, fractions, args.max_passes)
+            result = in_two_processes(snapshot, fractions, args.max_passes, args.evictions)
         else:
             result = forecast(
                 snapshot,
                 likely_fraction=fractions,
                 max_decisions=args.max_passes,
                 skip_quiet=not args.ask_every_instant,
+                evictions=args.evictions,
             )
         timings.append((time.perf_counter() - started) * 1000)
     horizon = max(result.latest.values(), default=NOW) - NOW
@@ -86,13 +88,16 @@ def main(argv=None) -> dict:
     return figures
 
 
-def in_two_processes(snapshot: ClusterSnapshot, fractions: dict[str, float], max_passes: int) -> Forecast:
+def in_two_processes(
+    snapshot: ClusterSnapshot, fractions: dict[str, float], max_passes: int, evictions: str
+) -> Forecast:
     """The bound and the likely run side by side, as the leader's `Forecaster` runs them."""
     context = multiprocessing.get_context("spawn")
     pipes, processes = [], []
     for fraction in (None, fractions):
         receiver, sender = context.Pipe(duplex=False)
-        process = context.Process(target=simulate_to, args=(sender, snapshot, fraction, max_passes, 120.0))
+        options = {"max_decisions": max_passes, "grace_s": 120.0, "evictions": evictions}
+        process = context.Process(target=simulate_to, args=(sender, snapshot, fraction, options))
         process.start()
         sender.close()
         pipes.append(receiver)

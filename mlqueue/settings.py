@@ -383,9 +383,11 @@ MLQ_LOG_FOLLOW_POLL_S = env_seconds("MLQ_LOG_FOLLOW_POLL_S", 1.0)
 MLQ_LOG_FOLLOW_HEARTBEAT_S = env_seconds("MLQ_LOG_FOLLOW_HEARTBEAT_S", 15.0)
 MLQ_LOG_FOLLOW_MAX_S = env_seconds("MLQ_LOG_FOLLOW_MAX_S", 3600.0)
 # The start-time forecast (scheduling/leader/forecasting.py): at most one per this many seconds,
-# after a pass, and at most this many simulated passes each.
+# after a pass, and at most this many simulated passes each; what the simulated future evicts
+# ("all" as configured; "priority": no reclaim; "none": cheaper, less exact; BENCHMARKS.md).
 MLQ_FORECAST_INTERVAL_S = float(os.environ.get("MLQ_FORECAST_INTERVAL_S", "5"))
-MLQ_FORECAST_MAX_PASSES = env_int("MLQ_FORECAST_MAX_PASSES", 200)
+MLQ_FORECAST_MAX_PASSES = env_int("MLQ_FORECAST_MAX_PASSES", 80)
+MLQ_FORECAST_EVICTIONS = env_choice("MLQ_FORECAST_EVICTIONS", ("all", "priority", "none"))
 
 
 # --- Abuse limits and who may reach what (SECURITY.md).

@@ -1,7 +1,7 @@
 """The leader's start-time forecast for every pending job (scheduling/sim/forecast.py run
 on the pass's snapshot), and the teams' runtime history it learns "likely" from.
 
-Started after a pass at most every `MLQ_FORECAST_INTERVAL_S`, in a child process, never per
+Started after a pass at most every `MLQ_FORECAST_INTERVAL_S`, in two child processes, never per
 request: the API and pages read the two stored columns. Writes are fenced and only where a
 start moved."""
 
@@ -77,7 +77,7 @@ class Forecaster:
                 written = write(result, view, placed, epoch=epoch)
         if self.running is None and time.monotonic() - self.last_started >= self.interval_s:
             self.last_started = time.monotonic()
-            args = (view.snapshot, runtime_fractions(now), settings.MLQ_FORECAST_MAX_PASSES, longest_grace())
+            args = (view.snapshot, runtime_fractions(now), _options())
             if self.inline:
                 started = time.perf_counter()
                 written = write(_forecast(*args), view, placed, epoch=epoch)
@@ -92,9 +92,18 @@ class Forecaster:
             self.running = None
 
 
-def _forecast(snapshot, fractions, max_decisions, grace_s) -> Forecast:
+def _options() -> dict:
+    """The simulations' options (`scheduling.sim.forecast.simulate`) from the settings."""
+    return {
+        "max_decisions": settings.MLQ_FORECAST_MAX_PASSES,
+        "grace_s": longest_grace(),
+        "evictions": settings.MLQ_FORECAST_EVICTIONS,
+    }
+
+
+def _forecast(snapshot, fractions, options: dict) -> Forecast:
     """What the children compute, in this process."""
-    return forecast(snapshot, likely_fraction=fractions, max_decisions=max_decisions, grace_s=grace_s)
+    return forecast(snapshot, likely_fraction=fractions, **options)
 
 
 def longest_grace() -> float:
@@ -107,10 +116,10 @@ class _Children:
     """The bound run and, where a team has history, the likely run, each in a `_Child`: on
     two free cores, the forecast in about the time of one run."""
 
-    def __init__(self, snapshot, fractions, max_decisions, grace_s):
+    def __init__(self, snapshot, fractions, options: dict):
         self.started = time.perf_counter()
-        self.bound = _Child((snapshot, None, max_decisions, grace_s))
-        self.likely = _Child((snapshot, fractions, max_decisions, grace_s)) if fractions else None
+        self.bound = _Child((snapshot, None, options))
+        self.likely = _Child((snapshot, fractions, options)) if fractions else None
 
     def ready(self) -> bool:
         return self.bound.ready() and (self.likely is None or self.likely.ready())

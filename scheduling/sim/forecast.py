@@ -22,12 +22,17 @@ from scheduling.sim.policies import MlqueuePolicy
 from scheduling.sim.trace import TraceJob
 
 MIN_LENGTH_S = 60.0
-# The forecast decides at most once a minute for the first hour ahead, then once per 1/60
-# of the lead time (10 minutes ten hours out), and at least once an hour: its starts are
-# that coarse, and always rounded up.
-STEP_S = 60.0
-STEP_GROWTH = 1 / 60
-BACKDATE = False
+# The forecast decides at most once every two minutes for the first 40 minutes ahead, then
+# once per 1/20 of the lead time (30 minutes ten hours out), and at least once an hour: its
+# starts are that coarse, and always rounded up. A job placed at a simulated pass runs from
+# when it could have started since the previous one (`SimConfig.backdate_starts`), so room
+# does not idle between passes. Against passes once a minute and 1/60 of the lead time,
+# without back-dating: half the passes to reach ten hours, starts 1 minute apart at the
+# median (BENCHMARKS.md, "the forecast within 2 s").
+STEP_S = 120.0
+STEP_GROWTH = 1 / 20
+BACKDATE = True
+MAX_DECISIONS = 80
 # Reclaim victim searches per simulated pass. Unbounded, a deep queue of teams under their
 # guarantee searches ~190 times a pass, two thirds of a forecast's time; at 16 the reclaims
 # the live pass would make at once are spread over the next simulated minutes (BENCHMARKS.md,
@@ -65,7 +70,7 @@ def simulate(
     fraction: Mapping[str, float] | None,
     *,
     grace_s: float = 120.0,
-    max_decisions: int = 200,
+    max_decisions: int = MAX_DECISIONS,
     step_s: float = STEP_S,
     step_growth: float = STEP_GROWTH,
     backdate: bool = BACKDATE,
@@ -138,14 +143,12 @@ def _forecast_config(config: PolicyConfig, reclaim_searches: int | None, evictio
     return replace(config, max_reclaim_searches=reclaim_searches if cap is None else min(cap, reclaim_searches))
 
 
-def simulate_to(
-    connection, snapshot: ClusterSnapshot, fraction: Mapping[str, float] | None, max_decisions: int, grace_s: float
-) -> None:
+def simulate_to(connection, snapshot: ClusterSnapshot, fraction: Mapping[str, float] | None, options: dict) -> None:
     """A child process's body: one run (`simulate`), sent down `connection` (the leader's
     pipe; if the leader is gone, there is no one to tell). Lives here, not with the leader's
     Django code, so the child imports nothing but the core and the simulator."""
     try:
-        connection.send(simulate(snapshot, fraction, max_decisions=max_decisions, grace_s=grace_s))
+        connection.send(simulate(snapshot, fraction, **options))
     except (BrokenPipeError, EOFError):
         pass
     finally:

@@ -64,12 +64,13 @@ def test_backdated_starts_keep_room_busy_between_coarse_passes_and_are_still_rou
     assert exact == {2: NOW + 10, 3: NOW + 110, 4: NOW + 210}
     # Passes a minute apart: each job starts at the first pass after the room frees, and the
     # minutes the room stood idle push every later job back.
-    coarse = forecast(state, step_s=60, step_growth=0).latest
+    coarse = forecast(state, step_s=60, step_growth=0, backdate=False).latest
     assert coarse == {2: NOW + 60, 3: NOW + 160, 4: NOW + 260}
     # Back-dated: 2 runs from 10 s (placed at the pass at 60 s), so 3 runs from 110 s (placed at
     # 120 s) and 4 from 210 s: each start within a step after the exact one, never before it.
     backdated = forecast(state, step_s=60, step_growth=0, backdate=True).latest
     assert backdated == {2: NOW + 60, 3: NOW + 120, 4: NOW + 210}
+    assert forecast(state, step_s=60, step_growth=0).latest == backdated  # the default
 
 
 def test_the_two_runs_apart_make_the_same_forecast():
