@@ -3,13 +3,16 @@
 Kept apart from groups.py because the lifecycle re-derives it inside every child's transition:
 this module needs only the models."""
 
-from django.db.models import Count
+from django.db.models import Count, OuterRef, Subquery
 
+from scheduling.core.reasons import NOT_YET_SCHEDULED_MESSAGE as NOT_YET_MESSAGE
+from scheduling.core.reasons import ReasonCode
 from scheduling.models import FailureClass, GroupKind, Job, JobState
 from scheduling.states import JOB_FINISHED, NOT_STARTED, ON_NODE
 from teams.models import AuditEvent, EventKind
 
 S = JobState
+NOT_YET = ReasonCode.NOT_YET_SCHEDULED
 
 
 def child_counts(parent_ids: list[int]) -> dict[int, dict[str, int]]:
@@ -99,3 +102,29 @@ def _group_message(group: dict, counts: dict[str, int], state: str) -> str:
         bound = f"more than max_failures ({allowed})" if allowed is not None else "every one"
         return f"{counts.get(S.FAILED, 0)} {what} failed, {bound}; the rest are cancelled ({tally})"
     return f"{group['count']} {what}: {tally}"
+
+
+def waiting_reasons(parent_ids: list[int]) -> dict[int, tuple[str, str]]:
+    """parent -> (code, message) of why its first waiting child waits: a group's own pending reason
+    (it has no tasks for the scheduler to explain). One query; children not yet explained by a pass
+    say so."""
+    first = Job.objects.filter(parent=OuterRef("pk"), state=S.PENDING).order_by("group_index")
+    rows = (
+        Job.objects.filter(pk__in=parent_ids)
+        .annotate(
+            child_index=Subquery(first.values("group_index")[:1]),
+            child_held=Subquery(first.values("held")[:1]),
+            child_code=Subquery(first.values("pending_reason_code")[:1]),
+            child_message=Subquery(first.values("pending_reason_message")[:1]),
+        )
+        .values_list("pk", "group_kind", "child_index", "child_held", "child_code", "child_message")
+    )
+    found = {}
+    for parent_id, kind, index, held, code, message in rows:
+        if index is None:
+            continue
+        if held:
+            code, message = "HELD", "held: it will not start until it is released"
+        what = "element" if kind == GroupKind.ARRAY else "trial"
+        found[parent_id] = (code or NOT_YET, f"{what} {index}: {message or NOT_YET_MESSAGE}")
+    return found

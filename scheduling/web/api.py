@@ -12,6 +12,7 @@ from rest_framework.views import APIView
 from mlqueue.metrics_report import NAME as METRIC_NAME
 from mlqueue.pagination import StrictCursorPagination
 from scheduling import groups, job_changes, job_control, job_metrics, services, sweeps
+from scheduling.group_state import waiting_reasons
 from scheduling.models import Job, JobState, Priority, Task, TaskLog
 from scheduling.queue_state import queue_positions
 from scheduling.selectors import scheduler_state, visible_jobs
@@ -55,10 +56,13 @@ class JobListCreate(generics.ListAPIView):
         return visible_jobs(self.request.user)
 
     def get_serializer(self, *args, **kwargs):
-        """A page of jobs counts its groups' children in one query, not one per group."""
+        """A page of jobs counts its groups' children, and finds why the waiting ones wait, in one
+        query each, not one per group."""
         if args and isinstance(args[0], list):
             context = kwargs.setdefault("context", self.get_serializer_context())
-            context["group_counts"] = groups.child_counts([job.pk for job in args[0] if job.group_kind])
+            parents = [job for job in args[0] if job.group_kind]
+            context["group_counts"] = groups.child_counts([job.pk for job in parents])
+            context["group_reasons"] = waiting_reasons([job.pk for job in parents if job.state == JobState.PENDING])
         return super().get_serializer(*args, **kwargs)
 
     @extend_schema(

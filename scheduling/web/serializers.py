@@ -4,6 +4,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from scheduling.group_state import waiting_reasons
 from scheduling.groups import summary
 from scheduling.models import Job, JobState, Task
 from scheduling.secrets import masked_spec
@@ -125,6 +126,11 @@ class JobSerializer(serializers.ModelSerializer):
     def get_pending_reason(self, job: Job):
         if job.state != JobState.PENDING:
             return None
+        if job.group_kind and not job.held:  # its first waiting child's reason
+            found = self.context.get("group_reasons")
+            reason = (found if found is not None else waiting_reasons([job.pk])).get(job.pk)
+            if reason is not None:
+                return {"code": reason[0], "message": reason[1]}
         return {"code": job.reason_code, "message": job.reason_message}
 
 

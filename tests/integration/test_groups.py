@@ -243,3 +243,20 @@ def test_the_same_group_submitted_twice_is_one_group(api, leader):
     assert response.status_code == 200, response.json()
     assert response.json()["id"] == first.pk
     assert Job.objects.filter(parent=first).count() == 4
+
+
+def test_a_waiting_group_says_why_its_first_waiting_child_waits(api, leader):
+    parent = submit(api, array={"count": 1})
+    body = api("alice").get(f"/api/v1/jobs/{parent.pk}").json()
+    assert body["pending_reason"] == {
+        "code": "NOT_YET_SCHEDULED",
+        "message": "element 0: waiting for the scheduler's next pass",
+    }
+    run_pass(epoch=leader)
+    kids = children(parent)
+    run_all_ranks(kids[0], exit_code=5)  # fails: a retry after its back-off
+    run_pass(epoch=leader)
+    listed = api("alice").get("/api/v1/jobs?top_level=true").json()["results"][0]
+    assert listed["state"] == "PENDING"
+    assert listed["pending_reason"]["code"] == "BACKOFF"
+    assert listed["pending_reason"]["message"].startswith("element 0: retry back-off until ")
