@@ -288,12 +288,17 @@ class TaskProcess:
             return ""
 
     def send(self, name: str) -> None:
-        """TERM or KILL to the whole process group, each at most once."""
+        """TERM or KILL, each at most once: TERM to the supervisor, which passes it on to the whole
+        process group once (sent to the group here as well, every process would get it twice);
+        KILL to the whole group, supervisor or not."""
         if name in self.signals_sent or not self.running:
             return
         self.signals_sent.add(name)
         try:
-            os.killpg(self.process.pid, signal.SIGTERM if name == "TERM" else signal.SIGKILL)
+            if name == "TERM":
+                os.kill(self.process.pid, signal.SIGTERM)
+            else:
+                os.killpg(self.process.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
 

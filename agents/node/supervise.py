@@ -6,8 +6,10 @@ It runs COMMAND in its own process group, with the environment read from file de
 (as user U and group G, with no other groups and a private umask, when given: the agent's user
 stays with the supervisor, which runs isolated from anything the task could set: `-I`, an
 empty environment of its own), and
-- passes SIGTERM on to the whole group (a checkpoint signal reaches every worker a trainer
-  forked, not just the first process);
+- passes SIGTERM on to the whole group, once (a checkpoint signal reaches every worker a trainer
+  forked, not just the first process; the agent signals this process alone, and the lease's
+  SIGTERM below is not sent again: a second SIGTERM would cut a trainer's checkpoint short, or
+  kill a Python that exits 0 on the first as it shuts down);
 - kills the whole group if the agent (process P) dies, so an agent killed with SIGKILL leaves
   nothing running that the scheduler could start again elsewhere; an agent that died before
   this process could watch it (its parent is no longer P) starts nothing;
@@ -106,8 +108,8 @@ def read_lease(path) -> tuple[float, float] | None:
 class LeaseWatch:
     """Stops the task's group when the node's lease runs out, whatever the agent is doing."""
 
-    def __init__(self, files: dict, group: int):
-        self.lease_path, self.status_path, self.group = files["lease"], files["status"], group
+    def __init__(self, files: dict, group: int, term: "GroupTerm"):
+        self.lease_path, self.status_path, self.group, self.term = files["lease"], files["status"], group, term
         self.until, self.grace_s = read_lease(self.lease_path) or (0.0, 0.0)
         self.terminated = False
 
@@ -123,7 +125,7 @@ class LeaseWatch:
                 f"the node agent could not renew its lease within the outage bound: SIGTERM, SIGKILL in "
                 f"{self.grace_s:g} s"
             )
-            _signal_group(self.group, signal.SIGTERM, spare_self=True)
+            self.term.send()
 
     def _note(self, what: str) -> None:
         print(f"mlqueue: {what}", file=sys.stderr, flush=True)  # the task's stderr: its owner sees why
@@ -147,19 +149,42 @@ def main(argv: list[str]) -> int:
     if os.getppid() != parent:  # the agent died before the kernel was told to warn us (even before Python started)
         print("mlqueue: the node agent is gone: not starting the task", file=sys.stderr)
         return 1
+    term = GroupTerm(group)
+    # Caught before the task exists: a SIGTERM between its start and here would otherwise kill
+    # this process alone and leave the task running (a caught signal is reset for the child).
+    signal.signal(signal.SIGTERM, lambda *_: term.send())
     try:
         child = subprocess.Popen(command, **as_user)
     except OSError as exc:
         print(f"mlqueue: cannot start {command[0]}: {exc}", file=sys.stderr)
         return 127
-    signal.signal(signal.SIGTERM, lambda *_: _signal_group(group, signal.SIGTERM, spare_self=True))
-    lease = LeaseWatch(files, group)
+    term.started()
+    lease = LeaseWatch(files, group, term)
     while child.poll() is None:
         if os.getppid() != parent:  # the agent is gone: nothing of this task may outlive it
             _signal_group(group, signal.SIGKILL, spare_self=False)
         lease.check()
         time.sleep(WATCH_S)
     return _exit_like(child.returncode)
+
+
+class GroupTerm:
+    """SIGTERM to the task's group at most once, whoever asks (the agent, the lease), and not
+    before the task has started (asked before, it goes as soon as the task exists)."""
+
+    def __init__(self, group: int):
+        self.group, self.asked, self.sent, self.child = group, False, False, False
+
+    def send(self) -> None:
+        self.asked = True
+        if self.child and not self.sent:
+            self.sent = True
+            _signal_group(self.group, signal.SIGTERM, spare_self=True)
+
+    def started(self) -> None:
+        self.child = True
+        if self.asked:
+            self.send()
 
 
 def _signal_group(group: int, sig: int, *, spare_self: bool) -> None:
