@@ -1,12 +1,15 @@
 """A sweep's trials: the parameters of each, from an accepted `sweep:` block (group_spec.py).
 
 Pure (no Django, no clock): the same block and seed give the same trials, in the same order,
-on any machine, so a sweep can be submitted again and compared trial by trial.
+on any machine, so a sweep can be submitted again and compared trial by trial. Parameters are
+taken by name in alphabetical order, never in the order a spec lists them: a spec stored (in
+Postgres' jsonb), shown, cloned or sent by another client may list its keys in another order,
+and the same seed must still draw the same trials.
 
-- grid: every combination of the listed values, the first parameter varying slowest, the
-  first `max_trials` of them;
-- random: `max_trials` draws, each parameter in the order given: a list uniformly, a range
-  {min, max} uniformly, on a log scale with `log: true`, as an integer with `int: true`.
+- grid: every combination of the listed values, the first parameter by name varying slowest,
+  the first `max_trials` of them;
+- random: `max_trials` draws, the parameters by name: a list uniformly, a range {min, max}
+  uniformly, on a log scale with `log: true`, as an integer with `int: true`.
 """
 
 import itertools
@@ -24,11 +27,11 @@ def trials(sweep: dict, *, seed: int) -> list[dict]:
     if sweep["method"] == "grid":
         return list(itertools.islice(_grid(parameters), count))
     rng = random.Random(seed)
-    return [{name: _draw(rng, value) for name, value in parameters.items()} for _ in range(count)]
+    return [{name: _draw(rng, parameters[name]) for name in sorted(parameters)} for _ in range(count)]
 
 
 def _grid(parameters: dict):
-    names = list(parameters)
+    names = sorted(parameters)
     for combination in itertools.product(*(parameters[name] for name in names)):
         yield dict(zip(names, combination, strict=True))
 

@@ -117,15 +117,16 @@ def test_a_grid_sweep_ranks_its_trials_by_the_metric_they_report(cluster):
     until(cluster, reported, timeout=10, what="every trial's 4 reports")
 
     kids = api.call(f"jobs/{parent}/children")
-    # The first parameter varies slowest: trial 2 is (0.001, 32), the best; trial 1 (0.01, 64) the worst.
+    # The first parameter by name (batch_size) varies slowest: trial 1 is (32, 0.001), the best;
+    # trial 2 (64, 0.01) the worst.
     assert [
         (kid["rank"], kid["trial"], kid["params"], kid["state"], kid["metric"]["best"], kid["metric"]["step"])
         for kid in kids
     ] == [
-        (1, 2, {"lr": 0.001, "batch_size": 32}, "SUCCEEDED", val_loss(0.001, 32, 4), 4),
+        (1, 1, {"lr": 0.001, "batch_size": 32}, "SUCCEEDED", val_loss(0.001, 32, 4), 4),
         (2, 3, {"lr": 0.001, "batch_size": 64}, "SUCCEEDED", val_loss(0.001, 64, 4), 4),
         (3, 0, {"lr": 0.01, "batch_size": 32}, "SUCCEEDED", val_loss(0.01, 32, 4), 4),
-        (4, 1, {"lr": 0.01, "batch_size": 64}, "SUCCEEDED", val_loss(0.01, 64, 4), 4),
+        (4, 2, {"lr": 0.01, "batch_size": 64}, "SUCCEEDED", val_loss(0.01, 64, 4), 4),
     ]
     assert kids[0]["metric"] == {
         "name": "val_loss",

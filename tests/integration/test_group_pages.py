@@ -17,7 +17,8 @@ from tests.integration.test_groups import children, submit
 
 GRID = {
     "method": "grid",
-    "parameters": {"lr": [0.001, 0.01], "batch_size": [32, 64]},
+    # Trials by name, batch_size slowest: (64, 0.01), (64, 0.001), (32, 0.01), (32, 0.001).
+    "parameters": {"lr": [0.01, 0.001], "batch_size": [64, 32]},
     "parallelism": 2,
     "metric": {"name": "val_loss", "goal": "minimize"},
 }

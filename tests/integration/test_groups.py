@@ -120,13 +120,13 @@ def test_a_grid_sweep_makes_a_trial_per_combination_with_its_parameters(api, lea
         command=["python", "train.py", "--lr", "{lr}", "--batch-size", "{batch_size}"],
     )
     kids = children(parent)
-    assert [k.params for k in kids] == [
+    assert [k.params for k in kids] == [  # by name: batch_size varies slowest
         {"lr": 0.001, "batch_size": 32},
-        {"lr": 0.001, "batch_size": 64},
         {"lr": 0.01, "batch_size": 32},
+        {"lr": 0.001, "batch_size": 64},
         {"lr": 0.01, "batch_size": 64},
     ]
-    assert kids[1].command == ["python", "train.py", "--lr", "0.001", "--batch-size", "64"]
+    assert kids[2].command == ["python", "train.py", "--lr", "0.001", "--batch-size", "64"]
 
 
 def test_a_random_sweep_with_a_seed_draws_the_same_trials_twice(api, leader):

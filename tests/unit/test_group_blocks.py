@@ -102,15 +102,25 @@ def test_a_bad_sweep_names_the_field(block, field, message):
     assert [str(m) for m in detail[field]] == [message]
 
 
-def test_a_grid_is_every_combination_first_parameter_slowest_capped_by_max_trials():
-    block = sweep(method="grid", parameters={"lr": [0.1, 0.01], "bs": [32, 64, 128]}, max_trials=4)
-    assert block["max_trials"] == 4 and block["parallelism"] == 4
-    assert trials(block, seed=0) == [
-        {"lr": 0.1, "bs": 32},
-        {"lr": 0.1, "bs": 64},
-        {"lr": 0.1, "bs": 128},
-        {"lr": 0.01, "bs": 32},
-    ]
+def test_a_grid_is_every_combination_first_name_slowest_capped_by_max_trials():
+    block = sweep(method="grid", parameters={"lr": [0.1, 0.01], "bs": [32, 64]}, max_trials=3)
+    assert block["max_trials"] == 3 and block["parallelism"] == 3
+    assert trials(block, seed=0) == [{"bs": 32, "lr": 0.1}, {"bs": 32, "lr": 0.01}, {"bs": 64, "lr": 0.1}]
+
+
+@pytest.mark.parametrize(
+    ("method", "parameters"),
+    [
+        ("grid", {"lr": [0.1, 0.01], "act": ["relu", "gelu"], "bs": [32, 64]}),
+        ("random", {"lr": {"min": 1e-5, "max": 1e-1, "log": True}, "act": ["relu", "gelu"], "bs": [32, 64]}),
+    ],
+)
+def test_the_order_a_spec_lists_its_parameters_in_changes_no_trial(method, parameters):
+    """A stored spec (jsonb) or another client may list the keys in another order."""
+    reordered = dict(reversed(parameters.items()))
+    assert trials(sweep(method=method, parameters=parameters, max_trials=4), seed=3) == trials(
+        sweep(method=method, parameters=reordered, max_trials=4), seed=3
+    )
 
 
 @given(st.integers(0, 2**32 - 1))
