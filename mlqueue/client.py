@@ -8,7 +8,7 @@
 
 Standard library, httpx and PyYAML only: no Django, so it runs in a notebook or on a laptop.
 Every refused request raises `MlqError(status, detail, fields)`, `fields` as the API's dotted paths.
-`mlq` (mlqueue/cli.py) is built on this."""
+`mlq` (mlqueue/cli/) is built on this."""
 
 from __future__ import annotations
 

@@ -13,6 +13,7 @@ from django.contrib.auth import get_user_model
 from django.test import Client as DjangoClient
 
 from mlqueue import cli
+from mlqueue.cli.app import EXIT_REFUSED
 from mlqueue.client import Client
 from scheduling.leader.worker import run_pass
 from scheduling.models import Job
@@ -117,6 +118,6 @@ def test_an_array_from_submit_to_cancel(mlq, leader, spec_file):
 def test_the_servers_refusal_of_an_array_too_large_is_a_clean_message(mlq, leader, spec_file, settings):
     settings.MLQ_MAX_GROUP_SIZE = 100
     refused = mlq("submit", spec_file, "--array", "0-199%16")
-    assert refused.exit_code == cli.EXIT_REFUSED
+    assert refused.exit_code == EXIT_REFUSED
     assert "at most 100 elements in one group, got 200." in refused.stderr
     assert not Job.objects.filter(name="shards").exists()

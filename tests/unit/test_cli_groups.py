@@ -8,7 +8,7 @@ import json
 import pytest
 import yaml
 
-from mlqueue import cli
+from mlqueue.cli import groups
 from mlqueue.client import Child
 from tests.unit.test_cli import FakeServer, job, run, sdk
 
@@ -44,33 +44,33 @@ def spec_file(tmp_path):
     ],
 )
 def test_array_values_in_slurms_syntax(text, expected):
-    assert cli.parse_array(text) == expected
+    assert groups.parse_array(text) == expected
 
 
 @pytest.mark.parametrize(
     "text, message",
     [
-        ("", cli.BAD_ARRAY_PART.format(part="")),
-        ("%4", cli.BAD_ARRAY_PART.format(part="")),
-        ("0-", cli.BAD_ARRAY_PART.format(part="0-")),
-        ("a-b", cli.BAD_ARRAY_PART.format(part="a-b")),
-        ("-3", cli.BAD_ARRAY_PART.format(part="-3")),
-        ("1,,2", cli.BAD_ARRAY_PART.format(part="")),
-        ("0-10:2:3", cli.BAD_ARRAY_PART.format(part="0-10:2:3")),
-        ("5:2", cli.BAD_ARRAY_PART.format(part="5:2")),
-        ("1.5", cli.BAD_ARRAY_PART.format(part="1.5")),
-        ("9-1", cli.ARRAY_BACKWARDS.format(part="9-1")),
-        ("0-9:0", cli.ARRAY_STEP.format(part="0-9:0")),
-        ("0-9%0", cli.ARRAY_PARALLELISM.format(limit="0")),
-        ("0-9%", cli.ARRAY_PARALLELISM.format(limit="")),
-        ("0-9%x", cli.ARRAY_PARALLELISM.format(limit="x")),
-        ("0-9%-2", cli.ARRAY_PARALLELISM.format(limit="-2")),
-        ("0-9%2%3", cli.ARRAY_PARALLELISM.format(limit="2%3")),
+        ("", groups.BAD_ARRAY_PART.format(part="")),
+        ("%4", groups.BAD_ARRAY_PART.format(part="")),
+        ("0-", groups.BAD_ARRAY_PART.format(part="0-")),
+        ("a-b", groups.BAD_ARRAY_PART.format(part="a-b")),
+        ("-3", groups.BAD_ARRAY_PART.format(part="-3")),
+        ("1,,2", groups.BAD_ARRAY_PART.format(part="")),
+        ("0-10:2:3", groups.BAD_ARRAY_PART.format(part="0-10:2:3")),
+        ("5:2", groups.BAD_ARRAY_PART.format(part="5:2")),
+        ("1.5", groups.BAD_ARRAY_PART.format(part="1.5")),
+        ("9-1", groups.ARRAY_BACKWARDS.format(part="9-1")),
+        ("0-9:0", groups.ARRAY_STEP.format(part="0-9:0")),
+        ("0-9%0", groups.ARRAY_PARALLELISM.format(limit="0")),
+        ("0-9%", groups.ARRAY_PARALLELISM.format(limit="")),
+        ("0-9%x", groups.ARRAY_PARALLELISM.format(limit="x")),
+        ("0-9%-2", groups.ARRAY_PARALLELISM.format(limit="-2")),
+        ("0-9%2%3", groups.ARRAY_PARALLELISM.format(limit="2%3")),
     ],
 )
 def test_a_malformed_array_value_names_what_is_wrong(text, message):
     with pytest.raises(ValueError) as raised:
-        cli.parse_array(text)
+        groups.parse_array(text)
     assert str(raised.value) == message
 
 
@@ -149,11 +149,11 @@ def test_sweep_seed_and_max_failures_go_in_the_specs_sweep_block(tmp_path):
 @pytest.mark.parametrize(
     "spec, args, message",
     [
-        ("name: a\ncommand: [x]\n", ["--max-failures", "2"], cli.MAX_FAILURES_NEEDS_GROUP),
-        ("name: a\ncommand: [x]\n", ["--sweep-seed", "3"], cli.SEED_NEEDS_SWEEP),
-        ("name: a\ncommand: [x]\narray: {count: 3}\n", ["--sweep-seed", "3"], cli.SEED_NEEDS_SWEEP),
-        ("name: a\ncommand: [x]\nsweep: {method: grid}\n", ["--array", "0-3"], cli.ARRAY_AND_SWEEP),
-        ("name: a\ncommand: [x]\n", ["--array", "0-3", "--follow"], cli.FOLLOW_A_GROUP),
+        ("name: a\ncommand: [x]\n", ["--max-failures", "2"], groups.MAX_FAILURES_NEEDS_GROUP),
+        ("name: a\ncommand: [x]\n", ["--sweep-seed", "3"], groups.SEED_NEEDS_SWEEP),
+        ("name: a\ncommand: [x]\narray: {count: 3}\n", ["--sweep-seed", "3"], groups.SEED_NEEDS_SWEEP),
+        ("name: a\ncommand: [x]\nsweep: {method: grid}\n", ["--array", "0-3"], groups.ARRAY_AND_SWEEP),
+        ("name: a\ncommand: [x]\n", ["--array", "0-3", "--follow"], groups.FOLLOW_A_GROUP),
     ],
 )
 def test_group_options_that_do_not_fit_the_spec_are_usage_errors(tmp_path, spec, args, message):
@@ -236,7 +236,7 @@ def test_status_of_an_array_shows_its_summary_and_children():
 
 
 def test_status_lists_the_first_children_and_points_at_the_rest(monkeypatch):
-    monkeypatch.setattr(cli, "STATUS_CHILDREN", 2)
+    monkeypatch.setattr(groups, "STATUS_CHILDREN", 2)
     server = FakeServer(
         {
             ("GET", "/api/v1/jobs/42"): (200, job(42, state="RUNNING", group=GROUP)),
@@ -319,7 +319,7 @@ def test_children_lists_them_as_tables_json_or_yaml():
     assert yaml.safe_load(run(server, "children", "42", "-o", "yaml").output) == ELEMENTS
     assert "RESTARTS" in run(server, "children", "42", "-o", "wide").output
     not_a_group = run(server, "children", "9")
-    assert (not_a_group.exit_code, not_a_group.stderr.strip()) == (0, cli.NOT_A_GROUP.format(job=9))
+    assert (not_a_group.exit_code, not_a_group.stderr.strip()) == (0, groups.NOT_A_GROUP.format(job=9))
     assert json.loads(run(server, "children", "9", "-o", "json").output) == []
 
 

@@ -1,0 +1,18 @@
+"""`mlq`, the command line (issue 15), built on the SDK (mlqueue.client): no Django.
+
+Exit codes: 0 done, 1 the server refused (its detail, then each field's error as `field: message`),
+2 a usage error (click's), and `submit --wait`: 0 succeeded, 1 failed, 3 cancelled.
+
+    app       the click group `main`, its client, refusals as exit code 1
+    output    -o table/wide/json/yaml and the one-line reports
+    columns   the jobs' table columns
+    account   login, tokens, shell completion
+    jobs      submit and the verbs that read jobs (queue, jobs, status, why, logs, events)
+    control   the verbs that change a job (cancel, hold, release, requeue, set)
+    groups    arrays and sweeps: --array's syntax, group summaries, `mlq children`
+    cluster   teams, quotas, nodes and the node verbs (cordon, drain, uncordon)"""
+
+from mlqueue.cli import account, cluster, control, groups, jobs  # noqa: F401 (each registers its verbs on main)
+from mlqueue.cli.app import main
+
+__all__ = ["main"]

@@ -1,0 +1,5 @@
+"""`python -m mlqueue.cli`, as `mlq`."""
+
+from mlqueue.cli import main
+
+main()

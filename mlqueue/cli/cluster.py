@@ -1,0 +1,121 @@
+"""Teams, quotas and nodes: who may use what, and the admins' node verbs."""
+
+from collections.abc import Sequence
+
+import click
+
+from mlqueue.cli.app import client, main
+from mlqueue.cli.output import emit, output_option
+from mlqueue.client import read_scalar
+
+BAD_QUOTA = "--set wants CLASS=N or CLASS.FIELD=N (field: guaranteed, borrowing_limit, weight); got {item!r}"
+QUOTA_NEEDS_REASON = "--reason is required with --set: it is recorded in the audit log"
+
+TEAM_COLUMNS = [
+    ("TEAM", lambda team: team.name),
+    ("PARENT", lambda team: team.parent),
+    ("MY ROLE", lambda team: team.my_role),
+]
+QUOTA_COLUMNS = [
+    ("CLASS", lambda quota: quota.resource_class),
+    ("GUARANTEED", lambda quota: quota.guaranteed),
+    ("BORROW LIMIT", lambda quota: quota.borrowing_limit),
+    ("WEIGHT", lambda quota: quota.weight),
+]
+NODE_COLUMNS = [
+    ("NODE", lambda node: node.name),
+    ("STATE", lambda node: node.state),
+    ("ADMIN", lambda node: node.admin_state),
+    ("GPUS", lambda node: f"{node.gpu_count} {node.gpu_type}".strip() if node.gpu_count else "-"),
+    ("RACK", lambda node: node.rack),
+]
+NODE_WIDE = [
+    ("ZONE", lambda node: node.zone),
+    ("HEALTH", lambda node: node.health),
+    ("REASON", lambda node: node.admin_reason),
+]
+
+
+@main.command()
+@output_option
+@click.pass_context
+def teams(ctx, output):
+    """The teams, and your role in each.
+
+    \b
+    Example:
+      mlq teams -o yaml
+    """
+    emit(client(ctx).teams(), output, TEAM_COLUMNS)
+
+
+def parse_quota_changes(items: Sequence[str]) -> dict:
+    """`H100=64` -> {"gpu:H100": {"guaranteed": 64}}; `H100.borrowing_limit=80`, `cpu.weight=2` too."""
+    changes: dict[str, dict] = {}
+    for item in items:
+        key, equals, text = item.partition("=")
+        resource, _, field = key.partition(".")
+        field = field or "guaranteed"
+        if not equals or not resource or field not in ("guaranteed", "borrowing_limit", "weight"):
+            raise click.BadParameter(BAD_QUOTA.format(item=item), param_hint="--set")
+        resource_class = resource if ":" in resource or resource == "cpu" else f"gpu:{resource}"
+        changes.setdefault(resource_class, {})[field] = read_scalar(text, key)
+    return changes
+
+
+@main.command()
+@click.argument("team")
+@click.option("--set", "changes", multiple=True, metavar="CLASS=N", help="e.g. H100=64, H100.borrowing_limit=80")
+@click.option("--reason", help="why (required with --set; audited)")
+@output_option
+@click.pass_context
+def quota(ctx, team, changes, reason, output):
+    """A team's quotas; leads change them with --set.
+
+    \b
+    Example:
+      mlq quota vision
+      mlq quota vision --set H100=64 --reason "new project"
+    """
+    sdk = client(ctx)
+    if changes:
+        if not reason:
+            raise click.UsageError(QUOTA_NEEDS_REASON)
+        emit(sdk.set_quota(team, parse_quota_changes(changes), reason), output, QUOTA_COLUMNS)
+    else:
+        emit(sdk.quota(team), output, QUOTA_COLUMNS)
+
+
+@main.command()
+@click.option("--state")
+@click.option("--rack")
+@click.option("--zone")
+@click.option("--gpu-type")
+@output_option
+@click.pass_context
+def nodes(ctx, state, rack, zone, gpu_type, output):
+    """The cluster's nodes.
+
+    \b
+    Example:
+      mlq nodes --state READY --rack r1
+    """
+    found = client(ctx).nodes(state=state, rack=rack, zone=zone, gpu_type=gpu_type)
+    emit(found, output, NODE_COLUMNS, NODE_WIDE)
+
+
+def _node_verb(action: str, example: str):
+    @click.argument("node")
+    @click.option("--reason", required=True, help="recorded in the audit log")
+    @output_option
+    @click.pass_context
+    def verb(ctx, node, reason, output):
+        emit(getattr(client(ctx), action)(node, reason), output, NODE_COLUMNS, NODE_WIDE)
+
+    verb.__doc__ = f"{action.capitalize()} NODE (admins).\n\n    \b\n    Example:\n      {example}\n    "
+    return main.command(action)(verb)
+
+
+_node_verb("cordon", 'mlq cordon gpu-017 --reason "flaky NVLink"')
+_node_verb("drain", 'mlq drain gpu-017 --reason "maintenance"')
+_node_verb("uncordon", 'mlq uncordon gpu-017 --reason "repaired"')

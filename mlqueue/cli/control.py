@@ -1,0 +1,124 @@
+"""The verbs that change a submitted job: cancel, hold, release, requeue, set."""
+
+import click
+
+from mlqueue.cli.app import client, main
+from mlqueue.cli.columns import JOB_COLUMNS
+from mlqueue.cli.groups import group_cancelled
+from mlqueue.cli.output import as_text, emit, output_option, report
+
+NOTHING_TO_CANCEL = "name jobs to cancel, or --mine / --state / --team to cancel by filter"
+
+
+@main.command()
+@click.argument("job_ids", nargs=-1, type=int)
+@click.option("--reason", default="", help="recorded with each cancel")
+@click.option("--mine", is_flag=True, help="by filter: your jobs")
+@click.option("--state", help="by filter: jobs in this state (e.g. pending)")
+@click.option("--team", help="by filter: this team's jobs")
+@output_option
+@click.pass_context
+def cancel(ctx, job_ids, reason, mine, state, team, output):
+    """Cancel jobs by id, or every job a filter matches.
+
+    \b
+    Example:
+      mlq cancel 41 42 --reason "wrong data"
+      mlq cancel --mine --state pending
+    """
+    sdk = client(ctx)
+    if job_ids and (mine or state or team):
+        raise click.UsageError("give job ids or a filter (--mine/--state/--team), not both")
+    if len(job_ids) == 1:
+        before = sdk.get(job_ids[0]) if output not in ("json", "yaml") else None
+        job = sdk.cancel(job_ids[0], reason=reason)
+        if output in ("json", "yaml"):
+            emit(job, output, JOB_COLUMNS)
+        elif job.group:
+            click.echo(group_cancelled(before, job))
+        elif job.state == "CANCELLED":
+            click.echo(f"job {job.id} cancelled")
+        else:
+            click.echo(f"job {job.id}: cancel requested; {job.state} until its tasks stop")
+        return
+    if job_ids:
+        result = sdk.cancel(list(job_ids), reason=reason)
+    elif mine or state or team:
+        result = sdk.cancel_where(reason=reason, owner="me" if mine else None, state=state and state.upper(), team=team)
+    else:
+        raise click.UsageError(NOTHING_TO_CANCEL)
+    if output in ("json", "yaml"):
+        emit(result, output, [])
+        return
+    click.echo(f"cancelled: {' '.join(str(as_text(item)) for item in result.cancelled) or 'none'}")
+    for item in result.skipped:
+        click.echo(f"skipped: {as_text(item)}")
+
+
+@main.command()
+@click.argument("job", type=int)
+@click.option("--reason", default="", help="shown as the job's pending reason while it is held")
+@output_option
+@click.pass_context
+def hold(ctx, job, reason, output):
+    """Hold a pending job: it is not started until released.
+
+    \b
+    Example:
+      mlq hold 42 --reason "waiting for the new shards"
+    """
+    held = client(ctx).hold(job, reason=reason)
+    report(held, output, JOB_COLUMNS, f"job {held.id} held by {held.raw.get('held_by_name', '')}")
+
+
+@main.command()
+@click.argument("job", type=int)
+@output_option
+@click.pass_context
+def release(ctx, job, output):
+    """Release a held job: the scheduler considers it again.
+
+    \b
+    Example:
+      mlq release 42
+    """
+    released = client(ctx).release(job)
+    report(released, output, JOB_COLUMNS, f"job {released.id} released")
+
+
+@main.command()
+@click.argument("job", type=int)
+@click.option("--reason", default="", help="recorded with the stop")
+@output_option
+@click.pass_context
+def requeue(ctx, job, reason, output):
+    """Stop a running job gracefully and queue it again (no retry spent).
+
+    \b
+    Example:
+      mlq requeue 42 --reason "picked up the fixed image"
+    """
+    requeued = client(ctx).requeue(job, reason=reason)
+    report(
+        requeued, output, JOB_COLUMNS, f"job {requeued.id}: requeue requested; {requeued.state} until its tasks stop"
+    )
+
+
+@main.command("set")
+@click.argument("job", type=int)
+@click.option("--priority", type=click.Choice(["P0", "P1", "P2", "P3"]))
+@click.option("--max-runtime-hours", type=float)
+@click.option("--name")
+@output_option
+@click.pass_context
+def set_(ctx, job, priority, max_runtime_hours, name, output):
+    """Change a submitted job: priority (within your rights), a lower max runtime, its name.
+
+    \b
+    Example:
+      mlq set 42 --priority P1
+    """
+    if priority is None and max_runtime_hours is None and name is None:
+        raise click.UsageError("give --priority, --max-runtime-hours or --name")
+    changed = client(ctx).set(job, priority=priority, max_runtime_hours=max_runtime_hours, name=name)
+    emit(changed, output, JOB_COLUMNS)

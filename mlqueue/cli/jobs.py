@@ -1,0 +1,291 @@
+"""Submit a job, and the verbs that read jobs: queue, jobs, status, why, logs, events."""
+
+from __future__ import annotations
+
+import click
+
+from mlqueue.cli.app import EXIT_CANCELLED, EXIT_FAILED, client, main
+from mlqueue.cli.columns import (
+    EVENT_COLUMNS,
+    JOB_COLUMNS,
+    JOB_WIDE,
+    JOBS_COLUMNS,
+    QUEUE_COLUMNS,
+    QUEUE_WIDE,
+    TASK_COLUMNS,
+)
+from mlqueue.cli.groups import (
+    ARRAY_HELP,
+    FOLLOW_A_GROUP,
+    STATUS_CHILDREN,
+    ArrayIndices,
+    child_place,
+    group_summary,
+    print_group,
+    with_group_options,
+)
+from mlqueue.cli.output import as_text, emit, output_option, report
+from mlqueue.client import NO_USER, Client, Job, MlqError, apply_overrides, load_spec
+
+
+@main.command()
+@click.argument("spec", type=click.Path(exists=True, dir_okay=False))
+@click.option(
+    "--set",
+    "overrides",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="override a dotted field; VALUE is YAML: 16 is a number, '16' a string (env values are strings)",
+)
+@click.option("--array", type=ArrayIndices(), help=ARRAY_HELP)
+@click.option(
+    "--max-failures",
+    type=click.IntRange(min=0),
+    help="an array's or a sweep's children that may fail for good before the group fails (default 0)",
+)
+@click.option(
+    "--sweep-seed", type=click.IntRange(0, 2**32 - 1), help="a sweep's seed: the same seed draws the same trials"
+)
+@click.option("--dry-run", is_flag=True, help="only say whether and where it could run")
+@click.option("--wait", is_flag=True, help="wait for the end: exit 0 succeeded, 1 failed, 3 cancelled")
+@click.option("--follow", is_flag=True, help="print rank 0's log as it runs (then as --wait)")
+@output_option
+@click.pass_context
+def submit(ctx, spec, overrides, array, max_failures, sweep_seed, dry_run, wait, follow, output):
+    """Submit the job spec in SPEC (YAML or JSON). A spec with an array: or sweep: block, or
+    --array, makes a group: one parent job whose children are its elements or trials.
+
+    \b
+    Example:
+      mlq submit job.yaml --set resources.gpu_count=16 --set "env.STEPS='100'" --wait
+      mlq submit infer.yaml --array 0-199%16 --max-failures 5
+      mlq submit sweep.yaml --sweep-seed 7
+    """
+    sdk = client(ctx)
+    body = apply_overrides(load_spec(spec), overrides)
+    body = with_group_options(body, array=array, max_failures=max_failures, sweep_seed=sweep_seed)
+    if follow and (body.get("array") is not None or body.get("sweep") is not None):
+        raise click.UsageError(FOLLOW_A_GROUP)
+    if dry_run:
+        verdict = sdk.dry_run(body)
+        emit(verdict, output, [("VALID", lambda d: d.valid), ("CAN EVER RUN", lambda d: d.can_ever_run)])
+        if output not in ("json", "yaml"):
+            _print_explanation(verdict.raw)
+        return
+    job = sdk.submit(body)
+    if output in ("json", "yaml") and not (wait or follow):
+        emit(job, output, JOB_COLUMNS)
+        return
+    made = f"; {group_summary(job.group)}" if job.group else ""
+    click.echo(f"submitted job {job.id} ({job.name}): {job.state}{made}", err=output in ("json", "yaml"))
+    if follow:
+        for line in sdk.logs(job, follow=True):
+            click.echo(line)
+    if wait or follow:
+        done = sdk.wait(job)
+        failure = f" ({done.failure_class})" if done.failure_class else ""
+        report(done, output, JOB_COLUMNS, f"job {done.id} {done.state}{failure}")
+        ctx.exit(outcome_code(done))
+
+
+def outcome_code(job: Job) -> int:
+    return {"SUCCEEDED": 0, "CANCELLED": EXIT_CANCELLED}.get(job.state, EXIT_FAILED)
+
+
+@main.command()
+@click.option("--team")
+@click.option("--priority", type=click.Choice(["P0", "P1", "P2", "P3"]))
+@click.option("--mine", is_flag=True, help="only jobs you submitted")
+@output_option
+@click.pass_context
+def queue(ctx, team, priority, mine, output):
+    """The queue in scheduling order, with each job's reason and forecast start.
+
+    \b
+    Example:
+      mlq queue --mine -o json
+    """
+    sdk = client(ctx)
+    entries = sdk.queue(team=team, priority=priority)
+    if mine:
+        me = _me(sdk)
+        entries = [entry for entry in entries if entry.owner == me]
+    emit(entries, output, QUEUE_COLUMNS, QUEUE_WIDE)
+
+
+def _me(sdk: Client) -> str:
+    """The caller's user name, as `mlq login` recorded it (or MLQ_USER)."""
+    if not sdk.user:
+        raise MlqError(0, NO_USER)
+    return sdk.user
+
+
+SINCE_UNITS = {"m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def since_to_iso(since: str) -> str:
+    """`7d`, `12h`, `30m`, `2w` -> the ISO time that long ago; an ISO time as it is."""
+    import datetime
+
+    number, unit = since[:-1], since[-1:]
+    if unit in SINCE_UNITS and number.isdigit():
+        then = datetime.datetime.now(datetime.UTC) - datetime.timedelta(seconds=int(number) * SINCE_UNITS[unit])
+        return then.isoformat(timespec="seconds")
+    try:
+        datetime.datetime.fromisoformat(since)
+    except ValueError:
+        raise click.BadParameter("want 30m, 12h, 7d, 2w or an ISO time", param_hint="--since") from None
+    return since
+
+
+@main.command()
+@click.option(
+    "--state",
+    type=click.Choice(["PENDING", "ASSIGNED", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED"], case_sensitive=False),
+)
+@click.option("--team")
+@click.option("--mine", is_flag=True, help="only jobs you submitted")
+@click.option("--since", help="submitted since: 30m, 12h, 7d, 2w or an ISO time")
+@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
+@click.option(
+    "--children", "with_children", is_flag=True, help="list groups' children too (default: a group is its one row)"
+)
+@output_option
+@click.pass_context
+def jobs(ctx, state, team, mine, since, limit, with_children, output):
+    """Job history, newest first. An array or sweep is one row with its children's counts
+    (mlq children ID lists them).
+
+    \b
+    Example:
+      mlq jobs --state failed --since 7d
+    """
+    filters = {
+        "state": state.upper() if state else None,
+        "team": team,
+        "owner": _me(client(ctx)) if mine else None,
+        "submitted_after": since_to_iso(since) if since else None,
+        "top_level": None if with_children else True,
+    }
+    emit(client(ctx).jobs(limit=limit, **filters), output, JOBS_COLUMNS, JOB_WIDE)
+
+
+@main.command()
+@click.argument("job", type=int)
+@click.option(
+    "--children", "all_children", is_flag=True, help=f"a group: list every child (default: the first {STATUS_CHILDREN})"
+)
+@output_option
+@click.pass_context
+def status(ctx, job, all_children, output):
+    """One job: its state, reason, and tasks (nodes, attempts). A group (array or sweep): its
+    children by state and the children themselves (a sweep's best first by its metric).
+    -o json/yaml is the job alone: mlq children ID -o json lists the children.
+
+    \b
+    Example:
+      mlq status 42
+    """
+    found = client(ctx).get(job)
+    if output in ("json", "yaml"):
+        emit(found, output, JOB_COLUMNS)
+        return
+    emit(found, output, JOB_COLUMNS, JOB_WIDE)
+    if found.group:
+        print_group(client(ctx), found, output, every=all_children)
+    elif found.parent is not None:
+        click.echo(f"\n{child_place(found)}")
+    if found.reason:
+        click.echo(f"\nwaiting: {found.reason}")
+        if found.likely_start or found.estimated_start:
+            click.echo(f"likely start {found.likely_start or '-'}, latest {found.estimated_start or '-'}")
+    if found.tasks:
+        click.echo()
+        emit(list(found.tasks), output, TASK_COLUMNS)
+
+
+@main.command()
+@click.argument("job", type=int)
+@output_option
+@click.pass_context
+def why(ctx, job, output):
+    """Why a job waits: the reason, the nodes' histogram, the forecast, what would help.
+
+    \b
+    Example:
+      mlq why 42
+    """
+    found = client(ctx).why(job)
+    if output in ("json", "yaml"):
+        emit(found, output, [])
+        return
+    click.echo(f"job {found.job_id}: {found.state}")
+    _print_explanation(found.raw)
+
+
+def _print_explanation(data: dict):
+    """The reason, histogram, reservation, starts and suggestions of a why or dry-run answer."""
+    if data.get("reason"):
+        click.echo(f"reason: {as_text(data['reason'])}")
+    placement = data.get("placement")
+    if placement:
+        nodes = placement.get("nodes") if isinstance(placement, dict) else None
+        if isinstance(nodes, list) and all(isinstance(node, dict) for node in nodes):
+            # [{"node": "z1-r1-h100-01", "tasks": 1}, ...] -> "z1-r1-h100-01 (1 task), ..."
+            placed = ", ".join(
+                f"{node.get('node')} ({node.get('tasks')} task{'' if node.get('tasks') == 1 else 's'})"
+                for node in nodes
+            )
+            click.echo(f"would go to: {placed}")
+        else:
+            click.echo(f"placement: {as_text(placement)}")
+    histogram = data.get("histogram")
+    if histogram:
+        # {"fit": "0/32", "rejections": [{"why": ..., "nodes": n}, ...]}, as the job page shows it
+        click.echo(f"nodes that fit: {histogram.get('fit')}")
+        for row in histogram.get("rejections") or []:
+            click.echo(f"  {row.get('nodes')} {row.get('why')}")
+    if data.get("reservation"):
+        click.echo(f"reservation: {as_text(data['reservation'])}")
+    for key, label in (("likely_start", "likely start"), ("latest_start", "latest start")):
+        if data.get(key):
+            click.echo(f"{label}: {data[key]}")
+    suggestions = data.get("suggestions") or []
+    if suggestions:
+        click.echo("what would help:")
+        for suggestion in suggestions:
+            click.echo(f"  - {as_text(suggestion)}")
+
+
+@main.command()
+@click.argument("job", type=int)
+@click.option("--rank", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--attempt", type=click.IntRange(min=1), help="default: the latest")
+@click.option("--stderr", is_flag=True, help="stderr instead of stdout")
+@click.option(
+    "-f", "--follow", is_flag=True, help="keep printing new lines as they arrive (streamed) until the job ends"
+)
+@click.pass_context
+def logs(ctx, job, rank, attempt, stderr, follow):
+    """A rank's log.
+
+    \b
+    Example:
+      mlq logs 42 --rank 3 -f
+    """
+    for line in client(ctx).logs(job, rank=rank, attempt=attempt, stderr=stderr, follow=follow):
+        click.echo(line)
+
+
+@main.command()
+@click.argument("job", type=int)
+@output_option
+@click.pass_context
+def events(ctx, job, output):
+    """A job's timeline, oldest first.
+
+    \b
+    Example:
+      mlq events 42
+    """
+    emit(client(ctx).events(job), output, EVENT_COLUMNS)
