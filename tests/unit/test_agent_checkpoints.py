@@ -12,7 +12,7 @@ import pytest
 from agents.node import checkpoints
 from agents.node.checkpoints import CheckpointWatch, marker_path, read_marker
 from agents.node.runtime import TaskProcess, install_helpers
-from tests.unit.leases import a_lease
+from tests.unit.leases import a_lease, run_task
 
 
 def marker(folder, text: str):
@@ -127,7 +127,7 @@ def test_a_task_confirms_through_mlqueue_checkpoint_and_the_agent_reports_it(tmp
         "import sys; from mlqueue import checkpoint; checkpoint.done(step=42); "
         "print(sorted(m for m in sys.modules if m.startswith(('django', 'celery'))))"
     )
-    task = TaskProcess(
+    task = run_task(
         {
             "job_id": 5,
             "rank": 1,
@@ -136,14 +136,9 @@ def test_a_task_confirms_through_mlqueue_checkpoint_and_the_agent_reports_it(tmp
             "command": [sys.executable, "-c", script],
             "env": {"MLQ_CHECKPOINT_DIR": str(folder)},
         },
-        tmp_path / "node",
-        lease_file=a_lease(tmp_path),
+        tmp_path,
         helpers=helpers,
     )
-    deadline = time.monotonic() + 20
-    while not task.poll():
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
     events = task.checkpoint_events(final=True)
     logs = "".join(e["data"] for e in task.log_events(final=True))
     assert task.exit_code == 0, logs

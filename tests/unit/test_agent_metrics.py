@@ -11,9 +11,9 @@ import pytest
 
 from agents.node import metrics
 from agents.node.metrics import MetricsTail
-from agents.node.runtime import TaskProcess, install_helpers
+from agents.node.runtime import install_helpers
 from mlqueue.metrics_report import MAX_LINE_BYTES
-from tests.unit.test_agent_checkpoints import a_lease
+from tests.unit.leases import run_task
 
 
 @pytest.fixture(autouse=True)
@@ -156,16 +156,11 @@ def test_a_task_reports_through_mlqueue_report_and_the_agent_ships_metric_events
         "    mlqueue.report(step=step, val_loss=1.0 / step)\n"
         "mlqueue.report({'eval/acc': 0.5}, step=3)\n"
     )
-    task = TaskProcess(
+    task = run_task(
         {"job_id": 7, "rank": 1, "attempt": 2, "epoch": 1, "command": [sys.executable, "-S", "-c", script], "env": {}},
-        tmp_path / "node",
-        lease_file=a_lease(tmp_path),
+        tmp_path,
         helpers=helpers,
     )
-    deadline = time.monotonic() + 20
-    while not task.poll():
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
     events = task.metric_events(final=True)
     logs = "".join(e["data"] for e in task.log_events(final=True))
     assert task.exit_code == 0, logs
