@@ -28,18 +28,34 @@ from scheduling.core.scheduler import Scheduler  # noqa: E402
 from scheduling.sim.forecast import EVICTIONS, Forecast, combine, forecast, simulate_to  # noqa: E402
 
 
-def main(argv=None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_queue_arguments(parser: argparse.ArgumentParser) -> None:
+    """The fleet and queue a forecast benchmark runs on (this one and bench/forecast_accuracy.py)."""
     parser.add_argument("--fleet", choices=sorted(FLEETS), default="seed-2500")
     parser.add_argument("--nodes", type=int)
     parser.add_argument("--gpus-per-node", type=int, default=8)
     parser.add_argument("--racks", type=int)
     parser.add_argument("--zones", type=int, default=2)
     parser.add_argument("--pending", type=int, default=5000, help="pending tasks in the queue")
-    parser.add_argument("--max-passes", type=int, default=80)
-    parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--fill", type=float, default=0.9)
+
+
+def settled_queue(args: argparse.Namespace) -> tuple[str, ClusterSnapshot]:
+    """The fleet's name and its queue settled as in bench/cycle.py, so that a forecast meets the
+    steady state the leader sees, not the storm of a fresh queue."""
+    args.passes, args.arrivals = 1, 2  # what settle() reads
+    name, fleet = fleet_for(args)
+    teams = build_teams(fleet)
+    running, pending = build_workload(fleet, teams, pending_tasks=args.pending, fill=args.fill, seed=args.seed, now=NOW)
+    snapshot = ClusterSnapshot(tuple(fleet), tuple(running), tuple(pending), teams, NOW)
+    return name, settle(snapshot, fleet, args, Scheduler())
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_queue_arguments(parser)
+    parser.add_argument("--max-passes", type=int, default=80)
+    parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--processes", type=int, choices=(1, 2), default=1)
     parser.add_argument("--evictions", choices=EVICTIONS, default="all", help="MLQ_FORECAST_EVICTIONS")
     parser.add_argument(
@@ -48,19 +64,13 @@ def main(argv=None) -> dict:
         help="the reference path: ask the core even where no pass could decide anything",
     )
     args = parser.parse_args(argv)
-    args.passes, args.arrivals = 1, 2  # what settle() reads
-    name, fleet = fleet_for(args)
-    teams = build_teams(fleet)
-    running, pending = build_workload(fleet, teams, pending_tasks=args.pending, fill=args.fill, seed=args.seed, now=NOW)
-    snapshot = settle(
-        ClusterSnapshot(tuple(fleet), tuple(running), tuple(pending), teams, NOW), fleet, args, Scheduler()
-    )
+    name, snapshot = settled_queue(args)
     gc.collect()
     gc.freeze()
     timings, result = [], None
     for _ in range(args.runs):
         started = time.perf_counter()
-        fractions = {team.name: 0.5 for team in teams}
+        fractions = {team.name: 0.5 for team in snapshot.teams}
         if args.processes == 2:
             result = in_two_processes(snapshot, fractions, args.max_passes, args.evictions)
         else:

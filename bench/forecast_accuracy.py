@@ -21,10 +21,8 @@ from pathlib import Path
 if not __package__:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.cycle import NOW, fleet_for, settle  # noqa: E402
-from bench.fleets import FLEETS, build_teams, build_workload  # noqa: E402
+from bench.forecast import add_queue_arguments, settled_queue  # noqa: E402
 from scheduling.core.model import ClusterSnapshot  # noqa: E402
-from scheduling.core.scheduler import Scheduler  # noqa: E402
 from scheduling.sim.forecast import Forecast, forecast  # noqa: E402
 
 REFERENCE = {"evictions": "all", "step_s": 60.0, "step_growth": 1 / 60, "backdate": False, "max_decisions": 200}
@@ -54,14 +52,6 @@ VARIANTS = {
 }
 
 
-def settled(args) -> ClusterSnapshot:
-    args.passes, args.arrivals = 1, 2  # what settle() reads
-    _, fleet = fleet_for(args)
-    teams = build_teams(fleet)
-    running, pending = build_workload(fleet, teams, pending_tasks=args.pending, fill=args.fill, seed=args.seed, now=NOW)
-    return settle(ClusterSnapshot(tuple(fleet), tuple(running), tuple(pending), teams, NOW), fleet, args, Scheduler())
-
-
 def run(snapshot: ClusterSnapshot, variant: dict) -> tuple[Forecast, float]:
     options = {**REFERENCE, **variant}
     shift = options.pop("shift_s", 0.0)
@@ -82,17 +72,10 @@ def compare(reference: dict[int, float], other: dict[int, float]) -> tuple[float
 
 def main(argv=None) -> list[str]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--fleet", choices=sorted(FLEETS), default="seed-2500")
-    parser.add_argument("--nodes", type=int)
-    parser.add_argument("--gpus-per-node", type=int, default=8)
-    parser.add_argument("--racks", type=int)
-    parser.add_argument("--zones", type=int, default=2)
-    parser.add_argument("--pending", type=int, default=5000, help="pending tasks in the queue")
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--fill", type=float, default=0.9)
+    add_queue_arguments(parser)
     parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated names")
     args = parser.parse_args(argv)
-    snapshot = settled(args)
+    _, snapshot = settled_queue(args)
     gc.collect()
     gc.freeze()
     names = [name for name in args.variants.split(",") if name != "reference"]
