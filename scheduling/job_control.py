@@ -65,24 +65,36 @@ def _event(job: Job, user, *, now, message: str, before: bool, after: bool) -> N
 
 
 def do_hold_job(*, user, job: Job, reason: str = "") -> Job:
-    """Hold a PENDING job (idempotent: a held job stays held, as it was)."""
+    """Hold a PENDING job; a group, in any state but finished, together with its children still
+    PENDING. Idempotent: a held job stays held, as it was."""
     check_may_control(user=user, job=job, verb="hold")
-    now = timezone.now()
-    name = user.get_username()
     if job.group_kind:
-        return _hold_group(user=user, job=job, reason=reason, now=now)
-    with transaction.atomic():
-        written = Job.objects.filter(pk=job.pk, state=JobState.PENDING, held=False).update(
-            held=True, held_by_name=name, held_reason=reason, pending_histogram={}, updated_at=now
-        )
-        if written:
-            _event(job, user, now=now, message=held_message(name, reason), before=False, after=True)
-            notify.jobs_changed([job.pk])
-            notify.wake_scheduler("hold")
+        claim, refusal = Job.objects.filter(pk=job.pk, held=False).exclude(state__in=JOB_FINISHED), HOLD_GROUP_FINISHED
+    else:
+        claim, refusal = Job.objects.filter(pk=job.pk, state=JobState.PENDING, held=False), HOLD_NOT_PENDING
+    written = _hold(claim, user=user, job=job, reason=reason, now=timezone.now())
     job.refresh_from_db()
     if not written and not job.held:
-        raise Conflict(HOLD_NOT_PENDING.format(job_id=job.pk, state=job.state))
+        raise Conflict(refusal.format(job_id=job.pk, state=job.state))
     return job
+
+
+def _hold(claim, *, user, job: Job, reason: str, now) -> int:
+    """Hold the job `claim` (its conditional update) still finds, and a group's children not yet
+    placed, and record it. Returns 0 when the job had moved on or was held already."""
+    name = user.get_username()
+    held = {"held": True, "held_by_name": name, "held_reason": reason, "pending_histogram": {}, "updated_at": now}
+    with transaction.atomic():
+        written = claim.update(**held)
+        if written:
+            message = held_message(name, reason)
+            if job.group_kind:
+                children = Job.objects.filter(parent=job, state=JobState.PENDING, held=False).update(**held)
+                message += f" (with {children} of its children not yet placed)"
+            _event(job, user, now=now, message=message, before=False, after=True)
+            notify.jobs_changed([job.pk])
+            notify.wake_scheduler("hold")
+    return written
 
 
 def do_release_job(*, user, job: Job) -> Job:
@@ -111,24 +123,6 @@ RELEASED = {
     "pending_reason_message": "",
     "pending_histogram": {},
 }
-
-
-def _hold_group(*, user, job: Job, reason: str, now) -> Job:
-    """Hold the group and its PENDING children (idempotent, like holding one job)."""
-    name = user.get_username()
-    held = {"held": True, "held_by_name": name, "held_reason": reason, "pending_histogram": {}, "updated_at": now}
-    with transaction.atomic():
-        written = Job.objects.filter(pk=job.pk, held=False).exclude(state__in=JOB_FINISHED).update(**held)
-        if written:
-            children = Job.objects.filter(parent=job, state=JobState.PENDING, held=False).update(**held)
-            message = f"{held_message(name, reason)} (with {children} of its children not yet placed)"
-            _event(job, user, now=now, message=message, before=False, after=True)
-            notify.jobs_changed([job.pk])
-            notify.wake_scheduler("hold")
-    job.refresh_from_db()
-    if not written and not job.held:
-        raise Conflict(HOLD_GROUP_FINISHED.format(job_id=job.pk, state=job.state))
-    return job
 
 
 def do_requeue_job(*, user, job: Job, reason: str = "") -> Job:
