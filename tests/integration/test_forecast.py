@@ -1,7 +1,7 @@
 """The leader's start-time forecast on the real store: written after a pass, served by the
 job and queue APIs and the job page, learnt from the team's history, and kept in life."""
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 from django.test import Client
@@ -107,12 +107,17 @@ def quarter_hours(api) -> None:
     assert runtime_fractions(now) == {"research-foundation-models": pytest.approx(0.25)}
 
 
-def test_likely_start_learns_from_the_teams_history(api, one_node):
+def one_started_one_waiting(api, epoch: int) -> tuple[datetime, Job]:
+    """After quarter_hours: a one-hour job started by a forecast pass, and when it started; then a
+    second one-hour job, waiting behind it."""
     quarter_hours(api)
     first = small(api, "first", 1.0)
-    forecast_pass(one_node)
-    started = first.tasks.get().assigned_at
-    waiting = small(api, "waiting", 1.0)
+    forecast_pass(epoch)
+    return first.tasks.get().assigned_at, small(api, "waiting", 1.0)
+
+
+def test_likely_start_learns_from_the_teams_history(api, one_node):
+    started, waiting = one_started_one_waiting(api, one_node)
     forecast_pass(one_node)
     waiting.refresh_from_db()
     assert seconds_from(waiting.estimated_start, started) == pytest.approx(3600, abs=5)
@@ -126,11 +131,7 @@ def test_likely_start_learns_from_the_teams_history(api, one_node):
 
 
 def test_the_bound_and_the_likely_run_in_two_child_processes_side_by_side(api, one_node):
-    quarter_hours(api)
-    first = small(api, "first", 1.0)
-    forecast_pass(one_node)
-    started = first.tasks.get().assigned_at
-    waiting = small(api, "waiting", 1.0)
+    started, waiting = one_started_one_waiting(api, one_node)
     forecaster = Forecaster(interval_s=0)
     run_pass(epoch=one_node, forecaster=forecaster)
     children = forecaster.running
