@@ -47,6 +47,13 @@ def cluster(tmp_path, demo):
     running.stop()
 
 
+def two_ready_nodes(cluster) -> None:
+    """The cluster up with NODES as a simulated fleet (no agent processes), both READY."""
+    cluster.start(agents=[])
+    cluster.add_fleet(NODES)
+    wait_for(lambda: Node.objects.filter(state="READY").count() == 2, timeout=20, what="two READY nodes")
+
+
 def spec(tmp_path, name: str, env: dict, max_retries: int) -> str:
     path = tmp_path / f"{name}.yaml"
     path.write_text(
@@ -106,9 +113,7 @@ def finished(api, parent: int):
 
 
 def test_an_array_runs_at_most_its_parallelism_and_retries_a_failed_element_alone(cluster, api, mlq, tmp_path):
-    cluster.start(agents=[])
-    cluster.add_fleet(NODES)
-    wait_for(lambda: Node.objects.filter(state="READY").count() == 2, timeout=20, what="two READY nodes")
+    two_ready_nodes(cluster)
     ledger = tmp_path / "ledger.txt"
     env = {"LEDGER": str(ledger), "RUN_S": "1.5", "FAIL_AFTER_S": "0.3", "FAIL_FIRST": "4"}
     began = time.monotonic()
@@ -150,9 +155,7 @@ def test_an_array_runs_at_most_its_parallelism_and_retries_a_failed_element_alon
 
 
 def test_an_array_past_max_failures_fails_and_cancels_the_rest(cluster, api, mlq, tmp_path):
-    cluster.start(agents=[])
-    cluster.add_fleet(NODES)
-    wait_for(lambda: Node.objects.filter(state="READY").count() == 2, timeout=20, what="two READY nodes")
+    two_ready_nodes(cluster)
     ledger = tmp_path / "ledger.txt"
     # Two at once: element 0 runs long; 1 fails, then 2 (which takes its slot) fails: one failure
     # more than max_failures allows, while 0 still runs and 3..9 wait.
