@@ -21,6 +21,7 @@ METRIC_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_./-]{0,99}\Z")
 INDEX_RANGE = re.compile(r"^(\d+)(?:-(\d+)(?::(\d+))?)?\Z")
 MAX_PARAMETERS = 32
 MAX_VALUES = 1000
+MAX_VALUE_CHARS = 1000
 
 COUNT_OR_INDICES = 'give count or indices (e.g. count: 200 or indices: "0-199").'
 COUNT_DISAGREES = "{count} elements, but indices {indices!r} name {named}."
@@ -38,16 +39,19 @@ NO_PARAMETERS = "give at least one parameter."
 EMPTY_VALUES = "{name}: give at least one value."
 TOO_MANY_VALUES = "{name}: at most {limit} values, got {count}."
 BAD_VALUE = "{name}: values are numbers, strings or booleans, not {kind}."
+VALUE_TOO_LONG = "{name}: a value is at most {limit} characters."
 BAD_RANGE_KEYS = "{name}: a range is {{min, max}} with optional log: true and int: true; unknown {keys}."
 RANGE_NEEDS_BOUNDS = "{name}: a range needs min and max."
 RANGE_BOUNDS = "{name}: min must be below max, got min {low} and max {high}."
 LOG_NEEDS_POSITIVE = "{name}: a log range needs min > 0, got {low}."
 NOT_A_NUMBER = "{name}: {bound} must be a finite number, not {value!r}."
+FLAG_NOT_BOOL = "{name}: {flag} is true or false, not {value!r}."
 GRID_NEEDS_LISTS = "{name}: a grid takes a list of values; ranges ({{min, max}}) are for method: random."
 PARAM_SHAPE = "{name}: give a list of values, or a range {{min: .., max: ..}} (method: random)."
 RANDOM_NEEDS_TRIALS = "method random needs max_trials: how many trials to draw."
 GRID_TOO_LARGE = "the grid has {size} combinations, more than {limit}: set max_trials to take the first ones."
 EARLY_STOP_NEEDS_METRIC = "early stopping compares trials by a metric: give metric: {name: .., goal: minimize}."
+BAD_METRIC_NAME = "{name!r} is not a metric name: letters, digits and _ . / -, starting with a letter or _."
 
 
 def max_group_size() -> int:
@@ -65,11 +69,12 @@ def parse_indices(text: str) -> list[int]:
         low, high, step = int(match[1]), int(match[2] or match[1]), int(match[3] or 1)
         if high < low:
             raise serializers.ValidationError(BACKWARDS_RANGE.format(part=part))
-        if step < 1 or (high - low) // step + 1 + len(found) > limit:
-            count = (high - low) // max(step, 1) + 1 + len(found)
-            raise serializers.ValidationError(
-                BAD_INDICES.format(part=part) if step < 1 else TOO_MANY_ELEMENTS.format(limit=limit, count=count)
-            )
+        if step < 1:
+            raise serializers.ValidationError(BAD_INDICES.format(part=part))
+        # Counted before the range is built, so "0-999999999" is refused without a billion-element set.
+        count = (high - low) // step + 1 + len(found)
+        if count > limit:
+            raise serializers.ValidationError(TOO_MANY_ELEMENTS.format(limit=limit, count=count))
         found.update(range(low, high + 1, step))
     return sorted(found)
 
@@ -81,20 +86,8 @@ class ArraySerializer(StrictSerializer):
     max_failures = StrictIntegerField(required=False, default=0, min_value=0)
 
     def validate(self, attrs):
-        count, text = attrs.get("count"), attrs.get("indices")
-        if count is None and text is None:
-            raise serializers.ValidationError({"count": [COUNT_OR_INDICES]})
-        if text is not None:
-            try:
-                indices = parse_indices(text)
-            except serializers.ValidationError as exc:  # named on its field, as every bad input is
-                raise serializers.ValidationError({"indices": exc.detail}) from exc
-            if count is not None and count != len(indices):
-                named = f"{len(indices)}"
-                raise serializers.ValidationError(
-                    {"count": [COUNT_DISAGREES.format(count=count, indices=text, named=named)]}
-                )
-            count = len(indices)
+        text = attrs.get("indices")
+        count = _element_count(attrs.get("count"), text)
         if count > max_group_size():
             raise serializers.ValidationError(
                 {"count": [TOO_MANY_ELEMENTS.format(limit=max_group_size(), count=count)]}
@@ -111,15 +104,30 @@ class ArraySerializer(StrictSerializer):
         }
 
 
+def _element_count(count: int | None, text: str | None) -> int:
+    """The array's size: `count`, or how many `indices` name (both given: they must agree)."""
+    if count is None and text is None:
+        raise serializers.ValidationError({"count": [COUNT_OR_INDICES]})
+    if text is None:
+        return count
+    try:
+        indices = parse_indices(text)
+    except serializers.ValidationError as exc:  # named on its field, as every bad input is
+        raise serializers.ValidationError({"indices": exc.detail}) from exc
+    if count is not None and count != len(indices):
+        raise serializers.ValidationError(
+            {"count": [COUNT_DISAGREES.format(count=count, indices=text, named=len(indices))]}
+        )
+    return len(indices)
+
+
 class MetricSerializer(StrictSerializer):
     name = StrictStringField(max_length=100)
     goal = serializers.ChoiceField(["minimize", "maximize"], required=False, default="minimize")
 
     def validate_name(self, value):
         if not METRIC_NAME.match(value):
-            raise serializers.ValidationError(
-                f"{value!r} is not a metric name: letters, digits and _ . / -, starting with a letter or _."
-            )
+            raise serializers.ValidationError(BAD_METRIC_NAME.format(name=value))
         return value
 
 
@@ -174,8 +182,8 @@ def _values(name: str, values: list) -> list:
     for value in values:
         if not isinstance(value, (str, int, float, bool)) or isinstance(value, float) and not math.isfinite(value):
             raise serializers.ValidationError(BAD_VALUE.format(name=name, kind=type(value).__name__))
-        if isinstance(value, str) and len(value) > 1000:
-            raise serializers.ValidationError(f"{name}: a value is at most 1000 characters.")
+        if isinstance(value, str) and len(value) > MAX_VALUE_CHARS:
+            raise serializers.ValidationError(VALUE_TOO_LONG.format(name=name, limit=MAX_VALUE_CHARS))
     return values
 
 
@@ -189,7 +197,7 @@ def _range(name: str, spec: dict) -> dict:
     log, as_int = spec.get("log", False), spec.get("int", False)
     for flag, flag_value in (("log", log), ("int", as_int)):
         if not isinstance(flag_value, bool):
-            raise serializers.ValidationError(f"{name}: {flag} is true or false, not {flag_value!r}.")
+            raise serializers.ValidationError(FLAG_NOT_BOOL.format(name=name, flag=flag, value=flag_value))
     if not low < high:
         raise serializers.ValidationError(RANGE_BOUNDS.format(name=name, low=low, high=high))
     if log and low <= 0:
@@ -214,21 +222,30 @@ class SweepSerializer(StrictSerializer):
     seed = StrictIntegerField(required=False, allow_null=True, default=None, min_value=0, max_value=2**32 - 1)
 
     def validate(self, attrs):
-        params, limit = attrs["parameters"], max_group_size()
-        if attrs["method"] == "grid":
-            ranged = next((name for name, value in params.items() if isinstance(value, dict)), None)
-            if ranged:
-                raise serializers.ValidationError({"parameters": [GRID_NEEDS_LISTS.format(name=ranged)]})
-            size = grid_size(params)
-            trials = min(size, attrs["max_trials"] or size)
-            if trials > limit:
-                raise serializers.ValidationError({"max_trials": [GRID_TOO_LARGE.format(size=size, limit=limit)]})
-        else:
-            if attrs["max_trials"] is None:
-                raise serializers.ValidationError({"max_trials": [RANDOM_NEEDS_TRIALS]})
-            trials = attrs["max_trials"]
-        if trials > limit:
-            raise serializers.ValidationError({"max_trials": [TOO_MANY_ELEMENTS.format(limit=limit, count=trials)]})
+        trials = _grid_trials(attrs) if attrs["method"] == "grid" else _random_trials(attrs)
         if attrs["early_stop"] and not attrs["metric"]:
             raise serializers.ValidationError({"early_stop": [EARLY_STOP_NEEDS_METRIC]})
         return {**attrs, "max_trials": trials, "parallelism": min(attrs["parallelism"] or trials, trials)}
+
+
+def _grid_trials(attrs: dict) -> int:
+    """A grid's trials: its combinations, the first max_trials of them, at most the group limit."""
+    params, limit = attrs["parameters"], max_group_size()
+    ranged = next((name for name, value in params.items() if isinstance(value, dict)), None)
+    if ranged:
+        raise serializers.ValidationError({"parameters": [GRID_NEEDS_LISTS.format(name=ranged)]})
+    size = grid_size(params)
+    trials = min(size, attrs["max_trials"] or size)
+    if trials > limit:
+        raise serializers.ValidationError({"max_trials": [GRID_TOO_LARGE.format(size=size, limit=limit)]})
+    return trials
+
+
+def _random_trials(attrs: dict) -> int:
+    """A random sweep's trials: max_trials, which it must give, at most the group limit."""
+    trials, limit = attrs["max_trials"], max_group_size()
+    if trials is None:
+        raise serializers.ValidationError({"max_trials": [RANDOM_NEEDS_TRIALS]})
+    if trials > limit:
+        raise serializers.ValidationError({"max_trials": [TOO_MANY_ELEMENTS.format(limit=limit, count=trials)]})
+    return trials
