@@ -16,6 +16,7 @@ import secrets
 from dataclasses import dataclass
 
 from django.db import transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from scheduling import cancelling, sweep_params
@@ -50,6 +51,7 @@ class Child:
 
 
 def group_kind(spec: dict) -> str:
+    """ARRAY or SWEEP by the spec's block; "" for a job in no group (the serializer allows one block at most)."""
     if spec.get("array") is not None:
         return GroupKind.ARRAY
     if spec.get("sweep") is not None:
@@ -77,15 +79,19 @@ def group_settings(spec: dict) -> dict:
 
 
 def children_of(spec: dict, group: dict) -> list[Child]:
+    """The group's children in index order: an array's indices (0..count-1 unless listed), or a
+    sweep's trials as its seed draws them."""
     if group["kind"] == GroupKind.ARRAY:
         count = group["count"]
         indices = parse_indices(group["indices"]) if group["indices"] else range(count)
-        return [Child(i, None, {"index": str(i), "count": str(count)}) for i in indices]
+        return [Child(index, None, {"index": str(index), "count": str(count)}) for index in indices]
     drawn = sweep_params.trials(spec["sweep"], seed=group["seed"])
-    return [
-        Child(n, params, {"trial": str(n), **{k: sweep_params.as_text(v) for k, v in params.items()}})
-        for n, params in enumerate(drawn)
-    ]
+    return [Child(trial, params, _trial_values(trial, params)) for trial, params in enumerate(drawn)]
+
+
+def _trial_values(trial: int, params: dict) -> dict[str, str]:
+    """What a trial's placeholders stand for: {trial} and each {parameter}."""
+    return {"trial": str(trial), **{name: sweep_params.as_text(value) for name, value in params.items()}}
 
 
 def child_spec(spec: dict, child: Child) -> dict:
@@ -94,14 +100,15 @@ def child_spec(spec: dict, child: Child) -> dict:
     found["command"] = [child.substitute(arg) for arg in spec["command"]]
     found["env"] = {key: child.substitute(value) for key, value in spec["env"].items()}
     found["client_job_id"] = None
-    found["name"] = child_name(spec["name"], spec, child)
+    found["name"] = child_name(spec, child)
     return found
 
 
-def child_name(name: str, spec: dict, child: Child) -> str:
+def child_name(spec: dict, child: Child) -> str:
+    """`train[4]` for an array's element, `train trial 3` for a sweep's; cut to the name field's 200."""
     if spec.get("array") is not None:
-        return f"{name}[{child.index}]"[:200]
-    return f"{name} trial {child.index}"[:200]
+        return f"{spec['name']}[{child.index}]"[:200]
+    return f"{spec['name']} trial {child.index}"[:200]
 
 
 def child_env(job: Job) -> dict[str, str]:
@@ -170,7 +177,7 @@ def summary(parent: Job, counts: dict[str, int] | None = None) -> dict:
     return found
 
 
-def unfinished_children(parent_id: int):
+def unfinished_children(parent_id: int) -> QuerySet[Job]:
     return Job.objects.filter(parent_id=parent_id).exclude(state__in=JOB_FINISHED)
 
 
