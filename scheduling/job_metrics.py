@@ -7,13 +7,17 @@ from datetime import UTC, datetime
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F, Q, Window
+from django.db.models import F, Q, QuerySet, Window
 from django.db.models.functions import RowNumber
 
 from scheduling.models import Job, JobMetric
 from teams.models import AuditEvent, EventKind
 
 CAPPED = "METRICS_CAPPED"
+CAPPED_MESSAGE = (
+    "rank {rank} attempt {attempt}: metric reports past line {cap:,} of its metrics file are not kept; "
+    "the file on the node has them"
+)
 # What one answer holds: points per series (job and name), and points in all.
 POINTS_PER_SERIES = 5_000
 POINTS_PER_ANSWER = 50_000
@@ -78,8 +82,7 @@ def _note_cap(key: tuple[int, int, int], cap: int, *, now) -> None:
         kind=EventKind.TRANSITION,
         actor_name="mlqueue",
         reason=CAPPED,
-        message=f"rank {rank} attempt {attempt}: metric reports past line {cap:,} of its metrics file are not kept; "
-        "the file on the node has them",
+        message=CAPPED_MESSAGE.format(rank=rank, attempt=attempt, cap=cap),
         data={"rank": rank, "attempt": attempt},
         created_at=now,
     )
@@ -102,6 +105,30 @@ def metric_series(
     rank, report), at most `per_series` points per job and name and `total` in all; and the
     series cut short ({job_id, name}), which continue with `after_step` = their last step. One
     query."""
+    rows = _matching(job_ids, name=name, rank=rank, attempt=attempt, after_step=after_step)
+    order = [F("step"), F("attempt"), F("rank"), F("seq")]
+    numbered = rows.annotate(place=Window(RowNumber(), partition_by=[F("job_id"), F("name")], order_by=order))
+    # One row past each bound is read, so that a series cut short can be told from one that fits.
+    found = (
+        numbered.filter(place__lte=per_series + 1)
+        .order_by("job_id", "name", "step", "attempt", "rank", "seq")
+        .values_list("job_id", "name", "step", "value", "reported_at", "attempt", "rank", "place")[: total + 1]
+    )
+    series: dict[int, dict[str, list[dict]]] = defaultdict(dict)
+    cut: list[dict] = []
+    for count, (job_id, metric, step, value, at, point_attempt, point_rank, place) in enumerate(found):
+        if place > per_series or count >= total:
+            if {"job_id": job_id, "name": metric} not in cut:
+                cut.append({"job_id": job_id, "name": metric})
+            continue
+        time = at.isoformat() if at else None
+        point = {"step": step, "value": value, "time": time, "attempt": point_attempt, "rank": point_rank}
+        series[job_id].setdefault(metric, []).append(point)
+    return dict(series), cut
+
+
+def _matching(job_ids: list[int], *, name, rank, attempt, after_step) -> QuerySet[JobMetric]:
+    """The jobs' reports, narrowed by each filter given (None: not filtered by it)."""
     rows = JobMetric.objects.filter(job_id__in=job_ids)
     if name is not None:
         rows = rows.filter(name=name)
@@ -111,23 +138,7 @@ def metric_series(
         rows = rows.filter(attempt=attempt)
     if after_step is not None:
         rows = rows.filter(step__gt=after_step)
-    order = [F("step"), F("attempt"), F("rank"), F("seq")]
-    numbered = rows.annotate(place=Window(RowNumber(), partition_by=[F("job_id"), F("name")], order_by=order))
-    found = (
-        numbered.filter(place__lte=per_series + 1)
-        .order_by("job_id", "name", "step", "attempt", "rank", "seq")
-        .values_list("job_id", "name", "step", "value", "reported_at", "attempt", "rank", "place")[: total + 1]
-    )
-    series: dict[int, dict[str, list[dict]]] = defaultdict(dict)
-    cut: list[dict] = []
-    for count, (job_id, metric, step, value, at, run, which, place) in enumerate(found):
-        if place > per_series or count >= total:
-            if {"job_id": job_id, "name": metric} not in cut:
-                cut.append({"job_id": job_id, "name": metric})
-            continue
-        point = {"step": step, "value": value, "time": at.isoformat() if at else None, "attempt": run, "rank": which}
-        series[job_id].setdefault(metric, []).append(point)
-    return dict(series), cut
+    return rows
 
 
 def last_values(job_id: int) -> list[dict]:
