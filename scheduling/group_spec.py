@@ -13,6 +13,7 @@ import re
 from django.conf import settings
 from rest_framework import serializers
 
+from scheduling.core.early_stop import MAXIMIZE, MINIMIZE
 from scheduling.spec import StrictIntegerField, StrictSerializer, StrictStringField
 from scheduling.sweep_params import grid_size
 
@@ -123,7 +124,7 @@ def _element_count(count: int | None, text: str | None) -> int:
 
 class MetricSerializer(StrictSerializer):
     name = StrictStringField(max_length=100)
-    goal = serializers.ChoiceField(["minimize", "maximize"], required=False, default="minimize")
+    goal = serializers.ChoiceField([MINIMIZE, MAXIMIZE], required=False, default=MINIMIZE)
 
     def validate_name(self, value):
         if not METRIC_NAME.match(value):

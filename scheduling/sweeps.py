@@ -3,14 +3,15 @@ first by the sweep's goal) that the API's children list and the sweep page show.
 
 from django.db.models import Count, Max, Min, OuterRef, QuerySet, Subquery
 
+from scheduling.core.early_stop import MINIMIZE
 from scheduling.models import Job, JobMetric
 
 
 def metric_summaries(job_ids: list[int], name: str, goal: str) -> dict[int, dict]:
     """job -> {name, best, best_step, last, step, reports} for jobs that reported `name`; two
     queries whatever the number of trials."""
-    best = Min("value") if goal == "minimize" else Max("value")
-    order = "value" if goal == "minimize" else "-value"
+    best = Min("value") if goal == MINIMIZE else Max("value")
+    order = "value" if goal == MINIMIZE else "-value"
     series = JobMetric.objects.filter(job_id=OuterRef("job_id"), name=name)
     rows = (
         JobMetric.objects.filter(job_id__in=job_ids, name=name)
@@ -29,7 +30,7 @@ def metric_summaries(job_ids: list[int], name: str, goal: str) -> dict[int, dict
 
 def ranking(trials: list[Job], summaries: dict[int, dict], goal: str) -> list[Job]:
     """Best first by the metric (trials without a report last), then by trial number."""
-    sign = 1 if goal == "minimize" else -1
+    sign = 1 if goal == MINIMIZE else -1
 
     def key(job: Job):
         found = summaries.get(job.pk)
@@ -39,6 +40,7 @@ def ranking(trials: list[Job], summaries: dict[int, dict], goal: str) -> list[Jo
 
 
 def children(parent: Job) -> QuerySet[Job]:
+    """The parent's children by index, with what their rows show (team, owner) in the same query."""
     return Job.objects.filter(parent=parent).select_related("team", "owner").order_by("group_index")
 
 

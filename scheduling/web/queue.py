@@ -19,6 +19,8 @@ from scheduling.selectors import visible_jobs
 from scheduling.states import NOT_STARTED, QUEUED_OR_RUNNING
 
 PAGE_SIZE = 50
+# The place given a job the last pass did not order: after every job in line.
+NOT_IN_LINE = 1 << 30
 # The children an expanded group row lists; the group's page lists them all.
 GROUP_ROWS = 100
 # The index ranges a group row names before it elides the rest ("5-9,12,20-31,…").
@@ -121,6 +123,8 @@ def index_ranges(indices: list[int]) -> str:
 
 
 def pending_label(parent: Job, indices: list[int]) -> str:
+    """The pending children of a group row: squeue's "123_[5-9,12]" for an array, "trials 3-19"
+    for a sweep, "" when none waits."""
     if not indices:
         return ""
     if parent.group_kind == GroupKind.ARRAY:
@@ -175,7 +179,7 @@ def with_group_positions(positions: dict[int, int]) -> dict[int, int]:
     children = Job.objects.filter(pk__in=list(positions), parent__isnull=False).values_list("id", "parent_id")
     found = dict(positions)
     for child_id, parent_id in children:
-        found[parent_id] = min(found.get(parent_id, 1 << 30), positions[child_id])
+        found[parent_id] = min(found.get(parent_id, NOT_IN_LINE), positions[child_id])
     return found
 
 
@@ -202,7 +206,9 @@ def group_rows(parent: Job) -> tuple[list[Row], int]:
     by index; at most GROUP_ROWS of them, and how many there are in all."""
     positions = queue_positions()
     children = Job.objects.filter(parent=parent)
-    ids = sorted(children.values_list("id", "group_index"), key=lambda pair: (positions.get(pair[0], 1 << 30), pair[1]))
+    ids = sorted(
+        children.values_list("id", "group_index"), key=lambda pair: (positions.get(pair[0], NOT_IN_LINE), pair[1])
+    )
     shown = [job_id for job_id, _ in ids[:GROUP_ROWS]]
     by_id = _with_nodes(Job.objects.filter(pk__in=shown)).in_bulk(shown)
     rows = [Row(by_id[job_id], positions.get(job_id), _nodes(by_id[job_id])) for job_id in shown if job_id in by_id]
@@ -212,7 +218,7 @@ def group_rows(parent: Job) -> tuple[list[Row], int]:
 def _by_position(jobs: QuerySet[Job], positions: dict[int, int]) -> list[int]:
     """Pending jobs in the order the last pass considered them, then the rest, newest first."""
     ids = list(jobs.values_list("id", flat=True))
-    return sorted(ids, key=lambda job_id: (positions.get(job_id, 1 << 30), -job_id))
+    return sorted(ids, key=lambda job_id: (positions.get(job_id, NOT_IN_LINE), -job_id))
 
 
 def _with_nodes(jobs) -> QuerySet[Job]:
