@@ -93,7 +93,7 @@ def completion(shell):
     Example:
       eval "$(mlq completion bash)"
     """
-    from click.shell_completion import get_completion_class
+    from click.shell_completion import get_completion_class  # only this verb needs it (~40 ms to import)
 
     completer = get_completion_class(shell)(main, {}, "mlq", "_MLQ_COMPLETE")
     click.echo(completer.source())

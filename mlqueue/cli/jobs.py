@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime
+
 import click
 
 from mlqueue.cli.app import EXIT_CANCELLED, EXIT_FAILED, client, main
@@ -125,8 +127,6 @@ SINCE_UNITS = {"m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 def since_to_iso(since: str) -> str:
     """`7d`, `12h`, `30m`, `2w` -> the ISO time that long ago; an ISO time as it is."""
-    import datetime
-
     number, unit = since[:-1], since[-1:]
     if unit in SINCE_UNITS and number.isdigit():
         then = datetime.datetime.now(datetime.UTC) - datetime.timedelta(seconds=int(number) * SINCE_UNITS[unit])

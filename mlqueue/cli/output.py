@@ -36,6 +36,7 @@ def emit(data, output: str, columns: Sequence[tuple[str, Callable]], wide: Seque
     if output == "yaml":
         click.echo(yaml.safe_dump(plain(data), sort_keys=True, default_flow_style=False).rstrip("\n"))
         return
+    # Imported here: rich takes about 70 ms to import, which scripts asking for json or yaml never pay.
     from rich.console import Console
     from rich.table import Table
 
