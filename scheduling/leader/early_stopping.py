@@ -53,6 +53,7 @@ def _due():
 
 
 def _check(parent: Job, *, epoch: int, now) -> int:
+    """Steps 2-4 for one sweep; returns how many of its trials were stopped."""
     metric, rule = parent.group["metric"], parent.group["early_stop"]
     trials = trial_reports(parent.pk, metric["name"], metric["goal"])
     stops = median_stops(trials, metric=metric["name"], goal=metric["goal"], min_reports=rule["min_reports"])

@@ -58,6 +58,8 @@ def group_section(job: Job) -> dict:
 
 
 def parent_section(parent: Job) -> dict:
+    """A parent's section: its summary, its first CHILD_ROWS children in ranked order and, for a
+    sweep whose trials reported its metric, the best trial and the chart of the best-ranked."""
     kids, summaries, ranks = ranked_children(parent)
     rows = [ChildRow(kid, summaries.get(kid.pk), ranks.get(kid.pk)) for kid in kids]
     found = {
