@@ -1,341 +1,41 @@
-"""The Python SDK (issue 15): `from mlqueue.client import Client`.
-
-    client = Client()                      # MLQ_SERVER / MLQ_TOKEN, else ~/.config/mlqueue/config.toml
-    job = client.submit("job.yaml", set=["resources.gpu_count=16"])
-    job = client.wait(job)                 # polls until SUCCEEDED, FAILED (final) or CANCELLED
-    for line in client.logs(job): print(line)
-    client.children(group)                 # an array's elements or a sweep's trials (docs/cli.md)
-
-Standard library, httpx and PyYAML only: no Django, so it runs in a notebook or on a laptop.
-Every refused request raises `MlqError(status, detail, fields)`, `fields` as the API's dotted paths.
-`mlq` (mlqueue/cli/) is built on this."""
+"""The Client: one server, one token; every call of the API, waiting for a job, its logs
+(streamed), and login."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import time
-import tomllib
 from collections.abc import Iterable, Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
-import yaml
+
+from mlqueue.client.config import read_config, write_config
+from mlqueue.client.errors import MlqError
+from mlqueue.client.results import (
+    CancelResult,
+    Child,
+    DryRun,
+    Event,
+    Job,
+    Node,
+    QueueEntry,
+    Quota,
+    Team,
+    Token,
+    Why,
+)
+from mlqueue.client.specs import apply_overrides, load_spec
 
 NO_SERVER = "no server: set MLQ_SERVER, pass server=, or run `mlq login --server URL`"
 NO_TOKEN = "no token: set MLQ_TOKEN, pass token=, or run `mlq login`"
 NO_USER = "who are you? set MLQ_USER, or run `mlq login` (it records your user name)"
-BAD_OVERRIDE = "--set wants KEY=VALUE with a dotted key, e.g. resources.gpu_count=16; got {item!r}"
-NOT_A_MAPPING = "{where}: a job spec is a mapping of fields, not {kind}"
-OVERRIDE_THROUGH_VALUE = "{part} is a {kind}, not a mapping"
 WAIT_TIMED_OUT = "job {job} still {state} after {timeout:g} s"
 UNREACHABLE = "cannot reach {server}: {error}"
-NOT_YAML = "not YAML: {error}"
 
 API = "/api/v1"
 POLL_S = 2.0
-# A job is over when it succeeded or was cancelled, or failed with the leader's verdict given
-# (FAILED with no failure class yet may still be retried).
-FINISHED = ("SUCCEEDED", "CANCELLED")
-
-
-class MlqError(Exception):
-    """A request the server refused (or could not be made): the API's `detail` and `fields`."""
-
-    def __init__(self, status: int, detail: str, fields: dict[str, list[str]] | None = None):
-        super().__init__(detail)
-        self.status = status
-        self.detail = detail
-        self.fields = fields or {}
-
-    def lines(self) -> list[str]:
-        """The detail, then each field's messages as `field: message` (the detail's own line once)."""
-        out = [self.detail]
-        for field, messages in self.fields.items():
-            for message in messages if isinstance(messages, list) else [messages]:
-                line = f"{field}: {message}"
-                if line not in out:
-                    out.append(line)
-        return out
-
-
-# --- typed results: frozen, built from the JSON, tolerant of fields they do not name -----------
-
-
-def _build(cls, data: dict):
-    names = {field.name for field in dataclasses.fields(cls)}
-    known = {key: value for key, value in data.items() if key in names and key != "raw"}
-    return cls(**known, raw=data)
-
-
-@dataclasses.dataclass(frozen=True)
-class Task:
-    rank: int
-    state: str
-    node: str | None = None
-    attempt: int = 1
-    exit_code: int | None = None
-    failure_class: str = ""
-    started_at: str | None = None
-    finished_at: str | None = None
-    raw: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
-
-
-@dataclasses.dataclass(frozen=True)
-class Job:
-    id: int
-    state: str
-    name: str = ""
-    team: str = ""
-    owner: str = ""
-    priority: str = ""
-    gpu_type: str = ""
-    gpu_count: int = 0
-    pending_reason: dict | None = None
-    estimated_start: str | None = None
-    likely_start: str | None = None
-    submitted_at: str | None = None
-    started_at: str | None = None
-    finished_at: str | None = None
-    failure_class: str = ""
-    tasks: tuple[Task, ...] = ()
-    group: dict | None = None  # a group's parent: {kind, count, parallelism, pending, running, succeeded, ...}
-    parent: int | None = None  # a group's child: the parent's id
-    array_index: int | None = None  # an array's element: its index
-    trial: int | None = None  # a sweep's trial: its number
-    params: dict | None = None  # a sweep's trial: its parameters
-    raw: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
-
-    @classmethod
-    def from_json(cls, data: dict) -> Job:
-        tasks = data.get("tasks")
-        built = _build(cls, {**data, "tasks": ()})
-        detail = tuple(Task.from_json(task) for task in tasks) if isinstance(tasks, list) else ()
-        return dataclasses.replace(built, tasks=detail, raw=data)
-
-    @property
-    def finished(self) -> bool:
-        return self.state in FINISHED or (self.state == "FAILED" and bool(self.failure_class))
-
-    @property
-    def reason(self) -> str:
-        return (self.pending_reason or {}).get("message", "")
-
-
-@dataclasses.dataclass(frozen=True)
-class Child(Job):
-    """A group's child as `children()` lists it: a job, with its retries and, in a sweep with a
-    metric, its summary ({name, best, best_step, last, step, reports}) and rank (1 = best)."""
-
-    retries_used: int = 0
-    restarts_used: int = 0
-    metric: dict | None = None
-    rank: int | None = None
-
-
-@dataclasses.dataclass(frozen=True)
-class QueueEntry:
-    id: int
-    state: str
-    position: int | None = None
-    name: str = ""
-    team: str = ""
-    owner: str = ""
-    priority: str = ""
-    gpu_type: str = ""
-    gpu_count: int = 0
-    pending_reason: dict | None = None
-    estimated_start: str | None = None
-    likely_start: str | None = None
-    reserved_nodes: tuple[str, ...] = ()
-    raw: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
-
-    @property
-    def reason(self) -> str:
-        return (self.pending_reason or {}).get("message", "")
-
-
-@dataclasses.dataclass(frozen=True)
-class Why:
-    job_id: int
-    state: str
-    reason: Any = None
-    histogram: Any = None
-    reservation: Any = None
-    latest_start: str | None = None
-    likely_start: str | None = None
-    suggestions: tuple = ()
-    raw: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
-
-
-@dataclasses.dataclass(frozen=True)
-class DryRun:
-    valid: bool
-    can_ever_run: bool | None = None
-    placement: Any = None
-    reason: Any = None
-    suggestions: tuple = ()
-    raw: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
-
-
-@dataclasses.dataclass(frozen=True)
-class Event:
-    id: int
-    kind: str
-    actor: str = ""
-    from_state: str = ""
-    to_state: str = ""
-    reason: str = ""
-    message: str = ""
-    created_at: str | None = None
-    raw: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
-
-
-@dataclasses.dataclass(frozen=True)
-class Team:
-    name: str
-    parent: str | None = None
-    is_division: bool = False
-    description: str = ""
-    my_role: str | None = None
-    raw: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
-
-
-@dataclasses.dataclass(frozen=True)
-class Quota:
-    resource_class: str
-    guaranteed: int = 0
-    borrowing_limit: int | None = None
-    weight: float = 1.0
-    updated_at: str | None = None
-    raw: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
-
-
-@dataclasses.dataclass(frozen=True)
-class Node:
-    name: str
-    state: str = ""
-    zone: str = ""
-    rack: str = ""
-    gpu_type: str = ""
-    gpu_count: int = 0
-    health: str = ""
-    admin_state: str = ""
-    admin_reason: str = ""
-    raw: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
-
-
-@dataclasses.dataclass(frozen=True)
-class Token:
-    id: int
-    name: str = ""
-    hint: str = ""
-    token: str | None = None  # only when just created: shown once
-    created_at: str | None = None
-    last_used_at: str | None = None
-    expires_at: str | None = None
-    revoked_at: str | None = None
-    raw: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
-
-
-@dataclasses.dataclass(frozen=True)
-class CancelResult:
-    cancelled: tuple = ()
-    skipped: tuple = ()
-    raw: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
-
-
-for _cls in (Task, QueueEntry, Why, DryRun, Event, Team, Quota, Node, Token, CancelResult):
-    _cls.from_json = classmethod(_build)
-
-
-# --- configuration -------------------------------------------------------------------------
-
-
-def config_path() -> Path:
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base) / "mlqueue" / "config.toml"
-
-
-def read_config(path: Path | None = None) -> dict:
-    path = path or config_path()
-    try:
-        with open(path, "rb") as file:
-            return tomllib.load(file)
-    except FileNotFoundError:
-        return {}
-
-
-def _toml_string(value: str) -> str:
-    escaped = value.replace("\\", "\\\\").replace('"', '\\"')
-    return f'"{escaped}"'
-
-
-def write_config(server: str, token: str, user: str = "", path: Path | None = None) -> Path:
-    """Write the server, token and user name, readable by the user alone (0600 from its creation on)."""
-    path = path or config_path()
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    text = f"server = {_toml_string(server)}\ntoken = {_toml_string(token)}\nuser = {_toml_string(user)}\n"
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.fchmod(descriptor, 0o600)
-    with os.fdopen(descriptor, "w") as file:
-        file.write(text)
-    return path
-
-
-# --- specs and overrides -------------------------------------------------------------------
-
-
-def parse_override(item: str) -> tuple[list[str], Any]:
-    """`resources.gpu_count=16` -> (["resources", "gpu_count"], 16): the value read as a YAML scalar."""
-    key, equals, text = item.partition("=")
-    parts = key.strip().split(".")
-    if not equals or not all(parts):
-        raise MlqError(0, BAD_OVERRIDE.format(item=item))
-    return parts, read_scalar(text, key.strip())
-
-
-def read_scalar(text: str, where: str) -> Any:
-    """VALUE as YAML reads it (16 -> 16, '16' -> "16", true -> True); blank is ""."""
-    if not text.strip():
-        return ""
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        message = NOT_YAML.format(error=str(error).splitlines()[0])
-        raise MlqError(0, f"{where}: {message}", {where: [message]}) from None
-
-
-def apply_overrides(spec: dict, items: Iterable[str] = (), **overrides) -> dict:
-    """A copy of `spec` with dotted `KEY=VALUE` items and keyword overrides (top-level fields) applied."""
-    out = yaml.safe_load(yaml.safe_dump(spec))  # a deep copy of plain data
-    pairs = [parse_override(item) for item in items] + [([key], value) for key, value in overrides.items()]
-    for parts, value in pairs:
-        here = out
-        for depth, part in enumerate(parts[:-1]):
-            here = here.setdefault(part, {})
-            if not isinstance(here, dict):
-                key = ".".join(parts)
-                where = ".".join(parts[: depth + 1])
-                message = OVERRIDE_THROUGH_VALUE.format(part=where, kind=type(here).__name__)
-                raise MlqError(0, f"{key}: {message}", {key: [message]})
-        here[parts[-1]] = value
-    return out
-
-
-def load_spec(spec_or_path: dict | str | os.PathLike) -> dict:
-    if isinstance(spec_or_path, dict):
-        return spec_or_path
-    path = Path(spec_or_path)
-    try:
-        spec = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as error:
-        raise MlqError(0, f"{path}: {NOT_YAML.format(error=' '.join(str(error).split()))}") from None
-    if not isinstance(spec, dict):
-        raise MlqError(0, NOT_A_MAPPING.format(where=path, kind=type(spec).__name__))
-    return spec
 
 
 def _query_value(value):
@@ -363,9 +63,6 @@ def server_sent_events(lines: Iterable[str]) -> Iterator[tuple[str, str]]:
         elif field == "data":
             data.append(value)
     # an event cut off before its blank line is dropped, as EventSource does
-
-
-# --- the client ----------------------------------------------------------------------------
 
 
 class Client:

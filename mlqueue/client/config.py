@@ -1,0 +1,37 @@
+"""The config file `mlq login` writes: ~/.config/mlqueue/config.toml (or under XDG_CONFIG_HOME),
+the server, a token and the user name, readable by the user alone."""
+
+import os
+import tomllib
+from pathlib import Path
+
+
+def config_path() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "mlqueue" / "config.toml"
+
+
+def read_config(path: Path | None = None) -> dict:
+    path = path or config_path()
+    try:
+        with open(path, "rb") as file:
+            return tomllib.load(file)
+    except FileNotFoundError:
+        return {}
+
+
+def _toml_string(value: str) -> str:
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{escaped}"'
+
+
+def write_config(server: str, token: str, user: str = "", path: Path | None = None) -> Path:
+    """Write the server, token and user name, readable by the user alone (0600 from its creation on)."""
+    path = path or config_path()
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    text = f"server = {_toml_string(server)}\ntoken = {_toml_string(token)}\nuser = {_toml_string(user)}\n"
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(descriptor, 0o600)
+    with os.fdopen(descriptor, "w") as file:
+        file.write(text)
+    return path

@@ -1,0 +1,198 @@
+"""What the SDK's calls return: frozen dataclasses built from the API's JSON, tolerant of fields
+they do not name, each keeping the JSON as it came in `raw` (what `mlq -o json` prints)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+# A job is over when it succeeded or was cancelled, or failed with the leader's verdict given
+# (FAILED with no failure class yet may still be retried).
+FINISHED = ("SUCCEEDED", "CANCELLED")
+
+
+def _build(cls, data: dict):
+    names = {field.name for field in dataclasses.fields(cls)}
+    known = {key: value for key, value in data.items() if key in names and key != "raw"}
+    return cls(**known, raw=data)
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+    rank: int
+    state: str
+    node: str | None = None
+    attempt: int = 1
+    exit_code: int | None = None
+    failure_class: str = ""
+    started_at: str | None = None
+    finished_at: str | None = None
+    raw: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    id: int
+    state: str
+    name: str = ""
+    team: str = ""
+    owner: str = ""
+    priority: str = ""
+    gpu_type: str = ""
+    gpu_count: int = 0
+    pending_reason: dict | None = None
+    estimated_start: str | None = None
+    likely_start: str | None = None
+    submitted_at: str | None = None
+    started_at: str | None = None
+    finished_at: str | None = None
+    failure_class: str = ""
+    tasks: tuple[Task, ...] = ()
+    group: dict | None = None  # a group's parent: {kind, count, parallelism, pending, running, succeeded, ...}
+    parent: int | None = None  # a group's child: the parent's id
+    array_index: int | None = None  # an array's element: its index
+    trial: int | None = None  # a sweep's trial: its number
+    params: dict | None = None  # a sweep's trial: its parameters
+    raw: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, data: dict) -> Job:
+        tasks = data.get("tasks")
+        built = _build(cls, {**data, "tasks": ()})
+        detail = tuple(Task.from_json(task) for task in tasks) if isinstance(tasks, list) else ()
+        return dataclasses.replace(built, tasks=detail, raw=data)
+
+    @property
+    def finished(self) -> bool:
+        return self.state in FINISHED or (self.state == "FAILED" and bool(self.failure_class))
+
+    @property
+    def reason(self) -> str:
+        return (self.pending_reason or {}).get("message", "")
+
+
+@dataclasses.dataclass(frozen=True)
+class Child(Job):
+    """A group's child as `children()` lists it: a job, with its retries and, in a sweep with a
+    metric, its summary ({name, best, best_step, last, step, reports}) and rank (1 = best)."""
+
+    retries_used: int = 0
+    restarts_used: int = 0
+    metric: dict | None = None
+    rank: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class QueueEntry:
+    id: int
+    state: str
+    position: int | None = None
+    name: str = ""
+    team: str = ""
+    owner: str = ""
+    priority: str = ""
+    gpu_type: str = ""
+    gpu_count: int = 0
+    pending_reason: dict | None = None
+    estimated_start: str | None = None
+    likely_start: str | None = None
+    reserved_nodes: tuple[str, ...] = ()
+    raw: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def reason(self) -> str:
+        return (self.pending_reason or {}).get("message", "")
+
+
+@dataclasses.dataclass(frozen=True)
+class Why:
+    job_id: int
+    state: str
+    reason: Any = None
+    histogram: Any = None
+    reservation: Any = None
+    latest_start: str | None = None
+    likely_start: str | None = None
+    suggestions: tuple = ()
+    raw: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class DryRun:
+    valid: bool
+    can_ever_run: bool | None = None
+    placement: Any = None
+    reason: Any = None
+    suggestions: tuple = ()
+    raw: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class Event:
+    id: int
+    kind: str
+    actor: str = ""
+    from_state: str = ""
+    to_state: str = ""
+    reason: str = ""
+    message: str = ""
+    created_at: str | None = None
+    raw: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class Team:
+    name: str
+    parent: str | None = None
+    is_division: bool = False
+    description: str = ""
+    my_role: str | None = None
+    raw: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class Quota:
+    resource_class: str
+    guaranteed: int = 0
+    borrowing_limit: int | None = None
+    weight: float = 1.0
+    updated_at: str | None = None
+    raw: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class Node:
+    name: str
+    state: str = ""
+    zone: str = ""
+    rack: str = ""
+    gpu_type: str = ""
+    gpu_count: int = 0
+    health: str = ""
+    admin_state: str = ""
+    admin_reason: str = ""
+    raw: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class Token:
+    id: int
+    name: str = ""
+    hint: str = ""
+    token: str | None = None  # only when just created: shown once
+    created_at: str | None = None
+    last_used_at: str | None = None
+    expires_at: str | None = None
+    revoked_at: str | None = None
+    raw: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class CancelResult:
+    cancelled: tuple = ()
+    skipped: tuple = ()
+    raw: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
+
+
+for _cls in (Task, QueueEntry, Why, DryRun, Event, Team, Quota, Node, Token, CancelResult):
+    _cls.from_json = classmethod(_build)

@@ -1,0 +1,66 @@
+"""Job spec files (YAML or JSON) and `--set KEY=VALUE` overrides, read as the API will: the
+server checks every field; this only refuses what is not a spec at all."""
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from mlqueue.client.errors import MlqError
+
+BAD_OVERRIDE = "--set wants KEY=VALUE with a dotted key, e.g. resources.gpu_count=16; got {item!r}"
+NOT_A_MAPPING = "{where}: a job spec is a mapping of fields, not {kind}"
+OVERRIDE_THROUGH_VALUE = "{part} is a {kind}, not a mapping"
+NOT_YAML = "not YAML: {error}"
+
+
+def parse_override(item: str) -> tuple[list[str], Any]:
+    """`resources.gpu_count=16` -> (["resources", "gpu_count"], 16): the value read as a YAML scalar."""
+    key, equals, text = item.partition("=")
+    parts = key.strip().split(".")
+    if not equals or not all(parts):
+        raise MlqError(0, BAD_OVERRIDE.format(item=item))
+    return parts, read_scalar(text, key.strip())
+
+
+def read_scalar(text: str, where: str) -> Any:
+    """VALUE as YAML reads it (16 -> 16, '16' -> "16", true -> True); blank is ""."""
+    if not text.strip():
+        return ""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        message = NOT_YAML.format(error=str(error).splitlines()[0])
+        raise MlqError(0, f"{where}: {message}", {where: [message]}) from None
+
+
+def apply_overrides(spec: dict, items: Iterable[str] = (), **overrides) -> dict:
+    """A copy of `spec` with dotted `KEY=VALUE` items and keyword overrides (top-level fields) applied."""
+    out = yaml.safe_load(yaml.safe_dump(spec))  # a deep copy of plain data
+    pairs = [parse_override(item) for item in items] + [([key], value) for key, value in overrides.items()]
+    for parts, value in pairs:
+        here = out
+        for depth, part in enumerate(parts[:-1]):
+            here = here.setdefault(part, {})
+            if not isinstance(here, dict):
+                key = ".".join(parts)
+                where = ".".join(parts[: depth + 1])
+                message = OVERRIDE_THROUGH_VALUE.format(part=where, kind=type(here).__name__)
+                raise MlqError(0, f"{key}: {message}", {key: [message]})
+        here[parts[-1]] = value
+    return out
+
+
+def load_spec(spec_or_path: dict | str | os.PathLike) -> dict:
+    if isinstance(spec_or_path, dict):
+        return spec_or_path
+    path = Path(spec_or_path)
+    try:
+        spec = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as error:
+        raise MlqError(0, f"{path}: {NOT_YAML.format(error=' '.join(str(error).split()))}") from None
+    if not isinstance(spec, dict):
+        raise MlqError(0, NOT_A_MAPPING.format(where=path, kind=type(spec).__name__))
+    return spec
