@@ -78,16 +78,26 @@ class Claim:
 class VictimPool:
     """Who may be evicted, per resource class, in candidate order. Built once per pass from
     what ran before it; victims leave it as they are chosen. A class is put in order on its
-    first search (most passes search few classes), and a search's candidates are kept until a
-    victim leaves: jobs alike ask for the same ones (see `candidates`)."""
+    first search (most passes search few classes), and a search's candidates are kept: jobs
+    alike ask for the same ones (see `candidates`)."""
 
-    def __init__(self, running: tuple[RunningJob, ...], borrowed: set[int], now: float, config: PolicyConfig):
+    def __init__(
+        self,
+        running: tuple[RunningJob, ...],
+        borrowed: set[int],
+        now: float,
+        config: PolicyConfig,
+        spans: dict[int, tuple] | None = None,
+    ):
+        """`spans`: each running job's domains from earlier passes (see `_spans`), if the
+        caller keeps them (a `Scheduler` does)."""
         self.now, self.config, self.borrowed = now, config, borrowed
         self.may_go: dict[str, list[RunningJob]] = defaultdict(list)
         self.by_class: dict[str, list[Candidate]] = {}
         self.taken: set[int] = set()
-        self.found: dict[tuple, list[Candidate]] = {}
+        self.found: dict[tuple, tuple[int, list[Candidate]]] = {}  # key -> (victims taken then, candidates)
         self.domains: dict[tuple[str, str], dict[str, list]] = {}  # see `by_domain`
+        self.spans: dict[int, tuple] = spans if spans is not None else {}
         for job in running:
             if job.preempting or not job.preemptible or job.priority == "P0":
                 continue
@@ -127,7 +137,7 @@ class VictimPool:
         candidate order: indexed once per pass, for every search that needs it."""
         found = self.domains.get((rclass, scope))
         if found is None:
-            found = self.domains[rclass, scope] = _by_domain(self.of_class(rclass), place)
+            found = self.domains[rclass, scope] = _by_domain(self.of_class(rclass), place, self.spans)
         return found
 
     def candidates(self, job: PendingJob, claim: Claim, *, excess: dict[str, int]) -> list[Candidate]:
@@ -136,23 +146,29 @@ class VictimPool:
         team, rclass, rank, started_by = job.team, job.resource_class, claim.rank, claim.started_by
         # All that decides the answer: jobs of one class asking alike (the same claim, team and
         # excess) between two evictions get one list, which no caller changes.
+        # Victims only leave: a list found before some were taken is that list less them.
         key = (rclass, claim, team, frozenset(excess))
-        found = self.found.get(key)
-        if found is None:
-            found = self.found[key] = [
+        taken = self.taken
+        kept = self.found.get(key)
+        if kept is not None:
+            if kept[0] == len(taken):
+                return kept[1]
+            found = [c for c in kept[1] if c.job.job_id not in taken]
+        else:
+            found = [
                 c
                 for c in self.of_class(rclass)
-                if c.job.job_id not in self.taken
+                if c.job.job_id not in taken
                 and (
                     (c.rank > rank and c.job.started_at <= started_by)  # claim.outranks(c), inlined: a hot loop
                     or (c.job.team in excess and c.job.team != team and claim.may_reclaim(c))
                 )
             ]
+        self.found[key] = (len(taken), found)
         return found
 
     def take(self, victim: RunningJob) -> None:
         self.taken.add(victim.job_id)
-        self.found = {}
 
 
 def why(candidate: Candidate, claim: Claim) -> PreemptionReason:
@@ -315,12 +331,22 @@ def _domain(members: list, chosen: set[int], claim: Claim, excess: dict[str, int
     return domain
 
 
-def _by_domain(ordered: list[Candidate], place: dict[str, str] | None) -> dict[str, list]:
+def _by_domain(
+    ordered: list[Candidate], place: dict[str, str] | None, spans: dict[int, tuple] | None = None
+) -> dict[str, list]:
     """Domain -> (candidate, the nodes it runs on there, the units it holds there), in
-    candidate order."""
+    candidate order. `spans`: job id -> (its tasks, `place`, `_spans`) from earlier calls,
+    used again while the job has the same tasks object and the map is the same one (a
+    simulation keeps both across passes; the hosts dicts are only ever read)."""
     found: dict[str, list] = defaultdict(list)
+    if spans is None:
+        spans = {}
     for candidate in ordered:
-        for name, hosts, units in _spans(candidate.job, place):
+        victim = candidate.job
+        kept = spans.get(victim.job_id)
+        if kept is None or kept[0] is not victim.tasks or kept[1] is not place:
+            kept = spans[victim.job_id] = (victim.tasks, place, _spans(victim, place))
+        for name, hosts, units in kept[2]:
             found[name].append((candidate, hosts, units))
     return found
 

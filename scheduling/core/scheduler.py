@@ -18,7 +18,7 @@
 
 import dataclasses
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from scheduling.core import explain
 from scheduling.core.decisions import Decisions, PassStats, Placement, Preemption, PreemptionReason, Reservation
@@ -41,7 +41,8 @@ class Scheduler:
     the nodes and the running jobs alone (the free-room index), brought up to date by the
     jobs that started and ended since, so a pass does not re-index the whole cluster.
     Also keeps each waiting job's kind (see `Pass._kind`), the nodes each preemptor in flight
-    holds (`Pass._nodes_to_hold`) and the capacity explanations of the classes whose room has
+    holds (`Pass._nodes_to_hold`), the domains each running job spans (for victim searches,
+    `preemption._by_domain`) and the capacity explanations of the classes whose room has
     not changed (`CapacityExplainer`). Decides exactly as `schedule()`
     on the same snapshot. Pure, like the rest of the core: the caller (the worker, the
     simulator, the benchmark) keeps it."""
@@ -50,19 +51,31 @@ class Scheduler:
         self.state: ClusterState | None = None
         self.known: dict[int, tuple] = {}
         self.holds: dict[int, tuple] = {}  # see `Pass._nodes_to_hold`
+        self.spans: dict[int, tuple] = {}  # see `preemption._by_domain`
         self.explainer: explain.CapacityExplainer | None = None
 
-    def schedule(self, snapshot: ClusterSnapshot, *, timer: Callable[[], float] | None = None) -> Decisions:
-        return _timed(lambda: self._run(snapshot), timer)
+    def schedule(
+        self,
+        snapshot: ClusterSnapshot,
+        *,
+        timer: Callable[[], float] | None = None,
+        moved: Mapping[int, RunningJob | None] | None = None,
+    ) -> Decisions:
+        """`moved`: if the caller knows them, every job that may have started, ended or moved
+        since the snapshot of the last pass, with what runs now under its id (None: nothing):
+        the free-room index then compares those alone (see `ClusterState.refresh`)."""
+        return _timed(lambda: self._run(snapshot, moved), timer)
 
-    def _run(self, snapshot: ClusterSnapshot) -> Decisions:
+    def _run(self, snapshot: ClusterSnapshot, moved: Mapping[int, RunningJob | None] | None = None) -> Decisions:
         kept, self.state = self.state, None  # kept again only once the pass has given its room back
-        state = self._state_for(kept, snapshot)
+        state = self._state_for(kept, snapshot, moved)
         if len(self.known) > 2 * len(snapshot.pending) + 1000:  # forget jobs long gone
             self.known = {}
         if state is not kept or len(self.holds) > 2 * len(snapshot.pending) + 1000:
             self.holds = {}  # what they hold was read off another state
-        run = Pass(snapshot, state, self.known, self.holds, self.explainer)
+        if len(self.spans) > 2 * len(snapshot.running) + 1000:  # forget jobs long gone
+            self.spans = {}
+        run = Pass(snapshot, state, self.known, self.holds, self.explainer, self.spans)
         decisions = run.run()
         self.explainer = run.explainer
         state.rollback()
@@ -70,9 +83,11 @@ class Scheduler:
         return decisions
 
     @staticmethod
-    def _state_for(state: ClusterState | None, snapshot: ClusterSnapshot) -> ClusterState:
+    def _state_for(
+        state: ClusterState | None, snapshot: ClusterSnapshot, moved: Mapping[int, RunningJob | None] | None
+    ) -> ClusterState:
         same_nodes = state is not None and (state.fleet.nodes is snapshot.nodes or state.fleet.nodes == snapshot.nodes)
-        if same_nodes and state.refresh(snapshot.running):
+        if same_nodes and state.refresh(snapshot.running, moved):
             return state
         state = ClusterState(snapshot.nodes, snapshot.running)
         state.start_journal()
@@ -104,11 +119,13 @@ class Pass:
         known: dict | None = None,
         holds: dict | None = None,
         explainer: explain.CapacityExplainer | None = None,
+        spans: dict[int, tuple] | None = None,
     ):
         """`state`: the free-room index of exactly this snapshot, if the caller keeps one;
         `known`: jobs' kinds from earlier passes (see `_kind`); `holds`: the nodes preemptors
         in flight held in earlier passes over `state` (see `_nodes_to_hold`); `explainer`: the
-        last pass's, which serves again if it explained `state`."""
+        last pass's, which serves again if it explained `state`; `spans`: the running jobs'
+        domains from earlier passes (see `VictimPool`)."""
         self.snap = snapshot
         self.now = snapshot.now
         self.config = snapshot.config
@@ -151,6 +168,7 @@ class Pass:
         self.known: dict[int, tuple] = known if known is not None else {}
         self.holds: dict[int, tuple] = holds if holds is not None else {}
         self.explainer = explainer
+        self.spans = spans
         # Jobs with nodes held for them alone (see `_hold_nominated`), by class, and the
         # nominations that stand after the pass (`Decisions.nominations`).
         self.holders: dict[int, str] = {p: victims[0].resource_class for p, victims in self.stopping_for.items()}
@@ -380,7 +398,7 @@ class Pass:
     def victims(self) -> VictimPool:
         """Built on the first search: most passes never need one."""
         if self._victims is None:
-            self._victims = VictimPool(self.snap.running, self.borrowed, self.now, self.config)
+            self._victims = VictimPool(self.snap.running, self.borrowed, self.now, self.config, self.spans)
         return self._victims
 
     def _preempt_for(self, job: PendingJob) -> bool:

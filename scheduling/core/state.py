@@ -5,7 +5,7 @@ A "unit" is what a resource class is counted in: GPUs for a GPU class, CPUs for 
 """
 
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 
 from scheduling.core.model import Node, NodeState, RunningJob, TaskPlacement
 
@@ -133,18 +133,27 @@ class ClusterState:
         self._name_order(touched)
         self.journal = {}
 
-    def refresh(self, running: tuple[RunningJob, ...]) -> bool:
+    def refresh(self, running: tuple[RunningJob, ...], moved: Mapping[int, RunningJob | None] | None = None) -> bool:
         """Recompute the nodes of jobs that started, ended or moved since the last snapshot.
         False (and nothing done) when most running jobs are new objects, as from a snapshot
-        built afresh: comparing their tasks would cost more than building a new state."""
+        built afresh: comparing their tasks would cost more than building a new state.
+        `moved`: if the caller knows them, every job that may have started, ended or moved
+        since the last refresh, each with what runs now under its id (None: nothing); then
+        only those are compared, not every running job (a simulation's passes)."""
         if self.running is None:  # the first refresh: the running jobs by id and node, once
             self.running, self.on_node = {}, defaultdict(dict)
             self._note(self.running_jobs)
-        current = {job.job_id: job for job in running}
-        if len(current) > SMALL and 2 * sum(self.running.get(j) is job for j, job in current.items()) < len(current):
-            return False
-        changed = [job for job_id, job in self.running.items() if _moved(current.get(job_id), job)]
-        new = [job for job_id, job in current.items() if _moved(self.running.get(job_id), job)]
+        if moved is not None:
+            before = [(self.running.get(job_id), job) for job_id, job in moved.items()]
+            changed = [old for old, job in before if old is not None and _moved(job, old)]
+            new = [job for old, job in before if job is not None and _moved(old, job)]
+        else:
+            current = {job.job_id: job for job in running}
+            identical = sum(self.running.get(j) is job for j, job in current.items())
+            if len(current) > SMALL and 2 * identical < len(current):
+                return False
+            changed = [job for job_id, job in self.running.items() if _moved(current.get(job_id), job)]
+            new = [job for job_id, job in current.items() if _moved(self.running.get(job_id), job)]
         nodes = {task.node for job in changed + new for task in job.tasks}
         for job in changed:
             del self.running[job.job_id]

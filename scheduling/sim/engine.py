@@ -137,6 +137,10 @@ class Simulation:
         self.records = {job.job_id: Record(job) for job in self.jobs}
         self.pending: dict[int, TraceJob] = {}
         self.running: dict[int, Run] = {}
+        # Jobs that started or stopped running since the policy was last asked: told to a
+        # policy that `follows_changes`, so its pass need not compare every running job.
+        self.moved: set[int] = set()
+        self.follows_changes = getattr(self.policy, "follows_changes", False)
         self.gate: DecisionGate | None = None
         self.quiet = 0  # instants where the gate said no pass could decide anything
         if self.config.skip_quiet_instants:
@@ -305,6 +309,7 @@ class Simulation:
         record.gpu_s += (self.now - run.started) * record.job.gpus
         record.done_s, record.end = record.job.duration, self.now
         del self.running[job_id]
+        self.moved.add(job_id)
         self._freed(run)
         for waiting in self.dependents.get(job_id, ()):
             self.pending_views.pop(waiting, None)
@@ -382,6 +387,7 @@ class Simulation:
         """The run ends early, preempted or with `lost_node`: the work since the last
         checkpoint is lost, and the job waits again or, settled as failed, gives up."""
         run = self.running.pop(job_id)
+        self.moved.add(job_id)
         self._freed(run)
         record = self.records[job_id]
         elapsed = self.now - run.started
@@ -411,7 +417,7 @@ class Simulation:
         if self.gate is not None and not self.gate.may_decide():
             self.quiet += 1  # a pass would place and evict nothing: as if asked
             return
-        decisions: Decisions = self.policy.decide(self.snapshot())
+        decisions: Decisions = self._ask()
         self.decisions += 1
         for placement in decisions.placements:
             self._start(placement)
@@ -420,6 +426,17 @@ class Simulation:
         self._nominate(decisions.nominations)
         if self.config.check_every_event:
             check_no_overcommit(self.nodes, [run.placement for run in self.running.values()])
+
+    def _ask(self) -> Decisions:
+        """The policy's decisions on the snapshot now; one that `follows_changes` is also told
+        which jobs started or stopped running since it was last asked, each with its run now."""
+        snapshot = self.snapshot()
+        if not self.follows_changes:
+            return self.policy.decide(snapshot)
+        running = self.running
+        moved = {job_id: running[job_id].placement if job_id in running else None for job_id in self.moved}
+        self.moved = set()
+        return self.policy.decide(snapshot, moved=moved)
 
     def _nominate(self, nominations) -> None:
         """Keep the pass's nominations, as the leader stores them: a job left out has none."""
@@ -463,6 +480,7 @@ class Simulation:
             anchor=started + overhead,
             overhead=overhead,
         )
+        self.moved.add(job.job_id)
         self._at(max(self.now, started + overhead + remaining), FINISH, (job.job_id, token))
 
     def _backdated(self, job_id: int, tasks) -> float:

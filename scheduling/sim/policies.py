@@ -20,14 +20,16 @@ class MlqueuePolicy:
     name = "mlqueue"
     preempts = True  # by priority class and to reclaim guarantees
     uses_time = True  # aging and the wait bound change its order as time passes
+    follows_changes = True  # `decide` takes the jobs that started or ended since the last pass
 
     def __init__(self):
         # Kept between passes as the worker keeps it: the same decisions as `schedule()`,
         # without indexing the whole fleet again each pass.
         self.scheduler = Scheduler()
 
-    def decide(self, snapshot: ClusterSnapshot) -> Decisions:
-        return self.scheduler.schedule(snapshot)
+    def decide(self, snapshot: ClusterSnapshot, moved=None) -> Decisions:
+        """`moved`: see `Scheduler.schedule` (the simulator knows what it started and ended)."""
+        return self.scheduler.schedule(snapshot, moved=moved)
 
 
 class FifoPolicy:

@@ -17,7 +17,7 @@ from tests.unit.sim.test_quiet_instants import live_state, outcome, replay
 class FreshPassPolicy(MlqueuePolicy):
     """The reference: the core's pure pass on each snapshot, nothing kept between passes."""
 
-    def decide(self, snapshot):
+    def decide(self, snapshot, moved=None):
         return schedule(snapshot)
 
 
