@@ -87,17 +87,17 @@ class VictimPool:
         borrowed: set[int],
         now: float,
         config: PolicyConfig,
-        spans: dict[int, tuple] | None = None,
+        spans: dict[str, dict[int, tuple]] | None = None,
     ):
-        """`spans`: each running job's domains from earlier passes (see `_spans`), if the
-        caller keeps them (a `Scheduler` does)."""
+        """`spans`: per kind of domain, each running job's domains from earlier passes (see
+        `_by_domain`), if the caller keeps them (a `Scheduler` does)."""
         self.now, self.config, self.borrowed = now, config, borrowed
         self.may_go: dict[str, list[RunningJob]] = defaultdict(list)
         self.by_class: dict[str, list[Candidate]] = {}
         self.taken: set[int] = set()
         self.found: dict[tuple, tuple[int, list[Candidate]]] = {}  # key -> (victims taken then, candidates)
         self.domains: dict[tuple[str, str], dict[str, list]] = {}  # see `by_domain`
-        self.spans: dict[int, tuple] = spans if spans is not None else {}
+        self.spans: dict[str, dict[int, tuple]] = spans if spans is not None else {}
         for job in running:
             if job.preempting or not job.preemptible or job.priority == "P0":
                 continue
@@ -137,7 +137,8 @@ class VictimPool:
         candidate order: indexed once per pass, for every search that needs it."""
         found = self.domains.get((rclass, scope))
         if found is None:
-            found = self.domains[rclass, scope] = _by_domain(self.of_class(rclass), place, self.spans)
+            spans = self.spans.setdefault(scope, {})
+            found = self.domains[rclass, scope] = _by_domain(self.of_class(rclass), place, spans)
         return found
 
     def candidates(self, job: PendingJob, claim: Claim, *, excess: dict[str, int]) -> list[Candidate]:

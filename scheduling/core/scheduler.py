@@ -51,7 +51,7 @@ class Scheduler:
         self.state: ClusterState | None = None
         self.known: dict[int, tuple] = {}
         self.holds: dict[int, tuple] = {}  # see `Pass._nodes_to_hold`
-        self.spans: dict[int, tuple] = {}  # see `preemption._by_domain`
+        self.spans: dict[str, dict[int, tuple]] = {}  # see `preemption._by_domain`
         self.explainer: explain.CapacityExplainer | None = None
 
     def schedule(
@@ -73,7 +73,7 @@ class Scheduler:
             self.known = {}
         if state is not kept or len(self.holds) > 2 * len(snapshot.pending) + 1000:
             self.holds = {}  # what they hold was read off another state
-        if len(self.spans) > 2 * len(snapshot.running) + 1000:  # forget jobs long gone
+        if sum(map(len, self.spans.values())) > 6 * len(snapshot.running) + 1000:  # forget jobs long gone
             self.spans = {}
         run = Pass(snapshot, state, self.known, self.holds, self.explainer, self.spans)
         decisions = run.run()
@@ -119,7 +119,7 @@ class Pass:
         known: dict | None = None,
         holds: dict | None = None,
         explainer: explain.CapacityExplainer | None = None,
-        spans: dict[int, tuple] | None = None,
+        spans: dict[str, dict[int, tuple]] | None = None,
     ):
         """`state`: the free-room index of exactly this snapshot, if the caller keeps one;
         `known`: jobs' kinds from earlier passes (see `_kind`); `holds`: the nodes preemptors
