@@ -32,6 +32,13 @@ class Ledger:
             ledger.add(job.team, job.resource_class, job.units)
         return ledger
 
+    def copy(self) -> "Ledger":
+        """Another ledger with the same usage, to add to without changing this one."""
+        usage = defaultdict(lambda: defaultdict(int))
+        for name, classes in self.usage.items():
+            usage[name] = defaultdict(int, classes)
+        return Ledger(self.teams, dict(self.capacity), usage)
+
     def chain(self, team: str) -> list[str]:
         """The team and its ancestors, the team first. Unknown teams stand alone."""
         found = self.chains.get(team)

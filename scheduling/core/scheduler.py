@@ -42,8 +42,8 @@ class Scheduler:
     jobs that started and ended since, so a pass does not re-index the whole cluster.
     Also keeps each waiting job's kind (see `Pass._kind`), the nodes each preemptor in flight
     holds (`Pass._nodes_to_hold`), the domains each running job spans (for victim searches,
-    `preemption._by_domain`) and the capacity explanations of the classes whose room has
-    not changed (`CapacityExplainer`). Decides exactly as `schedule()`
+    `preemption._by_domain`), the units each team runs (`_ledger_for`) and the capacity
+    explanations of the classes whose room has not changed (`CapacityExplainer`). Decides exactly as `schedule()`
     on the same snapshot. Pure, like the rest of the core: the caller (the worker, the
     simulator, the benchmark) keeps it."""
 
@@ -52,6 +52,7 @@ class Scheduler:
         self.known: dict[int, tuple] = {}
         self.holds: dict[int, tuple] = {}  # see `Pass._nodes_to_hold`
         self.spans: dict[str, dict[int, tuple]] = {}  # see `preemption._by_domain`
+        self.usage: tuple | None = None  # see `_ledger_for`
         self.explainer: explain.CapacityExplainer | None = None
 
     def schedule(
@@ -75,12 +76,32 @@ class Scheduler:
             self.holds = {}  # what they hold was read off another state
         if sum(map(len, self.spans.values())) > 6 * len(snapshot.running) + 1000:  # forget jobs long gone
             self.spans = {}
-        run = Pass(snapshot, state, self.known, self.holds, self.explainer, self.spans)
+        ledger = self._ledger_for(state, snapshot)
+        run = Pass(snapshot, state, self.known, self.holds, self.explainer, self.spans, ledger)
         decisions = run.run()
         self.explainer = run.explainer
         state.rollback()
         self.state = state
         return decisions
+
+    def _ledger_for(self, state: ClusterState, snapshot: ClusterSnapshot) -> Ledger:
+        """The units each team runs, as `Ledger.build` counts them from the running jobs: kept
+        from the last pass and brought up to date by the jobs `state`'s refresh found had
+        stopped or started (units, team and class follow from a job's id and tasks), else
+        counted afresh. A copy: the pass adds what it places."""
+        kept, moved = self.usage, state.last_moved
+        state.last_moved = None
+        if kept is not None and kept[0] is state and moved is not None and kept[1] == snapshot.teams:
+            ledger = kept[2]
+            stopped, started = moved
+            for job in stopped:
+                ledger.add(job.team, job.resource_class, -job.units)
+            for job in started:
+                ledger.add(job.team, job.resource_class, job.units)
+        else:
+            ledger = Ledger.build(snapshot.teams, snapshot.running, state.fleet.capacity)
+        self.usage = (state, snapshot.teams, ledger)
+        return ledger.copy()
 
     @staticmethod
     def _state_for(
@@ -120,18 +141,22 @@ class Pass:
         holds: dict | None = None,
         explainer: explain.CapacityExplainer | None = None,
         spans: dict[str, dict[int, tuple]] | None = None,
+        ledger: Ledger | None = None,
     ):
         """`state`: the free-room index of exactly this snapshot, if the caller keeps one;
         `known`: jobs' kinds from earlier passes (see `_kind`); `holds`: the nodes preemptors
         in flight held in earlier passes over `state` (see `_nodes_to_hold`); `explainer`: the
         last pass's, which serves again if it explained `state`; `spans`: the running jobs'
-        domains from earlier passes (see `VictimPool`)."""
+        domains from earlier passes (see `VictimPool`); `ledger`: the units each team runs in
+        this snapshot, if the caller keeps them (see `Scheduler._ledger_for`)."""
         self.snap = snapshot
         self.now = snapshot.now
         self.config = snapshot.config
         # 1. Index.
         self.state = state or ClusterState(snapshot.nodes, snapshot.running)
-        self.ledger = Ledger.build(snapshot.teams, snapshot.running, self.state.fleet.capacity)
+        if ledger is None:
+            ledger = Ledger.build(snapshot.teams, snapshot.running, self.state.fleet.capacity)
+        self.ledger = ledger
         self.borrowed = borrowed_jobs(self.ledger, snapshot.running)
         self.active: dict[str, list[RunningJob]] = defaultdict(list)
         self.stopping_for: dict[int, list[RunningJob]] = defaultdict(list)

@@ -76,6 +76,8 @@ class ClusterState:
         # same state, an equal count means the same room, so what was read off it still holds.
         self.changes: dict[str, int] = defaultdict(int)
         self.running: dict[int, RunningJob] | None = None
+        # What the last `refresh()` found had stopped and started: (as they were, as they are).
+        self.last_moved: tuple[list[RunningJob], list[RunningJob]] | None = None
         self.slots: dict[str, Slot] = {}
         self.by_class: dict[str, list[Slot]] = defaultdict(list)
         self.named: dict[str, dict[str, Slot]] = {}  # per class, slots by node name (see `slots_named`)
@@ -161,6 +163,7 @@ class ClusterState:
                 self.on_node[task.node].pop(job.job_id, None)
         self._note(new)
         self.running_jobs = running
+        self.last_moved = (changed, new)
         touched = set()
         for name in sorted(nodes):
             slot, tasks = self.slots[name], [t for ts in self.on_node[name].values() for t in ts]

@@ -4,11 +4,13 @@ and stopped running since the last pass (`Scheduler.schedule(moved=...)`), and a
 starts are exactly those of fresh passes that keep and are told nothing."""
 
 import argparse
+from dataclasses import replace
 
 import pytest
 
-from bench.cycle import NOW, settle
+from bench.cycle import NOW, add_jobs, apply, settle
 from bench.fleets import build_teams, build_workload, custom_fleet
+from scheduling.core.fairshare import Ledger
 from scheduling.core.model import ClusterSnapshot
 from scheduling.core.scheduler import Scheduler, schedule
 from scheduling.core.state import ClusterState
@@ -77,3 +79,23 @@ def test_a_refresh_told_what_moved_indexes_the_room_as_one_that_compares_every_j
         "z1-r1-n4": [0, 1, 2, 3, 4, 5, 6, 7],
     }
     assert told.free_units == compared.free_units == {"gpu:H100": 4 + 8 + 6 + 8}
+
+
+def nonzero(usage) -> dict:
+    return {team: {k: v for k, v in classes.items() if v} for team, classes in usage.items() if any(classes.values())}
+
+
+def test_the_units_a_kept_scheduler_counts_per_team_are_those_counted_afresh_pass_after_pass():
+    snapshot = bench_snapshot(48, 160, 0)
+    scheduler, checked = Scheduler(), 0
+    for index in range(6):
+        decisions = scheduler.schedule(snapshot)
+        kept = scheduler.usage[2].usage
+        fresh = Ledger.build(snapshot.teams, snapshot.running, scheduler.state.fleet.capacity).usage
+        assert nonzero(kept) == nonzero(fresh)
+        checked += bool(decisions.placements)
+        snapshot = apply(snapshot, decisions)
+        ending = {job.job_id for job in snapshot.running if job.preempting} | {snapshot.running[index].job_id}
+        snapshot = replace(snapshot, running=tuple(job for job in snapshot.running if job.job_id not in ending))
+        snapshot = add_jobs(snapshot, list(snapshot.nodes), jobs=3, seed=index)
+    assert checked >= 2  # jobs started and ended between the passes compared
