@@ -43,9 +43,9 @@ class Scheduler:
     Also keeps each waiting job's kind (see `Pass._kind`), the nodes each preemptor in flight
     holds (`Pass._nodes_to_hold`), the domains each running job spans (for victim searches,
     `preemption._by_domain`), the units each team runs (`_ledger_for`) and the capacity
-    explanations of the classes whose room has not changed (`CapacityExplainer`). Decides exactly as `schedule()`
-    on the same snapshot. Pure, like the rest of the core: the caller (the worker, the
-    simulator, the benchmark) keeps it."""
+    explanations of the classes whose room has not changed (`CapacityExplainer`). Decides
+    exactly as `schedule()` on the same snapshot. Pure, like the rest of the core: the caller
+    (the worker, the simulator, the benchmark) keeps it."""
 
     def __init__(self):
         self.state: ClusterState | None = None
