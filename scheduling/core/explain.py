@@ -142,8 +142,19 @@ def behind_others(job: PendingJob, placed_units: int) -> PendingReason:
 def with_reservation(reason: PendingReason, reservation: Reservation | None) -> PendingReason:
     if reservation is None:
         return reason
-    suffix = f"; reserved {len(reservation.nodes)} node(s), estimated start {clock(reservation.start_at)}"
-    return replace(reason, message=reason.message + suffix)
+    return replace(reason, message=reason.message + _reserved(reservation))
+
+
+def without_reservation(reason: PendingReason, reservation: Reservation | None) -> PendingReason:
+    """`reason` as it was before `with_reservation` added `reservation` to it: what a job of the
+    same team and shape without a reservation of its own waits for."""
+    if reservation is None:
+        return reason
+    return replace(reason, message=reason.message.removesuffix(_reserved(reservation)))
+
+
+def _reserved(reservation: Reservation) -> str:
+    return f"; reserved {len(reservation.nodes)} node(s), estimated start {clock(reservation.start_at)}"
 
 
 class CapacityExplainer:

@@ -6,13 +6,17 @@ signal victims; reasons and reservations are written only where they changed."""
 import json
 from dataclasses import dataclass, field
 
+from django.db.models import Q
+
 from scheduling import lifecycle, notify
+from scheduling.core import explain
 from scheduling.core.decisions import Decisions, Placement, Preemption
-from scheduling.core.reasons import PendingReason
+from scheduling.core.model import PendingJob
+from scheduling.core.reasons import PendingReason, ReasonCode
 from scheduling.fencing import fenced
 from scheduling.leader import failpoints
 from scheduling.leader.snapshot import StoreView
-from scheduling.models import Job, StopReason, TaskState
+from scheduling.models import Job, JobState, StopReason, TaskState
 from scheduling.stopping import do_request_stop
 from teams.models import AuditEvent, EventKind
 
@@ -58,6 +62,7 @@ def apply_decisions(decisions: Decisions, view: StoreView, *, epoch: int, now) -
             applied.preempted_jobs.append(preemption.victim_job_id)
     failpoints.hit("apply.before_reasons")
     applied.reasons_written = _write_reasons(decisions, view, epoch=epoch, now=now)
+    applied.reasons_written += _write_left_out_reasons(decisions, view, epoch=epoch, now=now)
     return applied
 
 
@@ -167,4 +172,61 @@ def _write_reasons(decisions: Decisions, view: StoreView, *, epoch: int, now) ->
                 alone[first : first + REASON_BATCH], REASON_FIELDS
             )
     notify.jobs_changed(job_id for _, ids in by_value.values() for job_id in ids)
+    return written
+
+
+def sibling_reason(loaded: list[PendingJob], decisions: Decisions, view: StoreView) -> PendingReason:
+    """What a group's children left out of the snapshot (`StoreView.left_out`) wait for, read
+    off its loaded children (`loaded`, head first), who have the same team and shape:
+    1. GROUP_LIMIT when the group is full: a loaded child got it, or none of them waits as a
+       plain sibling (each started, evicts, or holds nodes it was nominated to: they are as
+       many as the parallelism, or some child would have been left waiting);
+    2. otherwise the reason its last plain waiting child got, less that child's own
+       reservation (INSUFFICIENT_CAPACITY with its histogram, QUOTA, DEPENDENCY, ...)."""
+    plain = [job for job in loaded if _waits_plainly(job, decisions)]
+    full = [job for job in plain if decisions.pending[job.job_id].code == ReasonCode.GROUP_LIMIT]
+    if full:
+        return decisions.pending[full[0].job_id]
+    if not plain:
+        group = view.snapshot.groups[loaded[0].group]
+        return explain.group_limit(loaded[0], group.kind, group.parallelism)
+    last = plain[-1].job_id
+    reservation = next((r for r in decisions.reservations if r.job_id == last), None)
+    return explain.without_reservation(decisions.pending[last], reservation)
+
+
+def _waits_plainly(job: PendingJob, decisions: Decisions) -> bool:
+    reason = decisions.pending.get(job.job_id)
+    return reason is not None and not job.nominated and reason.code != ReasonCode.PREEMPTING
+
+
+def _write_left_out_reasons(decisions: Decisions, view: StoreView, *, epoch: int, now) -> int:
+    """The reason of each group's children left out of the snapshot that may start now (not
+    held, not in back-off: those keep the reason their hold or requeue wrote), as
+    `sibling_reason` finds it: one fenced UPDATE per group, only on PENDING rows whose stored
+    reason differs, so a steady pass over a deep array writes nothing. The group's row is
+    what live views are told changed (its reason is its first waiting child's)."""
+    if not view.left_out:
+        return 0
+    pending = {job.job_id: job for job in view.snapshot.pending}
+    written, changed = 0, []
+    for group_id, loaded_ids in view.left_out.items():
+        reason = sibling_reason([pending[job_id] for job_id in loaded_ids], decisions, view)
+        fields = dict(
+            zip(REASON_FIELDS, (reason.code.value, reason.message, [], [], stored_histogram(reason)), strict=True)
+        )
+        with fenced(epoch):
+            count = (
+                Job.objects.filter(
+                    parent_id=group_id, state=JobState.PENDING, cancel_requested_at__isnull=True, held=False
+                )
+                .filter(Q(not_before__isnull=True) | Q(not_before__lte=now))
+                .exclude(pk__in=loaded_ids)
+                .exclude(**fields)
+                .update(**fields)
+            )
+        written += count
+        if count:
+            changed.append(group_id)
+    notify.jobs_changed(changed)
     return written

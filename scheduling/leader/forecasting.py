@@ -64,26 +64,37 @@ class Forecaster:
         self.running: _Children | None = None
         self.last_ms = 0.0
 
+    def due(self) -> bool:
+        """Whether a pass now would start a forecast: the pass then loads every pending job for
+        it (`build_view(everyone=True)`), which it does not otherwise (a deep array's children
+        wait out of the pass's snapshot)."""
+        idle = self.running is None or self.running.ready()
+        return idle and time.monotonic() - self.last_started >= self.interval_s
+
     def maybe_run(self, view: StoreView, decisions: Decisions, *, epoch: int, now) -> int | None:
         """Write a finished forecast and start the next one if due; returns rows written.
-        `view` is this pass's (built before its placements, which are left alone)."""
+        `view` is this pass's (built before its placements, which are left alone). A forecast
+        starts from its every-job view (`view.everyone`), or from `view` where that holds every
+        pending job already (no group left children out)."""
         placed = {placement.job_id for placement in decisions.placements}
         written = None
         if self.running is not None and self.running.ready():
             result = self.running.result()
             self.last_ms = (time.perf_counter() - self.running.started) * 1000
+            whole = self.running.view
             self.running = None
             if result is not None:
-                written = write(result, view, placed, epoch=epoch)
-        if self.running is None and time.monotonic() - self.last_started >= self.interval_s:
+                written = write(result, whole, placed, epoch=epoch, current=view)
+        whole = view.everyone or (view if not view.left_out else None)
+        if self.running is None and whole is not None and time.monotonic() - self.last_started >= self.interval_s:
             self.last_started = time.monotonic()
-            args = (view.snapshot, runtime_fractions(now), _options())
+            args = (whole.snapshot, runtime_fractions(now), _options())
             if self.inline:
                 started = time.perf_counter()
-                written = write(_forecast(*args), view, placed, epoch=epoch)
+                written = write(_forecast(*args), whole, placed, epoch=epoch)
                 self.last_ms = (time.perf_counter() - started) * 1000
             else:
-                self.running = _Children(*args)
+                self.running = _Children(*args, view=whole)
         return written
 
     def stop(self) -> None:
@@ -116,8 +127,9 @@ class _Children:
     """The bound run and, where a team has history, the likely run, each in a `_Child`: on
     two free cores, the forecast in about the time of one run."""
 
-    def __init__(self, snapshot, fractions, options: dict):
+    def __init__(self, snapshot, fractions, options: dict, *, view: StoreView):
         self.started = time.perf_counter()
+        self.view = view  # the view it forecasts from: its jobs are the ones it writes
         self.bound = _Child((snapshot, None, options))
         self.likely = _Child((snapshot, fractions, options)) if fractions else None
 
@@ -180,14 +192,18 @@ class _Child:
         self.receiver.close()
 
 
-def write(result: Forecast, view: StoreView, placed: set[int], *, epoch: int) -> int:
-    """Each pending job's two starts, where they moved; fenced; only jobs still pending."""
+def write(result: Forecast, view: StoreView, placed: set[int], *, epoch: int, current: StoreView | None = None) -> int:
+    """Each pending job of `view` (the one forecast from), its two starts, where they moved
+    from those stored (as `current`, a later pass's view, read them, else as `view` did);
+    fenced; only jobs still pending."""
+    stored = current.starts if current is not None else {}
     changed = []
     for job in view.snapshot.pending:
         if job.job_id in placed:
             continue
         latest, likely = _moment(result.latest.get(job.job_id)), _moment(result.likely.get(job.job_id))
-        if _moved(view.starts.get(job.job_id, (None, None)), (latest, likely)):
+        before = stored.get(job.job_id) or view.starts.get(job.job_id, (None, None))
+        if _moved(before, (latest, likely)):
             changed.append(Job(pk=job.job_id, estimated_start=latest, likely_start=likely))
     for first in range(0, len(changed), BATCH):
         batch = changed[first : first + BATCH]

@@ -2,16 +2,50 @@
 running jobs and teams (scheduling/cluster.py), and the pending jobs.
 
 Reads are `values()` queries, not model instances: a snapshot of 5,000 pending jobs and
-30,000 running tasks is built in one pass of each table."""
+30,000 running tasks is built in one pass of each table.
+
+A job group's children load as a queue head (as Kueue considers only queue heads): per group,
+at most its parallelism of the children that may start now (see `_group_heads`). An array of
+10,000 elements at most 16 at once costs a pass 16 rows, not 10,000; the children left out get
+the reason their group's loaded ones got (scheduling/leader/apply.py `_write_left_out_reasons`)."""
 
 from collections import defaultdict
 from dataclasses import dataclass, field
 
 from django.conf import settings
+from django.db.models import Case, Count, F, IntegerField, Q, Value, When, Window
+from django.db.models.fields.json import KeyTextTransform
+from django.db.models.functions import Cast, RowNumber
 
 from scheduling.cluster import HOUR, checkpoint_interval_s, load_nodes, load_running, load_teams, ts
 from scheduling.core import model as core
 from scheduling.models import Job, JobState, Task, TaskState
+
+PENDING_FIELDS = (
+    "id",
+    "parent_id",
+    "team__name",
+    "priority",
+    "gpu_type",
+    "task_count",
+    "gpus_per_task",
+    "cpu_per_rank",
+    "memory_per_rank_gb",
+    "node_selector",
+    "topology_hint",
+    "submitted_at",
+    "max_runtime_hours",
+    "not_before",
+    "held",
+    "checkpoint",
+    "pending_reason_code",
+    "pending_reason_message",
+    "reserved_nodes",
+    "nominated_nodes",
+    "pending_histogram",
+    "estimated_start",
+    "likely_start",
+)
 
 
 @dataclass
@@ -24,6 +58,12 @@ class StoreView:
     reasons: dict[int, tuple] = field(default_factory=dict)
     # job -> (estimated start, likely start) as stored now
     starts: dict[int, tuple] = field(default_factory=dict)
+    # group -> its children in the snapshot, head first, for each group with children that may
+    # start now left out of it (they wait as their group's loaded children do)
+    left_out: dict[int, list[int]] = field(default_factory=dict)
+    # Every pending job, each group's children all, where asked for (a forecast is due): the
+    # forecast must see the whole queue. None otherwise.
+    everyone: "StoreView | None" = None
 
 
 def policy_config() -> core.PolicyConfig:
@@ -35,51 +75,75 @@ def policy_config() -> core.PolicyConfig:
     )
 
 
-def build_view(*, now, config: core.PolicyConfig | None = None) -> StoreView:
+def build_view(*, now, config: core.PolicyConfig | None = None, everyone: bool = False) -> StoreView:
+    """The pass's view: single jobs and each group's head (`_group_heads`). `everyone`: also
+    the view with every pending job (`StoreView.everyone`), which costs what the whole queue
+    costs: asked for only when a forecast is due."""
     nodes, node_ids = load_nodes()
     running = load_running(now)
-    pending, reasons, starts = _pending()
+    config = config or policy_config()
+    starters = {job.preempted_for for job in running if job.preempting and job.preempted_for is not None}
+    heads, left_out = _group_heads(now, starters)
+    rows = sorted([*_waiting().filter(parent__isnull=True).values(*PENDING_FIELDS), *heads], key=lambda r: -r["id"])
+    view = _view(rows, nodes, node_ids, running, now, config)
+    view.left_out = left_out
+    if everyone:
+        view.everyone = _view(list(_waiting().values(*PENDING_FIELDS)), nodes, node_ids, running, now, config)
+    return view
+
+
+def _view(rows: list[dict], nodes, node_ids, running, now, config) -> StoreView:
+    pending, reasons, starts = _pending(rows)
     snapshot = core.ClusterSnapshot(
         tuple(nodes),
         tuple(running),
         tuple(pending),
         load_teams(),
         now.timestamp(),
-        config or policy_config(),
+        config,
         # Running children's groups too: the forecast may evict one, which then waits in its group.
         groups=load_groups({job.group for job in (*pending, *running) if job.group is not None}),
     )
     return StoreView(snapshot, node_ids, reasons, starts)
 
 
-def _pending() -> tuple[list[core.PendingJob], dict, dict]:
+def _waiting():
     # A group's parent has no tasks of its own: only its children are scheduled.
-    rows = Job.objects.filter(state=JobState.PENDING, cancel_requested_at__isnull=True, group_kind="").values(
-        "id",
-        "parent_id",
-        "team__name",
-        "priority",
-        "gpu_type",
-        "task_count",
-        "gpus_per_task",
-        "cpu_per_rank",
-        "memory_per_rank_gb",
-        "node_selector",
-        "topology_hint",
-        "submitted_at",
-        "max_runtime_hours",
-        "not_before",
-        "held",
-        "checkpoint",
-        "pending_reason_code",
-        "pending_reason_message",
-        "reserved_nodes",
-        "nominated_nodes",
-        "pending_histogram",
-        "estimated_start",
-        "likely_start",
+    return Job.objects.filter(state=JobState.PENDING, cancel_requested_at__isnull=True, group_kind="")
+
+
+def _group_heads(now, starters: set[int]) -> tuple[list[dict], dict[int, list[int]]]:
+    """Per group, the children that may start now, at most its parallelism, in this order:
+    1. those that hold nodes for themselves (nominated when they evicted) or whose victims are
+       stopping (`starters`): each takes a slot of the group already (the core counts them), and
+       there are never more of them than the parallelism;
+    2. then by index (an array's element, a sweep's trial), then by id.
+    A held child (its reason is HELD from the hold on) and one in retry back-off past `now`
+    (BACKOFF, written at its requeue) cannot start now and are not loaded. One query for every
+    group: ROW_NUMBER() over each group's children, kept up to the group's parallelism.
+    Returns the rows, and per group whose head leaves children out, its loaded children's ids."""
+    eligible = (
+        _waiting().filter(parent__isnull=False, held=False).filter(Q(not_before__isnull=True) | Q(not_before__lte=now))
     )
-    rows = list(rows)
+    starting = Case(When(Q(pk__in=starters) | ~Q(nominated_nodes=[]), then=Value(0)), default=Value(1))
+    ranked = eligible.annotate(
+        parallelism=Cast(KeyTextTransform("parallelism", "parent__group"), IntegerField()),
+        head_rank=Window(RowNumber(), partition_by=[F("parent_id")], order_by=[starting, "group_index", "id"]),
+        eligible_count=Window(Count("id"), partition_by=[F("parent_id")]),
+    ).filter(head_rank__lte=F("parallelism"))
+    rows = list(ranked.values(*PENDING_FIELDS, "head_rank", "eligible_count"))
+    by_group: dict[int, list[dict]] = defaultdict(list)
+    for row in rows:
+        by_group[row["parent_id"]].append(row)
+    left_out = {
+        group: [row["id"] for row in sorted(loaded, key=lambda r: r["head_rank"])]
+        for group, loaded in by_group.items()
+        if loaded[0]["eligible_count"] > len(loaded)
+    }
+    return rows, left_out
+
+
+def _pending(rows: list[dict]) -> tuple[list[core.PendingJob], dict, dict]:
     unmet = _unmet_dependencies([row["id"] for row in rows])
     yields = _preemptors_waiting([row["id"] for row in rows])
     jobs, reasons, starts = [], {}, {}
