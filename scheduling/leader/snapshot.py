@@ -131,16 +131,17 @@ def _group_heads(now, starters: set[int]) -> tuple[list[dict], dict[int, list[in
         head_rank=Window(RowNumber(), partition_by=[F("parent_id")], order_by=[starting, "group_index", "id"]),
         eligible_count=Window(Count("id"), partition_by=[F("parent_id")]),
     ).filter(head_rank__lte=F("parallelism"))
-    rows = list(ranked.values(*PENDING_FIELDS, "head_rank", "eligible_count"))
-    by_group: dict[int, list[dict]] = defaultdict(list)
-    for row in rows:
-        by_group[row["parent_id"]].append(row)
+    # Ranked on ids alone, then the heads' rows: the window sorts narrow rows, not whole jobs.
+    heads = list(ranked.values_list("id", "parent_id", "head_rank", "eligible_count"))
+    by_group: dict[int, list[tuple]] = defaultdict(list)
+    for head in heads:
+        by_group[head[1]].append(head)
     left_out = {
-        group: [row["id"] for row in sorted(loaded, key=lambda r: r["head_rank"])]
+        group: [head[0] for head in sorted(loaded, key=lambda h: h[2])]
         for group, loaded in by_group.items()
-        if loaded[0]["eligible_count"] > len(loaded)
+        if loaded[0][3] > len(loaded)
     }
-    return rows, left_out
+    return list(Job.objects.filter(pk__in=[head[0] for head in heads]).values(*PENDING_FIELDS)), left_out
 
 
 def _pending(rows: list[dict]) -> tuple[list[core.PendingJob], dict, dict]:

@@ -7,6 +7,7 @@ from datetime import timedelta
 from django.utils import timezone
 
 from scheduling import reports
+from scheduling.leader.forecasting import Forecaster
 from scheduling.leader.snapshot import build_view
 from scheduling.leader.worker import run_pass
 from scheduling.models import Job, Node
@@ -148,3 +149,26 @@ def test_left_out_children_get_the_capacity_reason_when_the_cluster_is_full_and_
     assert reasons(kids[3:]) == [
         ("INSUFFICIENT_CAPACITY", last_loaded.pending_reason_message, last_loaded.pending_histogram, [], [])
     ]
+
+
+def test_the_forecast_sees_every_waiting_child_not_only_the_head(api, leader):
+    one_node()
+    filler = submit_spec(
+        api, "alice", client_job_id="filler", topology_hint="none", max_runtime_hours=1.0, resources={"gpu_count": 8}
+    )
+    run_pass(epoch=leader)
+    started = filler.tasks.get().assigned_at
+    parent = submit_spec(
+        api,
+        "alice",
+        client_job_id=None,
+        topology_hint="none",
+        max_runtime_hours=1.0,
+        resources={"gpu_count": 8, "gpu_type": "H100"},
+        array={"count": 5, "parallelism": 2},
+    )
+    assert len(loaded(parent)) == 2
+    run_pass(epoch=leader, forecaster=Forecaster(interval_s=0, inline=True))
+    # One node, a whole node each: the elements start one after the other, an hour apart.
+    hours = [round((kid.estimated_start - started).total_seconds() / 3600, 2) for kid in children(parent)]
+    assert hours == [1.0, 2.0, 3.0, 4.0, 5.0]
