@@ -17,7 +17,7 @@ from django.db.models import Max
 from scheduling import notify
 from scheduling.core.decisions import Decisions
 from scheduling.fencing import fenced
-from scheduling.leader.snapshot import StoreView
+from scheduling.leader.snapshot import StoreView, build_everyone
 from scheduling.models import Job, JobState
 from scheduling.sim.forecast import Forecast, Run, combine, forecast, simulate_to
 from scheduling.states import QUEUED_OR_RUNNING
@@ -64,18 +64,13 @@ class Forecaster:
         self.running: _Children | None = None
         self.last_ms = 0.0
 
-    def due(self) -> bool:
-        """Whether a pass now would start a forecast: the pass then loads every pending job for
-        it (`build_view(everyone=True)`), which it does not otherwise (a deep array's children
-        wait out of the pass's snapshot)."""
-        idle = self.running is None or self.running.ready()
-        return idle and time.monotonic() - self.last_started >= self.interval_s
-
     def maybe_run(self, view: StoreView, decisions: Decisions, *, epoch: int, now) -> int | None:
         """Write a finished forecast and start the next one if due; returns rows written.
         `view` is this pass's (built before its placements, which are left alone). A forecast
-        starts from its every-job view (`view.everyone`), or from `view` where that holds every
-        pending job already (no group left children out)."""
+        must see every pending job: where the pass's view left a group's children out (it holds
+        only each group's head), the next one starts from a view of every pending job read
+        now, after the pass's placements (`build_everyone`): the pass itself does not pay for
+        the whole queue, only the passes that start a forecast do, after their own timing."""
         placed = {placement.job_id for placement in decisions.placements}
         written = None
         if self.running is not None and self.running.ready():
@@ -85,9 +80,9 @@ class Forecaster:
             self.running = None
             if result is not None:
                 written = write(result, whole, placed, epoch=epoch, current=view)
-        whole = view.everyone or (view if not view.left_out else None)
-        if self.running is None and whole is not None and time.monotonic() - self.last_started >= self.interval_s:
+        if self.running is None and time.monotonic() - self.last_started >= self.interval_s:
             self.last_started = time.monotonic()
+            whole = view if not view.left_out else build_everyone(now=now, config=view.snapshot.config)
             args = (whole.snapshot, runtime_fractions(now), _options())
             if self.inline:
                 started = time.perf_counter()

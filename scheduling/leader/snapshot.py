@@ -61,9 +61,6 @@ class StoreView:
     # group -> its children in the snapshot, head first, for each group with children that may
     # start now left out of it (they wait as their group's loaded children do)
     left_out: dict[int, list[int]] = field(default_factory=dict)
-    # Every pending job, each group's children all, where asked for (a forecast is due): the
-    # forecast must see the whole queue. None otherwise.
-    everyone: "StoreView | None" = None
 
 
 def policy_config() -> core.PolicyConfig:
@@ -75,21 +72,24 @@ def policy_config() -> core.PolicyConfig:
     )
 
 
-def build_view(*, now, config: core.PolicyConfig | None = None, everyone: bool = False) -> StoreView:
-    """The pass's view: single jobs and each group's head (`_group_heads`). `everyone`: also
-    the view with every pending job (`StoreView.everyone`), which costs what the whole queue
-    costs: asked for only when a forecast is due."""
+def build_view(*, now, config: core.PolicyConfig | None = None) -> StoreView:
+    """The pass's view: single jobs and each group's head (`_group_heads`)."""
     nodes, node_ids = load_nodes()
     running = load_running(now)
-    config = config or policy_config()
     starters = {job.preempted_for for job in running if job.preempting and job.preempted_for is not None}
     heads, left_out = _group_heads(now, starters)
     rows = sorted([*_waiting().filter(parent__isnull=True).values(*PENDING_FIELDS), *heads], key=lambda r: -r["id"])
-    view = _view(rows, nodes, node_ids, running, now, config)
+    view = _view(rows, nodes, node_ids, running, now, config or policy_config())
     view.left_out = left_out
-    if everyone:
-        view.everyone = _view(list(_waiting().values(*PENDING_FIELDS)), nodes, node_ids, running, now, config)
     return view
+
+
+def build_everyone(*, now, config: core.PolicyConfig | None = None) -> StoreView:
+    """The view with every pending job, each group's children all: the forecast's, which must
+    see the whole queue. It costs what the whole queue costs: built only when a forecast starts."""
+    nodes, node_ids = load_nodes()
+    rows = list(_waiting().values(*PENDING_FIELDS))
+    return _view(rows, nodes, node_ids, load_running(now), now, config or policy_config())
 
 
 def _view(rows: list[dict], nodes, node_ids, running, now, config) -> StoreView:

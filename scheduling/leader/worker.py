@@ -67,8 +67,7 @@ def _run_pass(
     now = now or timezone.now()
     swept = reconcile(epoch=epoch, now=now)
     failpoints.hit("pass.after_sweep")
-    # The forecast must see every pending job; the pass, only the heads of groups.
-    view = build_view(now=now, everyone=forecaster is not None and forecaster.due())
+    view = build_view(now=now)
     decide = scheduler.schedule if scheduler is not None else schedule
     decisions = decide(view.snapshot, timer=time.perf_counter)
     if settings.MLQ_FAULT_APPLY_DELAY_S:
