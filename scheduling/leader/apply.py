@@ -211,7 +211,12 @@ def _write_left_out_reasons(decisions: Decisions, view: StoreView, *, epoch: int
     pending = {job.job_id: job for job in view.snapshot.pending}
     written, changed = 0, []
     for group_id, loaded_ids in view.left_out.items():
-        reason = sibling_reason([pending[job_id] for job_id in loaded_ids], decisions, view)
+        loaded = [pending[job_id] for job_id in loaded_ids if job_id in pending]
+        if len(loaded) < len(loaded_ids):
+            # A head cancelled between the ranking and the reading of its row: the group's rule
+            # reads a full head; its siblings keep their reason until the next pass.
+            continue
+        reason = sibling_reason(loaded, decisions, view)
         fields = dict(
             zip(REASON_FIELDS, (reason.code.value, reason.message, [], [], stored_histogram(reason)), strict=True)
         )

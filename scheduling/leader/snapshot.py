@@ -141,7 +141,7 @@ def _group_heads(now, starters: set[int]) -> tuple[list[dict], dict[int, list[in
         for group, loaded in by_group.items()
         if loaded[0][3] > len(loaded)
     }
-    return list(Job.objects.filter(pk__in=[head[0] for head in heads]).values(*PENDING_FIELDS)), left_out
+    return list(_waiting().filter(pk__in=[head[0] for head in heads]).values(*PENDING_FIELDS)), left_out
 
 
 def _pending(rows: list[dict]) -> tuple[list[core.PendingJob], dict, dict]:

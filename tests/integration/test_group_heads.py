@@ -172,3 +172,17 @@ def test_the_forecast_sees_every_waiting_child_not_only_the_head(api, leader):
     # One node, a whole node each: the elements start one after the other, an hour apart.
     hours = [round((kid.estimated_start - started).total_seconds() / 3600, 2) for kid in children(parent)]
     assert hours == [1.0, 2.0, 3.0, 4.0, 5.0]
+
+
+def test_left_out_children_do_not_copy_the_reservation_of_their_head(api, leader):
+    node = one_node()
+    submit_spec(api, "alice", client_job_id="filler", topology_hint="none", resources={"gpu_count": 8})
+    run_pass(epoch=leader)
+    parent = submit(api, array={"count": 5, "parallelism": 1})
+    run_pass(epoch=leader)
+    kids = children(parent)
+    head = Job.objects.get(pk=kids[0].pk)
+    assert head.reserved_nodes == [node.name]
+    message, reserved = head.pending_reason_message.split("; reserved ")
+    assert reserved.startswith("1 node(s), estimated start ")
+    assert reasons(kids[1:]) == [("INSUFFICIENT_CAPACITY", message, head.pending_histogram, [], [])]
