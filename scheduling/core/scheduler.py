@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from scheduling.core import explain
 from scheduling.core.decisions import Decisions, PassStats, Placement, Preemption, PreemptionReason, Reservation
 from scheduling.core.fairshare import Ledger, borrowed_jobs
+from scheduling.core.group_slots import GroupSlots
 from scheduling.core.model import ClusterSnapshot, JobShape, PendingJob, RunningJob, priority_rank
 from scheduling.core.placement import capacity, commit, plan
 from scheduling.core.preemption import VictimPool, find_victims, ready_at, units_freed, why
@@ -163,9 +164,7 @@ class Pass:
         self.preemptors: dict[str, list[int]] = {}  # see `_preemptors`
         self.preemptors_reason: dict[str, PendingReason] = {}  # see `_held_for_preemptors`
         self.lowest_running: dict[str, int] = defaultdict(lambda: -1)
-        # Per job group: its children on nodes, or about to be (see `_group_full`).
-        self.group_used: dict[int, int] = defaultdict(int)
-        self.group_members: set[int] = set()
+        self.slots = GroupSlots(snapshot)  # job groups' parallelism (group_slots.py)
         self._index_running()
         self._victims: VictimPool | None = None
         self.no_victims: dict[tuple, int] = {}
@@ -213,11 +212,10 @@ class Pass:
                     stopping_for[job.preempted_for].append(job)
             elif job.preemptible and job.priority != "P0" and RANKS[job.priority] > lowest[rclass]:
                 lowest[rclass] = RANKS[job.priority]
-            if job.group is not None:
-                self.group_used[job.group] += 1
+            self.slots.count_running(job.group)
 
     def run(self) -> Decisions:
-        self._count_group_starters()
+        self.slots.count_starters(self.snap.pending, self.stopping_for)
         candidates = [job for job in self.snap.pending if not self._screened(job)]  # 2. Screen.
         self._hold_nominated(candidates)
         queue = QueueOrder(candidates, self.ledger, self.snap, self._changes)  # 3.
@@ -246,29 +244,12 @@ class Pass:
                 if any(self.book.holder(node) == job.job_id for node in job.nominated):
                     self.holders[job.job_id] = job.resource_class
 
-    def _count_group_starters(self) -> None:
-        """A group's pending children that evicted to start (their victims are stopping, or they
-        hold the nodes they were nominated to) take one of its slots already."""
-        for job in self.snap.pending:
-            if job.group is not None and (job.job_id in self.stopping_for or job.nominated):
-                self.group_used[job.group] += 1
-                self.group_members.add(job.job_id)
-
     def _group_full(self, job: PendingJob) -> bool:
-        """Whether `job`'s group has as many children on nodes (or about to be) as it may: then
-        it waits with the reason that says so."""
-        if job.group is None or job.job_id in self.group_members:
-            return False
-        group = self.snap.groups.get(job.group)
-        if group is None or self.group_used[job.group] < group.parallelism:
-            return False
-        self.pending[job.job_id] = explain.group_limit(job, group.kind, group.parallelism)
-        return True
-
-    def _take_group_slot(self, job: PendingJob) -> None:
-        if job.group is not None and job.job_id not in self.group_members:
-            self.group_used[job.group] += 1
-            self.group_members.add(job.job_id)
+        """Its group has no slot left for it: it waits with the reason that says so."""
+        reason = self.slots.full(job)
+        if reason is not None:
+            self.pending[job.job_id] = reason
+        return reason is not None
 
     def _screened(self, job: PendingJob) -> bool:
         if job.held:
@@ -403,7 +384,7 @@ class Pass:
         self.book.consume(chosen, job.shape, end_at)
         self.ledger.add(job.team, rclass, units)
         self.placed_units[rclass] += units
-        self._take_group_slot(job)
+        self.slots.take(job)
         self.placements.append(Placement(job.job_id, tasks, borrowed))
         self.active[rclass].append(
             RunningJob(
@@ -591,7 +572,7 @@ class Pass:
                 )
             )
         reclaim = PreemptionReason.RECLAIM in reasons.values()
-        self._take_group_slot(job)
+        self.slots.take(job)
         self._hold_room(job, list(found.victims), nominate=not reclaim or self.config.nominate_reclaimers)
         self.pending[job.job_id] = explain.preempting(
             job, [v.job_id for v in found.victims], units_freed(found.victims), reclaim
