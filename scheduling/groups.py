@@ -23,7 +23,8 @@ from scheduling import cancelling, sweep_params
 from scheduling.fencing import fenced
 from scheduling.group_spec import parse_indices
 from scheduling.group_state import child_counts, sync_group_state
-from scheduling.models import FailureClass, GroupKind, Job, JobState, Task
+from scheduling.models import FailureClass, GroupKind, Job, JobDependency, JobState, Task
+from scheduling.spec import dependency_edges
 from scheduling.states import JOB_FINISHED, ON_NODE
 
 S = JobState
@@ -136,9 +137,9 @@ def do_create_group(*, parent: Job, spec: dict, columns: dict, now) -> list[Job]
         [Task(job=job, rank=rank, updated_at=now) for job in jobs for rank in range(job.task_count)]
     )
     if spec["depends_on"]:
-        through = Job.depends_on.through
-        through.objects.bulk_create(
-            [through(from_job_id=job.pk, to_job_id=dep) for job in jobs for dep in spec["depends_on"]]
+        edges = dependency_edges(spec["depends_on"])
+        JobDependency.objects.bulk_create(
+            [JobDependency(from_job_id=job.pk, to_job_id=dep, condition=on) for job in jobs for dep, on in edges]
         )
     return jobs
 

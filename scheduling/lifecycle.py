@@ -19,7 +19,8 @@ from teams.models import AuditEvent, EventKind
 
 S = TaskState
 TRANSITIONS: Mapping[str, frozenset[str]] = {
-    S.PENDING: frozenset({S.ASSIGNED, S.CANCELLED, S.FAILED, S.EARLY_STOPPED}),  # FAILED: a dependency failed
+    # SKIPPED: a pipeline step whose condition can no longer be met.
+    S.PENDING: frozenset({S.ASSIGNED, S.CANCELLED, S.FAILED, S.EARLY_STOPPED, S.SKIPPED}),
     # An agent may report a short task's exit before it reported the start.
     S.ASSIGNED: frozenset({S.RUNNING, S.SUCCEEDED, S.FAILED, S.PREEMPTED, S.CANCELLED, S.PENDING, S.EARLY_STOPPED}),
     S.RUNNING: frozenset({S.SUCCEEDED, S.FAILED, S.PREEMPTED, S.CANCELLED, S.EARLY_STOPPED}),
@@ -30,6 +31,7 @@ TRANSITIONS: Mapping[str, frozenset[str]] = {
     S.SUCCEEDED: frozenset({S.PENDING}),
     S.CANCELLED: frozenset(),
     S.EARLY_STOPPED: frozenset(),
+    S.SKIPPED: frozenset(),
 }
 
 
@@ -47,16 +49,16 @@ def check_transition(from_state: str, to_state: str) -> None:
 def derive_job_state(states: Iterable[str]) -> str:
     """A job's state from its tasks':
     1. any task RUNNING -> RUNNING; 2. any ASSIGNED -> ASSIGNED; 3. any PENDING -> PENDING;
-    4. all SUCCEEDED -> SUCCEEDED; 5. any EARLY_STOPPED -> EARLY_STOPPED; 6. any CANCELLED ->
-    CANCELLED; 7. any FAILED -> FAILED; 8. otherwise PREEMPTED (between a preemption and its
-    requeue)."""
+    4. all SUCCEEDED -> SUCCEEDED; 5. any SKIPPED -> SKIPPED (a step skips all its tasks at once);
+    6. any EARLY_STOPPED -> EARLY_STOPPED; 7. any CANCELLED -> CANCELLED; 8. any FAILED -> FAILED;
+    9. otherwise PREEMPTED (between a preemption and its requeue)."""
     present = set(states)
     for state in (S.RUNNING, S.ASSIGNED, S.PENDING):
         if state in present:
             return state
     if present == {S.SUCCEEDED}:
         return S.SUCCEEDED
-    for state in (S.EARLY_STOPPED, S.CANCELLED, S.FAILED):
+    for state in (S.SKIPPED, S.EARLY_STOPPED, S.CANCELLED, S.FAILED):
         if state in present:
             return state
     return S.PREEMPTED

@@ -79,7 +79,7 @@ class FailureClass(models.TextChoices):
     APP = "APP", "application (non-zero exit)"
     TIMEOUT = "TIMEOUT", "past max_runtime"
     CANCELLED = "CANCELLED", "cancelled"
-    DEPENDENCY = "DEPENDENCY", "a job it depends on did not succeed"
+    DEPENDENCY = "DEPENDENCY", "a job it depends on did not end as it required"
     EARLY_STOPPED = "EARLY_STOPPED", "stopped early by its sweep's rule"
     GROUP = "GROUP", "elements of its group failed"
 
@@ -111,6 +111,15 @@ class GroupKind(models.TextChoices):
 
     ARRAY = "array", "array"
     SWEEP = "sweep", "sweep"
+    PIPELINE = "pipeline", "pipeline"
+
+
+class DependencyCondition(models.TextChoices):
+    """How a job waits on a job it depends on (scheduling/core/conditions.py decides)."""
+
+    SUCCESS = "success", "after it succeeded"
+    FAILURE = "failure", "after it failed"
+    ANY = "any", "after it ended, however it ended"
 
 
 class RestartMode(models.TextChoices):
@@ -158,7 +167,9 @@ class Job(models.Model):
     on_node_failure = models.CharField(max_length=24, choices=RestartMode.choices, default=RestartMode.RESUME)
     max_restarts = models.PositiveIntegerField(default=20)
     max_retries = models.PositiveIntegerField(default=2)
-    depends_on = models.ManyToManyField("self", symmetrical=False, related_name="dependents", blank=True)
+    depends_on = models.ManyToManyField(
+        "self", symmetrical=False, related_name="dependents", blank=True, through="JobDependency"
+    )
     # Job groups (scheduling/groups.py). A group's parent has a `group_kind`, no tasks of its own
     # and a state derived from its children's; `group` holds what the group decides by: count,
     # parallelism, max_failures and, for a sweep, its seed, metric and early-stop rule.
@@ -169,6 +180,8 @@ class Job(models.Model):
     parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.CASCADE, related_name="children")
     group_index = models.PositiveIntegerField(null=True, blank=True)
     params = models.JSONField(null=True, blank=True)
+    # A pipeline's step: its name (its `after` and `when` are its dependency edges).
+    step_name = models.CharField(max_length=63, blank=True)
     # A sweep's parent: when a trial last reported a metric, and when its early-stop rule last
     # looked (the leader looks again only after new reports).
     metrics_changed_at = models.DateTimeField(null=True, blank=True)
@@ -254,6 +267,27 @@ class Job(models.Model):
         if self.held:
             return held_message(self.held_by_name, self.held_reason)
         return self.pending_reason_message or NOT_YET_SCHEDULED_MESSAGE
+
+
+class JobDependency(models.Model):
+    """One edge of `Job.depends_on`: `from_job` waits on `to_job` under `condition`. The table is
+    the one Django made for the plain many-to-many, with the condition added."""
+
+    from_job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="+")
+    to_job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="+")
+    condition = models.CharField(max_length=8, choices=DependencyCondition.choices, default=DependencyCondition.SUCCESS)
+
+    class Meta:
+        db_table = "scheduling_job_depends_on"
+        # The name Django gave the plain many-to-many's constraint: the table keeps it.
+        constraints = [
+            models.UniqueConstraint(
+                fields=["from_job", "to_job"], name="scheduling_job_depends_on_from_job_id_to_job_id_c021c760_uniq"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"job {self.from_job_id} after job {self.to_job_id} ({self.condition})"
 
 
 class Task(models.Model):

@@ -10,10 +10,10 @@ from scheduling import cancelling, groups, notify
 from scheduling.core.feasibility import can_ever_run
 from scheduling.core.model import JobShape, Topology
 from scheduling.inventory import inventory
-from scheduling.models import Job, Task, TaskState
+from scheduling.models import Job, JobDependency, Task, TaskState
 from scheduling.secrets import encrypt_env, env_macs, masked
 from scheduling.selectors import can_change_job, visible_jobs
-from scheduling.spec import JobSpecSerializer, normalized, spec_digest
+from scheduling.spec import JobSpecSerializer, dependency_edges, normalized, spec_digest
 from teams.models import AuditEvent, EventKind, Team
 from teams.selectors import can_edit_quotas, is_member
 
@@ -67,11 +67,16 @@ def _check_team(user, name: str) -> Team:
     return team
 
 
-def _check_dependencies(user, job_ids: list[int]) -> None:
+def _check_dependencies(user, depends_on: list) -> None:
+    """Every job depended on exists and is visible to `user`; the error names the entry
+    (`depends_on.1.job`). A new job cannot close a cycle: nothing depends on it yet."""
+    job_ids = [job_id for job_id, _ in dependency_edges(depends_on)]
     found = set(visible_jobs(user).filter(pk__in=job_ids).values_list("pk", flat=True))
-    missing = [job_id for job_id in job_ids if job_id not in found]
-    if missing:
-        raise ValidationError({"depends_on": [UNKNOWN_DEPENDENCY.format(id=missing[0])]})
+    for index, entry in enumerate(depends_on):
+        job_id = entry if isinstance(entry, int) else entry["job"]
+        if job_id not in found:
+            message = [UNKNOWN_DEPENDENCY.format(id=job_id)]
+            raise ValidationError({"depends_on": {index: message if isinstance(entry, int) else {"job": message}}})
 
 
 def job_shape(spec: dict) -> JobShape:
@@ -179,7 +184,12 @@ def _create_job(*, user, team: Team, spec: dict, digest: str, secret_env_ciphert
     else:
         Task.objects.bulk_create([Task(job=job, rank=rank, updated_at=now) for rank in range(job.task_count)])
     if spec["depends_on"]:
-        job.depends_on.set(spec["depends_on"])
+        JobDependency.objects.bulk_create(
+            [
+                JobDependency(from_job=job, to_job_id=dep, condition=on)
+                for dep, on in dependency_edges(spec["depends_on"])
+            ]
+        )
     AuditEvent.objects.create(
         job=job,
         kind=EventKind.SUBMITTED,

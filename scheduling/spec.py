@@ -53,6 +53,8 @@ GPUS_PER_TASK_WITHOUT_GPUS = "is only for GPU jobs (gpu_count > 0)."
 CLIENT_JOB_ID_RULE = "use letters, digits and . _ : - (at most 128), starting with a letter or digit."
 MAX_RUNTIME_RANGE = "must be more than 0 and at most {limit:g} hours, got {value:g}."
 ONE_GROUP_KIND = "a job is an array or a sweep, not both."
+DEPENDENCY_TWICE = "job {job} is listed twice, on {first} and on {second}: give each job once."
+DEPENDENCY_CONDITIONS = ("success", "failure", "any")
 MAX_ID = 2**63 - 1  # ids are bigint columns: a larger one is no job, and Postgres refuses it
 
 
@@ -227,6 +229,39 @@ class RestartPolicySerializer(StrictSerializer):
     max_retries = StrictIntegerField(required=False, default=2, min_value=0, max_value=100)
 
 
+class DependencySerializer(StrictSerializer):
+    job = StrictIntegerField(min_value=1, max_value=MAX_ID)
+    on = serializers.ChoiceField(DEPENDENCY_CONDITIONS, required=False, default="success")
+
+
+class DependencyField(serializers.Field):
+    """One `depends_on` entry: a job id (its success), or {job: 13, on: failure}."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, dict):
+            return _nested(DependencySerializer, data)
+        return {"job": StrictIntegerField(min_value=1, max_value=MAX_ID).run_validation(data), "on": "success"}
+
+    def to_representation(self, value):
+        return value
+
+
+def normalized_dependencies(entries: list[dict]) -> list:
+    """The entries by job id, each once: a plain id for success (a spec from before conditions
+    reads and digests as it did), {job, on} otherwise. One job under two conditions is refused."""
+    found: dict[int, str] = {}
+    for entry in entries:
+        job, on = entry["job"], entry["on"]
+        if found.setdefault(job, on) != on:
+            raise serializers.ValidationError(DEPENDENCY_TWICE.format(job=job, first=found[job], second=on))
+    return [job if on == "success" else {"job": job, "on": on} for job, on in sorted(found.items())]
+
+
+def dependency_edges(depends_on: list) -> list[tuple[int, str]]:
+    """(job id, condition) of each entry of a normalized `depends_on`."""
+    return [(entry, "success") if isinstance(entry, int) else (entry["job"], entry["on"]) for entry in depends_on]
+
+
 class JobSpecSerializer(StrictSerializer):
     """The spec. Pass context={"user": ...} for `owner` to be checked against the caller."""
 
@@ -256,9 +291,8 @@ class JobSpecSerializer(StrictSerializer):
     grace_period_seconds = StrictIntegerField(required=False, default=120, min_value=0, max_value=3600)
     checkpoint = CheckpointSerializer(required=False, allow_null=True, default=None)
     restart_policy = RestartPolicySerializer(required=False)
-    depends_on = serializers.ListField(
-        child=StrictIntegerField(min_value=1, max_value=MAX_ID), required=False, default=list, max_length=100
-    )
+    # Job ids (wait for success), or {job: 12, on: success|failure|any} (core/conditions.py).
+    depends_on = serializers.ListField(child=DependencyField(), required=False, default=list, max_length=100)
     env = StringMapField(key_pattern=ENV_NAME, key_rule=ENV_RULE, max_items=200, required=False, default=dict)
     # Write-only: encrypted at rest, "***" wherever it is shown (scheduling/secrets.py). Values
     # are kept as given (a PEM key ends in a newline).
@@ -323,7 +357,7 @@ class JobSpecSerializer(StrictSerializer):
         return value
 
     def validate_depends_on(self, value):
-        return sorted(set(value))
+        return normalized_dependencies(value)
 
     def validate(self, attrs):
         if attrs.get("array") is not None and attrs.get("sweep") is not None:

@@ -19,6 +19,10 @@ class TaskState(TextChoices):
     # A sweep trial its rule stopped for doing worse than the others (scheduling/sweeps.py):
     # ended on purpose, neither a failure nor a success, and never retried.
     EARLY_STOPPED = "EARLY_STOPPED"
+    # A pipeline step whose `when` condition can no longer be met (docs/pipelines.md): it never
+    # ran, by design or because a step before it did not end as it needed. Steps only: a plain
+    # job whose dependency went the wrong way is CANCELLED.
+    SKIPPED = "SKIPPED"
 
 
 JobState = TaskState
@@ -31,9 +35,16 @@ QUEUED_OR_RUNNING = (TaskState.PENDING, *ON_NODE)
 # Not started yet: queued, or placed with its process starting (the queue page's "waiting").
 NOT_STARTED = (TaskState.PENDING, TaskState.ASSIGNED)
 # An attempt that is over (finished_at is stamped); the leader may still requeue it.
-ENDED = (TaskState.SUCCEEDED, TaskState.FAILED, TaskState.PREEMPTED, TaskState.CANCELLED, TaskState.EARLY_STOPPED)
+ENDED = (
+    TaskState.SUCCEEDED,
+    TaskState.FAILED,
+    TaskState.PREEMPTED,
+    TaskState.CANCELLED,
+    TaskState.EARLY_STOPPED,
+    TaskState.SKIPPED,
+)
 # An attempt that ended without success: the leader's verdict is due while failure_class is blank.
 UNSUCCESSFUL = (TaskState.FAILED, TaskState.PREEMPTED, TaskState.CANCELLED)
 # A job that has finished (PREEMPTED is only the moment between a preemption and its requeue;
 # FAILED without a failure class still awaits the leader's verdict).
-JOB_FINISHED = (TaskState.SUCCEEDED, TaskState.FAILED, TaskState.CANCELLED, TaskState.EARLY_STOPPED)
+JOB_FINISHED = (TaskState.SUCCEEDED, TaskState.FAILED, TaskState.CANCELLED, TaskState.EARLY_STOPPED, TaskState.SKIPPED)

@@ -8,6 +8,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import replace
 
+from scheduling.core.conditions import waiting_message
 from scheduling.core.decisions import Reservation
 from scheduling.core.model import JobShape, Node, NodeState, PendingJob, Topology, labels_match
 from scheduling.core.reasons import PendingReason, ReasonCode
@@ -27,9 +28,7 @@ def held() -> PendingReason:
 
 
 def dependency(job: PendingJob) -> PendingReason:
-    ids = ", ".join(str(i) for i in job.waiting_on)
-    noun = "job" if len(job.waiting_on) == 1 else "jobs"
-    return PendingReason(ReasonCode.DEPENDENCY, f"waiting for {noun} {ids} to succeed")
+    return PendingReason(ReasonCode.DEPENDENCY, waiting_message(job.waiting_edges))
 
 
 def group_limit(job: PendingJob, kind: str, parallelism: int) -> PendingReason:

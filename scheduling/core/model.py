@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from scheduling.core.conditions import Condition, Edge
+
 PRIORITIES = ("P0", "P1", "P2", "P3")
 HOUR = 3600.0
 # Seconds a victim must have run before a preemptor of each class may take its room.
@@ -243,10 +245,18 @@ class PendingJob:
     # The job group it belongs to (ClusterSnapshot.groups): it starts only while the group has
     # fewer than its parallelism on nodes.
     group: int | None = None
+    # The condition of each `waiting_on` edge (core/conditions.py), in the same order; empty:
+    # every one waits for success.
+    waiting_conditions: tuple[str, ...] = ()
 
     @property
     def resource_class(self) -> str:
         return self.shape.resource_class
+
+    @property
+    def waiting_edges(self) -> tuple[Edge, ...]:
+        conditions = self.waiting_conditions or (Condition.SUCCESS,) * len(self.waiting_on)
+        return tuple(Edge(job_id, Condition(c)) for job_id, c in zip(self.waiting_on, conditions, strict=True))
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,8 @@
 3. gangs with a failed rank -> stop the other ranks (PEER_FAILED);
 4. attempts that ended without success -> cancel, fail, or requeue as a retry, a restart or
    after a preemption (the verdict is core/settle.py's; `do_settle` applies it);
-5. pending jobs whose dependency failed -> FAILED (DEPENDENCY);
+5. pending jobs whose dependency conditions can no longer be met -> CANCELLED, a pipeline's
+   steps SKIPPED (DEPENDENCY, scheduling/dependencies.py);
 6. job groups that failed -> their unfinished children cancelled (scheduling/groups.py);
 7. sweeps with new metric reports -> trials worse than the median stopped (EARLY_STOPPED,
    scheduling/leader/early_stopping.py);
@@ -21,7 +22,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Exists, Min, OuterRef, Q
 
-from scheduling import groups, lifecycle, metrics, notify
+from scheduling import dependencies, groups, lifecycle, metrics, notify
 from scheduling.core.model import HOUR as HOUR_S
 from scheduling.core.model import confirmed_checkpoint, lost_since
 from scheduling.core.reasons import ReasonCode
@@ -41,7 +42,7 @@ from scheduling.fencing import fenced
 from scheduling.group_state import sync_parent_of
 from scheduling.leader import failures
 from scheduling.leader.early_stopping import stop_worse_trials
-from scheduling.models import FailureClass, Job, StopReason, Task, TaskState
+from scheduling.models import Job, StopReason, Task, TaskState
 from scheduling.states import ON_NODE, UNSUCCESSFUL
 from scheduling.stopping import do_request_stop, escalate_overdue
 from teams.models import AuditEvent, EventKind
@@ -58,6 +59,7 @@ class Swept:
     requeued: int = 0
     failed: int = 0
     cancelled: int = 0
+    skipped: int = 0
     nodes: dict[str, int] = field(default_factory=dict)
 
     def count(self, verdict: Verdict | None) -> None:
@@ -90,7 +92,9 @@ def reconcile(*, epoch: int, now) -> Swept:
     swept.stops[StopReason.PEER_FAILED] = _stop_each(_broken_gangs(), StopReason.PEER_FAILED, epoch=epoch, now=now)
     for job_id in Job.objects.filter(_attempt_over()).order_by("id").values_list("id", flat=True):
         swept.count(do_settle(job_id, epoch=epoch, now=now))
-    swept.failed += _fail_orphans(epoch=epoch, now=now)
+    cancelled, skipped = dependencies.end_never_runnable(epoch=epoch, now=now)
+    swept.cancelled += cancelled
+    swept.skipped += skipped
     swept.cancelled += groups.cancel_rest_of_failed(epoch=epoch, now=now)
     swept.stops[StopReason.EARLY_STOPPED] = stop_worse_trials(epoch=epoch, now=now)
     # Last, so that the children of a group that failed in this sweep are stopped in it too.
@@ -329,39 +333,3 @@ def _end_cancelled(job: Job, verdict: Verdict, *, now) -> None:
     sync_parent_of(job, now=now)
     _count_outcome("cancelled", verdict.failure_class)
     notify.jobs_changed([job.pk])
-
-
-def _fail_orphans(*, epoch: int, now) -> int:
-    """Pending jobs that depend on a job that failed or was cancelled can never run."""
-    through = Job.depends_on.through
-    dead = (
-        through.objects.filter(from_job__state=S.PENDING)
-        .filter(Q(to_job__state=S.CANCELLED) | Q(to_job__state=S.FAILED) & ~Q(to_job__failure_class=""))
-        .values_list("from_job_id", "to_job_id", "to_job__state")
-    )
-    failed = 0
-    for job_id, dependency, state in sorted(set(dead)):
-        message = f"job {dependency}, which it depends on, ended {state}"
-        with fenced(epoch):
-            moved = lifecycle.transition_gang(
-                job_id,
-                from_state=S.PENDING,
-                to_state=S.FAILED,
-                actor_name="scheduler",
-                reason=FailureClass.DEPENDENCY,
-                message=message,
-                now=now,
-                failure_class=FailureClass.DEPENDENCY,
-            )
-            if moved:
-                Job.objects.filter(pk=job_id).update(
-                    failure_class=FailureClass.DEPENDENCY,
-                    pending_reason_code="",
-                    pending_reason_message="",
-                    pending_histogram={},
-                )
-                sync_parent_of(Job.objects.only("parent_id").get(pk=job_id), now=now)
-                _count_outcome("failed", FailureClass.DEPENDENCY)
-                notify.jobs_changed([job_id])
-        failed += bool(moved)
-    return failed

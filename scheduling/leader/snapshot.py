@@ -17,8 +17,10 @@ from django.db.models import Case, Count, F, IntegerField, Q, Value, When, Windo
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast, RowNumber
 
+from scheduling import dependencies
 from scheduling.cluster import HOUR, checkpoint_interval_s, load_nodes, load_running, load_teams, ts
 from scheduling.core import model as core
+from scheduling.core.conditions import Edge, Status
 from scheduling.models import Job, JobState, Task, TaskState
 
 PENDING_FIELDS = (
@@ -168,12 +170,13 @@ def _pending(rows: list[dict]) -> tuple[list[core.PendingJob], dict, dict]:
                 row["max_runtime_hours"] * HOUR,
                 ts(row["not_before"]),
                 row["held"],
-                tuple(unmet.get(row["id"], ())),
+                tuple(edge.job_id for edge in unmet.get(row["id"], ())),
                 checkpointing=row["checkpoint"] is not None,
                 yields_to=yields.get(row["id"]),
                 checkpoint_interval_s=checkpoint_interval_s(row["checkpoint"]),
                 nominated=tuple(row["nominated_nodes"]),
                 group=row["parent_id"],
+                waiting_conditions=tuple(edge.condition for edge in unmet.get(row["id"], ())),
             )
         )
         reasons[row["id"]] = (
@@ -192,18 +195,14 @@ def load_groups(parent_ids: set[int]) -> dict[int, core.Group]:
     return {job_id: core.Group(kind, group["parallelism"]) for job_id, kind, group in rows}
 
 
-def _unmet_dependencies(job_ids: list[int]) -> dict[int, list[int]]:
-    """job -> the jobs it depends on that have not succeeded yet."""
-    through = Job.depends_on.through
-    unmet = defaultdict(list)
-    rows = (
-        through.objects.filter(from_job_id__in=job_ids)
-        .exclude(to_job__state=JobState.SUCCEEDED)
-        .values_list("from_job_id", "to_job_id")
-    )
-    for job_id, dependency in rows:
-        unmet[job_id].append(dependency)
-    return {job_id: sorted(deps) for job_id, deps in unmet.items()}
+def _unmet_dependencies(job_ids: list[int]) -> dict[int, tuple[Edge, ...]]:
+    """job -> the edges it still waits on (core/conditions.py), in one query. One that can never be
+    met waits on the edges that broke until the leader's sweep ends it (before the next pass)."""
+    found = {}
+    for job_id, verdict in dependencies.verdicts(job_ids).items():
+        if verdict.status != Status.MET:
+            found[job_id] = verdict.waiting or verdict.broken
+    return found
 
 
 def _preemptors_waiting(job_ids: list[int]) -> dict[int, int]:

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from scheduling.core import model as core
+from scheduling.core.conditions import Condition, Edge
 from scheduling.core.decisions import Decisions
 from scheduling.core.settle import (
     Action,
@@ -581,17 +582,25 @@ class Simulation:
             view = self.pending_views[job.job_id] = self._pending_view(job)
         return view
 
+    def _dependency_met(self, edge: Edge) -> bool:
+        """In the simulation every job that ends succeeds: an edge waiting for a failure is never
+        met (the job gets no forecast start rather than one it will most likely not have)."""
+        if edge.condition == Condition.FAILURE:
+            return False
+        return edge.job_id not in self.records or self.records[edge.job_id].end is not None
+
     def _pending_view(self, job: TraceJob) -> core.PendingJob:
         record = self.records[job.job_id]
         # The job it was preempted for, whether or not it still waits: the core skips one that
         # does not, and a view cached while it waited must not go stale once it starts.
         yields_to = record.yields_to
         if job.view is not None:
-            unmet = tuple(d for d in job.view.waiting_on if d not in self.records or self.records[d].end is None)
+            unmet = tuple(e for e in job.view.waiting_edges if not self._dependency_met(e))
             return replace(
                 job.view,
                 max_runtime_s=self._told(job, record),
-                waiting_on=unmet,
+                waiting_on=tuple(e.job_id for e in unmet),
+                waiting_conditions=tuple(e.condition for e in unmet),
                 yields_to=yields_to or job.view.yields_to,
                 nominated=record.nominated,
             )

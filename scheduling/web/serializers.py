@@ -6,7 +6,7 @@ from rest_framework import serializers
 
 from scheduling.group_state import waiting_reasons
 from scheduling.groups import summary
-from scheduling.models import Job, JobState, Task
+from scheduling.models import Job, JobDependency, JobState, Task
 from scheduling.secrets import masked_spec
 from teams.models import AuditEvent
 
@@ -134,10 +134,18 @@ class JobSerializer(serializers.ModelSerializer):
         return {"code": job.reason_code, "message": job.reason_message}
 
 
+class DependencyEntrySerializer(serializers.Serializer):
+    job = serializers.IntegerField()
+    on = serializers.ChoiceField(["success", "failure", "any"])
+
+
 class JobDetailSerializer(JobSerializer):
     tasks = TaskSerializer(many=True, read_only=True)
     task_count = serializers.IntegerField()
     depends_on = serializers.PrimaryKeyRelatedField(many=True, read_only=True)
+    dependencies = serializers.SerializerMethodField(
+        help_text="what it waits on: each job id with its condition (success, failure or any)"
+    )
     spec = serializers.SerializerMethodField(help_text='the spec as accepted; secret_env values read "***"')
 
     class Meta(JobSerializer.Meta):
@@ -145,6 +153,7 @@ class JobDetailSerializer(JobSerializer):
             "task_count",
             "spec",
             "depends_on",
+            "dependencies",
             "held",
             "held_by_name",
             "held_reason",
@@ -167,6 +176,11 @@ class JobDetailSerializer(JobSerializer):
                 "they spend neither max_restarts nor max_retries"
             },
         }
+
+    @extend_schema_field(DependencyEntrySerializer(many=True))
+    def get_dependencies(self, job: Job) -> list[dict]:
+        rows = JobDependency.objects.filter(from_job=job).order_by("to_job_id").values_list("to_job_id", "condition")
+        return [{"job": job_id, "on": condition} for job_id, condition in rows]
 
     @extend_schema_field(OpenApiTypes.OBJECT)
     def get_spec(self, job: Job) -> dict:

@@ -124,7 +124,7 @@ SECTIONS = (
     (
         "Dependencies and environment",
         (
-            Field("depends_on", "ids", "job ids, comma-separated"),
+            Field("depends_on", "ids", "job ids, comma-separated; 13:failure or 13:any: after its failure or any end"),
             Field("env", "pairs", "KEY=VALUE per line"),
             Field("secret_env", "secret", "NAME=value per line; write-only"),
         ),
@@ -239,7 +239,13 @@ def _show_yaml(value) -> str:
 
 
 def _ids(raw: str) -> list | None:
-    return [_int(item) for item in re.split(r"[\s,]+", raw) if item] or None
+    return [_dependency(item) for item in re.split(r"[\s,]+", raw) if item] or None
+
+
+def _dependency(item: str):
+    """`13` or `13:failure` (the condition: success, failure or any)."""
+    job, colon, on = item.partition(":")
+    return {"job": _int(job), "on": on} if colon else _int(item)
 
 
 def _show(value) -> str:
@@ -265,7 +271,9 @@ def _secret_names(text: str) -> tuple[str, ...]:
 
 
 def _show_ids(value) -> str:
-    return ", ".join(map(str, value)) if isinstance(value, list) else _show(value)
+    if not isinstance(value, list):
+        return _show(value)
+    return ", ".join(f"{v['job']}:{v['on']}" if isinstance(v, dict) else str(v) for v in value)
 
 
 # kind -> (form text to spec value, spec value to form text)

@@ -340,7 +340,7 @@ CASES = [
         make_spec(depends_on=[999_999]),
         None,
         400,
-        "depends_on",
+        "depends_on.0",
         UNKNOWN_DEPENDENCY.format(id=999_999),
     ),
     (
@@ -454,7 +454,9 @@ def test_a_dependency_in_another_team_is_not_visible(api):
     before = counts()
     response = api("alice").post("/api/v1/jobs", make_spec(depends_on=[other["id"]]), format="json")
     assert response.status_code == 400
-    assert response.json()["fields"] == {"depends_on": [f"job {other['id']} does not exist or is not visible to you."]}
+    assert response.json()["fields"] == {
+        "depends_on.0": [f"job {other['id']} does not exist or is not visible to you."]
+    }
     assert counts() == before
 
 

@@ -235,7 +235,7 @@ def test_a_job_past_its_max_runtime_is_stopped_and_fails_as_timeout(clock, api, 
     assert (job.state, job.failure_class) == ("FAILED", "TIMEOUT")
 
 
-def test_dependencies_wait_then_fail_with_their_reason(api, leader):
+def test_dependencies_wait_then_are_cancelled_with_their_reason(api, leader):
     first = submit(api, resources={"gpu_count": 8}, client_job_id="prep", restart_policy={"max_retries": 0})
     second = submit(api, resources={"gpu_count": 8}, client_job_id="train", depends_on=[first.pk])
     run_pass(epoch=leader)
@@ -246,9 +246,9 @@ def test_dependencies_wait_then_fail_with_their_reason(api, leader):
     run_pass(epoch=leader)
     run_pass(epoch=leader)
     second.refresh_from_db()
-    assert (second.state, second.failure_class) == ("FAILED", "DEPENDENCY")
+    assert (second.state, second.failure_class) == ("CANCELLED", "DEPENDENCY")
     assert AuditEvent.objects.get(job=second, reason="DEPENDENCY").message == (
-        f"job {first.pk}, which it depends on, ended FAILED"
+        f"dependency {first.pk} ended FAILED; this job ran only on its success"
     )
 
 

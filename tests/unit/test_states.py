@@ -20,6 +20,7 @@ def test_every_state_is_queued_on_a_node_or_ended_and_only_one():
 def test_the_sets_are_named_for_what_they_hold():
     assert set(QUEUED_OR_RUNNING) == {S.PENDING, S.ASSIGNED, S.RUNNING}
     assert set(NOT_STARTED) == {S.PENDING, S.ASSIGNED}
-    # A trial stopped early ended on purpose: no verdict is due, nothing retries it.
-    assert set(UNSUCCESSFUL) == set(ENDED) - {S.SUCCEEDED, S.EARLY_STOPPED}
+    # A trial stopped early and a pipeline step skipped ended on purpose: no verdict is due,
+    # nothing retries them.
+    assert set(UNSUCCESSFUL) == set(ENDED) - {S.SUCCEEDED, S.EARLY_STOPPED, S.SKIPPED}
     assert set(JOB_FINISHED) == set(ENDED) - {S.PREEMPTED}

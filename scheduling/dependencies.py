@@ -1,0 +1,102 @@
+"""Dependency edges in the store: loaded for the core's conditions (scheduling/core/conditions.py),
+and the leader's sweep that ends a job whose conditions can no longer be met.
+
+A plain job that can never run is CANCELLED; a pipeline's step is SKIPPED (docs/pipelines.md).
+Either way its failure class is DEPENDENCY and its event names the dependency and how it ended.
+"""
+
+from collections import defaultdict
+
+from django.db import transaction
+
+from scheduling import lifecycle, metrics, notify
+from scheduling.core.conditions import Edge, Status, Verdict, evaluate, never_message
+from scheduling.fencing import fenced
+from scheduling.group_state import sync_parent_of
+from scheduling.models import FailureClass, GroupKind, Job, JobDependency, JobState
+from scheduling.states import JOB_FINISHED
+
+S = JobState
+# Finished whatever its failure class: only a FAILED job may still be retried (no class yet).
+FINAL_AT_ONCE = (S.SUCCEEDED, S.CANCELLED, S.EARLY_STOPPED, S.SKIPPED)
+
+
+def ended_as(state: str, failure_class: str) -> str | None:
+    """How a job ended, for its dependents; None while it may still run (a FAILED job waiting for
+    the leader's verdict may be retried)."""
+    if state in FINAL_AT_ONCE or state == S.FAILED and failure_class:
+        return state
+    return None
+
+
+def edges_of(job_ids) -> dict[int, list[Edge]]:
+    """job -> its edges with how their jobs ended, in one query."""
+    rows = JobDependency.objects.filter(from_job_id__in=job_ids).values_list(
+        "from_job_id", "to_job_id", "condition", "to_job__state", "to_job__failure_class"
+    )
+    found: dict[int, list[Edge]] = defaultdict(list)
+    for job_id, dependency, condition, state, failure_class in rows:
+        found[job_id].append(Edge(dependency, condition, ended_as(state, failure_class)))
+    return found
+
+
+def verdicts(job_ids) -> dict[int, Verdict]:
+    """job -> its conditions' verdict, for each job that has edges."""
+    return {job_id: evaluate(edges) for job_id, edges in edges_of(job_ids).items()}
+
+
+def never_runnable() -> dict[int, Verdict]:
+    """Pending jobs, not being cancelled, whose conditions can no longer be met: only those with an
+    edge to a finished job are evaluated."""
+    touched = (
+        JobDependency.objects.filter(from_job__state=S.PENDING, from_job__cancel_requested_at__isnull=True)
+        .filter(to_job__state__in=JOB_FINISHED)
+        .values_list("from_job_id", flat=True)
+        .distinct()
+    )
+    found = verdicts(list(touched))
+    return {job_id: verdict for job_id, verdict in sorted(found.items()) if verdict.status == Status.NEVER}
+
+
+def end_never_runnable(*, epoch: int, now) -> tuple[int, int]:
+    """The leader's sweep: each pending job that can never run ends, fenced by `epoch`: a pipeline's
+    step SKIPPED, any other job CANCELLED. Returns (cancelled, skipped)."""
+    found = never_runnable()
+    steps = dict(Job.objects.filter(pk__in=list(found)).values_list("pk", "parent__group_kind"))
+    names = _step_names({edge.job_id for verdict in found.values() for edge in verdict.broken})
+    cancelled = skipped = 0
+    for job_id, verdict in found.items():
+        is_step = steps.get(job_id) == GroupKind.PIPELINE
+        to_state = S.SKIPPED if is_step else S.CANCELLED
+        label = (lambda dep: names.get(dep) or f"dependency {dep}") if is_step else None
+        message = never_message(verdict.broken, label=label, noun="step" if is_step else "job")
+        with fenced(epoch):
+            moved = _end(job_id, to_state=to_state, message=message, now=now)
+        cancelled += bool(moved) and not is_step
+        skipped += bool(moved) and is_step
+    return cancelled, skipped
+
+
+def _step_names(job_ids) -> dict[int, str]:
+    rows = Job.objects.filter(pk__in=job_ids).exclude(step_name="").values_list("pk", "step_name")
+    return {job_id: f"step {name} (job {job_id})" for job_id, name in rows}
+
+
+def _end(job_id: int, *, to_state: str, message: str, now) -> int:
+    moved = lifecycle.transition_gang(
+        job_id,
+        from_state=S.PENDING,
+        to_state=to_state,
+        actor_name="scheduler",
+        reason=FailureClass.DEPENDENCY,
+        message=message,
+        now=now,
+        failure_class=FailureClass.DEPENDENCY,
+    )
+    if moved:
+        Job.objects.filter(pk=job_id).update(failure_class=FailureClass.DEPENDENCY)
+        sync_parent_of(Job.objects.only("parent_id").get(pk=job_id), now=now)
+        # Counted once the fenced transaction commits: rolled back, it ended nothing.
+        transaction.on_commit(metrics.OUTCOMES.labels(to_state.lower(), FailureClass.DEPENDENCY).inc)
+        notify.jobs_changed([job_id])
+    return moved
