@@ -377,6 +377,10 @@ MLQ_MAX_LOG_CHARS = env_int("MLQ_MAX_LOG_CHARS", 10_000_000)  # per task attempt
 # timeline says so; scheduling/job_metrics.py).
 MLQ_MAX_GROUP_SIZE = env_int("MLQ_MAX_GROUP_SIZE", 10_000)
 MLQ_MAX_METRIC_REPORTS = env_int("MLQ_MAX_METRIC_REPORTS", 100_000)
+# Where a pipeline's runs keep their files: a step's {run_dir} is <root>/<pipeline name>/<run id>
+# (docs/pipelines.md). In production a filesystem every node mounts at the same path; the
+# default, under var/, serves one machine and the demo.
+MLQ_PIPELINE_RUN_ROOT = os.environ.get("MLQ_PIPELINE_RUN_ROOT", str(VAR_DIR / "pipeline-runs"))
 # `GET /api/v1/jobs/{id}/logs?follow=1` (scheduling/web/logstream.py): how often a stream looks for
 # new lines, how long it may stay quiet before a keep-alive comment, and how long it lasts at most.
 MLQ_LOG_FOLLOW_POLL_S = env_seconds("MLQ_LOG_FOLLOW_POLL_S", 1.0)

@@ -19,6 +19,9 @@ from scheduling.states import JOB_FINISHED
 S = JobState
 # Finished whatever its failure class: only a FAILED job may still be retried (no class yet).
 FINAL_AT_ONCE = (S.SUCCEEDED, S.CANCELLED, S.EARLY_STOPPED, S.SKIPPED)
+# Rounds of one sweep: a pipeline's longest chain of skips (pipeline_spec.MAX_STEPS); a longer
+# chain of plain jobs goes on at the next pass.
+MAX_CASCADE = 100
 
 
 def ended_as(state: str, failure_class: str) -> str | None:
@@ -60,7 +63,19 @@ def never_runnable() -> dict[int, Verdict]:
 
 def end_never_runnable(*, epoch: int, now) -> tuple[int, int]:
     """The leader's sweep: each pending job that can never run ends, fenced by `epoch`: a pipeline's
-    step SKIPPED, any other job CANCELLED. Returns (cancelled, skipped)."""
+    step SKIPPED, any other job CANCELLED. Again while a round ended something (a skip or a cancel
+    can break its own dependents' conditions: they cascade in one sweep), at most
+    MAX_CASCADE rounds. Returns (cancelled, skipped)."""
+    cancelled = skipped = 0
+    for _ in range(MAX_CASCADE):
+        ended = _end_round(epoch=epoch, now=now)
+        cancelled, skipped = cancelled + ended[0], skipped + ended[1]
+        if ended == (0, 0):
+            break
+    return cancelled, skipped
+
+
+def _end_round(*, epoch: int, now) -> tuple[int, int]:
     found = never_runnable()
     steps = dict(Job.objects.filter(pk__in=list(found)).values_list("pk", "parent__group_kind"))
     names = _step_names({edge.job_id for verdict in found.values() for edge in verdict.broken})

@@ -42,6 +42,8 @@ def derive_group_state(group: dict, counts: dict[str, int], *, cancel_requested:
     4. all finished: cancelled on request, or a child CANCELLED and none SUCCEEDED -> CANCELLED;
        otherwise SUCCEEDED (failures within `max_failures`, trials stopped early, and
        children cancelled one by one do not fail the group)."""
+    if group["kind"] == GroupKind.PIPELINE:
+        return derive_pipeline_state(counts, cancel_requested=cancel_requested)
     failed = counts.get(S.FAILED, 0)
     limit = group["max_failures"]
     total = sum(counts.values())
@@ -52,6 +54,27 @@ def derive_group_state(group: dict, counts: dict[str, int], *, cancel_requested:
     if any(counts.get(state) for state in (*NOT_STARTED, S.PREEMPTED)):
         return S.PENDING, ""
     if cancel_requested or counts.get(S.CANCELLED) and not counts.get(S.SUCCEEDED):
+        return S.CANCELLED, FailureClass.CANCELLED
+    return S.SUCCEEDED, ""
+
+
+def derive_pipeline_state(counts: dict[str, int], *, cancel_requested: bool) -> tuple[str, str]:
+    """(state, failure class) of a pipeline from its steps', the first rule that holds:
+    1. a step on a node -> RUNNING; 2. a step waiting (or retrying) -> PENDING (a failed step does
+       not end the pipeline: the steps that run on its failure still have to);
+    3. all finished: cancelled on request -> CANCELLED; a step FAILED -> FAILED; a step CANCELLED
+       -> CANCELLED; otherwise (every step SUCCEEDED or SKIPPED) -> SUCCEEDED. A step skips only
+       because of how the steps before it ended: with none failed or cancelled, every skip was by
+       design (a `when: failure` step after a success)."""
+    if any(counts.get(state) for state in ON_NODE):
+        return S.RUNNING, ""
+    if any(counts.get(state) for state in (*NOT_STARTED, S.PREEMPTED)):
+        return S.PENDING, ""
+    if cancel_requested:
+        return S.CANCELLED, FailureClass.CANCELLED
+    if counts.get(S.FAILED):
+        return S.FAILED, FailureClass.GROUP
+    if counts.get(S.CANCELLED):
         return S.CANCELLED, FailureClass.CANCELLED
     return S.SUCCEEDED, ""
 
@@ -94,9 +117,14 @@ def sync_parent_of(job: Job, *, now) -> None:
         sync_group_state(job.parent_id, now=now)
 
 
+MEMBERS = {GroupKind.ARRAY: "element", GroupKind.SWEEP: "trial", GroupKind.PIPELINE: "step"}
+
+
 def _group_message(group: dict, counts: dict[str, int], state: str) -> str:
-    what = "elements" if group["kind"] == GroupKind.ARRAY else "trials"
+    what = MEMBERS[group["kind"]] + "s"
     tally = ", ".join(f"{n} {s.lower()}" for s, n in sorted(counts.items()) if n)
+    if state == S.FAILED and group["kind"] == GroupKind.PIPELINE:
+        return f"{counts.get(S.FAILED, 0)} of {group['count']} steps failed ({tally})"
     if state == S.FAILED:
         allowed = group["max_failures"]
         bound = f"more than max_failures ({allowed})" if allowed is not None else "every one"
@@ -116,15 +144,15 @@ def waiting_reasons(parent_ids: list[int]) -> dict[int, tuple[str, str]]:
             child_held=Subquery(first.values("held")[:1]),
             child_code=Subquery(first.values("pending_reason_code")[:1]),
             child_message=Subquery(first.values("pending_reason_message")[:1]),
+            child_step=Subquery(first.values("step_name")[:1]),
         )
-        .values_list("pk", "group_kind", "child_index", "child_held", "child_code", "child_message")
+        .values_list("pk", "group_kind", "child_index", "child_held", "child_code", "child_message", "child_step")
     )
     found = {}
-    for parent_id, kind, index, held, code, message in rows:
+    for parent_id, kind, index, held, code, message, step in rows:
         if index is None:
             continue
         if held:
             code, message = "HELD", "held: it will not start until it is released"
-        what = "element" if kind == GroupKind.ARRAY else "trial"
-        found[parent_id] = (code or NOT_YET, f"{what} {index}: {message or NOT_YET_MESSAGE}")
+        found[parent_id] = (code or NOT_YET, f"{MEMBERS[kind]} {step or index}: {message or NOT_YET_MESSAGE}")
     return found

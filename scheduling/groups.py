@@ -1,4 +1,5 @@
-"""Job groups: a parent job whose children are ordinary jobs (arrays, sweeps).
+"""Job groups: a parent job whose children are ordinary jobs (arrays, sweeps, pipelines: the
+steps' own module is scheduling/pipelines.py).
 
 - **Submit** (`do_create_group`): the parent and every child, with their tasks, in the submit's
   one transaction and in bulk. Each child is the parent's spec for one element or trial: its
@@ -19,7 +20,7 @@ from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from scheduling import cancelling, sweep_params
+from scheduling import cancelling, pipelines, sweep_params
 from scheduling.fencing import fenced
 from scheduling.group_spec import parse_indices
 from scheduling.group_state import child_counts, sync_group_state
@@ -37,6 +38,7 @@ SUMMARY_STATES = {
     "failed": (S.FAILED,),
     "cancelled": (S.CANCELLED,),
     "early_stopped": (S.EARLY_STOPPED,),
+    "skipped": (S.SKIPPED,),
 }
 
 
@@ -52,11 +54,13 @@ class Child:
 
 
 def group_kind(spec: dict) -> str:
-    """ARRAY or SWEEP by the spec's block; "" for a job in no group (the serializer allows one block at most)."""
+    """ARRAY, SWEEP or PIPELINE by the spec's block; "" for a job in no group (one block at most)."""
     if spec.get("array") is not None:
         return GroupKind.ARRAY
     if spec.get("sweep") is not None:
         return GroupKind.SWEEP
+    if spec.get("pipeline") is not None:
+        return GroupKind.PIPELINE
     return ""
 
 
@@ -64,6 +68,8 @@ def group_settings(spec: dict) -> dict:
     """What the parent keeps in `Job.group`: a sweep's seed is drawn here when the spec gives
     none, and kept, so the sweep can be submitted again with the same trials."""
     kind = group_kind(spec)
+    if kind == GroupKind.PIPELINE:
+        return pipelines.group_settings(spec)
     block = spec[kind]
     found = {"kind": kind, "parallelism": block["parallelism"], "max_failures": block["max_failures"]}
     if kind == GroupKind.ARRAY:
@@ -118,6 +124,8 @@ def child_env(job: Job) -> dict[str, str]:
     if not parent_group:
         return {}
     env = {"MLQ_GROUP_ID": str(job.parent_id)}
+    if parent_group["kind"] == GroupKind.PIPELINE:
+        return {**env, **pipelines.step_env(job, parent_group)}
     if parent_group["kind"] == GroupKind.ARRAY:
         return {**env, "MLQ_ARRAY_INDEX": str(job.group_index), "MLQ_ARRAY_COUNT": str(parent_group["count"])}
     params = job.params or {}
@@ -131,6 +139,8 @@ def child_env(job: Job) -> dict[str, str]:
 def do_create_group(*, parent: Job, spec: dict, columns: dict, now) -> list[Job]:
     """The children of `parent` (just created, in the caller's transaction), with their tasks
     and dependencies, in bulk. Returns them in index order."""
+    if parent.group["kind"] == GroupKind.PIPELINE:
+        return pipelines.do_create_steps(parent=parent, spec=spec, columns=columns, now=now)
     kids = children_of(spec, parent.group)
     jobs = Job.objects.bulk_create([_child_job(parent, spec, columns, kid, now) for kid in kids])
     Task.objects.bulk_create(
@@ -173,6 +183,8 @@ def summary(parent: Job, counts: dict[str, int] | None = None) -> dict:
     }
     for column, states in SUMMARY_STATES.items():
         found[column] = sum(counts.get(state, 0) for state in states)
+    if group["kind"] == GroupKind.PIPELINE:
+        found["run_dir"] = group.get("run_dir")
     if group["kind"] == GroupKind.SWEEP:
         found.update(method=group["method"], seed=group["seed"], metric=group["metric"], early_stop=group["early_stop"])
     return found

@@ -10,7 +10,8 @@ from scheduling import cancelling, groups, notify
 from scheduling.core.feasibility import can_ever_run
 from scheduling.core.model import JobShape, Topology
 from scheduling.inventory import inventory
-from scheduling.models import Job, JobDependency, Task, TaskState
+from scheduling.models import GroupKind, Job, JobDependency, Task, TaskState
+from scheduling.pipeline_spec import normalized_step
 from scheduling.secrets import encrypt_env, env_macs, masked
 from scheduling.selectors import can_change_job, visible_jobs
 from scheduling.spec import JobSpecSerializer, dependency_edges, normalized, spec_digest
@@ -38,10 +39,18 @@ def check_job_submission(*, user, data) -> tuple[Team, dict]:
     empty cluster could ever hold it. Returns the team and the normalized spec, whose
     secret_env still holds the values in the clear: pass it to do_submit_job, never show it."""
     team, spec = check_job_spec(user=user, data=data)
+    if spec.get("pipeline") is None:
+        _check_can_ever_run(spec, prefix="")
+    for index, step in enumerate(spec.get("pipeline", {}).get("steps", ())):
+        _check_can_ever_run(normalized_step(spec, step), prefix=f"pipeline.steps[{index}].")
+    return team, spec
+
+
+def _check_can_ever_run(spec: dict, *, prefix: str) -> None:
+    """Whether an empty cluster could ever hold it; a pipeline's each step (the parent runs nothing)."""
     verdict = can_ever_run(job_shape(spec), inventory())
     if not verdict.ok:
-        raise ValidationError({verdict.field: [verdict.message]})
-    return team, spec
+        raise ValidationError({f"{prefix}{verdict.field}": [verdict.message]})
 
 
 @sensitive_variables("data", "spec", "serializer")
@@ -179,7 +188,7 @@ def _create_job(*, user, team: Team, spec: dict, digest: str, secret_env_ciphert
     data = {"client_job_id": job.client_job_id, "tasks": job.task_count}
     if kind:
         children = groups.do_create_group(parent=job, spec=spec, columns=columns, now=now)
-        what = f"{kind} of {len(children)} (at most {job.group['parallelism']} at once), each {what}"
+        what = _group_description(job, len(children), what)
         data["children"] = len(children)
     else:
         Task.objects.bulk_create([Task(job=job, rank=rank, updated_at=now) for rank in range(job.task_count)])
@@ -203,6 +212,12 @@ def _create_job(*, user, team: Team, spec: dict, digest: str, secret_env_ciphert
     return job
 
 
+def _group_description(job: Job, children: int, each: str) -> str:
+    if job.group_kind == GroupKind.PIPELINE:
+        return f"pipeline of {children} steps ({', '.join(s['name'] for s in job.group['steps'])})"
+    return f"{job.group_kind} of {children} (at most {job.group['parallelism']} at once), each {each}"
+
+
 def check_may_cancel(*, user, job: Job) -> None:
     if not can_change_job(user, job):
         raise PermissionDenied(
@@ -220,6 +235,7 @@ def do_cancel_job(*, job: Job, user, reason: str = "") -> Job:
     # FAILED without a failure class is an attempt awaiting its retry: it may still be cancelled.
     if (
         job.state == TaskState.SUCCEEDED
+        or job.state == TaskState.SKIPPED
         or job.state in (TaskState.FAILED, TaskState.EARLY_STOPPED)
         and job.failure_class
     ):

@@ -52,7 +52,9 @@ TASKS_DISAGREE = "{gpus} GPUs at {per_task} per task make {tasks} tasks, not {as
 GPUS_PER_TASK_WITHOUT_GPUS = "is only for GPU jobs (gpu_count > 0)."
 CLIENT_JOB_ID_RULE = "use letters, digits and . _ : - (at most 128), starting with a letter or digit."
 MAX_RUNTIME_RANGE = "must be more than 0 and at most {limit:g} hours, got {value:g}."
-ONE_GROUP_KIND = "a job is an array or a sweep, not both."
+ONE_GROUP_KIND = "a job is at most one of an array, a sweep and a pipeline."
+GROUP_BLOCKS = ("array", "sweep", "pipeline")
+REQUIRED = "This field is required."
 DEPENDENCY_TWICE = "job {job} is listed twice, on {first} and on {second}: give each job once."
 DEPENDENCY_CONDITIONS = ("success", "failure", "any")
 MAX_ID = 2**63 - 1  # ids are bigint columns: a larger one is no job, and Postgres refuses it
@@ -273,8 +275,9 @@ class JobSpecSerializer(StrictSerializer):
     # Accepted so the documented body works as it is; never stored: the owner is the caller.
     owner = StrictStringField(required=False, max_length=254, printable_only=True)
     image = StrictStringField(required=False, allow_blank=True, default="", max_length=500)
+    # Required, except in a pipeline (its steps have theirs, or take this one): see `validate`.
     command = serializers.ListField(
-        child=StrictStringField(allow_blank=True, max_length=10_000), allow_empty=False, max_length=1000
+        child=StrictStringField(allow_blank=True, max_length=10_000), allow_empty=False, max_length=1000, required=False
     )
     resources = ResourcesSerializer(required=False)
     topology_hint = serializers.ChoiceField([t.value for t in Topology], required=False, default="none")
@@ -309,6 +312,7 @@ class JobSpecSerializer(StrictSerializer):
     # At most one of these makes the job a group (scheduling/group_spec.py, groups.py).
     array = serializers.JSONField(required=False, allow_null=True, default=None)
     sweep = serializers.JSONField(required=False, allow_null=True, default=None)
+    pipeline = serializers.JSONField(required=False, allow_null=True, default=None)
 
     def validate_array(self, value):
         from scheduling.group_spec import ArraySerializer
@@ -319,6 +323,11 @@ class JobSpecSerializer(StrictSerializer):
         from scheduling.group_spec import SweepSerializer
 
         return None if value is None else _nested(SweepSerializer, value)
+
+    def validate_pipeline(self, value):
+        from scheduling.pipeline_spec import PipelineSerializer
+
+        return None if value is None else _nested(PipelineSerializer, value)
 
     def validate_image(self, value):
         if value and not IMAGE_REFERENCE.match(value):
@@ -360,18 +369,32 @@ class JobSpecSerializer(StrictSerializer):
         return normalized_dependencies(value)
 
     def validate(self, attrs):
-        if attrs.get("array") is not None and attrs.get("sweep") is not None:
-            raise serializers.ValidationError({"sweep": [ONE_GROUP_KIND]})
+        blocks = [name for name in GROUP_BLOCKS if attrs.get(name) is not None]
+        if len(blocks) > 1:
+            raise serializers.ValidationError({blocks[1]: [ONE_GROUP_KIND]})
+        if "command" not in attrs and not blocks == ["pipeline"]:
+            raise serializers.ValidationError({"command": [REQUIRED]})
         both = sorted(set(attrs.get("env", {})) & set(attrs.get("secret_env", {})))
         if both:
             raise serializers.ValidationError({"secret_env": [IN_ENV_AND_SECRET_ENV.format(name=both[0])]})
         attrs["resources"] = attrs.get("resources") or ResourcesSerializer(data={}).run_validation({})
         attrs["restart_policy"] = attrs.get("restart_policy") or RestartPolicySerializer(data={}).run_validation({})
         if not attrs.get("name"):
-            # The command may hold any character; a name made from it must not.
-            command_name = without_invisible(attrs["command"][0].rsplit("/", 1)[-1])[:200]
-            attrs["name"] = attrs["client_job_id"] or command_name or "job"
+            attrs["name"] = attrs["client_job_id"] or _name_from(attrs.get("command"))
+        if attrs.get("pipeline") is not None:
+            from scheduling.pipeline_spec import check_steps
+
+            check_steps(attrs, context=self.context)
+            attrs.setdefault("command", [])
         return attrs
+
+
+def _name_from(command: list[str] | None) -> str:
+    """A job's default name: its program's. The command may hold any character; a name made
+    from it must not."""
+    if not command:
+        return "pipeline"
+    return without_invisible(command[0].rsplit("/", 1)[-1])[:200] or "job"
 
 
 def _nested(serializer_class, value):
@@ -390,7 +413,7 @@ def _refuse_reserved(names) -> None:
 NOT_STORED = ("owner",)
 SPEC_FIELD_ORDER = tuple(name for name in JobSpecSerializer._declared_fields if name not in NOT_STORED)
 # Blocks a spec holds only when given: a spec without them reads (and digests) as before they existed.
-ONLY_WHEN_GIVEN = ("array", "sweep")
+ONLY_WHEN_GIVEN = ("array", "sweep", "pipeline")
 
 
 def normalized(attrs: dict) -> dict:

@@ -583,11 +583,13 @@ class Simulation:
         return view
 
     def _dependency_met(self, edge: Edge) -> bool:
-        """In the simulation every job that ends succeeds: an edge waiting for a failure is never
-        met (the job gets no forecast start rather than one it will most likely not have)."""
+        """Met once the job it waits on ends in the simulation (a job not in it never does: it
+        ended the wrong way). Every job that ends there succeeds: an edge waiting for a failure
+        is never met (the job gets no forecast start rather than one it will most likely not have)."""
         if edge.condition == Condition.FAILURE:
             return False
-        return edge.job_id not in self.records or self.records[edge.job_id].end is not None
+        record = self.records.get(edge.job_id)
+        return record is not None and record.end is not None
 
     def _pending_view(self, job: TraceJob) -> core.PendingJob:
         record = self.records[job.job_id]

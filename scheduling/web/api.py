@@ -159,12 +159,13 @@ class JobChildren(APIView):
     @extend_schema(responses={200: ChildSerializer(many=True)})
     def get(self, request: Request, job_id: int) -> Response:
         """A group's children: an array's by index; a sweep's best first by its metric (trials that
-        have not reported it last), each with its parameters and metric summary."""
+        have not reported it last), each with its parameters and metric summary; a pipeline's steps
+        in the spec's order, each with its `step` name, `after` and `when`."""
         parent = get_object_or_404(visible_jobs(request.user), pk=job_id)
         if not parent.group_kind:
             return Response(ChildSerializer([], many=True).data)
         kids, summaries, ranks = sweeps.ranked_children(parent)
-        context = {"metrics": summaries, "ranks": ranks}
+        context = {"metrics": summaries, "ranks": ranks, "steps": parent.group.get("steps")}
         return Response(ChildSerializer(kids, many=True, context=context).data)
 
 

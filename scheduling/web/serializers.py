@@ -46,8 +46,8 @@ class TaskSerializer(serializers.ModelSerializer):
 
 
 class GroupSerializer(serializers.Serializer):
-    kind = serializers.ChoiceField(["array", "sweep"])
-    count = serializers.IntegerField(help_text="elements (an array) or trials (a sweep)")
+    kind = serializers.ChoiceField(["array", "sweep", "pipeline"])
+    count = serializers.IntegerField(help_text="elements (an array), trials (a sweep) or steps (a pipeline)")
     parallelism = serializers.IntegerField(help_text="the most children on nodes at once")
     max_failures = serializers.IntegerField(allow_null=True)
     pending = serializers.IntegerField()
@@ -56,6 +56,8 @@ class GroupSerializer(serializers.Serializer):
     failed = serializers.IntegerField()
     cancelled = serializers.IntegerField()
     early_stopped = serializers.IntegerField()
+    skipped = serializers.IntegerField(help_text="a pipeline's steps skipped: their condition could not be met")
+    run_dir = serializers.CharField(required=False, help_text="a pipeline: the run's {run_dir}")
 
 
 class JobSerializer(serializers.ModelSerializer):
@@ -116,7 +118,7 @@ class JobSerializer(serializers.ModelSerializer):
 
     @extend_schema_field(OpenApiTypes.INT)
     def get_array_index(self, job: Job):
-        return job.group_index if job.parent_id and job.params is None else None
+        return job.group_index if job.parent_id and job.params is None and not job.step_name else None
 
     @extend_schema_field(OpenApiTypes.INT)
     def get_trial(self, job: Job):
@@ -208,9 +210,34 @@ class MetricSummarySerializer(serializers.Serializer):
 class ChildSerializer(JobSerializer):
     metric = serializers.SerializerMethodField(help_text="a sweep's trial: its metric so far (null: no metric)")
     rank = serializers.SerializerMethodField(help_text="a sweep's trial: its place by the metric (1 = best)")
+    step = serializers.CharField(source="step_name", help_text="a pipeline's step: its name (else empty)")
+    after = serializers.SerializerMethodField(help_text="a pipeline's step: the steps it comes after")
+    when = serializers.SerializerMethodField(help_text="a pipeline's step: success, failure or always")
 
     class Meta(JobSerializer.Meta):
-        fields = [*JobSerializer.Meta.fields, "failure_class", "retries_used", "restarts_used", "metric", "rank"]
+        fields = [
+            *JobSerializer.Meta.fields,
+            "failure_class",
+            "retries_used",
+            "restarts_used",
+            "metric",
+            "rank",
+            "step",
+            "after",
+            "when",
+        ]
+
+    def _step(self, job: Job) -> dict:
+        steps = self.context.get("steps") or []
+        return steps[job.group_index] if job.step_name and job.group_index < len(steps) else {}
+
+    @extend_schema_field(serializers.ListField(child=serializers.CharField(), allow_null=True))
+    def get_after(self, job: Job):
+        return self._step(job).get("after")
+
+    @extend_schema_field(serializers.CharField(allow_null=True))
+    def get_when(self, job: Job):
+        return self._step(job).get("when")
 
     @extend_schema_field(MetricSummarySerializer(allow_null=True))
     def get_metric(self, job: Job):

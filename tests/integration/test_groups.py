@@ -190,6 +190,7 @@ def test_the_api_shows_the_group_and_lists_its_children(api, leader):
         "failed": 0,
         "cancelled": 0,
         "early_stopped": 0,
+        "skipped": 0,
     }
     kids = api("alice").get(f"/api/v1/jobs/{parent.pk}/children").json()
     assert [(k["array_index"], k["state"], k["parent"]) for k in kids] == [

@@ -1,0 +1,265 @@
+"""Pipelines and dependency conditions (issue 17): steps are a group's children joined by edges that
+carry their `when`; the leader releases a step when its conditions hold, skips one whose conditions
+can no longer be met (and skips cascade), and cancels a plain job whose dependency went the wrong way."""
+
+import pytest
+
+from scheduling.leader.worker import run_pass
+from scheduling.models import Job, JobDependency
+from teams.models import AuditEvent
+from tests.integration.test_scheduler_pass import run_all_ranks
+from tests.integration.test_scheduler_pass import submit as submit_spec
+
+ONE_GPU = {"gpu_count": 1, "gpu_type": "H100"}
+NIGHTLY = {
+    "steps": [
+        {"name": "prepare", "command": ["python", "prep.py", "--out", "{run_dir}/data"], "resources": {"tasks": 4}},
+        {
+            "name": "train",
+            "after": ["prepare"],
+            "command": ["python", "train.py", "--data", "{run_dir}/data", "--prep", "{steps.prepare.job_id}"],
+            "resources": {"gpu_count": 16, "gpu_type": "H100"},
+        },
+        {"name": "evaluate", "after": ["train"], "command": ["python", "eval.py"], "resources": ONE_GPU},
+        {"name": "notify-failure", "after": ["train"], "when": "failure", "command": ["python", "page_oncall.py"]},
+    ]
+}
+
+
+def submit_pipeline(api, pipeline=NIGHTLY, **overrides) -> Job:
+    spec = dict(
+        client_job_id=None,
+        name="nightly-ranking",
+        team="production-ranking",
+        checkpoint=None,
+        resources={"gpu_count": 0, "gpu_type": None, "cpu_per_rank": 1, "memory_per_rank_gb": 4, "scratch_disk_gb": 0},
+        topology_hint="none",
+        restart_policy={"max_retries": 0},
+        pipeline=pipeline,
+    )
+    return submit_spec(api, "bob", **{**spec, **overrides})
+
+
+def steps(parent: Job) -> dict[str, Job]:
+    return {job.step_name: job for job in Job.objects.filter(parent=parent).order_by("group_index")}
+
+
+def step_states(parent: Job) -> dict[str, str]:
+    return {name: job.state for name, job in steps(parent).items()}
+
+
+def finish(job: Job, exit_code: int) -> None:
+    run_all_ranks(Job.objects.get(pk=job.pk), exit_code=exit_code)
+
+
+def test_a_pipeline_makes_its_steps_with_edges_that_carry_when(api, leader, settings):
+    settings.MLQ_PIPELINE_RUN_ROOT = "/shared/runs"
+    parent = submit_pipeline(api)
+    kids = steps(parent)
+    assert list(kids) == ["prepare", "train", "evaluate", "notify-failure"]
+    assert parent.group_kind == "pipeline" and parent.tasks.count() == 0
+    run_dir = f"/shared/runs/nightly-ranking/{parent.pk}"
+    assert parent.group["run_dir"] == run_dir
+    assert kids["prepare"].command == ["python", "prep.py", "--out", f"{run_dir}/data"]
+    assert kids["train"].command[-1] == str(kids["prepare"].pk)
+    assert (kids["prepare"].task_count, kids["train"].task_count, kids["train"].gpu_count) == (4, 2, 16)
+    # Fields default from the top level: the team, the priority, the restart policy.
+    assert {k.team.name for k in kids.values()} == {"production-ranking"}
+    assert {k.max_retries for k in kids.values()} == {0}
+    edges = {
+        (kids_by_id(kids)[e.from_job_id], kids_by_id(kids)[e.to_job_id], e.condition)
+        for e in JobDependency.objects.filter(from_job__parent=parent)
+    }
+    assert edges == {
+        ("train", "prepare", "success"),
+        ("evaluate", "train", "success"),
+        ("notify-failure", "train", "failure"),
+    }
+
+
+def kids_by_id(kids: dict[str, Job]) -> dict[int, str]:
+    return {job.pk: name for name, job in kids.items()}
+
+
+def test_steps_run_in_order_and_the_failure_step_is_skipped_when_train_succeeds(api, leader):
+    parent = submit_pipeline(api)
+    run_pass(epoch=leader)
+    kids = steps(parent)
+    assert step_states(parent) == {
+        "prepare": "ASSIGNED",
+        "train": "PENDING",
+        "evaluate": "PENDING",
+        "notify-failure": "PENDING",
+    }
+    assert kids["train"].pending_reason_message == f"waiting for job {kids['prepare'].pk} to succeed"
+    assert Job.objects.get(pk=kids["notify-failure"].pk).pending_reason_message == (
+        f"waiting for job {kids['train'].pk} to fail"
+    )
+    body = api("bob").get(f"/api/v1/jobs/{parent.pk}").json()
+    assert body["pending_reason"] is None and body["state"] == "RUNNING"
+    finish(kids["prepare"], 0)
+    run_pass(epoch=leader)
+    assert step_states(parent)["train"] == "ASSIGNED"
+    finish(kids["train"], 0)
+    run_pass(epoch=leader)
+    assert step_states(parent) == {
+        "prepare": "SUCCEEDED",
+        "train": "SUCCEEDED",
+        "evaluate": "ASSIGNED",
+        "notify-failure": "SKIPPED",
+    }
+    skipped = AuditEvent.objects.get(job=kids["notify-failure"], reason="DEPENDENCY")
+    assert skipped.message == f"step train (job {kids['train'].pk}) ended SUCCEEDED; this step ran only on its failure"
+    finish(kids["evaluate"], 0)
+    parent.refresh_from_db()
+    assert (parent.state, parent.failure_class) == ("SUCCEEDED", "")
+
+
+def test_when_train_fails_the_failure_step_runs_evaluate_is_skipped_and_the_pipeline_fails(api, leader):
+    parent = submit_pipeline(api)
+    run_pass(epoch=leader)
+    kids = steps(parent)
+    finish(kids["prepare"], 0)
+    run_pass(epoch=leader)
+    finish(kids["train"], 1)
+    run_pass(epoch=leader)  # the verdict: failed for good (max_retries 0); then the sweep
+    run_pass(epoch=leader)
+    assert step_states(parent) == {
+        "prepare": "SUCCEEDED",
+        "train": "FAILED",
+        "evaluate": "SKIPPED",
+        "notify-failure": "ASSIGNED",
+    }
+    parent.refresh_from_db()
+    assert parent.state == "RUNNING"  # the failure's handler still runs
+    finish(kids["notify-failure"], 0)
+    parent.refresh_from_db()
+    assert (parent.state, parent.failure_class) == ("FAILED", "GROUP")
+
+
+def test_skips_cascade_and_always_steps_run_after_them(api, leader):
+    pipeline = {
+        "steps": [
+            {"name": "a", "command": ["true"]},
+            {"name": "b", "after": ["a"], "when": "failure", "command": ["true"]},
+            {"name": "c", "after": ["b"], "command": ["true"]},
+            {"name": "cleanup", "after": ["c"], "when": "always", "command": ["true"]},
+        ]
+    }
+    parent = submit_pipeline(api, pipeline=pipeline)
+    run_pass(epoch=leader)
+    finish(steps(parent)["a"], 0)
+    run_pass(epoch=leader)
+    assert step_states(parent) == {"a": "SUCCEEDED", "b": "SKIPPED", "c": "SKIPPED", "cleanup": "ASSIGNED"}
+    finish(steps(parent)["cleanup"], 0)
+    parent.refresh_from_db()
+    assert parent.state == "SUCCEEDED"  # skipped by design: nothing failed
+
+
+def test_cancel_mid_way_cancels_what_has_not_finished(api, leader):
+    parent = submit_pipeline(api)
+    run_pass(epoch=leader)
+    kids = steps(parent)
+    finish(kids["prepare"], 0)
+    run_pass(epoch=leader)
+    response = api("bob").post(f"/api/v1/jobs/{parent.pk}/cancel", {}, format="json")
+    assert response.status_code == 200
+    run_pass(epoch=leader)  # asks train's agents to stop
+    train = Job.objects.get(pk=kids["train"].pk)
+    assert set(train.tasks.values_list("stop_reason", flat=True)) == {"CANCELLED"}
+    for task in train.tasks.all():
+        from scheduling import reports
+
+        reports.do_report_exited(
+            job_id=train.pk, rank=task.rank, attempt=task.attempt, exit_code=None, signal="SIGTERM"
+        )
+    run_pass(epoch=leader)
+    assert step_states(parent) == {
+        "prepare": "SUCCEEDED",
+        "train": "CANCELLED",
+        "evaluate": "CANCELLED",
+        "notify-failure": "CANCELLED",
+    }
+    parent.refresh_from_db()
+    assert parent.state == "CANCELLED"
+
+
+def test_children_api_gives_each_step_its_name_state_after_and_when(api, leader):
+    parent = submit_pipeline(api)
+    body = api("bob").get(f"/api/v1/jobs/{parent.pk}/children").json()
+    assert [(c["step"], c["state"], c["after"], c["when"]) for c in body] == [
+        ("prepare", "PENDING", [], "success"),
+        ("train", "PENDING", ["prepare"], "success"),
+        ("evaluate", "PENDING", ["train"], "success"),
+        ("notify-failure", "PENDING", ["train"], "failure"),
+    ]
+    assert {c["array_index"] for c in body} == {None}
+    group = api("bob").get(f"/api/v1/jobs/{parent.pk}").json()["group"]
+    assert (group["kind"], group["count"], group["skipped"]) == ("pipeline", 4, 0)
+
+
+def test_a_step_gets_the_pipeline_variables(api, leader):
+    from scheduling.groups import child_env
+
+    parent = submit_pipeline(api)
+    train = Job.objects.select_related("parent").get(parent=parent, step_name="train")
+    assert child_env(train) == {
+        "MLQ_GROUP_ID": str(parent.pk),
+        "MLQ_PIPELINE_RUN_ID": str(parent.pk),
+        "MLQ_PIPELINE_RUN_DIR": parent.group["run_dir"],
+        "MLQ_PIPELINE_STEP": "train",
+    }
+
+
+# --- dependency conditions on plain jobs -------------------------------------------------------
+
+
+def plain(api, **overrides) -> Job:
+    return submit_spec(
+        api, client_job_id=None, resources=ONE_GPU, topology_hint="none", restart_policy={"max_retries": 0}, **overrides
+    )
+
+
+@pytest.mark.parametrize(
+    ("on", "exit_code", "after"),
+    [
+        ("failure", 1, "ASSIGNED"),
+        ("failure", 0, "CANCELLED"),
+        ("any", 0, "ASSIGNED"),
+        ("any", 1, "ASSIGNED"),
+        ("success", 1, "CANCELLED"),
+    ],
+)
+def test_a_condition_releases_or_cancels_the_job(api, leader, on, exit_code, after):
+    first = plain(api)
+    second = plain(api, depends_on=[{"job": first.pk, "on": on}])
+    run_pass(epoch=leader)
+    finish(first, exit_code)
+    run_pass(epoch=leader)
+    run_pass(epoch=leader)
+    second.refresh_from_db()
+    assert second.state == after
+
+
+def test_a_job_cancelled_by_its_condition_says_which_dependency_and_how_it_ended(api, leader):
+    first = plain(api)
+    second = plain(api, depends_on=[{"job": first.pk, "on": "failure"}])
+    run_pass(epoch=leader)
+    second.refresh_from_db()
+    assert second.pending_reason_message == f"waiting for job {first.pk} to fail"
+    finish(first, 0)
+    run_pass(epoch=leader)
+    second.refresh_from_db()
+    assert (second.state, second.failure_class) == ("CANCELLED", "DEPENDENCY")
+    assert AuditEvent.objects.get(job=second, reason="DEPENDENCY").message == (
+        f"dependency {first.pk} ended SUCCEEDED; this job ran only on its failure"
+    )
+
+
+def test_the_api_shows_each_dependency_with_its_condition(api, leader):
+    first, second = plain(api), plain(api)
+    third = plain(api, depends_on=[second.pk, {"job": first.pk, "on": "any"}])
+    body = api("alice").get(f"/api/v1/jobs/{third.pk}").json()
+    assert sorted(body["depends_on"]) == [first.pk, second.pk]
+    assert body["dependencies"] == [{"job": first.pk, "on": "any"}, {"job": second.pk, "on": "success"}]
+    assert third.spec["depends_on"] == [{"job": first.pk, "on": "any"}, second.pk]
