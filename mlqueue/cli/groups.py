@@ -1,4 +1,4 @@
-"""Arrays and sweeps (issue 16) in mlq: --array's syntax, the group options put in a spec, a group
+"""Arrays, sweeps and pipelines (issues 16, 17) in mlq: --array's syntax, the group options put in a spec, a group
 in a line, its children's columns, and `mlq children`."""
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ ARRAY_AND_SWEEP = "--array makes the job an array, but the spec has a sweep: blo
 MAX_FAILURES_NEEDS_GROUP = "--max-failures is for a group: give --array, or a spec with an array: or sweep: block"
 SEED_NEEDS_SWEEP = "--sweep-seed is for a sweep: the spec has no sweep: block"
 FOLLOW_A_GROUP = "--follow prints one job's log; a group's children each have theirs (mlq logs CHILD_ID): use --wait"
-NOT_A_GROUP = "job {job} has no children: it is not an array or a sweep"
+NOT_A_GROUP = "job {job} has no children: it is not an array, a sweep or a pipeline"
 STATUS_CHILDREN = 20  # children `mlq status` lists before pointing at `mlq children`
-SUMMARY_COLUMNS = ("running", "pending", "succeeded", "failed", "cancelled", "early_stopped")
+SUMMARY_COLUMNS = ("running", "pending", "succeeded", "failed", "cancelled", "early_stopped", "skipped")
 
 
 def parse_array(text: str) -> dict:
@@ -97,6 +97,8 @@ def group_counts(group: dict) -> str:
 
 def group_summary(group: dict) -> str:
     """A group in a line: `array of 12 elements, at most 3 at once, 1 may fail: 3 running, 9 pending`."""
+    if group["kind"] == "pipeline":
+        return f"pipeline of {group['count']} steps (run directory {group.get('run_dir')}): {group_counts(group)}"
     what = "elements" if group["kind"] == "array" else "trials"
     head = f"{group['kind']} of {group['count']} {what}, at most {group['parallelism']} at once"
     if group.get("max_failures"):
@@ -114,12 +116,16 @@ def group_cell(job: Job) -> str | None:
         return f"{job.group['kind']} of {job.group['count']}: {group_counts(job.group)}"
     if job.parent is not None:
         place = f"[{job.array_index}]" if job.array_index is not None else f"trial {job.trial}"
+        if job.step:
+            place = f"step {job.step}"
         return f"job {job.parent} {place}"
     return None
 
 
 def child_place(job: Job) -> str:
     """`element 4 of array job 42`, `trial 3 of sweep job 43: lr=0.001 batch_size=32`."""
+    if job.step:
+        return f"step {job.step} of pipeline job {job.parent}"
     if job.array_index is not None:
         return f"element {job.array_index} of array job {job.parent}"
     params = _params(job)
@@ -155,6 +161,14 @@ SWEEP_CHILD_COLUMNS = [
     ("LAST", _metric("last")),
     ("STEP", _metric("step")),
 ]
+PIPELINE_CHILD_COLUMNS = [
+    ("STEP", lambda child: child.step),
+    ("ID", lambda child: child.id),
+    ("STATE", lambda child: child.state),
+    ("AFTER", lambda child: ", ".join(child.after or ()) or None),
+    ("WHEN", lambda child: child.when),
+    ("FAILURE", lambda child: child.failure_class or None),
+]
 CHILD_WIDE = [
     ("RESTARTS", lambda child: child.restarts_used),
     ("STARTED", lambda child: child.started_at),
@@ -163,6 +177,8 @@ CHILD_WIDE = [
 
 
 def child_columns(children: Sequence[Child]) -> list:
+    if any(child.step for child in children):
+        return PIPELINE_CHILD_COLUMNS
     return SWEEP_CHILD_COLUMNS if any(child.trial is not None for child in children) else ARRAY_CHILD_COLUMNS
 
 
@@ -184,7 +200,8 @@ def print_group(sdk: Client, parent: Job, output: str, *, every: bool) -> None:
 @click.pass_context
 def children(ctx, job, output):
     """A group's children: an array's elements by index, a sweep's trials best first by its
-    metric (with their parameters, best and last value and latest step).
+    metric (with their parameters, best and last value and latest step), a pipeline's steps in
+    order (with the steps each comes after, and when).
 
     \b
     Example:
@@ -201,7 +218,7 @@ def children(ctx, job, output):
 def group_cancelled(before: Job, after: Job) -> str:
     """What cancelling a group did to its children: those cancelled now (the difference in its
     CANCELLED count), and those still stopping on their nodes."""
-    what = "elements" if after.group["kind"] == "array" else "trials"
+    what = {"array": "elements", "sweep": "trials"}.get(after.group["kind"], "steps")
     cancelled = after.group["cancelled"] - ((before.group or {}).get("cancelled") or 0)
     stopping = after.group["running"]
     line = f"job {after.id} ({after.group['kind']}): cancelled {cancelled} of its {after.group['count']} {what}"

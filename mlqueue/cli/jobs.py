@@ -54,19 +54,21 @@ from mlqueue.client import NO_USER, Client, Job, MlqError, apply_overrides, load
 @output_option
 @click.pass_context
 def submit(ctx, spec, overrides, array, max_failures, sweep_seed, dry_run, wait, follow, output):
-    """Submit the job spec in SPEC (YAML or JSON). A spec with an array: or sweep: block, or
-    --array, makes a group: one parent job whose children are its elements or trials.
+    """Submit the job spec in SPEC (YAML or JSON). A spec with an array:, sweep: or pipeline:
+    block, or --array, makes a group: one parent job whose children are its elements, trials or
+    steps.
 
     \b
     Example:
       mlq submit job.yaml --set resources.gpu_count=16 --set "env.STEPS='100'" --wait
       mlq submit infer.yaml --array 0-199%16 --max-failures 5
       mlq submit sweep.yaml --sweep-seed 7
+      mlq submit examples/pipeline.yaml --wait
     """
     sdk = client(ctx)
     body = apply_overrides(load_spec(spec), overrides)
     body = with_group_options(body, array=array, max_failures=max_failures, sweep_seed=sweep_seed)
-    if follow and (body.get("array") is not None or body.get("sweep") is not None):
+    if follow and any(body.get(block) is not None for block in ("array", "sweep", "pipeline")):
         raise click.UsageError(FOLLOW_A_GROUP)
     if dry_run:
         verdict = sdk.dry_run(body)

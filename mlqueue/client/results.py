@@ -53,6 +53,7 @@ class Job:
     array_index: int | None = None  # an array's element: its index
     trial: int | None = None  # a sweep's trial: its number
     params: dict | None = None  # a sweep's trial: its parameters
+    step: str = ""  # a pipeline's step: its name
     raw: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -80,6 +81,9 @@ class Child(Job):
     restarts_used: int = 0
     metric: dict | None = None
     rank: int | None = None
+    # A pipeline's step: the steps it comes after, and when it runs after them.
+    after: tuple[str, ...] | None = None
+    when: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -69,6 +69,7 @@ class JobSerializer(serializers.ModelSerializer):
     parent = serializers.PrimaryKeyRelatedField(read_only=True, help_text="a group's child: the group's job id")
     array_index = serializers.SerializerMethodField(help_text="an array's element: its index")
     trial = serializers.SerializerMethodField(help_text="a sweep's trial: its number")
+    step = serializers.CharField(source="step_name", help_text="a pipeline's step: its name (else empty)")
 
     class Meta:
         model = Job
@@ -94,6 +95,7 @@ class JobSerializer(serializers.ModelSerializer):
             "parent",
             "array_index",
             "trial",
+            "step",
             "params",
         ]
         extra_kwargs = {
@@ -210,7 +212,6 @@ class MetricSummarySerializer(serializers.Serializer):
 class ChildSerializer(JobSerializer):
     metric = serializers.SerializerMethodField(help_text="a sweep's trial: its metric so far (null: no metric)")
     rank = serializers.SerializerMethodField(help_text="a sweep's trial: its place by the metric (1 = best)")
-    step = serializers.CharField(source="step_name", help_text="a pipeline's step: its name (else empty)")
     after = serializers.SerializerMethodField(help_text="a pipeline's step: the steps it comes after")
     when = serializers.SerializerMethodField(help_text="a pipeline's step: success, failure or always")
 
@@ -222,7 +223,6 @@ class ChildSerializer(JobSerializer):
             "restarts_used",
             "metric",
             "rank",
-            "step",
             "after",
             "when",
         ]
