@@ -263,3 +263,27 @@ def test_the_api_shows_each_dependency_with_its_condition(api, leader):
     assert sorted(body["depends_on"]) == [first.pk, second.pk]
     assert body["dependencies"] == [{"job": first.pk, "on": "any"}, {"job": second.pk, "on": "success"}]
     assert third.spec["depends_on"] == [{"job": first.pk, "on": "any"}, second.pk]
+
+
+# --- the page --------------------------------------------------------------------------------
+
+
+def test_the_pipeline_page_draws_each_step_with_its_state_and_a_link(api, leader, logged_in):
+    parent = submit_pipeline(api)
+    run_pass(epoch=leader)
+    kids = steps(parent)
+    finish(kids["prepare"], 0)
+    html = logged_in("bob").get(f"/jobs/{parent.pk}/").content.decode()
+    assert 'id="pipeline-dag"' in html
+    for name, state in (("prepare", "SUCCEEDED"), ("train", "PENDING"), ("notify-failure", "PENDING")):
+        assert f'href="/jobs/{kids[name].pk}/" class="dag-step" data-step="{name}" data-state="{state}"' in html
+    assert html.count('class="dag-edge"') == 3
+    assert html.count('stroke-dasharray="5 3"') == 1  # notify-failure's edge: when failure
+    assert f"<code>{parent.group['run_dir']}</code>" in html
+
+
+def test_a_step_page_links_back_to_its_pipeline(api, leader, logged_in):
+    parent = submit_pipeline(api)
+    train = steps(parent)["train"]
+    html = logged_in("bob").get(f"/jobs/{train.pk}/").content.decode()
+    assert f'Step train of pipeline\n  <a href="/jobs/{parent.pk}/">{parent.pk}</a>' in html
