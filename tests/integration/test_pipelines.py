@@ -4,9 +4,12 @@ can no longer be met (and skips cascade), and cancels a plain job whose dependen
 
 import pytest
 
+from scheduling import reports
+from scheduling.groups import child_env
 from scheduling.leader.worker import run_pass
 from scheduling.models import Job, JobDependency
 from teams.models import AuditEvent
+from tests.conftest import make_spec
 from tests.integration.test_scheduler_pass import run_all_ranks
 from tests.integration.test_scheduler_pass import submit as submit_spec
 
@@ -168,8 +171,6 @@ def test_cancel_mid_way_cancels_what_has_not_finished(api, leader):
     train = Job.objects.get(pk=kids["train"].pk)
     assert set(train.tasks.values_list("stop_reason", flat=True)) == {"CANCELLED"}
     for task in train.tasks.all():
-        from scheduling import reports
-
         reports.do_report_exited(
             job_id=train.pk, rank=task.rank, attempt=task.attempt, exit_code=None, signal="SIGTERM"
         )
@@ -199,8 +200,6 @@ def test_children_api_gives_each_step_its_name_state_after_and_when(api, leader)
 
 
 def test_a_step_gets_the_pipeline_variables(api, leader):
-    from scheduling.groups import child_env
-
     parent = submit_pipeline(api)
     train = Job.objects.select_related("parent").get(parent=parent, step_name="train")
     assert child_env(train) == {
@@ -287,3 +286,36 @@ def test_a_step_page_links_back_to_its_pipeline(api, leader, logged_in):
     train = steps(parent)["train"]
     html = logged_in("bob").get(f"/jobs/{train.pk}/").content.decode()
     assert f'Step train of pipeline\n  <a href="/jobs/{parent.pk}/">{parent.pk}</a>' in html
+
+
+# --- refused at submit -------------------------------------------------------------------------
+
+
+def refused(api, user: str, spec: dict) -> dict:
+    before = (Job.objects.count(), JobDependency.objects.count())
+    response = api(user).post("/api/v1/jobs", spec, format="json")
+    assert response.status_code == 400, response.json()
+    assert (Job.objects.count(), JobDependency.objects.count()) == before  # nothing half-written
+    return response.json()["fields"]
+
+
+def test_a_step_no_node_could_ever_hold_is_refused_naming_the_step(api, leader):
+    too_big = {"gpu_count": 4096, "gpu_type": "H100"}
+    pipeline = {"steps": [{"name": "a", "command": ["true"]}, {"name": "b", "command": ["true"], "resources": too_big}]}
+    fields = refused(api, "bob", make_spec(team="production-ranking", client_job_id=None, pipeline=pipeline))
+    assert list(fields) == ["pipeline.steps[1].resources.gpu_count"]
+
+
+def test_an_unknown_or_invisible_dependency_is_refused_naming_its_entry(api, leader):
+    mine = plain(api)
+    theirs = submit_spec(api, "bob", team="production-ranking", client_job_id=None)
+    spec = make_spec(client_job_id=None, depends_on=[mine.pk, {"job": theirs.pk, "on": "failure"}])
+    assert refused(api, "alice", spec) == {
+        "depends_on.1.job": [f"job {theirs.pk} does not exist or is not visible to you."]
+    }
+    twice = make_spec(client_job_id=None, depends_on=[mine.pk, {"job": mine.pk, "on": "any"}])
+    assert refused(api, "alice", twice) == {
+        "depends_on": [f"job {mine.pk} is listed twice, on success and on any: give each job once."]
+    }
+    bad_on = make_spec(client_job_id=None, depends_on=[{"job": mine.pk, "on": "afterok"}])
+    assert refused(api, "alice", bad_on) == {"depends_on.0.on": ['"afterok" is not a valid choice.']}
