@@ -3,6 +3,7 @@ message, named by its step and field; the DAG's layers (pipelines.layers); a pip
 its steps' (group_state.derive_pipeline_state). No database."""
 
 import pytest
+import yaml
 from rest_framework.exceptions import ValidationError
 
 from mlqueue.api_errors import flatten_errors
@@ -174,3 +175,10 @@ def test_validation_error_shape_is_a_list_per_step():
     assert flatten_errors(caught.value.detail) == {
         "steps[1].name": [p.DUPLICATE_STEP.format(name="a", first=0, second=1)]
     }
+
+
+def test_the_example_pipeline_is_accepted():
+    with open("examples/pipeline.yaml") as example:
+        example = yaml.safe_load(example)
+    spec = accepted(example.pop("pipeline"), **example)
+    assert [s["name"] for s in spec["pipeline"]["steps"]] == ["prepare", "train", "evaluate", "notify-failure"]
