@@ -50,9 +50,11 @@ def verdicts(job_ids) -> dict[int, Verdict]:
 
 def never_runnable() -> dict[int, Verdict]:
     """Pending jobs, not being cancelled, whose conditions can no longer be met: only those with an
-    edge to a finished job are evaluated."""
+    edge to a finished job are evaluated. A group's parent keeps its edges for the record (its
+    children have their own) and is left out: its state follows its children's."""
     touched = (
         JobDependency.objects.filter(from_job__state=S.PENDING, from_job__cancel_requested_at__isnull=True)
+        .filter(from_job__group_kind="")
         .filter(to_job__state__in=JOB_FINISHED)
         .values_list("from_job_id", flat=True)
         .distinct()

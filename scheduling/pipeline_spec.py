@@ -14,7 +14,7 @@ import re
 
 from rest_framework import serializers
 
-from scheduling.spec import JobSpecSerializer, StrictSerializer, normalized
+from scheduling.spec import JobSpecSerializer, StrictSerializer, StrictStringField, normalized
 
 STEP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}\Z")
 # `{steps.NAME.job_id}` in a step's command or env: the id of another step's job.
@@ -48,8 +48,8 @@ NO_COMMAND = "give each step a command, or one at the pipeline's top level for t
 class StepSerializer(StrictSerializer):
     """A step's own fields; the job fields are checked with the top level's (`step_spec`)."""
 
-    name = serializers.CharField(max_length=63, trim_whitespace=False)
-    after = serializers.ListField(child=serializers.CharField(max_length=63), required=False, default=list)
+    name = StrictStringField(max_length=63, trim_whitespace=False)
+    after = serializers.ListField(child=StrictStringField(max_length=63), required=False, default=list, max_length=100)
     when = serializers.ChoiceField(WHEN, required=False, default="success")
 
     def validate_name(self, value):

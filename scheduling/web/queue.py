@@ -124,11 +124,15 @@ def index_ranges(indices: list[int]) -> str:
 
 def pending_label(parent: Job, indices: list[int]) -> str:
     """The pending children of a group row: squeue's "123_[5-9,12]" for an array, "trials 3-19"
-    for a sweep, "" when none waits."""
+    for a sweep, "steps train, evaluate" for a pipeline, "" when none waits."""
     if not indices:
         return ""
     if parent.group_kind == GroupKind.ARRAY:
         return f"{parent.pk}_[{index_ranges(indices)}]"
+    if parent.group_kind == GroupKind.PIPELINE:
+        names = [parent.group["steps"][index]["name"] for index in sorted(indices)]
+        shown = ", ".join(names[:MAX_RANGES]) + (", …" if len(names) > MAX_RANGES else "")
+        return f"step{'s' if len(names) > 1 else ''} {shown}"
     return f"trial{'s' if len(indices) > 1 else ''} {index_ranges(indices)}"
 
 

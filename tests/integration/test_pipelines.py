@@ -319,3 +319,18 @@ def test_an_unknown_or_invisible_dependency_is_refused_naming_its_entry(api, lea
     }
     bad_on = make_spec(client_job_id=None, depends_on=[{"job": mine.pk, "on": "afterok"}])
     assert refused(api, "alice", bad_on) == {"depends_on.0.on": ['"afterok" is not a valid choice.']}
+
+
+def test_the_queue_row_of_a_pipeline_names_its_waiting_steps(api, leader, logged_in):
+    parent = submit_pipeline(api)
+    run_pass(epoch=leader)
+    html = logged_in("bob").get("/queue/").content.decode()
+    assert '<code class="small pending-range">steps train, evaluate, notify-failure</code>' in html
+
+
+def test_the_pipelines_depends_on_holds_its_first_steps(api, leader):
+    first = submit_spec(api, "bob", team="production-ranking", client_job_id=None)
+    parent = submit_pipeline(api, depends_on=[{"job": first.pk, "on": "any"}])
+    kids = steps(parent)
+    edges = set(JobDependency.objects.filter(to_job=first).values_list("from_job_id", "condition"))
+    assert edges == {(kids["prepare"].pk, "any"), (parent.pk, "any")}  # the parent's: for the record
