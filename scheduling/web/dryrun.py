@@ -12,6 +12,7 @@ from scheduling.core.placement import plan
 from scheduling.core.reasons import PendingReason
 from scheduling.core.whatif import suggestions
 from scheduling.inventory import inventory
+from scheduling.pipeline_spec import normalized_step
 from scheduling.services import job_shape
 from scheduling.web.explanations import cluster_now
 
@@ -45,7 +46,26 @@ NEVER_FITS = "NEVER_FITS"  # the dry run's code for a spec no empty cluster coul
 
 def dry_run_answer(spec: dict) -> dict:
     """The API's dry run of a spec that passed check_job_spec: whether an empty cluster could
-    ever hold it (a submit would be a 400 if not), and if so the dry run against the cluster now."""
+    ever hold it (a submit would be a 400 if not), and if so the dry run against the cluster now.
+    A pipeline is its steps' (its parent runs nothing): each one's answer under `steps`, and at
+    the top the first step that could never run, else the first step's."""
+    if spec.get("pipeline") is not None:
+        return _pipeline_answer(spec)
+    return _job_answer(spec)
+
+
+def _pipeline_answer(spec: dict) -> dict:
+    answers = []
+    for index, step in enumerate(spec["pipeline"]["steps"]):
+        answer = _job_answer(normalized_step(spec, step))
+        if answer["reason"] and "field" in answer["reason"]:
+            answer["reason"]["field"] = f"pipeline.steps[{index}].{answer['reason']['field']}"
+        answers.append({"step": step["name"], **answer})
+    first = next((a for a in answers if not a["can_ever_run"]), answers[0])
+    return {**{key: value for key, value in first.items() if key != "step"}, "steps": answers}
+
+
+def _job_answer(spec: dict) -> dict:
     shape = job_shape(spec)
     verdict = can_ever_run(shape, inventory())
     if not verdict.ok:

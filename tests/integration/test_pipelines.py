@@ -334,3 +334,17 @@ def test_the_pipelines_depends_on_holds_its_first_steps(api, leader):
     kids = steps(parent)
     edges = set(JobDependency.objects.filter(to_job=first).values_list("from_job_id", "condition"))
     assert edges == {(kids["prepare"].pk, "any"), (parent.pk, "any")}  # the parent's: for the record
+
+
+def test_a_dry_run_of_a_pipeline_answers_for_each_step(api, leader):
+    pipeline = {
+        "steps": [
+            {"name": "a", "command": ["true"]},
+            {"name": "b", "after": ["a"], "command": ["true"], "resources": {"gpu_count": 4096, "gpu_type": "H100"}},
+        ]
+    }
+    spec = make_spec(team="production-ranking", client_job_id=None, pipeline=pipeline)
+    body = api("bob").post("/api/v1/jobs/dry-run", spec, format="json").json()
+    assert [(s["step"], s["can_ever_run"]) for s in body["steps"]] == [("a", True), ("b", False)]
+    assert (body["can_ever_run"], body["reason"]["field"]) == (False, "pipeline.steps[1].resources.gpu_count")
+    assert Job.objects.count() == 0
