@@ -6,8 +6,9 @@
 - **Run**: the scheduler releases a step when its conditions hold; the leader's sweep skips one
   whose conditions can no longer be met (scheduling/dependencies.py), and skips cascade.
 - **Run directory**: `{run_dir}` is `<MLQ_PIPELINE_RUN_ROOT>/<pipeline name>/<run id>`, the run id
-  being the pipeline's job id. mlqueue does not create it: the agent's machines are not the
-  server's; a step writes into it on a filesystem the steps share (the first step makes it).
+  being the pipeline's job id. mlqueue does not create it: the nodes' filesystems are not the
+  server's, and an agent (often root) must not make directories wherever a spec names; the
+  first step makes it on the filesystem the steps share.
 """
 
 import re

@@ -2,6 +2,8 @@
 carry their `when`; the leader releases a step when its conditions hold, skips one whose conditions
 can no longer be met (and skips cascade), and cancels a plain job whose dependency went the wrong way."""
 
+import re
+
 import pytest
 
 from scheduling import reports
@@ -325,7 +327,8 @@ def test_the_queue_row_of_a_pipeline_names_its_waiting_steps(api, leader, logged
     parent = submit_pipeline(api)
     run_pass(epoch=leader)
     html = logged_in("bob").get("/queue/").content.decode()
-    assert '<code class="small pending-range">steps train, evaluate, notify-failure</code>' in html
+    row = re.search(rf'<tr id="job-{parent.pk}".*?</tr>', html, re.S)[0]
+    assert '<code class="small pending-range">steps train, evaluate, notify-failure</code>' in row
 
 
 def test_the_pipelines_depends_on_holds_its_first_steps(api, leader):

@@ -51,6 +51,18 @@ def test_a_held_job_or_one_waiting_on_a_job_that_failed_gets_no_forecast():
     assert not result.complete
 
 
+def test_a_job_waiting_for_a_failure_gets_no_forecast_and_one_waiting_for_any_end_does():
+    """Every job the forecast runs succeeds: a pipeline's `when: failure` step would never start in
+    it, so it gets no start rather than one it will most likely not have; `any` (`when: always`)
+    starts once its dependency ends, as `success` does."""
+    nodes = cluster(rack("z1-r1", 1))
+    train = job(5, gpus=8, runtime=HOUR)
+    on_failure = job(6, gpus=8, waiting_on=(5,), waiting_conditions=("failure",))
+    cleanup = job(7, gpus=8, waiting_on=(5,), waiting_conditions=("any",), runtime=HOUR)
+    result = forecast(snapshot(nodes, pending=[train, on_failure, cleanup]))
+    assert result.latest == {5: NOW, 7: NOW + HOUR}
+
+
 def test_a_job_in_back_off_starts_no_sooner_than_its_not_before():
     nodes = cluster(rack("z1-r1", 1))
     result = forecast(snapshot(nodes, pending=[job(2, gpus=1, not_before=NOW + 300)]))
