@@ -281,6 +281,7 @@ def test_the_pipeline_page_draws_each_step_with_its_state_and_a_link(api, leader
     assert html.count('class="dag-edge"') == 3
     assert html.count('stroke-dasharray="5 3"') == 1  # notify-failure's edge: when failure
     assert f"<code>{parent.group['run_dir']}</code>" in html
+    assert "<dt>Asks</dt><dd>nothing itself: each step asks for its own (below)" in html
 
 
 def test_a_step_page_links_back_to_its_pipeline(api, leader, logged_in):
