@@ -1,4 +1,4 @@
-"""`mlq` and the SDK for job groups (issue 16) against a fake server: --array's Slurm syntax,
+"""`mlq` and the SDK for job groups (issues 16, 17) against a fake server: --array's Slurm syntax,
 --max-failures and --sweep-seed in the spec, a group as one row of `mlq jobs`, its summary and
 children in `mlq status` and `mlq children`, and what `mlq cancel` says it did to the children.
 No Django, no database."""
@@ -372,3 +372,56 @@ def test_sdk_jobs_sends_booleans_as_the_api_reads_them():
     sdk(server).jobs(top_level=True, parent=None)
     sdk(server).jobs(top_level=False)
     assert [dict(request.url.params) for request in server.requests] == [{"top_level": "true"}, {"top_level": "false"}]
+
+
+PIPELINE = {
+    "kind": "pipeline",
+    "count": 4,
+    "parallelism": 4,
+    "max_failures": None,
+    "run_dir": "/shared/runs/nightly/42",
+    "pending": 0,
+    "running": 0,
+    "succeeded": 3,
+    "failed": 0,
+    "cancelled": 0,
+    "early_stopped": 0,
+    "skipped": 1,
+}
+STEPS = [
+    {**job(50 + i, state=state, name=f"nightly/{step}"), "parent": 42, "step": step, "after": after, "when": when}
+    for i, (step, state, after, when) in enumerate(
+        [
+            ("prepare", "SUCCEEDED", [], "success"),
+            ("train", "SUCCEEDED", ["prepare"], "success"),
+            ("evaluate", "SUCCEEDED", ["train"], "success"),
+            ("notify-failure", "SKIPPED", ["train"], "failure"),
+        ]
+    )
+]
+
+
+def test_status_of_a_pipeline_lists_its_steps_with_after_and_when():
+    server = FakeServer(
+        {
+            ("GET", "/api/v1/jobs/42"): (200, job(42, state="SUCCEEDED", group=PIPELINE)),
+            ("GET", "/api/v1/jobs/42/children"): (200, STEPS),
+        }
+    )
+    result = run(server, "status", "42")
+    assert result.exit_code == 0, result.output
+    lines = [line.split() for line in result.output.splitlines()]
+    assert " ".join(lines[3]) == "pipeline of 4 steps (run directory /shared/runs/nightly/42): 3 succeeded, 1 skipped"
+    assert lines[5:] == [
+        ["STEP", "ID", "STATE", "AFTER", "WHEN", "FAILURE"],
+        ["prepare", "50", "SUCCEEDED", "success"],
+        ["train", "51", "SUCCEEDED", "prepare", "success"],
+        ["evaluate", "52", "SUCCEEDED", "train", "success"],
+        ["notify-failure", "53", "SKIPPED", "train", "failure"],
+    ]
+    step = run(
+        FakeServer({("GET", "/api/v1/jobs/51"): (200, {**STEPS[1], "tasks": []})}),
+        "status",
+        "51",
+    )
+    assert "step train of pipeline job 42" in step.output, step.output
