@@ -363,3 +363,13 @@ def test_clone_prefills_a_visible_job_and_ignores_an_invisible_one(alice, user):
 def test_the_page_needs_a_login(demo):
     response = Client().get(URL)
     assert response.status_code == 302 and response.url.startswith("/accounts/login/")
+
+
+def test_a_dependency_with_a_condition_is_written_job_colon_condition(alice, form):
+    first = Job.objects.get(pk=post(alice, form, "submit", client_job_id="first").url.strip("/").split("/")[-1])
+    response = post(alice, form, "submit", client_job_id="second", depends_on=f"{first.pk}:failure")
+    second = Job.objects.get(client_job_id="second")
+    assert response.status_code == 302
+    assert second.spec["depends_on"] == [{"job": first.pk, "on": "failure"}]
+    clone = form_of(alice.get(f"{URL}?clone={second.pk}"))
+    assert clone["depends_on"] == f"{first.pk}:failure"
