@@ -372,7 +372,7 @@ class JobSpecSerializer(StrictSerializer):
         blocks = [name for name in GROUP_BLOCKS if attrs.get(name) is not None]
         if len(blocks) > 1:
             raise serializers.ValidationError({blocks[1]: [ONE_GROUP_KIND]})
-        if "command" not in attrs and not blocks == ["pipeline"]:
+        if "command" not in attrs and blocks != ["pipeline"]:
             raise serializers.ValidationError({"command": [REQUIRED]})
         both = sorted(set(attrs.get("env", {})) & set(attrs.get("secret_env", {})))
         if both:
