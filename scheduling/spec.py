@@ -11,6 +11,7 @@ import re
 import unicodedata
 
 from django.conf import settings
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from mlqueue.text import INVISIBLE, INVISIBLE_CATEGORIES, invisible_char
@@ -236,6 +237,21 @@ class DependencySerializer(StrictSerializer):
     on = serializers.ChoiceField(DEPENDENCY_CONDITIONS, required=False, default="success")
 
 
+@extend_schema_field(
+    {
+        "oneOf": [
+            {"type": "integer", "minimum": 1, "description": "a job id: run after its success"},
+            {
+                "type": "object",
+                "properties": {
+                    "job": {"type": "integer", "minimum": 1},
+                    "on": {"type": "string", "enum": list(DEPENDENCY_CONDITIONS), "default": "success"},
+                },
+                "required": ["job"],
+            },
+        ]
+    }
+)
 class DependencyField(serializers.Field):
     """One `depends_on` entry: a job id (its success), or {job: 13, on: failure}."""
 
