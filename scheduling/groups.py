@@ -140,7 +140,7 @@ def do_create_group(*, parent: Job, spec: dict, columns: dict, now) -> list[Job]
     """The children of `parent` (just created, in the caller's transaction), with their tasks
     and dependencies, in bulk. Returns them in index order."""
     if parent.group["kind"] == GroupKind.PIPELINE:
-        return pipelines.do_create_steps(parent=parent, spec=spec, columns=columns, now=now)
+        return pipelines.do_create_steps(parent=parent, spec=spec, now=now)
     kids = children_of(spec, parent.group)
     jobs = Job.objects.bulk_create([_child_job(parent, spec, columns, kid, now) for kid in kids])
     Task.objects.bulk_create(

@@ -18,7 +18,7 @@ from django.conf import settings
 
 from scheduling.models import GroupKind, Job, JobDependency, Task
 from scheduling.pipeline_spec import EDGE_CONDITION, STEP_REFERENCE, normalized_step
-from scheduling.spec import dependency_edges
+from scheduling.spec import dependency_edges, job_columns
 
 # What a pipeline's name becomes in its run directory's path: one safe path segment.
 UNSAFE_PATH = re.compile(r"[^A-Za-z0-9._-]+")
@@ -50,13 +50,11 @@ def substitute(text: str, values: dict[str, str]) -> str:
     return STEP_REFERENCE.sub(lambda m: values.get(f"steps.{m[1]}.job_id", m[0]), text)
 
 
-def do_create_steps(*, parent: Job, spec: dict, columns: dict, now) -> list[Job]:
+def do_create_steps(*, parent: Job, spec: dict, now) -> list[Job]:
     """The steps of `parent` (just created, in the caller's transaction): their jobs in the
     steps' order, their tasks and their edges, in bulk. Returns them in that order."""
     steps = spec["pipeline"]["steps"]
-    jobs = Job.objects.bulk_create(
-        [_step_job(parent, spec, columns, index, step, now) for index, step in enumerate(steps)]
-    )
+    jobs = Job.objects.bulk_create([_step_job(parent, spec, index, step, now) for index, step in enumerate(steps)])
     by_name = {step["name"]: job for step, job in zip(steps, jobs, strict=True)}
     directory = run_dir(parent.name, parent.pk)
     parent.group = {**parent.group, "run_dir": directory}
@@ -75,9 +73,7 @@ def do_create_steps(*, parent: Job, spec: dict, columns: dict, now) -> list[Job]
     return jobs
 
 
-def _step_job(parent: Job, spec: dict, columns: dict, index: int, step: dict, now) -> Job:
-    from scheduling.services import _job_columns  # services creates groups: imported late
-
+def _step_job(parent: Job, spec: dict, index: int, step: dict, now) -> Job:
     own = normalized_step(spec, step)
     return Job(
         team_id=parent.team_id,
@@ -90,7 +86,7 @@ def _step_job(parent: Job, spec: dict, columns: dict, index: int, step: dict, no
         secret_env_ciphertext=parent.secret_env_ciphertext,
         submitted_at=now,
         updated_at=now,
-        **{**_job_columns(own), "client_job_id": None},
+        **{**job_columns(own), "client_job_id": None},
     )
 
 

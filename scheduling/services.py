@@ -14,7 +14,7 @@ from scheduling.models import GroupKind, Job, JobDependency, Task, TaskState
 from scheduling.pipeline_spec import normalized_step
 from scheduling.secrets import encrypt_env, env_macs, masked
 from scheduling.selectors import can_change_job, visible_jobs
-from scheduling.spec import JobSpecSerializer, dependency_edges, normalized, spec_digest
+from scheduling.spec import JobSpecSerializer, dependency_edges, job_columns, normalized, spec_digest
 from teams.models import AuditEvent, EventKind, Team
 from teams.selectors import can_edit_quotas, is_member
 
@@ -101,34 +101,6 @@ def job_shape(spec: dict) -> JobShape:
     )
 
 
-def _job_columns(spec: dict) -> dict:
-    res, policy = spec["resources"], spec["restart_policy"]
-    return dict(
-        client_job_id=spec["client_job_id"],
-        name=spec["name"],
-        image=spec["image"],
-        command=spec["command"],
-        env=spec["env"],
-        gpu_type=res["gpu_type"],
-        gpu_count=res["gpu_count"],
-        gpus_per_task=res["gpus_per_task"],
-        task_count=res["tasks"],
-        cpu_per_rank=res["cpu_per_rank"],
-        memory_per_rank_gb=res["memory_per_rank_gb"],
-        scratch_disk_gb=res["scratch_disk_gb"],
-        topology_hint=spec["topology_hint"],
-        node_selector=spec["node_selector"],
-        priority=spec["priority"],
-        max_runtime_hours=spec["max_runtime_hours"],
-        grace_period_seconds=spec["grace_period_seconds"],
-        checkpoint=spec["checkpoint"],
-        on_preemption=policy["on_preemption"],
-        on_node_failure=policy["on_node_failure"],
-        max_restarts=policy["max_restarts"],
-        max_retries=policy["max_retries"],
-    )
-
-
 @sensitive_variables("spec", "secret_values")
 def do_submit_job(*, user, team: Team, spec: dict) -> tuple[Job, bool]:
     """Create the job, its tasks and its first event in one transaction. Idempotent on
@@ -170,7 +142,7 @@ def _same_job_or_conflict(existing: Job, digests: list[str]) -> Job:
 def _create_job(*, user, team: Team, spec: dict, digest: str, secret_env_ciphertext: str) -> Job:
     now = timezone.now()
     kind = groups.group_kind(spec)
-    columns = _job_columns(spec)
+    columns = job_columns(spec)
     job = Job.objects.create(
         team=team,
         owner=user,

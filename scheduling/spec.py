@@ -449,3 +449,32 @@ def spec_digest(spec: dict, secret_mac: str = "") -> str:
     if secret_mac:
         body["secret_env"] = secret_mac
     return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def job_columns(spec: dict) -> dict:
+    """A job's columns from its normalized spec: what the scheduler and the pages query."""
+    res, policy = spec["resources"], spec["restart_policy"]
+    return dict(
+        client_job_id=spec["client_job_id"],
+        name=spec["name"],
+        image=spec["image"],
+        command=spec["command"],
+        env=spec["env"],
+        gpu_type=res["gpu_type"],
+        gpu_count=res["gpu_count"],
+        gpus_per_task=res["gpus_per_task"],
+        task_count=res["tasks"],
+        cpu_per_rank=res["cpu_per_rank"],
+        memory_per_rank_gb=res["memory_per_rank_gb"],
+        scratch_disk_gb=res["scratch_disk_gb"],
+        topology_hint=spec["topology_hint"],
+        node_selector=spec["node_selector"],
+        priority=spec["priority"],
+        max_runtime_hours=spec["max_runtime_hours"],
+        grace_period_seconds=spec["grace_period_seconds"],
+        checkpoint=spec["checkpoint"],
+        on_preemption=policy["on_preemption"],
+        on_node_failure=policy["on_node_failure"],
+        max_restarts=policy["max_restarts"],
+        max_retries=policy["max_retries"],
+    )
