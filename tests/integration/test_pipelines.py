@@ -5,9 +5,13 @@ can no longer be met (and skips cascade), and cancels a plain job whose dependen
 import re
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from scheduling import reports
 from scheduling.groups import child_env
+from scheduling.leader.snapshot import build_view
 from scheduling.leader.worker import run_pass
 from scheduling.models import Job, JobDependency
 from teams.models import AuditEvent
@@ -352,3 +356,19 @@ def test_a_dry_run_of_a_pipeline_answers_for_each_step(api, leader):
     assert [(s["step"], s["can_ever_run"]) for s in body["steps"]] == [("a", True), ("b", False)]
     assert (body["can_ever_run"], body["reason"]["field"]) == (False, "pipeline.steps[1].resources.gpu_count")
     assert Job.objects.count() == 0
+
+
+def test_the_snapshot_loads_every_edge_in_one_query(api, leader):
+    def queries() -> int:
+        with CaptureQueriesContext(connection) as captured:
+            build_view(now=timezone.now())
+        return len(captured.captured_queries)
+
+    first = plain(api)
+    plain(api, depends_on=[first.pk])
+    submit_pipeline(api)
+    few = queries()
+    submit_pipeline(api)
+    for _ in range(3):
+        plain(api, depends_on=[{"job": first.pk, "on": "any"}])
+    assert queries() == few  # more jobs, steps and edges: no more queries
