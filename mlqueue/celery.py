@@ -1,12 +1,26 @@
-"""The Celery app. Its one task is the fast path for grace deadlines (scheduling/tasks.py); the
-leader's sweep is the guarantee."""
+"""The Celery app. Its tasks are fast paths: grace deadlines and schedules' fire times
+(scheduling/tasks.py); the leader's sweeps are the guarantee. Beat (`celery -A mlqueue beat`)
+sends the schedules' task every MLQ_SCHEDULE_BEAT_S seconds; any number of beats may run: a
+fire time is claimed in the database, never twice."""
 
 import os
 
 from celery import Celery
+from django.conf import settings
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mlqueue.settings")
 
 app = Celery("mlqueue")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+
+# The periodic tasks `celery -A mlqueue beat` sends. Each expires after one period: a beat that
+# ran while no worker did leaves no backlog of identical sweeps behind.
+app.conf.beat_schedule = {
+    "fire-due-schedules": {
+        "task": "scheduling.tasks.fire_due_schedules",
+        "schedule": settings.MLQ_SCHEDULE_BEAT_S,
+        "options": {"expires": settings.MLQ_SCHEDULE_BEAT_S},
+    },
+}

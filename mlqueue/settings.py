@@ -392,6 +392,10 @@ MLQ_LOG_FOLLOW_MAX_S = env_seconds("MLQ_LOG_FOLLOW_MAX_S", 3600.0)
 MLQ_FORECAST_INTERVAL_S = float(os.environ.get("MLQ_FORECAST_INTERVAL_S", "5"))
 MLQ_FORECAST_MAX_PASSES = env_int("MLQ_FORECAST_MAX_PASSES", 80)
 MLQ_FORECAST_EVICTIONS = env_choice("MLQ_FORECAST_EVICTIONS", ("all", "priority", "none"))
+# Schedules (scheduling/schedules.py): Celery beat looks for due fire times this often (the fast
+# path), and the leader between its passes (the guarantee, and the only firer in embedded mode).
+MLQ_SCHEDULE_BEAT_S = env_seconds("MLQ_SCHEDULE_BEAT_S", 10.0)
+MLQ_SCHEDULE_SWEEP_S = env_seconds("MLQ_SCHEDULE_SWEEP_S", 10.0)
 
 
 # --- Abuse limits and who may reach what (SECURITY.md).

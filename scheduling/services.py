@@ -102,11 +102,12 @@ def job_shape(spec: dict) -> JobShape:
 
 
 @sensitive_variables("spec", "secret_values")
-def do_submit_job(*, user, team: Team, spec: dict) -> tuple[Job, bool]:
+def do_submit_job(*, user, team: Team, spec: dict, schedule=None, scheduled_for=None) -> tuple[Job, bool]:
     """Create the job, its tasks and its first event in one transaction. Idempotent on
     (team, client_job_id): the same spec again returns the first job (created=False); a
     different spec under the same id raises Conflict. `spec` is check_job_submission's, with
-    the secret values in the clear: they are encrypted here and the stored spec keeps "***"."""
+    the secret values in the clear: they are encrypted here and the stored spec keeps "***".
+    `schedule`, `scheduled_for`: the schedule and fire time this job is the run of."""
     secret_values = spec.get("secret_env") or {}
     spec = {**spec, "secret_env": masked(secret_values)}
     # One digest per secret key, current first: a resubmit still matches after a key rotation.
@@ -118,7 +119,12 @@ def do_submit_job(*, user, team: Team, spec: dict) -> tuple[Job, bool]:
     try:
         with transaction.atomic():
             job = _create_job(
-                user=user, team=team, spec=spec, digest=digests[0], secret_env_ciphertext=encrypt_env(secret_values)
+                user=user,
+                team=team,
+                spec=spec,
+                digest=digests[0],
+                secret_env_ciphertext=encrypt_env(secret_values),
+                run_of={"schedule": schedule, "scheduled_for": scheduled_for},
             )
             notify.wake_scheduler("submit")
             notify.jobs_changed([job.pk])
@@ -139,7 +145,7 @@ def _same_job_or_conflict(existing: Job, digests: list[str]) -> Job:
     return existing
 
 
-def _create_job(*, user, team: Team, spec: dict, digest: str, secret_env_ciphertext: str) -> Job:
+def _create_job(*, user, team: Team, spec: dict, digest: str, secret_env_ciphertext: str, run_of: dict) -> Job:
     now = timezone.now()
     kind = groups.group_kind(spec)
     columns = job_columns(spec)
@@ -153,11 +159,15 @@ def _create_job(*, user, team: Team, spec: dict, digest: str, secret_env_ciphert
         secret_env_ciphertext=secret_env_ciphertext,
         group_kind=kind,
         group=groups.group_settings(spec) if kind else {},
+        **run_of,
         **columns,
     )
     shape = job_shape(spec).describe()
     what = f"{shape}, priority {job.priority}"
     data = {"client_job_id": job.client_job_id, "tasks": job.task_count}
+    if job.schedule_id:
+        what += f", the run of schedule {job.schedule_id} for {job.scheduled_for:%Y-%m-%d %H:%M} UTC"
+        data["schedule_id"] = job.schedule_id
     if kind:
         children = groups.do_create_group(parent=job, spec=spec, columns=columns, now=now)
         what = _group_description(job, len(children), what)

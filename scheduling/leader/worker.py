@@ -25,6 +25,7 @@ from scheduling.leader.apply import Applied, apply_decisions
 from scheduling.leader.forecasting import Forecaster
 from scheduling.leader.leadership import Leadership, LeaseRowLeadership
 from scheduling.leader.reconcile import Swept, reconcile
+from scheduling.leader.schedule_sweep import ScheduleSweep
 from scheduling.leader.snapshot import build_view
 from scheduling.models import SchedulerLease
 from scheduling.notify import WAKE_CHANNEL
@@ -46,26 +47,40 @@ class PassReport:
 
 
 def run_pass(
-    *, epoch: int, now=None, forecaster: Forecaster | None = None, scheduler: Scheduler | None = None
+    *,
+    epoch: int,
+    now=None,
+    forecaster: Forecaster | None = None,
+    scheduler: Scheduler | None = None,
+    schedules: ScheduleSweep | None = None,
 ) -> PassReport:
     """One pass as the leader of `epoch`. Raises Deposed if another scheduler took over.
     `scheduler`: the policy core's state kept from the last pass (its decisions are exactly a
     fresh pass's; it only saves re-indexing the cluster); None: a fresh pass.
     The cyclic garbage collector waits until the pass is over: a pass allocates many short-
-    lived objects and nothing cyclic worth collecting mid-pass (10-30% of a pass otherwise)."""
+    lived objects and nothing cyclic worth collecting mid-pass (10-30% of a pass otherwise).
+    `schedules`: fire the schedules due, when its interval has passed, before the snapshot (so
+    the runs are in this pass)."""
     gc.disable()
     try:
-        return _run_pass(epoch=epoch, now=now, forecaster=forecaster, scheduler=scheduler)
+        return _run_pass(epoch=epoch, now=now, forecaster=forecaster, scheduler=scheduler, schedules=schedules)
     finally:
         gc.enable()
 
 
 def _run_pass(
-    *, epoch: int, now=None, forecaster: Forecaster | None = None, scheduler: Scheduler | None = None
+    *,
+    epoch: int,
+    now=None,
+    forecaster: Forecaster | None = None,
+    scheduler: Scheduler | None = None,
+    schedules: ScheduleSweep | None = None,
 ) -> PassReport:
     started = time.perf_counter()
     now = now or timezone.now()
     swept = reconcile(epoch=epoch, now=now)
+    if schedules is not None:
+        schedules.maybe_fire(now=now)
     failpoints.hit("pass.after_sweep")
     view = build_view(now=now)
     decide = scheduler.schedule if scheduler is not None else schedule
@@ -142,6 +157,7 @@ class SchedulerWorker:
         self.waker = Waker()
         self.forecaster = Forecaster()
         self.scheduler = Scheduler()
+        self.schedules = ScheduleSweep()
         self.stopping = False
 
     def run(self, *, passes: int | None = None) -> int:
@@ -183,7 +199,9 @@ class SchedulerWorker:
     def _one_pass(self) -> PassReport | None:
         epoch = self.leadership.epoch
         try:
-            report = run_pass(epoch=epoch, forecaster=self.forecaster, scheduler=self.scheduler)
+            report = run_pass(
+                epoch=epoch, forecaster=self.forecaster, scheduler=self.scheduler, schedules=self.schedules
+            )
         except Deposed as exc:
             log.warning("%s: stepping down", exc)
             metrics.DEPOSED.inc()

@@ -1,0 +1,73 @@
+"""What a schedule is made of, validated: its timing (cron, timezone, concurrency, deadline,
+suspend) and the job spec it submits at each fire time. Two ways in, one validation:
+
+    POST /api/v1/schedules   {"name": .., "cron": .., "timezone": .., ..., "spec": {<job spec>}}
+    POST /api/v1/jobs        {<job spec>, "schedule": {"cron": .., "timezone": .., ...}}
+
+Errors name the field the way the body spelled it: `spec.resources.gpu_count` in the first,
+`resources.gpu_count` and `schedule.cron` in the second.
+"""
+
+from rest_framework import serializers
+
+from scheduling.core.cron import cron_error, timezone_error
+from scheduling.models import Concurrency
+from scheduling.spec import StrictIntegerField, StrictSerializer, StrictStringField
+
+DEADLINE_LIMIT_MINUTES = 7 * 24 * 60
+NOT_A_BOOLEAN = "must be true or false, not {kind}."
+
+
+class StrictBooleanField(serializers.BooleanField):
+    """true or false in the JSON sense: "yes", 1 and "false" are refused, not coerced."""
+
+    default_error_messages = {"invalid": NOT_A_BOOLEAN}
+
+    def to_internal_value(self, data):
+        if not isinstance(data, bool):
+            self.fail("invalid", kind=type(data).__name__ if not isinstance(data, str) else f"the string {data!r}")
+        return data
+
+
+class ScheduleTimingSerializer(StrictSerializer):
+    """When a schedule fires and what it does when a run is still active. `partial=True` (a
+    PATCH) checks only the fields given."""
+
+    cron = StrictStringField(max_length=200, help_text="five fields, e.g. '0 3 * * *', or @daily, @hourly ...")
+    timezone = StrictStringField(required=False, default="UTC", max_length=64, help_text="IANA name")
+    concurrency = serializers.ChoiceField(Concurrency.values, required=False, default=Concurrency.FORBID)
+    starting_deadline_minutes = StrictIntegerField(
+        required=False, allow_null=True, default=None, min_value=1, max_value=DEADLINE_LIMIT_MINUTES
+    )
+    suspend = StrictBooleanField(required=False, default=False)
+
+    def validate_cron(self, value):
+        if error := cron_error(value):
+            raise serializers.ValidationError(error)
+        return " ".join(value.split())
+
+    def validate_timezone(self, value):
+        if error := timezone_error(value):
+            raise serializers.ValidationError(error)
+        return value
+
+
+class ScheduleBlockSerializer(ScheduleTimingSerializer):
+    """The `schedule:` block of a job spec; `name` defaults to the spec's."""
+
+    name = StrictStringField(required=False, max_length=200, printable_only=True)
+
+
+class ScheduleCreateSerializer(ScheduleBlockSerializer):
+    """POST /api/v1/schedules. `spec` is checked by the submit's own validation (services)."""
+
+    spec = serializers.JSONField(help_text="a job spec, as POST /api/v1/jobs takes it")
+
+
+class ScheduleChangeSerializer(ScheduleBlockSerializer):
+    """PATCH /api/v1/schedules/{id}: any of the fields; `suspended` with a `reason` suspends."""
+
+    suspend = None  # a PATCH says `suspended`, as the schedule reads
+    suspended = StrictBooleanField(required=False)
+    reason = StrictStringField(required=False, allow_blank=True, max_length=500, printable_only=True)
+    spec = serializers.JSONField(required=False)

@@ -1,0 +1,409 @@
+"""Schedules: a job spec submitted as a run at each fire time of a cron expression
+(docs/schedules.md). `check_*` validates, `do_*` writes, `fire_due` is what the firers call.
+
+Exactly once per fire time:
+1. A firer lists the due schedules (one indexed query: `next_run_at <= now`, not suspended).
+2. It claims each with a conditional UPDATE: `WHERE id = .. AND next_run_at = <seen> AND
+   updated_at = <seen>`, setting next_run_at to the first fire time after now. Of two firers
+   only one updates the row; the other's UPDATE waits for the first's transaction, then finds
+   next_run_at changed and updates 0 rows: it does nothing. An edit in between changes
+   updated_at, so a claim never fires by a cron or spec the schedule no longer has.
+3. In the same transaction it submits the run through the ordinary submit service as the
+   owner, with client_job_id `schedule-<id>-<fire time>`: a firer that dies mid-fire rolls the
+   claim back with the run, and a replayed fire returns the job already submitted.
+Missed fire times collapse: the claim jumps past all of them and fires once, for the latest.
+"""
+
+import logging
+from datetime import UTC, timedelta
+
+from django.db import IntegrityError, transaction
+from django.db.models import Q
+from django.utils import timezone
+from rest_framework.exceptions import APIException, PermissionDenied, ValidationError
+
+from mlqueue.api_errors import flatten_errors
+from mlqueue.errors import Conflict
+from scheduling import services
+from scheduling.core.cron import latest_fire, next_fire
+from scheduling.models import Concurrency, FireOutcome, Job, Schedule, ScheduleFire, TaskState
+from scheduling.schedule_spec import ScheduleBlockSerializer, ScheduleChangeSerializer, ScheduleCreateSerializer
+from scheduling.secrets import SecretEnvUnreadable, decrypt_env, encrypt_env, masked
+from scheduling.spec import spec_digest
+from teams.models import Team
+from teams.selectors import can_edit_quotas, is_member, is_site_admin, team_ids_of
+
+log = logging.getLogger(__name__)
+
+# Fires kept per schedule (the page's history); older ones are deleted as new ones come.
+HISTORY_KEPT = 100
+# Schedules fired per call: a backlog after an outage is worked off over a few calls.
+FIRE_BATCH = 200
+
+CLIENT_JOB_ID_GIVEN = (
+    "a schedule's runs take their client_job_id from the schedule and the fire time "
+    "(schedule-<id>-<time>): leave client_job_id out."
+)
+NAME_TAKEN = (
+    "team {team} already has schedule {id} named {name!r} with other settings: "
+    "PATCH /api/v1/schedules/{id} to change it, or choose another name."
+)
+TEAM_CHANGED = "a schedule stays in its team ({team}): create a new schedule for team {new}."
+NOT_YOURS = "only the schedule's owner ({owner}), leads of {team} and site admins may {verb} schedule {id}."
+OWNER_MAY_NOT_SUBMIT = "its owner {owner} may no longer submit to team {team} ({why})"
+RESUME_REFUSED = (
+    "schedule {id} cannot resume: {why}; delete it and create it again as someone who may submit to {team}."
+)
+SKIPPED_ACTIVE = "its last run, job {job_id}, is still {state} (concurrency: forbid)"
+REPLACED = "replaced by the run of schedule {id} ({name}) for {time}"
+PAST_DEADLINE = "{late} min late, past starting_deadline_minutes ({deadline})"
+SUBMITTED = "submitted job {job_id}"
+ALREADY_SUBMITTED = "job {job_id} was already submitted for this fire time"
+REFUSED = "the submit was refused: {why}"
+# Not finished: queued, placed, running, between a preemption and its requeue, or FAILED with
+# the leader's verdict (a retry?) still to come.
+ACTIVE_RUN = Q(state__in=[TaskState.PENDING, TaskState.ASSIGNED, TaskState.RUNNING, TaskState.PREEMPTED]) | Q(
+    state=TaskState.FAILED, failure_class=""
+)
+
+
+def visible_schedules(user):
+    """As for jobs: admins see every schedule, everyone else their teams' (and teams below)."""
+    schedules = Schedule.objects.select_related("team", "owner", "last_job")
+    if is_site_admin(user):
+        return schedules
+    return schedules.filter(team_id__in=team_ids_of(user))
+
+
+def can_change_schedule(user, schedule: Schedule) -> bool:
+    """Edit, suspend, resume, run now, delete: its owner, leads of its team (or above), admins."""
+    return user.is_authenticated and (schedule.owner_id == user.pk or can_edit_quotas(user, schedule.team))
+
+
+def check_may_change(*, user, schedule: Schedule, verb: str) -> None:
+    if not can_change_schedule(user, schedule):
+        owner = schedule.owner.get_username()
+        raise PermissionDenied(NOT_YOURS.format(owner=owner, team=schedule.team.name, verb=verb, id=schedule.pk))
+
+
+# ---- create -------------------------------------------------------------------------------
+
+
+def check_schedule_create(*, user, data) -> tuple[Team, dict, dict]:
+    """POST /api/v1/schedules: the timing and the spec, validated as a submit validates it.
+    Returns the team, the timing (with `name`) and the normalized spec."""
+    timing = _valid(ScheduleCreateSerializer, data)
+    spec_data = timing.pop("spec")
+    try:
+        team, spec = _check_spec(user=user, data=spec_data)
+    except ValidationError as exc:
+        raise ValidationError({"spec": exc.detail}) from None
+    return team, _named(timing, spec), spec
+
+
+def check_spec_with_schedule(*, user, data: dict) -> tuple[Team, dict, dict]:
+    """POST /api/v1/jobs with a `schedule:` block: the block is the timing, the rest the spec."""
+    spec_data = {key: value for key, value in data.items() if key != "schedule"}
+    try:
+        timing = _valid(ScheduleBlockSerializer, data["schedule"])
+    except ValidationError as exc:
+        raise ValidationError({"schedule": exc.detail}) from None
+    team, spec = _check_spec(user=user, data=spec_data)
+    return team, _named(timing, spec), spec
+
+
+def _valid(serializer_class, data, **kwargs) -> dict:
+    serializer = serializer_class(data=data, **kwargs)
+    serializer.is_valid(raise_exception=True)
+    return dict(serializer.validated_data)
+
+
+def _named(timing: dict, spec: dict) -> dict:
+    return {**timing, "name": timing.get("name") or spec["name"]}
+
+
+def _check_spec(*, user, data) -> tuple[Team, dict]:
+    if isinstance(data, dict) and data.get("client_job_id") is not None:
+        raise ValidationError({"client_job_id": [CLIENT_JOB_ID_GIVEN]})
+    return services.check_job_submission(user=user, data=data)
+
+
+def do_create_schedule(*, user, team: Team, timing: dict, spec: dict, now=None) -> tuple[Schedule, bool]:
+    """Create the schedule, its first fire time computed. Idempotent on (team, name): the same
+    timing and spec again return the schedule (created=False); other settings, a Conflict."""
+    now = now or timezone.now()
+    secret_values = spec.get("secret_env") or {}
+    stored = {**spec, "secret_env": masked(secret_values)}
+    existing = Schedule.objects.filter(team=team, name=timing["name"]).first()
+    if existing is not None:
+        return _same_or_conflict(existing, timing, stored), False
+    try:
+        with transaction.atomic():
+            schedule = Schedule.objects.create(
+                team=team,
+                owner=user,
+                name=timing["name"],
+                spec=stored,
+                secret_env_ciphertext=encrypt_env(secret_values),
+                **_timing_columns(timing, now=now),
+                created_at=now,
+                updated_at=now,
+            )
+    except IntegrityError:  # an identical create won the race for (team, name)
+        existing = Schedule.objects.get(team=team, name=timing["name"])
+        return _same_or_conflict(existing, timing, stored), False
+    return schedule, True
+
+
+def _timing_columns(timing: dict, *, now) -> dict:
+    suspended = timing.get("suspend", False)
+    return dict(
+        cron=timing["cron"],
+        timezone=timing["timezone"],
+        concurrency=timing["concurrency"],
+        starting_deadline_minutes=timing["starting_deadline_minutes"],
+        suspended=suspended,
+        suspended_reason="created suspended" if suspended else "",
+        next_run_at=next_fire(timing["cron"], timing["timezone"], now),
+    )
+
+
+def _same_or_conflict(existing: Schedule, timing: dict, stored: dict) -> Schedule:
+    same = (
+        existing.cron == timing["cron"]
+        and existing.timezone == timing["timezone"]
+        and existing.concurrency == timing["concurrency"]
+        and existing.starting_deadline_minutes == timing["starting_deadline_minutes"]
+        and spec_digest(existing.spec) == spec_digest(stored)
+    )
+    if not same:
+        raise Conflict(NAME_TAKEN.format(team=existing.team.name, id=existing.pk, name=existing.name))
+    return existing
+
+
+# ---- change, suspend, resume, delete -----------------------------------------------------
+
+
+def check_schedule_change(*, user, schedule: Schedule, data) -> dict:
+    """PATCH: the fields given, validated; a new spec as the schedule's owner would submit it
+    (its runs run as the owner), in the schedule's team."""
+    check_may_change(user=user, schedule=schedule, verb="change")
+    changes = _valid(ScheduleChangeSerializer, data, partial=True)
+    if "spec" in changes:
+        try:
+            team, spec = _check_spec(user=schedule.owner, data=changes["spec"])
+            if team.pk != schedule.team_id:
+                raise ValidationError({"team": [TEAM_CHANGED.format(team=schedule.team.name, new=team.name)]})
+        except ValidationError as exc:
+            raise ValidationError({"spec": exc.detail}) from None
+        changes["spec"] = spec
+    if changes.get("suspended") is False:
+        _check_may_resume(schedule)
+    return changes
+
+
+def _check_may_resume(schedule: Schedule) -> None:
+    if why := owner_refusal(schedule):
+        raise Conflict(RESUME_REFUSED.format(id=schedule.pk, why=why, team=schedule.team.name))
+
+
+def do_change_schedule(*, user, schedule: Schedule, changes: dict, now=None) -> Schedule:
+    """Apply a checked PATCH in one UPDATE. A new cron or time zone, or a resume, recomputes
+    next_run_at from now: a resumed schedule does not fire the times it was suspended for."""
+    now = now or timezone.now()
+    columns = {key: changes[key] for key in ("name", "cron", "timezone", "concurrency") if key in changes}
+    if "starting_deadline_minutes" in changes:
+        columns["starting_deadline_minutes"] = changes["starting_deadline_minutes"]
+    if "spec" in changes:
+        secret_values = changes["spec"].get("secret_env") or {}
+        columns["spec"] = {**changes["spec"], "secret_env": masked(secret_values)}
+        columns["secret_env_ciphertext"] = encrypt_env(secret_values)
+    if "suspended" in changes:
+        columns["suspended"] = changes["suspended"]
+        columns["suspended_reason"] = _suspend_reason(user, changes) if changes["suspended"] else ""
+    cron, zone = columns.get("cron", schedule.cron), columns.get("timezone", schedule.timezone)
+    if {"cron", "timezone"} & set(columns) or columns.get("suspended") is False:
+        columns["next_run_at"] = next_fire(cron, zone, now)
+    try:
+        with transaction.atomic():
+            Schedule.objects.filter(pk=schedule.pk).update(**columns, updated_at=now)
+    except IntegrityError:
+        other = Schedule.objects.get(team_id=schedule.team_id, name=columns["name"])
+        raise Conflict(NAME_TAKEN.format(team=schedule.team.name, id=other.pk, name=other.name)) from None
+    schedule.refresh_from_db()
+    return schedule
+
+
+def _suspend_reason(user, changes: dict) -> str:
+    reason = changes.get("reason") or ""
+    by = f"suspended by {user.get_username()}"
+    return f"{by}: {reason}" if reason else by
+
+
+def do_delete_schedule(*, user, schedule: Schedule) -> None:
+    """Delete the schedule and its fire history; its runs stay (their `schedule` becomes null)."""
+    check_may_change(user=user, schedule=schedule, verb="delete")
+    schedule.delete()
+
+
+# ---- firing --------------------------------------------------------------------------------
+
+
+def fire_due(*, now=None) -> list[ScheduleFire]:
+    """Fire every schedule due at `now` (each once, however many of its times were missed).
+    Safe to call from any number of processes at once: see the module's docstring."""
+    now = now or timezone.now()
+    due = (
+        Schedule.objects.filter(suspended=False, next_run_at__lte=now)
+        .order_by("next_run_at", "id")
+        .values_list("id", flat=True)[:FIRE_BATCH]
+    )
+    fired = []
+    for schedule_id in list(due):
+        fire = fire_one(schedule_id, now=now)
+        if fire is not None:
+            fired.append(fire)
+    return fired
+
+
+def fire_one(schedule_id: int, *, now) -> ScheduleFire | None:
+    """Claim the schedule's due fire time and handle it, in one transaction. None: not due, or
+    another firer claimed it first."""
+    with transaction.atomic():
+        schedule = Schedule.objects.select_related("owner", "team").filter(pk=schedule_id).first()
+        if schedule is None or schedule.suspended or schedule.next_run_at is None or schedule.next_run_at > now:
+            return None
+        seen = schedule.next_run_at
+        claimed = Schedule.objects.filter(
+            pk=schedule.pk, next_run_at=seen, updated_at=schedule.updated_at, suspended=False
+        ).update(next_run_at=next_fire(schedule.cron, schedule.timezone, now))
+        if not claimed:
+            return None
+        fire_time = latest_fire(schedule.cron, schedule.timezone, first=seen, until=now)
+        return _fire(schedule, fire_time=fire_time, now=now, deadline=True)
+
+
+def do_run_now(*, user, schedule: Schedule, now=None) -> ScheduleFire:
+    """An ordinary run with scheduled_for = now, honouring the schedule's concurrency; it runs
+    as the schedule's owner, whoever asks. next_run_at is left as it is."""
+    check_may_change(user=user, schedule=schedule, verb="run")
+    now = (now or timezone.now()).replace(microsecond=0)
+    with transaction.atomic():
+        return _fire(schedule, fire_time=now, now=now, deadline=False)
+
+
+def _fire(schedule: Schedule, *, fire_time, now, deadline: bool) -> ScheduleFire:
+    """One fire time, in the caller's transaction: the checks in order, then the submit.
+    1. later than the starting deadline -> SKIPPED_DEADLINE;
+    2. the owner may no longer submit to the team -> PAUSED (the schedule is suspended);
+    3. a run still active: forbid -> SKIPPED_ACTIVE, replace -> cancel it, allow -> nothing;
+    4. submit as the owner -> SUBMITTED (or REPLACED), or REFUSED with the submit's reason."""
+    if deadline and (late := _minutes_late(schedule, fire_time, now)) is not None:
+        deadline_minutes = schedule.starting_deadline_minutes
+        return _record(
+            schedule,
+            fire_time,
+            now,
+            FireOutcome.SKIPPED_DEADLINE,
+            PAST_DEADLINE.format(late=late, deadline=deadline_minutes),
+        )
+    if why := owner_refusal(schedule):
+        return _pause(
+            schedule,
+            fire_time,
+            now,
+            OWNER_MAY_NOT_SUBMIT.format(owner=schedule.owner.get_username(), team=schedule.team.name, why=why),
+        )
+    active = list(Job.objects.filter(ACTIVE_RUN, schedule=schedule, parent__isnull=True).order_by("-id"))
+    outcome = FireOutcome.SUBMITTED
+    if active and schedule.concurrency == Concurrency.FORBID:
+        message = SKIPPED_ACTIVE.format(job_id=active[0].pk, state=active[0].state)
+        return _record(schedule, fire_time, now, FireOutcome.SKIPPED_ACTIVE, message, job=active[0])
+    if active and schedule.concurrency == Concurrency.REPLACE:
+        _cancel_runs(schedule, active, fire_time)
+        outcome = FireOutcome.REPLACED
+    return _submit(schedule, fire_time, now, outcome)
+
+
+def _minutes_late(schedule: Schedule, fire_time, now) -> int | None:
+    """Minutes past the fire time when that is past the starting deadline; None otherwise."""
+    if schedule.starting_deadline_minutes is None:
+        return None
+    late = now - fire_time
+    return int(late.total_seconds() // 60) if late > timedelta(minutes=schedule.starting_deadline_minutes) else None
+
+
+def owner_refusal(schedule: Schedule) -> str:
+    """Why the owner may no longer submit to the schedule's team ("" if they may)."""
+    owner = schedule.owner
+    if not owner.is_active:
+        return "the account is deactivated"
+    if not is_member(owner, schedule.team):
+        return "no longer a member"
+    return ""
+
+
+def _pause(schedule: Schedule, fire_time, now, why: str) -> ScheduleFire:
+    Schedule.objects.filter(pk=schedule.pk).update(suspended=True, suspended_reason=f"paused: {why}", updated_at=now)
+    log.warning("schedule %s paused: %s", schedule.pk, why)
+    return _record(schedule, fire_time, now, FireOutcome.PAUSED, f"paused: {why}")
+
+
+def _cancel_runs(schedule: Schedule, runs: list[Job], fire_time) -> None:
+    """Cancel the active runs through the ordinary cancel (a group's children with it), as the
+    owner (whose runs they are). A run that ended meanwhile needs no cancel."""
+    why = REPLACED.format(id=schedule.pk, name=schedule.name, time=f"{fire_time:%Y-%m-%d %H:%M} UTC")
+    for run in runs:
+        try:
+            services.do_cancel_job(job=run, user=schedule.owner, reason=why)
+        except Conflict:
+            pass
+
+
+def run_client_job_id(schedule: Schedule, fire_time) -> str:
+    return f"schedule-{schedule.pk}-{fire_time.astimezone(UTC):%Y%m%dT%H%M%SZ}"
+
+
+def _submit(schedule: Schedule, fire_time, now, outcome: str) -> ScheduleFire:
+    """Submit the run as the owner, through the submit's own validation (the owner's rights at
+    fire time). A refusal is recorded, in a savepoint so the claim still commits: a spec the
+    cluster cannot hold any more must not be retried every pass."""
+    try:
+        with transaction.atomic():
+            secret_env = decrypt_env(schedule.secret_env_ciphertext)
+            data = {**schedule.spec, "client_job_id": run_client_job_id(schedule, fire_time), "secret_env": secret_env}
+            team, spec = services.check_job_submission(user=schedule.owner, data=data)
+            job, created = services.do_submit_job(
+                user=schedule.owner, team=team, spec=spec, schedule=schedule, scheduled_for=fire_time
+            )
+    except PermissionDenied as exc:
+        return _pause(schedule, fire_time, now, REFUSED.format(why=_reason(exc)))
+    except (APIException, SecretEnvUnreadable) as exc:
+        return _record(schedule, fire_time, now, FireOutcome.REFUSED, REFUSED.format(why=_reason(exc)))
+    message = (SUBMITTED if created else ALREADY_SUBMITTED).format(job_id=job.pk)
+    return _record(schedule, fire_time, now, outcome, message, job=job)
+
+
+def _reason(exc: Exception) -> str:
+    if isinstance(exc, ValidationError):
+        return "; ".join(f"{field}: {messages[0]}" for field, messages in flatten_errors(exc.detail).items())
+    if isinstance(exc, APIException):
+        return str(exc.detail)
+    return str(exc)
+
+
+def _record(schedule: Schedule, fire_time, now, outcome: str, message: str, *, job: Job | None = None) -> ScheduleFire:
+    """The fire's history row and the schedule's last outcome; the oldest rows past HISTORY_KEPT go."""
+    fire = ScheduleFire.objects.create(
+        schedule=schedule, scheduled_for=fire_time, fired_at=now, outcome=outcome, job=job, message=message
+    )
+    last = {"last_fire_at": fire_time, "last_outcome": outcome, **({"last_job": job} if job else {})}
+    Schedule.objects.filter(pk=schedule.pk).update(**last)
+    old = list(
+        ScheduleFire.objects.filter(schedule=schedule)
+        .order_by("-fired_at", "-id")
+        .values_list("pk", flat=True)[HISTORY_KEPT : HISTORY_KEPT + 100]
+    )
+    if old:
+        ScheduleFire.objects.filter(pk__in=old).delete()
+    return fire
