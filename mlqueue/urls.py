@@ -10,7 +10,7 @@ from agents import pages as node_pages
 from scheduling.metrics import metrics_view
 from scheduling.web import api as jobs_api
 from scheduling.web import pages as job_pages
-from scheduling.web import submit_page, tokens_page
+from scheduling.web import schedules_api, schedules_page, submit_page, tokens_page
 from scheduling.web import teams_page as team_pages
 from teams import api as teams_api
 from teams import login_limits
@@ -36,6 +36,9 @@ api_v1 = [
     endpoint(r"jobs/(?P<job_id>[0-9]+)/hold", jobs_api.JobHold.as_view(), "job-hold"),
     endpoint(r"jobs/(?P<job_id>[0-9]+)/release", jobs_api.JobRelease.as_view(), "job-release"),
     endpoint(r"jobs/(?P<job_id>[0-9]+)/requeue", jobs_api.JobRequeue.as_view(), "job-requeue"),
+    endpoint("schedules", schedules_api.ScheduleListCreate.as_view(), "schedules"),
+    endpoint(r"schedules/(?P<schedule_id>[0-9]+)", schedules_api.ScheduleDetail.as_view(), "schedule-detail"),
+    endpoint(r"schedules/(?P<schedule_id>[0-9]+)/run", schedules_api.ScheduleRun.as_view(), "schedule-run"),
     endpoint("teams", teams_api.TeamList.as_view(), "teams"),
     endpoint(r"teams/(?P<name>[a-z0-9-]+)/quotas", teams_api.TeamQuotas.as_view(), "team-quotas"),
     endpoint("tokens", teams_api.TokenListCreate.as_view(), "tokens"),
@@ -68,6 +71,13 @@ pages = [
     path("jobs/<int:job_id>/log/", job_pages.job_log, name="job-log"),
     path("jobs/<int:job_id>/cancel/", job_pages.job_cancel, name="job-cancel-page"),
     path("jobs/<int:job_id>/clone/", job_pages.job_clone, name="job-clone"),
+    path("schedules/", schedules_page.page, name="schedules-page"),
+    path("schedules/<int:schedule_id>/", schedules_page.detail, name="schedule-page"),
+    re_path(
+        r"^schedules/(?P<schedule_id>[0-9]+)/(?P<verb>suspend|resume|run)/$",
+        schedules_page.action,
+        name="schedule-action",
+    ),
     path("teams/", team_pages.page, name="teams-page"),
     path("nodes/", node_pages.page, name="nodes-page"),
     path("account/tokens/", tokens_page.page, name="account-tokens"),

@@ -91,7 +91,7 @@ def check_may_change(*, user, schedule: Schedule, verb: str) -> None:
 
 def check_schedule_create(*, user, data) -> tuple[Team, dict, dict]:
     """POST /api/v1/schedules: the timing and the spec, validated as a submit validates it.
-    Returns the team, the timing (with `name`) and the normalized spec."""
+    Returns the team, the timing (with `name`) and the spec to store (_check_spec)."""
     timing = _valid(ScheduleCreateSerializer, data)
     spec_data = timing.pop("spec")
     try:
@@ -123,9 +123,15 @@ def _named(timing: dict, spec: dict) -> dict:
 
 
 def _check_spec(*, user, data) -> tuple[Team, dict]:
+    """The spec validated as a submit by `user` would be; returns the team and the spec to
+    store: as given (each fire validates it again, as the owner then), with its name filled in
+    and its secret values, in the clear until do_create_schedule encrypts them. Not the
+    normalized spec: that is a submit's output, not always valid input again."""
     if isinstance(data, dict) and data.get("client_job_id") is not None:
         raise ValidationError({"client_job_id": [CLIENT_JOB_ID_GIVEN]})
-    return services.check_job_submission(user=user, data=data)
+    team, spec = services.check_job_submission(user=user, data=data)
+    given = {key: value for key, value in data.items() if key not in ("owner", "client_job_id")}
+    return team, {**given, "name": spec["name"], "secret_env": spec["secret_env"]}
 
 
 def do_create_schedule(*, user, team: Team, timing: dict, spec: dict, now=None) -> tuple[Schedule, bool]:

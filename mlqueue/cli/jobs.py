@@ -27,7 +27,12 @@ from mlqueue.cli.groups import (
     with_group_options,
 )
 from mlqueue.cli.output import as_text, emit, output_option, report
-from mlqueue.client import NO_USER, Client, Job, MlqError, apply_overrides, load_spec
+from mlqueue.cli.schedules import SCHEDULE_COLUMNS, schedule_line
+from mlqueue.client import NO_USER, Client, Job, MlqError, Schedule, apply_overrides, load_spec
+
+SCHEDULE_NOT_A_JOB = (
+    "a spec with a schedule: block makes a schedule, not a job: there is nothing to --wait for or --follow"
+)
 
 
 @main.command()
@@ -76,7 +81,12 @@ def submit(ctx, spec, overrides, array, max_failures, sweep_seed, dry_run, wait,
         if output not in ("json", "yaml"):
             _print_explanation(verdict.raw)
         return
+    if body.get("schedule") is not None and (wait or follow):
+        raise click.UsageError(SCHEDULE_NOT_A_JOB)
     job = sdk.submit(body)
+    if isinstance(job, Schedule):
+        report(job, output, SCHEDULE_COLUMNS, f"created {schedule_line(job)} (a schedule, not a job)")
+        return
     if output in ("json", "yaml") and not (wait or follow):
         emit(job, output, JOB_COLUMNS)
         return

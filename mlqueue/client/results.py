@@ -122,6 +122,49 @@ class Why:
 
 
 @dataclasses.dataclass(frozen=True)
+class Schedule:
+    """A schedule (docs/schedules.md): a spec submitted as a run at each fire time of `cron`.
+    `fires` (its detail only): the last fire times, newest first, each {scheduled_for, outcome,
+    job, message}."""
+
+    id: int
+    name: str = ""
+    team: str = ""
+    owner: str = ""
+    cron: str = ""
+    timezone: str = "UTC"
+    concurrency: str = ""
+    starting_deadline_minutes: int | None = None
+    suspended: bool = False
+    suspended_reason: str = ""
+    next_run_at: str | None = None
+    next_run_local: str | None = None
+    last_fire_at: str | None = None
+    last_outcome: str = ""
+    last_job: int | None = None
+    fires: tuple = ()
+    raw: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, data: dict) -> Schedule:
+        built = _build(cls, {**data, "fires": ()})
+        fires = tuple(Fire.from_json(fire) for fire in data.get("fires") or ())
+        return dataclasses.replace(built, fires=fires, raw=data)
+
+
+@dataclasses.dataclass(frozen=True)
+class Fire:
+    """One fire time of a schedule and what it came to (`run_schedule` returns the run's)."""
+
+    scheduled_for: str
+    outcome: str
+    job: int | None = None
+    message: str = ""
+    fired_at: str | None = None
+    raw: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclasses.dataclass(frozen=True)
 class DryRun:
     valid: bool
     can_ever_run: bool | None = None
@@ -198,5 +241,5 @@ class CancelResult:
     raw: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
 
 
-for _cls in (Task, QueueEntry, Why, DryRun, Event, Team, Quota, Node, Token, CancelResult):
+for _cls in (Task, QueueEntry, Why, DryRun, Event, Team, Quota, Node, Token, CancelResult, Fire):
     _cls.from_json = classmethod(_build)

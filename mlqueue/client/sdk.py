@@ -18,10 +18,12 @@ from mlqueue.client.results import (
     Child,
     DryRun,
     Event,
+    Fire,
     Job,
     Node,
     QueueEntry,
     Quota,
+    Schedule,
     Team,
     Token,
     Why,
@@ -32,6 +34,9 @@ NO_SERVER = "no server: set MLQ_SERVER, pass server=, or run `mlq login --server
 NO_TOKEN = "no token: set MLQ_TOKEN, pass token=, or run `mlq login`"
 NO_USER = "who are you? set MLQ_USER, or run `mlq login` (it records your user name)"
 WAIT_TIMED_OUT = "job {job} still {state} after {timeout:g} s"
+NO_SCHEDULE_BLOCK = (
+    "the spec has no schedule: block (e.g. schedule: {cron: '0 3 * * *', timezone: Europe/Berlin}); nothing was sent"
+)
 UNREACHABLE = "cannot reach {server}: {error}"
 
 API = "/api/v1"
@@ -134,9 +139,14 @@ class Client:
 
     # jobs
 
-    def submit(self, spec_or_path, *, set: Iterable[str] = (), **overrides) -> Job:  # noqa: A002
+    def submit(self, spec_or_path, *, set: Iterable[str] = (), **overrides) -> Job | Schedule:  # noqa: A002
+        """The job submitted; for a spec with a `schedule:` block, the Schedule it created
+        (no job is submitted then: the schedule submits one at each fire time)."""
         spec = apply_overrides(load_spec(spec_or_path), set, **overrides)
-        return Job.from_json(self.request("POST", "/jobs", json=spec))
+        answer = self.request("POST", "/jobs", json=spec)
+        if answer.get("created") == "schedule":
+            return Schedule.from_json(answer["schedule"])
+        return Job.from_json(answer)
 
     def dry_run(self, spec_or_path, *, set: Iterable[str] = (), **overrides) -> DryRun:  # noqa: A002
         spec = apply_overrides(load_spec(spec_or_path), set, **overrides)
@@ -171,6 +181,39 @@ class Client:
         """A group's children as the server orders them: an array's by index, a sweep's best first
         by its metric (trials that have not reported it last); [] for a job that is not a group."""
         return [Child.from_json(row) for row in self.request("GET", f"/jobs/{_id(job)}/children")]
+
+    # schedules (docs/schedules.md)
+
+    def schedules(self) -> list[Schedule]:
+        return [Schedule.from_json(row) for row in self._pages("/schedules", {})]
+
+    def schedule(self, schedule_id: int) -> Schedule:
+        return Schedule.from_json(self.request("GET", f"/schedules/{schedule_id}"))
+
+    def create_schedule(self, spec_or_path, *, set: Iterable[str] = (), **overrides) -> Schedule:  # noqa: A002
+        """From a spec with a `schedule:` block (the block holds cron, timezone, concurrency, ...);
+        refused before anything is sent when the spec has none (it would submit a job)."""
+        spec = apply_overrides(load_spec(spec_or_path), set, **overrides)
+        if not isinstance(spec.get("schedule"), dict):
+            raise MlqError(0, NO_SCHEDULE_BLOCK)
+        return Schedule.from_json(self.request("POST", "/jobs", json=spec)["schedule"])
+
+    def change_schedule(self, schedule_id: int, **changes) -> Schedule:
+        return Schedule.from_json(self.request("PATCH", f"/schedules/{schedule_id}", json=changes))
+
+    def suspend_schedule(self, schedule_id: int, reason: str = "") -> Schedule:
+        return self.change_schedule(schedule_id, suspended=True, reason=reason)
+
+    def resume_schedule(self, schedule_id: int) -> Schedule:
+        return self.change_schedule(schedule_id, suspended=False)
+
+    def run_schedule(self, schedule_id: int) -> Fire:
+        """Run now: an ordinary run, honouring the schedule's concurrency (forbid: refused while
+        its last run is active)."""
+        return Fire.from_json(self.request("POST", f"/schedules/{schedule_id}/run"))
+
+    def delete_schedule(self, schedule_id: int) -> None:
+        self.request("DELETE", f"/schedules/{schedule_id}")
 
     def metrics(self, job, name: str | None = None) -> Any:
         """The metrics a job reported (`mlqueue.report(...)`), as the server's

@@ -11,13 +11,13 @@ from rest_framework.views import APIView
 
 from mlqueue.metrics_report import NAME as METRIC_NAME
 from mlqueue.pagination import StrictCursorPagination
-from scheduling import groups, job_changes, job_control, job_metrics, services, sweeps
+from scheduling import groups, job_changes, job_control, job_metrics, schedules, services, sweeps
 from scheduling.group_state import waiting_reasons
 from scheduling.models import Job, JobState, Priority, Task, TaskLog
 from scheduling.queue_state import queue_positions
 from scheduling.selectors import scheduler_state, visible_jobs
 from scheduling.spec import JobSpecSerializer
-from scheduling.web import logstream, throttles
+from scheduling.web import logstream, schedules_api, throttles
 from scheduling.web.dryrun import dry_run_answer
 from scheduling.web.explanations import why_answer
 from scheduling.web.filters import JobFilter
@@ -74,10 +74,23 @@ class JobListCreate(generics.ListAPIView):
         },
     )
     def post(self, request: Request) -> Response:
+        """Submit a job. A spec with a `schedule:` block creates a schedule instead (no job is
+        submitted): the answer, 201 (200 if it existed with these settings), is
+        `{"created": "schedule", "message": .., "schedule": {..}}` (docs/schedules.md)."""
+        if isinstance(request.data, dict) and request.data.get("schedule") is not None:
+            return self._create_schedule(request)
         team, spec = services.check_job_submission(user=request.user, data=request.data)
         job, created = services.do_submit_job(user=request.user, team=team, spec=spec)
         return Response(
             JobDetailSerializer(_with_tasks(job.pk, request.user)).data,
+            status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
+        )
+
+    def _create_schedule(self, request: Request) -> Response:
+        team, timing, spec = schedules.check_spec_with_schedule(user=request.user, data=request.data)
+        schedule, created = schedules.do_create_schedule(user=request.user, team=team, timing=timing, spec=spec)
+        return Response(
+            schedules_api.created_answer(schedule, created),
             status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
         )
 

@@ -70,6 +70,9 @@ class JobSerializer(serializers.ModelSerializer):
     array_index = serializers.SerializerMethodField(help_text="an array's element: its index")
     trial = serializers.SerializerMethodField(help_text="a sweep's trial: its number")
     step = serializers.CharField(source="step_name", help_text="a pipeline's step: its name (else empty)")
+    schedule = serializers.PrimaryKeyRelatedField(
+        read_only=True, help_text="a schedule's run: the schedule's id (null otherwise, or once it is deleted)"
+    )
 
     class Meta:
         model = Job
@@ -97,9 +100,12 @@ class JobSerializer(serializers.ModelSerializer):
             "trial",
             "step",
             "params",
+            "schedule",
+            "scheduled_for",
         ]
         extra_kwargs = {
             "params": {"help_text": "a sweep's trial: its parameters"},
+            "scheduled_for": {"help_text": "a schedule's run: the fire time it is the run of (UTC)"},
             "estimated_start": {
                 "help_text": "pending jobs: the latest start, from the start-time forecast's run "
                 "where every job runs to its max_runtime, if nothing that outranks it "

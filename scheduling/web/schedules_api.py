@@ -1,0 +1,192 @@
+"""REST endpoints for schedules (docs/schedules.md). Thin: parse, call scheduling/schedules.py,
+serialize. Who sees and who changes: as for jobs (schedules.visible_schedules,
+can_change_schedule)."""
+
+from zoneinfo import ZoneInfo
+
+from django.shortcuts import get_object_or_404
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field
+from rest_framework import generics, serializers, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from mlqueue.errors import Conflict
+from mlqueue.pagination import StrictCursorPagination
+from scheduling import schedules
+from scheduling.models import FireOutcome, Schedule, ScheduleFire
+from scheduling.schedule_spec import ScheduleChangeSerializer, ScheduleCreateSerializer
+
+# How many fires a schedule's detail lists (the page shows the same; HISTORY_KEPT are kept).
+FIRES_SHOWN = 20
+SCHEDULE_CREATED = (
+    "a schedule was created, not a job: schedule {id} ({name}) submits a run at each fire time of "
+    "{cron!r} in {timezone}; the first is {next}."
+)
+SCHEDULE_EXISTS = "schedule {id} ({name}) already exists with these settings; nothing was created."
+
+
+class FireSerializer(serializers.ModelSerializer):
+    job = serializers.PrimaryKeyRelatedField(read_only=True, help_text="the run (or the active run a skip is about)")
+
+    class Meta:
+        model = ScheduleFire
+        fields = ["scheduled_for", "fired_at", "outcome", "job", "message"]
+
+
+class ScheduleSerializer(serializers.ModelSerializer):
+    team = serializers.CharField(source="team.name")
+    owner = serializers.CharField(source="owner.username")
+    next_run_local = serializers.SerializerMethodField(help_text="next_run_at in the schedule's time zone")
+    last_job = serializers.PrimaryKeyRelatedField(read_only=True)
+
+    class Meta:
+        model = Schedule
+        fields = [
+            "id",
+            "name",
+            "team",
+            "owner",
+            "cron",
+            "timezone",
+            "concurrency",
+            "starting_deadline_minutes",
+            "suspended",
+            "suspended_reason",
+            "next_run_at",
+            "next_run_local",
+            "last_fire_at",
+            "last_outcome",
+            "last_job",
+            "spec",
+            "created_at",
+            "updated_at",
+        ]
+        extra_kwargs = {
+            "next_run_at": {"help_text": "the next fire time (UTC); while suspended, none fires"},
+            "spec": {"help_text": "the job spec each run is submitted with (secret_env values as ***)"},
+        }
+
+    def get_next_run_local(self, schedule: Schedule) -> str | None:
+        if schedule.next_run_at is None:
+            return None
+        return schedule.next_run_at.astimezone(ZoneInfo(schedule.timezone)).isoformat()
+
+
+class ScheduleDetailSerializer(ScheduleSerializer):
+    fires = serializers.SerializerMethodField()
+
+    class Meta(ScheduleSerializer.Meta):
+        fields = [*ScheduleSerializer.Meta.fields, "fires"]
+
+    @extend_schema_field(FireSerializer(many=True))
+    def get_fires(self, schedule: Schedule):
+        """The last FIRES_SHOWN fire times, newest first."""
+        return FireSerializer(schedule.fires.all()[:FIRES_SHOWN], many=True).data
+
+
+def created_answer(schedule: Schedule, created: bool) -> dict:
+    """What POST /api/v1/jobs answers for a spec with a `schedule:` block: say plainly that no
+    job was submitted."""
+    data = ScheduleSerializer(schedule).data
+    if created:
+        message = SCHEDULE_CREATED.format(
+            id=schedule.pk,
+            name=schedule.name,
+            cron=schedule.cron,
+            timezone=schedule.timezone,
+            next=data["next_run_local"] or "none while it is suspended",
+        )
+    else:
+        message = SCHEDULE_EXISTS.format(id=schedule.pk, name=schedule.name)
+    return {"created": "schedule", "message": message, "schedule": data}
+
+
+class ScheduleCreatedSerializer(serializers.Serializer):
+    """What POST /api/v1/jobs answers for a spec with a `schedule:` block."""
+
+    created = serializers.ChoiceField(["schedule"], help_text="always 'schedule': no job was submitted")
+    message = serializers.CharField()
+    schedule = ScheduleSerializer()
+
+
+class NewestFirst(StrictCursorPagination):
+    ordering = "-id"
+    page_size = 50
+    max_page_size = 500
+
+
+class ScheduleListCreate(generics.ListAPIView):
+    serializer_class = ScheduleSerializer
+    pagination_class = NewestFirst
+
+    def get_queryset(self):
+        return schedules.visible_schedules(self.request.user)
+
+    @extend_schema(
+        request=ScheduleCreateSerializer,
+        responses={
+            201: ScheduleDetailSerializer,
+            200: ScheduleDetailSerializer,
+            409: OpenApiResponse(description="the team has a schedule of that name with other settings"),
+        },
+    )
+    def post(self, request: Request) -> Response:
+        """Create a schedule: its timing and the job spec each run is submitted with, validated as
+        a submit is (errors name `spec.<field>`). 200 with the schedule when one of that name
+        and these very settings exists already."""
+        team, timing, spec = schedules.check_schedule_create(user=request.user, data=request.data)
+        schedule, created = schedules.do_create_schedule(user=request.user, team=team, timing=timing, spec=spec)
+        return Response(
+            ScheduleDetailSerializer(schedule).data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK
+        )
+
+
+def _visible(request: Request, schedule_id: int) -> Schedule:
+    return get_object_or_404(schedules.visible_schedules(request.user), pk=schedule_id)
+
+
+class ScheduleDetail(APIView):
+    @extend_schema(responses=ScheduleDetailSerializer)
+    def get(self, request: Request, schedule_id: int) -> Response:
+        return Response(ScheduleDetailSerializer(_visible(request, schedule_id)).data)
+
+    @extend_schema(
+        request=ScheduleChangeSerializer,
+        responses={
+            200: ScheduleDetailSerializer,
+            403: OpenApiResponse(description="not the owner, a lead of its team or an admin"),
+            409: OpenApiResponse(description="resume refused (the owner may no longer submit), or the name is taken"),
+        },
+    )
+    def patch(self, request: Request, schedule_id: int) -> Response:
+        """Change any of name, cron, timezone, concurrency, starting_deadline_minutes, spec;
+        `suspended: true` (with a `reason`) suspends, `false` resumes. A new cron or time zone,
+        and a resume, recompute next_run_at from now."""
+        schedule = _visible(request, schedule_id)
+        changes = schedules.check_schedule_change(user=request.user, schedule=schedule, data=request.data)
+        schedule = schedules.do_change_schedule(user=request.user, schedule=schedule, changes=changes)
+        return Response(ScheduleDetailSerializer(schedule).data)
+
+    @extend_schema(responses={204: None, 403: OpenApiResponse(description="not yours to delete")})
+    def delete(self, request: Request, schedule_id: int) -> Response:
+        """Delete the schedule and its fire history. Its runs stay, with `schedule` null."""
+        schedules.do_delete_schedule(user=request.user, schedule=_visible(request, schedule_id))
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class ScheduleRun(APIView):
+    @extend_schema(
+        request=None,
+        responses={
+            201: FireSerializer,
+            409: OpenApiResponse(description="not submitted: the last run is active (forbid), or the owner may not"),
+        },
+    )
+    def post(self, request: Request, schedule_id: int) -> Response:
+        """Run now: an ordinary run with scheduled_for = now, as the schedule's owner, honouring
+        its concurrency (forbid: 409 while the last run is active; replace: it is cancelled)."""
+        fire = schedules.do_run_now(user=request.user, schedule=_visible(request, schedule_id))
+        if fire.outcome not in (FireOutcome.SUBMITTED, FireOutcome.REPLACED):
+            raise Conflict(f"schedule {schedule_id} did not run: {fire.message}")
+        return Response(FireSerializer(fire).data, status=status.HTTP_201_CREATED)

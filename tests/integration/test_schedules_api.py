@@ -1,0 +1,242 @@
+"""The schedules API (scheduling/web/schedules_api.py), the `schedule:` block of a submit, who
+may see and change a schedule, the 400s, PATCH recomputing next_run_at, and the pages."""
+
+from datetime import UTC, datetime
+
+import pytest
+from django.test import Client
+
+from scheduling import schedules
+from scheduling.models import Job, Schedule
+
+pytestmark = pytest.mark.django_db
+
+TEAM = "research-foundation-models"
+SPEC = {"name": "nightly-eval", "team": TEAM, "command": ["python", "eval.py"]}
+BODY = {"name": "nightly", "cron": "0 3 * * *", "timezone": "Europe/Berlin", "spec": SPEC}
+
+
+def post(api, username: str, body: dict, path: str = "/api/v1/schedules"):
+    return api(username).post(path, body, format="json")
+
+
+def created(api, username: str = "alice", **changes) -> dict:
+    response = post(api, username, {**BODY, **changes})
+    assert response.status_code == 201, response.json()
+    return response.json()
+
+
+def test_create_returns_the_schedule_with_its_next_fire_time_in_both_zones(clock, api):
+    body = created(api)
+    assert {key: body[key] for key in ("name", "team", "owner", "cron", "timezone", "concurrency", "suspended")} == {
+        "name": "nightly",
+        "team": TEAM,
+        "owner": "alice",
+        "cron": "0 3 * * *",
+        "timezone": "Europe/Berlin",
+        "concurrency": "forbid",
+        "suspended": False,
+    }
+    assert (body["next_run_at"], body["next_run_local"]) == ("2026-04-21T01:00:00Z", "2026-04-21T03:00:00+02:00")
+    assert body["fires"] == []
+
+
+def test_the_same_create_again_is_200_and_other_settings_under_the_name_409(clock, api):
+    first = created(api)
+    again = post(api, "alice", BODY)
+    assert (again.status_code, again.json()["id"]) == (200, first["id"])
+    other = post(api, "alice", {**BODY, "cron": "0 4 * * *"})
+    assert other.status_code == 409
+    assert other.json()["detail"] == (
+        f"team {TEAM} already has schedule {first['id']} named 'nightly' with other settings: "
+        f"PATCH /api/v1/schedules/{first['id']} to change it, or choose another name."
+    )
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "message"),
+    [
+        (
+            {"spec": {**SPEC, "resources": {"gpu_count": "8"}}},
+            "spec.resources.gpu_count",
+            "must be an integer, not the string '8'.",
+        ),
+        ({"spec": {**SPEC, "gpu": 1}}, "spec.gpu", "unknown field."),
+        ({"spec": {**SPEC, "client_job_id": "x"}}, "spec.client_job_id", schedules.CLIENT_JOB_ID_GIVEN),
+        ({"spec": {**SPEC, "team": "nope"}}, "spec.team", "no team named 'nope'."),
+        (
+            {"cron": "0 25 * * *"},
+            "cron",
+            "'0 25 * * *': the hour field '25' is not valid (0-23, lists, ranges and steps).",
+        ),
+        (
+            {"timezone": "Europe/Atlantis"},
+            "timezone",
+            "'Europe/Atlantis' is not an IANA time zone name such as Europe/Berlin, America/New_York or UTC.",
+        ),
+        ({"concurrency": "sometimes"}, "concurrency", '"sometimes" is not a valid choice.'),
+        (
+            {"starting_deadline_minutes": 0},
+            "starting_deadline_minutes",
+            "Ensure this value is greater than or equal to 1.",
+        ),
+        ({"suspend": "yes"}, "suspend", "must be true or false, not the string 'yes'."),
+        ({"every": "day"}, "every", "unknown field."),
+    ],
+)
+def test_a_bad_create_is_a_400_naming_the_field_and_writes_nothing(clock, api, change, field, message):
+    response = post(api, "alice", {**BODY, **change})
+    assert response.status_code == 400, response.json()
+    assert response.json()["fields"] == {field: [message]}
+    assert not Schedule.objects.exists()
+
+
+def test_a_team_you_are_not_in_is_a_403(clock, api):
+    response = post(api, "victor", BODY)
+    assert response.status_code == 403
+    assert response.json()["fields"] == {"team": [f"you are not a member of team {TEAM}."]}
+
+
+def test_submitting_a_spec_with_a_schedule_block_creates_a_schedule_not_a_job(clock, api):
+    body = {**SPEC, "schedule": {"cron": "*/5 * * * *", "timezone": "UTC", "concurrency": "replace"}}
+    response = post(api, "alice", body, path="/api/v1/jobs")
+    assert response.status_code == 201
+    answer = response.json()
+    schedule = Schedule.objects.get()
+    assert answer["created"] == "schedule"
+    assert answer["message"] == (
+        f"a schedule was created, not a job: schedule {schedule.pk} (nightly-eval) submits a run at each fire "
+        "time of '*/5 * * * *' in UTC; the first is 2026-04-20T09:05:00+00:00."
+    )
+    assert (answer["schedule"]["concurrency"], answer["schedule"]["name"]) == ("replace", "nightly-eval")
+    assert not Job.objects.exists()
+    again = post(api, "alice", body, path="/api/v1/jobs")
+    assert (again.status_code, again.json()["message"]) == (
+        200,
+        f"schedule {schedule.pk} (nightly-eval) already exists with these settings; nothing was created.",
+    )
+
+
+def test_a_bad_schedule_block_names_its_field(clock, api):
+    body = {**SPEC, "schedule": {"cron": "* * *"}}
+    response = post(api, "alice", body, path="/api/v1/jobs")
+    assert response.status_code == 400
+    assert list(response.json()["fields"]) == ["schedule.cron"]
+
+
+def test_members_of_the_team_see_it_and_others_do_not(clock, api):
+    schedule = created(api)
+    assert [row["id"] for row in api("rita").get("/api/v1/schedules").json()["results"]] == [schedule["id"]]
+    assert api("victor").get("/api/v1/schedules").json()["results"] == []
+    assert api("victor").get(f"/api/v1/schedules/{schedule['id']}").status_code == 404
+    assert api("ops").get(f"/api/v1/schedules/{schedule['id']}").status_code == 200
+
+
+@pytest.mark.parametrize(("username", "status"), [("rita", 200), ("ops", 200), ("rita-owned-alice", 403)])
+def test_the_owner_leads_and_admins_may_change_it_other_members_may_not(clock, api, username, status):
+    owner, actor = ("rita", "alice") if username == "rita-owned-alice" else ("alice", username)
+    schedule = created(api, owner)
+    response = api(actor).patch(f"/api/v1/schedules/{schedule['id']}", {"concurrency": "allow"}, format="json")
+    assert response.status_code == status
+    if status == 403:
+        assert response.json()["detail"] == (
+            f"only the schedule's owner (rita), leads of {TEAM} and site admins may change schedule {schedule['id']}."
+        )
+
+
+def test_patch_cron_and_timezone_recompute_the_next_fire_time(clock, api):
+    schedule = created(api)
+    url = f"/api/v1/schedules/{schedule['id']}"
+    body = api("alice").patch(url, {"cron": "30 12 * * *", "timezone": "America/New_York"}, format="json").json()
+    assert (body["next_run_at"], body["next_run_local"]) == ("2026-04-20T16:30:00Z", "2026-04-20T12:30:00-04:00")
+    bad = api("alice").patch(url, {"cron": "nope"}, format="json")
+    assert bad.status_code == 400
+    assert list(bad.json()["fields"]) == ["cron"]
+    assert Schedule.objects.get().cron == "30 12 * * *"
+
+
+def test_patch_a_spec_is_validated_and_must_stay_in_the_team(clock, api):
+    schedule = created(api)
+    url = f"/api/v1/schedules/{schedule['id']}"
+    moved = api("alice").patch(url, {"spec": {**SPEC, "team": "research-vision"}}, format="json")
+    assert moved.status_code == 403  # alice is not in research-vision: refused as a submit would be
+    bad = api("alice").patch(url, {"spec": {**SPEC, "priority": "P9"}}, format="json")
+    assert bad.json()["fields"] == {"spec.priority": ['"P9" is not a valid choice.']}
+    good = api("alice").patch(url, {"spec": {**SPEC, "command": ["python", "eval2.py"]}}, format="json")
+    assert good.json()["spec"]["command"] == ["python", "eval2.py"]
+
+
+def test_suspend_with_a_reason_and_resume(clock, api):
+    schedule = created(api)
+    url = f"/api/v1/schedules/{schedule['id']}"
+    body = api("alice").patch(url, {"suspended": True, "reason": "dataset migration"}, format="json").json()
+    assert (body["suspended"], body["suspended_reason"]) == (True, "suspended by alice: dataset migration")
+    body = api("alice").patch(url, {"suspended": False}, format="json").json()
+    assert (body["suspended"], body["suspended_reason"]) == (False, "")
+
+
+def test_resume_is_refused_while_the_owner_may_not_submit(clock, api, user):
+    schedule = created(api)
+    Schedule.objects.filter(pk=schedule["id"]).update(suspended=True, suspended_reason="paused")
+    user("alice").memberships.all().delete()
+    response = api("rita").patch(f"/api/v1/schedules/{schedule['id']}", {"suspended": False}, format="json")
+    assert response.status_code == 409
+    assert response.json()["detail"] == (
+        f"schedule {schedule['id']} cannot resume: no longer a member; delete it and create it again as someone "
+        f"who may submit to {TEAM}."
+    )
+
+
+def test_run_now_submits_a_run_then_forbid_refuses_while_it_is_active(clock, api):
+    schedule = created(api)
+    url = f"/api/v1/schedules/{schedule['id']}/run"
+    response = api("rita").post(url)
+    assert response.status_code == 201
+    fire = response.json()
+    job = api("alice").get(f"/api/v1/jobs/{fire['job']}").json()
+    assert (job["schedule"], job["scheduled_for"], job["owner"]) == (schedule["id"], "2026-04-20T09:00:00Z", "alice")
+    again = api("alice").post(url)
+    assert again.status_code == 409
+    assert again.json()["detail"] == (
+        f"schedule {schedule['id']} did not run: its last run, job {fire['job']}, is still PENDING "
+        "(concurrency: forbid)"
+    )
+    history = api("alice").get(f"/api/v1/schedules/{schedule['id']}").json()["fires"]
+    assert [row["outcome"] for row in history] == ["SKIPPED_ACTIVE", "SUBMITTED"]
+    assert api("victor").post(url).status_code == 404
+
+
+def test_delete_keeps_the_runs(clock, api):
+    schedule = created(api)
+    run = api("alice").post(f"/api/v1/schedules/{schedule['id']}/run").json()
+    assert api("rita").delete(f"/api/v1/schedules/{schedule['id']}").status_code == 204
+    assert not Schedule.objects.exists()
+    assert Job.objects.get(pk=run["job"]).schedule_id is None
+
+
+def test_the_pages_list_show_and_act_with_csrf(clock, api, logged_in):
+    schedule = created(api)
+    client = logged_in("alice")
+    listing = client.get("/schedules/").content.decode()
+    assert "nightly" in listing and "2026-04-21 01:00" in listing and "2026-04-21 03:00 CEST" in listing
+    page = client.get(f"/schedules/{schedule['id']}/").content.decode()
+    assert "Run now" in page and "Suspend" in page
+    client.post(f"/schedules/{schedule['id']}/suspend/", {"reason": "migration"})
+    assert Schedule.objects.get().suspended_reason == "suspended by alice: migration"
+    client.post(f"/schedules/{schedule['id']}/run/")
+    assert Job.objects.filter(schedule_id=schedule["id"]).count() == 1
+    forged = Client(enforce_csrf_checks=True)
+    forged.force_login(Schedule.objects.get().owner)
+    assert forged.post(f"/schedules/{schedule['id']}/resume/").status_code == 403
+    assert Schedule.objects.get().suspended
+
+
+def test_the_schema_still_builds(api):
+    response = api("alice").get("/api/schema/")
+    assert response.status_code == 200
+    assert b"/api/v1/schedules/{schedule_id}/run" in response.content
+
+
+def test_the_next_fire_is_in_utc_in_the_database(clock, api):
+    created(api)
+    assert Schedule.objects.get().next_run_at == datetime(2026, 4, 21, 1, 0, tzinfo=UTC)
