@@ -11,6 +11,7 @@ from django.db import transaction
 
 from scheduling.core.model import resource_class
 from scheduling.models import Node
+from scheduling.schedules import check_schedule_create, do_create_schedule
 from teams.models import Membership, Quota, Role, Team
 from teams.services import do_note_gpu_type
 
@@ -63,6 +64,24 @@ USERS = {
 ADMIN = "ops"
 
 
+# `seed_demo --schedule` (make demo): a tiny 1-GPU run every 5 minutes, never two at once.
+DEMO_SCHEDULE = {
+    "name": "demo-every-5-minutes",
+    "cron": "*/5 * * * *",
+    "timezone": "Europe/Berlin",
+    "concurrency": "forbid",
+    "starting_deadline_minutes": 4,
+    "spec": {
+        "name": "demo-scheduled-probe",
+        "team": "research-foundation-models",
+        "command": ["python", "-c", "import time; print('a scheduled run'); time.sleep(20)"],
+        "resources": {"gpu_count": 1, "gpu_type": "H100"},
+        "priority": "P3",
+        "max_runtime_hours": 1,
+    },
+}
+
+
 def node_name(kind: NodeKind, zone: str, index: int) -> str:
     return f"{zone}-{kind.rack}-{(kind.gpu_type or 'cpu').lower()}-{index:02d}"
 
@@ -81,8 +100,14 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--force", action="store_true", help="create the demo users even with DEBUG off")
+        parser.add_argument(
+            "--schedule",
+            action="store_true",
+            help="also a schedule that fires every 5 minutes (make demo's; left out by default so that tests and "
+            "benchmarks on the demo data see no runs they did not submit)",
+        )
 
-    def handle(self, *args, force, **options):
+    def handle(self, *args, force, schedule=False, **options):
         if not settings.DEBUG and not force:
             raise CommandError(
                 f"refusing to create demo users with the password {DEMO_PASSWORD!r} while DEBUG is off; "
@@ -90,6 +115,8 @@ class Command(BaseCommand):
             )
         with transaction.atomic():
             created = self.seed_nodes() + self.seed_teams() + self.seed_users()
+            if schedule:
+                created += self.seed_schedule()
         self.stdout.write(f"seed_demo: {created} objects created" if created else "seed_demo: already seeded")
 
     def seed_nodes(self) -> int:
@@ -156,3 +183,10 @@ class Command(BaseCommand):
             admin.set_password(DEMO_PASSWORD)
             admin.save()
         return created + new
+
+    def seed_schedule(self) -> int:
+        """DEMO_SCHEDULE, as alice creates it through the API (the same checks and the same row)."""
+        alice = get_user_model().objects.get(username="alice")
+        team, timing, spec = check_schedule_create(user=alice, data=DEMO_SCHEDULE)
+        _, new = do_create_schedule(user=alice, team=team, timing=timing, spec=spec)
+        return int(new)
