@@ -256,6 +256,8 @@ SPECTACULAR_SETTINGS = {
         "TaskStateEnum": "scheduling.models.TaskState",
         "NodeStateEnum": "scheduling.models.NodeState",
         "RestartModeEnum": "scheduling.spec.RESTART_MODES",
+        "ScheduleConcurrencyEnum": "scheduling.models.Concurrency",
+        "FireOutcomeEnum": "scheduling.models.FireOutcome",
     },
 }
 

@@ -35,7 +35,7 @@ class ScheduleTimingSerializer(StrictSerializer):
 
     cron = StrictStringField(max_length=200, help_text="five fields, e.g. '0 3 * * *', or @daily, @hourly ...")
     timezone = StrictStringField(required=False, default="UTC", max_length=64, help_text="IANA name")
-    concurrency = serializers.ChoiceField(Concurrency.values, required=False, default=Concurrency.FORBID)
+    concurrency = serializers.ChoiceField(Concurrency.choices, required=False, default=Concurrency.FORBID)
     starting_deadline_minutes = StrictIntegerField(
         required=False, allow_null=True, default=None, min_value=1, max_value=DEADLINE_LIMIT_MINUTES
     )

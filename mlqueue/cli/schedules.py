@@ -62,7 +62,12 @@ def schedules():
 @output_option
 @click.pass_context
 def list_schedules(ctx, output):
-    """Your teams' schedules, newest first, with each one's next fire time in its time zone."""
+    """Your teams' schedules, newest first, with each one's next fire time in its time zone.
+
+    \b
+    Example:
+      mlq schedules list -o wide
+    """
     emit(client(ctx).schedules(), output, SCHEDULE_COLUMNS, SCHEDULE_WIDE)
 
 
@@ -71,7 +76,12 @@ def list_schedules(ctx, output):
 @output_option
 @click.pass_context
 def show(ctx, schedule_id, output):
-    """A schedule and its last fire times (newest first)."""
+    """A schedule and its last fire times (newest first).
+
+    \b
+    Example:
+      mlq schedules show 3
+    """
     schedule = client(ctx).schedule(schedule_id)
     if output in ("json", "yaml"):
         emit(schedule, output, SCHEDULE_COLUMNS)
@@ -90,7 +100,12 @@ def show(ctx, schedule_id, output):
 @output_option
 @click.pass_context
 def create(ctx, spec, overrides, output):
-    """Create a schedule from a spec with a schedule: block (nothing is sent without one)."""
+    """Create a schedule from a spec with a schedule: block (nothing is sent without one).
+
+    \b
+    Example:
+      mlq schedules create -f examples/nightly.yaml --set schedule.cron='0 4 * * *'
+    """
     schedule = client(ctx).create_schedule(spec, set=overrides)
     report(schedule, output, SCHEDULE_COLUMNS, f"created {schedule_line(schedule)}")
 
@@ -101,7 +116,12 @@ def create(ctx, spec, overrides, output):
 @output_option
 @click.pass_context
 def suspend(ctx, schedule_id, reason, output):
-    """Stop firing until resumed."""
+    """Stop firing until resumed.
+
+    \b
+    Example:
+      mlq schedules suspend 3 --reason "dataset migration"
+    """
     schedule = client(ctx).suspend_schedule(schedule_id, reason=reason)
     report(schedule, output, SCHEDULE_COLUMNS, schedule_line(schedule))
 
@@ -111,7 +131,12 @@ def suspend(ctx, schedule_id, reason, output):
 @output_option
 @click.pass_context
 def resume(ctx, schedule_id, output):
-    """Fire again, from the next fire time after now (the times missed while suspended are not fired)."""
+    """Fire again, from the next fire time after now (the times missed while suspended are not fired).
+
+    \b
+    Example:
+      mlq schedules resume 3
+    """
     schedule = client(ctx).resume_schedule(schedule_id)
     report(schedule, output, SCHEDULE_COLUMNS, schedule_line(schedule))
 
@@ -121,7 +146,12 @@ def resume(ctx, schedule_id, output):
 @output_option
 @click.pass_context
 def run(ctx, schedule_id, output):
-    """Run now: an ordinary run as the schedule's owner, honouring its concurrency."""
+    """Run now: an ordinary run as the schedule's owner, honouring its concurrency.
+
+    \b
+    Example:
+      mlq schedules run 3
+    """
     fire = client(ctx).run_schedule(schedule_id)
     report(fire, output, FIRE_COLUMNS, f"schedule {schedule_id}: {fire_line(fire)}")
 
@@ -130,6 +160,11 @@ def run(ctx, schedule_id, output):
 @click.argument("schedule_id", type=int)
 @click.pass_context
 def delete(ctx, schedule_id):
-    """Delete a schedule and its fire history; its runs stay."""
+    """Delete a schedule and its fire history; its runs stay.
+
+    \b
+    Example:
+      mlq schedules delete 3
+    """
     client(ctx).delete_schedule(schedule_id)
     click.echo(f"schedule {schedule_id} deleted")
