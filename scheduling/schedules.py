@@ -138,8 +138,7 @@ def do_create_schedule(*, user, team: Team, timing: dict, spec: dict, now=None) 
     """Create the schedule, its first fire time computed. Idempotent on (team, name): the same
     timing and spec again return the schedule (created=False); other settings, a Conflict."""
     now = now or timezone.now()
-    secret_values = spec.get("secret_env") or {}
-    stored = {**spec, "secret_env": masked(secret_values)}
+    stored, ciphertext = _stored_spec(spec)
     existing = Schedule.objects.filter(team=team, name=timing["name"]).first()
     if existing is not None:
         return _same_or_conflict(existing, timing, stored), False
@@ -150,7 +149,7 @@ def do_create_schedule(*, user, team: Team, timing: dict, spec: dict, now=None) 
                 owner=user,
                 name=timing["name"],
                 spec=stored,
-                secret_env_ciphertext=encrypt_env(secret_values),
+                secret_env_ciphertext=ciphertext,
                 **_timing_columns(timing, now=now),
                 created_at=now,
                 updated_at=now,
@@ -159,6 +158,12 @@ def do_create_schedule(*, user, team: Team, timing: dict, spec: dict, now=None) 
         existing = Schedule.objects.get(team=team, name=timing["name"])
         return _same_or_conflict(existing, timing, stored), False
     return schedule, True
+
+
+def _stored_spec(spec: dict) -> tuple[dict, str]:
+    """The spec as stored, its secret values as "***", and their ciphertext (as on a job)."""
+    secret_values = spec.get("secret_env") or {}
+    return {**spec, "secret_env": masked(secret_values)}, encrypt_env(secret_values)
 
 
 def _timing_columns(timing: dict, *, now) -> dict:
@@ -221,9 +226,7 @@ def do_change_schedule(*, user, schedule: Schedule, changes: dict, now=None) -> 
     if "starting_deadline_minutes" in changes:
         columns["starting_deadline_minutes"] = changes["starting_deadline_minutes"]
     if "spec" in changes:
-        secret_values = changes["spec"].get("secret_env") or {}
-        columns["spec"] = {**changes["spec"], "secret_env": masked(secret_values)}
-        columns["secret_env_ciphertext"] = encrypt_env(secret_values)
+        columns["spec"], columns["secret_env_ciphertext"] = _stored_spec(changes["spec"])
     if "suspended" in changes:
         columns["suspended"] = changes["suspended"]
         columns["suspended_reason"] = _suspend_reason(user, changes) if changes["suspended"] else ""

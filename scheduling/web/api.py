@@ -88,11 +88,7 @@ class JobListCreate(generics.ListAPIView):
 
     def _create_schedule(self, request: Request) -> Response:
         team, timing, spec = schedules.check_spec_with_schedule(user=request.user, data=request.data)
-        schedule, created = schedules.do_create_schedule(user=request.user, team=team, timing=timing, spec=spec)
-        return Response(
-            schedules_api.created_answer(schedule, created),
-            status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
-        )
+        return schedules_api.create_response(request, team, timing, spec, answer=schedules_api.created_answer)
 
     def throttled(self, request: Request, wait: float | None):
         raise throttles.submit_rate_exceeded(wait)

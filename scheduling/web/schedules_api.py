@@ -136,10 +136,16 @@ class ScheduleListCreate(generics.ListAPIView):
         a submit is (errors name `spec.<field>`). 200 with the schedule when one of that name
         and these very settings exists already."""
         team, timing, spec = schedules.check_schedule_create(user=request.user, data=request.data)
-        schedule, created = schedules.do_create_schedule(user=request.user, team=team, timing=timing, spec=spec)
-        return Response(
-            ScheduleDetailSerializer(schedule).data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK
+        return create_response(
+            request, team, timing, spec, answer=lambda schedule, _: ScheduleDetailSerializer(schedule).data
         )
+
+
+def create_response(request: Request, team, timing: dict, spec: dict, *, answer) -> Response:
+    """Create the checked schedule; 201, or 200 when it existed with these settings. `answer`:
+    (schedule, created) -> the body (the two ways in answer differently)."""
+    schedule, created = schedules.do_create_schedule(user=request.user, team=team, timing=timing, spec=spec)
+    return Response(answer(schedule, created), status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
 
 def _visible(request: Request, schedule_id: int) -> Schedule:
