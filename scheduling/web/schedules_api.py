@@ -102,14 +102,6 @@ def created_answer(schedule: Schedule, created: bool) -> dict:
     return {"created": "schedule", "message": message, "schedule": data}
 
 
-class ScheduleCreatedSerializer(serializers.Serializer):
-    """What POST /api/v1/jobs answers for a spec with a `schedule:` block."""
-
-    created = serializers.ChoiceField(["schedule"], help_text="always 'schedule': no job was submitted")
-    message = serializers.CharField()
-    schedule = ScheduleSerializer()
-
-
 class NewestFirst(StrictCursorPagination):
     ordering = "-id"
     page_size = 50

@@ -224,7 +224,9 @@ def test_the_pages_list_show_and_act_with_csrf(clock, api, logged_in):
     client.post(f"/schedules/{schedule['id']}/suspend/", {"reason": "migration"})
     assert Schedule.objects.get().suspended_reason == "suspended by alice: migration"
     client.post(f"/schedules/{schedule['id']}/run/")
-    assert Job.objects.filter(schedule_id=schedule["id"]).count() == 1
+    run = Job.objects.get(schedule_id=schedule["id"])
+    job_page = client.get(f"/jobs/{run.pk}/").content.decode()
+    assert f'The run of schedule <a href="/schedules/{schedule["id"]}/">nightly</a>' in job_page
     forged = Client(enforce_csrf_checks=True)
     forged.force_login(Schedule.objects.get().owner)
     assert forged.post(f"/schedules/{schedule['id']}/resume/").status_code == 403
