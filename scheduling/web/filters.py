@@ -37,6 +37,7 @@ class JobFilter(django_filters.FilterSet):
     submitted_before = TimeFilter(field_name="submitted_at", lookup_expr="lt", help_text="submitted before")
     ended_after = TimeFilter(field_name="finished_at", lookup_expr="gte", help_text="ended at or after")
     parent = django_filters.NumberFilter(field_name="parent_id", help_text="the children of this group")
+    schedule = django_filters.NumberFilter(field_name="schedule_id", help_text="the runs of this schedule")
     top_level = django_filters.BooleanFilter(
         field_name="parent", lookup_expr="isnull", help_text="true: groups and single jobs, not groups' children"
     )
@@ -52,5 +53,6 @@ class JobFilter(django_filters.FilterSet):
             "submitted_before",
             "ended_after",
             "parent",
+            "schedule",
             "top_level",
         ]

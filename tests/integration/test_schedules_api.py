@@ -201,6 +201,8 @@ def test_run_now_submits_a_run_then_forbid_refuses_while_it_is_active(clock, api
         f"schedule {schedule['id']} did not run: its last run, job {fire['job']}, is still PENDING "
         "(concurrency: forbid)"
     )
+    listed = api("alice").get(f"/api/v1/jobs?schedule={schedule['id']}").json()["results"]
+    assert [row["id"] for row in listed] == [fire["job"]]
     history = api("alice").get(f"/api/v1/schedules/{schedule['id']}").json()["fires"]
     assert [row["outcome"] for row in history] == ["SKIPPED_ACTIVE", "SUBMITTED"]
     assert api("victor").post(url).status_code == 404
