@@ -217,3 +217,14 @@ def test_an_edit_between_listing_and_claiming_wins(clock, demo, user):
         pk=stale.pk, next_run_at=stale.next_run_at, updated_at=stale.updated_at, suspended=False
     ).update(next_run_at=at(9, 10))
     assert claimed == 0
+
+
+def test_a_schedule_whose_firing_fails_does_not_hold_up_the_others(clock, demo, caplog):
+    broken = create()
+    Schedule.objects.filter(pk=broken.pk).update(spec=["not", "a", "spec"])  # as a bad hand edit would
+    healthy = create(spec={**SPEC, "name": "other"}, name="other")
+    [fire] = fire_at(clock, at(9, 5))
+    assert fire.schedule_id == healthy.pk
+    assert f"schedule {broken.pk}: firing failed" in caplog.text
+    broken.refresh_from_db()
+    assert broken.next_run_at == at(9, 5)  # rolled back: tried again next time
