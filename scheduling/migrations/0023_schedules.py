@@ -9,7 +9,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('scheduling', '0021_job_groups_and_metrics'),
+        ('scheduling', '0022_dependency_conditions_and_pipelines'),
         ('teams', '0008_alter_auditevent_to_state'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
