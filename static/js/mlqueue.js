@@ -20,7 +20,19 @@
     var timer = null;
     return function () { if (timer) return; timer = setTimeout(function () { timer = null; fn(); }, ms); };
   }
+  // <time datetime="ISO" data-local>: the instant in the viewer's own time zone (the browser's),
+  // the server's UTC text staying as the fallback and in the title.
+  function localTimes(root) {
+    root.querySelectorAll("time[data-local]").forEach(function (node) {
+      var when = new Date(node.getAttribute("datetime"));
+      if (isNaN(when)) return;
+      node.title = node.textContent.trim();
+      node.textContent = when.toLocaleString(undefined, {dateStyle: "medium", timeStyle: "short", timeZoneName: "short"});
+    });
+  }
+  document.addEventListener("htmx:afterSwap", function (event) { localTimes(event.target); });
   document.addEventListener("DOMContentLoaded", function () {
+    localTimes(document);
     watchChildren();
     var root = document.querySelector("[data-live-path]");
     if (!root) return;

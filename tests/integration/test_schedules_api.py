@@ -221,6 +221,8 @@ def test_the_pages_list_show_and_act_with_csrf(clock, api, logged_in):
     client = logged_in("alice")
     listing = client.get("/schedules/").content.decode()
     assert "nightly" in listing and "2026-04-21 01:00" in listing and "2026-04-21 03:00 CEST" in listing
+    # The viewer's own zone: the browser rewrites this element from its ISO instant (mlqueue.js).
+    assert '<time datetime="2026-04-21T01:00:00+00:00" data-local>2026-04-21 01:00 UTC</time>' in listing
     page = client.get(f"/schedules/{schedule['id']}/").content.decode()
     assert "Run now" in page and "Suspend" in page
     client.post(f"/schedules/{schedule['id']}/suspend/", {"reason": "migration"})
