@@ -26,6 +26,10 @@ class QueueOrder:
     5. job id, the deterministic tie-break (then team name between teams).
     A job preempted for another that still waits comes right after that one, wherever the
     rules above put it: the room it gave up is the preemptor's.
+    With `prune`, once `prune(team, jobs)` says which of a team's jobs left in a class may
+    still matter (see `Pass._prune`), only those are yielded: the others' order is the same
+    without the rest (a team's standing reads the ledger, which only actions move, and each
+    team's jobs stay in their order).
     With `order="weighted_shortest"`, steps 3 and 4 become one: the least expected GPU-time
     weighted by its team's standing, size x (1 + the team's dominant share), so short jobs go
     first across teams while a team using more than it is owed sees its jobs count as larger.
@@ -37,11 +41,13 @@ class QueueOrder:
         ledger: Ledger,
         snapshot: ClusterSnapshot,
         changes: Callable[[], object] | None = None,
+        prune: Callable[[str, list[PendingJob]], list[PendingJob] | None] | None = None,
     ):
         """`changes`: a value that changes whenever the ledger does (then shares are read once
-        per change, not once per job)."""
+        per change, not once per job). `prune(team, jobs)`: which of `jobs` (a team's jobs not
+        yet yielded in a class, the next one last) to yield still, or None for all of them."""
         self.ledger, self.now, self.config = ledger, snapshot.now, snapshot.config
-        self.changes, self.standings = changes, {}
+        self.changes, self.standings, self.prune, self.pruned = changes, {}, prune, set()
         self.waiting = {job.job_id for job in jobs}
         self.overdue: dict[int, list[PendingJob]] = defaultdict(list)
         self.classes: dict[int, dict[str, list[PendingJob]]] = defaultdict(lambda: defaultdict(list))
@@ -112,9 +118,27 @@ class QueueOrder:
                 if fresh[:3] > key[:3]:  # its team placed work since: its jobs weigh more now
                     heapq.heappush(heap, fresh)
                     continue
+            if self._pruned(team, teams[team]):
+                if teams[team]:
+                    heapq.heappush(heap, self._weighted(team, teams[team]))
+                continue
             yield teams[team].pop()
             if teams[team]:
                 heapq.heappush(heap, self._weighted(team, teams[team]))
+
+    def _pruned(self, team: str, queue: list[PendingJob], *, whole: bool = False) -> bool:
+        """Whether `prune` thinned the team's queue just now (then its head changed): once per
+        queue, which it keeps in its order. `whole`: only if it keeps none of it (a fair turn
+        breaks ties by the head's submit time, which is not in the order the queue is taken
+        in, so a queue thinned to a later head could take a turn earlier)."""
+        if self.prune is None or id(queue) in self.pruned:
+            return False
+        kept = self.prune(team, queue)
+        if kept is None or (whole and kept):
+            return False
+        queue[:] = kept
+        self.pruned.add(id(queue))
+        return True
 
     def _weighted(self, team: str, queue: list[PendingJob], size: float | None = None) -> tuple:
         """(weighted size, submitted, job id, team, the head's own size, the ledger version it
@@ -144,6 +168,8 @@ class QueueOrder:
             fresh = self._key(team, teams[team])
             if fresh > key:  # its share grew since it was pushed: wait for its real turn
                 heapq.heappush(heap, fresh)
+                continue
+            if self._pruned(team, teams[team], whole=True):
                 continue
             yield teams[team].pop()
             if teams[team]:

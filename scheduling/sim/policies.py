@@ -24,8 +24,9 @@ class MlqueuePolicy:
 
     def __init__(self):
         # Kept between passes as the worker keeps it: the same decisions as `schedule()`,
-        # without indexing the whole fleet again each pass.
-        self.scheduler = Scheduler()
+        # without indexing the whole fleet again each pass. The simulator reads only what a
+        # pass starts, evicts and nominates, so a pass stops at what can still start.
+        self.scheduler = Scheduler(actions_only=True)
 
     def decide(self, snapshot: ClusterSnapshot, moved=None) -> Decisions:
         """`moved`: see `Scheduler.schedule` (the simulator knows what it started and ended)."""

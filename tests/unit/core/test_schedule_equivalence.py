@@ -179,6 +179,43 @@ def test_a_kept_scheduler_decides_as_a_fresh_pass_over_changing_snapshots(snapsh
         snapshot = next_snapshot(snapshot, decisions, rng)
 
 
+def actions(decisions) -> tuple:
+    """What a pass starts, evicts, reserves and nominates: all the simulator reads."""
+    return decisions.placements, decisions.preemptions, decisions.reservations, decisions.nominations
+
+
+@EQUIVALENCE_SETTINGS
+@given(snapshots(), st.randoms(use_true_random=False))
+def test_a_pass_that_stops_at_what_can_still_start_acts_as_one_that_tries_every_job(snapshot, rng):
+    """`Scheduler(actions_only=True)` leaves out each team's jobs once none of them can change
+    anything: what it starts, evicts, reserves and nominates is what trying every job gives,
+    and the jobs it considers keep their order."""
+    scheduler = Scheduler(actions_only=True)
+    for _ in range(4):
+        decisions = scheduler.schedule(snapshot)
+        reference = tried_alone(snapshot)
+        assert actions(decisions) == actions(reference)
+        considered = set(decisions.order)
+        assert decisions.order == tuple(job_id for job_id in reference.order if job_id in considered)
+        snapshot = next_snapshot(snapshot, reference, rng)
+
+
+def test_a_pass_that_stops_at_what_can_still_start_leaves_out_a_team_with_no_room_left():
+    """Two teams' one-GPU jobs and a full node, no preemption: once the first job blocked has
+    the one reservation, nothing of either team can start, evict or reserve, so the pass
+    considers that job alone; trying every job acts the same."""
+    nodes = rack("r1", 1)
+    busy = running(1, [nodes[0].name], gpus_per_node=8)
+    queue = tuple(job(2 + i, gpus=1, team=("vision", "ranking")[i % 2]) for i in range(6))
+    state = snapshot(nodes, pending=queue, running_jobs=(busy,), reservations_per_class=1, preemption=False)
+    decisions = Scheduler(actions_only=True).schedule(state)
+    reference = tried_alone(state)
+    assert actions(decisions) == actions(reference)
+    assert len(decisions.reservations) == 1
+    assert len(decisions.order) == 1
+    assert len(reference.order) == 6
+
+
 def next_snapshot(snapshot: ClusterSnapshot, decisions, rng: random.Random) -> ClusterSnapshot:
     """What the worker sees next: placed jobs run (most: a lost race leaves one pending),
     nominations are kept and victims stop; some jobs end, a node may change state, a pending job may be edited (same
