@@ -293,13 +293,13 @@ class Pass:
         give in their class, no room on a ready node for one task of the smallest of them,
         even past what others hold, and no eviction they may try. Room, the ledger's headroom,
         the book and the search budgets only shrink within a pass, so the pruned stay out."""
+        config = self.config
+        if config.backfill and self.book.count(queue[-1].resource_class) < config.reservations_per_class:
+            return None  # the next job may reserve (asked first: it needs no look at the queue)
         least = self._least(queue)
         if least is None:
             return None
-        rclass, per_task, units, rank, submitted, runtime = least
-        config = self.config
-        if config.backfill and self.book.count(rclass) < config.reservations_per_class:
-            return None
+        rclass, per_task, units, rank, submitted, runtime = least  # the class is the next job's
         if config.preemption:
             if (
                 config.reclaim
