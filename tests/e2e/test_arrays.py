@@ -184,14 +184,11 @@ def test_an_array_past_max_failures_fails_and_cancels_the_rest(cluster, api, mlq
         "pending": 0,
         "running": 0,
     }
-    # Element 0 was running: it was stopped before its end; 3..9 never started.
-    assert [(index, what) for index, _, what, _ in lines] == [
-        (0, "start"),
-        (1, "start"),
-        (1, "fail"),
-        (2, "start"),
-        (2, "fail"),
-    ], lines
+    # Element 0 was running: it was stopped before its end; 3..9 never started. 0 and 1 start
+    # together (which notes first is a race); 2 starts in the slot that 1's failure freed.
+    noted = [(index, what) for index, _, what, _ in lines]
+    assert sorted(noted) == [(0, "start"), (1, "fail"), (1, "start"), (2, "fail"), (2, "start")], lines
+    assert noted.index((1, "fail")) < noted.index((2, "start")), lines
     assert [line for line in lines if line[2] == "start" and line[3] > failed_at] == [], (failed_at, lines)
     states = dict(Job.objects.filter(parent_id=parent).values_list("group_index", "state"))
     assert states == {index: "FAILED" if index in (1, 2) else "CANCELLED" for index in range(10)}
