@@ -177,9 +177,17 @@ def test_login_why_and_a_bulk_cancel(cluster, tmp_path, api):
         timeout=20,
         what="the second job's reason",
     )
-    answer = api("alice").get(f"/api/v1/jobs/{waits}/why").json()
+
+    def why_and_answer():
+        """`mlq why` and the API's answer, read just before and just after it. The reason is
+        live (a pass may reword it, its estimated start moves): a run during which it changed
+        is read again."""
+        before = api("alice").get(f"/api/v1/jobs/{waits}/why").json()
+        why = mlq("why", str(waits))
+        return (why, before) if api("alice").get(f"/api/v1/jobs/{waits}/why").json() == before else None
+
+    why, answer = wait_for(why_and_answer, timeout=30, interval=0.5, what="a reason unchanged through `mlq why`")
     assert answer["suggestions"], answer
-    why = mlq("why", str(waits))
     assert why.returncode == 0, why.stderr
     assert f"reason: {answer['reason']['message']}" in why.stdout
     assert all(suggestion in why.stdout for suggestion in answer["suggestions"]), why.stdout
