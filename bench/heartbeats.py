@@ -19,7 +19,6 @@ import math
 import multiprocessing
 import os
 import secrets
-import socket
 import statistics
 import subprocess
 import sys
@@ -30,6 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.chaos_services import free_port, port_open, wait_until  # noqa: E402
 from bench.latency import recreate_database  # noqa: E402
 
 
@@ -44,12 +44,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--database-url", default="postgres://postgres@127.0.0.1:5432/mlqueue_bench_hb")
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/11")
     return parser.parse_args(argv)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def register_nodes(count: int) -> list[tuple[str, str]]:
@@ -153,7 +147,10 @@ def main(argv=None) -> None:
         for port in ports
     ]
     try:
-        time.sleep(3)
+        # Each daphne listens once it has loaded the application: a fixed wait was too short on
+        # a loaded machine (every heartbeat an error, connection refused).
+        for port in ports:
+            wait_until(lambda port=port: port_open(port), timeout=60, what=f"the web process on port {port}")
         cpu_before = sum(cpu_seconds(proc.pid) for proc in web)
         queue = multiprocessing.Queue()
         share = [nodes[i :: args.clients] for i in range(args.clients)]
