@@ -61,8 +61,12 @@ def test_a_preempted_attempt_loses_only_the_work_since_its_confirmed_checkpoint(
         checkpoint={"path": str(folder), "interval_minutes": 1},
     )
     try:
+        # The task's row is written first, the job's timeline event just after it.
         wait_for(
-            lambda: Task.objects.filter(job_id=victim, last_checkpoint_at__isnull=False).exists(),
+            lambda: (
+                Task.objects.filter(job_id=victim, last_checkpoint_at__isnull=False).exists()
+                and AuditEvent.objects.filter(job_id=victim, kind="CHECKPOINT").exists()
+            ),
             timeout=30,
             what="the checkpoint to be confirmed",
         )
