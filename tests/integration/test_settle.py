@@ -13,6 +13,7 @@ from scheduling.leader.worker import run_pass
 from scheduling.models import Job, Task
 from teams.models import AuditEvent
 from tests.integration.test_scheduler_pass import run_all_ranks, submit
+from tests.nodes import heartbeat
 
 
 def stop_and_exit(job: Job, stop_reason: str) -> None:
@@ -31,6 +32,7 @@ def test_a_job_preempted_25_times_with_max_restarts_20_is_still_requeued(api, le
     job = submit(api, resources={"gpu_count": 8}, restart_policy={"max_restarts": 20, "max_retries": 0})
     run_pass(epoch=leader)
     for attempt in range(1, 26):
+        heartbeat()  # the agents beat on: on a loaded machine the 25 rounds outlast a silent node's 15 s
         run_all_ranks(job)
         stop_and_exit(job, "PREEMPTED")
         run_pass(epoch=leader)  # requeued, and placed again at once on the idle cluster
