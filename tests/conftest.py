@@ -62,6 +62,21 @@ def make_spec(**overrides) -> dict:
     return spec
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items):
+    """The end-to-end tests that use no test database first: the chaos campaign and the
+    benchmarks, the longest tests of the suite, which start whole stacks of their own. Under
+    pytest-xdist they then run beside the rest instead of trailing it. pytest-django has put
+    them last (its order: tests in a transaction, then transactional ones, then those without a
+    database); moving them leaves its order of the others as it was."""
+    items.sort(key=lambda item: not (item.get_closest_marker("e2e") and not uses_database(item)))
+
+
+def uses_database(item) -> bool:
+    fixtures = set(getattr(item, "fixturenames", ()))
+    return item.get_closest_marker("django_db") is not None or bool(fixtures & {"db", "transactional_db"})
+
+
 @pytest.fixture
 def clock():
     """The clock frozen at FROZEN_AT, for tests in which time passes for code that reads the
