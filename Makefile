@@ -20,9 +20,9 @@ lint: $(INSTALLED)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-# The suite on TEST_WORKERS pytest-xdist workers: most of an end-to-end test is waiting on real
-# processes, so three workers nearly halve it on two cores. `make test TEST_WORKERS=0` runs it
-# in one process (as plain `python -m pytest` does), for debugging.
+# The suite on TEST_WORKERS pytest-xdist workers: much of an end-to-end test is waiting on real
+# processes, which the other workers' tests fill. `make test TEST_WORKERS=0` runs it in one
+# process (as plain `python -m pytest` does), for debugging.
 TEST_WORKERS ?= 3
 
 test: $(INSTALLED) lint services
