@@ -330,7 +330,7 @@ def _fire(schedule: Schedule, *, fire_time, now, deadline: bool) -> ScheduleFire
             now,
             OWNER_MAY_NOT_SUBMIT.format(owner=schedule.owner.get_username(), team=schedule.team.name, why=why),
         )
-    active = list(Job.objects.filter(ACTIVE_RUN, schedule=schedule, parent__isnull=True).order_by("-id"))
+    active = _active_runs(schedule)
     outcome = FireOutcome.SUBMITTED
     if active and schedule.concurrency == Concurrency.FORBID:
         message = SKIPPED_ACTIVE.format(job_id=active[0].pk, state=active[0].state)
@@ -339,6 +339,16 @@ def _fire(schedule: Schedule, *, fire_time, now, deadline: bool) -> ScheduleFire
         _cancel_runs(schedule, active, fire_time)
         outcome = FireOutcome.REPLACED
     return _submit(schedule, fire_time, now, outcome)
+
+
+def _active_runs(schedule: Schedule) -> list[Job]:
+    """The schedule's runs not finished, newest first, as far as its concurrency needs them:
+    none under allow (a schedule firing for months would read every run still queued on each
+    fire), the newest under forbid, every one under replace."""
+    if schedule.concurrency == Concurrency.ALLOW:
+        return []
+    runs = Job.objects.filter(ACTIVE_RUN, schedule=schedule, parent__isnull=True).order_by("-id")
+    return list(runs[:1] if schedule.concurrency == Concurrency.FORBID else runs)
 
 
 def _minutes_late(schedule: Schedule, fire_time, now) -> int | None:
@@ -415,11 +425,7 @@ def _record(schedule: Schedule, fire_time, now, outcome: str, message: str, *, j
     )
     last = {"last_fire_at": fire_time, "last_outcome": outcome, **({"last_job": job} if job else {})}
     Schedule.objects.filter(pk=schedule.pk).update(**last)
-    old = list(
-        ScheduleFire.objects.filter(schedule=schedule)
-        .order_by("-fired_at", "-id")
-        .values_list("pk", flat=True)[HISTORY_KEPT : HISTORY_KEPT + 100]
-    )
-    if old:
-        ScheduleFire.objects.filter(pk__in=old).delete()
+    # One DELETE whatever the count: the rows past the newest HISTORY_KEPT, found by the index.
+    older = ScheduleFire.objects.filter(schedule=schedule).order_by("-fired_at", "-id").values("pk")[HISTORY_KEPT:]
+    ScheduleFire.objects.filter(pk__in=older).delete()
     return fire

@@ -79,6 +79,8 @@ def _check_team(user, name: str) -> Team:
 def _check_dependencies(user, depends_on: list) -> None:
     """Every job depended on exists and is visible to `user`; the error names the entry
     (`depends_on.1.job`). A new job cannot close a cycle: nothing depends on it yet."""
+    if not depends_on:  # most submits: no need to read which teams' jobs the user may see
+        return
     job_ids = [job_id for job_id, _ in dependency_edges(depends_on)]
     found = set(visible_jobs(user).filter(pk__in=job_ids).values_list("pk", flat=True))
     for index, entry in enumerate(depends_on):
