@@ -7,17 +7,67 @@ that: with channels_redis's 5 s it must exceed 5 s (redis-py 8's own default of 
 ends the loop of every socket idle for 5 s, and live views stop updating). A 1 s BZPOPMIN
 costs one command a second per web process and lets the timeout be 2 s."""
 
+import asyncio
+import os
+import threading
+
+from asgiref.sync import async_to_sync
 from channels_redis.core import RedisChannelLayer
 
 from mlqueue.breaker import RedisBreaker
-from mlqueue.redis_client import BLOCKING_SOCKET_TIMEOUT_S, BLOCKING_WAIT_S
+from mlqueue.redis_client import BLOCKING_CONNECT_TIMEOUT_S, BLOCKING_SOCKET_TIMEOUT_S, BLOCKING_WAIT_S
 
 BZPOPMIN_S = BLOCKING_WAIT_S
 SOCKET_TIMEOUT_S = BLOCKING_SOCKET_TIMEOUT_S
 
 
+# A group_send is a few commands, each bounded by the socket timeout; this bounds the whole.
+SEND_TIMEOUT_S = BLOCKING_CONNECT_TIMEOUT_S + 3 * SOCKET_TIMEOUT_S
+
+
 class ShortWaitRedisChannelLayer(RedisChannelLayer):
     brpop_timeout = BZPOPMIN_S
+
+
+class _SendLoop:
+    """One event loop per process, in a daemon thread, for the sends of sync code (a submit's
+    on_commit, the leader's passes, firers, Celery tasks). async_to_sync would start a thread
+    and an event loop for each send, and channels_redis, whose connections belong to a loop, a
+    new Redis connection: about 6 ms of CPU a message. Started again in a forked child, which
+    inherits the loop but not its thread."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._pid = 0
+
+    def run(self, coroutine, timeout: float):
+        future = asyncio.run_coroutine_threadsafe(coroutine, self._running())
+        try:
+            return future.result(timeout)
+        except TimeoutError:
+            future.cancel()
+            raise
+
+    def _running(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None or self._pid != os.getpid():
+                self._loop, self._pid = asyncio.new_event_loop(), os.getpid()
+                threading.Thread(target=self._loop.run_forever, name="channel-layer-sends", daemon=True).start()
+            return self._loop
+
+
+_sends = _SendLoop()
+
+
+def group_send_from_sync(layer, group: str, message: dict) -> None:
+    """layer.group_send from sync code. A Redis layer sends on this process's send loop; any
+    other (the in-memory layer of the embedded mode) reaches its consumers only on their own
+    loop, where async_to_sync puts the send when called from a request's thread."""
+    if isinstance(layer, RedisChannelLayer):
+        _sends.run(layer.group_send(group, message), SEND_TIMEOUT_S)
+    else:
+        async_to_sync(layer.group_send)(group, message)
 
 
 TRY_AGAIN_LATER = 1013  # the WebSocket close code for "the server cannot serve this now"

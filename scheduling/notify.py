@@ -6,11 +6,11 @@ While Redis fails, neither is tried for a few seconds at a time (mlqueue/breaker
 import re
 
 import redis
-from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import transaction
 
 from mlqueue.breaker import RedisBreaker
+from mlqueue.channel_layer import group_send_from_sync
 
 WAKE_CHANNEL = "mlqueue:scheduler:wake"
 JOBS_GROUP = "jobs"
@@ -55,7 +55,7 @@ def _group_send(message: dict, group: str = JOBS_GROUP) -> None:
     if layer is None or not _live_views.allowed():
         return
     try:
-        async_to_sync(layer.group_send)(group, message)
+        group_send_from_sync(layer, group, message)
     except Exception as exc:  # a broken channel layer must never fail a scheduler write
         _live_views.failed(exc)
     else:
