@@ -35,18 +35,22 @@ def _publish(reason: str) -> None:
         _wakeups.worked()
 
 
-def jobs_changed(job_ids) -> None:
+def jobs_changed(job_ids, *, team_id: int | None = None) -> None:
     """Tell WebSocket views which jobs changed (after commit), with each job's team so a
-    consumer can keep to what its user may see without a query."""
+    consumer can keep to what its user may see without a query. `team_id`: the team of all of
+    them, where the caller knows it (a submit), saving the query that reads it."""
     ids = sorted(set(job_ids))
     if ids:
-        transaction.on_commit(lambda: _send_changed(ids))
+        transaction.on_commit(lambda: _send_changed(ids, team_id))
 
 
-def _send_changed(ids: list[int]) -> None:
+def _send_changed(ids: list[int], team_id: int | None = None) -> None:
     from scheduling.models import Job
 
-    teams = dict(Job.objects.filter(pk__in=ids).values_list("id", "team_id"))
+    if team_id is None:
+        teams = dict(Job.objects.filter(pk__in=ids).values_list("id", "team_id"))
+    else:
+        teams = dict.fromkeys(ids, team_id)
     _group_send({"type": "jobs.changed", "jobs": [[job_id, teams.get(job_id)] for job_id in ids]})
 
 

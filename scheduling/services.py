@@ -129,7 +129,7 @@ def do_submit_job(*, user, team: Team, spec: dict, schedule=None, scheduled_for=
                 run_of={"schedule": schedule, "scheduled_for": scheduled_for},
             )
             notify.wake_scheduler("submit")
-            notify.jobs_changed([job.pk])
+            notify.jobs_changed([job.pk], team_id=team.pk)
     except IntegrityError:
         # Lost a race with an identical submit: the unique (team, client_job_id) decided.
         existing = Job.objects.filter(team=team, client_job_id=spec["client_job_id"]).first()
