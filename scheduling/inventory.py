@@ -1,5 +1,7 @@
 """Reads of the node inventory, in the policy core's terms."""
 
+from django.db.models import Count, Min
+
 from scheduling.core import model as core
 from scheduling.models import Node
 
@@ -21,5 +23,10 @@ def to_core_node(row: dict) -> core.Node:
 
 
 def inventory() -> list[core.Node]:
-    """Every node the cluster knows, whatever its state: what an empty cluster could hold."""
-    return [to_core_node(row) for row in Node.objects.values(*INVENTORY_FIELDS)]
+    """Every node the cluster knows, whatever its state: what an empty cluster could hold (every
+    submit asks). Nodes alike in all but their name come in one row, counted, and stand in the
+    list that many times under the first one's name: a fleet of 2,500 machines in a few dozen
+    racks is a few dozen rows to read and decode, not 2,500, and never out of date."""
+    alike = [field for field in INVENTORY_FIELDS if field != "name"]
+    rows = Node.objects.values(*alike).annotate(name=Min("name"), count=Count("id")).order_by("name")
+    return [node for row in rows for node in [to_core_node(row)] * row["count"]]
