@@ -2,9 +2,11 @@
 (docs/schedules.md). `check_*` validates, `do_*` writes, `fire_due` is what the firers call.
 
 Exactly once per fire time:
-1. A firer lists the due schedules (one indexed query: `next_run_at <= now`, not suspended).
+1. A firer lists the due schedules (one indexed query: `next_run_at <= now`, not suspended),
+   with what a claim needs: cron, time zone, next_run_at and updated_at as seen.
 2. It claims each with a conditional UPDATE: `WHERE id = .. AND next_run_at = <seen> AND
-   updated_at = <seen>`, setting next_run_at to the first fire time after now. Of two firers
+   updated_at = <seen>`, setting next_run_at to the first fire time after now; only then does
+   it read the schedule's row (a firer that loses reads nothing more). Of two firers
    only one updates the row; the other's UPDATE waits for the first's transaction, then finds
    next_run_at changed and updates 0 rows: it does nothing. An edit in between changes
    updated_at, so a claim never fires by a cron or spec the schedule no longer has.
@@ -39,6 +41,8 @@ log = logging.getLogger(__name__)
 HISTORY_KEPT = 100
 # Schedules fired per call: a backlog after an outage is worked off over a few calls.
 FIRE_BATCH = 200
+# What fire_due lists of each due schedule: enough to claim it.
+CLAIM_FIELDS = ("id", "cron", "timezone", "next_run_at", "updated_at")
 
 CLIENT_JOB_ID_GIVEN = (
     "a schedule's runs take their client_job_id from the schedule and the fire time "
@@ -265,34 +269,32 @@ def fire_due(*, now=None) -> list[ScheduleFire]:
     due = (
         Schedule.objects.filter(suspended=False, next_run_at__lte=now)
         .order_by("next_run_at", "id")
-        .values_list("id", flat=True)[:FIRE_BATCH]
+        .values(*CLAIM_FIELDS)[:FIRE_BATCH]
     )
     fired = []
-    for schedule_id in list(due):
+    for seen in list(due):
         try:
-            fire = fire_one(schedule_id, now=now)
+            fire = fire_one(seen, now=now)
         except Exception:  # its transaction rolled back: retried next time; the others go on
-            log.exception("schedule %s: firing failed", schedule_id)
+            log.exception("schedule %s: firing failed", seen["id"])
             continue
         if fire is not None:
             fired.append(fire)
     return fired
 
 
-def fire_one(schedule_id: int, *, now) -> ScheduleFire | None:
-    """Claim the schedule's due fire time and handle it, in one transaction. None: not due, or
-    another firer claimed it first."""
+def fire_one(seen: dict, *, now) -> ScheduleFire | None:
+    """Claim the fire time due in `seen` (a row of fire_due's list: CLAIM_FIELDS) and handle it,
+    in one transaction. None: another firer claimed it first, or the schedule changed since it
+    was listed (suspended, edited: the next call lists it as it is)."""
     with transaction.atomic():
-        schedule = Schedule.objects.select_related("owner", "team").filter(pk=schedule_id).first()
-        if schedule is None or schedule.suspended or schedule.next_run_at is None or schedule.next_run_at > now:
-            return None
-        seen = schedule.next_run_at
         claimed = Schedule.objects.filter(
-            pk=schedule.pk, next_run_at=seen, updated_at=schedule.updated_at, suspended=False
-        ).update(next_run_at=next_fire(schedule.cron, schedule.timezone, now))
+            pk=seen["id"], next_run_at=seen["next_run_at"], updated_at=seen["updated_at"], suspended=False
+        ).update(next_run_at=next_fire(seen["cron"], seen["timezone"], now))
         if not claimed:
             return None
-        fire_time = latest_fire(schedule.cron, schedule.timezone, first=seen, until=now)
+        schedule = Schedule.objects.select_related("owner", "team").get(pk=seen["id"])
+        fire_time = latest_fire(schedule.cron, schedule.timezone, first=seen["next_run_at"], until=now)
         return _fire(schedule, fire_time=fire_time, now=now, deadline=True)
 
 
