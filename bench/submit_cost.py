@@ -1,17 +1,18 @@
 """What one submit and one schedule fire cost the process that does them, in-process.
 
-    python bench/submit_cost.py [--submits 200] [--fires 200] [--profile N]
+    python bench/submit_cost.py [--submits 200] [--fires 200] [--nodes 36] [--profile N]
                                 [--database-url postgres://postgres@127.0.0.1:5432/mlqueue_bench_submit]
                                 [--redis-url redis://127.0.0.1:6379/14]
 
 Creates a scratch database (dropped first if it exists), migrates it and seeds the demo
-cluster, then, as alice: `--submits` distinct one-GPU jobs through the submit service
-(check_job_submission + do_submit_job, as the API calls them), and `--fires` fire times of an
-every-5-minutes schedule through schedules.fire_due (one fire = a claim and a submit). Each
-is timed alone: CPU milliseconds of this process (time.process_time: the database's own work
-is not in it) and wall milliseconds, with the number of SQL queries it sent. Prints one JSON
-line of medians. `--profile N` prints the N costliest functions (cumulative) of the fires to
-stderr first.
+cluster (36 nodes; `--nodes` adds 8 x H100 machines in 2 zones of 16 racks up to that many:
+every submit checks the spec against the whole fleet). Then, as alice: `--submits` distinct
+one-GPU jobs through the submit service (check_job_submission + do_submit_job, as the API
+calls them), and `--fires` fire times of an every-5-minutes schedule through fire_due (one
+fire = a claim and a submit). Each is timed alone: CPU milliseconds of this process
+(time.process_time: the database's own work is not in it) and wall milliseconds, with the
+SQL queries it sent. Prints one JSON line of medians. `--profile N` prints the N costliest
+functions of the fires to stderr first (cumulative; PROFILE_SORT=tottime: their own time).
 """
 
 import argparse
@@ -43,6 +44,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--submits", type=int, default=200)
     parser.add_argument("--fires", type=int, default=200)
+    parser.add_argument("--nodes", type=int, default=36)
     parser.add_argument("--profile", type=int, default=0, metavar="N")
     parser.add_argument("--database-url", default="postgres://postgres@127.0.0.1:5432/mlqueue_bench_submit")
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/14")
@@ -68,6 +70,19 @@ def setup(args) -> None:
     import django
 
     django.setup()
+
+
+def grow_fleet(total: int) -> None:
+    from scheduling.models import Node
+
+    have = Node.objects.count()
+    extra = [
+        Node(name=f"bench-{n:05d}", zone=f"z{n % 2 + 1}", rack=f"z{n % 2 + 1}-r{n % 16 + 1}", gpu_type="H100")
+        for n in range(max(0, total - have))
+    ]
+    for node in extra:
+        node.gpu_count, node.cpu_count, node.memory_gb = 8, 96, 1024
+    Node.objects.bulk_create(extra)
 
 
 class Timer:
@@ -132,14 +147,17 @@ def fires(count: int, profile: int) -> dict:
         fired = timer.time(lambda now=now: fire_due(now=now))
         assert len(fired) == 1 and fired[0].outcome == "SUBMITTED", fired
     if profile:
-        pstats.Stats(profiler, stream=sys.stderr).sort_stats("cumulative").print_stats(profile)
+        pstats.Stats(profiler, stream=sys.stderr).sort_stats(os.environ.get("PROFILE_SORT", "cumulative")).print_stats(
+            profile
+        )
     return timer.figures("fire")
 
 
 def main(argv=None) -> None:
     args = parse_args(argv)
     setup(args)
-    figures = {"submits": args.submits, "fires": args.fires}
+    grow_fleet(args.nodes)
+    figures = {"submits": args.submits, "fires": args.fires, "nodes": args.nodes}
     figures.update(submits(args.submits))
     figures.update(fires(args.fires, args.profile))
     print(json.dumps(figures))
