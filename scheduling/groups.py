@@ -156,19 +156,8 @@ def do_create_group(*, parent: Job, spec: dict, columns: dict, now) -> list[Job]
 
 def _child_job(parent: Job, spec: dict, columns: dict, kid: Child, now) -> Job:
     own = child_spec(spec, kid)
-    return Job(
-        team_id=parent.team_id,
-        owner_id=parent.owner_id,
-        parent=parent,
-        group_index=kid.index,
-        params=kid.params,
-        spec=own,
-        spec_digest=parent.spec_digest,
-        secret_env_ciphertext=parent.secret_env_ciphertext,
-        submitted_at=now,
-        updated_at=now,
-        **{**columns, "client_job_id": None, "name": own["name"], "command": own["command"], "env": own["env"]},
-    )
+    columns = {**columns, "name": own["name"], "command": own["command"], "env": own["env"]}
+    return parent.new_child(spec=own, columns=columns, now=now, group_index=kid.index, params=kid.params)
 
 
 def summary(parent: Job, counts: dict[str, int] | None = None) -> dict:

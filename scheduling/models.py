@@ -262,6 +262,23 @@ class Job(models.Model):
     def __str__(self) -> str:
         return f"job {self.pk} {self.name}"
 
+    def new_child(self, *, spec: dict, columns: dict, now, **member) -> "Job":
+        """An unsaved child of this group's parent (an element, a trial, a step): the parent's
+        team, owner, digest and secrets, its own spec and columns, no client_job_id (only the
+        parent is idempotent on it); `member` says which child it is (group_index, params, ...)."""
+        return Job(
+            team_id=self.team_id,
+            owner_id=self.owner_id,
+            parent=self,
+            spec=spec,
+            spec_digest=self.spec_digest,
+            secret_env_ciphertext=self.secret_env_ciphertext,
+            submitted_at=now,
+            updated_at=now,
+            **{**columns, "client_job_id": None},
+            **member,
+        )
+
     @property
     def reason_code(self) -> str:
         """Why it waits, as the last pass stored it; NOT_YET_SCHEDULED until a pass has."""

@@ -75,19 +75,7 @@ def do_create_steps(*, parent: Job, spec: dict, now) -> list[Job]:
 
 def _step_job(parent: Job, spec: dict, index: int, step: dict, now) -> Job:
     own = normalized_step(spec, step)
-    return Job(
-        team_id=parent.team_id,
-        owner_id=parent.owner_id,
-        parent=parent,
-        group_index=index,
-        step_name=step["name"],
-        spec=own,
-        spec_digest=parent.spec_digest,
-        secret_env_ciphertext=parent.secret_env_ciphertext,
-        submitted_at=now,
-        updated_at=now,
-        **{**job_columns(own), "client_job_id": None},
-    )
+    return parent.new_child(spec=own, columns=job_columns(own), now=now, group_index=index, step_name=step["name"])
 
 
 def _edges(steps: list[dict], by_name: dict[str, Job], depends_on: list) -> list[JobDependency]:
