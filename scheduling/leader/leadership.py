@@ -176,7 +176,18 @@ class PostgresLeadership(Leadership):
             log.info("leadership: epoch %s steps down", self.epoch)
         self.epoch = None
         self.stop_renewing.set()
+        self._release_lock()
         self._close()
+
+    def _release_lock(self) -> None:
+        """Unlock before closing: a closed connection's backend drops the lock only once it has
+        exited, a moment after close() returns, and a standby asking meanwhile is refused."""
+        if self.conn is None or self.conn.closed:
+            return
+        try:
+            self.conn.execute("SELECT pg_advisory_unlock_all()")
+        except psycopg.Error:
+            pass  # the session's end releases it all the same, a moment later
 
     def _close(self) -> None:
         conn, self.conn = self.conn, None
