@@ -102,11 +102,14 @@ def logged_in(client, demo):
     return log_in
 
 
-@pytest.fixture
+@pytest.fixture(autouse=True)
 def fresh_liveness(monkeypatch):
     """Every node as never heard from, by a Redis the leader has already read: liveness's own
     Redis keys (the heartbeat set emptied, its sentinel set), the cache (where heartbeats go
-    without Redis) cleared, and this process's unflushed heartbeats dropped."""
+    without Redis) cleared, and this process's unflushed heartbeats dropped. For every test:
+    an earlier test on this worker may have heartbeat a node at a time it made up (a
+    fall_silent() for LOST heartbeats the others minutes ahead), and that node would then
+    look alive to a later test's failure detector for those minutes."""
     if settings.REDIS_URL:
         client = redis_client()
         client.pipeline(transaction=False).delete(liveness.ZSET).set(liveness.SENTINEL, time.time()).execute()
