@@ -12,6 +12,7 @@ from django.db import transaction
 from django.db.models import Case, Exists, F, Value, When
 from django.utils import timezone
 
+from scheduling import ledger
 from scheduling.group_state import sync_group_state
 from scheduling.models import FailureClass, Job, SchedulerLease, Task, TaskState
 from scheduling.states import ENDED, JOB_FINISHED, ON_NODE
@@ -135,6 +136,7 @@ def sync_job_state(job_id: int, *, now=None) -> tuple[str, str]:
             # class is known now, and the job's page and API show it with its state.
             fields["failure_class"] = FailureClass.EARLY_STOPPED
         Job.objects.filter(pk=job_id).update(**fields)
+        ledger.on_job_state(job_id, before=job.state, after=after, now=now)
         if job.parent_id is not None:
             sync_group_state(job.parent_id, now=now)
     return job.state, after

@@ -507,3 +507,66 @@ class ScheduleFire(models.Model):
 
     def __str__(self) -> str:
         return f"{self.scheduled_for:%Y-%m-%d %H:%M} {self.outcome}"
+
+
+class LostCause(models.TextChoices):
+    """Why an attempt's work since its last confirmed checkpoint was thrown away (the ledger's
+    `lost_cause`). A cancel, a user's requeue and a sweep's early stop lose nothing: the
+    owner (or their sweep) chose to stop the work."""
+
+    PREEMPTION = "preemption", "preempted for another job"
+    DRAIN = "drain", "its node was drained"
+    RECLAIM = "reclaim", "its spot node was reclaimed"
+    NODE_LOSS = "node_loss", "its node or the node's agent was lost"
+    FAILURE = "failure", "it failed (non-zero exit, past max_runtime)"
+
+
+class UsageRecord(models.Model):
+    """The usage ledger: one row per attempt of a job, opened when the attempt is placed and
+    closed when its last rank ends, in the transitions' own transactions (scheduling/ledger.py).
+
+    Copies what the usage reports need (team, owner, class, size) instead of pointing at the
+    job: a row outlives its job's deletion, and a report never joins the jobs table. GPUs and
+    CPUs are held from `started_at` (the placement) to `ended_at` (NULL while it runs)."""
+
+    job_id = models.BigIntegerField()
+    attempt = models.PositiveIntegerField()
+    job_name = models.CharField(max_length=200)
+    team_id = models.BigIntegerField()
+    team_name = models.CharField(max_length=63)
+    owner_id = models.BigIntegerField()
+    owner_name = models.CharField(max_length=150)
+    resource_class = models.CharField(max_length=24, help_text='"gpu:H100", or "cpu"')
+    priority = models.CharField(max_length=2, choices=Priority.choices)
+    gpus = models.PositiveIntegerField()
+    cpus = models.PositiveIntegerField()
+    # When this attempt began waiting: the submit for the first, the end of the one before for a
+    # later one (a requeue follows it within a pass).
+    queued_at = models.DateTimeField()
+    started_at = models.DateTimeField()
+    ended_at = models.DateTimeField(null=True, blank=True)
+    # The job's state as the attempt ended (SUCCEEDED, FAILED, PREEMPTED, CANCELLED,
+    # EARLY_STOPPED; PENDING for a placement withdrawn before it ran); "" while it runs.
+    outcome = models.CharField(max_length=16, blank=True)
+    stop_reason = models.CharField(max_length=16, choices=StopReason.choices, blank=True)
+    failure_class = models.CharField(max_length=16, choices=FailureClass.choices, blank=True)
+    lost_gpu_hours = models.FloatField(default=0.0)
+    lost_cause = models.CharField(max_length=12, choices=LostCause.choices, blank=True)
+    # Where the lost work began: the last checkpoint every rank confirmed, or the attempt's start.
+    lost_since = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["started_at", "id"]
+        constraints = [models.UniqueConstraint(fields=["job_id", "attempt"], name="usage_job_attempt_unique")]
+        indexes = [
+            # Attempts overlapping [from, to): those that started inside it (by start) and those
+            # that started before and ended inside or after it, or still run (by end).
+            models.Index(fields=["started_at"], name="usage_started_idx"),
+            models.Index(fields=["ended_at"], name="usage_ended_idx"),
+            models.Index(fields=["started_at"], condition=models.Q(ended_at__isnull=True), name="usage_open_idx"),
+            models.Index(fields=["team_id", "started_at"], name="usage_team_started_idx"),
+            models.Index(fields=["owner_id", "started_at"], name="usage_owner_started_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} attempt {self.attempt} ({self.outcome or 'running'})"

@@ -16,15 +16,13 @@ Only the leader requeues or retries, and every write here is fenced by its epoch
 """
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Exists, Min, OuterRef, Q
 
-from scheduling import dependencies, groups, lifecycle, metrics, notify
-from scheduling.core.model import HOUR as HOUR_S
-from scheduling.core.model import confirmed_checkpoint, lost_since
+from scheduling import dependencies, groups, ledger, lifecycle, metrics, notify
 from scheduling.core.reasons import ReasonCode
 from scheduling.core.settle import (
     Action,
@@ -193,23 +191,9 @@ def _outcome(job: Job) -> Outcome:
 
 
 def lost_work(job: Job, *, now) -> dict:
-    """What the ended attempt lost, by the core's rule (RunningJob.hours_lost_if_stopped): its
-    GPUs x the time from its start, or from the checkpoint every rank confirmed if later, to
-    its last rank's end. Read before the requeue clears the attempt's placement and checkpoints."""
-    rows = list(job.tasks.values_list("started_at", "finished_at", "last_checkpoint_at", "gpu_indices"))
-    starts = [started for started, *_ in rows if started is not None]
-    if not starts:  # it never started: nothing ran, nothing lost
-        return {"lost_gpu_hours": 0.0, "lost_since": None, "since_checkpoint": False}
-    started = min(starts).timestamp()
-    checkpoint = confirmed_checkpoint(at.timestamp() if at else None for _, _, at, _ in rows)
-    since = lost_since(started, checkpoint)
-    ended = max((finished for _, finished, _, _ in rows if finished is not None), default=now).timestamp()
-    gpus = sum(len(indices) for *_, indices in rows)
-    return {
-        "lost_gpu_hours": round(gpus * max(0.0, ended - since) / HOUR_S, 4),
-        "lost_since": datetime.fromtimestamp(since, UTC).isoformat(),
-        "since_checkpoint": checkpoint is not None and checkpoint >= started,
-    }
+    """What the ended attempt lost (ledger.lost_work), read before the requeue clears the
+    attempt's placement and checkpoints."""
+    return ledger.lost_work(ledger.ended_ranks(job.pk), now=now)
 
 
 def restart_policy(job: Job) -> RestartPolicy:

@@ -1,0 +1,159 @@
+"""The usage ledger's writes: an attempt's row opened when the job is placed and closed when
+its last rank ends (scheduling.models.UsageRecord).
+
+Both are called by lifecycle.sync_job_state, inside the transaction of the transition that
+moved the job onto or off its nodes: a transition that rolls back leaves no ledger row, and
+no attempt starts or ends without one. Nothing here reads the clock: `now` is the
+transition's.
+"""
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from django.db.models import Max
+
+from scheduling.core.model import HOUR, confirmed_checkpoint, lost_since, resource_class
+from scheduling.models import FailureClass, Job, LostCause, StopReason, Task, TaskState, UsageRecord
+from scheduling.states import ON_NODE
+
+S = TaskState
+
+# A stop the scheduler asked for, as the cause of the work it lost; None: the owner's choice.
+STOP_CAUSES = {
+    StopReason.PREEMPTED: LostCause.PREEMPTION,
+    StopReason.DRAIN: LostCause.DRAIN,
+    StopReason.TIMEOUT: LostCause.FAILURE,
+    StopReason.CANCELLED: None,
+    StopReason.REQUEUED: None,
+    StopReason.EARLY_STOPPED: None,
+}
+
+
+@dataclass(frozen=True)
+class EndedRank:
+    """What one rank's row says as its attempt ends."""
+
+    state: str
+    stop_reason: str
+    failure_class: str
+    started_at: datetime | None
+    finished_at: datetime | None
+    last_checkpoint_at: datetime | None
+    gpus: int
+    node_reclaimed: bool
+
+    def lost_cause(self) -> str | None:
+        """Why this rank's work was lost; None for a success or the owner's stop. PEER_FAILED
+        says only that another rank failed: the caller looks at that rank."""
+        if self.stop_reason == StopReason.DRAIN:
+            return LostCause.RECLAIM if self.node_reclaimed else LostCause.DRAIN
+        if self.stop_reason:
+            return STOP_CAUSES.get(self.stop_reason, LostCause.FAILURE)
+        if self.state in (S.SUCCEEDED, S.CANCELLED, S.EARLY_STOPPED, S.PENDING, S.ASSIGNED):
+            return None
+        # Failed with no stop asked: the node was lost, its agent lost the task or its lease
+        # ran out (INFRA), or the job's own exit (APP).
+        return LostCause.NODE_LOSS if self.failure_class == FailureClass.INFRA else LostCause.FAILURE
+
+
+def attempt_lost_cause(ranks: Iterable[EndedRank]) -> str | None:
+    """The attempt's cause: the first rank to end with a cause of its own (a gang's other ranks
+    are stopped because of it: PEER_FAILED); FAILURE if only stopped peers are left."""
+    ordered = sorted(ranks, key=lambda r: (r.finished_at is None, r.finished_at or datetime.max.replace(tzinfo=UTC)))
+    causes = [r.lost_cause() for r in ordered if r.stop_reason != StopReason.PEER_FAILED]
+    if any(r.stop_reason == StopReason.PEER_FAILED for r in ordered):
+        causes.append(LostCause.FAILURE)
+    return next((cause for cause in causes if cause is not None), None)
+
+
+def lost_work(ranks: list[EndedRank], *, now: datetime) -> dict:
+    """What an ended attempt lost, by the core's rule (RunningJob.hours_lost_if_stopped): its
+    GPUs x the time from its start, or from the checkpoint every rank confirmed if later, to
+    its last rank's end. Read before a requeue clears the attempt's placement and checkpoints."""
+    starts = [r.started_at for r in ranks if r.started_at is not None]
+    if not starts:  # it never started: nothing ran, nothing lost
+        return {"lost_gpu_hours": 0.0, "lost_since": None, "since_checkpoint": False}
+    started = min(starts).timestamp()
+    checkpoint = confirmed_checkpoint(r.last_checkpoint_at.timestamp() if r.last_checkpoint_at else None for r in ranks)
+    since = lost_since(started, checkpoint)
+    ended = max((r.finished_at for r in ranks if r.finished_at is not None), default=now).timestamp()
+    gpus = sum(r.gpus for r in ranks)
+    return {
+        "lost_gpu_hours": round(gpus * max(0.0, ended - since) / HOUR, 4),
+        "lost_since": datetime.fromtimestamp(since, UTC).isoformat(),
+        "since_checkpoint": checkpoint is not None and checkpoint >= started,
+    }
+
+
+def ended_ranks(job_id: int) -> list[EndedRank]:
+    rows = Task.objects.filter(job_id=job_id).values_list(
+        "state",
+        "stop_reason",
+        "failure_class",
+        "started_at",
+        "finished_at",
+        "last_checkpoint_at",
+        "gpu_indices",
+        "last_node__reclaim_deadline",
+    )
+    return [
+        EndedRank(state, stop, failure, started, finished, checkpoint, len(indices or ()), reclaim is not None)
+        for state, stop, failure, started, finished, checkpoint, indices, reclaim in rows
+    ]
+
+
+def on_job_state(job_id: int, *, before: str, after: str, now: datetime) -> None:
+    """The ledger's part of a job's state change: placed -> open its attempt's row; off its
+    nodes -> close it."""
+    if after in ON_NODE and before not in ON_NODE:
+        do_open_attempt(job_id, now=now)
+    elif before in ON_NODE and after not in ON_NODE:
+        do_close_attempt(job_id, outcome=after, now=now)
+
+
+def do_open_attempt(job_id: int, *, now: datetime) -> None:
+    job = Job.objects.select_related("team", "owner").get(pk=job_id)
+    attempt = Task.objects.filter(job_id=job_id).aggregate(n=Max("attempt"))["n"] or 1
+    before = (
+        UsageRecord.objects.filter(job_id=job_id, attempt__lt=attempt, ended_at__isnull=False)
+        .order_by("-attempt")
+        .values_list("ended_at", flat=True)
+        .first()
+    )
+    row = UsageRecord(
+        job_id=job_id,
+        attempt=attempt,
+        job_name=job.name,
+        team_id=job.team_id,
+        team_name=job.team.name,
+        owner_id=job.owner_id,
+        owner_name=job.owner.get_username(),
+        resource_class=resource_class(job.gpu_type),
+        priority=job.priority,
+        gpus=job.gpu_count if job.gpu_type else 0,
+        cpus=job.task_count * job.cpu_per_rank,
+        queued_at=max(job.submitted_at, before) if before else job.submitted_at,
+        started_at=now,
+    )
+    # The same attempt placed twice cannot happen (a placement bumps the attempt); if it ever
+    # did, the first row stands rather than failing the transition.
+    UsageRecord.objects.bulk_create([row], ignore_conflicts=True)
+
+
+def do_close_attempt(job_id: int, *, outcome: str, now: datetime) -> int:
+    """Close the job's open row: its end, how it ended, and the work it lost and why."""
+    ranks = ended_ranks(job_id)
+    cause = attempt_lost_cause(ranks)
+    lost = lost_work(ranks, now=now) if cause else {"lost_gpu_hours": 0.0, "lost_since": None}
+    # The first rank to end says how the attempt ended: the others were stopped after it.
+    first = min((r for r in ranks if r.finished_at), key=lambda r: r.finished_at, default=None)
+    return UsageRecord.objects.filter(job_id=job_id, ended_at__isnull=True).update(
+        ended_at=now,
+        outcome=outcome,
+        stop_reason=first.stop_reason if first else "",
+        failure_class=first.failure_class if first else "",
+        lost_gpu_hours=lost["lost_gpu_hours"],
+        lost_cause=cause or "",
+        lost_since=datetime.fromisoformat(lost["lost_since"]) if lost["lost_since"] else None,
+    )

@@ -1,0 +1,158 @@
+"""The usage ledger: a row per attempt, opened at placement and closed when its last rank ends,
+in the transitions' transactions; the work lost since the confirmed checkpoint and why; rows
+that outlive their job. Through the agent API, on a frozen clock."""
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.utils import timezone
+
+from scheduling.leader.worker import run_pass
+from scheduling.ledger import EndedRank, attempt_lost_cause
+from scheduling.models import Job, LostCause, UsageRecord
+from tests.conftest import FROZEN_AT as START
+from tests.integration.test_agent_api import JOIN, beat
+from tests.integration.test_checkpoints import A, checkpoint, drain_and_settle, report, running_job, send
+
+
+@pytest.fixture(autouse=True)
+def join_token(settings, fresh_liveness):
+    settings.MLQ_AGENT_JOIN_TOKEN = JOIN
+
+
+def row(job_id: int, attempt: int = 1) -> UsageRecord:
+    return UsageRecord.objects.get(job_id=job_id, attempt=attempt)
+
+
+def test_a_placed_attempt_opens_a_row_with_what_the_reports_need(clock, api, leader):
+    job_id, _ = running_job(api, leader)
+    record = row(job_id)
+    job = Job.objects.select_related("team", "owner").get(pk=job_id)
+    assert (record.team_id, record.team_name, record.owner_id, record.owner_name) == (
+        job.team_id,
+        "research-foundation-models",
+        job.owner_id,
+        "alice",
+    )
+    assert (record.resource_class, record.priority, record.gpus, record.cpus) == ("gpu:H100", "P1", 8, 16)
+    assert (record.queued_at, record.started_at, record.ended_at, record.outcome) == (START, START, None, "")
+
+
+def test_a_succeeded_attempt_closes_at_its_last_ranks_end_and_lost_nothing(clock, api, leader):
+    job_id, clients = running_job(api, leader)
+    clock.shift(timedelta(hours=2, minutes=30))
+    beat(clients[A], A, [report(job_id, 0, 1, "exited", exit_code=0)])
+    record = row(job_id)
+    assert (record.ended_at, record.outcome, record.lost_gpu_hours, record.lost_cause) == (
+        START + timedelta(hours=2, minutes=30),
+        "SUCCEEDED",
+        0.0,
+        "",
+    )
+
+
+def test_a_drained_attempt_records_the_work_lost_since_its_checkpoint_and_the_next_attempt_waits_from_then(
+    clock, api, leader
+):
+    job_id, clients = running_job(api, leader)
+    clock.shift(timedelta(minutes=30))
+    saved = timezone.now() - timedelta(minutes=6)
+    send(clients[A], A, checkpoint(job_id, step=300, at=saved, epoch=leader))
+    clock.shift(timedelta(minutes=1))
+    drain_and_settle(api, leader, clients, job_id, clock)
+    ended = START + timedelta(minutes=31, seconds=3)
+    first = row(job_id)
+    assert (first.ended_at, first.outcome, first.stop_reason, first.failure_class) == (
+        ended,
+        "PREEMPTED",
+        "DRAIN",
+        "INFRA",
+    )
+    assert (first.lost_cause, first.lost_since) == (LostCause.DRAIN, saved)
+    assert first.lost_gpu_hours == round(8 * (ended - saved).total_seconds() / 3600, 4)  # 0.8067
+
+    api("ops").post(f"/api/v1/nodes/{A}/uncordon", {"reason": "done"}, format="json")
+    clock.shift(timedelta(minutes=4))
+    run_pass(epoch=leader)
+    second = row(job_id, 2)
+    assert (second.queued_at, second.started_at, second.ended_at) == (ended, ended + timedelta(minutes=4), None)
+
+
+def test_a_failed_attempt_without_a_checkpoint_lost_everything_since_its_start(clock, api, leader):
+    job_id, clients = running_job(api, leader, checkpoint=False)
+    clock.shift(timedelta(minutes=45))
+    beat(clients[A], A, [report(job_id, 0, 1, "exited", exit_code=3)])
+    record = row(job_id)
+    assert (record.outcome, record.failure_class, record.lost_cause, record.lost_since) == (
+        "FAILED",
+        "APP",
+        LostCause.FAILURE,
+        START,
+    )
+    assert record.lost_gpu_hours == 6.0  # 8 GPUs x 45 minutes
+
+
+def test_a_cancelled_attempt_lost_nothing_the_owner_did_not_choose_to_lose(clock, api, leader):
+    job_id, clients = running_job(api, leader)
+    clock.shift(timedelta(minutes=20))
+    api("alice").post(f"/api/v1/jobs/{job_id}/cancel")
+    run_pass(epoch=leader)
+    beat(clients[A], A, [report(job_id, 0, 1, "exited", exit_code=143)])
+    record = row(job_id)
+    assert (record.outcome, record.stop_reason, record.lost_cause, record.lost_gpu_hours) == (
+        "CANCELLED",
+        "CANCELLED",
+        "",
+        0.0,
+    )
+
+
+def test_the_ledger_outlives_its_job(clock, api, leader):
+    job_id, clients = running_job(api, leader)
+    clock.shift(timedelta(hours=1))
+    beat(clients[A], A, [report(job_id, 0, 1, "exited", exit_code=0)])
+    Job.objects.filter(pk=job_id).delete()
+    assert row(job_id).gpus == 8
+
+
+def test_a_transition_that_rolls_back_leaves_no_row(clock, api, leader):
+    from django.db import transaction
+
+    job_id, clients = running_job(api, leader)
+    clock.shift(timedelta(hours=1))
+    with pytest.raises(RuntimeError), transaction.atomic():
+        beat(clients[A], A, [report(job_id, 0, 1, "exited", exit_code=0)])
+        raise RuntimeError
+    assert (row(job_id).ended_at, row(job_id).outcome) == (None, "")
+
+
+T0 = datetime(2026, 5, 4, 9, 0, tzinfo=UTC)
+
+
+def rank(state="FAILED", stop="", failure="", *, ended_min=10, reclaimed=False) -> EndedRank:
+    return EndedRank(state, stop, failure, T0, T0 + timedelta(minutes=ended_min), None, 8, reclaimed)
+
+
+@pytest.mark.parametrize(
+    "ranks, cause",
+    [
+        ([rank("SUCCEEDED")], None),
+        ([rank("PREEMPTED", "PREEMPTED", "INFRA")], LostCause.PREEMPTION),
+        ([rank("PREEMPTED", "DRAIN", "INFRA")], LostCause.DRAIN),
+        ([rank("FAILED", "DRAIN", "INFRA", reclaimed=True)], LostCause.RECLAIM),
+        ([rank("FAILED", "", "INFRA")], LostCause.NODE_LOSS),
+        ([rank("FAILED", "", "APP")], LostCause.FAILURE),
+        ([rank("FAILED", "TIMEOUT", "TIMEOUT")], LostCause.FAILURE),
+        ([rank("CANCELLED", "CANCELLED", "CANCELLED")], None),
+        ([rank("PREEMPTED", "REQUEUED", "INFRA")], None),
+        ([rank("EARLY_STOPPED", "EARLY_STOPPED", "EARLY_STOPPED")], None),
+        # A gang: the rank that ended first says why; its peers were stopped because of it.
+        (
+            [rank("FAILED", "PEER_FAILED", "INFRA", ended_min=12), rank("FAILED", "", "INFRA", ended_min=11)],
+            LostCause.NODE_LOSS,
+        ),
+        ([rank("FAILED", "PEER_FAILED", "INFRA", ended_min=12), rank("SUCCEEDED", ended_min=5)], LostCause.FAILURE),
+    ],
+)
+def test_why_an_attempts_work_was_lost(ranks, cause):
+    assert attempt_lost_cause(ranks) == cause
