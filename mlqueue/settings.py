@@ -282,6 +282,8 @@ LOGGING = {
 
 # --- mlqueue itself.
 MLQ_GPU_TYPES = env_list("MLQ_GPU_TYPES", "H100,A100,L40S")
+# The currency of the prices admins set (docs/usage.md): a label on costs, never converted.
+MLQ_CURRENCY = os.environ.get("MLQ_CURRENCY", "USD")
 MLQ_MAX_RUNTIME_HOURS = float(os.environ.get("MLQ_MAX_RUNTIME_HOURS", "720"))
 MLQ_AGENT_JOIN_TOKEN = os.environ.get("MLQ_AGENT_JOIN_TOKEN", "")
 # Retry back-off after an application failure: base x 2^retries, capped.

@@ -10,7 +10,7 @@ from agents import pages as node_pages
 from scheduling.metrics import metrics_view
 from scheduling.web import api as jobs_api
 from scheduling.web import pages as job_pages
-from scheduling.web import schedules_api, schedules_page, submit_page, tokens_page
+from scheduling.web import schedules_api, schedules_page, submit_page, tokens_page, usage_api
 from scheduling.web import teams_page as team_pages
 from teams import api as teams_api
 from teams import login_limits
@@ -39,6 +39,9 @@ api_v1 = [
     endpoint("schedules", schedules_api.ScheduleListCreate.as_view(), "schedules"),
     endpoint(r"schedules/(?P<schedule_id>[0-9]+)", schedules_api.ScheduleDetail.as_view(), "schedule-detail"),
     endpoint(r"schedules/(?P<schedule_id>[0-9]+)/run", schedules_api.ScheduleRun.as_view(), "schedule-run"),
+    endpoint("usage", usage_api.Usage.as_view(), "usage"),
+    endpoint("prices", usage_api.PriceList.as_view(), "prices"),
+    endpoint(r"prices/(?P<price_id>[0-9]+)", usage_api.PriceDetail.as_view(), "price-detail"),
     endpoint("teams", teams_api.TeamList.as_view(), "teams"),
     endpoint(r"teams/(?P<name>[a-z0-9-]+)/quotas", teams_api.TeamQuotas.as_view(), "team-quotas"),
     endpoint("tokens", teams_api.TokenListCreate.as_view(), "tokens"),

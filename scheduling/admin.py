@@ -1,6 +1,8 @@
 from django.contrib import admin
 
-from scheduling.models import Job, SchedulerLease, Task
+from scheduling import pricing
+from scheduling.models import Job, Price, SchedulerLease, Task, UsageRecord
+from teams.admin import QuotaForm, ReadOnlyAdmin
 from teams.models import AuditEvent
 
 
@@ -99,3 +101,40 @@ class SchedulerLeaseAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return False
+
+
+class PriceForm(QuotaForm):
+    """The class as a choice of the known ones, as for a quota."""
+
+    class Meta:
+        model = Price
+        fields = ["resource_class", "gpu_hour", "cpu_hour", "effective_from"]
+
+
+@admin.register(Price)
+class PriceAdmin(admin.ModelAdmin):
+    """Prices per class with history: a change is a new row from its date on (docs/usage.md)."""
+
+    form = PriceForm
+    list_display = ["resource_class", "effective_from", "gpu_hour", "cpu_hour", "set_by_name", "created_at"]
+    list_filter = ["resource_class"]
+    readonly_fields = ["set_by_name", "created_at"]
+
+    def save_model(self, request, obj, form, change):
+        obj.set_by_name = request.user.get_username()
+        super().save_model(request, obj, form, change)
+        pricing.audit(request.user, "PRICE_SET", f"{obj}: {obj.gpu_hour} per GPU-hour, {obj.cpu_hour} per CPU-hour")
+
+    def delete_model(self, request, obj):
+        pricing.do_remove_price(user=request.user, price=obj)
+
+
+@admin.register(UsageRecord)
+class UsageRecordAdmin(ReadOnlyAdmin):
+    """The ledger, read-only: written only by the lifecycle's transitions."""
+
+    list_display = ["job_id", "attempt", "team_name", "owner_name", "resource_class", "gpus", "started_at"]
+    list_display += ["ended_at", "outcome", "lost_gpu_hours", "lost_cause"]
+    list_filter = ["outcome", "lost_cause", "resource_class", "team_name"]
+    search_fields = ["=job_id", "owner_name", "job_name"]
+    date_hierarchy = "started_at"

@@ -570,3 +570,27 @@ class UsageRecord(models.Model):
 
     def __str__(self) -> str:
         return f"job {self.job_id} attempt {self.attempt} ({self.outcome or 'running'})"
+
+
+class Price(models.Model):
+    """What an hour of a resource class costs from `effective_from` on, until the class's next
+    price: a GPU-hour (GPU classes) and a CPU-hour (every class: a GPU job's CPUs too). A
+    change is a new row; the ledger's costs split an attempt at each change
+    (scheduling/accounting.py). Before a class's first price its hours cost nothing."""
+
+    resource_class = models.CharField(max_length=24, help_text='"gpu:H100", or "cpu"')
+    gpu_hour = models.DecimalField(max_digits=12, decimal_places=4, default=0)
+    cpu_hour = models.DecimalField(max_digits=12, decimal_places=4, default=0)
+    effective_from = models.DateTimeField()
+    set_by_name = models.CharField(max_length=150, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["resource_class", "effective_from"]
+        constraints = [
+            models.UniqueConstraint(fields=["resource_class", "effective_from"], name="price_class_from_unique"),
+            models.CheckConstraint(condition=models.Q(gpu_hour__gte=0, cpu_hour__gte=0), name="price_not_negative"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.resource_class} from {self.effective_from:%Y-%m-%d %H:%M}"

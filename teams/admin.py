@@ -76,11 +76,8 @@ class ApiTokenAdmin(admin.ModelAdmin):
             do_revoke_token(token=token, actor=request.user)  # audited like a revocation through the API
 
 
-@admin.register(AuditEvent)
-class AuditEventAdmin(admin.ModelAdmin):
-    list_display = ["created_at", "kind", "job", "team", "node", "actor_name", "reason", "message"]
-    list_filter = ["kind", "reason"]
-    search_fields = ["message", "actor_name"]
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Rows only the application writes (the audit log, the usage ledger): shown, never edited."""
 
     def has_add_permission(self, request):
         return False
@@ -90,3 +87,10 @@ class AuditEventAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return False
+
+
+@admin.register(AuditEvent)
+class AuditEventAdmin(ReadOnlyAdmin):
+    list_display = ["created_at", "kind", "job", "team", "node", "actor_name", "reason", "message"]
+    list_filter = ["kind", "reason"]
+    search_fields = ["message", "actor_name"]

@@ -145,6 +145,7 @@ class EventKind(models.TextChoices):
     LEADER = "LEADER"  # a scheduler took the lead: `data.epoch`, recorded with the epoch bump itself
     CHECKPOINT = "CHECKPOINT"  # a rank confirmed a checkpoint (at most one a minute per job)
     JOB_CHANGED = "JOB_CHANGED"  # a name, priority or time limit changed after submit: `data.field`, before, after
+    PRICE_CHANGED = "PRICE_CHANGED"  # an admin set or removed a price (scheduling/pricing.py)
 
 
 class AppendOnlyQuerySet(models.QuerySet):

@@ -1,0 +1,262 @@
+"""REST endpoints for usage and prices: `GET /api/v1/usage` (JSON or CSV) and
+`GET/POST /api/v1/prices`, `DELETE /api/v1/prices/{id}`. Thin: parse, call a selector or a
+service, serialize."""
+
+import csv
+import io
+from datetime import timedelta
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.http import Http404
+from django.shortcuts import get_object_or_404
+from django.utils import timezone
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers, status
+from rest_framework.exceptions import PermissionDenied, ValidationError
+from rest_framework.negotiation import DefaultContentNegotiation
+from rest_framework.renderers import BaseRenderer, JSONRenderer
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from scheduling import accounting, pricing
+from scheduling.accounting import BUCKETS, GROUPS, MAX_BUCKETS, UsageQuery, UsageReport, UsageRow
+from scheduling.models import LostCause, Price, Priority
+from teams.models import Team
+from teams.resources import known_classes, unknown_class_message
+from teams.selectors import is_site_admin, team_ids_of
+
+DEFAULT_WINDOW = timedelta(days=30)
+OUTCOMES = ("SUCCEEDED", "FAILED", "PREEMPTED", "CANCELLED", "EARLY_STOPPED")
+NO_SUCH_TEAM = "no team named {name!r}."
+NO_SUCH_OWNER = "no user named {name!r}."
+NOT_YOUR_TEAM = "only members of {team}, its leads and site admins may read its usage."
+BAD_GROUP = "group by one or two of {choices} (at most one of day, week); got {value!r}."
+TO_BEFORE_FROM = "must be later than from ({start})."
+TOO_MANY_BUCKETS = "a report by {bucket} covers at most {limit} {bucket}s; this one covers {count}."
+BAD_FORMAT = "format is json or csv; got {value!r}."
+
+
+class UsageParams(serializers.Serializer):
+    """The query string. `from` is a Python keyword, hence the field added in `get_fields`."""
+
+    to = serializers.DateTimeField(required=False, help_text="end of the window (exclusive); default now")
+    team = serializers.CharField(required=False, max_length=63)
+    owner = serializers.CharField(required=False, max_length=150)
+    resource_class = serializers.CharField(required=False, max_length=24)
+    priority = serializers.ChoiceField(choices=Priority.choices, required=False)
+    group_by = serializers.CharField(required=False, default="team", max_length=40)
+
+    def get_fields(self):
+        fields = super().get_fields()
+        fields["from"] = serializers.DateTimeField(required=False, help_text="window start; default to - 30 days")
+        return fields
+
+    def validate_group_by(self, value: str) -> tuple[str, ...]:
+        names = tuple(name.strip() for name in value.split(","))
+        if not 1 <= len(names) <= 2 or any(n not in GROUPS for n in names) or len(set(names)) < len(names):
+            raise ValidationError(BAD_GROUP.format(choices=", ".join(GROUPS), value=value))
+        if sum(name in BUCKETS for name in names) > 1:
+            raise ValidationError(BAD_GROUP.format(choices=", ".join(GROUPS), value=value))
+        return names
+
+    def validate_team(self, value: str) -> str:
+        team = Team.objects.filter(name=value).first()
+        if team is None:
+            raise ValidationError(NO_SUCH_TEAM.format(name=value))
+        user = self.context["user"]
+        if not is_site_admin(user) and team.pk not in team_ids_of(user):
+            raise PermissionDenied(NOT_YOUR_TEAM.format(team=value))
+        return value
+
+    def validate_owner(self, value: str) -> str:
+        if not get_user_model().objects.filter(username=value).exists():
+            raise ValidationError(NO_SUCH_OWNER.format(name=value))
+        return value
+
+    def validate_resource_class(self, value: str) -> str:
+        known = known_classes()
+        if value not in known:
+            raise ValidationError(unknown_class_message(value, known))
+        return value
+
+    def validate(self, data: dict) -> dict:
+        end = data.get("to") or self.context["now"]
+        start = data.get("from") or end - DEFAULT_WINDOW
+        if end <= start:
+            raise ValidationError({"to": [TO_BEFORE_FROM.format(start=start.isoformat())]})
+        bucket = next((name for name in data["group_by"] if name in BUCKETS), None)
+        if bucket:
+            count = len(accounting.stretches(start, end, bucket=bucket, cuts=()))
+            if count > MAX_BUCKETS[bucket]:
+                limit = MAX_BUCKETS[bucket]
+                raise ValidationError({"from": [TOO_MANY_BUCKETS.format(bucket=bucket, limit=limit, count=count)]})
+        return {**data, "from": start, "to": end}
+
+
+def usage_query(request: Request, *, now) -> UsageQuery:
+    """The report a request asks for, from its query string (400 naming the field), scoped to
+    what its user may see."""
+    params = UsageParams(data=request.query_params.dict(), context={"user": request.user, "now": now})
+    params.is_valid(raise_exception=True)
+    data = params.validated_data
+    return UsageQuery(
+        start=data["from"],
+        end=data["to"],
+        now=now,
+        group_by=data["group_by"],
+        visible=accounting.visible_to(request.user),
+        team=data.get("team"),
+        owner=data.get("owner"),
+        resource_class=data.get("resource_class"),
+        priority=data.get("priority"),
+    )
+
+
+def row_figures(row: UsageRow) -> dict:
+    return {
+        "gpu_hours": round(row.gpu_hours, 4),
+        "cpu_hours": round(row.cpu_hours, 4),
+        "cost": round(row.cost, 2),
+        "lost_gpu_hours": row.lost_total,
+        "lost_gpu_hours_by_cause": row.lost_gpu_hours,
+        "jobs_by_outcome": row.outcomes,
+        "attempts_started": row.started,
+        "queue_wait_p50_s": _seconds(row.wait_p50_s),
+        "queue_wait_p95_s": _seconds(row.wait_p95_s),
+    }
+
+
+def _seconds(value: float | None) -> float | None:
+    return None if value is None else round(value, 1)
+
+
+def report_json(report: UsageReport) -> dict:
+    query = report.query
+    return {
+        "from": query.start,
+        "to": query.end,
+        "group_by": list(query.group_by),
+        "currency": settings.MLQ_CURRENCY,
+        "rows": [{**dict(zip(query.group_by, row.key, strict=True)), **row_figures(row)} for row in report.rows],
+        "total": row_figures(report.total),
+    }
+
+
+CSV_FIGURES = (
+    "gpu_hours",
+    "cpu_hours",
+    "cost",
+    "lost_gpu_hours",
+    *(f"lost_{cause}" for cause in LostCause.values),
+    *(f"jobs_{outcome.lower()}" for outcome in OUTCOMES),
+    "attempts_started",
+    "queue_wait_p50_s",
+    "queue_wait_p95_s",
+)
+
+
+def report_csv(report: UsageReport) -> str:
+    """One line per group, fixed columns (every cause and outcome, zero where none)."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow([*report.query.group_by, *CSV_FIGURES])
+    for row in report.rows:
+        figures = row_figures(row)
+        figures.update({f"lost_{cause}": row.lost_gpu_hours.get(cause, 0.0) for cause in LostCause.values})
+        figures.update({f"jobs_{o.lower()}": row.outcomes.get(o, 0) for o in OUTCOMES})
+        writer.writerow([*row.key, *("" if figures[name] is None else figures[name] for name in CSV_FIGURES)])
+    return out.getvalue()
+
+
+class CSVRenderer(BaseRenderer):
+    media_type = "text/csv"
+    format = "csv"
+    charset = "utf-8"
+
+    def render(self, data, accepted_media_type=None, renderer_context=None):
+        return data if isinstance(data, str) else JSONRenderer().render(data)
+
+
+class FormatNegotiation(DefaultContentNegotiation):
+    """?format= names the field when it asks for something we do not write (DRF: a 404)."""
+
+    def select_renderer(self, request, renderers, format_suffix=None):
+        try:
+            return super().select_renderer(request, renderers, format_suffix)
+        except Http404 as exc:
+            value = request.query_params.get(self.settings.URL_FORMAT_OVERRIDE, "")
+            raise ValidationError({"format": [BAD_FORMAT.format(value=value)]}) from exc
+
+
+class Usage(APIView):
+    renderer_classes = [JSONRenderer, CSVRenderer]
+    content_negotiation_class = FormatNegotiation
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("from", str, description="ISO date or time; default: to - 30 days"),
+            OpenApiParameter("to", str, description="ISO date or time (exclusive); default: now"),
+            OpenApiParameter("team", str),
+            OpenApiParameter("owner", str, description="user name"),
+            OpenApiParameter("resource_class", str, description='"gpu:H100", or "cpu"'),
+            OpenApiParameter("priority", str),
+            OpenApiParameter("group_by", str, description="one or two of " + ", ".join(GROUPS)),
+            OpenApiParameter("format", str, enum=["json", "csv"]),
+        ],
+        responses={200: dict},
+    )
+    def get(self, request: Request) -> Response:
+        """GPU-hours, CPU-hours, cost, lost GPU-hours by cause, attempts by outcome and queue
+        wait p50/p95 from the usage ledger, grouped (docs/usage.md)."""
+        report = accounting.usage_report(usage_query(request, now=timezone.now()))
+        if request.accepted_renderer.format == "csv":
+            name = f"usage-{report.query.start:%Y%m%d}-{report.query.end:%Y%m%d}.csv"
+            headers = {"Content-Disposition": f'attachment; filename="{name}"'}
+            return Response(report_csv(report), headers=headers)
+        return Response(report_json(report))
+
+
+class PriceSerializer(serializers.ModelSerializer):
+    effective_from = serializers.DateTimeField(required=False, help_text="default: now")
+    gpu_hour = serializers.DecimalField(max_digits=12, decimal_places=4, min_value=0, default=0)
+    cpu_hour = serializers.DecimalField(max_digits=12, decimal_places=4, min_value=0, default=0)
+
+    class Meta:
+        model = Price
+        fields = ["id", "resource_class", "gpu_hour", "cpu_hour", "effective_from", "set_by_name", "created_at"]
+        read_only_fields = ["id", "set_by_name", "created_at"]
+        validators = []  # a repeated (class, time) is refused by the service, naming effective_from
+
+
+class PriceList(APIView):
+    @extend_schema(responses=PriceSerializer(many=True))
+    def get(self, request: Request) -> Response:
+        """Every price, by class and date (the costs' history)."""
+        return Response(PriceSerializer(Price.objects.all(), many=True).data)
+
+    @extend_schema(request=PriceSerializer, responses={201: PriceSerializer})
+    def post(self, request: Request) -> Response:
+        """A new price for a class from `effective_from` (admins only)."""
+        pricing.check_admin(request.user)  # 403 before any complaint about the body
+        body = PriceSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        now = timezone.now()
+        price = pricing.do_set_price(
+            user=request.user,
+            resource_class=body.validated_data["resource_class"],
+            gpu_hour=body.validated_data["gpu_hour"],
+            cpu_hour=body.validated_data["cpu_hour"],
+            effective_from=body.validated_data.get("effective_from") or now,
+            now=now,
+        )
+        return Response(PriceSerializer(price).data, status=status.HTTP_201_CREATED)
+
+
+class PriceDetail(APIView):
+    @extend_schema(responses={204: None})
+    def delete(self, request: Request, price_id: int) -> Response:
+        pricing.check_admin(request.user)
+        pricing.do_remove_price(user=request.user, price=get_object_or_404(Price, pk=price_id), now=timezone.now())
+        return Response(status=status.HTTP_204_NO_CONTENT)
