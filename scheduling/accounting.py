@@ -11,8 +11,8 @@ What counts where, for a window [start, end):
 4. Queue wait (p50, p95): attempts that started inside the window, in the bucket of their start.
 
 One query per stretch between cuts (window edges, bucket edges, price changes) for the hours,
-each reading only the attempts that overlap it (indexed by start and by end), and one query
-each for losses, outcomes and waits.
+each reading only the attempts that overlap it (indexed by start and by end); one query for
+the endings (outcomes and losses) and one for a histogram of the waits.
 """
 
 from collections import defaultdict
@@ -20,9 +20,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from django.db import connection
 from django.db.models import (
-    Aggregate,
+    Case,
     Count,
     DurationField,
     ExpressionWrapper,
@@ -33,8 +32,9 @@ from django.db.models import (
     QuerySet,
     Sum,
     Value,
+    When,
 )
-from django.db.models.functions import Coalesce, Greatest, Least, TruncDay, TruncWeek
+from django.db.models.functions import Coalesce, Greatest, Least, Round, TruncDay, TruncWeek
 
 from scheduling.models import Price, UsageRecord
 
@@ -58,14 +58,6 @@ class Epoch(Func):
     def as_sqlite(self, compiler, connection, **extra_context):
         # Django keeps durations on SQLite as integer microseconds.
         return self.as_sql(compiler, connection, template="(%(expressions)s / 1000000.0)", **extra_context)
-
-
-class Percentile(Aggregate):
-    """PostgreSQL's continuous percentile (SQLite computes it in Python: `_waits_in_python`)."""
-
-    function = "PERCENTILE_CONT"
-    template = "%(function)s(%(fraction)s) WITHIN GROUP (ORDER BY %(expressions)s)"
-    output_field = FloatField()
 
 
 @dataclass(frozen=True)
@@ -167,16 +159,19 @@ def usage_report(query: UsageQuery) -> UsageReport:
         return groups.setdefault(key, UsageRow(key))
 
     _add_hours(query, row)
-    _add_losses(query, row)
-    _add_outcomes(query, row)
-    for key, (started, p50, p95) in _waits(query, query.group_by).items():
+    _add_endings(query, row)
+    waits = _wait_histograms(query)
+    for key, histogram in waits.items():
         target = row(key)
-        target.started, target.wait_p50_s, target.wait_p95_s = started, p50, p95
+        target.started = sum(histogram.values())
+        target.wait_p50_s, target.wait_p95_s = percentile(histogram, 0.5), percentile(histogram, 0.95)
     rows = sorted(groups.values(), key=lambda r: r.key)
-    return UsageReport(query=query, rows=rows, total=_total(query, rows))
+    total = _total(rows, waits.values())  # of the figures before rounding
+    return UsageReport(query=query, rows=[_rounded(r) for r in rows], total=total)
 
 
-def _total(query: UsageQuery, rows: list[UsageRow]) -> UsageRow:
+def _total(rows: list[UsageRow], histograms: Iterable[dict[float, int]]) -> UsageRow:
+    """The sum of the groups; the waits' percentiles from their histograms merged."""
     total = UsageRow(key=())
     for row in rows:
         total.gpu_hours += row.gpu_hours
@@ -186,8 +181,12 @@ def _total(query: UsageQuery, rows: list[UsageRow]) -> UsageRow:
             total.lost_gpu_hours[cause] = total.lost_gpu_hours.get(cause, 0.0) + hours
         for outcome, count in row.outcomes.items():
             total.outcomes[outcome] = total.outcomes.get(outcome, 0) + count
-    (started, p50, p95) = _waits(query, ()).get((), (0, None, None))
-    total.started, total.wait_p50_s, total.wait_p95_s = started, p50, p95
+    merged: dict[float, int] = defaultdict(int)
+    for histogram in histograms:
+        for wait, count in histogram.items():
+            merged[wait] += count
+    total.started = sum(merged.values())
+    total.wait_p50_s, total.wait_p95_s = percentile(merged, 0.5), percentile(merged, 0.95)
     return _rounded(total)
 
 
@@ -233,60 +232,60 @@ def _add_hours(query: UsageQuery, row) -> None:
                 target.cost += gpu_h * float(price.gpu_hour) + cpu_h * float(price.cpu_hour)
 
 
-def _point_rows(query: UsageQuery, at: str, fields: Sequence[str], group_by: Sequence[str] | None = None):
+def _point_rows(query: UsageQuery, at: str, fields: Sequence[str], **annotations):
     """The attempts whose `at` (ended_at, started_at) lies in the window, as values grouped by
-    the report's columns, its bucket (`bucket`), and `fields`."""
-    group_by = query.group_by if group_by is None else group_by
+    the report's columns, its bucket (`bucket`), and `fields` (which may be `annotations`)."""
     rows = query.rows().filter(**{f"{at}__gte": query.start, f"{at}__lt": query.end})
-    bucket = next((name for name in group_by if name in BUCKETS), None)
-    if bucket:
-        rows = rows.annotate(bucket=TRUNC[bucket](at, tzinfo=UTC))
-    names = [COLUMNS[name] for name in group_by if name in COLUMNS] + (["bucket"] if bucket else [])
-    if not names and not fields:  # one group of all (an empty values() would mean every column)
-        rows, names = rows.annotate(everything=Value(1)), ["everything"]
-    return rows.values(*names, *fields)
+    if query.bucket:
+        rows = rows.annotate(bucket=TRUNC[query.bucket](at, tzinfo=UTC))
+    names = _columns(query) + (["bucket"] if query.bucket else [])
+    return rows.annotate(**annotations).values(*names, *fields)
 
 
-def _add_losses(query: UsageQuery, row) -> None:
-    rows = _point_rows(query, "ended_at", ["lost_cause"]).exclude(lost_cause="")
-    for values in rows.annotate(lost=Sum("lost_gpu_hours")):
+def _add_endings(query: UsageQuery, row) -> None:
+    """How attempts ended in the window, and the GPU-hours they lost by cause (docstring, 3)."""
+    ends = _point_rows(query, "ended_at", ["outcome", "lost_cause"])
+    for values in ends.annotate(n=Count("id"), lost=Sum("lost_gpu_hours")):
         target = row(_key(query, values, values.get("bucket")))
-        target.lost_gpu_hours[values["lost_cause"]] = target.lost_gpu_hours.get(values["lost_cause"], 0.0)
-        target.lost_gpu_hours[values["lost_cause"]] += values["lost"]
+        target.outcomes[values["outcome"]] = target.outcomes.get(values["outcome"], 0) + values["n"]
+        if values["lost_cause"]:
+            cause = values["lost_cause"]
+            target.lost_gpu_hours[cause] = target.lost_gpu_hours.get(cause, 0.0) + values["lost"]
 
 
-def _add_outcomes(query: UsageQuery, row) -> None:
-    for values in _point_rows(query, "ended_at", ["outcome"]).annotate(n=Count("id")):
-        row(_key(query, values, values.get("bucket"))).outcomes[values["outcome"]] = values["n"]
+WAIT_S = Epoch(ExpressionWrapper(F("started_at") - F("queued_at"), output_field=DurationField()))
+# Waits counted to the second below 10 minutes, then to 10 s, to the minute below a day, and
+# to 10 minutes beyond: a histogram of a few thousand bars whatever the number of attempts,
+# built by a hash aggregate (which Postgres runs in parallel) instead of a sort of every wait.
+WAIT_BAR = Case(
+    When(Q(wait__lt=600), then=Round("wait")),
+    When(Q(wait__lt=3600), then=Round(F("wait") / 10) * 10),
+    When(Q(wait__lt=86400), then=Round(F("wait") / 60) * 60),
+    default=Round(F("wait") / 600) * 600,
+    output_field=FloatField(),
+)
 
 
-WAIT = ExpressionWrapper(F("started_at") - F("queued_at"), output_field=DurationField())
+def _wait_histograms(query: UsageQuery) -> dict[tuple, dict[float, int]]:
+    """key -> {wait in seconds (to its bar's precision): attempts that started in the window
+    after waiting that long} (docstring, 4)."""
+    histograms: dict[tuple, dict[float, int]] = defaultdict(dict)
+    for values in _point_rows(query, "started_at", ["bar"], wait=WAIT_S, bar=WAIT_BAR).annotate(n=Count("id")):
+        histograms[_key(query, values, values.get("bucket"))][values["bar"]] = values["n"]
+    return histograms
 
 
-def _waits(query: UsageQuery, group_by: Sequence[str]) -> dict[tuple, tuple[int, float | None, float | None]]:
-    """key -> (attempts started, p50 and p95 of their queue wait in seconds)."""
-    sub = UsageQuery(**{**query.__dict__, "group_by": tuple(group_by)})
-    if connection.vendor != "postgresql":
-        return _waits_in_python(sub)
-    rows = _point_rows(sub, "started_at", []).annotate(
-        n=Count("id"), p50=Percentile(Epoch(WAIT), fraction=0.5), p95=Percentile(Epoch(WAIT), fraction=0.95)
-    )
-    return {_key(sub, values, values.get("bucket")): (values["n"], values["p50"], values["p95"]) for values in rows}
-
-
-def _waits_in_python(query: UsageQuery) -> dict[tuple, tuple[int, float | None, float | None]]:
-    waits = defaultdict(list)
-    for values in _point_rows(query, "started_at", ["started_at", "queued_at"]):
-        wait = (values["started_at"] - values["queued_at"]).total_seconds()
-        waits[_key(query, values, values.get("bucket"))].append(wait)
-    return {key: (len(s), percentile(sorted(s), 0.5), percentile(sorted(s), 0.95)) for key, s in waits.items()}
-
-
-def percentile(ordered: Sequence[float], fraction: float) -> float | None:
-    """PERCENTILE_CONT's definition: linear between the two nearest ranks."""
-    if not ordered:
+def percentile(histogram: dict[float, int], fraction: float) -> float | None:
+    """PERCENTILE_CONT's definition over a histogram: linear between the two nearest ranks."""
+    count = sum(histogram.values())
+    if not count:
         return None
-    at = fraction * (len(ordered) - 1)
-    low = int(at)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (at - low)
+    at = fraction * (count - 1)
+    low, high = int(at), min(int(at) + 1, count - 1)
+    values, seen = {}, 0
+    for wait in sorted(histogram):
+        for rank in (low, high):
+            if seen <= rank < seen + histogram[wait]:
+                values[rank] = wait
+        seen += histogram[wait]
+    return values[low] + (values[high] - values[low]) * (at - low)

@@ -11,9 +11,10 @@ Exit codes: 0 done, 1 the server refused (its detail, then each field's error as
     control   the verbs that change a job (cancel, hold, release, requeue, set)
     groups    arrays and sweeps: --array's syntax, group summaries, `mlq children`
     cluster   teams, quotas, nodes and the node verbs (cordon, drain, uncordon)
-    schedules `mlq schedules list|show|create|suspend|resume|run|delete`"""
+    schedules `mlq schedules list|show|create|suspend|resume|run|delete`
+    usage     `mlq usage`: hours, cost, lost work and queue waits from the usage ledger"""
 
-from mlqueue.cli import account, cluster, control, groups, jobs, schedules  # noqa: F401 (each registers its verbs on main)
+from mlqueue.cli import account, cluster, control, groups, jobs, schedules, usage  # noqa: F401 (each registers its verbs on main)
 from mlqueue.cli.app import main
 
 __all__ = ["main"]

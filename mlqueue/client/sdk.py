@@ -107,7 +107,8 @@ class Client:
     def __exit__(self, *exc):
         self.close()
 
-    def request(self, method: str, path: str, *, json=None, params=None, auth: bool = True) -> Any:
+    def request(self, method: str, path: str, *, json=None, params=None, auth: bool = True, text: bool = False) -> Any:
+        """The answer's JSON (`text`: its body as text, for CSV)."""
         if auth and not self.token:
             raise MlqError(0, NO_TOKEN)
         params = {key: value for key, value in (params or {}).items() if value is not None}
@@ -121,7 +122,7 @@ class Client:
             raise _refusal(response)
         if response.status_code == 204 or not response.content:
             return None
-        return response.json()
+        return response.text if text else response.json()
 
     def _pages(self, path: str, params: dict) -> Iterator[dict]:
         """Every row of a cursor-paginated list (`{"next", "results"}`), following `next`."""
@@ -376,6 +377,13 @@ class Client:
         return [Event.from_json(row) for row in self._pages(f"/jobs/{_id(job)}/events", {})]
 
     # teams, quotas, nodes
+
+    def usage(self, *, start=None, end=None, group_by: str = "team", csv: bool = False, **filters) -> dict | str:
+        """GET /usage: GPU-hours, CPU-hours, cost, lost work, outcomes and queue waits for the
+        window [start, end), grouped (docs/usage.md); filters: team, owner, resource_class,
+        priority. `csv`: the CSV text instead of the JSON."""
+        params = {"from": start, "to": end, "group_by": group_by, **filters, "format": "csv" if csv else None}
+        return self.request("GET", "/usage", params={k: _query_value(v) for k, v in params.items()}, text=csv)
 
     def teams(self) -> list[Team]:
         return [Team.from_json(row) for row in self.request("GET", "/teams")]

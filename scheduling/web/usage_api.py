@@ -8,7 +8,6 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.http import Http404
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -180,14 +179,17 @@ class CSVRenderer(BaseRenderer):
 
 
 class FormatNegotiation(DefaultContentNegotiation):
-    """?format= names the field when it asks for something we do not write (DRF: a 404)."""
+    """?format= chooses, whatever the Accept header says (a CLI asks for JSON by default), and
+    names the field when it asks for something we do not write (DRF: a 404)."""
 
     def select_renderer(self, request, renderers, format_suffix=None):
-        try:
+        wanted = format_suffix or request.query_params.get(self.settings.URL_FORMAT_OVERRIDE)
+        if not wanted:
             return super().select_renderer(request, renderers, format_suffix)
-        except Http404 as exc:
-            value = request.query_params.get(self.settings.URL_FORMAT_OVERRIDE, "")
-            raise ValidationError({"format": [BAD_FORMAT.format(value=value)]}) from exc
+        for renderer in renderers:
+            if renderer.format == wanted:
+                return renderer, renderer.media_type
+        raise ValidationError({"format": [BAD_FORMAT.format(value=wanted)]})
 
 
 class Usage(APIView):
