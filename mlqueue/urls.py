@@ -10,7 +10,7 @@ from agents import pages as node_pages
 from scheduling.metrics import metrics_view
 from scheduling.web import api as jobs_api
 from scheduling.web import pages as job_pages
-from scheduling.web import schedules_api, schedules_page, submit_page, tokens_page, usage_api
+from scheduling.web import reports_page, schedules_api, schedules_page, submit_page, tokens_page, usage_api
 from scheduling.web import teams_page as team_pages
 from teams import api as teams_api
 from teams import login_limits
@@ -82,6 +82,7 @@ pages = [
         name="schedule-action",
     ),
     path("teams/", team_pages.page, name="teams-page"),
+    path("reports/", reports_page.page, name="reports-page"),
     path("nodes/", node_pages.page, name="nodes-page"),
     path("account/tokens/", tokens_page.page, name="account-tokens"),
     # Both password forms count failures and refuse (429) a locked user name or address.

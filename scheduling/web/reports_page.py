@@ -1,0 +1,294 @@
+"""The reports page (/reports/): usage, waits, lost work and cost from the usage ledger, as
+charts (the vendored Chart.js, drawn by static/js/reports.js from the configurations built
+here) with the same numbers in a table under each.
+
+Everyone signed in may open it and sees what the usage API would show them (accounting.
+visible_to): a lead or member their teams, an admin every team. A time range (whole UTC
+days, both ends included) and a team narrow it; days up to 62 days, weeks beyond."""
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, time, timedelta
+
+from django import forms
+from django.conf import settings
+from django.contrib.auth.decorators import login_required
+from django.db.models import Sum
+from django.shortcuts import render
+from django.utils import timezone
+from django.views.decorators.http import require_GET
+
+from scheduling import accounting
+from scheduling.accounting import UsageQuery, UsageReport
+from scheduling.models import Node
+from teams.models import Quota, Team
+from teams.selectors import is_site_admin, team_ids_of
+
+COLORS = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#ca8a04", "#db2777"]
+DAYS_BY_DAY = 62
+DEFAULT_DAYS = 30
+TOP_USERS = 10
+MAX_DAYS = 5 * 366
+RANGE_TOO_LONG = f"a report covers at most {MAX_DAYS} days."
+TO_BEFORE_FROM = "must not be before from."
+
+
+class ReportFilters(forms.Form):
+    """The page's query string: `from` and `to` (dates), `team` (a team the viewer may see)."""
+
+    start = forms.DateField(required=False)
+    end = forms.DateField(required=False)
+    team = forms.ChoiceField(required=False)
+
+    def __init__(self, data, *, teams: list[str], today):
+        super().__init__({"start": data.get("from"), "end": data.get("to"), "team": data.get("team", "")})
+        self.fields["team"].choices = [("", "all my teams"), *((name, name) for name in teams)]
+        self.today = today
+
+    def clean(self):
+        data = super().clean()
+        end = data.get("end") or self.today
+        start = data.get("start") or end - timedelta(days=DEFAULT_DAYS - 1)
+        if end < start:
+            self.add_error("end", TO_BEFORE_FROM)
+        elif (end - start).days >= MAX_DAYS:
+            self.add_error("start", RANGE_TOO_LONG)
+        return {**data, "start": start, "end": end}
+
+
+@dataclass
+class Section:
+    """One chart and its table."""
+
+    id: str
+    title: str
+    note: str
+    chart: dict
+    columns: list[str]
+    rows: list[list] = field(default_factory=list)
+
+
+@login_required
+@require_GET
+def page(request):
+    now = timezone.now()
+    teams = _visible_teams(request.user)
+    filters = ReportFilters(request.GET, teams=teams, today=now.astimezone(UTC).date())
+    context = {"section": "reports", "filters": filters, "teams": teams, "currency": settings.MLQ_CURRENCY}
+    if not filters.is_valid():
+        errors = {
+            ("from" if name == "start" else "to" if name == "end" else name): e for name, e in filters.errors.items()
+        }
+        return render(request, "scheduling/reports.html", {**context, "errors": errors}, status=400)
+    data = filters.cleaned_data
+    start = datetime.combine(data["start"], time(), tzinfo=UTC)
+    end = datetime.combine(data["end"] + timedelta(days=1), time(), tzinfo=UTC)
+    base = {"start": start, "end": end, "now": now, "visible": accounting.visible_to(request.user)}
+    base["team"] = data["team"] or None
+    bucket = "day" if (end - start).days <= DAYS_BY_DAY else "week"
+    sections = build_sections(base, bucket)
+    period = {"from": data["start"].isoformat(), "to": data["end"].isoformat(), "bucket": bucket}
+    return render(request, "scheduling/reports.html", {**context, "sections": sections, **period})
+
+
+def _visible_teams(user) -> list[str]:
+    teams = Team.objects.all() if is_site_admin(user) else Team.objects.filter(pk__in=team_ids_of(user))
+    return list(teams.order_by("name").values_list("name", flat=True))
+
+
+def build_sections(base: dict, bucket: str) -> list[Section]:
+    def report(*group_by) -> UsageReport:
+        return accounting.usage_report(UsageQuery(**base, group_by=group_by))
+
+    buckets = _bucket_starts(base["start"], base["end"], bucket)
+    by_team = report("team")
+    return [
+        gpu_hours_over_time(report("team", bucket), buckets, bucket),
+        utilization_over_time(report("resource_class", bucket), buckets, bucket, base),
+        queue_waits(report("team", "priority")),
+        lost_work(by_team),
+        top_users(report("owner")),
+        cost_by_team(by_team),
+    ]
+
+
+def _bucket_starts(start: datetime, end: datetime, bucket: str) -> list[str]:
+    starts = {
+        accounting.bucket_start(a, bucket) for a, _, _ in accounting.stretches(start, end, bucket=bucket, cuts=())
+    }
+    return [at.date().isoformat() for at in sorted(starts)]
+
+
+def _series(report: UsageReport, figure) -> dict[str, dict[str, float]]:
+    """first key -> {bucket: figure(row)}."""
+    series: dict[str, dict[str, float]] = defaultdict(dict)
+    for row in report.rows:
+        series[row.key[0]][row.key[1]] = figure(row)
+    return series
+
+
+def _line(label: str, values: list, index: int, **style) -> dict:
+    color = COLORS[index % len(COLORS)]
+    return {"label": label, "data": values, "borderColor": color, "backgroundColor": color, "tension": 0, **style}
+
+
+def _chart(kind: str, labels: list, datasets: list, y: str, *, stacked: bool = False) -> dict:
+    axis = {"stacked": stacked}
+    return {
+        "type": kind,
+        "data": {"labels": labels, "datasets": datasets},
+        "options": {
+            "animation": False,
+            "maintainAspectRatio": False,
+            "scales": {"x": axis, "y": {**axis, "beginAtZero": True, "title": {"display": True, "text": y}}},
+        },
+    }
+
+
+def gpu_hours_over_time(report: UsageReport, buckets: list[str], bucket: str) -> Section:
+    """Each team's GPU-hours per bucket against its guarantee (its GPU quotas x the bucket's hours)."""
+    used = _series(report, lambda row: row.gpu_hours)
+    teams = sorted(used)
+    hours = 24 if bucket == "day" else 168
+    owed = dict(
+        Quota.objects.filter(team__name__in=teams, resource_class__startswith="gpu:")
+        .values("team__name")
+        .annotate(gpus=Sum("guaranteed"))
+        .values_list("team__name", "gpus")
+    )
+    datasets = []
+    section = Section("gpu-hours", f"GPU-hours by team, by {bucket}", "", {}, [bucket, *teams])
+    for i, team in enumerate(teams):
+        datasets.append(_line(team, [round(used[team].get(b, 0.0), 1) for b in buckets], i))
+        if owed.get(team):
+            label = f"{team} guarantee"
+            datasets.append(_line(label, [owed[team] * hours] * len(buckets), i, borderDash=[6, 4], pointRadius=0))
+    section.chart = _chart("line", buckets, datasets, "GPU-hours")
+    section.note = "Dashed: the team's guaranteed GPUs for the whole " + bucket + " (its GPU quotas x hours)."
+    section.columns += [f"{team} guarantee" for team in teams if owed.get(team)]
+    for b in buckets:
+        guarantees = [owed[team] * hours for team in teams if owed.get(team)]
+        section.rows.append([b, *(round(used[team].get(b, 0.0), 1) for team in teams), *guarantees])
+    return section
+
+
+def _capacity() -> dict[str, int]:
+    """Each class's size now: GPUs of its nodes, CPUs of the CPU nodes (the ledger keeps no
+    history of the fleet)."""
+    capacity: dict[str, int] = defaultdict(int)
+    for gpu_type, gpus, cpus in Node.objects.values_list("gpu_type", "gpu_count", "cpu_count"):
+        capacity[f"gpu:{gpu_type}" if gpu_type else "cpu"] += gpus if gpu_type else cpus
+    return capacity
+
+
+def utilization_over_time(report: UsageReport, buckets: list[str], bucket: str, base: dict) -> Section:
+    """Share of each class's capacity in use per bucket: GPU-hours (CPU-hours for cpu) over
+    its size x the bucket's hours (up to now, for the bucket under way)."""
+    capacity = _capacity()
+    rows = {row.key: row for row in report.rows}
+    classes = sorted({rclass for rclass, _ in rows} | {c for c, size in capacity.items() if size})
+    section = Section("utilization", f"Utilization by resource class, by {bucket}", "", {}, [bucket, *classes])
+    section.note = (
+        "Of each class's current size (GPUs, or the CPU nodes' cores for cpu), over the hours of each " + bucket + "."
+    )
+    step = timedelta(days=1 if bucket == "day" else 7)
+    table = []
+    for b in buckets:
+        first = max(datetime.fromisoformat(b).replace(tzinfo=UTC), base["start"])
+        hours = max(
+            0.0,
+            (
+                min(datetime.fromisoformat(b).replace(tzinfo=UTC) + step, base["end"], base["now"]) - first
+            ).total_seconds()
+            / 3600,
+        )
+        cells = []
+        for rclass in classes:
+            row = rows.get((rclass, b))
+            used = (row.cpu_hours if rclass == "cpu" else row.gpu_hours) if row else 0.0
+            size = capacity.get(rclass, 0) * hours
+            cells.append(round(100 * used / size, 1) if size else None)
+        table.append([b, *cells])
+    section.rows = table
+    datasets = [_line(rclass, [r[i + 1] for r in table], i) for i, rclass in enumerate(classes)]
+    section.chart = _chart("line", buckets, datasets, "% in use")
+    return section
+
+
+def queue_waits(report: UsageReport) -> Section:
+    """p50 and p95 queue wait (minutes) of the attempts that started, by team and priority."""
+    section = Section(
+        "waits", "Queue wait by team and priority", "", {}, ["team", "priority", "started", "p50 (min)", "p95 (min)"]
+    )
+    section.note = "Attempts that started in the range; a requeued attempt waits from its previous attempt's end."
+    labels, p50, p95 = [], [], []
+    for row in report.rows:
+        if not row.started:
+            continue
+        team, priority = row.key
+        minutes = [None if s is None else round(s / 60, 1) for s in (row.wait_p50_s, row.wait_p95_s)]
+        section.rows.append([team, priority, row.started, *minutes])
+        labels.append(f"{team} {priority}")
+        p50.append(minutes[0])
+        p95.append(minutes[1])
+    section.chart = _chart("bar", labels, [_line("p50", p50, 0), _line("p95", p95, 1)], "minutes")
+    return section
+
+
+CAUSES = ("preemption", "drain", "reclaim", "node_loss", "failure")
+
+
+def lost_work(report: UsageReport) -> Section:
+    """Preemptions, and GPU-hours lost since the last confirmed checkpoint, by team and cause."""
+    section = Section(
+        "lost",
+        "Preemptions and lost GPU-hours by team and cause",
+        "",
+        {},
+        ["team", "preempted", *CAUSES, "lost GPU-hours"],
+    )
+    section.note = "Work since the last checkpoint every rank confirmed (or the start) when an attempt ended so."
+    teams = [row.key[0] for row in report.rows]
+    for row in report.rows:
+        lost = [row.lost_gpu_hours.get(cause, 0.0) for cause in CAUSES]
+        section.rows.append([row.key[0], row.outcomes.get("PREEMPTED", 0), *lost, row.lost_total])
+    datasets = [
+        _line(cause, [r[2 + i] for r in section.rows], i)
+        for i, cause in enumerate(CAUSES)
+        if any(r[2 + i] for r in section.rows)
+    ]
+    section.chart = _chart("bar", teams, datasets, "lost GPU-hours", stacked=True)
+    return section
+
+
+def _hours(row) -> tuple[float, float]:
+    return round(row.gpu_hours, 1), round(row.cpu_hours, 1)
+
+
+def top_users(report: UsageReport) -> Section:
+    rows = sorted(report.rows, key=lambda row: (-row.gpu_hours, -row.cpu_hours, row.key))[:TOP_USERS]
+    section = Section(
+        "top-users",
+        f"Top {TOP_USERS} users by GPU-hours",
+        "",
+        {},
+        ["user", "GPU-hours", "CPU-hours", "cost", "lost GPU-hours"],
+    )
+    section.rows = [[row.key[0], *_hours(row), row.cost, round(row.lost_total, 1)] for row in rows]
+    section.chart = _chart(
+        "bar", [r[0] for r in section.rows], [_line("GPU-hours", [r[1] for r in section.rows], 0)], "GPU-hours"
+    )
+    return section
+
+
+def cost_by_team(report: UsageReport) -> Section:
+    section = Section(
+        "cost", "Cost by team", "", {}, ["team", "GPU-hours", "CPU-hours", f"cost ({settings.MLQ_CURRENCY})"]
+    )
+    section.note = "Each hour at the price its class had then (admins set prices: /api/v1/prices, or the admin site)."
+    section.rows = [[row.key[0], *_hours(row), row.cost] for row in report.rows]
+    section.chart = _chart(
+        "bar", [r[0] for r in section.rows], [_line("cost", [r[3] for r in section.rows], 2)], settings.MLQ_CURRENCY
+    )
+    section.rows.append(["total", *_hours(report.total), report.total.cost])
+    return section

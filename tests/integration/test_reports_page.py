@@ -1,0 +1,79 @@
+"""The reports page: each chart's numbers in its table, scoped to the viewer's teams, on a
+frozen clock; a bad range is a 400 naming the field."""
+
+import re
+from decimal import Decimal
+
+import pytest
+
+from scheduling.models import Price
+from teams.models import Quota
+from tests.integration.test_usage_api import NOW, RANKING, RFM, VISION, H, attempt, now  # noqa: F401 (fixture)
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def history(demo, now):  # noqa: F811
+    attempt(1, team=RFM, owner="alice", start=-27, end=-3)  # 8 H100 from 09:00 the 19th to 09:00 the 20th
+    attempt(
+        2,
+        team=RFM,
+        owner="rita",
+        start=-4,
+        end=-2,
+        gpus=16,
+        outcome="PREEMPTED",
+        lost_gpu_hours=4.0,
+        lost_cause="preemption",
+    )
+    attempt(3, team=RANKING, owner="bob", start=-2, rclass="gpu:A100", gpus=4, priority="P1")
+    Price.objects.create(resource_class="gpu:H100", gpu_hour=Decimal("2"), effective_from=NOW - 100 * H)
+
+
+def table(page: str, section: str) -> list[list[str]]:
+    block = page.split(f'id="report-{section}"', 1)[1].split("</table>", 1)[0]
+    body = block.split("<tbody>", 1)[1]
+    return [re.findall(r"<td>(.*?)</td>", row) for row in re.findall(r"<tr>(.*?)</tr>", body, re.S)]
+
+
+def test_a_lead_sees_their_teams_numbers_under_each_chart(logged_in, history):
+    page = logged_in("rita").get("/reports/", {"from": "2026-04-19", "to": "2026-04-20"}).content.decode()
+    assert 'href="/reports/" class="active">Reports</a>' in page
+    guarantee = Quota.objects.filter(team__name=RFM, resource_class__startswith="gpu:").values_list(
+        "guaranteed", flat=True
+    )
+    owed = [str(sum(guarantee) * 24)] if sum(guarantee) else []
+    assert table(page, "gpu-hours") == [["2026-04-19", "120.0", *owed], ["2026-04-20", "104.0", *owed]]
+    assert table(page, "waits") == [[RFM, "P2", "2", "30.0", "30.0"]]
+    assert table(page, "lost") == [[RFM, "1", "4.0", "0.0", "0.0", "0.0", "0.0", "4.0"]]
+    assert table(page, "top-users") == [
+        ["alice", "192.0", "384.0", "384.0", "0.0"],
+        ["rita", "32.0", "32.0", "64.0", "4.0"],
+    ]
+    assert table(page, "cost") == [[RFM, "224.0", "416.0", "448.0"], ["total", "224.0", "416.0", "448.0"]]
+    assert RANKING not in page.split('id="report-range"', 1)[1]
+
+
+def test_an_admin_sees_every_team_and_filters_by_one(logged_in, history):
+    client = logged_in("ops")
+    page = client.get("/reports/", {"from": "2026-04-19", "to": "2026-04-20"}).content.decode()
+    assert [row[0] for row in table(page, "cost")] == [RANKING, RFM, "total"]
+    assert table(page, "utilization")[1][0] == "2026-04-20"
+    page = client.get("/reports/", {"from": "2026-04-19", "to": "2026-04-20", "team": RANKING}).content.decode()
+    assert [row[0] for row in table(page, "cost")] == [RANKING, "total"]
+
+
+@pytest.mark.parametrize(
+    "params, message",
+    [
+        ({"from": "yesterday"}, "from: Enter a valid date."),
+        ({"from": "2026-04-20", "to": "2026-04-01"}, "to: must not be before from."),
+        ({"from": "2010-01-01", "to": "2026-04-01"}, "from: a report covers at most 1830 days."),
+        ({"team": VISION}, "team: Select a valid choice."),
+    ],
+)
+def test_a_bad_range_or_team_is_a_400_naming_it(logged_in, history, params, message):
+    response = logged_in("rita").get("/reports/", params)
+    assert response.status_code == 400
+    assert message in response.content.decode()
