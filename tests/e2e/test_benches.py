@@ -129,3 +129,19 @@ def test_replay_bench_refuses_bad_options_with_a_message(args, message):
         timeout=120,
     )
     assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr
+
+
+def test_usage_bench_loads_the_ledger_and_times_the_api():
+    figures = run_bench(
+        "bench/usage.py",
+        "--days",
+        "3",
+        "--jobs-per-day",
+        "200",
+        "--requests",
+        "2",
+        "--database-url",
+        scratch_database_url("bench_usage_smoke"),
+    )
+    assert (figures["jobs"], figures["attempts"]) == (600, 660)  # one in ten runs twice
+    assert all(value > 0 for key, value in figures.items() if key.endswith("_ms"))
