@@ -60,7 +60,7 @@ def usage(ctx, start, end, team, owner, rclass, priority, group_by, as_csv, outp
     """Usage and cost from the ledger: GPU- and CPU-hours, cost, lost GPU-hours, queue waits.
 
     \b
-    Examples:
+    Example:
       mlq usage --from 2026-01-01 --to 2026-04-01
       mlq usage --team research-vision --by owner -o wide
       mlq usage --by team,week --csv > usage.csv
