@@ -1,5 +1,6 @@
 """The Celery app. Its tasks are fast paths: grace deadlines and schedules' fire times
-(scheduling/tasks.py); the leader's sweeps are the guarantee. Beat (`celery -A mlqueue beat`)
+(scheduling/tasks.py); the leader's sweeps are the guarantee. Notifications
+(notifications/tasks.py) are sent by Celery alone: beat's sweep is their guarantee. Beat (`celery -A mlqueue beat`)
 sends the schedules' task every MLQ_SCHEDULE_BEAT_S seconds; any number of beats may run: a
 fire time is claimed in the database, never twice."""
 
@@ -22,5 +23,10 @@ app.conf.beat_schedule = {
         "task": "scheduling.tasks.fire_due_schedules",
         "schedule": settings.MLQ_SCHEDULE_BEAT_S,
         "options": {"expires": settings.MLQ_SCHEDULE_BEAT_S},
+    },
+    "send-due-notifications": {
+        "task": "notifications.tasks.send_due_notifications",
+        "schedule": settings.MLQ_NOTIFY_SWEEP_S,
+        "options": {"expires": settings.MLQ_NOTIFY_SWEEP_S},
     },
 }

@@ -80,6 +80,7 @@ INSTALLED_APPS = [
     "teams",
     "agents",
     "scheduling",
+    "notifications",
 ]
 
 MIDDLEWARE = [
@@ -452,3 +453,27 @@ MLQ_METRICS_ALLOWED_NETWORKS = env_networks("MLQ_METRICS_ALLOWED_NETWORKS", "127
 # decrypt, so a new key goes first and the old one stays until no job needs it. Unset: a key
 # derived from SECRET_KEY, for the demo (`check --deploy` warns: mlqueue.W001).
 MLQ_SECRET_ENV_KEYS = env_list("MLQ_SECRET_ENV_KEYS", "")
+
+# --- Notifications (notifications/, docs/notifications.md). Webhooks go only to hosts matching
+# MLQ_WEBHOOK_ALLOWED_HOSTS ("*" any, "*.example.com", a host written out; unset: none), and
+# never to a loopback, link-local, private or otherwise non-public address unless it lies in
+# MLQ_WEBHOOK_ALLOWED_NETWORKS. A failed delivery is tried again after BASE, 2 x BASE, ...
+# (at most MAX) seconds, MAX_ATTEMPTS times in all; Celery beat sweeps for due ones every SWEEP_S.
+MLQ_WEBHOOK_ALLOWED_HOSTS = env_list("MLQ_WEBHOOK_ALLOWED_HOSTS", "")
+MLQ_WEBHOOK_ALLOWED_NETWORKS = env_networks("MLQ_WEBHOOK_ALLOWED_NETWORKS", "")
+MLQ_WEBHOOK_TIMEOUT_S = env_seconds("MLQ_WEBHOOK_TIMEOUT_S", 5.0)
+MLQ_NOTIFY_MAX_ATTEMPTS = env_positive("MLQ_NOTIFY_MAX_ATTEMPTS", 8)
+MLQ_NOTIFY_RETRY_BASE_S = env_seconds("MLQ_NOTIFY_RETRY_BASE_S", 30.0)
+MLQ_NOTIFY_RETRY_MAX_S = env_seconds("MLQ_NOTIFY_RETRY_MAX_S", 3600.0)
+MLQ_NOTIFY_SWEEP_S = env_seconds("MLQ_NOTIFY_SWEEP_S", 15.0)
+# Where people reach the web UI: the job page's link in a notification.
+MLQ_BASE_URL = os.environ.get("MLQ_BASE_URL", "http://127.0.0.1:8000").rstrip("/")
+# Mail goes through Django's backend: SMTP at EMAIL_HOST:EMAIL_PORT, or the console in DEBUG.
+EMAIL_BACKEND = os.environ.get(
+    "EMAIL_BACKEND",
+    "django.core.mail.backends.console.EmailBackend" if DEBUG else "django.core.mail.backends.smtp.EmailBackend",
+)
+EMAIL_HOST = os.environ.get("EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("EMAIL_PORT", 25)
+EMAIL_TIMEOUT = 10
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "mlqueue@localhost")

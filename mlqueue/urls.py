@@ -7,6 +7,8 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from agents import api as agents_api
 from agents import pages as node_pages
+from notifications import api as notifications_api
+from notifications import page as notifications_page
 from scheduling.metrics import metrics_view
 from scheduling.web import api as jobs_api
 from scheduling.web import pages as job_pages
@@ -46,6 +48,9 @@ api_v1 = [
     endpoint(r"teams/(?P<name>[a-z0-9-]+)/quotas", teams_api.TeamQuotas.as_view(), "team-quotas"),
     endpoint("tokens", teams_api.TokenListCreate.as_view(), "tokens"),
     endpoint(r"tokens/(?P<token_id>[0-9]+)", teams_api.TokenDetail.as_view(), "token-detail"),
+    endpoint("notifications/settings", notifications_api.NotificationSettingsView.as_view(), "notification-settings"),
+    endpoint("notifications/settings/rotate-secret", notifications_api.RotateSecret.as_view(), "notification-secret"),
+    endpoint("notifications/deliveries", notifications_api.DeliveryList.as_view(), "notification-deliveries"),
     endpoint("nodes", agents_api.NodeList.as_view(), "nodes"),
     endpoint("scheduler", jobs_api.SchedulerState.as_view(), "scheduler"),
     endpoint("queue", jobs_api.Queue.as_view(), "queue-api"),
@@ -85,6 +90,7 @@ pages = [
     path("reports/", reports_page.page, name="reports-page"),
     path("nodes/", node_pages.page, name="nodes-page"),
     path("account/tokens/", tokens_page.page, name="account-tokens"),
+    path("account/notifications/", notifications_page.page, name="account-notifications"),
     # Both password forms count failures and refuse (429) a locked user name or address.
     path(
         "accounts/login/",

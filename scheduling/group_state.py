@@ -5,6 +5,7 @@ this module needs only the models."""
 
 from django.db.models import Count, OuterRef, Subquery
 
+from notifications import services as notifications
 from scheduling.core.reasons import NOT_YET_SCHEDULED_MESSAGE as NOT_YET_MESSAGE
 from scheduling.core.reasons import ReasonCode
 from scheduling.models import FailureClass, GroupKind, Job, JobState
@@ -96,6 +97,7 @@ def sync_group_state(parent_id: int, *, now) -> tuple[str, str]:
         fields["started_at"] = now
     fields["finished_at"] = now if state in JOB_FINISHED else None
     Job.objects.filter(pk=parent_id).update(**fields)
+    message = _group_message(parent.group, counts, state)
     AuditEvent.objects.create(
         job_id=parent_id,
         kind=EventKind.TRANSITION,
@@ -103,9 +105,12 @@ def sync_group_state(parent_id: int, *, now) -> tuple[str, str]:
         from_state=parent.state,
         to_state=state,
         reason="GROUP",
-        message=_group_message(parent.group, counts, state),
+        message=message,
         data={"children": counts},
         created_at=now,
+    )
+    notifications.record_group_state(
+        parent_id, before=parent.state, after=state, first_start="started_at" in fields, message=message, now=now
     )
     return parent.state, state
 

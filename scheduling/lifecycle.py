@@ -12,6 +12,7 @@ from django.db import transaction
 from django.db.models import Case, Exists, F, Value, When
 from django.utils import timezone
 
+from notifications import services as notifications
 from scheduling import ledger
 from scheduling.group_state import sync_group_state
 from scheduling.models import FailureClass, Job, SchedulerLease, Task, TaskState
@@ -118,8 +119,9 @@ def _conditional_update(*, task_filter: dict, from_state, to_state: str, epoch, 
     return rows.update(state=to_state, **_stamp_fields(to_state, now), **fields)
 
 
-def sync_job_state(job_id: int, *, now=None) -> tuple[str, str]:
-    """Re-derive the job's state from its tasks; returns (before, after)."""
+def sync_job_state(job_id: int, *, now=None, reason: str = "", message: str = "") -> tuple[str, str]:
+    """Re-derive the job's state from its tasks; returns (before, after). A change records the
+    notifications it is subscribed to, with the transition's `reason` and `message`."""
     now = now or timezone.now()
     job = Job.objects.only("state", "started_at", "parent_id").get(pk=job_id)
     after = derive_job_state(Task.objects.filter(job_id=job_id).values_list("state", flat=True))
@@ -137,6 +139,7 @@ def sync_job_state(job_id: int, *, now=None) -> tuple[str, str]:
             fields["failure_class"] = FailureClass.EARLY_STOPPED
         Job.objects.filter(pk=job_id).update(**fields)
         ledger.on_job_state(job_id, before=job.state, after=after, now=now)
+        notifications.record_job_state(job_id, before=job.state, after=after, reason=reason, message=message, now=now)
         if job.parent_id is not None:
             sync_group_state(job.parent_id, now=now)
     return job.state, after
@@ -202,7 +205,7 @@ def transition_task(
             data={},
             now=now,
         )
-        sync_job_state(task.job_id, now=now)
+        sync_job_state(task.job_id, now=now, reason=reason, message=message)
     return True
 
 
@@ -285,7 +288,7 @@ def transition_gang(
                 data={"tasks": moved, **(data or {})},
                 now=now,
             )
-            sync_job_state(job_id, now=now)
+            sync_job_state(job_id, now=now, reason=reason, message=message)
     except GangMoved:
         return 0
     return moved

@@ -218,6 +218,9 @@ class Job(models.Model):
     # and the likely start, from the teams' observed runtimes.
     estimated_start = models.DateTimeField(null=True, blank=True)
     likely_start = models.DateTimeField(null=True, blank=True)
+    # The spec's `notify` block (notifications/spec.py); None: the owner's defaults apply. A
+    # group's children never notify: their group does, as one job.
+    notify = models.JSONField(null=True, blank=True)
     # A run of a schedule (scheduling/schedules.py): which one, and the fire time it is the run of.
     schedule = models.ForeignKey("Schedule", null=True, blank=True, on_delete=models.SET_NULL, related_name="runs")
     scheduled_for = models.DateTimeField(null=True, blank=True)

@@ -325,10 +325,22 @@ class JobSpecSerializer(StrictSerializer):
         trim_values=False,
     )
 
+    # Webhooks and emails when the job starts or ends (notifications/spec.py).
+    notify = serializers.JSONField(required=False, allow_null=True, default=None)
+
     # At most one of these makes the job a group (scheduling/group_spec.py, groups.py).
     array = serializers.JSONField(required=False, allow_null=True, default=None)
     sweep = serializers.JSONField(required=False, allow_null=True, default=None)
     pipeline = serializers.JSONField(required=False, allow_null=True, default=None)
+
+    def validate_notify(self, value):
+        from notifications.spec import NotifySerializer, normalized_notify
+
+        if value is None:
+            return None
+        serializer = NotifySerializer(data=value, context=self.context)
+        serializer.is_valid(raise_exception=True)
+        return normalized_notify(serializer.validated_data)
 
     def validate_array(self, value):
         from scheduling.group_spec import ArraySerializer
@@ -429,7 +441,7 @@ def _refuse_reserved(names) -> None:
 NOT_STORED = ("owner",)
 SPEC_FIELD_ORDER = tuple(name for name in JobSpecSerializer._declared_fields if name not in NOT_STORED)
 # Blocks a spec holds only when given: a spec without them reads (and digests) as before they existed.
-ONLY_WHEN_GIVEN = ("array", "sweep", "pipeline")
+ONLY_WHEN_GIVEN = ("notify", "array", "sweep", "pipeline")
 
 
 def normalized(attrs: dict) -> dict:
@@ -477,4 +489,5 @@ def job_columns(spec: dict) -> dict:
         on_node_failure=policy["on_node_failure"],
         max_restarts=policy["max_restarts"],
         max_retries=policy["max_retries"],
+        notify=spec.get("notify"),
     )

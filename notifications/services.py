@@ -1,0 +1,253 @@
+"""Writes about notifications. `record_*` adds deliveries inside the transaction that changed the
+job (an outbox: no state change commits without its deliveries, none is recorded for a change
+that rolled back); `do_send` claims one with a conditional UPDATE, sends it and records how it
+went; `send_due` is the sweep behind every Celery message (beat runs it).
+
+Events, and who calls for them:
+1. a job's own state change (lifecycle.sync_job_state): RUNNING -> started (each attempt),
+   SUCCEEDED, PREEMPTED, CANCELLED, EARLY_STOPPED; never FAILED, which awaits the leader's verdict;
+2. the leader's verdict that a job failed for good (reconcile._end_failed) -> failed;
+3. a group's state change (group_state.sync_group_state): its first start, and how it ended.
+A group's children never notify: their group does, as one job."""
+
+import logging
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from mlqueue.breaker import RedisBreaker
+from notifications.models import Channel, Delivery, DeliveryStatus, Event, NotificationSettings, new_secret
+from notifications.sending import Outcome, send_email, send_webhook
+from scheduling.models import Job
+from scheduling.states import TaskState
+
+log = logging.getLogger(__name__)
+S = TaskState
+D = DeliveryStatus
+# A job's own state -> its event (FAILED is the leader's verdict's: record_job_failed).
+JOB_EVENTS = {
+    S.RUNNING: Event.STARTED,
+    S.SUCCEEDED: Event.SUCCEEDED,
+    S.PREEMPTED: Event.PREEMPTED,
+    S.CANCELLED: Event.CANCELLED,
+    S.EARLY_STOPPED: Event.EARLY_STOPPED,
+}
+GROUP_EVENTS = {S.SUCCEEDED: Event.SUCCEEDED, S.FAILED: Event.FAILED, S.CANCELLED: Event.CANCELLED}
+SENDABLE = (D.PENDING, D.SENDING)
+GAVE_UP = "gave up after {attempts} attempts: {error}"
+_broker = RedisBreaker("notification messages (Celery beat's sweep sends them)")
+
+
+def record_job_state(job_id: int, *, before: str, after: str, reason: str, message: str, now) -> None:
+    """A plain job's state changed (rule 1)."""
+    event = JOB_EVENTS.get(after) if after != before else None
+    if event is not None:
+        record_job_event(job_id, event=event, state=after, reason=reason, message=message, now=now)
+
+
+def record_group_state(parent_id: int, *, before: str, after: str, first_start: bool, message: str, now) -> None:
+    """A group's state changed (rule 3): it started for the first time, or it ended."""
+    event = Event.STARTED if after == S.RUNNING and first_start else GROUP_EVENTS.get(after)
+    if event is not None and after != before:
+        record_job_event(parent_id, event=event, state=after, reason="GROUP", message=message, now=now, group=True)
+
+
+def record_job_failed(job_id: int, *, reason: str, message: str, now) -> None:
+    """The leader's verdict: no retry or restart is left (rule 2)."""
+    record_job_event(job_id, event=Event.FAILED, state=S.FAILED, reason=reason, message=message, now=now)
+
+
+SUBSCRIPTION_FIELDS = (
+    "name",
+    "parent_id",
+    "notify",
+    "owner_id",
+    "owner__email",
+    "team__name",
+    "owner__notification_settings__on",
+    "owner__notification_settings__webhook",
+    "owner__notification_settings__email",
+)
+
+
+def record_job_event(
+    job_id: int, *, event: str, state: str, reason: str, message: str, now, group: bool = False
+) -> list[int]:
+    """Deliveries for this event of this job, per its subscription (its spec's `notify`, else
+    its owner's defaults), sent once the transaction commits. One query when nobody listens."""
+    row = Job.objects.filter(pk=job_id).values(*SUBSCRIPTION_FIELDS).first()
+    if row is None or row["parent_id"] is not None and not group:
+        return []
+    subscription = row["notify"] or _defaults(row)
+    if not subscription or event not in subscription.get("on", ()):
+        return []
+    payload = _payload(job_id, row, event=event, state=state, reason=reason, message=message, now=now)
+    targets = []
+    if subscription.get("webhook"):
+        targets.append((Channel.WEBHOOK, subscription["webhook"]))
+    if subscription.get("email") and row["owner__email"]:
+        targets.append((Channel.EMAIL, row["owner__email"]))
+    rows = Delivery.objects.bulk_create(
+        Delivery(
+            user_id=row["owner_id"],
+            job_id=job_id,
+            job_ref=job_id,
+            event=event,
+            channel=channel,
+            target=target,
+            payload=payload,
+            next_try_at=now,
+            created_at=now,
+        )
+        for channel, target in targets
+    )
+    ids = [delivery.pk for delivery in rows]
+    if ids:
+        transaction.on_commit(lambda: enqueue(ids), robust=True)
+    return ids
+
+
+def _defaults(row: dict) -> dict | None:
+    prefix = "owner__notification_settings__"
+    if not row[prefix + "on"]:
+        return None
+    return {"on": row[prefix + "on"], "webhook": row[prefix + "webhook"], "email": row[prefix + "email"]}
+
+
+def _payload(job_id: int, row: dict, *, event: str, state: str, reason: str, message: str, now) -> dict:
+    return {
+        "event": event,
+        "time": now.isoformat(),
+        "job": {
+            "id": job_id,
+            "name": row["name"],
+            "team": row["team__name"],
+            "state": state,
+            "url": f"{settings.MLQ_BASE_URL}/jobs/{job_id}/",
+        },
+        "reason": {"code": reason, "message": message},
+    }
+
+
+def enqueue(delivery_ids: list[int], *, countdown: float = 0) -> None:
+    """The fast path: a Celery message per delivery. While the broker fails it is not tried for a
+    few seconds at a time; the sweep sends the deliveries anyway."""
+    from notifications.tasks import send_notification
+
+    if not _broker.allowed():
+        return
+    try:
+        for delivery_id in delivery_ids:
+            send_notification.apply_async(args=[delivery_id], countdown=countdown)
+    except Exception as exc:  # the broker is down: the sweep is the guarantee
+        _broker.failed(exc)
+        log.warning("could not queue notifications %s (%s); the sweep will send them", delivery_ids, exc)
+    else:
+        _broker.worked()
+
+
+def claim_lease() -> timedelta:
+    """How long a claim holds a delivery: past it, a worker that died mid-send leaves it to the sweep."""
+    return timedelta(seconds=3 * settings.MLQ_WEBHOOK_TIMEOUT_S + 10)
+
+
+def do_send(delivery_id: int, *, now=None) -> str | None:
+    """Claim the delivery if it is due (one conditional UPDATE: one worker sends it), send it, and
+    record the outcome. Returns its new status; None when it was not ours to send."""
+    now = now or timezone.now()
+    claimed = Delivery.objects.filter(pk=delivery_id, status__in=SENDABLE, next_try_at__lte=now).update(
+        status=D.SENDING, attempts=F("attempts") + 1, next_try_at=now + claim_lease()
+    )
+    if not claimed:
+        return None
+    delivery = Delivery.objects.get(pk=delivery_id)
+    return do_record_outcome(delivery, _send(delivery), now=timezone.now())
+
+
+def _send(delivery: Delivery) -> Outcome:
+    if delivery.channel == Channel.EMAIL:
+        return send_email(address=delivery.target, payload=delivery.payload)
+    return send_webhook(
+        url=delivery.target,
+        payload=delivery.payload,
+        delivery_id=str(delivery.uuid),
+        event=delivery.event,
+        secret=secret_of(delivery.user_id),
+    )
+
+
+def backoff(attempts: int) -> float:
+    """Seconds before the next attempt after `attempts` failed: BASE, 2 x BASE, ... at most MAX."""
+    return min(settings.MLQ_NOTIFY_RETRY_BASE_S * 2 ** (attempts - 1), settings.MLQ_NOTIFY_RETRY_MAX_S)
+
+
+def do_record_outcome(delivery: Delivery, outcome: Outcome, *, now) -> str | None:
+    """Delivered, refused, tried again later, or given up: written only while the claim is still
+    this attempt's (a claim that lapsed was taken by the sweep, whose outcome counts)."""
+    fields = {"last_status_code": outcome.status_code, "last_error": outcome.error[:2000]}
+    retry_in = None
+    if outcome.delivered:
+        fields.update(status=D.DELIVERED, delivered_at=now, next_try_at=None, last_error="")
+    elif outcome.refused:
+        fields.update(status=D.REFUSED, next_try_at=None)
+    elif delivery.attempts >= settings.MLQ_NOTIFY_MAX_ATTEMPTS:
+        fields.update(
+            status=D.FAILED,
+            next_try_at=None,
+            last_error=GAVE_UP.format(attempts=delivery.attempts, error=outcome.error)[:2000],
+        )
+    else:
+        retry_in = backoff(delivery.attempts)
+        fields.update(status=D.PENDING, next_try_at=now + timedelta(seconds=retry_in))
+    mine = Delivery.objects.filter(pk=delivery.pk, status=D.SENDING, attempts=delivery.attempts).update(**fields)
+    if not mine:
+        return None
+    if retry_in is not None:
+        enqueue([delivery.pk], countdown=retry_in)
+    return fields["status"]
+
+
+SWEEP_BATCH = 100
+
+
+def send_due(*, now=None) -> dict[str, int]:
+    """Send every delivery that is due (new ones whose message was lost, retries, claims that
+    lapsed), oldest first, a batch at a time; returns how many ended in each status."""
+    now = now or timezone.now()
+    due = Delivery.objects.filter(status__in=SENDABLE, next_try_at__lte=now).order_by("next_try_at", "id")
+    counts: dict[str, int] = {}
+    for delivery_id in list(due.values_list("id", flat=True)[:SWEEP_BATCH]):
+        status = do_send(delivery_id, now=now)
+        if status is not None:
+            counts[status] = counts.get(status, 0) + 1
+    return counts
+
+
+def settings_of(user) -> NotificationSettings:
+    found, _ = NotificationSettings.objects.get_or_create(user=user)
+    return found
+
+
+def secret_of(user_id: int) -> str:
+    found, _ = NotificationSettings.objects.get_or_create(user_id=user_id)
+    return found.secret
+
+
+def do_update_settings(*, user, on: list[str], webhook: str, email: bool) -> NotificationSettings:
+    now = timezone.now()
+    found = settings_of(user)
+    NotificationSettings.objects.filter(pk=found.pk).update(on=on, webhook=webhook, email=email, updated_at=now)
+    found.refresh_from_db()
+    return found
+
+
+def do_rotate_secret(*, user) -> NotificationSettings:
+    """A new signing secret, at once: deliveries sent from now on are signed with it."""
+    found = settings_of(user)
+    now = timezone.now()
+    NotificationSettings.objects.filter(pk=found.pk).update(secret=new_secret(), secret_rotated_at=now, updated_at=now)
+    found.refresh_from_db()
+    return found
