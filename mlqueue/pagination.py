@@ -68,6 +68,14 @@ class StrictCursorPagination(CursorPagination):
         return int(raw)
 
 
+class NewestFirst(StrictCursorPagination):
+    """The usual list: newest first, 50 a page (`limit` up to 500)."""
+
+    ordering = "-id"
+    page_size = 50
+    max_page_size = 500
+
+
 def _in_column_range(field, value) -> bool:
     if not isinstance(value, int):
         return True

@@ -9,7 +9,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from mlqueue.pagination import StrictCursorPagination
+from mlqueue.pagination import NewestFirst
 from notifications.models import Delivery, DeliveryStatus, Event
 from notifications.selectors import deliveries_of
 from notifications.services import do_rotate_secret, do_update_settings, settings_of
@@ -77,12 +77,6 @@ class RotateSecret(APIView):
     def post(self, request: Request) -> Response:
         """A new webhook secret, in force at once; the old one signs nothing more."""
         return Response(SettingsSerializer(do_rotate_secret(user=request.user)).data)
-
-
-class NewestFirst(StrictCursorPagination):
-    ordering = "-id"
-    page_size = 50
-    max_page_size = 500
 
 
 class DeliveryList(generics.ListAPIView):

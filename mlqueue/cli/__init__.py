@@ -12,9 +12,19 @@ Exit codes: 0 done, 1 the server refused (its detail, then each field's error as
     groups    arrays and sweeps: --array's syntax, group summaries, `mlq children`
     cluster   teams, quotas, nodes and the node verbs (cordon, drain, uncordon)
     schedules `mlq schedules list|show|create|suspend|resume|run|delete`
-    usage     `mlq usage`: hours, cost, lost work and queue waits from the usage ledger"""
+    usage     `mlq usage`: hours, cost, lost work and queue waits from the usage ledger
+    notifications `mlq notifications`: the delivery log"""
 
-from mlqueue.cli import account, cluster, control, groups, jobs, schedules, usage  # noqa: F401 (each registers its verbs on main)
+from mlqueue.cli import (  # noqa: F401 (each registers its verbs on main)
+    account,
+    cluster,
+    control,
+    groups,
+    jobs,
+    notifications,
+    schedules,
+    usage,
+)
 from mlqueue.cli.app import main
 
 __all__ = ["main"]

@@ -235,11 +235,31 @@ class Token:
 
 
 @dataclasses.dataclass(frozen=True)
+class Delivery:
+    """One notification about one job's event to one destination (docs/notifications.md)."""
+
+    id: str
+    job: int
+    event: str = ""
+    channel: str = ""
+    target: str = ""
+    status: str = ""
+    attempts: int = 0
+    last_status_code: int | None = None
+    last_error: str = ""
+    next_try_at: str | None = None
+    created_at: str | None = None
+    delivered_at: str | None = None
+    payload: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
+    raw: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclasses.dataclass(frozen=True)
 class CancelResult:
     cancelled: tuple = ()
     skipped: tuple = ()
     raw: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
 
 
-for _cls in (Task, QueueEntry, Why, DryRun, Event, Team, Quota, Node, Token, CancelResult, Fire):
+for _cls in (Task, QueueEntry, Why, DryRun, Event, Team, Quota, Node, Token, CancelResult, Fire, Delivery):
     _cls.from_json = classmethod(_build)

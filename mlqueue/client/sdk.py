@@ -16,6 +16,7 @@ from mlqueue.client.errors import MlqError
 from mlqueue.client.results import (
     CancelResult,
     Child,
+    Delivery,
     DryRun,
     Event,
     Fire,
@@ -413,6 +414,15 @@ class Client:
         return self._node_action("uncordon", node, reason)
 
     # tokens
+
+    def deliveries(self, *, job: int | None = None, status: str | None = None) -> list[Delivery]:
+        """Your notifications' deliveries, newest first (docs/notifications.md)."""
+        params = {name: value for name, value in (("job", job), ("status", status)) if value is not None}
+        return [Delivery.from_json(row) for row in self._pages("/notifications/deliveries", params)]
+
+    def notification_settings(self) -> dict:
+        """Your default subscription and your webhook secret."""
+        return self.request("GET", "/notifications/settings")
 
     def tokens(self) -> list[Token]:
         return [Token.from_json(row) for row in self.request("GET", "/tokens")]

@@ -10,7 +10,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from mlqueue.metrics_report import NAME as METRIC_NAME
-from mlqueue.pagination import StrictCursorPagination
+from mlqueue.pagination import NewestFirst
 from scheduling import groups, job_changes, job_control, job_metrics, schedules, services, sweeps
 from scheduling.group_state import waiting_reasons
 from scheduling.models import Job, JobState, Priority, Task, TaskLog
@@ -34,12 +34,6 @@ from scheduling.web.serializers import (
     WhySerializer,
 )
 from teams.models import AuditEvent
-
-
-class NewestFirst(StrictCursorPagination):
-    ordering = "-id"
-    page_size = 50
-    max_page_size = 500
 
 
 class OldestFirst(NewestFirst):

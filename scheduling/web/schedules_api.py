@@ -12,7 +12,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from mlqueue.errors import Conflict
-from mlqueue.pagination import StrictCursorPagination
+from mlqueue.pagination import NewestFirst
 from scheduling import schedules
 from scheduling.models import FireOutcome, Schedule, ScheduleFire
 from scheduling.schedule_spec import ScheduleChangeSerializer, ScheduleCreateSerializer
@@ -100,12 +100,6 @@ def created_answer(schedule: Schedule, created: bool) -> dict:
     else:
         message = SCHEDULE_EXISTS.format(id=schedule.pk, name=schedule.name)
     return {"created": "schedule", "message": message, "schedule": data}
-
-
-class NewestFirst(StrictCursorPagination):
-    ordering = "-id"
-    page_size = 50
-    max_page_size = 500
 
 
 class ScheduleListCreate(generics.ListAPIView):

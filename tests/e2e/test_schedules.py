@@ -39,7 +39,8 @@ def finished_runs(schedule_id: int) -> list[Job]:
     return list(Job.objects.filter(schedule_id=schedule_id, state="SUCCEEDED").order_by("id"))
 
 
-def test_beat_fires_a_every_minute_schedule_and_run_now_runs_on_an_agent(cluster, tmp_path):
+def one_node_with_celery(cluster: Cluster, tmp_path) -> APIClient:
+    """The cluster with one READY H100 node, a Celery worker and beat; an API client as alice."""
     cluster.start(agents=[])
     cluster.add_fleet([{"name": "z1-r1-h100-01", "zone": "z1", "rack": "z1-r1"}])
     wait_for(lambda: Node.objects.filter(state="READY").exists(), timeout=30, what="a READY node")
@@ -48,6 +49,11 @@ def test_beat_fires_a_every_minute_schedule_and_run_now_runs_on_an_agent(cluster
     api = APIClient()
     _, token = ApiToken.issue(user=get_user_model().objects.get(username="alice"))
     api.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+    return api
+
+
+def test_beat_fires_a_every_minute_schedule_and_run_now_runs_on_an_agent(cluster, tmp_path):
+    api = one_node_with_celery(cluster, tmp_path)
     spec = {
         "name": "every-minute",
         "team": "research-foundation-models",

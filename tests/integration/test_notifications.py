@@ -14,10 +14,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from django.core import mail
+from django.db import transaction
 from django.utils import timezone
 
+from mlqueue.celery import app as celery_app
 from notifications.addresses import ADDRESS_REFUSED, HOST_NOT_ALLOWED
 from notifications.models import Delivery, NotificationSettings
+from notifications.sending import Outcome, send_webhook
 from notifications.services import backoff, do_send, send_due
 from notifications.spec import NOWHERE
 from scheduling import lifecycle
@@ -25,6 +28,7 @@ from scheduling.leader.reconcile import do_settle
 from scheduling.models import Job, Node
 from scheduling.models import TaskState as S
 from tests.conftest import make_spec
+from tests.integration.test_cli_groups import mlq  # noqa: F401  (the fixture)
 
 
 class Receiver:
@@ -366,3 +370,140 @@ def test_settings_api_refuses_what_a_spec_would(api):
     good = client.patch("/api/v1/notifications/settings", {"on": ["started"], "email": True}, format="json")
     assert (good.status_code, good.json()["on"], good.json()["email"]) == (200, ["started"], True)
     assert client.patch("/api/v1/notifications/settings", {"on": []}, format="json").json()["on"] == []
+
+
+def test_the_request_goes_to_the_checked_address_with_the_hosts_name(receiver, settings):
+    """A name is resolved once, checked, and connected to by its address: the receiver sees the
+    name in Host; no second lookup (which a rebinding DNS could answer otherwise) is made."""
+    settings.MLQ_WEBHOOK_ALLOWED_HOSTS = ["hooks.internal.test"]
+    lookups = []
+
+    def resolve(host, port):
+        lookups.append((host, port))
+        return [ipaddress.ip_address("127.0.0.1")]
+
+    port = receiver.server.server_port
+    outcome = send_webhook(
+        url=f"http://hooks.internal.test:{port}/x?y=1",
+        payload={"event": "started"},
+        delivery_id="d-1",
+        event="started",
+        secret="s",
+        resolve=resolve,
+    )
+    assert outcome == Outcome(True, status_code=200)
+    assert lookups == [("hooks.internal.test", port)]
+    (request,) = receiver.received
+    assert (request["path"], request["headers"]["Host"]) == ("/x?y=1", f"hooks.internal.test:{port}")
+
+
+def test_a_redirect_is_not_followed(settings):
+    moved = Receiver(statuses=[302])
+    try:
+        outcome = send_webhook(url=moved.url, payload={}, delivery_id="d-2", event="started", secret="s")
+        assert (outcome.delivered, outcome.status_code, outcome.refused) == (False, 302, False)
+        assert len(moved.received) == 1
+    finally:
+        moved.close()
+
+
+def test_an_unreachable_receiver_is_a_failed_attempt(api, settings):
+    gone = Receiver()
+    gone.close()  # nothing listens on its port any more
+    job = submit(api, notify={"on": ["started"], "webhook": gone.url})
+    start(job)
+    delivery = Delivery.objects.get(job_ref=job.pk)
+    assert do_send(delivery.pk) == "PENDING"
+    delivery.refresh_from_db()
+    assert delivery.last_error.startswith("could not reach 127.0.0.1: ")
+    assert delivery.last_status_code is None
+
+
+def test_deliveries_are_queued_for_celery_once_the_transition_commits(
+    api, receiver, django_capture_on_commit_callbacks, monkeypatch
+):
+    """The transition's transaction records the delivery; its commit queues the Celery message
+    (run in process here: the task eager), whose worker sends it."""
+    monkeypatch.setitem(celery_app.conf, "task_always_eager", True)
+    job = submit(api, notify={"on": ["started"], "webhook": receiver.url})
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        start(job)
+    assert Delivery.objects.get(job_ref=job.pk).status == "PENDING" and receiver.received == []
+    for callback in callbacks:
+        callback()
+    assert Delivery.objects.get(job_ref=job.pk).status == "DELIVERED"
+    assert len(receiver.received) == 1
+
+
+def test_a_rolled_back_transition_records_nothing(api, receiver):
+    job = submit(api, notify={"on": ["started"], "webhook": receiver.url})
+    node = Node.objects.filter(gpu_type="H100").order_by("name").first()
+    lifecycle.transition_gang(
+        job.pk, from_state=S.PENDING, to_state=S.ASSIGNED, per_rank={0: {"node": node, "gpu_indices": [0]}}
+    )
+    with pytest.raises(RuntimeError), transaction.atomic():
+        lifecycle.transition_gang(job.pk, from_state=S.ASSIGNED, to_state=S.RUNNING)
+        assert Delivery.objects.count() == 1
+        raise RuntimeError("the caller's transaction fails after the transition")
+    assert not Delivery.objects.exists()
+
+
+def test_a_group_notifies_as_one_job(api, receiver):
+    response = api("alice").post(
+        "/api/v1/jobs",
+        make_spec(
+            client_job_id=None,
+            resources={"gpu_count": 1},
+            topology_hint="none",
+            array={"count": 2},
+            notify={"on": ["started", "succeeded"], "webhook": receiver.url},
+        ),
+        format="json",
+    )
+    assert response.status_code == 201, response.json()
+    parent = Job.objects.get(pk=response.json()["id"])
+    node = Node.objects.filter(gpu_type="H100").order_by("name").first()
+    for child in parent.children.order_by("group_index"):
+        lifecycle.transition_gang(
+            child.pk, from_state=S.PENDING, to_state=S.ASSIGNED, per_rank={0: {"node": node, "gpu_indices": [0]}}
+        )
+        lifecycle.transition_gang(child.pk, from_state=S.ASSIGNED, to_state=S.RUNNING)
+        lifecycle.transition_gang(child.pk, from_state=S.RUNNING, to_state=S.SUCCEEDED)
+    assert [(d.job_ref, d.event) for d in Delivery.objects.order_by("id")] == [
+        (parent.pk, "started"),
+        (parent.pk, "succeeded"),
+    ]
+
+
+def test_the_account_page_saves_defaults_rotates_the_secret_and_shows_the_log(logged_in, receiver, api):
+    client = logged_in("alice")
+    page = client.get("/account/notifications/")
+    assert page.status_code == 200 and b'id="webhook-secret"' in page.content
+    secret = NotificationSettings.objects.get(user__username="alice").secret
+    assert secret.encode() in page.content
+    bad = client.post("/account/notifications/", {"on": ["started"], "webhook": "http://169.254.169.254/latest"})
+    assert bad.status_code == 400
+    assert HOST_NOT_ALLOWED.format(host="169.254.169.254").encode() in bad.content
+    saved = client.post("/account/notifications/", {"on": ["started", "failed"], "webhook": receiver.url})
+    assert saved.status_code == 302
+    defaults = NotificationSettings.objects.get(user__username="alice")
+    assert (defaults.on, defaults.webhook, defaults.email) == (["started", "failed"], receiver.url, False)
+    client.post("/account/notifications/", {"rotate": "1"})
+    assert NotificationSettings.objects.get(user__username="alice").secret != secret
+    job = submit(api)
+    start(job)
+    send_due()
+    log = client.get("/account/notifications/").content.decode()
+    assert f'<a href="/jobs/{job.pk}/">{job.pk}</a>' in log and ">DELIVERED<" in log
+
+
+def test_mlq_notifications_lists_the_log(mlq, receiver, api):  # noqa: F811
+    job = submit(api, notify={"on": ["started"], "webhook": receiver.url})
+    start(job)
+    send_due()
+    listed = mlq("notifications", "--job", str(job.pk), "-o", "json")
+    assert listed.exit_code == 0, listed.output
+    (row,) = json.loads(listed.output)
+    assert (row["job"], row["event"], row["status"], row["last_status_code"]) == (job.pk, "started", "DELIVERED", 200)
+    table = mlq("notifications", "--status", "delivered")
+    assert table.exit_code == 0 and "DELIVERED" in table.output and "started" in table.output

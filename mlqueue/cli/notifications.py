@@ -1,0 +1,47 @@
+"""`mlq notifications`: the log of your notifications' deliveries (docs/notifications.md)."""
+
+import click
+
+from mlqueue.cli.app import client, main
+from mlqueue.cli.output import emit, output_option
+
+STATUSES = ("PENDING", "SENDING", "DELIVERED", "FAILED", "REFUSED")
+DELIVERY_COLUMNS = [
+    ("CREATED", lambda d: d.created_at),
+    ("JOB", lambda d: d.job),
+    ("EVENT", lambda d: d.event),
+    ("TO", lambda d: f"{d.channel} {d.target}"),
+    ("STATUS", lambda d: d.status),
+    ("ATTEMPTS", lambda d: d.attempts),
+    (
+        "LAST ANSWER",
+        lambda d: " ".join(p for p in (f"HTTP {d.last_status_code}" if d.last_status_code else "", d.last_error) if p),
+    ),
+]
+DELIVERY_WIDE = [
+    ("NEXT TRY", lambda d: d.next_try_at if d.status == "PENDING" else ""),
+    ("DELIVERED", lambda d: d.delivered_at),
+    ("ID", lambda d: d.id),
+]
+
+
+@main.command()
+@click.option("--job", type=int, help="one job's deliveries")
+@click.option("--status", type=click.Choice(STATUSES, case_sensitive=False))
+@output_option
+@click.pass_context
+def notifications(ctx, job, status, output):
+    """Your notifications' deliveries, newest first: each one's attempts, last answer and next try.
+
+    \b
+    Example:
+      mlq notifications
+      mlq notifications --job 42 -o wide
+      mlq notifications --status FAILED -o json
+    """
+    emit(
+        client(ctx).deliveries(job=job, status=status.upper() if status else None),
+        output,
+        DELIVERY_COLUMNS,
+        DELIVERY_WIDE,
+    )
