@@ -507,3 +507,15 @@ def test_mlq_notifications_lists_the_log(mlq, receiver, api):  # noqa: F811
     assert (row["job"], row["event"], row["status"], row["last_status_code"]) == (job.pk, "started", "DELIVERED", 200)
     table = mlq("notifications", "--status", "delivered")
     assert table.exit_code == 0 and "DELIVERED" in table.output and "started" in table.output
+
+
+def test_admins_read_deliveries_without_the_secrets(logged_in, api, receiver):
+    job = submit(api, notify={"on": ["started"], "webhook": receiver.url})
+    start(job)
+    send_due()
+    client = logged_in("ops")
+    listed = client.get("/admin/notifications/delivery/")
+    assert listed.status_code == 200 and b"DELIVERED" in listed.content
+    secret = NotificationSettings.objects.get(user__username="alice")
+    shown = client.get(f"/admin/notifications/notificationsettings/{secret.pk}/change/")
+    assert shown.status_code == 200 and secret.secret.encode() not in shown.content
