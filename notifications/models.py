@@ -9,6 +9,8 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from scheduling.secrets import decrypt_text, encrypt_text
+
 
 class Event(models.TextChoices):
     STARTED = "started", "the job started running (each attempt)"
@@ -40,6 +42,10 @@ def new_secret() -> str:
     return "whsec_" + secrets.token_urlsafe(32)
 
 
+def new_secret_ciphertext() -> str:
+    return encrypt_text(new_secret())
+
+
 class NotificationSettings(models.Model):
     """A user's default subscription, for every job of theirs whose spec has no `notify`, and
     the secret their webhooks are signed with (per-job webhooks too)."""
@@ -50,12 +56,19 @@ class NotificationSettings(models.Model):
     on = models.JSONField(default=list, blank=True)  # events; [] = no default subscription
     webhook = models.CharField(max_length=2000, blank=True)
     email = models.BooleanField(default=False)
-    secret = models.CharField(max_length=64, default=new_secret)
+    # The signing secret, encrypted at rest with the secret_env keys (scheduling/secrets.py): the
+    # account page must show it, so it cannot be a digest.
+    secret_ciphertext = models.TextField(default=new_secret_ciphertext, editable=False)
     secret_rotated_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
 
     def __str__(self) -> str:
         return f"notification settings of {self.user_id}"
+
+    @property
+    def secret(self) -> str | None:
+        """None when no configured key reads it any more (services.settings_of makes a new one)."""
+        return decrypt_text(self.secret_ciphertext)
 
 
 class Delivery(models.Model):

@@ -19,7 +19,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from mlqueue.breaker import RedisBreaker
-from notifications.models import Channel, Delivery, DeliveryStatus, Event, NotificationSettings, new_secret
+from notifications.models import Channel, Delivery, DeliveryStatus, Event, NotificationSettings, new_secret_ciphertext
 from notifications.sending import Outcome, send_email, send_webhook
 from scheduling.models import Job
 from scheduling.states import TaskState
@@ -227,13 +227,21 @@ def send_due(*, now=None) -> dict[str, int]:
 
 
 def settings_of(user) -> NotificationSettings:
-    found, _ = NotificationSettings.objects.get_or_create(user=user)
-    return found
+    return _settings(user_id=user.pk)
 
 
 def secret_of(user_id: int) -> str:
+    return _settings(user_id=user_id).secret
+
+
+def _settings(*, user_id: int) -> NotificationSettings:
+    """The user's row, made on first use. A secret no configured key reads any more (its key was
+    retired) is replaced: the user sees the new one on the account page."""
     found, _ = NotificationSettings.objects.get_or_create(user_id=user_id)
-    return found.secret
+    if found.secret is None:
+        log.warning("the webhook secret of user %s is unreadable with the configured keys; made a new one", user_id)
+        return _rotate(found)
+    return found
 
 
 def do_update_settings(*, user, on: list[str], webhook: str, email: bool) -> NotificationSettings:
@@ -246,8 +254,13 @@ def do_update_settings(*, user, on: list[str], webhook: str, email: bool) -> Not
 
 def do_rotate_secret(*, user) -> NotificationSettings:
     """A new signing secret, at once: deliveries sent from now on are signed with it."""
-    found = settings_of(user)
+    return _rotate(settings_of(user))
+
+
+def _rotate(found: NotificationSettings) -> NotificationSettings:
     now = timezone.now()
-    NotificationSettings.objects.filter(pk=found.pk).update(secret=new_secret(), secret_rotated_at=now, updated_at=now)
+    NotificationSettings.objects.filter(pk=found.pk).update(
+        secret_ciphertext=new_secret_ciphertext(), secret_rotated_at=now, updated_at=now
+    )
     found.refresh_from_db()
     return found

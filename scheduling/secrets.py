@@ -92,6 +92,19 @@ def decrypt_env(token: str, *, job_id: int | None = None) -> dict[str, str]:
         raise SecretEnvUnreadable(UNREADABLE.format(job_id=job_id)) from None
 
 
+def encrypt_text(text: str) -> str:
+    """One value as a Fernet token with the current key (notifications' signing secrets)."""
+    return _fernet().encrypt(text.encode()).decode()
+
+
+def decrypt_text(token: str) -> str | None:
+    """The value, or None when no configured key reads it any more."""
+    try:
+        return _fernet().decrypt(token.encode()).decode()
+    except InvalidToken:
+        return None
+
+
 def masked(values: dict) -> dict[str, str]:
     """The names with every value shown as ***."""
     return {name: MASK for name in values} if isinstance(values, dict) else MASK

@@ -519,3 +519,13 @@ def test_admins_read_deliveries_without_the_secrets(logged_in, api, receiver):
     secret = NotificationSettings.objects.get(user__username="alice")
     shown = client.get(f"/admin/notifications/notificationsettings/{secret.pk}/change/")
     assert shown.status_code == 200 and secret.secret.encode() not in shown.content
+
+
+def test_the_signing_secret_is_encrypted_at_rest_and_replaced_if_its_key_is_retired(api, settings):
+    shown = api("alice").get("/api/v1/notifications/settings").json()["secret"]
+    assert shown.startswith("whsec_")
+    stored = NotificationSettings.objects.values_list("secret_ciphertext", flat=True).get(user__username="alice")
+    assert shown not in stored
+    settings.MLQ_SECRET_ENV_KEYS = "bmV3LWtleS1uZXctS2V5LW5ldy1rZXktbmV3LWtleS0="  # the old key retired
+    replaced = api("alice").get("/api/v1/notifications/settings").json()["secret"]
+    assert replaced.startswith("whsec_") and replaced != shown
