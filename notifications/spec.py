@@ -56,6 +56,13 @@ def check_webhook_url(value: str) -> str:
     return value.strip()
 
 
+def check_email(value: bool, user) -> bool:
+    """email: true needs an address on the account to send to."""
+    if value and user is not None and not user.email:
+        raise serializers.ValidationError(NO_EMAIL_ADDRESS)
+    return value
+
+
 class NotifySerializer(StrictSerializer):
     """A job's `notify` block. Pass context={"user": ...} for `email: true` to be checked."""
 
@@ -67,10 +74,7 @@ class NotifySerializer(StrictSerializer):
         return check_webhook_url(value)
 
     def validate_email(self, value):
-        user = self.context.get("user")
-        if value and user is not None and not user.email:
-            raise serializers.ValidationError(NO_EMAIL_ADDRESS)
-        return value
+        return check_email(value, self.context.get("user"))
 
     def validate(self, attrs):
         if not attrs.get("webhook") and not attrs["email"]:
@@ -99,7 +103,7 @@ class NotificationSettingsSerializer(StrictSerializer):
         return check_webhook_url(value) if value else ""
 
     def validate_email(self, value):
-        return NotifySerializer.validate_email(self, value)
+        return check_email(value, self.context.get("user"))
 
     def validate(self, attrs):
         instance = self.instance
