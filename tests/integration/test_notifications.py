@@ -22,7 +22,7 @@ from notifications.addresses import ADDRESS_REFUSED, HOST_NOT_ALLOWED
 from notifications.models import Delivery, NotificationSettings
 from notifications.sending import Outcome, send_webhook
 from notifications.services import backoff, do_send, send_due
-from notifications.spec import NOWHERE
+from notifications.spec import NO_EMAIL_ADDRESS, NOWHERE
 from scheduling import lifecycle
 from scheduling.leader.reconcile import do_settle
 from scheduling.models import Job, Node
@@ -529,3 +529,13 @@ def test_the_signing_secret_is_encrypted_at_rest_and_replaced_if_its_key_is_reti
     settings.MLQ_SECRET_ENV_KEYS = "bmV3LWtleS1uZXctS2V5LW5ldy1rZXktbmV3LWtleS0="  # the old key retired
     replaced = api("alice").get("/api/v1/notifications/settings").json()["secret"]
     assert replaced.startswith("whsec_") and replaced != shown
+
+
+def test_email_needs_an_address_on_the_account(api, user):
+    alice = user("alice")
+    alice.email = ""
+    alice.save(update_fields=["email"])
+    response = api("alice").post(
+        "/api/v1/jobs", make_spec(resources={"gpu_count": 8}, notify={"email": True}), format="json"
+    )
+    assert (response.status_code, response.json()["fields"]) == (400, {"notify.email": [NO_EMAIL_ADDRESS]})
