@@ -9,20 +9,8 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from scheduling.notify_spec import DEFAULT_EVENTS, Event  # noqa: F401 (the events are the spec's)
 from scheduling.secrets import decrypt_text, encrypt_text
-
-
-class Event(models.TextChoices):
-    STARTED = "started", "the job started running (each attempt)"
-    SUCCEEDED = "succeeded", "the job succeeded"
-    FAILED = "failed", "the job failed for good (no retry or restart left)"
-    PREEMPTED = "preempted", "the job was preempted, drained or reclaimed (it requeues)"
-    CANCELLED = "cancelled", "the job was cancelled"
-    EARLY_STOPPED = "early_stopped", "the job was stopped early by its sweep's rule"
-
-
-# What a subscription without `on` is told: how a job ended.
-DEFAULT_EVENTS = [Event.SUCCEEDED.value, Event.FAILED.value, Event.CANCELLED.value]
 
 
 class Channel(models.TextChoices):

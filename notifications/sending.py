@@ -11,7 +11,7 @@ import httpx
 from django.conf import settings
 from django.core.mail import send_mail
 
-from notifications.addresses import WebhookRefused, check_destination, system_resolve
+from mlqueue.webhook_addresses import WebhookRefused, check_destination, system_resolve
 
 SIGNATURE_HEADER = "X-MLQ-Signature"
 TIMESTAMP_HEADER = "X-MLQ-Timestamp"

@@ -3,7 +3,8 @@ job (an outbox: no state change commits without its deliveries, none is recorded
 that rolled back); `do_send` claims one with a conditional UPDATE, sends it and records how it
 went; `send_due` is the sweep behind every Celery message (beat runs it).
 
-Events, and who calls for them:
+Events, from the signals scheduling sends inside the transaction (scheduling/signals.py;
+notifications/apps.py connects them):
 1. a job's own state change (lifecycle.sync_job_state): RUNNING -> started (each attempt),
    SUCCEEDED, PREEMPTED, CANCELLED, EARLY_STOPPED; never FAILED, which awaits the leader's verdict;
 2. the leader's verdict that a job failed for good (reconcile._end_failed) -> failed;
@@ -41,22 +42,25 @@ GAVE_UP = "gave up after {attempts} attempts: {error}"
 _broker = RedisBreaker("notification messages (Celery beat's sweep sends them)")
 
 
-def record_job_state(job_id: int, *, before: str, after: str, reason: str, message: str, now) -> None:
-    """A plain job's state changed (rule 1)."""
+def record_job_state(sender, *, job_id: int, before: str, after: str, reason: str, message: str, now, **_) -> None:
+    """A plain job's state changed (rule 1; signals.job_state_changed)."""
     event = JOB_EVENTS.get(after) if after != before else None
     if event is not None:
         record_job_event(job_id, event=event, state=after, reason=reason, message=message, now=now)
 
 
-def record_group_state(parent_id: int, *, before: str, after: str, first_start: bool, message: str, now) -> None:
-    """A group's state changed (rule 3): it started for the first time, or it ended."""
+def record_group_state(
+    sender, *, job_id: int, before: str, after: str, first_start: bool, message: str, now, **_
+) -> None:
+    """A group's state changed (rule 3; signals.group_state_changed): it started for the first
+    time, or it ended."""
     event = Event.STARTED if after == S.RUNNING and first_start else GROUP_EVENTS.get(after)
     if event is not None and after != before:
-        record_job_event(parent_id, event=event, state=after, reason="GROUP", message=message, now=now, group=True)
+        record_job_event(job_id, event=event, state=after, reason="GROUP", message=message, now=now, group=True)
 
 
-def record_job_failed(job_id: int, *, reason: str, message: str, now) -> None:
-    """The leader's verdict: no retry or restart is left (rule 2)."""
+def record_job_failed(sender, *, job_id: int, reason: str, message: str, now, **_) -> None:
+    """The leader's verdict: no retry or restart is left (rule 2; signals.job_failed)."""
     record_job_event(job_id, event=Event.FAILED, state=S.FAILED, reason=reason, message=message, now=now)
 
 

@@ -1,95 +1,10 @@
-"""The `notify` block of a job spec, and the same fields as a user's defaults:
+"""A user's default subscription (the account page, /api/v1/notifications/settings): the fields
+of a job spec's `notify` block (scheduling/notify_spec.py), where `on: []` subscribes to nothing."""
 
-    notify: {on: [started, succeeded, failed, preempted], webhook: "https://hooks.example.com/x", email: true}
-
-`on` defaults to how a job ends (succeeded, failed, cancelled); a webhook, an email or both.
-A webhook's URL is checked here as far as it can be without DNS (notifications/addresses.py)."""
-
-from django.conf import settings
 from rest_framework import serializers
 
-from notifications.addresses import WebhookRefused, check_endpoint
-from notifications.models import DEFAULT_EVENTS, Event
+from scheduling.notify_spec import NOWHERE, Event, EventsField, StrictBooleanField, check_email, check_webhook_url
 from scheduling.spec import StrictSerializer, StrictStringField
-
-NOWHERE = "give a webhook URL, email: true, or both: there is nowhere to send these notifications"
-NO_EMAIL_ADDRESS = "your account has no email address; set one, or use a webhook"
-EVENT_TWICE = "{event!r} is listed twice"
-NOT_A_BOOLEAN = "must be true or false, not {kind}"
-
-
-class StrictBooleanField(serializers.BooleanField):
-    """true or false in the JSON sense: "yes", 1 and "true" are refused, not coerced."""
-
-    default_error_messages = {"not_a_boolean": NOT_A_BOOLEAN}
-
-    def to_internal_value(self, data):
-        if not isinstance(data, bool):
-            self.fail("not_a_boolean", kind=f"the string {data!r}" if isinstance(data, str) else type(data).__name__)
-        return data
-
-
-class EventsField(serializers.ListField):
-    """A list of events, each once; errors name the entry (`notify.on.2`)."""
-
-    def __init__(self, **kwargs):
-        super().__init__(child=serializers.ChoiceField(Event.values), max_length=len(Event.values), **kwargs)
-
-    def to_internal_value(self, data):
-        events = super().to_internal_value(data)
-        for index, event in enumerate(events):
-            if event in events[:index]:
-                raise serializers.ValidationError({index: [EVENT_TWICE.format(event=event)]})
-        return events
-
-
-def check_webhook_url(value: str) -> str:
-    """The URL, or a ValidationError saying why webhooks may not go there."""
-    try:
-        check_endpoint(
-            value,
-            allowed_hosts=settings.MLQ_WEBHOOK_ALLOWED_HOSTS,
-            allowed_networks=settings.MLQ_WEBHOOK_ALLOWED_NETWORKS,
-        )
-    except WebhookRefused as exc:
-        raise serializers.ValidationError(str(exc)) from None
-    return value.strip()
-
-
-def check_email(value: bool, user) -> bool:
-    """email: true needs an address on the account to send to."""
-    if value and user is not None and not user.email:
-        raise serializers.ValidationError(NO_EMAIL_ADDRESS)
-    return value
-
-
-class NotifySerializer(StrictSerializer):
-    """A job's `notify` block. Pass context={"user": ...} for `email: true` to be checked."""
-
-    on = EventsField(required=False, default=lambda: list(DEFAULT_EVENTS), allow_empty=False)
-    webhook = StrictStringField(required=False, max_length=2000)
-    email = StrictBooleanField(required=False, default=False)
-
-    def validate_webhook(self, value):
-        return check_webhook_url(value)
-
-    def validate_email(self, value):
-        return check_email(value, self.context.get("user"))
-
-    def validate(self, attrs):
-        if not attrs.get("webhook") and not attrs["email"]:
-            raise serializers.ValidationError({"webhook": [NOWHERE]})
-        return attrs
-
-
-def normalized_notify(attrs: dict) -> dict:
-    """The block as stored: events in the documented order, only the channels given."""
-    found = {"on": [event for event in Event.values if event in attrs["on"]]}
-    if attrs.get("webhook"):
-        found["webhook"] = attrs["webhook"]
-    if attrs["email"]:
-        found["email"] = True
-    return found
 
 
 class NotificationSettingsSerializer(StrictSerializer):

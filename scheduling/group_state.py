@@ -5,7 +5,7 @@ this module needs only the models."""
 
 from django.db.models import Count, OuterRef, Subquery
 
-from notifications import services as notifications
+from scheduling import signals
 from scheduling.core.reasons import NOT_YET_SCHEDULED_MESSAGE as NOT_YET_MESSAGE
 from scheduling.core.reasons import ReasonCode
 from scheduling.models import FailureClass, GroupKind, Job, JobState
@@ -109,8 +109,14 @@ def sync_group_state(parent_id: int, *, now) -> tuple[str, str]:
         data={"children": counts},
         created_at=now,
     )
-    notifications.record_group_state(
-        parent_id, before=parent.state, after=state, first_start="started_at" in fields, message=message, now=now
+    signals.group_state_changed.send(
+        Job,
+        job_id=parent_id,
+        before=parent.state,
+        after=state,
+        first_start="started_at" in fields,
+        message=message,
+        now=now,
     )
     return parent.state, state
 

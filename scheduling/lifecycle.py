@@ -12,8 +12,7 @@ from django.db import transaction
 from django.db.models import Case, Exists, F, Value, When
 from django.utils import timezone
 
-from notifications import services as notifications
-from scheduling import ledger
+from scheduling import ledger, signals
 from scheduling.group_state import sync_group_state
 from scheduling.models import FailureClass, Job, SchedulerLease, Task, TaskState
 from scheduling.states import ENDED, JOB_FINISHED, ON_NODE
@@ -120,8 +119,8 @@ def _conditional_update(*, task_filter: dict, from_state, to_state: str, epoch, 
 
 
 def sync_job_state(job_id: int, *, now=None, reason: str = "", message: str = "") -> tuple[str, str]:
-    """Re-derive the job's state from its tasks; returns (before, after). A change records the
-    notifications it is subscribed to, with the transition's `reason` and `message`."""
+    """Re-derive the job's state from its tasks; returns (before, after). A change is signalled
+    (scheduling/signals.py) with the transition's `reason` and `message`."""
     now = now or timezone.now()
     job = Job.objects.only("state", "started_at", "parent_id").get(pk=job_id)
     after = derive_job_state(Task.objects.filter(job_id=job_id).values_list("state", flat=True))
@@ -139,7 +138,9 @@ def sync_job_state(job_id: int, *, now=None, reason: str = "", message: str = ""
             fields["failure_class"] = FailureClass.EARLY_STOPPED
         Job.objects.filter(pk=job_id).update(**fields)
         ledger.on_job_state(job_id, before=job.state, after=after, now=now)
-        notifications.record_job_state(job_id, before=job.state, after=after, reason=reason, message=message, now=now)
+        signals.job_state_changed.send(
+            Job, job_id=job_id, before=job.state, after=after, reason=reason, message=message, now=now
+        )
         if job.parent_id is not None:
             sync_group_state(job.parent_id, now=now)
     return job.state, after

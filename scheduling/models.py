@@ -218,7 +218,7 @@ class Job(models.Model):
     # and the likely start, from the teams' observed runtimes.
     estimated_start = models.DateTimeField(null=True, blank=True)
     likely_start = models.DateTimeField(null=True, blank=True)
-    # The spec's `notify` block (notifications/spec.py); None: the owner's defaults apply. A
+    # The spec's `notify` block (scheduling/notify_spec.py); None: the owner's defaults apply. A
     # group's children never notify: their group does, as one job.
     notify = models.JSONField(null=True, blank=True)
     # A run of a schedule (scheduling/schedules.py): which one, and the fire time it is the run of.

@@ -325,7 +325,7 @@ class JobSpecSerializer(StrictSerializer):
         trim_values=False,
     )
 
-    # Webhooks and emails when the job starts or ends (notifications/spec.py).
+    # Webhooks and emails when the job starts or ends (scheduling/notify_spec.py).
     notify = serializers.JSONField(required=False, allow_null=True, default=None)
 
     # At most one of these makes the job a group (scheduling/group_spec.py, groups.py).
@@ -334,7 +334,7 @@ class JobSpecSerializer(StrictSerializer):
     pipeline = serializers.JSONField(required=False, allow_null=True, default=None)
 
     def validate_notify(self, value):
-        from notifications.spec import NotifySerializer, normalized_notify
+        from scheduling.notify_spec import NotifySerializer, normalized_notify
 
         if value is None:
             return None

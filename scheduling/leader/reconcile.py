@@ -22,8 +22,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Exists, Min, OuterRef, Q
 
-from notifications import services as notifications
-from scheduling import dependencies, groups, ledger, lifecycle, metrics, notify
+from scheduling import dependencies, groups, ledger, lifecycle, metrics, notify, signals
 from scheduling.core.reasons import ReasonCode
 from scheduling.core.settle import (
     Action,
@@ -297,7 +296,7 @@ def _end_failed(job: Job, verdict: Verdict, *, now, lost: dict) -> None:
             created_at=now,
         )
     Job.objects.filter(pk=job.pk).update(failure_class=verdict.failure_class, finished_at=now, updated_at=now)
-    notifications.record_job_failed(job.pk, reason=verdict.failure_class, message=verdict.message, now=now)
+    signals.job_failed.send(Job, job_id=job.pk, reason=verdict.failure_class, message=verdict.message, now=now)
     sync_parent_of(job, now=now)  # a child failed for good: its group may fail with it
     _count_outcome("failed", verdict.failure_class)
     notify.jobs_changed([job.pk])

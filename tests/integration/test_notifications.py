@@ -18,15 +18,15 @@ from django.db import transaction
 from django.utils import timezone
 
 from mlqueue.celery import app as celery_app
-from notifications.addresses import ADDRESS_REFUSED, HOST_NOT_ALLOWED
+from mlqueue.webhook_addresses import ADDRESS_REFUSED, HOST_NOT_ALLOWED
 from notifications.models import Delivery, NotificationSettings
 from notifications.sending import Outcome, send_webhook
 from notifications.services import backoff, do_send, send_due
-from notifications.spec import NO_EMAIL_ADDRESS, NOWHERE
 from scheduling import lifecycle
 from scheduling.leader.reconcile import do_settle
 from scheduling.models import Job, Node
 from scheduling.models import TaskState as S
+from scheduling.notify_spec import NO_EMAIL_ADDRESS, NOWHERE
 from tests.conftest import make_spec
 from tests.integration.test_cli_groups import mlq  # noqa: F401  (the fixture)
 

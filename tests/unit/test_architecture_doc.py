@@ -7,8 +7,20 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "architecture.md"
-APPS = ("mlqueue", "teams", "scheduling", "agents")
-TOP_LEVEL = ("mlqueue", "teams", "scheduling", "agents", "tests", "bench", "docs", "templates", "static", "examples")
+APPS = ("mlqueue", "teams", "scheduling", "notifications", "agents")
+TOP_LEVEL = (
+    "mlqueue",
+    "teams",
+    "scheduling",
+    "notifications",
+    "agents",
+    "tests",
+    "bench",
+    "docs",
+    "templates",
+    "static",
+    "examples",
+)
 # A backticked repository path anywhere in the page: starts with a top-level folder, no spaces
 # or wildcards (`/api/v1/jobs` is a URL, `scheduling.core` a module name: neither matches).
 NAMED_PATH = re.compile(r"`((?:" + "|".join(TOP_LEVEL) + r")/[^`\s*]*)`")

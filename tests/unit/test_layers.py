@@ -4,6 +4,7 @@ import each other and a change at the bottom never needs the top.
 
     project wiring   mlqueue.settings, urls, routing, asgi, wsgi, fastlane: puts the apps together
     agents           how machines join and talk to the control plane; the operator console
+    notifications    webhooks and emails about jobs, told of their state changes by scheduling's signals
     scheduling       the cluster (nodes, jobs, tasks), the leader, the jobs API and pages
     teams            teams, roles, quotas, API tokens, the audit log
     shared           the rest of mlqueue/: errors, parsers, breaker, cache, text rules
@@ -20,7 +21,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-APPS = ("mlqueue", "teams", "scheduling", "agents")
+APPS = ("mlqueue", "teams", "scheduling", "notifications", "agents")
 LIBRARIES = (
     "scheduling.core",
     "scheduling.sim",
@@ -32,7 +33,7 @@ LIBRARIES = (
 )
 WIRING = ("mlqueue.settings", "mlqueue.urls", "mlqueue.routing", "mlqueue.asgi", "mlqueue.wsgi", "mlqueue.fastlane")
 # Bottom to top: a module may import its own layer and those below it, never one above.
-LAYERS = ("shared", "teams", "scheduling", "agents", "wiring")
+LAYERS = ("shared", "teams", "scheduling", "notifications", "agents", "wiring")
 
 
 def _within(name: str, prefix: str) -> bool:

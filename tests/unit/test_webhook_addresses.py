@@ -1,11 +1,11 @@
-"""Where webhooks may go (notifications/addresses.py): no database, no network (the resolver is
+"""Where webhooks may go (mlqueue/webhook_addresses.py): no database, no network (the resolver is
 passed in). Every refusal is asserted by its exact message."""
 
 import ipaddress
 
 import pytest
 
-from notifications.addresses import (
+from mlqueue.webhook_addresses import (
     ADDRESS_REFUSED,
     BAD_PORT,
     HAS_CREDENTIALS,
