@@ -14,7 +14,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('auth', '0012_alter_user_first_name_max_length'),
-        ('scheduling', '0025_job_notify'),
+        ('scheduling', '0027_job_notify'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

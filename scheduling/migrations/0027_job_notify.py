@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('scheduling', '0024_job_parent_state_idx'),
+        ('scheduling', '0026_prices'),
     ]
 
     operations = [
