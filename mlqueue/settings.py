@@ -445,6 +445,10 @@ MLQ_SUBMIT_RATE = env_rate("MLQ_SUBMIT_RATE", "120/minute")
 # A live-view socket re-reads its user's teams (and that the user is still active and logged
 # in) when its cached copy is older than this, on the next event it receives.
 MLQ_WS_RECHECK_S = float(os.environ.get("MLQ_WS_RECHECK_S", "30"))
+# The teams page and the quotas API show every team's guarantees, borrowing limits, use and fair
+# share to every signed-in user, as Slurm's sshare does (aggregates only: jobs stay team-private).
+# Off: only members (and the leads above them, and admins) see a team's numbers.
+MLQ_QUOTAS_PUBLIC = env_bool("MLQ_QUOTAS_PUBLIC", True)
 # /metrics: a scrape with `Authorization: Bearer <MLQ_METRICS_TOKEN>`, or from these networks.
 MLQ_METRICS_TOKEN = os.environ.get("MLQ_METRICS_TOKEN", "")
 MLQ_METRICS_ALLOWED_NETWORKS = env_networks("MLQ_METRICS_ALLOWED_NETWORKS", "127.0.0.0/8,::1/128")

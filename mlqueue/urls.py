@@ -12,7 +12,15 @@ from notifications import page as notifications_page
 from scheduling.metrics import metrics_view
 from scheduling.web import api as jobs_api
 from scheduling.web import pages as job_pages
-from scheduling.web import reports_page, schedules_api, schedules_page, submit_page, tokens_page, usage_api
+from scheduling.web import (
+    fair_share_api,
+    reports_page,
+    schedules_api,
+    schedules_page,
+    submit_page,
+    tokens_page,
+    usage_api,
+)
 from scheduling.web import teams_page as team_pages
 from teams import api as teams_api
 from teams import login_limits
@@ -46,6 +54,7 @@ api_v1 = [
     endpoint(r"prices/(?P<price_id>[0-9]+)", usage_api.PriceDetail.as_view(), "price-detail"),
     endpoint("teams", teams_api.TeamList.as_view(), "teams"),
     endpoint(r"teams/(?P<name>[a-z0-9-]+)/quotas", teams_api.TeamQuotas.as_view(), "team-quotas"),
+    endpoint("fair-share", fair_share_api.FairShare.as_view(), "fair-share"),
     endpoint("tokens", teams_api.TokenListCreate.as_view(), "tokens"),
     endpoint(r"tokens/(?P<token_id>[0-9]+)", teams_api.TokenDetail.as_view(), "token-detail"),
     endpoint("notifications/settings", notifications_api.NotificationSettingsView.as_view(), "notification-settings"),

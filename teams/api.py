@@ -13,7 +13,7 @@ from rest_framework.views import APIView
 
 from teams.login_limits import authenticate_within_limits
 from teams.models import Team
-from teams.selectors import can_edit_quotas, is_member, is_site_admin, roles_of, token_for, tokens_of
+from teams.selectors import can_edit_quotas, can_read_quotas, is_site_admin, roles_of, token_for, tokens_of
 from teams.serializers import (
     NewTokenSerializer,
     QuotaPatchSerializer,
@@ -49,7 +49,7 @@ class TeamQuotas(APIView):
     @extend_schema(responses=QuotaSerializer(many=True))
     def get(self, request: Request, name: str) -> Response:
         team = get_object_or_404(Team, name=name)
-        if not is_member(request.user, team):
+        if not can_read_quotas(request.user, team):
             raise PermissionDenied(NOT_A_MEMBER.format(team=team.name))
         return Response(QuotaSerializer(team.quotas.all(), many=True).data)
 

@@ -1,6 +1,8 @@
 """Reads about teams and who may do what, and people's API tokens. Site admins are Django
 superusers."""
 
+from django.conf import settings
+
 from teams.models import ApiToken, Membership, Role, Team
 
 
@@ -45,6 +47,21 @@ def _chain_ids(team: Team):
         yield team_id
         seen.add(team_id)
         team_id = Team.objects.filter(pk=team_id).values_list("parent_id", flat=True).first()
+
+
+def can_read_quotas(user, team: Team) -> bool:
+    """A team's guarantees, use and share: every signed-in user while MLQ_QUOTAS_PUBLIC is on,
+    else its members (and members of the teams above it) and admins."""
+    if not user.is_authenticated:
+        return False
+    return settings.MLQ_QUOTAS_PUBLIC or is_member(user, team)
+
+
+def quota_readable_ids(user) -> set[int] | None:
+    """The teams whose numbers `user` may read, by id; None for all of them."""
+    if is_site_admin(user) or (user.is_authenticated and settings.MLQ_QUOTAS_PUBLIC):
+        return None
+    return team_ids_of(user)
 
 
 def can_edit_quotas(user, team: Team) -> bool:

@@ -3,7 +3,8 @@ in-place quota edits for leads.
 
 The page owns a single route (/teams/), so the same view serves its htmx parts, chosen by
 query parameters (one quota row, read or edit; the fair-share table), and takes the edits as
-POSTs. Who sees and edits what follows the API (teams/api.py): members read, leads edit."""
+POSTs. Who sees and edits what follows the API (teams/api.py): every signed-in user reads every
+team's numbers while MLQ_QUOTAS_PUBLIC is on (members only when off), leads edit."""
 
 from dataclasses import dataclass
 
@@ -20,11 +21,11 @@ from teams.models import Quota, Role, Team
 from teams.resources import unknown_class_message
 from teams.selectors import (
     can_edit_quotas,
+    can_read_quotas,
     descendant_ids,
-    is_member,
     is_site_admin,
+    quota_readable_ids,
     roles_of,
-    team_ids_of,
 )
 from teams.serializers import QuotaPatchSerializer
 from teams.services import do_update_quotas
@@ -35,7 +36,8 @@ NOTHING_CHANGED = "these are the current values: change one to save."
 
 @dataclass(frozen=True)
 class TeamView:
-    """A team as this viewer sees it: numbers only for members, edit controls only for leads."""
+    """A team as this viewer sees it: numbers where the viewer may read them (teams.selectors.
+    can_read_quotas), edit controls only for leads."""
 
     usage: TeamUsage
     visible: bool
@@ -67,12 +69,12 @@ def page(request):
 def _page_context(user, usage: ClusterUsage) -> dict:
     roles = roles_of(user)
     everything = is_site_admin(user)
-    visible = team_ids_of(user) if not everything else set()
+    readable = quota_readable_ids(user)
     editable = _editable_ids(usage, roles) if not everything else set()
     teams = [
         TeamView(
             team,
-            everything or team.id in visible,
+            readable is None or team.id in readable,
             everything or team.id in editable,
             roles.get(team.name),
             _addable(usage, team),
@@ -102,7 +104,7 @@ def _quota_row(request):
     editing = request.GET.get("edit") == "1"
     if editing and not can_edit_quotas(request.user, team):
         return HttpResponseForbidden(NOT_A_LEAD.format(team=team.name), content_type="text/plain")
-    if not is_member(request.user, team):
+    if not can_read_quotas(request.user, team):
         return HttpResponseForbidden(NOT_A_MEMBER.format(team=team.name), content_type="text/plain")
     rclass = request.GET.get("resource_class", "")
     view, row, known = _row_of(request.user, team, rclass)

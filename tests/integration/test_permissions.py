@@ -2,7 +2,7 @@
 
 import pytest
 
-from teams.api import NOT_A_LEAD
+from teams.api import NOT_A_LEAD, NOT_A_MEMBER
 from teams.models import AuditEvent
 from tests.conftest import make_spec
 
@@ -11,7 +11,7 @@ ACTORS = ["alice", "bob", "rita", "ops"]  # member, other team's member, lead, a
 MATRIX = {
     # actor: (sees it in the list, detail status, cancel status, quota read status, quota edit status)
     "alice": (True, 200, 200, 200, 403),  # the job's owner; a teammate may not cancel (test_cancel_rights.py)
-    "bob": (False, 404, 404, 403, 403),
+    "bob": (False, 404, 404, 200, 403),  # quotas are public by default (MLQ_QUOTAS_PUBLIC)
     "rita": (True, 200, 200, 200, 200),
     "ops": (True, 200, 200, 200, 200),
 }
@@ -49,6 +49,15 @@ def test_cancel(api, job_id, actor):
 def test_quota_read(api, actor):
     response = api(actor).get("/api/v1/teams/research-foundation-models/quotas")
     assert response.status_code == MATRIX[actor][3]
+
+
+@pytest.mark.parametrize(("actor", "status"), [("alice", 200), ("bob", 403), ("rita", 200), ("ops", 200)])
+def test_quota_read_when_quotas_are_private(api, settings, actor, status):
+    settings.MLQ_QUOTAS_PUBLIC = False
+    response = api(actor).get("/api/v1/teams/research-foundation-models/quotas")
+    assert response.status_code == status
+    if status == 403:
+        assert response.json()["detail"] == NOT_A_MEMBER.format(team="research-foundation-models")
 
 
 @pytest.mark.parametrize("actor", ACTORS)

@@ -7,7 +7,7 @@ import pytest
 from django.utils.html import escape
 
 from scheduling.leader.worker import run_pass
-from scheduling.models import SchedulerLease
+from scheduling.models import Job, SchedulerLease
 from scheduling.usage import cluster_usage
 from teams.api import NOT_A_LEAD, NOT_A_MEMBER
 from teams.models import AuditEvent, Membership, Quota, Team
@@ -111,7 +111,29 @@ def test_the_page_shows_the_tree_in_a_bounded_number_of_queries(running, logged_
     assert "members only" not in html
 
 
-def test_members_see_their_teams_numbers_read_only(running, logged_in):
+def test_everyone_signed_in_sees_every_teams_numbers_by_default(running, logged_in):
+    """Quotas in the open (MLQ_QUOTAS_PUBLIC, on by default), as Slurm's sshare: bob, of
+    production only, reads research's guarantees, use and shares, and edits nothing."""
+    html = logged_in("bob").get("/teams/").content.decode()
+
+    assert cells(row(html, FM, "gpu:H100"))[2:7] == ["40 / 32 (+64)", "8", "0", "1", "1.202"]
+    assert cells(row(html, "research-vision", "gpu:A100"))[2:5] == ["16 / 15 (+16)", "1", "0"]
+    fair = re.search(r'<tr id="share-research-vision">.*?</tr>', html, re.DOTALL).group(0)
+    assert cells(fair) == ["research-vision", "0.000", "1.023", "0.000", "0.000", "1.023", "16 A100"]
+    assert "members only" not in html
+    assert "edit-quota" not in html
+    # Aggregates only: no job, nor who runs it, is named.
+    for job in Job.objects.all():
+        assert f"/jobs/{job.pk}/" not in html and job.owner.username not in html.replace("bob", "")
+
+
+def test_a_non_member_reads_a_row_by_default(demo, logged_in):
+    response = logged_in("bob").get(f"/teams/?team={FM}&resource_class=gpu%3AH100")
+    assert response.status_code == 200 and cells(response.content.decode())[2] == "0 / 32 (+64)"
+
+
+def test_members_see_their_teams_numbers_read_only_when_quotas_are_private(running, logged_in, settings):
+    settings.MLQ_QUOTAS_PUBLIC = False
     html = logged_in("alice").get("/teams/").content.decode()
 
     assert cells(row(html, FM, "gpu:H100"))[2] == "40 / 32 (+64)"
@@ -120,7 +142,8 @@ def test_members_see_their_teams_numbers_read_only(running, logged_in):
     assert re.search(r'id="team-research-vision".*?members only', html, re.DOTALL)
 
 
-def test_others_see_the_hierarchy_but_not_the_numbers(running, logged_in):
+def test_others_see_the_hierarchy_but_not_the_numbers_when_quotas_are_private(running, logged_in, settings):
+    settings.MLQ_QUOTAS_PUBLIC = False
     html = logged_in("bob").get("/teams/").content.decode()
 
     for team in ("research", FM, "research-vision", "production"):
@@ -130,6 +153,12 @@ def test_others_see_the_hierarchy_but_not_the_numbers(running, logged_in):
     assert cells(row(html, "production-ranking", "cpu"))[2] == "64 / 461 (+150)"
 
 
+def test_admins_see_every_teams_numbers_when_quotas_are_private(running, logged_in, settings):
+    settings.MLQ_QUOTAS_PUBLIC = False
+    html = logged_in("ops").get("/teams/").content.decode()
+    assert "members only" not in html and cells(row(html, "research-vision", "gpu:H100"))[2] == "0 / 16 (+32)"
+
+
 def test_a_lead_gets_edit_controls_for_the_teams_it_leads_only(demo, logged_in):
     html = logged_in("rita").get("/teams/").content.decode()
 
@@ -137,7 +166,7 @@ def test_a_lead_gets_edit_controls_for_the_teams_it_leads_only(demo, logged_in):
     for rclass in ("gpu:H100", "gpu:A100", "cpu"):
         assert 'class="small edit-quota"' in row(html, FM, rclass)
     assert html.count("edit-quota") == 3
-    assert row(html, "production-ranking", "gpu:H100") is None
+    assert 'class="small edit-quota"' not in row(html, "production-ranking", "gpu:H100")
 
 
 def test_the_edit_control_swaps_in_a_form_and_cancel_swaps_it_back(demo, logged_in):
@@ -163,7 +192,8 @@ def test_a_member_cannot_open_or_post_an_edit(demo, logged_in):
     assert not AuditEvent.objects.filter(kind="QUOTA_CHANGED").exists()
 
 
-def test_a_non_member_cannot_read_a_row(demo, logged_in):
+def test_a_non_member_cannot_read_a_row_when_quotas_are_private(demo, logged_in, settings):
+    settings.MLQ_QUOTAS_PUBLIC = False
     response = logged_in("bob").get(f"/teams/?team={FM}&resource_class=gpu%3AH100")
     assert response.status_code == 403 and response.content.decode() == NOT_A_MEMBER.format(team=FM)
 
@@ -232,3 +262,44 @@ def test_the_fair_share_part_refreshes_alone(running, logged_in):
 def test_the_page_needs_a_login(client, demo):
     response = client.get("/teams/")
     assert response.status_code == 302 and response["Location"].startswith("/accounts/login/")
+
+
+def test_the_fair_share_api_serves_every_teams_numbers_by_default(running, api):
+    body = api("bob").get("/api/v1/fair-share").json()
+
+    assert body["classes"] == ["gpu:H100", "gpu:A100", "gpu:L40S", "cpu"]
+    assert body["capacity"] == {"gpu:H100": 128, "gpu:A100": 64, "gpu:L40S": 32, "cpu": 768}
+    assert [team["name"] for team in body["teams"]] == [
+        "production",
+        "production-ranking",
+        "research",
+        FM,
+        "research-vision",
+    ]
+    fm = next(team for team in body["teams"] if team["name"] == FM)
+    assert fm["readable"] and fm["parent"] == "research"
+    assert fm["dominant_share"] == pytest.approx(40 / (32 + 0.01 * 128))
+    h100 = next(row for row in fm["classes"] if row["resource_class"] == "gpu:H100")
+    assert {k: h100[k] for k in ("guaranteed", "borrowing_limit", "used", "borrowed", "lent")} == {
+        "guaranteed": 32,
+        "borrowing_limit": 64,
+        "used": 40,
+        "borrowed": 8,
+        "lent": 0,
+    }
+    assert h100["share"] == pytest.approx(40 / 33.28)
+
+
+def test_the_fair_share_api_hides_other_teams_numbers_when_quotas_are_private(running, api, settings):
+    settings.MLQ_QUOTAS_PUBLIC = False
+    teams = {team["name"]: team for team in api("bob").get("/api/v1/fair-share").json()["teams"]}
+
+    assert teams[FM] == {"name": FM, "parent": "research", "readable": False, "dominant_share": None, "classes": None}
+    ranking = {row["resource_class"]: row for row in teams["production-ranking"]["classes"]}
+    assert teams["production-ranking"]["readable"] and ranking["cpu"]["used"] == 64
+    admin = api("ops").get("/api/v1/fair-share").json()["teams"]
+    assert all(team["readable"] for team in admin)
+
+
+def test_the_fair_share_api_needs_a_signed_in_user(client, demo):
+    assert client.get("/api/v1/fair-share").status_code == 401
