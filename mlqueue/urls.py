@@ -11,9 +11,9 @@ from notifications import api as notifications_api
 from notifications import page as notifications_page
 from scheduling.metrics import metrics_view
 from scheduling.web import api as jobs_api
-from scheduling.web import pages as job_pages
 from scheduling.web import (
     fair_share_api,
+    forecast_accuracy_api,
     reports_page,
     schedules_api,
     schedules_page,
@@ -21,6 +21,7 @@ from scheduling.web import (
     tokens_page,
     usage_api,
 )
+from scheduling.web import pages as job_pages
 from scheduling.web import teams_page as team_pages
 from teams import api as teams_api
 from teams import login_limits
@@ -55,6 +56,7 @@ api_v1 = [
     endpoint("teams", teams_api.TeamList.as_view(), "teams"),
     endpoint(r"teams/(?P<name>[a-z0-9-]+)/quotas", teams_api.TeamQuotas.as_view(), "team-quotas"),
     endpoint("fair-share", fair_share_api.FairShare.as_view(), "fair-share"),
+    endpoint("forecast-accuracy", forecast_accuracy_api.ForecastAccuracy.as_view(), "forecast-accuracy"),
     endpoint("tokens", teams_api.TokenListCreate.as_view(), "tokens"),
     endpoint(r"tokens/(?P<token_id>[0-9]+)", teams_api.TokenDetail.as_view(), "token-detail"),
     endpoint("notifications/settings", notifications_api.NotificationSettingsView.as_view(), "notification-settings"),

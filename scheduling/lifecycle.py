@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from scheduling import ledger, signals
 from scheduling.group_state import sync_group_state
-from scheduling.models import FailureClass, Job, SchedulerLease, Task, TaskState
+from scheduling.models import FailureClass, Job, SchedulerLease, StartForecast, Task, TaskState
 from scheduling.states import ENDED, JOB_FINISHED, ON_NODE
 from teams.models import AuditEvent, EventKind
 
@@ -128,6 +128,8 @@ def sync_job_state(job_id: int, *, now=None, reason: str = "", message: str = ""
         fields = {"state": after, "updated_at": now}
         if after == S.RUNNING and job.started_at is None:
             fields["started_at"] = now
+            # Its forecasts' outcome, kept with them (scheduling/forecast_accuracy.py).
+            StartForecast.objects.filter(job_id=job_id, started_at__isnull=True).update(started_at=now)
         if after in JOB_FINISHED:
             fields["finished_at"] = now
         if after in ON_NODE or after in JOB_FINISHED:

@@ -58,7 +58,8 @@ def record_pass(decisions, applied, elapsed_ms: float, snapshot) -> None:
         if job is None or placement.job_id not in placed:
             continue
         PLACEMENTS.labels(job.resource_class).inc()
-        QUEUE_WAIT.labels(job.team, job.priority).observe(max(0.0, snapshot.now - job.submitted_at))
+        queued = job.queued_at if job.queued_at is not None else job.submitted_at
+        QUEUE_WAIT.labels(job.team, job.priority).observe(max(0.0, snapshot.now - queued))
     preempted = set(applied.preempted_jobs)
     for preemption in decisions.preemptions:
         if preemption.victim_job_id in preempted:

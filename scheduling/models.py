@@ -226,6 +226,9 @@ class Job(models.Model):
     scheduled_for = models.DateTimeField(null=True, blank=True)
 
     submitted_at = models.DateTimeField(default=timezone.now)
+    # When it last joined the queue: its submit, or its latest requeue (a preemption, a retry, a
+    # lost node, a user's requeue). Queue waits are counted from it (metrics, the queue page).
+    queued_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(default=timezone.now)
@@ -277,6 +280,7 @@ class Job(models.Model):
             spec_digest=self.spec_digest,
             secret_env_ciphertext=self.secret_env_ciphertext,
             submitted_at=now,
+            queued_at=now,
             updated_at=now,
             **{**columns, "client_job_id": None},
             **member,
@@ -294,6 +298,37 @@ class Job(models.Model):
         if self.held:
             return held_message(self.held_by_name, self.held_reason)
         return self.pending_reason_message or NOT_YET_SCHEDULED_MESSAGE
+
+
+class StartForecast(models.Model):
+    """The start forecasts a job got before its first start, kept to measure their accuracy
+    (scheduling/forecast_accuracy.py): the first it got and the last one before it started,
+    each as the forecast wrote them (`latest`: the "at the latest" bound; `likely`). The
+    forecast rewrites the job's own two columns each time a start moves and clears them when
+    the job is placed; this row keeps them, and `started_at` is copied from the job at its
+    first start, so the row outlives the job."""
+
+    job = models.OneToOneField(Job, null=True, on_delete=models.SET_NULL, related_name="start_forecast")
+    team = models.ForeignKey("teams.Team", on_delete=models.PROTECT, related_name="+")
+    first_latest = models.DateTimeField(null=True)
+    first_likely = models.DateTimeField(null=True)
+    first_at = models.DateTimeField(help_text="when the first forecast was written")
+    last_latest = models.DateTimeField(null=True)
+    last_likely = models.DateTimeField(null=True)
+    last_at = models.DateTimeField(help_text="when the last forecast before the start was written")
+    started_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            # The weekly report reads a range of starts, per team or for all.
+            models.Index(
+                fields=["started_at"], condition=models.Q(started_at__isnull=False), name="startfc_started_idx"
+            ),
+            models.Index(fields=["team", "started_at"], name="startfc_team_started_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"start forecast of job {self.job_id}"
 
 
 class JobDependency(models.Model):

@@ -157,6 +157,7 @@ def _create_job(*, user, team: Team, spec: dict, digest: str, secret_env_ciphert
         spec=spec,
         spec_digest=digest,
         submitted_at=now,
+        queued_at=now,
         updated_at=now,
         secret_env_ciphertext=secret_env_ciphertext,
         group_kind=kind,

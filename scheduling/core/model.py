@@ -248,6 +248,9 @@ class PendingJob:
     # The condition of each `waiting_on` edge (core/conditions.py), in the same order; empty:
     # every one waits for success.
     waiting_conditions: tuple[str, ...] = ()
+    # When it last joined the queue (its latest requeue), if not at submit: what a reported
+    # queue wait counts from. Ordering and aging keep to `submitted_at`.
+    queued_at: float | None = None
 
     @property
     def resource_class(self) -> str:

@@ -13,12 +13,13 @@ from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
 from django.db.models import Max
+from django.utils import timezone
 
 from scheduling import notify
 from scheduling.core.decisions import Decisions
 from scheduling.fencing import fenced
 from scheduling.leader.snapshot import StoreView, build_everyone
-from scheduling.models import Job, JobState
+from scheduling.models import Job, JobState, StartForecast
 from scheduling.sim.forecast import Forecast, Run, combine, forecast, simulate_to
 from scheduling.states import QUEUED_OR_RUNNING
 
@@ -190,7 +191,8 @@ class _Child:
 def write(result: Forecast, view: StoreView, placed: set[int], *, epoch: int, current: StoreView | None = None) -> int:
     """Each pending job of `view` (the one forecast from), its two starts, where they moved
     from those stored (as `current`, a later pass's view, read them, else as `view` did);
-    fenced; only jobs still pending."""
+    fenced; only jobs still pending. Jobs never started yet also keep them in their
+    StartForecast (the first they got, and this one as the last so far)."""
     stored = current.starts if current is not None else {}
     changed = []
     for job in view.snapshot.pending:
@@ -204,14 +206,43 @@ def write(result: Forecast, view: StoreView, placed: set[int], *, epoch: int, cu
         batch = changed[first : first + BATCH]
         with fenced(epoch):
             # A job placed or cancelled since the snapshot keeps its own (cleared) columns.
-            still = set(
-                Job.objects.filter(pk__in=[job.pk for job in batch], state=JobState.PENDING).values_list(
-                    "pk", flat=True
-                )
-            )
+            still = {
+                pk: (team_id, started_at)
+                for pk, team_id, started_at in Job.objects.filter(
+                    pk__in=[job.pk for job in batch], state=JobState.PENDING
+                ).values_list("pk", "team_id", "started_at")
+            }
             Job.objects.bulk_update([job for job in batch if job.pk in still], ["estimated_start", "likely_start"])
+            _keep_for_accuracy(
+                [(job, still[job.pk][0]) for job in batch if job.pk in still and still[job.pk][1] is None]
+            )
     notify.jobs_changed(job.pk for job in changed)
     return len(changed)
+
+
+def _keep_for_accuracy(jobs: list[tuple[Job, int]]) -> None:
+    """One statement: a new row holds the job's first forecast (and it as the last so far); an
+    existing one takes this forecast as its last. A forecast with neither start (beyond the
+    horizon) is not one to measure."""
+    now = timezone.now()
+    rows = [
+        StartForecast(
+            job_id=job.pk,
+            team_id=team_id,
+            first_latest=job.estimated_start,
+            first_likely=job.likely_start,
+            first_at=now,
+            last_latest=job.estimated_start,
+            last_likely=job.likely_start,
+            last_at=now,
+        )
+        for job, team_id in jobs
+        if job.estimated_start is not None or job.likely_start is not None
+    ]
+    if rows:
+        StartForecast.objects.bulk_create(
+            rows, update_conflicts=True, unique_fields=["job"], update_fields=["last_latest", "last_likely", "last_at"]
+        )
 
 
 def _moment(at: float | None):

@@ -249,6 +249,7 @@ def _requeue(job: Job, verdict: Verdict, *, now, lost: dict) -> None:
     Job.objects.filter(pk=job.pk).update(
         not_before=not_before,
         finished_at=None,
+        queued_at=now,  # its wait starts again (metrics, the queue page)
         updated_at=now,
         pending_reason_code=ReasonCode.BACKOFF if not_before else "",
         pending_reason_message=verdict.message if not_before else "",

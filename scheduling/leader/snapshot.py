@@ -36,6 +36,7 @@ PENDING_FIELDS = (
     "node_selector",
     "topology_hint",
     "submitted_at",
+    "queued_at",
     "max_runtime_hours",
     "not_before",
     "held",
@@ -177,6 +178,7 @@ def _pending(rows: list[dict]) -> tuple[list[core.PendingJob], dict, dict]:
                 nominated=tuple(row["nominated_nodes"]),
                 group=row["parent_id"],
                 waiting_conditions=tuple(edge.condition for edge in unmet.get(row["id"], ())),
+                queued_at=row["queued_at"].timestamp(),
             )
         )
         reasons[row["id"]] = (

@@ -95,7 +95,7 @@ class Row:
         if job.state == JobState.RUNNING and job.started_at:
             return "running " + short_duration((now - job.started_at).total_seconds())
         if job.state in NOT_STARTED:
-            return "waiting " + short_duration((now - job.submitted_at).total_seconds())
+            return "waiting " + short_duration((now - job.queued_at).total_seconds())  # since its requeue, if any
         return ""
 
 
