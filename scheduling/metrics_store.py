@@ -1,13 +1,23 @@
-"""The cluster-state gauges behind /metrics, read from the store at scrape time."""
+"""The cluster-state gauges behind /metrics, read from the store at scrape time (and the
+Celery backlog, from the broker)."""
 
+import logging
 from collections import defaultdict
 
-from django.db.models import Count
+import redis
+from django.conf import settings
+from django.db.models import Count, F, Sum
+from kombu.transport.redis import Channel
 
+from mlqueue.celery import app
+from mlqueue.redis_client import redis_client
 from scheduling.core.model import resource_class
 from scheduling.core.reasons import ReasonCode
-from scheduling.models import Job, JobState, Node, NodeState, SchedulerLease, Task
+from scheduling.models import Job, JobState, Node, NodeState, Task
+from scheduling.selectors import scheduler_state
 from scheduling.states import ON_NODE
+
+log = logging.getLogger(__name__)
 
 
 def cluster_gauges():
@@ -15,20 +25,35 @@ def cluster_gauges():
     yield "mlqueue_pending_jobs", "Pending jobs by reason", ["reason"], _pending_by_reason()
     gpus, fragmentation = gpus_by_state()
     yield "mlqueue_gpus", "GPUs by resource class and state", ["resource_class", "state"], gpus
+    yield "mlqueue_cpus", "CPUs of CPU nodes by resource class and state", ["resource_class", "state"], cpus_by_state()
+    yield (
+        "mlqueue_pending_units",
+        "GPUs (CPUs for CPU jobs) asked for by pending jobs, by resource class",
+        ["resource_class"],
+        _pending_units(),
+    )
+    yield "mlqueue_nodes", "Nodes by resource class and state", ["resource_class", "state"], _nodes_by_state()
     yield (
         "mlqueue_fragmentation_ratio",
         "Free GPUs not on a wholly free READY node, over all free GPUs",
         ["resource_class"],
         fragmentation,
     )
-    lease = SchedulerLease.objects.filter(pk=1).values("epoch", "last_pass_ms").first() or {}
-    yield "mlqueue_leader_epoch", "The scheduler lease's epoch", [], [((), lease.get("epoch") or 0)]
+    lease = scheduler_state()
+    yield "mlqueue_leader_epoch", "The scheduler lease's epoch", [], [((), lease.epoch)]
+    yield (
+        "mlqueue_leader_up",
+        "1 while a scheduler holds a live lease (renewed within its duration, by the database's clock)",
+        [],
+        [((), 1 if lease.alive else 0)],
+    )
     yield (
         "mlqueue_scheduler_last_pass_milliseconds",
         "Duration of the leader's last pass",
         [],
-        [((), lease.get("last_pass_ms") or 0)],
+        [((), lease.last_pass_ms or 0)],
     )
+    yield "mlqueue_celery_queue_length", "Celery messages waiting in the broker, by queue", ["queue"], _celery_backlog()
 
 
 def _pending_by_reason():
@@ -36,6 +61,58 @@ def _pending_by_reason():
         Job.objects.filter(state=JobState.PENDING, group_kind="").values("pending_reason_code").annotate(n=Count("id"))
     )
     return [((row["pending_reason_code"] or ReasonCode.NOT_YET_SCHEDULED,), row["n"]) for row in rows]
+
+
+def _pending_units():
+    """A GPU job asks for its GPUs; a CPU job for its tasks' CPUs."""
+    rows = (
+        Job.objects.filter(state=JobState.PENDING, group_kind="")
+        .order_by()
+        .values("gpu_type")
+        .annotate(gpus=Sum("gpu_count"), cpus=Sum(F("task_count") * F("cpu_per_rank")))
+    )
+    return sorted(
+        ((resource_class(row["gpu_type"] or None),), row["gpus"] if row["gpu_type"] else row["cpus"]) for row in rows
+    )
+
+
+def _nodes_by_state():
+    rows = Node.objects.order_by().values("gpu_type", "state").annotate(n=Count("id"))
+    return sorted(((resource_class(row["gpu_type"] or None), row["state"].lower()), row["n"]) for row in rows)
+
+
+def cpus_by_state():
+    """As GPUs by state, for CPU nodes: a task holds its job's CPUs per rank."""
+    used = defaultdict(int)
+    for node_id, cpus in Task.objects.filter(state__in=ON_NODE, node__gpu_type="").values_list(
+        "node_id", "job__cpu_per_rank"
+    ):
+        used[node_id] += cpus
+    totals = defaultdict(int)
+    for node_id, count, state in Node.objects.filter(gpu_type="").values_list("id", "cpu_count", "state"):
+        in_use = min(count, used.get(node_id, 0))
+        totals["used"] += in_use
+        totals["free" if state == NodeState.READY else f"unavailable_{state.lower()}"] += count - in_use
+    return [((resource_class(None), state), value) for state, value in sorted(totals.items())]
+
+
+def _celery_backlog():
+    """The default queue's length on a Redis broker (its priority lists included, as kombu names
+    them); nothing without a Redis broker or while Redis does not answer: a scrape never waits
+    on it for more than the client's timeouts."""
+    if not settings.CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
+        return []
+    queue = app.conf.task_default_queue
+    keys = [queue] + [f"{queue}{Channel.sep}{step}" for step in Channel.priority_steps if step]
+    try:
+        client = redis_client(settings.CELERY_BROKER_URL)
+        pipe = client.pipeline(transaction=False)
+        for key in keys:
+            pipe.llen(key)
+        return [((queue,), sum(pipe.execute()))]
+    except redis.RedisError as exc:
+        log.warning("/metrics: no Celery backlog: %s", exc)
+        return []
 
 
 def gpus_by_state():
