@@ -12,9 +12,7 @@ for an admin. Prints one JSON line with the median milliseconds of each over sev
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 import time
 from datetime import UTC, datetime, timedelta
@@ -23,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.latency import recreate_database  # noqa: E402
+from bench.queue_page import seeded_scratch_django  # noqa: E402
 
 END = datetime(2026, 11, 30, tzinfo=UTC)
 
@@ -76,22 +74,7 @@ def median_ms(call, runs: int) -> float:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    env = {
-        **os.environ,
-        "DATABASE_URL": args.database_url,
-        "DJANGO_SETTINGS_MODULE": "mlqueue.settings",
-        "DEBUG": "1",
-        "ALLOWED_HOSTS": "testserver",
-        "MLQ_DB_POOL": "0",
-    }
-    env.pop("REDIS_URL", None)
-    recreate_database(args.database_url)
-    subprocess.run([sys.executable, "manage.py", "migrate", "--verbosity", "0"], cwd=ROOT, env=env, check=True)
-    subprocess.run([sys.executable, "manage.py", "seed_demo"], cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL)
-    os.environ.update(env)
-    import django
-
-    django.setup()
+    seeded_scratch_django(args.database_url)
     from django.test import Client
 
     from scheduling.forecast_accuracy import forecast_accuracy_by_week

@@ -89,24 +89,30 @@ def render_ms(client, url: str, renders: int) -> float:
     return round(statistics.median(timings[1:]), 1)
 
 
-def main(argv=None) -> None:
-    args = parse_args(argv)
+def seeded_scratch_django(database_url: str) -> None:
+    """A fresh database at `database_url`, migrated and seeded with the demo (no Redis), and
+    Django set up on it in this process, for benchmarks that render pages or query it."""
     env = {
         **os.environ,
-        "DATABASE_URL": args.database_url,
+        "DATABASE_URL": database_url,
         "DJANGO_SETTINGS_MODULE": "mlqueue.settings",
         "DEBUG": "1",
         "ALLOWED_HOSTS": "testserver",
         "MLQ_DB_POOL": "0",
     }
     env.pop("REDIS_URL", None)
-    recreate_database(args.database_url)
+    recreate_database(database_url)
     subprocess.run([sys.executable, "manage.py", "migrate", "--verbosity", "0"], cwd=ROOT, env=env, check=True)
     subprocess.run([sys.executable, "manage.py", "seed_demo"], cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL)
     os.environ.update(env)
     import django
 
     django.setup()
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    seeded_scratch_django(args.database_url)
     from django.test import Client
 
     populate(args.jobs)

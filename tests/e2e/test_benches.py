@@ -82,6 +82,22 @@ def test_queue_page_bench_renders_every_view():
     assert figures["jobs"] == 300 and all(value > 0 for key, value in figures.items() if key.endswith("_ms"))
 
 
+def test_forecast_weeks_bench_counts_every_row():
+    figures = run_bench(
+        "bench/forecast_weeks.py",
+        "--days",
+        "14",
+        "--jobs-per-day",
+        "100",
+        "--runs",
+        "1",
+        "--database-url",
+        scratch_database_url("bench_fcweeks_smoke"),
+    )
+    assert (figures["rows"], figures["weeks"]) == (1400, 2)
+    assert all(value > 0 for key, value in figures.items() if key.endswith("_ms"))
+
+
 def test_replay_bench_replays_the_trace_under_each_policy(tmp_path):
     quotas = tmp_path / "quotas.json"
     quotas.write_text('{"11cb48": 32, "6214e9": 16}')
