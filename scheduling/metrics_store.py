@@ -104,8 +104,8 @@ def _celery_backlog():
         return []
     queue = app.conf.task_default_queue
     keys = [queue] + [f"{queue}{Channel.sep}{step}" for step in Channel.priority_steps if step]
+    client = redis_client(settings.CELERY_BROKER_URL)
     try:
-        client = redis_client(settings.CELERY_BROKER_URL)
         pipe = client.pipeline(transaction=False)
         for key in keys:
             pipe.llen(key)
@@ -113,6 +113,8 @@ def _celery_backlog():
     except redis.RedisError as exc:
         log.warning("/metrics: no Celery backlog: %s", exc)
         return []
+    finally:
+        client.close()  # a scrape's own connection, not left to the garbage collector
 
 
 def gpus_by_state():

@@ -84,6 +84,14 @@ def test_the_celery_backlog_is_the_brokers_queue_length(demo, client, broker_que
     assert f'mlqueue_celery_queue_length{{queue="{broker_queue}"}} 6.0' in scrape(client)
 
 
+def test_a_broker_that_does_not_answer_costs_the_scrape_only_its_backlog(demo, client, settings):
+    settings.CELERY_BROKER_URL = "redis://127.0.0.1:9/0"  # the discard port: nothing listens
+    lines = scrape(client)
+    assert "# TYPE mlqueue_celery_queue_length gauge" in lines
+    assert not any(line.startswith("mlqueue_celery_queue_length{") for line in lines)
+    assert "mlqueue_leader_epoch 0.0" in lines  # the rest is served
+
+
 START = datetime(2026, 11, 2, 9, 0, tzinfo=UTC)
 
 
