@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 import time_machine
+from django.core.cache import cache
 
 from scheduling import forecast_accuracy
 from scheduling.forecast_accuracy import WeekAccuracy, forecast_accuracy_by_week
@@ -149,8 +150,22 @@ def test_weeks_report_median_errors_and_the_share_within_the_bound(two_weeks):
 
 def test_the_database_and_the_embedded_paths_agree(two_weeks, monkeypatch):
     on_postgres = forecast_accuracy_by_week(WEEK0, WEEK0 + timedelta(days=21))
-    monkeypatch.setattr(forecast_accuracy, "_by_week_in_database", forecast_accuracy._by_week_here)
+    cache.clear()
+    monkeypatch.setattr(forecast_accuracy, "_week_in_database", forecast_accuracy._week_here)
     assert forecast_accuracy_by_week(WEEK0, WEEK0 + timedelta(days=21)) == on_postgres
+
+
+def test_weeks_that_are_over_are_cached_and_the_current_one_is_not(two_weeks):
+    with time_machine.travel(WEEK0 + timedelta(days=14, hours=12), tick=False):  # in the third week
+        before = forecast_accuracy_by_week(WEEK0, WEEK0 + timedelta(days=21))
+        forecast(FM, MONDAY + timedelta(hours=5), first=MONDAY, last=MONDAY)  # in the first week, after the fact
+        forecast(FM, MONDAY + timedelta(days=14, hours=1), first=MONDAY, last=MONDAY)
+        after = forecast_accuracy_by_week(WEEK0, WEEK0 + timedelta(days=21))
+    assert [week.jobs for week in before] == [4, 0, 1]
+    assert [week.jobs for week in after] == [4, 0, 2]  # the week that is over came from the cache
+    # Another team set, or part of a week, is its own question.
+    assert forecast_accuracy_by_week(WEEK0, WEEK0 + timedelta(days=7), teams=[FM])[0].jobs == 4
+    assert forecast_accuracy_by_week(WEEK0 + timedelta(hours=1), WEEK0 + timedelta(days=7))[0].jobs == 5
 
 
 def test_a_range_counts_the_jobs_that_started_in_it(two_weeks):
