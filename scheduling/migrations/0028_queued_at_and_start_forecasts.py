@@ -13,7 +13,7 @@ def queued_at_submit(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("scheduling", "0024_job_parent_state_idx"),
+        ("scheduling", "0027_job_notify"),
         ("teams", "0008_alter_auditevent_to_state"),
     ]
 
