@@ -95,6 +95,16 @@ def reclaim_delayed(job: PendingJob, delay: float) -> PendingReason:
     )
 
 
+def reclaim_waits_turn(job: PendingJob, ahead: PendingJob) -> PendingReason:
+    return PendingReason(
+        ReasonCode.PREEMPTION_PENDING,
+        (
+            f"within team {job.team}'s guarantee: it reclaims borrowed {job.shape.unit_name} once no job before it "
+            f"waits for that room (job {ahead.job_id} waits for {ahead.shape.units} {ahead.shape.unit_name})"
+        ),
+    )
+
+
 def span(seconds: float) -> str:
     """A wait as a noun: "30 minutes", "1 minute", "90 seconds"."""
     count, unit = (seconds / 60, "minute") if seconds >= 60 and seconds % 60 == 0 else (seconds, "second")

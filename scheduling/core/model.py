@@ -330,6 +330,11 @@ class PolicyConfig:
     reclaim_after_wait_s: float = 0.0
     reclaim_max_evictions: int | None = None
     reclaim_wait_bound_s: float = 2 * HOUR
+    # Reclaim in turn: a job reclaims only while no job before it in the pass's order, of its
+    # class, was left waiting for room it could use (asking no more units). Otherwise that job
+    # takes the room the eviction frees in the next pass, and the owner evicts again: on the
+    # Philly trace nearly every reclaim eviction came from such a loop (BENCHMARKS.md).
+    reclaim_in_turn: bool = False
     # Weigh a victim's past evictions against choosing it again (RunningJob.preemptions).
     eviction_memory: bool = False
     # A job that evicted for priority is nominated to the nodes it will start on, held for it

@@ -186,6 +186,9 @@ class Pass:
         self.preemptions: list[Preemption] = []
         self.pending: dict[int, PendingReason] = {}
         self.blocked: dict[int, PendingJob] = {}
+        # Per class, the job left blocked so far in the pass that asks the fewest units (see
+        # `_reclaim_waits_turn`).
+        self.least_blocked: dict[str, PendingJob] = {}
         self.placed_units: dict[str, int] = defaultdict(int)
         self.searches = 0
         self.reclaim_searches = 0
@@ -367,7 +370,7 @@ class Pass:
             if known[1] is not None:
                 self.pending[job.job_id] = known[1]
             if known[2]:
-                self.blocked[job.job_id] = job
+                self._block(job)
             return
         before = self._changes()
         self._try(job)
@@ -401,7 +404,17 @@ class Pass:
         if job.job_id in self.holders:
             return None
         self.kinds[job.job_id] = kind
-        return kind + (self._variant(rclass, job.max_runtime_s), self._reclaim_stage(job), self._may_reclaim_yet(job))
+        return kind + (
+            self._variant(rclass, job.max_runtime_s),
+            self._reclaim_stage(job),
+            self._may_reclaim_yet(job),
+            self._turn(rclass),
+        )
+
+    def _turn(self, rclass: str) -> int | None:
+        """What `_reclaim_waits_turn` reads besides the job: the blocked job it would name."""
+        least = self.least_blocked.get(rclass) if self.config.reclaim_in_turn else None
+        return None if least is None else least.job_id
 
     def _variant(self, rclass: str, runtime: float) -> tuple:
         """`book.variant` for a job running `runtime`, again only once the book grew."""
@@ -427,9 +440,25 @@ class Pass:
             return
         if self._preempt_for(job):
             return
-        self.blocked[job.job_id] = job
+        self._block(job)
         if self.book.count(rclass) < self.config.reservations_per_class and self.config.backfill:
             self._reserve(job)
+
+    def _block(self, job: PendingJob) -> None:
+        self.blocked[job.job_id] = job
+        least = self.least_blocked.get(job.resource_class)
+        if least is None or job.shape.units < least.shape.units:
+            self.least_blocked[job.resource_class] = job
+
+    def _reclaim_waits_turn(self, job: PendingJob) -> PendingJob | None:
+        """With `reclaim_in_turn`, the job before `job` in this pass's order that was left
+        waiting for room `job` would free by reclaiming (it asks no more units): the next pass
+        would give it that room before `job`, which would then evict again. None: `job` may
+        reclaim. Only ever more jobs are blocked within a pass, so a refusal stays one."""
+        if not self.config.reclaim_in_turn:
+            return None
+        least = self.least_blocked.get(job.resource_class)
+        return least if least is not None and least.shape.units <= job.shape.units else None
 
     def _refused(self, job: PendingJob, rclass: str) -> bool:
         """The quota check: what the ledger says to `units` more for the team, asked once per
@@ -507,6 +536,10 @@ class Pass:
         if reclaim and not self._may_reclaim_yet(job):
             reclaim = False
             self.pending[job.job_id] = explain.reclaim_delayed(job, self.config.reclaim_after_wait_s)
+        ahead = self._reclaim_waits_turn(job) if reclaim else None
+        if ahead is not None:
+            reclaim = False
+            self.pending[job.job_id] = explain.reclaim_waits_turn(job, ahead)
         outranks = priority_rank(job.priority) < self.lowest_running[job.resource_class]
         if not reclaim and (self.searches >= self.config.max_preemption_searches or not outranks):
             return False  # out of search budget, or nobody running ranks below it

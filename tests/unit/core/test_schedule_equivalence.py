@@ -156,6 +156,7 @@ def snapshots(draw) -> ClusterSnapshot:
         max_reclaim_searches=draw(st.sampled_from([None, 0, 1, 3])),
         reclaim_after_wait_s=draw(st.sampled_from([0.0, 300.0])),
         nominate_reclaimers=draw(st.booleans()),
+        reclaim_in_turn=draw(st.booleans()),
         overdue_first=draw(st.sampled_from([None, 1, 2])),
         order=draw(st.sampled_from(["fair_share", "weighted_shortest"])),
     )

@@ -1,0 +1,81 @@
+"""`PolicyConfig.reclaim_in_turn`: an owner reclaims only while no job before it in the order
+waits for the room its eviction would free (else that job takes the room in the next pass and
+the owner evicts again: the loop behind most reclaim churn on the Philly trace)."""
+
+from scheduling.core.reasons import ReasonCode
+from scheduling.core.scheduler import schedule
+from tests.unit.core.builders import HOUR, cluster, job, rack, running, snapshot, teams
+
+NODES = cluster(rack("z1-r1", 2))
+QUOTAS = teams(vision={"gpu:H100": (16, 0)}, other={"gpu:H100": (0, 64)})
+# The borrower fills both nodes with 16 one-GPU jobs.
+BORROWERS = [
+    running(10 + i, [f"z1-r1-n{1 + i // 8}"], gpus_per_node=1, first_gpu=i % 8, team="other", cpus=1, age=600 + i)
+    for i in range(16)
+]
+
+
+def decide(*pending, **config):
+    return schedule(snapshot(NODES, pending=pending, running_jobs=BORROWERS, team_list=QUOTAS, **config))
+
+
+def test_an_owner_behind_a_waiting_job_that_could_take_its_room_does_not_reclaim():
+    borrower_job = job(2, gpus=1, team="other", runtime=HOUR / 4, cpus=1)
+    owner_job = job(3, gpus=8, team="vision")
+    # Without the option the owner evicts a node's worth of borrowers, whose room the borrower's
+    # waiting job (before it in the order) would take in the next pass.
+    loop = decide(borrower_job, owner_job)
+    assert loop.order == (2, 3)
+    assert len(loop.preemptions) == 8
+    in_turn = decide(borrower_job, owner_job, reclaim_in_turn=True)
+    assert in_turn.preemptions == ()
+    assert in_turn.pending[3].code == ReasonCode.PREEMPTION_PENDING
+    assert in_turn.pending[3].message.startswith(
+        "within team vision's guarantee: it reclaims borrowed H100 once no job before it waits "
+        "for that room (job 2 waits for 1 H100)"
+    )
+
+
+def test_an_owner_first_in_the_order_reclaims():
+    owner_job = job(3, gpus=1, team="vision", runtime=HOUR / 4, cpus=1)
+    borrower_job = job(2, gpus=1, team="other", runtime=HOUR, cpus=1)
+    decisions = decide(borrower_job, owner_job, reclaim_in_turn=True)
+    assert decisions.order == (3, 2)
+    [eviction] = decisions.preemptions
+    assert (eviction.for_job_id, eviction.victim_job_id) == (3, 10)  # the borrower with the least work lost
+    assert decisions.pending[3].code == ReasonCode.PREEMPTING
+
+
+def test_a_waiting_job_too_large_for_the_room_does_not_stop_the_owner():
+    # A 16-GPU gang goes first (the least GPU-time) and waits: the 8 GPUs the owner frees would
+    # not start it, so the owner reclaims.
+    gang = job(2, gpus=16, team="other", runtime=60, cpus=1)
+    owner_job = job(3, gpus=8, team="vision")
+    decisions = decide(gang, owner_job, reclaim_in_turn=True)
+    assert decisions.order == (2, 3)
+    assert len(decisions.preemptions) == 8
+    assert {p.for_job_id for p in decisions.preemptions} == {3}
+
+
+def test_only_a_job_that_could_start_in_the_room_stops_the_owner():
+    """A 4-GPU job of a third team waits first: it stops the 8-GPU owner while its team may
+    borrow, but not once its quota refuses it (it could not take the room anyway)."""
+
+    def decide_with(ranking_borrows: int):
+        quotas = teams(
+            vision={"gpu:H100": (16, 0)}, other={"gpu:H100": (0, 64)}, ranking={"gpu:H100": (0, ranking_borrows)}
+        )
+        pending = [job(2, gpus=4, team="ranking", runtime=60, cpus=1), job(3, gpus=8, team="vision")]
+        return schedule(
+            snapshot(NODES, pending=pending, running_jobs=BORROWERS, team_list=quotas, reclaim_in_turn=True)
+        )
+
+    borrowing = decide_with(64)
+    assert borrowing.preemptions == ()
+    assert borrowing.pending[3].message.startswith(
+        "within team vision's guarantee: it reclaims borrowed H100 once no job before it waits "
+        "for that room (job 2 waits for 4 H100)"
+    )
+    refused = decide_with(0)
+    assert refused.pending[2].code == ReasonCode.QUOTA
+    assert {p.for_job_id for p in refused.preemptions} == {3}
