@@ -303,6 +303,8 @@ class Pass:
         if least is None:
             return None
         rclass, per_task, units, rank, submitted, runtime = least  # the class is the next job's
+        if self._may_lower_turn(rclass, units):
+            return None  # left blocked, one of them would keep a later owner from reclaiming
         if config.preemption:
             if (
                 config.reclaim
@@ -459,6 +461,14 @@ class Pass:
             return None
         least = self.least_blocked.get(job.resource_class)
         return least if least is not None and least.shape.units <= job.shape.units else None
+
+    def _may_lower_turn(self, rclass: str, units: int) -> bool:
+        """Whether a job asking `units`, left blocked, would change what `_reclaim_waits_turn`
+        answers: it asks fewer units than every job blocked so far in its class."""
+        if not self.config.reclaim_in_turn:
+            return False
+        least = self.least_blocked.get(rclass)
+        return least is None or units < least.shape.units
 
     def _refused(self, job: PendingJob, rclass: str) -> bool:
         """The quota check: what the ledger says to `units` more for the team, asked once per

@@ -3,7 +3,7 @@ waits for the room its eviction would free (else that job takes the room in the 
 the owner evicts again: the loop behind most reclaim churn on the Philly trace)."""
 
 from scheduling.core.reasons import ReasonCode
-from scheduling.core.scheduler import schedule
+from scheduling.core.scheduler import Scheduler, schedule
 from tests.unit.core.builders import HOUR, cluster, job, rack, running, snapshot, teams
 
 NODES = cluster(rack("z1-r1", 2))
@@ -24,7 +24,7 @@ def test_an_owner_behind_a_waiting_job_that_could_take_its_room_does_not_reclaim
     owner_job = job(3, gpus=8, team="vision")
     # Without the option the owner evicts a node's worth of borrowers, whose room the borrower's
     # waiting job (before it in the order) would take in the next pass.
-    loop = decide(borrower_job, owner_job)
+    loop = decide(borrower_job, owner_job, reclaim_in_turn=False)
     assert loop.order == (2, 3)
     assert len(loop.preemptions) == 8
     in_turn = decide(borrower_job, owner_job, reclaim_in_turn=True)
@@ -79,3 +79,18 @@ def test_only_a_job_that_could_start_in_the_room_stops_the_owner():
     refused = decide_with(0)
     assert refused.pending[2].code == ReasonCode.QUOTA
     assert {p.for_job_id for p in refused.preemptions} == {3}
+
+
+def test_a_pass_that_leaves_out_jobs_that_can_change_nothing_still_sees_them_wait():
+    """`Scheduler(actions_only=True)` leaves out a team's jobs once none can start, evict or
+    reserve; the borrower's one-GPU job is such a job, yet it keeps the owner from reclaiming."""
+    state = snapshot(
+        NODES,
+        pending=[job(2, gpus=1, team="other", runtime=HOUR / 4, cpus=1), job(3, gpus=8, team="vision")],
+        running_jobs=BORROWERS,
+        team_list=QUOTAS,
+        reservations_per_class=0,
+        reclaim_in_turn=True,
+    )
+    pruned = Scheduler(actions_only=True).schedule(state)
+    assert pruned.preemptions == schedule(state).preemptions == ()
