@@ -361,6 +361,9 @@ MLQ_PREEMPT_MIN_RUNTIME = env_min_runtime("MLQ_PREEMPT_MIN_RUNTIME", "MLQ_PREEMP
 # A team's job within its guarantee reclaims borrowed capacity only after waiting this long
 # (0: at once), so room that frees up by itself comes to it first (BENCHMARKS.md: reclaim churn).
 MLQ_RECLAIM_AFTER_WAIT_S = env_seconds("MLQ_RECLAIM_AFTER_WAIT_S", 0.0)
+# Reclaim in turn: a job within its guarantee reclaims only while no job before it in the queue
+# waits for the room it would free, and is nominated to the nodes it freed (docs/reclaim.md).
+MLQ_RECLAIM_IN_TURN = env_bool("MLQ_RECLAIM_IN_TURN", False)
 QUEUE_ORDERS = ("weighted_shortest", "fair_share")
 
 

@@ -549,7 +549,8 @@ class Pass:
         ahead = self._reclaim_waits_turn(job) if reclaim else None
         if ahead is not None:
             reclaim = False
-            self.pending[job.job_id] = explain.reclaim_waits_turn(job, ahead)
+            if any(team != job.team for team in self.ledger.excess(job.resource_class)):  # else none to reclaim
+                self.pending[job.job_id] = explain.reclaim_waits_turn(job, ahead)
         outranks = priority_rank(job.priority) < self.lowest_running[job.resource_class]
         if not reclaim and (self.searches >= self.config.max_preemption_searches or not outranks):
             return False  # out of search budget, or nobody running ranks below it

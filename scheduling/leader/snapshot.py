@@ -71,6 +71,8 @@ def policy_config() -> core.PolicyConfig:
     return core.PolicyConfig(
         min_runtime_by_class=dict(settings.MLQ_PREEMPT_MIN_RUNTIME),
         reclaim_after_wait_s=settings.MLQ_RECLAIM_AFTER_WAIT_S,
+        reclaim_in_turn=settings.MLQ_RECLAIM_IN_TURN,
+        nominate_reclaimers=settings.MLQ_RECLAIM_IN_TURN,
         order=settings.MLQ_QUEUE_ORDER,
     )
 

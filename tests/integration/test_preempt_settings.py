@@ -86,3 +86,9 @@ def test_a_bad_queue_order_stops_the_server_naming_the_variable(monkeypatch, raw
     with pytest.raises(ImproperlyConfigured) as caught:
         env_choice("MLQ_QUEUE_ORDER", QUEUE_ORDERS)
     assert str(caught.value) == f"MLQ_QUEUE_ORDER={raw!r} is not one of weighted_shortest, fair_share"
+
+
+def test_reclaim_in_turn_is_one_setting_for_both_policy_fields(settings):
+    assert (policy_config().reclaim_in_turn, policy_config().nominate_reclaimers) == (False, False)
+    settings.MLQ_RECLAIM_IN_TURN = True
+    assert (policy_config().reclaim_in_turn, policy_config().nominate_reclaimers) == (True, True)

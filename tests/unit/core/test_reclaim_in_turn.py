@@ -94,3 +94,17 @@ def test_a_pass_that_leaves_out_jobs_that_can_change_nothing_still_sees_them_wai
     )
     pruned = Scheduler(actions_only=True).schedule(state)
     assert pruned.preemptions == schedule(state).preemptions == ()
+
+
+def test_with_nobody_over_a_guarantee_the_reason_is_the_capacity_one():
+    quotas = teams(vision={"gpu:H100": (16, 0)}, other={"gpu:H100": (16, 16)})
+    state = snapshot(
+        NODES,
+        pending=[job(2, gpus=1, team="other", runtime=HOUR / 4, cpus=1), job(3, gpus=8, team="vision")],
+        running_jobs=BORROWERS,
+        team_list=quotas,
+        reclaim_in_turn=True,
+    )
+    decisions = schedule(state)
+    assert decisions.preemptions == ()
+    assert decisions.pending[3].code == ReasonCode.INSUFFICIENT_CAPACITY
