@@ -394,16 +394,10 @@ def test_room_freed_by_reclaim_goes_to_the_owner_not_to_an_overdue_borrower():
     )
     assert [(p.victim_job_id, p.for_job_id) for p in evicted.preemptions] == [(17, 2)]
     assert evicted.nominations == {2: ("z1-r1-n1",)}
-    # Off, a job that only reclaimed is not nominated.
+    # Off (the default), a job that only reclaimed is not nominated.
     assert (
         schedule(
-            snapshot(
-                nodes,
-                pending=[owner, overdue],
-                running_jobs=borrowers + [young],
-                team_list=quotas,
-                nominate_reclaimers=False,
-            )
+            snapshot(nodes, pending=[owner, overdue], running_jobs=borrowers + [young], team_list=quotas)
         ).nominations
         == {}
     )
