@@ -1,12 +1,16 @@
 """The order a pass considers waiting jobs in (see `QueueOrder`)."""
 
+import bisect
 import heapq
+import itertools
+import math
+import operator
 from collections import defaultdict
 from collections.abc import Callable
-from operator import attrgetter
 
 from scheduling.core.fairshare import Ledger, expected_units_seconds
-from scheduling.core.model import PRIORITIES, ClusterSnapshot, PendingJob
+from scheduling.core.model import PRIORITIES, ClusterSnapshot, PendingJob, PolicyConfig
+from scheduling.core.pruning import extend_least
 
 RANKS = {priority: rank for rank, priority in enumerate(PRIORITIES)}
 
@@ -42,44 +46,42 @@ class QueueOrder:
         snapshot: ClusterSnapshot,
         changes: Callable[[], object] | None = None,
         prune: Callable[[str, list[PendingJob]], list[PendingJob] | None] | None = None,
+        kept: "KeptOrder | None" = None,
     ):
         """`changes`: a value that changes whenever the ledger does (then shares are read once
         per change, not once per job). `prune(team, jobs)`: which of `jobs` (a team's jobs not
-        yet yielded in a class, the next one last) to yield still, or None for all of them."""
+        yet yielded in a class, the next one last) to yield still, or None for all of them.
+        `kept`: the teams' splits of earlier passes, if the caller keeps them (`KeptOrder`)."""
         self.ledger, self.now, self.config = ledger, snapshot.now, snapshot.config
         self.changes, self.standings, self.prune, self.pruned = changes, {}, prune, set()
         self.waiting = {job.job_id for job in jobs}
-        self.overdue: dict[int, list[PendingJob]] = defaultdict(list)
-        self.classes: dict[int, dict[str, list[PendingJob]]] = defaultdict(lambda: defaultdict(list))
-        bound = self.config.reservation_wait_bound_s
-        for job in jobs:  # one line of work per job: this loop runs over the whole queue
-            klass = self.effective_class(job)
-            if self.now - job.submitted_at > bound:
-                self.overdue[klass].append(job)
-            else:
-                self.classes[klass][job.team].append(job)
+        self.overdue: dict[int, list[PendingJob]] = {}
+        self.classes: dict[int, dict[str, list[PendingJob]]] = defaultdict(dict)
+        self.bases: dict[int, TeamQueue] = {}  # per queue (by id), the kept queue it copies
+        kept = kept if kept is not None else KeptOrder()
+        by_team: dict[str, list[PendingJob]] = defaultdict(list)
+        for job in jobs:
+            by_team[job.team].append(job)
+        splits = kept.split(by_team, self.now, self.config)
         heads = self.config.overdue_first
-        if heads is not None:  # only the oldest overdue go first; the rest keep their turn
-            for klass, line in self.overdue.items():
-                line.sort(key=attrgetter("submitted_at", "job_id"))
-                for job in line[heads:]:
-                    self.classes[klass][job.team].append(job)
-                del line[heads:]
-        for teams in self.classes.values():
-            for queue in teams.values():
-                queue.sort(key=self.within_team, reverse=True)  # popped from the end
-
-    def effective_class(self, job: PendingJob) -> int:
-        rank = RANKS[job.priority]
-        if rank == 0:
-            return 0
-        waited = self.now - job.submitted_at
-        return max(1, rank - int(waited // self.config.aging_interval_s)) if waited > 0 else rank
-
-    def within_team(self, job: PendingJob) -> tuple:
-        shortest = self.config.shortest_first_within_team or self.config.order == "weighted_shortest"
-        size = expected_units_seconds(job) if shortest else 0.0
-        return (size, job.submitted_at, job.job_id)
+        late: dict[int, list[list[PendingJob]]] = defaultdict(list)
+        for split in splits.values():
+            for klass, line in split.late.items():
+                if line.jobs:
+                    late[klass].append(line.jobs)
+        first: dict[tuple[str, int], list[PendingJob]] = defaultdict(list)  # (team, class) -> its heads
+        for klass, lines in late.items():  # the oldest overdue go first; the rest keep their turn
+            merged = heapq.merge(*lines, key=_age) if len(lines) > 1 else iter(lines[0])
+            line = self.overdue[klass] = list(merged if heads is None else itertools.islice(merged, heads))
+            if heads is not None:
+                for job in line:
+                    first[job.team, klass].append(job)
+        for team, split in splits.items():
+            for klass, base in split.queues.items():
+                queue = base.without(first.get((team, klass), ()))
+                if queue:
+                    self.classes[klass][team] = queue
+                    self.bases[id(queue)] = base
 
     def __iter__(self):
         held: dict[int, list[PendingJob]] = defaultdict(list)  # preemptor -> its victims, waiting
@@ -101,7 +103,7 @@ class QueueOrder:
     def _ordered(self):
         turns = self._weighted_shortest if self.config.order == "weighted_shortest" else self._fair_turns
         for klass in sorted(set(self.classes) | set(self.overdue)):
-            yield from sorted(self.overdue.get(klass, ()), key=attrgetter("submitted_at", "job_id"))
+            yield from self.overdue.get(klass, ())
             yield from turns(self.classes.get(klass, {}))
 
     def _weighted_shortest(self, teams: dict[str, list[PendingJob]]):
@@ -188,3 +190,230 @@ class QueueOrder:
         if found is None or found[0] != version:
             found = self.standings[team, read.__name__] = (version, read(team))
         return found[1]
+
+
+def effective_class(job: PendingJob, now: float, config: PolicyConfig) -> int:
+    """Rule 1: each `aging_interval_s` waited raises a job one class, never into P0."""
+    rank = RANKS[job.priority]
+    if rank == 0:
+        return 0
+    waited = now - job.submitted_at
+    return max(1, rank - int(waited // config.aging_interval_s)) if waited > 0 else rank
+
+
+def within_team(job: PendingJob, config: PolicyConfig) -> tuple:
+    """Rule 4's key (the least first once sorted)."""
+    shortest = config.shortest_first_within_team or config.order == "weighted_shortest"
+    return (expected_units_seconds(job) if shortest else 0.0, job.submitted_at, job.job_id)
+
+
+def _age(job: PendingJob) -> tuple:
+    return job.submitted_at, job.job_id
+
+
+# A job is looked at again this long before it crosses a time that moves it: float rounding
+# in `effective_class` can never move it earlier than that.
+MARGIN_S = 1e-3
+
+
+def next_move(job: PendingJob, now: float, config: PolicyConfig) -> float:
+    """The earliest time after `now` at which `job` may change effective class or become
+    overdue (a little early: see `MARGIN_S`); infinity if never."""
+    submitted, found = job.submitted_at, math.inf
+    if now - submitted <= config.reservation_wait_bound_s:
+        found = submitted + config.reservation_wait_bound_s
+    rank = RANKS[job.priority]
+    aging = config.aging_interval_s
+    steps = int(max(now - submitted, 0.0) // aging) + 1  # the next step of aging
+    if rank and steps <= rank - 1:
+        found = min(found, submitted + steps * aging)
+    return found - MARGIN_S
+
+
+class TeamQueue:
+    """One team's jobs in one effective class, in the order a pass takes them (popped from
+    the end: the least expected GPU-time last), kept between passes with its team's split and
+    brought up to date job by job (`add`, `remove`: a binary search on the negated keys). A
+    pass takes a copy (`without`); the pruning reads the running minima (`least`), made again
+    only from the first place that changed: new and leaving jobs are mostly the least, last."""
+
+    __slots__ = ("jobs", "keys", "where", "minima", "stale", "broken", "pinned")
+
+    def __init__(self, jobs: list[PendingJob], keys: list[tuple]):
+        """`jobs` in order, with their keys negated (ascending)."""
+        self.jobs, self.keys = jobs, keys
+        self.where = {job.job_id: key for job, key in zip(jobs, keys, strict=True)}
+        self.minima: list = []  # `pruning.running_least` over the jobs, right below `stale`
+        self.stale, self.broken, self.pinned = 0, None, frozenset()
+
+    def add(self, job: PendingJob, key: tuple) -> None:
+        index = bisect.bisect_left(self.keys, key)
+        self.keys.insert(index, key)
+        self.jobs.insert(index, job)
+        self.where[job.job_id] = key
+        self.stale = min(self.stale, index)
+
+    def remove(self, job_id: int) -> None:
+        index = bisect.bisect_left(self.keys, self.where.pop(job_id))
+        del self.keys[index], self.jobs[index]
+        self.stale = min(self.stale, index)
+
+    def without(self, taken: list[PendingJob]) -> list[PendingJob]:
+        """A copy for a pass to consume, less `taken` (the overdue heads that go first)."""
+        queue = list(self.jobs)
+        for index in sorted((self.index_of(job) for job in taken), reverse=True):
+            del queue[index]
+        return queue
+
+    def index_of(self, job: PendingJob) -> int | None:
+        key = self.where.get(job.job_id)
+        index = bisect.bisect_left(self.keys, key) if key is not None else None
+        return index if index is not None and self.jobs[index] is job else None
+
+    def least(self, pinned: set[int]) -> list:
+        """`pruning.running_least` over the jobs, made again from the first place where a job
+        or the pinned among them changed since it was last read."""
+        where = self.where
+        mine = frozenset(job_id for job_id in pinned if job_id in where)
+        if mine != self.pinned:
+            changed = [bisect.bisect_left(self.keys, where[j]) for j in mine ^ self.pinned if j in where]
+            self.stale, self.pinned = min([self.stale, *changed]), mine
+        if self.stale < len(self.jobs) or len(self.minima) != len(self.jobs):
+            self.broken = extend_least(self.minima, self.jobs, self.stale, mine, self.broken)
+            self.stale = len(self.jobs)
+        return self.minima
+
+
+class AgeLine:
+    """One team's overdue jobs in one effective class, oldest first, kept like `TeamQueue`."""
+
+    __slots__ = ("jobs", "keys")
+
+    def __init__(self):
+        self.jobs: list[PendingJob] = []
+        self.keys: list[tuple] = []
+
+    def add(self, job: PendingJob) -> None:
+        key = _age(job)
+        index = bisect.bisect_left(self.keys, key)
+        self.keys.insert(index, key)
+        self.jobs.insert(index, job)
+
+    def remove(self, job: PendingJob) -> None:
+        index = bisect.bisect_left(self.keys, _age(job))
+        del self.keys[index], self.jobs[index]
+
+
+class TeamSplit:
+    """One team's waiting jobs split by effective class: per class its queue (`TeamQueue`:
+    with `overdue_first` the overdue too, whose heads a pass takes out; else only those not
+    overdue) and its overdue jobs oldest first (`AgeLine`). Kept between passes (see
+    `KeptOrder`) and brought up to date by what changed: jobs that arrived or left (or were
+    edited: a new object under the id), and jobs whose time to move has come (`next_move`:
+    a class gained by aging, the wait bound passed), each moved alone."""
+
+    def __init__(self, jobs: list[PendingJob], now: float, config: PolicyConfig):
+        self.config, self.at, self.all_kept = config, now, config.overdue_first is not None
+        self.shortest = config.shortest_first_within_team or config.order == "weighted_shortest"
+        self.members: dict[int, tuple[PendingJob, tuple, int, bool]] = {}  # id -> job, key, class, overdue
+        self.moves: list[tuple[float, int]] = []  # a heap of (when it may move, job id)
+        self.late: dict[int, AgeLine] = defaultdict(AgeLine)
+        keyed = sorted(((self.key(job), job) for job in jobs), key=operator.itemgetter(0))
+        lines: dict[int, tuple[list, list]] = defaultdict(lambda: ([], []))
+        for key, job in keyed:
+            klass, overdue = self.place(job, now)
+            self.members[job.job_id] = (job, key, klass, overdue)
+            if overdue:
+                self.late[klass].add(job)
+            if self.all_kept or not overdue:
+                line = lines[klass]
+                line[0].append(job)
+                line[1].append(key)
+        self.queues = {klass: TeamQueue(*line) for klass, line in lines.items()}
+        self.moves = [(next_move(job, now, config), job.job_id) for job in jobs]
+        heapq.heapify(self.moves)
+        self.jobs = jobs
+
+    def key(self, job: PendingJob) -> tuple:
+        """`within_team`, negated: ascending keys give the order a pass pops from the end."""
+        return (-expected_units_seconds(job) if self.shortest else -0.0, -job.submitted_at, -job.job_id)
+
+    def place(self, job: PendingJob, now: float) -> tuple[int, bool]:
+        return effective_class(job, now, self.config), now - job.submitted_at > self.config.reservation_wait_bound_s
+
+    def update(self, jobs: list[PendingJob], now: float) -> None:
+        if not (len(jobs) == len(self.jobs) and all(map(operator.is_, jobs, self.jobs))):
+            current = {job.job_id: job for job in jobs}
+            members = self.members
+            for job_id in [j for j, entry in members.items() if current.get(j) is not entry[0]]:
+                self._leave(job_id)
+            for job in jobs:
+                if job.job_id not in members:
+                    self._join(job, now)
+            self.jobs = jobs
+        self._age(now)
+        self.at = now
+
+    def _join(self, job: PendingJob, now: float) -> None:
+        klass, overdue = self.place(job, now)
+        key = self.key(job)
+        self.members[job.job_id] = (job, key, klass, overdue)
+        if overdue:
+            self.late[klass].add(job)
+        if self.all_kept or not overdue:
+            queue = self.queues.get(klass)
+            if queue is None:
+                queue = self.queues[klass] = TeamQueue([], [])
+            queue.add(job, key)
+        heapq.heappush(self.moves, (next_move(job, now, self.config), job.job_id))
+
+    def _leave(self, job_id: int) -> None:
+        job, _, klass, overdue = self.members.pop(job_id)
+        if overdue:
+            self.late[klass].remove(job)
+        if self.all_kept or not overdue:
+            self.queues[klass].remove(job_id)
+
+    def _age(self, now: float) -> None:
+        """Move the jobs whose time to move has come (those due are taken first: a job a hair
+        short of its time is due again, but only next pass)."""
+        moves, due = self.moves, []
+        while moves and moves[0][0] <= now:
+            due.append(heapq.heappop(moves)[1])
+        for job_id in due:
+            entry = self.members.get(job_id)
+            if entry is None:
+                continue  # it left
+            job = entry[0]
+            if self.place(job, now) != entry[2:]:
+                self._leave(job_id)
+                self._join(job, now)
+            else:
+                heapq.heappush(moves, (next_move(job, now, self.config), job_id))
+        if len(moves) > 2 * len(self.members) + 100:  # forget the moves of jobs gone
+            self.moves = [(when, j) for when, j in moves if j in self.members]
+            heapq.heapify(self.moves)
+
+
+class KeptOrder:
+    """Each team's split (`TeamSplit`), kept between passes (a `Scheduler` keeps one) and
+    brought up to date by what changed. A fresh one each pass gives the same order: the kept
+    one saves the sorts, which grow with the queue."""
+
+    def __init__(self):
+        self.config: PolicyConfig | None = None
+        self.teams: dict[str, TeamSplit] = {}
+
+    def split(self, by_team: dict[str, list[PendingJob]], now: float, config: PolicyConfig) -> dict[str, TeamSplit]:
+        if config is not self.config and config != self.config:
+            self.config, self.teams = config, {}
+        kept, splits = self.teams, {}
+        for team, jobs in by_team.items():
+            found = kept.get(team)
+            if found is None or now < found.at:
+                found = TeamSplit(jobs, now, config)
+            else:
+                found.update(jobs, now)
+            splits[team] = found
+        self.teams = splits  # a team with no job waiting is forgotten
+        return splits

@@ -27,7 +27,8 @@ from scheduling.core.group_slots import GroupSlots
 from scheduling.core.model import ClusterSnapshot, JobShape, PendingJob, RunningJob, priority_rank
 from scheduling.core.placement import capacity, commit, plan
 from scheduling.core.preemption import VictimPool, find_victims, ready_at, units_freed, why
-from scheduling.core.queue_order import RANKS, QueueOrder
+from scheduling.core.pruning import Pruning
+from scheduling.core.queue_order import RANKS, KeptOrder, QueueOrder
 from scheduling.core.reasons import PendingReason, ReasonCode
 from scheduling.core.reservation import ReservationBook, ending_order, shadow_start
 from scheduling.core.state import ClusterState
@@ -43,13 +44,14 @@ class Scheduler:
     jobs that started and ended since, so a pass does not re-index the whole cluster.
     Also keeps each waiting job's kind (see `Pass._kind`), the nodes each preemptor in flight
     holds (`Pass._nodes_to_hold`), the domains each running job spans (for victim searches,
-    `preemption._by_domain`), the units each team runs (`_ledger_for`) and the capacity
-    explanations of the classes whose room has not changed (`CapacityExplainer`). Decides
+    `preemption._by_domain`), the units each team runs (`_ledger_for`), the capacity
+    explanations of the classes whose room has not changed (`CapacityExplainer`) and each
+    team's waiting jobs sorted and split by class (`queue_order.KeptOrder`). Decides
     exactly as `schedule()` on the same snapshot. Pure, like the rest of the core: the caller
     (the worker, the simulator, the benchmark) keeps it.
     `actions_only`: for a caller that reads only what a pass starts, evicts, reserves and
     nominates (the simulator): a team's turns end once none of its jobs left can change
-    anything (`Pass._prune`), so the same actions cost what can still start, not the depth of
+    anything (pruning.py), so the same actions cost what can still start, not the depth of
     the queue; `pending` and `order` then cover only the jobs the pass considered."""
 
     def __init__(self, *, actions_only: bool = False):
@@ -60,6 +62,7 @@ class Scheduler:
         self.spans: dict[str, dict[int, tuple]] = {}  # see `preemption._by_domain`
         self.usage: tuple | None = None  # see `_ledger_for`
         self.explainer: explain.CapacityExplainer | None = None
+        self.order = KeptOrder()  # each team's queue, sorted and split by class
 
     def schedule(
         self,
@@ -83,7 +86,7 @@ class Scheduler:
         if sum(map(len, self.spans.values())) > 6 * len(snapshot.running) + 1000:  # forget jobs long gone
             self.spans = {}
         ledger = self._ledger_for(state, snapshot)
-        run = Pass(snapshot, state, self.known, self.holds, self.explainer, self.spans, ledger)
+        run = Pass(snapshot, state, self.known, self.holds, self.explainer, self.spans, ledger, self.order)
         run.actions_only = self.actions_only
         decisions = run.run()
         self.explainer = run.explainer
@@ -139,7 +142,7 @@ def _fields(stats: PassStats) -> dict:
 class Pass:
     # Repeat the decisions and explanations of equal jobs (tests turn it off to compare).
     repeat_equal = True
-    # End a team's turns once its jobs left change nothing (see `Scheduler` and `_prune`).
+    # End a team's turns once its jobs left change nothing (see `Scheduler` and pruning.py).
     actions_only = False
 
     def __init__(
@@ -151,13 +154,15 @@ class Pass:
         explainer: explain.CapacityExplainer | None = None,
         spans: dict[str, dict[int, tuple]] | None = None,
         ledger: Ledger | None = None,
+        kept_order: KeptOrder | None = None,
     ):
         """`state`: the free-room index of exactly this snapshot, if the caller keeps one;
         `known`: jobs' kinds from earlier passes (see `_kind`); `holds`: the nodes preemptors
         in flight held in earlier passes over `state` (see `_nodes_to_hold`); `explainer`: the
         last pass's, which serves again if it explained `state`; `spans`: the running jobs'
         domains from earlier passes (see `VictimPool`); `ledger`: the units each team runs in
-        this snapshot, if the caller keeps them (see `Scheduler._ledger_for`)."""
+        this snapshot, if the caller keeps them (see `Scheduler._ledger_for`); `kept_order`: the
+        teams' sorted queues of earlier passes (see `queue_order.KeptOrder`)."""
         self.snap = snapshot
         self.now = snapshot.now
         self.config = snapshot.config
@@ -208,9 +213,7 @@ class Pass:
         # nominations that stand after the pass (`Decisions.nominations`).
         self.holders: dict[int, str] = {p: victims[0].resource_class for p, victims in self.stopping_for.items()}
         self.nominations: dict[int, tuple[str, ...]] = {}
-        self.remaining: dict[int, tuple] = {}  # see `_least`
-        self.rooms: dict[tuple, bool] = {}  # see `_room_for`
-        self.pinned: set[int] | None = None  # see `_pinned`
+        self.kept_order = kept_order
 
     def _index_running(self) -> None:
         """Per class, the running jobs (for shadow starts) and the lowest priority class anyone
@@ -233,8 +236,10 @@ class Pass:
         candidates = [job for job in self.snap.pending if not self._screened(job)]  # 2. Screen.
         self._hold_nominated(candidates)
         self.candidates = candidates
-        prune = self._prune if self.actions_only else None
-        queue = QueueOrder(candidates, self.ledger, self.snap, self._changes, prune)  # 3.
+        pruning = Pruning(self) if self.actions_only else None
+        queue = QueueOrder(candidates, self.ledger, self.snap, self._changes, pruning, self.kept_order)  # 3.
+        if pruning is not None:
+            pruning.bases = queue.bases
         order = self._consider(queue)  # 4.
         if self.config.explain:
             self._explain_blocked()  # 5.
@@ -286,77 +291,6 @@ class Pass:
             self._decide(job)
             order.append(job.job_id)
         return order
-
-    def _prune(self, team: str, queue: list[PendingJob]) -> list[PendingJob] | None:
-        """The jobs of `queue` (a team's jobs not yet considered in a class) to consider still,
-        once none of the others can start, evict or reserve any more in this pass: only those
-        whose place in the order must stay (see `_pinned`). None while they might. Read from
-        the least any of the others asks of the pass (the fewest units per task and in all,
-        the shortest runtime, the highest priority, the longest wait): no reservation left to
-        give in their class, no room on a ready node for one task of the smallest of them,
-        even past what others hold, and no eviction they may try. Room, the ledger's headroom,
-        the book and the search budgets only shrink within a pass, so the pruned stay out."""
-        config = self.config
-        if config.backfill and self.book.count(queue[-1].resource_class) < config.reservations_per_class:
-            return None  # the next job may reserve (asked first: it needs no look at the queue)
-        least = self._least(queue)
-        if least is None:
-            return None
-        rclass, per_task, units, rank, submitted, runtime = least  # the class is the next job's
-        if self._may_lower_turn(rclass, units):
-            return None  # left blocked, one of them would keep a later owner from reclaiming
-        if config.preemption:
-            if (
-                config.reclaim
-                and not self._reclaim_spent()
-                and self.ledger.within_guarantee(team, rclass, units)
-                and self.now - submitted >= config.reclaim_after_wait_s
-            ):
-                return None
-            if self.searches < config.max_preemption_searches and rank < self.lowest_running[rclass]:
-                return None
-        if self._room_for(rclass, per_task, units, self.now + runtime):
-            return None
-        pinned = self._pinned()
-        return [job for job in queue if job.job_id in pinned]
-
-    def _least(self, queue: list[PendingJob]) -> tuple | None:
-        """What the least demanding of `queue`'s jobs but the pinned asks (see `_prune`), or
-        None if there are none or they span classes. Built once per queue and pass as running
-        minima from its far end: the queue is consumed from its near end, so its jobs left are
-        a prefix."""
-        kept = self.remaining.get(id(queue))
-        if kept is None or kept[0] is not queue:
-            kept = self.remaining[id(queue)] = (queue, _running_least(queue, self._pinned()))
-        least = kept[1]
-        return least[len(queue) - 1] if queue else None
-
-    def _pinned(self) -> set[int]:
-        """Jobs whose place in the order must stay: those holding nodes (see `holders`), and
-        a victim that waits for its preemptor and that preemptor (see `QueueOrder.__iter__`:
-        when each is reached decides where the victims go)."""
-        if self.pinned is None:
-            waiting = {job.job_id for job in self.candidates}
-            pinned = self.pinned = set(self.holders)
-            for job in self.candidates:
-                if job.yields_to in waiting:
-                    pinned.update((job.job_id, job.yields_to))
-        return self.pinned
-
-    def _room_for(self, rclass: str, per_task: int, units: int, end_at: float) -> bool:
-        """Whether a ready node of `rclass` has room for `per_task` units that no hold or
-        reservation keeps from a job ending at `end_at` (the room a plan may use: see
-        `ReservationBook.limit_for`), and the class `units` free in all. Kept per class
-        generation; holds taken without one only ever shrink the room, so a kept answer errs
-        towards room."""
-        key = (rclass, self.generation[rclass], per_task, units, end_at)
-        found = self.rooms.get(key)
-        if found is None:
-            found = self.rooms[key] = units <= self.state.free_units.get(rclass, 0) and any(
-                cap is None or cap >= per_task
-                for cap in map(self.book.limit_for(end_at) or _no_limit, self.state.slots_by_free(rclass, per_task))
-            )
-        return found
 
     def _decide(self, job: PendingJob) -> None:
         """Decide `job`, or repeat what an equal job (see `_equivalent`) got at the same
@@ -800,28 +734,6 @@ class Pass:
             reserved=len(self.book.reservations),
             fragmentation=fragmentation(self.state) if self.config.explain else {},
         )
-
-
-def _no_limit(slot) -> None:
-    return None
-
-
-def _running_least(queue: list[PendingJob], pinned: set[int]) -> list[tuple | None]:
-    """For each prefix of `queue`, what the least demanding of its jobs but the pinned asks
-    (see `Pass._prune`): (class, units per task, units, priority rank, submitted, runtime), each
-    the least over the prefix; None before the first such job, and from a change of class on."""
-    found: list[tuple | None] = []
-    least = None
-    for job in queue:
-        if job.job_id not in pinned:
-            shape = job.shape
-            if least is not None and least[0] != shape.resource_class:
-                break
-            mine = (shape.units_per_task, shape.units, priority_rank(job.priority), job.submitted_at, job.max_runtime_s)
-            least = (shape.resource_class, *mine) if least is None else (least[0], *map(min, least[1:], mine))
-        found.append(least)
-    found.extend([None] * (len(queue) - len(found)))
-    return found
 
 
 def shape_key(shape: JobShape) -> tuple:

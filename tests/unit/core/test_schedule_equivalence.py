@@ -193,12 +193,18 @@ def test_a_pass_that_stops_at_what_can_still_start_acts_as_one_that_tries_every_
     and the jobs it considers keep their order."""
     scheduler = Scheduler(actions_only=True)
     for _ in range(4):
-        decisions = scheduler.schedule(snapshot)
-        reference = tried_alone(snapshot)
-        assert actions(decisions) == actions(reference)
-        considered = set(decisions.order)
-        assert decisions.order == tuple(job_id for job_id in reference.order if job_id in considered)
-        snapshot = next_snapshot(snapshot, reference, rng)
+        snapshot = next_snapshot(snapshot, acts_as_every_job_tried(scheduler, snapshot), rng)
+
+
+def acts_as_every_job_tried(scheduler: Scheduler, snapshot: ClusterSnapshot):
+    """Assert that a pass of `scheduler`, which prunes, acts as a fresh pass that tries every
+    job and considers its jobs in that pass's order; returns that pass's decisions."""
+    decisions = scheduler.schedule(snapshot)
+    reference = tried_alone(snapshot)
+    assert actions(decisions) == actions(reference)
+    considered = set(decisions.order)
+    assert decisions.order == tuple(job_id for job_id in reference.order if job_id in considered)
+    return reference
 
 
 def test_a_pass_that_stops_at_what_can_still_start_leaves_out_a_team_with_no_room_left():

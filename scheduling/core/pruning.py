@@ -1,0 +1,145 @@
+"""Where a pass that reads only actions may stop trying a team's jobs (`Scheduler(actions_only=True)`).
+
+A team's jobs left in a class are pruned once none of them can start, evict or reserve any
+more in the pass: only those whose place in the order must stay (see `Pruning.pinned`) are
+still considered. Read from the least any of the others asks of the pass (the fewest units
+per task and in all, the shortest runtime, the highest priority, the longest wait):
+1. no reservation is left to give in their class (asked first: it needs no look at the queue);
+2. no reclaim or outranking any of them may try (the search budgets, the ledger's headroom),
+   and none of them, left blocked, would keep a later owner from reclaiming (`reclaim_in_turn`);
+3. no room on a ready node for one task of the least of them, even past what others hold.
+Room, the ledger's headroom, the book and the search budgets only shrink within a pass, so the
+pruned stay out. What the least asks is kept per queue as running minima from its far end (a
+queue is consumed from its near end, so its jobs left are a prefix); for a queue the kept
+order built (`queue_order.TeamQueue`), kept between passes with that queue.
+"""
+
+from collections.abc import Iterable
+
+from scheduling.core.model import PendingJob, priority_rank
+
+
+class Pruning:
+    """The pruning of one pass (`run`: the `scheduler.Pass`, read as it stands at each call)."""
+
+    def __init__(self, run, bases: dict[int, object] | None = None):
+        """`bases`: per queue (by id), the kept `TeamQueue` it was copied from, if any: its
+        running minima serve for the queue as long as the queue keeps its jobs' order."""
+        self.run = run
+        self.bases = bases or {}
+        self.remaining: dict[int, list] = {}  # see `least`: per queue, by id
+        self.rooms: dict[tuple, bool] = {}  # see `room_for`
+        self.pinned: set[int] | None = None  # see `pinned_jobs`
+
+    def __call__(self, team: str, queue: list[PendingJob]) -> list[PendingJob] | None:
+        """The jobs of `queue` (a team's jobs not yet considered in a class) to consider
+        still, once none of the others can change anything: only the pinned. None while
+        they might (see the module's docstring)."""
+        run = self.run
+        config = run.config
+        if config.backfill and run.book.count(queue[-1].resource_class) < config.reservations_per_class:
+            return None  # the next job may reserve
+        least = self.least(queue)
+        if least is None:
+            return None
+        rclass, per_task, units, rank, submitted, runtime = least  # the class is the next job's
+        if run._may_lower_turn(rclass, units):
+            return None  # left blocked, one of them would keep a later owner from reclaiming
+        if config.preemption:
+            if (
+                config.reclaim
+                and not run._reclaim_spent()
+                and run.ledger.within_guarantee(team, rclass, units)
+                and run.now - submitted >= config.reclaim_after_wait_s
+            ):
+                return None
+            if run.searches < config.max_preemption_searches and rank < run.lowest_running[rclass]:
+                return None
+        if self.room_for(rclass, per_task, units, run.now + runtime):
+            return None
+        pinned = self.pinned_jobs()
+        return [job for job in queue if job.job_id in pinned]
+
+    def least(self, queue: list[PendingJob]) -> tuple | None:
+        """What the least demanding of `queue`'s jobs but the pinned asks, or None if there
+        are none or they span classes. For a queue copied from a kept `TeamQueue`, read off
+        the kept queue's running minima at the place of the queue's last job: exact while the
+        queue is a prefix of the kept one, and otherwise (a job taken out ahead of its turn,
+        an overdue head) a least over more jobs, which only ever prunes less. Else built once
+        per queue and pass."""
+        if not queue:
+            return None
+        base = self.bases.get(id(queue))
+        index = base.index_of(queue[-1]) if base is not None else None
+        if index is not None:
+            key, least = id(base), lambda: base.least(self.pinned_jobs())
+        else:
+            key, least, index = id(queue), lambda: running_least(queue, self.pinned_jobs()), len(queue) - 1
+        kept = self.remaining.get(key)
+        if kept is None:
+            kept = self.remaining[key] = least()
+        return kept[index]
+
+    def pinned_jobs(self) -> set[int]:
+        """Jobs whose place in the order must stay: those holding nodes (see `Pass.holders`),
+        and a victim that waits for its preemptor and that preemptor (see
+        `QueueOrder.__iter__`: when each is reached decides where the victims go)."""
+        if self.pinned is None:
+            run = self.run
+            waiting = {job.job_id for job in run.candidates}
+            pinned = self.pinned = set(run.holders)
+            for job in run.candidates:
+                if job.yields_to in waiting:
+                    pinned.update((job.job_id, job.yields_to))
+        return self.pinned
+
+    def room_for(self, rclass: str, per_task: int, units: int, end_at: float) -> bool:
+        """Whether a ready node of `rclass` has room for `per_task` units that no hold or
+        reservation keeps from a job ending at `end_at` (the room a plan may use: see
+        `ReservationBook.limit_for`), and the class `units` free in all. Kept per class
+        generation; holds taken without one only ever shrink the room, so a kept answer errs
+        towards room."""
+        run = self.run
+        key = (rclass, run.generation[rclass], per_task, units, end_at)
+        found = self.rooms.get(key)
+        if found is None:
+            found = self.rooms[key] = units <= run.state.free_units.get(rclass, 0) and any(
+                cap is None or cap >= per_task
+                for cap in map(run.book.limit_for(end_at) or _no_limit, run.state.slots_by_free(rclass, per_task))
+            )
+        return found
+
+
+def _no_limit(slot) -> None:
+    return None
+
+
+def running_least(queue: Iterable[PendingJob], pinned: set[int]) -> list[tuple | None]:
+    """For each prefix of `queue`, what the least demanding of its jobs but the pinned asks:
+    (class, units per task, units, priority rank, submitted, runtime), each the least over
+    the prefix; None before the first such job, and from a change of class on."""
+    found: list[tuple | None] = []
+    extend_least(found, list(queue), 0, pinned, None)
+    return found
+
+
+def extend_least(found: list, queue: list[PendingJob], start: int, pinned: set[int], broken: int | None) -> int | None:
+    """Make `found` the running least of `queue` (see `running_least`) from `start` on,
+    `found[:start]` being right; `broken`: where a change of class was met, if it was.
+    Returns where one is met now (None if not)."""
+    del found[start:]
+    if broken is not None and broken < start:
+        found.extend([None] * (len(queue) - start))
+        return broken
+    least = found[start - 1] if start else None
+    for index in range(start, len(queue)):
+        job = queue[index]
+        if job.job_id not in pinned:
+            shape = job.shape
+            if least is not None and least[0] != shape.resource_class:
+                found.extend([None] * (len(queue) - index))
+                return index
+            mine = (shape.units_per_task, shape.units, priority_rank(job.priority), job.submitted_at, job.max_runtime_s)
+            least = (shape.resource_class, *mine) if least is None else (least[0], *map(min, least[1:], mine))
+        found.append(least)
+    return None
