@@ -289,9 +289,9 @@ class AgeLine:
 
     __slots__ = ("jobs", "keys")
 
-    def __init__(self):
-        self.jobs: list[PendingJob] = []
-        self.keys: list[tuple] = []
+    def __init__(self, jobs: list[PendingJob] = ()):
+        self.jobs = sorted(jobs, key=_age)
+        self.keys = [_age(job) for job in self.jobs]
 
     def add(self, job: PendingJob) -> None:
         key = _age(job)
@@ -316,22 +316,23 @@ class TeamSplit:
         self.config, self.at, self.all_kept = config, now, config.overdue_first is not None
         self.shortest = config.shortest_first_within_team or config.order == "weighted_shortest"
         self.members: dict[int, tuple[PendingJob, tuple, int, bool]] = {}  # id -> job, key, class, overdue
-        self.moves: list[tuple[float, int]] = []  # a heap of (when it may move, job id)
-        self.late: dict[int, AgeLine] = defaultdict(AgeLine)
+        # A heap of (when a job may move, its id), built on the first update (the leader's
+        # passes, whose jobs are all new objects, make a split afresh each pass and never need it).
+        self.moves: list[tuple[float, int]] | None = None
         keyed = sorted(((self.key(job), job) for job in jobs), key=operator.itemgetter(0))
         lines: dict[int, tuple[list, list]] = defaultdict(lambda: ([], []))
+        late: dict[int, list[PendingJob]] = defaultdict(list)
         for key, job in keyed:
             klass, overdue = self.place(job, now)
             self.members[job.job_id] = (job, key, klass, overdue)
             if overdue:
-                self.late[klass].add(job)
+                late[klass].append(job)
             if self.all_kept or not overdue:
                 line = lines[klass]
                 line[0].append(job)
                 line[1].append(key)
         self.queues = {klass: TeamQueue(*line) for klass, line in lines.items()}
-        self.moves = [(next_move(job, now, config), job.job_id) for job in jobs]
-        heapq.heapify(self.moves)
+        self.late: dict[int, AgeLine] = defaultdict(AgeLine, {klass: AgeLine(line) for klass, line in late.items()})
         self.jobs = jobs
 
     def key(self, job: PendingJob) -> tuple:
@@ -341,11 +342,18 @@ class TeamSplit:
     def place(self, job: PendingJob, now: float) -> tuple[int, bool]:
         return effective_class(job, now, self.config), now - job.submitted_at > self.config.reservation_wait_bound_s
 
-    def update(self, jobs: list[PendingJob], now: float) -> None:
+    def update(self, jobs: list[PendingJob], now: float) -> bool:
+        """Bring the split up to date with `jobs` at `now`; False (and nothing done) when
+        most of them are new objects, as from a snapshot built afresh (the leader's): one
+        sort then costs less than moving them one by one."""
         if not (len(jobs) == len(self.jobs) and all(map(operator.is_, jobs, self.jobs))):
             current = {job.job_id: job for job in jobs}
             members = self.members
-            for job_id in [j for j, entry in members.items() if current.get(j) is not entry[0]]:
+            gone = [j for j, entry in members.items() if current.get(j) is not entry[0]]
+            changes = 2 * len(gone) + len(jobs) - len(members)  # those leaving, and arriving
+            if 2 * changes > len(jobs) + 32:
+                return False
+            for job_id in gone:
                 self._leave(job_id)
             for job in jobs:
                 if job.job_id not in members:
@@ -353,6 +361,7 @@ class TeamSplit:
             self.jobs = jobs
         self._age(now)
         self.at = now
+        return True
 
     def _join(self, job: PendingJob, now: float) -> None:
         klass, overdue = self.place(job, now)
@@ -365,7 +374,8 @@ class TeamSplit:
             if queue is None:
                 queue = self.queues[klass] = TeamQueue([], [])
             queue.add(job, key)
-        heapq.heappush(self.moves, (next_move(job, now, self.config), job.job_id))
+        if self.moves is not None:
+            heapq.heappush(self.moves, (next_move(job, now, self.config), job.job_id))
 
     def _leave(self, job_id: int) -> None:
         job, _, klass, overdue = self.members.pop(job_id)
@@ -376,7 +386,12 @@ class TeamSplit:
 
     def _age(self, now: float) -> None:
         """Move the jobs whose time to move has come (those due are taken first: a job a hair
-        short of its time is due again, but only next pass)."""
+        short of its time is due again, but only next pass). The heap, made at the first
+        update, counts from the time of the last: a job joined since is due no later than
+        from its own time, so it is looked at no later."""
+        if self.moves is None:
+            self.moves = [(next_move(entry[0], self.at, self.config), j) for j, entry in self.members.items()]
+            heapq.heapify(self.moves)
         moves, due = self.moves, []
         while moves and moves[0][0] <= now:
             due.append(heapq.heappop(moves)[1])
@@ -410,10 +425,8 @@ class KeptOrder:
         kept, splits = self.teams, {}
         for team, jobs in by_team.items():
             found = kept.get(team)
-            if found is None or now < found.at:
+            if found is None or now < found.at or not found.update(jobs, now):
                 found = TeamSplit(jobs, now, config)
-            else:
-                found.update(jobs, now)
             splits[team] = found
         self.teams = splits  # a team with no job waiting is forgotten
         return splits
