@@ -157,3 +157,32 @@ def fair_shares(asked: dict[str, int], capacity: float, weights: dict[str, float
             owed[t] = float(asked[t])
         open_teams -= done
     return {team: owed.get(team, 0.0) for team in asked}
+
+
+def by_team(sim: Simulation) -> dict[str, dict]:
+    """Each team's figures in a replay: its jobs' average and p95 wait, average completion
+    time, the GPU-hours it held and lost, and its share of all the GPU-hours held (lost work
+    included: GPUs held are GPUs no one else had). Waits and completion times count the jobs
+    that finished."""
+    records = defaultdict(list)
+    for record in sim.records.values():
+        records[record.job.team].append(record)
+    held = sum(r.gpu_s for r in sim.records.values())
+    return {team: _team_figures(own, held) for team, own in sorted(records.items())}
+
+
+def _team_figures(records: list, held_total: float) -> dict:
+    done = [r for r in records if r.end is not None]
+    waits = [r.first_start - r.job.submit for r in done]
+    held = sum(r.gpu_s for r in records)
+    return {
+        "jobs": len(records),
+        "finished": len(done),
+        "avg_wait_s": round(statistics.fmean(waits), 1) if waits else 0.0,
+        "p95_wait_s": round(percentile(waits, 95), 1),
+        "avg_jct_s": round(statistics.fmean(r.end - r.job.submit for r in done), 1) if done else 0.0,
+        "gpu_hours": round(held / 3600, 2),
+        "gpu_hours_lost": round(sum(r.lost_gpu_s for r in records) / 3600, 2),
+        "preemptions": sum(r.preemptions for r in records),
+        "share": round(held / held_total, 4) if held_total else 0.0,
+    }

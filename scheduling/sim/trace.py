@@ -3,9 +3,11 @@ compressed in time, and told a runtime estimate the way a real user would (or wo
 
 import csv
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TextIO
 
 from scheduling.core.model import Group, JobShape, PendingJob
 
@@ -90,6 +92,40 @@ def load_generic(path: Path, *, start: float | None = None, end: float | None = 
                     )
                 )
     return _from_zero(rows)
+
+
+GENERIC_COLUMNS = (
+    "job_id",
+    "submit_time",
+    "duration",
+    "num_gpus",
+    "team",
+    "gpu_type",
+    "priority",
+    "max_runtime",
+    "group",
+)
+
+
+def write_generic(jobs: Iterable[TraceJob], handle: TextIO) -> int:
+    """The jobs as `load_generic` reads them (the inverse, submit times as given); how many rows."""
+    writer = csv.writer(handle, lineterminator="\n")
+    writer.writerow(GENERIC_COLUMNS)
+    count = 0
+    for job in jobs:
+        group = f"{job.group}%{job.parallelism}" if job.group is not None and job.parallelism else ""
+        runtime = _number(job.max_runtime) if job.max_runtime is not None else ""
+        writer.writerow(
+            (job.job_id, _number(job.submit), _number(job.duration), job.gpus, job.team)
+            + (job.gpu_type or "", job.priority, runtime, group)
+        )
+        count += 1
+    return count
+
+
+def _number(seconds: float) -> str:
+    """Seconds to the millisecond, without a trailing `.0` for whole ones."""
+    return f"{seconds:.3f}".rstrip("0").rstrip(".")
 
 
 def _group(text: str) -> dict:
