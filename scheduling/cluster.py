@@ -7,6 +7,8 @@ Reads are `values()` queries, not model instances: 30,000 running tasks are one 
 
 from collections import defaultdict
 
+from django.conf import settings
+
 from scheduling.core import model as core
 from scheduling.models import Job, Node, Task
 from scheduling.states import ON_NODE
@@ -131,4 +133,15 @@ def load_teams() -> tuple[core.Team, ...]:
     return tuple(
         core.Team(t["name"], t["parent__name"], quotas.get(t["id"], {}))
         for t in Team.objects.values("id", "name", "parent__name")
+    )
+
+
+def policy_config() -> core.PolicyConfig:
+    """The policy as this deployment configures it."""
+    return core.PolicyConfig(
+        min_runtime_by_class=dict(settings.MLQ_PREEMPT_MIN_RUNTIME),
+        reclaim_after_wait_s=settings.MLQ_RECLAIM_AFTER_WAIT_S,
+        reclaim_in_turn=settings.MLQ_RECLAIM_IN_TURN,
+        nominate_reclaimers=settings.MLQ_RECLAIM_IN_TURN,
+        order=settings.MLQ_QUEUE_ORDER,
     )

@@ -12,13 +12,12 @@ the reason their group's loaded ones got (scheduling/leader/apply.py `_write_lef
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from django.conf import settings
 from django.db.models import Case, Count, F, IntegerField, Q, Value, When, Window
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast, RowNumber
 
 from scheduling import dependencies
-from scheduling.cluster import HOUR, checkpoint_interval_s, load_nodes, load_running, load_teams, ts
+from scheduling.cluster import HOUR, checkpoint_interval_s, load_nodes, load_running, load_teams, policy_config, ts
 from scheduling.core import model as core
 from scheduling.core.conditions import Edge, Status
 from scheduling.models import Job, JobState, Task, TaskState
@@ -64,17 +63,6 @@ class StoreView:
     # group -> its children in the snapshot, head first, for each group with children that may
     # start now left out of it (they wait as their group's loaded children do)
     left_out: dict[int, list[int]] = field(default_factory=dict)
-
-
-def policy_config() -> core.PolicyConfig:
-    """The policy as this deployment configures it."""
-    return core.PolicyConfig(
-        min_runtime_by_class=dict(settings.MLQ_PREEMPT_MIN_RUNTIME),
-        reclaim_after_wait_s=settings.MLQ_RECLAIM_AFTER_WAIT_S,
-        reclaim_in_turn=settings.MLQ_RECLAIM_IN_TURN,
-        nominate_reclaimers=settings.MLQ_RECLAIM_IN_TURN,
-        order=settings.MLQ_QUEUE_ORDER,
-    )
 
 
 def build_view(*, now, config: core.PolicyConfig | None = None) -> StoreView:
