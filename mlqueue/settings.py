@@ -435,6 +435,13 @@ def env_networks(name: str, default: str) -> tuple:
         raise ImproperlyConfigured(f"{name}: {exc} (use CIDRs such as 10.0.0.0/8, comma-separated)") from None
 
 
+# What-if previews of a quota change (scheduling/whatif.py): the longest window of history a
+# preview replays, the most jobs it may hold (the simulator replays ~4,500 jobs a minute, and
+# a preview replays twice), and the seconds a preview may run before it is stopped.
+MLQ_WHATIF_MAX_DAYS = env_positive("MLQ_WHATIF_MAX_DAYS", 31)
+MLQ_WHATIF_MAX_JOBS = env_positive("MLQ_WHATIF_MAX_JOBS", 10_000)
+MLQ_WHATIF_TIME_LIMIT_S = env_positive("MLQ_WHATIF_TIME_LIMIT_S", 600)
+
 # Failed logins (web, admin, the token exchange): past MAX_FAILURES for one user name, or
 # MAX_FAILURES_PER_ADDRESS from one client address, within WINDOW_S, further attempts are refused
 # (429) without checking the password, for WINDOW_S. An address is shared by everyone behind a

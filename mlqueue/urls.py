@@ -20,6 +20,8 @@ from scheduling.web import (
     submit_page,
     tokens_page,
     usage_api,
+    whatif_api,
+    whatif_page,
 )
 from scheduling.web import pages as job_pages
 from scheduling.web import teams_page as team_pages
@@ -57,6 +59,8 @@ api_v1 = [
     endpoint(r"teams/(?P<name>[a-z0-9-]+)/quotas", teams_api.TeamQuotas.as_view(), "team-quotas"),
     endpoint("fair-share", fair_share_api.FairShare.as_view(), "fair-share"),
     endpoint("forecast-accuracy", forecast_accuracy_api.ForecastAccuracy.as_view(), "forecast-accuracy"),
+    endpoint("what-if", whatif_api.QuotaPreviewCreate.as_view(), "what-if"),
+    endpoint(r"what-if/(?P<preview_id>[0-9]+)", whatif_api.QuotaPreviewDetail.as_view(), "what-if-detail"),
     endpoint("tokens", teams_api.TokenListCreate.as_view(), "tokens"),
     endpoint(r"tokens/(?P<token_id>[0-9]+)", teams_api.TokenDetail.as_view(), "token-detail"),
     endpoint("notifications/settings", notifications_api.NotificationSettingsView.as_view(), "notification-settings"),
@@ -99,6 +103,8 @@ pages = [
     ),
     path("teams/", team_pages.page, name="teams-page"),
     path("reports/", reports_page.page, name="reports-page"),
+    path("teams/what-if/", whatif_page.start, name="what-if-start"),
+    path("teams/what-if/<int:preview_id>/", whatif_page.result, name="what-if-result"),
     path("nodes/", node_pages.page, name="nodes-page"),
     path("account/tokens/", tokens_page.page, name="account-tokens"),
     path("account/notifications/", notifications_page.page, name="account-notifications"),

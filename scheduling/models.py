@@ -632,3 +632,38 @@ class Price(models.Model):
 
     def __str__(self) -> str:
         return f"{self.resource_class} from {self.effective_from:%Y-%m-%d %H:%M}"
+
+
+class PreviewState(models.TextChoices):
+    QUEUED = "QUEUED", "waiting for a worker"
+    RUNNING = "RUNNING", "replaying"
+    DONE = "DONE", "done"
+    FAILED = "FAILED", "failed"
+
+
+class QuotaPreview(models.Model):
+    """A what-if (scheduling/whatif.py): one team's quota in one class as proposed, replayed
+    on the cluster's own history of a window under the current quotas and the proposed ones.
+    `progress` (0-1) is what the page polls; `result` holds both replays' figures once DONE;
+    `message` says why it FAILED."""
+
+    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    team = models.ForeignKey("teams.Team", on_delete=models.CASCADE, related_name="quota_previews")
+    resource_class = models.CharField(max_length=24)
+    current = models.JSONField(help_text="the quota as it was asked for: guaranteed, borrowing_limit, weight")
+    proposed = models.JSONField(help_text="the quota proposed, same fields")
+    window_start = models.DateTimeField()
+    window_end = models.DateTimeField()
+    state = models.CharField(max_length=8, choices=PreviewState.choices, default=PreviewState.QUEUED)
+    progress = models.FloatField(default=0.0)
+    message = models.TextField(blank=True)
+    result = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-id"]
+
+    def __str__(self) -> str:
+        return f"preview {self.pk} {self.resource_class} ({self.state})"

@@ -1,9 +1,11 @@
 """Celery tasks: thin, idempotent, acks_late. Each loads rows and calls a service."""
 
 from celery import shared_task
+from django.conf import settings
 
 from scheduling.schedules import fire_due
 from scheduling.stopping import escalate_overdue
+from scheduling.whatif import do_run_preview
 
 
 @shared_task(acks_late=True, ignore_result=True)
@@ -17,3 +19,16 @@ def fire_due_schedules() -> int:
     """Celery beat's periodic task: fire the schedules due now. The fast path; the leader's
     sweep is the guarantee, and the claim in the database makes either safe to repeat."""
     return len(fire_due())
+
+
+@shared_task(
+    acks_late=True,
+    ignore_result=True,
+    # The preview stops itself at MLQ_WHATIF_TIME_LIMIT_S (scheduling/whatif.py); these are for
+    # a replay stuck outside the simulator's passes (a prefork worker enforces them).
+    soft_time_limit=settings.MLQ_WHATIF_TIME_LIMIT_S + 30,
+    time_limit=settings.MLQ_WHATIF_TIME_LIMIT_S + 60,
+)
+def run_quota_preview(preview_id: int) -> str | None:
+    """A what-if preview: the cluster's history replayed under current and proposed quotas."""
+    return do_run_preview(preview_id=preview_id)

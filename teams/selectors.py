@@ -74,6 +74,18 @@ def can_edit_quotas(user, team: Team) -> bool:
     return Membership.objects.filter(user=user, team_id__in=chain, role=Role.LEAD).exists()
 
 
+def quota_team_names(user) -> list[str]:
+    """The teams whose quotas a user may change (and preview changes to), by name: admins all,
+    leads the teams they lead and every team below them."""
+    if is_site_admin(user):
+        return list(Team.objects.order_by("name").values_list("name", flat=True))
+    if not user.is_authenticated:
+        return []
+    leads = set(Membership.objects.filter(user=user, role=Role.LEAD).values_list("team_id", flat=True))
+    ids = leads | descendant_ids(leads)
+    return list(Team.objects.filter(pk__in=ids).order_by("name").values_list("name", flat=True))
+
+
 def roles_of(user) -> dict[str, str]:
     """team name -> role, for the user's direct memberships."""
     return dict(Membership.objects.filter(user=user).values_list("team__name", "role"))

@@ -33,7 +33,7 @@ def _apply_quota_change(*, team: Team, rclass: str, fields: dict, user, reason: 
     before = {name: getattr(quota, name) for name in fields}
     for name, value in fields.items():
         setattr(quota, name, value)
-    _check_tree(team=team, rclass=rclass, guaranteed=quota.guaranteed)
+    check_quota_tree(team=team, rclass=rclass, guaranteed=quota.guaranteed)
     quota.updated_at = timezone.now()
     quota.save()
     changed = ", ".join(f"{name} {before[name]} -> {value}" for name, value in fields.items())
@@ -53,7 +53,9 @@ def _guaranteed(team_ids, rclass: str) -> int:
     return Quota.objects.filter(team_id__in=team_ids, resource_class=rclass).aggregate(s=Sum("guaranteed"))["s"] or 0
 
 
-def _check_tree(*, team: Team, rclass: str, guaranteed: int) -> None:
+def check_quota_tree(*, team: Team, rclass: str, guaranteed: int) -> None:
+    """A ValidationError (`quotas.<class>.guaranteed`) unless `guaranteed` keeps the tree
+    consistent: siblings within their parent, the team at least its children's total."""
     field = f"quotas.{rclass}.guaranteed"
     if team.parent_id is not None:
         siblings = Team.objects.filter(parent_id=team.parent_id).exclude(pk=team.pk).values_list("pk", flat=True)

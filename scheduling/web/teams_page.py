@@ -16,6 +16,7 @@ from rest_framework.exceptions import ValidationError
 
 from mlqueue.api_errors import flatten_errors
 from scheduling.usage import ClassUsage, ClusterUsage, TeamUsage, cluster_usage
+from scheduling.web.whatif_page import form_context
 from teams.api import NOT_A_LEAD, NOT_A_MEMBER
 from teams.models import Quota, Role, Team
 from teams.resources import unknown_class_message
@@ -25,6 +26,7 @@ from teams.selectors import (
     descendant_ids,
     is_site_admin,
     quota_readable_ids,
+    quota_team_names,
     roles_of,
 )
 from teams.serializers import QuotaPatchSerializer
@@ -63,7 +65,8 @@ def page(request):
         return render(request, "teams/fair_share.html", _page_context(request.user, cluster_usage()))
     if "resource_class" in request.GET:
         return _quota_row(request)
-    return render(request, "teams/page.html", {**_page_context(request.user, cluster_usage()), "section": "teams"})
+    context = {**_page_context(request.user, cluster_usage()), "section": "teams"}
+    return render(request, "teams/page.html", {**context, **form_context(quota_team_names(request.user))})
 
 
 def _page_context(user, usage: ClusterUsage) -> dict:

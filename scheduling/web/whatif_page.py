@@ -1,0 +1,133 @@
+"""The teams page's what-if panel: a lead previews a quota change on the cluster's own history
+(scheduling/whatif.py) before saving it.
+
+POST /teams/what-if/ starts a preview (validated as the API does: scheduling/web/whatif_api.py)
+and answers with the panel; its result part polls GET /teams/what-if/{id}/ every second
+(htmx: `hx-trigger="load delay:1s"` on each fragment while the preview runs) and, once done,
+shows each team's figures now and as proposed."""
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpResponseForbidden
+from django.shortcuts import render
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_POST
+from rest_framework.exceptions import PermissionDenied, ValidationError
+
+from mlqueue.api_errors import flatten_errors
+from scheduling.models import PreviewState, QuotaPreview
+from scheduling.sim.history import CPU_ONLY, NEVER_STARTED, NO_USEFUL_WORK
+from scheduling.web.queue import short_duration
+from scheduling.web.whatif_api import NO_SUCH_PREVIEW, start_preview
+from scheduling.whatif import QUOTA_FIELDS, preview_for, proposal_summary
+from teams.resources import known_classes
+from teams.selectors import quota_team_names
+
+LEFT_OUT = {NEVER_STARTED: "placed but withdrawn before they ran", CPU_ONLY: "CPU jobs", NO_USEFUL_WORK: "no work kept"}
+FORM_FIELDS = ("team", "resource_class", *QUOTA_FIELDS, "from", "to")
+DEFAULT_DAYS = 7
+# (figure, heading, how it reads, lower is better)
+FIGURES = (
+    ("avg_wait_s", "Avg wait", short_duration, True),
+    ("p95_wait_s", "p95 wait", short_duration, True),
+    ("avg_jct_s", "Avg JCT", short_duration, True),
+    ("gpu_hours_lost", "GPU-h lost", lambda v: f"{v:,.1f}", True),
+    ("share", "Share of GPU-h", lambda v: f"{v:.1%}", False),
+)
+
+
+@dataclass(frozen=True)
+class Cell:
+    now: str
+    proposed: str
+    trend: str  # "better", "worse" or "": for the page's colours
+
+
+@dataclass(frozen=True)
+class TeamRow:
+    team: str
+    jobs: int
+    cells: tuple[Cell, ...]
+    changed: bool  # the team whose quota the preview changes
+
+
+def form_context(previewable: list[str], *, values: dict | None = None, errors: dict | None = None) -> dict:
+    """The panel's form: the teams the viewer may preview for, the known classes, and the last
+    week as the default window."""
+    today = timezone.now().date()
+    defaults = {"from": (today - timedelta(days=DEFAULT_DAYS)).isoformat(), "to": today.isoformat()}
+    return {
+        "previewable": previewable,
+        "classes": known_classes(),
+        "values": {**defaults, **(values or {})},
+        "errors": errors or {},
+    }
+
+
+@login_required
+@require_POST
+def start(request):
+    """Start a preview; the panel again, with the result part polling, or the form's errors
+    beside its fields (400; 200 to htmx, which swaps only 2xx answers)."""
+    typed = {name: request.POST.get(name, "").strip() for name in FORM_FIELDS}
+    try:
+        preview = start_preview(request.user, {name: value for name, value in typed.items() if value})
+    except PermissionDenied as exc:
+        return HttpResponseForbidden(str(exc.detail), content_type="text/plain")
+    except ValidationError as exc:
+        errors = {path.split(".")[-1]: messages for path, messages in flatten_errors(exc.detail).items()}
+        context = form_context(_previewable(request), values=typed, errors=errors)
+        return render(request, "teams/what_if.html", context, status=200 if request.headers.get("HX-Request") else 400)
+    context = form_context(_previewable(request), values=typed)
+    return render(request, "teams/what_if.html", {**context, **result_context(preview)})
+
+
+@login_required
+@require_GET
+def result(request, preview_id: int):
+    preview = preview_for(request.user, preview_id)
+    if preview is None:
+        raise Http404(NO_SUCH_PREVIEW.format(id=preview_id))
+    return render(request, "teams/what_if_result.html", result_context(preview))
+
+
+def result_context(preview: QuotaPreview) -> dict:
+    running = preview.state in (PreviewState.QUEUED, PreviewState.RUNNING)
+    context = {"preview": preview, "running": running, "changes": proposal_summary(preview)}
+    if preview.state == PreviewState.DONE:
+        context["rows"] = team_rows(preview)
+        context["skipped"] = [(count, LEFT_OUT[why]) for why, count in sorted(preview.result["skipped"].items())]
+        cluster = preview.result["cluster"]
+        context["cluster"] = _cells(cluster["current"], cluster["proposed"], share="utilization")
+        context["figures"] = [heading for _, heading, _, _ in FIGURES]
+    return context
+
+
+def team_rows(preview: QuotaPreview) -> list[TeamRow]:
+    """Each team's figures now and as proposed; the team the preview changes first."""
+    changed = preview.team.name
+    rows = [
+        TeamRow(row["team"], row["current"]["jobs"], _cells(row["current"], row["proposed"]), row["team"] == changed)
+        for row in preview.result["teams"]
+    ]
+    return sorted(rows, key=lambda row: (not row.changed, row.team))
+
+
+def _cells(now: dict, proposed: dict, *, share: str = "share") -> tuple[Cell, ...]:
+    """The figures' cells; the cluster's row shows its utilization where a team's shows its share."""
+    keys = [(share if key == "share" else key, text, lower) for key, _, text, lower in FIGURES]
+    return tuple(_cell(now[key], proposed[key], text, lower) for key, text, lower in keys)
+
+
+def _cell(now: float, proposed: float, text, lower_is_better: bool) -> Cell:
+    if abs(proposed - now) <= 0.005 * max(abs(now), 1e-9):
+        trend = ""
+    else:
+        trend = "better" if (proposed < now) == lower_is_better else "worse"
+    return Cell(text(now), text(proposed), trend)
+
+
+def _previewable(request) -> list[str]:
+    return quota_team_names(request.user)

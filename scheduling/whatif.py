@@ -1,0 +1,185 @@
+"""What-if previews of a quota change: the cluster's own history of a window (the usage
+ledger, as a trace: scheduling/history.py) replayed in the simulator under the current quotas
+and under one team's proposed quota (scheduling/sim/whatif.py), before anyone saves it.
+
+`check_preview` validates (the same tree rules a save obeys, and the size bounds),
+`do_start_preview` writes the QUEUED row and sends the Celery task after commit, and
+`do_run_preview` (the task's body) claims the row, replays, writes its progress as it goes
+and the figures at the end. Bounded three ways: the window's length, its number of jobs, and
+a time limit checked at every simulated pass (past it the preview FAILS with a message).
+"""
+
+import logging
+import time
+from dataclasses import replace
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+from rest_framework.exceptions import ValidationError
+
+from scheduling import history
+from scheduling.cluster import load_nodes, load_teams, policy_config
+from scheduling.core.model import NodeState, Quota
+from scheduling.models import PreviewState, QuotaPreview
+from scheduling.sim.whatif import compare, with_quota
+from teams.models import Quota as QuotaRow
+from teams.models import Team
+from teams.selectors import can_edit_quotas
+from teams.services import check_quota_tree
+
+log = logging.getLogger(__name__)
+
+NOT_A_LEAD = "only leads of {team} (or of a team above it) and site admins may preview changes to its quotas."
+BACKWARDS = "must be after from ({start})."
+TOO_LONG = "the window is {days:.1f} days; a preview replays at most {limit} days of history."
+TOO_MANY_JOBS = "the window holds {jobs:,} jobs; a preview replays at most {limit:,}: choose a shorter window."
+NO_JOBS = "no job submitted in this window ever started: there is no history to replay."
+SAME_QUOTA = "these are the current values: change one to preview."
+TIMED_OUT = "stopped after {limit} s, the preview's time limit (MLQ_WHATIF_TIME_LIMIT_S): choose a shorter window."
+NO_NODES = "the cluster has no GPU nodes to replay on."
+CRASHED = "the replay failed ({error}); the log has the details."
+QUOTA_FIELDS = ("guaranteed", "borrowing_limit", "weight")
+PROGRESS_EVERY_S = 0.5
+
+
+class Stopped(Exception):
+    """The preview must stop: past its time limit, or its row is no longer RUNNING."""
+
+
+def current_quota(team: Team, rclass: str) -> dict:
+    row = QuotaRow.objects.filter(team=team, resource_class=rclass).values(*QUOTA_FIELDS).first()
+    return row or {"guaranteed": 0, "borrowing_limit": 0, "weight": 1.0}
+
+
+def check_preview(*, team: Team, rclass: str, changes: dict, start: datetime, end: datetime) -> tuple[dict, dict]:
+    """(current, proposed) quota, or a ValidationError naming the field that is wrong."""
+    if end <= start:
+        raise ValidationError({"to": [BACKWARDS.format(start=start.isoformat())]})
+    days = (end - start) / timedelta(days=1)
+    if days > settings.MLQ_WHATIF_MAX_DAYS:
+        raise ValidationError({"to": [TOO_LONG.format(days=days, limit=settings.MLQ_WHATIF_MAX_DAYS)]})
+    current = current_quota(team, rclass)
+    proposed = {**current, **changes}
+    if proposed == current:
+        raise ValidationError({"guaranteed": [SAME_QUOTA]})
+    try:
+        check_quota_tree(team=team, rclass=rclass, guaranteed=proposed["guaranteed"])
+    except ValidationError as exc:  # named as the API names it (quotas.<class>.guaranteed): here a field of its own
+        raise ValidationError({"guaranteed": next(iter(exc.detail.values()))}) from None
+    jobs = history.count_jobs(start, end)
+    if jobs > settings.MLQ_WHATIF_MAX_JOBS:
+        raise ValidationError({"from": [TOO_MANY_JOBS.format(jobs=jobs, limit=settings.MLQ_WHATIF_MAX_JOBS)]})
+    if not jobs:
+        raise ValidationError({"from": [NO_JOBS]})
+    return current, proposed
+
+
+def do_start_preview(*, user, team: Team, rclass: str, changes: dict, start: datetime, end: datetime) -> QuotaPreview:
+    """The preview's row (QUEUED), and its Celery task once the row is committed."""
+    from scheduling.tasks import run_quota_preview
+
+    current, proposed = check_preview(team=team, rclass=rclass, changes=changes, start=start, end=end)
+    with transaction.atomic():
+        preview = QuotaPreview.objects.create(
+            requested_by=user,
+            team=team,
+            resource_class=rclass,
+            current=current,
+            proposed=proposed,
+            window_start=start,
+            window_end=end,
+        )
+        transaction.on_commit(lambda: run_quota_preview.delay(preview.pk))
+    return preview
+
+
+def preview_for(user, preview_id: int) -> QuotaPreview | None:
+    """The preview, if `user` may see it: who asked, and whoever may change the team's quotas."""
+    preview = QuotaPreview.objects.select_related("team", "team__parent").filter(pk=preview_id).first()
+    if preview is None or not (preview.requested_by_id == user.pk or can_edit_quotas(user, preview.team)):
+        return None
+    return preview
+
+
+def do_run_preview(*, preview_id: int, clock=None) -> str | None:
+    """Claim the preview and replay it; its final state, or None if another worker has it. A
+    RUNNING row older than the time limit was left by a worker that died: claimed again.
+    `clock`: the time limit's (time.monotonic)."""
+    now = timezone.now()
+    stale = now - timedelta(seconds=settings.MLQ_WHATIF_TIME_LIMIT_S + 60)
+    claimable = Q(state=PreviewState.QUEUED) | Q(state=PreviewState.RUNNING, started_at__lt=stale)
+    if not QuotaPreview.objects.filter(claimable, pk=preview_id).update(state=PreviewState.RUNNING, started_at=now):
+        return None
+    preview = QuotaPreview.objects.select_related("team").get(pk=preview_id)
+    try:
+        result = replay_preview(preview, Progress(preview_id, clock))
+    except Stopped as exc:
+        return _finish(preview_id, PreviewState.FAILED, message=str(exc))
+    except Exception as exc:
+        log.exception("what-if preview %s failed", preview_id)
+        return _finish(preview_id, PreviewState.FAILED, message=CRASHED.format(error=type(exc).__name__))
+    return _finish(preview_id, PreviewState.DONE, result=result, progress=1.0)
+
+
+def replay_preview(preview: QuotaPreview, progress) -> dict:
+    """Both replays' figures: the cluster's and each team's, current and proposed."""
+    as_of = min(timezone.now(), preview.window_end)
+    export = history.export_window(preview.window_start, preview.window_end, as_of=as_of)
+    if not export.jobs:
+        raise Stopped(NO_JOBS)
+    # History is replayed on today's whole fleet, every node up: a node down now was not
+    # necessarily down then, and one down then is no reason to plan quotas without it.
+    nodes = [replace(n, state=NodeState.READY) for n in load_nodes()[0] if n.gpus]
+    if not nodes:
+        raise Stopped(NO_NODES)
+    current = load_teams()
+    quota = Quota(**preview.proposed)
+    proposed = with_quota(current, team=preview.team.name, rclass=preview.resource_class, quota=quota)
+    found = compare(nodes, current, proposed, export.jobs, policy=policy_config(), progress=progress)
+    return {
+        "jobs": len(export.jobs),
+        "refused": found.refused,
+        "skipped": dict(export.skipped),
+        "cluster": {"current": found.current["cluster"], "proposed": found.proposed["cluster"]},
+        "teams": [
+            {"team": team, "current": found.current["teams"][team], "proposed": found.proposed["teams"].get(team)}
+            for team in found.current["teams"]
+        ],
+    }
+
+
+class Progress:
+    """The replay's progress callback: writes it to the row at most every PROGRESS_EVERY_S,
+    and stops the replay past the time limit or once the row is no longer RUNNING."""
+
+    def __init__(self, preview_id: int, clock=None):
+        self.preview_id, self.clock = preview_id, clock or time.monotonic
+        self.deadline = self.clock() + settings.MLQ_WHATIF_TIME_LIMIT_S
+        self.written = -PROGRESS_EVERY_S
+
+    def __call__(self, fraction: float) -> None:
+        now = self.clock()
+        if now > self.deadline:
+            raise Stopped(TIMED_OUT.format(limit=settings.MLQ_WHATIF_TIME_LIMIT_S))
+        if now - self.written < PROGRESS_EVERY_S:
+            return
+        self.written = now
+        rows = QuotaPreview.objects.filter(pk=self.preview_id, state=PreviewState.RUNNING)
+        if not rows.update(progress=round(fraction, 3)):
+            raise Stopped("the preview was stopped elsewhere.")
+
+
+def _finish(preview_id: int, state: str, **fields) -> str:
+    QuotaPreview.objects.filter(pk=preview_id, state=PreviewState.RUNNING).update(
+        state=state, finished_at=timezone.now(), **fields
+    )
+    return state
+
+
+def proposal_summary(preview: QuotaPreview) -> list[tuple[str, object, object]]:
+    """(field, current, proposed) for the fields the proposal changes."""
+    before, after = preview.current, preview.proposed
+    return [(name, before[name], after[name]) for name in QUOTA_FIELDS if before[name] != after[name]]
