@@ -54,6 +54,10 @@ class SimConfig:
     # For a forecast: stop once every job has started, or after this many decisions (0: never).
     stop_once_all_started: bool = False
     max_decisions: int = 0
+    # Stop once the next event is this long after the first arrival (0: run until every job
+    # has ended). A job that no team limit lets run (a replay under a smaller quota) would
+    # otherwise keep the clock ticking forever; it ends the run unfinished.
+    horizon_s: float = 0.0
     # Decide at most once per step (0: at every instant something happens). The step grows
     # with the time simulated, `step_growth` of it (a forecast needs minutes an hour out,
     # not seconds a day out). Events are still applied at their own times.
@@ -218,6 +222,8 @@ class Simulation:
             ):
                 break
             if config.max_decisions and self.decisions >= config.max_decisions:
+                break
+            if config.horizon_s and self.events[0][0] > self.started_at + config.horizon_s:
                 break
             until = self._next_decision(self.events[0][0])
             self.matters = False

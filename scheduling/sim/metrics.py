@@ -178,6 +178,7 @@ def _team_figures(records: list, held_total: float) -> dict:
     return {
         "jobs": len(records),
         "finished": len(done),
+        "unfinished": len(records) - len(done),
         "avg_wait_s": round(statistics.fmean(waits), 1) if waits else 0.0,
         "p95_wait_s": round(percentile(waits, 95), 1),
         "avg_jct_s": round(statistics.fmean(r.end - r.job.submit for r in done), 1) if done else 0.0,

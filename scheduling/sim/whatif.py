@@ -16,6 +16,9 @@ from scheduling.sim.metrics import by_team, summarize
 from scheduling.sim.policies import MlqueuePolicy
 from scheduling.sim.trace import TraceJob, trace_groups, with_estimates
 
+# A replay ends this long after the last arrival, finished or not: a job that no team limit
+# lets run under a tree (a smaller borrowing limit than it needs) stays unfinished, counted.
+AFTER_LAST_ARRIVAL_S = 7 * 86400.0
 # Figures of the whole cluster shown beside the teams'.
 CLUSTER_FIGURES = ("jobs", "finished", "avg_wait_s", "p95_wait_s", "avg_jct_s", "utilization", "gpu_hours_lost")
 
@@ -43,7 +46,8 @@ def compare(
 ) -> Comparison:
     """Replay `jobs` under each tree; `progress` hears 0..1 over both replays."""
     gpu_types = sorted({n.gpu_type for n in nodes if n.gpu_type})
-    config = SimConfig(gpu_type=gpu_types[0] if gpu_types else "H100")
+    first, last = min((j.submit for j in jobs), default=0.0), max((j.submit for j in jobs), default=0.0)
+    config = SimConfig(gpu_type=gpu_types[0] if gpu_types else "H100", horizon_s=last - first + AFTER_LAST_ARRIVAL_S)
     kept = [job for job in with_estimates(jobs, "x2") if can_ever_run(job.shape(config.gpu_type), nodes).ok]
     figures = []
     for index, teams in enumerate((current, proposed)):
@@ -59,7 +63,8 @@ def replay(nodes: list, teams: tuple[Team, ...], jobs: list[TraceJob], *, config
     sim = Simulation(nodes, teams, jobs, watched, config, replace(policy, explain=False), groups=trace_groups(jobs))
     sim.run()
     cluster = summarize(sim, entitlements={})
-    return {"cluster": {key: cluster[key] for key in CLUSTER_FIGURES}, "teams": by_team(sim)}
+    figures = {key: cluster[key] for key in CLUSTER_FIGURES}
+    return {"cluster": {**figures, "unfinished": figures["jobs"] - figures["finished"]}, "teams": by_team(sim)}
 
 
 class Watched:

@@ -35,6 +35,7 @@ FIGURES = (
     ("avg_jct_s", "Avg JCT", short_duration, True),
     ("gpu_hours_lost", "GPU-h lost", lambda v: f"{v:,.1f}", True),
     ("share", "Share of GPU-h", lambda v: f"{v:.1%}", False),
+    ("unfinished", "Unfinished", str, True),
 )
 
 

@@ -115,3 +115,15 @@ def test_jobs_today_s_fleet_cannot_hold_are_refused_and_counted():
     result = compare(custom_fleet(1, 8, racks=1, zones=1), TEAMS, TEAMS, jobs, policy=PolicyConfig())
     assert result.refused == 1
     assert result.current["cluster"]["jobs"] == 1
+
+
+def test_a_job_the_proposed_limit_never_lets_run_ends_the_replay_unfinished():
+    # Vision may hold at most 16 H100 as proposed (nothing guaranteed, 16 to borrow): its
+    # 24-GPU job never starts, and the replay stops a week after the last arrival.
+    jobs = [TraceJob(1, 0, 600, 24, "vision", "H100"), TraceJob(2, 60, 600, 8, "ranking", "H100")]
+    proposed = with_quota(TEAMS, team="vision", rclass=H100, quota=Quota(0, 16))
+    wide = with_quota(TEAMS, team="vision", rclass=H100, quota=Quota(0, 32))
+    result = compare(custom_fleet(4, 8, racks=1, zones=1), wide, proposed, jobs, policy=PolicyConfig())
+    assert (result.current["teams"]["vision"]["unfinished"], result.proposed["teams"]["vision"]["unfinished"]) == (0, 1)
+    assert result.proposed["cluster"]["unfinished"] == 1
+    assert result.proposed["teams"]["ranking"]["finished"] == 1
