@@ -161,3 +161,10 @@ def test_usage_bench_loads_the_ledger_and_times_the_api():
     )
     assert (figures["jobs"], figures["attempts"]) == (600, 660)  # one in ten runs twice
     assert all(value > 0 for key, value in figures.items() if key.endswith("_ms"))
+
+
+def test_what_if_bench_times_a_preview():
+    figures = run_bench(
+        "bench/whatif.py", "--jobs", "100", "--days", "1", "--database-url", scratch_database_url("bench_whatif_smoke")
+    )
+    assert (figures["jobs"], figures["state"]) == (100, "DONE")
