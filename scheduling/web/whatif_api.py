@@ -90,7 +90,8 @@ class QuotaPreviewSerializer(serializers.ModelSerializer):
 def start_preview(user, data) -> QuotaPreview:
     """Who may first (a lead of the named team or above, or an admin), then the body: a member
     learns nothing about the window from the errors of a preview it may not make."""
-    team = Team.objects.select_related("parent").filter(name=str(data.get("team", ""))).first()
+    name = data.get("team") if hasattr(data, "get") else None  # a body that is no object: the serializer says so
+    team = Team.objects.select_related("parent").filter(name=name).first() if isinstance(name, str) else None
     if team is not None and not can_edit_quotas(user, team):
         raise PermissionDenied(NOT_A_LEAD.format(team=team.name))
     body = QuotaPreviewRequestSerializer(data=data)

@@ -271,3 +271,9 @@ def test_the_window_counts_jobs_by_their_first_submit(clock, history):
     export_ = export_window(DAY, DAY + timedelta(days=1), as_of=DAY + timedelta(days=1))
     assert 8001 not in {job.job_id for job in export_.jobs}
     assert count_jobs(DAY, DAY + timedelta(days=1)) == 11  # the bound counts candidates: 8001 too
+
+
+def test_a_body_that_is_not_an_object_is_a_400(clock, api, history):
+    response = api("rita").post("/api/v1/what-if", [NO_BORROWING], format="json")
+    assert response.status_code == 400
+    assert "Expected a dictionary" in response.json()["detail"]
