@@ -9,8 +9,8 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('scheduling', '0025_usage_ledger'),
-        ('teams', '0008_alter_auditevent_to_state'),
+        ('scheduling', '0028_queued_at_and_start_forecasts'),
+        ('teams', '0009_price_changed_event'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
