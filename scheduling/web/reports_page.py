@@ -20,6 +20,7 @@ from django.views.decorators.http import require_GET
 
 from scheduling import accounting
 from scheduling.accounting import UsageQuery, UsageReport
+from scheduling.forecast_accuracy import WeekAccuracy, forecast_accuracy_by_week
 from scheduling.models import Node
 from teams.models import Quota, Team
 from teams.selectors import is_site_admin, team_ids_of
@@ -87,6 +88,10 @@ def page(request):
     base["team"] = data["team"] or None
     bucket = "day" if (end - start).days <= DAYS_BY_DAY else "week"
     sections = build_sections(base, bucket)
+    # The forecast's accuracy for the same teams: the chosen one, else every team the viewer
+    # may see (an admin: all, including teams with no member).
+    chosen = [data["team"]] if data["team"] else (None if is_site_admin(request.user) else teams)
+    sections.append(forecast_accuracy(forecast_accuracy_by_week(start, end, chosen)))
     period = {"from": data["start"].isoformat(), "to": data["end"].isoformat(), "bucket": bucket}
     return render(request, "scheduling/reports.html", {**context, "sections": sections, **period})
 
@@ -291,4 +296,56 @@ def cost_by_team(report: UsageReport) -> Section:
         "bar", [r[0] for r in section.rows], [_line("cost", [r[3] for r in section.rows], 2)], settings.MLQ_CURRENCY
     )
     section.rows.append(["total", *_hours(report.total), report.total.cost])
+    return section
+
+
+def _minutes(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds / 60, 1)
+
+
+def _percent(share: float | None) -> float | None:
+    return None if share is None else round(100 * share, 1)
+
+
+def forecast_accuracy(weeks: list[WeekAccuracy]) -> Section:
+    """Per ISO week, the start forecast against the real start (scheduling/forecast_accuracy.py):
+    the median error of each job's first forecast and of its last before it started, and how
+    often a job started at or before its "at the latest" bound."""
+    section = Section(
+        "forecast",
+        "Start forecast accuracy by week",
+        "",
+        {},
+        [
+            "week",
+            "jobs",
+            "first forecast: median error (min)",
+            "last forecast: median error (min)",
+            "first: started by its bound (%)",
+            "last: started by its bound (%)",
+        ],
+    )
+    section.note = (
+        "Jobs counted in the week they first started; the error is from the likely start (or the "
+        '"at the latest" bound where there is no likely one).'
+    )
+    if not any(week.jobs for week in weeks):
+        return section  # "nothing in this range"
+    for week in weeks:
+        section.rows.append(
+            [
+                week.week.isoformat(),
+                week.jobs,
+                _minutes(week.first_median_error_s),
+                _minutes(week.last_median_error_s),
+                _percent(week.first_within_bound),
+                _percent(week.last_within_bound),
+            ]
+        )
+    labels = [row[0] for row in section.rows]
+    datasets = [
+        _line("first forecast", [row[2] for row in section.rows], 0),
+        _line("last forecast", [row[3] for row in section.rows], 1),
+    ]
+    section.chart = _chart("line", labels, datasets, "median error (minutes)")
     return section

@@ -2,12 +2,14 @@
 frozen clock; a bad range is a 400 naming the field."""
 
 import re
+from datetime import timedelta
 from decimal import Decimal
 
 import pytest
 
 from scheduling.models import Price
 from teams.models import Quota
+from tests.integration.test_forecast_accuracy import forecast
 from tests.integration.test_usage_api import NOW, RANKING, RFM, VISION, H, attempt, now  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.django_db
@@ -77,3 +79,19 @@ def test_a_bad_range_or_team_is_a_400_naming_it(logged_in, history, params, mess
     response = logged_in("rita").get("/reports/", params)
     assert response.status_code == 400
     assert message in response.content.decode()
+
+
+def test_the_forecasts_accuracy_by_week_for_the_viewers_teams(logged_in, history):
+    """2026-04-20 is a Monday: one week. rita's team's job started 30 minutes after its first
+    forecast's bound and 10 before its last one's; the other team's job is not hers to see."""
+    started = NOW - 2 * H
+    minute = timedelta(minutes=1)
+    forecast(RFM, started, first=started - 30 * minute, last=started + 10 * minute)
+    forecast(RANKING, started, first=started, last=started)
+    page = logged_in("rita").get("/reports/", {"from": "2026-04-19", "to": "2026-04-20"}).content.decode()
+    assert table(page, "forecast") == [
+        ["2026-04-13", "0", "–", "–", "–", "–"],
+        ["2026-04-20", "1", "30.0", "10.0", "0.0", "100.0"],
+    ]
+    page = logged_in("ops").get("/reports/", {"from": "2026-04-20", "to": "2026-04-20"}).content.decode()
+    assert table(page, "forecast") == [["2026-04-20", "2", "15.0", "5.0", "50.0", "100.0"]]
