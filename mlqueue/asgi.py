@@ -12,6 +12,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.urls import re_path  # noqa: E402
 
 from mlqueue.fastlane import HeartbeatLane  # noqa: E402
+from mlqueue.health import HealthLane  # noqa: E402
 from mlqueue.routing import agent_websocket_urlpatterns, websocket_urlpatterns  # noqa: E402
 from mlqueue.websocket_origin import SameOriginValidator  # noqa: E402
 
@@ -20,7 +21,7 @@ browser_sockets = SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_ur
 
 application = ProtocolTypeRouter(
     {
-        "http": HeartbeatLane(django_asgi_app),
+        "http": HealthLane(HeartbeatLane(django_asgi_app)),
         "websocket": URLRouter([*agent_websocket_urlpatterns, re_path(r"", browser_sockets)]),
     }
 )

@@ -8,6 +8,7 @@ import gc
 import logging
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import redis
 from django.conf import settings
@@ -152,8 +153,16 @@ class Waker:
 
 
 class SchedulerWorker:
-    def __init__(self, leadership: Leadership, *, tick_s: float = 1.0, standby_poll_s: float = 1.0):
+    def __init__(
+        self,
+        leadership: Leadership,
+        *,
+        tick_s: float = 1.0,
+        standby_poll_s: float = 1.0,
+        health_file: Path | None = None,
+    ):
         self.leadership, self.tick_s, self.standby_poll_s = leadership, tick_s, standby_poll_s
+        self.health_file = health_file
         self.waker = Waker()
         self.forecaster = Forecaster()
         self.scheduler = Scheduler()
@@ -164,6 +173,7 @@ class SchedulerWorker:
         """Lead or stand by until stopped (or until `passes` passes ran). Returns passes run."""
         done = 0
         while not self.stopping and (passes is None or done < passes):
+            self._alive()
             try:
                 close_old_connections()
                 leading = self._ensure_leading()
@@ -178,6 +188,15 @@ class SchedulerWorker:
             if passes is None or done < passes:
                 self.waker.wait(self.tick_s)
         return done
+
+    def _alive(self) -> None:
+        """Touch the health file once per loop, leading or standing by (a liveness probe reads
+        its age: deploy/entrypoint.sh check scheduler). A loop stuck anywhere stops touching it."""
+        if self.health_file is not None:
+            try:
+                self.health_file.touch()
+            except OSError as exc:
+                log.warning("cannot touch the health file %s (%s)", self.health_file, exc)
 
     def _ensure_leading(self) -> bool:
         if isinstance(self.leadership, LeaseRowLeadership):

@@ -2,6 +2,7 @@ import logging
 import signal
 import sys
 import time
+from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 from django.db.backends.signals import connection_created
@@ -28,8 +29,13 @@ class Command(BaseCommand):
         parser.add_argument("--tick", type=float, default=1.0, help="seconds between passes when nothing happens")
         parser.add_argument("--lease", type=float, default=10.0, help="lease duration in seconds")
         parser.add_argument("--renew", type=float, default=2.0, help="renew the lease every this many seconds")
+        parser.add_argument(
+            "--health-file",
+            type=Path,
+            help="touch this file on every loop, leading or standing by, for a liveness probe to read its age",
+        )
 
-    def handle(self, *args, once, tick, lease, renew, **options):
+    def handle(self, *args, once, tick, lease, renew, health_file, **options):
         if not (0 < tick <= 1.0):
             raise CommandError("--tick must be more than 0 and at most 1 second")
         if not (0 < renew < lease * 0.7):
@@ -39,7 +45,7 @@ class Command(BaseCommand):
         )
         connection_created.connect(limit_idle_transactions)
         leadership = leadership_for_this_database(lease_s=lease, renew_s=renew, renew_deadline_s=lease * 0.7)
-        worker = SchedulerWorker(leadership, tick_s=tick)
+        worker = SchedulerWorker(leadership, tick_s=tick, health_file=health_file)
         signal.signal(signal.SIGTERM, worker.stop)
         signal.signal(signal.SIGINT, worker.stop)
         try:

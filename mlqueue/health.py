@@ -1,0 +1,36 @@
+"""`GET /healthz`: the web process's liveness and readiness probe (deploy/k8s, deploy/compose.yaml).
+
+Answered at the ASGI layer, before Django: a probe comes over plain HTTP with the pod's address
+as its Host header, which ALLOWED_HOSTS and the HTTPS redirect would refuse, and it must stay
+cheap at one request per pod every few seconds. It says only that this process's event loop
+serves requests. It deliberately does not query Postgres or Redis: during a store outage the web
+tier answers 503 with Retry-After (mlqueue/middleware.py) and agents keep their tasks; a probe
+that failed then would take every web pod out of the Service at once and restart them all, which
+helps nothing. The scheduler's own liveness is a file its loop touches (run_scheduler
+--health-file)."""
+
+import json
+
+HEALTH_PATHS = frozenset({"/healthz", "/healthz/"})
+BODY = json.dumps({"status": "ok"}).encode()
+HEADERS = [(b"content-type", b"application/json"), (b"cache-control", b"no-store")]
+
+
+class HealthLane:
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope.get("path") not in HEALTH_PATHS:
+            return await self.app(scope, receive, send)
+        if scope["method"] not in ("GET", "HEAD"):
+            return await self._send(send, 405, b"", [(b"allow", b"GET, HEAD")])
+        await self._send(send, 200, b"" if scope["method"] == "HEAD" else BODY, HEADERS)
+
+    @staticmethod
+    async def _send(send, status: int, body: bytes, headers: list) -> None:
+        length = str(len(BODY) if status == 200 else len(body)).encode()
+        await send(
+            {"type": "http.response.start", "status": status, "headers": [*headers, (b"content-length", length)]}
+        )
+        await send({"type": "http.response.body", "body": body})
