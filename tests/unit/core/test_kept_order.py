@@ -113,11 +113,9 @@ def test_kept_running_minima_are_those_of_the_queue_as_it_is_now(rng):
     queue = [a_job(rng, i, now) for i in range(rng.randint(1, 20))]
     config = PolicyConfig(overdue_first=rng.choice([None, 2]))
     for step in range(8):
-        queue = [j for j in queue if j.team == "vision"] or [replace(a_job(rng, 5000 + step, now), team="vision")]
-        if split is None:
-            split = TeamSplit(queue, now, config)
-        else:
-            split.update(queue, now)
+        queue = [j for j in queue if j.team == "vision"] or [replace(a_job(rng, 100_000 + step, now), team="vision")]
+        if split is None or not split.update(queue, now):
+            split = TeamSplit(queue, now, config)  # as KeptOrder does when most of the jobs are new
         pinned = {j.job_id for j in queue if rng.random() < 0.15}
         for kept in split.queues.values():
             assert kept.least(pinned) == running_least(kept.jobs, pinned)
