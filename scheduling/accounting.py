@@ -10,15 +10,22 @@ What counts where, for a window [start, end):
    bucket of their end.
 4. Queue wait (p50, p95): attempts that started inside the window, in the bucket of their start.
 
-One query per stretch between cuts (window edges, bucket edges, price changes) for the hours,
-each reading only the attempts that overlap it (indexed by start and by end); one query for
-the endings (outcomes and losses) and one for a histogram of the waits.
+Two ways to the same figures:
+- from the ledger's rows (`source="ledger"`, the reference): one query per stretch between
+  cuts (window edges, bucket edges, price changes) for the hours, each reading only the
+  attempts that overlap it (indexed by start and by end); one query for the endings
+  (outcomes and losses) and one for a histogram of the waits. Millions of rows a quarter.
+- from the daily rollup (the default; scheduling/rollup.py): the window's whole UTC days
+  from UsageDay and UsageWaitDay (closed attempts summed per day), and from the ledger's
+  rows only what the rollup cannot say: the part days at the window's edges, a day a price
+  changes inside (its hours are priced on either side of the change), and the attempts
+  still running (indexed: few).
 """
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 
 from django.db import connection, transaction
 from django.db.models import (
@@ -37,7 +44,7 @@ from django.db.models import (
 )
 from django.db.models.functions import Coalesce, Greatest, Least, TruncDay, TruncWeek
 
-from scheduling.models import Price, UsageRecord
+from scheduling.models import Price, UsageDay, UsageRecord, UsageWaitDay
 
 # What a report may be grouped by: columns of the ledger, or time buckets (UTC days; weeks
 # from Monday 00:00 UTC).
@@ -48,6 +55,9 @@ TRUNC = {"day": TruncDay, "week": TruncWeek}
 # Bounds on the number of time buckets one report may ask for (each is a query).
 MAX_BUCKETS = {"day": 400, "week": 260}
 SECONDS_PER_HOUR = 3600.0
+MICROSECONDS_PER_HOUR = 3600e6
+DAY = timedelta(days=1)
+SOURCES = ("rollup", "ledger")
 
 
 class FloatRound(Func):
@@ -88,8 +98,9 @@ class UsageQuery:
     def bucket(self) -> str | None:
         return next((name for name in self.group_by if name in BUCKETS), None)
 
-    def rows(self) -> QuerySet[UsageRecord]:
-        rows = UsageRecord.objects.filter(self.visible).order_by()  # no ordering in the GROUP BY
+    def rows(self, model=UsageRecord) -> QuerySet:
+        """The ledger's rows (or the rollup's, `model`) this report reads."""
+        rows = model.objects.filter(self.visible).order_by()  # no ordering in the GROUP BY
         filters = {"team_name": self.team, "owner_name": self.owner, "resource_class": self.resource_class}
         filters["priority"] = self.priority
         return rows.filter(**{column: value for column, value in filters.items() if value is not None})
@@ -161,25 +172,35 @@ def price_at(prices: Sequence[Price], at: datetime) -> Price | None:
     return next((price for price in reversed(prices) if price.effective_from <= at), None)
 
 
-def usage_report(query: UsageQuery) -> UsageReport:
+def usage_report(query: UsageQuery, *, source: str = "rollup") -> UsageReport:
+    """The report, from the rollup or from the ledger's rows alone (module docstring)."""
+    assert source in SOURCES, source
     with transaction.atomic():
         if connection.vendor == "postgresql":
             # Compiling these scans' expressions (JIT) cost 2.8 s of a 9.4 s quarter's waits
             # query on the benchmark, and saved less than that.
             with connection.cursor() as cursor:
                 cursor.execute("SET LOCAL jit = off")
-        return _report(query)
+        return _report(query, source)
 
 
-def _report(query: UsageQuery) -> UsageReport:
+def _report(query: UsageQuery, source: str) -> UsageReport:
     groups: dict[tuple, UsageRow] = {}
 
     def row(key) -> UsageRow:
         return groups.setdefault(key, UsageRow(key))
 
-    _add_hours(query, row)
-    _add_endings(query, row)
-    waits = _wait_histograms(query)
+    if source == "ledger":
+        _add_hours(query, row)
+        _add_endings(query, row, windows=[(query.start, query.end)])
+        waits = _wait_histograms(query, windows=[(query.start, query.end)])
+    else:
+        _add_hours_rolled(query, row)
+        edges, days = whole_days(query.start, query.end)
+        _add_endings(query, row, windows=edges)
+        _add_rolled_endings(query, row, days)
+        waits = _wait_histograms(query, windows=edges)
+        _add_rolled_waits(query, waits, days)
     for key, histogram in waits.items():
         target = row(key)
         target.started = sum(histogram.values())
@@ -220,10 +241,23 @@ def _columns(query: UsageQuery) -> list[str]:
     return [COLUMNS[name] for name in query.group_by if name in COLUMNS]
 
 
-def _key(query: UsageQuery, values: dict, bucket: datetime | None) -> tuple[str, ...]:
-    return tuple(
-        bucket.date().isoformat() if name in BUCKETS else str(values[COLUMNS[name]]) for name in query.group_by
-    )
+def _key(query: UsageQuery, values: dict, bucket: datetime | date | None) -> tuple[str, ...]:
+    return tuple(_day_text(bucket) if name in BUCKETS else str(values[COLUMNS[name]]) for name in query.group_by)
+
+
+def _day_text(at: datetime | date) -> str:
+    return (at.date() if isinstance(at, datetime) else at).isoformat()
+
+
+def whole_days(start: datetime, end: datetime) -> tuple[list[tuple[datetime, datetime]], tuple[date, date] | None]:
+    """[start, end) as its whole UTC days [first, last) and the part days at its edges."""
+    first = bucket_start(start, "day")
+    first += DAY if first < start else timedelta(0)
+    last = bucket_start(end, "day")
+    if first >= last:
+        return [(start, end)], None
+    edges = [(a, b) for a, b in ((start, first), (last, end)) if a < b]
+    return edges, (first.date(), last.date())
 
 
 def _add_hours(query: UsageQuery, row) -> None:
@@ -231,7 +265,15 @@ def _add_hours(query: UsageQuery, row) -> None:
     prices = prices_by_class()
     changes = [price.effective_from for history in prices.values() for price in history]
     until = min(query.end, query.now)
-    for a, b, bucket in stretches(query.start, until, bucket=query.bucket, cuts=changes) if query.start < until else ():
+    spans = stretches(query.start, until, bucket=query.bucket, cuts=changes) if query.start < until else []
+    _scan_hours(query, row, [(a, b) for a, b, _ in spans], prices=prices, until=until)
+
+
+def _scan_hours(query: UsageQuery, row, spans: list[tuple], *, prices: dict, until: datetime) -> None:
+    """The hours of the ledger's rows inside each of `spans` (no bucket edge nor price change
+    inside any), and their cost."""
+    for a, b in spans:
+        bucket = bucket_start(a, query.bucket) if query.bucket else None
         held = ExpressionWrapper(
             Least(Coalesce("ended_at", Value(until)), Value(b)) - Greatest("started_at", Value(a)),
             output_field=DurationField(),
@@ -242,29 +284,105 @@ def _add_hours(query: UsageQuery, row) -> None:
             cpu_s=Sum(F("cpus") * Epoch(held), output_field=FloatField()),
         )
         for values in sums:
-            target = row(_key(query, values, bucket))
-            gpu_h, cpu_h = (values["gpu_s"] or 0.0) / SECONDS_PER_HOUR, (values["cpu_s"] or 0.0) / SECONDS_PER_HOUR
-            target.gpu_hours += gpu_h
-            target.cpu_hours += cpu_h
-            price = price_at(prices.get(values["resource_class"], ()), a)
-            if price is not None:
-                target.cost += gpu_h * float(price.gpu_hour) + cpu_h * float(price.cpu_hour)
+            hours = ((values["gpu_s"] or 0.0) / SECONDS_PER_HOUR, (values["cpu_s"] or 0.0) / SECONDS_PER_HOUR)
+            _add_priced(row(_key(query, values, bucket)), hours, price_at(prices.get(values["resource_class"], ()), a))
 
 
-def _point_rows(query: UsageQuery, at: str, fields: Sequence[str], **annotations):
-    """The attempts whose `at` (ended_at, started_at) lies in the window, as values grouped by
+def _add_priced(target: UsageRow, hours: tuple[float, float], price: Price | None) -> None:
+    gpu_h, cpu_h = hours
+    target.gpu_hours += gpu_h
+    target.cpu_hours += cpu_h
+    if price is not None:
+        target.cost += gpu_h * float(price.gpu_hour) + cpu_h * float(price.cpu_hour)
+
+
+def _add_hours_rolled(query: UsageQuery, row) -> None:
+    """The hours and cost of _add_hours, from the rollup where it can say them:
+    1. the window (up to now) cut at UTC midnights and at price changes;
+    2. a whole day: closed attempts from UsageDay, one query per run of whole days with no
+       price change, and running attempts from their ledger rows, in memory;
+    3. a part day (the window's edges, a day a price changes inside): the ledger's rows."""
+    prices = prices_by_class()
+    changes = {price.effective_from for history in prices.values() for price in history}
+    until = min(query.end, query.now)
+    days = stretches(query.start, until, bucket="day", cuts=changes) if query.start < until else []
+    spans = [(a, b) for a, b, _ in days]
+    whole = [(a, b) for a, b in spans if b - a == DAY]
+    _scan_hours(query, row, [(a, b) for a, b in spans if b - a != DAY], prices=prices, until=until)
+    runs: list[list[datetime]] = []
+    for a, b in whole:
+        if runs and runs[-1][1] == a and a not in changes:
+            runs[-1][1] = b
+        else:
+            runs.append([a, b])
+    for a, b in runs:
+        _add_rolled_run(query, row, a, b, prices=prices)
+    if whole:
+        _add_running(query, row, whole, prices=prices)
+
+
+def _add_rolled_run(query: UsageQuery, row, start: datetime, end: datetime, *, prices: dict) -> None:
+    """Closed attempts' hours in the whole days [start, end), all at one price per class."""
+    days = query.rows(UsageDay).filter(day__gte=start.date(), day__lt=end.date())
+    names = [*_columns(query), "resource_class"]
+    if query.bucket:
+        days = days.annotate(bucket=F("day") if query.bucket == "day" else TruncWeek("day"))
+        names.append("bucket")
+    for values in days.values(*names).annotate(gpu_us=Sum("gpu_us"), cpu_us=Sum("cpu_us")):
+        hours = (values["gpu_us"] / MICROSECONDS_PER_HOUR, values["cpu_us"] / MICROSECONDS_PER_HOUR)
+        price = price_at(prices.get(values["resource_class"], ()), start)
+        _add_priced(row(_key(query, values, values.get("bucket"))), hours, price)
+
+
+def _add_running(query: UsageQuery, row, whole: list[tuple], *, prices: dict) -> None:
+    """Running attempts' hours in the whole days `whole` (ordered), day by day."""
+    last = whole[-1][1]
+    names = [*_columns(query), "resource_class", "gpus", "cpus", "started_at"]
+    running = query.rows().filter(ended_at__isnull=True, started_at__lt=last).values(*names)
+    for values in running:
+        for a, b in whole:
+            held = (b - max(a, values["started_at"])).total_seconds() / SECONDS_PER_HOUR
+            if held <= 0:
+                continue
+            bucket = bucket_start(a, query.bucket) if query.bucket else None
+            hours = (values["gpus"] * held, values["cpus"] * held)
+            _add_priced(row(_key(query, values, bucket)), hours, price_at(prices.get(values["resource_class"], ()), a))
+
+
+def _point_rows(query: UsageQuery, at: str, fields: Sequence[str], *, window: tuple, **annotations):
+    """The attempts whose `at` (ended_at, started_at) lies in `window`, as values grouped by
     the report's columns, its bucket (`bucket`), and `fields` (which may be `annotations`)."""
-    rows = query.rows().filter(**{f"{at}__gte": query.start, f"{at}__lt": query.end})
+    rows = query.rows().filter(**{f"{at}__gte": window[0], f"{at}__lt": window[1]})
     if query.bucket:
         rows = rows.annotate(bucket=TRUNC[query.bucket](at, tzinfo=UTC))
     names = _columns(query) + (["bucket"] if query.bucket else [])
     return rows.annotate(**annotations).values(*names, *fields)
 
 
-def _add_endings(query: UsageQuery, row) -> None:
-    """How attempts ended in the window, and the GPU-hours they lost by cause (docstring, 3)."""
-    ends = _point_rows(query, "ended_at", ["outcome", "lost_cause"])
-    for values in ends.annotate(n=Count("id"), lost=Sum("lost_gpu_hours")):
+def _rolled(query: UsageQuery, model, days: tuple[date, date], fields: Sequence[str]):
+    """The rollup's rows of the whole days `days` [first, last), as values grouped like
+    _point_rows's."""
+    rows = query.rows(model).filter(day__gte=days[0], day__lt=days[1])
+    if query.bucket:
+        rows = rows.annotate(bucket=F("day") if query.bucket == "day" else TruncWeek("day"))
+    return rows.values(*_columns(query), *(["bucket"] if query.bucket else []), *fields)
+
+
+def _add_endings(query: UsageQuery, row, *, windows: list[tuple]) -> None:
+    """How attempts ended in `windows`, and the GPU-hours they lost by cause (docstring, 3)."""
+    for window in windows:
+        ends = _point_rows(query, "ended_at", ["outcome", "lost_cause"], window=window)
+        _add_ended(query, row, ends.annotate(n=Count("id"), lost=Sum("lost_gpu_hours")))
+
+
+def _add_rolled_endings(query: UsageQuery, row, days: tuple[date, date] | None) -> None:
+    if days:
+        ends = _rolled(query, UsageDay, days, ["outcome", "lost_cause"]).filter(ended__gt=0)
+        _add_ended(query, row, ends.annotate(n=Sum("ended"), lost=Sum("lost_gpu_hours")))
+
+
+def _add_ended(query: UsageQuery, row, ends: Iterable[dict]) -> None:
+    for values in ends:
         target = row(_key(query, values, values.get("bucket")))
         target.outcomes[values["outcome"]] = target.outcomes.get(values["outcome"], 0) + values["n"]
         if values["lost_cause"]:
@@ -285,13 +403,29 @@ WAIT_BAR = Case(
 )
 
 
-def _wait_histograms(query: UsageQuery) -> dict[tuple, dict[float, int]]:
-    """key -> {wait in seconds (to its bar's precision): attempts that started in the window
+def _wait_histograms(query: UsageQuery, *, windows: list[tuple]) -> dict[tuple, dict[float, int]]:
+    """key -> {wait in seconds (to its bar's precision): attempts that started in `windows`
     after waiting that long} (docstring, 4)."""
-    histograms: dict[tuple, dict[float, int]] = defaultdict(dict)
-    for values in _point_rows(query, "started_at", ["bar"], wait=WAIT_S, bar=WAIT_BAR).annotate(n=Count("id")):
-        histograms[_key(query, values, values.get("bucket"))][values["bar"]] = values["n"]
+    histograms: dict[tuple, dict[float, int]] = defaultdict(lambda: defaultdict(int))
+    for window in windows:
+        bars = _point_rows(query, "started_at", ["bar"], window=window, wait=WAIT_S, bar=WAIT_BAR)
+        _add_bars(query, histograms, bars.annotate(n=Count("id")))
     return histograms
+
+
+def _add_rolled_waits(query: UsageQuery, histograms: dict, days: tuple[date, date] | None) -> None:
+    """The waits of the attempts that started in the whole days `days`: closed ones from
+    UsageWaitDay, running ones from the ledger's rows."""
+    if days:
+        _add_bars(query, histograms, _rolled(query, UsageWaitDay, days, ["bar"]).annotate(n=Sum("attempts")))
+        window = tuple(datetime.combine(day, datetime.min.time(), UTC) for day in days)
+        running = _point_rows(query, "started_at", ["bar"], window=window, wait=WAIT_S, bar=WAIT_BAR)
+        _add_bars(query, histograms, running.filter(ended_at__isnull=True).annotate(n=Count("id")))
+
+
+def _add_bars(query: UsageQuery, histograms: dict, bars: Iterable[dict]) -> None:
+    for values in bars:
+        histograms[_key(query, values, values.get("bucket"))][values["bar"]] += values["n"]
 
 
 def percentile(histogram: dict[float, int], fraction: float) -> float | None:

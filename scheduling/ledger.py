@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 
 from django.db.models import Max
 
+from scheduling import rollup
 from scheduling.core.model import HOUR, confirmed_checkpoint, lost_since, resource_class
 from scheduling.models import FailureClass, Job, LostCause, StopReason, Task, TaskState, UsageRecord
 from scheduling.states import ON_NODE
@@ -142,13 +143,19 @@ def do_open_attempt(job_id: int, *, now: datetime) -> None:
 
 
 def do_close_attempt(job_id: int, *, outcome: str, now: datetime) -> int:
-    """Close the job's open row: its end, how it ended, and the work it lost and why."""
+    """Close the job's open row: its end, how it ended, and the work it lost and why; and add
+    it to the usage rollup (scheduling/rollup.py), in the same transaction."""
     ranks = ended_ranks(job_id)
     cause = attempt_lost_cause(ranks)
     lost = lost_work(ranks, now=now) if cause else {"lost_gpu_hours": 0.0, "lost_since": None}
     # The first rank to end says how the attempt ended: the others were stopped after it.
     first = min((r for r in ranks if r.finished_at), key=lambda r: r.finished_at, default=None)
-    return UsageRecord.objects.filter(job_id=job_id, ended_at__isnull=True).update(
+    # Locked first so that the rows this update closes are the ones added to the rollup.
+    open_rows = UsageRecord.objects.select_for_update().filter(job_id=job_id, ended_at__isnull=True)
+    open_ids = list(open_rows.values_list("id", flat=True))
+    if not open_ids:
+        return 0
+    closed = UsageRecord.objects.filter(id__in=open_ids).update(
         ended_at=now,
         outcome=outcome,
         stop_reason=first.stop_reason if first else "",
@@ -157,3 +164,5 @@ def do_close_attempt(job_id: int, *, outcome: str, now: datetime) -> int:
         lost_cause=cause or "",
         lost_since=datetime.fromisoformat(lost["lost_since"]) if lost["lost_since"] else None,
     )
+    rollup.do_add_closed(open_ids)
+    return closed

@@ -610,6 +610,58 @@ class UsageRecord(models.Model):
         return f"job {self.job_id} attempt {self.attempt} ({self.outcome or 'running'})"
 
 
+ROLLUP_KEY = ("day", "team_id", "team_name", "owner_id", "owner_name", "resource_class", "priority")
+USAGE_DAY_KEY = (*ROLLUP_KEY, "outcome", "lost_cause")
+USAGE_WAIT_DAY_KEY = (*ROLLUP_KEY, "bar")
+
+
+class UsageRollupKey(models.Model):
+    """What the usage reports filter and group by, copied from the ledger row (UsageRecord), and
+    the UTC day the figures fall in."""
+
+    day = models.DateField()
+    team_id = models.BigIntegerField()
+    team_name = models.CharField(max_length=63)
+    owner_id = models.BigIntegerField()
+    owner_name = models.CharField(max_length=150)
+    resource_class = models.CharField(max_length=24)
+    priority = models.CharField(max_length=2, choices=Priority.choices)
+
+    class Meta:
+        abstract = True
+
+
+class UsageDay(UsageRollupKey):
+    """The closed attempts of the usage ledger summed per UTC day (scheduling/rollup.py): the
+    GPU- and CPU-microseconds held in that day (an attempt spanning days split across them),
+    and the attempts that ended that day, how, and the GPU-hours they lost. Written by the
+    transition that closes a ledger row, in its transaction; `manage.py rebuild_usage_rollup`
+    rebuilds it from the ledger. Microseconds as integers: sums in any order are exact."""
+
+    outcome = models.CharField(max_length=16, blank=True)
+    lost_cause = models.CharField(max_length=12, choices=LostCause.choices, blank=True)
+    gpu_us = models.BigIntegerField(default=0)
+    cpu_us = models.BigIntegerField(default=0)
+    ended = models.PositiveIntegerField(default=0)
+    lost_gpu_hours = models.FloatField(default=0.0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=USAGE_DAY_KEY, name="usage_day_key")]
+        indexes = [models.Index(fields=["day"], name="usage_day_day_idx")]
+
+
+class UsageWaitDay(UsageRollupKey):
+    """The queue waits of the closed attempts that started on a UTC day: how many waited each
+    histogram bar's time (scheduling.accounting.WAIT_BAR), for the p50 and p95."""
+
+    bar = models.FloatField(help_text="the wait in seconds, to its bar's precision")
+    attempts = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=USAGE_WAIT_DAY_KEY, name="usage_wait_day_key")]
+        indexes = [models.Index(fields=["day"], name="usage_wait_day_day_idx")]
+
+
 class Price(models.Model):
     """What an hour of a resource class costs from `effective_from` on, until the class's next
     price: a GPU-hour (GPU classes) and a CPU-hour (every class: a GPU job's CPUs too). A

@@ -11,6 +11,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from playwright.sync_api import expect
 
+from scheduling import rollup
 from scheduling.models import Price, UsageRecord
 from teams.models import Membership
 from tests.e2e.browser import log_in, screenshot_dir
@@ -61,6 +62,7 @@ def two_weeks_of_attempts(now: datetime) -> int:
                     )
                 )
     UsageRecord.objects.bulk_create(rows)
+    rollup.do_rebuild()
     return len(rows)
 
 

@@ -9,6 +9,7 @@ import pytest
 import time_machine
 from django.contrib.auth import get_user_model
 
+from scheduling import rollup
 from scheduling.models import Price, UsageRecord
 from teams.models import AuditEvent, Team
 
@@ -23,9 +24,10 @@ def now():
 
 
 def attempt(job_id, *, team, owner, start, end=None, rclass="gpu:H100", gpus=8, cpus=16, wait=H / 2, **more):
-    """A ledger row: `start` and `end` as hours relative to NOW (negative: before)."""
+    """A ledger row: `start` and `end` as hours relative to NOW (negative: before); a closed
+    one added to the usage rollup, as the transition that closes a row adds it."""
     ended = NOW + end * H if end is not None else None
-    return UsageRecord.objects.create(
+    record = UsageRecord.objects.create(
         job_id=job_id,
         attempt=more.pop("attempt", 1),
         job_name=f"job-{job_id}",
@@ -43,6 +45,9 @@ def attempt(job_id, *, team, owner, start, end=None, rclass="gpu:H100", gpus=8, 
         outcome=more.pop("outcome", "SUCCEEDED" if ended else ""),
         **more,
     )
+    if ended:
+        rollup.do_add_closed([record.pk])
+    return record
 
 
 RFM, VISION, RANKING = "research-foundation-models", "research-vision", "production-ranking"

@@ -1,0 +1,124 @@
+"""The usage rollup: the ledger's closed attempts summed per UTC day (scheduling.models.UsageDay,
+UsageWaitDay), so a report over a quarter reads a few thousand rows instead of millions.
+
+1. An attempt adds, to each UTC day it held its GPUs and CPUs, the microseconds it held them
+   there (an attempt spanning midnight is split); to the day it ended, one ending of its
+   outcome and the GPU-hours it lost; to the day it started, one wait in its histogram bar.
+2. `do_add_closed` adds the attempts a transition has just closed, in that transition's
+   transaction (scheduling/ledger.py): an upsert that adds to the day's row
+   (`ON CONFLICT ... DO UPDATE SET x = x + excluded.x`), so concurrent closes never lose one.
+3. `do_rebuild` empties the rollup and adds every closed attempt again (after a repair of
+   the ledger, and in the migration that created it): idempotent.
+
+Only closed attempts are rolled up: a running attempt's figures still grow, so the reports
+read those from the ledger's rows (scheduling/accounting.py). Nothing here reads the clock.
+"""
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Iterator
+from datetime import UTC, date, datetime, time, timedelta
+
+from django.db import connection, transaction
+from django.db.models import QuerySet
+
+from scheduling.accounting import WAIT_BAR, WAIT_S
+from scheduling.models import ROLLUP_KEY, USAGE_DAY_KEY, USAGE_WAIT_DAY_KEY, UsageDay, UsageRecord, UsageWaitDay
+
+DAY = timedelta(days=1)
+MICROSECOND = timedelta(microseconds=1)
+# The ledger's columns an attempt's part of the rollup is made of.
+FIELDS = (*ROLLUP_KEY[1:], "gpus", "cpus", "started_at", "ended_at", "outcome", "lost_cause", "lost_gpu_hours", "bar")
+USAGE_SUMS = ("gpu_us", "cpu_us", "ended", "lost_gpu_hours")
+# Rows held in memory by a rebuild before they are written.
+FLUSH_EVERY = 200_000
+
+
+def utc_day(at: datetime) -> date:
+    return at.astimezone(UTC).date()
+
+
+def day_parts(start: datetime, end: datetime) -> Iterator[tuple[date, int]]:
+    """[start, end) cut at UTC midnights: (each day, the microseconds of it inside)."""
+    at = start
+    while at < end:
+        stop = min(end, datetime.combine(utc_day(at) + DAY, time(), UTC))
+        yield utc_day(at), (stop - at) // MICROSECOND
+        at = stop
+
+
+class Rollup:
+    """The rollup's rows for some closed attempts, summed in memory before one upsert."""
+
+    def __init__(self) -> None:
+        self.days: dict[tuple, list] = defaultdict(lambda: [0, 0, 0, 0.0])
+        self.waits: Counter[tuple] = Counter()
+
+    def add(self, row: dict) -> None:
+        """One closed attempt (FIELDS), by the module docstring's rule 1."""
+        group = tuple(row[name] for name in ROLLUP_KEY[1:])
+        how = (row["outcome"], row["lost_cause"])
+        for day, held in day_parts(row["started_at"], row["ended_at"]):
+            sums = self.days[(day, *group, *how)]
+            sums[0] += row["gpus"] * held
+            sums[1] += row["cpus"] * held
+        ending = self.days[(utc_day(row["ended_at"]), *group, *how)]
+        ending[2] += 1
+        ending[3] += row["lost_gpu_hours"]
+        self.waits[(utc_day(row["started_at"]), *group, row["bar"])] += 1
+
+    def __len__(self) -> int:
+        return len(self.days) + len(self.waits)
+
+    def write(self, *, day_table: str, wait_table: str) -> None:
+        _upsert(day_table, USAGE_DAY_KEY, USAGE_SUMS, [(*key, *sums) for key, sums in self.days.items()])
+        _upsert(wait_table, USAGE_WAIT_DAY_KEY, ("attempts",), [(*key, n) for key, n in self.waits.items()])
+        self.days.clear()
+        self.waits.clear()
+
+
+def _upsert(table: str, key: tuple[str, ...], sums: tuple[str, ...], rows: list[tuple], batch: int = 2000) -> None:
+    """Insert rows, adding their sums to any row already there with the same key (PostgreSQL
+    and SQLite both read this upsert)."""
+    columns = ", ".join((*key, *sums))
+    adds = ", ".join(f"{name} = {table}.{name} + excluded.{name}" for name in sums)
+    one = "(" + ", ".join(["%s"] * (len(key) + len(sums))) + ")"
+    with connection.cursor() as cursor:
+        for at in range(0, len(rows), batch):
+            chunk = rows[at : at + batch]
+            values = ", ".join([one] * len(chunk))
+            sql = f"INSERT INTO {table} ({columns}) VALUES {values} ON CONFLICT ({', '.join(key)}) DO UPDATE SET {adds}"
+            cursor.execute(sql, [value for row in chunk for value in row])
+
+
+def closed_rows(rows: QuerySet) -> Iterable[dict]:
+    """The closed attempts among `rows`, as the dicts Rollup.add reads (the wait's bar computed
+    by the same expression the ledger's reports use)."""
+    return rows.filter(ended_at__isnull=False).annotate(wait=WAIT_S, bar=WAIT_BAR).values(*FIELDS)
+
+
+def do_add_closed(record_ids: list[int]) -> None:
+    """Add the attempts just closed (module docstring, 2). The caller's transaction closed them."""
+    rollup = Rollup()
+    for row in closed_rows(UsageRecord.objects.filter(id__in=record_ids).order_by()):
+        rollup.add(row)
+    rollup.write(day_table=UsageDay._meta.db_table, wait_table=UsageWaitDay._meta.db_table)
+
+
+def do_rebuild(*, record=UsageRecord, day=UsageDay, wait=UsageWaitDay) -> dict:
+    """Rebuild the rollup from the ledger (module docstring, 3). The models may be a
+    migration's. Closes wait for it (the ledger is locked against writes while it reads)."""
+    attempts = 0
+    with transaction.atomic():
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute(f"LOCK TABLE {record._meta.db_table} IN SHARE MODE")
+        day.objects.all().delete()
+        wait.objects.all().delete()
+        rollup = Rollup()
+        for row in closed_rows(record.objects.order_by("started_at")).iterator(chunk_size=10_000):
+            rollup.add(row)
+            attempts += 1
+            if len(rollup) >= FLUSH_EVERY:
+                rollup.write(day_table=day._meta.db_table, wait_table=wait._meta.db_table)
+        rollup.write(day_table=day._meta.db_table, wait_table=wait._meta.db_table)
+        return {"attempts": attempts, "days": day.objects.count(), "waits": wait.objects.count()}
