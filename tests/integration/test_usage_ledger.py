@@ -2,14 +2,16 @@
 in the transitions' transactions; the work lost since the confirmed checkpoint and why; rows
 that outlive their job. Through the agent API, on a frozen clock."""
 
+import io
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.core.management import call_command
 from django.utils import timezone
 
 from scheduling.leader.worker import run_pass
 from scheduling.ledger import EndedRank, attempt_lost_cause
-from scheduling.models import Job, LostCause, UsageRecord
+from scheduling.models import Job, LostCause, UsageDay, UsageRecord, UsageWaitDay
 from tests.conftest import FROZEN_AT as START
 from tests.integration.test_agent_api import JOIN, beat
 from tests.integration.test_checkpoints import A, checkpoint, drain_and_settle, report, running_job, send
@@ -22,6 +24,16 @@ def join_token(settings, fresh_liveness):
 
 def row(job_id: int, attempt: int = 1) -> UsageRecord:
     return UsageRecord.objects.get(job_id=job_id, attempt=attempt)
+
+
+def rolled() -> tuple[list, list]:
+    """The usage rollup's rows: (day, outcome, lost cause, GPU- and CPU-microseconds, endings,
+    lost GPU-hours) and (day, wait bar, attempts)."""
+    days = UsageDay.objects.order_by("day", "outcome").values_list(
+        "day", "outcome", "lost_cause", "gpu_us", "cpu_us", "ended", "lost_gpu_hours"
+    )
+    waits = UsageWaitDay.objects.order_by("day", "bar").values_list("day", "bar", "attempts")
+    return list(days), list(waits)
 
 
 def test_a_placed_attempt_opens_a_row_with_what_the_reports_need(clock, api, leader):
@@ -49,6 +61,9 @@ def test_a_succeeded_attempt_closes_at_its_last_ranks_end_and_lost_nothing(clock
         0.0,
         "",
     )
+    # The same transaction added it to the rollup: 8 GPUs and 16 CPUs for 2.5 h, one ending.
+    held_us = int(2.5 * 3600e6)
+    assert rolled() == ([(START.date(), "SUCCEEDED", "", 8 * held_us, 16 * held_us, 1, 0.0)], [(START.date(), 0.0, 1)])
 
 
 def test_a_drained_attempt_records_the_work_lost_since_its_checkpoint_and_the_next_attempt_waits_from_then(
@@ -76,6 +91,16 @@ def test_a_drained_attempt_records_the_work_lost_since_its_checkpoint_and_the_ne
     run_pass(epoch=leader)
     second = row(job_id, 2)
     assert (second.queued_at, second.started_at, second.ended_at) == (ended, ended + timedelta(minutes=4), None)
+    # The drained attempt is in the rollup with its loss; the running one is not, yet.
+    held_us = (ended - START) // timedelta(microseconds=1)
+    day = START.date()
+    assert rolled() == (
+        [(day, "PREEMPTED", LostCause.DRAIN, 8 * held_us, 16 * held_us, 1, first.lost_gpu_hours)],
+        [(day, 0.0, 1)],
+    )
+    incremental = rolled()
+    call_command("rebuild_usage_rollup", stdout=io.StringIO())
+    assert rolled() == incremental
 
 
 def test_a_failed_attempt_without_a_checkpoint_lost_everything_since_its_start(clock, api, leader):
