@@ -160,6 +160,7 @@ def test_usage_bench_loads_the_ledger_and_times_the_api():
         scratch_database_url("bench_usage_smoke"),
     )
     assert (figures["jobs"], figures["attempts"]) == (600, 660)  # one in ten runs twice
+    assert figures["rollup_rows"] > 0 and figures["rollup_build_s"] >= 0
     assert all(value > 0 for key, value in figures.items() if key.endswith("_ms"))
 
 
