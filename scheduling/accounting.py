@@ -22,6 +22,7 @@ Two ways to the same figures:
   still running (indexed: few).
 """
 
+from bisect import bisect_right
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -44,7 +45,7 @@ from django.db.models import (
 )
 from django.db.models.functions import Coalesce, Greatest, Least, TruncDay, TruncWeek
 
-from scheduling.models import Price, UsageDay, UsageRecord, UsageWaitDay
+from scheduling.models import Price, UsageDay, UsageRecord, UsageWaitDay, UsageWaitWeek
 
 # What a report may be grouped by: columns of the ledger, or time buckets (UTC days; weeks
 # from Monday 00:00 UTC).
@@ -278,10 +279,12 @@ def _scan_hours(query: UsageQuery, row, spans: list[tuple], *, prices: dict, unt
             Least(Coalesce("ended_at", Value(until)), Value(b)) - Greatest("started_at", Value(a)),
             output_field=DurationField(),
         )
+        # An attempt's end before its start (clocks of two hosts apart) holds nothing, as in the
+        # rollup (rollup.day_parts).
         overlapping = query.rows().filter(Q(ended_at__gt=a) | Q(ended_at__isnull=True), started_at__lt=b)
         sums = overlapping.values(*_columns(query), "resource_class").annotate(
-            gpu_s=Sum(F("gpus") * Epoch(held), output_field=FloatField()),
-            cpu_s=Sum(F("cpus") * Epoch(held), output_field=FloatField()),
+            gpu_s=Sum(F("gpus") * Greatest(Epoch(held), Value(0.0)), output_field=FloatField()),
+            cpu_s=Sum(F("cpus") * Greatest(Epoch(held), Value(0.0)), output_field=FloatField()),
         )
         for values in sums:
             hours = ((values["gpu_s"] or 0.0) / SECONDS_PER_HOUR, (values["cpu_s"] or 0.0) / SECONDS_PER_HOUR)
@@ -299,8 +302,8 @@ def _add_priced(target: UsageRow, hours: tuple[float, float], price: Price | Non
 def _add_hours_rolled(query: UsageQuery, row) -> None:
     """The hours and cost of _add_hours, from the rollup where it can say them:
     1. the window (up to now) cut at UTC midnights and at price changes;
-    2. a whole day: closed attempts from UsageDay, one query per run of whole days with no
-       price change, and running attempts from their ledger rows, in memory;
+    2. whole days: closed attempts from UsageDay, one query per run of whole days with no
+       price change; running attempts from their ledger rows, in memory, per run and bucket;
     3. a part day (the window's edges, a day a price changes inside): the ledger's rows."""
     prices = prices_by_class()
     changes = {price.effective_from for history in prices.values() for price in history}
@@ -309,16 +312,24 @@ def _add_hours_rolled(query: UsageQuery, row) -> None:
     spans = [(a, b) for a, b, _ in days]
     whole = [(a, b) for a, b in spans if b - a == DAY]
     _scan_hours(query, row, [(a, b) for a, b in spans if b - a != DAY], prices=prices, until=until)
-    runs: list[list[datetime]] = []
-    for a, b in whole:
-        if runs and runs[-1][1] == a and a not in changes:
-            runs[-1][1] = b
-        else:
-            runs.append([a, b])
-    for a, b in runs:
+    for a, b, _ in _runs(whole, changes):
         _add_rolled_run(query, row, a, b, prices=prices)
     if whole:
-        _add_running(query, row, whole, prices=prices)
+        by_bucket = _runs(whole, changes, bucket=query.bucket)
+        _add_running(query, row, by_bucket, prices=prices)
+
+
+def _runs(whole: list[tuple], changes: set, *, bucket: str | None = None) -> list[tuple]:
+    """Whole days (ordered) joined into runs [start, end) with no price change inside, nor a
+    `bucket` edge: (start, end, the bucket's start or None)."""
+    runs: list[list] = []
+    for a, b in whole:
+        edge = bucket_start(a, bucket) if bucket else None
+        if runs and runs[-1][1] == a and a not in changes and runs[-1][2] == edge:
+            runs[-1][1] = b
+        else:
+            runs.append([a, b, edge])
+    return [tuple(run) for run in runs]
 
 
 def _add_rolled_run(query: UsageQuery, row, start: datetime, end: datetime, *, prices: dict) -> None:
@@ -334,17 +345,14 @@ def _add_rolled_run(query: UsageQuery, row, start: datetime, end: datetime, *, p
         _add_priced(row(_key(query, values, values.get("bucket"))), hours, price)
 
 
-def _add_running(query: UsageQuery, row, whole: list[tuple], *, prices: dict) -> None:
-    """Running attempts' hours in the whole days `whole` (ordered), day by day."""
-    last = whole[-1][1]
+def _add_running(query: UsageQuery, row, runs: list[tuple], *, prices: dict) -> None:
+    """Running attempts' hours in `runs` (ordered; one price and one bucket each)."""
     names = [*_columns(query), "resource_class", "gpus", "cpus", "started_at"]
-    running = query.rows().filter(ended_at__isnull=True, started_at__lt=last).values(*names)
+    running = query.rows().filter(ended_at__isnull=True, started_at__lt=runs[-1][1]).values(*names)
+    ends = [end for _, end, _ in runs]
     for values in running:
-        for a, b in whole:
+        for a, b, bucket in runs[bisect_right(ends, values["started_at"]) :]:
             held = (b - max(a, values["started_at"])).total_seconds() / SECONDS_PER_HOUR
-            if held <= 0:
-                continue
-            bucket = bucket_start(a, query.bucket) if query.bucket else None
             hours = (values["gpus"] * held, values["cpus"] * held)
             _add_priced(row(_key(query, values, bucket)), hours, price_at(prices.get(values["resource_class"], ()), a))
 
@@ -415,9 +423,17 @@ def _wait_histograms(query: UsageQuery, *, windows: list[tuple]) -> dict[tuple, 
 
 def _add_rolled_waits(query: UsageQuery, histograms: dict, days: tuple[date, date] | None) -> None:
     """The waits of the attempts that started in the whole days `days`: closed ones from
-    UsageWaitDay, running ones from the ledger's rows."""
+    UsageWaitWeek for its whole weeks (unless the report is by day) and UsageWaitDay for the
+    other days, running ones from the ledger's rows."""
     if days:
-        _add_bars(query, histograms, _rolled(query, UsageWaitDay, days, ["bar"]).annotate(n=Sum("attempts")))
+        first = days[0] + timedelta(days=-days[0].weekday() % 7)  # the first Monday on or after
+        last = days[1] - timedelta(days=days[1].weekday())
+        spans = [(UsageWaitDay, days)]
+        if query.bucket != "day" and first < last:
+            spans = [(UsageWaitDay, (days[0], first)), (UsageWaitWeek, (first, last)), (UsageWaitDay, (last, days[1]))]
+        for model, span in spans:
+            if span[0] < span[1]:
+                _add_bars(query, histograms, _rolled(query, model, span, ["bar"]).annotate(n=Sum("attempts")))
         window = tuple(datetime.combine(day, datetime.min.time(), UTC) for day in days)
         running = _point_rows(query, "started_at", ["bar"], window=window, wait=WAIT_S, bar=WAIT_BAR)
         _add_bars(query, histograms, running.filter(ended_at__isnull=True).annotate(n=Count("id")))

@@ -650,16 +650,31 @@ class UsageDay(UsageRollupKey):
         indexes = [models.Index(fields=["day"], name="usage_day_day_idx")]
 
 
-class UsageWaitDay(UsageRollupKey):
-    """The queue waits of the closed attempts that started on a UTC day: how many waited each
-    histogram bar's time (scheduling.accounting.WAIT_BAR), for the p50 and p95."""
+class UsageWaits(UsageRollupKey):
+    """How many attempts waited each histogram bar's time (scheduling.accounting.WAIT_BAR)."""
 
     bar = models.FloatField(help_text="the wait in seconds, to its bar's precision")
     attempts = models.PositiveIntegerField(default=0)
 
     class Meta:
+        abstract = True
+
+
+class UsageWaitDay(UsageWaits):
+    """The queue waits of the closed attempts that started on a UTC day, for the p50 and p95."""
+
+    class Meta:
         constraints = [models.UniqueConstraint(fields=USAGE_WAIT_DAY_KEY, name="usage_wait_day_key")]
         indexes = [models.Index(fields=["day"], name="usage_wait_day_day_idx")]
+
+
+class UsageWaitWeek(UsageWaits):
+    """The same for a week (`day`: its Monday, UTC): a quarter's waits are as many rows per day
+    as attempts waited different times, so its whole weeks are read from here."""
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=USAGE_WAIT_DAY_KEY, name="usage_wait_week_key")]
+        indexes = [models.Index(fields=["day"], name="usage_wait_week_day_idx")]
 
 
 class Price(models.Model):

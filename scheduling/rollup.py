@@ -3,7 +3,8 @@ UsageWaitDay), so a report over a quarter reads a few thousand rows instead of m
 
 1. An attempt adds, to each UTC day it held its GPUs and CPUs, the microseconds it held them
    there (an attempt spanning midnight is split); to the day it ended, one ending of its
-   outcome and the GPU-hours it lost; to the day it started, one wait in its histogram bar.
+   outcome and the GPU-hours it lost; to the day and the week it started, one wait in its
+   histogram bar.
 2. `do_add_closed` adds the attempts a transition has just closed, in that transition's
    transaction (scheduling/ledger.py): an upsert that adds to the day's row
    (`ON CONFLICT ... DO UPDATE SET x = x + excluded.x`), so concurrent closes never lose one.
@@ -22,7 +23,15 @@ from django.db import connection, transaction
 from django.db.models import QuerySet
 
 from scheduling.accounting import WAIT_BAR, WAIT_S
-from scheduling.models import ROLLUP_KEY, USAGE_DAY_KEY, USAGE_WAIT_DAY_KEY, UsageDay, UsageRecord, UsageWaitDay
+from scheduling.models import (
+    ROLLUP_KEY,
+    USAGE_DAY_KEY,
+    USAGE_WAIT_DAY_KEY,
+    UsageDay,
+    UsageRecord,
+    UsageWaitDay,
+    UsageWaitWeek,
+)
 
 DAY = timedelta(days=1)
 MICROSECOND = timedelta(microseconds=1)
@@ -52,6 +61,7 @@ class Rollup:
     def __init__(self) -> None:
         self.days: dict[tuple, list] = defaultdict(lambda: [0, 0, 0, 0.0])
         self.waits: Counter[tuple] = Counter()
+        self.week_waits: Counter[tuple] = Counter()
 
     def add(self, row: dict) -> None:
         """One closed attempt (FIELDS), by the module docstring's rule 1."""
@@ -64,16 +74,22 @@ class Rollup:
         ending = self.days[(utc_day(row["ended_at"]), *group, *how)]
         ending[2] += 1
         ending[3] += row["lost_gpu_hours"]
-        self.waits[(utc_day(row["started_at"]), *group, row["bar"])] += 1
+        started = utc_day(row["started_at"])
+        self.waits[(started, *group, row["bar"])] += 1
+        self.week_waits[(started - timedelta(days=started.weekday()), *group, row["bar"])] += 1
 
     def __len__(self) -> int:
-        return len(self.days) + len(self.waits)
+        return len(self.days) + len(self.waits) + len(self.week_waits)
 
-    def write(self, *, day_table: str, wait_table: str) -> None:
-        _upsert(day_table, USAGE_DAY_KEY, USAGE_SUMS, [(*key, *sums) for key, sums in self.days.items()])
-        _upsert(wait_table, USAGE_WAIT_DAY_KEY, ("attempts",), [(*key, n) for key, n in self.waits.items()])
+    def write(self, models: tuple = ()) -> None:
+        """Add these rows to the rollup's tables (`models`: UsageDay, UsageWaitDay, UsageWaitWeek
+        or a migration's), and forget them."""
+        day, wait, week = models or (UsageDay, UsageWaitDay, UsageWaitWeek)
+        _upsert(day._meta.db_table, USAGE_DAY_KEY, USAGE_SUMS, [(*key, *sums) for key, sums in self.days.items()])
+        for model, waits in ((wait, self.waits), (week, self.week_waits)):
+            _upsert(model._meta.db_table, USAGE_WAIT_DAY_KEY, ("attempts",), [(*key, n) for key, n in waits.items()])
+            waits.clear()
         self.days.clear()
-        self.waits.clear()
 
 
 def _upsert(table: str, key: tuple[str, ...], sums: tuple[str, ...], rows: list[tuple], batch: int = 2000) -> None:
@@ -101,24 +117,27 @@ def do_add_closed(record_ids: list[int]) -> None:
     rollup = Rollup()
     for row in closed_rows(UsageRecord.objects.filter(id__in=record_ids).order_by()):
         rollup.add(row)
-    rollup.write(day_table=UsageDay._meta.db_table, wait_table=UsageWaitDay._meta.db_table)
+    rollup.write()
 
 
-def do_rebuild(*, record=UsageRecord, day=UsageDay, wait=UsageWaitDay) -> dict:
+def do_rebuild(*, record=UsageRecord, day=UsageDay, wait=UsageWaitDay, week=UsageWaitWeek) -> dict:
     """Rebuild the rollup from the ledger (module docstring, 3). The models may be a
     migration's. Closes wait for it (the ledger is locked against writes while it reads)."""
-    attempts = 0
+    attempts, models = 0, (day, wait, week)
     with transaction.atomic():
         if connection.vendor == "postgresql":
             with connection.cursor() as cursor:
                 cursor.execute(f"LOCK TABLE {record._meta.db_table} IN SHARE MODE")
-        day.objects.all().delete()
-        wait.objects.all().delete()
+        for model in models:
+            model.objects.all().delete()
         rollup = Rollup()
         for row in closed_rows(record.objects.order_by("started_at")).iterator(chunk_size=10_000):
             rollup.add(row)
             attempts += 1
             if len(rollup) >= FLUSH_EVERY:
-                rollup.write(day_table=day._meta.db_table, wait_table=wait._meta.db_table)
-        rollup.write(day_table=day._meta.db_table, wait_table=wait._meta.db_table)
-        return {"attempts": attempts, "days": day.objects.count(), "waits": wait.objects.count()}
+                rollup.write(models)
+        rollup.write(models)
+    if connection.vendor == "postgresql":  # the planner's row counts, for the reports' plans
+        with connection.cursor() as cursor:
+            cursor.execute(f"ANALYZE {', '.join(model._meta.db_table for model in models)}")
+    return {"attempts": attempts, "days": day.objects.count(), "waits": wait.objects.count() + week.objects.count()}

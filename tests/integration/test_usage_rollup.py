@@ -16,7 +16,7 @@ from django.db.models import Q
 
 from scheduling import rollup
 from scheduling.accounting import GROUPS, UsageQuery, usage_report, visible_to
-from scheduling.models import Price, UsageDay, UsageRecord, UsageWaitDay
+from scheduling.models import Price, UsageDay, UsageRecord, UsageWaitDay, UsageWaitWeek
 from teams.models import Membership
 
 BASE = datetime(2026, 3, 1, tzinfo=UTC)
@@ -115,13 +115,11 @@ def test_the_rollup_answers_exactly_what_the_ledgers_rows_do(demo, seed):
     assert figures(usage_report(query)) != [], "a report has at least its total"
 
 
-def rollup_rows() -> tuple[list, list]:
-    days = UsageDay.objects.order_by(*UsageDay._meta.constraints[0].fields)
-    waits = UsageWaitDay.objects.order_by(*UsageWaitDay._meta.constraints[0].fields)
-    drop = {"id"}
-    return [{k: v for k, v in r.items() if k not in drop} for r in days.values()], [
-        {k: v for k, v in r.items() if k not in drop} for r in waits.values()
-    ]
+def rollup_rows() -> list[list]:
+    """Every row of the rollup's three tables, by key, without ids."""
+    tables = (UsageDay, UsageWaitDay, UsageWaitWeek)
+    rows = (model.objects.order_by(*model._meta.constraints[0].fields).values() for model in tables)
+    return [[{k: v for k, v in row.items() if k != "id"} for row in table] for table in rows]
 
 
 def test_a_rebuild_makes_the_rollup_the_closing_transitions_made_and_is_idempotent(demo):
@@ -136,6 +134,7 @@ def test_a_rebuild_makes_the_rollup_the_closing_transitions_made_and_is_idempote
     closed = UsageRecord.objects.exclude(ended_at=None).count()
     assert out.getvalue().startswith(f"rolled up {closed} closed attempts: {len(added[0])} day rows")
     assert rollup_rows() == added
+    assert sum(r["attempts"] for r in added[1]) == sum(r["attempts"] for r in added[2]) == closed
     call_command("rebuild_usage_rollup", stdout=io.StringIO())
     assert rollup_rows() == added
 
