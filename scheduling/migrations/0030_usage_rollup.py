@@ -19,7 +19,7 @@ def rebuild(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('scheduling', '0026_prices'),
+        ('scheduling', '0029_quota_previews'),
     ]
 
     operations = [
