@@ -127,6 +127,58 @@ class ReclaimNotice(NodeAction):
         nodes.do_reclaim_notice(node=node, user=user, deadline=body["deadline"], reason=body["reason"])
 
 
+class BulkActionSerializer(serializers.Serializer):
+    """A bulk action's targets: `names`, a `rack` (or `racks`), or both (their union)."""
+
+    action = serializers.ChoiceField(choices=services.BULK_ACTIONS)
+    reason = serializers.CharField(max_length=300)
+    names = serializers.ListField(child=serializers.CharField(max_length=253), required=False, max_length=5000)
+    rack = serializers.CharField(max_length=63, required=False)
+    racks = serializers.ListField(child=serializers.CharField(max_length=63), required=False, max_length=500)
+
+    def validate(self, data: dict) -> dict:
+        names = sorted(set(data.get("names", [])))
+        racks = sorted(set(data.get("racks", [])) | ({data["rack"]} if data.get("rack") else set()))
+        if not names and not racks:
+            raise serializers.ValidationError({"names": ["select nodes (names) or a rack."]})
+        found = {node.name: node for node in Node.objects.filter(name__in=names)}
+        if unknown := [name for name in names if name not in found]:
+            raise serializers.ValidationError({"names": [f"no such node: {', '.join(unknown[:20])}."]})
+        in_racks = list(Node.objects.filter(rack__in=racks))
+        if empty := sorted(set(racks) - {node.rack for node in in_racks}):
+            raise serializers.ValidationError({"rack": [f"no node is in rack {', '.join(empty)}."]})
+        targets = {**found, **{node.name: node for node in in_racks}}
+        return {**data, "nodes": [targets[name] for name in sorted(targets)]}
+
+
+class BulkResultSerializer(serializers.Serializer):
+    action = serializers.CharField()
+    count = serializers.IntegerField()
+    nodes = NodeSerializer(many=True)
+
+
+class NodeBulkAction(APIView):
+    """Cordon, drain or uncordon many nodes (a rack, or a list) with one reason: all or none,
+    one audit entry per node."""
+
+    @extend_schema(request=BulkActionSerializer, responses=BulkResultSerializer)
+    def post(self, request: Request) -> Response:
+        if not is_site_admin(request.user):
+            raise exceptions.PermissionDenied(NOT_AN_ADMIN)
+        body = BulkActionSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        action, done = bulk_act(body.validated_data, request.user)
+        for node in done:
+            node.refresh_from_db()
+        return Response({"action": action, "count": len(done), "nodes": NodeSerializer(done, many=True).data})
+
+
+def bulk_act(body: dict, user) -> tuple[str, list[Node]]:
+    """The API's and the console's bulk action, from a validated BulkActionSerializer."""
+    nodes = services.do_bulk_node_action(nodes=body["nodes"], action=body["action"], user=user, reason=body["reason"])
+    return body["action"], nodes
+
+
 # --- the agent API ---------------------------------------------------------------------------
 
 

@@ -46,7 +46,8 @@ EVENT_FIELDS = (
 
 @dataclass(frozen=True)
 class Cell:
-    """One GPU square: `status` is its CSS class (free, used, reserved, draining, down)."""
+    """One GPU square on a node's page: `status` is its CSS class (free, used, reserved,
+    draining, down)."""
 
     status: str
     title: str
@@ -54,15 +55,34 @@ class Cell:
 
 @dataclass
 class NodeLine:
+    """One node in the heatmap: a square colored by its state and, while it takes work, by
+    how much of it is free (`level`: all, some or none)."""
+
     name: str
     state: str
     reason: str
     admin_state: str
     gpu_type: str
+    gpu_count: int
+    free: int  # GPUs free and usable now (CPUs on a CPU node)
+    capacity: int  # GPUs (CPUs on a CPU node)
     reclaim_deadline: object
-    cells: list[Cell]
-    cpu_use: str  # "used/total CPUs" on a CPU node, which has no GPU squares
     unisolated: bool = False  # its agent runs tasks as its own user (it cannot switch users)
+
+    @property
+    def level(self) -> str:
+        if self.state != NodeState.READY or not self.capacity:
+            return ""
+        return "all" if self.free == self.capacity else "none" if self.free == 0 else "some"
+
+    @property
+    def usage(self) -> str:
+        unit = "GPUs" if self.gpu_type else "CPUs"
+        return f"{self.free}/{self.capacity} {self.gpu_type + ' ' if self.gpu_type else ''}{unit} free"
+
+    @property
+    def title(self) -> str:
+        return f"{self.name} · {self.state} · {self.usage}{' · ' + self.reason if self.reason else ''}"
 
 
 @dataclass
@@ -89,36 +109,44 @@ class GpuClass:
         return gpu_type_of(self.resource_class)
 
 
-def racks() -> list[Rack]:
-    """Nodes grouped by zone then rack, each with its GPUs' status: three queries in all."""
+def racks(nodes=None) -> list[Rack]:
+    """The nodes (all, or a filtered queryset) grouped by zone then rack, each with what is
+    free on it: two queries in all, whatever the fleet's size."""
     gpus_held, cpus_used = _usage()
-    reserved = _reservations()
     grouped: dict[tuple[str, str], Rack] = {}
-    for node in Node.objects.order_by("zone", "rack", "name").values(*NODE_FIELDS):
+    rows = (Node.objects.all() if nodes is None else nodes).order_by("zone", "rack", "name").values(*NODE_FIELDS)
+    for node in rows:
         rack = grouped.setdefault((node["zone"], node["rack"]), Rack(node["zone"], node["rack"]))
-        rack.nodes.append(
-            NodeLine(
-                name=node["name"],
-                state=node["state"],
-                reason=node["state_reason"],
-                admin_state=node["admin_state"],
-                gpu_type=node["gpu_type"],
-                reclaim_deadline=node["reclaim_deadline"],
-                cells=_cells(node, gpus_held[node["id"]], reserved.get(node["name"])),
-                cpu_use="" if node["gpu_type"] else f"{cpus_used[node['id']]}/{node['cpu_count']} CPUs",
-                unisolated=node["task_isolation"] == TaskIsolation.NONE,
-            )
-        )
+        rack.nodes.append(_line(node, len(gpus_held[node["id"]]), cpus_used[node["id"]]))
     return list(grouped.values())
 
 
-def _usage() -> tuple[dict[int, dict[int, int]], Counter]:
+def _line(node: dict, gpus_used: int, cpus_used: int) -> NodeLine:
+    """A node's free GPUs (CPUs on a CPU node) count only while it takes new work."""
+    capacity, used = (node["gpu_count"], gpus_used) if node["gpu_type"] else (node["cpu_count"], cpus_used)
+    return NodeLine(
+        name=node["name"],
+        state=node["state"],
+        reason=node["state_reason"],
+        admin_state=node["admin_state"],
+        gpu_type=node["gpu_type"],
+        gpu_count=node["gpu_count"],
+        free=max(0, capacity - used) if node["state"] == NodeState.READY else 0,
+        capacity=capacity,
+        reclaim_deadline=node["reclaim_deadline"],
+        unisolated=node["task_isolation"] == TaskIsolation.NONE,
+    )
+
+
+def _usage(nodes=None) -> tuple[dict[int, dict[int, int]], Counter]:
     """What the active tasks hold, by node id: GPU index -> job id, and CPUs in use."""
     gpus, cpus = defaultdict(dict), Counter()
-    rows = Task.objects.filter(state__in=ON_NODE, node__isnull=False).values_list(
+    tasks = Task.objects.filter(state__in=ON_NODE, node__isnull=False)
+    if nodes is not None:
+        tasks = tasks.filter(node__in=nodes)
+    for node_id, job_id, indices, cpu_per_rank in tasks.values_list(
         "node_id", "job_id", "gpu_indices", "job__cpu_per_rank"
-    )
-    for node_id, job_id, indices, cpu_per_rank in rows:
+    ):
         gpus[node_id].update(dict.fromkeys(indices, job_id))
         cpus[node_id] += cpu_per_rank
     return gpus, cpus
@@ -139,8 +167,12 @@ def _reservations() -> dict[str, int]:
     return reserved
 
 
-def _cells(node: dict, held: dict[int, int], reserved_for: int | None) -> list[Cell]:
-    return [_cell(index, node, held.get(index), reserved_for) for index in range(node["gpu_count"])]
+def gpu_cells(node: Node) -> list[Cell]:
+    """A node's GPUs one by one, for its own page."""
+    held = _usage([node])[0][node.pk]
+    reserved_for = _reservations().get(node.name)
+    row = {"state": node.state, "admin_state": node.admin_state}
+    return [_cell(index, row, held.get(index), reserved_for) for index in range(node.gpu_count)]
 
 
 def _cell(index: int, node: dict, job_id: int | None, reserved_for: int | None) -> Cell:

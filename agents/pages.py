@@ -1,7 +1,9 @@
-"""The admin console at /nodes/, for site admins only: the GPU heatmap by rack (a fragment
-that re-fetches itself), summaries, recent preemptions and failures, and cordon, drain and
-uncordon. Actions post back to this page (htmx swaps the heatmap) and go through the same
-validation and audited services as the API."""
+"""The admin console at /nodes/, for site admins only: a heatmap of every node (one square
+each, by zone and rack, colored by state and free GPUs) with filters in the URL, counts per
+state, bulk cordon, drain and uncordon of a selection or of racks, summaries and recent
+preemptions and failures; and a node's own page at /nodes/<name>/. The heatmap is a fragment
+that re-fetches itself with the same filters. Actions go through the same validation and
+audited services as the API."""
 
 from dataclasses import dataclass
 
@@ -9,85 +11,168 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_http_methods
 
-from agents import console, services
-from agents.api import NOT_AN_ADMIN, NodeActionSerializer
-from scheduling.models import Node
+from agents import console, node_filters, services
+from agents.api import NOT_AN_ADMIN, BulkActionSerializer, NodeActionSerializer, bulk_act
+from scheduling.models import Node, Task
+from scheduling.states import ON_NODE
+from teams.models import AuditEvent
 from teams.selectors import is_site_admin
+
+# Below this many matching nodes the console also lists them, one line each with a checkbox.
+LIST_AT_MOST = 200
+NODE_HISTORY = 100
 
 
 @dataclass(frozen=True)
 class ActionError:
-    """Why an action was refused, shown next to the node it was for."""
+    """Why an action was refused: shown in the action bar (or next to the node it was for)."""
 
     node: str
     message: str
+
+
+def _admin_only(request) -> None:
+    if not is_site_admin(request.user):
+        raise PermissionDenied(NOT_AN_ADMIN if request.method == "POST" else "only site admins may see the nodes.")
 
 
 @login_required
 @require_http_methods(["GET", "POST"])
 def page(request):
     """One URL serves the page, its self-refreshing heatmap fragment and the node actions."""
-    if not is_site_admin(request.user):
-        raise PermissionDenied(NOT_AN_ADMIN if request.method == "POST" else "only site admins may see the nodes.")
+    _admin_only(request)
     if request.method == "POST":
         return _act(request)
     if request.headers.get("HX-Request") and request.GET.get("part") == "heatmap":
-        return render(request, "agents/heatmap.html", _heatmap_context())
+        context = _heatmap_context(request)
+        return render(request, "agents/heatmap.html", context, status=400 if context["filter_errors"] else 200)
     return _full_page(request)
 
 
-def _full_page(request, error: ActionError | None = None):
+def _full_page(request, error: ActionError | None = None, status: int = 200):
     context = {
-        **_heatmap_context(error),
+        **_heatmap_context(request, error),
         "section": "nodes",
         "gpu_classes": console.gpu_classes(),
         **console.scheduler_status(),
         "preemptions": console.recent_preemptions(),
         "failures": console.recent_failures(),
     }
-    return render(request, "agents/nodes.html", context)
+    status = 400 if context["filter_errors"] else status
+    return render(request, "agents/nodes.html", context, status=status)
 
 
-def _heatmap_context(error: ActionError | None = None, notice: str = "") -> dict:
-    racks = console.racks()
+def _heatmap_context(request, error: ActionError | None = None, notice: str = "") -> dict:
+    """The filtered racks; bad filter values show nothing but their error (naming the field)."""
+    filters = node_filters.ConsoleFilter(request.GET or None, queryset=Node.objects.all())
+    errors = {} if filters.is_valid() else {name: errs[0] for name, errs in filters.errors.items()}
+    racks = [] if errors else console.racks(filters.qs)
+    matching = [node for rack in racks for node in rack.nodes]
+    query = request.GET.copy()
+    query.pop("part", None)
     return {
         "racks": racks,
+        "matching": len(matching),
+        "listed": matching if len(matching) <= LIST_AT_MOST else [],
+        "list_at_most": LIST_AT_MOST,
         "state_counts": console.state_counts(racks),
         "unisolated": console.unisolated(racks),
+        "filters": {name: request.GET.get(name, "") for name in node_filters.ConsoleFilter.base_filters},
+        "states": request.GET.getlist("state"),
+        "filter_errors": errors,
+        "choices": node_filters.choices(),
+        "query": query.urlencode(),
         "error": error,
         "notice": notice,
     }
 
 
 def _act(request):
-    """Cordon, drain or uncordon one node. Invalid input changes nothing and is shown next
-    to the node; otherwise htmx gets the re-rendered heatmap, a plain form post a redirect."""
+    """A bulk action (`nodes` and/or `racks`), or one node's (`node`). Invalid input changes
+    nothing and says which field is wrong; otherwise htmx gets the re-rendered heatmap, a
+    plain form post a redirect."""
+    if request.POST.get("node"):
+        return _act_on_one(request)
+    body = BulkActionSerializer(
+        data={
+            "action": request.POST.get("action", ""),
+            "reason": request.POST.get("reason", ""),
+            "names": request.POST.getlist("nodes"),
+            "racks": request.POST.getlist("racks"),
+        }
+    )
+    if not body.is_valid():
+        return _refused(request, ActionError("", _first_errors(body.errors)))
+    action, done = bulk_act(body.validated_data, request.user)
+    verb = {"drain_wait": "draining (tasks may finish)", "uncordon": "uncordoned"}.get(action, action + "ed")
+    names = ", ".join(node.name for node in done[:5]) + (f" and {len(done) - 5} more" if len(done) > 5 else "")
+    return _done(request, f"{len(done)} node{'s' if len(done) != 1 else ''} {verb}: {names}.")
+
+
+def _act_on_one(request):
     node = get_object_or_404(Node, name=request.POST.get("node", ""))
     action = request.POST.get("action", "")
     if action not in services.NODE_ACTIONS:
         return _refused(
-            request, ActionError(node.name, f"unknown action {action!r}: cordon, drain, uncordon or reset_token.")
+            request,
+            ActionError(node.name, f"action: unknown action {action!r}: cordon, drain, uncordon or reset_token."),
         )
     body = NodeActionSerializer(data={"reason": request.POST.get("reason", "")})
     if not body.is_valid():
-        return _refused(
-            request, ActionError(node.name, "; ".join(f"{name}: {errors[0]}" for name, errors in body.errors.items()))
-        )
+        return _refused(request, ActionError(node.name, _first_errors(body.errors)))
     services.NODE_ACTIONS[action](node, request.user, body.validated_data["reason"])
+    node.refresh_from_db()
     notice = (
         f"{node.name}'s token is reset: its agent must join again (a join token), once its tasks are requeued."
         if action == "reset_token"
         else f"{node.name} is now {node.state}."
     )
+    if request.POST.get("from") == "node":
+        messages.success(request, notice)
+        return redirect("node-page", name=node.name)
+    return _done(request, notice)
+
+
+def _first_errors(errors: dict) -> str:
+    return "; ".join(f"{name}: {errs[0]}" for name, errs in errors.items())
+
+
+def _done(request, notice: str):
     if request.headers.get("HX-Request"):
-        return render(request, "agents/heatmap.html", _heatmap_context(notice=notice))
+        return render(request, "agents/heatmap.html", _heatmap_context(request, notice=notice))
     messages.success(request, notice)
-    return redirect("nodes-page")
+    return redirect(reverse("nodes-page") + (f"?{request.GET.urlencode()}" if request.GET else ""))
 
 
 def _refused(request, error: ActionError):
+    if request.POST.get("from") == "node" and error.node:
+        messages.error(request, error.message)
+        return redirect("node-page", name=error.node)
     if request.headers.get("HX-Request"):
-        return render(request, "agents/heatmap.html", _heatmap_context(error))
-    return _full_page(request, error)
+        return render(request, "agents/heatmap.html", _heatmap_context(request, error), status=400)
+    return _full_page(request, error, status=400)
+
+
+@login_required
+@require_http_methods(["GET"])
+def node_page(request, name: str):
+    """One node: inventory, labels, health, its GPUs, running tasks and its history."""
+    _admin_only(request)
+    node = get_object_or_404(Node, name=name)
+    tasks = (
+        Task.objects.filter(node=node, state__in=ON_NODE)
+        .order_by("job_id", "rank")
+        .values("job_id", "job__name", "job__team__name", "rank", "state", "gpu_indices", "started_at")
+    )
+    events = AuditEvent.objects.filter(node=node).order_by("-created_at", "-id")[:NODE_HISTORY]
+    context = {
+        "section": "nodes",
+        "node": node,
+        "cells": console.gpu_cells(node) if node.gpu_type else [],
+        "tasks": list(tasks),
+        "events": events.values("created_at", "kind", "actor_name", "reason", "message"),
+    }
+    return render(request, "agents/node.html", context)

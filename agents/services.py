@@ -169,3 +169,15 @@ NODE_ACTIONS = {
     "uncordon": lambda node, user, reason: do_uncordon(node=node, user=user, reason=reason),
     "reset_token": lambda node, user, reason: do_reset_node_token(node=node, user=user, reason=reason),
 }
+
+# What a bulk action may do to many nodes at once (a token reset stays one node at a time).
+BULK_ACTIONS = ("cordon", "drain", "drain_wait", "uncordon")
+
+
+def do_bulk_node_action(*, nodes: list[Node], action: str, user, reason: str) -> list[Node]:
+    """One admin action on many nodes, all or none (one transaction), each node audited on
+    its own exactly as a single action is; the nodes come back as their rows now say."""
+    with transaction.atomic():
+        for node in nodes:
+            NODE_ACTIONS[action](node, user, reason)
+    return nodes

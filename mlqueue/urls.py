@@ -67,6 +67,7 @@ api_v1 = [
     endpoint("notifications/settings/rotate-secret", notifications_api.RotateSecret.as_view(), "notification-secret"),
     endpoint("notifications/deliveries", notifications_api.DeliveryList.as_view(), "notification-deliveries"),
     endpoint("nodes", agents_api.NodeList.as_view(), "nodes"),
+    endpoint("nodes/bulk", agents_api.NodeBulkAction.as_view(), "nodes-bulk"),
     endpoint("scheduler", jobs_api.SchedulerState.as_view(), "scheduler"),
     endpoint("queue", jobs_api.Queue.as_view(), "queue-api"),
     endpoint(r"jobs/(?P<job_id>[0-9]+)/logs", jobs_api.JobLogs.as_view(), "job-logs"),
@@ -106,6 +107,7 @@ pages = [
     path("teams/what-if/", whatif_page.start, name="what-if-start"),
     path("teams/what-if/<int:preview_id>/", whatif_page.result, name="what-if-result"),
     path("nodes/", node_pages.page, name="nodes-page"),
+    path("nodes/<str:name>/", node_pages.node_page, name="node-page"),
     path("account/tokens/", tokens_page.page, name="account-tokens"),
     path("account/notifications/", notifications_page.page, name="account-notifications"),
     # Both password forms count failures and refuse (429) a locked user name or address.

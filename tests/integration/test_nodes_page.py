@@ -1,6 +1,7 @@
-"""The admin console at /nodes/: site admins only; the GPU heatmap by rack (used, reserved,
-draining, down), cordon / drain / uncordon with a required reason, fragmentation, the
-scheduler's status, recent preemptions and failures, in a bounded number of queries."""
+"""The admin console at /nodes/: site admins only; the heatmap by rack (a square per node) and
+the node list, a node's GPUs (used, reserved, draining, down) on its own page, cordon / drain /
+uncordon with a required reason, fragmentation, the scheduler's status, recent preemptions and
+failures, in a bounded number of queries. Filters and bulk actions: test_nodes_console.py."""
 
 import itertools
 import re
@@ -50,14 +51,24 @@ def place(api, **resources) -> tuple[int, str]:
 
 
 def node_line(html: str, name: str) -> str:
-    match = re.search(rf'<div class="node" id="node-{re.escape(name)}".*?</div>', html, re.DOTALL)
-    assert match, f"no line for {name}"
-    return match.group(0)
+    """The node's square in the heatmap and its line in the node list."""
+    square = re.search(rf'<a class="cell [^"]*" id="node-{re.escape(name)}".*?</a>', html, re.DOTALL)
+    line = re.search(rf'<tr class="node-line" id="line-{re.escape(name)}".*?</tr>', html, re.DOTALL)
+    assert square and line, f"no square or line for {name}"
+    return square.group(0) + line.group(0)
 
 
 def cells(html: str, status: str) -> int:
     """GPU squares of a status, not counting the legend's (which have no tooltip)."""
     return html.count(f'class="gpu {status}" title=')
+
+
+def node_page(client, name: str) -> str:
+    return client.get(f"/nodes/{name}/").content.decode()
+
+
+def gpu_cells(client, names) -> str:
+    return "".join(node_page(client, name).split('id="gpu-cells"')[1].split("</dd>")[0] for name in names)
 
 
 def post(client, node: str, action: str, reason: str, **headers):
@@ -77,9 +88,7 @@ def test_only_site_admins(demo, client):
 def test_every_node_by_rack_with_its_state(ops, ready):
     fall_silent("z2-r2-a100-03", health="LOST", epoch=1)
     html = ops.get("/nodes/").content.decode()
-    racks = re.findall(
-        r'<div class="rack" id="rack-([^"]+)">(.*?)</div>\s*</div>\s*(?=<div class="rack"|</div>)', html, re.DOTALL
-    )
+    racks = re.findall(r'<div class="rack" id="rack-([^"]+)">(.*?)</div>\s*</div>', html, re.DOTALL)
     assert [rack for rack, _ in racks] == [f"z{z}-r{r}" for z in (1, 2) for r in (1, 2, 3, 4)]
     names = {rack: re.findall(r'id="node-([^"]+)"', body) for rack, body in racks}
     assert sum(len(n) for n in names.values()) == 36 and len(names["z1-r1"]) == 8
@@ -88,17 +97,20 @@ def test_every_node_by_rack_with_its_state(ops, ready):
     reason = Node.objects.get(name="z2-r2-a100-03").state_reason
     assert 'data-state="LOST"' in lost and "n-LOST" in lost
     assert reason.startswith("no heartbeat for ") and reason in lost
-    assert cells(lost, "down") == 8
-    assert "0/96 CPUs" in node_line(html, "z1-r4-cpu-01")
+    assert ">0</a>" in lost and "0/8 A100 GPUs free" in lost
+    assert cells(gpu_cells(ops, ["z2-r2-a100-03"]), "down") == 8
+    assert "96/96 CPUs free" in node_line(html, "z1-r4-cpu-01")
     assert 'data-state="READY" data-count="35"' in html and 'data-state="LOST" data-count="1"' in html
 
 
 def test_gpu_cells_show_a_placed_job(api, ops, ready):
     job_id, node = place(api)
     html = ops.get("/nodes/").content.decode()
-    assert cells(node_line(html, node), "used") == 8
-    assert cells(html, "used") == 8
-    assert f"used by job {job_id}" in node_line(html, node)
+    assert 'class="cell n-READY none"' in node_line(html, node) and "0/8 H100 GPUs free" in node_line(html, node)
+    assert html.count("n-READY none") == 2  # the node's square and the legend's
+    page = node_page(ops, node)
+    assert cells(page, "used") == 8 and f"used by job {job_id}" in page
+    assert f'href="/jobs/{job_id}/"' in page.split('id="tasks"')[1]
 
 
 def test_reserved_draining_and_down_cells(api, ops, ready):
@@ -108,13 +120,16 @@ def test_reserved_draining_and_down_cells(api, ops, ready):
     cordon("z1-r3-l40s-01")
     fall_silent("z1-r3-l40s-01", health="SUSPECT", epoch=1)
     html = ops.get("/nodes/").content.decode()
-    assert cells(html, "reserved") == 16
-    assert f"reserved for job {job_id}" in node_line(html, "z1-r1-h100-02")
-    assert cells(node_line(html, "z1-r2-a100-01"), "draining") == 8
+    gpu_nodes = Node.objects.exclude(gpu_type="").values_list("name", flat=True)
+    every_gpu = gpu_cells(ops, gpu_nodes)
+    assert cells(every_gpu, "reserved") == 16
+    assert f"reserved for job {job_id}" in node_page(ops, "z1-r1-h100-02")
+    assert cells(gpu_cells(ops, ["z1-r2-a100-01"]), "draining") == 8
+    assert 'data-state="DRAINING"' in node_line(html, "z1-r2-a100-01")
     suspect = node_line(html, "z1-r3-l40s-01")
-    assert cells(suspect, "down") == 8
-    assert "cordoned by an admin" in suspect and 'value="uncordon"' in suspect  # its health hides the cordon
-    assert cells(html, "free") == 28 * 8 - 16 - 8 - 8  # 28 GPU nodes
+    assert cells(gpu_cells(ops, ["z1-r3-l40s-01"]), "down") == 8
+    assert "cordoned by an admin" in suspect and 'value="uncordon"' in node_page(ops, "z1-r3-l40s-01")
+    assert cells(every_gpu, "free") == 28 * 8 - 16 - 8 - 8  # 28 GPU nodes
 
 
 def test_drain_then_uncordon(api, ops, ready, user):
@@ -145,10 +160,13 @@ def test_cordon_and_drain_wait(ops, ready):
 def test_an_action_needs_a_reason(ops, ready):
     before = AuditEvent.objects.filter(kind="NODE_STATE").count()
     response = post(ops, H100, "drain", "  ", **HTMX)
-    assert response.status_code == 200
-    line = node_line(response.content.decode(), H100)
-    assert 'data-state="READY"' in line and 'class="error"' in line and "reason:" in line
-    assert post(ops, H100, "reboot", "why not", **HTMX).content.decode().count('class="error"') == 1
+    assert response.status_code == 400
+    html = response.content.decode()
+    assert 'data-state="READY"' in node_line(html, H100)
+    assert re.search(rf'id="action-error" role="alert">{H100}: reason: ', html)
+    refused = post(ops, H100, "reboot", "why not", **HTMX)
+    assert refused.status_code == 400 and refused.content.decode().count('class="error"') == 1
+    assert "action: unknown action &#x27;reboot&#x27;" in refused.content.decode()
     assert Node.objects.get(name=H100).state == "READY"
     assert AuditEvent.objects.filter(kind="NODE_STATE").count() == before
     assert post(ops, "no-such-node", "drain", "x", **HTMX).status_code == 404
@@ -159,7 +177,7 @@ def test_without_htmx_a_post_redirects_or_shows_the_page(ops, ready):
     assert response.status_code == 302 and response["Location"] == "/nodes/"
     assert f"{H100} is now CORDONED" in ops.get("/nodes/").content.decode()
     page = post(ops, H100, "uncordon", "")
-    assert page.status_code == 200 and "<html" in page.content.decode() and 'class="error"' in page.content.decode()
+    assert page.status_code == 400 and "<html" in page.content.decode() and 'class="error"' in page.content.decode()
     assert Node.objects.get(name=H100).state == "CORDONED"
 
 
@@ -167,6 +185,8 @@ def test_the_heatmap_refreshes_itself(ops, ready):
     html = ops.get("/nodes/?part=heatmap", **HTMX).content.decode()
     assert html.lstrip().startswith('<div id="heatmap"') and "<html" not in html
     assert 'hx-get="/nodes/?part=heatmap"' in html and 'hx-trigger="every 5s' in html
+    filtered = ops.get("/nodes/?part=heatmap&rack=z1-r1&state=READY", **HTMX).content.decode()
+    assert 'hx-get="/nodes/?part=heatmap&amp;rack=z1-r1&amp;state=READY"' in filtered  # it keeps its filters
     fall_silent(H100, health="LOST", epoch=1)
     assert 'data-state="LOST"' in node_line(ops.get("/nodes/?part=heatmap", **HTMX).content.decode(), H100)
     assert "<html" in ops.get("/nodes/").content.decode()
@@ -236,10 +256,10 @@ def test_a_node_whose_agent_cannot_isolate_tasks_is_marked_and_warned_about(ops)
     page = ops.get("/nodes/").content.decode()
     warning = re.search(r'<div class="flash error" id="unisolated".*?</div>', page, re.DOTALL).group(0)
     assert "No task isolation on 1 node" in warning and H100 in warning and "z1-r1-h100-02" not in warning
-    line = re.search(rf'<div class="node" id="node-{H100}".*?</form>', page, re.DOTALL).group(0)
-    assert "no isolation" in line
-    other = re.search(r'<div class="node" id="node-z1-r1-h100-02".*?</form>', page, re.DOTALL).group(0)
-    assert "no isolation" not in other
+    line = node_line(page, H100)
+    assert "no isolation" in line and "unisolated" in line
+    other = node_line(page, "z1-r1-h100-02")
+    assert "no isolation" not in other and "unisolated" not in other
 
 
 def test_an_admin_resets_a_nodes_token_from_the_console(ops):

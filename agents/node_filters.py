@@ -1,0 +1,50 @@
+"""The console's filters (/nodes/?state=&zone=&rack=&gpu_type=&label=&name=): GET parameters,
+applied in the database, so a filtered view is a URL an admin can share."""
+
+import django_filters
+from django import forms
+
+from scheduling.models import Node, NodeState
+
+CPU = "cpu"  # gpu_type=cpu: the nodes without GPUs
+NOT_A_LABEL = "a label is key or key=value."
+
+
+def _a_label(value: str) -> None:
+    if not value.partition("=")[0].strip():
+        raise forms.ValidationError(NOT_A_LABEL)
+
+
+class ConsoleFilter(django_filters.FilterSet):
+    state = django_filters.MultipleChoiceFilter(choices=NodeState.choices)
+    zone = django_filters.CharFilter(max_length=63)
+    rack = django_filters.CharFilter(max_length=63)
+    gpu_type = django_filters.CharFilter(method="by_gpu_type", max_length=20)
+    label = django_filters.CharFilter(
+        method="by_label", max_length=200, validators=[_a_label], help_text="key or key=value"
+    )
+    name = django_filters.CharFilter(field_name="name", lookup_expr="icontains", max_length=253)
+
+    class Meta:
+        model = Node
+        fields = ["state", "zone", "rack", "gpu_type", "label", "name"]
+
+    def by_gpu_type(self, nodes, _name, value):
+        return nodes.filter(gpu_type="" if value.lower() == CPU else value)
+
+    def by_label(self, nodes, _name, value):
+        key, has_value, wanted = value.partition("=")
+        if not has_value:
+            return nodes.filter(labels__has_key=key.strip())
+        return nodes.filter(labels__contains={key.strip(): wanted.strip()})
+
+
+def choices() -> dict:
+    """The values the zone, rack and GPU type selectors offer (one query)."""
+    rows = set(Node.objects.values_list("zone", "rack", "gpu_type").distinct())
+    return {
+        "zones": sorted({zone for zone, _, _ in rows}),
+        "racks": sorted({rack for _, rack, _ in rows}),
+        "gpu_types": sorted({gpu_type or CPU for _, _, gpu_type in rows}),
+        "states": NodeState.values,
+    }
