@@ -82,6 +82,20 @@ def test_queue_page_bench_renders_every_view():
     assert figures["jobs"] == 300 and all(value > 0 for key, value in figures.items() if key.endswith("_ms"))
 
 
+def test_nodes_page_bench_renders_every_view():
+    figures = run_bench(
+        "bench/nodes_page.py",
+        "--nodes",
+        "300",
+        "--renders",
+        "2",
+        "--database-url",
+        scratch_database_url("bench_nodes_smoke"),
+    )
+    assert figures["nodes"] == 300 and figures["running_tasks"] > 0 and figures["bulk_drain_rack_nodes"] > 0
+    assert all(value > 0 for key, value in figures.items() if key.endswith("_ms"))
+
+
 def test_forecast_weeks_bench_counts_every_row():
     figures = run_bench(
         "bench/forecast_weeks.py",
