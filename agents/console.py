@@ -4,6 +4,7 @@ fragmentation per class, the scheduler's status, recent preemptions and failures
 Each read is a fixed number of queries whatever the cluster's size: the heatmap re-fetches
 itself every few seconds for every admin who has the page open."""
 
+import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
@@ -118,7 +119,12 @@ def racks(nodes=None) -> list[Rack]:
     for node in rows:
         rack = grouped.setdefault((node["zone"], node["rack"]), Rack(node["zone"], node["rack"]))
         rack.nodes.append(_line(node, len(gpus_held[node["id"]]), cpus_used[node["id"]]))
-    return list(grouped.values())
+    return sorted(grouped.values(), key=lambda rack: (rack.zone, _natural(rack.name)))
+
+
+def _natural(name: str) -> list:
+    """z1-r2 before z1-r10: the numbers in a name compared as numbers."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
 
 
 def _line(node: dict, gpus_used: int, cpus_used: int) -> NodeLine:

@@ -168,14 +168,18 @@ def test_a_lead_edits_a_quota_and_a_member_cannot(cluster, browser, tmp_path):
     assert refused.value.code == 403
 
 
-def test_an_admin_drains_a_node_and_sees_it_on_the_heatmap(cluster, browser, tmp_path):
+def test_an_admin_drains_a_rack_and_sees_it_on_the_heatmap(cluster, browser, tmp_path):
     admin = page_for(browser, cluster, "ops")
     admin.goto(f"{cluster.url}/nodes/")
-    node = admin.locator("#node-z1-r2-a100-01")
-    expect(node).to_have_attribute("data-state", "READY")
-    node.locator(".node-action input[name=reason]").fill("replace a fan")
-    node.locator(".node-action button[name=action][value=drain]").click()
-    expect(admin.locator("#node-z1-r2-a100-01")).to_have_attribute("data-state", "DRAINING", timeout=10_000)
+    rack = [f"z1-r2-a100-0{i}" for i in range(1, 5)]
+    for name in rack:
+        expect(admin.locator(f"#node-{name}")).to_have_attribute("data-state", "READY")
+    admin.locator("#rack-z1-r2 input[name=racks]").check()
+    admin.locator("#bulk-bar input.reason").fill("replace a fan")
+    admin.locator("#bulk-bar button[name=action][value=drain]").click()
+    for name in rack:
+        expect(admin.locator(f"#node-{name}")).to_have_attribute("data-state", "DRAINING", timeout=10_000)
+    expect(admin.locator("#node-z1-r1-h100-01")).to_have_attribute("data-state", "READY")
     admin.screenshot(path=str(screenshot_dir(tmp_path) / "nodes.png"), full_page=True)
 
 
