@@ -4,7 +4,8 @@ A team's jobs left in a class are pruned once none of them can start, evict or r
 more in the pass: only those whose place in the order must stay (see `Pruning.pinned`) are
 still considered. Read from the least any of the others asks of the pass (the fewest units
 per task and in all, the shortest runtime, the highest priority, the longest wait):
-1. no reservation is left to give in their class (asked first: it needs no look at the queue);
+1. no reservation is left to give in their class, nor in the next job's (asked first: it
+   needs no look at the queue; the two differ when the next job is pinned);
 2. no reclaim or outranking any of them may try (the search budgets, the ledger's headroom),
    and none of them, left blocked, would keep a later owner from reclaiming (`reclaim_in_turn`);
 3. no room on a ready node for one task of the least of them, even past what others hold.
@@ -37,12 +38,16 @@ class Pruning:
         they might (see the module's docstring)."""
         run = self.run
         config = run.config
-        if config.backfill and run.book.count(queue[-1].resource_class) < config.reservations_per_class:
+        if self.may_reserve(queue[-1].resource_class):
             return None  # the next job may reserve
         least = self.least(queue)
         if least is None:
             return None
-        rclass, per_task, units, rank, submitted, runtime = least  # the class is the next job's
+        # The class of the jobs but the pinned: the next job's unless it is pinned (a pinned
+        # job of another class neither joins the least nor ends it), so its book is asked too.
+        rclass, per_task, units, rank, submitted, runtime = least
+        if self.may_reserve(rclass):
+            return None
         if run._may_lower_turn(rclass, units):
             return None  # left blocked, one of them would keep a later owner from reclaiming
         if config.preemption:
@@ -59,6 +64,11 @@ class Pruning:
             return None
         pinned = self.pinned_jobs()
         return [job for job in queue if job.job_id in pinned]
+
+    def may_reserve(self, rclass: str) -> bool:
+        """Whether a job of `rclass` left blocked would still get a reservation."""
+        config = self.run.config
+        return config.backfill and self.run.book.count(rclass) < config.reservations_per_class
 
     def least(self, queue: list[PendingJob]) -> tuple | None:
         """What the least demanding of `queue`'s jobs but the pinned asks, or None if there
