@@ -5,6 +5,7 @@ import copy
 import time
 from datetime import UTC, datetime
 
+import hypothesis
 import pytest
 import time_machine
 from django.conf import settings
@@ -17,6 +18,13 @@ from mlqueue.redis_client import redis_client
 from scheduling import liveness
 from scheduling.leader import failures
 from teams.models import ApiToken
+
+# Property tests judge answers, not speed: on the shared 2-core machine (three xdist workers and
+# end-to-end tests' processes beside them) drawing an example can take seconds, which
+# Hypothesis's deadline and "too slow" health check would fail (test_early_stop did, twice).
+# Loaded before the test modules, so their own settings(...) inherit it.
+hypothesis.settings.register_profile("mlqueue", deadline=None, suppress_health_check=[hypothesis.HealthCheck.too_slow])
+hypothesis.settings.load_profile("mlqueue")
 
 SEED_SPEC = {
     "client_job_id": "llama-70b-run-47",
