@@ -23,11 +23,12 @@ lint: $(INSTALLED)
 
 # The suite on TEST_WORKERS pytest-xdist workers: much of an end-to-end test is waiting on real
 # processes, which the other workers' tests fill. `make test TEST_WORKERS=0` runs it in one
-# process (as plain `python -m pytest` does), for debugging.
+# process (as plain `python -m pytest` does), for debugging. The 30 slowest tests are listed at
+# the end, so that a CI log shows where the suite's time goes.
 TEST_WORKERS ?= 3
 
 test: $(INSTALLED) lint services
-	$(BIN)/python -m pytest -n $(TEST_WORKERS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --durations=30
 
 demo: $(INSTALLED)
 	$(DEMO_ENV) bash .ci/demo
