@@ -31,6 +31,7 @@ from pathlib import Path
 
 from agents.node import credentials
 from agents.node.client import AgentClient, ApiError
+from agents.node.containers import Podman
 from agents.node.isolation import (
     DEFAULT_UID_RANGE,
     NO_ISOLATION_WARNING,
@@ -58,6 +59,7 @@ class NodeAgent:
         node: dict,
         workdir: Path,
         container_hook: str = "",
+        container: Podman | None = None,
         pass_env=DEFAULT_PASS_ENV,
         task_users: TaskUsers | None = None,
     ):
@@ -67,6 +69,9 @@ class NodeAgent:
         self.workdir.mkdir(parents=True, exist_ok=True)
         os.chmod(self.workdir, DIR_MODE)  # tasks reach their own directories through it, and list nothing
         self.container_hook, self.pass_env = container_hook, pass_env
+        self.container = container.for_node(self.name, self.workdir) if container is not None else None
+        if self.container is not None:
+            self.container.sweep()  # before any task starts: whatever runs under this label is from before
         self.task_users = task_users or TaskUsers.none()
         self.node_token_path = self.workdir / credentials.NODE_TOKEN_FILE
         self.helpers = install_helpers(self.workdir)  # mlqueue.checkpoint and mlqueue.report for the tasks' Python
@@ -279,6 +284,7 @@ class NodeAgent:
                 self.workdir,
                 lease_file=self.lease_path,
                 container_hook=self.container_hook,
+                container=self.container,
                 pass_env=self.pass_env,
                 user=user,
                 helpers=self.helpers,
@@ -286,9 +292,11 @@ class NodeAgent:
         except OSError as exc:
             self.task_users.release(user)
             log.error("%s: cannot start job %s rank %s: %s", self.name, *key[:2], exc)
-            self.outbox.append(
-                {"type": "exited", "job_id": key[0], "rank": key[1], "attempt": key[2], "exit_code": 127, "signal": ""}
-            )
+            attempt = {"job_id": key[0], "rank": key[1], "attempt": key[2]}
+            # The job's owner reads why in its log: the agent's own log is not theirs to see.
+            why = f"mlqueue: cannot start this task on {self.name}: {exc}\n"
+            self.outbox.append({"type": "log", **attempt, "stream": "stderr", "offset": 0, "data": why})
+            self.outbox.append({"type": "exited", **attempt, "exit_code": 127, "signal": ""})
             return None
         self.tasks[key] = task
         self.outbox.append({"type": "started", "job_id": key[0], "rank": key[1], "attempt": key[2]})
@@ -370,9 +378,22 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--label", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--address", help="how other nodes reach this one (a gang's MASTER_ADDR)")
     parser.add_argument(
+        "--container-runtime",
+        choices=["none", "podman"],
+        default="none",
+        help="podman: a job that names an image runs in it, with its CPU and memory limits and its GPUs "
+        "(docs/agents.md); none (default): as a plain process",
+    )
+    parser.add_argument(
+        "--container-runtime-args",
+        default="",
+        metavar="ARGS",
+        help="more `podman run` options for every container, e.g. '--runtime runc' on a cgroup v1 host",
+    )
+    parser.add_argument(
         "--container-hook",
         default="",
-        help="wraps jobs that name an image, e.g. 'podman run --rm --network host {image}'",
+        help="instead of --container-runtime: wraps jobs that name an image, e.g. 'apptainer exec --nv docker://{image}'",
     )
     parser.add_argument("--fleet", type=Path, help="a JSON list of virtual nodes to run in this process")
     parser.add_argument(
@@ -411,9 +432,20 @@ def parse_args(argv=None) -> argparse.Namespace:
             check_pass_env([name.strip() for item in args.pass_env for name in item.split(",") if name.strip()])
         )
         args.task_users = task_users_from(args)
+        args.container = container_from(args)
     except ValueError as exc:
         parser.error(str(exc))
     return args
+
+
+def container_from(args: argparse.Namespace) -> Podman | None:
+    if args.container_runtime == "none":
+        if args.container_runtime_args:
+            raise ValueError("--container-runtime-args needs --container-runtime podman")
+        return None
+    if args.container_hook:
+        raise ValueError("--container-hook and --container-runtime podman: give one of them")
+    return Podman.find(args.container_runtime_args)
 
 
 def task_users_from(args: argparse.Namespace) -> TaskUsers:
@@ -472,6 +504,7 @@ def main(argv=None) -> None:
             node=node,
             workdir=args.workdir,
             container_hook=args.container_hook,
+            container=args.container,
             pass_env=args.pass_env,
             task_users=args.task_users,
         )

@@ -2,9 +2,10 @@
 agents/node/isolation.py), an environment built from nothing, its stdout/stderr captured to files
 and shipped in chunks, its exit observed.
 
-The plain process runtime is the default. A container runtime is a command template with an
-`{image}` placeholder, prepended to the task's command when the job names an image, e.g.
-    --container-hook 'podman run --rm --network host --device nvidia.com/gpu=all {image}'
+The plain process runtime is the default. A job that names an image runs in it with
+`--container-runtime podman` (agents/node/containers.py: limits, GPUs, the task's user), or
+through a container hook, a command template with an `{image}` placeholder prepended to the
+task's command, e.g.
     --container-hook 'apptainer exec --nv docker://{image}'
 
 An attempt's directory (`jobs/<job>/rank-<r>/attempt-<a>/`) belongs to the agent and holds its
@@ -26,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agents.node.checkpoints import CheckpointWatch, marker_path
+from agents.node.containers import Podman, check_image, container_name, split_env, visible_gpus
 from agents.node.isolation import TaskUser
 from agents.node.metrics import MetricsTail, metrics_path
 from agents.node.supervise import LEASE_EXPIRED
@@ -56,7 +58,6 @@ DEFAULT_PASS_ENV = (
 # Never passed, whatever --pass-env says: the agent's tokens and the server's secrets.
 NEVER_PASSED = re.compile(r"^(MLQ_|DATABASE_URL$|REDIS_URL$|SECRET_KEY$|DJANGO_|PGPASSWORD$|AWS_SECRET)")
 DIR_MODE, PRIVATE_MODE = 0o711, 0o700
-IMAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]*\Z")
 
 
 def check_pass_env(names: list[str]) -> list[str]:
@@ -114,8 +115,7 @@ def _install(path: Path, text: str) -> None:
 def hooked(container_hook: str, image: str) -> list[str]:
     """The container hook's words with `{image}` as one word of them: an image cannot add
     options of its own to the runtime ("--privileged -v /:/host x")."""
-    if not IMAGE.match(image):
-        raise OSError(f"refusing image {image!r}: not an image reference")
+    check_image(image)
     return [word.replace("{image}", image) for word in shlex.split(container_hook)]
 
 
@@ -167,6 +167,7 @@ class TaskProcess:
         *,
         lease_file: Path,
         container_hook: str = "",
+        container: Podman | None = None,
         pass_env=DEFAULT_PASS_ENV,
         user: TaskUser | None = None,
         helpers: Path | None = None,
@@ -174,7 +175,10 @@ class TaskProcess:
         self.job_id, self.rank, self.attempt = assignment["job_id"], assignment["rank"], assignment["attempt"]
         self.epoch = assignment.get("epoch", 0)
         self.grace_s = assignment.get("grace_period_seconds", 30)
-        self.user = user
+        self.user, self.helpers = user, helpers
+        # Only a job that names an image runs in a container; the others run as plain processes.
+        self.container = container if assignment.get("image") else None
+        self.container_name = container_name(container.node, self.key) if self.container is not None else ""
         self.dir = make_dir(
             workdir / "jobs" / str(self.job_id) / f"rank-{self.rank}" / f"attempt-{self.attempt}", DIR_MODE
         )
@@ -193,6 +197,8 @@ class TaskProcess:
         self.cause = ""
         self.lease_file, self.status_file = lease_file, self.dir / "status"
         self.signals_sent: set[str] = set()
+        if self.container is not None:  # the image has its own PATH, locale and libraries: not the host's
+            pass_env = [name for name in pass_env if name not in DEFAULT_PASS_ENV]
         env = task_environment(assignment["env"], pass_env=pass_env, workdir=self.work, user=user, helpers=helpers)
         # Before the process exists: a marker already there is an earlier attempt's.
         self.checkpoints = CheckpointWatch(
@@ -206,17 +212,21 @@ class TaskProcess:
             owner_uid=user.uid if user is not None else None,
             label=f"job {self.job_id} rank {self.rank} attempt {self.attempt}",
         )
+        if self.container is not None:
+            env = visible_gpus(env, assignment.get("gpu_indices") or [])
         self.process = self._spawn(assignment, container_hook, env)
 
-    def _command(self, assignment: dict, container_hook: str, env_fd: int) -> list[str]:
-        command = list(assignment["command"])
-        if container_hook and assignment.get("image"):
-            command = hooked(container_hook, assignment["image"]) + command
-        # Through the supervisor: signals reach the whole group, nothing outlives the agent, and
-        # the supervisor (the agent's user) starts the command as the task's user. `-I` and an
-        # empty environment: nothing of the task's (PYTHONPATH, LD_PRELOAD, its directory on
-        # sys.path) may run inside a process of the agent's user.
-        who = ["--uid", str(self.user.uid), "--gid", str(self.user.gid)] if self.user else []
+    def _supervised(self, command: list[str], env_fd: int, env_lines_fd: int) -> list[str]:
+        """Through the supervisor: signals reach the whole group, nothing outlives the agent, and
+        the supervisor (the agent's user) starts the command as the task's user. `-I` and an
+        empty environment: nothing of the task's (PYTHONPATH, LD_PRELOAD, its directory on
+        sys.path) may run inside a process of the agent's user. podman runs as the agent's user
+        (the container's processes as the task's, with --user) and is told the container's name:
+        a container lives on when podman is killed."""
+        if self.container is not None:
+            who = ["--container", self.container_name, "--keep-fd", str(env_lines_fd)]
+        else:
+            who = ["--uid", str(self.user.uid), "--gid", str(self.user.gid)] if self.user else []
         return [
             sys.executable,
             "-I",
@@ -234,22 +244,43 @@ class TaskProcess:
             *command,
         ]
 
+    def _command(self, assignment: dict, container_hook: str, env: dict, env_lines) -> tuple[list[str], dict]:
+        """The command the supervisor runs, and the environment it runs it with."""
+        if self.container is not None:
+            lines, by_name = split_env(env)
+            env_lines.write(lines.encode())
+            env_lines.flush()
+            command = self.container.run_command(
+                assignment,
+                work=self.work,
+                helpers=self.helpers,
+                user=self.user,
+                env_file_fd=env_lines.fileno(),
+                by_name=list(by_name),
+            )
+            return command, self.container.environment(by_name)
+        if container_hook and assignment.get("image"):
+            return hooked(container_hook, assignment["image"]) + list(assignment["command"]), env
+        return list(assignment["command"]), env
+
     def _spawn(self, assignment: dict, container_hook: str, env: dict) -> subprocess.Popen:
         out, err = (stream.open_for_writing() for stream in self.streams)
-        # The task's environment (its secrets) goes through a file with no name, not through argv.
-        with tempfile.TemporaryFile(dir=self.dir) as env_file:
-            env_file.write(json.dumps(env).encode())
-            env_file.seek(0)
+        # The task's environment (its secrets) goes through files with no name, not through argv:
+        # as JSON to the supervisor, and as podman's env file to a container.
+        with tempfile.TemporaryFile(dir=self.dir) as env_file, tempfile.TemporaryFile(dir=self.dir) as env_lines:
             try:
+                command, env = self._command(assignment, container_hook, env, env_lines)
+                env_file.write(json.dumps(env).encode())
+                env_file.seek(0)
                 return subprocess.Popen(
-                    self._command(assignment, container_hook, env_file.fileno()),
+                    self._supervised(command, env_file.fileno(), env_lines.fileno()),
                     cwd=self.work,
                     env={},
                     stdout=out,
                     stderr=err,
                     stdin=subprocess.DEVNULL,
                     start_new_session=True,
-                    pass_fds=(env_file.fileno(),),
+                    pass_fds=(env_file.fileno(), env_lines.fileno()),
                 )
             except OSError:
                 self.close()
@@ -290,7 +321,8 @@ class TaskProcess:
     def send(self, name: str) -> None:
         """TERM or KILL, each at most once: TERM to the supervisor, which passes it on to the whole
         process group once (sent to the group here as well, every process would get it twice);
-        KILL to the whole group, supervisor or not."""
+        KILL to the whole group, supervisor or not, and to a container's processes (not in the
+        group: podman started them through its conmon) by removing the container."""
         if name in self.signals_sent or not self.running:
             return
         self.signals_sent.add(name)
@@ -298,6 +330,8 @@ class TaskProcess:
             if name == "TERM":
                 os.kill(self.process.pid, signal.SIGTERM)
             else:
+                if self.container is not None:
+                    self.container.remove(self.container_name)
                 os.killpg(self.process.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass

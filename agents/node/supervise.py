@@ -1,6 +1,6 @@
 """The process between the agent and a task:
 `python -I agents/node/supervise.py --env-fd N --agent-pid P --lease-file F --status-file S
-[--uid U --gid G] -- CMD...`.
+[--uid U --gid G | --container NAME --keep-fd K] -- CMD...`.
 
 It runs COMMAND in its own process group, with the environment read from file descriptor N
 (as user U and group G, with no other groups and a private umask, when given: the agent's user
@@ -20,6 +20,11 @@ empty environment of its own), and
   dead by the deadline all the same: before the leader may requeue them elsewhere (README,
   "Outages");
 - exits as COMMAND did: with its exit code, or by the same signal.
+With `--container NAME`, COMMAND is `podman run --name NAME ...`, run as this process's own user
+(the container's processes run as the task's, agents/node/containers.py) with file descriptor K
+(its env file) left open for it; SIGTERM reaches the container's process through podman, which
+passes signals on; and wherever this process kills the group, it removes the container first: the
+container's processes are not in the group, and would outlive a killed podman.
 On Linux the kernel also tells it at once when the agent dies (PR_SET_PDEATHSIG with
 SIGHUP, whose handler kills the group); the reparenting check is the portable second line.
 """
@@ -47,11 +52,13 @@ def notice_parent_death() -> None:
 
 USAGE = (
     "usage: python -I agents/node/supervise.py --env-fd N --agent-pid P --lease-file F --status-file S "
-    "[--uid U --gid G] -- COMMAND..."
+    "[--uid U --gid G | --container NAME --keep-fd K] -- COMMAND..."
 )
 REQUIRED = ("--env-fd", "--agent-pid", "--lease-file", "--status-file")
-OPTIONS = (*REQUIRED, "--uid", "--gid")
-NUMBERS = ("--env-fd", "--agent-pid", "--uid", "--gid")
+# The sets of options a command line may have: none more, none fewer.
+OPTIONS = (set(REQUIRED), {*REQUIRED, "--uid", "--gid"}, {*REQUIRED, "--container", "--keep-fd"})
+NUMBERS = ("--env-fd", "--agent-pid", "--uid", "--gid", "--keep-fd")
+REMOVE_TIMEOUT_S = 30
 LEASE_EXPIRED = "lease-expired"
 
 
@@ -65,14 +72,18 @@ def parse(argv: list[str]) -> tuple[dict, dict, list[str]]:
         raise ValueError(USAGE)
     options, command = argv[: argv.index("--")], argv[argv.index("--") + 1 :]
     pairs = dict(zip(options[0::2], options[1::2], strict=False))  # an odd count is refused below
-    if not command or len(options) % 2 or set(pairs) not in (set(REQUIRED), set(OPTIONS)):
+    if not command or len(options) % 2 or set(pairs) not in OPTIONS:
         raise ValueError(USAGE)
     numbers = {name: int(value) for name, value in pairs.items() if name in NUMBERS}
     with os.fdopen(numbers["--env-fd"], "rb") as handle:
         popen = {"env": json.loads(handle.read())}
     if "--uid" in numbers:
         popen.update(user=numbers["--uid"], group=numbers["--gid"], extra_groups=[], umask=0o077)
+    if "--keep-fd" in numbers:
+        popen.update(pass_fds=(numbers["--keep-fd"],))
     files = {"lease": pairs["--lease-file"], "status": pairs["--status-file"], "agent": numbers["--agent-pid"]}
+    if "--container" in pairs:
+        files["container"] = {"name": pairs["--container"], "podman": command[0], "env": popen["env"]}
     return popen, files, command
 
 
@@ -110,6 +121,7 @@ class LeaseWatch:
 
     def __init__(self, files: dict, group: int, term: "GroupTerm"):
         self.lease_path, self.status_path, self.group, self.term = files["lease"], files["status"], group, term
+        self.container = files.get("container")
         self.until, self.grace_s = read_lease(self.lease_path) or (0.0, 0.0)
         self.terminated = False
 
@@ -118,7 +130,7 @@ class LeaseWatch:
         now = time.monotonic()
         if now >= self.until + self.grace_s:
             self._note(f"the node agent's lease ran out {now - self.until:.1f} s ago: SIGKILL")
-            _signal_group(self.group, signal.SIGKILL, spare_self=False)
+            kill_task(self.group, self.container)
         elif now >= self.until and not self.terminated:
             self.terminated = True
             self._note(
@@ -144,7 +156,7 @@ def main(argv: list[str]) -> int:
         return 2
     parent = files["agent"]
     group = os.getpgrp()
-    signal.signal(signal.SIGHUP, lambda *_: _signal_group(group, signal.SIGKILL, spare_self=False))
+    signal.signal(signal.SIGHUP, lambda *_: kill_task(group, files.get("container")))
     notice_parent_death()
     if os.getppid() != parent:  # the agent died before the kernel was told to warn us (even before Python started)
         print("mlqueue: the node agent is gone: not starting the task", file=sys.stderr)
@@ -162,7 +174,7 @@ def main(argv: list[str]) -> int:
     lease = LeaseWatch(files, group, term)
     while child.poll() is None:
         if os.getppid() != parent:  # the agent is gone: nothing of this task may outlive it
-            _signal_group(group, signal.SIGKILL, spare_self=False)
+            kill_task(group, files.get("container"))
         lease.check()
         time.sleep(WATCH_S)
     return _exit_like(child.returncode)
@@ -185,6 +197,24 @@ class GroupTerm:
         self.child = True
         if self.asked:
             self.send()
+
+
+def kill_task(group: int, container: dict | None) -> None:
+    """SIGKILL to the task's group, this process included; a container first, whose processes
+    are not in the group, by removing it."""
+    if container is not None:
+        try:
+            subprocess.run(
+                [container["podman"], "rm", "--force", "--ignore", "--time", "0", container["name"]],
+                env=container["env"],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                timeout=REMOVE_TIMEOUT_S,
+            )
+        except (OSError, subprocess.SubprocessError):
+            pass  # the group dies all the same; the agent's sweep removes the container at its next start
+    _signal_group(group, signal.SIGKILL, spare_self=False)
 
 
 def _signal_group(group: int, sig: int, *, spare_self: bool) -> None:

@@ -71,11 +71,12 @@ class Cluster:
         isolation: str = "none",
         workdir: Path | None = None,
         env: dict | None = None,
+        args: tuple[str, ...] = (),
     ) -> Process:
         """One agent process running these nodes (as virtual nodes when more than one). It
         joins with MLQ_AGENT_JOIN_TOKEN from its environment, as in production. Tasks run as
         the agent's user unless `isolation="uid"`: the tests' jobs run this venv's Python,
-        which lives where other users cannot reach."""
+        which lives where other users cannot reach. `args`: more of the agent's options."""
         fleet = self.tmp / f"{name}.json"
         fleet.write_text(
             json.dumps(
@@ -105,6 +106,7 @@ class Cluster:
                 str(workdir or self.tmp / "agents"),
                 "--isolation",
                 isolation,
+                *args,
             ],
             self.tmp / f"agent-{name}.log",
             **{**self.env, **(env or {})},
