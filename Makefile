@@ -15,6 +15,7 @@ $(INSTALLED): pyproject.toml
 services:
 	@bash .ci/services
 	@bash .ci/browser
+	@bash .ci/podman
 	@bash .ci/prometheus
 
 lint: $(INSTALLED)
