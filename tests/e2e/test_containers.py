@@ -5,6 +5,7 @@ that ignores it, one whose lease ran out and one an earlier agent left behind ar
 The agent's own runtime first, then a whole cluster: submit, logs, cancel."""
 
 import os
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -200,7 +201,9 @@ def job_log(api, job_id: int) -> str:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_submitted_job_runs_in_its_image_and_a_cancel_stops_it(cluster, api, podman_image):
+def test_a_submitted_job_runs_in_its_image_a_cancel_stops_it_and_a_dead_agent_leaves_no_container(
+    cluster, api, podman_image
+):
     try:
         done = submit(api, PROBE, podman_image)
         wait_for(lambda: Job.objects.get(pk=done).state == "SUCCEEDED", timeout=90, what="the job in its image")
@@ -217,5 +220,12 @@ def test_a_submitted_job_runs_in_its_image_and_a_cancel_stops_it(cluster, api, p
         wait_for(lambda: Job.objects.get(pk=running).state == "CANCELLED", timeout=30, what="the cancel")
         assert time.monotonic() - began < 10  # within its grace: it stopped on SIGTERM
         wait_for(lambda: "got-term" in job_log(api, running), timeout=10, what="the job's own word on SIGTERM")
+
+        stubborn = submit(api, STUBBORN, podman_image)
+        wait_for(lambda: "up" in job_log(api, stubborn), timeout=90, what="the third job to start")
+        name = f"mlq-{NODE['name']}-{stubborn}-0-1"
+        assert container_exists(name)
+        cluster.agents[NODE["name"]].signal(signal.SIGKILL)  # its supervisors remove their containers
+        wait_for(lambda: not container_exists(name), timeout=30, what="the dead agent's container to go")
     except AssertionError:
         raise AssertionError(cluster.logs()) from None
