@@ -183,3 +183,9 @@ def test_what_if_bench_times_a_preview():
         "bench/whatif.py", "--jobs", "100", "--days", "1", "--database-url", scratch_database_url("bench_whatif_smoke")
     )
     assert (figures["jobs"], figures["state"]) == (100, "DONE")
+
+
+def test_container_bench_prints_its_figures(podman_image):
+    figures = run_bench("bench/containers.py", "--runs", "1")
+    assert figures["runs"] == 1
+    assert figures["container_start_to_output_ms_p50"] > 0 and figures["plain_sigterm_to_exit_ms_p50"] > 0

@@ -15,14 +15,14 @@ import pytest
 from agents.node.containers import Podman
 from agents.node.isolation import TaskUser, can_switch_users, processes_of
 from agents.node.runtime import TaskProcess, install_helpers
+from bench.containers import IMAGE, IMAGE_MARKER, IMAGE_MARKER_TEXT, RUNTIME_ARGS
 from scheduling.models import Job, Node
 from tests.e2e.cluster import Cluster
-from tests.e2e.images import IMAGE, IMAGE_MARKER, IMAGE_MARKER_TEXT, RUNTIME_ARGS, container_exists, podman_image
+from tests.e2e.images import container_exists
 from tests.e2e.processes import wait_for
 from tests.unit.leases import a_lease
 
 pytestmark = pytest.mark.e2e
-__all__ = ["podman_image"]  # a fixture, used by name
 TASK_UID = 200777
 PEM = "-----BEGIN KEY-----\nMIIBVwIBADANBg\n-----END KEY-----\n"
 PROBE = f"""
