@@ -12,6 +12,7 @@ Prints one JSON line of medians and maxima, in milliseconds.
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -114,7 +115,7 @@ def main(argv=None) -> None:
         tried = ensure_image(args.runtime_args, Path(scratch))
         if tried.returncode:
             raise SystemExit(f"bench/containers.py: podman cannot run a container here: {tried.stderr[-300:]}")
-        podman = Podman.find(args.runtime_args).for_node("bench", Path(scratch) / "node")
+        podman = Podman.find(args.runtime_args).for_node(f"bench{os.getpid()}", Path(scratch) / "node")
         figures = {"runs": args.runs}
         for way, container in (("plain", None), ("container", podman)):
             runs = [one_run(Path(scratch), key, container) for key in range(1, args.runs + 1)]
