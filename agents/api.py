@@ -14,7 +14,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agents import heartbeats, ingest, services, tokens
-from agents.protocol import EventsSerializer, HeartbeatSerializer, RegisterSerializer
+from agents.protocol import MAX_GPUS, EventsSerializer, HeartbeatSerializer, RegisterSerializer
 from mlqueue.pagination import StrictCursorPagination as CursorPagination
 from mlqueue.parsers import AgentEventsJSONParser
 from scheduling import nodes
@@ -47,6 +47,7 @@ class NodeSerializer(serializers.ModelSerializer):
             "state_changed_at",
             "first_heartbeat_at",
             "task_isolation",
+            "excluded_gpus",
         ]
 
 
@@ -90,6 +91,7 @@ NOT_AN_ADMIN = "only site admins may cordon, drain, uncordon or reset nodes."
 
 class NodeAction(APIView):
     action = ""
+    body_serializer = NodeActionSerializer
 
     @extend_schema(request=NodeActionSerializer, responses=NodeSerializer)
     def post(self, request: Request, name: str) -> Response:
@@ -102,7 +104,7 @@ class NodeAction(APIView):
         return Response(NodeSerializer(node).data)
 
     def body(self, request: Request) -> dict:
-        body = NodeActionSerializer(data=request.data)
+        body = self.body_serializer(data=request.data)
         body.is_valid(raise_exception=True)
         return body.validated_data
 
@@ -116,15 +118,46 @@ class ReclaimNotice(NodeAction):
     def post(self, request: Request, name: str) -> Response:
         return super().post(request, name)
 
+    body_serializer = ReclaimNoticeSerializer
+
     def body(self, request: Request) -> dict:
-        body = ReclaimNoticeSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        if body.validated_data["deadline"] <= timezone.now():
+        body = super().body(request)
+        if body["deadline"] <= timezone.now():
             raise exceptions.ValidationError({"deadline": ["must be in the future."]})
-        return body.validated_data
+        return body
 
     def act(self, node: Node, user, body: dict) -> None:
         nodes.do_reclaim_notice(node=node, user=user, deadline=body["deadline"], reason=body["reason"])
+
+
+class IncludeGpusSerializer(serializers.Serializer):
+    reason = serializers.CharField(max_length=300)
+    gpus = serializers.ListField(
+        child=serializers.IntegerField(min_value=0, max_value=MAX_GPUS - 1),
+        required=False,
+        default=list,
+        max_length=MAX_GPUS,
+        help_text="the GPU indices to put back; empty or absent: every excluded GPU",
+    )
+
+
+class IncludeGpus(NodeAction):
+    """Put GPUs excluded for a fault back into placement (the node page's button too)."""
+
+    body_serializer = IncludeGpusSerializer
+
+    @extend_schema(request=IncludeGpusSerializer, responses=NodeSerializer)
+    def post(self, request: Request, name: str) -> Response:
+        return super().post(request, name)
+
+    def act(self, node: Node, user, body: dict) -> None:
+        excluded = sorted(int(index) for index in node.excluded_gpus)
+        if unknown := sorted(set(body["gpus"]) - set(excluded)):
+            listed = ", ".join(map(str, excluded)) or "none"
+            raise exceptions.ValidationError(
+                {"gpus": [f"GPU {', '.join(map(str, unknown))} of {node.name} is not excluded (excluded: {listed})."]}
+            )
+        nodes.do_include_gpus(node=node, user=user, gpus=body["gpus"], reason=body["reason"])
 
 
 class BulkActionSerializer(serializers.Serializer):

@@ -18,7 +18,7 @@ from rest_framework import exceptions
 
 from agents import ingest
 from agents.protocol import HeartbeatSerializer
-from scheduling import lifecycle, liveness, nodes, notify
+from scheduling import lifecycle, liveness, node_health, nodes, notify
 from scheduling.assignments import assignment_env, checkpoint_dir
 from scheduling.models import FailureClass, Node, NodeState, SchedulerLease, Task, TaskState
 from teams.models import hash_token
@@ -45,6 +45,9 @@ def handle(name: str, authorization: str, data) -> dict:
     liveness.record(node.name, now.timestamp())
     if node.health != NodeState.READY:
         nodes.note_alive(Node.objects.get(pk=node.id), now=now)
+    health = body.validated_data["health"]
+    if health is not None and node_health.receive(node.id, node.name, health, now=now):
+        node = load(digest)  # the reply carries the stops the fault asked for
     HEARTBEATS.inc()
     return reply(node, body.validated_data["tasks"], now, reload=lambda: load(digest))
 
@@ -131,8 +134,10 @@ def _fail_forgotten(node: NodeView, current: dict, held: set, now) -> bool:
         for t in current.values()
         if (t.job_id, t.rank, t.attempt) not in held and (t.state == TaskState.RUNNING or t.stop_reason)
     ]
+    lost = 0
     for row in forgotten:
         if row.state == TaskState.RUNNING and not row.stop_reason:
+            lost += 1
             task = Task.objects.get(job_id=row.job_id, rank=row.rank)
             lifecycle.transition_task(
                 task,
@@ -159,6 +164,8 @@ def _fail_forgotten(node: NodeView, current: dict, held: set, now) -> bool:
                 now=now,
             )
         notify.wake_scheduler("lost task")
+    if lost:
+        node_health.note_infra_failures(Node.objects.get(pk=node.id), lost, now=now)
     return bool(forgotten)
 
 

@@ -70,9 +70,55 @@ class RunningSerializer(AttemptSerializer):
     cause = serializers.ChoiceField(EXIT_CAUSES, required=False, default="")
 
 
+# A health sample (agents/node/telemetry.py): what the agent keeps of each kind is bounded too.
+MAX_XIDS_PER_GPU, MAX_OUTPUT = 16, 300
+HEALTH_PROVIDERS = ["nvml", "fake", "none"]
+
+
+class XidSerializer(serializers.Serializer):
+    code = StrictIntegerField(min_value=0, max_value=INT32)
+    at = StrictFloatField(min_value=0, max_value=MAX_EPOCH_S)
+
+
+class GpuSampleSerializer(serializers.Serializer):
+    index = StrictIntegerField(min_value=0, max_value=MAX_GPUS - 1)
+    utilization = StrictIntegerField(min_value=0, max_value=100, required=False, allow_null=True, default=None)
+    memory_used_mb = StrictIntegerField(min_value=0, max_value=INT32, required=False, allow_null=True, default=None)
+    memory_total_mb = StrictIntegerField(min_value=0, max_value=INT32, required=False, allow_null=True, default=None)
+    temperature_c = StrictIntegerField(min_value=-50, max_value=200, required=False, allow_null=True, default=None)
+    ecc_correctable = StrictIntegerField(min_value=0, max_value=INT64, required=False, allow_null=True, default=None)
+    ecc_uncorrectable = StrictIntegerField(min_value=0, max_value=INT64, required=False, allow_null=True, default=None)
+    xids = XidSerializer(many=True, required=False, default=list, max_length=MAX_XIDS_PER_GPU)
+
+
+class HealthCheckSerializer(serializers.Serializer):
+    status = serializers.ChoiceField(["ok", "failed"])
+    exit_code = StrictIntegerField(min_value=-INT32 - 1, max_value=INT32, required=False, allow_null=True, default=None)
+    output = StrictStringField(required=False, allow_blank=True, default="", max_length=MAX_OUTPUT)
+    at = StrictFloatField(min_value=0, max_value=MAX_EPOCH_S)
+    # When the current run of failures began (the same while it goes on): one cordon per run.
+    failed_since = StrictFloatField(min_value=0, max_value=MAX_EPOCH_S, required=False, allow_null=True, default=None)
+
+
+class HealthSerializer(serializers.Serializer):
+    at = StrictFloatField(min_value=0, max_value=MAX_EPOCH_S)
+    provider = serializers.ChoiceField(HEALTH_PROVIDERS)
+    error = StrictStringField(required=False, allow_blank=True, default="", max_length=MAX_OUTPUT)
+    gpus = GpuSampleSerializer(many=True, required=False, default=list, max_length=MAX_GPUS)
+    check = HealthCheckSerializer(required=False, allow_null=True, default=None)
+
+    def validate_gpus(self, value):
+        indices = [gpu["index"] for gpu in value]
+        if len(set(indices)) != len(indices):
+            raise serializers.ValidationError("each GPU index at most once.")
+        return value
+
+
 class HeartbeatSerializer(serializers.Serializer):
     tasks = RunningSerializer(many=True, required=False, default=list, max_length=1000)
     highest_epoch = StrictIntegerField(min_value=0, max_value=INT64, required=False, default=0)
+    # Sent every MLQ_HEALTH_INTERVAL_S or when a fault appears, not with every heartbeat.
+    health = HealthSerializer(required=False, allow_null=True, default=None)
 
 
 class MetricValuesField(serializers.DictField):

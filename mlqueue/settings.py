@@ -496,3 +496,25 @@ EMAIL_HOST = os.environ.get("EMAIL_HOST", "localhost")
 EMAIL_PORT = env_int("EMAIL_PORT", 25)
 EMAIL_TIMEOUT = 10
 DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "mlqueue@localhost")
+
+
+def env_int_list(name: str, default: str) -> tuple[int, ...]:
+    items = env_list(name, default)
+    bad = [item for item in items if not item.isdigit()]
+    if bad:
+        raise ImproperlyConfigured(f"{name}: {', '.join(map(repr, bad))} not a whole number (a list like '79,74')")
+    return tuple(sorted({int(item) for item in items}))
+
+
+# Node health (docs/node-health.md). XIDs that cordon the whole node (the GPU fell off the bus,
+# NVLink, GSP or the micro-controller failed: the machine needs a person), and XIDs that take
+# only their GPU out of placement (uncorrectable memory errors, row remapping).
+MLQ_HEALTH_CORDON_XIDS = env_int_list("MLQ_HEALTH_CORDON_XIDS", "61,62,74,79,119,120")
+MLQ_HEALTH_EXCLUDE_XIDS = env_int_list("MLQ_HEALTH_EXCLUDE_XIDS", "48,63,64,92,94,95")
+# This many tasks failing for infrastructure on one node within the window cordon it (0: never).
+MLQ_HEALTH_INFRA_FAILURES = env_int("MLQ_HEALTH_INFRA_FAILURES", 3)
+MLQ_HEALTH_INFRA_WINDOW_S = env_seconds("MLQ_HEALTH_INFRA_WINDOW_S", 600.0)
+# The latest sample per node lives in Redis this long after it was sent (a silent node's goes).
+MLQ_HEALTH_SAMPLE_TTL_S = env_seconds("MLQ_HEALTH_SAMPLE_TTL_S", 600.0)
+# A GPU this hot (Celsius) shows as a warning (no action: the GPU throttles itself).
+MLQ_HEALTH_HOT_C = env_int("MLQ_HEALTH_HOT_C", 90)

@@ -78,6 +78,7 @@ api_v1 = [
         r"nodes/(?P<name>[^/]+)/reset-token", agents_api.NodeAction.as_view(action="reset-token"), "node-reset-token"
     ),
     endpoint(r"nodes/(?P<name>[^/]+)/reclaim-notice", agents_api.ReclaimNotice.as_view(), "node-reclaim-notice"),
+    endpoint(r"nodes/(?P<name>[^/]+)/include-gpus", agents_api.IncludeGpus.as_view(), "node-include-gpus"),
     endpoint("agents/register", agents_api.AgentRegister.as_view(), "agent-register"),
     endpoint(r"agents/(?P<name>[^/]+)/heartbeat", agents_api.AgentHeartbeat.as_view(), "agent-heartbeat"),
     endpoint(r"agents/(?P<name>[^/]+)/events", agents_api.AgentEvents.as_view(), "agent-events"),

@@ -24,6 +24,7 @@ def ts(moment) -> float | None:
 def load_nodes() -> tuple[list[core.Node], dict[str, int]]:
     found, ids = [], {}
     fields = ("id", "name", "zone", "rack", "gpu_type", "gpu_count", "cpu_count", "memory_gb", "labels", "state")
+    fields += ("excluded_gpus",)
     for row in Node.objects.values(*fields):
         ids[row["name"]] = row["id"]
         found.append(
@@ -37,6 +38,7 @@ def load_nodes() -> tuple[list[core.Node], dict[str, int]]:
                 row["memory_gb"],
                 row["labels"] or {},
                 core.NodeState(row["state"]),
+                tuple(sorted(int(index) for index in row["excluded_gpus"] or ())),
             )
         )
     return found, ids

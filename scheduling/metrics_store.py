@@ -11,6 +11,7 @@ from kombu.transport.redis import Channel
 
 from mlqueue.celery import app
 from mlqueue.redis_client import redis_client
+from scheduling import node_health
 from scheduling.core.model import resource_class
 from scheduling.core.reasons import ReasonCode
 from scheduling.models import Job, JobState, Node, NodeState, Task
@@ -54,6 +55,42 @@ def cluster_gauges():
         [((), lease.last_pass_ms or 0)],
     )
     yield "mlqueue_celery_queue_length", "Celery messages waiting in the broker, by queue", ["queue"], _celery_backlog()
+    yield from node_health_gauges()
+
+
+# Per node and GPU (bounded: the fleet's GPUs, at most 16 a node): sample field -> gauge.
+GPU_GAUGES = (
+    ("utilization", "mlqueue_gpu_utilization_percent", "GPU utilization, from the node's latest sample", 1),
+    ("memory_used_mb", "mlqueue_gpu_memory_used_bytes", "GPU memory in use, from the latest sample", 2**20),
+    ("memory_total_mb", "mlqueue_gpu_memory_total_bytes", "GPU memory, from the latest sample", 2**20),
+    ("temperature_c", "mlqueue_gpu_temperature_celsius", "GPU temperature, from the latest sample", 1),
+    ("ecc_correctable", "mlqueue_gpu_ecc_correctable_errors", "Correctable ECC errors (volatile count)", 1),
+    ("ecc_uncorrectable", "mlqueue_gpu_ecc_uncorrectable_errors", "Uncorrectable ECC errors (volatile count)", 1),
+)
+
+
+def node_health_gauges():
+    """The latest health sample of every node that sent one (Redis), and the GPUs excluded for
+    a fault (Postgres). A node's series go when its sample expires (MLQ_HEALTH_SAMPLE_TTL_S)."""
+    names = list(Node.objects.exclude(gpu_count=0).values_list("name", flat=True))
+    samples = node_health.latest(names)
+    for field, name, documentation, scale in GPU_GAUGES:
+        values = [
+            ((gpu["index"], node), gpu[field] * scale)
+            for node, sample in sorted(samples.items())
+            for gpu in sample["gpus"]
+            if gpu.get(field) is not None
+        ]
+        yield name, documentation, ["gpu", "node"], [((str(i), node), value) for (i, node), value in values]
+    checks = [((node,), float(s["check"]["status"] == "ok")) for node, s in sorted(samples.items()) if s.get("check")]
+    yield "mlqueue_node_health_check_ok", "1 if the node's last health check passed, 0 if it failed", ["node"], checks
+    excluded = Node.objects.exclude(excluded_gpus={}).values_list("name", "excluded_gpus")
+    yield (
+        "mlqueue_gpu_excluded",
+        "1 for each GPU taken out of placement for a fault",
+        ["gpu", "node"],
+        [((index, node), 1) for node, gpus in excluded for index in sorted(gpus, key=int)],
+    )
 
 
 def _pending_by_reason():

@@ -56,6 +56,12 @@ class Node(models.Model):
     # Written in batches by the web processes (scheduling/liveness.py), not per heartbeat: the
     # liveness that survives Redis losing its data.
     last_heartbeat_at = models.DateTimeField(null=True, blank=True)
+    # GPUs taken out of placement for a fault (agents/health.py): index (a string, as JSON keys
+    # are) -> why. The node's other GPUs stay schedulable; an admin puts them back.
+    excluded_gpus = models.JSONField(default=dict, blank=True)
+    # The faults the health rules have acted on (agents/health.py `Marks`): the same fault,
+    # reported again by every heartbeat, cordons or excludes once.
+    health_marks = models.JSONField(default=dict, blank=True)
 
     class Meta:
         db_table = "agents_node"  # the table predates the model's move from the agents app

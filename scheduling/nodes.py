@@ -54,20 +54,23 @@ def _health_columns(health: str, *, reason: str, now) -> dict:
     return {"health": health, "state": state, "state_reason": reason, "state_changed_at": now}
 
 
-def _set_admin_state(node: Node, admin_state: str, *, reason: str, now, **admin) -> None:
+def _set_admin_state(node: Node, admin_state: str, *, reason: str, now, only_from: str | None = None, **admin) -> int:
     """The admin writers' UPDATE: their own columns (`admin` adds admin_reason and
     reclaim_deadline), and `state` from the row's health as it is when the UPDATE runs (an
-    admin state shows only on a READY node). Health is the failure detector's: never written here."""
+    admin state shows only on a READY node). Health is the failure detector's: never written here.
+    `only_from`: write only while the row's admin state is that one. Returns the rows written."""
     state = (
         F("health")
         if admin_state == AdminState.NONE
         else Case(When(health=NodeState.READY, then=Value(admin_state)), default=F("health"))
     )
-    Node.objects.filter(pk=node.pk).update(
-        admin_state=admin_state, **admin, state=state, state_reason=reason, state_changed_at=now
-    )
+    rows = Node.objects.filter(pk=node.pk)
+    if only_from is not None:
+        rows = rows.filter(admin_state=only_from)
+    written = rows.update(admin_state=admin_state, **admin, state=state, state_reason=reason, state_changed_at=now)
     node.refresh_from_db(fields=NODE_STATE)  # the caller shows what the row says now
     notify.wake_scheduler("node")
+    return written
 
 
 def note_alive(node: Node, *, now=None) -> None:
@@ -179,3 +182,106 @@ def do_reclaim_notice(*, node: Node, user, deadline, reason: str = "", now=None)
     now = now or timezone.now()
     why = reason or f"spot reclaim at {deadline.isoformat()}"
     return do_drain(node=node, user=user, reason=why, deadline=max(deadline, now + timedelta(seconds=1)), now=now)
+
+
+HEALTH_ACTOR = "health"
+
+
+def do_health_cordon(*, node: Node, reason: str, data: dict, now) -> bool:
+    """A fault cordons the node (only a schedulable one: an admin's cordon or drain stays as it
+    is) and its running jobs are stopped gracefully and requeued, as a drain does: the node is
+    not to be trusted with them. Called inside the transaction that claimed the fault
+    (`do_claim_health_marks`), so a fault reported twice acts once. Returns whether it cordoned."""
+    cordoned = _set_admin_state(
+        node, AdminState.CORDONED, reason=reason, now=now, only_from=AdminState.NONE, admin_reason=reason
+    )
+    was = "" if cordoned else f" (it was already {node.admin_state or node.health})"
+    record_node_event(
+        node,
+        actor_name=HEALTH_ACTOR,
+        reason="CORDONED" if cordoned else "HEALTH",
+        message=f"cordoned automatically: {reason}{was}",
+        data=data,
+        now=now,
+    )
+    _stop_jobs(
+        node, Task.objects.filter(node=node, state__in=ON_NODE), why=f"node {node.name} failed: {reason}", now=now
+    )
+    return bool(cordoned)
+
+
+def do_claim_health_marks(*, node: Node, before: dict, after: dict, excluded: dict[int, str] | None = None) -> bool:
+    """Record the faults acted on (and the GPUs they exclude), only while the node's marks are
+    still `before`: of two heartbeats reporting the same fault, one claims it. The caller acts
+    on the fault in the same transaction, and only when this returns True."""
+    fields, rows = {"health_marks": after}, Node.objects.filter(pk=node.pk, health_marks=before)
+    if excluded:  # and only while the exclusions are those read (an admin may be putting some back)
+        fields["excluded_gpus"] = {**node.excluded_gpus, **{str(index): why for index, why in excluded.items()}}
+        rows = rows.filter(excluded_gpus=node.excluded_gpus)
+    claimed = rows.update(**fields)
+    if claimed:
+        node.health_marks = after
+        node.excluded_gpus = fields.get("excluded_gpus", node.excluded_gpus)
+    return bool(claimed)
+
+
+def do_exclude_gpus(*, node: Node, excluded: dict[int, str], now) -> int:
+    """GPUs claimed as faulty (`do_claim_health_marks` wrote them): audited, and the jobs on
+    them stopped gracefully and requeued. The node's other GPUs stay schedulable. Returns how
+    many jobs were stopped."""
+    listed = "; ".join(f"GPU {index}: {why}" for index, why in sorted(excluded.items()))
+    record_node_event(
+        node,
+        actor_name=HEALTH_ACTOR,
+        reason="GPU_EXCLUDED",
+        message=f"excluded from placement: {listed}",
+        data={"gpus": sorted(excluded)},
+        now=now,
+    )
+    notify.wake_scheduler("node")
+    on_gpus = [
+        task.pk
+        for task in Task.objects.filter(node=node, state__in=ON_NODE).only("gpu_indices")
+        if set(task.gpu_indices) & set(excluded)
+    ]
+    return _stop_jobs(node, Task.objects.filter(pk__in=on_gpus), why=f"a GPU of {node.name} failed: {listed}", now=now)
+
+
+def _stop_jobs(node: Node, tasks, *, why: str, now) -> int:
+    """Each job with a task in `tasks` stops as a drain stops it (its grace period, requeued
+    without spending a retry)."""
+    jobs = sorted(set(tasks.values_list("job_id", "job__grace_period_seconds")))
+    return sum(
+        bool(
+            do_request_stop(
+                job_id=job_id, reason=StopReason.DRAIN, grace_s=grace, now=now, message=why, actor_name=HEALTH_ACTOR
+            )
+        )
+        for job_id, grace in jobs
+    )
+
+
+def do_include_gpus(*, node: Node, user, gpus: list[int], reason: str, now=None) -> list[int]:
+    """An admin puts excluded GPUs back into placement (all of them when `gpus` is empty).
+    Conditional on the exclusions read, so a concurrent exclusion is not lost. Returns the GPUs
+    put back."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        before = Node.objects.select_for_update().values_list("excluded_gpus", flat=True).get(pk=node.pk)
+        back = sorted(int(i) for i in before if not gpus or int(i) in gpus)
+        if not back:
+            return []
+        left = {index: why for index, why in before.items() if int(index) not in back}
+        Node.objects.filter(pk=node.pk).update(excluded_gpus=left)
+        node.excluded_gpus = left
+        record_node_event(
+            node,
+            actor=user,
+            actor_name=user.get_username(),
+            reason="GPU_INCLUDED",
+            message=f"GPU {', '.join(map(str, back))} back in placement: {reason}",
+            data={"gpus": back},
+            now=now,
+        )
+    notify.wake_scheduler("node")
+    return back

@@ -45,6 +45,7 @@ from agents.node.machine import inventory
 from agents.node.outbox import Outbox
 from agents.node.runtime import DEFAULT_PASS_ENV, DIR_MODE, TaskProcess, check_pass_env, install_helpers
 from agents.node.supervise import LEASE_KILL_GRACE_S, kill_grace, write_lease
+from agents.node.telemetry import Health, HealthCheck, NoGpus, provider_for
 
 log = logging.getLogger("mlqueue.agent")
 POLL_S = 0.2
@@ -62,6 +63,7 @@ class NodeAgent:
         container: Podman | None = None,
         pass_env=DEFAULT_PASS_ENV,
         task_users: TaskUsers | None = None,
+        health: Health | None = None,
     ):
         self.client = AgentClient(server)
         self.join_token, self.node, self.name = join_token, node, node["name"]
@@ -83,6 +85,7 @@ class NodeAgent:
         self.highest_epoch, self.seen = self._load_state()
         self.wake = threading.Event()
         self.stopping = threading.Event()
+        self.health = health or Health(NoGpus())
 
     # --- memory across restarts ----------------------------------------------------------
     def _load_state(self) -> tuple[int, set[tuple[int, int, int]]]:
@@ -195,10 +198,12 @@ class NodeAgent:
     def heartbeat(self) -> bool:
         sent_at = time.monotonic()
         reported = [task.report() for task in self.tasks.values()]
+        body = {"tasks": reported, "highest_epoch": self.highest_epoch}
+        health = self.health.due()
+        if health is not None:
+            body["health"] = health
         try:
-            reply = self.client.post(
-                f"agents/{self.name}/heartbeat", {"tasks": reported, "highest_epoch": self.highest_epoch}
-            )
+            reply = self.client.post(f"agents/{self.name}/heartbeat", body)
         except ApiError as exc:
             log.warning("%s: heartbeat refused (%s)", self.name, exc)
             if exc.status == 401:
@@ -208,6 +213,8 @@ class NodeAgent:
             log.warning("%s: heartbeat failed (%s)", self.name, exc)
             return False
         self.renewed(sent_at, reply["lease_s"])
+        if health is not None:
+            self.health.sent(health)
         self.interval_s = reply["heartbeat_interval_s"]
         self.forget_reported_exits(reported)
         self.obey(reply)
@@ -239,6 +246,10 @@ class NodeAgent:
             self.signal((order["job_id"], order["rank"], order["attempt"]), order["signal"], why=order["reason"])
         for assignment in reply["assignments"]:
             self.start(assignment)
+
+    def busy_gpus(self) -> set[int]:
+        """The GPUs this node's running tasks hold (what fake GPUs show as busy)."""
+        return {index for task in list(self.tasks.values()) if task.running for index in task.gpu_indices}
 
     def signal(self, key: tuple[int, int, int], name: str, *, why: str) -> None:
         task = self.tasks.get(key)
@@ -423,10 +434,27 @@ def parse_args(argv=None) -> argparse.Namespace:
         metavar="FILE",
         help="a JSON object of user name -> UID: a job runs as its owner's own UID where listed",
     )
+    parser.add_argument(
+        "--fake-gpu-faults",
+        type=Path,
+        metavar="FILE",
+        help="fake GPUs' faults, a JSON file re-read when it changes (docs/node-health.md); or set MLQ_FAKE_GPU_FAULTS",
+    )
+    parser.add_argument(
+        "--health-interval", type=float, default=30.0, metavar="S", help="send GPU telemetry every S seconds"
+    )
+    parser.add_argument(
+        "--health-check", default="", metavar="CMD", help="a command (run by /bin/sh): non-zero = unhealthy"
+    )
+    parser.add_argument("--health-check-interval", type=float, default=60.0, metavar="S")
+    parser.add_argument("--health-check-timeout", type=float, default=30.0, metavar="S")
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
     if any("=" not in label for label in args.label):
         parser.error("--label takes KEY=VALUE")
+    for option in ("health_interval", "health_check_interval", "health_check_timeout"):
+        if not getattr(args, option) > 0:
+            parser.error(f"--{option.replace('_', '-')} takes a number of seconds > 0")
     try:
         args.pass_env = DEFAULT_PASS_ENV + tuple(
             check_pass_env([name.strip() for item in args.pass_env for name in item.split(",") if name.strip()])
@@ -497,6 +525,11 @@ def main(argv=None) -> None:
             "chmod o+x it (0711)",
             ", ".join(map(str, untraversable(args.workdir.resolve()))),
         )
+    check = None
+    if args.health_check:
+        check = HealthCheck(
+            args.health_check, interval_s=args.health_check_interval, timeout_s=args.health_check_timeout
+        ).start()
     agents = [
         NodeAgent(
             server=args.server,
@@ -510,6 +543,10 @@ def main(argv=None) -> None:
         )
         for node in nodes_from(args)
     ]
+    fake = args.fake_gpus is not None or args.fleet is not None
+    for agent in agents:
+        gpus = provider_for(agent.node, fake=fake, faults_file=args.fake_gpu_faults, busy=agent.busy_gpus)
+        agent.health = Health(gpus, check=check, interval_s=args.health_interval)
     threads = [threading.Thread(target=agent.run, name=agent.name, daemon=True) for agent in agents]
 
     def stop(*_):

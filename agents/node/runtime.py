@@ -174,6 +174,7 @@ class TaskProcess:
     ):
         self.job_id, self.rank, self.attempt = assignment["job_id"], assignment["rank"], assignment["attempt"]
         self.epoch = assignment.get("epoch", 0)
+        self.gpu_indices = tuple(assignment.get("gpu_indices", ()))
         self.grace_s = assignment.get("grace_period_seconds", 30)
         self.user, self.helpers = user, helpers
         # Only a job that names an image runs in a container; the others run as plain processes.

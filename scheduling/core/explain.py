@@ -207,7 +207,17 @@ class CapacityExplainer:
         else:
             code = ReasonCode.INSUFFICIENT_CAPACITY
             message = f"needs {shape.units} {shape.unit_name}; {free} of {total} free"
-        return PendingReason(code, f"{message} ({summary})", histogram, fit_count)
+        return PendingReason(code, f"{message} ({summary}){self._excluded(shape)}", histogram, fit_count)
+
+    def _excluded(self, shape: JobShape) -> str:
+        """The class's GPUs out of placement for a fault, if any: room the user might count on."""
+        hit = [n for n in self.nodes if n.excluded_gpus and n.resource_class == shape.resource_class]
+        if not hit:
+            return ""
+        gpus = sum(len(n.excluded_gpus) for n in hit)
+        where = ", ".join(f"{n.name} GPU {','.join(map(str, n.excluded_gpus))}" for n in hit[:3])
+        more = f" and {len(hit) - 3} more node(s)" if len(hit) > 3 else ""
+        return f"; {gpus} {shape.unit_name} excluded as unhealthy ({where}{more})"
 
     def node_histogram(self, shape: JobShape) -> tuple[tuple[tuple[str, int], ...], int]:
         """Nodes by why they cannot take one task: another class, not READY, too little free

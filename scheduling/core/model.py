@@ -75,10 +75,19 @@ class Node:
     memory_gb: int
     labels: Mapping[str, str] = field(default_factory=dict)
     state: NodeState = NodeState.READY
+    # GPU indices taken out of placement for a fault: the others stay schedulable.
+    excluded_gpus: tuple[int, ...] = ()
 
     @property
     def resource_class(self) -> str:
         return resource_class(self.gpu_type)
+
+    @property
+    def usable_gpus(self) -> list[int]:
+        """The GPU indices placement may give out: all but the excluded ones."""
+        if not self.excluded_gpus:
+            return list(range(self.gpus))
+        return [i for i in range(self.gpus) if i not in self.excluded_gpus]
 
 
 @dataclass(frozen=True, slots=True)

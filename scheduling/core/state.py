@@ -33,7 +33,8 @@ class Slot:
 
     @property
     def total_units(self) -> int:
-        return self.node.gpus if self.node.gpu_type else self.node.cpus
+        """What the node can give out at most: excluded GPUs are not counted."""
+        return self.node.gpus - len(self.node.excluded_gpus) if self.node.gpu_type else self.node.cpus
 
 
 class Fleet:
@@ -46,7 +47,7 @@ class Fleet:
     def __init__(self, nodes):
         self.nodes = nodes
         ordered = sorted(nodes, key=lambda n: n.name)
-        self.rows = [(n.name, n, list(range(n.gpus)), n.state == NodeState.READY, n.resource_class) for n in ordered]
+        self.rows = [(n.name, n, n.usable_gpus, n.state == NodeState.READY, n.resource_class) for n in ordered]
         self.rack_of = {n.name: n.rack for n in ordered}
         self.zone_of = {n.name: n.zone for n in ordered}
         self.capacity: dict[str, int] = defaultdict(int)  # every node's units, per class
@@ -170,7 +171,7 @@ class ClusterState:
             used = {i for t in tasks for i in t.gpu_indices}
             self._reset(
                 slot,
-                [i for i in range(slot.node.gpus) if i not in used],
+                [i for i in slot.node.usable_gpus if i not in used],
                 slot.node.cpus - sum(t.cpus for t in tasks),
                 slot.node.memory_gb - sum(t.memory_gb for t in tasks),
                 touched,

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from django.conf import settings
 
 from agents.node.supervise import kill_grace
-from scheduling import lifecycle, liveness, notify
+from scheduling import lifecycle, liveness, node_health, notify
 from scheduling.fencing import fenced
 from scheduling.models import FailureClass, Node, NodeState, StopReason, Task, TaskState
 from scheduling.nodes import do_mark_health
@@ -148,9 +148,9 @@ def _requeue_reclaimed(*, epoch: int, now) -> int:
 def _fail_tasks_on(node: Node, stop_reason: str, message: str, now) -> int:
     """The node's active tasks fail as INFRA (their gangs' other ranks are stopped by the next
     sweep, and the whole gang is requeued)."""
-    failed = 0
+    failed = unasked = 0
     for task in Task.objects.filter(node=node, state__in=ON_NODE):
-        failed += lifecycle.transition_task(
+        moved = lifecycle.transition_task(
             task,
             to_state=TaskState.FAILED,
             attempt=task.attempt,
@@ -161,5 +161,8 @@ def _fail_tasks_on(node: Node, stop_reason: str, message: str, now) -> int:
             failure_class=FailureClass.INFRA,
             stop_reason=task.stop_reason or stop_reason,
         )
+        failed += moved
+        unasked += moved and not (task.stop_reason or stop_reason)
         notify.jobs_changed([task.job_id])
+    node_health.note_infra_failures(node, unasked, now=now)  # a stop asked for is no fault of the node's
     return failed

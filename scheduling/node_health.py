@@ -1,0 +1,170 @@
+"""Node health on the server: the latest telemetry sample of each node, kept in Redis (never a
+Postgres row per sample: it is replaced every time and may be lost), the rules applied to it
+(scheduling/health_rules.py) and infrastructure failures counted per node.
+
+What the rules find is written once, conditionally (scheduling/nodes.py): a node cordoned with
+the fault as its reason and its jobs requeued gracefully, or one GPU taken out of placement.
+Embedded (no Redis), the local cache stands in for Redis."""
+
+import json
+import logging
+import time
+
+import redis
+from django.conf import settings
+from django.core.cache import cache
+from django.db import transaction
+
+from mlqueue.breaker import RedisBreaker
+from scheduling import health_rules, nodes
+from scheduling.models import Node
+
+log = logging.getLogger(__name__)
+
+SAMPLE_KEY = "mlq:health:{}"
+INFRA_KEY = "mlq:infra:{}"
+_redis = RedisBreaker("node health samples")
+
+
+def rules() -> health_rules.Rules:
+    return health_rules.Rules(frozenset(settings.MLQ_HEALTH_CORDON_XIDS), frozenset(settings.MLQ_HEALTH_EXCLUDE_XIDS))
+
+
+def receive(node_id: int, name: str, sample: dict, *, now) -> bool:
+    """A heartbeat brought a sample: keep it as the node's latest, and act on what it reports
+    that was not acted on before. A healthy sample costs one Redis write. Returns whether it
+    acted (the node's tasks may have been asked to stop)."""
+    store_sample(name, {**sample, "received_at": now.timestamp()})
+    if not health_rules.has_fault(sample, rules()):
+        return False
+    node = Node.objects.get(pk=node_id)
+    verdict = health_rules.judge(sample, node.health_marks, rules())
+    return verdict.marks != node.health_marks and act(node, verdict, now=now)
+
+
+def act(node: Node, verdict: health_rules.Verdict, *, now) -> bool:
+    """Claim the verdict's faults on the node (another heartbeat may have), then act on them."""
+    before, fresh = (
+        node.health_marks,
+        {i: why for i, why in verdict.excluded.items() if str(i) not in node.excluded_gpus},
+    )
+    with transaction.atomic():
+        if not nodes.do_claim_health_marks(node=node, before=before, after=verdict.marks, excluded=fresh):
+            return False
+        if fresh:
+            nodes.do_exclude_gpus(node=node, excluded=fresh, now=now)
+        if verdict.cordon:
+            reason = "; ".join(finding.reason for finding in verdict.cordon)
+            data = {"findings": [finding.reason for finding in verdict.findings]}
+            nodes.do_health_cordon(node=node, reason=reason, data=data, now=now)
+    for finding in verdict.findings:
+        log.warning("node %s: %s -> %s", node.name, finding.reason, finding.action)
+    return True
+
+
+# --- the latest sample ------------------------------------------------------------------------
+def store_sample(name: str, sample: dict) -> None:
+    """Never raises for Redis: a lost sample is a gap on a page, not a wrong decision."""
+    ttl = int(settings.MLQ_HEALTH_SAMPLE_TTL_S) or 1
+    raw = json.dumps(sample, separators=(",", ":"))
+    if not settings.REDIS_URL:
+        cache.set(SAMPLE_KEY.format(name), raw, ttl)
+        return
+    client = _redis.client()
+    if client is None:
+        return
+    try:
+        client.set(SAMPLE_KEY.format(name), raw, ex=ttl)
+    except redis.RedisError as exc:
+        _redis.failed(exc)
+    else:
+        _redis.worked()
+
+
+def latest(names: list[str]) -> dict[str, dict]:
+    """node -> its latest sample, for the nodes that have one (empty while Redis is down)."""
+    if not names:
+        return {}
+    keys = [SAMPLE_KEY.format(name) for name in names]
+    if not settings.REDIS_URL:
+        found = cache.get_many(keys)
+        values = [found.get(key) for key in keys]
+    else:
+        client = _redis.client()
+        if client is None:
+            return {}
+        try:
+            values = client.mget(keys)
+        except redis.RedisError as exc:
+            _redis.failed(exc)
+            return {}
+        _redis.worked()
+    return {name: json.loads(raw) for name, raw in zip(names, values, strict=True) if raw}
+
+
+def gpu_rows(sample: dict | None, gpu_count: int, excluded: dict) -> list[dict]:
+    """One row per GPU for a page: its latest telemetry (if any), whether it is excluded and
+    why, and what to warn about."""
+    by_index = {gpu["index"]: gpu for gpu in (sample or {}).get("gpus", ())}
+    rows = []
+    for index in range(gpu_count):
+        gpu = by_index.get(index, {})
+        warnings = [health_rules.xid_text(x["code"]) for x in gpu.get("xids", ())]
+        if gpu.get("ecc_uncorrectable"):
+            warnings.append(f"{gpu['ecc_uncorrectable']} uncorrectable ECC")
+        if (gpu.get("temperature_c") or 0) >= settings.MLQ_HEALTH_HOT_C:
+            warnings.append(f"hot ({gpu['temperature_c']} °C)")
+        rows.append({"index": index, **gpu, "excluded": excluded.get(str(index), ""), "warnings": warnings})
+    return rows
+
+
+# --- infrastructure failures ------------------------------------------------------------------
+def note_infra_failures(node: Node, count: int, *, now) -> bool:
+    """`count` tasks on `node` failed for infrastructure (lost by its agent, the node lost):
+    past MLQ_HEALTH_INFRA_FAILURES within MLQ_HEALTH_INFRA_WINDOW_S, the node is cordoned.
+    The count lives in Redis (lost with it: the rule starts counting again). Returns whether it
+    cordoned."""
+    limit, window = settings.MLQ_HEALTH_INFRA_FAILURES, settings.MLQ_HEALTH_INFRA_WINDOW_S
+    if limit <= 0 or count <= 0:
+        return False
+    recent = _count_recent(node.name, count, at=now.timestamp(), window=window)
+    if recent < limit:
+        return False
+    _forget_failures(node.name)  # counted again from zero after this cordon (and an uncordon)
+    reason = f"{recent} tasks failed for infrastructure within {window:g} s"
+    with transaction.atomic():
+        node.refresh_from_db(fields=nodes.NODE_STATE)
+        return nodes.do_health_cordon(node=node, reason=reason, data={"infra_failures": recent}, now=now)
+
+
+def _count_recent(name: str, count: int, *, at: float, window: float) -> int:
+    key = INFRA_KEY.format(name)
+    members = {f"{at}:{i}:{time.monotonic_ns()}": at for i in range(count)}
+    if not settings.REDIS_URL:
+        kept = [t for t in cache.get(key, []) if t > at - window] + list(members.values())
+        cache.set(key, kept, int(window) + 1)
+        return len(kept)
+    client = _redis.client()
+    if client is None:
+        return 0
+    try:
+        pipe = client.pipeline(transaction=True)
+        pipe.zadd(key, members).zremrangebyscore(key, "-inf", at - window).zcard(key).expire(key, int(window) + 1)
+        recent = pipe.execute()[2]
+    except redis.RedisError as exc:
+        _redis.failed(exc)
+        return 0
+    _redis.worked()
+    return recent
+
+
+def _forget_failures(name: str) -> None:
+    if not settings.REDIS_URL:
+        cache.delete(INFRA_KEY.format(name))
+        return
+    client = _redis.client()
+    if client is not None:
+        try:
+            client.delete(INFRA_KEY.format(name))
+        except redis.RedisError as exc:
+            _redis.failed(exc)

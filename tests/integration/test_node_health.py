@@ -1,0 +1,166 @@
+"""Node health through the agent API: the latest sample in Redis, a fatal XID cordons its node
+once (reason on the node, one audit entry, the running job stopped as a drain stops it), a bad
+GPU leaves placement while its siblings stay, an admin puts it back, N infra failures cordon,
+and /metrics exports the sample."""
+
+import pytest
+from django.utils import timezone
+
+from scheduling import node_health
+from scheduling.leader.worker import run_pass
+from scheduling.models import Job, Node, Task
+from teams.models import AuditEvent
+from tests.conftest import make_spec
+from tests.integration.test_agent_api import agent, beat, leader  # noqa: F401 (fixtures)
+from tests.nodes import cordon
+
+NAME = "z1-r1-h100-01"
+
+
+@pytest.fixture(autouse=True)
+def health_settings(settings):
+    settings.MLQ_AGENT_JOIN_TOKEN = "join-secret"
+    settings.MLQ_HEALTH_INFRA_FAILURES = 2
+
+
+def gpus(**faults) -> list[dict]:
+    """8 healthy GPUs; `faults` maps "gpu3" to what that GPU reports instead."""
+    rows = []
+    for index in range(8):
+        row = {"index": index, "utilization": 0, "memory_used_mb": 0, "memory_total_mb": 81559, "temperature_c": 35}
+        rows.append({**row, "ecc_correctable": 0, "ecc_uncorrectable": 0, "xids": [], **faults.get(f"gpu{index}", {})})
+    return rows
+
+
+def sample(**faults) -> dict:
+    return {"at": timezone.now().timestamp(), "provider": "fake", "error": "", "gpus": gpus(**faults)}
+
+
+def beat_health(client, health: dict, tasks=()) -> dict:
+    response = client.post(f"/api/v1/agents/{NAME}/heartbeat", {"tasks": list(tasks), "health": health}, format="json")
+    assert response.status_code == 200, response.json()
+    return response.json()
+
+
+@pytest.fixture
+def node_with_job(api, leader):  # noqa: F811
+    client = agent(NAME)
+    beat(client, NAME)
+    cordon(Node.objects.exclude(name=NAME))
+    job_id = api("alice").post("/api/v1/jobs", make_spec(resources={"gpu_count": 4}), format="json").json()["id"]
+    run_pass(epoch=leader)
+    running = [{"job_id": job_id, "rank": 0, "attempt": 1, "state": "running"}]
+    beat(client, NAME, running)
+    assert Task.objects.get(job_id=job_id).gpu_indices == [0, 1, 2, 3]
+    return client, job_id, running
+
+
+def test_the_latest_sample_is_kept_in_redis_not_postgres(node_with_job, django_assert_max_num_queries):
+    client, _, running = node_with_job
+    healthy = sample(gpu2={"utilization": 88})
+    with django_assert_max_num_queries(2):  # the node and its tasks; the epoch; nothing written
+        beat_health(client, healthy, running)
+    kept = node_health.latest([NAME, "z9-nowhere"])
+    assert list(kept) == [NAME]
+    assert kept[NAME]["gpus"][2]["utilization"] == 88 and kept[NAME]["received_at"] > 0
+    assert Node.objects.get(name=NAME).health_marks == {}
+
+
+def test_a_fatal_xid_cordons_the_node_once_and_requeues_its_job_as_a_drain(node_with_job, api, leader):  # noqa: F811
+    client, job_id, running = node_with_job
+    at = timezone.now().timestamp()
+    fault = sample(gpu3={"xids": [{"code": 79, "at": at}]})
+
+    reply = beat_health(client, fault, running)
+    beat_health(client, fault, running)  # the same fault, reported again: nothing more
+
+    node = Node.objects.get(name=NAME)
+    assert (node.state, node.admin_reason) == ("CORDONED", "XID 79 (GPU has fallen off the bus) on GPU 3")
+    audit = AuditEvent.objects.filter(node=node, actor_name="health")
+    assert [(e.reason, e.message) for e in audit] == [
+        ("CORDONED", "cordoned automatically: XID 79 (GPU has fallen off the bus) on GPU 3")
+    ]
+    assert reply["signals"] == [{"job_id": job_id, "rank": 0, "attempt": 1, "signal": "TERM", "reason": "DRAIN"}]
+    beat(client, NAME, [{**running[0], "state": "exited", "exit_code": 0}])
+    run_pass(epoch=leader)
+    job = Job.objects.get(pk=job_id)
+    assert (job.state, job.preemptions, job.restarts_used, job.retries_used) == ("PENDING", 1, 0, 0)
+
+    # The admin uncordons: the fault acted on does not cordon again; a new XID does.
+    uncordoned = api("ops").post(f"/api/v1/nodes/{NAME}/uncordon", {"reason": "GPU reseated"}, format="json")
+    assert uncordoned.json()["state"] == "READY"
+    beat_health(client, fault)
+    assert Node.objects.get(name=NAME).state == "READY"
+    beat_health(client, sample(gpu3={"xids": [{"code": 79, "at": at}, {"code": 79, "at": at + 60}]}))
+    assert Node.objects.get(name=NAME).state == "CORDONED"
+
+
+def test_a_bad_gpu_is_excluded_its_siblings_stay_schedulable(node_with_job, api, leader):  # noqa: F811
+    client, job_id, running = node_with_job
+    beat_health(client, sample(gpu2={"ecc_uncorrectable": 1}), running)
+
+    node = Node.objects.get(name=NAME)
+    assert (node.state, node.excluded_gpus) == ("READY", {"2": "1 uncorrectable ECC error(s)"})
+    assert AuditEvent.objects.get(node=node, reason="GPU_EXCLUDED").message == (
+        "excluded from placement: GPU 2: 1 uncorrectable ECC error(s)"
+    )
+    assert Task.objects.get(job_id=job_id).stop_reason == "DRAIN"  # it held GPU 2
+    beat(client, NAME, [{**running[0], "state": "exited", "exit_code": 0}])
+    run_pass(epoch=leader)  # requeued, and placed again on the healthy GPUs
+
+    run_pass(epoch=leader)
+    assert Task.objects.get(job_id=job_id).gpu_indices == [0, 1, 3, 4]  # never GPU 2
+
+    spec = make_spec(client_job_id="second", resources={"gpu_count": 4})
+    second = api("alice").post("/api/v1/jobs", spec, format="json").json()["id"]
+    run_pass(epoch=leader)  # 3 usable GPUs are free, not 4
+    shown = api("alice").get(f"/api/v1/jobs/{second}").json()
+    why = shown["pending_reason"]["message"]
+    assert why.startswith("needs 4 H100; 3 of 7 free (") and f"; 1 H100 excluded as unhealthy ({NAME} GPU 2)" in why
+
+    refused = api("ops").post(f"/api/v1/nodes/{NAME}/include-gpus", {"gpus": [5], "reason": "x"}, format="json")
+    assert refused.status_code == 400 and "GPU 5" in refused.json()["fields"]["gpus"][0]
+    back = api("ops").post(f"/api/v1/nodes/{NAME}/include-gpus", {"gpus": [2], "reason": "reseated"}, format="json")
+    assert back.status_code == 200 and back.json()["excluded_gpus"] == {}
+    assert AuditEvent.objects.get(node__name=NAME, reason="GPU_INCLUDED").actor_name == "ops"
+
+
+def test_a_failing_health_check_cordons_once_per_run_of_failures(node_with_job):
+    client, _, running = node_with_job
+    check = {"status": "failed", "exit_code": 2, "output": "dcgmi diag: PCIe replay", "at": 100.0, "failed_since": 90.0}
+    beat_health(client, {**sample(), "check": check}, running)
+    beat_health(client, {**sample(), "check": {**check, "at": 160.0}}, running)
+    node = Node.objects.get(name=NAME)
+    assert node.admin_reason == "health check failed (exit 2): dcgmi diag: PCIe replay"
+    assert AuditEvent.objects.filter(node=node, actor_name="health").count() == 1
+
+
+def test_infra_failures_within_the_window_cordon(node_with_job):
+    client, job_id, running = node_with_job
+    node = Node.objects.get(name=NAME)
+    assert not node_health.note_infra_failures(node, 1, now=timezone.now())
+    beat(client, NAME, [])  # the agent no longer holds the running task: lost, an infra failure
+    node.refresh_from_db()
+    assert (node.state, node.admin_reason) == ("CORDONED", "2 tasks failed for infrastructure within 600 s")
+
+
+def test_bad_samples_are_a_400_naming_the_field(node_with_job):
+    client, _, _ = node_with_job
+    for bad, field in [
+        ({**sample(), "provider": "magic"}, "provider"),
+        ({**sample(), "gpus": gpus(gpu1={"utilization": 101})}, "gpus"),
+        ({**sample(), "gpus": [gpus()[0], gpus()[0]]}, "gpus"),
+        ({**sample(), "check": {"status": "meh", "at": 1.0}}, "check"),
+    ]:
+        response = client.post(f"/api/v1/agents/{NAME}/heartbeat", {"health": bad}, format="json")
+        assert response.status_code == 400, bad
+        assert any(name.startswith(f"health.{field}") for name in response.json()["fields"]), response.json()
+
+
+def test_metrics_export_the_latest_samples(node_with_job, client):
+    agent_client, _, running = node_with_job
+    beat_health(agent_client, sample(gpu1={"utilization": 55, "temperature_c": 66}), running)
+    body = client.get("/metrics", REMOTE_ADDR="127.0.0.1").content.decode()
+    assert f'mlqueue_gpu_utilization_percent{{gpu="1",node="{NAME}"}} 55.0' in body
+    assert f'mlqueue_gpu_temperature_celsius{{gpu="1",node="{NAME}"}} 66.0' in body
+    assert f'mlqueue_gpu_excluded{{gpu="1",node="{NAME}"}}' not in body
