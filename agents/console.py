@@ -178,7 +178,12 @@ def gpu_cells(node: Node) -> list[Cell]:
     held = _usage([node])[0][node.pk]
     reserved_for = _reservations().get(node.name)
     row = {"state": node.state, "admin_state": node.admin_state}
-    return [_cell(index, row, held.get(index), reserved_for) for index in range(node.gpu_count)]
+    return [
+        Cell("down", f"GPU {index}: excluded: {node.excluded_gpus[str(index)]}")
+        if str(index) in node.excluded_gpus and held.get(index) is None
+        else _cell(index, row, held.get(index), reserved_for)
+        for index in range(node.gpu_count)
+    ]
 
 
 def _cell(index: int, node: dict, job_id: int | None, reserved_for: int | None) -> Cell:

@@ -5,6 +5,7 @@ preemptions and failures; and a node's own page at /nodes/<name>/. The heatmap i
 that re-fetches itself with the same filters. Actions go through the same validation and
 audited services as the API."""
 
+import time
 from dataclasses import dataclass
 
 from django.contrib import messages
@@ -17,6 +18,7 @@ from django.views.decorators.http import require_http_methods
 
 from agents import console, node_filters, services
 from agents.api import NOT_AN_ADMIN, BulkActionSerializer, NodeActionSerializer, bulk_act
+from scheduling import node_health
 from scheduling.models import Node, Task
 from scheduling.states import ON_NODE
 from teams.models import AuditEvent
@@ -141,7 +143,7 @@ def _act_on_one(request):
     if action not in services.NODE_ACTIONS:
         return _refused(
             request,
-            ActionError(node.name, f"action: unknown action {action!r}: cordon, drain, uncordon or reset_token."),
+            ActionError(node.name, f"action: unknown action {action!r}: {', '.join(services.NODE_ACTIONS)}."),
         )
     body = NodeActionSerializer(data={"reason": request.POST.get("reason", "")})
     if not body.is_valid():
@@ -195,7 +197,19 @@ def node_page(request, name: str):
         "section": "nodes",
         "node": node,
         "cells": console.gpu_cells(node) if node.gpu_type else [],
+        **_health_context(node),
         "tasks": list(tasks),
         "events": events.values("created_at", "kind", "actor_name", "reason", "message"),
     }
     return render(request, "agents/node.html", context)
+
+
+def _health_context(node: Node) -> dict:
+    """The node's latest telemetry sample (Redis): a row per GPU, the health check, its age."""
+    sample = node_health.latest([node.name]).get(node.name)
+    age = time.time() - sample["received_at"] if sample else None
+    return {
+        "sample": sample,
+        "sample_age_s": age,
+        "gpu_rows": node_health.gpu_rows(sample, node.gpu_count, node.excluded_gpus),
+    }

@@ -10,7 +10,7 @@ from rest_framework.exceptions import AuthenticationFailed, PermissionDenied
 from agents import tokens
 from mlqueue.errors import Conflict
 from scheduling.models import Node, NodeState, Task
-from scheduling.nodes import do_cordon, do_drain, do_mark_health, do_uncordon, record_node_event
+from scheduling.nodes import do_cordon, do_drain, do_include_gpus, do_mark_health, do_uncordon, record_node_event
 from scheduling.states import ON_NODE
 from teams.models import hash_token
 from teams.services import do_note_gpu_type
@@ -168,6 +168,8 @@ NODE_ACTIONS = {
     "drain_wait": lambda node, user, reason: do_drain(node=node, user=user, reason=reason, wait=True),
     "uncordon": lambda node, user, reason: do_uncordon(node=node, user=user, reason=reason),
     "reset_token": lambda node, user, reason: do_reset_node_token(node=node, user=user, reason=reason),
+    # Every GPU excluded for a fault back into placement (the API can name some).
+    "include_gpus": lambda node, user, reason: do_include_gpus(node=node, user=user, gpus=[], reason=reason),
 }
 
 # What a bulk action may do to many nodes at once (a token reset stays one node at a time).

@@ -118,6 +118,17 @@ def gpu_rows(sample: dict | None, gpu_count: int, excluded: dict) -> list[dict]:
     return rows
 
 
+def with_gpu_use(tasks: list) -> list:
+    """The tasks, each running one with `gpu_use`: its GPUs' latest telemetry from its node's
+    sample ([] when the node sent none), for the job page."""
+    running = [t for t in tasks if t.state == "RUNNING" and t.node is not None]
+    samples = latest(sorted({t.node.name for t in running}))
+    for task in running:
+        by_index = {gpu["index"]: gpu for gpu in samples.get(task.node.name, {}).get("gpus", ())}
+        task.gpu_use = [by_index[i] for i in task.gpu_indices if i in by_index]
+    return tasks
+
+
 # --- infrastructure failures ------------------------------------------------------------------
 def note_infra_failures(node: Node, count: int, *, now) -> bool:
     """`count` tasks on `node` failed for infrastructure (lost by its agent, the node lost):

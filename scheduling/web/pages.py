@@ -12,7 +12,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 from rest_framework.exceptions import APIException, PermissionDenied
 
-from scheduling import job_metrics, services
+from scheduling import job_metrics, node_health, services
 from scheduling.models import Job, Priority, TaskLog, TaskState
 from scheduling.secrets import masked_spec
 from scheduling.selectors import can_change_job, visible_jobs
@@ -120,7 +120,7 @@ def job_help(request, job_id: int):
 def _panel_context(job: Job, user) -> dict:
     return {
         "job": job,
-        "tasks": job.tasks.select_related("node").order_by("rank"),
+        "tasks": node_health.with_gpu_use(list(job.tasks.select_related("node").order_by("rank"))),
         "events": job.events.order_by("-created_at", "-id")[:200],
         "why": explain_job(job) if job.state == TaskState.PENDING else None,
         "ranks": range(job.task_count),

@@ -164,3 +164,33 @@ def test_metrics_export_the_latest_samples(node_with_job, client):
     assert f'mlqueue_gpu_utilization_percent{{gpu="1",node="{NAME}"}} 55.0' in body
     assert f'mlqueue_gpu_temperature_celsius{{gpu="1",node="{NAME}"}} 66.0' in body
     assert f'mlqueue_gpu_excluded{{gpu="1",node="{NAME}"}}' not in body
+
+
+def test_the_node_page_shows_each_gpu_its_health_and_puts_excluded_ones_back(node_with_job, logged_in):
+    client, _, running = node_with_job
+    check = {"status": "ok", "exit_code": 0, "output": "all 8 GPUs pass", "at": timezone.now().timestamp()}
+    hot = sample(gpu5={"temperature_c": 93, "utilization": 99}, gpu6={"ecc_uncorrectable": 1})
+    beat_health(client, {**hot, "check": check}, running)
+
+    page = logged_in("ops").get(f"/nodes/{NAME}/").content.decode()
+    assert "Telemetry from FAKE" in page and 'data-status="ok"' in page and "all 8 GPUs pass" in page
+    assert '<tr id="gpu-6" data-excluded="1">' in page and "excluded</span> 1 uncorrectable ECC error(s)" in page
+    row = page[page.index('<tr id="gpu-5"') : page.index('<tr id="gpu-6"')]
+    assert "99%" in row and "93 °C" in row and "warning" in row and "hot (93 °C)" in row
+    assert "GPU 6: excluded: 1 uncorrectable ECC error(s)" in page  # its square
+
+    back = logged_in("ops").post(
+        "/nodes/", {"node": NAME, "from": "node", "action": "include_gpus", "reason": "swapped the board"}
+    )
+    assert back.status_code == 302 and Node.objects.get(name=NAME).excluded_gpus == {}
+    assert AuditEvent.objects.get(node__name=NAME, reason="GPU_INCLUDED").message == (
+        "GPU 6 back in placement: swapped the board"
+    )
+
+
+def test_a_running_jobs_page_shows_its_gpus_utilization(node_with_job, logged_in):
+    client, job_id, running = node_with_job
+    beat_health(client, sample(gpu0={"utilization": 91}, gpu3={"utilization": 12}, gpu4={"utilization": 77}), running)
+    page = logged_in("alice").get(f"/jobs/{job_id}/").content.decode()
+    use = page[page.index('class="mono gpu-use"') :].split("</td>")[0]
+    assert [part.split(">")[-1] for part in use.split("</span>")[:-1]] == ["0: 91%", "1: 0%", "2: 0%", "3: 12%"]
