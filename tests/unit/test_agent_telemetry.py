@@ -3,6 +3,7 @@ absent (reported, not a crash), the health-check command, and when a sample is s
 
 import json
 import sys
+import types
 
 import pytest
 
@@ -90,3 +91,81 @@ def test_intervals_must_be_positive(option, capsys):
     with pytest.raises(SystemExit):
         parse_args(["--server", "http://x", option, "0"])
     assert f"{option} takes a number of seconds > 0" in capsys.readouterr().err
+
+
+class NVMLError(Exception):
+    pass
+
+
+class NVMLError_Timeout(NVMLError):  # noqa: N801 (pynvml's own name)
+    pass
+
+
+def stand_in_nvml(events: list):
+    """The slice of nvidia-ml-py (13.x, names checked against its pynvml.py) the provider
+    calls: two GPUs, the second without ECC reporting, and `events` XIDs waiting."""
+
+    def ecc(handle, kind, counter):
+        if handle == 1:
+            raise NVMLError("Not Supported")
+        return {"corrected": 5, "uncorrected": 1}[kind]
+
+    def wait(event_set, timeout_ms):
+        if not events:
+            raise NVMLError_Timeout("Timeout")
+        return events.pop(0)
+
+    return types.SimpleNamespace(
+        NVMLError=NVMLError,
+        NVMLError_Timeout=NVMLError_Timeout,
+        NVML_MEMORY_ERROR_TYPE_CORRECTED="corrected",
+        NVML_MEMORY_ERROR_TYPE_UNCORRECTED="uncorrected",
+        NVML_VOLATILE_ECC=0,
+        NVML_TEMPERATURE_GPU=0,
+        nvmlEventTypeXidCriticalError=8,
+        nvmlInit=lambda: None,
+        nvmlDeviceGetCount=lambda: 2,
+        nvmlDeviceGetHandleByIndex=lambda i: i,
+        nvmlDeviceGetIndex=lambda handle: handle,
+        nvmlEventSetCreate=lambda: "set",
+        nvmlDeviceRegisterEvents=lambda handle, kinds, event_set: None,
+        nvmlEventSetWait_v2=wait,
+        nvmlDeviceGetUtilizationRates=lambda h: types.SimpleNamespace(gpu=40 + h),
+        nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(used=2**30, total=80 * 2**30),
+        nvmlDeviceGetTemperature=lambda h, sensor: 50 + h,
+        nvmlDeviceGetTotalEccErrors=ecc,
+    )
+
+
+def test_nvml_readings_and_xid_events_map_to_the_sample(monkeypatch):
+    events = [types.SimpleNamespace(device=1, eventData=79)]
+    monkeypatch.setitem(sys.modules, "pynvml", stand_in_nvml(events))
+    read, error = NvmlGpus().read()
+    assert error == ""
+    assert read[0] == {
+        "index": 0,
+        "utilization": 40,
+        "memory_used_mb": 1024,
+        "memory_total_mb": 81920,
+        "temperature_c": 50,
+        "ecc_correctable": 5,
+        "ecc_uncorrectable": 1,
+        "xids": [],
+    }
+    assert (read[1]["ecc_correctable"], read[1]["ecc_uncorrectable"]) == (None, None)  # not supported: unknown
+    assert [x["code"] for x in read[1]["xids"]] == [79]
+
+
+def test_a_failing_nvml_is_reported_and_tried_again(monkeypatch):
+    nvml = stand_in_nvml([])
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+
+    def no_driver():
+        raise NVMLError("Driver Not Loaded")
+
+    nvml.nvmlInit = no_driver
+    gpus = NvmlGpus()
+    assert gpus.read() == ([], "NVML failed: Driver Not Loaded")
+    nvml.nvmlInit = lambda: None  # the driver is back
+    read, error = gpus.read()
+    assert (len(read), error) == (2, "")
