@@ -14,7 +14,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agents import heartbeats, ingest, services, tokens
-from agents.protocol import MAX_GPUS, EventsSerializer, HeartbeatSerializer, RegisterSerializer
+from agents.protocol import MAX_GPUS, DocumentedHeartbeatSerializer, EventsSerializer, RegisterSerializer
 from mlqueue.pagination import StrictCursorPagination as CursorPagination
 from mlqueue.parsers import AgentEventsJSONParser
 from scheduling import nodes
@@ -264,7 +264,7 @@ class AgentRegister(AgentView):
 
 
 class AgentHeartbeat(AgentView):
-    @extend_schema(request=HeartbeatSerializer, responses={200: None})
+    @extend_schema(request=DocumentedHeartbeatSerializer, responses={200: None})
     def post(self, request: Request, name: str) -> Response:
         return Response(heartbeats.handle(name, request.META.get("HTTP_AUTHORIZATION", ""), request.data))
 

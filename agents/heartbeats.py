@@ -17,7 +17,7 @@ from prometheus_client import Counter
 from rest_framework import exceptions
 
 from agents import ingest
-from agents.protocol import HeartbeatSerializer
+from agents.protocol import HeartbeatSerializer, health_of
 from scheduling import lifecycle, liveness, node_health, nodes, notify
 from scheduling.assignments import assignment_env, checkpoint_dir
 from scheduling.models import FailureClass, Node, NodeState, SchedulerLease, Task, TaskState
@@ -39,13 +39,13 @@ def handle(name: str, authorization: str, data) -> dict:
         raise exceptions.AuthenticationFailed("invalid node token: register again.")
     if node.name != name:
         raise exceptions.PermissionDenied(f"this token belongs to node {node.name}; it cannot act for {name}.")
+    data, health = health_of(data)
     body = HeartbeatSerializer(data=data)
     body.is_valid(raise_exception=True)
     now = timezone.now()
     liveness.record(node.name, now.timestamp())
     if node.health != NodeState.READY:
         nodes.note_alive(Node.objects.get(pk=node.id), now=now)
-    health = body.validated_data["health"]
     if health is not None and node_health.receive(node.id, node.name, health, now=now):
         node = load(digest)  # the reply carries the stops the fault asked for
     HEARTBEATS.inc()
