@@ -30,6 +30,7 @@ NODE_FIELDS = (
     "admin_state",
     "reclaim_deadline",
     "task_isolation",
+    "excluded_gpus",
 )
 EVENT_FIELDS = (
     "id",
@@ -118,7 +119,10 @@ def racks(nodes=None) -> list[Rack]:
     rows = (Node.objects.all() if nodes is None else nodes).order_by("zone", "rack", "name").values(*NODE_FIELDS)
     for node in rows:
         rack = grouped.setdefault((node["zone"], node["rack"]), Rack(node["zone"], node["rack"]))
-        rack.nodes.append(_line(node, len(gpus_held[node["id"]]), cpus_used[node["id"]]))
+        held = gpus_held[node["id"]]
+        # A GPU excluded for a fault is neither free nor used, unless a task still holds it.
+        unusable = len(held) + sum(int(index) not in held for index in node["excluded_gpus"])
+        rack.nodes.append(_line(node, unusable, cpus_used[node["id"]]))
     return sorted(grouped.values(), key=lambda rack: (rack.zone, _natural(rack.name)))
 
 

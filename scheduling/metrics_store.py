@@ -155,21 +155,28 @@ def _celery_backlog():
 
 
 def gpus_by_state():
-    used = defaultdict(int)
+    """GPUs by resource class and state: used, free (on READY nodes), excluded for a fault
+    (`unavailable_excluded`, on READY nodes, while no task holds them) or unavailable for the
+    node's state."""
+    used = defaultdict(set)
     for node_id, gpus in Task.objects.filter(state__in=ON_NODE, node__isnull=False).values_list(
         "node_id", "gpu_indices"
     ):
-        used[node_id] += len(gpus)
+        used[node_id].update(gpus)
     totals = defaultdict(lambda: defaultdict(int))
     free_whole, free_all = defaultdict(int), defaultdict(int)
-    for node_id, gpu_type, count, state in Node.objects.exclude(gpu_type="").values_list(
-        "id", "gpu_type", "gpu_count", "state"
+    for node_id, gpu_type, count, state, excluded in Node.objects.exclude(gpu_type="").values_list(
+        "id", "gpu_type", "gpu_count", "state", "excluded_gpus"
     ):
-        rclass, in_use = resource_class(gpu_type), used.get(node_id, 0)
+        rclass, held = resource_class(gpu_type), used.get(node_id, set())
+        in_use = len(held)
         totals[rclass]["used"] += in_use
         if state == NodeState.READY:
-            free = count - in_use
+            sick = len({int(index) for index in excluded} - held)
+            free = count - in_use - sick
             totals[rclass]["free"] += free
+            if sick:
+                totals[rclass]["unavailable_excluded"] += sick
             free_all[rclass] += free
             free_whole[rclass] += free if in_use == 0 else 0
         else:

@@ -3,6 +3,8 @@ once (reason on the node, one audit entry, the running job stopped as a drain st
 GPU leaves placement while its siblings stay, an admin puts it back, N infra failures cordon,
 and /metrics exports the sample."""
 
+import re
+
 import pytest
 from django.utils import timezone
 
@@ -194,3 +196,29 @@ def test_a_running_jobs_page_shows_its_gpus_utilization(node_with_job, logged_in
     page = logged_in("alice").get(f"/jobs/{job_id}/").content.decode()
     use = page[page.index('class="mono gpu-use"') :].split("</td>")[0]
     assert [part.split(">")[-1] for part in use.split("</span>")[:-1]] == ["0: 91%", "1: 0%", "2: 0%", "3: 12%"]
+
+
+def test_two_heartbeats_racing_with_one_fault_act_once(node_with_job):
+    from scheduling import health_rules, nodes
+
+    node = Node.objects.get(name=NAME)
+    verdict = health_rules.judge(sample(gpu4={"ecc_uncorrectable": 1}), {}, node_health.rules())
+    stale = Node.objects.get(name=NAME)  # what the second heartbeat read, before the first wrote
+    assert node_health.act(node, verdict, now=timezone.now())
+    assert not node_health.act(stale, verdict, now=timezone.now())
+    assert AuditEvent.objects.filter(node__name=NAME, reason="GPU_EXCLUDED").count() == 1
+    assert not nodes.do_claim_health_marks(node=stale, before={}, after={"xid_at": 1.0})
+
+
+def test_excluded_gpus_are_counted_apart_in_metrics_and_the_console(node_with_job, client, logged_in):
+    agent_client, _, running = node_with_job  # its job holds GPUs 0-3
+    faults = sample(gpu6={"ecc_uncorrectable": 1}, gpu2={"xids": [{"code": 48, "at": 1.0}]})
+    beat_health(agent_client, faults, running)
+    body = client.get("/metrics", REMOTE_ADDR="127.0.0.1").content.decode()
+    # GPU 2 is still held (its job is being stopped): used, not excluded; GPU 6 is out.
+    assert 'mlqueue_gpus{resource_class="gpu:H100",state="unavailable_excluded"} 1.0' in body
+    assert 'mlqueue_gpus{resource_class="gpu:H100",state="free"} 3.0' in body
+    assert 'mlqueue_gpu_excluded{gpu="6",node="z1-r1-h100-01"} 1.0' in body
+    assert 'mlqueue_gpu_excluded{gpu="2",node="z1-r1-h100-01"} 1.0' in body
+    page = logged_in("ops").get("/nodes/").content.decode()
+    assert re.search(rf'id="node-{NAME}"[^>]*title="[^"]* 3/8 H100 GPUs free', page)
