@@ -10,7 +10,7 @@ Exit codes: 0 done, 1 the server refused (its detail, then each field's error as
     jobs      submit and the verbs that read jobs (queue, jobs, status, why, logs, events)
     control   the verbs that change a job (cancel, hold, release, requeue, set)
     groups    arrays and sweeps: --array's syntax, group summaries, `mlq children`
-    cluster   teams, quotas, nodes and the node verbs (cordon, drain, uncordon)
+    cluster   teams, quotas, nodes and the node verbs (cordon, drain, uncordon, include-gpus)
     schedules `mlq schedules list|show|create|suspend|resume|run|delete`
     usage     `mlq usage`: hours, cost, lost work and queue waits from the usage ledger
     notifications `mlq notifications`: the delivery log"""

@@ -33,6 +33,7 @@ NODE_WIDE = [
     ("ZONE", lambda node: node.zone),
     ("HEALTH", lambda node: node.health),
     ("REASON", lambda node: node.admin_reason),
+    ("EXCLUDED", lambda node: ",".join(sorted(node.excluded_gpus, key=int)) or "-"),
 ]
 
 
@@ -119,3 +120,20 @@ def _node_verb(action: str, example: str):
 _node_verb("cordon", 'mlq cordon gpu-017 --reason "flaky NVLink"')
 _node_verb("drain", 'mlq drain gpu-017 --reason "maintenance"')
 _node_verb("uncordon", 'mlq uncordon gpu-017 --reason "repaired"')
+
+
+@main.command("include-gpus")
+@click.argument("node")
+@click.option("--gpu", "gpus", type=click.IntRange(0, 15), multiple=True, help="a GPU index (repeat); default: all")
+@click.option("--reason", required=True, help="recorded in the audit log")
+@output_option
+@click.pass_context
+def include_gpus(ctx, node, gpus, reason, output):
+    """Put NODE's GPUs excluded for a fault back into placement (admins).
+
+    \b
+    Example:
+      mlq include-gpus gpu-017 --gpu 3 --reason "board swapped"
+    """
+    found = client(ctx).include_gpus(node, reason, list(gpus) or None)
+    emit(found, output, NODE_COLUMNS, NODE_WIDE)

@@ -218,6 +218,7 @@ class Node:
     health: str = ""
     admin_state: str = ""
     admin_reason: str = ""
+    excluded_gpus: dict = dataclasses.field(default_factory=dict)  # GPU index -> why (a fault)
     raw: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
 
 

@@ -413,6 +413,10 @@ class Client:
     def uncordon(self, node: str, reason: str) -> Node:
         return self._node_action("uncordon", node, reason)
 
+    def include_gpus(self, node: str, reason: str, gpus: list[int] | None = None) -> Node:
+        """Put GPUs excluded for a fault back into placement (all of them when `gpus` is None)."""
+        return self._node_action("include-gpus", node, reason, gpus=gpus)
+
     # tokens
 
     def deliveries(self, *, job: int | None = None, status: str | None = None) -> list[Delivery]:

@@ -583,6 +583,20 @@ def test_dry_run_set_events_nodes_and_cordon(spec_file):
     assert server.bodies("POST", "/api/v1/nodes/gpu-017/cordon") == [{"reason": "flaky"}]
 
 
+def test_include_gpus_puts_excluded_gpus_back():
+    node = {"name": "gpu-017", "state": "READY", "gpu_type": "H100", "gpu_count": 8, "excluded_gpus": {}}
+    server = FakeServer({("POST", "/api/v1/nodes/gpu-017/include-gpus"): (200, node)})
+    assert run(server, "include-gpus", "gpu-017", "--gpu", "3").exit_code == 2  # --reason is required
+    assert run(server, "include-gpus", "gpu-017", "--gpu", "16", "--reason", "x").exit_code == 2
+    shown = run(server, "include-gpus", "gpu-017", "--gpu", "3", "--gpu", "5", "--reason", "swapped", "-o", "wide")
+    assert shown.exit_code == 0 and "EXCLUDED" in shown.output
+    run(server, "include-gpus", "gpu-017", "--reason", "all back")
+    assert server.bodies("POST", "/api/v1/nodes/gpu-017/include-gpus") == [
+        {"reason": "swapped", "gpus": [3, 5]},
+        {"reason": "all back"},
+    ]
+
+
 def test_a_dry_run_that_would_place_names_the_nodes(spec_file):
     placed = {"nodes": [{"node": "z1-r1-h100-01", "tasks": 1}, {"node": "z1-r1-h100-02", "tasks": 2}]}
     verdict = {"valid": True, "can_ever_run": True, "placement": placed, "reason": None, "suggestions": []}
