@@ -339,17 +339,7 @@ class Simulation:
             self._fleet = tuple(
                 node
                 if self.node_state[node.name] == node.state
-                else core.Node(
-                    node.name,
-                    node.zone,
-                    node.rack,
-                    node.gpu_type,
-                    node.gpus,
-                    node.cpus,
-                    node.memory_gb,
-                    node.labels,
-                    self.node_state[node.name],
-                )
+                else replace(node, state=self.node_state[node.name])  # its excluded GPUs stay excluded
                 for node in self.nodes
             )
         return self._fleet
