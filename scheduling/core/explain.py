@@ -10,7 +10,7 @@ from dataclasses import replace
 
 from scheduling.core.conditions import waiting_message
 from scheduling.core.decisions import Reservation
-from scheduling.core.model import JobShape, Node, NodeState, PendingJob, Topology, labels_match
+from scheduling.core.model import JobShape, MaintenanceWindow, Node, NodeState, PendingJob, Topology, labels_match
 from scheduling.core.reasons import PendingReason, ReasonCode
 from scheduling.core.state import ClusterState, Slot
 
@@ -43,6 +43,30 @@ def group_limit(job: PendingJob, kind: str, parallelism: int) -> PendingReason:
 def backoff(job: PendingJob, now: float) -> PendingReason:
     wait = job.not_before - now
     return PendingReason(ReasonCode.BACKOFF, f"retry back-off until {clock(job.not_before)} ({wait:.0f} s from now)")
+
+
+def maintenance(job: PendingJob, window: MaintenanceWindow) -> PendingReason:
+    return PendingReason(
+        ReasonCode.MAINTENANCE,
+        f"{describe_window(window)}; this job's {length(job.max_runtime_s)} time limit would run into it",
+    )
+
+
+def describe_window(window: MaintenanceWindow) -> str:
+    """ "rack z1-r3 drains at 02:00 UTC for 4 h (maintenance #7)"."""
+    return (
+        f"{window.target} drains at {clock(window.start_at)} for {length(window.end_at - window.start_at)} "
+        f"(maintenance #{window.window_id})"
+    )
+
+
+def length(seconds: float) -> str:
+    """A window's or a time limit's length: "4 h", "1.5 h", "45 min", "30 s"."""
+    if seconds >= 3600:
+        return f"{round(seconds / 3600, 2):g} h"
+    if seconds >= 60:
+        return f"{round(seconds / 60, 1):g} min"
+    return f"{seconds:.0f} s"
 
 
 def quota(job: PendingJob, over: tuple[str, int, int, int]) -> PendingReason:

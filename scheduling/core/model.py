@@ -371,6 +371,18 @@ class Group:
 
 
 @dataclass(frozen=True, slots=True)
+class MaintenanceWindow:
+    """An admin's maintenance window: its nodes are drained from `start_at` to `end_at`.
+    `target` says what it drains as the admin named it ("rack z1-r3", "zone z2", "3 nodes")."""
+
+    window_id: int
+    target: str
+    nodes: tuple[str, ...]
+    start_at: float
+    end_at: float
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterSnapshot:
     nodes: tuple[Node, ...]
     running: tuple[RunningJob, ...]
@@ -380,3 +392,6 @@ class ClusterSnapshot:
     config: PolicyConfig = field(default_factory=PolicyConfig)
     # The groups of the pending and running jobs, by parent job id (PendingJob.group, RunningJob.group).
     groups: Mapping[int, Group] = field(default_factory=dict)
+    # Maintenance windows not yet over (core/maintenance.py): a job whose time limit would run
+    # into one does not start on its nodes.
+    maintenance: tuple[MaintenanceWindow, ...] = ()

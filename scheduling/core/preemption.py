@@ -240,11 +240,12 @@ def find_victims(
     now: float,
     memory: bool = False,
     pool: "VictimPool | None" = None,
+    closed: frozenset[str] = frozenset(),
 ) -> VictimSet | None:
     """The best set of victims whose removal lets `job` fit, or None if no set does.
     `candidates` come in `candidate_order`. `pool`: the pool they were drawn from, whose
     index of candidates by domain serves every search of the pass (else one is built for
-    this search)."""
+    this search). `closed`: nodes `job` must not start on (maintenance.py): no victim there helps."""
     scope, place = _domain_map(state, job)
     members = pool.by_domain(job.resource_class, scope, place) if pool is not None else _by_domain(candidates, place)
     domains = _domains(candidates, members, place, claim, excess)
@@ -257,7 +258,11 @@ def find_victims(
         if room + domain.units < job.shape.units:
             continue  # even all its candidates gone would not make room
         trial = Trial(
-            job, {slot: capacity(slot, job.shape) for slot in free if slot.ready}, one_domain=True, joining=hosts
+            job,
+            {slot: capacity(slot, job.shape) for slot in free if slot.ready},
+            one_domain=True,
+            joining=hosts,
+            closed=closed,
         )
         found = trial.fit_by_removing(domain.victims)
         if found is None:

@@ -21,6 +21,8 @@ class ReasonCode(StrEnum):
     NOT_YET_SCHEDULED = "NOT_YET_SCHEDULED"
     # Its group (an array, a sweep) already has as many children on nodes as its parallelism.
     GROUP_LIMIT = "GROUP_LIMIT"
+    # It would fit but for a maintenance window its time limit would run into.
+    MAINTENANCE = "MAINTENANCE"
 
 
 NOT_YET_SCHEDULED_MESSAGE = "waiting for the scheduler's next pass"
@@ -49,6 +51,7 @@ CATEGORY = {
     ReasonCode.PREEMPTION_PENDING: Category.CAPACITY,
     ReasonCode.NOT_YET_SCHEDULED: Category.CAPACITY,
     ReasonCode.GROUP_LIMIT: Category.USER,
+    ReasonCode.MAINTENANCE: Category.CAPACITY,
 }
 
 

@@ -51,13 +51,15 @@ def shadow_start(
     now: float,
     *,
     ending: list[RunningJob] | None = None,
+    closed: frozenset[str] = frozenset(),
 ) -> tuple[float, Plan, dict[str, Extra]] | None:
     """The shadow start (EASY backfill's name for it): when and where `job` fits if running
     jobs end at their expected ends, taken away soonest first until it fits. Returns (start,
     plan, room given back by then), or None if it never fits on the ready nodes. `ending`:
-    `running` in `ending_order`, if the caller has it already."""
+    `running` in `ending_order`, if the caller has it already; `closed`: nodes it must not use
+    (maintenance.py)."""
     ending = ending if ending is not None else ending_order(running, now)
-    trial = Trial(job, rooms_now(state, job), joining=state.slots_named(job.resource_class))
+    trial = Trial(job, rooms_now(state, job), joining=state.slots_named(job.resource_class), closed=closed)
     gone = trial.fit_by_removing(ending)
     if gone is None:
         return None

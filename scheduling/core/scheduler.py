@@ -9,7 +9,8 @@
 3. Order the rest (see `queue_order.QueueOrder`).
 4. Take each job in order: check its quota; place it where it fits now without delaying a
    reservation; else evict victims for it if it may (preemption.py); else, if it is the
-   highest blocked job of its class, reserve room for it (reservation.py). A job equal to
+   highest blocked job of its class, reserve room for it (reservation.py). Never on a node
+   whose maintenance window its time limit would run into (maintenance.py). A job equal to
    one already decided since anything changed in its class gets that decision without a
    try (see `Pass._decide`): the work follows the kinds of job waiting, not their number.
 5. Explain every job left waiting, once per team, shape and reason.
@@ -24,7 +25,8 @@ from scheduling.core import explain
 from scheduling.core.decisions import Decisions, PassStats, Placement, Preemption, PreemptionReason, Reservation
 from scheduling.core.fairshare import Ledger, borrowed_jobs
 from scheduling.core.group_slots import GroupSlots
-from scheduling.core.model import ClusterSnapshot, JobShape, PendingJob, RunningJob, priority_rank
+from scheduling.core.maintenance import Windows
+from scheduling.core.model import ClusterSnapshot, JobShape, MaintenanceWindow, PendingJob, RunningJob, priority_rank
 from scheduling.core.placement import capacity, commit, plan
 from scheduling.core.preemption import VictimPool, find_victims, ready_at, units_freed, why
 from scheduling.core.pruning import Pruning
@@ -183,6 +185,7 @@ class Pass:
         self.no_victims: dict[tuple, int] = {}
         self.awaiting: dict[tuple, PendingReason | None] = {}  # (no_victims key, tasks) -> PREEMPTION_PENDING
         self.book = ReservationBook()
+        self.windows = Windows(snapshot.maintenance, self.now)
         for job_id, victims in self.stopping_for.items():
             for node in {t.node for victim in victims for t in victim.tasks}:
                 self.book.hold(node, job_id, self.now)
@@ -357,7 +360,8 @@ class Pass:
         key = (rclass, runtime, len(self.book.reservations))
         found = self.variants.get(key)
         if found is None:
-            found = self.variants[key] = self.book.variant(rclass, self.now + runtime)
+            end_at = self.now + runtime
+            found = self.variants[key] = self.book.variant(rclass, end_at) + self.windows.variant(end_at)
         return found
 
     def _changes(self) -> tuple[int, int, int]:
@@ -368,8 +372,8 @@ class Pass:
         if self._refused(job, rclass):
             return
         end_at = self.now + job.max_runtime_s
-        limit = self.book.limit_for(end_at, job.job_id)
-        variant = self.book.variant(rclass, end_at) + ((job.job_id,) if job.job_id in self.holders else ())
+        limit = self.windows.limit(end_at, self.book.limit_for(end_at, job.job_id))
+        variant = self._variant(rclass, job.max_runtime_s) + ((job.job_id,) if job.job_id in self.holders else ())
         chosen = self._plan(job, limit, variant)
         if chosen is not None:
             self._place(job, chosen, end_at)
@@ -525,7 +529,7 @@ class Pass:
 
     def _start_nodes(self, job: PendingJob, stopping: list[RunningJob]) -> list[str]:
         """The nodes `job` will start on once `stopping` are gone (none if it never fits)."""
-        found = shadow_start(self.state, job, stopping, self.now, ending=stopping)
+        found = shadow_start(self.state, job, stopping, self.now, ending=stopping, closed=self._closed(job))
         return [slot.name for slot, _ in found[1]] if found else []
 
     def _hold(self, job: PendingJob, nodes, *, first: bool = False) -> None:
@@ -552,7 +556,7 @@ class Pass:
         will start on their nodes alone, which the pass has held for it from the start: a
         shadow start (`_hold_room`) would hold nothing more, and one per preemption in flight
         is what a pass would spend most on."""
-        theirs = {task.node for victim in stopping for task in victim.tasks}
+        theirs = {task.node for victim in stopping for task in victim.tasks} | self._closed(job)
         shape = job.shape
         return any(
             slot.name not in theirs and capacity(slot, shape)
@@ -584,6 +588,7 @@ class Pass:
             now=self.now,
             memory=self.config.eviction_memory,
             pool=self.victims,
+            closed=self._closed(job),
         )
 
     def _await_victims(self, job: PendingJob, excess: dict[str, int], tried: int) -> PendingReason | None:
@@ -646,12 +651,16 @@ class Pass:
         sorted_at = self.ending.get(job.resource_class)
         if sorted_at is None or sorted_at[0] != len(active):  # jobs only join `active` in a pass
             sorted_at = self.ending[job.resource_class] = (len(active), ending_order(active, self.now))
-        found = shadow_start(self.state, job, active, self.now, ending=sorted_at[1])
+        found = shadow_start(self.state, job, active, self.now, ending=sorted_at[1], closed=self._closed(job))
         if found is None:
             return
         start_at, chosen, extra = found
         waited = self.now - job.submitted_at
         self.book.add(job, start_at, chosen, extra, strict=waited > self.config.reservation_wait_bound_s)
+
+    def _closed(self, job: PendingJob) -> frozenset[str]:
+        """The nodes `job` must not start on: a window there starts before its time limit ends."""
+        return self.windows.closed(self.now + job.max_runtime_s)
 
     def _explain_blocked(self) -> None:
         """Against the pass's final state, a job without a reservation of its own gets what
@@ -668,7 +677,8 @@ class Pass:
             if kind is None or job_id in reserved:
                 pending[job_id] = self._why_blocked(job, reserved.get(job_id), explainer)
                 continue
-            key = (kind[0], kind[2], pending.get(job_id))  # the team and shape: the priority plays no part
+            # The team and shape (the priority plays no part), and which windows it would run into.
+            key = (kind[0], kind[2], pending.get(job_id), self.windows.variant(self.now + job.max_runtime_s))
             reason = by_kind.get(key)
             if reason is None:
                 reason = by_kind[key] = self._why_blocked(job, None, explainer)
@@ -683,6 +693,9 @@ class Pass:
         if waiting is not None and waiting.code == ReasonCode.PREEMPTION_PENDING:
             return explain.with_reservation(waiting, reservation)
         rclass = job.resource_class
+        window = self._window_in_the_way(job)
+        if window is not None:
+            return explain.with_reservation(explain.maintenance(job, window), reservation)
         held_for = self._held_for_preemptors(job)
         if held_for is not None and self._plan(job, None, ("free",)) is not None:
             return explain.with_reservation(held_for, reservation)
@@ -699,6 +712,16 @@ class Pass:
         else:
             reason = explainer.explain(job)
         return explain.with_reservation(reason, reservation)
+
+    def _window_in_the_way(self, job: PendingJob) -> MaintenanceWindow | None:
+        """The window that keeps `job` off room it would fit in now (None: no window does):
+        the earliest one on the nodes it would take were there no windows and no holds."""
+        if not self._closed(job):
+            return None
+        chosen = self._plan(job, None, ("free",))
+        if chosen is None:
+            return None
+        return self.windows.first_on((slot.name for slot, _ in chosen), self.now + job.max_runtime_s)
 
     def _preemptors(self, rclass: str) -> list[int]:
         """Jobs holding nodes in `rclass` since the pass began (their victims are still stopping,

@@ -21,12 +21,16 @@ class Trial:
         *,
         one_domain: bool = False,
         joining: Mapping[str, Slot] | None = None,
+        closed: frozenset[str] = frozenset(),
     ):
         """`one_domain`: the rooms are one node, one rack for a rack-bound gang, or one zone,
         so the job fits exactly when the total room holds all its tasks. `joining`: nodes of
         the domain that enter the trial only when a victim on them is taken away (so the cost
-        follows the victims tried, not all the candidates)."""
+        follows the victims tried, not all the candidates). `closed`: nodes the job must not
+        start on (a maintenance window it would run into), whatever is taken away there."""
         self.job, self.shape, self.one_domain = job, job.shape, one_domain
+        self.closed = closed
+        rooms_now = {slot: tasks for slot, tasks in rooms_now.items() if slot.name not in closed}
         self.rooms = dict(rooms_now)
         self.names = {slot.name: slot for slot in rooms_now}
         self.joining = joining or {}
@@ -35,7 +39,7 @@ class Trial:
 
     def _slot(self, name: str) -> Slot | None:
         slot = self.names.get(name)
-        if slot is None and name in self.joining and self.joining[name].ready:
+        if slot is None and name in self.joining and self.joining[name].ready and name not in self.closed:
             slot = self.names[name] = self.joining[name]
             self.rooms[slot] = room = capacity(slot, self.shape)
             self.total += room

@@ -1,0 +1,124 @@
+"""Maintenance windows in the policy core: a job whose time limit would run into a node's
+window does not start there (nor evicts, nor reserves there), a job that ends before may, and
+the reason names the window. Exact messages."""
+
+from dataclasses import replace
+
+import pytest
+
+from scheduling.core.maintenance import Windows
+from scheduling.core.model import MaintenanceWindow
+from scheduling.core.reasons import ReasonCode
+from scheduling.core.scheduler import Pass, Scheduler, schedule
+from tests.unit.core.builders import HOUR, NOW, cluster, job, placed_nodes, rack, running, snapshot
+
+FLEET = cluster(rack("z1-r1", 2), rack("z1-r2", 2))
+RACK_R1 = MaintenanceWindow(7, "rack z1-r1", ("z1-r1-n1", "z1-r1-n2"), NOW + 2 * HOUR, NOW + 6 * HOUR)
+R2_BUSY = [running(1, ["z1-r2-n1"], remaining=10 * HOUR), running(2, ["z1-r2-n2"], remaining=10 * HOUR)]
+
+
+def with_windows(*windows, **kwargs):
+    return replace(snapshot(FLEET, **kwargs), maintenance=tuple(windows))
+
+
+@pytest.mark.parametrize(
+    ("runtime", "nodes", "code", "message"),
+    [
+        # Ends before the window: the rack is still its to use.
+        (HOUR, ["z1-r1-n1"], None, None),
+        (2 * HOUR, ["z1-r1-n1"], None, None),
+        # Would run into it: kept off the rack, and the reason names the window (its reservation
+        # waits for room off the rack: a shadow start does not count on the window's end).
+        (
+            6 * HOUR,
+            None,
+            ReasonCode.MAINTENANCE,
+            "rack z1-r1 drains at 23:20 UTC for 4 h (maintenance #7); this job's 6 h time limit would run into it; "
+            "reserved 1 node(s), estimated start 07:20 UTC",
+        ),
+        (
+            2 * HOUR + 60,
+            None,
+            ReasonCode.MAINTENANCE,
+            "rack z1-r1 drains at 23:20 UTC for 4 h (maintenance #7); this job's 2.02 h time limit would run into "
+            "it; reserved 1 node(s), estimated start 07:20 UTC",
+        ),
+    ],
+)
+def test_a_job_starts_on_a_window_rack_only_if_it_ends_before(runtime, nodes, code, message):
+    decisions = schedule(with_windows(RACK_R1, pending=[job(10, runtime=runtime)], running_jobs=R2_BUSY))
+    if nodes is not None:
+        assert placed_nodes(decisions, 10) == nodes
+        assert 10 not in decisions.pending
+    else:
+        assert decisions.placements == ()
+        assert (decisions.pending[10].code, decisions.pending[10].message) == (code, message)
+
+
+def test_a_long_job_goes_to_a_rack_without_a_window():
+    decisions = schedule(with_windows(RACK_R1, pending=[job(10, runtime=24 * HOUR)]))
+    assert placed_nodes(decisions, 10) == ["z1-r2-n1"]
+
+
+def test_a_window_that_is_over_keeps_nobody_off():
+    over = MaintenanceWindow(3, "rack z1-r1", RACK_R1.nodes, NOW - 5 * HOUR, NOW - HOUR)
+    decisions = schedule(with_windows(over, pending=[job(10, runtime=24 * HOUR)], running_jobs=R2_BUSY))
+    assert placed_nodes(decisions, 10) == ["z1-r1-n1"]
+
+
+def test_the_earliest_window_on_the_nodes_is_named():
+    later = MaintenanceWindow(9, "zone z1", tuple(n.name for n in FLEET), NOW + 3 * HOUR, NOW + 4 * HOUR)
+    decisions = schedule(with_windows(later, RACK_R1, pending=[job(10, runtime=6 * HOUR)], running_jobs=R2_BUSY))
+    assert decisions.pending[10].message == (
+        "rack z1-r1 drains at 23:20 UTC for 4 h (maintenance #7); this job's 6 h time limit would run into it"
+    )
+
+
+def test_equal_jobs_with_other_limits_are_decided_apart():
+    # Same team and shape: the long one is refused the rack, the short one after it still gets it.
+    pending = [job(10, runtime=6 * HOUR, age=120), job(11, runtime=HOUR, age=60)]
+    decisions = schedule(with_windows(RACK_R1, pending=pending, running_jobs=R2_BUSY))
+    assert placed_nodes(decisions, 11) == ["z1-r1-n1"]
+    assert decisions.pending[10].code == ReasonCode.MAINTENANCE
+
+
+def test_a_preemptor_does_not_evict_on_a_rack_it_could_not_start_on():
+    # Fewest GPU-hours lost would pick job 3 (younger, on the window's rack); job 1 goes instead.
+    busy = [
+        running(3, ["z1-r1-n1"], priority="P3", age=HOUR),
+        running(4, ["z1-r1-n2"], priority="P3", age=HOUR),
+        running(1, ["z1-r2-n1"], priority="P3", age=3 * HOUR),
+        running(2, ["z1-r2-n2"], priority="P3", age=4 * HOUR),
+    ]
+    incident = job(10, priority="P0", runtime=6 * HOUR)
+    decisions = schedule(with_windows(RACK_R1, pending=[incident], running_jobs=busy))
+    assert [p.victim_job_id for p in decisions.preemptions] == [1]
+    without = schedule(snapshot(FLEET, pending=[incident], running_jobs=busy))
+    assert [p.victim_job_id for p in without.preemptions] == [3]
+
+
+def test_a_reservation_is_not_made_on_a_window_rack():
+    gang = job(10, gpus=16, runtime=6 * HOUR)
+    busy = [running(1, ["z1-r1-n1"], remaining=HOUR), *R2_BUSY]
+    decisions = schedule(with_windows(RACK_R1, pending=[gang], running_jobs=busy))
+    [reservation] = decisions.reservations
+    assert reservation.nodes == ("z1-r2-n1", "z1-r2-n2")
+    assert reservation.start_at == NOW + 10 * HOUR
+
+
+def test_a_kept_scheduler_decides_as_a_fresh_pass():
+    kept = Scheduler()
+    first = with_windows(RACK_R1, pending=[job(10, runtime=6 * HOUR)], running_jobs=R2_BUSY)
+    assert kept.schedule(first).pending[10].code == ReasonCode.MAINTENANCE
+    later = replace(first, now=NOW + 7 * HOUR)  # the window is over
+    assert placed_nodes(kept.schedule(later), 10) == ["z1-r1-n1"]
+    assert placed_nodes(Pass(later).run(), 10) == ["z1-r1-n1"]
+
+
+def test_windows_close_nodes_by_end_time():
+    windows = Windows([RACK_R1], NOW)
+    assert windows.closed(NOW + HOUR) == frozenset()
+    assert windows.closed(NOW + 2 * HOUR) == frozenset()  # ends as the window starts: allowed
+    assert windows.closed(NOW + 2 * HOUR + 1) == {"z1-r1-n1", "z1-r1-n2"}
+    assert windows.variant(NOW + HOUR) == (True,)
+    assert windows.variant(NOW + 3 * HOUR) == (False,)
