@@ -24,6 +24,11 @@ app.conf.beat_schedule = {
         "schedule": settings.MLQ_SCHEDULE_BEAT_S,
         "options": {"expires": settings.MLQ_SCHEDULE_BEAT_S},
     },
+    "run-due-maintenance": {
+        "task": "scheduling.tasks.run_due_maintenance",
+        "schedule": settings.MLQ_SCHEDULE_BEAT_S,
+        "options": {"expires": settings.MLQ_SCHEDULE_BEAT_S},
+    },
     "send-due-notifications": {
         "task": "notifications.tasks.send_due_notifications",
         "schedule": settings.MLQ_NOTIFY_SWEEP_S,

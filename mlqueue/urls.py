@@ -14,6 +14,7 @@ from scheduling.web import api as jobs_api
 from scheduling.web import (
     fair_share_api,
     forecast_accuracy_api,
+    maintenance_api,
     reports_page,
     schedules_api,
     schedules_page,
@@ -68,6 +69,8 @@ api_v1 = [
     endpoint("notifications/deliveries", notifications_api.DeliveryList.as_view(), "notification-deliveries"),
     endpoint("nodes", agents_api.NodeList.as_view(), "nodes"),
     endpoint("nodes/bulk", agents_api.NodeBulkAction.as_view(), "nodes-bulk"),
+    endpoint("maintenance", maintenance_api.WindowList.as_view(), "maintenance"),
+    endpoint(r"maintenance/(?P<window_id>[0-9]+)", maintenance_api.WindowDetail.as_view(), "maintenance-detail"),
     endpoint("scheduler", jobs_api.SchedulerState.as_view(), "scheduler"),
     endpoint("queue", jobs_api.Queue.as_view(), "queue-api"),
     endpoint(r"jobs/(?P<job_id>[0-9]+)/logs", jobs_api.JobLogs.as_view(), "job-logs"),

@@ -1,5 +1,7 @@
 """The cluster the scheduler decides over: nodes, jobs, their tasks (ranks) and logs, and the leader lease."""
 
+from datetime import UTC
+
 from django.conf import settings
 from django.db import models
 from django.utils import timezone
@@ -740,3 +742,42 @@ class QuotaPreview(models.Model):
 
     def __str__(self) -> str:
         return f"preview {self.pk} {self.resource_class} ({self.state})"
+
+
+class MaintenanceState(models.TextChoices):
+    SCHEDULED = "SCHEDULED", "scheduled"
+    ACTIVE = "ACTIVE", "active: its nodes are drained"
+    DONE = "DONE", "done: its nodes were uncordoned"
+    CANCELLED = "CANCELLED", "cancelled"
+
+
+class MaintenanceWindow(models.Model):
+    """An admin's maintenance window (docs/maintenance.md): its nodes drain at `starts_at` and
+    are uncordoned at `ends_at`, those it drained only. Jobs whose time limit would run into it
+    do not start on its nodes before (scheduling/core/maintenance.py)."""
+
+    target = models.CharField(max_length=300, help_text='what it drains, as named: "rack z1-r3", "3 nodes"')
+    nodes = models.JSONField(default=list, help_text="node names, resolved when it was scheduled")
+    starts_at = models.DateTimeField()
+    ends_at = models.DateTimeField()
+    reason = models.CharField(max_length=300)
+    state = models.CharField(max_length=10, choices=MaintenanceState.choices, default=MaintenanceState.SCHEDULED)
+    # The nodes it drained at its start (not those an admin had cordoned or drained already):
+    # the only ones its end uncordons.
+    drained = models.JSONField(default=list, blank=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["starts_at", "id"]
+        indexes = [models.Index(fields=["state", "starts_at"], name="maintenance_state_start_idx")]
+
+    def __str__(self) -> str:
+        return f"maintenance #{self.pk} ({self.target})"
+
+    @property
+    def drain_reason(self) -> str:
+        """What its nodes show (and carry as admin_reason) while it drains them."""
+        return f"maintenance #{self.pk}: {self.reason} (until {self.ends_at.astimezone(UTC):%Y-%m-%d %H:%M} UTC)"

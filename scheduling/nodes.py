@@ -124,14 +124,15 @@ def do_cordon(*, node: Node, user, reason: str, now=None) -> Node:
     return node
 
 
-def do_uncordon(*, node: Node, user, reason: str, now=None) -> Node:
+def do_uncordon(*, node: Node, user, reason: str, now=None, actor_name: str = "") -> Node:
+    """`actor_name`: who acts when it is not `user` (a maintenance window's end)."""
     now = now or timezone.now()
     with transaction.atomic():
         _set_admin_state(node, AdminState.NONE, reason=reason, now=now, admin_reason="", reclaim_deadline=None)
         record_node_event(
             node,
             actor=user,
-            actor_name=user.get_username(),
+            actor_name=actor_name or user.get_username(),
             reason="UNCORDONED",
             message=f"uncordoned: {reason}",
             now=now,
@@ -139,11 +140,14 @@ def do_uncordon(*, node: Node, user, reason: str, now=None) -> Node:
     return node
 
 
-def do_drain(*, node: Node, user, reason: str, wait: bool = False, deadline=None, now=None) -> int:
+def do_drain(
+    *, node: Node, user, reason: str, wait: bool = False, deadline=None, now=None, actor_name: str = ""
+) -> int:
     """No new work; unless `wait`, running tasks are stopped gracefully (each job's grace
     period, or until `deadline` for a spot reclaim) and requeued elsewhere. Returns how many
-    jobs were signalled."""
+    jobs were signalled. `actor_name`: who acts when it is not `user` (a maintenance window)."""
     now = now or timezone.now()
+    actor_name = actor_name or user.get_username()
     with transaction.atomic():
         _set_admin_state(
             node, AdminState.DRAINING, reason=reason, now=now, admin_reason=reason, reclaim_deadline=deadline
@@ -151,7 +155,7 @@ def do_drain(*, node: Node, user, reason: str, wait: bool = False, deadline=None
         record_node_event(
             node,
             actor=user,
-            actor_name=user.get_username(),
+            actor_name=actor_name,
             reason="DRAINING",
             message=f"draining{' (running tasks may finish)' if wait else ''}: {reason}",
             data={"wait": wait, "deadline": deadline.isoformat() if deadline else None},
@@ -170,7 +174,7 @@ def do_drain(*, node: Node, user, reason: str, wait: bool = False, deadline=None
                     grace_s=grace_s,
                     now=now,
                     message=f"node {node.name} is draining: {reason}",
-                    actor_name=user.get_username(),
+                    actor_name=actor_name,
                 )
             )
     return signalled

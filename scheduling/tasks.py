@@ -3,6 +3,7 @@
 from celery import shared_task
 from django.conf import settings
 
+from scheduling.maintenance import run_due
 from scheduling.schedules import fire_due
 from scheduling.stopping import escalate_overdue
 from scheduling.whatif import do_run_preview
@@ -19,6 +20,14 @@ def fire_due_schedules() -> int:
     """Celery beat's periodic task: fire the schedules due now. The fast path; the leader's
     sweep is the guarantee, and the claim in the database makes either safe to repeat."""
     return len(fire_due())
+
+
+@shared_task(name="scheduling.tasks.run_due_maintenance", acks_late=True, ignore_result=True)
+def run_due_maintenance() -> int:
+    """Celery beat's periodic task: start and end the maintenance windows due now. The fast
+    path; the leader's pass is the guarantee, and the claim makes either safe to repeat."""
+    started, ended = run_due()
+    return len(started) + len(ended)
 
 
 @shared_task(

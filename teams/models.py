@@ -146,6 +146,7 @@ class EventKind(models.TextChoices):
     CHECKPOINT = "CHECKPOINT"  # a rank confirmed a checkpoint (at most one a minute per job)
     JOB_CHANGED = "JOB_CHANGED"  # a name, priority or time limit changed after submit: `data.field`, before, after
     PRICE_CHANGED = "PRICE_CHANGED"  # an admin set or removed a price (scheduling/pricing.py)
+    MAINTENANCE = "MAINTENANCE"  # a maintenance window scheduled, changed, started, ended or cancelled: `data.window`
 
 
 class AppendOnlyQuerySet(models.QuerySet):

@@ -20,6 +20,7 @@ from scheduling import dependencies
 from scheduling.cluster import HOUR, checkpoint_interval_s, load_nodes, load_running, load_teams, policy_config, ts
 from scheduling.core import model as core
 from scheduling.core.conditions import Edge, Status
+from scheduling.maintenance import load_windows
 from scheduling.models import Job, JobState, Task, TaskState
 
 PENDING_FIELDS = (
@@ -96,6 +97,7 @@ def _view(rows: list[dict], nodes, node_ids, running, now, config) -> StoreView:
         config,
         # Running children's groups too: the forecast may evict one, which then waits in its group.
         groups=load_groups({job.group for job in (*pending, *running) if job.group is not None}),
+        maintenance=load_windows(now),
     )
     return StoreView(snapshot, node_ids, reasons, starts)
 

@@ -26,7 +26,7 @@ from scheduling.leader.apply import Applied, apply_decisions
 from scheduling.leader.forecasting import Forecaster
 from scheduling.leader.leadership import Leadership, LeaseRowLeadership
 from scheduling.leader.reconcile import Swept, reconcile
-from scheduling.leader.schedule_sweep import ScheduleSweep
+from scheduling.leader.schedule_sweep import ScheduleSweep, run_due_windows
 from scheduling.leader.snapshot import build_view
 from scheduling.models import SchedulerLease
 from scheduling.notify import WAKE_CHANNEL
@@ -80,6 +80,7 @@ def _run_pass(
     started = time.perf_counter()
     now = now or timezone.now()
     swept = reconcile(epoch=epoch, now=now)
+    run_due_windows(now=now)
     if schedules is not None:
         schedules.maybe_fire(now=now)
     failpoints.hit("pass.after_sweep")

@@ -128,6 +128,9 @@ class Simulation:
     # Job groups by id (a job's TraceJob.group, or its view's): the core starts at most a
     # group's parallelism of its jobs at once, here as in the leader's pass.
     groups: Mapping[int, core.Group] = field(default_factory=dict)
+    # Maintenance windows: no job starts where its time limit would run into one (the forecast's,
+    # from the live snapshot).
+    maintenance: tuple[core.MaintenanceWindow, ...] = ()
 
     def __post_init__(self):
         self.now = 0.0
@@ -542,7 +545,14 @@ class Simulation:
         running = tuple(self._with_checkpoint(run) for run in self.running.values())
         pending = tuple(self._pending(job) for job in self.pending.values())
         return core.ClusterSnapshot(
-            nodes, running, pending, self.teams, self.now, self.policy_config, groups=self.groups
+            nodes,
+            running,
+            pending,
+            self.teams,
+            self.now,
+            self.policy_config,
+            groups=self.groups,
+            maintenance=self.maintenance,
         )
 
     def _with_checkpoint(self, run: Run) -> core.RunningJob:

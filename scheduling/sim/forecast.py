@@ -116,6 +116,7 @@ def simulate(
         replace(snapshot.config, explain=False),
         running_at_start=running,
         groups=snapshot.groups,  # a group's parallelism holds in the forecast too
+        maintenance=snapshot.maintenance,  # and no job starts where it would run into a window
     ).run()
     starts = {job.job_id: sim.records[job.job_id].first_start for job in snapshot.pending}
     found = {job_id: at for job_id, at in starts.items() if at is not None}

@@ -1,0 +1,113 @@
+"""REST endpoints for maintenance windows (docs/maintenance.md), site admins only. Thin: parse,
+call scheduling/maintenance.py, serialize."""
+
+from django.shortcuts import get_object_or_404
+from drf_spectacular.utils import extend_schema
+from rest_framework import exceptions, serializers, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from scheduling import maintenance
+from scheduling.models import MaintenanceState, MaintenanceWindow
+from teams.selectors import is_site_admin
+
+NOT_AN_ADMIN = "only site admins may see or schedule maintenance windows."
+# A drained node shows "maintenance #<id>: <reason> (until <time>)" in a 300-character column.
+REASON_LENGTH = 200
+
+
+class WindowSerializer(serializers.ModelSerializer):
+    created_by = serializers.CharField(source="created_by.username", default=None)
+    duration_hours = serializers.SerializerMethodField()
+
+    class Meta:
+        model = MaintenanceWindow
+        fields = [
+            "id",
+            "target",
+            "nodes",
+            "starts_at",
+            "ends_at",
+            "duration_hours",
+            "reason",
+            "state",
+            "drained",
+            "created_by",
+            "created_at",
+            "started_at",
+            "ended_at",
+        ]
+
+    def get_duration_hours(self, window: MaintenanceWindow) -> float:
+        return round((window.ends_at - window.starts_at).total_seconds() / 3600, 3)
+
+
+class WindowCreateSerializer(serializers.Serializer):
+    """The target (one of rack, zone, names), the start, and the end or the duration."""
+
+    rack = serializers.CharField(max_length=63, required=False, allow_blank=True, default="")
+    zone = serializers.CharField(max_length=63, required=False, allow_blank=True, default="")
+    names = serializers.ListField(child=serializers.CharField(max_length=253), required=False, max_length=5000)
+    starts_at = serializers.DateTimeField()
+    ends_at = serializers.DateTimeField(required=False)
+    duration_hours = serializers.FloatField(required=False, min_value=0.001, max_value=24 * 30)
+    reason = serializers.CharField(max_length=REASON_LENGTH)
+
+
+class WindowChangeSerializer(serializers.Serializer):
+    starts_at = serializers.DateTimeField(required=False)
+    ends_at = serializers.DateTimeField(required=False)
+    duration_hours = serializers.FloatField(required=False, min_value=0.001, max_value=24 * 30)
+    reason = serializers.CharField(max_length=REASON_LENGTH, required=False)
+
+
+def _admin_only(request: Request) -> None:
+    if not is_site_admin(request.user):
+        raise exceptions.PermissionDenied(NOT_AN_ADMIN)
+
+
+class WindowList(APIView):
+    @extend_schema(responses=WindowSerializer(many=True))
+    def get(self, request: Request) -> Response:
+        """Windows soonest first: the open ones (scheduled, active), or `?state=` any state."""
+        _admin_only(request)
+        state = request.query_params.get("state", "")
+        if state and state not in MaintenanceState.values:
+            raise exceptions.ValidationError({"state": [f"one of {', '.join(MaintenanceState.values)}."]})
+        windows = MaintenanceWindow.objects.select_related("created_by").order_by("starts_at", "id")
+        windows = windows.filter(state=state) if state else windows.filter(state__in=maintenance.OPEN)
+        return Response(WindowSerializer(windows[:500], many=True).data)
+
+    @extend_schema(request=WindowCreateSerializer, responses={201: WindowSerializer})
+    def post(self, request: Request) -> Response:
+        _admin_only(request)
+        body = WindowCreateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        window = maintenance.do_schedule_window(user=request.user, **body.validated_data)
+        return Response(WindowSerializer(window).data, status=status.HTTP_201_CREATED)
+
+
+class WindowDetail(APIView):
+    def window(self, request: Request, window_id: int) -> MaintenanceWindow:
+        _admin_only(request)
+        return get_object_or_404(MaintenanceWindow.objects.select_related("created_by"), pk=window_id)
+
+    @extend_schema(responses=WindowSerializer)
+    def get(self, request: Request, window_id: int) -> Response:
+        return Response(WindowSerializer(self.window(request, window_id)).data)
+
+    @extend_schema(request=WindowChangeSerializer, responses=WindowSerializer)
+    def patch(self, request: Request, window_id: int) -> Response:
+        """Move a scheduled window or change its reason (409 once it has started)."""
+        window = self.window(request, window_id)
+        body = WindowChangeSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        window = maintenance.do_change_window(window=window, user=request.user, changes=body.validated_data)
+        return Response(WindowSerializer(window).data)
+
+    @extend_schema(responses=WindowSerializer)
+    def delete(self, request: Request, window_id: int) -> Response:
+        """Cancel: a scheduled window never starts; an active one ends now (409 if over)."""
+        window = maintenance.do_cancel_window(window=self.window(request, window_id), user=request.user)
+        return Response(WindowSerializer(window).data)

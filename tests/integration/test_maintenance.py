@@ -1,0 +1,228 @@
+"""Maintenance windows: the admin-only API (bad input named, audited), the scheduler keeping
+long jobs off a window's nodes with the reason, the start (drain, requeue) and end (uncordon,
+only what it drained) on a frozen clock, and exactly once with two firers at the same instant."""
+
+import threading
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+
+from scheduling import maintenance
+from scheduling.leader.worker import run_pass
+from scheduling.models import AdminState, Job, MaintenanceState, MaintenanceWindow, Node, StopReason, Task
+from teams.models import AuditEvent
+from tests.conftest import FROZEN_AT, make_spec
+from tests.integration.test_scheduler_pass import run_all_ranks
+from tests.nodes import cordon
+
+Z1_R1 = [f"z1-r1-h100-0{i}" for i in range(1, 9)]
+Z2_R1 = [f"z2-r1-h100-0{i}" for i in range(1, 9)]
+AT_10 = "2026-04-20T10:00:00Z"
+
+
+def window_body(**overrides) -> dict:
+    return {"rack": "z1-r1", "starts_at": AT_10, "duration_hours": 4, "reason": "PDU swap", **overrides}
+
+
+def schedule_window(api, **overrides) -> MaintenanceWindow:
+    response = api("ops").post("/api/v1/maintenance", window_body(**overrides), format="json")
+    assert response.status_code == 201, response.json()
+    return MaintenanceWindow.objects.get(pk=response.json()["id"])
+
+
+def submit(api, *, hours: float, gpus: int = 8) -> Job:
+    spec = make_spec(
+        client_job_id=f"maintenance-{hours}-{Job.objects.count()}",
+        resources={"gpu_count": gpus, "gpus_per_task": gpus},
+        max_runtime_hours=hours,
+    )
+    response = api("alice").post("/api/v1/jobs", spec, format="json")
+    assert response.status_code == 201, response.json()
+    return Job.objects.get(pk=response.json()["id"])
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field", "message"),
+    [
+        (
+            {"starts_at": "2026-04-20T08:59:00Z"},
+            "starts_at",
+            "must be in the future (it is 2026-04-20 09:00:00 UTC now).",
+        ),
+        (
+            {"duration_hours": None, "ends_at": "2026-04-20T09:30:00Z"},
+            "ends_at",
+            "must be after starts_at (2026-04-20 10:00 UTC).",
+        ),
+        ({"ends_at": "2026-04-20T12:00:00Z"}, "ends_at", "give ends_at or duration_hours, not both."),
+        ({"duration_hours": None}, "ends_at", "give ends_at or duration_hours."),
+        ({"duration_hours": 24 * 31}, "duration_hours", "Ensure this value is less than or equal to 720."),
+        ({"rack": "z9-r9"}, "rack", "no node is in rack z9-r9."),
+        ({"rack": "", "zone": "z7"}, "zone", "no node is in zone z7."),
+        ({"rack": "", "names": ["z1-r1-h100-01", "nope"]}, "names", "no such node: nope."),
+        ({"zone": "z1"}, "rack", "give exactly one of rack, zone or names."),
+        ({"rack": ""}, "rack", "give exactly one of rack, zone or names."),
+        ({"reason": ""}, "reason", "This field may not be blank."),
+        ({"starts_at": "tomorrow"}, "starts_at", None),
+    ],
+)
+def test_bad_windows_are_refused_naming_the_field(clock, api, overrides, field, message):
+    body = {key: value for key, value in window_body(**overrides).items() if value is not None}
+    response = api("ops").post("/api/v1/maintenance", body, format="json")
+    assert response.status_code == 400
+    assert field in response.json()["fields"]
+    if message is not None:
+        assert response.json()["fields"][field] == [message]
+        assert response.json()["detail"] == f"{field}: {message}"
+    assert not MaintenanceWindow.objects.exists()
+
+
+def test_overlapping_windows_on_a_node_are_refused(clock, api):
+    first = schedule_window(api)
+    response = api("ops").post(
+        "/api/v1/maintenance",
+        {"names": ["z1-r1-h100-03"], "starts_at": "2026-04-20T13:00:00Z", "duration_hours": 2, "reason": "x"},
+        format="json",
+    )
+    assert response.status_code == 400
+    assert response.json()["fields"]["starts_at"] == [
+        f"overlaps maintenance #{first.pk} (rack z1-r1, 2026-04-20 10:00 to 2026-04-20 14:00 UTC) on 1 of its nodes "
+        "(z1-r1-h100-03); windows on the same node may not overlap: change or cancel that one first."
+    ]
+    # Back to back, or elsewhere at the same time, is fine.
+    schedule_window(api, names=["z1-r1-h100-03"], rack="", starts_at="2026-04-20T14:00:00Z")
+    schedule_window(api, rack="z2-r1")
+
+
+def test_only_site_admins_see_or_schedule_windows(clock, api):
+    assert api("rita").post("/api/v1/maintenance", window_body(), format="json").status_code == 403
+    assert api("alice").get("/api/v1/maintenance").status_code == 403
+    assert api(None).get("/api/v1/maintenance").status_code in (401, 403)
+    window = schedule_window(api)
+    assert api("alice").delete(f"/api/v1/maintenance/{window.pk}").status_code == 403
+
+
+def test_schedule_change_cancel_are_listed_and_audited(clock, api):
+    window = schedule_window(api)
+    body = api("ops").get("/api/v1/maintenance").json()
+    assert [(w["id"], w["target"], w["nodes"], w["state"], w["duration_hours"]) for w in body] == [
+        (window.pk, "rack z1-r1", Z1_R1, "SCHEDULED", 4.0)
+    ]
+    moved = api("ops").patch(
+        f"/api/v1/maintenance/{window.pk}",
+        {"starts_at": "2026-04-20T11:00:00Z", "reason": "PDU swap, later"},
+        format="json",
+    )
+    assert moved.status_code == 200, moved.json()
+    assert (moved.json()["starts_at"], moved.json()["ends_at"]) == ("2026-04-20T11:00:00Z", "2026-04-20T14:00:00Z")
+    cancelled = api("ops").delete(f"/api/v1/maintenance/{window.pk}")
+    assert cancelled.json()["state"] == "CANCELLED"
+    assert api("ops").delete(f"/api/v1/maintenance/{window.pk}").status_code == 409
+    assert api("ops").get("/api/v1/maintenance").json() == []
+    assert [w["id"] for w in api("ops").get("/api/v1/maintenance?state=CANCELLED").json()] == [window.pk]
+    events = AuditEvent.objects.filter(kind="MAINTENANCE").order_by("id")
+    assert [(e.actor_name, e.reason, e.data["window"]) for e in events] == [
+        ("ops", "SCHEDULED", window.pk),
+        ("ops", "CHANGED", window.pk),
+        ("ops", "CANCELLED", window.pk),
+    ]
+    assert events[1].message == (
+        f"maintenance #{window.pk} changed: rack z1-r1, 2026-04-20 11:00 to 14:00 UTC: PDU swap, later"
+    )
+
+
+def test_a_long_job_is_kept_off_the_windows_and_a_short_one_is_not(clock, api, leader):
+    schedule_window(api)  # z1-r1 at 10:00 for 4 h
+    later = schedule_window(api, rack="z2-r1", starts_at="2026-04-20T12:00:00Z", duration_hours=1.5)
+    first = MaintenanceWindow.objects.get(target="rack z1-r1")
+    long, short = submit(api, hours=6), submit(api, hours=1)
+    run_pass(epoch=leader)
+    long.refresh_from_db()
+    assert long.pending_reason_code == "MAINTENANCE"
+    assert long.pending_reason_message == (
+        f"rack z1-r1 drains at 10:00 UTC for 4 h (maintenance #{first.pk}); this job's 6 h time limit would run into it"
+    )
+    assert Task.objects.get(job=short).node.rack in ("z1-r1", "z2-r1")
+    # Once z2-r1's window is cancelled, the long job goes there.
+    api("ops").delete(f"/api/v1/maintenance/{later.pk}")
+    run_pass(epoch=leader)
+    assert Task.objects.get(job=long).node.rack == "z2-r1"
+
+
+def test_the_window_drains_on_time_and_uncordons_only_what_it_drained(clock, api, leader):
+    job = submit(api, hours=24)  # running before the window was scheduled
+    run_pass(epoch=leader)
+    task = Task.objects.get(job=job)
+    run_all_ranks(job)
+    busy, idle, fan = task.node.name, *[name for name in Z1_R1 + Z2_R1 if name != task.node.name][:2]
+    cordon(fan, reason="bad fan")  # an admin's cordon before the window
+    window = schedule_window(api, names=[busy, idle, fan], rack="")
+
+    clock.move_to(FROZEN_AT + timedelta(minutes=59, seconds=59))
+    assert maintenance.run_due() == ([], [])
+    clock.move_to(FROZEN_AT + timedelta(hours=1))
+    run_pass(epoch=leader)  # the leader's pass fires it
+    window.refresh_from_db()
+    assert (window.state, window.drained) == (MaintenanceState.ACTIVE, sorted([busy, idle]))
+    reason = f"maintenance #{window.pk}: PDU swap (until 2026-04-20 14:00 UTC)"
+    assert {n.name: (n.admin_state, n.admin_reason) for n in Node.objects.filter(name__in=window.nodes)} == {
+        busy: (AdminState.DRAINING, reason),
+        idle: (AdminState.DRAINING, reason),
+        fan: (AdminState.CORDONED, "bad fan"),
+    }
+    assert Node.objects.get(name=busy).state_reason == reason
+    task.refresh_from_db()
+    assert task.stop_reason == StopReason.DRAIN  # SIGTERM now, the job's grace, then requeued
+    drains = AuditEvent.objects.filter(kind="NODE_STATE", reason="DRAINING", actor_name=f"maintenance #{window.pk}")
+    assert drains.count() == 2
+
+    cordon(idle, reason="found a bad DIMM")  # an admin's own cordon during the window
+    clock.move_to(FROZEN_AT + timedelta(hours=5))
+    assert maintenance.run_due() == ([], [window.pk])
+    assert {n.name: (n.admin_state, n.admin_reason) for n in Node.objects.filter(name__in=window.nodes)} == {
+        busy: (AdminState.NONE, ""),
+        idle: (AdminState.CORDONED, "found a bad DIMM"),
+        fan: (AdminState.CORDONED, "bad fan"),
+    }
+    ended = AuditEvent.objects.get(kind="MAINTENANCE", reason="ENDED")
+    assert ended.message == f"maintenance #{window.pk} ended: uncordoned 1 node(s); left as they are: {idle}"
+
+
+def test_cancelling_an_active_window_ends_it_now(clock, api, leader):
+    window = schedule_window(api)
+    clock.move_to(FROZEN_AT + timedelta(hours=2))
+    assert maintenance.run_due() == ([window.pk], [])
+    assert api("ops").patch(f"/api/v1/maintenance/{window.pk}", {"reason": "x"}, format="json").status_code == 409
+    assert api("ops").delete(f"/api/v1/maintenance/{window.pk}").json()["state"] == "CANCELLED"
+    assert set(Node.objects.filter(name__in=Z1_R1).values_list("admin_state", flat=True)) == {AdminState.NONE}
+    assert maintenance.run_due() == ([], [])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_firers_at_the_same_instant_start_and_end_a_window_once(clock, api):
+    window = schedule_window(api)
+    results, errors = [], []
+    barrier = threading.Barrier(2)
+
+    def fire(at):
+        try:
+            barrier.wait()
+            results.append(maintenance.run_due(now=at))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    for at in (FROZEN_AT + timedelta(hours=1), FROZEN_AT + timedelta(hours=5)):
+        threads = [threading.Thread(target=fire, args=(at,)) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+    assert errors == []
+    assert sorted(results) == [([], []), ([], []), ([], [window.pk]), ([window.pk], [])]
+    kinds = AuditEvent.objects.filter(kind="MAINTENANCE").values_list("reason", flat=True)
+    assert sorted(kinds) == ["ENDED", "SCHEDULED", "STARTED"]
+    assert AuditEvent.objects.filter(kind="NODE_STATE", reason="DRAINING").count() == 8
+    assert AuditEvent.objects.filter(kind="NODE_STATE", reason="UNCORDONED").count() == 8
