@@ -13,7 +13,8 @@ Exit codes: 0 done, 1 the server refused (its detail, then each field's error as
     cluster   teams, quotas, nodes and the node verbs (cordon, drain, uncordon, include-gpus)
     schedules `mlq schedules list|show|create|suspend|resume|run|delete`
     usage     `mlq usage`: hours, cost, lost work and queue waits from the usage ledger
-    notifications `mlq notifications`: the delivery log"""
+    notifications `mlq notifications`: the delivery log
+    maintenance `mlq maintenance`: maintenance windows (admins)"""
 
 from mlqueue.cli import (  # noqa: F401 (each registers its verbs on main)
     account,
@@ -21,6 +22,7 @@ from mlqueue.cli import (  # noqa: F401 (each registers its verbs on main)
     control,
     groups,
     jobs,
+    maintenance,
     notifications,
     schedules,
     usage,

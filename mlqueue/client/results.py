@@ -223,6 +223,24 @@ class Node:
 
 
 @dataclasses.dataclass(frozen=True)
+class MaintenanceWindow:
+    """A maintenance window (docs/maintenance.md): `nodes` drain at `starts_at`, and those it
+    drained (`drained`) are uncordoned at `ends_at`."""
+
+    id: int
+    target: str = ""
+    nodes: tuple = ()
+    starts_at: str = ""
+    ends_at: str = ""
+    duration_hours: float = 0.0
+    reason: str = ""
+    state: str = ""
+    drained: tuple = ()
+    created_by: str | None = None
+    raw: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclasses.dataclass(frozen=True)
 class Token:
     id: int
     name: str = ""
@@ -262,5 +280,20 @@ class CancelResult:
     raw: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
 
 
-for _cls in (Task, QueueEntry, Why, DryRun, Event, Team, Quota, Node, Token, CancelResult, Fire, Delivery):
+_PLAIN = (
+    Task,
+    QueueEntry,
+    Why,
+    DryRun,
+    Event,
+    Team,
+    Quota,
+    Node,
+    MaintenanceWindow,
+    Token,
+    CancelResult,
+    Fire,
+    Delivery,
+)
+for _cls in _PLAIN:
     _cls.from_json = classmethod(_build)

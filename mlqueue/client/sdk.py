@@ -21,6 +21,7 @@ from mlqueue.client.results import (
     Event,
     Fire,
     Job,
+    MaintenanceWindow,
     Node,
     QueueEntry,
     Quota,
@@ -416,6 +417,36 @@ class Client:
     def include_gpus(self, node: str, reason: str, gpus: list[int] | None = None) -> Node:
         """Put GPUs excluded for a fault back into placement (all of them when `gpus` is None)."""
         return self._node_action("include-gpus", node, reason, gpus=gpus)
+
+    # maintenance windows (docs/maintenance.md), admins only
+
+    def maintenance_windows(self, state: str | None = None) -> list[MaintenanceWindow]:
+        """The scheduled and active windows soonest first, or those in `state`."""
+        rows = self.request("GET", "/maintenance", params={"state": state} if state else None)
+        return [MaintenanceWindow.from_json(row) for row in rows]
+
+    def schedule_maintenance(
+        self,
+        *,
+        starts_at: str,
+        reason: str,
+        rack: str | None = None,
+        zone: str | None = None,
+        names: Iterable[str] | None = None,
+        ends_at: str | None = None,
+        duration_hours: float | None = None,
+    ) -> MaintenanceWindow:
+        """Drain a rack, a zone or the named nodes from `starts_at` (ISO 8601) until `ends_at`
+        or for `duration_hours`."""
+        body = {"starts_at": starts_at, "reason": reason, "rack": rack, "zone": zone, "ends_at": ends_at}
+        body = {key: value for key, value in body.items() if value}
+        body.update({"names": list(names)} if names else {})
+        body.update({"duration_hours": duration_hours} if duration_hours is not None else {})
+        return MaintenanceWindow.from_json(self.request("POST", "/maintenance", json=body))
+
+    def cancel_maintenance(self, window_id: int) -> MaintenanceWindow:
+        """A scheduled window never starts; an active one ends now."""
+        return MaintenanceWindow.from_json(self.request("DELETE", f"/maintenance/{window_id}"))
 
     # tokens
 

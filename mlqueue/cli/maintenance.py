@@ -1,0 +1,105 @@
+"""`mlq maintenance`: list, create and cancel maintenance windows (admins; docs/maintenance.md)."""
+
+from __future__ import annotations
+
+import click
+
+from mlqueue.cli.app import client, main
+from mlqueue.cli.output import emit, output_option, report
+from mlqueue.client import MaintenanceWindow
+
+ONE_TARGET = "give exactly one of --rack, --zone or --node (repeatable)"
+ONE_END = "give --hours or --until"
+
+WINDOW_COLUMNS = [
+    ("ID", lambda w: w.id),
+    ("TARGET", lambda w: w.target),
+    ("STATE", lambda w: w.state),
+    ("STARTS (UTC)", lambda w: w.starts_at),
+    ("HOURS", lambda w: f"{w.duration_hours:g}"),
+    ("NODES", lambda w: len(w.nodes)),
+    ("REASON", lambda w: w.reason),
+]
+WINDOW_WIDE = [
+    ("ENDS (UTC)", lambda w: w.ends_at),
+    ("DRAINED", lambda w: ", ".join(w.drained)),
+    ("BY", lambda w: w.created_by),
+]
+
+
+def window_line(window: MaintenanceWindow) -> str:
+    """`maintenance #7 (rack z1-r3): SCHEDULED, 2026-12-02T02:00:00Z for 4 h, 8 node(s)`."""
+    return (
+        f"maintenance #{window.id} ({window.target}): {window.state}, {window.starts_at} for "
+        f"{window.duration_hours:g} h, {len(window.nodes)} node(s)"
+    )
+
+
+@main.group()
+def maintenance():
+    """Maintenance windows: drain a rack, a zone or nodes at a time, uncordon them after.
+
+    \b
+    Example:
+      mlq maintenance create --rack z1-r3 --at 2026-12-02T02:00Z --hours 4 --reason "PDU swap"
+      mlq maintenance list
+      mlq maintenance cancel 7
+    """
+
+
+@maintenance.command("list")
+@click.option("--state", type=click.Choice(["SCHEDULED", "ACTIVE", "DONE", "CANCELLED"]), help="default: open ones")
+@output_option
+@click.pass_context
+def list_windows(ctx, state, output):
+    """The scheduled and active windows, soonest first (or those in --state).
+
+    \b
+    Example:
+      mlq maintenance list -o wide
+    """
+    emit(client(ctx).maintenance_windows(state), output, WINDOW_COLUMNS, WINDOW_WIDE)
+
+
+@maintenance.command()
+@click.option("--rack")
+@click.option("--zone")
+@click.option("--node", "nodes", multiple=True, help="a node's name (repeat for several)")
+@click.option("--at", "starts_at", required=True, help="the start, ISO 8601 (e.g. 2026-12-02T02:00Z)")
+@click.option("--hours", type=float, help="how long")
+@click.option("--until", "ends_at", help="or the end, ISO 8601")
+@click.option("--reason", required=True, help="shown on the nodes and in the audit log")
+@output_option
+@click.pass_context
+def create(ctx, rack, zone, nodes, starts_at, hours, ends_at, reason, output):
+    """Schedule a window: its nodes drain at --at (running jobs get SIGTERM and their grace,
+    then requeue), jobs that would run into it do not start there before, and the nodes it
+    drained are uncordoned at its end.
+
+    \b
+    Example:
+      mlq maintenance create --rack z1-r3 --at 2026-12-02T02:00Z --hours 4 --reason "PDU swap"
+    """
+    if sum(bool(target) for target in (rack, zone, nodes)) != 1:
+        raise click.UsageError(ONE_TARGET)
+    if hours is None and ends_at is None:
+        raise click.UsageError(ONE_END)
+    window = client(ctx).schedule_maintenance(
+        rack=rack, zone=zone, names=nodes, starts_at=starts_at, ends_at=ends_at, duration_hours=hours, reason=reason
+    )
+    report(window, output, WINDOW_COLUMNS, f"scheduled {window_line(window)}")
+
+
+@maintenance.command()
+@click.argument("window_id", type=int)
+@output_option
+@click.pass_context
+def cancel(ctx, window_id, output):
+    """Cancel a scheduled window, or end an active one now (its nodes are uncordoned).
+
+    \b
+    Example:
+      mlq maintenance cancel 7
+    """
+    window = client(ctx).cancel_maintenance(window_id)
+    report(window, output, WINDOW_COLUMNS, f"cancelled {window_line(window)}")

@@ -1,0 +1,113 @@
+"""`mlq maintenance list|create|cancel` against the real API (the Django app in process, as
+tests/integration/test_cli_groups.py runs it), as the demo's site admin and as a user."""
+
+import json
+
+import pytest
+from click.testing import CliRunner
+from django.contrib.auth import get_user_model
+
+from mlqueue import cli
+from mlqueue.cli.app import EXIT_REFUSED
+from mlqueue.client import Client
+from scheduling.models import MaintenanceWindow
+from teams.models import ApiToken
+from tests.integration.test_cli_groups import DjangoTransport
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def mlq_as(demo, monkeypatch, tmp_path):
+    """mlq_as("ops", *args) -> click's result of running mlq as that user against this process's API."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    transport = DjangoTransport()
+
+    def run(username, *args):
+        _, token = ApiToken.issue(user=get_user_model().objects.get(username=username))
+
+        def build():
+            return Client(server="http://testserver", token=token, transport=transport)
+
+        return CliRunner().invoke(cli.main, list(args), obj={"client": build}, catch_exceptions=False)
+
+    return run
+
+
+def test_create_list_cancel(clock, mlq_as):
+    created = mlq_as(
+        "ops",
+        "maintenance",
+        "create",
+        "--rack",
+        "z1-r1",
+        "--at",
+        "2026-04-20T10:00Z",
+        "--hours",
+        "4",
+        "--reason",
+        "PDU",
+    )
+    window = MaintenanceWindow.objects.get()
+    assert created.exit_code == 0, created.output
+    assert created.output == (
+        f"scheduled maintenance #{window.pk} (rack z1-r1): SCHEDULED, 2026-04-20T10:00:00Z for 4 h, 8 node(s)\n"
+    )
+    listed = mlq_as("ops", "maintenance", "list")
+    assert listed.output.splitlines()[0].split() == [
+        "ID",
+        "TARGET",
+        "STATE",
+        "STARTS",
+        "(UTC)",
+        "HOURS",
+        "NODES",
+        "REASON",
+    ]
+    assert listed.output.splitlines()[1].split() == [
+        str(window.pk),
+        "rack",
+        "z1-r1",
+        "SCHEDULED",
+        "2026-04-20T10:00:00Z",
+        "4",
+        "8",
+        "PDU",
+    ]
+    as_json = json.loads(mlq_as("ops", "maintenance", "list", "-o", "json").output)
+    assert [row["id"] for row in as_json] == [window.pk]
+    cancelled = mlq_as("ops", "maintenance", "cancel", str(window.pk))
+    assert cancelled.output.startswith(f"cancelled maintenance #{window.pk} (rack z1-r1): CANCELLED")
+    assert mlq_as("ops", "maintenance", "list").output.splitlines()[1:] == []  # the header alone
+    old = json.loads(mlq_as("ops", "maintenance", "list", "--state", "CANCELLED", "-o", "json").output)
+    assert [(row["id"], row["state"]) for row in old] == [(window.pk, "CANCELLED")]
+
+
+def test_bad_input_is_named_and_users_are_refused(clock, mlq_as):
+    past = mlq_as(
+        "ops", "maintenance", "create", "--zone", "z1", "--at", "2026-04-20T08:00Z", "--hours", "1", "--reason", "x"
+    )
+    assert past.exit_code == EXIT_REFUSED
+    assert "starts_at: must be in the future (it is 2026-04-20 09:00:00 UTC now)." in past.output
+    two = mlq_as(
+        "ops",
+        "maintenance",
+        "create",
+        "--zone",
+        "z1",
+        "--rack",
+        "z1-r1",
+        "--at",
+        "2026-04-20T10:00Z",
+        "--hours",
+        "1",
+        "--reason",
+        "x",
+    )
+    assert two.exit_code == 2 and "give exactly one of --rack, --zone or --node (repeatable)" in two.output
+    endless = mlq_as("ops", "maintenance", "create", "--zone", "z1", "--at", "2026-04-20T10:00Z", "--reason", "x")
+    assert endless.exit_code == 2 and "give --hours or --until" in endless.output
+    user = mlq_as("alice", "maintenance", "list")
+    assert user.exit_code == EXIT_REFUSED
+    assert "only site admins may see or schedule maintenance windows." in user.output
+    assert not MaintenanceWindow.objects.exists()
