@@ -7,19 +7,22 @@ audited services as the API."""
 
 import time
 from dataclasses import dataclass
+from datetime import UTC
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.utils.dateparse import parse_datetime
 from django.utils.html import format_html_join
 from django.views.decorators.http import require_http_methods
+from rest_framework.exceptions import APIException, ValidationError
 
 from agents import console, node_filters, services
 from agents.api import NOT_AN_ADMIN, BulkActionSerializer, NodeActionSerializer, bulk_act
-from scheduling import node_health
-from scheduling.models import Node, Task
+from scheduling import maintenance, node_health
+from scheduling.models import MaintenanceWindow, Node, Task
 from scheduling.states import ON_NODE
 from teams.models import AuditEvent
 from teams.selectors import is_site_admin
@@ -63,6 +66,7 @@ def _full_page(request, error: ActionError | None = None, status: int = 200):
         **console.scheduler_status(),
         "preemptions": console.recent_preemptions(),
         "failures": console.recent_failures(),
+        "windows": maintenance.open_windows(),
     }
     status = 400 if context["filter_errors"] else status
     return render(request, "agents/nodes.html", context, status=status)
@@ -121,6 +125,10 @@ def _act(request):
     plain form post a redirect."""
     if request.POST.get("node"):
         return _act_on_one(request)
+    if request.POST.get("action") == "maintenance":
+        return _schedule_window(request)
+    if request.POST.get("action") == "cancel_maintenance":
+        return _cancel_window(request)
     body = BulkActionSerializer(
         data={
             "action": request.POST.get("action", ""),
@@ -135,6 +143,47 @@ def _act(request):
     verb = {"drain_wait": "draining (tasks may finish)", "uncordon": "uncordoned"}.get(action, action + "ed")
     names = ", ".join(node.name for node in done[:5]) + (f" and {len(done) - 5} more" if len(done) > 5 else "")
     return _done(request, f"{len(done)} node{'s' if len(done) != 1 else ''} {verb}: {names}.")
+
+
+NOT_A_TIME = "a date and time (UTC), e.g. 2026-12-02T02:00."
+NOT_HOURS = "a number of hours, e.g. 4."
+
+
+def _schedule_window(request):
+    """A maintenance window on the selection: one rack alone is named as the rack, anything
+    else as its nodes (the racks' and the picked ones)."""
+    racks, names = request.POST.getlist("racks"), request.POST.getlist("nodes")
+    starts_at = parse_datetime(request.POST.get("starts_at", "").strip() or "-")
+    if starts_at is None:
+        return _refused(request, ActionError("", f"starts_at: {NOT_A_TIME}"))
+    try:
+        hours = float(request.POST.get("hours", ""))
+    except ValueError:
+        return _refused(request, ActionError("", f"hours: {NOT_HOURS}"))
+    if racks and not names and len(racks) == 1:
+        target = {"rack": racks[0]}
+    else:
+        target = {"names": sorted({*names, *Node.objects.filter(rack__in=racks).values_list("name", flat=True)})}
+    try:
+        window = maintenance.do_schedule_window(
+            user=request.user,
+            **target,
+            starts_at=starts_at if starts_at.tzinfo else starts_at.replace(tzinfo=UTC),
+            duration_hours=hours,
+            reason=request.POST.get("reason", "").strip(),
+        )
+    except ValidationError as refusal:
+        return _refused(request, ActionError("", _first_errors(refusal.detail)))
+    return _done(request, f"maintenance #{window.pk} scheduled: {window.target}, {window.drain_reason}.")
+
+
+def _cancel_window(request):
+    window = get_object_or_404(MaintenanceWindow, pk=request.POST.get("window") or 0)
+    try:
+        maintenance.do_cancel_window(window=window, user=request.user)
+    except APIException as refusal:
+        return _refused(request, ActionError("", str(refusal.detail)))
+    return _done(request, f"maintenance #{window.pk} cancelled.")
 
 
 def _act_on_one(request):
@@ -200,6 +249,7 @@ def node_page(request, name: str):
         **_health_context(node),
         "tasks": list(tasks),
         "events": events.values("created_at", "kind", "actor_name", "reason", "message"),
+        "windows": maintenance.open_windows(node_name=node.name),
     }
     return render(request, "agents/node.html", context)
 

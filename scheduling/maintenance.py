@@ -46,6 +46,10 @@ OVERLAPS = (
 )
 NOT_SCHEDULED = "maintenance #{id} is {state}: only a scheduled window can be changed."
 ALREADY_OVER = "maintenance #{id} is {state} already."
+NO_REASON = "say why: it is shown on the nodes and recorded in the audit log."
+# A drained node shows "maintenance #<id>: <reason> (until <time>)" in a 300-character column.
+REASON_LENGTH = 200
+LONG_REASON = "at most 200 characters."
 
 
 def _utc(moment: datetime) -> datetime:
@@ -78,6 +82,13 @@ def end_of(*, starts_at: datetime, ends_at: datetime | None, duration_hours: flo
     if ends_at is None and duration_hours is None:
         raise ValidationError({"ends_at": [NO_END]})
     return ends_at if ends_at is not None else starts_at + timedelta(hours=duration_hours)
+
+
+def check_reason(reason: str) -> None:
+    if not reason.strip():
+        raise ValidationError({"reason": [NO_REASON]})
+    if len(reason) > REASON_LENGTH:
+        raise ValidationError({"reason": [LONG_REASON]})
 
 
 def check_times(*, starts_at: datetime, ends_at: datetime, now: datetime) -> None:
@@ -150,6 +161,7 @@ def do_schedule_window(
     now=None,
 ) -> MaintenanceWindow:
     now = now or timezone.now()
+    check_reason(reason)
     target, found = resolve_target(rack=rack, zone=zone, names=names)
     ends_at = end_of(starts_at=starts_at, ends_at=ends_at, duration_hours=duration_hours)
     check_times(starts_at=starts_at, ends_at=ends_at, now=now)

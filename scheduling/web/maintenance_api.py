@@ -13,8 +13,7 @@ from scheduling.models import MaintenanceState, MaintenanceWindow
 from teams.selectors import is_site_admin
 
 NOT_AN_ADMIN = "only site admins may see or schedule maintenance windows."
-# A drained node shows "maintenance #<id>: <reason> (until <time>)" in a 300-character column.
-REASON_LENGTH = 200
+REASON_LENGTH = maintenance.REASON_LENGTH
 
 
 class WindowSerializer(serializers.ModelSerializer):

@@ -226,3 +226,43 @@ def test_two_firers_at_the_same_instant_start_and_end_a_window_once(clock, api):
     assert sorted(kinds) == ["ENDED", "SCHEDULED", "STARTED"]
     assert AuditEvent.objects.filter(kind="NODE_STATE", reason="DRAINING").count() == 8
     assert AuditEvent.objects.filter(kind="NODE_STATE", reason="UNCORDONED").count() == 8
+
+
+def test_the_console_schedules_lists_and_cancels_windows(clock, logged_in):
+    ops = logged_in("ops")
+    body = {"racks": ["z1-r1"], "starts_at": "2026-04-20T10:00", "hours": "4", "reason": "PDU swap"}
+    response = ops.post("/nodes/", {**body, "action": "maintenance"})
+    assert response.status_code == 302
+    window = MaintenanceWindow.objects.get()
+    assert (window.target, window.nodes, window.ends_at - window.starts_at) == ("rack z1-r1", Z1_R1, timedelta(hours=4))
+    page = ops.get("/nodes/").content.decode()
+    assert f'id="window-{window.pk}" data-state="SCHEDULED"' in page
+    assert "rack z1-r1" in page and "2026-04-20 10:00" in page
+    node_page = ops.get("/nodes/z1-r1-h100-03/").content.decode()
+    assert f'id="window-{window.pk}"' in node_page
+    assert 'id="window-' not in ops.get("/nodes/z2-r1-h100-03/").content.decode()
+    # The selection of a rack and a node elsewhere is named by its nodes.
+    picked = {**body, "nodes": ["z2-r1-h100-01"], "starts_at": "2026-04-21T10:00", "action": "maintenance"}
+    assert ops.post("/nodes/", picked).status_code == 302
+    assert MaintenanceWindow.objects.get(starts_at__day=21).target == "9 nodes"
+    ops.post("/nodes/", {"window": window.pk, "action": "cancel_maintenance"})
+    window.refresh_from_db()
+    assert window.state == MaintenanceState.CANCELLED
+
+
+@pytest.mark.parametrize(
+    ("changes", "error"),
+    [
+        ({"starts_at": "2026-04-20T08:00"}, "starts_at: must be in the future (it is 2026-04-20 09:00:00 UTC now)."),
+        ({"starts_at": "soon"}, "starts_at: a date and time (UTC), e.g. 2026-12-02T02:00."),
+        ({"hours": "four"}, "hours: a number of hours, e.g. 4."),
+        ({"reason": " "}, "reason: say why: it is shown on the nodes and recorded in the audit log."),
+        ({"racks": []}, "rack: give exactly one of rack, zone or names."),
+    ],
+)
+def test_the_console_names_what_is_wrong(clock, logged_in, changes, error):
+    body = {"racks": ["z1-r1"], "starts_at": "2026-04-20T10:00", "hours": "4", "reason": "PDU swap", **changes}
+    response = logged_in("ops").post("/nodes/", {**body, "action": "maintenance"}, HTTP_HX_REQUEST="true")
+    assert response.status_code == 400
+    assert error in response.content.decode().replace("&#x27;", "'")
+    assert not MaintenanceWindow.objects.exists()
