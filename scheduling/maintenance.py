@@ -31,11 +31,13 @@ from teams.models import AuditEvent, EventKind
 
 OPEN = (MaintenanceState.SCHEDULED, MaintenanceState.ACTIVE)
 LONGEST = timedelta(days=30)
+AHEAD = timedelta(days=365)
 
 ONE_TARGET = "give exactly one of rack, zone or names."
 NO_NODE_IN = "no node is in {kind} {name}."
 NO_SUCH_NODES = "no such node: {names}."
 START_IN_PAST = "must be in the future (it is {now:%Y-%m-%d %H:%M:%S} UTC now)."
+TOO_FAR = "must be within a year from now."
 END_BEFORE_START = "must be after starts_at ({starts_at:%Y-%m-%d %H:%M} UTC)."
 ONE_END = "give ends_at or duration_hours, not both."
 NO_END = "give ends_at or duration_hours."
@@ -75,8 +77,10 @@ def resolve_target(*, rack: str = "", zone: str = "", names: list[str] | None = 
     return f"{kind} {name}", found
 
 
-def end_of(*, starts_at: datetime, ends_at: datetime | None, duration_hours: float | None) -> datetime:
-    """`ends_at`, or `starts_at` plus `duration_hours`: exactly one of them."""
+def end_of(*, starts_at: datetime, ends_at: datetime | None, duration_hours: float | None, now) -> datetime:
+    """`ends_at`, or `starts_at` plus `duration_hours`: exactly one of them. The start is
+    checked first (a start years ahead would overflow the sum)."""
+    check_start(starts_at, now=now)
     if ends_at is not None and duration_hours is not None:
         raise ValidationError({"ends_at": [ONE_END]})
     if ends_at is None and duration_hours is None:
@@ -91,9 +95,15 @@ def check_reason(reason: str) -> None:
         raise ValidationError({"reason": [LONG_REASON]})
 
 
-def check_times(*, starts_at: datetime, ends_at: datetime, now: datetime) -> None:
+def check_start(starts_at: datetime, *, now: datetime) -> None:
     if starts_at <= now:
         raise ValidationError({"starts_at": [START_IN_PAST.format(now=_utc(now))]})
+    if starts_at - now > AHEAD:
+        raise ValidationError({"starts_at": [TOO_FAR]})
+
+
+def check_times(*, starts_at: datetime, ends_at: datetime, now: datetime) -> None:
+    check_start(starts_at, now=now)
     if ends_at <= starts_at:
         raise ValidationError({"ends_at": [END_BEFORE_START.format(starts_at=_utc(starts_at))]})
     if ends_at - starts_at > LONGEST:
@@ -163,7 +173,7 @@ def do_schedule_window(
     now = now or timezone.now()
     check_reason(reason)
     target, found = resolve_target(rack=rack, zone=zone, names=names)
-    ends_at = end_of(starts_at=starts_at, ends_at=ends_at, duration_hours=duration_hours)
+    ends_at = end_of(starts_at=starts_at, ends_at=ends_at, duration_hours=duration_hours, now=now)
     check_times(starts_at=starts_at, ends_at=ends_at, now=now)
     with transaction.atomic():
         _lock_nodes(found)
@@ -206,7 +216,7 @@ def do_change_window(*, window: MaintenanceWindow, user, changes: dict, now=None
         ends_at = changes.get("ends_at")
         if ends_at is None and changes.get("duration_hours") is None:
             ends_at = window.ends_at
-        ends_at = end_of(starts_at=starts_at, ends_at=ends_at, duration_hours=changes.get("duration_hours"))
+        ends_at = end_of(starts_at=starts_at, ends_at=ends_at, duration_hours=changes.get("duration_hours"), now=now)
         check_times(starts_at=starts_at, ends_at=ends_at, now=now)
         _lock_nodes(window.nodes)
         check_no_overlap(names=window.nodes, starts_at=starts_at, ends_at=ends_at, other_than=window.pk)
