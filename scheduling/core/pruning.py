@@ -104,9 +104,9 @@ class Pruning:
         return self.pinned
 
     def room_for(self, rclass: str, per_task: int, units: int, end_at: float) -> bool:
-        """Whether a ready node of `rclass` has room for `per_task` units that no hold or
-        reservation keeps from a job ending at `end_at` (the room a plan may use: see
-        `ReservationBook.limit_for`), and the class `units` free in all. Kept per class
+        """Whether a ready node of `rclass` has room for `per_task` units that no hold,
+        reservation or maintenance window keeps from a job ending at `end_at` (the room a plan
+        may use: see `ReservationBook.limit_for`, `Windows.limit`), and the class `units` free in all. Kept per class
         generation; holds taken without one only ever shrink the room, so a kept answer errs
         towards room."""
         run = self.run
@@ -115,7 +115,10 @@ class Pruning:
         if found is None:
             found = self.rooms[key] = units <= run.state.free_units.get(rclass, 0) and any(
                 cap is None or cap >= per_task
-                for cap in map(run.book.limit_for(end_at) or _no_limit, run.state.slots_by_free(rclass, per_task))
+                for cap in map(
+                    run.windows.limit(end_at, run.book.limit_for(end_at)) or _no_limit,
+                    run.state.slots_by_free(rclass, per_task),
+                )
             )
         return found
 

@@ -122,3 +122,12 @@ def test_windows_close_nodes_by_end_time():
     assert windows.closed(NOW + 2 * HOUR + 1) == {"z1-r1-n1", "z1-r1-n2"}
     assert windows.variant(NOW + HOUR) == (True,)
     assert windows.variant(NOW + 3 * HOUR) == (False,)
+
+
+def test_a_pass_that_reads_only_actions_keeps_to_the_windows_too():
+    # The simulator's and the forecast's passes prune a team's turns by the least runtime asked.
+    pending = [job(10 + i, runtime=6 * HOUR, age=300 - i) for i in range(3)] + [job(20, runtime=HOUR, age=10)]
+    snap = with_windows(RACK_R1, pending=pending, running_jobs=R2_BUSY)
+    actions = Scheduler(actions_only=True).schedule(snap)
+    assert [(p.job_id, [t.node for t in p.tasks]) for p in actions.placements] == [(20, ["z1-r1-n1"])]
+    assert actions.placements == schedule(snap).placements
