@@ -1,27 +1,45 @@
 """What would let a waiting job start sooner: the same job reshaped, tried against the cluster
 as it is now. Each suggestion is one change a user can make to the spec."""
 
+import math
 from dataclasses import replace
 
+from scheduling.core.maintenance import Windows
 from scheduling.core.model import JobShape, Topology
-from scheduling.core.placement import plan
+from scheduling.core.placement import Limit, plan
 from scheduling.core.state import ClusterState
 
 
-def fits_now(state: ClusterState, shape: JobShape) -> bool:
-    return plan(state, shape) is not None
+def fits_now(state: ClusterState, shape: JobShape, limit: Limit | None = None) -> bool:
+    """`limit`: the maintenance windows' (`Windows.limit`) for the job's end, if any."""
+    return plan(state, shape, limit) is not None
 
 
-def suggestions(state: ClusterState, shape: JobShape, gpu_types: list[str], *, most: int = 4) -> list[str]:
+def suggestions(
+    state: ClusterState, shape: JobShape, gpu_types: list[str], *, most: int = 4, limit: Limit | None = None
+) -> list[str]:
     """Spec changes under which the job would fit on the free room right now, in the order a
     user would least mind: smaller tasks, a looser topology, another GPU type, fewer GPUs."""
     found = []
     for change, reshaped in _variants(shape, gpu_types):
-        if fits_now(state, reshaped):
+        if fits_now(state, reshaped, limit):
             found.append(change)
         if len(found) == most:
             break
     return found
+
+
+def before_window(state: ClusterState, shape: JobShape, windows: Windows, *, now: float, end_at: float) -> str | None:
+    """The time limit under which the job, kept off room by a maintenance window it would run
+    into, fits now: "fits now with a time limit of at most 1.5 h (ending before maintenance #7)"."""
+    chosen = plan(state, shape)
+    if chosen is None or plan(state, shape, windows.limit(end_at, None)) is not None:
+        return None
+    window = windows.first_on([slot.name for slot, _ in chosen], end_at)
+    hours = math.floor((window.start_at - now) / 36) / 100 if window is not None else 0
+    if hours <= 0:
+        return None
+    return f"fits now with a time limit of at most {hours:g} h (ending before maintenance #{window.window_id})"
 
 
 def _variants(shape: JobShape, gpu_types: list[str]):

@@ -9,9 +9,11 @@ from django.conf import settings
 from django.utils import timezone
 
 from scheduling.cluster import load_nodes, load_running
+from scheduling.core.maintenance import Windows
 from scheduling.core.reasons import CATEGORY, ReasonCode
 from scheduling.core.state import ClusterState
-from scheduling.core.whatif import fits_now, suggestions
+from scheduling.core.whatif import before_window, fits_now, suggestions
+from scheduling.maintenance import load_windows
 from scheduling.models import Job, JobState
 from scheduling.services import job_shape
 
@@ -55,14 +57,20 @@ def explain_job(job: Job) -> Why:
 
 
 def what_would_help(job: Job) -> Help:
-    """Reshapes of the job that fit the free room now: loads every node and running task, so
-    it runs when a user asks, never on a render."""
+    """Reshapes of the job that fit the free room now, off the nodes of any maintenance window
+    its time limit would run into (and the limit that would fit before one): loads every node,
+    running task and window, so it runs when a user asks, never on a render."""
     state, _ = cluster_now()
     shape = job_shape(job.spec)
+    now = timezone.now()
+    windows = Windows(load_windows(now), now.timestamp())
+    end_at = now.timestamp() + job.max_runtime_hours * 3600
+    limit = windows.limit(end_at, None)
+    shorter = before_window(state, shape, windows, now=now.timestamp(), end_at=end_at)
     return Help(
-        at=timezone.now(),
-        fits_as_is=fits_now(state, shape),
-        suggestions=suggestions(state, shape, settings.MLQ_GPU_TYPES),
+        at=now,
+        fits_as_is=fits_now(state, shape, limit),
+        suggestions=[*([shorter] if shorter else []), *suggestions(state, shape, settings.MLQ_GPU_TYPES, limit=limit)],
     )
 
 

@@ -65,6 +65,8 @@ def submit(api, *, hours: float, gpus: int = 8) -> Job:
         ({"rack": ""}, "rack", "give exactly one of rack, zone or names."),
         ({"reason": ""}, "reason", "This field may not be blank."),
         ({"starts_at": "tomorrow"}, "starts_at", None),
+        ({"starts_at": "2027-04-21T10:00:00Z"}, "starts_at", "must be within a year from now."),
+        ({"starts_at": "9999-12-31T23:00:00Z"}, "starts_at", "must be within a year from now."),
     ],
 )
 def test_bad_windows_are_refused_naming_the_field(clock, api, overrides, field, message):
@@ -144,6 +146,10 @@ def test_a_long_job_is_kept_off_the_windows_and_a_short_one_is_not(clock, api, l
         f"rack z1-r1 drains at 10:00 UTC for 4 h (maintenance #{first.pk}); this job's 6 h time limit would run into it"
     )
     assert Task.objects.get(job=short).node.rack in ("z1-r1", "z2-r1")
+    # "What would help" tries the free room off the windows too, and names the limit that fits.
+    why = api("alice").get(f"/api/v1/jobs/{long.pk}/why").json()
+    assert why["reason"]["code"] == "MAINTENANCE"
+    assert why["suggestions"][0] == f"fits now with a time limit of at most 1 h (ending before maintenance #{first.pk})"
     # Once z2-r1's window is cancelled, the long job goes there.
     api("ops").delete(f"/api/v1/maintenance/{later.pk}")
     run_pass(epoch=leader)
