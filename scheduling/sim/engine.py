@@ -35,8 +35,9 @@ from scheduling.sim.gate import DecisionGate, Watched
 from scheduling.sim.trace import TraceJob
 
 ARRIVE, FINISH, STOP, FAIL, RECOVER, TICK, SAMPLE = "arrive", "finish", "stop", "fail", "recover", "tick", "sample"
+WINDOW_ENDS = "window_ends"
 # At one instant: free what ends first, then take arrivals, then ask the policy once.
-EVENT_ORDER = {FINISH: 0, STOP: 0, FAIL: 1, RECOVER: 1, ARRIVE: 2, TICK: 3, SAMPLE: 3}
+EVENT_ORDER = {FINISH: 0, STOP: 0, FAIL: 1, RECOVER: 1, WINDOW_ENDS: 1, ARRIVE: 2, TICK: 3, SAMPLE: 3}
 
 
 @dataclass(frozen=True)
@@ -175,6 +176,8 @@ class Simulation:
         for placement, end_at in self.running_at_start:
             self._resume(placement, end_at)
         self._plan_failures()
+        for window in self.maintenance:  # its nodes take long jobs again: the policy is asked then
+            self._at(window.end_at, WINDOW_ENDS, window.window_id)
         if self.jobs and self.config.tick_s:
             self._at(self.config.tick_s, TICK, None)
         if self.jobs and self.config.sample_s:
@@ -364,6 +367,9 @@ class Simulation:
         self.node_state[node_name] = core.NodeState.READY
         if self.gate is not None:
             self.gate.node_ready(node_name, True)
+
+    def _on_window_ends(self, _window_id: int) -> None:
+        self.matters = True
 
     def _on_tick(self, _) -> None:
         """Only a policy whose order changes with time alone (aging, wait bounds) needs it."""

@@ -131,3 +131,16 @@ def test_a_pass_that_reads_only_actions_keeps_to_the_windows_too():
     actions = Scheduler(actions_only=True).schedule(snap)
     assert [(p.job_id, [t.node for t in p.tasks]) for p in actions.placements] == [(20, ["z1-r1-n1"])]
     assert actions.placements == schedule(snap).placements
+
+
+def test_the_forecast_starts_a_long_job_after_the_window_not_on_its_rack_before():
+    from scheduling.sim.forecast import forecast
+
+    nodes = cluster(rack("z1-r1", 1))
+    window = MaintenanceWindow(7, "rack z1-r1", ("z1-r1-n1",), NOW + 2 * HOUR, NOW + 3 * HOUR)
+    pending = [job(10, runtime=6 * HOUR), job(11, runtime=HOUR, age=30)]
+    snap = replace(snapshot(nodes, pending=pending), maintenance=(window,))
+    starts = forecast(snap).latest
+    assert starts[11] == NOW  # ends before the window: it starts now
+    assert NOW + 3 * HOUR <= starts[10] <= NOW + 3 * HOUR + 600  # once the window is over
+    assert forecast(snapshot(nodes, pending=pending)).latest[10] == NOW + HOUR  # without it: after job 11
