@@ -341,9 +341,10 @@ def load_windows(now) -> tuple[core.MaintenanceWindow, ...]:
     longest time limit a job may have (no job can run into a later one)."""
     horizon = now + timedelta(hours=settings.MLQ_MAX_RUNTIME_HOURS)
     rows = MaintenanceWindow.objects.filter(state__in=OPEN, starts_at__lt=horizon, ends_at__gt=now)
+    fields = ("id", "target", "nodes", "starts_at", "ends_at", "drained")
     return tuple(
-        core.MaintenanceWindow(pk, target, tuple(names), starts_at.timestamp(), ends_at.timestamp())
-        for pk, target, names, starts_at, ends_at in rows.values_list("id", "target", "nodes", "starts_at", "ends_at")
+        core.MaintenanceWindow(pk, target, tuple(names), starts_at.timestamp(), ends_at.timestamp(), tuple(drained))
+        for pk, target, names, starts_at, ends_at, drained in rows.values_list(*fields)
     )
 
 

@@ -380,6 +380,9 @@ class MaintenanceWindow:
     nodes: tuple[str, ...]
     start_at: float
     end_at: float
+    # The nodes it drained, once it has started: they take work again at its end (the simulator
+    # and the forecast bring them back then).
+    drained: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

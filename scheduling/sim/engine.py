@@ -368,8 +368,14 @@ class Simulation:
         if self.gate is not None:
             self.gate.node_ready(node_name, True)
 
-    def _on_window_ends(self, _window_id: int) -> None:
+    def _on_window_ends(self, window_id: int) -> None:
+        """Long jobs may go to its nodes again, and the nodes it drained take work again (as
+        the window's end uncordons them; one failed meanwhile comes back on its own)."""
         self.matters = True
+        window = next(w for w in self.maintenance if w.window_id == window_id)
+        for name in window.drained:
+            if self.node_state.get(name) in (core.NodeState.DRAINING, core.NodeState.CORDONED):
+                self._on_recover(name)
 
     def _on_tick(self, _) -> None:
         """Only a policy whose order changes with time alone (aging, wait bounds) needs it."""

@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from scheduling.core.maintenance import Windows
-from scheduling.core.model import MaintenanceWindow
+from scheduling.core.model import MaintenanceWindow, NodeState
 from scheduling.core.reasons import ReasonCode
 from scheduling.core.scheduler import Pass, Scheduler, schedule
 from tests.unit.core.builders import HOUR, NOW, cluster, job, placed_nodes, rack, running, snapshot
@@ -144,3 +144,14 @@ def test_the_forecast_starts_a_long_job_after_the_window_not_on_its_rack_before(
     assert starts[11] == NOW  # ends before the window: it starts now
     assert NOW + 3 * HOUR <= starts[10] <= NOW + 3 * HOUR + 600  # once the window is over
     assert forecast(snapshot(nodes, pending=pending)).latest[10] == NOW + HOUR  # without it: after job 11
+
+
+def test_the_forecast_brings_an_active_window_s_nodes_back_at_its_end():
+    from scheduling.sim.forecast import forecast
+
+    nodes = cluster(rack("z1-r1", 1, state=NodeState.DRAINING), rack("z1-r2", 1, state=NodeState.CORDONED))
+    window = MaintenanceWindow(
+        7, "2 nodes", ("z1-r1-n1", "z1-r2-n1"), NOW - HOUR, NOW + HOUR, drained=("z1-r1-n1",)
+    )  # z1-r2-n1: an admin's cordon, which the window's end leaves alone
+    snap = replace(snapshot(nodes, pending=[job(10, runtime=HOUR / 2)]), maintenance=(window,))
+    assert forecast(snap).latest[10] == NOW + HOUR
