@@ -2,7 +2,7 @@
 call scheduling/maintenance.py, serialize."""
 
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import exceptions, serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -67,7 +67,10 @@ def _admin_only(request: Request) -> None:
 
 
 class WindowList(APIView):
-    @extend_schema(responses=WindowSerializer(many=True))
+    @extend_schema(
+        parameters=[OpenApiParameter("state", str, enum=MaintenanceState.values, description="default: open ones")],
+        responses=WindowSerializer(many=True),
+    )
     def get(self, request: Request) -> Response:
         """Windows soonest first: the open ones (scheduled, active), or `?state=` any state."""
         _admin_only(request)
