@@ -9,7 +9,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('scheduling', '0030_usage_rollup'),
+        ('scheduling', '0031_node_health'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
