@@ -4,7 +4,8 @@
 #
 #   entrypoint.sh migrate                 apply migrations (once per release; a one-shot job)
 #   entrypoint.sh wait-for-migrations     exit 0 once no migration is left to apply (an init step)
-#   entrypoint.sh web [daphne args]       the web tier: daphne on 0.0.0.0:$PORT (8000), /healthz
+#   entrypoint.sh web [daphne args]       the web tier: $MLQ_WEB_WORKERS daphne processes (default: one
+#                                         per CPU) sharing 0.0.0.0:$PORT (8000), /healthz
 #   entrypoint.sh scheduler [args]        manage.py run_scheduler: any number, one leads
 #   entrypoint.sh worker [celery args]    a Celery worker (grace timers, notifications)
 #   entrypoint.sh beat [celery args]      Celery beat (schedules' and notifications' fast path)
@@ -88,8 +89,9 @@ case "$ROLE" in
     ;;
   web)
     require_env DATABASE_URL REDIS_URL SECRET_KEY
+    # One daphne uses one core: mlqueue.webserver runs MLQ_WEB_WORKERS of them on the one port.
     # --proxy-headers: the client's address and scheme from the ingress's X-Forwarded-* headers.
-    exec daphne -b "${BIND_ADDRESS:-0.0.0.0}" -p "${PORT:-8000}" --proxy-headers "$@" mlqueue.asgi:application
+    exec python -m mlqueue.webserver -b "${BIND_ADDRESS:-0.0.0.0}" -p "${PORT:-8000}" --proxy-headers "$@"
     ;;
   scheduler)
     require_env DATABASE_URL REDIS_URL SECRET_KEY
