@@ -457,6 +457,9 @@ MLQ_LOGIN_WINDOW_S = env_positive("MLQ_LOGIN_WINDOW_S", 600)
 # Job submissions per user (POST /api/v1/jobs). Arrays and sweeps are one submit; a script
 # submitting one job a second stays under it. Benchmarks that submit over HTTP may raise it.
 MLQ_SUBMIT_RATE = env_rate("MLQ_SUBMIT_RATE", "120/minute")
+# Seconds a web process remembers an API token it accepted (teams/authentication.py): revoking
+# it, or changing its user, still takes effect at the next request. 0: read it every request.
+MLQ_TOKEN_CACHE_S = env_int("MLQ_TOKEN_CACHE_S", 10)
 # A live-view socket re-reads its user's teams (and that the user is still active and logged
 # in) when its cached copy is older than this, on the next event it receives.
 MLQ_WS_RECHECK_S = float(os.environ.get("MLQ_WS_RECHECK_S", "30"))

@@ -7,3 +7,6 @@ class TeamsConfig(AppConfig):
 
     def ready(self):
         from teams import schema  # noqa: F401  registers the OpenAPI auth scheme
+        from teams.authentication import forget_on_change
+
+        forget_on_change()

@@ -9,6 +9,7 @@ from django.db.models import Sum
 from django.utils import timezone
 from rest_framework.exceptions import ValidationError
 
+from teams.authentication import forget_api_tokens
 from teams.models import ApiToken, AuditEvent, EventKind, Quota, ReportedGpuType, Team
 
 OVER_PARENT = "{team} and its sibling teams would be guaranteed {total} {rclass}, more than {parent}'s {parent_amount}."
@@ -110,6 +111,7 @@ def do_revoke_token(*, token: ApiToken, actor) -> bool:
     with transaction.atomic():
         if not ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(revoked_at=timezone.now()):
             return False
+        forget_api_tokens()
         token.refresh_from_db(fields=["revoked_at"])
         _audit_token(token=token, actor=actor, reason="API_TOKEN_REVOKED", message="revoked")
     return True

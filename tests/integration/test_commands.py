@@ -13,6 +13,7 @@ from django.core.management import CommandError, call_command
 
 from scheduling.models import Node
 from teams.models import ApiToken, AuditEvent, Membership, Quota, Team, hash_token
+from teams.services import do_revoke_token
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -79,7 +80,9 @@ def test_revoked_token_is_refused(api, demo):
     client = api(None)
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {out.getvalue().strip()}")
     assert client.get("/api/v1/jobs").status_code == 200
-    ApiToken.objects.update(revoked_at="2026-01-01T00:00:00Z")
+    # Through the service, as the API, the pages and the admin revoke: the web processes that
+    # remember the token forget it (teams/authentication.py).
+    do_revoke_token(token=ApiToken.objects.get(), actor=get_user_model().objects.get(username="ops"))
     assert client.get("/api/v1/jobs").status_code == 401
 
 

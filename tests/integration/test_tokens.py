@@ -7,6 +7,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import time_machine
 from django.core.cache import cache
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
 from mlqueue.text import INVISIBLE
@@ -17,7 +19,7 @@ from teams.api import (
     ONLY_ADMINS_LIST_OTHERS,
     WRONG_CREDENTIALS,
 )
-from teams.authentication import INVALID_TOKEN, TOKEN_EXPIRED
+from teams.authentication import GENERATION_KEY, INVALID_TOKEN, TOKEN_EXPIRED
 from teams.login_limits import LOCKED_USER
 from teams.models import ApiToken, AuditEvent, EventKind, hash_token
 from teams.serializers import NOT_A_STRING
@@ -378,3 +380,63 @@ def test_the_django_admins_revoke_action_is_audited(logged_in):
     assert ApiToken.objects.get(pk=bobs["id"]).revoked_at == START
     (event,) = security_events("API_TOKEN_REVOKED")
     assert event.actor_name == "ops" and event.data["user"] == "bob"
+
+
+# --- the web process's memory of accepted tokens (teams/authentication.py) -------------------
+
+
+def token_reads(client: APIClient, path: str = TOKENS) -> int:
+    """The queries of one request that read API tokens."""
+    with CaptureQueriesContext(connection) as captured:
+        assert client.get(path).status_code == 200
+    return sum('FROM "teams_apitoken"' in query["sql"] and "last_used_at" in query["sql"] for query in captured)
+
+
+def test_an_accepted_token_is_not_read_again_within_the_ttl(settings):
+    settings.MLQ_TOKEN_CACHE_S = 60
+    client = bearer(exchange().json()["token"])
+    assert token_reads(client, "/api/v1/teams") == 1
+    assert token_reads(client, "/api/v1/teams") == 0
+    settings.MLQ_TOKEN_CACHE_S = 0  # off: read at every request
+    assert token_reads(client, "/api/v1/teams") == 1
+
+
+def test_a_remembered_token_revoked_through_the_api_is_refused_at_once(settings, api):
+    settings.MLQ_TOKEN_CACHE_S = 60
+    created = exchange().json()
+    client = bearer(created["token"])
+    assert client.get("/api/v1/teams").status_code == 200  # now remembered
+    assert api("ops").delete(f"{TOKENS}/{created['id']}").status_code == 204
+    refused = client.get("/api/v1/teams")
+    assert refused.status_code == 401 and refused.json()["detail"] == INVALID_TOKEN
+
+
+def test_a_remembered_token_of_a_deactivated_user_is_refused_at_once(settings, user):
+    settings.MLQ_TOKEN_CACHE_S = 60
+    client = bearer(exchange().json()["token"])
+    assert client.get("/api/v1/teams").status_code == 200
+    alice = user("alice")
+    alice.is_active = False
+    alice.save()  # as the admin's user page does
+    assert client.get("/api/v1/teams").status_code == 401
+
+
+def test_a_remembered_token_still_expires_on_time(settings, limits):
+    settings.MLQ_TOKEN_CACHE_S = 3600
+    client = bearer(exchange(expires_in_days=1).json()["token"])
+    assert client.get("/api/v1/teams").status_code == 200
+    limits.shift(timedelta(days=1))
+    refused = client.get("/api/v1/teams")
+    assert refused.status_code == 401 and refused.json()["detail"].startswith("This token expired at")
+
+
+def test_a_token_change_reaches_every_process_through_the_cache(settings):
+    """Another web process revoking: all this one shares with it is the cache's generation."""
+    settings.MLQ_TOKEN_CACHE_S = 60
+    created = exchange().json()
+    client = bearer(created["token"])
+    assert client.get("/api/v1/teams").status_code == 200
+    ApiToken.objects.filter(pk=created["id"]).update(revoked_at=START)  # behind this process's back
+    assert client.get("/api/v1/teams").status_code == 200  # remembered: up to MLQ_TOKEN_CACHE_S
+    cache.set(GENERATION_KEY, "written by another process")
+    assert client.get("/api/v1/teams").status_code == 401
