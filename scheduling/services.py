@@ -176,7 +176,10 @@ def _create_job(*, user, team: Team, spec: dict, digest: str, secret_env_ciphert
         what = _group_description(job, len(children), what)
         data["children"] = len(children)
     else:
-        Task.objects.bulk_create([Task(job=job, rank=rank, updated_at=now) for rank in range(job.task_count)])
+        tasks = Task.objects.bulk_create([Task(job=job, rank=rank, updated_at=now) for rank in range(job.task_count)])
+        # Kept on the job as a prefetch would have loaded them: the submit's answer
+        # (JobDetailSerializer) then reads nothing back.
+        job._prefetched_objects_cache = {"tasks": tasks, **({} if spec["depends_on"] else {"depends_on": []})}
     if spec["depends_on"]:
         JobDependency.objects.bulk_create(
             [

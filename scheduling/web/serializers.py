@@ -1,5 +1,7 @@
 """How jobs, tasks and events look in the API (output only; input is spec.JobSpecSerializer)."""
 
+import copy
+
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
@@ -11,12 +13,24 @@ from scheduling.secrets import masked_spec
 from teams.models import AuditEvent
 
 
+class FieldsBuiltOnce:
+    """A ModelSerializer derives its fields from the model's meta for every instance: 2 ms of
+    every submit's answer. This keeps the first instance's fields, per class, and gives each
+    later instance a copy (DRF copies the declared fields per instance the same way)."""
+
+    def get_fields(self):
+        cls = type(self)
+        if "_fields_built" not in cls.__dict__:
+            cls._fields_built = super().get_fields()
+        return copy.deepcopy(cls._fields_built)
+
+
 class PendingReasonSerializer(serializers.Serializer):
     code = serializers.CharField()
     message = serializers.CharField()
 
 
-class TaskSerializer(serializers.ModelSerializer):
+class TaskSerializer(FieldsBuiltOnce, serializers.ModelSerializer):
     node = serializers.CharField(source="node.name", default=None)
 
     class Meta:
@@ -60,7 +74,7 @@ class GroupSerializer(serializers.Serializer):
     run_dir = serializers.CharField(required=False, help_text="a pipeline: the run's {run_dir}")
 
 
-class JobSerializer(serializers.ModelSerializer):
+class JobSerializer(FieldsBuiltOnce, serializers.ModelSerializer):
     team = serializers.CharField(source="team.name")
     owner = serializers.CharField(source="owner.username")
     tasks = serializers.IntegerField(source="task_count")
@@ -189,6 +203,9 @@ class JobDetailSerializer(JobSerializer):
 
     @extend_schema_field(DependencyEntrySerializer(many=True))
     def get_dependencies(self, job: Job) -> list[dict]:
+        loaded = getattr(job, "_prefetched_objects_cache", {}).get("depends_on")
+        if loaded is not None and len(loaded) == 0:
+            return []  # depends_on was loaded (prefetched) and is empty: no condition to look up
         rows = JobDependency.objects.filter(from_job=job).order_by("to_job_id").values_list("to_job_id", "condition")
         return [{"job": job_id, "on": condition} for job_id, condition in rows]
 

@@ -167,3 +167,34 @@ def test_depends_on_links_jobs(api):
     )
     assert second.status_code == 201
     assert second.json()["depends_on"] == [first.json()["id"]]
+
+
+def test_a_plain_submit_does_a_fixed_number_of_queries(api, django_assert_num_queries):
+    """With its token remembered: the team, the user's memberships, the inventory (can it ever
+    run), whether the client_job_id exists; then, in one transaction (a savepoint here, inside
+    the test's), the job, its task and its SUBMITTED event. The answer reads nothing back."""
+    client = api("alice")
+    client.get("/api/v1/teams")  # the token is now remembered
+    with django_assert_num_queries(9):
+        response = client.post("/api/v1/jobs", make_spec(client_job_id="q", resources={"gpu_count": 1}), format="json")
+    assert response.status_code == 201, response.json()
+    job = Job.objects.get(pk=response.json()["id"])
+    assert response.json()["tasks"] == [
+        {
+            "rank": 0,
+            "state": "PENDING",
+            "node": None,
+            "gpu_indices": [],
+            "attempt": 0,
+            "epoch": 0,
+            "failure_class": "",
+            "exit_code": None,
+            "assigned_at": None,
+            "started_at": None,
+            "finished_at": None,
+            "last_checkpoint_at": None,
+            "checkpoint_step": None,
+        }
+    ]
+    # The same answer as reading the job back (GET), but for what changes by reading it.
+    assert response.json() == client.get(f"/api/v1/jobs/{job.pk}").json()
