@@ -10,7 +10,7 @@ is the record again."""
 
 from django.core.cache.backends.base import DEFAULT_TIMEOUT
 from django.core.cache.backends.locmem import LocMemCache
-from django.core.cache.backends.redis import RedisCache
+from django.core.cache.backends.redis import RedisCache, RedisCacheClient
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -32,11 +32,28 @@ def breaker_for(location: str) -> RedisBreaker:
     return _breakers[location]
 
 
+# Connection pools per process and server: see SharedPoolsClient.
+_pools: dict[str, dict] = {}
+
+
+class SharedPoolsClient(RedisCacheClient):
+    """Django's Redis client, with its connection pools kept per process rather than per client.
+    Django builds a cache backend, and with it a client and its pools, per thread and under
+    ASGI per request: every request that touched the cache (the submit throttle, the API
+    token check) opened a new connection to Redis and closed it. redis-py's pools are
+    thread-safe, start afresh after a fork, and check a connection as they hand it out."""
+
+    def __init__(self, servers, **options):
+        super().__init__(servers, **options)
+        self._pools = _pools.setdefault(repr((servers, sorted(options.items()))), {})
+
+
 class FallbackRedisCache(RedisCache):
     """Django's RedisCache, answered from this process's memory while Redis fails."""
 
     def __init__(self, server, params):
         super().__init__(server, params)
+        self._class = SharedPoolsClient
         # LocMemCache instances of one name share their storage: one memory per process.
         self.memory = LocMemCache(f"mlqueue-fallback:{server}", {**params, "OPTIONS": {"MAX_ENTRIES": MEMORY_ENTRIES}})
         self.breaker = breaker_for(str(server))

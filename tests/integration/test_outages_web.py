@@ -293,6 +293,22 @@ def test_the_cache_comes_back_to_redis_after_an_outage(settings, caplog):
     assert messages == ["Redis unavailable for the cache", "Redis is back for the cache"]
 
 
+def test_the_cache_backends_of_a_process_share_their_redis_connections(settings):
+    """Django builds a cache backend per thread, and per request under ASGI: they draw on one
+    connection pool, so a request does not open (and close) a Redis connection of its own."""
+    backends = [FallbackRedisCache(settings.REDIS_URL, settings.CACHES["default"]) for _ in range(2)]
+    other_thread = threading.Thread(
+        target=lambda: backends.append(FallbackRedisCache(settings.REDIS_URL, settings.CACHES["default"]))
+    )
+    other_thread.start()
+    other_thread.join()
+    backends[0].set("shared-pool", "seen", 5)
+    assert [backend.get("shared-pool") for backend in backends] == ["seen"] * 3
+    pools = {id(backend._cache._get_connection_pool(write=True)) for backend in backends}
+    assert len(pools) == 1
+    backends[0].delete("shared-pool")
+
+
 # --- Redis down: Celery.
 
 
