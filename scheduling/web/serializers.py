@@ -50,6 +50,7 @@ class TaskSerializer(FieldsBuiltOnce, serializers.ModelSerializer):
             "last_checkpoint_at",
             "checkpoint_step",
         ]
+        read_only_fields = fields  # output only: no validators to build for every answer
         extra_kwargs = {
             "last_checkpoint_at": {
                 "help_text": "this attempt's last checkpoint the job confirmed (null: none yet; "
@@ -117,6 +118,7 @@ class JobSerializer(FieldsBuiltOnce, serializers.ModelSerializer):
             "schedule",
             "scheduled_for",
         ]
+        read_only_fields = fields  # output only: no validators to build for every answer
         extra_kwargs = {
             "params": {"help_text": "a sweep's trial: its parameters"},
             "scheduled_for": {"help_text": "a schedule's run: the fire time it is the run of (UTC)"},
@@ -192,6 +194,7 @@ class JobDetailSerializer(JobSerializer):
             "updated_at",
             "last_checkpoint_at",
         ]
+        read_only_fields = fields
         extra_kwargs = {
             **JobSerializer.Meta.extra_kwargs,
             "last_checkpoint_at": {"help_text": "the latest checkpoint any attempt of the job confirmed"},
