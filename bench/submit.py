@@ -46,6 +46,7 @@ from bench.latency import manage, recreate_database  # noqa: E402
 TEAM = "research-foundation-models"
 SPEC = {"name": "bench-submit", "team": TEAM, "command": ["true"], "resources": {"gpu_count": 1, "gpu_type": "H100"}}
 WARMUP_PER_CONNECTION = 2
+BARRIER_TIMEOUT_S = 600
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -137,9 +138,10 @@ def load_process(port: int, token: str, plans: list[dict], queue) -> None:
         conn = Connection(port, token)
         for cid in plan["warmup"]:
             conn.submit(cid)
-        plan["barrier"].wait()
+        # With a timeout: a connection must not outlive a run whose main process gave up.
+        plan["barrier"].wait(timeout=BARRIER_TIMEOUT_S)
         timed = [(cid, *conn.submit(cid)) for cid in plan["timed"]]
-        plan["barrier"].wait()
+        plan["barrier"].wait(timeout=BARRIER_TIMEOUT_S)
         again = [(cid, *conn.submit(cid)) for cid in plan["again"]]
         answers[index] = {"timed": timed, "again": again}
 
@@ -179,10 +181,10 @@ def run_load(args, port: int, token: str, web_pid: int) -> tuple[list[dict], flo
     workers = [multiprocessing.Process(target=load_process, args=(port, token, share, queue)) for share in shares]
     for worker in workers:
         worker.start()
-    barrier.wait(timeout=300)  # every warm-up sent: every web worker is up
+    barrier.wait(timeout=BARRIER_TIMEOUT_S)  # every warm-up sent: every web worker is up
     WATCHED["web"] = process_tree(web_pid)
     began, web_cpu_before = time.perf_counter(), cpu_now()
-    barrier.wait(timeout=600)  # every timed submit answered
+    barrier.wait(timeout=BARRIER_TIMEOUT_S)  # every timed submit answered
     seconds, web_cpu = time.perf_counter() - began, cpu_delta(web_cpu_before)
     reports = [queue.get(timeout=600) for _ in workers]
     for worker in workers:

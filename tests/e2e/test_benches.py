@@ -69,6 +69,31 @@ def test_heartbeat_bench_measures_the_web_tier():
     assert figures["heartbeats"] > 0 and figures["errors"] == 0
 
 
+def test_submit_bench_measures_the_web_tier_and_idempotency():
+    figures = run_bench(
+        "bench/submit.py",
+        "--jobs",
+        "20",
+        "--clients",
+        "2",
+        "--load-processes",
+        "1",
+        "--web",
+        "2",
+        "--resubmits",
+        "4",
+        "--races",
+        "2",
+        "--database-url",
+        scratch_database_url("bench_submit_smoke"),
+        "--redis-url",
+        HEARTBEATS_REDIS_URL,
+    )
+    assert figures["jobs"] == 20 and figures["errors"] == 0 and figures["web_processes"] == 3
+    assert figures["idempotency_wrong_answers"] == 0 and figures["extra_rows"] == 0
+    assert figures["job_rows"] == figures["distinct_client_job_ids"] == 2 * 2 + 20 + 2
+
+
 def test_queue_page_bench_renders_every_view():
     figures = run_bench(
         "bench/queue_page.py",
