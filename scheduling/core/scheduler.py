@@ -194,8 +194,8 @@ class Pass:
         self.preemptions: list[Preemption] = []
         self.pending: dict[int, PendingReason] = {}
         self.blocked: dict[int, PendingJob] = {}
-        # Per class, the job left blocked so far in the pass that asks the fewest units (see
-        # `_reclaim_waits_turn`).
+        # Per class, the job left blocked so far in the pass that asks the fewest units, of
+        # those that take a turn (see `_reclaim_waits_turn`, `_takes_turn`).
         self.least_blocked: dict[str, PendingJob] = {}
         self.placed_units: dict[str, int] = defaultdict(int)
         self.searches = 0
@@ -347,13 +347,14 @@ class Pass:
             self._variant(rclass, job.max_runtime_s),
             self._reclaim_stage(job),
             self._may_reclaim_yet(job),
-            self._turn(rclass),
+            self._turn(job, rclass),
         )
 
-    def _turn(self, rclass: str) -> int | None:
-        """What `_reclaim_waits_turn` reads besides the job: the blocked job it would name."""
+    def _turn(self, job: PendingJob, rclass: str) -> int | None:
+        """What `_reclaim_waits_turn` reads besides the job's shape: the blocked job it would
+        name (None for a job it spares)."""
         least = self.least_blocked.get(rclass) if self.config.reclaim_in_turn else None
-        return None if least is None else least.job_id
+        return None if least is None or self._spared_turn(job) else least.job_id
 
     def _variant(self, rclass: str, runtime: float) -> tuple:
         """`book.variant` for a job running `runtime`, again only once the book grew."""
@@ -386,16 +387,33 @@ class Pass:
 
     def _block(self, job: PendingJob) -> None:
         self.blocked[job.job_id] = job
-        least = self.least_blocked.get(job.resource_class)
-        if least is None or job.shape.units < least.shape.units:
-            self.least_blocked[job.resource_class] = job
+        rclass = job.resource_class
+        least = self.least_blocked.get(rclass)
+        if (least is None or job.shape.units < least.shape.units) and self._takes_turn(job):
+            self.least_blocked[rclass] = job
+
+    def _takes_turn(self, job: PendingJob) -> bool:
+        """Whether `job`, left blocked, waits before later owners for the room they would
+        reclaim: any job, or with `reclaim_turn_borrowers_only` one whose team would borrow to
+        start it (the ledger only grows within a pass, so it would borrow later too)."""
+        config = self.config
+        return not config.reclaim_turn_borrowers_only or self.ledger.would_borrow(
+            job.team, job.resource_class, job.shape.units
+        )
+
+    def _spared_turn(self, job: PendingJob) -> bool:
+        """With `reclaim_turn_spares_overdue`, a job waiting past the reservation bound
+        reclaims whoever waits before it."""
+        config = self.config
+        return config.reclaim_turn_spares_overdue and self.now - job.submitted_at > config.reservation_wait_bound_s
 
     def _reclaim_waits_turn(self, job: PendingJob) -> PendingJob | None:
         """With `reclaim_in_turn`, the job before `job` in this pass's order that was left
         waiting for room `job` would free by reclaiming (it asks no more units): the next pass
         would give it that room before `job`, which would then evict again. None: `job` may
-        reclaim. Only ever more jobs are blocked within a pass, so a refusal stays one."""
-        if not self.config.reclaim_in_turn:
+        reclaim (also when it is spared the rule, see `_spared_turn`). Only ever more jobs are
+        blocked within a pass, so a refusal stays one."""
+        if not self.config.reclaim_in_turn or self._spared_turn(job):
             return None
         least = self.least_blocked.get(job.resource_class)
         return least if least is not None and least.shape.units <= job.shape.units else None

@@ -108,3 +108,69 @@ def test_with_nobody_over_a_guarantee_the_reason_is_the_capacity_one():
     decisions = schedule(state)
     assert decisions.preemptions == ()
     assert decisions.pending[3].code == ReasonCode.INSUFFICIENT_CAPACITY
+
+
+def test_an_overdue_owner_reclaims_though_a_job_before_it_waits_when_spared_the_rule():
+    """`reclaim_turn_spares_overdue`: past the reservation bound an owner reclaims whoever
+    waits before it (here the borrower's job, overdue longer, goes first); before it, it waits
+    its turn as without the option."""
+    borrower_job = job(2, gpus=1, team="other", runtime=HOUR / 4, cpus=1, age=3 * HOUR)
+    overdue_owner = job(3, gpus=8, team="vision", age=2.5 * HOUR)
+    in_turn = decide(borrower_job, overdue_owner, reclaim_in_turn=True)
+    assert in_turn.order == (2, 3)
+    assert in_turn.preemptions == ()
+    spared = decide(borrower_job, overdue_owner, reclaim_in_turn=True, reclaim_turn_spares_overdue=True)
+    assert len(spared.preemptions) == 8
+    assert {p.for_job_id for p in spared.preemptions} == {3}
+    assert spared.pending[3].code == ReasonCode.PREEMPTING
+
+    fresh_owner = job(3, gpus=8, team="vision", age=HOUR)
+    waits = decide(borrower_job, fresh_owner, reclaim_in_turn=True, reclaim_turn_spares_overdue=True)
+    assert waits.preemptions == ()
+    assert waits.pending[3].message.startswith(
+        "within team vision's guarantee: it reclaims borrowed H100 once no job before it waits "
+        "for that room (job 2 waits for 1 H100)"
+    )
+
+
+def decide_behind_another_owner(**config):
+    """Team ranking's one-GPU job (within its guarantee, too fresh to reclaim yet) goes before
+    vision's 8-GPU job, which may reclaim."""
+    quotas = teams(vision={"gpu:H100": (16, 0)}, other={"gpu:H100": (0, 64)}, ranking={"gpu:H100": (8, 0)})
+    pending = [job(2, gpus=1, team="ranking", runtime=HOUR / 4, cpus=1), job(3, gpus=8, team="vision", age=HOUR)]
+    state = snapshot(
+        NODES,
+        pending=pending,
+        running_jobs=BORROWERS,
+        team_list=quotas,
+        reclaim_in_turn=True,
+        reclaim_after_wait_s=600,
+        **config,
+    )
+    decisions = schedule(state)
+    assert Scheduler(actions_only=True).schedule(state).preemptions == decisions.preemptions
+    return decisions
+
+
+def test_with_borrowers_only_another_owners_waiting_job_does_not_stop_an_owner():
+    """`reclaim_turn_borrowers_only`: room that goes to another team within its guarantee is
+    a guarantee honoured, not the loop; only a job that would borrow stops the owner."""
+    counted = decide_behind_another_owner()
+    assert counted.order == (2, 3)
+    assert counted.preemptions == ()
+    assert counted.pending[3].message.startswith(
+        "within team vision's guarantee: it reclaims borrowed H100 once no job before it waits "
+        "for that room (job 2 waits for 1 H100)"
+    )
+    borrowers_only = decide_behind_another_owner(reclaim_turn_borrowers_only=True)
+    assert borrowers_only.order == (2, 3)
+    assert {p.for_job_id for p in borrowers_only.preemptions} == {3}
+    assert len(borrowers_only.preemptions) == 8
+
+
+def test_with_borrowers_only_a_borrowers_waiting_job_still_stops_an_owner():
+    borrower_job = job(2, gpus=1, team="other", runtime=HOUR / 4, cpus=1)
+    owner_job = job(3, gpus=8, team="vision")
+    decisions = decide(borrower_job, owner_job, reclaim_in_turn=True, reclaim_turn_borrowers_only=True)
+    assert decisions.preemptions == ()
+    assert decisions.pending[3].code == ReasonCode.PREEMPTION_PENDING
