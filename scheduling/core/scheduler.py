@@ -403,9 +403,16 @@ class Pass:
 
     def _spared_turn(self, job: PendingJob) -> bool:
         """With `reclaim_turn_spares_overdue`, a job waiting past the reservation bound
-        reclaims whoever waits before it."""
+        reclaims whoever waits before it; with `reclaim_turn_spares_reserved`, one that would
+        hold a reservation (the book is part of the class's epoch, see `_epoch`)."""
         config = self.config
-        return config.reclaim_turn_spares_overdue and self.now - job.submitted_at > config.reservation_wait_bound_s
+        if config.reclaim_turn_spares_overdue and self.now - job.submitted_at > config.reservation_wait_bound_s:
+            return True
+        return (
+            config.reclaim_turn_spares_reserved
+            and config.backfill
+            and (self.book.count(job.resource_class) < config.reservations_per_class)
+        )
 
     def _reclaim_waits_turn(self, job: PendingJob) -> PendingJob | None:
         """With `reclaim_in_turn`, the job before `job` in this pass's order that was left

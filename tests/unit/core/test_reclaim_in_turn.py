@@ -174,3 +174,20 @@ def test_with_borrowers_only_a_borrowers_waiting_job_still_stops_an_owner():
     decisions = decide(borrower_job, owner_job, reclaim_in_turn=True, reclaim_turn_borrowers_only=True)
     assert decisions.preemptions == ()
     assert decisions.pending[3].code == ReasonCode.PREEMPTION_PENDING
+
+
+def test_an_owner_that_would_hold_a_reservation_reclaims_when_spared_the_rule():
+    """`reclaim_turn_spares_reserved`: the borrower's job, blocked first, holds the class's
+    first reservation; the owner would hold the second, so it reclaims. With one reservation
+    per class it would hold none, and waits its turn."""
+    borrower_job = job(2, gpus=1, team="other", runtime=HOUR / 4, cpus=1)
+    owner_job = job(3, gpus=8, team="vision")
+    spared = decide(borrower_job, owner_job, reclaim_in_turn=True, reclaim_turn_spares_reserved=True)
+    assert [r.job_id for r in spared.reservations] == [2]
+    assert len(spared.preemptions) == 8
+    assert {p.for_job_id for p in spared.preemptions} == {3}
+    one = decide(
+        borrower_job, owner_job, reclaim_in_turn=True, reclaim_turn_spares_reserved=True, reservations_per_class=1
+    )
+    assert one.preemptions == ()
+    assert one.pending[3].code == ReasonCode.PREEMPTION_PENDING
