@@ -348,13 +348,6 @@ class PolicyConfig:
     # whoever waits before it, so a large job is not kept from its guarantee by a stream of
     # short jobs queued ahead of it.
     reclaim_turn_spares_overdue: bool = False
-    # With `reclaim_in_turn`: so does a job that would hold a reservation if left blocked (one
-    # of the first `reservations_per_class` blocked in its class this pass).
-    reclaim_turn_spares_reserved: bool = False
-    # With `reclaim_in_turn`: only a job whose team would borrow to start (over its guarantee)
-    # counts as waiting before an owner; room that goes to another owner honours a guarantee,
-    # while the loop is a borrower taking the room and being evicted again.
-    reclaim_turn_borrowers_only: bool = False
     # Weigh a victim's past evictions against choosing it again (RunningJob.preemptions).
     eviction_memory: bool = False
     # A job that evicted for priority is nominated to the nodes it will start on, held for it

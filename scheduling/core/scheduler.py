@@ -194,8 +194,8 @@ class Pass:
         self.preemptions: list[Preemption] = []
         self.pending: dict[int, PendingReason] = {}
         self.blocked: dict[int, PendingJob] = {}
-        # Per class, the job left blocked so far in the pass that asks the fewest units, of
-        # those that take a turn (see `_reclaim_waits_turn`, `_takes_turn`).
+        # Per class, the job left blocked so far in the pass that asks the fewest units (see
+        # `_reclaim_waits_turn`).
         self.least_blocked: dict[str, PendingJob] = {}
         self.placed_units: dict[str, int] = defaultdict(int)
         self.searches = 0
@@ -387,32 +387,15 @@ class Pass:
 
     def _block(self, job: PendingJob) -> None:
         self.blocked[job.job_id] = job
-        rclass = job.resource_class
-        least = self.least_blocked.get(rclass)
-        if (least is None or job.shape.units < least.shape.units) and self._takes_turn(job):
-            self.least_blocked[rclass] = job
-
-    def _takes_turn(self, job: PendingJob) -> bool:
-        """Whether `job`, left blocked, waits before later owners for the room they would
-        reclaim: any job, or with `reclaim_turn_borrowers_only` one whose team would borrow to
-        start it (the ledger only grows within a pass, so it would borrow later too)."""
-        config = self.config
-        return not config.reclaim_turn_borrowers_only or self.ledger.would_borrow(
-            job.team, job.resource_class, job.shape.units
-        )
+        least = self.least_blocked.get(job.resource_class)
+        if least is None or job.shape.units < least.shape.units:
+            self.least_blocked[job.resource_class] = job
 
     def _spared_turn(self, job: PendingJob) -> bool:
         """With `reclaim_turn_spares_overdue`, a job waiting past the reservation bound
-        reclaims whoever waits before it; with `reclaim_turn_spares_reserved`, one that would
-        hold a reservation (the book is part of the class's epoch, see `_epoch`)."""
+        reclaims whoever waits before it."""
         config = self.config
-        if config.reclaim_turn_spares_overdue and self.now - job.submitted_at > config.reservation_wait_bound_s:
-            return True
-        return (
-            config.reclaim_turn_spares_reserved
-            and config.backfill
-            and (self.book.count(job.resource_class) < config.reservations_per_class)
-        )
+        return config.reclaim_turn_spares_overdue and self.now - job.submitted_at > config.reservation_wait_bound_s
 
     def _reclaim_waits_turn(self, job: PendingJob) -> PendingJob | None:
         """With `reclaim_in_turn`, the job before `job` in this pass's order that was left

@@ -158,8 +158,6 @@ def snapshots(draw) -> ClusterSnapshot:
         nominate_reclaimers=draw(st.booleans()),
         reclaim_in_turn=draw(st.booleans()),
         reclaim_turn_spares_overdue=draw(st.booleans()),
-        reclaim_turn_spares_reserved=draw(st.booleans()),
-        reclaim_turn_borrowers_only=draw(st.booleans()),
         overdue_first=draw(st.sampled_from([None, 1, 2])),
         order=draw(st.sampled_from(["fair_share", "weighted_shortest"])),
     )
