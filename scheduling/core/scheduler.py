@@ -392,10 +392,10 @@ class Pass:
             self.least_blocked[job.resource_class] = job
 
     def _spared_turn(self, job: PendingJob) -> bool:
-        """With `reclaim_turn_spares_overdue`, a job waiting past the reservation bound
-        reclaims whoever waits before it."""
-        config = self.config
-        return config.reclaim_turn_spares_overdue and self.now - job.submitted_at > config.reservation_wait_bound_s
+        """Whether `job` has waited past `reclaim_turn_bound_s`: it reclaims whoever waits
+        before it."""
+        bound = self.config.reclaim_turn_bound_s
+        return bound is not None and self.now - job.submitted_at > bound
 
     def _reclaim_waits_turn(self, job: PendingJob) -> PendingJob | None:
         """With `reclaim_in_turn`, the job before `job` in this pass's order that was left
