@@ -344,10 +344,6 @@ class PolicyConfig:
     # takes the room the eviction frees in the next pass, and the owner evicts again: on the
     # Philly trace nearly every reclaim eviction came from such a loop (BENCHMARKS.md).
     reclaim_in_turn: bool = False
-    # With `reclaim_in_turn`: a job that has waited longer than this reclaims whoever waits
-    # before it (None: no job is spared the rule), so a large job is not kept from its
-    # guarantee by a stream of short jobs queued ahead of it.
-    reclaim_turn_bound_s: float | None = None
     # Weigh a victim's past evictions against choosing it again (RunningJob.preemptions).
     eviction_memory: bool = False
     # A job that evicted for priority is nominated to the nodes it will start on, held for it

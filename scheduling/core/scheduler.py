@@ -347,14 +347,13 @@ class Pass:
             self._variant(rclass, job.max_runtime_s),
             self._reclaim_stage(job),
             self._may_reclaim_yet(job),
-            self._turn(job, rclass),
+            self._turn(rclass),
         )
 
-    def _turn(self, job: PendingJob, rclass: str) -> int | None:
-        """What `_reclaim_waits_turn` reads besides the job's shape: the blocked job it would
-        name (None for a job it spares)."""
+    def _turn(self, rclass: str) -> int | None:
+        """What `_reclaim_waits_turn` reads besides the job: the blocked job it would name."""
         least = self.least_blocked.get(rclass) if self.config.reclaim_in_turn else None
-        return None if least is None or self._spared_turn(job) else least.job_id
+        return None if least is None else least.job_id
 
     def _variant(self, rclass: str, runtime: float) -> tuple:
         """`book.variant` for a job running `runtime`, again only once the book grew."""
@@ -391,19 +390,12 @@ class Pass:
         if least is None or job.shape.units < least.shape.units:
             self.least_blocked[job.resource_class] = job
 
-    def _spared_turn(self, job: PendingJob) -> bool:
-        """Whether `job` has waited past `reclaim_turn_bound_s`: it reclaims whoever waits
-        before it."""
-        bound = self.config.reclaim_turn_bound_s
-        return bound is not None and self.now - job.submitted_at > bound
-
     def _reclaim_waits_turn(self, job: PendingJob) -> PendingJob | None:
         """With `reclaim_in_turn`, the job before `job` in this pass's order that was left
         waiting for room `job` would free by reclaiming (it asks no more units): the next pass
         would give it that room before `job`, which would then evict again. None: `job` may
-        reclaim (also when it is spared the rule, see `_spared_turn`). Only ever more jobs are
-        blocked within a pass, so a refusal stays one."""
-        if not self.config.reclaim_in_turn or self._spared_turn(job):
+        reclaim. Only ever more jobs are blocked within a pass, so a refusal stays one."""
+        if not self.config.reclaim_in_turn:
             return None
         least = self.least_blocked.get(job.resource_class)
         return least if least is not None and least.shape.units <= job.shape.units else None

@@ -108,26 +108,3 @@ def test_with_nobody_over_a_guarantee_the_reason_is_the_capacity_one():
     decisions = schedule(state)
     assert decisions.preemptions == ()
     assert decisions.pending[3].code == ReasonCode.INSUFFICIENT_CAPACITY
-
-
-def test_an_owner_past_the_turn_bound_reclaims_though_a_job_before_it_waits():
-    """`reclaim_turn_bound_s` (here the 2 h reservation bound): past it an owner reclaims
-    whoever waits before it (here the borrower's job, overdue longer, goes first); before it,
-    it waits its turn as without the option."""
-    borrower_job = job(2, gpus=1, team="other", runtime=HOUR / 4, cpus=1, age=3 * HOUR)
-    overdue_owner = job(3, gpus=8, team="vision", age=2.5 * HOUR)
-    in_turn = decide(borrower_job, overdue_owner, reclaim_in_turn=True)
-    assert in_turn.order == (2, 3)
-    assert in_turn.preemptions == ()
-    spared = decide(borrower_job, overdue_owner, reclaim_in_turn=True, reclaim_turn_bound_s=2 * HOUR)
-    assert len(spared.preemptions) == 8
-    assert {p.for_job_id for p in spared.preemptions} == {3}
-    assert spared.pending[3].code == ReasonCode.PREEMPTING
-
-    fresh_owner = job(3, gpus=8, team="vision", age=HOUR)
-    waits = decide(borrower_job, fresh_owner, reclaim_in_turn=True, reclaim_turn_bound_s=2 * HOUR)
-    assert waits.preemptions == ()
-    assert waits.pending[3].message.startswith(
-        "within team vision's guarantee: it reclaims borrowed H100 once no job before it waits "
-        "for that room (job 2 waits for 1 H100)"
-    )
