@@ -1,37 +1,100 @@
-"""A WebSocket on which the server tells an agent "heartbeat now": when its node gets an
-assignment or a signal. Only a nudge: everything it must do still comes in the heartbeat
-reply, and without this socket the agent learns the same at its next regular heartbeat."""
+"""The agent's WebSocket: its heartbeats, and the server's "heartbeat now" nudges.
+
+An agent opens it with its node token, as for any agent request, and the server greets it with
+`{"hello": {"heartbeats": true}}`. From then on the agent sends its heartbeats on it,
+`{"type": "heartbeat", "id": 7, "body": <the HTTP heartbeat's body>}`, and each gets
+`{"id": 7, "status": 200, "body": <the HTTP heartbeat's reply>}`: the same function answers
+both (agents/heartbeats.py), with the same refusals and the same error bodies (a 401 when the
+node's token was reset since the socket opened, then the socket closes). An agent that has no
+socket, or a server that never says hello, heartbeats over HTTP as before.
+
+The server also nudges the socket, `{"wake": reason}`, when the node gets an assignment or a
+signal: the agent then heartbeats at once instead of at its next regular beat.
+
+Heartbeats from all the sockets of a process are answered in batches (agents/batches.py):
+that, and no HTTP request to parse per beat, is what makes a socket heartbeat cheap."""
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.conf import settings
 
-from mlqueue.channel_layer import join_group
+from agents.batches import answer_heartbeat
+from agents.heartbeats import Beat
+from mlqueue.channel_layer import join_group, leave_group
+from mlqueue.errors import BODY_TOO_LARGE, RequestTooLarge
+from mlqueue.fastlane import refused
+from mlqueue.parsers import BodyError, loads_body
 from scheduling.models import Node
 from scheduling.notify import agent_group
 from teams.models import hash_token
 
+HELLO = {"hello": {"heartbeats": True}}
+TOKEN_REVOKED = 4001  # the close code after a heartbeat refused for its token: register again
+NOT_AN_OBJECT = "send a JSON object: {type, id, body}."
+UNKNOWN_TYPE = "unknown message type {kind!r}; the agent socket takes 'heartbeat'."
+BAD_ID = "a non-negative integer the reply will carry back."
+NOT_TEXT = "send text frames (JSON)."
+
 
 @database_sync_to_async
-def _node_by_token(raw: str) -> str | None:
-    return Node.objects.filter(token_digest=hash_token(raw)).values_list("name", flat=True).first()
+def _node_by_token(digest: str) -> str | None:
+    return Node.objects.filter(token_digest=digest).values_list("name", flat=True).first()
 
 
-class AgentWakeConsumer(AsyncJsonWebsocketConsumer):
+class AgentSocketConsumer(AsyncJsonWebsocketConsumer):
     async def connect(self):
         headers = dict(self.scope.get("headers", []))
         kind, _, raw = headers.get(b"authorization", b"").decode("latin1").partition(" ")
         name = self.scope["url_route"]["kwargs"]["name"]
-        owner = await _node_by_token(raw.strip()) if kind.lower() == "bearer" and raw else None
+        digest = hash_token(raw.strip()) if kind.lower() == "bearer" and raw.strip() else ""
+        owner = await _node_by_token(digest) if digest else None
         if owner != name:
             await self.close(code=4003)
             return
         if await join_group(self, agent_group(name)):
-            self.group = agent_group(name)
+            self.name, self.token_digest, self.group = name, digest, agent_group(name)
             await self.accept()
+            await self.send_json(HELLO)
 
     async def disconnect(self, code):
         if hasattr(self, "group"):
-            await self.channel_layer.group_discard(self.group, self.channel_name)
+            await leave_group(self, self.group)
+
+    async def dispatch(self, message):
+        # Channels closes stale database connections before each message, in a thread hop of its
+        # own that costs as much CPU as a batched heartbeat; the batch's own hop does it instead.
+        if message["type"] == "websocket.receive":
+            return await self.websocket_receive(message)
+        return await super().dispatch(message)
+
+    async def receive(self, text_data=None, bytes_data=None):
+        id_, outcome = self._request(text_data)
+        if not isinstance(outcome, Exception):
+            outcome = await answer_heartbeat(outcome)
+        status, body = (200, outcome) if not isinstance(outcome, Exception) else refused(outcome, self.name)
+        await self.send_json({"id": id_, "status": status, "body": body})
+        if status == 401:
+            await self.close(code=TOKEN_REVOKED)
+
+    def _request(self, text: str | None) -> tuple[int | None, Beat | Exception]:
+        """(the request's id, the heartbeat it carries), or why it is refused."""
+        if text is None:
+            return None, BodyError("body", NOT_TEXT)
+        raw = text.encode()
+        if len(raw) > settings.DATA_UPLOAD_MAX_MEMORY_SIZE:
+            return None, RequestTooLarge(BODY_TOO_LARGE.format(limit=settings.DATA_UPLOAD_MAX_MEMORY_SIZE))
+        try:
+            message = loads_body(raw)
+        except BodyError as exc:
+            return None, exc
+        if not isinstance(message, dict):
+            return None, BodyError("body", NOT_AN_OBJECT)
+        id_ = message.get("id")
+        if type(id_) is not int or id_ < 0:
+            return None, BodyError("id", BAD_ID)
+        if message.get("type") != "heartbeat":
+            return id_, BodyError("type", UNKNOWN_TYPE.format(kind=message.get("type")))
+        return id_, Beat(self.name, self.token_digest, message.get("body", {}))
 
     async def agent_wake(self, event):
         await self.send_json({"wake": event.get("reason", "")})

@@ -17,39 +17,14 @@ from prometheus_client import Counter
 from rest_framework import exceptions
 
 from agents import ingest
-from agents.protocol import HeartbeatSerializer, health_of
+from agents.protocol import health_of, heartbeat_tasks
 from scheduling import lifecycle, liveness, node_health, nodes, notify
 from scheduling.assignments import assignment_env, checkpoint_dir
 from scheduling.models import FailureClass, Node, NodeState, SchedulerLease, Task, TaskState
 from teams.models import hash_token
 
 EPOCH_CACHE_S = 1.0
-HEARTBEATS = Counter("mlqueue_heartbeats_total", "Agent heartbeats answered")
-
-
-def handle(name: str, authorization: str, data) -> dict:
-    """One heartbeat, from the request's parts; raises DRF's exceptions for bad ones. Shared by
-    the DRF view and the lean ASGI lane that serves heartbeats in production."""
-    kind, _, raw = authorization.partition(" ")
-    if kind.lower() != "bearer" or not raw.strip():
-        raise exceptions.NotAuthenticated("send 'Authorization: Bearer <token>'.")
-    digest = hash_token(raw.strip())
-    node = load(digest)
-    if node is None:
-        raise exceptions.AuthenticationFailed("invalid node token: register again.")
-    if node.name != name:
-        raise exceptions.PermissionDenied(f"this token belongs to node {node.name}; it cannot act for {name}.")
-    data, health = health_of(data)
-    body = HeartbeatSerializer(data=data)
-    body.is_valid(raise_exception=True)
-    now = timezone.now()
-    liveness.record(node.name, now.timestamp())
-    if node.health != NodeState.READY:
-        nodes.note_alive(Node.objects.get(pk=node.id), now=now)
-    if health is not None and node_health.receive(node.id, node.name, health, now=now):
-        node = load(digest)  # the reply carries the stops the fault asked for
-    HEARTBEATS.inc()
-    return reply(node, body.validated_data["tasks"], now, reload=lambda: load(digest))
+HEARTBEATS = Counter("mlqueue_heartbeats_total", "Agent heartbeats answered", ["transport"])
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,21 +46,107 @@ class NodeView:
 
 
 NODE_SQL = f"""
-SELECT n.id, n.name, n.health, t.job_id, t.rank, t.attempt, t.state, t.stop_signal, t.stop_reason
+SELECT n.token_digest, n.id, n.name, n.health, t.job_id, t.rank, t.attempt, t.state, t.stop_signal, t.stop_reason
 FROM {Node._meta.db_table} n
 LEFT JOIN {Task._meta.db_table} t ON t.node_id = n.id AND t.state IN ('ASSIGNED', 'RUNNING')
-WHERE n.token_digest = %s
+WHERE n.token_digest IN ({{digests}})
 """
 
 
 def load(token_digest: str) -> NodeView | None:
+    return load_many({token_digest}).get(token_digest)
+
+
+def load_many(token_digests: set[str]) -> dict[str, NodeView]:
+    """token digest -> the node holding it, with its active tasks, for those that match."""
     with connection.cursor() as cursor:
-        cursor.execute(NODE_SQL, [token_digest])
+        cursor.execute(NODE_SQL.format(digests=", ".join(["%s"] * len(token_digests))), sorted(token_digests))
         rows = cursor.fetchall()
-    if not rows:
-        return None
-    node_id, name, health = rows[0][:3]
-    return NodeView(node_id, name, health, [TaskRow(*row[3:]) for row in rows if row[3] is not None])
+    found: dict[str, NodeView] = {}
+    for digest, node_id, name, health, *task in rows:
+        node = found.setdefault(digest, NodeView(node_id, name, health, []))
+        if task[0] is not None:
+            node.tasks.append(TaskRow(*task))
+    return found
+
+
+def handle(name: str, authorization: str, data) -> dict:
+    """One heartbeat, from the request's parts; raises DRF's exceptions for bad ones. Shared by
+    the DRF view and the lean ASGI lane that serves heartbeats in production."""
+    outcome = handle_many([Beat(name, bearer_digest(authorization), data)], transport="http")[0]
+    if isinstance(outcome, Exception):
+        raise outcome
+    return outcome
+
+
+def bearer_digest(authorization: str) -> str:
+    """The digest of the node token in an Authorization header (how tokens are stored)."""
+    kind, _, raw = authorization.partition(" ")
+    if kind.lower() != "bearer" or not raw.strip():
+        raise exceptions.NotAuthenticated("send 'Authorization: Bearer <token>'.")
+    return hash_token(raw.strip())
+
+
+@dataclass(frozen=True, slots=True)
+class Beat:
+    """One heartbeat as it arrived: the node it is for, the digest of the token it came with
+    (per request over HTTP, per connection over the agent's socket) and its body."""
+
+    name: str
+    token_digest: str
+    data: object
+
+
+def handle_many(beats: list[Beat], *, transport: str) -> list[dict | Exception]:
+    """Heartbeats that arrived together (one HTTP request, or what the agents' sockets brought
+    while the last batch ran), each answered or refused exactly as if alone: a reply, or the
+    exception that refuses it (DRF's for a bad one). One SQL statement loads all their nodes,
+    one Redis command records them alive. Raises only when that shared work fails (Postgres
+    unreachable): then no heartbeat of the batch is answered."""
+    found = load_many({beat.token_digest for beat in beats})
+    checked = [_checked(beat, found.get(beat.token_digest)) for beat in beats]
+    now = timezone.now()
+    alive = [outcome for outcome in checked if not isinstance(outcome, Exception)]
+    liveness.record_many({node.name: now.timestamp() for node, _, _ in alive})
+    HEARTBEATS.labels(transport).inc(len(alive))
+    answered = set()
+    return [
+        outcome if isinstance(outcome, Exception) else _answered(beat, *outcome, now, answered)
+        for beat, outcome in zip(beats, checked, strict=True)
+    ]
+
+
+def _checked(beat: Beat, node: NodeView | None) -> tuple[NodeView, list[dict], dict | None] | Exception:
+    """The node, the tasks it reports and its health sample (None without one), or why the
+    heartbeat is refused, in the order the agent API refuses: an unknown token (401), another
+    node's name (403), a bad body (400)."""
+    if node is None:
+        return exceptions.AuthenticationFailed("invalid node token: register again.")
+    if node.name != beat.name:
+        return exceptions.PermissionDenied(f"this token belongs to node {node.name}; it cannot act for {beat.name}.")
+    try:
+        data, health = health_of(beat.data)
+        return node, heartbeat_tasks(data), health
+    except exceptions.ValidationError as exc:
+        return exc
+
+
+def _answered(beat: Beat, node: NodeView, tasks: list[dict], health: dict | None, now, answered: set) -> dict | Exception:
+    """The reply to one accepted heartbeat; an error in it refuses this one, not the batch. A
+    node heard twice in one batch is read again for its second: the first may have changed it.
+    A health sample whose fault cordoned the node or excluded a GPU reads it again too: the
+    reply carries the stops the fault asked for."""
+    try:
+        if beat.token_digest in answered:
+            node = load(beat.token_digest) or node
+        answered.add(beat.token_digest)
+        if node.health != NodeState.READY:
+            nodes.note_alive(Node.objects.get(pk=node.id), now=now)
+        if health is not None and node_health.receive(node.id, node.name, health, now=now):
+            node = load(beat.token_digest) or node
+        return reply(node, tasks, now, reload=lambda: load(beat.token_digest))
+    except Exception as exc:  # answered as the same error of a lone request would be
+        return exc
 
 
 _epoch = (0.0, 0)

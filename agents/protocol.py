@@ -138,6 +138,22 @@ def health_of(data) -> tuple[object, dict | None]:
         raise serializers.ValidationError({"health": sample.errors})
     return {key: value for key, value in data.items() if key != "health"}, sample.validated_data
 
+def heartbeat_tasks(data) -> list[dict]:
+    """The tasks a heartbeat body reports, validated by HeartbeatSerializer (raises its
+    ValidationError). An idle heartbeat, no tasks and at most a valid epoch (the common case:
+    2,500 nodes every 5 s), is recognised directly: building the serializer costs ~0.2 ms of
+    CPU, most of a batched heartbeat. Anything else goes through the serializer, so the rules
+    and their messages stay the serializer's."""
+    if isinstance(data, dict) and data.get("tasks", []) == [] and _is_epoch(data.get("highest_epoch", 0)):
+        return []
+    body = HeartbeatSerializer(data=data)
+    body.is_valid(raise_exception=True)
+    return body.validated_data["tasks"]
+
+
+def _is_epoch(value) -> bool:
+    return type(value) is int and 0 <= value <= INT64
+
 
 class MetricValuesField(serializers.DictField):
     """A report's values: 1 to 64 names (mlqueue.metrics_report.NAME) to finite numbers,

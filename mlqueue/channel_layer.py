@@ -86,3 +86,16 @@ async def join_group(consumer, group: str) -> bool:
         return False
     _groups.worked()
     return True
+
+
+async def leave_group(consumer, group: str) -> None:
+    """Take the consumer's channel out of `group` as its socket closes. A failure is noted, not
+    raised: when a web process's sockets all close at once (a restart, 2,500 agents reconnecting)
+    their discards can exhaust the layer's Redis connections, and a channel left behind costs
+    only a message nobody reads until the layer's group expiry drops it."""
+    try:
+        await consumer.channel_layer.group_discard(group, consumer.channel_name)
+    except Exception as exc:  # as in join_group
+        _groups.failed(exc)
+    else:
+        _groups.worked()

@@ -44,22 +44,28 @@ def _answer(name: str, authorization: str, body: bytes) -> tuple[int, dict]:
     try:
         close_old_connections()
         return 200, handle(name, authorization, loads_body(body or b"{}"))
-    except BodyError as exc:
+    except Exception as exc:
+        return refused(exc, name)
+    finally:
+        close_old_connections()  # hands the connection back to the pool
+
+
+def refused(exc: Exception, name: str) -> tuple[int, dict]:
+    """The status and body that answer a heartbeat `exc` refused or failed: the DRF view's
+    error shape, and the same over the agent's socket (agents/consumers.py)."""
+    if isinstance(exc, BodyError):
         return 400, {"detail": str(exc), "fields": {exc.field: [exc.message]}}
-    except exceptions.ValidationError as exc:
+    if isinstance(exc, exceptions.ValidationError):
         fields = flatten_errors(exc.detail)
         first, messages = next(iter(fields.items()))
         return 400, {"detail": f"{first}: {messages[0]}", "fields": fields}
-    except exceptions.APIException as exc:
+    if isinstance(exc, exceptions.APIException):
         return exc.status_code, {"detail": str(exc.detail)}
-    except Exception as exc:
-        if is_database_unavailable(exc):
-            database_outages.note(exc)
-            return 503, {"detail": DATABASE_UNAVAILABLE.format(seconds=RETRY_AFTER_S)}
-        log.exception("heartbeat from %s failed", name)
-        return 500, {"detail": "internal error"}
-    finally:
-        close_old_connections()  # hands the connection back to the pool
+    if is_database_unavailable(exc):
+        database_outages.note(exc)
+        return 503, {"detail": DATABASE_UNAVAILABLE.format(seconds=RETRY_AFTER_S)}
+    log.error("heartbeat from %s failed", name, exc_info=exc)
+    return 500, {"detail": "internal error"}
 
 
 def _header(headers: dict, meta_name: str) -> str | None:

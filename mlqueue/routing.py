@@ -4,11 +4,11 @@ Origin) by their node token."""
 
 from django.urls import path
 
-from agents.consumers import AgentWakeConsumer
+from agents.consumers import AgentSocketConsumer
 from scheduling.web.consumers import JobsConsumer
 
 agent_websocket_urlpatterns = [
-    path("ws/agents/<str:name>/", AgentWakeConsumer.as_asgi()),
+    path("ws/agents/<str:name>/", AgentSocketConsumer.as_asgi()),
 ]
 
 websocket_urlpatterns = [

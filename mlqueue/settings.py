@@ -321,6 +321,11 @@ MLQ_FULL_DISRUPTION_MIN_NODES = env_int("MLQ_FULL_DISRUPTION_MIN_NODES", 3)
 # Web processes batch the heartbeats they answered into Postgres (one statement each time):
 # the liveness that survives Redis losing its data, and the only one while Redis is down.
 MLQ_LIVENESS_FLUSH_S = float(os.environ.get("MLQ_LIVENESS_FLUSH_S", "10"))
+# Heartbeats from agents' sockets are answered in batches (agents/batches.py): a batch waits
+# this long for company after its first heartbeat (plus however long the previous batch takes),
+# and takes at most MAX of them; a MAX of 1 answers each alone, as over HTTP.
+MLQ_HEARTBEAT_BATCH_WAIT_S = float(os.environ.get("MLQ_HEARTBEAT_BATCH_WAIT_S", "0.01"))
+MLQ_HEARTBEAT_BATCH_MAX = env_int("MLQ_HEARTBEAT_BATCH_MAX", 500)
 
 
 def env_min_runtime(name: str, single: str) -> dict[str, float]:

@@ -57,22 +57,30 @@ _pending = Pending()
 
 def record(node_name: str, at: float) -> None:
     """A heartbeat from `node_name` at `at` (epoch seconds). Never raises for Redis."""
+    record_many({node_name: at})
+
+
+def record_many(heard: dict[str, float]) -> None:
+    """Heartbeats answered together (node -> epoch seconds): one Redis command for them all."""
+    if not heard:
+        return
     with _pending.lock:
-        _pending.heard[node_name] = max(at, _pending.heard.get(node_name, at))
-    _record_fresh(node_name, at)
+        for name, at in heard.items():
+            _pending.heard[name] = max(at, _pending.heard.get(name, at))
+    _record_fresh(heard)
     if time.monotonic() >= _pending.next_flush:
         flush()
 
 
-def _record_fresh(node_name: str, at: float) -> None:
+def _record_fresh(heard: dict[str, float]) -> None:
     if not settings.REDIS_URL:
-        cache.set(KEY.format(node_name), at, TTL_S)
+        cache.set_many({KEY.format(name): at for name, at in heard.items()}, TTL_S)
         return
     client = _redis.client()
     if client is None:
         return
     try:
-        client.zadd(ZSET, {node_name: at})
+        client.zadd(ZSET, heard)
     except redis.RedisError as exc:
         _redis.failed(exc)
     else:

@@ -3,8 +3,10 @@
 It joins with a join token (from --token-file or MLQ_AGENT_JOIN_TOKEN, never the command
 line) and gets a token of its own node, kept in a 0600 file in its workdir: an agent restarting
 on the same workdir re-registers with it, and nothing else can take over its node. It
-heartbeats every few seconds; starts the assignments it is given as real processes; passes on the signals the
-scheduler sends; reports starts, exits and log chunks; and obeys three safety rules:
+heartbeats every few seconds, on its WebSocket to the server while that is open, over HTTP
+otherwise (agents/node/heartbeat_socket.py), and at once when the server nudges it; starts
+the assignments it is given as real processes; passes on the signals the scheduler sends;
+reports starts, exits and log chunks; and obeys three safety rules:
 - fencing: it refuses an assignment from an epoch older than the highest it has seen, and an
   attempt it has already run (remembered on disk across restarts);
 - reconnect: it kills whatever the server says it no longer assigns to this node;
@@ -32,6 +34,7 @@ from pathlib import Path
 from agents.node import credentials
 from agents.node.client import AgentClient, ApiError
 from agents.node.containers import Podman
+from agents.node.heartbeat_socket import HeartbeatSocket
 from agents.node.isolation import (
     DEFAULT_UID_RANGE,
     NO_ISOLATION_WARNING,
@@ -86,6 +89,7 @@ class NodeAgent:
         self.wake = threading.Event()
         self.stopping = threading.Event()
         self.health = health or Health(NoGpus())
+        self.socket = HeartbeatSocket(self.client, self.name, on_wake=self.wake.set, stopping=self.stopping)
 
     # --- memory across restarts ----------------------------------------------------------
     def _load_state(self) -> tuple[int, set[tuple[int, int, int]]]:
@@ -103,7 +107,7 @@ class NodeAgent:
     # --- the loop ---------------------------------------------------------------------------
     def run(self) -> None:
         self.register()
-        threading.Thread(target=self.listen, name=f"{self.name}-wake", daemon=True).start()
+        threading.Thread(target=self.socket.run, name=f"{self.name}-socket", daemon=True).start()
         next_beat = 0.0
         while not self.stopping.is_set():
             if time.monotonic() >= next_beat or self.wake.is_set():
@@ -114,26 +118,6 @@ class NodeAgent:
             self.flush_events()
             self.wake.wait(POLL_S)
         self.shutdown_tasks()
-
-    def listen(self) -> None:
-        """Hold the wake-up socket open: the server nudges it when this node has new work or a
-        signal. Optional: without it, the next regular heartbeat brings the same."""
-        try:
-            from websockets.sync.client import connect
-        except ImportError:
-            return
-        while not self.stopping.is_set():
-            try:
-                with connect(
-                    self.client.websocket_url(self.name),
-                    open_timeout=5,
-                    additional_headers={"Authorization": f"Bearer {self.client.token}"},
-                ) as socket:
-                    for _ in socket:
-                        self.wake.set()
-            except Exception as exc:  # any failure: wait and reconnect; heartbeats go on regardless
-                log.debug("%s: wake-up socket closed (%s)", self.name, exc)
-            self.stopping.wait(3.0)
 
     def shutdown_tasks(self) -> None:
         """The agent is stopping: its tasks stop with it (TERM, then KILL after a grace)."""
@@ -203,7 +187,7 @@ class NodeAgent:
         if health is not None:
             body["health"] = health
         try:
-            reply = self.client.post(f"agents/{self.name}/heartbeat", body)
+            reply = self.send_heartbeat(body)
         except ApiError as exc:
             log.warning("%s: heartbeat refused (%s)", self.name, exc)
             if exc.status == 401:
@@ -219,6 +203,14 @@ class NodeAgent:
         self.forget_reported_exits(reported)
         self.obey(reply)
         return True
+
+    def send_heartbeat(self, body: dict) -> dict:
+        """The server's reply: over the WebSocket while the server takes heartbeats there (the
+        cheap way), over HTTP otherwise: no socket yet, it dropped, or an older server."""
+        reply = self.socket.heartbeat(body, timeout=self.client.timeout)
+        if reply is None:
+            reply = self.client.post(f"agents/{self.name}/heartbeat", body)
+        return reply
 
     def renewed(self, sent_at: float, lease_s: float) -> None:
         """The lease runs `lease_s` from when the renewing heartbeat was sent; the tasks'

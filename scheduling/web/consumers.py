@@ -16,7 +16,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 from django.contrib.auth import get_user
 
-from mlqueue.channel_layer import join_group
+from mlqueue.channel_layer import join_group, leave_group
 from scheduling.notify import JOBS_GROUP
 from teams.selectors import is_site_admin, team_ids_of
 
@@ -59,7 +59,7 @@ class JobsConsumer(AsyncJsonWebsocketConsumer):
 
     async def disconnect(self, code):
         if getattr(self, "joined", False):
-            await self.channel_layer.group_discard(JOBS_GROUP, self.channel_name)
+            await leave_group(self, JOBS_GROUP)
 
     async def jobs_changed(self, event):
         if clock() - self.teams_read_at >= settings.MLQ_WS_RECHECK_S and not await self._still_logged_in():

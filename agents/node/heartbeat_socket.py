@@ -1,0 +1,113 @@
+"""The agent's WebSocket to the server: its heartbeats, while the server takes them there, and
+the server's nudges to heartbeat now.
+
+Heartbeats are sent on it once the server has greeted the socket with
+`{"hello": {"heartbeats": true}}` (agents/consumers.py); until then, when it drops, when a
+reply is late, or against a server that never says hello, `heartbeat()` answers None and the
+agent heartbeats over HTTP, as it always could. The replies are the HTTP heartbeat's, refusals
+included, so the agent obeys them the same way."""
+
+import itertools
+import json
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from agents.node.client import AgentClient, ApiError
+
+log = logging.getLogger("mlqueue.agent")
+RECONNECT_S = 3.0
+OPEN_TIMEOUT_S = 5.0
+
+
+@dataclass
+class _Waiter:
+    """A heartbeat sent on the socket, until its reply comes (None: the socket closed first)."""
+
+    done: threading.Event = field(default_factory=threading.Event)
+    reply: dict | None = None
+
+
+class HeartbeatSocket:
+    def __init__(self, client: AgentClient, name: str, *, on_wake: Callable[[], None], stopping: threading.Event):
+        self.client, self.name, self.on_wake, self.stopping = client, name, on_wake, stopping
+        self._lock = threading.Lock()
+        self._open = None  # the connection, once the server said it takes heartbeats on it
+        self._waiting: dict[int, _Waiter] = {}
+        self._ids = itertools.count(1)
+
+    @property
+    def carries_heartbeats(self) -> bool:
+        return self._open is not None
+
+    def run(self) -> None:
+        """Hold the socket open, reconnecting after a pause whenever it closes."""
+        try:
+            from websockets.sync.client import connect
+        except ImportError:
+            return
+        while not self.stopping.is_set():
+            try:
+                with connect(
+                    self.client.websocket_url(self.name),
+                    open_timeout=OPEN_TIMEOUT_S,
+                    additional_headers={"Authorization": f"Bearer {self.client.token}"},
+                ) as connection:
+                    for text in connection:
+                        self._received(connection, json.loads(text))
+            except Exception as exc:  # any failure: heartbeats go over HTTP until it reconnects
+                log.debug("%s: the server's socket closed (%s)", self.name, exc)
+            self._closed()
+            self.stopping.wait(RECONNECT_S)
+
+    def _received(self, connection, message: dict) -> None:
+        if "hello" in message:
+            if message["hello"].get("heartbeats"):
+                log.info("%s: heartbeating over the server's WebSocket", self.name)
+                self._open = connection
+        elif "wake" in message:
+            self.on_wake()
+        elif "id" in message:
+            with self._lock:
+                waiter = self._waiting.pop(message["id"], None)
+            if waiter is not None:  # else its sender gave up on it and went over HTTP
+                waiter.reply = message
+                waiter.done.set()
+
+    def _closed(self) -> None:
+        with self._lock:
+            if self._open is not None:
+                log.info("%s: the server's WebSocket closed: heartbeating over HTTP until it reopens", self.name)
+            self._open = None
+            waiting, self._waiting = self._waiting, {}
+        for waiter in waiting.values():
+            waiter.done.set()
+
+    def heartbeat(self, body: dict, *, timeout: float) -> dict | None:
+        """The server's reply to this heartbeat, sent on the socket; None when the socket does
+        not carry it (closed, or no reply within `timeout`): send it over HTTP then. Raises
+        ApiError when the server refuses it, as the HTTP client does."""
+        connection = self._open
+        if connection is None:
+            return None
+        waiter, id_ = _Waiter(), next(self._ids)
+        with self._lock:
+            self._waiting[id_] = waiter
+        try:
+            connection.send(json.dumps({"type": "heartbeat", "id": id_, "body": body}))
+            answered = waiter.done.wait(timeout)
+        except Exception as exc:  # the connection broke under the send
+            log.debug("%s: heartbeat not sent on the socket (%s)", self.name, exc)
+            answered = False
+        finally:
+            with self._lock:
+                self._waiting.pop(id_, None)
+        if not answered:
+            connection.close()  # a late or lost reply: start afresh, and use HTTP meanwhile
+            return None
+        if waiter.reply is None:
+            return None
+        if waiter.reply["status"] != 200:
+            raise ApiError(waiter.reply["status"], json.dumps(waiter.reply["body"])[:500])
+        return waiter.reply["body"]
