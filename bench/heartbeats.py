@@ -70,11 +70,17 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def register_nodes(count: int) -> list[tuple[str, str]]:
-    """(name, token) for `count` nodes, registered through the same service the API uses."""
+    """(name, token) for `count` nodes, registered through the same service the API uses, and
+    READY as after their first heartbeat: a fleet's steady state, where a heartbeat writes
+    nothing (a first one records the node READY, a write the run would otherwise count)."""
     from agents.services import do_register_node
+    from scheduling.nodes import note_alive
 
     inventory = {"zone": "z1", "rack": "r1", "gpu_type": "H100", "gpu_count": 8, "cpu_count": 192, "memory_gb": 2048}
-    return [(f"vn-{i:05d}", do_register_node(name=f"vn-{i:05d}", inventory=inventory)[1]) for i in range(count)]
+    registered = [do_register_node(name=f"vn-{i:05d}", inventory=inventory) for i in range(count)]
+    for node, _ in registered:
+        note_alive(node)
+    return [(node.name, token) for node, token in registered]
 
 
 @dataclass
