@@ -94,6 +94,29 @@ def test_submit_bench_measures_the_web_tier_and_idempotency():
     assert figures["job_rows"] == figures["distinct_client_job_ids"] == 2 * 2 + 20 + 2
 
 
+def test_heartbeat_bench_measures_socket_heartbeats():
+    figures = run_bench(
+        "bench/heartbeats.py",
+        "--transport",
+        "ws",
+        "--nodes",
+        "50",
+        "--seconds",
+        "2",
+        "--rate",
+        "50",
+        "--web",
+        "1",
+        "--clients",
+        "1",
+        "--database-url",
+        scratch_database_url("bench_hb_smoke"),
+        "--redis-url",
+        HEARTBEATS_REDIS_URL,
+    )
+    assert figures["heartbeats"] > 0 and figures["errors"] == 0 and figures["mean_batch"] >= 1
+
+
 def test_queue_page_bench_renders_every_view():
     figures = run_bench(
         "bench/queue_page.py",
