@@ -5,8 +5,8 @@ which waits MLQ_HEARTBEAT_BATCH_WAIT_S (10 ms) for company, then answers all tha
 one thread hop, one SQL statement and one Redis command (agents.heartbeats.handle_many)
 instead of one each; those that arrive meanwhile wait for the next batch. A batch's fixed cost
 (the hop, the pooled connection's check, the round trips) is most of a lone heartbeat's, so the
-busier the server, the less each heartbeat costs. 10 ms is nothing to a heartbeat (every 5 s,
-a lease of minutes) and gathers ~8 per batch at the planning fleet's 500/s.
+busier the server, the less each heartbeat costs (in-process: 0.4-0.5 ms of CPU alone, 30-40 µs
+each in a batch of 200). 10 ms is nothing to a heartbeat: one every 5 s, a lease of minutes.
 
 Batches run one at a time per event loop (one per daphne process) and hold at most
 MLQ_HEARTBEAT_BATCH_MAX heartbeats; 1 turns batching off (each heartbeat alone, as over HTTP)."""
