@@ -19,10 +19,9 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
 from agents.batches import answer_heartbeat
-from agents.heartbeats import Beat
+from agents.heartbeats import Beat, refused
 from mlqueue.channel_layer import join_group, leave_group
 from mlqueue.errors import BODY_TOO_LARGE, RequestTooLarge
-from mlqueue.fastlane import refused
 from mlqueue.parsers import BodyError, loads_body
 from scheduling.models import Node
 from scheduling.notify import agent_group

@@ -6,6 +6,7 @@ Heartbeats are the hottest path in the system (2,500 nodes every 5 s), so the co
 node whose tasks did not change, costs one indexed read: the node and its active tasks in a
 single SQL statement. Postgres is written only when a task or the node changes state."""
 
+import logging
 import time
 from dataclasses import dataclass
 from datetime import timedelta
@@ -18,11 +19,15 @@ from rest_framework import exceptions
 
 from agents import ingest
 from agents.protocol import health_of, heartbeat_tasks
+from mlqueue.api_errors import flatten_errors
+from mlqueue.middleware import DATABASE_UNAVAILABLE, RETRY_AFTER_S, database_outages, is_database_unavailable
+from mlqueue.parsers import BodyError
 from scheduling import lifecycle, liveness, node_health, nodes, notify
 from scheduling.assignments import assignment_env, checkpoint_dir
 from scheduling.models import FailureClass, Node, NodeState, SchedulerLease, Task, TaskState
 from teams.models import hash_token
 
+log = logging.getLogger(__name__)
 EPOCH_CACHE_S = 1.0
 HEARTBEATS = Counter("mlqueue_heartbeats_total", "Agent heartbeats answered", ["transport"])
 
@@ -131,7 +136,9 @@ def _checked(beat: Beat, node: NodeView | None) -> tuple[NodeView, list[dict], d
         return exc
 
 
-def _answered(beat: Beat, node: NodeView, tasks: list[dict], health: dict | None, now, answered: set) -> dict | Exception:
+def _answered(
+    beat: Beat, node: NodeView, tasks: list[dict], health: dict | None, now, answered: set
+) -> dict | Exception:
     """The reply to one accepted heartbeat; an error in it refuses this one, not the batch. A
     node heard twice in one batch is read again for its second: the first may have changed it.
     A health sample whose fault cordoned the node or excluded a GPU reads it again too: the
@@ -147,6 +154,25 @@ def _answered(beat: Beat, node: NodeView, tasks: list[dict], health: dict | None
         return reply(node, tasks, now, reload=lambda: load(beat.token_digest))
     except Exception as exc:  # answered as the same error of a lone request would be
         return exc
+
+
+def refused(exc: Exception, name: str) -> tuple[int, dict]:
+    """The status and body that answer a heartbeat `exc` refused or failed, in the DRF view's
+    error shape: the HTTP lane's answer (mlqueue/fastlane.py) and the socket's
+    (agents/consumers.py) alike."""
+    if isinstance(exc, BodyError):
+        return 400, {"detail": str(exc), "fields": {exc.field: [exc.message]}}
+    if isinstance(exc, exceptions.ValidationError):
+        fields = flatten_errors(exc.detail)
+        first, messages = next(iter(fields.items()))
+        return 400, {"detail": f"{first}: {messages[0]}", "fields": fields}
+    if isinstance(exc, exceptions.APIException):
+        return exc.status_code, {"detail": str(exc.detail)}
+    if is_database_unavailable(exc):
+        database_outages.note(exc)
+        return 503, {"detail": DATABASE_UNAVAILABLE.format(seconds=RETRY_AFTER_S)}
+    log.error("heartbeat from %s failed", name, exc_info=exc)
+    return 500, {"detail": "internal error"}
 
 
 _epoch = (0.0, 0)

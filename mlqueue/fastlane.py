@@ -20,21 +20,15 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import close_old_connections
 from django.utils.encoding import escape_uri_path
-from rest_framework import exceptions
 
-from agents.heartbeats import handle
-from mlqueue.api_errors import flatten_errors
+from agents.heartbeats import handle, refused
 from mlqueue.middleware import (
-    DATABASE_UNAVAILABLE,
     RETRY_AFTER_S,
     check_path_and_query,
-    database_outages,
     host_is_allowed,
-    is_database_unavailable,
 )
-from mlqueue.parsers import BodyError, loads_body
+from mlqueue.parsers import loads_body
 
-log = logging.getLogger(__name__)
 host_log = logging.getLogger("django.security.DisallowedHost")
 HEARTBEAT = re.compile(r"^/api/v1/agents/(?P<name>[^/]+)/heartbeat/?$")
 DISALLOWED_HOST = "{host!r} is not an allowed host name for this server (ALLOWED_HOSTS)."
@@ -48,24 +42,6 @@ def _answer(name: str, authorization: str, body: bytes) -> tuple[int, dict]:
         return refused(exc, name)
     finally:
         close_old_connections()  # hands the connection back to the pool
-
-
-def refused(exc: Exception, name: str) -> tuple[int, dict]:
-    """The status and body that answer a heartbeat `exc` refused or failed: the DRF view's
-    error shape, and the same over the agent's socket (agents/consumers.py)."""
-    if isinstance(exc, BodyError):
-        return 400, {"detail": str(exc), "fields": {exc.field: [exc.message]}}
-    if isinstance(exc, exceptions.ValidationError):
-        fields = flatten_errors(exc.detail)
-        first, messages = next(iter(fields.items()))
-        return 400, {"detail": f"{first}: {messages[0]}", "fields": fields}
-    if isinstance(exc, exceptions.APIException):
-        return exc.status_code, {"detail": str(exc.detail)}
-    if is_database_unavailable(exc):
-        database_outages.note(exc)
-        return 503, {"detail": DATABASE_UNAVAILABLE.format(seconds=RETRY_AFTER_S)}
-    log.error("heartbeat from %s failed", name, exc_info=exc)
-    return 500, {"detail": "internal error"}
 
 
 def _header(headers: dict, meta_name: str) -> str | None:

@@ -15,12 +15,11 @@ from django.utils import timezone
 from rest_framework import exceptions
 
 from agents.consumers import BAD_ID, HELLO, TOKEN_REVOKED, UNKNOWN_TYPE
-from agents.heartbeats import Beat, handle_many
+from agents.heartbeats import Beat, handle_many, refused
 from agents.management.commands.seed_demo import ADMIN
 from agents.protocol import HeartbeatSerializer, heartbeat_tasks
 from agents.services import do_register_node, do_reset_node_token
 from mlqueue.asgi import application
-from mlqueue.fastlane import refused
 from scheduling.leader.worker import run_pass
 from scheduling.models import Node, SchedulerLease, Task
 from teams.models import hash_token
@@ -35,7 +34,10 @@ EPOCH = 4
 def node(transactional_db, fresh_liveness, demo):
     """A new node, READY, alone in the fleet (the demo's nodes cordoned), at lease epoch EPOCH."""
     cache.clear()
-    SchedulerLease.objects.filter(pk=1).update(epoch=EPOCH, holder="test:1", renewed_at=timezone.now())
+    # A transactional test flushes the lease row its migration made: make it again.
+    SchedulerLease.objects.update_or_create(
+        pk=1, defaults={"epoch": EPOCH, "holder": "test:1", "renewed_at": timezone.now()}
+    )
     _, token = do_register_node(name="z1-r1-h100-99", inventory=INVENTORY)
     heartbeat("z1-r1-h100-99")
     cordon(Node.objects.exclude(name="z1-r1-h100-99"))
