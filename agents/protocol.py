@@ -138,6 +138,7 @@ def health_of(data) -> tuple[object, dict | None]:
         raise serializers.ValidationError({"health": sample.errors})
     return {key: value for key, value in data.items() if key != "health"}, sample.validated_data
 
+
 def heartbeat_tasks(data) -> list[dict]:
     """The tasks a heartbeat body reports, validated by HeartbeatSerializer (raises its
     ValidationError). An idle heartbeat, no tasks and at most a valid epoch (the common case:
