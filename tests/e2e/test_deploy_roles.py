@@ -195,8 +195,12 @@ def test_every_role_runs_as_compose_starts_it(stack):
         return state if state.get("leader") and state.get("last_pass_at") else None
 
     led = wait_for(leader, timeout=60, what=f"a leader:\n{first.output()}\n{second.output()}")
+    # Each scheduler touches its health file once a loop: the one not leading may not have looped
+    # yet when the other has made its first pass (its Django start is slower on a loaded machine).
     for run_dir in ("run-1", "run-2"):
-        check = run_role(["check", "scheduler"], env_of("scheduler-1", MLQ_RUN_DIR=str(tmp_path / run_dir)))
+        env = env_of("scheduler-1", MLQ_RUN_DIR=str(tmp_path / run_dir))
+        wait_for(lambda env=env: run_role(["check", "scheduler"], env).returncode == 0, timeout=30, what=run_dir)
+        check = run_role(["check", "scheduler"], env)
         assert check.returncode == 0, check.stderr
     leading, standby = (first, second) if led["leader"].endswith(f":{first.proc.pid}") else (second, first)
     assert leading.terminate() == 0
