@@ -19,9 +19,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from urllib.parse import urlparse
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.scratch_db import recreate_database  # noqa: E402  (re-exported: every bench imports it from here)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -33,17 +35,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.jobs < 1:
         parser.error("--jobs must be at least 1")
     return args
-
-
-def recreate_database(url: str) -> None:
-    import psycopg
-
-    parsed = urlparse(url)
-    name = parsed.path.lstrip("/")
-    admin = url.rsplit("/", 1)[0] + "/postgres"
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}"')
 
 
 def manage(*args: str, env: dict) -> None:
