@@ -197,6 +197,7 @@ class Pass:
         # Per class, the job left blocked so far in the pass that asks the fewest units (see
         # `_reclaim_waits_turn`).
         self.least_blocked: dict[str, PendingJob] = {}
+        self.backlog: dict[str, int] | None = None  # see `_in_turn`
         self.placed_units: dict[str, int] = defaultdict(int)
         self.searches = 0
         self.reclaim_searches = 0
@@ -352,7 +353,7 @@ class Pass:
 
     def _turn(self, rclass: str) -> int | None:
         """What `_reclaim_waits_turn` reads besides the job: the blocked job it would name."""
-        least = self.least_blocked.get(rclass) if self.config.reclaim_in_turn else None
+        least = self.least_blocked.get(rclass) if self._in_turn(rclass) else None
         return None if least is None else least.job_id
 
     def _variant(self, rclass: str, runtime: float) -> tuple:
@@ -395,15 +396,39 @@ class Pass:
         waiting for room `job` would free by reclaiming (it asks no more units): the next pass
         would give it that room before `job`, which would then evict again. None: `job` may
         reclaim. Only ever more jobs are blocked within a pass, so a refusal stays one."""
-        if not self.config.reclaim_in_turn:
+        if not self._in_turn(job.resource_class):
             return None
         least = self.least_blocked.get(job.resource_class)
         return least if least is not None and least.shape.units <= job.shape.units else None
 
+    def _in_turn(self, rclass: str) -> bool:
+        """Whether `reclaim_in_turn` holds in `rclass` this pass: always, or with
+        `reclaim_in_turn_backlog`, only while the class's waiting jobs ask at least that many
+        times its capacity (see `_backlog`)."""
+        config = self.config
+        if not config.reclaim_in_turn:
+            return False
+        if config.reclaim_in_turn_backlog is None:
+            return True
+        if self.backlog is None:
+            self.backlog = self._backlog()
+        capacity = self.state.fleet.capacity.get(rclass, 0)
+        return self.backlog.get(rclass, 0) >= config.reclaim_in_turn_backlog * capacity
+
+    def _backlog(self) -> dict[str, int]:
+        """Per class, the units the jobs past screening ask (held jobs, jobs waiting on
+        others or in back-off cannot start, so they make no backlog). Read off the snapshot
+        alone, so `schedule()` and a kept `Scheduler` agree: the rule needs no memory between
+        passes, and a backlog deep enough to turn it on does not drain in one."""
+        backlog: dict[str, int] = defaultdict(int)
+        for job in self.candidates:
+            backlog[job.resource_class] += job.shape.units
+        return backlog
+
     def _may_lower_turn(self, rclass: str, units: int) -> bool:
         """Whether a job asking `units`, left blocked, would change what `_reclaim_waits_turn`
         answers: it asks fewer units than every job blocked so far in its class."""
-        if not self.config.reclaim_in_turn:
+        if not self._in_turn(rclass):
             return False
         least = self.least_blocked.get(rclass)
         return least is None or units < least.shape.units

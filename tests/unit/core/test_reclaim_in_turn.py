@@ -15,8 +15,12 @@ BORROWERS = [
 ]
 
 
+def contended(*pending, **config):
+    return snapshot(NODES, pending=pending, running_jobs=BORROWERS, team_list=QUOTAS, **config)
+
+
 def decide(*pending, **config):
-    return schedule(snapshot(NODES, pending=pending, running_jobs=BORROWERS, team_list=QUOTAS, **config))
+    return schedule(contended(*pending, **config))
 
 
 def test_an_owner_behind_a_waiting_job_that_could_take_its_room_does_not_reclaim():
@@ -108,3 +112,34 @@ def test_with_nobody_over_a_guarantee_the_reason_is_the_capacity_one():
     decisions = schedule(state)
     assert decisions.preemptions == ()
     assert decisions.pending[3].code == ReasonCode.INSUFFICIENT_CAPACITY
+
+
+# The borrower's 1-GPU job waits before the 8-GPU owner (9 of the class's 16 GPUs asked); with
+# `reclaim_in_turn_backlog` the rule holds only while the class's waiting jobs ask at least that
+# many times its capacity, and the owner otherwise evicts as without it.
+BACKLOG_CASES = [
+    # (backlog, other waiting jobs, evictions)
+    (None, [], 0),  # the rule as `reclaim_in_turn` says
+    (0.5, [], 0),  # 9 GPUs asked >= 8
+    (1.0, [], 8),  # 9 < 16: the owner reclaims
+    (1.0, [job(4, gpus=8, team="other", runtime=4 * HOUR)], 0),  # 17 >= 16
+    (1.0, [job(4, gpus=8, team="other", runtime=4 * HOUR, held=True)], 8),  # a held job cannot start
+    (1.0, [job(4, gpus=16, team="other", gpu_type="A100")], 8),  # another class's backlog
+]
+
+
+def test_the_rule_holds_only_under_a_deep_enough_backlog_of_its_class():
+    for backlog, others, evictions in BACKLOG_CASES:
+        pending = [job(2, gpus=1, team="other", runtime=HOUR / 4, cpus=1), job(3, gpus=8, team="vision"), *others]
+        passed = contended(*pending, reclaim_in_turn=True, reclaim_in_turn_backlog=backlog)
+        decisions = schedule(passed)
+        assert len(decisions.preemptions) == evictions, (backlog, others)
+        assert {p.for_job_id for p in decisions.preemptions} <= {3}
+        expected = ReasonCode.PREEMPTION_PENDING if evictions == 0 else ReasonCode.PREEMPTING
+        assert decisions.pending[3].code == expected, (backlog, others)
+        assert Scheduler(actions_only=True).schedule(passed).preemptions == decisions.preemptions
+
+
+def test_the_backlog_option_does_nothing_without_the_rule():
+    pending = [job(2, gpus=1, team="other", runtime=HOUR / 4, cpus=1), job(3, gpus=8, team="vision")]
+    assert len(decide(*pending, reclaim_in_turn=False, reclaim_in_turn_backlog=0.0).preemptions) == 8

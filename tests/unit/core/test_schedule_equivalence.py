@@ -157,6 +157,7 @@ def snapshots(draw) -> ClusterSnapshot:
         reclaim_after_wait_s=draw(st.sampled_from([0.0, 300.0])),
         nominate_reclaimers=draw(st.booleans()),
         reclaim_in_turn=draw(st.booleans()),
+        reclaim_in_turn_backlog=draw(st.sampled_from([None, 0.25, 1.0])),
         overdue_first=draw(st.sampled_from([None, 1, 2])),
         order=draw(st.sampled_from(["fair_share", "weighted_shortest"])),
     )
