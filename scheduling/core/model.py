@@ -344,10 +344,10 @@ class PolicyConfig:
     # takes the room the eviction frees in the next pass, and the owner evicts again: on the
     # Philly trace nearly every reclaim eviction came from such a loop (BENCHMARKS.md).
     reclaim_in_turn: bool = False
-    # With `reclaim_in_turn`, the rule only under a deep backlog: it holds in a pass for a class
-    # only when the GPUs (CPUs) its waiting jobs ask come to at least this many times the
-    # class's capacity, read off the snapshot (None: always, as `reclaim_in_turn` says). On
-    # the Philly trace the rule won at 640 GPUs (overloaded) and lost at 768 (BENCHMARKS.md).
+    # `reclaim_in_turn` and `nominate_reclaimers` only under a deep backlog: they hold in a pass
+    # for a class only when the GPUs (CPUs) its waiting jobs ask come to at least this many
+    # times the class's capacity, read off the snapshot (None: always, as configured). On the
+    # Philly trace the two won at 640 GPUs (overloaded) and lost at 768 (BENCHMARKS.md).
     reclaim_in_turn_backlog: float | None = None
     # Weigh a victim's past evictions against choosing it again (RunningJob.preemptions).
     eviction_memory: bool = False

@@ -402,18 +402,19 @@ class Pass:
         return least if least is not None and least.shape.units <= job.shape.units else None
 
     def _in_turn(self, rclass: str) -> bool:
-        """Whether `reclaim_in_turn` holds in `rclass` this pass: always, or with
-        `reclaim_in_turn_backlog`, only while the class's waiting jobs ask at least that many
-        times its capacity (see `_backlog`)."""
-        config = self.config
-        if not config.reclaim_in_turn:
-            return False
-        if config.reclaim_in_turn_backlog is None:
+        """Whether `reclaim_in_turn` holds in `rclass` this pass (see `_deep_backlog`)."""
+        return self.config.reclaim_in_turn and self._deep_backlog(rclass)
+
+    def _deep_backlog(self, rclass: str) -> bool:
+        """Whether reclaim in turn and the nomination of reclaimers hold in `rclass` this pass,
+        as configured: always, or with `reclaim_in_turn_backlog`, only while the class's
+        waiting jobs ask at least that many times its capacity (see `_backlog`)."""
+        times = self.config.reclaim_in_turn_backlog
+        if times is None:
             return True
         if self.backlog is None:
             self.backlog = self._backlog()
-        capacity = self.state.fleet.capacity.get(rclass, 0)
-        return self.backlog.get(rclass, 0) >= config.reclaim_in_turn_backlog * capacity
+        return self.backlog.get(rclass, 0) >= times * self.state.fleet.capacity.get(rclass, 0)
 
     def _backlog(self) -> dict[str, int]:
         """Per class, the units the jobs past screening ask (held jobs, jobs waiting on
@@ -663,7 +664,8 @@ class Pass:
             )
         reclaim = PreemptionReason.RECLAIM in reasons.values()
         self.slots.take(job)
-        self._hold_room(job, list(found.victims), nominate=not reclaim or self.config.nominate_reclaimers)
+        nominate = not reclaim or (self.config.nominate_reclaimers and self._deep_backlog(job.resource_class))
+        self._hold_room(job, list(found.victims), nominate=nominate)
         self.pending[job.job_id] = explain.preempting(
             job, [v.job_id for v in found.victims], units_freed(found.victims), reclaim
         )

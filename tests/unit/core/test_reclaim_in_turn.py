@@ -143,3 +143,17 @@ def test_the_rule_holds_only_under_a_deep_enough_backlog_of_its_class():
 def test_the_backlog_option_does_nothing_without_the_rule():
     pending = [job(2, gpus=1, team="other", runtime=HOUR / 4, cpus=1), job(3, gpus=8, team="vision")]
     assert len(decide(*pending, reclaim_in_turn=False, reclaim_in_turn_backlog=0.0).preemptions) == 8
+
+
+def test_an_owner_that_reclaims_is_nominated_only_under_a_deep_enough_backlog():
+    """The 8-GPU owner alone asks half the class: it reclaims either way, and is nominated to
+    the nodes it freed only while the backlog counts as deep."""
+    for backlog, nominated in [(None, True), (0.5, True), (1.0, False)]:
+        decisions = decide(
+            job(3, gpus=8, team="vision"),
+            reclaim_in_turn=True,
+            nominate_reclaimers=True,
+            reclaim_in_turn_backlog=backlog,
+        )
+        assert len(decisions.preemptions) == 8, backlog
+        assert (3 in decisions.nominations) == nominated, backlog
