@@ -11,8 +11,9 @@ clients would all land on whichever worker woke first.
 
 Every worker runs the same application with the same options (deploy/entrypoint.sh's `web`
 role passes its own, such as --proxy-headers). A worker that exits after it has served for a
-while is started again on the same socket; one that fails within STARTUP_S of its start stops
-the tier with that worker's exit status, as a single daphne would have failed: bad settings
+while, or that a signal killed, is started again on the same socket; one that exits with an
+error status within STARTUP_S of its start stops the tier with that status, as a single daphne
+would have failed: bad settings
 are for the operator to see, not for a restart loop to hide. SIGTERM and SIGINT stop every
 worker (daphne finishes what it serves), SIGKILL after STOP_TIMEOUT_S.
 
@@ -81,7 +82,11 @@ class Worker:
         return None if self.proc is None else self.proc.poll()
 
     def failed_at_start(self) -> bool:
-        return self.exited() not in (None, 0) and time.monotonic() - self.started_at < STARTUP_S
+        """It exited by itself with an error soon after its start (bad settings, a port it
+        cannot serve). Killed by a signal (an operator, the OOM killer) is not a failure of its
+        own: it is started again, however soon after its start."""
+        status = self.exited()
+        return status is not None and status > 0 and time.monotonic() - self.started_at < STARTUP_S
 
     def stop(self) -> None:
         if self.exited() is None:
