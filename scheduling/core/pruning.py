@@ -1,14 +1,16 @@
 """Where a pass that reads only actions may stop trying a team's jobs (`Scheduler(actions_only=True)`).
 
 A team's jobs left in a class are pruned once none of them can start, evict or reserve any
-more in the pass: only those whose place in the order must stay (see `Pruning.pinned`) are
-still considered. Read from the least any of the others asks of the pass (the fewest units
-per task and in all, the shortest runtime, the highest priority, the longest wait):
+more in the pass: only those whose place in the order must stay (see `Pruning.pinned_jobs`)
+are still considered. Read from the least any of them asks of the pass (the fewest units in
+all, the highest priority, the longest wait; and see 3):
 1. no reservation is left to give in their class, nor in the next job's (asked first: it
-   needs no look at the queue; the two differ when the next job is pinned);
+   needs no look at the queue);
 2. no reclaim or outranking any of them may try (the search budgets, the ledger's headroom),
    and none of them, left blocked, would keep a later owner from reclaiming (`reclaim_in_turn`);
-3. no room on a ready node for one task of the least of them, even past what others hold.
+3. no room on a ready node for one task of any of them, even past what others hold: asked
+   of the least demanding only (`frontier`: those no other asks less of in units per task,
+   units and runtime; room for one means room for every job that asks no less).
 Room, the ledger's headroom, the book and the search budgets only shrink within a pass, so the
 pruned stay out. What the least asks is kept per queue as running minima from its far end (a
 queue is consumed from its near end, so its jobs left are a prefix); for a queue the kept
@@ -43,9 +45,9 @@ class Pruning:
         least = self.least(queue)
         if least is None:
             return None
-        # The class of the jobs but the pinned: the next job's unless it is pinned (a pinned
-        # job of another class neither joins the least nor ends it), so its book is asked too.
-        rclass, per_task, units, rank, submitted, runtime = least
+        # The class of the jobs: the next job's, asked again for the least's book only as a
+        # check that they are the same.
+        rclass, rank, submitted, units, frontier = least
         if self.may_reserve(rclass):
             return None
         if run._may_lower_turn(rclass, units):
@@ -60,7 +62,7 @@ class Pruning:
                 return None
             if run.searches < config.max_preemption_searches and rank < run.lowest_running[rclass]:
                 return None
-        if self.room_for(rclass, per_task, units, run.now + runtime):
+        if any(self.room_for(rclass, per_task, need, run.now + runtime) for per_task, need, runtime in frontier):
             return None
         pinned = self.pinned_jobs()
         return [job for job in queue if job.job_id in pinned]
@@ -71,8 +73,10 @@ class Pruning:
         return config.backfill and self.run.book.count(rclass) < config.reservations_per_class
 
     def least(self, queue: list[PendingJob]) -> tuple | None:
-        """What the least demanding of `queue`'s jobs but the pinned asks, or None if there
-        are none or they span classes. For a queue copied from a kept `TeamQueue`, read off
+        """What the least demanding of `queue`'s jobs asks, or None if there are none or they
+        span classes (the pinned count too: they only ever make the least less, so prune
+        less, and the minima need not be made again each time a job starts or stops being
+        pinned, which a victim search does most passes). For a queue copied from a kept `TeamQueue`, read off
         the kept queue's running minima at the place of the queue's last job: exact while the
         queue is a prefix of the kept one, and otherwise (a job taken out ahead of its turn,
         an overdue head) a least over more jobs, which only ever prunes less. Else built once
@@ -82,9 +86,9 @@ class Pruning:
         base = self.bases.get(id(queue))
         index = base.index_of(queue[-1]) if base is not None else None
         if index is not None:
-            key, least = id(base), lambda: base.least(self.pinned_jobs())
+            key, least = id(base), base.least
         else:
-            key, least, index = id(queue), lambda: running_least(queue, self.pinned_jobs()), len(queue) - 1
+            key, least, index = id(queue), lambda: running_least(queue), len(queue) - 1
         kept = self.remaining.get(key)
         if kept is None:
             kept = self.remaining[key] = least()
@@ -92,15 +96,17 @@ class Pruning:
 
     def pinned_jobs(self) -> set[int]:
         """Jobs whose place in the order must stay: those holding nodes (see `Pass.holders`),
-        and a victim that waits for its preemptor and that preemptor (see
-        `QueueOrder.__iter__`: when each is reached decides where the victims go)."""
+        and a job whose victims wait for it (see `QueueOrder.__iter__`: its victims come
+        right after it, so were it left out they would come last). A victim itself need not
+        stay: left out, it could have changed nothing where it would have come either, as
+        nothing it could use grows within a pass."""
         if self.pinned is None:
             run = self.run
             waiting = {job.job_id for job in run.candidates}
             pinned = self.pinned = set(run.holders)
             for job in run.candidates:
                 if job.yields_to in waiting:
-                    pinned.update((job.job_id, job.yields_to))
+                    pinned.add(job.yields_to)
         return self.pinned
 
     def room_for(self, rclass: str, per_task: int, units: int, end_at: float) -> bool:
@@ -127,16 +133,17 @@ def _no_limit(slot) -> None:
     return None
 
 
-def running_least(queue: Iterable[PendingJob], pinned: set[int]) -> list[tuple | None]:
-    """For each prefix of `queue`, what the least demanding of its jobs but the pinned asks:
-    (class, units per task, units, priority rank, submitted, runtime), each the least over
-    the prefix; None before the first such job, and from a change of class on."""
+def running_least(queue: Iterable[PendingJob]) -> list[tuple | None]:
+    """For each prefix of `queue`, what the least demanding of its jobs asks:
+    (class, priority rank, submitted, units, frontier), the first three the least over the
+    prefix, the frontier its (units per task, units, runtime) that no other job's are all at
+    most (see `frontier_with`); None from a change of class on."""
     found: list[tuple | None] = []
-    extend_least(found, list(queue), 0, pinned, None)
+    extend_least(found, list(queue), 0, None)
     return found
 
 
-def extend_least(found: list, queue: list[PendingJob], start: int, pinned: set[int], broken: int | None) -> int | None:
+def extend_least(found: list, queue: list[PendingJob], start: int, broken: int | None) -> int | None:
     """Make `found` the running least of `queue` (see `running_least`) from `start` on,
     `found[:start]` being right; `broken`: where a change of class was met, if it was.
     Returns where one is met now (None if not)."""
@@ -147,12 +154,34 @@ def extend_least(found: list, queue: list[PendingJob], start: int, pinned: set[i
     least = found[start - 1] if start else None
     for index in range(start, len(queue)):
         job = queue[index]
-        if job.job_id not in pinned:
-            shape = job.shape
-            if least is not None and least[0] != shape.resource_class:
-                found.extend([None] * (len(queue) - index))
-                return index
-            mine = (shape.units_per_task, shape.units, priority_rank(job.priority), job.submitted_at, job.max_runtime_s)
-            least = (shape.resource_class, *mine) if least is None else (least[0], *map(min, least[1:], mine))
+        shape = job.shape
+        rclass, units = shape.resource_class, shape.units
+        ask = (shape.units_per_task, units, job.max_runtime_s)
+        if least is None:
+            least = (rclass, priority_rank(job.priority), job.submitted_at, units, (ask,))
+        elif least[0] != rclass:
+            found.extend([None] * (len(queue) - index))
+            return index
+        else:
+            _, rank, submitted, fewest, frontier = least
+            least = (
+                rclass,
+                min(rank, priority_rank(job.priority)),
+                min(submitted, job.submitted_at),
+                min(fewest, units),
+                frontier_with(frontier, ask),
+            )
         found.append(least)
     return None
+
+
+def frontier_with(frontier: tuple, ask: tuple) -> tuple:
+    """`frontier` (asks none of which is at most another in every part) with `ask` added:
+    the same tuple if one of them asks no more than `ask` in every part."""
+    if any(_at_most(other, ask) for other in frontier):
+        return frontier
+    return (ask, *(other for other in frontier if not _at_most(ask, other)))
+
+
+def _at_most(ask: tuple, other: tuple) -> bool:
+    return ask[0] <= other[0] and ask[1] <= other[1] and ask[2] <= other[2]

@@ -29,7 +29,8 @@ class QueueOrder:
        `shortest_first_within_team`, else the oldest;
     5. job id, the deterministic tie-break (then team name between teams).
     A job preempted for another that still waits comes right after that one, wherever the
-    rules above put it: the room it gave up is the preemptor's.
+    rules above put it: the room it gave up is the preemptor's (after every other job, if
+    the preemptor came before it).
     With `prune`, once `prune(team, jobs)` says which of a team's jobs left in a class may
     still matter (see `Pass._prune`), only those are yielded: the others' order is the same
     without the rest (a team's standing reads the ledger, which only actions move, and each
@@ -85,15 +86,19 @@ class QueueOrder:
 
     def __iter__(self):
         held: dict[int, list[PendingJob]] = defaultdict(list)  # preemptor -> its victims, waiting
+        late: list[PendingJob] = []  # every victim held, in the order it came
         for job in self._ordered():
             if job.yields_to is not None and job.yields_to in self.waiting:
                 held[job.yields_to].append(job)
+                late.append(job)
                 continue
             yield job
             if held:
                 yield from self._released(job.job_id, held)
-        for jobs in held.values():
-            yield from jobs
+        # Those whose preemptor went before them, last in the order they came (not by
+        # preemptor: a pass that prunes leaves some out, and the rest keep their order).
+        left = {job.job_id for jobs in held.values() for job in jobs}
+        yield from (job for job in late if job.job_id in left)
 
     def _released(self, job_id: int, held: dict[int, list[PendingJob]]):
         for job in held.pop(job_id, ()):
@@ -237,14 +242,14 @@ class TeamQueue:
     pass takes a copy (`without`); the pruning reads the running minima (`least`), made again
     only from the first place that changed: new and leaving jobs are mostly the least, last."""
 
-    __slots__ = ("jobs", "keys", "where", "minima", "stale", "broken", "pinned")
+    __slots__ = ("jobs", "keys", "where", "minima", "stale", "broken")
 
     def __init__(self, jobs: list[PendingJob], keys: list[tuple]):
         """`jobs` in order, with their keys negated (ascending)."""
         self.jobs, self.keys = jobs, keys
         self.where = {job.job_id: key for job, key in zip(jobs, keys, strict=True)}
         self.minima: list = []  # `pruning.running_least` over the jobs, right below `stale`
-        self.stale, self.broken, self.pinned = 0, None, frozenset()
+        self.stale, self.broken = 0, None
 
     def add(self, job: PendingJob, key: tuple) -> None:
         index = bisect.bisect_left(self.keys, key)
@@ -270,16 +275,11 @@ class TeamQueue:
         index = bisect.bisect_left(self.keys, key) if key is not None else None
         return index if index is not None and self.jobs[index] is job else None
 
-    def least(self, pinned: set[int]) -> list:
+    def least(self) -> list:
         """`pruning.running_least` over the jobs, made again from the first place where a job
-        or the pinned among them changed since it was last read."""
-        where = self.where
-        mine = frozenset(job_id for job_id in pinned if job_id in where)
-        if mine != self.pinned:
-            changed = [bisect.bisect_left(self.keys, where[j]) for j in mine ^ self.pinned if j in where]
-            self.stale, self.pinned = min([self.stale, *changed]), mine
+        changed since it was last read."""
         if self.stale < len(self.jobs) or len(self.minima) != len(self.jobs):
-            self.broken = extend_least(self.minima, self.jobs, self.stale, mine, self.broken)
+            self.broken = extend_least(self.minima, self.jobs, self.stale, self.broken)
             self.stale = len(self.jobs)
         return self.minima
 

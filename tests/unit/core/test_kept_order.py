@@ -1,7 +1,7 @@
 """What a `Scheduler` keeps of the queue order between passes (`queue_order.KeptOrder`: each
 team's jobs sorted and split by class, made again only for a team whose jobs changed or one
 of whose jobs crossed a time that moves it) and of the pruning (`TeamQueue.least`, the
-running minima, made again only when the pinned among its jobs change) gives what a fresh
+running minima, made again only from the first job that changed) gives what a fresh
 pass gives, over queues that change and clocks that cross the aging and wait-bound times
 exactly, just before and just after."""
 
@@ -106,7 +106,7 @@ def test_a_kept_pruning_scheduler_acts_as_a_fresh_pass_while_the_clock_crosses_t
 @KEPT_SETTINGS
 @given(st.randoms(use_true_random=False))
 def test_kept_running_minima_are_those_of_the_queue_as_it_is_now(rng):
-    """A team's queue changed job by job and its pinned changed: the minima it keeps, made
+    """A team's queue changed job by job: the minima it keeps, made
     again from the first place that changed, are the minima made afresh; and the CPU jobs
     among GPU ones (a change of class) end them there."""
     split, now = None, NOW
@@ -116,9 +116,8 @@ def test_kept_running_minima_are_those_of_the_queue_as_it_is_now(rng):
         queue = [j for j in queue if j.team == "vision"] or [replace(a_job(rng, 100_000 + step, now), team="vision")]
         if split is None or not split.update(queue, now):
             split = TeamSplit(queue, now, config)  # as KeptOrder does when most of the jobs are new
-        pinned = {j.job_id for j in queue if rng.random() < 0.15}
         for kept in split.queues.values():
-            assert kept.least(pinned) == running_least(kept.jobs, pinned)
+            assert kept.least() == running_least(kept.jobs)
         fresh = TeamSplit(queue, now, config)
         assert {k: q.jobs for k, q in split.queues.items() if q.jobs} == {k: q.jobs for k, q in fresh.queues.items()}
         assert {k: line.jobs for k, line in split.late.items() if line.jobs} == {

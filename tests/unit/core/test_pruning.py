@@ -3,6 +3,7 @@ a job that could still start, evict or reserve. Exact actions, against a pass th
 every job (`schedule`)."""
 
 from scheduling.core.decisions import Reservation
+from scheduling.core.pruning import frontier_with
 from scheduling.core.scheduler import Scheduler, schedule
 from tests.unit.core.builders import HOUR, NOW, cluster, job, rack, running, snapshot
 from tests.unit.core.test_schedule_equivalence import actions
@@ -36,3 +37,40 @@ def test_a_pinned_next_job_of_another_class_does_not_hide_a_job_that_may_still_r
     )
     assert actions(schedule(state)) == expected
     assert actions(Scheduler(actions_only=True).schedule(state)) == expected
+
+
+def test_a_queue_is_left_out_when_neither_its_smallest_nor_its_shortest_job_fits():
+    """Job 10 (8 GPUs) holds the one reservation: rack node n2, free in an hour. Left: team
+    ranking's one-GPU jobs of 3-4 hours, which n2's one free GPU cannot take past the
+    reservation, and its 8-GPU jobs of half an hour, which no node has room for. A one-GPU
+    job of half an hour would fit, but none asks that: the pass leaves the queue out after
+    job 10, and acts as trying every job."""
+    nodes = rack("z1-r1", 2)
+    busy = (
+        running(1, ["z1-r1-n1"], team="other", remaining=2 * HOUR),
+        running(2, ["z1-r1-n2"], team="other", gpus_per_node=7, remaining=HOUR),
+    )
+    pending = (
+        job(10, gpus=8, runtime=0.1 * HOUR, age=300.0),
+        job(11, gpus=1, runtime=3 * HOUR, team="ranking"),
+        job(12, gpus=8, runtime=0.5 * HOUR, team="ranking"),
+        job(13, gpus=1, runtime=4 * HOUR, team="ranking"),
+        job(14, gpus=8, runtime=0.6 * HOUR, team="ranking"),
+    )
+    state = snapshot(nodes, pending=pending, running_jobs=busy, reservations_per_class=1, preemption=False)
+    decisions = Scheduler(actions_only=True).schedule(state)
+    reference = schedule(state)
+    assert actions(decisions) == actions(reference)
+    assert [r.job_id for r in decisions.reservations] == [10]
+    assert decisions.order == (10,)
+    assert sorted(reference.order) == [10, 11, 12, 13, 14]
+
+
+def test_the_frontier_keeps_only_the_asks_no_other_is_below_in_every_part():
+    """(units per task, units, runtime): an ask at least another in every part adds nothing;
+    a new least one drops those it is below in every part."""
+    frontier = frontier_with(((1, 1, 3 * HOUR),), (8, 8, 0.5 * HOUR))
+    assert frontier == ((8, 8, 0.5 * HOUR), (1, 1, 3 * HOUR))
+    assert frontier_with(frontier, (8, 16, HOUR)) is frontier
+    assert frontier_with(frontier, (1, 1, 0.25 * HOUR)) == ((1, 1, 0.25 * HOUR),)
+    assert frontier_with(frontier, (4, 4, HOUR)) == ((4, 4, HOUR), (8, 8, 0.5 * HOUR), (1, 1, 3 * HOUR))
