@@ -101,23 +101,25 @@ class JobShape:
     memory_gb_per_task: int
     node_selector: Mapping[str, str] = field(default_factory=dict)
     topology: Topology = Topology.NONE
+    # Derived once (a pass asks for them for every job it weighs, many times over): the class,
+    # the units one task takes (GPUs, or CPUs for CPU jobs) and all tasks take.
+    resource_class: str = field(init=False, repr=False, compare=False)
+    units_per_task: int = field(init=False, repr=False, compare=False)
+    units: int = field(init=False, repr=False, compare=False)
+    _key: tuple = field(init=False, repr=False, compare=False)  # see `key`
+
+    def __post_init__(self):
+        per_task = self.gpus_per_task if self.gpu_type else self.cpus_per_task
+        object.__setattr__(self, "resource_class", resource_class(self.gpu_type))
+        object.__setattr__(self, "units_per_task", per_task)
+        object.__setattr__(self, "units", self.tasks * per_task)
+        selector = tuple(sorted(self.node_selector.items()))
+        key = (self.gpu_type, self.gpus_per_task, self.cpus_per_task, self.memory_gb_per_task, selector, self.topology)
+        object.__setattr__(self, "_key", key)
 
     @property
     def gpu_count(self) -> int:
         return self.tasks * self.gpus_per_task
-
-    @property
-    def resource_class(self) -> str:
-        return resource_class(self.gpu_type)
-
-    @property
-    def units_per_task(self) -> int:
-        """The amount of the job's resource class one task takes: GPUs, or CPUs for CPU jobs."""
-        return self.gpus_per_task if self.gpu_type else self.cpus_per_task
-
-    @property
-    def units(self) -> int:
-        return self.tasks * self.units_per_task
 
     @property
     def unit_name(self) -> str:
@@ -128,14 +130,7 @@ class JobShape:
 
     def key(self) -> tuple:
         """Jobs with equal keys and more tasks can never fit where one with fewer did not."""
-        return (
-            self.gpu_type,
-            self.gpus_per_task,
-            self.cpus_per_task,
-            self.memory_gb_per_task,
-            tuple(sorted(self.node_selector.items())),
-            self.topology,
-        )
+        return self._key
 
 
 def tasks_per_node(shape: JobShape, *, gpus: int, cpus: int, memory_gb: int) -> int:

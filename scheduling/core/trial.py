@@ -46,9 +46,9 @@ class Trial:
         return slot
 
     def _change(self, victim: RunningJob, sign: int) -> None:
-        extra, rooms = self.extra, self.rooms
+        extra, rooms, names = self.extra, self.rooms, self.names
         for task in victim.tasks:
-            slot = self._slot(task.node)
+            slot = names.get(task.node) or self._slot(task.node)  # most are in already
             if slot is None:
                 continue
             was = extra.get(task.node, NOTHING)
