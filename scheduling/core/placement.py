@@ -7,7 +7,6 @@ may use on a node (the room a reservation leaves to backfill).
 
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import NamedTuple
 
 from scheduling.core.model import JobShape, TaskPlacement, Topology, labels_match, tasks_per_node
@@ -32,8 +31,10 @@ class Extra(NamedTuple):
 NOTHING = Extra()
 
 
-@dataclass(frozen=True, slots=True)
-class Room:
+class Room(NamedTuple):
+    """A node and how many of a job's tasks fit on it. A named tuple: a shadow start makes one
+    per node with room each time it checks a layout."""
+
     slot: Slot
     tasks: int  # how many of the job's tasks fit on it
 

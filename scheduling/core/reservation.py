@@ -63,8 +63,7 @@ def shadow_start(
     gone = trial.fit_by_removing(ending)
     if gone is None:
         return None
-    chosen = trial.plan()
-    return max(gone[-1].expected_end, now), chosen, released_by(gone)
+    return max(gone[-1].expected_end, now), trial.last_plan, released_by(gone)
 
 
 @dataclass

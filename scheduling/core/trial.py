@@ -36,6 +36,7 @@ class Trial:
         self.joining = joining or {}
         self.extra: dict[str, Extra] = {}
         self.total = sum(rooms_now.values())
+        self.last_plan = None  # the layout of the last `fits()` that held (see `fit_by_removing`)
 
     def _slot(self, name: str) -> Slot | None:
         slot = self.names.get(name)
@@ -64,7 +65,12 @@ class Trial:
     def fits(self) -> bool:
         if self.total < self.shape.tasks:
             return False
-        return self.one_domain or self.plan() is not None
+        if self.one_domain:
+            return True
+        chosen = self.plan()
+        if chosen is not None:
+            self.last_plan = chosen
+        return chosen is not None
 
     def plan(self):
         rooms = sorted((Room(s, n) for s, n in self.rooms.items() if n > 0), key=lambda r: r.slot.name)
@@ -73,7 +79,9 @@ class Trial:
     def fit_by_removing(self, ordered: list[RunningJob]) -> list[RunningJob] | None:
         """Remove candidates in order until the job fits; None if even all of them do not do.
         Once the total room would do, the layout is checked at growing steps (1, 2, 4, ...)
-        and the exact count found by putting victims back, halving the step."""
+        and the exact count found by putting victims back, halving the step. Every step back
+        that does not fit is undone, so the trial ends as it was at the last check that held:
+        `last_plan` is then its layout (unless `one_domain`, which checks no layout)."""
         count, step = 0, 1
         while count < len(ordered):
             for victim in ordered[count : count + step]:
