@@ -14,6 +14,7 @@ from django.conf import settings
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from mlqueue.serializer_fields import FieldsBuiltOnce
 from mlqueue.text import INVISIBLE, INVISIBLE_CATEGORIES, invisible_char
 from scheduling.core.model import PRIORITIES, Topology
 from scheduling.secrets import MASK
@@ -162,8 +163,9 @@ class StringMapField(serializers.DictField):
                 raise serializers.ValidationError(INVISIBLE_KEY.format(key=key, char=char))
 
 
-class StrictSerializer(serializers.Serializer):
-    """Refuses unknown fields, so a typo ("gpu_cont") is an error rather than a default."""
+class StrictSerializer(FieldsBuiltOnce, serializers.Serializer):
+    """Refuses unknown fields, so a typo ("gpu_cont") is an error rather than a default. Its
+    fields are built once per class (mlqueue/serializer_fields.py): a subclass declares them."""
 
     def to_internal_value(self, data):
         if isinstance(data, dict):

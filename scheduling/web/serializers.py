@@ -1,28 +1,15 @@
 """How jobs, tasks and events look in the API (output only; input is spec.JobSpecSerializer)."""
 
-import copy
-
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from mlqueue.serializer_fields import FieldsBuiltOnce
 from scheduling.group_state import waiting_reasons
 from scheduling.groups import summary
 from scheduling.models import Job, JobDependency, JobState, Task
 from scheduling.secrets import masked_spec
 from teams.models import AuditEvent
-
-
-class FieldsBuiltOnce:
-    """A ModelSerializer derives its fields from the model's meta for every instance: 2 ms of
-    every submit's answer. This keeps the first instance's fields, per class, and gives each
-    later instance a copy (DRF copies the declared fields per instance the same way)."""
-
-    def get_fields(self):
-        cls = type(self)
-        if "_fields_built" not in cls.__dict__:
-            cls._fields_built = super().get_fields()
-        return copy.deepcopy(cls._fields_built)
 
 
 class PendingReasonSerializer(serializers.Serializer):

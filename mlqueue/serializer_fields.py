@@ -1,0 +1,64 @@
+"""Serializer fields built once per class, not once per serializer.
+
+DRF gives every serializer instance its own fields: `get_fields` deep-copies the declared
+fields, and deep-copying a field calls its `__init__` again with deep copies of its arguments
+(for a ModelSerializer it first derives them from the model's meta). A submit's spec has about
+sixty fields in its nested serializers: the copies were a fifth of a submit's CPU.
+
+`FieldsBuiltOnce` builds the bound fields once per class and gives each instance shallow copies
+of them, re-parented to the instance: a field's own settings (its validators, choices, error
+messages) are shared, read-only, and only `parent`, the one thing that differs between
+instances, is the instance's own (a field finds its serializer, its `context` and its
+`validate_<name>` method through it). A list's or a dict's `child` (a related field's
+`child_relation`) is copied and re-parented the same way; a nested serializer builds its own
+fields afresh from its class's, so nothing of one request's validation is seen by another's.
+
+Only for serializers whose fields are the same for every instance (declared, or added by
+`get_fields` whatever the instance): a serializer that varies them by its context or its
+instance must not use it. Code that changes an instance's fields after they are built must
+replace a field (`serializer.fields[name] = Field(...)`), never set attributes on a shared one.
+"""
+
+from django.utils.functional import cached_property
+from rest_framework import serializers
+from rest_framework.utils.serializer_helpers import BindingDict
+
+# Where a field keeps the field it applies to each item: ListField, DictField and ListSerializer's
+# `child`, a many=True related field's `child_relation`.
+CHILDREN = ("child", "child_relation")
+_built: dict[type, dict] = {}  # class -> its fields, bound to a throwaway instance of it
+
+
+class FieldsBuiltOnce:
+    @cached_property
+    def fields(self):
+        fields = BindingDict(self)
+        for name, field in _fields_of(type(self)).items():
+            fields.fields[name] = _copy_for(field, parent=self)  # already bound: not through bind()
+        return fields
+
+
+def _fields_of(cls: type) -> dict:
+    if cls not in _built:
+        # Bound as DRF binds them (names, labels, sources), to an instance used for nothing else.
+        owner = cls()
+        fields = BindingDict(owner)
+        for name, field in owner.get_fields().items():
+            fields[name] = field
+        _built[cls] = fields.fields
+    return _built[cls]
+
+
+def _copy_for(field, *, parent):
+    """A shallow copy of `field` whose parent is `parent`; its child, if any, copied likewise."""
+    copy = object.__new__(type(field))
+    copy.__dict__.update(field.__dict__)
+    copy.parent = parent
+    if isinstance(field, serializers.BaseSerializer):
+        # A nested serializer's state of its own: its fields (built from its class's), what it validated.
+        for name in ("fields", "_errors", "_validated_data", "_data"):
+            copy.__dict__.pop(name, None)
+    for name in CHILDREN:
+        if name in field.__dict__:
+            setattr(copy, name, _copy_for(field.__dict__[name], parent=copy))
+    return copy
