@@ -142,9 +142,9 @@ def do_submit_job(*, user, team: Team, spec: dict, schedule=None, scheduled_for=
 def _existing_job(team: Team, client_job_id: str) -> Job | None:
     """The team's job with this client_job_id, if any. Most submits find none: the question
     reads one column (a whole job row is 50 columns to compile and decode, 2 ms of CPU), and
-    only a repeated id reads the job."""
+    only a repeated id reads the job (None if it went in between, as if never found)."""
     found = Job.objects.filter(team=team, client_job_id=client_job_id).values_list("pk", flat=True)[:1]
-    return Job.objects.select_related("team").get(pk=found[0]) if found else None
+    return Job.objects.select_related("team").filter(pk=found[0]).first() if found else None
 
 
 def _same_job_or_conflict(existing: Job, digests: list[str]) -> Job:
