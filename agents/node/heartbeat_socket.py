@@ -5,11 +5,16 @@ Heartbeats are sent on it once the server has greeted the socket with
 `{"hello": {"heartbeats": true}}` (agents/consumers.py); until then, when it drops, when a
 reply is late, or against a server that never says hello, `heartbeat()` answers None and the
 agent heartbeats over HTTP, as it always could. The replies are the HTTP heartbeat's, refusals
-included, so the agent obeys them the same way."""
+included, so the agent obeys them the same way.
+
+A closed socket is opened again after a random pause (reconnect_delay): a restart of the web
+tier closes every agent's socket in the same instant, and 2,500 agents reconnecting in step
+would hit it all at once, and again together after each refusal."""
 
 import itertools
 import json
 import logging
+import random
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,8 +22,18 @@ from dataclasses import dataclass, field
 from agents.node.client import AgentClient, ApiError
 
 log = logging.getLogger("mlqueue.agent")
-RECONNECT_S = 3.0
+RECONNECT_S = 3.0  # a socket that closes is opened again within this, on average half of it
+RECONNECT_MAX_S = 60.0  # the longest pause, after attempts failing in a row (HTTP carries on meanwhile)
 OPEN_TIMEOUT_S = 5.0
+
+
+def reconnect_delay(failures: int, draw: Callable[[], float] = random.random) -> float:
+    """The pause before opening the socket again, after `failures` attempts in a row that did
+    not carry heartbeats (0: it had carried them until it closed): a moment drawn at random
+    within RECONNECT_S, doubled for each failure up to RECONNECT_MAX_S ("full jitter"). The
+    draw spreads a fleet's reconnects over the window; the doubling backs off from a server
+    that keeps refusing."""
+    return draw() * min(RECONNECT_MAX_S, RECONNECT_S * 2 ** min(failures, 16))
 
 
 @dataclass
@@ -42,11 +57,12 @@ class HeartbeatSocket:
         return self._open is not None
 
     def run(self) -> None:
-        """Hold the socket open, reconnecting after a pause whenever it closes."""
+        """Hold the socket open, reconnecting after a pause (reconnect_delay) whenever it closes."""
         try:
             from websockets.sync.client import connect
         except ImportError:
             return
+        failures = 0
         while not self.stopping.is_set():
             try:
                 with connect(
@@ -58,8 +74,8 @@ class HeartbeatSocket:
                         self._received(connection, json.loads(text))
             except Exception as exc:  # any failure: heartbeats go over HTTP until it reconnects
                 log.debug("%s: the server's socket closed (%s)", self.name, exc)
-            self._closed()
-            self.stopping.wait(RECONNECT_S)
+            failures = 0 if self._closed() else failures + 1
+            self.stopping.wait(reconnect_delay(failures))
 
     def _received(self, connection, message: dict) -> None:
         if "hello" in message:
@@ -75,14 +91,17 @@ class HeartbeatSocket:
                 waiter.reply = message
                 waiter.done.set()
 
-    def _closed(self) -> None:
+    def _closed(self) -> bool:
+        """Forget the socket; whether it had carried heartbeats."""
         with self._lock:
-            if self._open is not None:
+            carried = self._open is not None
+            if carried:
                 log.info("%s: the server's WebSocket closed: heartbeating over HTTP until it reopens", self.name)
             self._open = None
             waiting, self._waiting = self._waiting, {}
         for waiter in waiting.values():
             waiter.done.set()
+        return carried
 
     def heartbeat(self, body: dict, *, timeout: float) -> dict | None:
         """The server's reply to this heartbeat, sent on the socket; None when the socket does
