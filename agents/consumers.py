@@ -14,16 +14,14 @@ signal: the agent then heartbeats at once instead of at its next regular beat.
 Heartbeats from all the sockets of a process are answered in batches (agents/batches.py):
 that, and no HTTP request to parse per beat, is what makes a socket heartbeat cheap."""
 
-from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
-from agents.batches import answer_heartbeat
+from agents.batches import answer_heartbeat, socket_owner
 from agents.heartbeats import Beat, refused
-from mlqueue.channel_layer import join_group, leave_group
+from mlqueue.channel_layer import TRY_AGAIN_LATER, join_group, leave_group
 from mlqueue.errors import BODY_TOO_LARGE, RequestTooLarge
 from mlqueue.parsers import BodyError, loads_body
-from scheduling.models import Node
 from scheduling.notify import agent_group
 from teams.models import hash_token
 
@@ -35,18 +33,16 @@ BAD_ID = "a non-negative integer the reply will carry back."
 NOT_TEXT = "send text frames (JSON)."
 
 
-@database_sync_to_async
-def _node_by_token(digest: str) -> str | None:
-    return Node.objects.filter(token_digest=digest).values_list("name", flat=True).first()
-
-
 class AgentSocketConsumer(AsyncJsonWebsocketConsumer):
     async def connect(self):
         headers = dict(self.scope.get("headers", []))
         kind, _, raw = headers.get(b"authorization", b"").decode("latin1").partition(" ")
         name = self.scope["url_route"]["kwargs"]["name"]
         digest = hash_token(raw.strip()) if kind.lower() == "bearer" and raw.strip() else ""
-        owner = await _node_by_token(digest) if digest else None
+        owner = await socket_owner(digest) if digest else None
+        if isinstance(owner, Exception):  # Postgres away: the agent heartbeats over HTTP meanwhile
+            await self.close(code=TRY_AGAIN_LATER)
+            return
         if owner != name:
             await self.close(code=4003)
             return

@@ -7,7 +7,10 @@ import django
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mlqueue.settings")
 django.setup(set_prefix=False)  # as django.core.asgi.get_asgi_application does
 
+from mlqueue.autobahn_options import dump_options_cheaply  # noqa: E402
 from mlqueue.onehop import OneHopASGIHandler  # noqa: E402
+
+dump_options_cheaply()
 
 django_asgi_app = OneHopASGIHandler()
 

@@ -10,9 +10,11 @@ costs one command a second per web process and lets the timeout be 2 s."""
 import asyncio
 import os
 import threading
+import time
 
 from asgiref.sync import async_to_sync
 from channels_redis.core import RedisChannelLayer
+from redis.asyncio import BlockingConnectionPool
 
 from mlqueue.breaker import RedisBreaker
 from mlqueue.redis_client import BLOCKING_CONNECT_TIMEOUT_S, BLOCKING_SOCKET_TIMEOUT_S, BLOCKING_WAIT_S
@@ -25,8 +27,35 @@ SOCKET_TIMEOUT_S = BLOCKING_SOCKET_TIMEOUT_S
 SEND_TIMEOUT_S = BLOCKING_CONNECT_TIMEOUT_S + 3 * SOCKET_TIMEOUT_S
 
 
+# Redis connections per event loop (a web process's, the send loop's). channels_redis's pool
+# opens a connection for every command in flight: a restart of the web tier, 2,500 agents'
+# sockets joining their groups at once, had each process opening connections by the hundred,
+# stalling its loop ("Timeout connecting to server") and then refused past redis-py's 100 ("Too
+# many connections"): the sockets closed with 1013 and came back to do it again. Bounded, and
+# blocking for a free connection, the burst takes its turn on a few reused connections (each
+# command is a round trip well under a millisecond), one BZPOPMIN receive among them.
+POOL_MAX = 8
+POOL_WAIT_S = SEND_TIMEOUT_S
+
+
 class ShortWaitRedisChannelLayer(RedisChannelLayer):
     brpop_timeout = BZPOPMIN_S
+
+    def create_pool(self, index):
+        host = dict(self.hosts[index])
+        return BlockingConnectionPool.from_url(
+            host.pop("address"), max_connections=POOL_MAX, timeout=POOL_WAIT_S, **host
+        )
+
+    async def group_add(self, group, channel):
+        """channels_redis's two commands (ZADD, then EXPIRE) in one round trip."""
+        assert self.require_valid_group_name(group), "Group name not valid"
+        assert self.require_valid_channel_name(channel), "Channel name not valid"
+        key = self._group_key(group)
+        async with self.connection(self.consistent_hash(group)).pipeline(transaction=False) as pipe:
+            pipe.zadd(key, {channel: time.time()})
+            pipe.expire(key, self.group_expiry)
+            await pipe.execute()
 
 
 class _SendLoop:
