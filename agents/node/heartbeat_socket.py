@@ -24,7 +24,11 @@ from agents.node.client import AgentClient, ApiError
 log = logging.getLogger("mlqueue.agent")
 RECONNECT_S = 3.0  # a socket that closes is opened again within this, on average half of it
 RECONNECT_MAX_S = 60.0  # the longest pause, after attempts failing in a row (HTTP carries on meanwhile)
-OPEN_TIMEOUT_S = 5.0
+# How long a handshake may take. Long: the agent heartbeats over HTTP meanwhile, and a server
+# taking a fleet's sockets back after a restart answers late; agents that gave up after 5 s
+# came back to be answered again, so the server spent the storm on handshakes nobody waited for
+# (bench/heartbeats.py --open-spread 0: 35 of 2,500 sockets open after two minutes).
+OPEN_TIMEOUT_S = 30.0
 
 
 def reconnect_delay(failures: int, draw: Callable[[], float] = random.random) -> float:
