@@ -350,7 +350,8 @@ def histogram_figures(samples: collections.Counter, work: str, prefix: str = "")
         buckets = sorted((le, n) for (h, k, end, le), n in samples.items() if (h, k, end) == (name, kind, "_bucket"))
         p99 = next((le for le, n in buckets if n >= 0.99 * count), None) if count else None
         scale, unit = (1, "") if label == "batch" else (1000, "_ms")
-        figures[f"{prefix}{label}_mean{unit}"] = round(total / count * scale, 1) if count else None
+        mean = "mean_batch" if label == "batch" else f"{label}_mean{unit}"  # mean_batch: as in older lines
+        figures[f"{prefix}{mean}"] = round(total / count * scale, 1) if count else None
         figures[f"{prefix}{label}_p99_le{unit}"] = (
             "+Inf" if p99 == math.inf else None if p99 is None else round(p99 * scale, 1)
         )

@@ -115,6 +115,9 @@ def test_heartbeat_bench_measures_socket_heartbeats():
         HEARTBEATS_REDIS_URL,
     )
     assert figures["heartbeats"] > 0 and figures["errors"] == 0 and figures["mean_batch"] >= 1
+    assert figures["open_sockets"] == 50 and figures["open_failed"] == 0 and figures["open_mean_batch"] >= 1
+    assert figures["steady_heartbeats"] + figures["warmup_heartbeats"] == figures["heartbeats"]
+    assert len(figures["p99_ms_by_second"]) == 2 and figures["batch_work_mean_ms"] > 0
 
 
 def test_queue_page_bench_renders_every_view():
