@@ -2,6 +2,7 @@
 token checked at the handshake and again at each heartbeat, and a batch of heartbeats costing
 one SQL statement."""
 
+import asyncio
 import json
 
 import pytest
@@ -12,6 +13,7 @@ from django.core.cache import cache
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
+from prometheus_client import REGISTRY
 from rest_framework import exceptions
 
 from agents.consumers import BAD_ID, HELLO, TOKEN_REVOKED, UNKNOWN_TYPE
@@ -222,3 +224,34 @@ def test_the_idle_heartbeat_shortcut_agrees_with_the_serializer(body):
         with pytest.raises(exceptions.ValidationError) as refusal:
             heartbeat_tasks(body)
         assert refusal.value.detail == serializer.errors
+
+
+def test_sockets_opening_together_are_looked_up_in_one_batch_each_answered_on_its_own(node):
+    name, token = node
+    others = [do_register_node(name=f"z1-r1-h100-9{i}", inventory=INVENTORY) for i in range(3)]
+    asking = [(name, token), *((n.name, t) for n, t in others), (name, "wrong"), (others[0][0].name, token)]
+
+    def batches() -> tuple[float, float]:
+        """(sockets looked up, batches) so far."""
+        return tuple(
+            REGISTRY.get_sample_value(f"mlqueue_heartbeat_batch_size_{kind}", {"work": "sockets"}) or 0.0
+            for kind in ("sum", "count")
+        )
+
+    async def scenario():
+        sockets = [
+            WebsocketCommunicator(application, f"/ws/agents/{n}/", headers=[(b"authorization", f"Bearer {t}".encode())])
+            for n, t in asking
+        ]
+        opened = await asyncio.gather(*(socket.connect() for socket in sockets))
+        for socket in sockets:
+            await socket.disconnect()
+        return opened
+
+    before = batches()
+    opened = async_to_sync(scenario)()
+    # each its own answer: the four nodes' own tokens open, a wrong token and another node's do not
+    assert [ok for ok, _ in opened] == [True, True, True, True, False, False]
+    assert [code for ok, code in opened if not ok] == [4003, 4003]
+    looked_up, batched = (after - was for after, was in zip(batches(), before, strict=True))
+    assert looked_up == 6 and batched < 6
