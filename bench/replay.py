@@ -109,7 +109,10 @@ def policy_config(args) -> PolicyConfig:
             knobs[name] = json.loads(value)
         except ValueError:
             fail(f"--set {option}: the value must be JSON (true, 600, null, ...)")
-    return PolicyConfig(**knobs)
+    try:
+        return PolicyConfig(**knobs)
+    except (TypeError, ValueError) as exc:  # a value of the wrong kind, or a gate out of order
+        fail(f"--set: {exc}")
 
 
 def fleet_for(args) -> list:

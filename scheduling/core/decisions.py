@@ -69,3 +69,6 @@ class Decisions:
     # Job -> the nodes it is nominated to (`PendingJob.nominated`) after this pass: those that
     # evicted in it, and those whose victims are still stopping. A job left out has none.
     nominations: Mapping[int, tuple[str, ...]] = field(default_factory=dict)
+    # With `PolicyConfig.reclaim_in_turn_backlog`: the resource classes where reclaim in turn and
+    # the nomination of reclaimers held in this pass, for the next snapshot's `reclaim_turn`.
+    reclaim_turn: frozenset[str] = frozenset()

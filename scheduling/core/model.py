@@ -286,6 +286,27 @@ class Team:
         return self.quotas.get(rclass)
 
 
+BACKLOG_NOT_A_NUMBER = "{field}={value!r}: must be a number >= 0 (or None)"
+BACKLOG_OFF_WITHOUT_ON = (
+    "reclaim_in_turn_backlog_off={value!r}: needs reclaim_in_turn_backlog set"
+    " (the rule turns off below it only where a backlog turned it on)"
+)
+BACKLOG_OFF_ABOVE_ON = "reclaim_in_turn_backlog_off={value!r}: must be at most reclaim_in_turn_backlog ({on!r})"
+
+
+def check_backlog_gate(on: float | None, off: float | None) -> None:
+    """Raise ValueError naming the field unless `on` and `off` (PolicyConfig's
+    `reclaim_in_turn_backlog` and `reclaim_in_turn_backlog_off`) make a gate: numbers >= 0 or
+    None, `off` only with `on`, and `off` <= `on`."""
+    for name, value in (("reclaim_in_turn_backlog", on), ("reclaim_in_turn_backlog_off", off)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0):
+            raise ValueError(BACKLOG_NOT_A_NUMBER.format(field=name, value=value))
+    if off is not None and on is None:
+        raise ValueError(BACKLOG_OFF_WITHOUT_ON.format(value=off))
+    if off is not None and off > on:
+        raise ValueError(BACKLOG_OFF_ABOVE_ON.format(value=off, on=on))
+
+
 @dataclass(frozen=True, slots=True)
 class PolicyConfig:
     # Each this long a job waits raises it one priority class (never into P0).
@@ -344,6 +365,11 @@ class PolicyConfig:
     # times the class's capacity, read off the snapshot (None: always, as configured). On the
     # Philly trace the two won at 640 GPUs (overloaded) and lost at 768 (BENCHMARKS.md).
     reclaim_in_turn_backlog: float | None = None
+    # Hysteresis for `reclaim_in_turn_backlog`: where the rule held in the last pass
+    # (`ClusterSnapshot.reclaim_turn`) it holds on until the backlog falls below this many times
+    # the class's capacity, so it does not switch on and off with every job that starts or
+    # arrives (None: the same as `reclaim_in_turn_backlog`, no hysteresis). At most that, >= 0.
+    reclaim_in_turn_backlog_off: float | None = None
     # Weigh a victim's past evictions against choosing it again (RunningJob.preemptions).
     eviction_memory: bool = False
     # A job that evicted for priority is nominated to the nodes it will start on, held for it
@@ -354,6 +380,9 @@ class PolicyConfig:
     # Explain every job left waiting and report fragmentation (the worker does; a simulation
     # that only needs the schedule does not).
     explain: bool = True
+
+    def __post_init__(self):
+        check_backlog_gate(self.reclaim_in_turn_backlog, self.reclaim_in_turn_backlog_off)
 
     def min_runtime_for(self, priority: str) -> float:
         """How long a victim must have run before a job of class `priority` may preempt it."""
@@ -398,3 +427,8 @@ class ClusterSnapshot:
     # Maintenance windows not yet over (core/maintenance.py): a job whose time limit would run
     # into one does not start on its nodes.
     maintenance: tuple[MaintenanceWindow, ...] = ()
+    # The resource classes where the backlog gate (`PolicyConfig.reclaim_in_turn_backlog`) held
+    # in the last pass (`Decisions.reclaim_turn`): there it holds on down to
+    # `reclaim_in_turn_backlog_off`. None: not known, as empty for `schedule()`; a kept
+    # `Scheduler` then reads its own last pass's.
+    reclaim_turn: frozenset[str] | None = None

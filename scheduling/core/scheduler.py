@@ -48,8 +48,9 @@ class Scheduler:
     holds (`Pass._nodes_to_hold`), the domains each running job spans (for victim searches,
     `preemption._by_domain`), the units each team runs (`_ledger_for`), the capacity
     explanations of the classes whose room has not changed (`CapacityExplainer`) and each
-    team's waiting jobs sorted and split by class (`queue_order.KeptOrder`). Decides
-    exactly as `schedule()` on the same snapshot. Pure, like the rest of the core: the caller
+    team's waiting jobs sorted and split by class (`queue_order.KeptOrder`), and where the
+    backlog gate held last pass (`Decisions.reclaim_turn`, for a snapshot that does not say).
+    Decides exactly as `schedule()` on the same snapshot, given that memory. Pure, like the rest of the core: the caller
     (the worker, the simulator, the benchmark) keeps it.
     `actions_only`: for a caller that reads only what a pass starts, evicts, reserves and
     nominates (the simulator): a team's turns end once none of its jobs left can change
@@ -65,6 +66,7 @@ class Scheduler:
         self.usage: tuple | None = None  # see `_ledger_for`
         self.explainer: explain.CapacityExplainer | None = None
         self.order = KeptOrder()  # each team's queue, sorted and split by class
+        self.reclaim_turn: frozenset[str] = frozenset()  # `Decisions.reclaim_turn` of the last pass
 
     def schedule(
         self,
@@ -80,6 +82,8 @@ class Scheduler:
 
     def _run(self, snapshot: ClusterSnapshot, moved: Mapping[int, RunningJob | None] | None = None) -> Decisions:
         kept, self.state = self.state, None  # kept again only once the pass has given its room back
+        if snapshot.reclaim_turn is None and self.reclaim_turn:  # the backlog gate's memory
+            snapshot = dataclasses.replace(snapshot, reclaim_turn=self.reclaim_turn)
         state = self._state_for(kept, snapshot, moved)
         if len(self.known) > 2 * len(snapshot.pending) + 1000:  # forget jobs long gone
             self.known = {}
@@ -92,6 +96,7 @@ class Scheduler:
         run.actions_only = self.actions_only
         decisions = run.run()
         self.explainer = run.explainer
+        self.reclaim_turn = decisions.reclaim_turn
         state.rollback()
         self.state = state
         return decisions
@@ -197,7 +202,7 @@ class Pass:
         # Per class, the job left blocked so far in the pass that asks the fewest units (see
         # `_reclaim_waits_turn`).
         self.least_blocked: dict[str, PendingJob] = {}
-        self.backlog: dict[str, int] | None = None  # see `_in_turn`
+        self.deep: frozenset[str] | None = None  # see `_deep_backlog`
         self.placed_units: dict[str, int] = defaultdict(int)
         self.searches = 0
         self.reclaim_searches = 0
@@ -240,6 +245,8 @@ class Pass:
         candidates = [job for job in self.snap.pending if not self._screened(job)]  # 2. Screen.
         self._hold_nominated(candidates)
         self.candidates = candidates
+        if self.config.reclaim_in_turn_backlog is not None:
+            self.deep = self._deep_classes()
         pruning = Pruning(self) if self.actions_only else None
         queue = QueueOrder(candidates, self.ledger, self.snap, self._changes, pruning, self.kept_order)  # 3.
         if pruning is not None:
@@ -255,6 +262,7 @@ class Pass:
             tuple(order),
             self._stats(len(order)),  # 6.
             self.nominations,
+            frozenset(self.deep or ()),
         )
 
     def _hold_nominated(self, candidates: list[PendingJob]) -> None:
@@ -407,20 +415,29 @@ class Pass:
 
     def _deep_backlog(self, rclass: str) -> bool:
         """Whether reclaim in turn and the nomination of reclaimers hold in `rclass` this pass,
-        as configured: always, or with `reclaim_in_turn_backlog`, only while the class's
-        waiting jobs ask at least that many times its capacity (see `_backlog`)."""
-        times = self.config.reclaim_in_turn_backlog
-        if times is None:
-            return True
-        if self.backlog is None:
-            self.backlog = self._backlog()
-        return self.backlog.get(rclass, 0) >= times * self.state.fleet.capacity.get(rclass, 0)
+        as configured: always, or with `reclaim_in_turn_backlog`, where `_deep_classes` says."""
+        return self.deep is None or rclass in self.deep
+
+    def _deep_classes(self) -> frozenset[str]:
+        """The classes whose waiting jobs (see `_backlog`) ask at least `reclaim_in_turn_backlog`
+        times the class's capacity, or, where the gate held last pass (the snapshot's
+        `reclaim_turn`), at least `reclaim_in_turn_backlog_off` times: a rule that turned on
+        stays on until the backlog has drained well below where it turned on."""
+        backlog, capacity = self._backlog(), self.state.fleet.capacity
+        held = self.snap.reclaim_turn or frozenset()
+        on = self.config.reclaim_in_turn_backlog
+        off = self.config.reclaim_in_turn_backlog_off
+        off = on if off is None else off
+        return frozenset(
+            rclass
+            for rclass in capacity.keys() | backlog.keys()
+            if backlog.get(rclass, 0) >= (off if rclass in held else on) * capacity.get(rclass, 0)
+        )
 
     def _backlog(self) -> dict[str, int]:
         """Per class, the units the jobs past screening ask (held jobs, jobs waiting on
-        others or in back-off cannot start, so they make no backlog). Read off the snapshot
-        alone, so `schedule()` and a kept `Scheduler` agree: the rule needs no memory between
-        passes, and a backlog deep enough to turn it on does not drain in one."""
+        others or in back-off cannot start, so they make no backlog). Read off the snapshot,
+        so `schedule()` and a kept `Scheduler` given the same `reclaim_turn` agree."""
         backlog: dict[str, int] = defaultdict(int)
         for job in self.candidates:
             backlog[job.resource_class] += job.shape.units
