@@ -2,6 +2,11 @@
 waits for the room its eviction would free (else that job takes the room in the next pass and
 the owner evicts again: the loop behind most reclaim churn on the Philly trace)."""
 
+from dataclasses import replace
+
+import pytest
+
+from scheduling.core.model import BACKLOG_OFF_WITHOUT_ON, PolicyConfig
 from scheduling.core.reasons import ReasonCode
 from scheduling.core.scheduler import Scheduler, schedule
 from tests.unit.core.builders import HOUR, cluster, job, rack, running, snapshot, teams
@@ -157,3 +162,75 @@ def test_an_owner_that_reclaims_is_nominated_only_under_a_deep_enough_backlog():
         )
         assert len(decisions.preemptions) == 8, backlog
         assert (3 in decisions.nominations) == nominated, backlog
+
+
+# Hysteresis: with `reclaim_in_turn_backlog_off` the rule, once on in a class (the snapshot's
+# `reclaim_turn`: where it held last pass), holds on until the backlog falls below that many
+# times the class's capacity. The class has 16 GPUs; the borrower's 1-GPU job and the 8-GPU owner
+# ask 9, and a third job of 8 more makes 17.
+H100 = "gpu:H100"
+MORE = [job(4, gpus=8, team="other", runtime=4 * HOUR)]
+HYSTERESIS_CASES = [
+    # (on, off, held last pass, other waiting jobs, evictions, holds after the pass)
+    (1.0, 0.5, frozenset(), [], 8, frozenset()),  # off: 9 < 16, and it was off
+    (1.0, 0.5, frozenset(), MORE, 0, {H100}),  # turns on: 17 >= 16
+    (1.0, 0.5, {H100}, [], 0, {H100}),  # stays on: 9 >= 8, and it was on
+    (1.0, 0.75, {H100}, [], 8, frozenset()),  # turns off: 9 < 12
+    (1.0, None, {H100}, [], 8, frozenset()),  # no hysteresis: off below 16, as before
+    (1.0, 0.5, {"gpu:A100"}, [], 8, frozenset()),  # on in another class only
+]
+
+
+def test_the_rule_turns_on_at_one_backlog_and_off_only_below_a_lower_one():
+    for on, off, held, others, evictions, holds in HYSTERESIS_CASES:
+        pending = [job(2, gpus=1, team="other", runtime=HOUR / 4, cpus=1), job(3, gpus=8, team="vision"), *others]
+        passed = contended(*pending, reclaim_in_turn=True, reclaim_in_turn_backlog=on, reclaim_in_turn_backlog_off=off)
+        passed = replace(passed, reclaim_turn=frozenset(held))
+        decisions = schedule(passed)
+        case = (on, off, held, len(others))
+        assert len(decisions.preemptions) == evictions, case
+        assert decisions.reclaim_turn == frozenset(holds), case
+        assert Scheduler(actions_only=True).schedule(passed).preemptions == decisions.preemptions, case
+
+
+def test_a_kept_scheduler_remembers_where_the_rule_held_and_a_fresh_one_starts_with_it_off():
+    """Pass 1: 17 GPUs asked, the rule turns on and the owner waits its turn. Pass 2: the 8-GPU
+    job is gone (9 asked): the kept `Scheduler` still holds the rule (9 >= 0.5 x 16), while a
+    fresh pass (a restarted worker) knows nothing of pass 1 and lets the owner reclaim."""
+    first = contended(
+        job(2, gpus=1, team="other", runtime=HOUR / 4, cpus=1),
+        job(3, gpus=8, team="vision"),
+        *MORE,
+        reclaim_in_turn=True,
+        reclaim_in_turn_backlog=1.0,
+        reclaim_in_turn_backlog_off=0.5,
+    )
+    kept = Scheduler()
+    assert kept.schedule(first).reclaim_turn == {H100}
+    second = replace(first, pending=first.pending[:2], now=first.now + 60)
+    stays = kept.schedule(second)
+    assert stays.preemptions == ()
+    assert stays.pending[3].code == ReasonCode.PREEMPTION_PENDING
+    assert stays == schedule(replace(second, reclaim_turn=frozenset({H100})))
+    assert len(schedule(second).preemptions) == 8
+
+
+GATE_ERRORS = [
+    # (reclaim_in_turn_backlog, reclaim_in_turn_backlog_off, message)
+    (1.0, 1.5, "reclaim_in_turn_backlog_off=1.5: must be at most reclaim_in_turn_backlog (1.0)"),
+    (None, 0.5, BACKLOG_OFF_WITHOUT_ON.format(value=0.5)),
+    (1.0, -0.25, "reclaim_in_turn_backlog_off=-0.25: must be a number >= 0 (or None)"),
+    (-1, None, "reclaim_in_turn_backlog=-1: must be a number >= 0 (or None)"),
+    (1.0, "0.5", "reclaim_in_turn_backlog_off='0.5': must be a number >= 0 (or None)"),
+    (True, None, "reclaim_in_turn_backlog=True: must be a number >= 0 (or None)"),
+    (float("nan"), None, "reclaim_in_turn_backlog=nan: must be a number >= 0 (or None)"),
+]
+
+
+def test_a_backlog_gate_out_of_order_is_refused_naming_the_field():
+    for on, off, message in GATE_ERRORS:
+        with pytest.raises(ValueError) as refused:
+            PolicyConfig(reclaim_in_turn_backlog=on, reclaim_in_turn_backlog_off=off)
+        assert str(refused.value) == message, (on, off)
+    for on, off in [(1.0, 1.0), (1.0, 0.0), (0, 0), (2, 0.5), (1.0, None), (None, None)]:
+        assert PolicyConfig(reclaim_in_turn_backlog=on, reclaim_in_turn_backlog_off=off).reclaim_in_turn_backlog == on

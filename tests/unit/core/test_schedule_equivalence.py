@@ -149,6 +149,7 @@ def snapshots(draw) -> ClusterSnapshot:
     teams = tuple(
         Team(name, None, {rc: q for rc in ("gpu:H100", "gpu:A100", "cpu") if (q := draw(quota))}) for name in TEAMS
     )
+    backlog = draw(st.sampled_from([None, 0.25, 1.0]))
     config = PolicyConfig(
         reservation_wait_bound_s=draw(st.sampled_from([600.0, 7200.0])),
         reservations_per_class=draw(st.sampled_from([1, 2])),
@@ -157,12 +158,15 @@ def snapshots(draw) -> ClusterSnapshot:
         reclaim_after_wait_s=draw(st.sampled_from([0.0, 300.0])),
         nominate_reclaimers=draw(st.booleans()),
         reclaim_in_turn=draw(st.booleans()),
-        reclaim_in_turn_backlog=draw(st.sampled_from([None, 0.25, 1.0])),
+        reclaim_in_turn_backlog=backlog,
+        reclaim_in_turn_backlog_off=None if backlog is None else draw(st.sampled_from([None, 0.0, 0.25, backlog])),
         overdue_first=draw(st.sampled_from([None, 1, 2])),
         order=draw(st.sampled_from(["fair_share", "weighted_shortest"])),
     )
     groups = {group: Group("array", draw(st.integers(1, 4))) for group in GROUPS}
-    return ClusterSnapshot(cluster, running, pending, teams, NOW, config, groups)
+    # Where the backlog gate held in a pass before this one (None: not known).
+    held = st.frozensets(st.sampled_from(["gpu:H100", "gpu:A100", "cpu"]))
+    return ClusterSnapshot(cluster, running, pending, teams, NOW, config, groups, reclaim_turn=draw(st.none() | held))
 
 
 @EQUIVALENCE_SETTINGS
@@ -176,9 +180,18 @@ def test_equal_jobs_get_what_each_would_get_if_tried_alone_in_order(snapshot):
 def test_a_kept_scheduler_decides_as_a_fresh_pass_over_changing_snapshots(snapshot, rng):
     scheduler = Scheduler()
     for _ in range(4):
+        remembered = as_remembered(snapshot, scheduler)
         decisions = scheduler.schedule(snapshot)
-        assert decisions == tried_alone(snapshot)
+        assert decisions == tried_alone(remembered)
         snapshot = next_snapshot(snapshot, decisions, rng)
+
+
+def as_remembered(snapshot: ClusterSnapshot, scheduler: Scheduler) -> ClusterSnapshot:
+    """What a fresh pass needs to decide as `scheduler` will on `snapshot`: where the backlog
+    gate held in the scheduler's last pass, unless the snapshot says."""
+    if snapshot.reclaim_turn is not None:
+        return snapshot
+    return replace(snapshot, reclaim_turn=scheduler.reclaim_turn)
 
 
 def actions(decisions) -> tuple:
@@ -200,8 +213,8 @@ def test_a_pass_that_stops_at_what_can_still_start_acts_as_one_that_tries_every_
 def acts_as_every_job_tried(scheduler: Scheduler, snapshot: ClusterSnapshot):
     """Assert that a pass of `scheduler`, which prunes, acts as a fresh pass that tries every
     job and considers its jobs in that pass's order; returns that pass's decisions."""
+    reference = tried_alone(as_remembered(snapshot, scheduler))
     decisions = scheduler.schedule(snapshot)
-    reference = tried_alone(snapshot)
     assert actions(decisions) == actions(reference)
     considered = set(decisions.order)
     assert decisions.order == tuple(job_id for job_id in reference.order if job_id in considered)
@@ -225,7 +238,8 @@ def test_a_pass_that_stops_at_what_can_still_start_leaves_out_a_team_with_no_roo
 
 
 def next_snapshot(snapshot: ClusterSnapshot, decisions, rng: random.Random) -> ClusterSnapshot:
-    """What the worker sees next: placed jobs run (most: a lost race leaves one pending),
+    """What the worker sees next (the backlog gate's memory left to the kept `Scheduler`):
+    placed jobs run (most: a lost race leaves one pending),
     nominations are kept and victims stop; some jobs end, a node may change state, a pending job may be edited (same
     id, new object) and new ones arrive."""
     placed = {p.job_id: p for p in decisions.placements if rng.random() < 0.7}
@@ -270,6 +284,7 @@ def next_snapshot(snapshot: ClusterSnapshot, decisions, rng: random.Random) -> C
         running=tuple(running),
         pending=tuple(pending),
         now=snapshot.now + rng.choice([1.0, 600.0]),
+        reclaim_turn=None,  # a kept `Scheduler` remembers its last pass's (see `as_remembered`)
     )
 
 
