@@ -5,6 +5,7 @@ Started after a pass at most every `MLQ_FORECAST_INTERVAL_S`, in two child proce
 request: the API and pages read the two stored columns. Writes are fenced and only where a
 start moved."""
 
+import dataclasses
 import logging
 import multiprocessing
 import statistics
@@ -84,7 +85,9 @@ class Forecaster:
         if self.running is None and time.monotonic() - self.last_started >= self.interval_s:
             self.last_started = time.monotonic()
             whole = view if not view.left_out else build_everyone(now=now, config=view.snapshot.config)
-            args = (whole.snapshot, runtime_fractions(now), _options())
+            # The simulated passes go on from where this pass left the backlog gate.
+            start = dataclasses.replace(whole.snapshot, reclaim_turn=decisions.reclaim_turn)
+            args = (start, runtime_fractions(now), _options())
             if self.inline:
                 started = time.perf_counter()
                 written = write(_forecast(*args), whole, placed, epoch=epoch)

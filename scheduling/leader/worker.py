@@ -207,7 +207,12 @@ class SchedulerWorker:
         if self.leadership.epoch is not None:
             log.warning("renew deadline missed: stepping down from epoch %s", self.leadership.epoch)
             self.leadership.step_down()
-        return self.leadership.try_acquire() is not None
+        if self.leadership.try_acquire() is None:
+            return False
+        # A new term starts from the store alone: what this process kept from an earlier term
+        # (where the backlog gate held, above all) may be stale by now.
+        self.scheduler = Scheduler()
+        return True
 
     def run_once(self) -> PassReport | None:
         """Lead if possible and run one pass; None if another scheduler leads."""

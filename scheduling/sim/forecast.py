@@ -111,7 +111,7 @@ def simulate(
         list(snapshot.nodes),
         snapshot.teams,
         jobs,
-        MlqueuePolicy(),
+        MlqueuePolicy(reclaim_turn=snapshot.reclaim_turn or frozenset()),
         config,
         replace(snapshot.config, explain=False),
         running_at_start=running,

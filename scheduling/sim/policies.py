@@ -22,11 +22,14 @@ class MlqueuePolicy:
     uses_time = True  # aging and the wait bound change its order as time passes
     follows_changes = True  # `decide` takes the jobs that started or ended since the last pass
 
-    def __init__(self):
+    def __init__(self, *, reclaim_turn: frozenset[str] = frozenset()):
+        """`reclaim_turn`: where the backlog gate held before the first pass (a forecast goes
+        on from the live scheduler's; see `ClusterSnapshot.reclaim_turn`)."""
         # Kept between passes as the worker keeps it: the same decisions as `schedule()`,
         # without indexing the whole fleet again each pass. The simulator reads only what a
         # pass starts, evicts and nominates, so a pass stops at what can still start.
         self.scheduler = Scheduler(actions_only=True)
+        self.scheduler.reclaim_turn = reclaim_turn
 
     def decide(self, snapshot: ClusterSnapshot, moved=None) -> Decisions:
         """`moved`: see `Scheduler.schedule` (the simulator knows what it started and ended)."""

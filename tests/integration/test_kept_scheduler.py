@@ -4,6 +4,7 @@ place, fill the cluster and leave jobs waiting, it decides exactly as a fresh pa
 from django.utils import timezone
 
 from scheduling.core.scheduler import Scheduler, schedule
+from scheduling.leader.leadership import LeaseRowLeadership
 from scheduling.leader.snapshot import build_view
 from scheduling.leader.worker import SchedulerWorker, run_pass
 from scheduling.models import Job, SchedulerLease
@@ -44,3 +45,16 @@ def test_a_kept_scheduler_decides_as_a_fresh_pass_on_the_store(api, demo):
 
 def test_the_worker_keeps_one_scheduler():
     assert isinstance(SchedulerWorker(leadership=None).scheduler, Scheduler)
+
+
+def test_a_new_term_starts_with_a_fresh_scheduler(db):
+    """What a scheduler kept from an earlier term may be stale (where the backlog gate held,
+    above all): taking the lead starts a fresh one, which a term keeps while it lasts."""
+    worker = SchedulerWorker(leadership=LeaseRowLeadership())
+    earlier = worker.scheduler
+    earlier.reclaim_turn = frozenset({"gpu:H100"})
+    assert worker._ensure_leading()  # takes the lead: a new term
+    kept = worker.scheduler
+    assert kept is not earlier and kept.reclaim_turn == frozenset()
+    assert worker._ensure_leading()  # still leading
+    assert worker.scheduler is kept

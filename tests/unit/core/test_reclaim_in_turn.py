@@ -170,6 +170,16 @@ def test_an_owner_that_reclaims_is_nominated_only_under_a_deep_enough_backlog():
 # ask 9, and a third job of 8 more makes 17.
 H100 = "gpu:H100"
 MORE = [job(4, gpus=8, team="other", runtime=4 * HOUR)]
+
+
+def gated(*others, on: float = 1.0, off: float | None = 0.5, held=None):
+    """The borrower's 1-GPU job and the 8-GPU owner, then `others`, under a gate with hysteresis,
+    where it held last pass as `held` says."""
+    pending = [job(2, gpus=1, team="other", runtime=HOUR / 4, cpus=1), job(3, gpus=8, team="vision"), *others]
+    passed = contended(*pending, reclaim_in_turn=True, reclaim_in_turn_backlog=on, reclaim_in_turn_backlog_off=off)
+    return passed if held is None else replace(passed, reclaim_turn=frozenset(held))
+
+
 HYSTERESIS_CASES = [
     # (on, off, held last pass, other waiting jobs, evictions, holds after the pass)
     (1.0, 0.5, frozenset(), [], 8, frozenset()),  # off: 9 < 16, and it was off
@@ -183,9 +193,7 @@ HYSTERESIS_CASES = [
 
 def test_the_rule_turns_on_at_one_backlog_and_off_only_below_a_lower_one():
     for on, off, held, others, evictions, holds in HYSTERESIS_CASES:
-        pending = [job(2, gpus=1, team="other", runtime=HOUR / 4, cpus=1), job(3, gpus=8, team="vision"), *others]
-        passed = contended(*pending, reclaim_in_turn=True, reclaim_in_turn_backlog=on, reclaim_in_turn_backlog_off=off)
-        passed = replace(passed, reclaim_turn=frozenset(held))
+        passed = gated(*others, on=on, off=off, held=held)
         decisions = schedule(passed)
         case = (on, off, held, len(others))
         assert len(decisions.preemptions) == evictions, case
@@ -197,14 +205,7 @@ def test_a_kept_scheduler_remembers_where_the_rule_held_and_a_fresh_one_starts_w
     """Pass 1: 17 GPUs asked, the rule turns on and the owner waits its turn. Pass 2: the 8-GPU
     job is gone (9 asked): the kept `Scheduler` still holds the rule (9 >= 0.5 x 16), while a
     fresh pass (a restarted worker) knows nothing of pass 1 and lets the owner reclaim."""
-    first = contended(
-        job(2, gpus=1, team="other", runtime=HOUR / 4, cpus=1),
-        job(3, gpus=8, team="vision"),
-        *MORE,
-        reclaim_in_turn=True,
-        reclaim_in_turn_backlog=1.0,
-        reclaim_in_turn_backlog_off=0.5,
-    )
+    first = gated(*MORE)
     kept = Scheduler()
     assert kept.schedule(first).reclaim_turn == {H100}
     second = replace(first, pending=first.pending[:2], now=first.now + 60)
