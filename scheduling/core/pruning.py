@@ -96,17 +96,16 @@ class Pruning:
 
     def pinned_jobs(self) -> set[int]:
         """Jobs whose place in the order must stay: those holding nodes (see `Pass.holders`),
-        and a job whose victims wait for it (see `QueueOrder.__iter__`: its victims come
-        right after it, so were it left out they would come last). A victim itself need not
-        stay: left out, it could have changed nothing where it would have come either, as
-        nothing it could use grows within a pass."""
+        and a victim that waits for its preemptor and that preemptor (see
+        `QueueOrder.__iter__`: when each is reached decides where the victims go; a victim
+        left out would also move the others held at the end, which come by preemptor)."""
         if self.pinned is None:
             run = self.run
             waiting = {job.job_id for job in run.candidates}
             pinned = self.pinned = set(run.holders)
             for job in run.candidates:
                 if job.yields_to in waiting:
-                    pinned.add(job.yields_to)
+                    pinned.update((job.job_id, job.yields_to))
         return self.pinned
 
     def room_for(self, rclass: str, per_task: int, units: int, end_at: float) -> bool:

@@ -29,8 +29,7 @@ class QueueOrder:
        `shortest_first_within_team`, else the oldest;
     5. job id, the deterministic tie-break (then team name between teams).
     A job preempted for another that still waits comes right after that one, wherever the
-    rules above put it: the room it gave up is the preemptor's (after every other job, if
-    the preemptor came before it).
+    rules above put it: the room it gave up is the preemptor's.
     With `prune`, once `prune(team, jobs)` says which of a team's jobs left in a class may
     still matter (see `Pass._prune`), only those are yielded: the others' order is the same
     without the rest (a team's standing reads the ledger, which only actions move, and each
@@ -86,19 +85,15 @@ class QueueOrder:
 
     def __iter__(self):
         held: dict[int, list[PendingJob]] = defaultdict(list)  # preemptor -> its victims, waiting
-        late: list[PendingJob] = []  # every victim held, in the order it came
         for job in self._ordered():
             if job.yields_to is not None and job.yields_to in self.waiting:
                 held[job.yields_to].append(job)
-                late.append(job)
                 continue
             yield job
             if held:
                 yield from self._released(job.job_id, held)
-        # Those whose preemptor went before them, last in the order they came (not by
-        # preemptor: a pass that prunes leaves some out, and the rest keep their order).
-        left = {job.job_id for jobs in held.values() for job in jobs}
-        yield from (job for job in late if job.job_id in left)
+        for jobs in held.values():
+            yield from jobs
 
     def _released(self, job_id: int, held: dict[int, list[PendingJob]]):
         for job in held.pop(job_id, ()):
