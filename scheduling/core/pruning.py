@@ -4,8 +4,8 @@ A team's jobs left in a class are pruned once none of them can start, evict or r
 more in the pass: only those whose place in the order must stay (see `Pruning.pinned_jobs`)
 are still considered. Read from the least any of them asks of the pass (the fewest units in
 all, the highest priority, the longest wait; and see 3):
-1. no reservation is left to give in their class, nor in the next job's (asked first: it
-   needs no look at the queue);
+1. no reservation is left to give in their class (asked of the next job's first: it needs no
+   look at the queue, and the least is of the same class);
 2. no reclaim or outranking any of them may try (the search budgets, the ledger's headroom),
    and none of them, left blocked, would keep a later owner from reclaiming (`reclaim_in_turn`);
 3. no room on a ready node for one task of any of them, even past what others hold: asked
@@ -45,11 +45,7 @@ class Pruning:
         least = self.least(queue)
         if least is None:
             return None
-        # The class of the jobs: the next job's, asked again for the least's book only as a
-        # check that they are the same.
-        rclass, rank, submitted, units, frontier = least
-        if self.may_reserve(rclass):
-            return None
+        rclass, rank, submitted, units, frontier = least  # the class: the next job's
         if run._may_lower_turn(rclass, units):
             return None  # left blocked, one of them would keep a later owner from reclaiming
         if config.preemption:
@@ -76,7 +72,7 @@ class Pruning:
         """What the least demanding of `queue`'s jobs asks, or None if there are none or they
         span classes (the pinned count too: they only ever make the least less, so prune
         less, and the minima need not be made again each time a job starts or stops being
-        pinned, which a victim search does most passes). For a queue copied from a kept `TeamQueue`, read off
+        pinned). For a queue copied from a kept `TeamQueue`, read off
         the kept queue's running minima at the place of the queue's last job: exact while the
         queue is a prefix of the kept one, and otherwise (a job taken out ahead of its turn,
         an overdue head) a least over more jobs, which only ever prunes less. Else built once
