@@ -1,6 +1,6 @@
 """How long the leader's start-time forecast takes on a big cluster with a deep queue.
 
-    python bench/forecast.py --fleet seed-2500 --pending 5000 [--max-passes 80] [--runs 3] [--processes 2]
+    python bench/forecast.py --fleet seed-2500 --pending 5000 [--max-passes 45] [--runs 3] [--processes 2]
 
 The queue is settled first as in bench/cycle.py (the storm of a fresh queue is over), then
 the forecast (two simulations: the bound and the likely) runs `--runs` times on the same
@@ -25,7 +25,7 @@ from bench.cycle import NOW, fleet_for, settle  # noqa: E402
 from bench.fleets import FLEETS, build_teams, build_workload  # noqa: E402
 from scheduling.core.model import ClusterSnapshot  # noqa: E402
 from scheduling.core.scheduler import Scheduler  # noqa: E402
-from scheduling.sim.forecast import EVICTIONS, Forecast, combine, forecast, simulate_to  # noqa: E402
+from scheduling.sim.forecast import EVICTIONS, MAX_DECISIONS, Forecast, combine, forecast, simulate_to  # noqa: E402
 
 
 def add_queue_arguments(parser: argparse.ArgumentParser) -> None:
@@ -54,7 +54,7 @@ def settled_queue(args: argparse.Namespace) -> tuple[str, ClusterSnapshot]:
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_queue_arguments(parser)
-    parser.add_argument("--max-passes", type=int, default=80)
+    parser.add_argument("--max-passes", type=int, default=MAX_DECISIONS)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--processes", type=int, choices=(1, 2), default=1)
     parser.add_argument("--evictions", choices=EVICTIONS, default="all", help="MLQ_FORECAST_EVICTIONS")

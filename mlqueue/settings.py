@@ -408,7 +408,7 @@ MLQ_LOG_FOLLOW_MAX_S = env_seconds("MLQ_LOG_FOLLOW_MAX_S", 3600.0)
 # after a pass, and at most this many simulated passes each; what the simulated future evicts
 # ("all" as configured; "priority": no reclaim; "none": cheaper, less exact; BENCHMARKS.md).
 MLQ_FORECAST_INTERVAL_S = float(os.environ.get("MLQ_FORECAST_INTERVAL_S", "5"))
-MLQ_FORECAST_MAX_PASSES = env_int("MLQ_FORECAST_MAX_PASSES", 80)
+MLQ_FORECAST_MAX_PASSES = env_int("MLQ_FORECAST_MAX_PASSES", 45)
 MLQ_FORECAST_EVICTIONS = env_choice("MLQ_FORECAST_EVICTIONS", ("all", "priority", "none"))
 # Schedules (scheduling/schedules.py): Celery beat looks for due fire times this often (the fast
 # path), and the leader between its passes (the guarantee, and the only firer in embedded mode).
@@ -462,6 +462,9 @@ MLQ_LOGIN_WINDOW_S = env_positive("MLQ_LOGIN_WINDOW_S", 600)
 # Job submissions per user (POST /api/v1/jobs). Arrays and sweeps are one submit; a script
 # submitting one job a second stays under it. Benchmarks that submit over HTTP may raise it.
 MLQ_SUBMIT_RATE = env_rate("MLQ_SUBMIT_RATE", "120/minute")
+# Job specs in one POST /api/v1/jobs/batch (each counts against MLQ_SUBMIT_RATE, and the body
+# against MLQ_MAX_BODY_BYTES).
+MLQ_SUBMIT_BATCH_MAX = env_positive("MLQ_SUBMIT_BATCH_MAX", 1000)
 # Seconds a web process remembers an API token it accepted (teams/authentication.py): revoking
 # it, or changing its user, still takes effect at the next request. 0: read it every request.
 MLQ_TOKEN_CACHE_S = env_int("MLQ_TOKEN_CACHE_S", 10)
@@ -526,3 +529,8 @@ MLQ_HEALTH_INFRA_WINDOW_S = env_seconds("MLQ_HEALTH_INFRA_WINDOW_S", 600.0)
 MLQ_HEALTH_SAMPLE_TTL_S = env_seconds("MLQ_HEALTH_SAMPLE_TTL_S", 600.0)
 # A GPU this hot (Celsius) shows as a warning (no action: the GPU throttles itself).
 MLQ_HEALTH_HOT_C = env_int("MLQ_HEALTH_HOT_C", 90)
+
+
+# --- The web processes' cyclic garbage collector: its youngest generation is collected every this
+# many net allocations instead of CPython's 700 (mlqueue/gc_tuning.py says why).
+MLQ_GC_YOUNG_THRESHOLD = env_positive("MLQ_GC_YOUNG_THRESHOLD", 50_000)

@@ -91,7 +91,17 @@ class TaskAdmin(admin.ModelAdmin):
 
 @admin.register(SchedulerLease)
 class SchedulerLeaseAdmin(admin.ModelAdmin):
-    list_display = ["epoch", "holder", "backend_pid", "renewed_at", "lease_seconds", "last_pass_ms", "last_pass_at"]
+    list_display = [
+        "epoch",
+        "holder",
+        "backend_pid",
+        "renewed_at",
+        "lease_seconds",
+        "last_pass_ms",
+        "last_pass_at",
+        "forecast_at",
+        "forecast_ms",
+    ]
 
     def has_change_permission(self, request, obj=None):
         return False

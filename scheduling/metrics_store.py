@@ -54,6 +54,14 @@ def cluster_gauges():
         [],
         [((), lease.last_pass_ms or 0)],
     )
+    if lease.forecast_age_s is not None:  # none before the first forecast: no series, not a 0
+        yield (
+            "mlqueue_forecast_age_seconds",
+            "Age of the stored start forecasts: since the snapshot they were simulated from (database clock)",
+            [],
+            [((), lease.forecast_age_s)],
+        )
+        yield "mlqueue_forecast_milliseconds", "Duration of the last start-time forecast", [], [((), lease.forecast_ms)]
     yield "mlqueue_celery_queue_length", "Celery messages waiting in the broker, by queue", ["queue"], _celery_backlog()
     yield from node_health_gauges()
 

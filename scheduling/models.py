@@ -472,6 +472,11 @@ class SchedulerLease(models.Model):
     lease_seconds = models.FloatField(null=True, blank=True)
     last_pass_ms = models.FloatField(null=True, blank=True)
     last_pass_at = models.DateTimeField(null=True, blank=True)
+    # The last start-time forecast written: when the snapshot it simulated was taken (the
+    # leader's clock, as the starts are) and how long it took, snapshot to write. The stored
+    # starts are as old as `forecast_at` (scheduling/leader/forecasting.py).
+    forecast_at = models.DateTimeField(null=True, blank=True)
+    forecast_ms = models.FloatField(null=True, blank=True)
 
     class Meta:
         constraints = [models.CheckConstraint(condition=models.Q(id=1), name="scheduler_lease_singleton")]

@@ -2,15 +2,29 @@
 lease as the web shows it."""
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
-from django.db.models import Case, DurationField, Func, Q, QuerySet, When
+from django.conf import settings
+from django.db.models import Case, DurationField, ExpressionWrapper, F, Func, Q, QuerySet, When
 from django.db.models.functions import Now
 
 from scheduling.models import Job, SchedulerLease
 from teams.selectors import can_edit_quotas, is_site_admin, team_ids_of
 
-LEASE_FIELDS = ("epoch", "holder", "renewed_at", "lease_seconds", "last_pass_ms", "last_pass_at")
+LEASE_FIELDS = (
+    "epoch",
+    "holder",
+    "renewed_at",
+    "lease_seconds",
+    "last_pass_ms",
+    "last_pass_at",
+    "forecast_at",
+    "forecast_ms",
+)
+# A forecast is stale once older than this many forecast intervals plus twice its own duration.
+# Twice: the next forecast starts about when one is written and is written one duration later,
+# so a forecast the leader keeps refreshing grows up to about twice its duration old.
+STALE_INTERVALS = 5
 
 
 def visible_jobs(user) -> QuerySet[Job]:
@@ -42,10 +56,28 @@ class LeaseState:
     lease_seconds: float | None = None
     last_pass_ms: float | None = None
     last_pass_at: datetime | None = None
+    forecast_at: datetime | None = None  # when the snapshot the stored starts come from was taken
+    forecast_ms: float | None = None
+    forecast_age: timedelta | None = None  # by the database's clock
 
     @property
     def leader(self) -> str | None:
         return self.holder if self.alive else None
+
+    @property
+    def forecast_age_s(self) -> float | None:
+        return None if self.forecast_age is None else max(0.0, self.forecast_age.total_seconds())
+
+    @property
+    def forecast_stale_after_s(self) -> float:
+        return STALE_INTERVALS * settings.MLQ_FORECAST_INTERVAL_S + 2 * (self.forecast_ms or 0.0) / 1000
+
+    @property
+    def forecast_stale(self) -> bool:
+        """The stored starts are older than a leader that keeps forecasting leaves them: no
+        leader, a forecast that fails, or one far slower than the last."""
+        age = self.forecast_age_s
+        return age is not None and age > self.forecast_stale_after_s
 
 
 class Seconds(Func):
@@ -62,12 +94,16 @@ class Seconds(Func):
 def scheduler_state() -> LeaseState:
     """One query. The database decides "alive" on its own clock, the one the leader renews
     `renewed_at` with, by the duration the leader wrote: the web host's clock plays no part.
-    A lease never renewed, or without a duration, is not alive."""
+    A lease never renewed, or without a duration, is not alive. The forecast's age is the
+    database's clock too."""
     live = Q(renewed_at__gt=Now() - Seconds("lease_seconds"))
     row = (
         SchedulerLease.objects.filter(pk=1)
-        .annotate(alive=Case(When(live, then=True), default=False))
-        .values("alive", *LEASE_FIELDS)
+        .annotate(
+            alive=Case(When(live, then=True), default=False),
+            forecast_age=ExpressionWrapper(Now() - F("forecast_at"), output_field=DurationField()),
+        )
+        .values("alive", "forecast_age", *LEASE_FIELDS)
         .first()
     )
     return LeaseState(**row) if row else LeaseState()

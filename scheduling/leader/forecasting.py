@@ -20,7 +20,7 @@ from scheduling import notify
 from scheduling.core.decisions import Decisions
 from scheduling.fencing import fenced
 from scheduling.leader.snapshot import StoreView, build_everyone
-from scheduling.models import Job, JobState, StartForecast
+from scheduling.models import Job, JobState, SchedulerLease, StartForecast
 from scheduling.sim.forecast import Forecast, Run, combine, forecast, simulate_to
 from scheduling.states import QUEUED_OR_RUNNING
 
@@ -76,24 +76,34 @@ class Forecaster:
         placed = {placement.job_id for placement in decisions.placements}
         written = None
         if self.running is not None and self.running.ready():
-            result = self.running.result()
-            self.last_ms = (time.perf_counter() - self.running.started) * 1000
-            whole = self.running.view
-            self.running = None
+            children, self.running = self.running, None
+            result = children.result()
+            self.last_ms = (time.perf_counter() - children.started) * 1000
             if result is not None:
-                written = write(result, whole, placed, epoch=epoch, current=view)
+                written = self._written(
+                    result, children.view, placed, epoch=epoch, started=children.started, current=view
+                )
         if self.running is None and time.monotonic() - self.last_started >= self.interval_s:
             self.last_started = time.monotonic()
+            started = time.perf_counter()
             whole = view if not view.left_out else build_everyone(now=now, config=view.snapshot.config)
             # The simulated passes go on from where this pass left the backlog gate.
             start = dataclasses.replace(whole.snapshot, reclaim_turn=decisions.reclaim_turn)
             args = (start, runtime_fractions(now), _options())
             if self.inline:
-                started = time.perf_counter()
-                written = write(_forecast(*args), whole, placed, epoch=epoch)
-                self.last_ms = (time.perf_counter() - started) * 1000
+                written = self._written(_forecast(*args), whole, placed, epoch=epoch, started=started)
             else:
-                self.running = _Children(*args, view=whole)
+                self.running = _Children(*args, view=whole, started=started)
+        return written
+
+    def _written(
+        self, result: Forecast, view: StoreView, placed: set[int], *, epoch: int, started: float, current=None
+    ) -> int:
+        """Write a forecast's starts (`write`), then its age on the lease row: its snapshot's time
+        and how long it took, from its start after a pass to the end of this write."""
+        written = write(result, view, placed, epoch=epoch, current=current)
+        self.last_ms = (time.perf_counter() - started) * 1000
+        record_forecast(epoch=epoch, at=_moment(view.snapshot.now), ms=self.last_ms)
         return written
 
     def stop(self) -> None:
@@ -126,8 +136,8 @@ class _Children:
     """The bound run and, where a team has history, the likely run, each in a `_Child`: on
     two free cores, the forecast in about the time of one run."""
 
-    def __init__(self, snapshot, fractions, options: dict, *, view: StoreView):
-        self.started = time.perf_counter()
+    def __init__(self, snapshot, fractions, options: dict, *, view: StoreView, started: float):
+        self.started = started
         self.view = view  # the view it forecasts from: its jobs are the ones it writes
         self.bound = _Child((snapshot, None, options))
         self.likely = _Child((snapshot, fractions, options)) if fractions else None
@@ -221,6 +231,14 @@ def write(result: Forecast, view: StoreView, placed: set[int], *, epoch: int, cu
             )
     notify.jobs_changed(job.pk for job in changed)
     return len(changed)
+
+
+def record_forecast(*, epoch: int, at: datetime, ms: float) -> None:
+    """The age of the starts just written, on the lease row beside the pass's: `at`, when the
+    snapshot they were simulated from was taken; `ms`, how long the forecast took. Fenced like
+    every leader write (raises Deposed), and conditional on the epoch as the pass's record is."""
+    with fenced(epoch):
+        SchedulerLease.objects.filter(pk=1, epoch=epoch).update(forecast_at=at, forecast_ms=ms)
 
 
 def _keep_for_accuracy(jobs: list[tuple[Job, int]]) -> None:

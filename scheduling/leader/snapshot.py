@@ -12,9 +12,9 @@ the reason their group's loaded ones got (scheduling/leader/apply.py `_write_lef
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from django.db.models import Case, Count, F, IntegerField, Q, Value, When, Window
+from django.db.models import Case, Count, Exists, F, IntegerField, OuterRef, Q, Subquery, Value, When, Window
 from django.db.models.fields.json import KeyTextTransform
-from django.db.models.functions import Cast, RowNumber
+from django.db.models.functions import Cast, Coalesce, RowNumber
 
 from scheduling import dependencies
 from scheduling.cluster import HOUR, checkpoint_interval_s, load_nodes, load_running, load_teams, policy_config, ts
@@ -22,6 +22,7 @@ from scheduling.core import model as core
 from scheduling.core.conditions import Edge, Status
 from scheduling.maintenance import load_windows
 from scheduling.models import Job, JobState, Task, TaskState
+from scheduling.states import ON_NODE
 
 PENDING_FIELDS = (
     "id",
@@ -185,8 +186,22 @@ def _pending(rows: list[dict]) -> tuple[list[core.PendingJob], dict, dict]:
 
 
 def load_groups(parent_ids: set[int]) -> dict[int, core.Group]:
-    rows = Job.objects.filter(pk__in=parent_ids).values_list("id", "group_kind", "group")
-    return {job_id: core.Group(kind, group["parallelism"]) for job_id, kind, group in rows}
+    """Each group's limit, and its children that failed and await the leader's verdict
+    (core.Group.settling; one whose tasks are still on nodes counts as running). One query."""
+    settling = (
+        Job.objects.filter(parent=OuterRef("pk"), state=JobState.FAILED, failure_class="")
+        .exclude(Exists(Task.objects.filter(job=OuterRef("pk"), state__in=ON_NODE)))
+        .order_by()
+        .values("parent")
+        .annotate(n=Count("*"))
+        .values("n")
+    )
+    rows = (
+        Job.objects.filter(pk__in=parent_ids)
+        .annotate(settling=Coalesce(Subquery(settling), 0))
+        .values_list("id", "group_kind", "group", "settling")
+    )
+    return {job_id: core.Group(kind, group["parallelism"], settling) for job_id, kind, group, settling in rows}
 
 
 def _unmet_dependencies(job_ids: list[int]) -> dict[int, tuple[Edge, ...]]:

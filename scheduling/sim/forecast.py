@@ -22,17 +22,20 @@ from scheduling.sim.policies import MlqueuePolicy
 from scheduling.sim.trace import TraceJob
 
 MIN_LENGTH_S = 60.0
-# The forecast decides at most once every two minutes for the first 40 minutes ahead, then
-# once per 1/20 of the lead time (30 minutes ten hours out), and at least once an hour: its
-# starts are that coarse, and always rounded up. A job placed at a simulated pass runs from
-# when it could have started since the previous one (`SimConfig.backdate_starts`), so room
-# does not idle between passes. Against passes once a minute and 1/60 of the lead time,
-# without back-dating: half the passes to reach ten hours, starts 1 minute apart at the
-# median (BENCHMARKS.md, "the forecast within 2 s").
-STEP_S = 120.0
-STEP_GROWTH = 1 / 20
+# The forecast decides at most once every four minutes for the first 40 minutes ahead, then
+# once per 1/10 of the lead time (an hour ten hours out), and at least once an hour: its starts
+# are that coarse, and always rounded up (Slurm's backfill plans at a resolution too, its
+# `bf_resolution`). A job placed at a simulated pass runs from when it could have started since
+# the previous one (`SimConfig.backdate_starts`), so room does not idle between passes. 45
+# passes reach ~15 hours. Against the twelfth round's 2 minutes, 1/20 and 80 passes (11.9
+# hours): ~35% less CPU, starts 2 minutes later at the median and 40 minutes apart at p90,
+# about what the same forecast moves by itself from one second to the next; against a finer
+# forecast (every minute, 200 passes) bound starts are 71 minutes off at p90 where those
+# were 49 (BENCHMARKS.md, "the forecast, thirteenth round").
+STEP_S = 240.0
+STEP_GROWTH = 1 / 10
 BACKDATE = True
-MAX_DECISIONS = 80
+MAX_DECISIONS = 45
 # Reclaim victim searches per simulated pass. Unbounded, a deep queue of teams under their
 # guarantee searches ~190 times a pass, two thirds of a forecast's time; at 16 the reclaims
 # the live pass would make at once are spread over the next simulated minutes (BENCHMARKS.md,

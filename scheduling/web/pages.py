@@ -15,13 +15,13 @@ from rest_framework.exceptions import APIException, PermissionDenied
 from scheduling import job_metrics, node_health, services
 from scheduling.models import Job, Priority, TaskLog, TaskState
 from scheduling.secrets import masked_spec
-from scheduling.selectors import can_change_job, visible_jobs
+from scheduling.selectors import can_change_job, scheduler_state, visible_jobs
 from scheduling.spec import SPEC_FIELD_ORDER
 from scheduling.states import JOB_FINISHED, QUEUED_OR_RUNNING
 from scheduling.web import logstream
 from scheduling.web.explanations import explain_job, what_would_help
 from scheduling.web.group_page import group_section
-from scheduling.web.queue import SORTS, QueueQuery, group_rows, queue_page
+from scheduling.web.queue import SORTS, QueueQuery, group_rows, queue_page, short_duration
 from teams.selectors import visible_team_names
 
 LOG_TAIL_CHARS = 20_000  # what the job page shows of a log; static/js/mlqueue.js keeps it to this too
@@ -41,6 +41,7 @@ def queue(request):
         "priorities": Priority.values,
         "teams": visible_team_names(request.user),
         "querystring": request.GET.urlencode(),
+        "forecast": forecast_age(),
     }
     template = "scheduling/queue_table.html" if request.headers.get("HX-Request") else "scheduling/queue.html"
     return render(request, template, context)
@@ -125,8 +126,25 @@ def _panel_context(job: Job, user) -> dict:
         "why": explain_job(job) if job.state == TaskState.PENDING else None,
         "ranks": range(job.task_count),
         "now_day": timezone.now().strftime("%Y%m%d"),
+        "forecast": _forecast_age(job),
         "can_cancel": _can_cancel(job, user),
     }
+
+
+def _forecast_age(job: Job) -> dict | None:
+    """A pending job's forecast start: how old it is and whether it is stale (`forecast_age`)."""
+    if job.state != TaskState.PENDING or job.estimated_start is None:
+        return None
+    return forecast_age()
+
+
+def forecast_age() -> dict | None:
+    """How old the stored forecast starts are ("12s", as in "as of 12s ago") and whether they
+    are stale (`LeaseState.forecast_stale`); None before any forecast."""
+    lease = scheduler_state()
+    if lease.forecast_age_s is None:
+        return None
+    return {"age": short_duration(lease.forecast_age_s), "stale": lease.forecast_stale}
 
 
 def _can_cancel(job: Job, user) -> bool:

@@ -45,6 +45,13 @@ def test_metrics_show_the_pass_and_the_cluster(api, demo, client):
         for line in lines
     )
     assert 'mlqueue_fragmentation_ratio{resource_class="gpu:H100"} 0.0' in lines
+    assert not any(line.startswith("mlqueue_forecast_age_seconds") for line in lines)  # none yet
+
+    SchedulerLease.objects.filter(pk=1).update(forecast_at=timezone.now(), forecast_ms=1500.0)
+    lines = metric_lines(client)
+    assert "mlqueue_forecast_milliseconds 1500.0" in lines
+    age = next(line for line in lines if line.startswith("mlqueue_forecast_age_seconds "))
+    assert 0 <= float(age.split()[1]) < 60
 
 
 @pytest.mark.django_db(transaction=True)

@@ -235,6 +235,11 @@ def test_scheduler_status(ops):
     )
     html = ops.get("/nodes/").content.decode()
     assert "sched-1:42" in html and '<dd id="epoch">7</dd>' in html and "12.5 ms" in html
+    assert '<dd id="last-forecast">none yet</dd>' in html
+    SchedulerLease.objects.filter(pk=1).update(forecast_at=renewed_ago(600), forecast_ms=4000.0)
+    html = ops.get("/nodes/").content.decode()
+    # 600 s, and the moments a loaded machine takes to get here; stale past 5 x 5 s + 2 x 4 s
+    assert re.search(r"4000 ms, its snapshot 60\d s old", html) and "stale: not refreshed within 33 s" in html
     SchedulerLease.objects.filter(pk=1).update(renewed_at=renewed_ago(30))  # and no renewal since
     html = ops.get("/nodes/").content.decode()
     assert "sched-1:42" not in html and "the lease has lapsed" in html

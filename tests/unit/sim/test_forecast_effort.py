@@ -71,14 +71,19 @@ def borrowed_cluster(**config):
     )
 
 
+# Passes every 120 s, the grace period: a start is rounded up to the pass after its victims
+# stop, so the figures below count grace periods, whatever the forecast's default step.
+GRACE_STEP = {"step_s": 120.0, "step_growth": 0.0}
+
+
 def test_a_forecast_reclaims_for_one_job_a_pass_when_its_passes_may_search_once():
     # Unbounded: one pass evicts for both; the victims stop after the 120 s grace period.
-    assert forecast(borrowed_cluster(), reclaim_searches=None).latest == {3: NOW + 120, 4: NOW + 120}
+    assert forecast(borrowed_cluster(), reclaim_searches=None, **GRACE_STEP).latest == {3: NOW + 120, 4: NOW + 120}
     # One search a pass: job 4 searches in the pass at NOW + 120 and starts after its own grace.
-    assert forecast(borrowed_cluster(), reclaim_searches=1).latest == {3: NOW + 120, 4: NOW + 240}
+    assert forecast(borrowed_cluster(), reclaim_searches=1, **GRACE_STEP).latest == {3: NOW + 120, 4: NOW + 240}
 
 
 def test_a_forecast_keeps_a_tighter_bound_the_cluster_is_configured_with():
     assert RECLAIM_SEARCHES > 1
-    assert forecast(borrowed_cluster(max_reclaim_searches=1)).latest == {3: NOW + 120, 4: NOW + 240}
-    assert forecast(borrowed_cluster()).latest == {3: NOW + 120, 4: NOW + 120}
+    assert forecast(borrowed_cluster(max_reclaim_searches=1), **GRACE_STEP).latest == {3: NOW + 120, 4: NOW + 240}
+    assert forecast(borrowed_cluster(), **GRACE_STEP).latest == {3: NOW + 120, 4: NOW + 120}

@@ -6,7 +6,7 @@ from dataclasses import replace
 import pytest
 
 from scheduling.core.model import HOUR
-from scheduling.sim.forecast import EVICTIONS, combine, forecast, simulate
+from scheduling.sim.forecast import EVICTIONS, STEP_S, combine, forecast, simulate
 from tests.unit.core.builders import NOW, cluster, job, rack, running, snapshot
 from tests.unit.sim.test_forecast import random_state
 from tests.unit.sim.test_forecast_effort import borrowed_cluster
@@ -38,7 +38,9 @@ def test_with_one_class_and_no_guarantees_a_future_without_evictions_is_the_full
 
 def test_without_reclaim_an_owner_waits_for_the_borrowers_to_end_a_later_start_never_an_earlier_one():
     state = borrowed_cluster()  # team a, owed 16 GPUs, waits behind team b's two 8-GPU jobs
-    assert forecast(state).latest == {3: NOW + 120, 4: NOW + 120}  # reclaimed, after the grace period
+    # Reclaimed: they start at the first pass after the 120 s grace period.
+    assert forecast(state).latest == {3: NOW + STEP_S, 4: NOW + STEP_S}
+    assert forecast(state, step_s=120.0).latest == {3: NOW + 120, 4: NOW + 120}
     # b's jobs run to their max_runtime, an hour from now.
     assert forecast(state, evictions="priority").latest == {3: NOW + HOUR, 4: NOW + HOUR}
     assert forecast(state, evictions="none").latest == {3: NOW + HOUR, 4: NOW + HOUR}
