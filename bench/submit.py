@@ -1,7 +1,7 @@
 """Sustained submits per second through the real web tier, and idempotency under that load.
 
     python bench/submit.py [--jobs 2000] [--clients 16] [--load-processes 2] [--web 2]
-                           [--resubmits 200] [--races 100]
+                           [--resubmits 200] [--races 100] [--batch N]
                            [--database-url postgres://postgres@127.0.0.1:5432/mlqueue_bench_submits]
                            [--redis-url redis://127.0.0.1:6379/15]
 
@@ -18,6 +18,11 @@ one task and one SUBMITTED event per distinct client_job_id.
 Prints one JSON line: submits/s, p50/p99 ms, errors, what the idempotency check found, and CPU
 per submit from /proc of the web processes, of this database's Postgres backends and of the
 load generator, with how busy the machine's cores were meanwhile (others' work included).
+
+`--batch N`: every phase posts batches of N specs to /api/v1/jobs/batch instead (the timed
+jobs dealt to the connections N at a time; the resubmits and races too, so racing copies of an
+id travel in two batches at once). The figures are then per job (jobs/s, CPU per job), p50/p99
+per request, `errors` counts jobs not answered 201, and `requests` says how many were sent.
 """
 
 import argparse
@@ -59,11 +64,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--races", type=int, default=100, help="new client_job_ids sent by two connections at once")
     parser.add_argument("--database-url", default="postgres://postgres@127.0.0.1:5432/mlqueue_bench_submits")
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/15")
+    parser.add_argument("--batch", type=int, default=0, metavar="N", help="post N specs a request to /jobs/batch")
     args = parser.parse_args(argv)
     if args.jobs < 1 or args.clients < 2 or args.load_processes < 1 or args.web < 1:
         parser.error("--jobs, --load-processes and --web must be at least 1, --clients at least 2")
     if args.resubmits > args.jobs:
         parser.error("--resubmits cannot exceed --jobs")
+    if not 0 <= args.batch <= 1000:
+        parser.error("--batch must be between 1 and 1000 (0: single submits)")
     return args
 
 
@@ -106,10 +114,10 @@ def setup(env: dict) -> str:
 
 
 class Connection:
-    def __init__(self, port: int, token: str):
+    def __init__(self, port: int, token: str, timeout: float = 30):
         self.port = port
         self.headers = {"Content-Type": "application/json", "Authorization": f"Bearer {token}"}
-        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
 
     def submit(self, client_job_id: str) -> tuple[int, int | None, float]:
         """(status, job id, ms) of one submit; status 0 when the connection failed."""
@@ -127,6 +135,36 @@ class Connection:
         job_id = json.loads(body).get("id") if status in (200, 201) else None
         return status, job_id, (time.perf_counter() - began) * 1000
 
+    def submit_batch(self, client_job_ids: list[str]) -> tuple[list[tuple[str, int, int | None]], float]:
+        """((client_job_id, status, job id) of each spec, ms) of one batch; a refused or failed
+        request gives each spec its status (0: the connection failed) and no job."""
+        began = time.perf_counter()
+        specs = [{**SPEC, "client_job_id": cid} for cid in client_job_ids]
+        try:
+            self.conn.request("POST", "/api/v1/jobs/batch", json.dumps({"jobs": specs}), self.headers)
+            response = self.conn.getresponse()
+            body = response.read()
+            status = response.status
+        except (OSError, http.client.HTTPException):
+            self.conn.close()
+            status, body = 0, b""
+        ms = (time.perf_counter() - began) * 1000
+        if status not in (200, 201):
+            return [(cid, status, None) for cid in client_job_ids], ms
+        return [(row["client_job_id"], row["status"], row["id"]) for row in json.loads(body)["jobs"]], ms
+
+    def send(self, client_job_ids: list[str], batch: int) -> tuple[list[tuple], list[float]]:
+        """(client_job_id, status, job id, ms) of each spec and ms of each request, one after another."""
+        if not batch:
+            answers = [(cid, *self.submit(cid)) for cid in client_job_ids]
+            return answers, [ms for *_, ms in answers]
+        answers, requests = [], []
+        for start in range(0, len(client_job_ids), batch):
+            replies, ms = self.submit_batch(client_job_ids[start : start + batch])
+            answers += [(*reply, ms) for reply in replies]
+            requests.append(ms)
+        return answers, requests
+
 
 def load_process(port: int, token: str, plans: list[dict], queue) -> None:
     """One thread per plan (a connection). Each sends its warm-up submits, waits until every
@@ -135,15 +173,21 @@ def load_process(port: int, token: str, plans: list[dict], queue) -> None:
     answers = [None] * len(plans)
 
     def run(index: int, plan: dict) -> None:
-        conn = Connection(port, token)
-        for cid in plan["warmup"]:
-            conn.submit(cid)
+        # A batch waits its turn behind the others' (seconds each with 1,000 specs): no timeout
+        # shorter than a whole run's barrier.
+        batch = plan["batch"]
+        conn = Connection(port, token, timeout=BARRIER_TIMEOUT_S if batch else 30)
+        conn.send(plan["warmup"], batch)
         # With a timeout: a connection must not outlive a run whose main process gave up.
         plan["barrier"].wait(timeout=BARRIER_TIMEOUT_S)
-        timed = [(cid, *conn.submit(cid)) for cid in plan["timed"]]
+        timed, requests = [], []
+        for ids in plan["timed"]:  # one batch each (one id each without --batch)
+            replies, ms = conn.send(ids, batch)
+            timed += replies
+            requests += ms
         plan["barrier"].wait(timeout=BARRIER_TIMEOUT_S)
-        again = [(cid, *conn.submit(cid)) for cid in plan["again"]]
-        answers[index] = {"timed": timed, "again": again}
+        again, _ = conn.send(plan["again"], batch)
+        answers[index] = {"timed": timed, "again": again, "requests": requests}
 
     threads = [threading.Thread(target=run, args=(i, plan)) for i, plan in enumerate(plans)]
     for thread in threads:
@@ -160,8 +204,14 @@ def plan_connections(args) -> list[dict]:
     timed = [f"bench-{n}" for n in range(args.jobs)]
     again = [cid for cid in rng.sample(timed, args.resubmits) for _ in range(2)]
     again += [f"race-{n}" for n in range(args.races) for _ in range(2)]
+    size = args.batch or 1
+    batches = [timed[start : start + size] for start in range(0, len(timed), size)]
     plans = [
-        {"warmup": [f"warmup-{c}-{n}" for n in range(WARMUP_PER_CONNECTION)], "timed": timed[c :: args.clients]}
+        {
+            "warmup": [f"warmup-{c}-{n}" for n in range(WARMUP_PER_CONNECTION)],
+            "timed": batches[c :: args.clients],
+            "batch": args.batch,
+        }
         for c in range(args.clients)
     ]
     for c, plan in enumerate(plans):
@@ -319,23 +369,25 @@ def main(argv=None) -> None:
         answers, seconds, load_cpu, cpu = run_load(args, port, token, web.pid)
     finally:
         stop_web(web)
-    timed = [(status, ms) for a in answers for _, status, _, ms in a["timed"]]
-    latencies = [ms for _, ms in timed]
-    per_submit = 1000 / len(timed)
+    timed = [status for a in answers for _, status, _, _ in a["timed"]]
+    latencies = [ms for a in answers for ms in a["requests"]]
+    per_job = 1000 / len(timed)
+    unit = "job" if args.batch else "submit"  # without --batch, the names of the earlier rounds' lines
     figures = {
         "jobs": len(timed),
+        **({"batch": args.batch, "requests": len(latencies)} if args.batch else {}),
         "clients": args.clients,
         "web_processes": len(WATCHED["web"]),  # the launcher (when MLQ_WEB_WORKERS applies) and its workers
         "web_workers": args.web,
         "seconds": round(seconds, 2),
-        "submits_per_s": round(len(timed) / seconds, 1),
+        f"{unit}s_per_s": round(len(timed) / seconds, 1),
         "p50_ms": round(statistics.median(latencies), 1),
         "p99_ms": round(nearest_rank(latencies, 99), 1),
-        "errors": sum(status != 201 for status, _ in timed),
-        "web_cpu_ms_per_submit": round(cpu["web"] * per_submit, 2),
-        "postgres_cpu_ms_per_submit": round(cpu["postgres"] * per_submit, 2),
-        # The load generator's share: its CPU (warm-up and idempotency check included) per timed submit.
-        "load_cpu_ms_per_submit": round(load_cpu * per_submit, 2),
+        "errors": sum(status != 201 for status in timed),
+        f"web_cpu_ms_per_{unit}": round(cpu["web"] * per_job, 2),
+        f"postgres_cpu_ms_per_{unit}": round(cpu["postgres"] * per_job, 2),
+        # The load generator's share: its CPU (warm-up and idempotency check included) per timed job.
+        f"load_cpu_ms_per_{unit}": round(load_cpu * per_job, 2),
         "machine_cores": os.cpu_count(),
         "machine_busy_share": round(cpu["machine_busy"], 2),
     }

@@ -1,6 +1,6 @@
 """What one submit and one schedule fire cost the process that does them, in-process.
 
-    python bench/submit_cost.py [--submits 200] [--fires 200] [--nodes 36] [--profile N]
+    python bench/submit_cost.py [--submits 200] [--fires 200] [--nodes 36] [--profile N] [--batch N]
                                 [--database-url postgres://postgres@127.0.0.1:5432/mlqueue_bench_submit]
                                 [--redis-url redis://127.0.0.1:6379/14]
 
@@ -13,6 +13,9 @@ fire = a claim and a submit). Each is timed alone: CPU milliseconds of this proc
 (time.process_time: the database's own work is not in it) and wall milliseconds, with the
 SQL queries it sent. Prints one JSON line of medians. `--profile N` prints the N costliest
 functions of the fires to stderr first (cumulative; PROFILE_SORT=tottime: their own time).
+`--batch N` also submits `--submits` more jobs N at a time through the batch service
+(check_job_batch + do_submit_job_batch, as POST /api/v1/jobs/batch calls them): the medians of
+each batch's CPU and wall milliseconds divided by N, and its queries.
 """
 
 import argparse
@@ -46,6 +49,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--fires", type=int, default=200)
     parser.add_argument("--nodes", type=int, default=36)
     parser.add_argument("--profile", type=int, default=0, metavar="N")
+    parser.add_argument("--batch", type=int, default=0, metavar="N")
     parser.add_argument("--database-url", default="postgres://postgres@127.0.0.1:5432/mlqueue_bench_submit")
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/14")
     args = parser.parse_args(argv)
@@ -95,6 +99,8 @@ class Timer:
         from django.db import connection
         from django.test.utils import CaptureQueriesContext
 
+        # The log keeps the last 9,000 queries: past that a count would read 0.
+        connection.queries_log.clear()
         with CaptureQueriesContext(connection) as captured:
             cpu, wall = time.process_time(), time.perf_counter()
             result = call()
@@ -129,6 +135,30 @@ def submits(count: int) -> dict:
     return timer.figures("submit")
 
 
+def batches(count: int, size: int) -> dict:
+    from django.contrib.auth import get_user_model
+
+    from scheduling import submit_batch
+
+    alice = get_user_model().objects.get(username="alice")
+    timer = Timer()
+
+    def submit(first: int):
+        specs = [{**SPEC, "client_job_id": f"batch-{n}"} for n in range(first, first + size)]
+        checked = submit_batch.check_job_batch(user=alice, data={"jobs": specs})
+        outcomes = submit_batch.do_submit_job_batch(user=alice, checked=checked)
+        assert all(outcome.status == 201 for outcome in outcomes), outcomes
+
+    for first in range(0, count, size):
+        timer.time(lambda first=first: submit(first))
+    return {
+        "batch": size,
+        "batch_cpu_ms_per_job_p50": round(statistics.median(timer.cpu) / size, 3),
+        "batch_wall_ms_per_job_p50": round(statistics.median(timer.wall) / size, 3),
+        "batch_queries_p50": statistics.median(timer.queries),
+    }
+
+
 def fires(count: int, profile: int) -> dict:
     """Fire times of one schedule, one after another, each fired a second after it is due.
     CaptureQueriesContext keeps each query's SQL; its cost is in both figures alike."""
@@ -159,6 +189,8 @@ def main(argv=None) -> None:
     grow_fleet(args.nodes)
     figures = {"submits": args.submits, "fires": args.fires, "nodes": args.nodes}
     figures.update(submits(args.submits))
+    if args.batch:
+        figures.update(batches(args.submits, args.batch))
     figures.update(fires(args.fires, args.profile))
     print(json.dumps(figures))
 

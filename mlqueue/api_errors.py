@@ -43,7 +43,7 @@ def exception_handler(exc, context):
         first_field, first_messages = next(iter(fields.items()))
         response.data = {"detail": f"{first_field}: {first_messages[0]}", "fields": fields}
     elif isinstance(exc, FieldPermissionDenied):
-        response.data = {"detail": f"{exc.field}: {exc.detail}", "fields": {exc.field: [str(exc.detail)]}}
+        response.data = {"detail": f"{exc.field}: {exc.detail}", "fields": exc.fields}
     elif isinstance(exc, BodyParseError):
         response.data = {"detail": str(exc.detail), "fields": {exc.field: [exc.message]}}
     return response

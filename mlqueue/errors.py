@@ -8,9 +8,11 @@ BODY_TOO_LARGE = "request body is over the limit of {limit} bytes"
 class FieldPermissionDenied(exceptions.PermissionDenied):
     """A 403 that still names the field at fault (e.g. a team the caller is not in)."""
 
-    def __init__(self, field: str, message: str):
+    def __init__(self, field: str, message: str, *, also: dict[str, list[str]] | None = None):
         super().__init__(message)
         self.field = field
+        # Every field refused where there are several (a batch's specs), this one included.
+        self.fields = also or {field: [str(message)]}
 
 
 class Conflict(exceptions.APIException):

@@ -41,6 +41,7 @@ api_v1 = [
     endpoint("jobs", jobs_api.JobListCreate.as_view(), "jobs"),
     endpoint("jobs/dry-run", jobs_api.JobDryRun.as_view(), "job-dry-run"),
     endpoint("jobs/cancel", jobs_api.JobBulkCancel.as_view(), "jobs-cancel"),
+    endpoint("jobs/batch", jobs_api.JobBatchSubmit.as_view(), "jobs-batch"),
     endpoint(r"jobs/(?P<job_id>[0-9]+)/why", jobs_api.JobWhy.as_view(), "job-why"),
     endpoint(r"jobs/(?P<job_id>[0-9]+)", jobs_api.JobDetail.as_view(), "job-detail"),
     endpoint(r"jobs/(?P<job_id>[0-9]+)/events", jobs_api.JobEvents.as_view(), "job-events"),

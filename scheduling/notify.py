@@ -7,12 +7,14 @@ import re
 
 import redis
 from channels.layers import get_channel_layer
+from django.conf import settings
 from django.db import transaction
+from redis.connection import parse_url
 
 from mlqueue.breaker import RedisBreaker
 from mlqueue.channel_layer import group_send_from_sync
 
-WAKE_CHANNEL = "mlqueue:scheduler:wake"
+WAKE_CHANNEL = "mlqueue:scheduler:wake"  # and REDIS_URL's database: see wake_channel()
 JOBS_GROUP = "jobs"
 _wakeups = RedisBreaker("scheduler wake-ups (the leader ticks meanwhile)")
 _live_views = RedisBreaker("live views (pages re-read when they reconnect)")
@@ -23,12 +25,19 @@ def wake_scheduler(reason: str = "") -> None:
     transaction.on_commit(lambda: _publish(reason))
 
 
+def wake_channel() -> str:
+    """The leader's wake-up channel. Redis's publish/subscribe ignores database numbers, so the
+    name carries REDIS_URL's: two clusters (or two test workers) on one Redis server, each with
+    a database of its own, do not wake each other's leader."""
+    return f"{WAKE_CHANNEL}:{parse_url(settings.REDIS_URL).get('db', 0)}"
+
+
 def _publish(reason: str) -> None:
     client = _wakeups.client()
     if client is None:
         return
     try:
-        client.publish(WAKE_CHANNEL, reason or "wake")
+        client.publish(wake_channel(), reason or "wake")
     except redis.RedisError as exc:
         _wakeups.failed(exc)
     else:

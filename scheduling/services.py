@@ -1,10 +1,11 @@
 """Writes about jobs: submit and cancel. `check_*` validates, `do_*` writes (and records why)."""
 
-from django.db import IntegrityError, transaction
+from django.db import DEFAULT_DB_ALIAS, IntegrityError, transaction
 from django.utils import timezone
 from django.views.decorators.debug import sensitive_variables
 from rest_framework.exceptions import PermissionDenied, ValidationError
 
+from mlqueue.compiled import CompiledRead
 from mlqueue.errors import Conflict, FieldPermissionDenied
 from scheduling import cancelling, groups, notify
 from scheduling.core.feasibility import can_ever_run
@@ -38,37 +39,107 @@ def check_job_submission(*, user, data) -> tuple[Team, dict]:
     """Validate a submitted spec for `user`: fields, team, rights, dependencies and whether an
     empty cluster could ever hold it. Returns the team and the normalized spec, whose
     secret_env still holds the values in the clear: pass it to do_submit_job, never show it."""
-    team, spec = check_job_spec(user=user, data=data)
-    if spec.get("pipeline") is None:
-        _check_can_ever_run(spec, prefix="")
-    for index, step in enumerate(spec.get("pipeline", {}).get("steps", ())):
-        _check_can_ever_run(normalized_step(spec, step), prefix=f"pipeline.steps[{index}].")
-    return team, spec
-
-
-def _check_can_ever_run(spec: dict, *, prefix: str) -> None:
-    """Whether an empty cluster could ever hold it; a pipeline's each step (the parent runs nothing)."""
-    verdict = can_ever_run(job_shape(spec), inventory())
-    if not verdict.ok:
-        raise ValidationError({f"{prefix}{verdict.field}": [verdict.message]})
+    return SubmitChecks(user).check_submission(data)
 
 
 @sensitive_variables("data", "spec", "serializer")
 def check_job_spec(*, user, data) -> tuple[Team, dict]:
     """check_job_submission but for whether the cluster could ever hold the job: the dry run
     answers that as data rather than as a 400."""
-    serializer = JobSpecSerializer(data=data, context={"user": user})
-    serializer.is_valid(raise_exception=True)
-    spec = normalized(serializer.validated_data)
-    team = _check_team(user, spec["team"])
-    if spec["priority"] == "P0" and not can_edit_quotas(user, team):
-        raise FieldPermissionDenied("priority", P0_RESERVED.format(name=team.name))
-    _check_dependencies(user, spec["depends_on"])
-    return team, spec
+    return SubmitChecks(user).check_spec(data)
+
+
+class SubmitChecks:
+    """The checks of a submit, for one user. Checking several specs (a batch) with one of these
+    reads each team, the caller's rights in it and the fleet once, not once per spec.
+    `visible_ids`: the jobs the specs depend on that the caller may see, where read already."""
+
+    def __init__(self, user, *, visible_ids: set[int] | None = None):
+        self.user = user
+        self.visible_ids = visible_ids
+        self._teams: dict[str, Team | Exception] = {}
+        self._p0: dict[int, bool] = {}
+        self._inventory = None
+        self._verdicts: dict[tuple, object] = {}
+
+    @sensitive_variables("data", "spec")
+    def check_submission(self, data) -> tuple[Team, dict]:
+        team, spec = self.check_spec(data)
+        self.check_fits(spec)
+        return team, spec
+
+    @sensitive_variables("data", "spec")
+    def check_spec(self, data) -> tuple[Team, dict]:
+        spec = self.spec_of(data)
+        return self.check_rights(spec), spec
+
+    @sensitive_variables("data", "serializer")
+    def spec_of(self, data) -> dict:
+        """The spec's fields, normalized (a 400 naming the field)."""
+        serializer = JobSpecSerializer(data=data, context={"user": self.user})
+        serializer.is_valid(raise_exception=True)
+        return normalized(serializer.validated_data)
+
+    @sensitive_variables("spec")
+    def check_rights(self, spec: dict) -> Team:
+        """The team exists and the caller may submit to it at this priority, and may see every
+        job the spec depends on."""
+        team = self.team(spec["team"])
+        if spec["priority"] == "P0" and not self._may_submit_p0(team):
+            raise FieldPermissionDenied("priority", P0_RESERVED.format(name=team.name))
+        _check_dependencies(self.user, spec["depends_on"], visible_ids=self.visible_ids)
+        return team
+
+    @sensitive_variables("spec")
+    def check_fits(self, spec: dict) -> None:
+        """Whether an empty cluster could ever hold it; a pipeline's each step (the parent runs nothing)."""
+        if spec.get("pipeline") is None:
+            self._check_can_ever_run(spec, prefix="")
+        for index, step in enumerate(spec.get("pipeline", {}).get("steps", ())):
+            self._check_can_ever_run(normalized_step(spec, step), prefix=f"pipeline.steps[{index}].")
+
+    def team(self, name: str) -> Team:
+        """The team named, if the caller may submit to it (read once per name)."""
+        if name not in self._teams:
+            try:
+                self._teams[name] = _check_team(self.user, name)
+            except (ValidationError, FieldPermissionDenied) as refused:
+                self._teams[name] = refused
+        found = self._teams[name]
+        if isinstance(found, Exception):
+            raise found
+        return found
+
+    def _may_submit_p0(self, team: Team) -> bool:
+        if team.pk not in self._p0:
+            self._p0[team.pk] = can_edit_quotas(self.user, team)
+        return self._p0[team.pk]
+
+    def _check_can_ever_run(self, spec: dict, *, prefix: str) -> None:
+        """Alike shapes get the same verdict: it is worked out once per shape."""
+        shape = job_shape(spec)
+        key = (shape.key(), shape.tasks)
+        if key not in self._verdicts:
+            if self._inventory is None:
+                self._inventory = inventory()
+            self._verdicts[key] = can_ever_run(shape, self._inventory)
+        verdict = self._verdicts[key]
+        if not verdict.ok:
+            raise ValidationError({f"{prefix}{verdict.field}": [verdict.message]})
+
+
+TEAM_FIELDS = tuple(field.attname for field in Team._meta.concrete_fields)
+TEAM_NAMED = CompiledRead(lambda name: Team.objects.filter(name=name).order_by().values_list(*TEAM_FIELDS), name=str)
+JOB_WITH_CLIENT_ID = CompiledRead(
+    lambda team_id, cid: Job.objects.filter(team_id=team_id, client_job_id=cid).values_list("pk")[:1],
+    team_id=int,
+    cid=str,
+)
 
 
 def _check_team(user, name: str) -> Team:
-    team = Team.objects.filter(name=name).first()
+    found = TEAM_NAMED.rows(name=name)
+    team = Team.from_db(DEFAULT_DB_ALIAS, TEAM_FIELDS, found[0]) if found else None
     if team is None:
         raise ValidationError({"team": [UNKNOWN_TEAM.format(name=name)]})
     if not is_member(user, team):
@@ -76,13 +147,20 @@ def _check_team(user, name: str) -> Team:
     return team
 
 
-def _check_dependencies(user, depends_on: list) -> None:
+def visible_dependency_ids(user, specs: list[dict]) -> set[int]:
+    """Which of the jobs these specs depend on `user` may see, in one query."""
+    job_ids = {job_id for spec in specs for job_id, _ in dependency_edges(spec.get("depends_on") or [])}
+    if not job_ids:
+        return set()
+    return set(visible_jobs(user).filter(pk__in=job_ids).values_list("pk", flat=True))
+
+
+def _check_dependencies(user, depends_on: list, *, visible_ids: set[int] | None = None) -> None:
     """Every job depended on exists and is visible to `user`; the error names the entry
     (`depends_on.1.job`). A new job cannot close a cycle: nothing depends on it yet."""
     if not depends_on:  # most submits: no need to read which teams' jobs the user may see
         return
-    job_ids = [job_id for job_id, _ in dependency_edges(depends_on)]
-    found = set(visible_jobs(user).filter(pk__in=job_ids).values_list("pk", flat=True))
+    found = visible_ids if visible_ids is not None else visible_dependency_ids(user, [{"depends_on": depends_on}])
     for index, entry in enumerate(depends_on):
         job_id = entry if isinstance(entry, int) else entry["job"]
         if job_id not in found:
@@ -143,8 +221,8 @@ def _existing_job(team: Team, client_job_id: str) -> Job | None:
     """The team's job with this client_job_id, if any. Most submits find none: the question
     reads one column (a whole job row is 50 columns to compile and decode, 2 ms of CPU), and
     only a repeated id reads the job (None if it went in between, as if never found)."""
-    found = Job.objects.filter(team=team, client_job_id=client_job_id).values_list("pk", flat=True)[:1]
-    return Job.objects.select_related("team").filter(pk=found[0]).first() if found else None
+    found = JOB_WITH_CLIENT_ID.rows(team_id=team.pk, cid=client_job_id)
+    return Job.objects.select_related("team").filter(pk=found[0][0]).first() if found else None
 
 
 def _same_job_or_conflict(existing: Job, digests: list[str]) -> Job:
@@ -157,9 +235,29 @@ def _same_job_or_conflict(existing: Job, digests: list[str]) -> Job:
 
 def _create_job(*, user, team: Team, spec: dict, digest: str, secret_env_ciphertext: str, run_of: dict) -> Job:
     now = timezone.now()
+    job = new_job_row(
+        user=user, team=team, spec=spec, digest=digest, secret_env_ciphertext=secret_env_ciphertext, now=now
+    )
+    for name, value in run_of.items():
+        setattr(job, name, value)
+    job.save(force_insert=True)
+    if job.group_kind:
+        children = len(groups.do_create_group(parent=job, spec=spec, columns=job_columns(spec), now=now))
+    else:
+        children = None
+        tasks = Task.objects.bulk_create(new_task_rows(job, now))
+        # Kept on the job as a prefetch would have loaded them: the submit's answer
+        # (JobDetailSerializer) then reads nothing back.
+        job._prefetched_objects_cache = {"tasks": tasks, **({} if spec["depends_on"] else {"depends_on": []})}
+    JobDependency.objects.bulk_create(new_dependency_rows(job, spec))
+    submitted_event(job, user=user, team=team, spec=spec, children=children).save(force_insert=True)
+    return job
+
+
+def new_job_row(*, user, team: Team, spec: dict, digest: str, secret_env_ciphertext: str, now) -> Job:
+    """The job a checked spec makes, not yet saved (a submit saves it, a batch inserts many)."""
     kind = groups.group_kind(spec)
-    columns = job_columns(spec)
-    job = Job.objects.create(
+    return Job(
         team=team,
         owner=user,
         spec=spec,
@@ -170,32 +268,31 @@ def _create_job(*, user, team: Team, spec: dict, digest: str, secret_env_ciphert
         secret_env_ciphertext=secret_env_ciphertext,
         group_kind=kind,
         group=groups.group_settings(spec) if kind else {},
-        **run_of,
-        **columns,
+        **job_columns(spec),
     )
-    shape = job_shape(spec).describe()
-    what = f"{shape}, priority {job.priority}"
+
+
+def new_task_rows(job: Job, now) -> list[Task]:
+    return [Task(job=job, rank=rank, updated_at=now) for rank in range(job.task_count)]
+
+
+def new_dependency_rows(job: Job, spec: dict) -> list[JobDependency]:
+    return [
+        JobDependency(from_job=job, to_job_id=dep, condition=on) for dep, on in dependency_edges(spec["depends_on"])
+    ]
+
+
+def submitted_event(job: Job, *, user, team: Team, spec: dict, children: int | None) -> AuditEvent:
+    """The job's SUBMITTED event, not yet saved. `children`: a group's count of children."""
+    what = f"{job_shape(spec).describe()}, priority {job.priority}"
     data = {"client_job_id": job.client_job_id, "tasks": job.task_count}
     if job.schedule_id:
         what += f", the run of schedule {job.schedule_id} for {job.scheduled_for:%Y-%m-%d %H:%M} UTC"
         data["schedule_id"] = job.schedule_id
-    if kind:
-        children = groups.do_create_group(parent=job, spec=spec, columns=columns, now=now)
-        what = _group_description(job, len(children), what)
-        data["children"] = len(children)
-    else:
-        tasks = Task.objects.bulk_create([Task(job=job, rank=rank, updated_at=now) for rank in range(job.task_count)])
-        # Kept on the job as a prefetch would have loaded them: the submit's answer
-        # (JobDetailSerializer) then reads nothing back.
-        job._prefetched_objects_cache = {"tasks": tasks, **({} if spec["depends_on"] else {"depends_on": []})}
-    if spec["depends_on"]:
-        JobDependency.objects.bulk_create(
-            [
-                JobDependency(from_job=job, to_job_id=dep, condition=on)
-                for dep, on in dependency_edges(spec["depends_on"])
-            ]
-        )
-    AuditEvent.objects.create(
+    if children is not None:
+        what = _group_description(job, children, what)
+        data["children"] = children
+    return AuditEvent(
         job=job,
         kind=EventKind.SUBMITTED,
         actor=user,
@@ -203,9 +300,8 @@ def _create_job(*, user, team: Team, spec: dict, digest: str, secret_env_ciphert
         to_state=TaskState.PENDING,
         message=f"submitted by {user.get_username()} to {team.name}: {what}",
         data=data,
-        created_at=now,
+        created_at=job.submitted_at,
     )
-    return job
 
 
 def _group_description(job: Job, children: int, each: str) -> str:

@@ -3,7 +3,13 @@ superusers."""
 
 from django.conf import settings
 
+from mlqueue.compiled import CompiledRead
 from teams.models import ApiToken, Membership, Role, Team
+
+# The teams a user is a member of itself (every submit asks).
+TEAMS_OF_USER = CompiledRead(
+    lambda user_id: Membership.objects.filter(user_id=user_id).values_list("team_id"), user_id=int
+)
 
 
 def is_site_admin(user) -> bool:
@@ -33,7 +39,7 @@ def is_member(user, team: Team) -> bool:
         return True
     if not user.is_authenticated:
         return False
-    direct = set(Membership.objects.filter(user=user).values_list("team_id", flat=True))
+    direct = {team_id for (team_id,) in TEAMS_OF_USER.rows(user_id=user.pk)}
     return any(team_id in direct for team_id in _chain_ids(team))
 
 

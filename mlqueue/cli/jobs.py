@@ -28,15 +28,25 @@ from mlqueue.cli.groups import (
 )
 from mlqueue.cli.output import as_text, emit, output_option, report
 from mlqueue.cli.schedules import SCHEDULE_COLUMNS, schedule_line
-from mlqueue.client import NO_USER, Client, Job, MlqError, Schedule, apply_overrides, load_spec
+from mlqueue.client import NO_USER, Client, Job, MlqError, Schedule, Submitted, apply_overrides, load_specs
+from mlqueue.client.sdk import BATCH_INDEX
+from mlqueue.client.specs import is_json_lines
 
+ONE_SPEC_ONLY = "--dry-run, --wait and --follow take one spec file (not several, nor a JSON Lines file)"
+SUBMITTED_COLUMNS = [
+    ("STATUS", lambda s: s.status),
+    ("JOB", lambda s: s.id),
+    ("CLIENT JOB ID", lambda s: s.client_job_id or ""),
+    ("NAME", lambda s: s.name),
+    ("STATE", lambda s: s.state),
+]
 SCHEDULE_NOT_A_JOB = (
     "a spec with a schedule: block makes a schedule, not a job: there is nothing to --wait for or --follow"
 )
 
 
 @main.command()
-@click.argument("spec", type=click.Path(exists=True, dir_okay=False))
+@click.argument("specs", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
 @click.option(
     "--set",
     "overrides",
@@ -58,10 +68,11 @@ SCHEDULE_NOT_A_JOB = (
 @click.option("--follow", is_flag=True, help="print rank 0's log as it runs (then as --wait)")
 @output_option
 @click.pass_context
-def submit(ctx, spec, overrides, array, max_failures, sweep_seed, dry_run, wait, follow, output):
-    """Submit the job spec in SPEC (YAML or JSON). A spec with an array:, sweep: or pipeline:
+def submit(ctx, specs, overrides, array, max_failures, sweep_seed, dry_run, wait, follow, output):
+    """Submit the job spec in SPECS (YAML or JSON). A spec with an array:, sweep: or pipeline:
     block, or --array, makes a group: one parent job whose children are its elements, trials or
-    steps.
+    steps. Several files, or a JSON Lines file (.jsonl: a spec per line), are submitted in
+    batches (POST /api/v1/jobs/batch), --set and the group options applied to each spec.
 
     \b
     Example:
@@ -69,9 +80,18 @@ def submit(ctx, spec, overrides, array, max_failures, sweep_seed, dry_run, wait,
       mlq submit infer.yaml --array 0-199%16 --max-failures 5
       mlq submit sweep.yaml --sweep-seed 7
       mlq submit examples/pipeline.yaml --wait
+      mlq submit runs/*.yaml
+      mlq submit sweep-by-hand.jsonl
     """
     sdk = client(ctx)
-    body = apply_overrides(load_spec(spec), overrides)
+    loaded = load_specs(specs)
+    if len(loaded) != 1 or len(specs) != 1 or is_json_lines(specs[0]):
+        if dry_run or wait or follow:
+            raise click.UsageError(ONE_SPEC_ONLY)
+        groups = {"array": array, "max_failures": max_failures, "sweep_seed": sweep_seed}
+        bodies = [with_group_options(apply_overrides(body, overrides), **groups) for _, body in loaded]
+        ctx.exit(_submit_many(sdk, [where for where, _ in loaded], bodies, output))
+    body = apply_overrides(loaded[0][1], overrides)
     body = with_group_options(body, array=array, max_failures=max_failures, sweep_seed=sweep_seed)
     if follow and any(body.get(block) is not None for block in ("array", "sweep", "pipeline")):
         raise click.UsageError(FOLLOW_A_GROUP)
@@ -100,6 +120,35 @@ def submit(ctx, spec, overrides, array, max_failures, sweep_seed, dry_run, wait,
         failure = f" ({done.failure_class})" if done.failure_class else ""
         report(done, output, JOB_COLUMNS, f"job {done.id} {done.state}{failure}")
         ctx.exit(outcome_code(done))
+
+
+def _submit_many(sdk: Client, places: list[str], bodies: list[dict], output: str | None) -> int:
+    """Submit in batches; a line per spec (or the outcomes as JSON/YAML). Exit 1 if any spec's
+    client_job_id was taken by another spec (409), else 0."""
+    try:
+        outcomes = sdk.submit_many(bodies)
+    except MlqError as refused:
+        raise MlqError(refused.status, _with_places(refused.detail, places), refused.fields) from None
+    if output in ("json", "yaml"):
+        emit(outcomes, output, SUBMITTED_COLUMNS)
+    else:
+        for outcome in outcomes:
+            click.echo(f"{places[outcome.index]}: {submitted_line(outcome)}")
+    return EXIT_FAILED if any(outcome.status == 409 for outcome in outcomes) else 0
+
+
+def _with_places(detail: str, places: list[str]) -> str:
+    """A refusal naming `jobs[i]` says which file (and line) the spec came from."""
+    found = BATCH_INDEX.search(detail)
+    return f"{places[int(found[1])]}: {detail}" if found and int(found[1]) < len(places) else detail
+
+
+def submitted_line(outcome: Submitted) -> str:
+    if outcome.status == 201:
+        return f"submitted job {outcome.id} ({outcome.name}): {outcome.state}"
+    if outcome.status == 200:
+        return f"job {outcome.id} ({outcome.name}) was submitted before with this spec: {outcome.state}"
+    return f"refused: {outcome.detail}"
 
 
 def outcome_code(job: Job) -> int:
@@ -182,6 +231,15 @@ def jobs(ctx, state, team, mine, since, limit, with_children, output):
     emit(client(ctx).jobs(limit=limit, **filters), output, JOBS_COLUMNS, JOB_WIDE)
 
 
+def forecast_age(found) -> str:
+    """ " (as of <when the forecast's snapshot was taken>)", or that the forecast is stale."""
+    if not found.estimated_start_as_of:
+        return ""
+    if found.estimated_start_stale:
+        return f" (STALE: forecast as of {found.estimated_start_as_of}, not refreshed since)"
+    return f" (as of {found.estimated_start_as_of})"
+
+
 @main.command()
 @click.argument("job", type=int)
 @click.option(
@@ -210,7 +268,9 @@ def status(ctx, job, all_children, output):
     if found.reason:
         click.echo(f"\nwaiting: {found.reason}")
         if found.likely_start or found.estimated_start:
-            click.echo(f"likely start {found.likely_start or '-'}, latest {found.estimated_start or '-'}")
+            click.echo(
+                f"likely start {found.likely_start or '-'}, latest {found.estimated_start or '-'}{forecast_age(found)}"
+            )
     if found.tasks:
         click.echo()
         emit(list(found.tasks), output, TASK_COLUMNS)

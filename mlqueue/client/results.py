@@ -43,6 +43,8 @@ class Job:
     pending_reason: dict | None = None
     estimated_start: str | None = None
     likely_start: str | None = None
+    estimated_start_as_of: str | None = None  # when the forecast's snapshot was taken
+    estimated_start_stale: bool = False  # the forecast is no longer being refreshed
     submitted_at: str | None = None
     started_at: str | None = None
     finished_at: str | None = None
@@ -280,7 +282,24 @@ class CancelResult:
     raw: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
 
 
+@dataclasses.dataclass(frozen=True)
+class Submitted:
+    """One spec of a batch (POST /api/v1/jobs/batch): `status` 201 created, 200 submitted before
+    with the same spec, 409 its client_job_id taken by job `id` with another spec (`detail`)."""
+
+    index: int
+    status: int
+    id: int
+    client_job_id: str | None = None
+    name: str = ""
+    team: str = ""
+    state: str = ""
+    detail: str = ""
+    raw: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
+
+
 _PLAIN = (
+    Submitted,
     Task,
     QueueEntry,
     Why,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -26,12 +27,18 @@ from mlqueue.client.results import (
     QueueEntry,
     Quota,
     Schedule,
+    Submitted,
     Team,
     Token,
     Why,
 )
 from mlqueue.client.specs import apply_overrides, load_spec
 
+# A batch's size (the server takes up to 1,000 specs and MLQ_MAX_BODY_BYTES, 256 KiB by default).
+BATCH_JOBS = 500
+BATCH_BYTES = 200_000
+BATCH_MAX_WAIT_S = 300.0
+BATCH_INDEX = re.compile(r"\bjobs\[(\d+)\]")
 NO_SERVER = "no server: set MLQ_SERVER, pass server=, or run `mlq login --server URL`"
 NO_TOKEN = "no token: set MLQ_TOKEN, pass token=, or run `mlq login`"
 NO_USER = "who are you? set MLQ_USER, or run `mlq login` (it records your user name)"
@@ -150,6 +157,28 @@ class Client:
         if answer.get("created") == "schedule":
             return Schedule.from_json(answer["schedule"])
         return Job.from_json(answer)
+
+    def submit_many(self, specs: Iterable[dict], *, max_wait: float = BATCH_MAX_WAIT_S) -> list[Submitted]:
+        """Submit job specs in batches (POST /api/v1/jobs/batch): a Submitted per spec, in order.
+        Batches hold up to BATCH_JOBS specs and BATCH_BYTES of JSON; past the submit rate (429) a
+        batch is sent again once the server says it may, waiting up to `max_wait` s in all. A
+        refused batch raises MlqError naming `jobs[i]` by the spec's place among all `specs`;
+        the batches before it stay submitted (give client_job_ids and a rerun submits nothing twice)."""
+        found: list[Submitted] = []
+        waited = 0.0
+        for offset, chunk in _batches(list(specs)):
+            while True:
+                try:
+                    answer = self.request("POST", "/jobs/batch", json={"jobs": chunk})
+                    break
+                except MlqError as refused:
+                    if refused.status == 429 and refused.retry_after and waited + refused.retry_after <= max_wait:
+                        time.sleep(refused.retry_after)
+                        waited += refused.retry_after
+                        continue
+                    raise _renumbered(refused, offset) from None
+            found += [Submitted.from_json({**row, "index": row["index"] + offset}) for row in answer["jobs"]]
+        return found
 
     def dry_run(self, spec_or_path, *, set: Iterable[str] = (), **overrides) -> DryRun:  # noqa: A002
         spec = apply_overrides(load_spec(spec_or_path), set, **overrides)
@@ -487,6 +516,30 @@ class Client:
         return token
 
 
+def _batches(specs: list[dict]) -> Iterator[tuple[int, list[dict]]]:
+    """(offset, specs) of each batch: at most BATCH_JOBS specs and BATCH_BYTES of JSON (one
+    larger spec goes alone, and the server says if it is too large)."""
+    start, size = 0, 0
+    for index, spec in enumerate(specs):
+        spec_size = len(json.dumps(spec)) + 2
+        if index > start and (index - start >= BATCH_JOBS or size + spec_size > BATCH_BYTES):
+            yield start, specs[start:index]
+            start, size = index, 0
+        size += spec_size
+    if start < len(specs):
+        yield start, specs[start:]
+
+
+def _renumbered(refused: MlqError, offset: int) -> MlqError:
+    """A batch's refusal with `jobs[i]` counted among all the specs sent, not within its batch."""
+
+    def shift(text: str) -> str:
+        return BATCH_INDEX.sub(lambda m: f"jobs[{int(m[1]) + offset}]", text)
+
+    fields = {shift(field): messages for field, messages in refused.fields.items()}
+    return MlqError(refused.status, shift(refused.detail), fields, retry_after=refused.retry_after)
+
+
 def _refusal(response: httpx.Response) -> MlqError:
     try:
         body = response.json()
@@ -494,6 +547,8 @@ def _refusal(response: httpx.Response) -> MlqError:
         body = None
     if isinstance(body, dict) and "detail" in body:
         fields = body.get("fields") if isinstance(body.get("fields"), dict) else {}
-        return MlqError(response.status_code, str(body["detail"]), fields)
+        retry_after = response.headers.get("Retry-After")
+        retry_after = float(retry_after) if retry_after and retry_after.isdigit() else None
+        return MlqError(response.status_code, str(body["detail"]), fields, retry_after=retry_after)
     text = response.text.strip().splitlines()[0][:200] if response.text.strip() else response.reason_phrase
     return MlqError(response.status_code, f"{response.status_code} {text}")

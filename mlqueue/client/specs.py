@@ -1,6 +1,7 @@
 """Job spec files (YAML or JSON) and `--set KEY=VALUE` overrides, read as the API will: the
 server checks every field; this only refuses what is not a spec at all."""
 
+import json
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -14,6 +15,8 @@ BAD_OVERRIDE = "--set wants KEY=VALUE with a dotted key, e.g. resources.gpu_coun
 NOT_A_MAPPING = "{where}: a job spec is a mapping of fields, not {kind}"
 OVERRIDE_THROUGH_VALUE = "{part} is a {kind}, not a mapping"
 NOT_YAML = "not YAML: {error}"
+NOT_JSON_LINE = "not JSON: {error}"
+JSON_LINES_SUFFIXES = (".jsonl", ".ndjson")
 
 
 def parse_override(item: str) -> tuple[list[str], Any]:
@@ -63,4 +66,34 @@ def load_spec(spec_or_path: dict | str | os.PathLike) -> dict:
         raise MlqError(0, f"{path}: {NOT_YAML.format(error=' '.join(str(error).split()))}") from None
     if not isinstance(spec, dict):
         raise MlqError(0, NOT_A_MAPPING.format(where=path, kind=type(spec).__name__))
+    return spec
+
+
+def load_specs(paths: Iterable[str | os.PathLike]) -> list[tuple[str, dict]]:
+    """(where, spec) of each spec in the files, in order: a YAML or JSON file is one spec (where
+    is its path), a JSON Lines file (.jsonl, .ndjson) one spec per line that is not blank (where
+    is `path:line`)."""
+    found = []
+    for name in paths:
+        path = Path(name)
+        if not is_json_lines(path):
+            found.append((str(path), load_spec(path)))
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), start=1):
+            if line.strip():
+                found.append((f"{path}:{number}", _json_line(line, f"{path}:{number}")))
+    return found
+
+
+def is_json_lines(path: str | os.PathLike) -> bool:
+    return Path(path).suffix.lower() in JSON_LINES_SUFFIXES
+
+
+def _json_line(line: str, where: str) -> dict:
+    try:
+        spec = json.loads(line)
+    except ValueError as error:
+        raise MlqError(0, f"{where}: {NOT_JSON_LINE.format(error=error)}") from None
+    if not isinstance(spec, dict):
+        raise MlqError(0, NOT_A_MAPPING.format(where=where, kind=type(spec).__name__))
     return spec

@@ -29,7 +29,7 @@ from scheduling.leader.reconcile import Swept, reconcile
 from scheduling.leader.schedule_sweep import ScheduleSweep, run_due_windows
 from scheduling.leader.snapshot import build_view
 from scheduling.models import SchedulerLease
-from scheduling.notify import WAKE_CHANNEL
+from scheduling.notify import wake_channel
 from scheduling.queue_state import QUEUE_ORDER_KEY, QUEUE_ORDER_TTL_S, stored_order
 
 log = logging.getLogger(__name__)
@@ -127,7 +127,7 @@ class Waker:
         if self.pubsub is None and settings.REDIS_URL:
             client = redis_client()
             pubsub = client.pubsub(ignore_subscribe_messages=True)
-            pubsub.subscribe(WAKE_CHANNEL)
+            pubsub.subscribe(wake_channel())
             self.pubsub = pubsub
         return self.pubsub
 

@@ -11,7 +11,7 @@ from rest_framework.views import APIView
 
 from mlqueue.metrics_report import NAME as METRIC_NAME
 from mlqueue.pagination import NewestFirst
-from scheduling import groups, job_changes, job_control, job_metrics, schedules, services, sweeps
+from scheduling import groups, job_changes, job_control, job_metrics, schedules, services, submit_batch, sweeps
 from scheduling.group_state import waiting_reasons
 from scheduling.models import Job, JobState, Priority, Task, TaskLog
 from scheduling.queue_state import queue_positions
@@ -26,6 +26,8 @@ from scheduling.web.serializers import (
     CancelSerializer,
     ChildSerializer,
     DryRunSerializer,
+    JobBatchResultSerializer,
+    JobBatchSerializer,
     JobDetailSerializer,
     JobEventSerializer,
     JobMetricsSerializer,
@@ -94,6 +96,39 @@ class JobListCreate(generics.ListAPIView):
 def _with_tasks(job_id: int, user):
     tasks = Prefetch("tasks", queryset=Task.objects.select_related("node").order_by("rank"))
     return get_object_or_404(visible_jobs(user).prefetch_related(tasks, "depends_on"), pk=job_id)
+
+
+class JobBatchSubmit(APIView):
+    throttle_classes = [throttles.BatchSubmitRateThrottle]
+
+    @extend_schema(
+        request=JobBatchSerializer,
+        responses={
+            201: JobBatchResultSerializer,
+            200: JobBatchResultSerializer,
+            400: OpenApiResponse(description="a bad spec: `fields` names `jobs[i].field` for each"),
+            403: OpenApiResponse(description="a team or priority the caller may not use, named as `jobs[i].team`"),
+        },
+    )
+    def post(self, request: Request) -> Response:
+        """Submit up to MLQ_SUBMIT_BATCH_MAX (1,000) jobs: `{"jobs": [spec, ...]}`. All checked first:
+        any bad spec refuses the whole batch and nothing is written. Then each spec's
+        `client_job_id` decides as for a single submit, reported per spec in `jobs` (in order):
+        201 created, 200 submitted before with the same spec, 409 taken by another spec. The answer
+        is 201 when any job was created, else 200 (README, "The API")."""
+        checked = submit_batch.check_job_batch(user=request.user, data=request.data)
+        outcomes = submit_batch.do_submit_job_batch(user=request.user, checked=checked)
+        counts = {code: sum(o.status == code for o in outcomes) for code in (201, 200, 409)}
+        answer = {
+            "created": counts[201],
+            "existing": counts[200],
+            "conflicts": counts[409],
+            "jobs": [outcome.as_json(index) for index, outcome in enumerate(outcomes)],
+        }
+        return Response(answer, status=status.HTTP_201_CREATED if counts[201] else status.HTTP_200_OK)
+
+    def throttled(self, request: Request, wait: float | None):
+        raise throttles.submit_rate_exceeded(wait)
 
 
 class JobDetail(APIView):
@@ -289,6 +324,14 @@ class SchedulerStateSerializer(serializers.Serializer):
     lease_seconds = serializers.FloatField(allow_null=True, help_text="the lease's duration, as its holder keeps to it")
     last_pass_ms = serializers.FloatField(allow_null=True)
     last_pass_at = serializers.DateTimeField(allow_null=True)
+    forecast_at = serializers.DateTimeField(
+        allow_null=True, help_text="when the snapshot the stored start forecasts come from was taken"
+    )
+    forecast_ms = serializers.FloatField(allow_null=True, help_text="how long that forecast took")
+    forecast_age_s = serializers.FloatField(allow_null=True, help_text="its age now, by the database's clock")
+    forecast_stale = serializers.BooleanField(
+        help_text="older than 5 forecast intervals plus twice its duration: the starts are not being refreshed"
+    )
 
 
 class SchedulerState(APIView):

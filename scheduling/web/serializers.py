@@ -9,6 +9,7 @@ from scheduling.group_state import waiting_reasons
 from scheduling.groups import summary
 from scheduling.models import Job, JobDependency, JobState, Task
 from scheduling.secrets import masked_spec
+from scheduling.selectors import LeaseState, scheduler_state
 from teams.models import AuditEvent
 
 
@@ -62,6 +63,9 @@ class GroupSerializer(serializers.Serializer):
     run_dir = serializers.CharField(required=False, help_text="a pipeline: the run's {run_dir}")
 
 
+_MOMENT = serializers.DateTimeField()
+
+
 class JobSerializer(FieldsBuiltOnce, serializers.ModelSerializer):
     team = serializers.CharField(source="team.name")
     owner = serializers.CharField(source="owner.username")
@@ -74,6 +78,14 @@ class JobSerializer(FieldsBuiltOnce, serializers.ModelSerializer):
     step = serializers.CharField(source="step_name", help_text="a pipeline's step: its name (else empty)")
     schedule = serializers.PrimaryKeyRelatedField(
         read_only=True, help_text="a schedule's run: the schedule's id (null otherwise, or once it is deleted)"
+    )
+    estimated_start_as_of = serializers.SerializerMethodField(
+        help_text="pending jobs with a forecast start: when the cluster snapshot that forecast simulated was "
+        "taken (the starts are as old as this; null: no forecast start)"
+    )
+    estimated_start_stale = serializers.SerializerMethodField(
+        help_text="the forecast start is older than the leader leaves it while it keeps forecasting (5 forecast "
+        "intervals plus twice the forecast's duration): no leader, or forecasts failing or far slower"
     )
 
     class Meta:
@@ -93,6 +105,8 @@ class JobSerializer(FieldsBuiltOnce, serializers.ModelSerializer):
             "pending_reason",
             "estimated_start",
             "likely_start",
+            "estimated_start_as_of",
+            "estimated_start_stale",
             "submitted_at",
             "started_at",
             "finished_at",
@@ -119,6 +133,25 @@ class JobSerializer(FieldsBuiltOnce, serializers.ModelSerializer):
                 "the teams' observed runtimes"
             },
         }
+
+    @extend_schema_field(OpenApiTypes.DATETIME)
+    def get_estimated_start_as_of(self, job: Job):
+        forecast = self._forecast_of(job)
+        return _MOMENT.to_representation(forecast.forecast_at) if forecast and forecast.forecast_at else None
+
+    @extend_schema_field(OpenApiTypes.BOOL)
+    def get_estimated_start_stale(self, job: Job) -> bool:
+        forecast = self._forecast_of(job)
+        return forecast is not None and forecast.forecast_stale
+
+    def _forecast_of(self, job: Job) -> LeaseState | None:
+        """The lease row, for a pending job with a stored start: read once per answer, however
+        many jobs it lists."""
+        if job.state != JobState.PENDING or (job.estimated_start is None and job.likely_start is None):
+            return None
+        if "scheduler_state" not in self.context:
+            self.context["scheduler_state"] = scheduler_state()
+        return self.context["scheduler_state"]
 
     @extend_schema_field(GroupSerializer(allow_null=True))
     def get_group(self, job: Job):
@@ -351,3 +384,29 @@ class WhySerializer(serializers.Serializer):
 class BulkCancelResultSerializer(serializers.Serializer):
     cancelled = serializers.ListField(child=serializers.IntegerField())
     skipped = serializers.ListField(child=serializers.DictField(), help_text='[{"id": n, "why": "..."}, ...]')
+
+
+class JobBatchSerializer(serializers.Serializer):
+    """POST /api/v1/jobs/batch's body (for the schema: scheduling/submit_batch.py checks it)."""
+
+    jobs = serializers.ListField(
+        child=serializers.DictField(), help_text="job specs, each as POST /api/v1/jobs takes one (at most 1,000)"
+    )
+
+
+class BatchOutcomeSerializer(serializers.Serializer):
+    index = serializers.IntegerField(help_text="the spec's place in `jobs`")
+    status = serializers.IntegerField(help_text="201 created, 200 the same job again, 409 another spec under this id")
+    id = serializers.IntegerField(help_text="the job (for 409: the one that has the client_job_id)")
+    client_job_id = serializers.CharField(allow_null=True)
+    name = serializers.CharField(required=False)
+    team = serializers.CharField(required=False)
+    state = serializers.CharField(required=False)
+    detail = serializers.CharField(required=False, help_text="why a 409")
+
+
+class JobBatchResultSerializer(serializers.Serializer):
+    created = serializers.IntegerField()
+    existing = serializers.IntegerField(help_text="200s: submitted before with the same spec")
+    conflicts = serializers.IntegerField(help_text="409s: the id is taken by another spec")
+    jobs = BatchOutcomeSerializer(many=True)

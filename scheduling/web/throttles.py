@@ -1,10 +1,16 @@
-"""The submit rate: POST /api/v1/jobs and the submit page count against one limit per user."""
+"""The submit rate: POST /api/v1/jobs, its batches (a job each) and the submit page count
+against one limit per user."""
 
 from django.conf import settings
 from rest_framework import exceptions
+from rest_framework.exceptions import ValidationError
 from rest_framework.throttling import UserRateThrottle
 
 SUBMIT_RATE_EXCEEDED = "too many submissions: at most {count} jobs per {period} per user; retry in {wait} s."
+BATCH_OVER_RATE = (
+    "{jobs} jobs in one batch is more than the submit rate allows (at most {count} jobs per {period} per user): "
+    "send at most {count} at a time."
+)
 
 
 class SubmitRateThrottle(UserRateThrottle):
@@ -18,6 +24,36 @@ class SubmitRateThrottle(UserRateThrottle):
 
     def allow_request(self, request, view):
         return request.method != "POST" or super().allow_request(request, view)
+
+
+class BatchSubmitRateThrottle(SubmitRateThrottle):
+    """The same limit, counting each job of a batch: a batch of n fits when n more submits would.
+    A batch larger than the whole limit could never pass: a 400 naming `jobs` says so."""
+
+    def allow_request(self, request, view):
+        from scheduling.submit_batch import batch_limit
+
+        if self.rate is None or (key := self.get_cache_key(request, view)) is None:
+            return True
+        jobs = request.data.get("jobs") if isinstance(request.data, dict) else None
+        # Not a list, or over the batch limit: refused whole by the view's checks, counted as one.
+        self.count = len(jobs) if isinstance(jobs, list) and 0 < len(jobs) <= batch_limit() else 1
+        if self.count > self.num_requests:
+            count, period = settings.MLQ_SUBMIT_RATE.split("/")
+            raise ValidationError({"jobs": [BATCH_OVER_RATE.format(jobs=self.count, count=count, period=period)]})
+        self.key, self.history, self.now = key, self.cache.get(key, []), self.timer()
+        while self.history and self.history[-1] <= self.now - self.duration:
+            self.history.pop()
+        if len(self.history) + self.count > self.num_requests:
+            return self.throttle_failure()
+        self.history[:0] = [self.now] * self.count
+        self.cache.set(self.key, self.history, self.duration)
+        return True
+
+    def wait(self):
+        """Seconds until `count` submits are free: the newest of those that must expire first."""
+        must_expire = self.history[self.num_requests - self.count :]
+        return max(must_expire[0] + self.duration - self.now, 1) if must_expire else None
 
 
 def submit_rate_exceeded(wait: float | None) -> exceptions.Throttled:
