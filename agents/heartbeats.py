@@ -114,9 +114,9 @@ def handle_many(beats: list[Beat], *, transport: str) -> list[dict | Exception]:
     alive = [outcome for outcome in checked if not isinstance(outcome, Exception)]
     liveness.record_many({node.name: now.timestamp() for node, _, _ in alive})
     HEARTBEATS.labels(transport).inc(len(alive))
-    answered = set()
+    answered, lease = set(), lease_terms(now) if alive else {}
     return [
-        outcome if isinstance(outcome, Exception) else _answered(beat, *outcome, now, answered)
+        outcome if isinstance(outcome, Exception) else _answered(beat, *outcome, now, lease, answered)
         for beat, outcome in zip(beats, checked, strict=True)
     ]
 
@@ -137,7 +137,7 @@ def _checked(beat: Beat, node: NodeView | None) -> tuple[NodeView, list[dict], d
 
 
 def _answered(
-    beat: Beat, node: NodeView, tasks: list[dict], health: dict | None, now, answered: set
+    beat: Beat, node: NodeView, tasks: list[dict], health: dict | None, now, lease: dict, answered: set
 ) -> dict | Exception:
     """The reply to one accepted heartbeat; an error in it refuses this one, not the batch. A
     node heard twice in one batch is read again for its second: the first may have changed it.
@@ -151,7 +151,7 @@ def _answered(
             nodes.note_alive(Node.objects.get(pk=node.id), now=now)
         if health is not None and node_health.receive(node.id, node.name, health, now=now):
             node = load(beat.token_digest) or node
-        return reply(node, tasks, now, reload=lambda: load(beat.token_digest))
+        return reply(node, tasks, now, lease, reload=lambda: load(beat.token_digest))
     except Exception as exc:  # answered as the same error of a lone request would be
         return exc
 
@@ -256,7 +256,19 @@ def _fail_forgotten(node: NodeView, current: dict, held: set, now) -> bool:
     return bool(forgotten)
 
 
-def reply(node: NodeView, reported: list[dict], now, *, reload) -> dict:
+def lease_terms(now) -> dict:
+    """What every reply of a batch answered at `now` says alike: the lease, the interval, the
+    epoch. Worked out once a batch, not once a heartbeat."""
+    lease_s = settings.MLQ_OUTAGE_BOUND_S
+    return {
+        "lease_s": lease_s,
+        "lease_until": (now + timedelta(seconds=lease_s)).isoformat(),
+        "heartbeat_interval_s": settings.MLQ_HEARTBEAT_INTERVAL_S,
+        "highest_epoch": current_epoch(),
+    }
+
+
+def reply(node: NodeView, reported: list[dict], now, lease: dict, *, reload) -> dict:
     stale, changed = apply_reported(node, reported, now)
     if changed:
         node = reload()
@@ -266,12 +278,8 @@ def reply(node: NodeView, reported: list[dict], now, *, reload) -> dict:
         for t in node.tasks
         if t.state == TaskState.ASSIGNED and not t.stop_reason and (t.job_id, t.rank, t.attempt) not in known
     ]
-    lease_s = settings.MLQ_OUTAGE_BOUND_S
     return {
-        "lease_s": lease_s,
-        "lease_until": (now + timedelta(seconds=lease_s)).isoformat(),
-        "heartbeat_interval_s": settings.MLQ_HEARTBEAT_INTERVAL_S,
-        "highest_epoch": current_epoch(),
+        **lease,
         "assignments": assignments(node, new),
         "signals": [
             {"job_id": t.job_id, "rank": t.rank, "attempt": t.attempt, "signal": t.stop_signal, "reason": t.stop_reason}

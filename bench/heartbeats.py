@@ -58,6 +58,7 @@ sys.path.insert(0, str(ROOT))
 from agents.node.heartbeat_socket import OPEN_TIMEOUT_S, RECONNECT_S, reconnect_delay  # noqa: E402
 from bench.chaos_services import free_port, port_open, wait_until  # noqa: E402
 from bench.latency import recreate_database  # noqa: E402
+from mlqueue.gc_tuning import tune_for_server  # noqa: E402
 
 BACKLOG = 1024  # as mlqueue.webserver listens (Twisted's default, 50, drops a burst of connects)
 LAG_TICK_S = 0.01  # how often a load process checks how late its own event loop runs
@@ -151,6 +152,7 @@ def client(load: Load, ready, go, queue) -> None:
     def report(sent: list[Sent], cpu: float, lags: list[float]) -> None:
         queue.put((sum(s.errors for s in sent), [b for s in sent for b in s.beats], cpu, lags))
 
+    tune_for_server()  # as the web processes do: the collector's pauses are no heartbeat's cost
     if load.transport == "http":
         run_http(load, ready, go, report)
     else:
@@ -371,7 +373,48 @@ def nearest_rank(values: list[float], percentile: float) -> float:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    env = {
+    env = web_environment(args)
+    recreate_database(args.database_url)
+    subprocess.run([sys.executable, "manage.py", "migrate", "--verbosity", "0"], cwd=ROOT, env=env, check=True)
+    os.environ.update(env)
+    import django
+
+    django.setup()
+    nodes = register_nodes(args.nodes)
+    ports = [free_port() for _ in range(args.web)]
+    web = [start_web(port, env) for port in ports]
+    try:
+        # Each daphne listens once it has loaded the application: a fixed wait was too short on
+        # a loaded machine (every heartbeat an error, connection refused).
+        for port in ports:
+            wait_until(lambda port=port: port_open(port), timeout=60, what=f"the web process on port {port}")
+        results, opened, web_cpu, web_cpu_opening, served_before, served = run_loads(args, nodes, ports, web)
+    finally:
+        for proc in web:
+            proc.terminate()
+        for proc in web:
+            try:
+                proc.wait(timeout=60)  # it closes 1,250 sockets first
+            except subprocess.TimeoutExpired:
+                proc.kill()
+    sockets = args.transport == "ws"
+    figures = {
+        "transport": args.transport,
+        "virtual_nodes": args.nodes,
+        "web_processes": args.web,
+        "clients": args.clients * args.connections,
+        "target_rate": args.rate or None,
+        "seconds": args.seconds,
+        **heartbeat_figures(args, results, web_cpu),
+        **(opening_figures(opened, web_cpu_opening) if sockets else {}),
+        **(histogram_figures(served_before, "sockets", prefix="open_") if sockets else {}),
+        **(histogram_figures(served, "heartbeats") if sockets else {}),
+    }
+    print(json.dumps(figures))
+
+
+def web_environment(args: argparse.Namespace) -> dict[str, str]:
+    return {
         **os.environ,
         "DATABASE_URL": args.database_url,
         "REDIS_URL": args.redis_url,
@@ -383,84 +426,57 @@ def main(argv=None) -> None:
         "SECRET_KEY": os.environ.get("SECRET_KEY") or secrets.token_urlsafe(50),
         **({"MLQ_HEARTBEAT_BATCH_MAX": str(args.batch_max)} if args.batch_max else {}),
     }
-    recreate_database(args.database_url)
-    subprocess.run([sys.executable, "manage.py", "migrate", "--verbosity", "0"], cwd=ROOT, env=env, check=True)
-    os.environ.update(env)
-    import django
 
-    django.setup()
-    nodes = register_nodes(args.nodes)
-    ports = [free_port() for _ in range(args.web)]
-    web = [
-        subprocess.Popen(
-            [
-                *(sys.executable, "-m", "daphne", "-v", "0"),
-                *("-e", f"tcp:port={port}:interface=127.0.0.1:backlog={BACKLOG}"),
-                "mlqueue.asgi:application",
-            ],
-            cwd=ROOT,
-            env=env,
+
+def start_web(port: int, env: dict[str, str]) -> subprocess.Popen:
+    return subprocess.Popen(
+        [
+            *(sys.executable, "-m", "daphne", "-v", "0"),
+            *("-e", f"tcp:port={port}:interface=127.0.0.1:backlog={BACKLOG}"),
+            "mlqueue.asgi:application",
+        ],
+        cwd=ROOT,
+        env=env,
+    )
+
+
+def run_loads(args: argparse.Namespace, nodes: list, ports: list[int], web: list[subprocess.Popen]) -> tuple:
+    """Open every socket, then send heartbeats from every load process at once. Returns their
+    results, what opening reported, the web processes' CPU seconds heartbeating and opening,
+    and the web processes' histograms after opening and over the heartbeats."""
+    queue, ready, go = multiprocessing.Queue(), multiprocessing.Queue(), multiprocessing.Event()
+    per_client = args.rate / args.clients if args.rate else 0.0
+    loads = [
+        Load(
+            transport=args.transport,
+            ports=ports,
+            nodes=nodes[i :: args.clients],
+            seconds=args.seconds,
+            connections=args.connections,
+            rate=per_client,
+            index=i,
+            clients=args.clients,
+            open_spread=args.open_spread,
         )
-        for port in ports
+        for i in range(args.clients)
     ]
-    try:
-        # Each daphne listens once it has loaded the application: a fixed wait was too short on
-        # a loaded machine (every heartbeat an error, connection refused).
-        for port in ports:
-            wait_until(lambda port=port: port_open(port), timeout=60, what=f"the web process on port {port}")
-        queue, ready, go = multiprocessing.Queue(), multiprocessing.Queue(), multiprocessing.Event()
-        per_client = args.rate / args.clients if args.rate else 0.0
-        loads = [
-            Load(
-                transport=args.transport,
-                ports=ports,
-                nodes=nodes[i :: args.clients],
-                seconds=args.seconds,
-                connections=args.connections,
-                rate=per_client,
-                index=i,
-                clients=args.clients,
-                open_spread=args.open_spread,
-            )
-            for i in range(args.clients)
-        ]
-        workers = [multiprocessing.Process(target=client, args=(load, ready, go, queue)) for load in loads]
-        cpu_before = sum(cpu_seconds(proc.pid) for proc in web)
-        for worker in workers:
-            worker.start()
-        # every socket open: their handshakes are not the heartbeats' cost, and have a line of their own
-        opened = [ready.get(timeout=600) for _ in workers]
-        web_cpu_opening = sum(cpu_seconds(proc.pid) for proc in web) - cpu_before
-        served_before = scrape(ports) if args.transport == "ws" else collections.Counter()
-        cpu_before = sum(cpu_seconds(proc.pid) for proc in web)
-        go.set()
-        results = [queue.get() for _ in workers]
-        web_cpu = sum(cpu_seconds(proc.pid) for proc in web) - cpu_before
-        served = scrape(ports) if args.transport == "ws" else collections.Counter()
-        served.subtract(served_before)
-        for worker in workers:
-            worker.join()
-    finally:
-        for proc in web:
-            proc.terminate()
-        for proc in web:
-            try:
-                proc.wait(timeout=60)  # it closes 1,250 sockets first
-            except subprocess.TimeoutExpired:
-                proc.kill()
-    figures = {
-        "transport": args.transport,
-        "virtual_nodes": args.nodes,
-        "web_processes": args.web,
-        "clients": args.clients * args.connections,
-        "target_rate": args.rate or None,
-        "seconds": args.seconds,
-        **heartbeat_figures(args, results, web_cpu),
-        **(opening_figures(opened, web_cpu_opening) if args.transport == "ws" else {}),
-        **(histogram_figures(served_before, "sockets", prefix="open_") if args.transport == "ws" else {}),
-        **(histogram_figures(served, "heartbeats") if args.transport == "ws" else {}),
-    }
-    print(json.dumps(figures))
+    workers = [multiprocessing.Process(target=client, args=(load, ready, go, queue)) for load in loads]
+    cpu_before = sum(cpu_seconds(proc.pid) for proc in web)
+    for worker in workers:
+        worker.start()
+    # every socket open: their handshakes are not the heartbeats' cost, and have a line of their own
+    opened = [ready.get(timeout=600) for _ in workers]
+    web_cpu_opening = sum(cpu_seconds(proc.pid) for proc in web) - cpu_before
+    served_before = scrape(ports) if args.transport == "ws" else collections.Counter()
+    cpu_before = sum(cpu_seconds(proc.pid) for proc in web)
+    go.set()
+    results = [queue.get() for _ in workers]
+    web_cpu = sum(cpu_seconds(proc.pid) for proc in web) - cpu_before
+    served = scrape(ports) if args.transport == "ws" else collections.Counter()
+    served.subtract(served_before)
+    for worker in workers:
+        worker.join()
+    return results, opened, web_cpu, web_cpu_opening, served_before, served
 
 
 def heartbeat_figures(args: argparse.Namespace, results: list, web_cpu: float) -> dict:

@@ -7,10 +7,10 @@ import django
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mlqueue.settings")
 django.setup(set_prefix=False)  # as django.core.asgi.get_asgi_application does
 
-from mlqueue.autobahn_options import dump_options_cheaply  # noqa: E402
+from mlqueue.autobahn_options import make_debug_lines_cheap  # noqa: E402
 from mlqueue.onehop import OneHopASGIHandler  # noqa: E402
 
-dump_options_cheaply()
+make_debug_lines_cheap()
 
 django_asgi_app = OneHopASGIHandler()
 
@@ -32,3 +32,9 @@ application = ProtocolTypeRouter(
         "websocket": URLRouter([*agent_websocket_urlpatterns, re_path(r"", browser_sockets)]),
     }
 )
+
+from django.conf import settings  # noqa: E402
+
+from mlqueue.gc_tuning import tune_for_server  # noqa: E402
+
+tune_for_server(settings.MLQ_GC_YOUNG_THRESHOLD)  # last: everything imported so far is for good

@@ -14,6 +14,7 @@ from django.core.cache import cache
 from django.core.management import call_command
 from rest_framework.test import APIClient
 
+from agents import heartbeats
 from mlqueue.redis_client import redis_client
 from scheduling import liveness
 from scheduling.leader import failures
@@ -131,6 +132,14 @@ def fresh_failure_detection(monkeypatch):
     """The failure detector's clocks as in a process that has just taken the lead: none of
     another test's looks (perhaps at a time that test made up) bears on this test's nodes."""
     monkeypatch.setattr(failures, "CLOCKS", failures.Clocks())
+
+
+@pytest.fixture(autouse=True)
+def fresh_epoch_cache(monkeypatch):
+    """The agent API's lease epoch (cached for a second, agents/heartbeats.py) as in a process
+    that has not read it yet: another test's epoch, read less than a second ago, is not this
+    test's (test_a_socket_heartbeat_gets_the_reply_an_http_heartbeat_gets read epoch 2 for 4)."""
+    monkeypatch.setattr(heartbeats, "_epoch", (float("-inf"), 0))
 
 
 @pytest.fixture

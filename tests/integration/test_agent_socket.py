@@ -7,6 +7,7 @@ import json
 
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
+from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth import get_user_model
 from django.core.cache import cache
@@ -24,6 +25,7 @@ from agents.services import do_register_node, do_reset_node_token
 from mlqueue.asgi import application
 from scheduling.leader.worker import run_pass
 from scheduling.models import Node, SchedulerLease, Task
+from scheduling.notify import wake_agents
 from teams.models import hash_token
 from tests.conftest import make_spec
 from tests.nodes import cordon, heartbeat
@@ -162,6 +164,46 @@ def test_a_heartbeat_after_the_nodes_token_was_reset_is_refused_and_the_socket_c
     assert reply == {"id": 1, "status": 401, "body": {"detail": "invalid node token: register again."}}
     assert closed == {"type": "websocket.close", "code": TOKEN_REVOKED}
     assert over_http(client, name, token, {}).status_code == 401
+
+
+def test_a_wake_up_reaches_the_socket_after_the_reply_to_the_heartbeat_being_answered(node, settings):
+    name, token = node
+    settings.MLQ_HEARTBEAT_BATCH_WAIT_S = 0.5  # the heartbeat is still being answered when the wake-up comes
+
+    async def scenario():
+        socket = agent_socket(name, token)
+        assert (await socket.connect())[0]
+        assert await socket.receive_json_from(timeout=10) == HELLO
+        await socket.send_json_to({"type": "heartbeat", "id": 1, "body": {}})
+        await asyncio.sleep(0.1)
+        await sync_to_async(wake_agents)([name], "assigned")
+        received = [await socket.receive_json_from(timeout=10) for _ in range(2)]
+        await sync_to_async(wake_agents)([name], "signal")
+        received.append(await socket.receive_json_from(timeout=10))
+        await socket.disconnect()
+        return received
+
+    reply, *wakes = async_to_sync(scenario)()
+    assert (reply["id"], reply["status"]) == (1, 200)
+    assert wakes == [{"wake": "assigned"}, {"wake": "signal"}]
+
+
+def test_a_socket_whose_channel_layer_cannot_be_read_ends_with_that_error(node, monkeypatch):
+    name, token = node
+    layer = get_channel_layer()
+
+    async def unreadable(channel):
+        raise ConnectionError("Redis went away")
+
+    monkeypatch.setattr(layer, "receive", unreadable)
+
+    async def scenario():
+        socket = agent_socket(name, token)
+        await socket.send_input({"type": "websocket.connect"})
+        with pytest.raises(ConnectionError, match="Redis went away"):
+            await socket.wait(timeout=10)
+
+    async_to_sync(scenario)()
 
 
 def test_a_batch_of_idle_heartbeats_is_one_statement_and_writes_nothing(node):
