@@ -6,7 +6,7 @@ from datetime import timedelta
 
 from django.db import transaction
 from django.db.models import Case, F, Value, When
-from django.db.models.functions import Coalesce
+from django.db.models.functions import Coalesce, Concat
 from django.utils import timezone
 
 from scheduling import notify
@@ -43,7 +43,7 @@ def record_node_event(
     )
 
 
-def _health_columns(health: str, *, reason: str, now) -> dict:
+def _health_columns(health: str, *, reason, now) -> dict:
     """The health writers' UPDATE: their own column, and `state` from the row's admin_state as
     it is when the UPDATE runs (Node.effective_state's rule, in SQL)."""
     state = (
@@ -74,31 +74,51 @@ def _set_admin_state(node: Node, admin_state: str, *, reason: str, now, only_fro
 
 
 def note_alive(node: Node, *, now=None) -> None:
-    """A heartbeat arrived: a NEW, SUSPECT or LOST node is READY again (one write, then none).
-    Conditional on the row not being READY already, so racing heartbeats record one event."""
-    if node.health == NodeState.READY:
+    """A heartbeat arrived: a NEW, SUSPECT or LOST node is READY again (one write, then none)."""
+    note_alive_many([node], now=now)
+
+
+def note_alive_many(nodes: list[Node], *, now=None) -> None:
+    """Heartbeats arrived from `nodes`: each NEW, SUSPECT or LOST one is READY again, in one
+    transaction whatever their number (the tests' fleet comes up so): the rows locked in id
+    order and read, one UPDATE, one INSERT of their events, one wake-up. A row READY
+    by then (a racing heartbeat) is left alone, so each comeback is one event. The objects
+    passed that were not READY get their rows' state as it is now."""
+    waking = {node.pk: node for node in nodes if node.health != NodeState.READY}
+    if not waking:
         return
     now = now or timezone.now()
-    was = node.health
     with transaction.atomic():
-        changed = (
-            Node.objects.filter(pk=node.pk)
-            .exclude(health=NodeState.READY)
-            .update(
-                first_heartbeat_at=Coalesce(F("first_heartbeat_at"), Value(now)),
-                **_health_columns(NodeState.READY, reason=f"heartbeating again (was {was})", now=now),
-            )
+        rows = Node.objects.select_for_update().filter(pk__in=waking).exclude(health=NodeState.READY).order_by("pk")
+        was = dict(rows.values_list("pk", "health"))
+        if was:
+            _make_ready(was, {pk: waking[pk].name for pk in was}, now=now)
+        for pk, *columns in Node.objects.filter(pk__in=waking).values_list("pk", *NODE_STATE):
+            for name, value in zip(NODE_STATE, columns, strict=True):
+                setattr(waking[pk], name, value)
+
+
+def _make_ready(was: dict[int, str], names: dict[int, str], *, now) -> None:
+    """note_alive_many's writes, on rows it has locked: node id -> its health before (`was`)."""
+    Node.objects.filter(pk__in=was).update(
+        first_heartbeat_at=Coalesce(F("first_heartbeat_at"), Value(now)),
+        **_health_columns(
+            NodeState.READY, reason=Concat(Value("heartbeating again (was "), F("health"), Value(")")), now=now
+        ),
+    )
+    AuditEvent.objects.bulk_create(
+        AuditEvent(
+            node_id=pk,
+            kind=EventKind.NODE_STATE,
+            actor_name=f"agent:{names[pk]}",
+            reason="READY",
+            message=f"{before} -> READY: heartbeat received",
+            data={},
+            created_at=now,
         )
-        if changed:
-            node.refresh_from_db(fields=NODE_STATE)
-            record_node_event(
-                node,
-                actor_name=f"agent:{node.name}",
-                reason="READY",
-                message=f"{was} -> READY: heartbeat received",
-                now=now,
-            )
-            notify.wake_scheduler("node")
+        for pk, before in was.items()
+    )
+    notify.wake_scheduler("node")
 
 
 def do_mark_health(node: Node, health: str, *, message: str, now) -> bool:

@@ -44,9 +44,9 @@ def heartbeat(nodes: Nodes = None, *, now: datetime | None = None) -> None:
     """Each node (every node for None) heard from at `now`, as a heartbeat is noted: in
     liveness, and READY if it was not (where an admin's cordon then shows)."""
     now = now or timezone.now()
-    for node in _rows(nodes):
-        liveness.record(node.name, now.timestamp())
-        node_services.note_alive(node, now=now)
+    rows = list(_rows(nodes))
+    liveness.record_many({node.name: now.timestamp() for node in rows})
+    node_services.note_alive_many(rows, now=now)
 
 
 def _admin():

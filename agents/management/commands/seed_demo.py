@@ -120,69 +120,65 @@ class Command(BaseCommand):
         self.stdout.write(f"seed_demo: {created} objects created" if created else "seed_demo: already seeded")
 
     def seed_nodes(self) -> int:
-        created = 0
+        wanted = {}
         for kind in FLEET:
             do_note_gpu_type(kind.gpu_type)
             for zone in ZONES:
                 for index in range(1, kind.per_rack + 1):
-                    _, new = Node.objects.get_or_create(
-                        name=node_name(kind, zone, index),
-                        defaults=dict(
-                            zone=zone,
-                            rack=f"{zone}-{kind.rack}",
-                            gpu_type=kind.gpu_type,
-                            gpu_count=kind.gpus,
-                            cpu_count=kind.cpus,
-                            memory_gb=kind.memory_gb,
-                            scratch_disk_gb=kind.scratch_gb,
-                            labels=dict(kind.labels),
-                            state_reason="waiting for the node's agent to heartbeat",
-                        ),
+                    wanted[node_name(kind, zone, index)] = dict(
+                        zone=zone,
+                        rack=f"{zone}-{kind.rack}",
+                        gpu_type=kind.gpu_type,
+                        gpu_count=kind.gpus,
+                        cpu_count=kind.cpus,
+                        memory_gb=kind.memory_gb,
+                        scratch_disk_gb=kind.scratch_gb,
+                        labels=dict(kind.labels),
+                        state_reason="waiting for the node's agent to heartbeat",
                     )
-                    created += new
-        return created
+        return create_missing(Node, "name", wanted)[1]
 
     def seed_teams(self) -> int:
-        created, totals = 0, capacity()
-        divisions = {}
+        totals = capacity()
+        divisions, created = create_missing(
+            Team, "name", {name: {"description": f"{name} division"} for name in DIVISIONS}
+        )
+        teams, new = create_missing(
+            Team, "name", {name: {"parent": divisions[division]} for name, (division, _) in TEAMS.items()}
+        )
+        quotas = {}
         for name, share in DIVISIONS.items():
-            divisions[name], new = Team.objects.get_or_create(name=name, defaults={"description": f"{name} division"})
-            created += new
             for rclass, total in totals.items():
                 guaranteed = int(total * share) if name == "research" else total - int(total * 0.4)
-                created += self.quota(divisions[name], rclass, guaranteed, total - guaranteed)
-        for name, (division, quotas) in TEAMS.items():
-            team, new = Team.objects.get_or_create(name=name, defaults={"parent": divisions[division]})
-            created += new
-            for rclass, (guaranteed, borrowing) in quotas.items():
-                created += self.quota(team, rclass, guaranteed, borrowing)
-        return created
-
-    @staticmethod
-    def quota(team: Team, rclass: str, guaranteed: int, borrowing: int) -> int:
-        _, new = Quota.objects.get_or_create(
-            team=team, resource_class=rclass, defaults={"guaranteed": guaranteed, "borrowing_limit": borrowing}
+                quotas[divisions[name].pk, rclass] = (guaranteed, total - guaranteed)
+        for name, (_, limits) in TEAMS.items():
+            for rclass, limit in limits.items():
+                quotas[teams[name].pk, rclass] = limit
+        had = set(
+            Quota.objects.filter(team__in=[*divisions.values(), *teams.values()]).values_list("team", "resource_class")
         )
-        return int(new)
+        missing = [
+            Quota(team_id=team, resource_class=rclass, guaranteed=guaranteed, borrowing_limit=borrowing)
+            for (team, rclass), (guaranteed, borrowing) in quotas.items()
+            if (team, rclass) not in had
+        ]
+        Quota.objects.bulk_create(missing)
+        return created + new + len(missing)
 
     def seed_users(self) -> int:
-        User, created = get_user_model(), 0
-        for username, (team_name, role) in USERS.items():
-            user, new = User.objects.get_or_create(username=username, defaults={"email": f"{username}@example.com"})
-            if new:
-                user.set_password(DEMO_PASSWORD)
-                user.save()
-            _, new_membership = Membership.objects.get_or_create(
-                user=user, team=Team.objects.get(name=team_name), defaults={"role": role}
-            )
-            created += new + new_membership
-        admin, new = User.objects.get_or_create(
-            username=ADMIN, defaults={"email": f"{ADMIN}@example.com", "is_staff": True, "is_superuser": True}
-        )
-        if new:
-            admin.set_password(DEMO_PASSWORD)
-            admin.save()
-        return created + new
+        """The demo users with DEMO_PASSWORD, a new user's password set as `set_password` sets it."""
+        wanted = {username: {"email": f"{username}@example.com"} for username in USERS}
+        wanted[ADMIN] = {"email": f"{ADMIN}@example.com", "is_staff": True, "is_superuser": True}
+        users, created = create_missing(get_user_model(), "username", wanted, password=DEMO_PASSWORD)
+        teams = Team.objects.in_bulk([team for team, _ in USERS.values()], field_name="name")
+        had = set(Membership.objects.filter(user__in=users.values()).values_list("user", "team"))
+        missing = [
+            Membership(user=users[username], team=teams[team], role=role)
+            for username, (team, role) in USERS.items()
+            if (users[username].pk, teams[team].pk) not in had
+        ]
+        Membership.objects.bulk_create(missing)
+        return created + len(missing)
 
     def seed_schedule(self) -> int:
         """DEMO_SCHEDULE, as alice creates it through the API (the same checks and the same row)."""
@@ -190,3 +186,16 @@ class Command(BaseCommand):
         team, timing, spec = check_schedule_create(user=alice, data=DEMO_SCHEDULE)
         _, new = do_create_schedule(user=alice, team=team, timing=timing, spec=spec)
         return int(new)
+
+
+def create_missing(model, field: str, wanted: dict[str, dict], *, password: str | None = None) -> tuple[dict, int]:
+    """The rows of `model` whose unique `field` is each key of `wanted`: those that exist left as
+    they are, the others created with `wanted[key]`'s values in one INSERT (a user with
+    `password`). Two queries whatever the count. Returns (key -> row, how many were created)."""
+    found = model.objects.in_bulk(list(wanted), field_name=field)
+    new = [model(**{field: key}, **values) for key, values in wanted.items() if key not in found]
+    for row in new if password is not None else ():
+        row.set_password(password)
+    model.objects.bulk_create(new)
+    found.update({getattr(row, field): row for row in new})
+    return found, len(new)
