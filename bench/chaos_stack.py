@@ -138,6 +138,11 @@ class Stack:
                 "MLQ_HEARTBEAT_INTERVAL_S": str(t.heartbeat_s),
                 "MLQ_PREEMPT_MIN_RUNTIME_S": "0",
                 "MLQ_RETRY_BACKOFF_BASE_S": "1",
+                # No automatic cordon for tasks lost with their agent: the campaign's agent faults
+                # are its own, and a node whose agent it stopped three times within the rule's
+                # window would stay cordoned, never READY again for the next fault
+                # (tests/integration/test_node_health.py covers the rule).
+                "MLQ_HEALTH_INFRA_FAILURES": "0",
             }
         )
         return env
@@ -206,7 +211,19 @@ class Stack:
             except Exception:  # the database is still coming back: keep waiting
                 return False
 
-        wait_until(ready, timeout=timeout, what=f"a leader and {nodes} READY nodes", interval=0.5)
+        try:
+            wait_until(ready, timeout=timeout, what=f"a leader and {nodes} READY nodes", interval=0.5)
+        except TimeoutError as exc:
+            raise TimeoutError(f"{exc} ({self._not_ready()})") from None
+
+    def _not_ready(self) -> str:
+        """What wait_ready still waited for: the leader, and each node not READY with its state's reason."""
+        try:
+            waiting = self.store.rows("SELECT name, state, state_reason FROM agents_node WHERE state <> 'READY'")
+            leader = "a leader" if self.leader() is not None else "no live leader"
+        except Exception as exc:  # noqa: BLE001  the database itself is what is missing
+            return f"the database does not answer: {exc}"
+        return "; ".join([leader, *(f"{name} {state}: {reason}" for name, state, reason in sorted(waiting))])
 
     def api_answers(self) -> bool:
         """Both web processes answer an authenticated read that needs the database."""

@@ -131,42 +131,50 @@ def with_gpu_use(tasks: list) -> list:
 
 # --- infrastructure failures ------------------------------------------------------------------
 def note_infra_failures(node: Node, count: int, *, now) -> bool:
-    """`count` tasks on `node` failed for infrastructure (lost by its agent, the node lost):
-    past MLQ_HEALTH_INFRA_FAILURES within MLQ_HEALTH_INFRA_WINDOW_S, the node is cordoned.
-    The count lives in Redis (lost with it: the rule starts counting again). Returns whether it
-    cordoned."""
+    """An infrastructure failure on `node` that cost `count` tasks (its agent lost them, or the
+    node was lost with them): past MLQ_HEALTH_INFRA_FAILURES such failures within
+    MLQ_HEALTH_INFRA_WINDOW_S, the node is cordoned. Failures are counted, not tasks: one agent
+    restart that loses an 8-rank gang is one fault of the machine's, not eight, and three
+    restarts in ten minutes are three. The count lives in Redis (lost with it: the rule starts
+    counting again). Returns whether it cordoned."""
     limit, window = settings.MLQ_HEALTH_INFRA_FAILURES, settings.MLQ_HEALTH_INFRA_WINDOW_S
     if limit <= 0 or count <= 0:
         return False
-    recent = _count_recent(node.name, count, at=now.timestamp(), window=window)
-    if recent < limit:
+    recent = _recent_failures(node.name, count, at=now.timestamp(), window=window)
+    if len(recent) < limit:
         return False
     _forget_failures(node.name)  # counted again from zero after this cordon (and an uncordon)
-    reason = f"{recent} tasks failed for infrastructure within {window:g} s"
+    tasks = sum(recent)
+    reason = f"{len(recent)} infrastructure failures within {window:g} s ({tasks} task{'s' * (tasks != 1)} lost)"
     with transaction.atomic():
         node.refresh_from_db(fields=nodes.NODE_STATE)
-        return nodes.do_health_cordon(node=node, reason=reason, data={"infra_failures": recent}, now=now)
+        return nodes.do_health_cordon(
+            node=node, reason=reason, data={"infra_failures": len(recent), "tasks_lost": tasks}, now=now
+        )
 
 
-def _count_recent(name: str, count: int, *, at: float, window: float) -> int:
+def _recent_failures(name: str, tasks: int, *, at: float, window: float) -> list[int]:
+    """Record a failure that cost `tasks` tasks at `at`: the tasks each failure within the
+    window cost, this one included ([] with Redis away: no cordon on a count it cannot keep)."""
     key = INFRA_KEY.format(name)
-    members = {f"{at}:{i}:{time.monotonic_ns()}": at for i in range(count)}
+    member = f"{at}:{tasks}:{time.monotonic_ns()}"
     if not settings.REDIS_URL:
-        kept = [t for t in cache.get(key, []) if t > at - window] + list(members.values())
+        kept = [(t, n) for t, n in cache.get(key, []) if t > at - window] + [(at, tasks)]
         cache.set(key, kept, int(window) + 1)
-        return len(kept)
+        return [n for _, n in kept]
     client = _redis.client()
     if client is None:
-        return 0
+        return []
     try:
         pipe = client.pipeline(transaction=True)
-        pipe.zadd(key, members).zremrangebyscore(key, "-inf", at - window).zcard(key).expire(key, int(window) + 1)
-        recent = pipe.execute()[2]
+        pipe.zadd(key, {member: at}).zremrangebyscore(key, "-inf", at - window).zrange(key, 0, -1)
+        pipe.expire(key, int(window) + 1)
+        members = pipe.execute()[2]
     except redis.RedisError as exc:
         _redis.failed(exc)
-        return 0
+        return []
     _redis.worked()
-    return recent
+    return [int(raw.decode().split(":")[1]) for raw in members]
 
 
 def _forget_failures(name: str) -> None:

@@ -143,7 +143,30 @@ def test_infra_failures_within_the_window_cordon(node_with_job):
     assert not node_health.note_infra_failures(node, 1, now=timezone.now())
     beat(client, NAME, [])  # the agent no longer holds the running task: lost, an infra failure
     node.refresh_from_db()
-    assert (node.state, node.admin_reason) == ("CORDONED", "2 tasks failed for infrastructure within 600 s")
+    assert (node.state, node.admin_reason) == ("CORDONED", "2 infrastructure failures within 600 s (2 tasks lost)")
+
+
+def test_infra_failures_count_faults_not_the_tasks_each_one_lost(node_with_job):
+    """One agent restart that loses a whole gang is one fault of the machine's: the rule
+    (2 here) counts it once however many ranks it cost, and cordons on the second fault."""
+    node = Node.objects.get(name=NAME)
+    assert not node_health.note_infra_failures(node, 8, now=timezone.now())
+    node.refresh_from_db()
+    assert node.state != "CORDONED"
+    assert node_health.note_infra_failures(node, 3, now=timezone.now())
+    node.refresh_from_db()
+    assert (node.state, node.admin_reason) == ("CORDONED", "2 infrastructure failures within 600 s (11 tasks lost)")
+    event = AuditEvent.objects.get(node=node, actor_name="health")
+    assert (event.data["infra_failures"], event.data["tasks_lost"]) == (2, 11)
+
+
+def test_infra_failures_outside_the_window_do_not_add_up(node_with_job, settings):
+    node = Node.objects.get(name=NAME)
+    long_ago = timezone.now() - timezone.timedelta(seconds=settings.MLQ_HEALTH_INFRA_WINDOW_S + 5)
+    assert not node_health.note_infra_failures(node, 1, now=long_ago)
+    assert not node_health.note_infra_failures(node, 1, now=timezone.now())
+    node.refresh_from_db()
+    assert node.state != "CORDONED"
 
 
 def test_bad_samples_are_a_400_naming_the_field(node_with_job):
