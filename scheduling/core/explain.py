@@ -10,7 +10,16 @@ from dataclasses import replace
 
 from scheduling.core.conditions import waiting_message
 from scheduling.core.decisions import Reservation
-from scheduling.core.model import JobShape, MaintenanceWindow, Node, NodeState, PendingJob, Topology, labels_match
+from scheduling.core.model import (
+    Group,
+    JobShape,
+    MaintenanceWindow,
+    Node,
+    NodeState,
+    PendingJob,
+    Topology,
+    labels_match,
+)
 from scheduling.core.reasons import PendingReason, ReasonCode
 from scheduling.core.state import ClusterState, Slot
 
@@ -31,12 +40,19 @@ def dependency(job: PendingJob) -> PendingReason:
     return PendingReason(ReasonCode.DEPENDENCY, waiting_message(job.waiting_edges))
 
 
-def group_limit(job: PendingJob, kind: str, parallelism: int) -> PendingReason:
+def group_limit(job: PendingJob, group: Group) -> PendingReason:
+    kind, parallelism, settling = group.kind, group.parallelism, group.settling
     what = "elements" if kind == "array" else "trials" if kind == "sweep" else "jobs"
+    taken = f"{parallelism} are running or starting"
+    if settling:  # Group.settling: failed children awaiting the verdict hold their slots
+        taken = (
+            f"{max(parallelism - settling, 0)} are running or starting and {settling} failed just now (a"
+            " failed one holds its slot until it is retried or failed for good)"
+        )
     return PendingReason(
         ReasonCode.GROUP_LIMIT,
         f"its {kind or 'group'} (job {job.group}) runs at most {parallelism} {what} at once, and "
-        f"{parallelism} are running or starting; it starts when one of them ends",
+        f"{taken}; it starts when one of them ends",
     )
 
 

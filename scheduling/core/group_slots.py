@@ -2,7 +2,8 @@
 at once (ClusterSnapshot.groups, PendingJob.group, RunningJob.group).
 
 A slot is taken by:
-1. a child running, starting, or being stopped (it holds its room until it is gone);
+1. a child running, starting, or being stopped (it holds its room until it is gone), and one that
+   failed and awaits the leader's verdict (Group.settling);
 2. a pending child that evicted to start: its victims are stopping, or it holds the nodes it was
    nominated to;
 3. a child the pass places or evicts for.
@@ -19,7 +20,7 @@ from scheduling.core.reasons import PendingReason
 class GroupSlots:
     def __init__(self, snapshot: ClusterSnapshot):
         self.groups = snapshot.groups
-        self.used: dict[int, int] = defaultdict(int)
+        self.used: dict[int, int] = defaultdict(int, {key: group.settling for key, group in self.groups.items()})
         self.members: set[int] = set()  # pending children that hold a slot (rules 2 and 3)
 
     def count_running(self, group: int | None) -> None:
@@ -46,4 +47,4 @@ class GroupSlots:
         group = self.groups.get(job.group)
         if group is None or self.used[job.group] < group.parallelism:
             return None
-        return explain.group_limit(job, group.kind, group.parallelism)
+        return explain.group_limit(job, group)

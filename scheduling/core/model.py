@@ -393,10 +393,14 @@ class PolicyConfig:
 
 @dataclass(frozen=True, slots=True)
 class Group:
-    """A job group (an array, a sweep): at most `parallelism` of its children on nodes at once."""
+    """A job group (an array, a sweep): at most `parallelism` of its children on nodes at once.
+    `settling`: its children that failed and await the leader's verdict (retried, or failed for
+    good). Each still holds its slot: a sibling started in it could start after the failure that
+    ends the group (one more than `max_failures`), and a retried child has its slot back."""
 
     kind: str
     parallelism: int
+    settling: int = 0
 
 
 @dataclass(frozen=True, slots=True)

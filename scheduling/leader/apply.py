@@ -189,7 +189,7 @@ def sibling_reason(loaded: list[PendingJob], decisions: Decisions, view: StoreVi
         return decisions.pending[full[0].job_id]
     if not plain:
         group = view.snapshot.groups[loaded[0].group]
-        return explain.group_limit(loaded[0], group.kind, group.parallelism)
+        return explain.group_limit(loaded[0], group)
     last = plain[-1].job_id
     reservation = next((r for r in decisions.reservations if r.job_id == last), None)
     return explain.without_reservation(decisions.pending[last], reservation)

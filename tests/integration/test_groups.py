@@ -5,6 +5,7 @@ parent cancels what has not finished."""
 import pytest
 
 from scheduling import reports
+from scheduling.leader.snapshot import load_groups
 from scheduling.leader.worker import run_pass
 from scheduling.models import Job
 from tests.integration.test_scheduler_pass import run_all_ranks
@@ -99,6 +100,45 @@ def test_an_array_past_max_failures_fails_and_the_leader_cancels_the_rest(api, l
     assert Job.objects.get(pk=kids[1].pk).state == "CANCELLED"
     parent.refresh_from_db()
     assert parent.state == "FAILED"
+
+
+def test_a_child_that_fails_mid_pass_holds_its_slot_until_its_verdict(api, leader, monkeypatch):
+    """An element's failure that lands after a pass's sweep and before its snapshot: until the
+    verdict its slot stays taken, so no sibling starts in it (one that would have started after
+    the failure that ends the array, past max_failures)."""
+    parent = submit(api, array={"count": 4, "parallelism": 2, "max_failures": 0}, restart_policy={"max_retries": 0})
+    run_pass(epoch=leader)
+    kids = children(parent)
+
+    def fail_after_the_sweep(name):
+        if name == "pass.after_sweep":
+            run_all_ranks(Job.objects.get(pk=kids[0].pk), exit_code=1)
+
+    monkeypatch.setattr("scheduling.leader.worker.failpoints.hit", fail_after_the_sweep)
+    run_pass(epoch=leader)
+    assert states(parent) == ["FAILED", "ASSIGNED", "PENDING", "PENDING"]
+    assert children(parent)[2].pending_reason_message == (
+        f"its array (job {parent.pk}) runs at most 2 elements at once, and 1 are running or starting and 1 "
+        "failed just now (a failed one holds its slot until it is retried or failed for good); it starts "
+        "when one of them ends"
+    )
+    monkeypatch.undo()
+    run_pass(epoch=leader)  # the verdict: failed for good; the rest cancelled, none started
+    assert states(parent) == ["FAILED", "ASSIGNED", "CANCELLED", "CANCELLED"]
+    parent.refresh_from_db()
+    assert (parent.state, parent.failure_class) == ("FAILED", "GROUP")
+
+
+def test_a_retried_child_gives_its_slot_back(api, leader):
+    """A failed child held its slot only until the verdict: retried, it waits for its back-off
+    like any pending child, and its sibling starts in the slot."""
+    parent = submit(api, array={"count": 3, "parallelism": 1})
+    run_pass(epoch=leader)
+    run_all_ranks(children(parent)[0], exit_code=3)
+    assert load_groups({parent.pk})[parent.pk].settling == 1
+    run_pass(epoch=leader)  # element 0 retried after its back-off: element 1 takes the slot
+    assert states(parent) == ["PENDING", "ASSIGNED", "PENDING"]
+    assert load_groups({parent.pk})[parent.pk].settling == 0
 
 
 def test_cancelling_the_parent_cancels_every_unfinished_child(api, leader):

@@ -49,6 +49,21 @@ def test_running_and_stopping_children_take_their_slots():
     assert decisions.placements == () and decisions.pending[3].code == ReasonCode.GROUP_LIMIT
 
 
+def test_children_that_failed_and_await_their_verdict_hold_their_slots():
+    nodes = cluster(rack("z1-r1", 2))
+    snap = snapshot(nodes, pending=[element(3), element(4)])
+    decisions = schedule(replace(snap, groups={ARRAY: Group("array", 2, settling=1)}))
+    assert [p.job_id for p in decisions.placements] == [3]
+    assert decisions.pending[4].message == (
+        "its array (job 100) runs at most 2 elements at once, and 1 are running or starting and 1 failed "
+        "just now (a failed one holds its slot until it is retried or failed for good); it starts when one "
+        "of them ends"
+    )
+
+    decisions = schedule(replace(snap, groups={ARRAY: Group("array", 2, settling=2)}))
+    assert decisions.placements == () and {r.code for r in decisions.pending.values()} == {ReasonCode.GROUP_LIMIT}
+
+
 def test_a_child_that_evicts_takes_a_slot_and_its_sibling_waits():
     nodes = cluster(rack("z1-r1", 1))
     quotas = teams(vision={"gpu:H100": (8, 8)}, ranking={"gpu:H100": (0, 8)})
