@@ -85,6 +85,13 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="also replay this policy and report ratios to it (avg_jct_vs_easy, ...)",
     )
     parser.add_argument("--table", action="store_true", help="also print a markdown table row (to stderr)")
+    parser.add_argument(
+        "--progress",
+        type=int,
+        metavar="N",
+        help="every N passes, print to stderr how far the replay got: the simulated day (days "
+        "since the first job kept), the passes, the jobs waiting and the CPU seconds so far (a JSON line)",
+    )
     return parser.parse_args(argv)
 
 
@@ -180,6 +187,8 @@ def main(argv=None) -> dict:
     args = parse_args(argv)
     if not 0 <= args.restart_overhead < math.inf:
         fail("--restart-overhead must be a number of seconds >= 0")
+    if args.progress is not None and args.progress < 1:
+        fail(f"--progress must be a number of passes >= 1, not {args.progress}")
     fleet = fleet_for(args)
     gpus = sum(n.gpus for n in fleet)
     jobs = read_jobs(args)
@@ -216,6 +225,8 @@ def replay(args, name: str, fleet, jobs, owed: dict[str, int]) -> dict:
     """One policy over the jobs: its summary figures."""
     gpus = sum(n.gpus for n in fleet)
     policy = make_policy(name, durations={job.job_id: job.duration for job in jobs})
+    if args.progress:
+        report_progress(policy, args.progress, name)
     config = SimConfig(
         checkpoint_interval_s=args.checkpoint_interval,
         grace_s=args.grace,
@@ -229,6 +240,26 @@ def replay(args, name: str, fleet, jobs, owed: dict[str, int]) -> dict:
     # A generic trace's job groups (its `group` column) hold for mlqueue; the baselines ignore them.
     sim = Simulation(fleet, teams, jobs, policy, config, policy_config(args), groups=trace_groups(jobs)).run()
     return summarize(sim, entitlements={t: float(g) for t, g in owed.items()})
+
+
+DAY = 86_400.0
+
+
+def report_progress(policy, every: int, name: str) -> None:
+    """Wrap `policy.decide` so that every `every` passes a JSON line on stderr says how far
+    the replay got (for a replay that may not finish in the time it is given)."""
+    decide, passes = policy.decide, 0
+
+    def decide_and_report(snapshot, *args, **kwargs):
+        nonlocal passes
+        passes += 1
+        if passes % every == 0:
+            line = {"policy": name, "day": round(snapshot.now / DAY, 2), "passes": passes}
+            line.update(waiting=len(snapshot.pending), cpu_s=round(time.process_time(), 1))
+            print(json.dumps(line), file=sys.stderr, flush=True)
+        return decide(snapshot, *args, **kwargs)
+
+    policy.decide = decide_and_report
 
 
 if __name__ == "__main__":
