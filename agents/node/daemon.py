@@ -370,77 +370,11 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="a file (mode 600) holding a join token; or set "
         "MLQ_AGENT_JOIN_TOKEN. Not needed once the workdir holds the node's own token",
     )
-    parser.add_argument("--node-name", help="default: this machine's hostname")
-    parser.add_argument("--zone", default="z1")
-    parser.add_argument("--rack", default="r1")
     parser.add_argument("--workdir", type=Path, default=Path("/var/lib/mlqueue-agent"))
-    parser.add_argument("--fake-gpus", type=int, help="pretend to have this many GPUs (no NVML needed)")
-    parser.add_argument("--gpu-type", help="the fake GPUs' type (default H100)")
-    parser.add_argument("--cpus", type=int)
-    parser.add_argument("--memory-gb", type=int)
-    parser.add_argument("--label", action="append", default=[], metavar="KEY=VALUE")
-    parser.add_argument("--address", help="how other nodes reach this one (a gang's MASTER_ADDR)")
-    parser.add_argument(
-        "--container-runtime",
-        choices=["none", "podman"],
-        default="none",
-        help="podman: a job that names an image runs in it, with its CPU and memory limits and its GPUs "
-        "(docs/agents.md); none (default): as a plain process",
-    )
-    parser.add_argument(
-        "--container-runtime-args",
-        default="",
-        metavar="ARGS",
-        help="more `podman run` options for every container, e.g. '--runtime runc' on a cgroup v1 host",
-    )
-    parser.add_argument(
-        "--container-hook",
-        default="",
-        help="instead of --container-runtime: wraps jobs that name an image, e.g. 'apptainer exec --nv docker://{image}'",
-    )
-    parser.add_argument("--fleet", type=Path, help="a JSON list of virtual nodes to run in this process")
-    parser.add_argument(
-        "--pass-env",
-        action="append",
-        default=[],
-        metavar="NAME[,NAME...]",
-        help="more of the agent's environment variables that tasks see (always: "
-        f"{', '.join(DEFAULT_PASS_ENV)} where set)",
-    )
-    parser.add_argument(
-        "--isolation",
-        choices=["auto", "uid", "none"],
-        default="auto",
-        help="uid: each task runs as a user of its own (needs root); none: as the agent's user; "
-        "auto (default): uid when running as root",
-    )
-    parser.add_argument(
-        "--task-uids",
-        default=DEFAULT_UID_RANGE,
-        metavar="FIRST-LAST",
-        help=f"the UIDs (and GIDs) given to tasks, one per running task (default {DEFAULT_UID_RANGE})",
-    )
-    parser.add_argument(
-        "--task-user-map",
-        type=Path,
-        metavar="FILE",
-        help="a JSON object of user name -> UID: a job runs as its owner's own UID where listed",
-    )
-    parser.add_argument(
-        "--fake-gpu-faults",
-        type=Path,
-        metavar="FILE",
-        help="fake GPUs' faults, a JSON file re-read when it changes (docs/node-health.md); or set MLQ_FAKE_GPU_FAULTS",
-    )
-    parser.add_argument(
-        "--health-interval", type=float, default=30.0, metavar="S", help="send GPU telemetry every S seconds"
-    )
-    parser.add_argument(
-        "--health-check", default="", metavar="CMD", help="a command (run by /bin/sh): non-zero = unhealthy"
-    )
-    parser.add_argument("--health-check-interval", type=float, default=60.0, metavar="S")
-    parser.add_argument("--health-check-timeout", type=float, default=30.0, metavar="S")
     parser.add_argument("--log-level", default="INFO")
+    add_node_arguments(parser)
+    add_task_arguments(parser)
+    add_health_arguments(parser)
     args = parser.parse_args(argv)
     if any("=" not in label for label in args.label):
         parser.error("--label takes KEY=VALUE")
@@ -456,6 +390,87 @@ def parse_args(argv=None) -> argparse.Namespace:
     except ValueError as exc:
         parser.error(str(exc))
     return args
+
+
+def add_node_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("the node")
+    group.add_argument("--node-name", help="default: this machine's hostname")
+    group.add_argument("--zone", default="z1")
+    group.add_argument("--rack", default="r1")
+    group.add_argument("--fake-gpus", type=int, help="pretend to have this many GPUs (no NVML needed)")
+    group.add_argument("--gpu-type", help="the fake GPUs' type (default H100)")
+    group.add_argument("--cpus", type=int)
+    group.add_argument("--memory-gb", type=int)
+    group.add_argument("--label", action="append", default=[], metavar="KEY=VALUE")
+    group.add_argument("--address", help="how other nodes reach this one (a gang's MASTER_ADDR)")
+    group.add_argument("--fleet", type=Path, help="a JSON list of virtual nodes to run in this process")
+
+
+def add_task_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("how tasks run")
+    group.add_argument(
+        "--container-runtime",
+        choices=["none", "podman"],
+        default="none",
+        help="podman: a job that names an image runs in it, with its CPU and memory limits and its GPUs "
+        "(docs/agents.md); none (default): as a plain process",
+    )
+    group.add_argument(
+        "--container-runtime-args",
+        default="",
+        metavar="ARGS",
+        help="more `podman run` options for every container, e.g. '--runtime runc' on a cgroup v1 host",
+    )
+    group.add_argument(
+        "--container-hook",
+        default="",
+        help="instead of --container-runtime: wraps jobs that name an image, e.g. 'apptainer exec --nv docker://{image}'",
+    )
+    group.add_argument(
+        "--pass-env",
+        action="append",
+        default=[],
+        metavar="NAME[,NAME...]",
+        help="more of the agent's environment variables that tasks see (always: "
+        f"{', '.join(DEFAULT_PASS_ENV)} where set)",
+    )
+    group.add_argument(
+        "--isolation",
+        choices=["auto", "uid", "none"],
+        default="auto",
+        help="uid: each task runs as a user of its own (needs root); none: as the agent's user; "
+        "auto (default): uid when running as root",
+    )
+    group.add_argument(
+        "--task-uids",
+        default=DEFAULT_UID_RANGE,
+        metavar="FIRST-LAST",
+        help=f"the UIDs (and GIDs) given to tasks, one per running task (default {DEFAULT_UID_RANGE})",
+    )
+    group.add_argument(
+        "--task-user-map",
+        type=Path,
+        metavar="FILE",
+        help="a JSON object of user name -> UID: a job runs as its owner's own UID where listed",
+    )
+
+
+def add_health_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("health")
+    group.add_argument(
+        "--fake-gpu-faults",
+        type=Path,
+        metavar="FILE",
+        help="fake GPUs' faults, a JSON file re-read when it changes (docs/node-health.md); or set MLQ_FAKE_GPU_FAULTS",
+    )
+    group.add_argument(
+        "--health-interval", type=float, default=30.0, metavar="S", help="send GPU telemetry every S seconds"
+    )
+    group.add_argument(
+        "--health-check", default="", metavar="CMD", help="a command (run by /bin/sh): non-zero = unhealthy"
+    )
+    group.add_argument("--health-check-interval", type=float, default=60.0, metavar="S")
+    group.add_argument("--health-check-timeout", type=float, default=30.0, metavar="S")
 
 
 def container_from(args: argparse.Namespace) -> Podman | None:
