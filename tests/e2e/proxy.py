@@ -1,6 +1,8 @@
 """A TCP proxy a test can cut: agent -> proxy -> web, or web -> proxy -> Postgres. `cut()`
 closes every connection and stops listening, as a network partition or a stopped server would;
-`restore()` listens again on the same port, as the server coming back."""
+`restore()` listens again on the same port, as the server coming back. `refuse(prefix)` drops
+each new connection whose first bytes are `prefix` (b"GET /ws/": the WebSocket handshakes, while
+HTTP requests go through), until `refuse(None)`."""
 
 import socket
 import threading
@@ -11,7 +13,11 @@ class Proxy:
         self.target = ("127.0.0.1", target_port)
         self.port = 0
         self.sockets: list[socket.socket] = []
+        self.refused: bytes | None = None
         self.restore()
+
+    def refuse(self, prefix: bytes | None) -> None:
+        self.refused = prefix
 
     def restore(self) -> None:
         """Listen (again) on this proxy's port, which the first call picks."""
@@ -27,12 +33,33 @@ class Proxy:
         while self.open:
             try:
                 client, _ = listener.accept()
-                upstream = socket.create_connection(self.target)
             except OSError:
                 return
-            self.sockets += [client, upstream]
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+            if self.refused is None:
+                self._connect(client, b"")
+            else:  # its first bytes decide, read without holding up the next accept
+                threading.Thread(target=self._screen, args=(client, self.refused), daemon=True).start()
+
+    def _screen(self, client: socket.socket, prefix: bytes) -> None:
+        try:
+            first = client.recv(65536)
+        except OSError:
+            first = b""
+        if not first or first.startswith(prefix):
+            client.close()
+            return
+        self._connect(client, first)
+
+    def _connect(self, client: socket.socket, first: bytes) -> None:
+        try:
+            upstream = socket.create_connection(self.target)
+            upstream.sendall(first)
+        except OSError:
+            client.close()
+            return
+        self.sockets += [client, upstream]
+        for a, b in ((client, upstream), (upstream, client)):
+            threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
 
     @staticmethod
     def _pipe(source: socket.socket, sink: socket.socket) -> None:

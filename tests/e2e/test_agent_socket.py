@@ -43,15 +43,23 @@ def test_the_agent_heartbeats_on_its_socket_and_over_http_while_the_socket_is_do
     try:
         wait_for(lambda: ON_SOCKET in agent.output(), timeout=30, what="the agent's socket to carry heartbeats")
         wait_for(lambda: Node.objects.filter(name=NODE_A["name"], state="READY").exists(), timeout=20, what="node A")
+        # The agent's first heartbeats go over HTTP while its socket opens. Its beats are one at a
+        # time, each counted before it is answered: once one went over the socket, every HTTP
+        # one before it is counted, and any HTTP one after would be a fallback.
+        wait_for(lambda: answered(cluster)["socket"] >= 1, timeout=15, what="a heartbeat on the socket")
         before = answered(cluster)
         wait_for(lambda: answered(cluster)["socket"] >= before["socket"] + 2, timeout=15, what="socket heartbeats")
         assert answered(cluster)["http"] == before["http"]  # none over HTTP while the socket is open
 
-        proxy.cut()  # every connection drops, the socket too; the agent reconnects it after 3 s
+        # Every connection drops, the socket too, and the socket cannot open again for now (the
+        # agent tries within 3 s, often before its next beat): its heartbeats go over HTTP.
+        proxy.refuse(b"GET /ws/")
+        proxy.cut()
         proxy.restore()
         wait_for(lambda: ON_HTTP in agent.output(), timeout=15, what="the agent to notice the socket closed")
         wait_for(lambda: answered(cluster)["http"] > before["http"], timeout=15, what="a heartbeat over HTTP")
-        wait_for(lambda: agent.output().count(ON_SOCKET) >= 2, timeout=30, what="the socket to reopen")
+        proxy.refuse(None)
+        wait_for(lambda: agent.output().count(ON_SOCKET) >= 2, timeout=60, what="the socket to reopen")
 
         job_id = submit(
             api,
@@ -59,7 +67,7 @@ def test_the_agent_heartbeats_on_its_socket_and_over_http_while_the_socket_is_do
             resources={"gpu_count": 8, "gpu_type": "H100", "cpu_per_rank": 4, "memory_per_rank_gb": 16},
         )
         wait_for(lambda: job_state(job_id) == "SUCCEEDED", timeout=40, what="the job to run")
-    except AssertionError:
-        raise AssertionError(cluster.logs()) from None
+    except AssertionError as failed:
+        raise AssertionError(f"{failed}\n\n{cluster.logs()}") from None
     finally:
         proxy.cut()

@@ -120,6 +120,16 @@ def test_heartbeat_bench_measures_socket_heartbeats():
     assert len(figures["p99_ms_by_second"]) == 2 and figures["batch_work_mean_ms"] > 0
 
 
+def test_heartbeat_app_bench_measures_the_application_alone():
+    figures = run_bench(
+        "bench/heartbeat_app.py",
+        *("--batch", "4", "--waves", "3", "--rounds", "2"),
+        *("--database-url", scratch_database_url("bench_hb_app_smoke"), "--redis-url", HEARTBEATS_REDIS_URL),
+    )
+    assert figures["heartbeats"] == 4 * 3 * 2 and len(figures["rounds_us"]) == 2
+    assert 0 < figures["event_loop_thread_cpu_us_per_heartbeat"] < figures["app_cpu_us_per_heartbeat"]
+
+
 def test_queue_page_bench_renders_every_view():
     figures = run_bench(
         "bench/queue_page.py",

@@ -307,8 +307,12 @@ def test_the_queue_of_a_busy_cluster_shows_why_each_job_waits(cluster, browser, 
     page.screenshot(path=str(screenshot_dir(tmp_path) / "nodes-busy.png"), full_page=True)
 
 
-def test_the_job_pages_log_tail_streams_new_lines_without_polling(cluster, browser):
+def test_the_job_pages_log_tail_streams_new_lines_without_polling(cluster, browser, tmp_path):
     import urllib.request
+
+    # Lines 0-2 at once; line 3 only once the page has loaded (the test opens the gate), so it can
+    # only come over the stream, however slow the machine is.
+    gate = tmp_path / "gate"
 
     body = {
         "team": "research-foundation-models",
@@ -316,7 +320,9 @@ def test_the_job_pages_log_tail_streams_new_lines_without_polling(cluster, brows
         "command": [
             sys.executable,
             "-c",
-            "import time\nfor i in range(4): print(f'line {i}', flush=True); time.sleep(1.5)",
+            "import os, time\nfor i in range(3): print(f'line {i}', flush=True)\n"
+            f"deadline = time.time() + 60\nwhile not os.path.exists({str(gate)!r}) and time.time() < deadline:\n"
+            "    time.sleep(0.1)\nprint('line 3', flush=True)",
         ],
         "resources": {"gpu_count": 8, "gpu_type": "H100"},
     }
@@ -334,8 +340,9 @@ def test_the_job_pages_log_tail_streams_new_lines_without_polling(cluster, brows
     page.on("request", lambda request: fetched.append(request.url))
     page.goto(f"{cluster.url}/jobs/{job_id}/")
     log = page.locator("#log pre")
-    expect(log).to_contain_text("line 0", timeout=15_000)
+    expect(log).to_contain_text("line 2", timeout=15_000)
     assert "line 3" not in log.text_content()  # still running: what follows comes over the stream
+    gate.touch()
     expect(log).to_contain_text("line 3", timeout=15_000)
     assert len([url for url in fetched if f"/jobs/{job_id}/log/" in url]) == 1  # the tail was not re-fetched
     streams = [url for url in fetched if "/logs?follow=1" in url]

@@ -240,8 +240,15 @@ def test_every_role_runs_as_compose_starts_it(stack):
         return any(node["name"] == node_name and node["state"] == "READY" for node in nodes)
 
     wait_for(ready, timeout=60, interval=0.5, what=f"node {node_name} READY:\n{agent.output()}")
-    check = run_role(["check", "agent"], {**env_of("agent-1"), "MLQ_AGENT_WORKDIR": str(workdir)})
-    assert check.returncode == 0, check.stderr
+    # The node is READY once the server has taken its heartbeat; the agent writes its lease file
+    # when the reply reaches it, a moment later.
+    agent_env = {**env_of("agent-1"), "MLQ_AGENT_WORKDIR": str(workdir)}
+    wait_for(
+        lambda: run_role(["check", "agent"], agent_env).returncode == 0,
+        timeout=30,
+        interval=0.5,
+        what=f"the agent's lease file:\n{agent.output()}",
+    )
     assert agent.terminate() == 0
     for role in (web, standby, worker, beat):
         assert role.proc.poll() is None, role.output()[-3000:]

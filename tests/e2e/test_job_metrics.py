@@ -69,15 +69,21 @@ def test_a_job_reports_metrics_and_the_api_returns_its_series(cluster, api):
     assert "reported to .mlq-metrics.jsonl" in log and "/python/mlqueue/__init__.py" in log
 
 
-# Two reports, a pause long enough to look at the page, two more, then the job ends.
-SLOW_TRAINER = (
-    "import time, mlqueue\n"
-    "mlqueue.report(step=1, loss=0.9, acc=0.1)\n"
-    "mlqueue.report(step=2, loss=0.7)\n"
-    "time.sleep(6)\n"
-    "mlqueue.report(step=3, loss=0.5)\n"
-    "mlqueue.report(step=4, loss=0.4, acc=0.6)\n"
-)
+def slow_trainer(gate) -> str:
+    """Two reports, then (once the test has looked at the page and opens `gate`) two more, then
+    the job ends: however slow the machine, the last two can only reach the page live."""
+    return (
+        "import os, time, mlqueue\n"
+        "mlqueue.report(step=1, loss=0.9, acc=0.1)\n"
+        "mlqueue.report(step=2, loss=0.7)\n"
+        "deadline = time.time() + 60\n"
+        f"while not os.path.exists({str(gate)!r}) and time.time() < deadline:\n"
+        "    time.sleep(0.1)\n"
+        "mlqueue.report(step=3, loss=0.5)\n"
+        "mlqueue.report(step=4, loss=0.4, acc=0.6)\n"
+    )
+
+
 CHART = "Chart.getChart('metrics-chart').data.datasets.map(d => [d.label, d.data.map(p => [p.x, p.y])])"
 
 
@@ -87,7 +93,8 @@ def test_the_job_page_draws_the_metrics_and_redraws_them_live(cluster, api, monk
 
     from tests.e2e.browser import CHROMIUM, FLAGS, log_in
 
-    job_id = submit(cluster, api, SLOW_TRAINER)
+    gate = tmp_path / "gate"
+    job_id = submit(cluster, api, slow_trainer(gate))
     wait_for(lambda: JobMetric.objects.filter(job_id=job_id).count() == 3, timeout=20, what="the first reports")
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     with sync_playwright() as playwright:
@@ -98,6 +105,7 @@ def test_the_job_page_draws_the_metrics_and_redraws_them_live(cluster, api, monk
             page.goto(f"{cluster.url}/jobs/{job_id}/")
             page.wait_for_function("window.Chart && Chart.getChart('metrics-chart')")
             assert page.evaluate(CHART) == [["acc", [[1, 0.1]]], ["loss", [[1, 0.9], [2, 0.7]]]]
+            gate.touch()
             expect(page.locator("#job-state")).to_have_text("SUCCEEDED", timeout=20_000)  # the live panel
             page.wait_for_function(f"JSON.stringify({CHART}).includes('[4,0.4]')", timeout=10_000)
             assert page.evaluate(CHART) == [
