@@ -88,6 +88,11 @@ class _Queue:
     draining: asyncio.Task | None = None
 
     async def drain(self) -> None:
+        """Answer what waits, a batch at a time. Every request taken into a batch is answered:
+        with its outcome, or with the exception that kept the batch from being answered (the
+        thread hop itself failing); if the drain is cancelled (the loop closing), its waiters
+        are cancelled with it rather than left waiting for ever."""
+        batch = []
         try:
             while self.waiting:
                 size = max(1, settings.MLQ_HEARTBEAT_BATCH_MAX)
@@ -96,12 +101,18 @@ class _Queue:
                 batch, self.waiting = self.waiting[:size], self.waiting[size:]
                 BATCH_SIZE.labels(self.work).observe(len(batch))
                 BATCH_WAIT.labels(self.work).observe(time.monotonic() - batch[0][2])
-                outcomes = await self.answer([request for request, _, _ in batch])
+                try:
+                    outcomes = await self.answer([request for request, _, _ in batch])
+                except Exception as exc:  # each request refused with the batch's failure
+                    outcomes = [exc] * len(batch)
                 for (_, future, _), outcome in zip(batch, outcomes, strict=True):
                     if not future.done():  # its socket may have closed meanwhile
                         future.set_result(outcome)
+                batch = []
         finally:
             self.draining = None
+            for _, future, _ in batch:  # cancelled mid-batch
+                future.cancel()
 
 
 async def _wait(seconds: float) -> None:

@@ -45,7 +45,9 @@ class AgentSocketConsumer(AsyncJsonWebsocketConsumer):
         loop per heartbeat, against ~2 µs for a plain loop); here the socket's messages are read in
         a plain loop and the layer's (the wake-ups) by a task of its own. As under Channels, one
         message is handled at a time (a wake-up waits for the heartbeat being answered, and for
-        the hello), and a failure to read the layer ends the consumer (the socket closes, 1011)."""
+        the hello), and a failure to read the layer ends the consumer (the socket closes, 1011).
+        As Channels does, the consumer ends only once its layer's reader has: a reader cancelled
+        but not awaited would still be reading the layer after the socket is gone."""
         self.scope, self.base_send = scope, send
         self.channel_layer = get_channel_layer(self.channel_layer_alias)
         self.channel_name = await self.channel_layer.new_channel()
@@ -64,6 +66,7 @@ class AgentSocketConsumer(AsyncJsonWebsocketConsumer):
             raise
         finally:
             listening.cancel()
+            await asyncio.wait([listening])  # without raising: its failure, if any, was raised above
 
     async def _handle_each(self, receive, one_at_a_time: asyncio.Lock):
         while True:
