@@ -366,6 +366,18 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def cpu_of(pids) -> dict[int, float]:
+    """cpu_seconds of each of `pids` still running: one that has exited since it was listed (a
+    pooled database connection closed, a worker restarted) is left out, not an error."""
+    found = {}
+    for pid in pids:
+        try:
+            found[pid] = cpu_seconds(pid)
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return found
+
+
 def nearest_rank(values: list[float], percentile: float) -> float:
     ordered = sorted(values)
     return ordered[max(1, math.ceil(percentile / 100 * len(ordered))) - 1]
@@ -460,7 +472,8 @@ def run_loads(args: argparse.Namespace, nodes: list, ports: list[int], web: list
         )
         for i in range(args.clients)
     ]
-    workers = [multiprocessing.Process(target=client, args=(load, ready, go, queue)) for load in loads]
+    # Daemons: if this process fails, they end with it instead of keeping it waiting at exit.
+    workers = [multiprocessing.Process(target=client, args=(load, ready, go, queue), daemon=True) for load in loads]
     cpu_before = sum(cpu_seconds(proc.pid) for proc in web)
     for worker in workers:
         worker.start()

@@ -45,7 +45,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.chaos_services import free_port, port_open, wait_until  # noqa: E402
-from bench.heartbeats import cpu_seconds, nearest_rank  # noqa: E402
+from bench.heartbeats import cpu_of, nearest_rank  # noqa: E402
 from bench.latency import manage, recreate_database  # noqa: E402
 
 TEAM = "research-foundation-models"
@@ -228,7 +228,10 @@ def run_load(args, port: int, token: str, web_pid: int) -> tuple[list[dict], flo
         plan["barrier"] = barrier
     queue = multiprocessing.Queue()
     shares = [plans[p :: args.load_processes] for p in range(args.load_processes)]
-    workers = [multiprocessing.Process(target=load_process, args=(port, token, share, queue)) for share in shares]
+    # Daemons: if this process fails, they end with it instead of keeping it waiting at exit.
+    workers = [
+        multiprocessing.Process(target=load_process, args=(port, token, share, queue), daemon=True) for share in shares
+    ]
     for worker in workers:
         worker.start()
     barrier.wait(timeout=BARRIER_TIMEOUT_S)  # every warm-up sent: every web worker is up
@@ -283,21 +286,21 @@ def busy_jiffies() -> tuple[int, int]:
 
 
 def cpu_now() -> dict:
-    """CPU seconds of the web processes and of this database's backends, and the machine's jiffies."""
-    backends = database_backends()
-    return {
-        "web": sum(cpu_seconds(pid) for pid in WATCHED["web"]),
-        "postgres": {pid: cpu_seconds(pid) for pid in backends},
-        "machine": busy_jiffies(),
-    }
+    """CPU seconds of each web process and of each of this database's backends, and the
+    machine's jiffies."""
+    return {"web": cpu_of(WATCHED["web"]), "postgres": cpu_of(database_backends()), "machine": busy_jiffies()}
 
 
 def cpu_delta(before: dict) -> dict:
+    """The CPU spent since `before`. A process that started meanwhile (a backend connecting)
+    counts from zero; one that ended meanwhile (a pooled connection closed) is not counted: what
+    it spent is gone from /proc with it, so the figure can only be low, never a failed run."""
     after = cpu_now()
-    # A backend that connected during the run counts from zero.
-    postgres = sum(cpu - before["postgres"].get(pid, 0.0) for pid, cpu in after["postgres"].items())
+    spent = {
+        kind: sum(cpu - before[kind].get(pid, 0.0) for pid, cpu in after[kind].items()) for kind in ("web", "postgres")
+    }
     busy, total = (a - b for a, b in zip(after["machine"], before["machine"], strict=True))
-    return {"web": after["web"] - before["web"], "postgres": postgres, "machine_busy": busy / max(total, 1)}
+    return {**spent, "machine_busy": busy / max(total, 1)}
 
 
 # --- the web tier and the verdict
