@@ -28,10 +28,12 @@ lint: $(INSTALLED)
 # the end, so that a CI log shows where the suite's time goes. Tests marked `alone` (the fault
 # campaign, whose outages and wall time are the figures it checks) run afterwards, by themselves:
 # on a two-core machine shared with three workers' clusters, a restart takes three times as long.
+# `--dist loadgroup`: tests marked with one xdist_group (benches sharing a Redis database) run on
+# one worker, one after another; every other test goes to whichever worker is free.
 TEST_WORKERS ?= 3
 
 test: $(INSTALLED) lint services
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) -m "not alone" --durations=30
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "not alone" --durations=30
 	$(BIN)/python -m pytest -m alone --durations=5
 
 demo: $(INSTALLED)

@@ -3,8 +3,10 @@ BENCHMARKS.md, not asserted here: timings on a shared machine are not test mater
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -21,11 +23,38 @@ HEARTBEATS_REDIS_URL = os.environ.get("MLQ_TEST_HEARTBEATS_REDIS_URL", "redis://
 SAMPLE_TRACE = ROOT / "tests" / "data" / "philly-2017-10-04-sample.csv"
 
 
-def run_bench(*args: str) -> dict:
-    result = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-2000:]
-    lines = result.stdout.strip().splitlines()
-    assert len(lines) == 1, result.stdout
+BENCH_TIMEOUT_S = 300
+# The benches that share HEARTBEATS_REDIS_URL run one after another, on one xdist worker
+# (`--dist loadgroup`, Makefile): each starts from what the last left in it, not from what
+# another is writing at the same moment.
+shares_heartbeats_redis = pytest.mark.xdist_group("heartbeats-redis")
+
+
+def run_bench(*args: str, timeout_s: float = BENCH_TIMEOUT_S) -> dict:
+    """The bench's JSON line. A bench still running after `timeout_s` is sent SIGABRT, it and
+    every process it started (its own session), on which faulthandler prints where every thread
+    of each is; then they are killed, and the test fails with what they printed."""
+    env = {**os.environ, "PYTHONFAULTHANDLER": "1"}
+    process = subprocess.Popen(
+        [sys.executable, *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        stdout, stderr = process.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGABRT)
+        time.sleep(5)  # the stacks written
+        os.killpg(process.pid, signal.SIGKILL)  # a child still holding the pipes would keep them open
+        stdout, stderr = process.communicate()
+        pytest.fail(f"{args[0]} still running after {timeout_s} s; where it was:\n{stderr[-8000:]}")
+    assert process.returncode == 0, stderr[-2000:]
+    lines = stdout.strip().splitlines()
+    assert len(lines) == 1, stdout
     return json.loads(lines[0])
 
 
@@ -48,6 +77,7 @@ def test_latency_bench_measures_every_job():
     assert figures["jobs"] == 20 and 0 < figures["p50_ms"] <= figures["p99_ms"] <= figures["max_ms"]
 
 
+@shares_heartbeats_redis
 def test_heartbeat_bench_measures_the_web_tier():
     figures = run_bench(
         "bench/heartbeats.py",
@@ -62,13 +92,14 @@ def test_heartbeat_bench_measures_the_web_tier():
         "--connections",
         "2",
         "--database-url",
-        scratch_database_url("bench_hb_smoke"),
+        scratch_database_url("bench_hb_http_smoke"),
         "--redis-url",
         HEARTBEATS_REDIS_URL,
     )
     assert figures["heartbeats"] > 0 and figures["errors"] == 0
 
 
+@shares_heartbeats_redis
 def test_submit_bench_measures_the_web_tier_and_idempotency():
     figures = run_bench(
         "bench/submit.py",
@@ -94,6 +125,7 @@ def test_submit_bench_measures_the_web_tier_and_idempotency():
     assert figures["job_rows"] == figures["distinct_client_job_ids"] == 2 * 2 + 20 + 2
 
 
+@shares_heartbeats_redis
 def test_heartbeat_bench_measures_socket_heartbeats():
     figures = run_bench(
         "bench/heartbeats.py",
@@ -110,7 +142,7 @@ def test_heartbeat_bench_measures_socket_heartbeats():
         "--clients",
         "1",
         "--database-url",
-        scratch_database_url("bench_hb_smoke"),
+        scratch_database_url("bench_hb_ws_smoke"),
         "--redis-url",
         HEARTBEATS_REDIS_URL,
     )
@@ -120,11 +152,13 @@ def test_heartbeat_bench_measures_socket_heartbeats():
     assert len(figures["p99_ms_by_second"]) == 2 and figures["batch_work_mean_ms"] > 0
 
 
+@shares_heartbeats_redis
 def test_heartbeat_app_bench_measures_the_application_alone():
     figures = run_bench(
         "bench/heartbeat_app.py",
         *("--batch", "4", "--waves", "3", "--rounds", "2"),
         *("--database-url", scratch_database_url("bench_hb_app_smoke"), "--redis-url", HEARTBEATS_REDIS_URL),
+        timeout_s=120,  # a few seconds' work
     )
     assert figures["heartbeats"] == 4 * 3 * 2 and len(figures["rounds_us"]) == 2
     assert 0 < figures["event_loop_thread_cpu_us_per_heartbeat"] < figures["app_cpu_us_per_heartbeat"]
