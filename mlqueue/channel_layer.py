@@ -47,6 +47,20 @@ class ShortWaitRedisChannelLayer(RedisChannelLayer):
             host.pop("address"), max_connections=POOL_MAX, timeout=POOL_WAIT_S, **host
         )
 
+    async def _brpop_with_clean(self, index, channel, timeout):
+        """One BZPOPMIN of the layer's receive loop, which repeats until a message comes: not
+        for a task whose cancellation was lost on the way. Python 3.11's asyncio.wait_for, which
+        redis-py wraps around every command it sends, returns the command's result and drops
+        the cancellation when both land in the same turn of the loop (cpython#86296). A
+        reader cancelled as its socket closed then read on for ever: its consumer waited on it,
+        and an event loop closing with it (async_to_sync, asyncio.run) never finished. A
+        requested cancellation that was not taken back (Task.uncancel, as asyncio.timeout does
+        for its own) ends the loop here, within one BZPOPMIN of the request."""
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise asyncio.CancelledError("cancelled, though a library's wait_for dropped the cancellation")
+        return await super()._brpop_with_clean(index, channel, timeout)
+
     async def group_add(self, group, channel):
         """channels_redis's two commands (ZADD, then EXPIRE) in one round trip."""
         assert self.require_valid_group_name(group), "Group name not valid"
