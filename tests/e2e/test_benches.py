@@ -34,7 +34,9 @@ def run_bench(*args: str, timeout_s: float = BENCH_TIMEOUT_S) -> dict:
     """The bench's JSON line. A bench still running after `timeout_s` is sent SIGABRT, it and
     every process it started (its own session), on which faulthandler prints where every thread
     of each is; then they are killed, and the test fails with what they printed."""
-    env = {**os.environ, "PYTHONFAULTHANDLER": "1"}
+    # As the bench runs outside the suite: with production's connection pool, not the test
+    # process's MLQ_DB_POOL=0 (tests/settings.py), unless the bench sets its own.
+    env = {**{k: v for k, v in os.environ.items() if k != "MLQ_DB_POOL"}, "PYTHONFAULTHANDLER": "1"}
     process = subprocess.Popen(
         [sys.executable, *args],
         cwd=ROOT,
