@@ -3,8 +3,9 @@
 Two records, so that Redis stays a cache:
 - Redis (a sorted set: node -> last heartbeat), written on every heartbeat: the fresh one;
 - Postgres (`Node.last_heartbeat_at`), written in batches: each web process remembers the
-  nodes it answered and writes them all in one statement every MLQ_LIVENESS_FLUSH_S (every
-  second while Redis fails), never a write per heartbeat.
+  nodes it answered and writes them every MLQ_LIVENESS_FLUSH_S (every second while Redis
+  fails), never a write per heartbeat: at most FLUSH_CHUNK nodes a statement, the rest with the
+  heartbeat batches right after.
 The leader reads both and takes the later time. Redis losing its data, or being down, then
 costs nothing but freshness, and the leader restarts its failure-detection clocks when it
 notices (scheduling/leader/failures.py). Embedded (no Redis), the local file cache stands in for Redis.
@@ -12,7 +13,9 @@ notices (scheduling/leader/failures.py). Embedded (no Redis), the local file cac
 A Redis that fails is not asked again for a few seconds (a circuit breaker): a heartbeat
 must not wait for a connect timeout each time."""
 
+import itertools
 import logging
+import random
 import threading
 import time
 from dataclasses import dataclass, field
@@ -34,6 +37,11 @@ SENTINEL = "mlq:heartbeats:since"
 KEY = "mlq:hb:{}"
 TTL_S = 24 * 3600
 FAST_FLUSH_S = 1.0
+# A flush rides on the heartbeat batch that finds it due (agents/heartbeats.py), and every
+# heartbeat the process holds waits for that batch. One statement for all 1,250 nodes a web
+# process answers, every 10 s, was the whole p99 of socket heartbeats (BENCHMARKS.md, "the
+# liveness flush"), so: at most this many nodes a statement, the rest with the next batches.
+FLUSH_CHUNK = 250
 FLUSH_SQL = f"""UPDATE {Node._meta.db_table} AS n SET last_heartbeat_at = v.at
 FROM (VALUES {{rows}}) AS v(name, at)
 WHERE n.name = v.name AND (n.last_heartbeat_at IS NULL OR n.last_heartbeat_at < v.at)
@@ -43,12 +51,18 @@ WHERE n.name = v.name AND (n.last_heartbeat_at IS NULL OR n.last_heartbeat_at < 
 _redis = RedisBreaker("liveness (heartbeats go to Postgres meanwhile)")
 
 
+def _first_flush() -> float:
+    """Half to one interval from now: web processes started together do not all write at once."""
+    return time.monotonic() + settings.MLQ_LIVENESS_FLUSH_S * random.uniform(0.5, 1.0)
+
+
 @dataclass
 class Pending:
-    """Heartbeats answered by this process, not yet written to Postgres."""
+    """Heartbeats answered by this process, not yet written to Postgres (in the order first
+    heard since the last write: the oldest are written first)."""
 
     heard: dict[str, float] = field(default_factory=dict)
-    next_flush: float = field(default_factory=lambda: time.monotonic() + settings.MLQ_LIVENESS_FLUSH_S)
+    next_flush: float = field(default_factory=_first_flush)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -69,7 +83,7 @@ def record_many(heard: dict[str, float]) -> None:
             _pending.heard[name] = max(at, _pending.heard.get(name, at))
     _record_fresh(heard)
     if time.monotonic() >= _pending.next_flush:
-        flush()
+        flush(limit=FLUSH_CHUNK)
 
 
 def _record_fresh(heard: dict[str, float]) -> None:
@@ -87,12 +101,14 @@ def _record_fresh(heard: dict[str, float]) -> None:
         _redis.worked()
 
 
-def flush() -> int:
-    """Write the heartbeats heard since the last flush in one statement; on a database error
-    keep them for the next try. Returns how many nodes were written."""
+def flush(limit: int | None = None) -> int:
+    """Write the heartbeats heard since the last flush in one statement: all of them, or with
+    `limit` at most that many, the others left due for the next batch to write. On a database
+    error keep them for the next try. Returns how many nodes were written."""
     with _pending.lock:
-        heard, _pending.heard = _pending.heard, {}
-        _pending.next_flush = time.monotonic() + (FAST_FLUSH_S if _redis.failing else settings.MLQ_LIVENESS_FLUSH_S)
+        heard = _take(limit)
+        later = time.monotonic() + (FAST_FLUSH_S if _redis.failing else settings.MLQ_LIVENESS_FLUSH_S)
+        _pending.next_flush = time.monotonic() if _pending.heard else later
     if not heard:
         return 0
     rows = ", ".join(["(%s, %s::timestamptz)"] * len(heard)) if connection.vendor == "postgresql" else None
@@ -108,8 +124,17 @@ def flush() -> int:
         with _pending.lock:
             for name, at in heard.items():
                 _pending.heard[name] = max(at, _pending.heard.get(name, at))
+            _pending.next_flush = later  # not again with the very next batch
         return 0
     return len(heard)
+
+
+def _take(limit: int | None) -> dict[str, float]:
+    """The heartbeats to write now, out of `_pending` (whose lock the caller holds)."""
+    if limit is None or len(_pending.heard) <= limit:
+        heard, _pending.heard = _pending.heard, {}
+        return heard
+    return {name: _pending.heard.pop(name) for name in list(itertools.islice(_pending.heard, limit))}
 
 
 def _flush_each(heard: dict[str, float]) -> None:
