@@ -262,8 +262,11 @@ async def open_socket(load: Load, i: int, name: str, token: str, opened: Opened)
     for failures in range(1, OPEN_ATTEMPTS + 1):
         began = time.monotonic()
         try:
-            socket = await connect(
-                url, additional_headers={"Authorization": f"Bearer {token}"}, open_timeout=OPEN_TIMEOUT_S
+            socket = await connect(  # no keepalive pings: an agent's heartbeats are its keepalive
+                url,
+                additional_headers={"Authorization": f"Bearer {token}"},
+                open_timeout=OPEN_TIMEOUT_S,
+                ping_interval=None,
             )
             hello = json.loads(await asyncio.wait_for(socket.recv(), 30))
         except (OSError, TimeoutError, websockets.WebSocketException):

@@ -29,6 +29,11 @@ RECONNECT_MAX_S = 60.0  # the longest pause, after attempts failing in a row (HT
 # came back to be answered again, so the server spent the storm on handshakes nobody waited for
 # (bench/heartbeats.py --open-spread 0: 35 of 2,500 sockets open after two minutes).
 OPEN_TIMEOUT_S = 30.0
+KEEPALIVE_S = 20.0  # a socket without heartbeats on it: pinged after this long silent (see _hold)
+# How long closing a socket waits for the server's side of the closing handshake. A server that
+# went silent never sends it, and a late heartbeat reply closes the socket in the heartbeat's
+# own thread: with websockets' default (10 s) the heartbeat then went over HTTP 10 s late.
+CLOSE_TIMEOUT_S = 1.0
 
 
 def reconnect_delay(failures: int, draw: Callable[[], float] = random.random) -> float:
@@ -73,13 +78,31 @@ class HeartbeatSocket:
                     self.client.websocket_url(self.name),
                     open_timeout=OPEN_TIMEOUT_S,
                     additional_headers={"Authorization": f"Bearer {self.client.token}"},
+                    ping_interval=None,  # see _hold
+                    close_timeout=CLOSE_TIMEOUT_S,
                 ) as connection:
-                    for text in connection:
-                        self._received(connection, json.loads(text))
+                    self._hold(connection)
             except Exception as exc:  # any failure: heartbeats go over HTTP until it reconnects
                 log.debug("%s: the server's socket closed (%s)", self.name, exc)
             failures = 0 if self._closed() else failures + 1
             self.stopping.wait(reconnect_delay(failures))
+
+    def _hold(self, connection) -> None:
+        """Read the server's messages until the socket closes. While it carries heartbeats they
+        are its keepalive: a reply later than the heartbeat's timeout closes it (`heartbeat`).
+        Only a socket that does not (before the server's hello, or a server that never says it)
+        is pinged, every KEEPALIVE_S of silence, and closed if the pong is late. websockets'
+        own keepalive pinged every socket every 20 s: on a fleet whose sockets opened together
+        after a restart of the web tier, a burst of 2,500 pings and pongs every 20 s on top of
+        the heartbeats (BENCHMARKS.md, "the liveness flush")."""
+        while True:
+            try:
+                text = connection.recv(timeout=KEEPALIVE_S)
+            except TimeoutError:
+                if self._open is not connection and not connection.ping().wait(KEEPALIVE_S):
+                    raise TimeoutError(f"no pong within {KEEPALIVE_S:.0f} s") from None
+                continue
+            self._received(connection, json.loads(text))
 
     def _received(self, connection, message: dict) -> None:
         if "hello" in message:
