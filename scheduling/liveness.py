@@ -39,8 +39,8 @@ TTL_S = 24 * 3600
 FAST_FLUSH_S = 1.0
 # A flush rides on the heartbeat batch that finds it due (agents/heartbeats.py), and every
 # heartbeat the process holds waits for that batch. One statement for all 1,250 nodes a web
-# process answers, every 10 s, was the whole p99 of socket heartbeats (BENCHMARKS.md, "the
-# liveness flush"), so: at most this many nodes a statement, the rest with the next batches.
+# process answers, every 10 s, made the socket heartbeats' p99 spike every 10 s (BENCHMARKS.md,
+# "the liveness flush"), so: at most this many nodes a statement, the rest with the next batches.
 FLUSH_CHUNK = 250
 FLUSH_SQL = f"""UPDATE {Node._meta.db_table} AS n SET last_heartbeat_at = v.at
 FROM (VALUES {{rows}}) AS v(name, at)
@@ -106,9 +106,9 @@ def flush(limit: int | None = None) -> int:
     `limit` at most that many, the others left due for the next batch to write. On a database
     error keep them for the next try. Returns how many nodes were written."""
     with _pending.lock:
-        heard = _take(limit)
-        later = time.monotonic() + (FAST_FLUSH_S if _redis.failing else settings.MLQ_LIVENESS_FLUSH_S)
-        _pending.next_flush = time.monotonic() if _pending.heard else later
+        heard, now = _take(limit), time.monotonic()
+        later = now + (FAST_FLUSH_S if _redis.failing else settings.MLQ_LIVENESS_FLUSH_S)
+        _pending.next_flush = now if _pending.heard else later
     if not heard:
         return 0
     rows = ", ".join(["(%s, %s::timestamptz)"] * len(heard)) if connection.vendor == "postgresql" else None

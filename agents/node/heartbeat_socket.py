@@ -92,9 +92,10 @@ class HeartbeatSocket:
         are its keepalive: a reply later than the heartbeat's timeout closes it (`heartbeat`).
         Only a socket that does not (before the server's hello, or a server that never says it)
         is pinged, every KEEPALIVE_S of silence, and closed if the pong is late. websockets'
-        own keepalive pinged every socket every 20 s: on a fleet whose sockets opened together
-        after a restart of the web tier, a burst of 2,500 pings and pongs every 20 s on top of
-        the heartbeats (BENCHMARKS.md, "the liveness flush")."""
+        own keepalive pinged every socket every 20 s: for 2,500 agents, 125 pings and pongs a
+        second on top of their 500 heartbeats, for nothing the heartbeats do not already show
+        (their effect on the heartbeats' latency was not separable from the machine's noise:
+        BENCHMARKS.md, "the liveness flush")."""
         while True:
             try:
                 text = connection.recv(timeout=KEEPALIVE_S)
