@@ -113,7 +113,8 @@ def test_a_socket_carrying_heartbeats_is_not_pinged_its_heartbeats_keep_it_alive
         began = time.monotonic()
         assert agent.heartbeat({"tasks": []}, timeout=KEEPALIVE_S) is None
         assert time.monotonic() - began < KEEPALIVE_S + heartbeat_socket.CLOSE_TIMEOUT_S + 1
-        assert until(lambda: not agent.carries_heartbeats)
+        # closed: not carrying heartbeats, or (RECONNECT_S is short here) already opened again
+        assert until(lambda: not agent.carries_heartbeats or len(server.accepted) >= 2)
     finally:
         stop.set()
         server.close()
