@@ -52,14 +52,16 @@ def shadow_start(
     *,
     ending: list[RunningJob] | None = None,
     closed: frozenset[str] = frozenset(),
+    rooms: dict[Slot, int] | None = None,
 ) -> tuple[float, Plan, dict[str, Extra]] | None:
     """The shadow start (EASY backfill's name for it): when and where `job` fits if running
     jobs end at their expected ends, taken away soonest first until it fits. Returns (start,
     plan, room given back by then), or None if it never fits on the ready nodes. `ending`:
     `running` in `ending_order`, if the caller has it already; `closed`: nodes it must not use
-    (maintenance.py)."""
+    (maintenance.py); `rooms`: `rooms_now(state, job)`, if the caller has it already."""
     ending = ending if ending is not None else ending_order(running, now)
-    trial = Trial(job, rooms_now(state, job), joining=state.slots_named(job.resource_class), closed=closed)
+    rooms = rooms if rooms is not None else rooms_now(state, job)
+    trial = Trial(job, rooms, joining=state.slots_named(job.resource_class), closed=closed)
     gone = trial.fit_by_removing(ending)
     if gone is None:
         return None

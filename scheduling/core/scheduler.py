@@ -32,7 +32,7 @@ from scheduling.core.preemption import VictimPool, find_victims, ready_at, units
 from scheduling.core.pruning import Pruning
 from scheduling.core.queue_order import RANKS, KeptOrder, QueueOrder
 from scheduling.core.reasons import PendingReason, ReasonCode
-from scheduling.core.reservation import ReservationBook, ending_order, shadow_start
+from scheduling.core.reservation import ReservationBook, ending_order, rooms_now, shadow_start
 from scheduling.core.state import ClusterState
 
 
@@ -584,27 +584,56 @@ class Pass:
 
     def _nodes_to_hold(self, job: PendingJob, stopping: list[RunningJob]) -> list[str]:
         """The nodes `_hold_room` holds for a preemptor in flight (none to add without room
-        beyond its victims' nodes), again only once its class's room, its shape or its
-        victims changed: it is asked every pass until they have stopped, and its shadow
-        start reads nothing else (the start time, which moves with the clock, is not held)."""
-        key = (self.state, self.state.changes[job.resource_class], job.shape, tuple(stopping))
+        beyond its victims' nodes). It is asked every pass until they have stopped, and its
+        shadow start reads only the room on the nodes with room for a task, its victims' nodes,
+        its shape and the nodes closed to it: worked out again only when one of those changed,
+        not whenever anything in its class did (a placement elsewhere, say)."""
+        rclass, state = job.resource_class, self.state
+        key = (state, job.shape, tuple(stopping), self._closed(job))
+        count = state.changes[rclass]
         kept = self.holds.get(job.job_id)
-        if kept is None or kept[0] != key:
-            nodes = self._start_nodes(job, stopping) if self._room_beyond(job, stopping) else []
-            kept = self.holds[job.job_id] = (key, nodes)
-        return kept[1]
+        if kept is None or kept[0] != key or (kept[1] != count and not self._same_room(job, kept)):
+            kept = self.holds[job.job_id] = self._work_out_hold(job, stopping, key, count)
+        elif kept[1] != count:
+            kept = self.holds[job.job_id] = (key, count, *kept[2:])
+        return kept[2]
 
-    def _room_beyond(self, job: PendingJob, stopping: list[RunningJob]) -> bool:
-        """Whether `job` has room for a task on a node none of `stopping` runs on. If not, it
-        will start on their nodes alone, which the pass has held for it from the start: a
-        shadow start (`_hold_room`) would hold nothing more, and one per preemption in flight
-        is what a pass would spend most on."""
-        theirs = {task.node for victim in stopping for task in victim.tasks} | self._closed(job)
-        shape = job.shape
-        return any(
-            slot.name not in theirs and capacity(slot, shape)
-            for slot in self.state.slots_by_free(job.resource_class, shape.units_per_task)
-        )
+    def _work_out_hold(self, job: PendingJob, stopping: list[RunningJob], key: tuple, count: int) -> tuple:
+        """What `_nodes_to_hold` keeps: (key, the class's count of changes, the nodes, the
+        tasks of `job` each node with room holds (`rooms_now`), the victims' nodes)."""
+        closed = key[3]
+        found = rooms_now(self.state, job)
+        theirs = {task.node for victim in stopping for task in victim.tasks}
+        nodes = []
+        if self._room_beyond(found, theirs | closed):
+            start = shadow_start(self.state, job, stopping, self.now, ending=stopping, closed=closed, rooms=found)
+            nodes = [slot.name for slot, _ in start[1]] if start else []
+        return key, count, nodes, {slot.name: tasks for slot, tasks in found.items()}, theirs
+
+    def _same_room(self, job: PendingJob, kept: tuple) -> bool:
+        """Whether every node of the class that changed since `kept` was worked out gives
+        `job` the room it gave then, and none is a victim's node: the shadow start is then
+        the same."""
+        rclass, shape = job.resource_class, job.shape
+        changed = self.state.changed_since(rclass, kept[1])
+        if changed is None:
+            return False
+        slots, rooms, theirs = self.state.slots_named(rclass), kept[3], kept[4]
+        for name in set(changed):
+            if name in theirs:
+                return False
+            slot = slots[name]
+            tasks = capacity(slot, shape) if slot.ready and slot.free_units >= shape.units_per_task else 0
+            if tasks != rooms.get(name, 0):
+                return False
+        return True
+
+    def _room_beyond(self, rooms: dict, theirs: set[str]) -> bool:
+        """Whether the job has room for a task on a node none of its victims runs on (nor
+        closed to it). If not, it will start on their nodes alone, which the pass has held
+        for it from the start: a shadow start would hold nothing more, and one per
+        preemption in flight is what a pass would spend most on."""
+        return any(slot.name not in theirs for slot in rooms)
 
     def _may_reclaim_yet(self, job: PendingJob) -> bool:
         """A job reclaims only once it has waited `reclaim_after_wait_s`: until then, room that

@@ -11,6 +11,8 @@ from scheduling.core.model import Node, NodeState, RunningJob, TaskPlacement
 
 # Below this many running jobs, a refresh is cheap whatever it compares: always refresh.
 SMALL = 100
+# Per class, how many of the latest slot changes `changed_since` can name (then half are forgotten).
+CHANGES_KEPT = 4096
 
 
 class Slot:
@@ -76,6 +78,9 @@ class ClusterState:
         # Per class, how often a slot of it changed (allocated, given back, refreshed): on the
         # same state, an equal count means the same room, so what was read off it still holds.
         self.changes: dict[str, int] = defaultdict(int)
+        # Per class, the slots behind the latest counts of `changes`, in order (see `changed_since`).
+        self.changed: dict[str, list[str]] = defaultdict(list)
+        self.changed_from: dict[str, int] = defaultdict(int)  # the count the kept log starts at
         self.running: dict[int, RunningJob] | None = None
         # What the last `refresh()` found had stopped and started: (as they were, as they are).
         self.last_moved: tuple[list[RunningJob], list[RunningJob]] | None = None
@@ -179,8 +184,24 @@ class ClusterState:
         self._name_order(touched)
         return True
 
+    def _count_change(self, slot: Slot) -> None:
+        rclass = slot.rclass
+        self.changes[rclass] += 1
+        log = self.changed[rclass]
+        log.append(slot.name)
+        if len(log) > CHANGES_KEPT:  # only the latest are asked for: forget the older half
+            dropped = len(log) // 2
+            del log[:dropped]
+            self.changed_from[rclass] += dropped
+
+    def changed_since(self, rclass: str, count: int) -> list[str] | None:
+        """The names of the slots of `rclass` that changed since its `changes` count was
+        `count` (a name once per change), or None when that is too long ago to say."""
+        start = count - self.changed_from[rclass]
+        return None if start < 0 else self.changed[rclass][start:]
+
     def _reset(self, slot: Slot, gpus: list[int], cpus: int, memory_gb: int, touched: set) -> None:
-        self.changes[slot.rclass] += 1
+        self._count_change(slot)
         if slot.ready:
             touched.add((slot.rclass, slot.free_units, slot.node.rack))
             self._unindex(slot)
@@ -219,7 +240,7 @@ class ClusterState:
     def allocate(self, slot: Slot, *, rank: int, gpus: int, cpus: int, memory_gb: int) -> TaskPlacement:
         """Give one task the node's lowest free GPU indices (stable, and what `nvidia-smi` shows first)."""
         indices = tuple(slot.free_gpus[:gpus])
-        self.changes[slot.rclass] += 1
+        self._count_change(slot)
         if self.journal is not None and slot not in self.journal:
             self.journal[slot] = (slot.free_gpus, slot.free_cpus, slot.free_memory)
         if slot.ready:

@@ -155,3 +155,17 @@ def test_the_forecast_brings_an_active_window_s_nodes_back_at_its_end():
     )  # z1-r2-n1: an admin's cordon, which the window's end leaves alone
     snap = replace(snapshot(nodes, pending=[job(10, runtime=HOUR / 2)]), maintenance=(window,))
     assert forecast(snap).latest[10] == NOW + HOUR
+
+
+def test_a_preemptor_in_flight_stops_holding_a_node_once_a_window_there_would_cut_it_short():
+    # P0 job 5 (6 h) evicted job 1 on z1-r1-n1 and holds it and the free z1-r1-n2. Then rack
+    # z1-r1 gets a window in 2 h: job 5 can no longer start there, so it stops holding n2 and
+    # a 1-hour job starts there, on a kept scheduler as on a fresh pass.
+    victim = running(1, ["z1-r1-n1"], preempting=True, preempted_for=5)
+    preemptor = job(5, gpus=16, priority="P0", runtime=6 * HOUR)
+    first = snapshot(FLEET, pending=[preemptor], running_jobs=[victim, *R2_BUSY])
+    kept = Scheduler()
+    kept.schedule(first)
+    second = replace(first, maintenance=(RACK_R1,), pending=(preemptor, job(6, runtime=HOUR)), now=NOW + 1)
+    assert placed_nodes(kept.schedule(second), 6) == ["z1-r1-n2"]
+    assert placed_nodes(Pass(second).run(), 6) == ["z1-r1-n2"]

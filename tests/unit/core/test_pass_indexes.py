@@ -13,6 +13,7 @@ from scheduling.core.reservation import ending_order, released_by, shadow_start
 from scheduling.core.scheduler import schedule
 from scheduling.core.state import ClusterState
 from scheduling.core.trial import Trial
+from tests.unit.core.builders import cluster, rack
 from tests.unit.core.test_schedule_equivalence import (
     EQUIVALENCE_SETTINGS,
     NOW,
@@ -142,7 +143,7 @@ class EveryPreemptorShadowStart(EveryJobTried):
     """The reference for `_room_beyond`: a preemptor whose victims are stopping always computes
     its shadow start, even with no room beyond their nodes."""
 
-    def _room_beyond(self, job, stopping) -> bool:
+    def _room_beyond(self, rooms, theirs) -> bool:
         return True
 
 
@@ -167,3 +168,23 @@ def test_victims_found_through_the_pools_index_by_domain_are_those_found_from_th
         assert find_victims(state, job, found, claim, excess=excess, borrowed=borrowed, now=NOW, pool=pool) == alone
         for candidate in found[:take]:
             pool.take(candidate.job)
+
+
+def test_a_state_names_the_slots_that_changed_since_a_count_until_it_has_forgotten_them(monkeypatch):
+    monkeypatch.setattr("scheduling.core.state.CHANGES_KEPT", 8)
+    nodes = cluster(rack("z1-r1", 3))
+    state = ClusterState(nodes)
+    slots = state.slots_named("gpu:H100")
+    start = state.changes["gpu:H100"]
+    state.start_journal()
+    state.allocate(slots["z1-r1-n2"], rank=0, gpus=1, cpus=1, memory_gb=1)
+    state.allocate(slots["z1-r1-n1"], rank=1, gpus=1, cpus=1, memory_gb=1)
+    assert state.changed_since("gpu:H100", start) == ["z1-r1-n2", "z1-r1-n1"]
+    middle = state.changes["gpu:H100"]
+    state.rollback()  # given back: each slot changed again
+    assert sorted(state.changed_since("gpu:H100", middle)) == ["z1-r1-n1", "z1-r1-n2"]
+    assert state.changed_since("gpu:H100", state.changes["gpu:H100"]) == []
+    for rank in range(8):
+        state.allocate(slots["z1-r1-n3"], rank=rank, gpus=0, cpus=1, memory_gb=1)
+    assert state.changed_since("gpu:H100", start) is None  # too long ago: the caller works it out again
+    assert state.changed_since("gpu:H100", state.changes["gpu:H100"] - 2) == ["z1-r1-n3", "z1-r1-n3"]

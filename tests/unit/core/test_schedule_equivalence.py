@@ -328,3 +328,50 @@ def test_a_preemptor_in_flight_holds_the_room_of_this_pass_not_the_last():
         "fits the free room, but it is held for job 5, which preempted jobs "
         "to start there; reserved 1 node(s), estimated start 22:20 UTC"
     )
+
+
+def _counting_shadow_starts(monkeypatch) -> list:
+    """Every shadow start a preemptor in flight works out (`Pass._nodes_to_hold`) is logged."""
+    import scheduling.core.scheduler as scheduler_module
+
+    calls, real = [], scheduler_module.shadow_start
+    monkeypatch.setattr(scheduler_module, "shadow_start", lambda *a, **k: calls.append(a[1].job_id) or real(*a, **k))
+    return calls
+
+
+def test_a_preemptor_in_flight_keeps_its_hold_while_jobs_start_where_it_has_no_room(monkeypatch):
+    # P0 job 5 needs two whole nodes; its victim still stops on n1 and n2 is free: it holds
+    # n1 and n2. Then a 4-GPU job starts on n3, where job 5 had no room for a task before
+    # nor has now: the hold is the same, and it is not worked out again.
+    nodes = cluster(rack("z1-r1", 3))
+    victim, preemptor = running(1, ["z1-r1-n1"], preempting=True, preempted_for=5), job(5, gpus=16, priority="P0")
+    half = running(2, ["z1-r1-n3"], gpus_per_node=4)
+    first = snapshot(nodes, pending=[preemptor], running_jobs=[victim, half])
+    kept = Scheduler()
+    assert kept.schedule(first) == tried_alone(first)
+    calls = _counting_shadow_starts(monkeypatch)
+    second = replace(first, running=(victim, half, running(3, ["z1-r1-n3"], gpus_per_node=2, first_gpu=4)))
+    second = replace(second, pending=(preemptor, job(6, gpus=8)), now=first.now + 1)
+    decisions = kept.schedule(second)
+    assert 5 not in calls  # job 6's own reservation is a shadow start too
+    assert decisions == tried_alone(second)
+    assert decisions.placements == ()
+    assert decisions.pending[6].message.startswith("fits the free room, but it is held for job 5")
+
+
+def test_a_preemptor_in_flight_works_its_hold_out_again_when_its_victims_node_gains_room():
+    # Job 5 needs two whole nodes; its victim stops on n1, which job 2 shares: even once the
+    # victim is gone n1 has only 4 GPUs, so job 5 holds nothing beyond n1. Then job 2 ends:
+    # n1 still has no room for a task of job 5 now, but will once the victim is gone, so job
+    # 5 holds n1 and n2 and job 6 waits (a hold kept from the last pass would let it start).
+    nodes = cluster(rack("z1-r1", 2))
+    victim = running(1, ["z1-r1-n1"], gpus_per_node=4, preempting=True, preempted_for=5)
+    shared = running(2, ["z1-r1-n1"], gpus_per_node=4, first_gpu=4)
+    preemptor = job(5, gpus=16, priority="P0")
+    first = snapshot(nodes, pending=[preemptor], running_jobs=[victim, shared])
+    kept = Scheduler()
+    assert kept.schedule(first) == tried_alone(first)
+    second = replace(first, running=(victim,), pending=(preemptor, job(6, gpus=8)), now=first.now + 1)
+    decisions = kept.schedule(second)
+    assert decisions == tried_alone(second)
+    assert decisions.placements == ()
