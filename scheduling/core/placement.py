@@ -168,7 +168,9 @@ def _pack_fewest_racks(by_rack: dict[str, list[Room]], tasks: int) -> list[tuple
 
 def _spread(zone_rooms: list[Room], tasks: int) -> list[tuple[Room, int]] | None:
     """One task per node, taking nodes from the racks in turn; more per node only if the
-    zone has fewer usable nodes than tasks."""
+    zone has fewer usable nodes than tasks. Within a rack the next task goes to the roomiest
+    node with the fewest tasks so far among those with room left: a node already full does
+    not stop the others from taking more."""
     by_rack: dict[str, list[Room]] = defaultdict(list)
     for room in sorted(zone_rooms, key=lambda r: (-r.tasks, r.slot.name)):
         by_rack[room.rack].append(room)
@@ -177,12 +179,13 @@ def _spread(zone_rooms: list[Room], tasks: int) -> list[tuple[Room, int]] | None
     while remaining > 0:
         progressed = False
         for rack in sorted(by_rack):
-            for room in by_rack[rack]:
-                if counts[room] < room.tasks and counts[room] == min(counts[r] for r in by_rack[rack]):
-                    counts[room] += 1
-                    remaining -= 1
-                    progressed = True
-                    break
+            open_rooms = [room for room in by_rack[rack] if counts[room] < room.tasks]
+            if not open_rooms:
+                continue
+            least = min(counts[room] for room in open_rooms)
+            counts[next(room for room in open_rooms if counts[room] == least)] += 1
+            remaining -= 1
+            progressed = True
             if remaining == 0:
                 break
         if not progressed:

@@ -280,6 +280,30 @@ def test_require_same_rack_refuses_to_split_and_spread_spreads():
     assert sorted({n.split("-n")[0] for n in placed_nodes(decisions, 2)}) == ["z1-r1", "z1-r2"]
 
 
+def test_a_spread_gang_takes_the_room_left_on_a_node_once_another_in_its_rack_is_full():
+    # Five one-GPU tasks, 1 GPU free on n1 and 4 on n2: one on n1, then n1 is full and n2
+    # takes the other four (the spread used to stop at a full node and leave the job waiting).
+    nodes = cluster(rack("z1-r1", 2))
+    busy = [running(1, ["z1-r1-n1"], gpus_per_node=7), running(2, ["z1-r1-n2"], gpus_per_node=4)]
+    spread = job(5, gpus=5, per_task=1, topology=Topology.SPREAD)
+    decisions = schedule(snapshot(nodes, pending=[spread], running_jobs=busy, preemption=False))
+    assert placed_nodes(decisions, 5) == ["z1-r1-n1"] + ["z1-r1-n2"] * 4
+
+
+def test_a_spread_gang_keeps_taking_racks_in_turn_past_a_full_node():
+    # Nine one-GPU tasks; r1-n1 has room for one, r1-n2 and r2-n1 for four each: the racks
+    # take tasks in turn, r1-n1 fills after its one, and r1-n2 goes on taking r1's share.
+    nodes = cluster(rack("z1-r1", 2), rack("z1-r2", 1))
+    busy = [
+        running(1, ["z1-r1-n1"], gpus_per_node=7),
+        running(2, ["z1-r1-n2"], gpus_per_node=4),
+        running(3, ["z1-r2-n1"], gpus_per_node=4),
+    ]
+    spread = job(5, gpus=9, per_task=1, topology=Topology.SPREAD)
+    decisions = schedule(snapshot(nodes, pending=[spread], running_jobs=busy, preemption=False))
+    assert sorted(placed_nodes(decisions, 5)) == ["z1-r1-n1"] + ["z1-r1-n2"] * 4 + ["z1-r2-n1"] * 4
+
+
 def test_a_gang_never_spans_zones():
     nodes = cluster(rack("z1-r1", 2), rack("z2-r1", 2))
     decisions = schedule(snapshot(nodes, pending=[job(1, gpus=24)], preemption=False))
