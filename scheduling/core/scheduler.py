@@ -195,6 +195,7 @@ class Pass:
             for node in {t.node for victim in victims for t in victim.tasks}:
                 self.book.hold(node, job_id, self.now)
         self.failed: dict[tuple, int] = {}
+        self.unlimited: dict[tuple, bool] = {}  # see `_fits_unlimited`
         self.placements: list[Placement] = []
         self.preemptions: list[Preemption] = []
         self.pending: dict[int, PendingReason] = {}
@@ -465,14 +466,27 @@ class Pass:
 
     def _plan(self, job: PendingJob, limit, variant: tuple):
         """Plan with a memo of failures: within a pass room only shrinks, so a shape that did
-        not fit with n tasks will not fit with n or more."""
+        not fit with n tasks will not fit with n or more. A job holding nodes plans under a
+        limit of its own (its variant is its alone), so no other job's failure tells it
+        anything: it plans only if its shape fits the free room with no limit at all."""
         memo_key = (job.shape.key(), variant)
         if self.failed.get(memo_key, 1 << 30) <= job.shape.tasks:
             return None
-        chosen = plan(self.state, job.shape, limit)
+        alone = limit is not None and self.repeat_equal and job.job_id in self.holders
+        chosen = None if alone and not self._fits_unlimited(job.shape) else plan(self.state, job.shape, limit)
         if chosen is None:
             self.failed[memo_key] = min(self.failed.get(memo_key, 1 << 30), job.shape.tasks)
         return chosen
+
+    def _fits_unlimited(self, shape: JobShape) -> bool:
+        """Whether `shape` fits the free room with no limit at all. A limit (reservations,
+        holds, windows) only takes room away, so a shape that does not fit without one fits
+        under none. Asked once per shape while the class's room stays as it is."""
+        key = (shape.key(), shape.tasks, self.state.changes[shape.resource_class])
+        found = self.unlimited.get(key)
+        if found is None:
+            found = self.unlimited[key] = plan(self.state, shape) is not None
+        return found
 
     def _fits_at_start(self, job: PendingJob) -> bool:
         return (
