@@ -784,10 +784,10 @@ class Pass:
         if window is not None:
             return explain.with_reservation(explain.maintenance(job, window), reservation)
         held_for = self._held_for_preemptors(job)
-        if held_for is not None and self._plan(job, None, ("free",)) is not None:
+        if held_for is not None and self._fits_unlimited(job.shape):
             return explain.with_reservation(held_for, reservation)
         held = [r for r in self.book.by_class.get(rclass, ()) if r.job_id != job.job_id]
-        if held and self._plan(job, None, ("free",)) is not None:
+        if held and self._fits_unlimited(job.shape):
             return explain.behind_reservation(job, held[0], self.now)
         if reservation is None and self.placed_units[rclass] and self._fits_at_start(job):
             return explain.behind_others(job, self.placed_units[rclass])
