@@ -58,3 +58,33 @@ def test_a_new_term_starts_with_a_fresh_scheduler(db):
     assert kept is not earlier and kept.reclaim_turn == frozenset()
     assert worker._ensure_leading()  # still leading
     assert worker.scheduler is kept
+
+
+def test_the_store_read_again_gives_equal_objects_which_the_kept_scheduler_swaps_for_its_own(api, demo):
+    """The worker reads its snapshot afresh every pass. With nothing changed but the clock, every
+    node and job read again is equal to the last read's, so the kept Scheduler meets the same
+    objects it indexed (Scheduler._as_kept) and brings its index up to date instead of
+    building it again."""
+    SchedulerLease.objects.filter(pk=1).update(epoch=EPOCH, holder="test:1", renewed_at=timezone.now())
+    heartbeat()
+    for index in range(3):
+        submit(
+            api, "bob", team="production-ranking", name=f"one-{index}", resources={"gpu_count": 4, "gpus_per_task": 4}
+        )
+    submit(api, "alice", name="gang")
+    submit(api, "alice", name="gang-2")  # no room left for a second one: it waits
+    kept = Scheduler()
+    run_pass(epoch=EPOCH, scheduler=kept)  # places some: running and waiting jobs both
+    first = build_view(now=timezone.now()).snapshot
+    kept.schedule(first)
+    again = build_view(now=timezone.now()).snapshot
+    assert again.running and again.pending
+    assert again.nodes == first.nodes and again.nodes is not first.nodes
+    assert {j.job_id: j for j in again.running} == {j.job_id: j for j in first.running}
+    assert {j.job_id: j for j in again.pending} == {j.job_id: j for j in first.pending}
+    state, (nodes, running, pending) = kept.state, kept.last
+    assert kept.schedule(again) == schedule(again)
+    assert kept.state is state
+    assert kept.last[0] is nodes
+    assert all(kept.last[1][job_id] is job for job_id, job in running.items())
+    assert all(kept.last[2][job_id] is job for job_id, job in pending.items())
