@@ -8,12 +8,13 @@
    the pass starts its siblings).
 3. Order the rest (see `queue_order.QueueOrder`).
 4. Take each job in order: check its quota; place it where it fits now without delaying a
-   reservation; else evict victims for it if it may (preemption.py); else, if it is the
+   reservation; else evict victims for it if it may (preemption.py), and hold the room they
+   give back for it while they stop (held_room.py); else, if it is the
    highest blocked job of its class, reserve room for it (reservation.py). Never on a node
    whose maintenance window its time limit would run into (maintenance.py). A job equal to
    one already decided since anything changed in its class gets that decision without a
    try (see `Pass._decide`): the work follows the kinds of job waiting, not their number.
-5. Explain every job left waiting, once per team, shape and reason.
+5. Explain every job left waiting, once per team, shape and reason (pass_reasons.py).
 6. Count what the pass did.
 """
 
@@ -22,17 +23,19 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping
 
 from scheduling.core import explain
-from scheduling.core.decisions import Decisions, PassStats, Placement, Preemption, PreemptionReason, Reservation
+from scheduling.core.decisions import Decisions, PassStats, Placement, Preemption, PreemptionReason
 from scheduling.core.fairshare import Ledger, borrowed_jobs
 from scheduling.core.group_slots import GroupSlots
+from scheduling.core.held_room import HeldRoom
 from scheduling.core.maintenance import Windows
-from scheduling.core.model import ClusterSnapshot, JobShape, MaintenanceWindow, PendingJob, RunningJob, priority_rank
-from scheduling.core.placement import capacity, commit, plan
+from scheduling.core.model import ClusterSnapshot, JobShape, PendingJob, RunningJob, priority_rank
+from scheduling.core.pass_reasons import PassReasons
+from scheduling.core.placement import commit, plan
 from scheduling.core.preemption import VictimPool, find_victims, ready_at, units_freed, why
 from scheduling.core.pruning import Pruning
 from scheduling.core.queue_order import RANKS, KeptOrder, QueueOrder
-from scheduling.core.reasons import PendingReason, ReasonCode
-from scheduling.core.reservation import ReservationBook, ending_order, rooms_now, shadow_start
+from scheduling.core.reasons import PendingReason
+from scheduling.core.reservation import ReservationBook, ending_order, shadow_start
 from scheduling.core.state import ClusterState
 
 
@@ -182,7 +185,7 @@ def _fields(stats: PassStats) -> dict:
     return {name: getattr(stats, name) for name in stats.__slots__}
 
 
-class Pass:
+class Pass(HeldRoom, PassReasons):
     # Repeat the decisions and explanations of equal jobs (tests turn it off to compare).
     repeat_equal = True
     # End a team's turns once its jobs left change nothing (see `Scheduler` and pruning.py).
@@ -301,18 +304,6 @@ class Pass:
             self.nominations,
             frozenset(self.deep or ()),
         )
-
-    def _hold_nominated(self, candidates: list[PendingJob]) -> None:
-        """Hold for each job whose victims have stopped the nodes it was nominated to when it
-        evicted, for this one pass: whatever goes before it in the queue (a job waiting past
-        the bound, a team now lower in share) must not take the room it freed, or it evicts
-        again for them, over and over. It starts there in its turn, or its nomination lapses.
-        Preemptors still in flight hold their victims' nodes already (see `__init__`)."""
-        for job in candidates:
-            if job.nominated and job.job_id not in self.stopping_for:
-                self._hold(job, job.nominated, first=True)
-                if any(self.book.holder(node) == job.job_id for node in job.nominated):
-                    self.holders[job.job_id] = job.resource_class
 
     def _group_full(self, job: PendingJob) -> bool:
         """Its group has no slot left for it: it waits with the reason that says so."""
@@ -605,86 +596,6 @@ class Pass:
         self._evict(job, found, claim, {c.job.job_id: c for c in candidates})
         return True
 
-    def _hold_room(self, job: PendingJob, stopping: list[RunningJob], *, nominate: bool) -> None:
-        """Hold, for `job` alone, every node it will start on once `stopping` (its victims)
-        are gone: free room it counts on as well as theirs, so nobody (its own requeued victims
-        least of all) takes that room while they stop, and it need not evict again.
-        A hold leaves the class's generation as it is (see `_decide`): it only takes room from
-        jobs placed after it, and nothing else a decision reads (the free-room index that
-        victim searches and shadow starts read, the ledger, the reservations) changes with it, so
-        a job that neither started, evicted nor reserved before it would not after it.
-        `nominate`: keep them for it until the pass after its victims have stopped (see
-        `_hold_nominated`)."""
-        nodes = self._start_nodes(job, stopping)
-        self._hold(job, nodes)
-        if nominate:
-            self.nominations[job.job_id] = tuple(nodes)
-
-    def _start_nodes(self, job: PendingJob, stopping: list[RunningJob]) -> list[str]:
-        """The nodes `job` will start on once `stopping` are gone (none if it never fits)."""
-        found = shadow_start(self.state, job, stopping, self.now, ending=stopping, closed=self._closed(job))
-        return [slot.name for slot, _ in found[1]] if found else []
-
-    def _hold(self, job: PendingJob, nodes, *, first: bool = False) -> None:
-        """Hold `nodes` for `job`, but none another job holds or has reserved: its shadow
-        start does not see those, and holding them too would only keep backfill off them."""
-        for node in nodes:
-            if not self.book.held.get(node):
-                self.book.hold(node, job.job_id, self.now, first=first)
-
-    def _nodes_to_hold(self, job: PendingJob, stopping: list[RunningJob]) -> list[str]:
-        """The nodes `_hold_room` holds for a preemptor in flight (none to add without room
-        beyond its victims' nodes). It is asked every pass until they have stopped, and its
-        shadow start reads only the room on the nodes with room for a task, its victims' nodes,
-        its shape and the nodes closed to it: worked out again only when one of those changed,
-        not whenever anything in its class did (a placement elsewhere, say)."""
-        rclass, state = job.resource_class, self.state
-        key = (state, job.shape, tuple(stopping), self._closed(job))
-        count = state.changes[rclass]
-        kept = self.holds.get(job.job_id)
-        if kept is None or kept[0] != key or (kept[1] != count and not self._same_room(job, kept)):
-            kept = self.holds[job.job_id] = self._work_out_hold(job, stopping, key, count)
-        elif kept[1] != count:
-            kept = self.holds[job.job_id] = (key, count, *kept[2:])
-        return kept[2]
-
-    def _work_out_hold(self, job: PendingJob, stopping: list[RunningJob], key: tuple, count: int) -> tuple:
-        """What `_nodes_to_hold` keeps: (key, the class's count of changes, the nodes, the
-        tasks of `job` each node with room holds (`rooms_now`), the victims' nodes)."""
-        closed = key[3]
-        found = rooms_now(self.state, job)
-        theirs = {task.node for victim in stopping for task in victim.tasks}
-        nodes = []
-        if self._room_beyond(found, theirs | closed):
-            start = shadow_start(self.state, job, stopping, self.now, ending=stopping, closed=closed, rooms=found)
-            nodes = [slot.name for slot, _ in start[1]] if start else []
-        return key, count, nodes, {slot.name: tasks for slot, tasks in found.items()}, theirs
-
-    def _same_room(self, job: PendingJob, kept: tuple) -> bool:
-        """Whether every node of the class that changed since `kept` was worked out gives
-        `job` the room it gave then, and none is a victim's node: the shadow start is then
-        the same."""
-        rclass, shape = job.resource_class, job.shape
-        changed = self.state.changed_since(rclass, kept[1])
-        if changed is None:
-            return False
-        slots, rooms, theirs = self.state.slots_named(rclass), kept[3], kept[4]
-        for name in set(changed):
-            if name in theirs:
-                return False
-            slot = slots[name]
-            tasks = capacity(slot, shape) if slot.ready and slot.free_units >= shape.units_per_task else 0
-            if tasks != rooms.get(name, 0):
-                return False
-        return True
-
-    def _room_beyond(self, rooms: dict, theirs: set[str]) -> bool:
-        """Whether the job has room for a task on a node none of its victims runs on (nor
-        closed to it). If not, it will start on their nodes alone, which the pass has held
-        for it from the start: a shadow start would hold nothing more, and one per
-        preemption in flight is what a pass would spend most on."""
-        return any(slot.name not in theirs for slot in rooms)
-
     def _may_reclaim_yet(self, job: PendingJob) -> bool:
         """A job reclaims only once it has waited `reclaim_after_wait_s`: until then, room that
         frees up by itself comes to it first (an owner goes before borrowers in the queue),
@@ -784,91 +695,6 @@ class Pass:
     def _closed(self, job: PendingJob) -> frozenset[str]:
         """The nodes `job` must not start on: a window there starts before its time limit ends."""
         return self.windows.closed(self.now + job.max_runtime_s)
-
-    def _explain_blocked(self) -> None:
-        """Against the pass's final state, a job without a reservation of its own gets what
-        any job of its team and shape left with the same reason so far gets: computed once
-        per team, shape and reason."""
-        explainer = self.explainer
-        if explainer is None or explainer.state is not self.state:
-            explainer = self.explainer = explain.CapacityExplainer(self.state, self.snap.nodes)
-        reserved: dict[int, Reservation] = {r.job_id: r for r in self.book.reservations}
-        by_kind: dict[tuple, PendingReason] = {}
-        kinds, pending = self.kinds, self.pending
-        for job_id, job in self.blocked.items():
-            kind = kinds.get(job_id)
-            if kind is None or job_id in reserved:
-                pending[job_id] = self._why_blocked(job, reserved.get(job_id), explainer)
-                continue
-            # The team and shape (the priority plays no part), and which windows it would run into.
-            key = (kind[0], kind[2], pending.get(job_id), self.windows.variant(self.now + job.max_runtime_s))
-            reason = by_kind.get(key)
-            if reason is None:
-                reason = by_kind[key] = self._why_blocked(job, None, explainer)
-            pending[job_id] = reason
-
-    def _why_blocked(self, job: PendingJob, reservation: Reservation | None, explainer) -> PendingReason:
-        """In order: it would fit but for the room held for a preemptor, or for a reservation;
-        others took the room this pass; its team is already at its guarantee with less idle
-        than it needs to borrow; or the capacity story with the histogram (also for a team past
-        its guarantee when as much is idle as it needs, but not in a shape it can use)."""
-        waiting = self.pending.get(job.job_id)
-        if waiting is not None and waiting.code == ReasonCode.PREEMPTION_PENDING:
-            return explain.with_reservation(waiting, reservation)
-        rclass = job.resource_class
-        window = self._window_in_the_way(job)
-        if window is not None:
-            return explain.with_reservation(explain.maintenance(job, window), reservation)
-        held_for = self._held_for_preemptors(job)
-        if held_for is not None and self._fits_unlimited(job.shape):
-            return explain.with_reservation(held_for, reservation)
-        held = [r for r in self.book.by_class.get(rclass, ()) if r.job_id != job.job_id]
-        if held and self._fits_unlimited(job.shape):
-            return explain.behind_reservation(job, held[0], self.now)
-        if reservation is None and self.placed_units[rclass] and self._fits_at_start(job):
-            return explain.behind_others(job, self.placed_units[rclass])
-        used, guaranteed = self.ledger.usage[job.team][rclass], self.ledger.guaranteed(job.team, rclass)
-        spec = self.ledger.teams.get(job.team)
-        free = self.state.free_units.get(rclass, 0)
-        if spec and spec.quota(rclass) and used >= guaranteed and free < job.shape.units:
-            reason = explain.nothing_to_borrow(job, used, guaranteed, free)
-        else:
-            reason = explainer.explain(job)
-        return explain.with_reservation(reason, reservation)
-
-    def _window_in_the_way(self, job: PendingJob) -> MaintenanceWindow | None:
-        """The window that keeps `job` off room it would fit in now (None: no window does):
-        the earliest one on the nodes it would take were there no windows and no holds."""
-        if not self._closed(job):
-            return None
-        chosen = self._plan(job, None, ("free",))
-        if chosen is None:
-            return None
-        return self.windows.first_on((slot.name for slot, _ in chosen), self.now + job.max_runtime_s)
-
-    def _preemptors(self, rclass: str) -> list[int]:
-        """Jobs holding nodes in `rclass` since the pass began (their victims are still stopping,
-        or have just stopped: see `_hold_nominated`), by id: sorted once per class and pass
-        (there is one per preemption in flight)."""
-        found = self.preemptors.get(rclass)
-        if found is None:
-            found = self.preemptors[rclass] = sorted(p for p, held_in in self.holders.items() if held_in == rclass)
-        return found
-
-    def _held_for_preemptors(self, job: PendingJob) -> PendingReason | None:
-        """The reason naming the other jobs whose victims in its class are stopping (None if
-        there are none): the same for every job but those, so worded once per class and pass
-        (it lists every preemption in flight)."""
-        preemptors = self._preemptors(job.resource_class)
-        if job.job_id in self.holders:
-            others = [p for p in preemptors if p != job.job_id]
-            return explain.held_for_preemptors(job, others) if others else None
-        if not preemptors:
-            return None
-        found = self.preemptors_reason.get(job.resource_class)
-        if found is None:
-            found = self.preemptors_reason[job.resource_class] = explain.held_for_preemptors(job, preemptors)
-        return found
 
     def _stats(self, considered: int) -> PassStats:
         return PassStats(
