@@ -7,9 +7,21 @@ such hold from pass to pass and works it out again only when what its shadow sta
 changed (`_nodes_to_hold`).
 """
 
+from typing import NamedTuple
+
 from scheduling.core.model import PendingJob, RunningJob
-from scheduling.core.placement import capacity
-from scheduling.core.reservation import rooms_now, shadow_start
+from scheduling.core.reservation import room_now, rooms_now, shadow_start
+from scheduling.core.state import Slot
+
+
+class KeptHold(NamedTuple):
+    """What `HeldRoom._nodes_to_hold` keeps of a preemptor in flight from pass to pass."""
+
+    key: tuple  # the state, the job's shape, its victims and the nodes closed to it
+    count: int  # the class's count of changes when last checked (ClusterState.changes)
+    nodes: list[str]  # what it holds beyond its victims' nodes
+    rooms: dict[str, int]  # the tasks of it each node with room held then (`rooms_now`)
+    theirs: set[str]  # its victims' nodes
 
 
 class HeldRoom:
@@ -43,9 +55,13 @@ class HeldRoom:
         if nominate:
             self.nominations[job.job_id] = tuple(nodes)
 
-    def _start_nodes(self, job: PendingJob, stopping: list[RunningJob]) -> list[str]:
-        """The nodes `job` will start on once `stopping` are gone (none if it never fits)."""
-        found = shadow_start(self.state, job, stopping, self.now, ending=stopping, closed=self._closed(job))
+    def _start_nodes(
+        self, job: PendingJob, stopping: list[RunningJob], rooms: dict[Slot, int] | None = None
+    ) -> list[str]:
+        """The nodes `job` will start on once `stopping` are gone (none if it never fits).
+        `rooms`: `rooms_now` for it, if the caller has it already."""
+        closed = self._closed(job)
+        found = shadow_start(self.state, job, stopping, self.now, ending=stopping, closed=closed, rooms=rooms)
         return [slot.name for slot, _ in found[1]] if found else []
 
     def _hold(self, job: PendingJob, nodes, *, first: bool = False) -> None:
@@ -65,41 +81,28 @@ class HeldRoom:
         key = (state, job.shape, tuple(stopping), self._closed(job))
         count = state.changes[rclass]
         kept = self.holds.get(job.job_id)
-        if kept is None or kept[0] != key or (kept[1] != count and not self._same_room(job, kept)):
+        if kept is None or kept.key != key or (kept.count != count and not self._same_room(job, kept)):
             kept = self.holds[job.job_id] = self._work_out_hold(job, stopping, key, count)
-        elif kept[1] != count:
-            kept = self.holds[job.job_id] = (key, count, *kept[2:])
-        return kept[2]
+        elif kept.count != count:
+            kept = self.holds[job.job_id] = kept._replace(count=count)
+        return kept.nodes
 
-    def _work_out_hold(self, job: PendingJob, stopping: list[RunningJob], key: tuple, count: int) -> tuple:
-        """What `_nodes_to_hold` keeps: (key, the class's count of changes, the nodes, the
-        tasks of `job` each node with room holds (`rooms_now`), the victims' nodes)."""
-        closed = key[3]
+    def _work_out_hold(self, job: PendingJob, stopping: list[RunningJob], key: tuple, count: int) -> KeptHold:
         found = rooms_now(self.state, job)
         theirs = {task.node for victim in stopping for task in victim.tasks}
-        nodes = []
-        if self._room_beyond(found, theirs | closed):
-            start = shadow_start(self.state, job, stopping, self.now, ending=stopping, closed=closed, rooms=found)
-            nodes = [slot.name for slot, _ in start[1]] if start else []
-        return key, count, nodes, {slot.name: tasks for slot, tasks in found.items()}, theirs
+        nodes = self._start_nodes(job, stopping, found) if self._room_beyond(found, theirs | key[3]) else []
+        return KeptHold(key, count, nodes, {slot.name: tasks for slot, tasks in found.items()}, theirs)
 
-    def _same_room(self, job: PendingJob, kept: tuple) -> bool:
-        """Whether every node of the class that changed since `kept` was worked out gives
-        `job` the room it gave then, and none is a victim's node: the shadow start is then
-        the same."""
-        rclass, shape = job.resource_class, job.shape
-        changed = self.state.changed_since(rclass, kept[1])
+    def _same_room(self, job: PendingJob, kept: KeptHold) -> bool:
+        """Whether every node of the class that changed since `kept` was checked gives `job`
+        the room it gave then, and none is a victim's node: the shadow start is then the same."""
+        changed = self.state.changed_since(job.resource_class, kept.count)
         if changed is None:
             return False
-        slots, rooms, theirs = self.state.slots_named(rclass), kept[3], kept[4]
-        for name in set(changed):
-            if name in theirs:
-                return False
-            slot = slots[name]
-            tasks = capacity(slot, shape) if slot.ready and slot.free_units >= shape.units_per_task else 0
-            if tasks != rooms.get(name, 0):
-                return False
-        return True
+        slots = self.state.slots_named(job.resource_class)
+        return not any(
+            name in kept.theirs or room_now(slots[name], job) != kept.rooms.get(name, 0) for name in set(changed)
+        )
 
     def _room_beyond(self, rooms: dict, theirs: set[str]) -> bool:
         """Whether the job has room for a task on a node none of its victims runs on (nor

@@ -44,6 +44,12 @@ def rooms_now(state: ClusterState, job: PendingJob) -> dict[Slot, int]:
     return found
 
 
+def room_now(slot: Slot, job: PendingJob) -> int:
+    """The tasks of `job` that `rooms_now` gives `slot` (0: the slot is not among them)."""
+    shape = job.shape
+    return capacity(slot, shape) if slot.ready and slot.free_units >= shape.units_per_task else 0
+
+
 def shadow_start(
     state: ClusterState,
     job: PendingJob,

@@ -26,7 +26,7 @@ from scheduling.core import explain
 from scheduling.core.decisions import Decisions, PassStats, Placement, Preemption, PreemptionReason
 from scheduling.core.fairshare import Ledger, borrowed_jobs
 from scheduling.core.group_slots import GroupSlots
-from scheduling.core.held_room import HeldRoom
+from scheduling.core.held_room import HeldRoom, KeptHold
 from scheduling.core.maintenance import Windows
 from scheduling.core.model import ClusterSnapshot, JobShape, PendingJob, RunningJob, priority_rank
 from scheduling.core.pass_reasons import PassReasons
@@ -64,7 +64,7 @@ class Scheduler:
         self.actions_only = actions_only
         self.state: ClusterState | None = None
         self.known: dict[int, tuple] = {}
-        self.holds: dict[int, tuple] = {}  # see `Pass._nodes_to_hold`
+        self.holds: dict[int, KeptHold] = {}  # see `HeldRoom._nodes_to_hold`
         self.spans: dict[str, dict[int, tuple]] = {}  # see `preemption._by_domain`
         self.usage: tuple | None = None  # see `_ledger_for`
         self.explainer: explain.CapacityExplainer | None = None
@@ -255,7 +255,7 @@ class Pass(HeldRoom, PassReasons):
         self.variants: dict[tuple, tuple] = {}
         self.ending: dict[str, tuple[int, list[RunningJob]]] = {}  # per class: running jobs, soonest end first
         self.known: dict[int, tuple] = known if known is not None else {}
-        self.holds: dict[int, tuple] = holds if holds is not None else {}
+        self.holds: dict[int, KeptHold] = holds if holds is not None else {}
         self.explainer = explainer
         self.spans = spans
         # Jobs with nodes held for them alone (see `_hold_nominated`), by class, and the
