@@ -28,6 +28,18 @@ class HeldRoom:
     """`Pass`'s holds for preemptors, kept in its book (`ReservationBook.hold`) and read off
     its own state (see `Pass.__init__`)."""
 
+    def _start_holds(self, holds: dict | None) -> None:
+        """The nodes of each preemptor's victims, held for it while they stop; `holds`: the
+        holds kept from earlier passes (see `_nodes_to_hold`)."""
+        self.holds: dict[int, KeptHold] = holds if holds is not None else {}
+        for job_id, victims in self.stopping_for.items():
+            for node in {t.node for victim in victims for t in victim.tasks}:
+                self.book.hold(node, job_id, self.now)
+        # Jobs with nodes held for them alone (see `_hold_nominated`), by class, and the
+        # nominations that stand after the pass (`Decisions.nominations`).
+        self.holders: dict[int, str] = {p: victims[0].resource_class for p, victims in self.stopping_for.items()}
+        self.nominations: dict[int, tuple[str, ...]] = {}
+
     def _hold_nominated(self, candidates: list[PendingJob]) -> None:
         """Hold for each job whose victims have stopped the nodes it was nominated to when it
         evicted, for this one pass: whatever goes before it in the queue (a job waiting past

@@ -8,8 +8,9 @@
    the pass starts its siblings).
 3. Order the rest (see `queue_order.QueueOrder`).
 4. Take each job in order: check its quota; place it where it fits now without delaying a
-   reservation; else evict victims for it if it may (preemption.py), and hold the room they
-   give back for it while they stop (held_room.py); else, if it is the
+   reservation; else evict victims for it if it may (pass_preemption.py, preemption.py; an
+   owner reclaims in its turn, reclaim_turn.py), and hold the room they give back for it
+   while they stop (held_room.py); else, if it is the
    highest blocked job of its class, reserve room for it (reservation.py). Never on a node
    whose maintenance window its time limit would run into (maintenance.py). A job equal to
    one already decided since anything changed in its class gets that decision without a
@@ -23,18 +24,19 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping
 
 from scheduling.core import explain
-from scheduling.core.decisions import Decisions, PassStats, Placement, Preemption, PreemptionReason
+from scheduling.core.decisions import Decisions, PassStats, Placement, Preemption
 from scheduling.core.fairshare import Ledger, borrowed_jobs
 from scheduling.core.group_slots import GroupSlots
 from scheduling.core.held_room import HeldRoom, KeptHold
 from scheduling.core.maintenance import Windows
-from scheduling.core.model import ClusterSnapshot, JobShape, PendingJob, RunningJob, priority_rank
+from scheduling.core.model import ClusterSnapshot, JobShape, PendingJob, RunningJob
+from scheduling.core.pass_preemption import PassPreemption
 from scheduling.core.pass_reasons import PassReasons
 from scheduling.core.placement import commit, plan
-from scheduling.core.preemption import VictimPool, find_victims, ready_at, units_freed, why
 from scheduling.core.pruning import Pruning
 from scheduling.core.queue_order import RANKS, KeptOrder, QueueOrder
 from scheduling.core.reasons import PendingReason
+from scheduling.core.reclaim_turn import ReclaimTurn
 from scheduling.core.reservation import ReservationBook, ending_order, shadow_start
 from scheduling.core.state import ClusterState
 
@@ -185,7 +187,7 @@ def _fields(stats: PassStats) -> dict:
     return {name: getattr(stats, name) for name in stats.__slots__}
 
 
-class Pass(HeldRoom, PassReasons):
+class Pass(HeldRoom, PassPreemption, ReclaimTurn, PassReasons):
     # Repeat the decisions and explanations of equal jobs (tests turn it off to compare).
     repeat_equal = True
     # End a team's turns once its jobs left change nothing (see `Scheduler` and pruning.py).
@@ -225,27 +227,18 @@ class Pass(HeldRoom, PassReasons):
         self.lowest_running: dict[str, int] = defaultdict(lambda: -1)
         self.slots = GroupSlots(snapshot)  # job groups' parallelism (group_slots.py)
         self._index_running()
-        self._victims: VictimPool | None = None
-        self.no_victims: dict[tuple, int] = {}
-        self.awaiting: dict[tuple, PendingReason | None] = {}  # (no_victims key, tasks) -> PREEMPTION_PENDING
         self.book = ReservationBook()
         self.windows = Windows(snapshot.maintenance, self.now)
-        for job_id, victims in self.stopping_for.items():
-            for node in {t.node for victim in victims for t in victim.tasks}:
-                self.book.hold(node, job_id, self.now)
+        self._start_holds(holds)  # held_room.py
+        self._start_searches()  # pass_preemption.py
+        self._start_turns()  # reclaim_turn.py
         self.failed: dict[tuple, int] = {}
         self.unlimited: dict[tuple, bool] = {}  # see `_fits_unlimited`
         self.placements: list[Placement] = []
         self.preemptions: list[Preemption] = []
         self.pending: dict[int, PendingReason] = {}
         self.blocked: dict[int, PendingJob] = {}
-        # Per class, the job left blocked so far in the pass that asks the fewest units (see
-        # `_reclaim_waits_turn`).
-        self.least_blocked: dict[str, PendingJob] = {}
-        self.deep: frozenset[str] | None = None  # see `_deep_backlog`
         self.placed_units: dict[str, int] = defaultdict(int)
-        self.searches = 0
-        self.reclaim_searches = 0
         # Equivalence classes (see `_decide`): per resource class, a count of the decisions
         # that changed something; per job kind, the last outcome and the count it was made at.
         self.generation: dict[str, int] = defaultdict(int)
@@ -255,13 +248,8 @@ class Pass(HeldRoom, PassReasons):
         self.variants: dict[tuple, tuple] = {}
         self.ending: dict[str, tuple[int, list[RunningJob]]] = {}  # per class: running jobs, soonest end first
         self.known: dict[int, tuple] = known if known is not None else {}
-        self.holds: dict[int, KeptHold] = holds if holds is not None else {}
         self.explainer = explainer
         self.spans = spans
-        # Jobs with nodes held for them alone (see `_hold_nominated`), by class, and the
-        # nominations that stand after the pass (`Decisions.nominations`).
-        self.holders: dict[int, str] = {p: victims[0].resource_class for p, victims in self.stopping_for.items()}
-        self.nominations: dict[int, tuple[str, ...]] = {}
         self.kept_order = kept_order
 
     def _index_running(self) -> None:
@@ -387,11 +375,6 @@ class Pass(HeldRoom, PassReasons):
             self._turn(rclass),
         )
 
-    def _turn(self, rclass: str) -> int | None:
-        """What `_reclaim_waits_turn` reads besides the job: the blocked job it would name."""
-        least = self.least_blocked.get(rclass) if self._in_turn(rclass) else None
-        return None if least is None else least.job_id
-
     def _variant(self, rclass: str, runtime: float) -> tuple:
         """`book.variant` for a job running `runtime`, again only once the book grew."""
         key = (rclass, runtime, len(self.book.reservations))
@@ -426,58 +409,6 @@ class Pass(HeldRoom, PassReasons):
         least = self.least_blocked.get(job.resource_class)
         if least is None or job.shape.units < least.shape.units:
             self.least_blocked[job.resource_class] = job
-
-    def _reclaim_waits_turn(self, job: PendingJob) -> PendingJob | None:
-        """With `reclaim_in_turn`, the job before `job` in this pass's order that was left
-        waiting for room `job` would free by reclaiming (it asks no more units): the next pass
-        would give it that room before `job`, which would then evict again. None: `job` may
-        reclaim. Only ever more jobs are blocked within a pass, so a refusal stays one."""
-        if not self._in_turn(job.resource_class):
-            return None
-        least = self.least_blocked.get(job.resource_class)
-        return least if least is not None and least.shape.units <= job.shape.units else None
-
-    def _in_turn(self, rclass: str) -> bool:
-        """Whether `reclaim_in_turn` holds in `rclass` this pass (see `_deep_backlog`)."""
-        return self.config.reclaim_in_turn and self._deep_backlog(rclass)
-
-    def _deep_backlog(self, rclass: str) -> bool:
-        """Whether reclaim in turn and the nomination of reclaimers hold in `rclass` this pass,
-        as configured: always, or with `reclaim_in_turn_backlog`, where `_deep_classes` says."""
-        return self.deep is None or rclass in self.deep
-
-    def _deep_classes(self) -> frozenset[str]:
-        """The classes whose waiting jobs (see `_backlog`) ask at least `reclaim_in_turn_backlog`
-        times the class's capacity, or, where the gate held last pass (the snapshot's
-        `reclaim_turn`), at least `reclaim_in_turn_backlog_off` times: a rule that turned on
-        stays on until the backlog has drained well below where it turned on."""
-        backlog, capacity = self._backlog(), self.state.fleet.capacity
-        held = self.snap.reclaim_turn or frozenset()
-        on = self.config.reclaim_in_turn_backlog
-        off = self.config.reclaim_in_turn_backlog_off
-        off = on if off is None else off
-        return frozenset(
-            rclass
-            for rclass in capacity.keys() | backlog.keys()
-            if backlog.get(rclass, 0) >= (off if rclass in held else on) * capacity.get(rclass, 0)
-        )
-
-    def _backlog(self) -> dict[str, int]:
-        """Per class, the units the jobs past screening ask (held jobs, jobs waiting on
-        others or in back-off cannot start, so they make no backlog). Read off the snapshot,
-        so `schedule()` and a kept `Scheduler` given the same `reclaim_turn` agree."""
-        backlog: dict[str, int] = defaultdict(int)
-        for job in self.candidates:
-            backlog[job.resource_class] += job.shape.units
-        return backlog
-
-    def _may_lower_turn(self, rclass: str, units: int) -> bool:
-        """Whether a job asking `units`, left blocked, would change what `_reclaim_waits_turn`
-        answers: it asks fewer units than every job blocked so far in its class."""
-        if not self._in_turn(rclass):
-            return False
-        least = self.least_blocked.get(rclass)
-        return least is None or units < least.shape.units
 
     def _refused(self, job: PendingJob, rclass: str) -> bool:
         """The quota check: what the ledger says to `units` more for the team, asked once per
@@ -542,143 +473,6 @@ class Pass(HeldRoom, PassReasons):
                 group=job.group,
             )
         )
-
-    @property
-    def victims(self) -> VictimPool:
-        """Built on the first search: most passes never need one."""
-        if self._victims is None:
-            self._victims = VictimPool(self.snap.running, self.borrowed, self.now, self.config, self.spans)
-        return self._victims
-
-    def _preempt_for(self, job: PendingJob) -> bool:
-        """Evict victims for `job` if it may; True when it waits for victims to stop. When the
-        victims it needs are only too young yet, it waits with the time they may go."""
-        in_flight = self.stopping_for.get(job.job_id)
-        if in_flight:
-            self._hold(job, self._nodes_to_hold(job, in_flight))
-            if job.nominated:
-                self.nominations[job.job_id] = job.nominated
-            self.pending[job.job_id] = explain.preempting(
-                job, [v.job_id for v in in_flight], sum(v.units for v in in_flight), reclaim=False
-            )
-            return True
-        if not self.config.preemption:
-            return False
-        reclaim = self.config.reclaim and self.ledger.within_guarantee(job.team, job.resource_class, job.shape.units)
-        if reclaim and not self._may_reclaim_yet(job):
-            reclaim = False
-            self.pending[job.job_id] = explain.reclaim_delayed(job, self.config.reclaim_after_wait_s)
-        ahead = self._reclaim_waits_turn(job) if reclaim else None
-        if ahead is not None:
-            reclaim = False
-            if any(team != job.team for team in self.ledger.excess(job.resource_class)):  # else none to reclaim
-                self.pending[job.job_id] = explain.reclaim_waits_turn(job, ahead)
-        outranks = priority_rank(job.priority) < self.lowest_running[job.resource_class]
-        if not reclaim and (self.searches >= self.config.max_preemption_searches or not outranks):
-            return False  # out of search budget, or nobody running ranks below it
-        if reclaim and self._reclaim_spent():
-            return False
-        # Victims only ever leave the pool during a pass, so what failed once fails again.
-        memo_key = (job.shape.key(), priority_rank(job.priority), reclaim, job.team if reclaim else None)
-        if self.no_victims.get(memo_key, 1 << 30) <= job.shape.tasks:
-            self._await_known(job, memo_key)
-            return False
-        excess = self.ledger.excess(job.resource_class) if reclaim else {}
-        claim = self.victims.claim(job)
-        candidates = self.victims.candidates(job, claim, excess=excess)
-        self.reclaim_searches += reclaim and bool(candidates)
-        found = self._search(job, candidates, claim, excess)
-        if found is None:
-            self.no_victims[memo_key] = min(self.no_victims.get(memo_key, 1 << 30), job.shape.tasks)
-            self.awaiting[(memo_key, job.shape.tasks)] = self._await_victims(job, excess, len(candidates))
-            self._await_known(job, memo_key)
-            return False
-        self._evict(job, found, claim, {c.job.job_id: c for c in candidates})
-        return True
-
-    def _may_reclaim_yet(self, job: PendingJob) -> bool:
-        """A job reclaims only once it has waited `reclaim_after_wait_s`: until then, room that
-        frees up by itself comes to it first (an owner goes before borrowers in the queue),
-        and nobody is evicted for a wait of seconds."""
-        return self.now - job.submitted_at >= self.config.reclaim_after_wait_s
-
-    def _reclaim_stage(self, job: PendingJob) -> bool:
-        """Whether a job has waited past the bound that lets it reclaim from anyone over a
-        guarantee: equal jobs on the same side of it are decided alike."""
-        return self.now - job.submitted_at > self.config.reclaim_wait_bound_s
-
-    def _search(self, job: PendingJob, candidates: list, claim, excess: dict[str, int]):
-        if not candidates:
-            return None
-        self.searches += 1
-        return find_victims(
-            self.state,
-            job,
-            candidates,
-            claim,
-            excess=excess,
-            borrowed=self.borrowed,
-            now=self.now,
-            memory=self.config.eviction_memory,
-            pool=self.victims,
-            closed=self._closed(job),
-        )
-
-    def _await_victims(self, job: PendingJob, excess: dict[str, int], tried: int) -> PendingReason | None:
-        """No victims may go now: would some, once they have run the minimum of `job`'s class?
-        Then the reason with that time (PREEMPTION_PENDING); asked within the search budget,
-        and only in passes that explain. Nobody is evicted early: this search only looks."""
-        if not self.config.explain or self.searches >= self.config.max_preemption_searches:
-            return None
-        claim = self.victims.claim(job, ignore_age=True)
-        candidates = self.victims.candidates(job, claim, excess=excess)
-        if len(candidates) == tried:
-            return None  # age kept nobody out: no wait would help
-        found = self._search(job, candidates, claim, excess)
-        ready = found and ready_at(
-            found.victims,
-            job,
-            self.victims.claim(job),
-            excess=excess,
-            minimum=self.config.min_runtime_for(job.priority),
-            reclaim_minimum=self.config.reclaim_min_runtime_s,
-        )
-        return explain.preemption_pending(job, len(found.victims), *ready) if ready else None
-
-    def _await_known(self, job: PendingJob, memo_key: tuple) -> None:
-        reason = self.awaiting.get((memo_key, job.shape.tasks))
-        if reason is not None:
-            self.pending[job.job_id] = reason
-
-    def _evict(self, job: PendingJob, found, claim, candidates: dict) -> None:
-        reasons = {v.job_id: why(candidates[v.job_id], claim) for v in found.victims}
-        for victim in found.victims:
-            self.victims.take(victim)
-            self.preemptions.append(
-                Preemption(
-                    victim.job_id,
-                    job.job_id,
-                    reasons[victim.job_id],
-                    (
-                        f"preempted for job {job.job_id} ({job.priority}, team {job.team}): "
-                        + (
-                            "reclaiming capacity its team is guaranteed"
-                            if reasons[victim.job_id] == PreemptionReason.RECLAIM
-                            else f"{victim.priority} yields to {job.priority}"
-                        )
-                    ),
-                )
-            )
-        reclaim = PreemptionReason.RECLAIM in reasons.values()
-        self.slots.take(job)
-        nominate = not reclaim or (self.config.nominate_reclaimers and self._deep_backlog(job.resource_class))
-        self._hold_room(job, list(found.victims), nominate=nominate)
-        self.pending[job.job_id] = explain.preempting(
-            job, [v.job_id for v in found.victims], units_freed(found.victims), reclaim
-        )
-        # The room is spoken for: the team's share and guarantee count it from now on, so
-        # its next job does not reclaim (or outrank) the same capacity again.
-        self.ledger.add(job.team, job.resource_class, job.shape.units)
 
     def _reserve(self, job: PendingJob) -> None:
         active = self.active[job.resource_class]

@@ -1,0 +1,159 @@
+"""A pass's evictions (part of `scheduler.Pass`, its step 4): whether a job may evict for
+priority or reclaim what its team is guaranteed, the search for victims (preemption.py), and
+when none may go yet, the time they may (PREEMPTION_PENDING).
+"""
+
+from scheduling.core import explain
+from scheduling.core.decisions import Preemption, PreemptionReason
+from scheduling.core.model import PendingJob, priority_rank
+from scheduling.core.preemption import VictimPool, find_victims, ready_at, units_freed, why
+from scheduling.core.reasons import PendingReason
+
+
+class PassPreemption:
+    """`Pass`'s victim searches, with memos that hold within one pass: victims only ever leave
+    the pool during a pass, so what failed once fails again."""
+
+    def _start_searches(self) -> None:
+        self._victims: VictimPool | None = None
+        self.no_victims: dict[tuple, int] = {}
+        self.awaiting: dict[tuple, PendingReason | None] = {}  # (no_victims key, tasks) -> PREEMPTION_PENDING
+        self.searches = 0
+        self.reclaim_searches = 0
+
+    @property
+    def victims(self) -> VictimPool:
+        """Built on the first search: most passes never need one."""
+        if self._victims is None:
+            self._victims = VictimPool(self.snap.running, self.borrowed, self.now, self.config, self.spans)
+        return self._victims
+
+    def _preempt_for(self, job: PendingJob) -> bool:
+        """Evict victims for `job` if it may; True when it waits for victims to stop. When the
+        victims it needs are only too young yet, it waits with the time they may go."""
+        in_flight = self.stopping_for.get(job.job_id)
+        if in_flight:
+            self._hold(job, self._nodes_to_hold(job, in_flight))
+            if job.nominated:
+                self.nominations[job.job_id] = job.nominated
+            self.pending[job.job_id] = explain.preempting(
+                job, [v.job_id for v in in_flight], sum(v.units for v in in_flight), reclaim=False
+            )
+            return True
+        if not self.config.preemption:
+            return False
+        reclaim = self.config.reclaim and self.ledger.within_guarantee(job.team, job.resource_class, job.shape.units)
+        if reclaim and not self._may_reclaim_yet(job):
+            reclaim = False
+            self.pending[job.job_id] = explain.reclaim_delayed(job, self.config.reclaim_after_wait_s)
+        ahead = self._reclaim_waits_turn(job) if reclaim else None
+        if ahead is not None:
+            reclaim = False
+            if any(team != job.team for team in self.ledger.excess(job.resource_class)):  # else none to reclaim
+                self.pending[job.job_id] = explain.reclaim_waits_turn(job, ahead)
+        outranks = priority_rank(job.priority) < self.lowest_running[job.resource_class]
+        if not reclaim and (self.searches >= self.config.max_preemption_searches or not outranks):
+            return False  # out of search budget, or nobody running ranks below it
+        if reclaim and self._reclaim_spent():
+            return False
+        # Victims only ever leave the pool during a pass, so what failed once fails again.
+        memo_key = (job.shape.key(), priority_rank(job.priority), reclaim, job.team if reclaim else None)
+        if self.no_victims.get(memo_key, 1 << 30) <= job.shape.tasks:
+            self._await_known(job, memo_key)
+            return False
+        excess = self.ledger.excess(job.resource_class) if reclaim else {}
+        claim = self.victims.claim(job)
+        candidates = self.victims.candidates(job, claim, excess=excess)
+        self.reclaim_searches += reclaim and bool(candidates)
+        found = self._search(job, candidates, claim, excess)
+        if found is None:
+            self.no_victims[memo_key] = min(self.no_victims.get(memo_key, 1 << 30), job.shape.tasks)
+            self.awaiting[(memo_key, job.shape.tasks)] = self._await_victims(job, excess, len(candidates))
+            self._await_known(job, memo_key)
+            return False
+        self._evict(job, found, claim, {c.job.job_id: c for c in candidates})
+        return True
+
+    def _may_reclaim_yet(self, job: PendingJob) -> bool:
+        """A job reclaims only once it has waited `reclaim_after_wait_s`: until then, room that
+        frees up by itself comes to it first (an owner goes before borrowers in the queue),
+        and nobody is evicted for a wait of seconds."""
+        return self.now - job.submitted_at >= self.config.reclaim_after_wait_s
+
+    def _reclaim_stage(self, job: PendingJob) -> bool:
+        """Whether a job has waited past the bound that lets it reclaim from anyone over a
+        guarantee: equal jobs on the same side of it are decided alike."""
+        return self.now - job.submitted_at > self.config.reclaim_wait_bound_s
+
+    def _search(self, job: PendingJob, candidates: list, claim, excess: dict[str, int]):
+        if not candidates:
+            return None
+        self.searches += 1
+        return find_victims(
+            self.state,
+            job,
+            candidates,
+            claim,
+            excess=excess,
+            borrowed=self.borrowed,
+            now=self.now,
+            memory=self.config.eviction_memory,
+            pool=self.victims,
+            closed=self._closed(job),
+        )
+
+    def _await_victims(self, job: PendingJob, excess: dict[str, int], tried: int) -> PendingReason | None:
+        """No victims may go now: would some, once they have run the minimum of `job`'s class?
+        Then the reason with that time (PREEMPTION_PENDING); asked within the search budget,
+        and only in passes that explain. Nobody is evicted early: this search only looks."""
+        if not self.config.explain or self.searches >= self.config.max_preemption_searches:
+            return None
+        claim = self.victims.claim(job, ignore_age=True)
+        candidates = self.victims.candidates(job, claim, excess=excess)
+        if len(candidates) == tried:
+            return None  # age kept nobody out: no wait would help
+        found = self._search(job, candidates, claim, excess)
+        ready = found and ready_at(
+            found.victims,
+            job,
+            self.victims.claim(job),
+            excess=excess,
+            minimum=self.config.min_runtime_for(job.priority),
+            reclaim_minimum=self.config.reclaim_min_runtime_s,
+        )
+        return explain.preemption_pending(job, len(found.victims), *ready) if ready else None
+
+    def _await_known(self, job: PendingJob, memo_key: tuple) -> None:
+        reason = self.awaiting.get((memo_key, job.shape.tasks))
+        if reason is not None:
+            self.pending[job.job_id] = reason
+
+    def _evict(self, job: PendingJob, found, claim, candidates: dict) -> None:
+        reasons = {v.job_id: why(candidates[v.job_id], claim) for v in found.victims}
+        for victim in found.victims:
+            self.victims.take(victim)
+            self.preemptions.append(
+                Preemption(
+                    victim.job_id,
+                    job.job_id,
+                    reasons[victim.job_id],
+                    (
+                        f"preempted for job {job.job_id} ({job.priority}, team {job.team}): "
+                        + (
+                            "reclaiming capacity its team is guaranteed"
+                            if reasons[victim.job_id] == PreemptionReason.RECLAIM
+                            else f"{victim.priority} yields to {job.priority}"
+                        )
+                    ),
+                )
+            )
+        reclaim = PreemptionReason.RECLAIM in reasons.values()
+        self.slots.take(job)
+        nominate = not reclaim or (self.config.nominate_reclaimers and self._deep_backlog(job.resource_class))
+        self._hold_room(job, list(found.victims), nominate=nominate)
+        self.pending[job.job_id] = explain.preempting(
+            job, [v.job_id for v in found.victims], units_freed(found.victims), reclaim
+        )
+        # The room is spoken for: the team's share and guarantee count it from now on, so
+        # its next job does not reclaim (or outrank) the same capacity again.
+        self.ledger.add(job.team, job.resource_class, job.shape.units)
