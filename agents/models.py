@@ -1,5 +1,5 @@
 """What lets a machine join: join tokens. The node inventory itself is the scheduler's
-(scheduling/models.py `Node`)."""
+(scheduling/models/cluster.py `Node`)."""
 
 from django.db import models
 from django.utils import timezone
