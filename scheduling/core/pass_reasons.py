@@ -26,8 +26,11 @@ class PassReasons:
             if kind is None or job_id in reserved:
                 pending[job_id] = self._why_blocked(job, reserved.get(job_id), explainer)
                 continue
-            # The team and shape (the priority plays no part), and which windows it would run into.
-            key = (kind[0], kind[2], pending.get(job_id), self.windows.variant(self.now + job.max_runtime_s))
+            # The team and shape (the priority plays no part), which windows it would run into,
+            # and for a job that runs into one its time limit (the reason names it).
+            windows = self.windows.variant(self.now + job.max_runtime_s)
+            limit = None if all(windows) else job.max_runtime_s
+            key = (kind[0], kind[2], pending.get(job_id), windows, limit)
             reason = by_kind.get(key)
             if reason is None:
                 reason = by_kind[key] = self._why_blocked(job, None, explainer)

@@ -82,6 +82,19 @@ def test_equal_jobs_with_other_limits_are_decided_apart():
     assert decisions.pending[10].code == ReasonCode.MAINTENANCE
 
 
+def test_jobs_alike_but_for_their_limits_each_get_their_own_limit_in_the_reason():
+    # One team and shape, both running into the window: the reason, worked out once per kind,
+    # must still name each job's own time limit (it named the first one's for both).
+    one_rack = cluster(rack("z1-r1", 1))
+    window = MaintenanceWindow(7, "rack z1-r1", ("z1-r1-n1",), NOW + 2 * HOUR, NOW + 3 * HOUR)
+    pending = [job(10, runtime=10 * HOUR, age=120), job(11, runtime=20 * HOUR, age=60)]
+    decisions = schedule(replace(snapshot(one_rack, pending=pending, reservations_per_class=0), maintenance=(window,)))
+    assert {job_id: decisions.pending[job_id].message for job_id in (10, 11)} == {
+        10: "rack z1-r1 drains at 23:20 UTC for 1 h (maintenance #7); this job's 10 h time limit would run into it",
+        11: "rack z1-r1 drains at 23:20 UTC for 1 h (maintenance #7); this job's 20 h time limit would run into it",
+    }
+
+
 def test_a_preemptor_does_not_evict_on_a_rack_it_could_not_start_on():
     # Fewest GPU-hours lost would pick job 3 (younger, on the window's rack); job 1 goes instead.
     busy = [
