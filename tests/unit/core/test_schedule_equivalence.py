@@ -15,6 +15,7 @@ from scheduling.core.model import (
     ClusterSnapshot,
     Group,
     JobShape,
+    MaintenanceWindow,
     Node,
     NodeState,
     PendingJob,
@@ -119,6 +120,8 @@ def queues(draw, first_id: int = 1000) -> tuple[PendingJob, ...]:
     jobs = []
     for index in range(draw(st.integers(1, 30))):
         team, priority, shape, runtime = draw(st.sampled_from(kinds))
+        if draw(st.integers(0, 3)) == 0:  # now and then a job alike but for its time limit
+            runtime *= 3
         jobs.append(
             PendingJob(
                 first_id + index,
@@ -168,7 +171,20 @@ def snapshots(draw) -> ClusterSnapshot:
     groups = {group: Group("array", draw(st.integers(1, 4))) for group in GROUPS}
     # Where the backlog gate held in a pass before this one (None: not known).
     held = st.frozensets(st.sampled_from(["gpu:H100", "gpu:A100", "cpu"]))
-    return ClusterSnapshot(cluster, running, pending, teams, NOW, config, groups, reclaim_turn=draw(st.none() | held))
+    # Now and then a window or two on some nodes: jobs whose limits run into one stay off them.
+    windows = tuple(
+        MaintenanceWindow(
+            index,
+            f"window {index}",
+            tuple(draw(st.lists(st.sampled_from(names), min_size=1, max_size=3, unique=True))),
+            NOW + draw(st.sampled_from([1200.0, 3000.0, 20_000.0])),
+            NOW + 50_000.0,
+        )
+        for index in range(draw(st.sampled_from([0, 0, 0, 1, 2])))
+    )
+    return ClusterSnapshot(
+        cluster, running, pending, teams, NOW, config, groups, maintenance=windows, reclaim_turn=draw(st.none() | held)
+    )
 
 
 @EQUIVALENCE_SETTINGS
