@@ -60,18 +60,20 @@ def capacity(slot: Slot, shape: JobShape, limit: Limit | None = None, extra: Ext
 
 def rooms(state: ClusterState, shape: JobShape, limit: Limit | None = None) -> list[Room]:
     """Ready nodes of the job's class with room for a task, gathered roomiest first until one
-    group (a rack for rack hints, else a zone) could hold the whole gang; the rest of that
-    free level is still read, so equal nodes compete fairly. Bounds the cost of placing a gang
-    by the nodes it needs, not the size of the cluster."""
+    group (a rack for rack hints, else a zone) could hold the whole gang, for a spread gang
+    until a zone has a node for each task (or there are no more nodes); the rest of that free
+    level is still read, so equal nodes compete fairly. Bounds the cost of placing a gang by
+    the nodes it needs, not the size of the cluster."""
     found: list[Room] = []
     held: dict[str, int] = defaultdict(int)
     by_rack = shape.topology in (Topology.REQUIRE_SAME_RACK, Topology.PREFER_SAME_RACK)
+    spread = shape.topology == Topology.SPREAD
     for level in state.levels_roomiest_first(shape.resource_class, shape.units_per_task):
         for slot in level:
             tasks = capacity(slot, shape, limit)
             if tasks:
                 found.append(Room(slot, tasks))
-                held[slot.node.rack if by_rack else slot.node.zone] += tasks
+                held[slot.node.rack if by_rack else slot.node.zone] += 1 if spread else tasks
         if held and max(held.values()) >= shape.tasks:
             break
     return sorted(found, key=lambda r: r.slot.name)
@@ -114,7 +116,7 @@ def _score(layout: list[tuple[Room, int]], shape: JobShape) -> tuple:
     racks = len({room.rack for room, _ in layout})
     leftover = sum(room.tasks - count for room, count in layout)
     if shape.topology == Topology.SPREAD:
-        return (-racks, len(layout), leftover)
+        return (-racks, -len(layout), leftover)
     return (racks, len(layout), leftover)
 
 
@@ -167,29 +169,26 @@ def _pack_fewest_racks(by_rack: dict[str, list[Room]], tasks: int) -> list[tuple
 
 
 def _spread(zone_rooms: list[Room], tasks: int) -> list[tuple[Room, int]] | None:
-    """One task per node, taking nodes from the racks in turn; more per node only if the
-    zone has fewer usable nodes than tasks. Within a rack the next task goes to the roomiest
-    node with the fewest tasks so far among those with room left: a node already full does
-    not stop the others from taking more."""
+    """One task per node, the racks taking turns (within a rack the roomiest node first),
+    until every node has one; only then a second task per node, the same way, and so on. So
+    a node takes more tasks only once every node of the zone with room has as many. None if
+    the zone has room for fewer tasks than the job's."""
     by_rack: dict[str, list[Room]] = defaultdict(list)
     for room in sorted(zone_rooms, key=lambda r: (-r.tasks, r.slot.name)):
         by_rack[room.rack].append(room)
     counts: dict[Room, int] = defaultdict(int)
-    remaining = tasks
+    remaining, level = tasks, 0
     while remaining > 0:
-        progressed = False
-        for rack in sorted(by_rack):
-            open_rooms = [room for room in by_rack[rack] if counts[room] < room.tasks]
-            if not open_rooms:
-                continue
-            least = min(counts[room] for room in open_rooms)
-            counts[next(room for room in open_rooms if counts[room] == least)] += 1
-            remaining -= 1
-            progressed = True
-            if remaining == 0:
-                break
-        if not progressed:
+        # The nodes with room for one more task than `level`, per rack, in the rack's order.
+        queues = [[room for room in by_rack[rack] if room.tasks > level] for rack in sorted(by_rack)]
+        if not any(queues):
             return None
+        while remaining > 0 and any(queues):
+            for queue in queues:
+                if queue and remaining > 0:
+                    counts[queue.pop(0)] += 1
+                    remaining -= 1
+        level += 1
     return [(room, n) for room, n in counts.items() if n]
 
 

@@ -304,6 +304,36 @@ def test_a_spread_gang_keeps_taking_racks_in_turn_past_a_full_node():
     assert sorted(placed_nodes(decisions, 5)) == ["z1-r1-n1"] + ["z1-r1-n2"] * 4 + ["z1-r2-n1"] * 4
 
 
+def test_a_spread_gang_takes_a_node_each_before_any_node_takes_two():
+    # Four one-GPU tasks: rack A's one node has room for four, rack B's three nodes for one
+    # each. Every node takes one (the gathering used to stop at the roomy node, which then took
+    # all four; and with every node seen, the racks' turns gave it two while a node of B had none).
+    nodes = cluster(rack("z1-rA", 1), rack("z1-rB", 3))
+    busy = [running(1, ["z1-rA-n1"], gpus_per_node=4)] + [
+        running(2 + i, [f"z1-rB-n{i + 1}"], gpus_per_node=7) for i in range(3)
+    ]
+    spread = job(9, gpus=4, per_task=1, topology=Topology.SPREAD)
+    decisions = schedule(snapshot(nodes, pending=[spread], running_jobs=busy, preemption=False))
+    assert sorted(placed_nodes(decisions, 9)) == ["z1-rA-n1", "z1-rB-n1", "z1-rB-n2", "z1-rB-n3"]
+
+
+def test_a_spread_gang_doubles_up_only_where_nodes_run_out():
+    # Six one-GPU tasks on two racks of two nodes, each with room for two: every node takes
+    # one, then the racks take turns again for the two left.
+    nodes = cluster(rack("z1-r1", 2), rack("z1-r2", 2))
+    busy = [running(1 + i, [name], gpus_per_node=6) for i, name in enumerate(n.name for n in nodes)]
+    spread = job(9, gpus=6, per_task=1, topology=Topology.SPREAD)
+    decisions = schedule(snapshot(nodes, pending=[spread], running_jobs=busy, preemption=False))
+    assert sorted(placed_nodes(decisions, 9)) == [
+        "z1-r1-n1",
+        "z1-r1-n1",
+        "z1-r1-n2",
+        "z1-r2-n1",
+        "z1-r2-n1",
+        "z1-r2-n2",
+    ]
+
+
 def test_a_gang_never_spans_zones():
     nodes = cluster(rack("z1-r1", 2), rack("z2-r1", 2))
     decisions = schedule(snapshot(nodes, pending=[job(1, gpus=24)], preemption=False))
