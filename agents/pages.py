@@ -5,6 +5,7 @@ preemptions and failures; and a node's own page at /nodes/<name>/. The heatmap i
 that re-fetches itself with the same filters. Actions go through the same validation and
 audited services as the API."""
 
+import math
 import time
 from dataclasses import dataclass
 from datetime import UTC
@@ -153,12 +154,16 @@ def _schedule_window(request):
     """A maintenance window on the selection: one rack alone is named as the rack, anything
     else as its nodes (the racks' and the picked ones)."""
     racks, names = request.POST.getlist("racks"), request.POST.getlist("nodes")
+    if not racks and not names:
+        return _refused(request, ActionError("", "nodes: select the racks or nodes the window is for."))
     starts_at = parse_datetime(request.POST.get("starts_at", "").strip() or "-")
     if starts_at is None:
         return _refused(request, ActionError("", f"starts_at: {NOT_A_TIME}"))
     try:
         hours = float(request.POST.get("hours", ""))
     except ValueError:
+        hours = math.nan
+    if not math.isfinite(hours):  # "nan", "inf" and "1e400" parse as floats
         return _refused(request, ActionError("", f"hours: {NOT_HOURS}"))
     if racks and not names and len(racks) == 1:
         target = {"rack": racks[0]}
@@ -178,7 +183,10 @@ def _schedule_window(request):
 
 
 def _cancel_window(request):
-    window = get_object_or_404(MaintenanceWindow, pk=request.POST.get("window") or 0)
+    window_id = request.POST.get("window", "")
+    if not window_id.isascii() or not window_id.isdigit() or len(window_id) > 18:
+        return _refused(request, ActionError("", f"window: not a window id: {window_id[:40]!r}."))
+    window = get_object_or_404(MaintenanceWindow, pk=int(window_id))
     try:
         maintenance.do_cancel_window(window=window, user=request.user)
     except APIException as refusal:

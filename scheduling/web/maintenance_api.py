@@ -10,10 +10,12 @@ from rest_framework.views import APIView
 
 from scheduling import maintenance
 from scheduling.models import MaintenanceState, MaintenanceWindow
+from scheduling.spec import StrictFloatField, StrictSerializer, StrictStringField
 from teams.selectors import is_site_admin
 
 NOT_AN_ADMIN = "only site admins may see or schedule maintenance windows."
 REASON_LENGTH = maintenance.REASON_LENGTH
+SHORTEST_HOURS = maintenance.SHORTEST.total_seconds() / 3600
 
 
 class WindowSerializer(serializers.ModelSerializer):
@@ -42,23 +44,27 @@ class WindowSerializer(serializers.ModelSerializer):
         return round((window.ends_at - window.starts_at).total_seconds() / 3600, 3)
 
 
-class WindowCreateSerializer(serializers.Serializer):
-    """The target (one of rack, zone, names), the start, and the end or the duration."""
+class WindowCreateSerializer(StrictSerializer):
+    """The target (one of rack, zone, names), the start, and the end or the duration. Strict:
+    an unknown field, a number for a string or true for a number is refused, not coerced."""
 
-    rack = serializers.CharField(max_length=63, required=False, allow_blank=True, default="")
-    zone = serializers.CharField(max_length=63, required=False, allow_blank=True, default="")
-    names = serializers.ListField(child=serializers.CharField(max_length=253), required=False, max_length=5000)
+    rack = StrictStringField(max_length=63, required=False, allow_blank=True, default="")
+    zone = StrictStringField(max_length=63, required=False, allow_blank=True, default="")
+    names = serializers.ListField(child=StrictStringField(max_length=253), required=False, max_length=5000)
     starts_at = serializers.DateTimeField()
     ends_at = serializers.DateTimeField(required=False)
-    duration_hours = serializers.FloatField(required=False, min_value=0.001, max_value=24 * 30)
-    reason = serializers.CharField(max_length=REASON_LENGTH)
+    duration_hours = StrictFloatField(required=False, min_value=SHORTEST_HOURS, max_value=24 * 30)
+    reason = StrictStringField(max_length=REASON_LENGTH)
 
 
-class WindowChangeSerializer(serializers.Serializer):
+class WindowChangeSerializer(StrictSerializer):
+    """What a scheduled window may change: its times and its reason (not its nodes: cancel it
+    and schedule another)."""
+
     starts_at = serializers.DateTimeField(required=False)
     ends_at = serializers.DateTimeField(required=False)
-    duration_hours = serializers.FloatField(required=False, min_value=0.001, max_value=24 * 30)
-    reason = serializers.CharField(max_length=REASON_LENGTH, required=False)
+    duration_hours = StrictFloatField(required=False, min_value=SHORTEST_HOURS, max_value=24 * 30)
+    reason = StrictStringField(max_length=REASON_LENGTH, required=False)
 
 
 def _admin_only(request: Request) -> None:

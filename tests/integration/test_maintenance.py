@@ -67,6 +67,17 @@ def submit(api, *, hours: float, gpus: int = 8) -> Job:
         ({"starts_at": "tomorrow"}, "starts_at", None),
         ({"starts_at": "2027-04-21T10:00:00Z"}, "starts_at", "must be within a year from now."),
         ({"starts_at": "9999-12-31T23:00:00Z"}, "starts_at", "must be within a year from now."),
+        # No window of a moment, whichever way its end is given.
+        (
+            {"duration_hours": None, "ends_at": "2026-04-20T10:00:00.500Z"},
+            "ends_at",
+            "a window lasts at least 0.001 h (3.6 s; 0.5 s asked).",
+        ),
+        ({"duration_hours": 0.0001}, "duration_hours", "Ensure this value is greater than or equal to 0.001."),
+        # Strict types: true is not 1 hour, a number is not a reason, and nothing unknown passes.
+        ({"duration_hours": True}, "duration_hours", "must be a number, not bool."),
+        ({"reason": 123}, "reason", "must be a string, not int."),
+        ({"state": "DONE"}, "state", "unknown field."),
     ],
 )
 def test_bad_windows_are_refused_naming_the_field(clock, api, overrides, field, message):
@@ -263,7 +274,13 @@ def test_the_console_schedules_lists_and_cancels_windows(clock, logged_in):
         ({"starts_at": "soon"}, "starts_at: a date and time (UTC), e.g. 2026-12-02T02:00."),
         ({"hours": "four"}, "hours: a number of hours, e.g. 4."),
         ({"reason": " "}, "reason: say why: it is shown on the nodes and recorded in the audit log."),
-        ({"racks": []}, "rack: give exactly one of rack, zone or names."),
+        ({"racks": []}, "nodes: select the racks or nodes the window is for."),
+        # Numbers Python parses that are no length (they were a 500), and a window of a moment.
+        ({"hours": "nan"}, "hours: a number of hours, e.g. 4."),
+        ({"hours": "inf"}, "hours: a number of hours, e.g. 4."),
+        ({"hours": "1e400"}, "hours: a number of hours, e.g. 4."),
+        ({"hours": "1e300"}, "duration_hours: a number of hours from 0.001 to 720 (1e+300 asked)."),
+        ({"hours": "0.0001"}, "duration_hours: a number of hours from 0.001 to 720 (0.0001 asked)."),
     ],
 )
 def test_the_console_names_what_is_wrong(clock, logged_in, changes, error):
@@ -272,3 +289,33 @@ def test_the_console_names_what_is_wrong(clock, logged_in, changes, error):
     assert response.status_code == 400
     assert error in response.content.decode().replace("&#x27;", "'")
     assert not MaintenanceWindow.objects.exists()
+
+
+@pytest.mark.parametrize("window", ["abc", "", "1" * 30, "١"])
+def test_the_console_refuses_a_window_id_that_is_none(clock, logged_in, window):
+    response = logged_in("ops").post(
+        "/nodes/", {"window": window, "action": "cancel_maintenance"}, HTTP_HX_REQUEST="true"
+    )
+    assert response.status_code == 400
+    assert "window: not a window id" in response.content.decode()
+
+
+@pytest.mark.parametrize(
+    ("changes", "field", "message"),
+    [
+        ({"rack": "z2-r1"}, "rack", "unknown field."),  # its nodes do not change: cancel and schedule another
+        ({"state": "DONE"}, "state", "unknown field."),
+        ({"duration_hours": True}, "duration_hours", "must be a number, not bool."),
+        ({"duration_hours": None, "ends_at": "2026-04-20T10:00:01Z"}, "ends_at", None),
+    ],
+)
+def test_a_change_to_a_window_is_refused_naming_the_field(clock, api, changes, field, message):
+    window = schedule_window(api)
+    body = {key: value for key, value in changes.items() if value is not None}
+    response = api("ops").patch(f"/api/v1/maintenance/{window.pk}", body, format="json")
+    assert response.status_code == 400
+    assert field in response.json()["fields"]
+    if message is not None:
+        assert response.json()["fields"][field] == [message]
+    window.refresh_from_db()
+    assert (window.nodes, window.state, window.ends_at - window.starts_at) == (Z1_R1, "SCHEDULED", timedelta(hours=4))
