@@ -190,7 +190,10 @@ def since_to_iso(since: str) -> str:
     """`7d`, `12h`, `30m`, `2w` -> the ISO time that long ago; an ISO time as it is."""
     number, unit = since[:-1], since[-1:]
     if unit in SINCE_UNITS and number.isdigit():
-        then = datetime.datetime.now(datetime.UTC) - datetime.timedelta(seconds=int(number) * SINCE_UNITS[unit])
+        try:
+            then = datetime.datetime.now(datetime.UTC) - datetime.timedelta(seconds=int(number) * SINCE_UNITS[unit])
+        except OverflowError:  # before the year 1
+            raise click.BadParameter(f"{since} ago is before the year 1", param_hint="--since") from None
         return then.isoformat(timespec="seconds")
     try:
         datetime.datetime.fromisoformat(since)

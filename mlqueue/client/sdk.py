@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import time
@@ -47,6 +48,7 @@ NO_SCHEDULE_BLOCK = (
     "the spec has no schedule: block (e.g. schedule: {cron: '0 3 * * *', timezone: Europe/Berlin}); nothing was sent"
 )
 UNREACHABLE = "cannot reach {server}: {error}"
+NOT_FINITE = "{field}: must be a finite number, not {value}"
 
 API = "/api/v1"
 POLL_S = 2.0
@@ -121,6 +123,8 @@ class Client:
         if auth and not self.token:
             raise MlqError(0, NO_TOKEN)
         params = {key: value for key, value in (params or {}).items() if value is not None}
+        if (where := _not_finite(json)) is not None:  # JSON has no nan or inf: say which, not a traceback
+            raise MlqError(0, NOT_FINITE.format(field=where[0], value=where[1]))
         # Never an old token with a password: an expired one would fail the login itself.
         headers = {"Authorization": f"Bearer {self.token}"} if auth else {}
         try:
@@ -552,3 +556,15 @@ def _refusal(response: httpx.Response) -> MlqError:
         return MlqError(response.status_code, str(body["detail"]), fields, retry_after=retry_after)
     text = response.text.strip().splitlines()[0][:200] if response.text.strip() else response.reason_phrase
     return MlqError(response.status_code, f"{response.status_code} {text}")
+
+
+def _not_finite(value, path: str = "") -> tuple[str, float] | None:
+    """The dotted path and value of the first nan or infinity in a request body, if any."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return path or "body", value
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        found = _not_finite(item, f"{path}.{key}" if path else str(key))
+        if found is not None:
+            return found
+    return None

@@ -192,6 +192,44 @@ def test_usage_errors_exit_2(spec_file):
     assert server.requests == []
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--set", "resources.gpu_count=.nan"], "resources.gpu_count: must be a finite number, not nan"),
+        (["--set", "max_runtime_hours=.inf"], "max_runtime_hours: must be a finite number, not inf"),
+        (["--set", "env.X=-.inf"], "env.X: must be a finite number, not -inf"),
+    ],
+)
+def test_a_value_json_cannot_carry_is_refused_naming_it_before_any_request(spec_file, args, message):
+    server = FakeServer({})
+    result = run(server, "submit", str(spec_file), *args)
+    assert result.exit_code == EXIT_REFUSED
+    assert result.stderr.splitlines() == [message]
+    assert server.requests == []
+
+
+def test_non_finite_hours_and_limits_are_refused_without_a_traceback():
+    server = FakeServer({})
+    window = ["maintenance", "create", "--rack", "z1-r3", "--at", "2026-12-12T02:00Z", "--reason", "x", "--hours"]
+    for args, message in (
+        ([*window, "nan"], "duration_hours: must be a finite number, not nan"),
+        ([*window, "inf"], "duration_hours: must be a finite number, not inf"),
+        (["set", "21", "--max-runtime-hours", "nan"], "max_runtime_hours: must be a finite number, not nan"),
+    ):
+        result = run(server, *args)
+        assert (result.exit_code, result.stderr.splitlines()) == (EXIT_REFUSED, [message])
+    assert server.requests == []
+
+
+@pytest.mark.parametrize("since", ["999999999d", "9999999w"])
+def test_a_since_before_the_year_one_is_a_usage_error(since):
+    server = FakeServer({})
+    result = run(server, "jobs", "--since", since)
+    assert result.exit_code == 2
+    assert f"{since} ago is before the year 1" in result.output + result.stderr
+    assert server.requests == []
+
+
 def test_a_members_refused_quota_edit_shows_the_apis_message():
     message = "only a lead of vision or an admin may change its quotas"
     server = FakeServer({("PATCH", "/api/v1/teams/vision/quotas"): (403, {"detail": message})})
