@@ -56,19 +56,27 @@ class PassPreemption:
             return False  # out of search budget, or nobody running ranks below it
         if reclaim and self._reclaim_spent():
             return False
+        # A borrower (P0 aside) evicts for priority only what other teams hold above their
+        # guarantees (preemption.py `Claim.guard`).
+        borrowing = (
+            not reclaim
+            and job.priority != "P0"
+            and self.ledger.would_borrow(job.team, job.resource_class, job.shape.units)
+        )
         # Victims only ever leave the pool during a pass, so what failed once fails again.
-        memo_key = (job.shape.key(), priority_rank(job.priority), reclaim, job.team if reclaim else None)
+        mine = job.team if reclaim or borrowing else None
+        memo_key = (job.shape.key(), priority_rank(job.priority), reclaim, mine, borrowing)
         if self.no_victims.get(memo_key, 1 << 30) <= job.shape.tasks:
             self._await_known(job, memo_key)
             return False
-        excess = self.ledger.excess(job.resource_class) if reclaim else {}
-        claim = self.victims.claim(job)
+        claim = self.victims.claim(job, borrowing=borrowing)
+        excess = self.ledger.excess(job.resource_class) if reclaim or claim.guard is not None else {}
         candidates = self.victims.candidates(job, claim, excess=excess)
         self.reclaim_searches += reclaim and bool(candidates)
         found = self._search(job, candidates, claim, excess)
         if found is None:
             self.no_victims[memo_key] = min(self.no_victims.get(memo_key, 1 << 30), job.shape.tasks)
-            self.awaiting[(memo_key, job.shape.tasks)] = self._await_victims(job, excess, len(candidates))
+            self.awaiting[(memo_key, job.shape.tasks)] = self._await_victims(job, excess, len(candidates), borrowing)
             self._await_known(job, memo_key)
             return False
         self._evict(job, found, claim, {c.job.job_id: c for c in candidates})
@@ -102,13 +110,15 @@ class PassPreemption:
             closed=self._closed(job),
         )
 
-    def _await_victims(self, job: PendingJob, excess: dict[str, int], tried: int) -> PendingReason | None:
+    def _await_victims(
+        self, job: PendingJob, excess: dict[str, int], tried: int, borrowing: bool
+    ) -> PendingReason | None:
         """No victims may go now: would some, once they have run the minimum of `job`'s class?
         Then the reason with that time (PREEMPTION_PENDING); asked within the search budget,
         and only in passes that explain. Nobody is evicted early: this search only looks."""
         if not self.config.explain or self.searches >= self.config.max_preemption_searches:
             return None
-        claim = self.victims.claim(job, ignore_age=True)
+        claim = self.victims.claim(job, ignore_age=True, borrowing=borrowing)
         candidates = self.victims.candidates(job, claim, excess=excess)
         if len(candidates) == tried:
             return None  # age kept nobody out: no wait would help
@@ -116,8 +126,8 @@ class PassPreemption:
         ready = found and ready_at(
             found.victims,
             job,
-            self.victims.claim(job),
-            excess=excess,
+            self.victims.claim(job, borrowing=borrowing),
+            excess={} if claim.guard is not None else excess,  # a borrower reclaims nothing
             minimum=self.config.min_runtime_for(job.priority),
             reclaim_minimum=self.config.reclaim_min_runtime_s,
         )

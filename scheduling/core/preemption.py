@@ -12,6 +12,10 @@ Who may be evicted for whom:
   owner that has waited past `reclaim_wait_bound_s` reclaims from anyone over a guarantee.
 - PRIORITY: a job of a higher class evicts lower classes, never P0, never a task younger than
   the minimum runtime of the preemptor's class (`PolicyConfig.min_runtime_for`: none for P0).
+  A preemptor that would borrow (start past its team's guarantee), P0 aside, takes from other
+  teams only what they hold above their own guarantees, as a reclaim would: a team's
+  guarantee is never taken by a borrower, or its evicted job would reclaim the room at once
+  and evict the preemptor in turn (`Claim.guard`).
 
 Candidates are tried in this order: 1. borrowed first; 2. checkpointing first; 3. lowest
 priority class first; 4. fewest past evictions (`eviction_memory`); 5. the longest expected
@@ -65,9 +69,16 @@ class Claim:
     reclaim_started_by: float = float("inf")
     max_evictions: int | None = None
     ending_after: float = float("-inf")
+    # A borrowing preemptor's team: it outranks other teams' jobs only within what they hold
+    # above their guarantees (their `excess`); None: no such bound.
+    guard: str | None = None
 
     def outranks(self, candidate: Candidate) -> bool:
         return candidate.rank > self.rank and candidate.job.started_at <= self.started_by
+
+    def bounded(self, victim: RunningJob) -> bool:
+        """Whether taking `victim` counts against its team's excess even where it is outranked."""
+        return self.guard is not None and victim.team != self.guard
 
     def may_reclaim(self, candidate: Candidate) -> bool:
         job = candidate.job
@@ -119,13 +130,15 @@ class VictimPool:
             found = self.by_class[rclass] = [Candidate(job, priority_rank(job.priority)) for job in ordered]
         return found
 
-    def claim(self, job: PendingJob, *, ignore_age: bool = False) -> Claim:
+    def claim(self, job: PendingJob, *, ignore_age: bool = False, borrowing: bool = False) -> Claim:
         """`ignore_age`: as if every victim had run its minimum (when could the job preempt?).
-        Past `reclaim_wait_bound_s` of waiting, a job reclaims from anyone over a guarantee."""
+        Past `reclaim_wait_bound_s` of waiting, a job reclaims from anyone over a guarantee.
+        `borrowing`: the job would start past its team's guarantee (see `Claim.guard`)."""
         config = self.config
         minimum = 0.0 if ignore_age else config.min_runtime_for(job.priority)
+        guard = job.team if borrowing and job.priority != "P0" else None
         if self.now - job.submitted_at > config.reclaim_wait_bound_s:
-            return Claim(priority_rank(job.priority), self.now - minimum)
+            return Claim(priority_rank(job.priority), self.now - minimum, guard=guard)
         reclaim_minimum = 0.0 if ignore_age else config.reclaim_min_runtime_s
         return Claim(
             priority_rank(job.priority),
@@ -133,6 +146,7 @@ class VictimPool:
             self.now - reclaim_minimum,
             config.reclaim_max_evictions,
             self.now + config.reclaim_spare_ending_s,
+            guard,
         )
 
     def by_domain(self, rclass: str, scope: str, place: dict[str, str] | None) -> dict[str, list]:
@@ -163,6 +177,15 @@ class VictimPool:
                 c
                 for c in self.of_class(rclass)
                 if c.rank > rank and (victim := c.job).started_at <= started_by and victim.job_id not in taken
+            ]
+        elif claim.guard is not None:  # it outranks its own team's jobs, and others' only where they are over
+            found = [
+                c
+                for c in self.of_class(rclass)
+                if c.rank > rank
+                and (victim := c.job).started_at <= started_by
+                and victim.job_id not in taken
+                and (victim.team == team or victim.team in excess)
             ]
         else:
             others = excess.keys() - {team}  # the teams it may reclaim from
@@ -334,8 +357,9 @@ def _domains(
 ) -> Iterator[tuple[str, Domain]]:
     """Domains with their candidates in order, the nodes they run on and the units they hold
     there; domains in the order of their best candidate, each built only when the search
-    reaches it (it stops after a few that work). A candidate the job does not outrank enters
-    a domain only while its team's units taken there stay within the team's excess.
+    reaches it (it stops after a few that work). A candidate the job does not outrank (or
+    outranks only within its team's excess: `Claim.bounded`) enters a domain only while its
+    team's units taken there stay within the team's excess.
     `members`: per domain, every candidate with tasks there (`_by_domain`), of which those in
     `ordered` count."""
     chosen = {candidate.job.job_id for candidate in ordered}
@@ -358,7 +382,7 @@ def _domain(members: list, chosen: set[int], claim: Claim, excess: dict[str, int
         victim = candidate.job
         if victim.job_id not in chosen:
             continue
-        if not (candidate.rank > rank and victim.started_at <= started_by):  # claim.outranks, inlined
+        if not (candidate.rank > rank and victim.started_at <= started_by) or claim.bounded(victim):
             taken = spent.get(victim.team, 0) + victim.units
             if taken > excess.get(victim.team, 0):
                 continue

@@ -6,7 +6,7 @@ import pytest
 from scheduling.core.model import PolicyConfig
 from scheduling.core.reasons import ReasonCode
 from scheduling.core.scheduler import schedule
-from tests.unit.core.builders import HOUR, NOW, cluster, job, rack, running, snapshot
+from tests.unit.core.builders import HOUR, NOW, cluster, job, rack, running, snapshot, teams
 
 # NOW is 21:20:00 UTC.
 TWO_NODES = cluster(rack("z1-r1", 2))
@@ -163,3 +163,59 @@ def test_old_knob_at_zero_lets_p1_preempt_young_victims():
         )
     )
     assert sorted(p.victim_job_id for p in decisions.preemptions) == [1, 2]
+
+
+# A borrower's priority preemption takes from other teams only what they hold above their
+# guarantees: production's guaranteed room, taken by research's P1, would be reclaimed at once
+# by the evicted P3 (evicting the P1 in turn: four evictions for one start, seen live).
+def _teams(production: int, research: int = 0):
+    return teams(production={"gpu:H100": (production, 32)}, research={"gpu:H100": (research, 32)})
+
+
+PRODUCTION_BOTH_NODES = [
+    running(1, ["z1-r1-n1"], team="production", priority="P3"),
+    running(2, ["z1-r1-n2"], team="production", priority="P3", age=2 * HOUR),
+]
+
+
+@pytest.mark.parametrize(
+    ("guaranteed", "wanted", "priority", "victims"),
+    [
+        (16, 8, "P1", []),  # production is within its guarantee: nothing to take
+        (8, 8, "P1", [1]),  # 8 above it: one job (the younger), never both
+        (8, 16, "P1", []),  # the 16 it would need are more than production holds above its guarantee
+        (0, 16, "P1", [1, 2]),  # no guarantee: all of it is over
+        (16, 8, "P0", [1]),  # an incident's P0 takes what it needs
+    ],
+)
+def test_a_borrower_outranks_other_teams_only_above_their_guarantees(guaranteed, wanted, priority, victims):
+    pending = [job(9, gpus=wanted, priority=priority, team="research")]
+    decisions = schedule(
+        snapshot(TWO_NODES, pending=pending, running_jobs=PRODUCTION_BOTH_NODES, team_list=_teams(guaranteed))
+    )
+    assert sorted(p.victim_job_id for p in decisions.preemptions) == victims
+    assert {p.reason for p in decisions.preemptions} <= {"PRIORITY"}
+
+
+def test_a_borrower_outranks_its_own_teams_jobs_and_a_team_within_its_guarantee_outranks_anyone():
+    own = [running(1, ["z1-r1-n1"], team="research", priority="P3"), PRODUCTION_BOTH_NODES[1]]
+    borrower = schedule(
+        snapshot(
+            TWO_NODES,
+            pending=[job(9, gpus=8, priority="P1", team="research")],
+            running_jobs=own,
+            team_list=_teams(16),
+        )
+    )
+    assert [p.victim_job_id for p in borrower.preemptions] == [1]
+    # research guaranteed 8: its P1 stays within it, so it may take production's guaranteed room
+    # (production, then at 8 of 16, may not reclaim from a team within its guarantee).
+    owner = schedule(
+        snapshot(
+            TWO_NODES,
+            pending=[job(9, gpus=8, priority="P1", team="research")],
+            running_jobs=PRODUCTION_BOTH_NODES,
+            team_list=_teams(16, research=8),
+        )
+    )
+    assert [p.victim_job_id for p in owner.preemptions] == [1]
