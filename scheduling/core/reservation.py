@@ -11,7 +11,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from scheduling.core.decisions import Reservation
-from scheduling.core.model import PendingJob, RunningJob
+from scheduling.core.model import PendingJob, RunningJob, TaskPlacement
 from scheduling.core.placement import Extra, Plan, capacity
 from scheduling.core.state import ClusterState, Slot
 from scheduling.core.trial import Trial
@@ -59,19 +59,58 @@ def shadow_start(
     ending: list[RunningJob] | None = None,
     closed: frozenset[str] = frozenset(),
     rooms: dict[Slot, int] | None = None,
+    occupants: list[RunningJob] = (),
 ) -> tuple[float, Plan, dict[str, Extra]] | None:
     """The shadow start (EASY backfill's name for it): when and where `job` fits if running
     jobs end at their expected ends, taken away soonest first until it fits. Returns (start,
-    plan, room given back by then), or None if it never fits on the ready nodes. `ending`:
-    `running` in `ending_order`, if the caller has it already; `closed`: nodes it must not use
-    (maintenance.py); `rooms`: `rooms_now(state, job)`, if the caller has it already."""
-    ending = ending if ending is not None else ending_order(running, now)
+    plan, room given back by then: negative where an occupant still holds it), or None if it
+    never fits on the ready nodes. `ending`: `running` and `occupants` in `ending_order`, if the
+    caller has it already; `closed`: nodes it must not use (maintenance.py); `rooms`:
+    `rooms_now(state, job)`, if the caller has it already; `occupants`: reservations made before
+    (`occupant`), which hold their room from now until they would end."""
+    ending = ending if ending is not None else ending_order([*running, *occupants], now)
     rooms = rooms if rooms is not None else rooms_now(state, job)
     trial = Trial(job, rooms, joining=state.slots_named(job.resource_class), closed=closed)
+    for held in occupants:
+        trial.take_room(held)
     gone = trial.fit_by_removing(ending)
     if gone is None:
         return None
-    return max(gone[-1].expected_end, now), trial.last_plan, released_by(gone)
+    given_back = released_by(gone)
+    if occupants:
+        left = [o for o in occupants if all(g is not o for g in gone)]
+        for node, extra in released_by(left).items():
+            given_back[node] = given_back[node] + Extra(-extra.gpus, -extra.cpus, -extra.memory_gb)
+    return max(gone[-1].expected_end, now), trial.last_plan, given_back
+
+
+def occupant(job: PendingJob, reservation: Reservation) -> RunningJob:
+    """A reservation as a job holding its nodes until `job` would end, had it started at the
+    reservation's start: what a later reservation's shadow start must leave it (`shadow_start`).
+    Its id is the job's, negated (no running job has it)."""
+    shape = job.shape
+    tasks = []
+    for node in reservation.nodes:
+        count = reservation.units[node] // shape.units_per_task if shape.units_per_task else 1
+        tasks.append(
+            TaskPlacement(
+                len(tasks),
+                node,
+                tuple(range(count * shape.gpus_per_task)),
+                count * shape.cpus_per_task,
+                count * shape.memory_gb_per_task,
+            )
+        )
+    return RunningJob(
+        -job.job_id,
+        job.team,
+        job.priority,
+        shape.gpu_type,
+        tuple(tasks),
+        started_at=reservation.start_at,
+        expected_end=reservation.start_at + job.max_runtime_s,
+        preemptible=False,
+    )
 
 
 @dataclass

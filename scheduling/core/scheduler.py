@@ -37,7 +37,7 @@ from scheduling.core.pruning import Pruning
 from scheduling.core.queue_order import RANKS, KeptOrder, QueueOrder
 from scheduling.core.reasons import PendingReason
 from scheduling.core.reclaim_turn import ReclaimTurn
-from scheduling.core.reservation import ReservationBook, ending_order, shadow_start
+from scheduling.core.reservation import ReservationBook, ending_order, occupant, shadow_start
 from scheduling.core.state import ClusterState
 
 
@@ -246,7 +246,9 @@ class Pass(HeldRoom, PassPreemption, ReclaimTurn, PassReasons):
         self.kinds: dict[int, tuple] = {}
         self.refusals: dict[tuple, tuple[int, PendingReason | None]] = {}
         self.variants: dict[tuple, tuple] = {}
-        self.ending: dict[str, tuple[int, list[RunningJob]]] = {}  # per class: running jobs, soonest end first
+        # Per class: running jobs and reservations' occupants, soonest end first (see `_reserve`).
+        self.ending: dict[str, tuple[tuple[int, int], list[RunningJob]]] = {}
+        self.reserved: dict[str, list[RunningJob]] = {}  # per class: its reservations as occupants
         self.known: dict[int, tuple] = known if known is not None else {}
         self.explainer = explainer
         self.spans = spans
@@ -475,16 +477,25 @@ class Pass(HeldRoom, PassPreemption, ReclaimTurn, PassReasons):
         )
 
     def _reserve(self, job: PendingJob) -> None:
-        active = self.active[job.resource_class]
-        sorted_at = self.ending.get(job.resource_class)
-        if sorted_at is None or sorted_at[0] != len(active):  # jobs only join `active` in a pass
-            sorted_at = self.ending[job.resource_class] = (len(active), ending_order(active, self.now))
-        found = shadow_start(self.state, job, active, self.now, ending=sorted_at[1], closed=self._closed(job))
+        """Reserve the job's shadow start. The class's earlier reservations count as jobs that
+        hold their nodes from now until they would end: a second reservation is never promised
+        room the first one will use (its start may come later than it could, never earlier)."""
+        rclass = job.resource_class
+        active, occupants = self.active[rclass], self.reserved.get(rclass, [])
+        sorted_at = self.ending.get(rclass)
+        # Jobs only join `active` and reservations only join the book in a pass.
+        if sorted_at is None or sorted_at[0] != (len(active), len(occupants)):
+            ordered = ending_order([*active, *occupants], self.now)
+            sorted_at = self.ending[rclass] = ((len(active), len(occupants)), ordered)
+        found = shadow_start(
+            self.state, job, active, self.now, ending=sorted_at[1], closed=self._closed(job), occupants=occupants
+        )
         if found is None:
             return
         start_at, chosen, extra = found
         waited = self.now - job.submitted_at
-        self.book.add(job, start_at, chosen, extra, strict=waited > self.config.reservation_wait_bound_s)
+        reservation = self.book.add(job, start_at, chosen, extra, strict=waited > self.config.reservation_wait_bound_s)
+        self.reserved.setdefault(rclass, []).append(occupant(job, reservation))
 
     def _closed(self, job: PendingJob) -> frozenset[str]:
         """The nodes `job` must not start on: a window there starts before its time limit ends."""

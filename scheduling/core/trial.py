@@ -58,9 +58,14 @@ class Trial:
                 was.cpus + sign * task.cpus,
                 was.memory_gb + sign * task.memory_gb,
             )
-            tasks = capacity(slot, self.shape, extra=now)
+            tasks = max(capacity(slot, self.shape, extra=now), 0)  # below 0 while an occupant holds room
             self.total += tasks - rooms[slot]
             rooms[slot] = tasks
+
+    def take_room(self, occupant: RunningJob) -> None:
+        """Hold the room `occupant` will use (a reservation: see `reservation.occupant`), until
+        it is taken away like a running job."""
+        self._change(occupant, -1)
 
     def fits(self) -> bool:
         if self.total < self.shape.tasks:

@@ -97,6 +97,31 @@ def test_past_the_wait_bound_nothing_new_lands_on_reserved_nodes():
     assert decisions.pending[40].code == ReasonCode.BEHIND_RESERVATION
 
 
+def test_a_second_reservation_is_not_promised_the_room_of_the_first():
+    """Two 8-GPU jobs wait for the one node, busy for an hour: the first reserves it from 22:20,
+    for its 2 h; the second gets it when the first would end (it was promised 22:20 too)."""
+    busy = [running(1, ["z1-r1-n1"], remaining=HOUR)]
+    first, second = job(8, gpus=8, runtime=2 * HOUR, age=600), job(9, gpus=8, runtime=2 * HOUR, age=300)
+    decisions = schedule(
+        snapshot(cluster(rack("z1-r1", 1)), pending=[first, second], running_jobs=busy, reservations_per_class=2)
+    )
+    assert [(r.job_id, r.nodes, r.start_at) for r in decisions.reservations] == [
+        (8, ("z1-r1-n1",), NOW + HOUR),
+        (9, ("z1-r1-n1",), NOW + 3 * HOUR),
+    ]
+    assert decisions.pending[9].message.endswith("reserved 1 node(s), estimated start 00:20 UTC")
+
+
+def test_a_second_reservation_takes_what_the_first_leaves_on_a_node():
+    """The first needs 4 of the node's 8 GPUs at 22:20: the second, 4 too, starts beside it."""
+    busy = [running(1, ["z1-r1-n1"], remaining=HOUR)]
+    first, second = job(8, gpus=4, runtime=2 * HOUR, age=600), job(9, gpus=4, runtime=2 * HOUR, age=300)
+    decisions = schedule(
+        snapshot(cluster(rack("z1-r1", 1)), pending=[first, second], running_jobs=busy, reservations_per_class=2)
+    )
+    assert [(r.job_id, r.start_at) for r in decisions.reservations] == [(8, NOW + HOUR), (9, NOW + HOUR)]
+
+
 def test_reclaim_of_borrowed_gpus_even_at_the_same_priority():
     nodes = cluster(rack("z1-r1", 8))
     quotas = teams(vision={"gpu:H100": (32, 32)}, ranking={"gpu:H100": (32, 32)})
