@@ -24,7 +24,7 @@ def ts(moment) -> float | None:
 def load_nodes() -> tuple[list[core.Node], dict[str, int]]:
     found, ids = [], {}
     fields = ("id", "name", "zone", "rack", "gpu_type", "gpu_count", "cpu_count", "memory_gb", "labels", "state")
-    fields += ("excluded_gpus",)
+    fields += ("excluded_gpus", "scratch_disk_gb")
     for row in Node.objects.values(*fields):
         ids[row["name"]] = row["id"]
         found.append(
@@ -39,6 +39,7 @@ def load_nodes() -> tuple[list[core.Node], dict[str, int]]:
                 row["labels"] or {},
                 core.NodeState(row["state"]),
                 tuple(sorted(int(index) for index in row["excluded_gpus"] or ())),
+                row["scratch_disk_gb"],
             )
         )
     return found, ids

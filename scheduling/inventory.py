@@ -6,7 +6,18 @@ from mlqueue.compiled import CompiledRead
 from scheduling.core import model as core
 from scheduling.models import Node
 
-INVENTORY_FIELDS = ("name", "zone", "rack", "gpu_type", "gpu_count", "cpu_count", "memory_gb", "labels", "state")
+INVENTORY_FIELDS = (
+    "name",
+    "zone",
+    "rack",
+    "gpu_type",
+    "gpu_count",
+    "cpu_count",
+    "memory_gb",
+    "labels",
+    "state",
+    "scratch_disk_gb",
+)
 ALIKE_FIELDS = tuple(field for field in INVENTORY_FIELDS if field != "name")
 # Nodes alike in all but their name: one row each, with the first one's name and how many.
 ALIKE_NODES = CompiledRead(
@@ -25,6 +36,7 @@ def to_core_node(row: dict) -> core.Node:
         memory_gb=row["memory_gb"],
         labels=row["labels"] or {},
         state=core.NodeState(row["state"]),
+        scratch_disk_gb=row["scratch_disk_gb"],
     )
 
 

@@ -178,6 +178,7 @@ def job_shape(spec: dict) -> JobShape:
         memory_gb_per_task=res["memory_per_rank_gb"],
         node_selector=spec["node_selector"],
         topology=Topology(spec["topology_hint"]),
+        scratch_disk_gb=res["scratch_disk_gb"],
     )
 
 

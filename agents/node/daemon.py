@@ -401,6 +401,12 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--gpu-type", help="the fake GPUs' type (default H100)")
     group.add_argument("--cpus", type=int)
     group.add_argument("--memory-gb", type=int)
+    group.add_argument(
+        "--scratch-gb",
+        type=int,
+        help="local scratch disk for tasks, GB: jobs asking more per task do not start here (default: not "
+        "reported, not checked)",
+    )
     group.add_argument("--label", action="append", default=[], metavar="KEY=VALUE")
     group.add_argument("--address", help="how other nodes reach this one (a gang's MASTER_ADDR)")
     group.add_argument("--fleet", type=Path, help="a JSON list of virtual nodes to run in this process")
@@ -509,6 +515,7 @@ def nodes_from(args: argparse.Namespace) -> list[dict]:
             gpu_type=args.gpu_type,
             cpus=args.cpus,
             memory=args.memory_gb,
+            scratch=args.scratch_gb,
             labels=labels,
             address=args.address,
         )

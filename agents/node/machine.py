@@ -56,6 +56,7 @@ def inventory(
     memory: int | None,
     labels: dict,
     address: str | None,
+    scratch: int | None = None,
 ) -> dict:
     if fake_gpus is not None:
         kind, count = (gpu_type or "H100") if fake_gpus else "", fake_gpus
@@ -71,4 +72,5 @@ def inventory(
         "memory_gb": memory or memory_gb(),
         "labels": labels,
         "address": address or socket.gethostname(),
+        **({"scratch_disk_gb": scratch} if scratch is not None else {}),
     }

@@ -317,6 +317,8 @@ class CapacityExplainer:
             return "too few free CPUs"
         if slot.free_memory < shape.memory_gb_per_task:
             return "too little free memory"
+        if slot.node.scratch_fit(shape.scratch_disk_gb) == 0:
+            return "too little scratch disk"
         return ""
 
     def _no_match(self, shape: JobShape) -> str:

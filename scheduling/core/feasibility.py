@@ -9,7 +9,8 @@ from scheduling.core.model import JobShape, Node, Topology, Verdict, labels_matc
 NO_NODE_OF_TYPE = "no node in the cluster has gpu_type={kind}"
 NO_CPU_NODES = "the cluster has no CPU nodes"
 MORE_THAN_THE_CLUSTER = "asks {asked} {kind}; the cluster has {total}"
-# what: "GPUs per task", "CPUs per task" or "GB of memory per task"; unit: "", " CPUs" or " GB".
+# what: "GPUs per task", "CPUs per task", "GB of memory per task" or "GB of scratch disk per task";
+# unit: "", " CPUs" or " GB".
 LARGER_THAN_ANY_NODE = "asks {asked} {what}; the largest {kind} node has {largest}{unit}"
 NO_NODE_WITH_LABELS = "no {kind} node carries the labels {wanted} ({count} {kind} nodes)"
 MORE_THAN_THE_MATCHING_NODES = "needs {what}; the matching {kind} nodes hold {count} at most"
@@ -57,6 +58,16 @@ def _check_largest_node(shape: JobShape, nodes: list[Node], kind: str) -> Verdic
             " GB",
         ),
     )
+    if all(n.scratch_disk_gb for n in nodes):  # 0: not known (see `Node.scratch_disk_gb`)
+        checks += (
+            (
+                "resources.scratch_disk_gb",
+                shape.scratch_disk_gb,
+                max(n.scratch_disk_gb for n in nodes),
+                "GB of scratch disk per task",
+                " GB",
+            ),
+        )
     for field, asked, largest, what, unit in checks:
         if asked > largest:
             return Verdict(
@@ -77,6 +88,8 @@ def _check_groups(shape: JobShape, nodes: list[Node], kind: str) -> Verdict:
     by_zone, by_rack = defaultdict(int), defaultdict(int)
     for n in nodes:
         fit = tasks_per_node(shape, gpus=n.gpus, cpus=n.cpus, memory_gb=n.memory_gb)
+        if (disk := n.scratch_fit(shape.scratch_disk_gb)) is not None:
+            fit = min(fit, disk)
         by_zone[n.zone] += fit
         by_rack[n.rack] += fit
     what = f"{shape.tasks} tasks of {shape.describe().split(' x ', 1)[1]}"

@@ -55,7 +55,10 @@ def capacity(slot: Slot, shape: JobShape, limit: Limit | None = None, extra: Ext
     cap = limit(slot) if limit else None
     if cap is not None:
         gpus, cpus = (min(gpus, cap), cpus) if shape.gpu_type else (gpus, min(cpus, cap))
-    return tasks_per_node(shape, gpus=gpus, cpus=cpus, memory_gb=slot.free_memory + extra.memory_gb)
+    fit = tasks_per_node(shape, gpus=gpus, cpus=cpus, memory_gb=slot.free_memory + extra.memory_gb)
+    if shape.scratch_disk_gb and (disk := slot.node.scratch_fit(shape.scratch_disk_gb)) is not None:
+        return min(fit, disk)
+    return fit
 
 
 def rooms(state: ClusterState, shape: JobShape, limit: Limit | None = None) -> list[Room]:

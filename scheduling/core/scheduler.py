@@ -524,6 +524,7 @@ def shape_key(shape: JobShape) -> tuple:
         shape.memory_gb_per_task,
         shape.topology,
         tuple(sorted(selector.items())) if selector else (),
+        shape.scratch_disk_gb,
     )
 
 

@@ -34,6 +34,7 @@ PENDING_FIELDS = (
     "gpus_per_task",
     "cpu_per_rank",
     "memory_per_rank_gb",
+    "scratch_disk_gb",
     "node_selector",
     "topology_hint",
     "submitted_at",
@@ -153,6 +154,7 @@ def _pending(rows: list[dict]) -> tuple[list[core.PendingJob], dict, dict]:
             row["memory_per_rank_gb"],
             row["node_selector"] or {},
             core.Topology(row["topology_hint"]),
+            row["scratch_disk_gb"],
         )
         jobs.append(
             core.PendingJob(

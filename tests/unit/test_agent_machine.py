@@ -37,3 +37,20 @@ def test_fake_gpus_need_no_nvml():
         name="n2", zone="z1", rack="r1", fake_gpus=0, gpu_type=None, cpus=None, memory=None, labels={}, address=None
     )
     assert (cpu_only["gpu_type"], cpu_only["gpu_count"]) == ("", 0) and cpu_only["cpu_count"] >= 1
+    assert "scratch_disk_gb" not in cpu_only  # not reported: the server does not check it
+
+
+def test_scratch_disk_is_reported_when_given():
+    found = inventory(
+        name="n1",
+        zone="z1",
+        rack="r1",
+        fake_gpus=8,
+        gpu_type=None,
+        cpus=8,
+        memory=64,
+        labels={},
+        address=None,
+        scratch=7500,
+    )
+    assert found["scratch_disk_gb"] == 7500

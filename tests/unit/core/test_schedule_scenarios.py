@@ -122,6 +122,19 @@ def test_a_second_reservation_takes_what_the_first_leaves_on_a_node():
     assert [(r.job_id, r.start_at) for r in decisions.reservations] == [(8, NOW + HOUR), (9, NOW + HOUR)]
 
 
+def test_scratch_disk_caps_the_tasks_a_node_takes_where_the_node_reports_it():
+    """Three one-GPU tasks asking 800 GB of scratch each: a node with 2,000 GB takes two at most,
+    a node that reports none (0: not known) is not held to it, one with 500 GB takes none."""
+    disks = {"z1-r1-n1": 2000, "z1-r1-n2": 500, "z1-r1-n3": 0}
+    nodes = [replace(n, scratch_disk_gb=disks[n.name]) for n in cluster(rack("z1-r1", 3))]
+    busy = [running(9, ["z1-r1-n3"], gpus_per_node=7)]  # n3 has room for one task
+    gang = job(1, gpus=3, per_task=1, scratch_disk_gb=800)
+    decisions = schedule(snapshot(nodes, pending=[gang], running_jobs=busy, preemption=False))
+    assert sorted(placed_nodes(decisions, 1)) == ["z1-r1-n1", "z1-r1-n1", "z1-r1-n3"]
+    alone = schedule(snapshot(nodes[1:2], pending=[job(2, gpus=1, scratch_disk_gb=800)], preemption=False))
+    assert "too little scratch disk" in alone.pending[2].message
+
+
 def test_reclaim_of_borrowed_gpus_even_at_the_same_priority():
     nodes = cluster(rack("z1-r1", 8))
     quotas = teams(vision={"gpu:H100": (32, 32)}, ranking={"gpu:H100": (32, 32)})
