@@ -7,6 +7,7 @@ Capacity reasons come with a per-node histogram, kube-scheduler style:
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import replace
+from datetime import UTC, datetime
 
 from scheduling.core.conditions import waiting_message
 from scheduling.core.decisions import Reservation
@@ -69,11 +70,19 @@ def maintenance(job: PendingJob, window: MaintenanceWindow) -> PendingReason:
 
 
 def describe_window(window: MaintenanceWindow) -> str:
-    """ "rack z1-r3 drains at 02:00 UTC for 4 h (maintenance #7)"."""
+    """ "rack z1-r3 drains at 2026-12-06 02:00 UTC for 4 h (maintenance #7)": with the date, as
+    windows are scheduled days ahead (a time of day alone reads as tonight's)."""
     return (
-        f"{window.target} drains at {clock(window.start_at)} for {length(window.end_at - window.start_at)} "
-        f"(maintenance #{window.window_id})"
+        f"{window.target} drains at {day_and_clock(window.start_at)} for "
+        f"{length(window.end_at - window.start_at)} (maintenance #{window.window_id})"
     )
+
+
+def day_and_clock(t: float) -> str:
+    """Epoch seconds as a UTC date and time of day (`clock` for small, virtual times)."""
+    if t < 10**9:
+        return clock(t)
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
 def length(seconds: float) -> str:
