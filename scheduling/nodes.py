@@ -54,11 +54,14 @@ def _health_columns(health: str, *, reason, now) -> dict:
     return {"health": health, "state": state, "state_reason": reason, "state_changed_at": now}
 
 
-def _set_admin_state(node: Node, admin_state: str, *, reason: str, now, only_from: str | None = None, **admin) -> int:
+def _set_admin_state(
+    node: Node, admin_state: str, *, reason: str, now, only_from: str | None = None, unless: str | None = None, **admin
+) -> int:
     """The admin writers' UPDATE: their own columns (`admin` adds admin_reason and
     reclaim_deadline), and `state` from the row's health as it is when the UPDATE runs (an
     admin state shows only on a READY node). Health is the failure detector's: never written here.
-    `only_from`: write only while the row's admin state is that one. Returns the rows written."""
+    `only_from`: write only while the row's admin state is that one; `unless`: only while it is
+    not that one. Returns the rows written."""
     state = (
         F("health")
         if admin_state == AdminState.NONE
@@ -67,6 +70,8 @@ def _set_admin_state(node: Node, admin_state: str, *, reason: str, now, only_fro
     rows = Node.objects.filter(pk=node.pk)
     if only_from is not None:
         rows = rows.filter(admin_state=only_from)
+    if unless is not None:
+        rows = rows.exclude(admin_state=unless)
     written = rows.update(admin_state=admin_state, **admin, state=state, state_reason=reason, state_changed_at=now)
     node.refresh_from_db(fields=NODE_STATE)  # the caller shows what the row says now
     notify.wake_scheduler("node")
@@ -145,10 +150,21 @@ def do_cordon(*, node: Node, user, reason: str, now=None) -> Node:
 
 
 def do_uncordon(*, node: Node, user, reason: str, now=None, actor_name: str = "") -> Node:
-    """`actor_name`: who acts when it is not `user` (a maintenance window's end)."""
+    """`actor_name`: who acts when it is not `user` (a maintenance window's end). A node that is
+    neither cordoned nor draining is left as it is, with no event: uncordoning is idempotent."""
     now = now or timezone.now()
     with transaction.atomic():
-        _set_admin_state(node, AdminState.NONE, reason=reason, now=now, admin_reason="", reclaim_deadline=None)
+        written = _set_admin_state(
+            node,
+            AdminState.NONE,
+            reason=reason,
+            now=now,
+            unless=AdminState.NONE,
+            admin_reason="",
+            reclaim_deadline=None,
+        )
+        if not written:
+            return node
         record_node_event(
             node,
             actor=user,

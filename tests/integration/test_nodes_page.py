@@ -147,6 +147,9 @@ def test_drain_then_uncordon(api, ops, ready, user):
     html = post(ops, node, "uncordon", "DIMM replaced", **HTMX).content.decode()
     assert 'data-state="READY"' in node_line(html, node)
     assert AuditEvent.objects.filter(kind="NODE_STATE", node__name=node).latest("id").reason == "UNCORDONED"
+    # Uncordoning a node that is neither cordoned nor draining changes nothing, and says so once.
+    post(ops, node, "uncordon", "again", **HTMX)
+    assert AuditEvent.objects.filter(kind="NODE_STATE", node__name=node, reason="UNCORDONED").count() == 1
 
 
 def test_cordon_and_drain_wait(ops, ready):
