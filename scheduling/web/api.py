@@ -5,6 +5,7 @@ from django.http import StreamingHttpResponse
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import generics, serializers, status
+from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -36,6 +37,9 @@ from scheduling.web.serializers import (
     WhySerializer,
 )
 from teams.models import AuditEvent
+
+NO_SUCH_RANK = "job {job} has {ranks}."
+NO_SUCH_ATTEMPT = "rank {rank} of job {job} has made {made} attempt(s)."
 
 
 class OldestFirst(NewestFirst):
@@ -378,6 +382,7 @@ class JobLogs(APIView):
             query.validated_data["stream"],
             query.validated_data["offset"],
         )
+        _check_log_query(job, rank, query.validated_data.get("attempt"))
         if query.validated_data["follow"]:
             attempt = query.validated_data.get("attempt") or logstream.latest_attempt(job.pk, rank, stream)
             response = StreamingHttpResponse(
@@ -404,6 +409,18 @@ class JobLogs(APIView):
                 "text": text,
             }
         )
+
+
+def _check_log_query(job: Job, rank: int, attempt: int | None) -> None:
+    """A rank the job has, and an attempt that rank has made (or its first): else a 400 naming
+    the parameter, not an empty log that looks like a silent job."""
+    if rank >= job.task_count:
+        ranks = "rank 0" if job.task_count == 1 else f"ranks 0-{job.task_count - 1}"
+        raise ValidationError({"rank": [NO_SUCH_RANK.format(job=job.pk, ranks=ranks)]})
+    if attempt is not None:
+        made = Task.objects.filter(job=job, rank=rank).values_list("attempt", flat=True).first() or 0
+        if attempt > max(made, 1):
+            raise ValidationError({"attempt": [NO_SUCH_ATTEMPT.format(job=job.pk, rank=rank, made=made)]})
 
 
 class QueueQuerySerializer(serializers.Serializer):

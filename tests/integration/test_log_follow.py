@@ -126,6 +126,21 @@ def test_follow_is_404_for_another_teams_job_and_400_naming_a_bad_parameter(api)
     assert response.status_code == 400 and "offset" in response.json()["fields"]
 
 
+@pytest.mark.parametrize("follow", ["", "&follow=1"])
+def test_a_rank_or_attempt_the_job_never_had_is_a_400_not_an_empty_log(api, follow):
+    job_id = running_job(api)  # 8 ranks; rank 0 on its first attempt
+    for query, field, message in (
+        ("rank=8", "rank", f"job {job_id} has ranks 0-7."),
+        ("rank=99", "rank", f"job {job_id} has ranks 0-7."),
+        ("rank=0&attempt=2", "attempt", f"rank 0 of job {job_id} has made 1 attempt(s)."),
+    ):
+        response = get(f"/api/v1/jobs/{job_id}/logs?{query}{follow}", bearer("alice"))
+        assert response.status_code == 400, query
+        assert response.json()["fields"][field] == [message], query
+    if not follow:  # a stream of a running job would run to its bound
+        assert get(f"/api/v1/jobs/{job_id}/logs?rank=7&attempt=1", bearer("alice")).status_code == 200
+
+
 def test_the_job_page_follows_the_stream_from_where_its_tail_ends_and_polls_as_the_fallback(api):
     job_id = running_job(api)
     write(job_id, 0, "epoch 1\n")
