@@ -2,7 +2,6 @@
 (register, heartbeat, events), which authenticates with a join token (to register a free node
 name) or a node's own token instead of a user's."""
 
-import django_filters
 from django.conf import settings
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
@@ -14,11 +13,12 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agents import heartbeats, ingest, services, tokens
+from agents.node_filters import ConsoleFilter
 from agents.protocol import MAX_GPUS, DocumentedHeartbeatSerializer, EventsSerializer, RegisterSerializer
 from mlqueue.pagination import StrictCursorPagination as CursorPagination
 from mlqueue.parsers import AgentEventsJSONParser
 from scheduling import nodes
-from scheduling.models import Node, NodeState
+from scheduling.models import Node
 from teams.selectors import is_site_admin
 
 
@@ -51,14 +51,6 @@ class NodeSerializer(serializers.ModelSerializer):
         ]
 
 
-class NodeFilter(django_filters.FilterSet):
-    state = django_filters.MultipleChoiceFilter(choices=NodeState.choices)
-
-    class Meta:
-        model = Node
-        fields = ["state", "zone", "rack", "gpu_type"]
-
-
 class ByName(CursorPagination):
     ordering = "name"
     page_size = 500
@@ -69,7 +61,7 @@ class ByName(CursorPagination):
 class NodeList(generics.ListAPIView):
     pagination_class = ByName
     serializer_class = NodeSerializer
-    filterset_class = NodeFilter
+    filterset_class = ConsoleFilter  # the console's filters: gpu_type=cpu, label, name too
     queryset = Node.objects.all()
 
 

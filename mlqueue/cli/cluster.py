@@ -91,7 +91,7 @@ def quota(ctx, team, changes, reason, output):
 @click.option("--state")
 @click.option("--rack")
 @click.option("--zone")
-@click.option("--gpu-type")
+@click.option("--gpu-type", help="H100, A100, ...; cpu for the nodes without GPUs")
 @output_option
 @click.pass_context
 def nodes(ctx, state, rack, zone, gpu_type, output):
@@ -99,7 +99,8 @@ def nodes(ctx, state, rack, zone, gpu_type, output):
 
     \b
     Example:
-      mlq nodes --state READY --rack r1
+      mlq nodes --state READY --rack z1-r1
+      mlq nodes --gpu-type cpu
     """
     found = client(ctx).nodes(state=state, rack=rack, zone=zone, gpu_type=gpu_type)
     emit(found, output, NODE_COLUMNS, NODE_WIDE)

@@ -196,3 +196,16 @@ def test_a_node_page_shows_its_history_and_acts_on_it(ops, ready):
 def test_the_console_reads_a_bounded_number_of_queries_whatever_the_filters(ops, ready, django_assert_max_num_queries):
     with django_assert_max_num_queries(15):
         assert ops.get("/nodes/?zone=z1&state=READY&label=ib&name=h100").status_code == 200
+
+
+def test_the_nodes_api_filters_as_the_console_does(api):
+    def names(query: str) -> list[str]:
+        response = api("ops").get(f"/api/v1/nodes?{query}")
+        assert response.status_code == 200, response.json()
+        return [node["name"] for node in response.json()["results"]]
+
+    cpu = names("gpu_type=cpu")
+    assert cpu and cpu == names("gpu_type=CPU") and all("-cpu-" in name for name in cpu)
+    assert names("rack=z1-r1") == Z1_R1
+    assert names("name=h100-0&rack=z1-r1") == Z1_R1
+    assert names("gpu_type=H100&label=ib=ndr400") == sorted(names("gpu_type=H100"))
