@@ -2,7 +2,9 @@ from django.conf import settings
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.contrib.staticfiles.views import serve as serve_static
+from django.http import JsonResponse
 from django.urls import include, path, re_path
+from django.views.defaults import page_not_found
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from agents import api as agents_api
@@ -138,3 +140,14 @@ urlpatterns = [
 
 if settings.MLQ_SERVE_STATIC:
     urlpatterns.append(re_path(r"^static/(?P<path>.*)$", serve_static, {"insecure": True}))
+
+
+def not_found(request, exception=None):
+    """An API path that matches no route (`/api/v1/jobs/abc/cancel`) answers as the API does,
+    in JSON; any other path gets Django's page."""
+    if request.path.startswith("/api/"):
+        return JsonResponse({"detail": f"no such API path: {request.path[:200]}"}, status=404)
+    return page_not_found(request, exception)
+
+
+handler404 = not_found

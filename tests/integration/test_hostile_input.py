@@ -932,3 +932,10 @@ def test_hostile_input_is_refused_cleanly(api, world, case, method, path, who, b
 
 def test_there_are_at_least_sixty_cases():
     assert len(CASES) >= 60
+
+
+@pytest.mark.parametrize("path", ["/api/v1/jobs/abc/cancel", "/api/v1/maintenance/abc", "/api/v1/nope"])
+def test_an_api_path_that_matches_no_route_answers_in_json(api, path):
+    response = api("ops").get(path)
+    assert response.status_code == 404
+    assert response.json() == {"detail": f"no such API path: {path}"}
