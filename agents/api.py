@@ -2,6 +2,8 @@
 (register, heartbeat, events), which authenticates with a join token (to register a free node
 name) or a node's own token instead of a user's."""
 
+from datetime import timedelta
+
 from django.conf import settings
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
@@ -76,6 +78,17 @@ class NodeActionSerializer(serializers.Serializer):
 class ReclaimNoticeSerializer(serializers.Serializer):
     deadline = serializers.DateTimeField()
     reason = serializers.CharField(max_length=300, required=False, allow_blank=True, default="")
+
+    def validate_deadline(self, value):
+        """A spot notice comes minutes ahead (30 s to 2 min on the big clouds): a deadline past a
+        day is a mistake, and work planned days ahead is a maintenance window's."""
+        if value - timezone.now() > RECLAIM_NOTICE_AHEAD:
+            raise serializers.ValidationError(RECLAIM_TOO_FAR)
+        return value
+
+
+RECLAIM_NOTICE_AHEAD = timedelta(hours=24)
+RECLAIM_TOO_FAR = "must be within 24 hours from now (for work planned later, schedule a maintenance window)."
 
 
 NOT_AN_ADMIN = "only site admins may cordon, drain, uncordon or reset nodes."

@@ -245,3 +245,13 @@ def test_a_spot_reclaim_notice_requeues_at_the_deadline(clock, api, leader):
         .status_code
         == 400
     )
+
+
+@pytest.mark.parametrize("deadline", ["9999-12-31T23:59:59Z", "2026-04-21T09:30:00Z"])
+def test_a_reclaim_notice_days_ahead_is_refused(clock, api, deadline):
+    response = api("ops").post("/api/v1/nodes/z1-r1-h100-01/reclaim-notice", {"deadline": deadline}, format="json")
+    assert response.status_code == 400
+    assert response.json()["fields"]["deadline"] == [
+        "must be within 24 hours from now (for work planned later, schedule a maintenance window)."
+    ]
+    assert Node.objects.get(name="z1-r1-h100-01").admin_state == ""
