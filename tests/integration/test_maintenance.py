@@ -154,7 +154,8 @@ def test_a_long_job_is_kept_off_the_windows_and_a_short_one_is_not(clock, api, l
     long.refresh_from_db()
     assert long.pending_reason_code == "MAINTENANCE"
     assert long.pending_reason_message == (
-        f"rack z1-r1 drains at 2026-04-20 10:00 UTC for 4 h (maintenance #{first.pk}); this job's 6 h time limit would run into it"
+        f"rack z1-r1 drains at 2026-04-20 10:00 UTC for 4 h (maintenance #{first.pk}); "
+        "this job's 6 h time limit would run into it"
     )
     assert Task.objects.get(job=short).node.rack in ("z1-r1", "z2-r1")
     # "What would help" tries the free room off the windows too, and names the limit that fits.

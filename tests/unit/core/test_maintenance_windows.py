@@ -33,15 +33,15 @@ def with_windows(*windows, **kwargs):
             6 * HOUR,
             None,
             ReasonCode.MAINTENANCE,
-            "rack z1-r1 drains at 2026-11-06 23:20 UTC for 4 h (maintenance #7); this job's 6 h time limit would run into it; "
-            "reserved 1 node(s), estimated start 07:20 UTC",
+            "rack z1-r1 drains at 2026-11-06 23:20 UTC for 4 h (maintenance #7); "
+            "this job's 6 h time limit would run into it; reserved 1 node(s), estimated start 07:20 UTC",
         ),
         (
             2 * HOUR + 60,
             None,
             ReasonCode.MAINTENANCE,
-            "rack z1-r1 drains at 2026-11-06 23:20 UTC for 4 h (maintenance #7); this job's 2.02 h time limit would run into "
-            "it; reserved 1 node(s), estimated start 07:20 UTC",
+            "rack z1-r1 drains at 2026-11-06 23:20 UTC for 4 h (maintenance #7); "
+            "this job's 2.02 h time limit would run into it; reserved 1 node(s), estimated start 07:20 UTC",
         ),
     ],
 )
@@ -70,7 +70,8 @@ def test_the_earliest_window_on_the_nodes_is_named():
     later = MaintenanceWindow(9, "zone z1", tuple(n.name for n in FLEET), NOW + 3 * HOUR, NOW + 4 * HOUR)
     decisions = schedule(with_windows(later, RACK_R1, pending=[job(10, runtime=6 * HOUR)], running_jobs=R2_BUSY))
     assert decisions.pending[10].message == (
-        "rack z1-r1 drains at 2026-11-06 23:20 UTC for 4 h (maintenance #7); this job's 6 h time limit would run into it"
+        "rack z1-r1 drains at 2026-11-06 23:20 UTC for 4 h (maintenance #7); "
+        "this job's 6 h time limit would run into it"
     )
 
 
@@ -90,8 +91,10 @@ def test_jobs_alike_but_for_their_limits_each_get_their_own_limit_in_the_reason(
     pending = [job(10, runtime=10 * HOUR, age=120), job(11, runtime=20 * HOUR, age=60)]
     decisions = schedule(replace(snapshot(one_rack, pending=pending, reservations_per_class=0), maintenance=(window,)))
     assert {job_id: decisions.pending[job_id].message for job_id in (10, 11)} == {
-        10: "rack z1-r1 drains at 2026-11-06 23:20 UTC for 1 h (maintenance #7); this job's 10 h time limit would run into it",
-        11: "rack z1-r1 drains at 2026-11-06 23:20 UTC for 1 h (maintenance #7); this job's 20 h time limit would run into it",
+        10: "rack z1-r1 drains at 2026-11-06 23:20 UTC for 1 h (maintenance #7); "
+        "this job's 10 h time limit would run into it",
+        11: "rack z1-r1 drains at 2026-11-06 23:20 UTC for 1 h (maintenance #7); "
+        "this job's 20 h time limit would run into it",
     }
 
 
