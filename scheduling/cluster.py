@@ -21,11 +21,16 @@ def ts(moment) -> float | None:
     return moment.timestamp() if moment is not None else None
 
 
-def load_nodes() -> tuple[list[core.Node], dict[str, int]]:
+def load_nodes(kept: "KeptReads | None" = None) -> tuple[list[core.Node] | tuple[core.Node, ...], dict[str, int]]:
+    """Every node, and its id by name. `kept`: the last read's nodes, given back as the same
+    tuple while no node's values have changed."""
     found, ids = [], {}
     fields = ("id", "name", "zone", "rack", "gpu_type", "gpu_count", "cpu_count", "memory_gb", "labels", "state")
     fields += ("excluded_gpus", "scratch_disk_gb")
-    for row in Node.objects.values(*fields):
+    rows = list(Node.objects.values_list(*fields))
+    if kept is not None and kept.nodes is not None and kept.nodes[0] == rows:
+        return kept.nodes[1], kept.nodes[2]
+    for row in (dict(zip(fields, values, strict=True)) for values in rows):
         ids[row["name"]] = row["id"]
         found.append(
             core.Node(
@@ -42,10 +47,34 @@ def load_nodes() -> tuple[list[core.Node], dict[str, int]]:
                 row["scratch_disk_gb"],
             )
         )
+    if kept is not None:
+        kept.nodes = (rows, tuple(found), ids)
+        return kept.nodes[1], ids
     return found, ids
 
 
-def load_running(now) -> list[core.RunningJob]:
+class KeptReads:
+    """The jobs the leader's last read built, each with the values it was built from. A job
+    read again with the same values is given back as the same object, not an equal new one:
+    the kept `Scheduler` then finds its own objects (its `_as_kept` compares by identity first,
+    so it need not compare every field of thousands of jobs), and the read builds only what
+    changed. Each read keeps only the jobs it saw."""
+
+    def __init__(self):
+        self.nodes: tuple | None = None  # (the rows, the nodes, their ids by name)
+        self.running: dict[int, tuple] = {}  # job id -> (values, RunningJob)
+        self.pending: dict[int, tuple] = {}  # job id -> (values, PendingJob)
+
+    @staticmethod
+    def built(kept: dict[int, tuple], job_id: int, values: tuple):
+        """The object the last read built for `job_id` from these same `values`, else None."""
+        old = kept.get(job_id)
+        return old[1] if old is not None and old[0] == values else None
+
+
+def load_running(now, kept: KeptReads | None = None) -> list[core.RunningJob]:
+    """`kept`: the last read's jobs, given back for those whose values have not changed (and
+    updated to this read's)."""
     tasks = defaultdict(list)
     stopping: dict[int, int | None] = {}
     began: dict[int, float] = {}
@@ -81,16 +110,19 @@ def load_running(now) -> list[core.RunningJob]:
         "preemptions",
         "parent_id",
     )
-    return [
-        _running_job(
-            job,
-            tasks[job["id"]],
-            stopping,
-            began.get(job["id"], now.timestamp()),
-            core.confirmed_checkpoint(saved[job["id"]]),
-        )
-        for job in jobs
-    ]
+    kept = kept if kept is not None else KeptReads()
+    found: dict[int, tuple] = {}
+    running = []
+    for job in jobs:
+        job_id = job["id"]
+        started, checkpoint = began.get(job_id, now.timestamp()), core.confirmed_checkpoint(saved[job_id])
+        placed = tasks[job_id]
+        values = (tuple(job.values()), tuple(sorted(placed)), stopping.get(job_id, False), started, checkpoint)
+        made = kept.built(kept.running, job_id, values) or _running_job(job, placed, stopping, started, checkpoint)
+        found[job_id] = (values, made)
+        running.append(made)
+    kept.running = found
+    return running
 
 
 def checkpoint_interval_s(checkpoint: dict | None) -> float | None:

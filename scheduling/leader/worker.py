@@ -19,6 +19,7 @@ from prometheus_client import Counter
 
 from mlqueue.redis_client import redis_client
 from scheduling import metrics
+from scheduling.cluster import KeptReads
 from scheduling.core.scheduler import Scheduler, schedule
 from scheduling.fencing import Deposed, fenced
 from scheduling.leader import failpoints
@@ -54,17 +55,22 @@ def run_pass(
     forecaster: Forecaster | None = None,
     scheduler: Scheduler | None = None,
     schedules: ScheduleSweep | None = None,
+    reads: KeptReads | None = None,
 ) -> PassReport:
     """One pass as the leader of `epoch`. Raises Deposed if another scheduler took over.
     `scheduler`: the policy core's state kept from the last pass (its decisions are exactly a
-    fresh pass's; it only saves re-indexing the cluster); None: a fresh pass.
+    fresh pass's; it only saves re-indexing the cluster); None: a fresh pass. `reads`: the
+    last pass's reads of the store, so that what has not changed comes back as the objects
+    `scheduler` kept (see `KeptReads`).
     The cyclic garbage collector waits until the pass is over: a pass allocates many short-
     lived objects and nothing cyclic worth collecting mid-pass (10-30% of a pass otherwise).
     `schedules`: fire the schedules due, when its interval has passed, before the snapshot (so
     the runs are in this pass)."""
     gc.disable()
     try:
-        return _run_pass(epoch=epoch, now=now, forecaster=forecaster, scheduler=scheduler, schedules=schedules)
+        return _run_pass(
+            epoch=epoch, now=now, forecaster=forecaster, scheduler=scheduler, schedules=schedules, reads=reads
+        )
     finally:
         gc.enable()
 
@@ -76,6 +82,7 @@ def _run_pass(
     forecaster: Forecaster | None = None,
     scheduler: Scheduler | None = None,
     schedules: ScheduleSweep | None = None,
+    reads: KeptReads | None = None,
 ) -> PassReport:
     started = time.perf_counter()
     now = now or timezone.now()
@@ -84,7 +91,7 @@ def _run_pass(
     if schedules is not None:
         schedules.maybe_fire(now=now)
     failpoints.hit("pass.after_sweep")
-    view = build_view(now=now)
+    view = build_view(now=now, kept=reads)
     decide = scheduler.schedule if scheduler is not None else schedule
     decisions = decide(view.snapshot, timer=time.perf_counter)
     if settings.MLQ_FAULT_APPLY_DELAY_S:
@@ -167,6 +174,7 @@ class SchedulerWorker:
         self.waker = Waker()
         self.forecaster = Forecaster()
         self.scheduler = Scheduler()
+        self.reads = KeptReads()
         self.schedules = ScheduleSweep()
         self.stopping = False
 
@@ -212,6 +220,7 @@ class SchedulerWorker:
         # A new term starts from the store alone: what this process kept from an earlier term
         # (where the backlog gate held, above all) may be stale by now.
         self.scheduler = Scheduler()
+        self.reads = KeptReads()
         return True
 
     def run_once(self) -> PassReport | None:
@@ -225,7 +234,11 @@ class SchedulerWorker:
         epoch = self.leadership.epoch
         try:
             report = run_pass(
-                epoch=epoch, forecaster=self.forecaster, scheduler=self.scheduler, schedules=self.schedules
+                epoch=epoch,
+                forecaster=self.forecaster,
+                scheduler=self.scheduler,
+                schedules=self.schedules,
+                reads=self.reads,
             )
         except Deposed as exc:
             log.warning("%s: stepping down", exc)

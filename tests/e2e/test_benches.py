@@ -179,6 +179,22 @@ def test_queue_page_bench_renders_every_view():
     assert figures["jobs"] == 300 and all(value > 0 for key, value in figures.items() if key.endswith("_ms"))
 
 
+def test_snapshot_read_bench_reads_both_ways():
+    figures = run_bench(
+        "bench/snapshot_read.py",
+        "--pending",
+        "200",
+        "--running",
+        "20",
+        "--reads",
+        "2",
+        "--database-url",
+        scratch_database_url("bench_snapshot_smoke"),
+    )
+    assert (figures["pending_jobs"], figures["running_jobs"]) == (200, 20)
+    assert all(value > 0 for key, value in figures.items() if key.endswith("_ms"))
+
+
 def test_nodes_page_bench_renders_every_view():
     figures = run_bench(
         "bench/nodes_page.py",

@@ -3,6 +3,7 @@ place, fill the cluster and leave jobs waiting, it decides exactly as a fresh pa
 
 from django.utils import timezone
 
+from scheduling.cluster import KeptReads
 from scheduling.core.scheduler import Scheduler, schedule
 from scheduling.leader.leadership import LeaseRowLeadership
 from scheduling.leader.snapshot import build_view
@@ -88,3 +89,39 @@ def test_the_store_read_again_gives_equal_objects_which_the_kept_scheduler_swaps
     assert kept.last[0] is nodes
     assert all(kept.last[1][job_id] is job for job_id, job in running.items())
     assert all(kept.last[2][job_id] is job for job_id, job in pending.items())
+
+
+def test_the_leaders_kept_reads_give_back_the_same_objects_for_what_did_not_change(api, demo):
+    """With `KeptReads` (the worker keeps one) a node or job read again with the same values is
+    the object the last read built, so the kept Scheduler meets its own objects without
+    comparing them field by field; a job whose values changed is built again, equal to what a
+    read without them gives, and a job gone is forgotten."""
+    SchedulerLease.objects.filter(pk=1).update(epoch=EPOCH, holder="test:1", renewed_at=timezone.now())
+    heartbeat()
+    for index in range(3):
+        submit(
+            api, "bob", team="production-ranking", name=f"one-{index}", resources={"gpu_count": 4, "gpus_per_task": 4}
+        )
+    submit(api, "alice", name="gang")
+    waiting = submit(api, "alice", name="gang-2")
+    run_pass(epoch=EPOCH, scheduler=Scheduler())
+    reads = KeptReads()
+    first = build_view(now=timezone.now(), kept=reads).snapshot
+    again = build_view(now=timezone.now(), kept=reads).snapshot
+    assert again.running and again.pending
+    assert again.nodes is first.nodes
+    assert all(a is b for a, b in zip(again.running, first.running, strict=True))
+    assert all(a is b for a, b in zip(again.pending, first.pending, strict=True))
+
+    Job.objects.filter(pk=waiting.pk).update(priority="P3", pending_reason_message="rewritten")
+    now = timezone.now()
+    changed = build_view(now=now, kept=reads).snapshot
+    fresh = build_view(now=now).snapshot
+    assert changed == fresh  # what a read without kept objects gives
+    [job] = [j for j in changed.pending if j.job_id == waiting.pk]
+    assert job.priority == "P3" and all(j is not job for j in first.pending)
+    assert all(a is b for a, b in zip(changed.running, first.running, strict=True))
+
+    Job.objects.filter(pk=waiting.pk).update(state="CANCELLED")
+    build_view(now=timezone.now(), kept=reads)
+    assert waiting.pk not in reads.pending
