@@ -15,10 +15,11 @@ Two figures, because a scheduler meets two kinds of pass:
   another as the scheduler runs them (one `Scheduler` kept from pass to pass, as the worker
   keeps one): each pass's placements start running, its victims start
   stopping, the clock moves a second and `--arrivals` new jobs are submitted (the planning
-  figure is a 1.2 jobs/s peak). Each steady pass gets its snapshot as the worker does, read
-  afresh: every node, job and task a new object with the same fields (a deep copy, untimed);
-  `--same-objects` hands it the last pass's objects instead (the simulator's case, and what
-  this benchmark measured before 2026-12-03).
+  figure is a 1.2 jobs/s peak). Each steady pass gets its snapshot as the worker's kept reads
+  of the store give it (scheduling/cluster.py `KeptReads`): what did not change is the last
+  pass's object, what changed a new one. `--read-afresh` gives it a read without kept objects
+  instead: every node, job and task a new object with the same fields (a deep copy, untimed),
+  as the worker read the store from 2026-12-03 until its reads were kept.
 
 Prints one JSON line to stdout; progress goes to stderr.
 """
@@ -58,9 +59,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--passes", type=int, default=7, help="timed steady passes")
     parser.add_argument("--arrivals", type=int, default=2, help="new jobs submitted between steady passes")
     parser.add_argument(
-        "--same-objects",
+        "--read-afresh",
         action="store_true",
-        help="steady passes get the last pass's objects, not a snapshot read afresh",
+        help="steady passes get every object anew (a read of the store without kept objects)",
     )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--fill", type=float, default=0.9, help="share of each resource class already running")
@@ -119,7 +120,7 @@ def steady_passes(
 ) -> tuple[list[float], list[Decisions], list[float]]:
     timings, decisions, cpu = [], [], []
     for index in range(args.passes):
-        read = snapshot if args.same_objects else copy.deepcopy(snapshot)  # as the worker reads it
+        read = copy.deepcopy(snapshot) if args.read_afresh else snapshot  # kept reads: the same objects
         elapsed, result, cpu_ms = timed(read, scheduler)
         timings.append(elapsed)
         cpu.append(cpu_ms)
@@ -213,7 +214,7 @@ def summary(
         "steady_pending_tasks": pending_tasks(steady),
         "running_jobs": len(steady.running),
         "passes": args.passes,
-        "read_afresh": not args.same_objects,
+        "read_afresh": args.read_afresh,
         "cycle_ms_cold": round(cold[0], 2),
         "cycle_ms_p50": round(p50, 2),
         "cycle_ms_p95": round(nearest_rank(timings, 95), 2),

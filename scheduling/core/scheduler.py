@@ -111,11 +111,13 @@ class Scheduler:
 
     def _as_kept(self, snapshot: ClusterSnapshot) -> ClusterSnapshot:
         """`snapshot` with its nodes, and each job equal to the last snapshot's of the same id
-        (every field alike), replaced by the last snapshot's objects. The worker reads its
-        snapshot afresh from the store every pass: without this nothing in it would be the
-        same object as before, so the free-room index would be built anew and every kept kind,
-        hold, span and order worked out again (bench/cycle.py's steady seed-2500 pass: about
-        2.5 times the work). Equal objects decide alike: the decisions are the snapshot's own."""
+        (every field alike), replaced by the last snapshot's objects. A snapshot read afresh
+        from the store has nothing in it that is the same object as before, so the free-room
+        index would be built anew and every kept kind, hold, span and order worked out again
+        (bench/cycle.py's steady seed-2500 pass: about 2.5 times the work). The worker's kept
+        reads (scheduling/cluster.py `KeptReads`) give back the same objects for what did not
+        change, which this finds at once by identity; a comparison field by field is left for
+        the rest. Equal objects decide alike: the decisions are the snapshot's own."""
         if self.last is not None:
             nodes, running, pending = self.last
             snapshot = dataclasses.replace(
