@@ -278,6 +278,7 @@ class CapacityExplainer:
             shape.cpus_per_task,
             shape.memory_gb_per_task,
             tuple(sorted(shape.node_selector.items())),
+            shape.scratch_disk_gb,
         )
         histograms = self._memos(shape.resource_class)[2]
         if key not in histograms:

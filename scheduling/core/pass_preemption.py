@@ -3,6 +3,8 @@ priority or reclaim what its team is guaranteed, the search for victims (preempt
 when none may go yet, the time they may (PREEMPTION_PENDING).
 """
 
+from collections import defaultdict
+
 from scheduling.core import explain
 from scheduling.core.decisions import Preemption, PreemptionReason
 from scheduling.core.model import PendingJob, priority_rank
@@ -20,6 +22,21 @@ class PassPreemption:
         self.awaiting: dict[tuple, PendingReason | None] = {}  # (no_victims key, tasks) -> PREEMPTION_PENDING
         self.searches = 0
         self.reclaim_searches = 0
+        # Per (class, team), the units this pass's evictions took: no longer the team's to give.
+        self.evicted: dict[tuple[str, str], int] = defaultdict(int)
+
+    def _excess(self, rclass: str) -> dict[str, int]:
+        """What each team holds above its guarantee in `rclass` (the ledger's `excess`), less
+        what this pass has evicted from it already: two reclaimers or borrowers in one pass
+        must not together take more than a team holds above its guarantee (it would reclaim
+        the rest straight back)."""
+        evicted = self.evicted
+        found = {}
+        for team, units in self.ledger.excess(rclass).items():
+            left = units - evicted[rclass, team]
+            if left > 0:
+                found[team] = left
+        return found
 
     @property
     def victims(self) -> VictimPool:
@@ -49,7 +66,7 @@ class PassPreemption:
         ahead = self._reclaim_waits_turn(job) if reclaim else None
         if ahead is not None:
             reclaim = False
-            if any(team != job.team for team in self.ledger.excess(job.resource_class)):  # else none to reclaim
+            if any(team != job.team for team in self._excess(job.resource_class)):  # else none to reclaim
                 self.pending[job.job_id] = explain.reclaim_waits_turn(job, ahead)
         outranks = priority_rank(job.priority) < self.lowest_running[job.resource_class]
         if not reclaim and (self.searches >= self.config.max_preemption_searches or not outranks):
@@ -63,14 +80,15 @@ class PassPreemption:
             and job.priority != "P0"
             and self.ledger.would_borrow(job.team, job.resource_class, job.shape.units)
         )
-        # Victims only ever leave the pool during a pass, so what failed once fails again.
+        # Victims only ever leave the pool during a pass, so what failed once fails again, for
+        # the same excess (which a placement or an eviction in the class changes).
+        excess = self._excess(job.resource_class) if reclaim or borrowing else {}
         mine = job.team if reclaim or borrowing else None
-        memo_key = (job.shape.key(), priority_rank(job.priority), reclaim, mine, borrowing)
+        memo_key = (job.shape.key(), priority_rank(job.priority), reclaim, mine, tuple(sorted(excess.items())))
         if self.no_victims.get(memo_key, 1 << 30) <= job.shape.tasks:
             self._await_known(job, memo_key)
             return False
         claim = self.victims.claim(job, borrowing=borrowing)
-        excess = self.ledger.excess(job.resource_class) if reclaim or claim.guard is not None else {}
         candidates = self.victims.candidates(job, claim, excess=excess)
         self.reclaim_searches += reclaim and bool(candidates)
         found = self._search(job, candidates, claim, excess)
@@ -142,6 +160,7 @@ class PassPreemption:
         reasons = {v.job_id: why(candidates[v.job_id], claim) for v in found.victims}
         for victim in found.victims:
             self.victims.take(victim)
+            self.evicted[victim.resource_class, victim.team] += victim.units
             self.preemptions.append(
                 Preemption(
                     victim.job_id,

@@ -63,10 +63,10 @@ def capacity(slot: Slot, shape: JobShape, limit: Limit | None = None, extra: Ext
 
 def rooms(state: ClusterState, shape: JobShape, limit: Limit | None = None) -> list[Room]:
     """Ready nodes of the job's class with room for a task, gathered roomiest first until one
-    group (a rack for rack hints, else a zone) could hold the whole gang, for a spread gang
-    until a zone has a node for each task (or there are no more nodes); the rest of that free
+    group (a rack for rack hints, else a zone) could hold the whole gang; the rest of that free
     level is still read, so equal nodes compete fairly. Bounds the cost of placing a gang by
-    the nodes it needs, not the size of the cluster."""
+    the nodes it needs, not the size of the cluster. A spread gang reads them all: the zone
+    that spreads it widest (most racks, then most nodes) may hold its least roomy nodes."""
     found: list[Room] = []
     held: dict[str, int] = defaultdict(int)
     by_rack = shape.topology in (Topology.REQUIRE_SAME_RACK, Topology.PREFER_SAME_RACK)
@@ -76,8 +76,8 @@ def rooms(state: ClusterState, shape: JobShape, limit: Limit | None = None) -> l
             tasks = capacity(slot, shape, limit)
             if tasks:
                 found.append(Room(slot, tasks))
-                held[slot.node.rack if by_rack else slot.node.zone] += 1 if spread else tasks
-        if held and max(held.values()) >= shape.tasks:
+                held[slot.node.rack if by_rack else slot.node.zone] += tasks
+        if held and not spread and max(held.values()) >= shape.tasks:
             break
     return sorted(found, key=lambda r: r.slot.name)
 

@@ -76,10 +76,13 @@ def shadow_start(
     gone = trial.fit_by_removing(ending)
     if gone is None:
         return None
-    given_back = released_by(gone)
+    # Room given back by the jobs gone by then, less what occupants still hold then. An
+    # occupant gone by then gives back nothing: it never took room from the free room now.
+    held = {id(o) for o in occupants}
+    given_back = released_by([job for job in gone if id(job) not in held])
     if occupants:
-        left = [o for o in occupants if all(g is not o for g in gone)]
-        for node, extra in released_by(left).items():
+        ended = {id(job) for job in gone}
+        for node, extra in released_by([o for o in occupants if id(o) not in ended]).items():
             given_back[node] = given_back[node] + Extra(-extra.gpus, -extra.cpus, -extra.memory_gb)
     return max(gone[-1].expected_end, now), trial.last_plan, given_back
 

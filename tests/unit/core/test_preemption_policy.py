@@ -1,6 +1,8 @@
 """Preemption policy: the minimum runtime belongs to the preemptor's class (P0 waits for
 nobody), and a job whose victims are only too young yet says when they may go."""
 
+from dataclasses import replace
+
 import pytest
 
 from scheduling.core.model import PolicyConfig
@@ -219,3 +221,37 @@ def test_a_borrower_outranks_its_own_teams_jobs_and_a_team_within_its_guarantee_
         )
     )
     assert [p.victim_job_id for p in owner.preemptions] == [1]
+
+
+def test_two_borrowers_in_one_pass_take_no_more_than_a_team_holds_above_its_guarantee():
+    # production holds 16, 8 above its guarantee: the first P1 takes those 8, the second none.
+    pending = [job(9, gpus=8, priority="P1", team="research", age=600), job(10, gpus=8, priority="P1", team="research")]
+    decisions = schedule(snapshot(TWO_NODES, pending=pending, running_jobs=PRODUCTION_BOTH_NODES, team_list=_teams(8)))
+    assert [(p.victim_job_id, p.for_job_id) for p in decisions.preemptions] == [(1, 9)]
+
+
+def test_two_reclaimers_in_one_pass_take_no_more_than_a_team_holds_above_its_guarantee():
+    owners = teams(production={"gpu:H100": (8, 32)}, research={"gpu:H100": (16, 32)})
+    pending = [job(9, gpus=8, team="research", age=600), job(10, gpus=8, team="research")]
+    running_jobs = [replace(j, priority="P2") for j in PRODUCTION_BOTH_NODES]
+    decisions = schedule(snapshot(TWO_NODES, pending=pending, running_jobs=running_jobs, team_list=owners))
+    assert [(p.victim_job_id, p.for_job_id, p.reason) for p in decisions.preemptions] == [(1, 9, "RECLAIM")]
+
+
+def test_a_borrower_whose_search_failed_searches_again_once_a_team_has_more_above_its_guarantee():
+    """Research's P1 (A) finds nothing: production is within its guarantee of 16. Production's
+    own P1 then evicts its P3 for itself, which puts production 16 above it (the P3 still
+    counts until it stops); research's next P1 (C), A's kind, may take one of those."""
+    nodes = cluster(rack("z1-r1", 3))
+    run = [
+        running(1, ["z1-r1-n1"], team="production", priority="P3"),
+        running(2, ["z1-r1-n2"], team="production", priority="P3", age=2 * HOUR),
+    ]
+    quotas = teams(production={"gpu:H100": (16, 32)}, research={"gpu:H100": (0, 32)})
+    pending = [
+        job(9, gpus=16, priority="P1", team="research", age=2000),
+        job(20, gpus=16, priority="P1", team="production", age=1500),
+        job(10, gpus=16, priority="P1", team="research", age=500),
+    ]
+    snap = snapshot(nodes, pending=pending, running_jobs=run, team_list=quotas, reservation_wait_bound_s=1000)
+    assert [(p.victim_job_id, p.for_job_id) for p in schedule(snap).preemptions] == [(1, 20), (2, 10)]

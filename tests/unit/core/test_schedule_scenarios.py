@@ -4,7 +4,7 @@ from dataclasses import replace
 
 from scheduling.core.model import NodeState, Topology
 from scheduling.core.reasons import ReasonCode
-from scheduling.core.scheduler import schedule
+from scheduling.core.scheduler import Scheduler, schedule
 from tests.unit.core.builders import HOUR, NOW, cluster, job, placed_nodes, rack, running, snapshot, teams
 
 # 2 zones x 2 racks x 8 nodes x 8 H100 = 256 GPUs.
@@ -133,6 +133,51 @@ def test_scratch_disk_caps_the_tasks_a_node_takes_where_the_node_reports_it():
     assert sorted(placed_nodes(decisions, 1)) == ["z1-r1-n1", "z1-r1-n1", "z1-r1-n3"]
     alone = schedule(snapshot(nodes[1:2], pending=[job(2, gpus=1, scratch_disk_gb=800)], preemption=False))
     assert "too little scratch disk" in alone.pending[2].message
+
+
+def test_a_job_that_would_outlive_a_second_reservation_does_not_backfill_under_it():
+    """Job 8 reserves 4 GPUs from +1 h for 2 h; job 9 the whole node from +3 h. A 10-hour
+    2-GPU job must not start now: it would still hold 2 GPUs at +3 h. (The first reservation,
+    gone by then, was counted as room given back, so the second's spare was 4, not 0.)"""
+    busy = [running(1, ["z1-r1-n1"], gpus_per_node=6, remaining=HOUR)]
+    pending = [
+        job(8, gpus=4, runtime=2 * HOUR, age=900),
+        job(9, gpus=8, runtime=2 * HOUR, age=600),
+        job(10, gpus=2, runtime=10 * HOUR, age=300),
+    ]
+    decisions = schedule(
+        snapshot(
+            cluster(rack("z1-r1", 1)), pending=pending, running_jobs=busy, reservations_per_class=2, preemption=False
+        )
+    )
+    assert [(r.job_id, r.start_at) for r in decisions.reservations] == [(8, NOW + HOUR), (9, NOW + 3 * HOUR)]
+    assert decisions.placements == ()
+    assert decisions.pending[10].code == ReasonCode.BEHIND_RESERVATION
+
+
+def test_a_spread_gang_takes_the_zone_it_spreads_widest_over_even_if_its_nodes_are_less_roomy():
+    """Zone z1: one rack of four nodes with 2 free each; z2: two racks, each with a node of 8
+    free and one of 1. Four one-GPU tasks go to z2 (two racks), a node each."""
+    nodes = cluster(rack("z1-r1", 4), rack("z2-rA", 2), rack("z2-rB", 2))
+    busy = [running(1 + i, [f"z1-r1-n{i + 1}"], gpus_per_node=6) for i in range(4)]
+    busy += [running(10, ["z2-rA-n2"], gpus_per_node=7), running(11, ["z2-rB-n2"], gpus_per_node=7)]
+    spread = job(9, gpus=4, per_task=1, topology=Topology.SPREAD)
+    decisions = schedule(snapshot(nodes, pending=[spread], running_jobs=busy, preemption=False))
+    assert sorted(placed_nodes(decisions, 9)) == ["z2-rA-n1", "z2-rA-n2", "z2-rB-n1", "z2-rB-n2"]
+
+
+def test_jobs_alike_but_for_scratch_disk_are_explained_each_on_their_own():
+    """A 16-GPU gang without scratch is explained first; a 4-GPU job that fits but for the
+    nodes' scratch disk must still be told so (the nodes' histogram was kept per task shape
+    without the scratch disk, so it got the gang's "2/2 nodes fit a task")."""
+    nodes = [replace(n, scratch_disk_gb=500) for n in cluster(rack("z1-r1", 2))]
+    busy = [running(1, ["z1-r1-n1"], gpus_per_node=4), running(2, ["z1-r1-n2"], gpus_per_node=4)]
+    gang, disk = job(14, gpus=16, per_task=4, age=900), job(12, gpus=4, scratch_disk_gb=800, age=200)
+    kept = Scheduler()  # its explainer, kept while the room stays as it is, explains the gang first
+    kept.schedule(snapshot(nodes, pending=[gang], running_jobs=busy, preemption=False, backfill=False))
+    alone = snapshot(nodes, pending=[disk], running_jobs=busy, preemption=False, backfill=False)
+    assert kept.schedule(alone).pending[12] == schedule(alone).pending[12]
+    assert "2 too little scratch disk" in schedule(alone).pending[12].message
 
 
 def test_reclaim_of_borrowed_gpus_even_at_the_same_priority():
