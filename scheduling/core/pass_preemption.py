@@ -22,14 +22,15 @@ class PassPreemption:
         self.awaiting: dict[tuple, PendingReason | None] = {}  # (no_victims key, tasks) -> PREEMPTION_PENDING
         self.searches = 0
         self.reclaim_searches = 0
-        # Per (class, team), the units this pass's evictions took: no longer the team's to give.
-        self.evicted: dict[tuple[str, str], int] = defaultdict(int)
+        # Per (class, team), the units evictions took, in earlier passes (jobs still stopping,
+        # which the ledger counts until they have) and in this one: no longer the team's to give.
+        self.evicted: dict[tuple[str, str], int] = defaultdict(int, self.stopping_units)
 
     def _excess(self, rclass: str) -> dict[str, int]:
         """What each team holds above its guarantee in `rclass` (the ledger's `excess`), less
-        what this pass has evicted from it already: two reclaimers or borrowers in one pass
-        must not together take more than a team holds above its guarantee (it would reclaim
-        the rest straight back)."""
+        what is stopping there already, evicted by this pass or an earlier one: reclaimers and
+        borrowers must not together take more than a team holds above its guarantee (it would
+        reclaim the rest straight back)."""
         evicted = self.evicted
         found = {}
         for team, units in self.ledger.excess(rclass).items():

@@ -224,6 +224,7 @@ class Pass(HeldRoom, PassPreemption, ReclaimTurn, PassReasons):
         self.borrowed = borrowed_jobs(self.ledger, snapshot.running)
         self.active: dict[str, list[RunningJob]] = defaultdict(list)
         self.stopping_for: dict[int, list[RunningJob]] = defaultdict(list)
+        self.stopping_units: dict[tuple[str, str], int] = defaultdict(int)  # see `_index_running`
         self.preemptors: dict[str, list[int]] = {}  # see `_preemptors`
         self.preemptors_reason: dict[str, PendingReason] = {}  # see `_held_for_preemptors`
         self.lowest_running: dict[str, int] = defaultdict(lambda: -1)
@@ -259,13 +260,16 @@ class Pass(HeldRoom, PassPreemption, ReclaimTurn, PassReasons):
     def _index_running(self) -> None:
         """Per class, the running jobs (for shadow starts) and the lowest priority class anyone
         preemptible runs at: a job that ranks no higher cannot outrank anyone, so it needs no
-        victim search (unless it reclaims). Per preemptor, the jobs stopping for it. One loop:
-        it runs over every running job each pass."""
+        victim search (unless it reclaims). Per preemptor, the jobs stopping for it; per class
+        and team, the units stopping (see `_excess`). One loop: it runs over every running job
+        each pass."""
         active, stopping_for, lowest = self.active, self.stopping_for, self.lowest_running
+        stopping = self.stopping_units
         for job in self.snap.running:
             rclass = job.resource_class
             active[rclass].append(job)
             if job.preempting:
+                stopping[rclass, job.team] += job.units
                 if job.preempted_for is not None:
                     stopping_for[job.preempted_for].append(job)
             elif job.preemptible and job.priority != "P0" and RANKS[job.priority] > lowest[rclass]:

@@ -255,3 +255,14 @@ def test_a_borrower_whose_search_failed_searches_again_once_a_team_has_more_abov
     ]
     snap = snapshot(nodes, pending=pending, running_jobs=run, team_list=quotas, reservation_wait_bound_s=1000)
     assert [(p.victim_job_id, p.for_job_id) for p in schedule(snap).preemptions] == [(1, 20), (2, 10)]
+
+
+def test_a_reclaim_takes_nothing_a_team_is_giving_back_already():
+    # production holds 16, 8 above its guarantee, and job 1 (8) is stopping for job 9 (still
+    # waiting on it): the 8 above are being given back, so job 10 reclaims nothing more.
+    owners = teams(production={"gpu:H100": (8, 32)}, research={"gpu:H100": (16, 32)})
+    stopping = replace(PRODUCTION_BOTH_NODES[0], priority="P2", preempting=True, preempted_for=9)
+    running_jobs = [stopping, replace(PRODUCTION_BOTH_NODES[1], priority="P2")]
+    pending = [job(9, gpus=8, team="research", age=600), job(10, gpus=8, team="research")]
+    decisions = schedule(snapshot(TWO_NODES, pending=pending, running_jobs=running_jobs, team_list=owners))
+    assert decisions.preemptions == ()
