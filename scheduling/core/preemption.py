@@ -4,7 +4,8 @@ every victim it can do without.
 Who may be evicted for whom:
 - RECLAIM: a team within its guarantee takes back capacity other teams hold above theirs,
   whatever the victims' priority class (never P0) and however young they are. Any job of a
-  team over its guarantee may go, but no more of its units than it holds above the guarantee:
+  team over its guarantee may go, but no more of its units than it holds above the guarantee
+  (less what is stopping there already: the pass's `_excess`):
   which jobs is chosen for the block they free, not by which one started last. Without churn
   (`PolicyConfig.reclaim_*`): a job expected to end within `reclaim_spare_ending_s` is left to
   end (its room comes back soon anyway, while an evicted job waits again and redoes work);
