@@ -224,7 +224,6 @@ class Pass(HeldRoom, PassPreemption, ReclaimTurn, PassReasons):
         self.borrowed = borrowed_jobs(self.ledger, snapshot.running)
         self.active: dict[str, list[RunningJob]] = defaultdict(list)
         self.stopping_for: dict[int, list[RunningJob]] = defaultdict(list)
-        self.stopping_units: dict[tuple[str, str], int] = defaultdict(int)  # see `_index_running`
         self.preemptors: dict[str, list[int]] = {}  # see `_preemptors`
         self.preemptors_reason: dict[str, PendingReason] = {}  # see `_held_for_preemptors`
         self.lowest_running: dict[str, int] = defaultdict(lambda: -1)
@@ -264,7 +263,8 @@ class Pass(HeldRoom, PassPreemption, ReclaimTurn, PassReasons):
         and team, the units stopping (see `_excess`). One loop: it runs over every running job
         each pass."""
         active, stopping_for, lowest = self.active, self.stopping_for, self.lowest_running
-        stopping = self.stopping_units
+        stopping: dict[tuple[str, str], int] = defaultdict(int)
+        self.stopping_units = stopping
         for job in self.snap.running:
             rclass = job.resource_class
             active[rclass].append(job)
