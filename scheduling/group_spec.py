@@ -31,6 +31,8 @@ BAD_INDICES = (
     'or "0-98:2" (every second).'
 )
 BACKWARDS_RANGE = "{part!r} runs backwards: write the lower index first."
+INDEX_TOO_LARGE = "{part!r}: an index is at most {limit:,}."
+LARGEST_INDEX = 2**31 - 1  # the column's
 TOO_MANY_ELEMENTS = "at most {limit} elements in one group, got {count}."
 MAX_FAILURES_RANGE = "must be less than the group's {count} elements, got {value}."
 BAD_PARAM_NAME = "{name!r} is not a parameter name: letters, digits and underscores, not starting with a digit."
@@ -68,6 +70,8 @@ def parse_indices(text: str) -> list[int]:
         if not match:
             raise serializers.ValidationError(BAD_INDICES.format(part=part))
         low, high, step = int(match[1]), int(match[2] or match[1]), int(match[3] or 1)
+        if high > LARGEST_INDEX:
+            raise serializers.ValidationError(INDEX_TOO_LARGE.format(part=part, limit=LARGEST_INDEX))
         if high < low:
             raise serializers.ValidationError(BACKWARDS_RANGE.format(part=part))
         if step < 1:

@@ -35,6 +35,8 @@ BAD_STEP_NAME = "{name!r} is not a step name: letters, digits, _ and -, starting
 DUPLICATE_STEP = "step {name!r} is named twice (steps[{first}] and steps[{second}]): give each step its own name."
 UNKNOWN_AFTER = "no step named {name!r}; the steps are {names}."
 AFTER_ITSELF = "a step cannot come after itself."
+AFTER_TWICE = "{name!r} is named twice: name each step it comes after once."
+WHEN_WITHOUT_AFTER = "when: {when} watches the steps it comes after: give after: [..] (a step without runs at once)."
 CYCLE = "steps {cycle} come after each other in a cycle: a pipeline is a DAG."
 STEP_IS_A_JOB = "a step is one job: it takes no {block} of its own (put the pipeline in a spec of its own)."
 STEP_FIELD_AT_TOP = "a step takes its {field} from the pipeline's top level: give it there."
@@ -100,6 +102,11 @@ def _check_graph(steps: list[dict]) -> None:
         first[step["name"]] = index
     names = ", ".join(step["name"] for step in steps)
     for index, step in enumerate(steps):
+        if step["when"] != "success" and not step["after"]:
+            raise _step_errors(index, {"when": [WHEN_WITHOUT_AFTER.format(when=step["when"])]})
+        twice = next((name for name in step["after"] if step["after"].count(name) > 1), None)
+        if twice is not None:
+            raise _step_errors(index, {"after": [AFTER_TWICE.format(name=twice)]})
         for after in step["after"]:
             if after == step["name"]:
                 raise _step_errors(index, {"after": [AFTER_ITSELF]})

@@ -49,6 +49,13 @@ def test_an_array_by_count_or_by_indices():
         ({}, "count", g.COUNT_OR_INDICES),
         ({"indices": "1-x"}, "indices", g.BAD_INDICES.format(part="1-x")),
         ({"indices": "9-2"}, "indices", g.BACKWARDS_RANGE.format(part="9-2")),
+        # Past the column's int: they were a 500.
+        ({"indices": "2147483648"}, "indices", g.INDEX_TOO_LARGE.format(part="2147483648", limit=2**31 - 1)),
+        (
+            {"indices": "0-99999999999999999999:100000000000000000"},
+            "indices",
+            g.INDEX_TOO_LARGE.format(part="0-99999999999999999999:100000000000000000", limit=2**31 - 1),
+        ),
         ({"count": 3, "indices": "0-3"}, "count", g.COUNT_DISAGREES.format(count=3, indices="0-3", named="4")),
         ({"count": 10_001}, "count", g.TOO_MANY_ELEMENTS.format(limit=10_000, count=10_001)),
         ({"count": 4, "max_failures": 4}, "max_failures", g.MAX_FAILURES_RANGE.format(count=4, value=4)),

@@ -51,6 +51,14 @@ def accepted(pipeline, **top) -> dict:
             p.UNKNOWN_AFTER.format(name="prepar", names="prepare, train"),
         ),
         ({"steps": [step("a", "a")]}, {}, "pipeline.steps[0].after", p.AFTER_ITSELF),
+        # It was a 500 (the dependency's unique row written twice).
+        ({"steps": [step("a"), step("b", "a", "a")]}, {}, "pipeline.steps[1].after", p.AFTER_TWICE.format(name="a")),
+        (
+            {"steps": [step("a", when="failure")]},
+            {},
+            "pipeline.steps[0].when",
+            p.WHEN_WITHOUT_AFTER.format(when="failure"),
+        ),
         (
             {"steps": [step("a", "c"), step("b", "a"), step("c", "b")]},
             {},

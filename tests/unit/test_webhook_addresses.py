@@ -103,6 +103,9 @@ def test_ip_addresses_written_unusually_are_refused_not_read(host, canonical):
     ("url", "message"),
     [
         ("ftp://hooks.example.com/x", NOT_HTTP),
+        ("http://[", NOT_HTTP),  # a bracket left open: urlsplit's ValueError was a 500
+        ("https://[bad", NOT_HTTP),
+        ("http://]/", NOT_HTTP),
         ("file:///etc/passwd", NOT_HTTP),
         ("gopher://127.0.0.1:6379/_FLUSHALL", NOT_HTTP),
         ("hooks.example.com/x", NOT_HTTP),
