@@ -142,6 +142,12 @@ def visible_to(user) -> Q:
     return Q(team_id__in=team_ids_of(user)) | Q(owner_id=user.pk)
 
 
+# Report windows end before this: a window near the year 9999 would step its day or week
+# buckets past the last date Python has (a 500). Nobody's usage is there.
+LATEST = datetime(9000, 1, 1, tzinfo=UTC)
+TOO_LATE = "must be before the year 9000."
+
+
 def stretches(start: datetime, end: datetime, *, bucket: str | None, cuts: Iterable[datetime]) -> list[tuple]:
     """[start, end) cut at each bucket edge (UTC days, or weeks from Monday) and at each of
     `cuts` inside it: (stretch start, stretch end, its bucket's start or None), in order."""

@@ -13,6 +13,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from scheduling.accounting import LATEST, TOO_LATE
 from scheduling.forecast_accuracy import forecast_accuracy_by_week
 from teams.models import Membership, Role, Team
 from teams.selectors import descendant_ids, is_site_admin
@@ -55,7 +56,10 @@ def parse_moment(raw: str, field: str) -> datetime:
         moment = None
     if moment is None:
         raise ValidationError({field: [NOT_A_TIME]})
-    return moment if timezone.is_aware(moment) else moment.replace(tzinfo=UTC)
+    moment = moment if timezone.is_aware(moment) else moment.replace(tzinfo=UTC)
+    if moment >= LATEST:
+        raise ValidationError({field: [TOO_LATE]})
+    return moment
 
 
 def period_of(params) -> tuple[datetime, datetime]:

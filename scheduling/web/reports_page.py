@@ -19,7 +19,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from scheduling import accounting
-from scheduling.accounting import UsageQuery, UsageReport
+from scheduling.accounting import LATEST, TOO_LATE, UsageQuery, UsageReport
 from scheduling.forecast_accuracy import WeekAccuracy, forecast_accuracy_by_week
 from scheduling.models import Node
 from teams.models import Quota, Team
@@ -50,7 +50,9 @@ class ReportFilters(forms.Form):
         data = super().clean()
         end = data.get("end") or self.today
         start = data.get("start") or end - timedelta(days=DEFAULT_DAYS - 1)
-        if end < start:
+        if max(start, end) >= LATEST.date():
+            self.add_error("end" if end >= LATEST.date() else "start", TOO_LATE)
+        elif end < start:
             self.add_error("end", TO_BEFORE_FROM)
         elif (end - start).days >= MAX_DAYS:
             self.add_error("start", RANGE_TOO_LONG)

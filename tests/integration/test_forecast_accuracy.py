@@ -227,8 +227,9 @@ def test_members_who_lead_nothing_are_refused(demo, api, user):
             TOO_LONG.format(start="2025-01-01", end="2026-11-02", days=670),
         ),
         ({"team": "nope"}, "team", "no team named 'nope'."),
+        ({"from": "9999-12-01", "to": "9999-12-31"}, "to", "must be before the year 9000."),  # was a 500
     ],
-    ids=["not a time", "not a date", "backwards", "too long", "unknown team"],
+    ids=["not a time", "not a date", "backwards", "too long", "unknown team", "near the year 9999"],
 )
 def test_bad_parameters_are_400_naming_the_field(demo, api, params, field, message):
     response = api("ops").get(URL, params)

@@ -203,6 +203,9 @@ def test_csv_has_a_line_per_group_and_every_cause_and_outcome(api, ledger):
         ({"priority": "P9"}, "priority", '"P9" is not a valid choice.'),
         ({"format": "xml"}, "format", "format is json or csv; got 'xml'."),
         ({"from": "2020-01-01", "group_by": "day"}, "from", "a report by day covers at most 400 days; this one covers"),
+        # Days or weeks stepped past the year 9999: they were a 500.
+        ({"from": "9999-12-01", "to": "9999-12-31T12:00:00Z", "group_by": "day"}, "from", "must be before the year"),
+        ({"from": "2026-04-01", "to": "9999-12-31T12:00:00Z"}, "to", "must be before the year 9000."),
     ],
 )
 def test_a_bad_parameter_is_refused_naming_it(api, ledger, params, field, message):
