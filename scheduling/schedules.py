@@ -143,9 +143,10 @@ def do_create_schedule(*, user, team: Team, timing: dict, spec: dict, now=None) 
     timing and spec again return the schedule (created=False); other settings, a Conflict."""
     now = now or timezone.now()
     stored, ciphertext = _stored_spec(spec)
+    secrets = spec.get("secret_env") or {}
     existing = Schedule.objects.filter(team=team, name=timing["name"]).first()
     if existing is not None:
-        return _same_or_conflict(existing, timing, stored), False
+        return _same_or_conflict(existing, timing, stored, secrets), False
     try:
         with transaction.atomic():
             schedule = Schedule.objects.create(
@@ -160,7 +161,7 @@ def do_create_schedule(*, user, team: Team, timing: dict, spec: dict, now=None) 
             )
     except IntegrityError:  # an identical create won the race for (team, name)
         existing = Schedule.objects.get(team=team, name=timing["name"])
-        return _same_or_conflict(existing, timing, stored), False
+        return _same_or_conflict(existing, timing, stored, secrets), False
     return schedule, True
 
 
@@ -183,17 +184,30 @@ def _timing_columns(timing: dict, *, now) -> dict:
     )
 
 
-def _same_or_conflict(existing: Schedule, timing: dict, stored: dict) -> Schedule:
+def _same_or_conflict(existing: Schedule, timing: dict, stored: dict, secrets: dict) -> Schedule:
+    """`existing` if `timing`, the spec as stored and its secret values are its own; else a
+    Conflict. The stored spec masks the secret values, so they are compared apart: a rotated
+    token sent again must not be answered "the same" and dropped."""
     same = (
         existing.cron == timing["cron"]
         and existing.timezone == timing["timezone"]
         and existing.concurrency == timing["concurrency"]
         and existing.starting_deadline_minutes == timing["starting_deadline_minutes"]
         and spec_digest(existing.spec) == spec_digest(stored)
+        and _same_secrets(existing, secrets)
     )
     if not same:
         raise Conflict(NAME_TAKEN.format(team=existing.team.name, id=existing.pk, name=existing.name))
     return existing
+
+
+def _same_secrets(existing: Schedule, secrets: dict) -> bool:
+    if not secrets and not existing.secret_env_ciphertext:
+        return True
+    try:
+        return decrypt_env(existing.secret_env_ciphertext) == secrets
+    except SecretEnvUnreadable:  # its key is gone: whatever was sent, it cannot be the same
+        return False
 
 
 # ---- change, suspend, resume, delete -----------------------------------------------------

@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.contrib.auth import get_user_model
 
+from mlqueue.errors import Conflict
 from scheduling import schedules
 from scheduling.leader.schedule_sweep import ScheduleSweep
 from scheduling.models import FireOutcome, Job, JobState, Schedule
@@ -228,3 +229,20 @@ def test_a_schedule_whose_firing_fails_does_not_hold_up_the_others(clock, demo, 
     assert f"schedule {broken.pk}: firing failed" in caplog.text
     broken.refresh_from_db()
     assert broken.next_run_at == at(9, 5)  # rolled back: tried again next time
+
+
+def test_creating_it_again_with_another_secret_value_is_a_conflict_not_the_same(clock, demo):
+    """The stored spec masks secret values, so a rotated token sent again compared equal and was
+    answered 200 with the old token kept (every run got it). Now: the same values, the same
+    schedule; others, a 409 (as for jobs)."""
+    user = get_user_model().objects.get(username="alice")
+    create(spec={**SPEC, "secret_env": {"TOK": "OLD_TOKEN"}})
+
+    def again(value: str):
+        data = {"cron": "*/5 * * * *", "timezone": "Europe/Berlin", "spec": {**SPEC, "secret_env": {"TOK": value}}}
+        team, checked, spec = schedules.check_schedule_create(user=user, data=data)
+        return schedules.do_create_schedule(user=user, team=team, timing=checked, spec=spec)
+
+    assert again("OLD_TOKEN")[1] is False
+    with pytest.raises(Conflict):
+        again("NEW_TOKEN")
