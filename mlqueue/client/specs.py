@@ -16,7 +16,30 @@ NOT_A_MAPPING = "{where}: a job spec is a mapping of fields, not {kind}"
 OVERRIDE_THROUGH_VALUE = "{part} is a {kind}, not a mapping"
 NOT_YAML = "not YAML: {error}"
 NOT_JSON_LINE = "not JSON: {error}"
+NOT_UTF8 = "{path}: not UTF-8 text (byte {position}): save it as UTF-8"
 JSON_LINES_SUFFIXES = (".jsonl", ".ndjson")
+
+
+class SpecLoader(yaml.SafeLoader):
+    """YAML as a spec reads it: a date stays the text it is (`env: {DAY: 2026-12-01}` is the
+    string "2026-12-01", as JSON carries it), not a date object nothing can send."""
+
+
+SpecLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+
+
+def read_yaml(text: str) -> Any:
+    return yaml.load(text, Loader=SpecLoader)  # noqa: S506 (a SafeLoader)
+
+
+def read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise MlqError(0, NOT_UTF8.format(path=path, position=error.start)) from None
 
 
 def parse_override(item: str) -> tuple[list[str], Any]:
@@ -33,7 +56,7 @@ def read_scalar(text: str, where: str) -> Any:
     if not text.strip():
         return ""
     try:
-        return yaml.safe_load(text)
+        return read_yaml(text)
     except yaml.YAMLError as error:
         message = NOT_YAML.format(error=str(error).splitlines()[0])
         raise MlqError(0, f"{where}: {message}", {where: [message]}) from None
@@ -41,7 +64,7 @@ def read_scalar(text: str, where: str) -> Any:
 
 def apply_overrides(spec: dict, items: Iterable[str] = (), **overrides) -> dict:
     """A copy of `spec` with dotted `KEY=VALUE` items and keyword overrides (top-level fields) applied."""
-    out = yaml.safe_load(yaml.safe_dump(spec))  # a deep copy of plain data
+    out = read_yaml(yaml.safe_dump(spec))  # a deep copy of plain data
     pairs = [parse_override(item) for item in items] + [([key], value) for key, value in overrides.items()]
     for parts, value in pairs:
         here = out
@@ -61,7 +84,7 @@ def load_spec(spec_or_path: dict | str | os.PathLike) -> dict:
         return spec_or_path
     path = Path(spec_or_path)
     try:
-        spec = yaml.safe_load(path.read_text())
+        spec = read_yaml(read_text(path))
     except yaml.YAMLError as error:
         raise MlqError(0, f"{path}: {NOT_YAML.format(error=' '.join(str(error).split()))}") from None
     if not isinstance(spec, dict):
@@ -79,7 +102,7 @@ def load_specs(paths: Iterable[str | os.PathLike]) -> list[tuple[str, dict]]:
         if not is_json_lines(path):
             found.append((str(path), load_spec(path)))
             continue
-        for number, line in enumerate(path.read_text().splitlines(), start=1):
+        for number, line in enumerate(read_text(path).splitlines(), start=1):
             if line.strip():
                 found.append((f"{path}:{number}", _json_line(line, f"{path}:{number}")))
     return found

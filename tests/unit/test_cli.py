@@ -168,6 +168,27 @@ def test_submit_sends_the_yaml_as_json_with_the_overrides(spec_file):
     assert "submitted job 7 (train): PENDING" in result.output
 
 
+def test_a_date_in_yaml_is_sent_as_the_text_it_is(tmp_path):
+    # An unquoted date was a date object, which JSON cannot carry: a traceback.
+    path = tmp_path / "job.yaml"
+    path.write_text("name: 2026-12-01\nteam: vision\ncommand: [python, train.py]\nenv: {DAY: 2026-12-01}\n")
+    server = FakeServer({("POST", "/api/v1/jobs"): (201, job())})
+    result = run(server, "submit", str(path), "--set", "env.AT=2026-12-01T10:00:00Z")
+    assert result.exit_code == 0, result.output
+    [body] = server.bodies("POST", "/api/v1/jobs")
+    assert (body["name"], body["env"]) == ("2026-12-01", {"DAY": "2026-12-01", "AT": "2026-12-01T10:00:00Z"})
+
+
+def test_a_spec_file_that_is_not_utf8_is_refused_without_a_traceback(tmp_path):
+    path = tmp_path / "job.yaml"
+    path.write_bytes("# café\nname: train\n".encode("latin-1"))
+    server = FakeServer({})
+    result = run(server, "submit", str(path))
+    assert result.exit_code == EXIT_REFUSED
+    assert result.stderr.splitlines() == [f"{path}: not UTF-8 text (byte 5): save it as UTF-8"]
+    assert server.requests == []
+
+
 # --- errors and exit codes -------------------------------------------------------------------
 
 
