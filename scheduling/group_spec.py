@@ -47,6 +47,8 @@ BAD_RANGE_KEYS = "{name}: a range is {{min, max}} with optional log: true and in
 RANGE_NEEDS_BOUNDS = "{name}: a range needs min and max."
 RANGE_BOUNDS = "{name}: min must be below max, got min {low} and max {high}."
 LOG_NEEDS_POSITIVE = "{name}: a log range needs min > 0, got {low}."
+NO_INTEGER_IN_RANGE = "{name}: no integer lies between min {low} and max {high}."
+GRID_REPEATS = "{name}: {value!r} is listed twice: each value once (a repeated value runs the same trials again)."
 NOT_A_NUMBER = "{name}: {bound} must be a finite number, not {value!r}."
 FLAG_NOT_BOOL = "{name}: {flag} is true or false, not {value!r}."
 GRID_NEEDS_LISTS = "{name}: a grid takes a list of values; ranges ({{min, max}}) are for method: random."
@@ -207,6 +209,8 @@ def _range(name: str, spec: dict) -> dict:
         raise serializers.ValidationError(RANGE_BOUNDS.format(name=name, low=low, high=high))
     if log and low <= 0:
         raise serializers.ValidationError(LOG_NEEDS_POSITIVE.format(name=name, low=low))
+    if as_int and math.ceil(low) > math.floor(high):
+        raise serializers.ValidationError(NO_INTEGER_IN_RANGE.format(name=name, low=low, high=high))
     return {"min": low, "max": high, "log": log, "int": as_int}
 
 
@@ -230,6 +234,9 @@ class SweepSerializer(StrictSerializer):
         trials = _grid_trials(attrs) if attrs["method"] == "grid" else _random_trials(attrs)
         if attrs["early_stop"] and not attrs["metric"]:
             raise serializers.ValidationError({"early_stop": [EARLY_STOP_NEEDS_METRIC]})
+        if attrs["max_failures"] and attrs["max_failures"] >= trials:
+            message = MAX_FAILURES_RANGE.format(count=trials, value=attrs["max_failures"])
+            raise serializers.ValidationError({"max_failures": [message]})
         return {**attrs, "max_trials": trials, "parallelism": min(attrs["parallelism"] or trials, trials)}
 
 
@@ -239,6 +246,12 @@ def _grid_trials(attrs: dict) -> int:
     ranged = next((name for name, value in params.items() if isinstance(value, dict)), None)
     if ranged:
         raise serializers.ValidationError({"parameters": [GRID_NEEDS_LISTS.format(name=ranged)]})
+    for name, values in params.items():
+        seen: set[tuple] = set()
+        for value in values:  # numbers, strings or booleans: 1 and true are not the same value
+            if (type(value), value) in seen:
+                raise serializers.ValidationError({"parameters": [GRID_REPEATS.format(name=name, value=value)]})
+            seen.add((type(value), value))
     size = grid_size(params)
     trials = min(size, attrs["max_trials"] or size)
     if trials > limit:

@@ -92,6 +92,19 @@ def test_a_bad_array_names_the_field(block, field, message):
             "parameters",
             g.RANGE_BOUNDS.format(name="lr", low=1, high=1),
         ),
+        # Every trial drew 1, outside the range.
+        (
+            {"method": "random", "max_trials": 3, "parameters": {"n": {"min": 1.5, "max": 1.7, "int": True}}},
+            "parameters",
+            g.NO_INTEGER_IN_RANGE.format(name="n", low=1.5, high=1.7),
+        ),
+        # The same trials run twice over.
+        ({"method": "grid", "parameters": {"lr": [1, 1]}}, "parameters", g.GRID_REPEATS.format(name="lr", value=1)),
+        (
+            {"method": "grid", "parameters": {"lr": [1, 2]}, "max_failures": 2},
+            "max_failures",
+            g.MAX_FAILURES_RANGE.format(count=2, value=2),
+        ),
         (
             {"method": "grid", "parameters": {"a": list(range(200)), "b": list(range(100))}},
             "max_trials",
