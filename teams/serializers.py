@@ -1,6 +1,7 @@
 from rest_framework import serializers
 
 from mlqueue.text import INVISIBLE, invisible_char
+from scheduling.spec import UNKNOWN_FIELD
 from teams.models import ApiToken, Quota, Team
 from teams.resources import known_classes, unknown_class_message
 
@@ -29,9 +30,19 @@ class TeamSerializer(serializers.ModelSerializer):
 
 
 class QuotaChangeSerializer(serializers.Serializer):
+    """No unknown field: a typo is an error, not a default. (Numbers as text pass: the teams
+    page posts its form here.)"""
+
     guaranteed = serializers.IntegerField(required=False, min_value=0, max_value=1_000_000)
     borrowing_limit = serializers.IntegerField(required=False, min_value=0, max_value=1_000_000)
     weight = serializers.FloatField(required=False, min_value=0.01, max_value=1000)
+
+    def to_internal_value(self, data):
+        if isinstance(data, dict):
+            unknown = sorted(set(data) - set(self.fields))
+            if unknown:
+                raise serializers.ValidationError({name: [UNKNOWN_FIELD] for name in unknown})
+        return super().to_internal_value(data)
 
     def validate(self, attrs):
         if not attrs:

@@ -236,6 +236,7 @@ def test_a_member_sees_no_preview_form_and_may_not_post_one(clock, logged_in, hi
             OVER_PARENT.format(team=FM, total=56, rclass="gpu:H100", parent="research", parent_amount=51),
         ),
         ({"from": "2026-03-01", "to": "2026-03-02"}, "from", NO_JOBS),
+        ({"bogus": 1}, "bogus", "unknown field."),  # it was accepted (202)
     ],
 )
 def test_bad_input_is_a_400_naming_the_field(clock, api, history, change, field, message):
