@@ -98,6 +98,7 @@ class JobSerializer(FieldsBuiltOnce, serializers.ModelSerializer):
             "owner",
             "state",
             "priority",
+            "max_runtime_hours",
             "gpu_type",
             "gpu_count",
             "gpus_per_task",
@@ -121,6 +122,9 @@ class JobSerializer(FieldsBuiltOnce, serializers.ModelSerializer):
         ]
         read_only_fields = fields  # output only: no validators to build for every answer
         extra_kwargs = {
+            "max_runtime_hours": {
+                "help_text": "the time limit in force (a PATCH changes it; spec.max_runtime_hours is as submitted)"
+            },
             "params": {"help_text": "a sweep's trial: its parameters"},
             "scheduled_for": {"help_text": "a schedule's run: the fire time it is the run of (UTC)"},
             "estimated_start": {

@@ -194,7 +194,11 @@ def test_the_time_limit_only_goes_down(api):
     assert response.status_code == 400
     assert response.json()["fields"] == {"max_runtime_hours": [RUNTIME_ONLY_DOWN.format(current=24, asked=48)]}
     Job.objects.filter(pk=job_id).update(state="RUNNING")
-    assert api("alice").patch(f"/api/v1/jobs/{job_id}", {"max_runtime_hours": 6}, format="json").status_code == 200
+    lowered = api("alice").patch(f"/api/v1/jobs/{job_id}", {"max_runtime_hours": 6}, format="json")
+    assert lowered.status_code == 200 and lowered.json()["max_runtime_hours"] == 6
+    # The limit in force shows (the spec stays as submitted).
+    body = api("alice").get(f"/api/v1/jobs/{job_id}").json()
+    assert (body["max_runtime_hours"], body["spec"]["max_runtime_hours"]) == (6, 24)
     assert not AuditEvent.objects.filter(job_id=job_id, kind="JOB_CHANGED", data__after=48).exists()
 
 
