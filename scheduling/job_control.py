@@ -38,8 +38,7 @@ REQUEUE_CANCELLING = "job {job_id} is being cancelled: it will not be requeued."
 ALREADY_STOPPING = "job {job_id} is already being stopped ({reason}): it will not be requeued on request."
 HOLD_GROUP_FINISHED = "job {job_id} is {state}: a finished group cannot be held."
 REQUEUE_GROUP = (
-    "job {job_id} is a {kind}: requeue its elements or trials one by one "
-    "(GET /api/v1/jobs/{job_id}/children lists them)."
+    "job {job_id} is {kind}: requeue its elements or trials one by one (GET /api/v1/jobs/{job_id}/children lists them)."
 )
 
 PLACED = tuple(ON_NODE)
@@ -129,7 +128,8 @@ def do_requeue_job(*, user, job: Job, reason: str = "") -> Job:
     """Stop a placed job gracefully, as a drain does, to come back PENDING as a new attempt."""
     check_may_control(user=user, job=job, verb="requeue")
     if job.group_kind:
-        raise Conflict(REQUEUE_GROUP.format(job_id=job.pk, kind=job.group_kind))
+        article = "an" if job.group_kind[:1] in "aeiou" else "a"
+        raise Conflict(REQUEUE_GROUP.format(job_id=job.pk, kind=f"{article} {job.group_kind}"))
     if job.state not in PLACED:
         raise Conflict(REQUEUE_NOT_PLACED.format(job_id=job.pk, state=job.state))
     if job.cancel_requested_at is not None:

@@ -307,7 +307,8 @@ def submitted_event(job: Job, *, user, team: Team, spec: dict, children: int | N
 
 def _group_description(job: Job, children: int, each: str) -> str:
     if job.group_kind == GroupKind.PIPELINE:
-        return f"pipeline of {children} steps ({', '.join(s['name'] for s in job.group['steps'])})"
+        steps = "step" if children == 1 else "steps"
+        return f"pipeline of {children} {steps} ({', '.join(s['name'] for s in job.group['steps'])})"
     return f"{job.group_kind} of {children} (at most {job.group['parallelism']} at once), each {each}"
 
 

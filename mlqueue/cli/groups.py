@@ -98,7 +98,8 @@ def group_counts(group: dict) -> str:
 def group_summary(group: dict) -> str:
     """A group in a line: `array of 12 elements, at most 3 at once, 1 may fail: 3 running, 9 pending`."""
     if group["kind"] == "pipeline":
-        return f"pipeline of {group['count']} steps (run directory {group.get('run_dir')}): {group_counts(group)}"
+        steps = "step" if group["count"] == 1 else "steps"
+        return f"pipeline of {group['count']} {steps} (run directory {group.get('run_dir')}): {group_counts(group)}"
     what = "elements" if group["kind"] == "array" else "trials"
     head = f"{group['kind']} of {group['count']} {what}, at most {group['parallelism']} at once"
     if group.get("max_failures"):
