@@ -327,7 +327,7 @@ class CapacityExplainer:
             return "too few free CPUs"
         if slot.free_memory < shape.memory_gb_per_task:
             return "too little free memory"
-        if slot.node.scratch_fit(shape.scratch_disk_gb) == 0:
+        if slot.node.lacks_scratch(shape.scratch_disk_gb):
             return "too little scratch disk"
         return ""
 

@@ -9,7 +9,7 @@ from scheduling.core.model import JobShape, Node, Topology, Verdict, labels_matc
 NO_NODE_OF_TYPE = "no node in the cluster has gpu_type={kind}"
 NO_CPU_NODES = "the cluster has no CPU nodes"
 MORE_THAN_THE_CLUSTER = "asks {asked} {kind}; the cluster has {total}"
-# what: "GPUs per task", "CPUs per task", "GB of memory per task" or "GB of scratch disk per task";
+# what: "GPUs per task", "CPUs per task", "GB of memory per task" or "GB of scratch disk";
 # unit: "", " CPUs" or " GB".
 LARGER_THAN_ANY_NODE = "asks {asked} {what}; the largest {kind} node has {largest}{unit}"
 NO_NODE_WITH_LABELS = "no {kind} node carries the labels {wanted} ({count} {kind} nodes)"
@@ -64,7 +64,7 @@ def _check_largest_node(shape: JobShape, nodes: list[Node], kind: str) -> Verdic
                 "resources.scratch_disk_gb",
                 shape.scratch_disk_gb,
                 max(n.scratch_disk_gb for n in nodes),
-                "GB of scratch disk per task",
+                "GB of scratch disk",
                 " GB",
             ),
         )
@@ -88,8 +88,8 @@ def _check_groups(shape: JobShape, nodes: list[Node], kind: str) -> Verdict:
     by_zone, by_rack = defaultdict(int), defaultdict(int)
     for n in nodes:
         fit = tasks_per_node(shape, gpus=n.gpus, cpus=n.cpus, memory_gb=n.memory_gb)
-        if (disk := n.scratch_fit(shape.scratch_disk_gb)) is not None:
-            fit = min(fit, disk)
+        if n.lacks_scratch(shape.scratch_disk_gb):
+            fit = 0
         by_zone[n.zone] += fit
         by_rack[n.rack] += fit
     what = f"{shape.tasks} tasks of {shape.describe().split(' x ', 1)[1]}"

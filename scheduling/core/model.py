@@ -77,14 +77,14 @@ class Node:
     state: NodeState = NodeState.READY
     # GPU indices taken out of placement for a fault: the others stay schedulable.
     excluded_gpus: tuple[int, ...] = ()
-    # Local scratch disk (GB): a job asking `JobShape.scratch_disk_gb` per task puts at most
-    # this much / that many of its tasks here. Not a consumable (as Slurm's TmpDisk). 0: not
-    # known (an agent that does not report it), so not checked.
+    # Local scratch disk (GB): a job asking `JobShape.scratch_disk_gb` runs only on nodes with
+    # at least that much. A minimum per node, not a consumable (as Slurm's TmpDisk and --tmp).
+    # 0: not known (an agent that does not report it), so not checked.
     scratch_disk_gb: int = 0
 
-    def scratch_fit(self, per_task: int) -> int | None:
-        """The most tasks asking `per_task` GB of scratch disk each the node holds (None: any)."""
-        return self.scratch_disk_gb // per_task if per_task and self.scratch_disk_gb else None
+    def lacks_scratch(self, asked: int) -> bool:
+        """Whether the node is known to have less scratch disk than `asked` GB."""
+        return 0 < self.scratch_disk_gb < asked
 
     @property
     def resource_class(self) -> str:
@@ -109,7 +109,7 @@ class JobShape:
     memory_gb_per_task: int
     node_selector: Mapping[str, str] = field(default_factory=dict)
     topology: Topology = Topology.NONE
-    scratch_disk_gb: int = 0  # local scratch disk each task needs on its node (see `Node`)
+    scratch_disk_gb: int = 0  # local scratch disk a node must have to run its tasks (see `Node`)
     # Derived once (a pass asks for them for every job it weighs, many times over): the class,
     # the units one task takes (GPUs, or CPUs for CPU jobs) and all tasks take.
     resource_class: str = field(init=False, repr=False, compare=False)

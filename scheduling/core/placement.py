@@ -55,10 +55,9 @@ def capacity(slot: Slot, shape: JobShape, limit: Limit | None = None, extra: Ext
     cap = limit(slot) if limit else None
     if cap is not None:
         gpus, cpus = (min(gpus, cap), cpus) if shape.gpu_type else (gpus, min(cpus, cap))
-    fit = tasks_per_node(shape, gpus=gpus, cpus=cpus, memory_gb=slot.free_memory + extra.memory_gb)
-    if shape.scratch_disk_gb and (disk := slot.node.scratch_fit(shape.scratch_disk_gb)) is not None:
-        return min(fit, disk)
-    return fit
+    if shape.scratch_disk_gb and slot.node.lacks_scratch(shape.scratch_disk_gb):
+        return 0
+    return tasks_per_node(shape, gpus=gpus, cpus=cpus, memory_gb=slot.free_memory + extra.memory_gb)
 
 
 def rooms(state: ClusterState, shape: JobShape, limit: Limit | None = None) -> list[Room]:

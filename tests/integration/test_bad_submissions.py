@@ -176,14 +176,14 @@ CASES = [
         LARGER_THAN_ANY_NODE.format(asked=1000, what="CPUs per task", kind="H100", largest=H100_CPUS, unit=" CPUs"),
     ),
     (
-        "more scratch disk per task than any node has",
+        "more scratch disk than any node has",
         "alice",
         make_spec(resources={"scratch_disk_gb": 1_000_000}),
         None,
         400,
         "resources.scratch_disk_gb",
         LARGER_THAN_ANY_NODE.format(
-            asked=1_000_000, what="GB of scratch disk per task", kind="H100", largest=30_000, unit=" GB"
+            asked=1_000_000, what="GB of scratch disk", kind="H100", largest=30_000, unit=" GB"
         ),
     ),
     (

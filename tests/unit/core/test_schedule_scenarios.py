@@ -122,15 +122,16 @@ def test_a_second_reservation_takes_what_the_first_leaves_on_a_node():
     assert [(r.job_id, r.start_at) for r in decisions.reservations] == [(8, NOW + HOUR), (9, NOW + HOUR)]
 
 
-def test_scratch_disk_caps_the_tasks_a_node_takes_where_the_node_reports_it():
-    """Three one-GPU tasks asking 800 GB of scratch each: a node with 2,000 GB takes two at most,
-    a node that reports none (0: not known) is not held to it, one with 500 GB takes none."""
+def test_scratch_disk_is_a_minimum_a_node_must_have_where_the_node_reports_it():
+    """Ten one-GPU tasks asking 800 GB of scratch: a node with 2,000 GB takes as many as its GPUs
+    hold (a minimum per node, as Slurm's --tmp), a node that reports none (0: not known) is not
+    held to it, one with 500 GB takes none."""
     disks = {"z1-r1-n1": 2000, "z1-r1-n2": 500, "z1-r1-n3": 0}
     nodes = [replace(n, scratch_disk_gb=disks[n.name]) for n in cluster(rack("z1-r1", 3))]
-    busy = [running(9, ["z1-r1-n3"], gpus_per_node=7)]  # n3 has room for one task
-    gang = job(1, gpus=3, per_task=1, scratch_disk_gb=800)
+    busy = [running(9, ["z1-r1-n3"], gpus_per_node=6)]  # n3 has room for two tasks
+    gang = job(1, gpus=10, per_task=1, scratch_disk_gb=800)
     decisions = schedule(snapshot(nodes, pending=[gang], running_jobs=busy, preemption=False))
-    assert sorted(placed_nodes(decisions, 1)) == ["z1-r1-n1", "z1-r1-n1", "z1-r1-n3"]
+    assert sorted(placed_nodes(decisions, 1)) == ["z1-r1-n1"] * 8 + ["z1-r1-n3"] * 2
     alone = schedule(snapshot(nodes[1:2], pending=[job(2, gpus=1, scratch_disk_gb=800)], preemption=False))
     assert "too little scratch disk" in alone.pending[2].message
 
