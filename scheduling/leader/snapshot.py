@@ -153,29 +153,17 @@ def _group_heads(now, starters: set[int]) -> tuple[list[dict], dict[int, list[in
     return list(_waiting().filter(pk__in=[head[0] for head in heads]).values(*PENDING_FIELDS)), left_out
 
 
-# What a PendingJob is built from (its reasons and forecast starts, which the leader rewrites,
-# are not): equal values, with the same unmet edges and preemptor, give an equal job.
-JOB_VALUES = itemgetter(
-    "id",
-    "parent_id",
-    "team__name",
-    "priority",
-    "gpu_type",
-    "task_count",
-    "gpus_per_task",
-    "cpu_per_rank",
-    "memory_per_rank_gb",
-    "scratch_disk_gb",
-    "node_selector",
-    "topology_hint",
-    "submitted_at",
-    "queued_at",
-    "max_runtime_hours",
-    "not_before",
-    "held",
-    "checkpoint",
-    "nominated_nodes",
+# What a PendingJob is built from: every field read but the reasons and forecast starts, which
+# the leader rewrites. Equal values, with the same unmet edges and preemptor, give an equal job.
+REWRITTEN = (
+    "pending_reason_code",
+    "pending_reason_message",
+    "reserved_nodes",
+    "pending_histogram",
+    "estimated_start",
+    "likely_start",
 )
+JOB_VALUES = itemgetter(*(name for name in PENDING_FIELDS if name not in REWRITTEN))
 
 
 def _pending(rows: list[dict], kept: KeptReads | None = None) -> tuple[list[core.PendingJob], dict, dict]:
