@@ -65,8 +65,7 @@ def parse_endpoint(url: str) -> Endpoint:
     """The URL's parts, or WebhookRefused for what is not a plain http(s) URL."""
     try:
         parts = urlsplit(url.strip())
-        parts.hostname  # noqa: B018 (parses the netloc: a bracket left open is a ValueError)
-    except ValueError:
+    except ValueError:  # a bracket left open ("http://[")
         raise WebhookRefused(NOT_HTTP) from None
     if parts.scheme not in ("http", "https") or len(url) > MAX_URL_LENGTH:
         raise WebhookRefused(NOT_HTTP)
