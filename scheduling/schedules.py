@@ -19,8 +19,8 @@ Missed fire times collapse: the claim jumps past all of them and fires once, for
 import logging
 from datetime import UTC, timedelta
 
-from django.db import IntegrityError, transaction
-from django.db.models import Q
+from django.db import DatabaseError, IntegrityError, transaction
+from django.db.models import Case, F, Q, Value, When
 from django.utils import timezone
 from rest_framework.exceptions import APIException, PermissionDenied, ValidationError
 
@@ -64,6 +64,11 @@ PAST_DEADLINE = "{late} min late, past starting_deadline_minutes ({deadline})"
 SUBMITTED = "submitted job {job_id}"
 ALREADY_SUBMITTED = "job {job_id} was already submitted for this fire time"
 REFUSED = "the submit was refused: {why}"
+FAILED = (
+    "the submit failed with an internal error ({error}); this fire time is not retried, "
+    "the next one is tried as usual: the admins have it in the log"
+)
+RENAME_TAKEN = "team {team} already has schedule {id} named {name!r}: choose another name."
 # Not finished: queued, placed, running, between a preemption and its requeue, or FAILED with
 # the leader's verdict (a retry?) still to come.
 ACTIVE_RUN = Q(state__in=[TaskState.PENDING, TaskState.ASSIGNED, TaskState.RUNNING, TaskState.PREEMPTED]) | Q(
@@ -256,15 +261,17 @@ def do_change_schedule(*, user, schedule: Schedule, changes: dict, now=None) -> 
             Schedule.objects.filter(pk=schedule.pk).update(**columns, updated_at=now)
     except IntegrityError:
         other = Schedule.objects.get(team_id=schedule.team_id, name=columns["name"])
-        raise Conflict(NAME_TAKEN.format(team=schedule.team.name, id=other.pk, name=other.name)) from None
+        raise Conflict(RENAME_TAKEN.format(team=schedule.team.name, id=other.pk, name=other.name)) from None
     schedule.refresh_from_db()
     return schedule
 
 
-def _suspend_reason(user, changes: dict) -> str:
+def _suspend_reason(user, changes: dict) -> Case:
+    """Who suspended it and why; a schedule already suspended keeps the reason it has (a pause
+    for an owner who left, or the first admin's words, is not overwritten by a second suspend)."""
     reason = changes.get("reason") or ""
     by = f"suspended by {user.get_username()}"
-    return f"{by}: {reason}" if reason else by
+    return Case(When(suspended=True, then=F("suspended_reason")), default=Value(f"{by}: {reason}" if reason else by))
 
 
 def do_delete_schedule(*, user, schedule: Schedule) -> None:
@@ -409,7 +416,9 @@ def run_client_job_id(schedule: Schedule, fire_time) -> str:
 def _submit(schedule: Schedule, fire_time, now, outcome: str) -> ScheduleFire:
     """Submit the run as the owner, through the submit's own validation (the owner's rights at
     fire time). A refusal is recorded, in a savepoint so the claim still commits: a spec the
-    cluster cannot hold any more must not be retried every pass."""
+    cluster cannot hold any more must not be retried every pass. So is an unexpected error
+    (a bug, not the spec's fault, would fail the same way every time); only the database's own
+    errors roll the claim back, to be retried by the next call."""
     try:
         with transaction.atomic():
             secret_env = decrypt_env(schedule.secret_env_ciphertext)
@@ -422,6 +431,11 @@ def _submit(schedule: Schedule, fire_time, now, outcome: str) -> ScheduleFire:
         return _pause(schedule, fire_time, now, REFUSED.format(why=_reason(exc)))
     except (APIException, SecretEnvUnreadable) as exc:
         return _record(schedule, fire_time, now, FireOutcome.REFUSED, REFUSED.format(why=_reason(exc)))
+    except DatabaseError:
+        raise
+    except Exception as exc:
+        log.exception("schedule %s: the submit for %s failed", schedule.pk, fire_time)
+        return _record(schedule, fire_time, now, FireOutcome.REFUSED, FAILED.format(error=type(exc).__name__))
     message = (SUBMITTED if created else ALREADY_SUBMITTED).format(job_id=job.pk)
     return _record(schedule, fire_time, now, outcome, message, job=job)
 

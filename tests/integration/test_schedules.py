@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.db import OperationalError
 
 from mlqueue.errors import Conflict
 from scheduling import schedules
@@ -220,15 +221,44 @@ def test_an_edit_between_listing_and_claiming_wins(clock, demo, user):
     assert claimed == 0
 
 
-def test_a_schedule_whose_firing_fails_does_not_hold_up_the_others(clock, demo, caplog):
+def test_a_submit_failing_with_an_internal_error_is_recorded_not_retried_every_call(clock, demo, caplog):
+    """A bug (here a spec broken by hand) fails the same way at every try: retrying it every
+    10 s forever only filled the log. The fire is recorded as REFUSED and the schedule goes on."""
     broken = create()
     Schedule.objects.filter(pk=broken.pk).update(spec=["not", "a", "spec"])  # as a bad hand edit would
     healthy = create(spec={**SPEC, "name": "other"}, name="other")
+    fires = fire_at(clock, at(9, 5))
+    assert sorted(fire.schedule_id for fire in fires) == [broken.pk, healthy.pk]
+    failed = next(fire for fire in fires if fire.schedule_id == broken.pk)
+    assert (failed.outcome, failed.message) == (
+        FireOutcome.REFUSED,
+        "the submit failed with an internal error (TypeError); this fire time is not retried, "
+        "the next one is tried as usual: the admins have it in the log",
+    )
+    assert f"schedule {broken.pk}: the submit for 2026-04-20 09:05:00+00:00 failed" in caplog.text
+    broken.refresh_from_db()
+    assert (broken.next_run_at, broken.suspended, Job.objects.filter(schedule=broken).count()) == (at(9, 10), False, 0)
+
+
+def test_a_database_error_rolls_the_fire_back_to_be_tried_again_and_the_others_go_on(clock, demo, caplog, monkeypatch):
+    broken = create()
+    healthy = create(spec={**SPEC, "name": "other"}, name="other")
+    submit = schedules.services.do_submit_job
+
+    def lost_connection(**kwargs):
+        if kwargs["schedule"].pk == broken.pk:
+            raise OperationalError("server closed the connection unexpectedly")
+        return submit(**kwargs)
+
+    monkeypatch.setattr(schedules.services, "do_submit_job", lost_connection)
     [fire] = fire_at(clock, at(9, 5))
     assert fire.schedule_id == healthy.pk
     assert f"schedule {broken.pk}: firing failed" in caplog.text
     broken.refresh_from_db()
-    assert broken.next_run_at == at(9, 5)  # rolled back: tried again next time
+    assert (broken.next_run_at, broken.last_outcome) == (at(9, 5), "")  # rolled back: tried again next time
+    monkeypatch.setattr(schedules.services, "do_submit_job", submit)
+    [fire] = fire_at(clock, at(9, 6))
+    assert (fire.schedule_id, fire.outcome) == (broken.pk, FireOutcome.SUBMITTED)
 
 
 def test_creating_it_again_with_another_secret_value_is_a_conflict_not_the_same(clock, demo):

@@ -175,6 +175,27 @@ def test_suspend_with_a_reason_and_resume(clock, api):
     assert (body["suspended"], body["suspended_reason"]) == (False, "")
 
 
+def test_a_second_suspend_keeps_the_first_reason(clock, api):
+    schedule = created(api)
+    url = f"/api/v1/schedules/{schedule['id']}"
+    api("alice").patch(url, {"suspended": True, "reason": "dataset migration"}, format="json")
+    body = api("rita").patch(url, {"suspended": True, "reason": "quota review"}, format="json").json()
+    assert (body["suspended"], body["suspended_reason"]) == (True, "suspended by alice: dataset migration")
+    api("alice").patch(url, {"suspended": False}, format="json")
+    body = api("rita").patch(url, {"suspended": True, "reason": "quota review"}, format="json").json()
+    assert body["suspended_reason"] == "suspended by rita: quota review"
+
+
+def test_renaming_to_a_name_taken_in_the_team_is_a_409_that_says_so(clock, api):
+    first = created(api)
+    second = created(api, name="weekly")
+    response = api("alice").patch(f"/api/v1/schedules/{second['id']}", {"name": first["name"]}, format="json")
+    assert response.status_code == 409
+    assert response.json()["detail"] == (
+        f"team {TEAM} already has schedule {first['id']} named {first['name']!r}: choose another name."
+    )
+
+
 def test_resume_is_refused_while_the_owner_may_not_submit(clock, api, user):
     schedule = created(api)
     Schedule.objects.filter(pk=schedule["id"]).update(suspended=True, suspended_reason="paused")
