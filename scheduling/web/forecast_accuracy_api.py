@@ -13,6 +13,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from mlqueue import date_fields
 from scheduling.accounting import LATEST, TOO_LATE
 from scheduling.forecast_accuracy import forecast_accuracy_by_week
 from teams.models import Membership, Role, Team
@@ -29,7 +30,7 @@ NOT_YOUR_TEAM = "you lead neither {name} nor a team above it."
 
 
 class WeekAccuracySerializer(serializers.Serializer):
-    week = serializers.DateField(help_text="the Monday (UTC) the ISO week starts on")
+    week = date_fields.DateField(help_text="the Monday (UTC) the ISO week starts on")
     jobs = serializers.IntegerField(help_text="jobs that first started that week and had a forecast")
     first_median_error_s = serializers.FloatField(allow_null=True, help_text="of the first forecast, in seconds")
     last_median_error_s = serializers.FloatField(allow_null=True, help_text="of the last forecast before the start")
@@ -40,8 +41,8 @@ class WeekAccuracySerializer(serializers.Serializer):
 
 
 class ForecastAccuracySerializer(serializers.Serializer):
-    start = serializers.DateTimeField(source="from")
-    end = serializers.DateTimeField(source="to")
+    start = date_fields.DateTimeField(source="from")
+    end = date_fields.DateTimeField(source="to")
     teams = serializers.ListField(child=serializers.CharField(), allow_null=True, help_text="null: every team")
     weeks = WeekAccuracySerializer(many=True)
 

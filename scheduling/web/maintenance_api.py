@@ -8,6 +8,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from mlqueue import date_fields
 from scheduling import maintenance
 from scheduling.models import MaintenanceState, MaintenanceWindow
 from scheduling.spec import StrictFloatField, StrictSerializer, StrictStringField
@@ -51,8 +52,8 @@ class WindowCreateSerializer(StrictSerializer):
     rack = StrictStringField(max_length=63, required=False, allow_blank=True, default="")
     zone = StrictStringField(max_length=63, required=False, allow_blank=True, default="")
     names = serializers.ListField(child=StrictStringField(max_length=253), required=False, max_length=5000)
-    starts_at = serializers.DateTimeField()
-    ends_at = serializers.DateTimeField(required=False)
+    starts_at = date_fields.DateTimeField()
+    ends_at = date_fields.DateTimeField(required=False)
     duration_hours = StrictFloatField(required=False, min_value=SHORTEST_HOURS, max_value=24 * 30)
     reason = StrictStringField(max_length=REASON_LENGTH)
 
@@ -61,8 +62,8 @@ class WindowChangeSerializer(StrictSerializer):
     """What a scheduled window may change: its times and its reason (not its nodes: cancel it
     and schedule another)."""
 
-    starts_at = serializers.DateTimeField(required=False)
-    ends_at = serializers.DateTimeField(required=False)
+    starts_at = date_fields.DateTimeField(required=False)
+    ends_at = date_fields.DateTimeField(required=False)
     duration_hours = StrictFloatField(required=False, min_value=SHORTEST_HOURS, max_value=24 * 30)
     reason = StrictStringField(max_length=REASON_LENGTH, required=False)
 

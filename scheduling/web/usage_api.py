@@ -19,6 +19,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from mlqueue import date_fields
 from scheduling import accounting, pricing
 from scheduling.accounting import BUCKETS, GROUPS, MAX_BUCKETS, UsageQuery, UsageReport, UsageRow
 from scheduling.models import LostCause, Price, Priority
@@ -40,7 +41,7 @@ BAD_FORMAT = "format is json or csv; got {value!r}."
 class UsageParams(serializers.Serializer):
     """The query string. `from` is a Python keyword, hence the field added in `get_fields`."""
 
-    to = serializers.DateTimeField(required=False, help_text="end of the window (exclusive); default now")
+    to = date_fields.DateTimeField(required=False, help_text="end of the window (exclusive); default now")
     team = serializers.CharField(required=False, max_length=63)
     owner = serializers.CharField(required=False, max_length=150)
     resource_class = serializers.CharField(required=False, max_length=24)
@@ -49,7 +50,7 @@ class UsageParams(serializers.Serializer):
 
     def get_fields(self):
         fields = super().get_fields()
-        fields["from"] = serializers.DateTimeField(required=False, help_text="window start; default to - 30 days")
+        fields["from"] = date_fields.DateTimeField(required=False, help_text="window start; default to - 30 days")
         return fields
 
     def validate_group_by(self, value: str) -> tuple[str, ...]:
@@ -224,7 +225,7 @@ class Usage(APIView):
 
 
 class PriceSerializer(serializers.ModelSerializer):
-    effective_from = serializers.DateTimeField(required=False, help_text="default: now")
+    effective_from = date_fields.DateTimeField(required=False, help_text="default: now")
     gpu_hour = serializers.DecimalField(max_digits=12, decimal_places=4, min_value=0, default=0)
     cpu_hour = serializers.DecimalField(max_digits=12, decimal_places=4, min_value=0, default=0)
 

@@ -65,6 +65,12 @@ def submit(api, *, hours: float, gpus: int = 8) -> Job:
         ({"rack": ""}, "rack", "give exactly one of rack, zone or names."),
         ({"reason": ""}, "reason", "This field may not be blank."),
         ({"starts_at": "tomorrow"}, "starts_at", None),
+        (
+            {"starts_at": "2026-02-30T10:00:00Z"},
+            "starts_at",
+            "'2026-02-30T10:00:00Z' is in the right format but is not a real date and time: day is out of range "
+            "for month.",
+        ),
         ({"starts_at": "2027-04-21T10:00:00Z"}, "starts_at", "must be within a year from now."),
         ({"starts_at": "9999-12-31T23:00:00Z"}, "starts_at", "must be within a year from now."),
         # No window of a moment, whichever way its end is given.

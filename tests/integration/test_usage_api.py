@@ -192,7 +192,9 @@ def test_csv_has_a_line_per_group_and_every_cause_and_outcome(api, ledger):
     "params, field, message",
     [
         ({"from": "last tuesday"}, "from", "Datetime has wrong format."),
-        ({"to": "2026-13-01"}, "to", "Datetime has wrong format."),
+        ({"to": "2026-13-01"}, "to", "'2026-13-01' is in the right format but is not a real date and time: month must"),
+        ({"from": "2026-02-30"}, "from", "'2026-02-30' is in the right format but is not a real date and time: day is"),
+        ({"to": "2026-04-20T24:30Z"}, "to", "'2026-04-20T24:30Z' is in the right format but is not a real date and"),
         ({"to": "2026-04-20T07:00:00Z"}, "to", "must be later than from (2026-04-20T08:00:00+00:00)."),
         ({"group_by": "colour"}, "group_by", "group by one or two of team, owner, resource_class, priority, day, "),
         ({"group_by": "day,week"}, "group_by", "group by one or two of"),

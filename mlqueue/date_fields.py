@@ -1,0 +1,41 @@
+"""Date and time fields for input: DRF's, but a value in the right format that names a day or a
+time that does not exist (2026-02-30, 25:00) says so. DRF answers both that and a value in no
+known format with "wrong format. Use one of these formats instead: ...", which sends a user who
+typed a real format looking for a mistake they did not make."""
+
+from django.utils.dateparse import parse_date, parse_datetime
+from rest_framework import serializers
+
+NO_SUCH_DAY = "{value!r} is in the right format but is not a real date and time: {why}."
+
+
+def _impossible(value) -> str:
+    """Why `value`, in ISO 8601's shape, names no real moment ("" if it does not say)."""
+    if not isinstance(value, str):
+        return ""
+    for parse in (parse_datetime, parse_date):
+        try:
+            parse(value.strip())
+        except ValueError as exc:
+            return str(exc)
+    return ""
+
+
+class DateTimeField(serializers.DateTimeField):
+    def to_internal_value(self, value):
+        try:
+            return super().to_internal_value(value)
+        except serializers.ValidationError:
+            if why := _impossible(value):
+                raise serializers.ValidationError(NO_SUCH_DAY.format(value=value, why=why)) from None
+            raise
+
+
+class DateField(serializers.DateField):
+    def to_internal_value(self, value):
+        try:
+            return super().to_internal_value(value)
+        except serializers.ValidationError:
+            if why := _impossible(value):
+                raise serializers.ValidationError(NO_SUCH_DAY.format(value=value, why=why)) from None
+            raise
