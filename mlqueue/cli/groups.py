@@ -22,7 +22,7 @@ BAD_ARRAY_PART = "{part!r} is not an index or a range: write indices such as 0-1
 ARRAY_BACKWARDS = "{part!r} runs backwards: write the lower index first"
 ARRAY_STEP = "{part!r}: the step after ':' is at least 1"
 ARRAY_PARALLELISM = "{limit!r} after % is the most elements at once: a whole number, at least 1"
-ARRAY_AND_SWEEP = "--array makes the job an array, but the spec has a sweep: block: a job is one or the other"
+ARRAY_AND_GROUP = "--array makes the job an array, but the spec has a {kind}: block: a job is one or the other"
 MAX_FAILURES_NEEDS_GROUP = "--max-failures is for a group: give --array, or a spec with an array: or sweep: block"
 SEED_NEEDS_SWEEP = "--sweep-seed is for a sweep: the spec has no sweep: block"
 FOLLOW_A_GROUP = "--follow prints one job's log; a group's children each have theirs (mlq logs CHILD_ID): use --wait"
@@ -73,8 +73,9 @@ def with_group_options(spec: dict, *, array: dict | None, max_failures: int | No
     max_failures stays unless --max-failures is given."""
     out = dict(spec)
     if array is not None:
-        if out.get("sweep") is not None:
-            raise click.UsageError(ARRAY_AND_SWEEP)
+        for kind in ("sweep", "pipeline"):
+            if out.get(kind) is not None:
+                raise click.UsageError(ARRAY_AND_GROUP.format(kind=kind))
         kept = {key: value for key, value in (out.get("array") or {}).items() if key not in ("count", "indices")}
         out["array"] = {**kept, **array}
     kind = "array" if out.get("array") is not None else "sweep" if out.get("sweep") is not None else None

@@ -16,6 +16,7 @@ NOT_A_MAPPING = "{where}: a job spec is a mapping of fields, not {kind}"
 OVERRIDE_THROUGH_VALUE = "{part} is a {kind}, not a mapping"
 NOT_YAML = "not YAML: {error}"
 NOT_JSON_LINE = "not JSON: {error}"
+NO_SPECS = "{where}: empty: a job spec is a mapping of fields{per_line}"
 NOT_UTF8 = "{path}: not UTF-8 text (byte {position}): save it as UTF-8"
 JSON_LINES_SUFFIXES = (".jsonl", ".ndjson")
 
@@ -87,6 +88,8 @@ def load_spec(spec_or_path: dict | str | os.PathLike) -> dict:
         spec = read_yaml(read_text(path))
     except yaml.YAMLError as error:
         raise MlqError(0, f"{path}: {NOT_YAML.format(error=' '.join(str(error).split()))}") from None
+    if spec is None:
+        raise MlqError(0, NO_SPECS.format(where=path, per_line=""))
     if not isinstance(spec, dict):
         raise MlqError(0, NOT_A_MAPPING.format(where=path, kind=type(spec).__name__))
     return spec
@@ -102,9 +105,10 @@ def load_specs(paths: Iterable[str | os.PathLike]) -> list[tuple[str, dict]]:
         if not is_json_lines(path):
             found.append((str(path), load_spec(path)))
             continue
-        for number, line in enumerate(read_text(path).splitlines(), start=1):
-            if line.strip():
-                found.append((f"{path}:{number}", _json_line(line, f"{path}:{number}")))
+        lines = [(number, line) for number, line in enumerate(read_text(path).splitlines(), start=1) if line.strip()]
+        if not lines:
+            raise MlqError(0, NO_SPECS.format(where=path, per_line=", one per line in a JSON Lines file"))
+        found.extend((f"{path}:{number}", _json_line(line, f"{path}:{number}")) for number, line in lines)
     return found
 
 

@@ -610,6 +610,23 @@ def test_a_spec_or_a_value_that_is_not_yaml_is_refused_by_name(tmp_path):
     assert server.requests == []
 
 
+def test_an_empty_spec_file_is_refused_not_submitted_as_nothing(tmp_path):
+    """An empty .jsonl submitted nothing and exited 0, as if it had worked."""
+    server = FakeServer({})
+    empty = tmp_path / "runs.jsonl"
+    empty.write_text("\n  \n")
+    result = run(server, "submit", str(empty))
+    assert (result.exit_code, result.stderr) == (
+        1,
+        f"{empty}: empty: a job spec is a mapping of fields, one per line in a JSON Lines file\n",
+    )
+    blank = tmp_path / "job.yaml"
+    blank.write_text("# nothing yet\n")
+    result = run(server, "submit", str(blank))
+    assert (result.exit_code, result.stderr) == (1, f"{blank}: empty: a job spec is a mapping of fields\n")
+    assert server.requests == []
+
+
 def test_dry_run_set_events_nodes_and_cordon(spec_file):
     node = {"name": "gpu-017", "state": "READY", "admin_state": "CORDONED", "gpu_type": "H100", "gpu_count": 8}
     verdict = {

@@ -152,7 +152,16 @@ def test_sweep_seed_and_max_failures_go_in_the_specs_sweep_block(tmp_path):
         ("name: a\ncommand: [x]\n", ["--max-failures", "2"], groups.MAX_FAILURES_NEEDS_GROUP),
         ("name: a\ncommand: [x]\n", ["--sweep-seed", "3"], groups.SEED_NEEDS_SWEEP),
         ("name: a\ncommand: [x]\narray: {count: 3}\n", ["--sweep-seed", "3"], groups.SEED_NEEDS_SWEEP),
-        ("name: a\ncommand: [x]\nsweep: {method: grid}\n", ["--array", "0-3"], groups.ARRAY_AND_SWEEP),
+        (
+            "name: a\ncommand: [x]\nsweep: {method: grid}\n",
+            ["--array", "0-3"],
+            groups.ARRAY_AND_GROUP.format(kind="sweep"),
+        ),
+        (
+            "name: a\npipeline: {steps: [{name: s, command: [x]}]}\n",
+            ["--array", "0-3"],
+            groups.ARRAY_AND_GROUP.format(kind="pipeline"),
+        ),
         ("name: a\ncommand: [x]\n", ["--array", "0-3", "--follow"], groups.FOLLOW_A_GROUP),
     ],
 )
