@@ -299,15 +299,13 @@ class CapacityExplainer:
         return tuple(sorted(present, key=lambda kv: (-kv[1], kv[0]))), fit
 
     def _matching(self, shape: JobShape) -> tuple[list[Slot], int, int]:
-        """Ready nodes of the class carrying the selector's labels, their free and total units."""
-        key = (shape.resource_class, tuple(sorted(shape.node_selector.items())))
+        """Ready nodes of the class that could ever take the job (the selector's labels, the
+        scratch disk it asks), their free and total units: a job that only nodes with too
+        little disk have room for waits for capacity, it is not fragmented."""
+        key = (shape.resource_class, tuple(sorted(shape.node_selector.items())), shape.scratch_disk_gb)
         matching = self._memos(shape.resource_class)[3]
         if key not in matching:
-            slots = [
-                s
-                for s in self.state.ready_slots(shape.resource_class)
-                if labels_match(shape.node_selector, s.node.labels)
-            ]
+            slots = [s for s in self.state.ready_slots(shape.resource_class) if _could_take(s.node, shape)]
             matching[key] = (slots, sum(s.free_units for s in slots), sum(s.total_units for s in slots))
         return matching[key]
 
@@ -333,11 +331,12 @@ class CapacityExplainer:
 
     def _no_match(self, shape: JobShape) -> str:
         same = [n for n in self.nodes if n.resource_class == shape.resource_class]
-        states = Counter(n.state.value for n in same if labels_match(shape.node_selector, n.labels))
+        states = Counter(n.state.value for n in same if _could_take(n, shape))
         detail = ", ".join(f"{n} {s}" for s, n in sorted(states.items())) or "none"
         selector = "".join(f" {k}={v}" for k, v in sorted(shape.node_selector.items()))
         what = f"gpu_type={shape.gpu_type}" if shape.gpu_type else "CPU"
-        return f"no READY node has {what}{selector} (matching nodes: {detail})"
+        disk = f" and {shape.scratch_disk_gb} GB of scratch disk" if shape.scratch_disk_gb else ""
+        return f"no READY node has {what}{selector}{disk} (matching nodes: {detail})"
 
     def _fragmented(self, shape: JobShape, matching: list[Slot], free: int) -> str:
         scope, group = _block_scope(shape)
@@ -349,6 +348,11 @@ class CapacityExplainer:
             f"needs {shape.units} {shape.unit_name} in one {scope}; {free} free but the largest block is "
             f"{largest} ({scope} {where})"
         )
+
+
+def _could_take(node: Node, shape: JobShape) -> bool:
+    """What of a node never changes while the job waits: its labels and its scratch disk."""
+    return labels_match(shape.node_selector, node.labels) and not node.lacks_scratch(shape.scratch_disk_gb)
 
 
 def _block_scope(shape: JobShape):

@@ -181,6 +181,29 @@ def test_jobs_alike_but_for_scratch_disk_are_explained_each_on_their_own():
     assert "2 too little scratch disk" in schedule(alone).pending[12].message
 
 
+def test_a_job_only_nodes_without_its_scratch_disk_have_room_for_waits_for_capacity_not_fragmentation():
+    """n1 (500 GB of disk) is idle, n2 (2,000 GB) is full: a 4-GPU job asking 800 GB was told
+    FRAGMENTED, "8 free but the largest block is 8", though no block at all could take it. It
+    waits for capacity on the nodes that could; with those down, no node matches."""
+    disks = {"z1-r1-n1": 500, "z1-r1-n2": 2000}
+    nodes = [replace(n, scratch_disk_gb=disks[n.name]) for n in cluster(rack("z1-r1", 2))]
+    busy = [running(1, ["z1-r1-n2"])]
+    disk = job(12, gpus=4, scratch_disk_gb=800)
+    reason = schedule(snapshot(nodes, pending=[disk], running_jobs=busy, preemption=False)).pending[12]
+    assert (reason.code, reason.message.split(" (")[0]) == (
+        ReasonCode.INSUFFICIENT_CAPACITY,
+        "needs 4 H100; 0 of 8 free",
+    )
+    assert "1 too little scratch disk" in reason.message
+    down = [nodes[0], replace(nodes[1], state=NodeState.LOST)]
+    reason = schedule(snapshot(down, pending=[disk], preemption=False)).pending[12]
+    assert (reason.code, reason.message.split(" (")[0]) == (
+        ReasonCode.NO_MATCHING_NODES,
+        "no READY node has gpu_type=H100 and 800 GB of scratch disk",
+    )
+    assert "(matching nodes: 1 LOST)" in reason.message
+
+
 def test_reclaim_of_borrowed_gpus_even_at_the_same_priority():
     nodes = cluster(rack("z1-r1", 8))
     quotas = teams(vision={"gpu:H100": (32, 32)}, ranking={"gpu:H100": (32, 32)})
