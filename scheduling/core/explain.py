@@ -167,14 +167,17 @@ def duration(seconds: float) -> str:
     return f"{seconds:.0f}-second"
 
 
-def behind_reservation(job: PendingJob, reservation: Reservation, now: float) -> PendingReason:
-    hours = max(0.0, (reservation.start_at - now) / 3600)
-    nodes = len(reservation.nodes)
+def behind_reservation(job: PendingJob, held: list[Reservation], now: float) -> PendingReason:
+    """Named after the reservation that starts first (a job ending before it ends before them
+    all, so it could start now), the others counted."""
+    first = min(held, key=lambda r: (r.start_at, r.job_id))
+    hours = max(0.0, (first.start_at - now) / 3600)
+    others = f" (and {len(held) - 1} other reservation(s))" if len(held) > 1 else ""
     return PendingReason(
         ReasonCode.BEHIND_RESERVATION,
         (
-            f"fits now, but would delay job {reservation.job_id}, which holds {nodes} node(s) from "
-            f"{clock(reservation.start_at)}; with max_runtime_hours <= {hours:.2f} it could start now"
+            f"fits now, but would delay job {first.job_id}, which holds {len(first.nodes)} node(s) from "
+            f"{clock(first.start_at)}{others}; with max_runtime_hours <= {hours:.2f} it could start now"
         ),
     )
 

@@ -53,7 +53,7 @@ class PassReasons:
             return explain.with_reservation(held_for, reservation)
         held = [r for r in self.book.by_class.get(rclass, ()) if r.job_id != job.job_id]
         if held and self._fits_unlimited(job.shape):
-            return explain.behind_reservation(job, held[0], self.now)
+            return explain.behind_reservation(job, held, self.now)
         if reservation is None and self.placed_units[rclass] and self._fits_at_start(job):
             return explain.behind_others(job, self.placed_units[rclass])
         used, guaranteed = self.ledger.usage[job.team][rclass], self.ledger.guaranteed(job.team, rclass)

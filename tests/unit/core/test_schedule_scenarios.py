@@ -70,6 +70,29 @@ def test_gang_is_not_starved_by_a_stream_of_small_jobs():
     )
 
 
+def test_behind_reservations_names_the_one_that_starts_first():
+    """Job 8 (P1, only n1 has its label) holds n1 from +3 h; job 9, the class's second
+    reservation, n2 and n3 from +1 h. A 2-hour job that fits on n3 now would delay job 9, not 8:
+    the reason named the book's first reservation and promised a start now with
+    max_runtime_hours <= 3.00, which a 2-hour job has."""
+    nodes = cluster(rack("z1-r1", 3))
+    nodes = [replace(nodes[0], labels={"fast": "yes"}), *nodes[1:]]
+    busy = [running(1, ["z1-r1-n1"], remaining=3 * HOUR), running(2, ["z1-r1-n2"], remaining=HOUR)]
+    pending = [
+        job(8, gpus=8, runtime=HOUR, age=900, priority="P1", selector={"fast": "yes"}),
+        job(9, gpus=16, runtime=HOUR, age=600),
+        job(10, gpus=8, runtime=2 * HOUR, age=300, priority="P3"),
+    ]
+    decisions = schedule(
+        snapshot(nodes, pending=pending, running_jobs=busy, reservations_per_class=2, preemption=False)
+    )
+    assert [(r.job_id, r.start_at) for r in decisions.reservations] == [(8, NOW + 3 * HOUR), (9, NOW + HOUR)]
+    assert decisions.pending[10].message == (
+        "fits now, but would delay job 9, which holds 2 node(s) from 22:20 UTC (and 1 other reservation(s)); "
+        "with max_runtime_hours <= 1.00 it could start now"
+    )
+
+
 def test_shortest_weighted_first_small_jobs_go_first_until_the_gang_is_past_the_bound():
     """The default order ranks jobs by expected GPU-time (weighted by their team's share): a
     fresh 64-GPU gang goes after 1-GPU jobs, even ten-hour ones. Past the wait bound it is the
