@@ -173,13 +173,10 @@ class VictimPool:
             if kept[0] == len(taken):
                 return kept[1]
             found = [c for c in kept[1] if c.job.job_id not in taken]
-        elif not excess:  # it may only outrank: claim.outranks(c), inlined (a hot loop)
-            found = [
-                c
-                for c in self.of_class(rclass)
-                if c.rank > rank and (victim := c.job).started_at <= started_by and victim.job_id not in taken
-            ]
-        elif claim.guard is not None:  # it outranks its own team's jobs, and others' only where they are over
+        elif claim.guard is not None:
+            # It outranks its own team's jobs, and others' only where they are over (with no
+            # team over, only its own: others' jobs would be candidates no search can take,
+            # each search spending the pass's budget for nothing).
             found = [
                 c
                 for c in self.of_class(rclass)
@@ -187,6 +184,12 @@ class VictimPool:
                 and (victim := c.job).started_at <= started_by
                 and victim.job_id not in taken
                 and (victim.team == team or victim.team in excess)
+            ]
+        elif not excess:  # it may only outrank: claim.outranks(c), inlined (a hot loop)
+            found = [
+                c
+                for c in self.of_class(rclass)
+                if c.rank > rank and (victim := c.job).started_at <= started_by and victim.job_id not in taken
             ]
         else:
             others = excess.keys() - {team}  # the teams it may reclaim from

@@ -257,6 +257,26 @@ def test_a_borrower_whose_search_failed_searches_again_once_a_team_has_more_abov
     assert [(p.victim_job_id, p.for_job_id) for p in schedule(snap).preemptions] == [(1, 20), (2, 10)]
 
 
+def test_a_borrower_with_no_team_over_its_guarantee_spends_no_search():
+    """Research's P1 would borrow, and production is within its guarantee: nobody research may
+    take. Its search over production's jobs, which could never succeed, still spent the pass's
+    budget (here one search), so production's own P1, which may evict its team's P3, waited."""
+    pending = [
+        job(9, gpus=8, priority="P1", team="research", age=900),
+        job(10, gpus=8, priority="P1", team="production", age=600),
+    ]
+    decisions = schedule(
+        snapshot(
+            TWO_NODES,
+            pending=pending,
+            running_jobs=PRODUCTION_BOTH_NODES,
+            team_list=_teams(16),
+            max_preemption_searches=1,
+        )
+    )
+    assert [(p.victim_job_id, p.for_job_id, p.reason) for p in decisions.preemptions] == [(1, 10, "PRIORITY")]
+
+
 def test_a_reclaim_takes_nothing_a_team_is_giving_back_already():
     # production holds 16, 8 above its guarantee, and job 1 (8) is stopping for job 9 (still
     # waiting on it): the 8 above are being given back, so job 10 reclaims nothing more.
