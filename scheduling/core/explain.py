@@ -20,6 +20,7 @@ from scheduling.core.model import (
     PendingJob,
     Topology,
     labels_match,
+    tasks_per_node,
 )
 from scheduling.core.reasons import PendingReason, ReasonCode
 from scheduling.core.state import ClusterState, Slot
@@ -167,12 +168,11 @@ def duration(seconds: float) -> str:
     return f"{seconds:.0f}-second"
 
 
-def behind_reservation(job: PendingJob, held: list[Reservation], now: float) -> PendingReason:
-    """Named after the reservation that starts first (a job ending before it ends before them
-    all, so it could start now), the others counted."""
-    first = min(held, key=lambda r: (r.start_at, r.job_id))
+def behind_reservation(job: PendingJob, first: Reservation, held: int, now: float) -> PendingReason:
+    """Named after the reservation it would delay (`PassReasons._in_the_way`), the class's
+    others (`held` in all) counted."""
     hours = max(0.0, (first.start_at - now) / 3600)
-    others = f" (and {len(held) - 1} other reservation(s))" if len(held) > 1 else ""
+    others = f" (and {held - 1} other reservation(s))" if held > 1 else ""
     return PendingReason(
         ReasonCode.BEHIND_RESERVATION,
         (
@@ -251,7 +251,7 @@ class CapacityExplainer:
         histogram, fit = self.node_histogram(shape)
         fit_count = f"{fit}/{len(self.nodes)}"
         summary = f"{fit_count} nodes fit a task: " + ", ".join(f"{n} {why}" for why, n in histogram)
-        matching, free, total = self._matching(shape)
+        matching, free, total = self.matching(shape)
         if not matching:
             code, message = ReasonCode.NO_MATCHING_NODES, self._no_match(shape)
         elif free >= shape.units:
@@ -301,11 +301,18 @@ class CapacityExplainer:
         present = ((why, n) for why, n in counts.items() if n)
         return tuple(sorted(present, key=lambda kv: (-kv[1], kv[0]))), fit
 
-    def _matching(self, shape: JobShape) -> tuple[list[Slot], int, int]:
+    def matching(self, shape: JobShape) -> tuple[list[Slot], int, int]:
         """Ready nodes of the class that could ever take the job (the selector's labels, the
         scratch disk it asks), their free and total units: a job that only nodes with too
         little disk have room for waits for capacity, it is not fragmented."""
-        key = (shape.resource_class, tuple(sorted(shape.node_selector.items())), shape.scratch_disk_gb)
+        key = (
+            shape.resource_class,
+            tuple(sorted(shape.node_selector.items())),
+            shape.scratch_disk_gb,
+            shape.gpus_per_task,
+            shape.cpus_per_task,
+            shape.memory_gb_per_task,
+        )
         matching = self._memos(shape.resource_class)[3]
         if key not in matching:
             slots = [s for s in self.state.ready_slots(shape.resource_class) if _could_take(s.node, shape)]
@@ -339,7 +346,9 @@ class CapacityExplainer:
         selector = "".join(f" {k}={v}" for k, v in sorted(shape.node_selector.items()))
         what = f"gpu_type={shape.gpu_type}" if shape.gpu_type else "CPU"
         disk = f" and {shape.scratch_disk_gb} GB of scratch disk" if shape.scratch_disk_gb else ""
-        return f"no READY node has {what}{selector}{disk} (matching nodes: {detail})"
+        small = any(labels_match(shape.node_selector, n.labels) and not _holds_a_task(n, shape) for n in same)
+        size = f" and room for one task ({_task(shape)})" if small else ""
+        return f"no READY node has {what}{selector}{disk}{size} (matching nodes: {detail})"
 
     def _fragmented(self, shape: JobShape, matching: list[Slot], free: int) -> str:
         scope, group = _block_scope(shape)
@@ -354,8 +363,24 @@ class CapacityExplainer:
 
 
 def _could_take(node: Node, shape: JobShape) -> bool:
-    """What of a node never changes while the job waits: its labels and its scratch disk."""
-    return labels_match(shape.node_selector, node.labels) and not node.lacks_scratch(shape.scratch_disk_gb)
+    """What of a node does not change while the job waits: its labels, its scratch disk and
+    its size (a node too small for one task is no block the job could use)."""
+    return (
+        labels_match(shape.node_selector, node.labels)
+        and not node.lacks_scratch(shape.scratch_disk_gb)
+        and _holds_a_task(node, shape)
+    )
+
+
+def _holds_a_task(node: Node, shape: JobShape) -> bool:
+    """Whether the whole node could hold one task: GPUs excluded for a fault count (they come
+    back once repaired, and the reason names them)."""
+    return tasks_per_node(shape, gpus=node.gpus, cpus=node.cpus, memory_gb=node.memory_gb) >= 1
+
+
+def _task(shape: JobShape) -> str:
+    gpus = f"{shape.gpus_per_task} {shape.gpu_type}, " if shape.gpu_type else ""
+    return f"{gpus}{shape.cpus_per_task} CPUs, {shape.memory_gb_per_task} GB"
 
 
 def _block_scope(shape: JobShape):

@@ -1,6 +1,8 @@
 """Why each job left waiting waits, worded against the pass's final state (part of
 `scheduler.Pass`, its step 5): computed once per team, shape and reason."""
 
+from collections import defaultdict
+
 from scheduling.core import explain
 from scheduling.core.decisions import Reservation
 from scheduling.core.model import MaintenanceWindow, PendingJob
@@ -15,6 +17,8 @@ class PassReasons:
         """Against the pass's final state, a job without a reservation of its own gets what
         any job of its team and shape left with the same reason so far gets: computed once
         per team, shape and reason."""
+        self.placed_on: dict[str, int] | None = None  # see `_taken_from`
+        self.names_of: dict[int, set[str]] = {}  # id of a `matching` list -> its nodes' names
         explainer = self.explainer
         if explainer is None or explainer.state is not self.state:
             explainer = self.explainer = explain.CapacityExplainer(self.state, self.snap.nodes)
@@ -53,9 +57,11 @@ class PassReasons:
             return explain.with_reservation(held_for, reservation)
         held = [r for r in self.book.by_class.get(rclass, ()) if r.job_id != job.job_id]
         if held and self._fits_unlimited(job.shape):
-            return explain.behind_reservation(job, held, self.now)
-        if reservation is None and self.placed_units[rclass] and self._fits_at_start(job):
-            return explain.behind_others(job, self.placed_units[rclass])
+            return explain.behind_reservation(job, self._in_the_way(job, held), len(held), self.now)
+        if reservation is None and self.placed_units[rclass]:
+            taken = self._taken_from(job, explainer)
+            if taken:
+                return explain.behind_others(job, taken)
         used, guaranteed = self.ledger.usage[job.team][rclass], self.ledger.guaranteed(job.team, rclass)
         spec = self.ledger.teams.get(job.team)
         free = self.state.free_units.get(rclass, 0)
@@ -64,6 +70,31 @@ class PassReasons:
         else:
             reason = explainer.explain(job)
         return explain.with_reservation(reason, reservation)
+
+    def _taken_from(self, job: PendingJob, explainer) -> int:
+        """The units this pass's placements took on the nodes that could take `job` (its
+        labels, scratch disk and size: `CapacityExplainer.matching`), if with the room still
+        free there they would have held it (0 otherwise)."""
+        matching, free, _ = explainer.matching(job.shape)
+        if self.placed_on is None:
+            placed_on: dict[str, int] = defaultdict(int)
+            for placement in self.placements:
+                for task in placement.tasks:
+                    placed_on[task.node] += len(task.gpu_indices) or task.cpus
+            self.placed_on = placed_on
+        names = self.names_of.get(id(matching))
+        if names is None:
+            names = self.names_of[id(matching)] = {slot.name for slot in matching}
+        taken = sum(units for node, units in self.placed_on.items() if node in names)
+        return taken if free + taken >= job.shape.units else 0
+
+    def _in_the_way(self, job: PendingJob, held: list[Reservation]) -> Reservation:
+        """Of the class's reservations, the one `job` would delay: the first to start of those
+        on the nodes it would take were there no holds (any, if the plan took none of theirs)."""
+        chosen = self._plan(job, None, ("free",))
+        nodes = {slot.name for slot, _ in chosen} if chosen is not None else set()
+        on_them = [r for r in held if nodes.intersection(r.nodes)] or held
+        return min(on_them, key=lambda r: (r.start_at, r.job_id))
 
     def _window_in_the_way(self, job: PendingJob) -> MaintenanceWindow | None:
         """The window that keeps `job` off room it would fit in now (None: no window does):

@@ -166,7 +166,7 @@ class VictimPool:
         # All that decides the answer: jobs of one class asking alike (the same claim, team and
         # excess) between two evictions get one list, which no caller changes.
         # Victims only leave: a list found before some were taken is that list less them.
-        key = (rclass, claim, team, frozenset(excess))
+        key = (rclass, claim, team, frozenset(excess.items()))
         taken = self.taken
         kept = self.found.get(key)
         if kept is not None:
@@ -174,16 +174,17 @@ class VictimPool:
                 return kept[1]
             found = [c for c in kept[1] if c.job.job_id not in taken]
         elif claim.guard is not None:
-            # It outranks its own team's jobs, and others' only where they are over (with no
-            # team over, only its own: others' jobs would be candidates no search can take,
-            # each search spending the pass's budget for nothing).
+            # It outranks its own team's jobs, and others' only within what they hold above
+            # their guarantees: a job larger than that (every other team's, when none is over)
+            # is a candidate no search can take (`_domain`), and a search over only such
+            # candidates would spend the pass's budget for nothing.
             found = [
                 c
                 for c in self.of_class(rclass)
                 if c.rank > rank
                 and (victim := c.job).started_at <= started_by
                 and victim.job_id not in taken
-                and (victim.team == team or victim.team in excess)
+                and (victim.team == team or victim.units <= excess.get(victim.team, 0))
             ]
         elif not excess:  # it may only outrank: claim.outranks(c), inlined (a hot loop)
             found = [
@@ -199,7 +200,7 @@ class VictimPool:
                 if (victim := c.job).job_id not in taken
                 and (
                     (c.rank > rank and victim.started_at <= started_by)  # claim.outranks(c), inlined
-                    or (victim.team in others and claim.may_reclaim(c))
+                    or (victim.team in others and victim.units <= excess[victim.team] and claim.may_reclaim(c))
                 )
             ]
         self.found[key] = (len(taken), found)

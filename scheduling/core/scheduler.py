@@ -454,11 +454,6 @@ class Pass(HeldRoom, PassPreemption, ReclaimTurn, PassReasons):
             found = self.unlimited[key] = plan(self.state, shape) is not None
         return found
 
-    def _fits_at_start(self, job: PendingJob) -> bool:
-        return (
-            self.state.free_units.get(job.resource_class, 0) + self.placed_units[job.resource_class] >= job.shape.units
-        )
-
     def _place(self, job: PendingJob, chosen, end_at: float) -> None:
         rclass, units = job.resource_class, job.shape.units
         borrowed = self.ledger.would_borrow(job.team, rclass, units)

@@ -1,6 +1,7 @@
 """The indexes that keep a pass's cost off the cluster's size read exactly what a scan of every
 node or candidate reads: each is checked against that scan, written out here, on random clusters."""
 
+import itertools
 from dataclasses import replace
 
 from hypothesis import given
@@ -82,12 +83,16 @@ def candidates_by_scan(running, borrowed, config, taken, job, claim, excess):
     for victim in ordered:
         candidate = Candidate(victim, priority_rank(victim.priority))
         may_go = victim.preemptible and not victim.preempting and victim.priority != "P0"
-        reclaimable = victim.team in excess and victim.team != job.team and claim.may_reclaim(candidate)
+        # Only what fits in its team's excess can be reclaimed (or, by a borrower, outranked;
+        # a borrower reclaims nothing).
+        within = victim.units <= excess.get(victim.team, 0)
+        reclaimable = claim.guard is None and within and victim.team != job.team and claim.may_reclaim(candidate)
+        outranked = claim.outranks(candidate) and (claim.guard is None or victim.team == job.team or within)
         if (
             may_go
             and victim.resource_class == job.resource_class
             and victim.job_id not in taken
-            and (claim.outranks(candidate) or reclaimable)
+            and (outranked or reclaimable)
         ):
             found.append(candidate)
     return found
@@ -130,8 +135,8 @@ def searches(draw):
 def test_the_victim_pool_gives_the_candidates_a_scan_of_every_running_job_gives(case):
     _, running, borrowed, config, steps = case
     pool, taken = VictimPool(running, borrowed, NOW, config), set()
-    for job, excess, ignore_age, take in steps:
-        claim = pool.claim(job, ignore_age=ignore_age)
+    for (job, excess, ignore_age, take), borrowing in zip(steps, itertools.cycle([False, True]), strict=False):
+        claim = pool.claim(job, ignore_age=ignore_age, borrowing=borrowing)
         found = pool.candidates(job, claim, excess=excess)
         assert found == candidates_by_scan(running, borrowed, config, taken, job, claim, excess)
         for candidate in found[:take]:  # victims chosen: they leave the pool

@@ -257,10 +257,12 @@ def test_a_borrower_whose_search_failed_searches_again_once_a_team_has_more_abov
     assert [(p.victim_job_id, p.for_job_id) for p in schedule(snap).preemptions] == [(1, 20), (2, 10)]
 
 
-def test_a_borrower_with_no_team_over_its_guarantee_spends_no_search():
-    """Research's P1 would borrow, and production is within its guarantee: nobody research may
-    take. Its search over production's jobs, which could never succeed, still spent the pass's
-    budget (here one search), so production's own P1, which may evict its team's P3, waited."""
+@pytest.mark.parametrize("guaranteed", [16, 12])
+def test_a_borrower_with_nothing_it_may_take_spends_no_search(guaranteed):
+    """Research's P1 would borrow, and production is within its guarantee (16), or over it by
+    less than any of its jobs (12: 4 over, jobs of 8): nothing research may take. Its search over
+    production's jobs, which could never succeed, still spent the pass's budget (here one
+    search), so production's own P1, which may evict its team's P3, waited."""
     pending = [
         job(9, gpus=8, priority="P1", team="research", age=900),
         job(10, gpus=8, priority="P1", team="production", age=600),
@@ -270,7 +272,7 @@ def test_a_borrower_with_no_team_over_its_guarantee_spends_no_search():
             TWO_NODES,
             pending=pending,
             running_jobs=PRODUCTION_BOTH_NODES,
-            team_list=_teams(16),
+            team_list=_teams(guaranteed),
             max_preemption_searches=1,
         )
     )

@@ -2,6 +2,8 @@
 
 from dataclasses import replace
 
+import pytest
+
 from scheduling.core.model import NodeState, Topology
 from scheduling.core.reasons import ReasonCode
 from scheduling.core.scheduler import Scheduler, schedule
@@ -91,6 +93,29 @@ def test_behind_reservations_names_the_one_that_starts_first():
         "fits now, but would delay job 9, which holds 2 node(s) from 22:20 UTC (and 1 other reservation(s)); "
         "with max_runtime_hours <= 1.00 it could start now"
     )
+
+
+def test_behind_reservations_names_the_one_on_the_nodes_it_would_take():
+    """Job 8 (P1, only n1 has its label) holds n1 from +1 h, job 9 n2 and n3 from +3 h. A
+    4-hour job fits only on n3 now: it would delay job 9, and with 3 hours it could start (the
+    reason named job 8, the first to start, and 1 hour)."""
+    nodes = cluster(rack("z1-r1", 3))
+    nodes = [replace(nodes[0], labels={"fast": "yes"}), *nodes[1:]]
+    busy = [running(1, ["z1-r1-n1"], remaining=HOUR), running(2, ["z1-r1-n2"], remaining=3 * HOUR)]
+    pending = [
+        job(8, gpus=8, runtime=5 * HOUR, age=900, priority="P1", selector={"fast": "yes"}),
+        job(9, gpus=16, runtime=HOUR, age=600),
+        job(10, gpus=8, runtime=4 * HOUR, age=300, priority="P3"),
+    ]
+    snap = snapshot(nodes, pending=pending, running_jobs=busy, reservations_per_class=2, preemption=False)
+    decisions = schedule(snap)
+    assert [(r.job_id, r.start_at) for r in decisions.reservations] == [(8, NOW + HOUR), (9, NOW + 3 * HOUR)]
+    assert decisions.pending[10].message == (
+        "fits now, but would delay job 9, which holds 2 node(s) from 00:20 UTC (and 1 other reservation(s)); "
+        "with max_runtime_hours <= 3.00 it could start now"
+    )
+    shorter = replace(pending[2], max_runtime_s=2.9 * HOUR)
+    assert [p.job_id for p in schedule(replace(snap, pending=(*pending[:2], shorter))).placements] == [10]
 
 
 def test_shortest_weighted_first_small_jobs_go_first_until_the_gang_is_past_the_bound():
@@ -225,6 +250,45 @@ def test_a_job_only_nodes_without_its_scratch_disk_have_room_for_waits_for_capac
         "no READY node has gpu_type=H100 and 800 GB of scratch disk",
     )
     assert "(matching nodes: 1 LOST)" in reason.message
+
+
+def test_jobs_placed_on_nodes_it_could_not_use_did_not_take_its_room():
+    """n2, the one node with the disk job 12 asks, is full; job 5 takes n1 this pass. Job 12 was
+    told that jobs ahead of it took its room (8 H100): it never could have run on n1."""
+    disks = {"z1-r1-n1": 500, "z1-r1-n2": 2000, "z1-r1-n3": 500}
+    nodes = [replace(n, scratch_disk_gb=disks[n.name]) for n in cluster(rack("z1-r1", 3))]
+    pending = [job(5, gpus=8, priority="P1", age=900), job(12, gpus=8, scratch_disk_gb=800)]
+    busy = [running(1, ["z1-r1-n2"]), running(2, ["z1-r1-n3"])]
+    decisions = schedule(snapshot(nodes, pending=pending, running_jobs=busy, preemption=False, backfill=False))
+    assert [p.job_id for p in decisions.placements] == [5]
+    assert decisions.pending[12].code == ReasonCode.INSUFFICIENT_CAPACITY
+    # Where it could have run, it is told so.
+    disks["z1-r1-n1"] = 2000
+    nodes = [replace(n, scratch_disk_gb=disks[n.name]) for n in nodes]
+    decisions = schedule(snapshot(nodes, pending=pending, running_jobs=busy, preemption=False, backfill=False))
+    assert decisions.pending[12].message == (
+        "fits the cluster, but jobs ahead of it in the queue (higher priority or lower fair share) "
+        "took 8 H100 this pass"
+    )
+
+
+@pytest.mark.parametrize("small", [{"memory_gb": 256}, {"cpus": 2}])
+def test_a_job_only_nodes_too_small_for_a_task_have_room_for_waits_for_capacity_not_fragmentation(small):
+    """n2 is idle but too small for one task (memory, CPUs); n1, which could take it, is full."""
+    nodes = cluster(rack("z1-r1", 2))
+    nodes = (nodes[0], replace(nodes[1], **small))
+    big = job(12, gpus=4, memory_gb=512, cpus=8)
+    reason = schedule(snapshot(nodes, pending=[big], running_jobs=[running(1, ["z1-r1-n1"])], preemption=False))
+    assert (reason.pending[12].code, reason.pending[12].message.split(" (")[0]) == (
+        ReasonCode.INSUFFICIENT_CAPACITY,
+        "needs 4 H100; 0 of 8 free",
+    )
+    down = (replace(nodes[0], state=NodeState.LOST), nodes[1])
+    reason = schedule(snapshot(down, pending=[big], preemption=False)).pending[12]
+    assert reason.code == ReasonCode.NO_MATCHING_NODES
+    assert reason.message.startswith(
+        "no READY node has gpu_type=H100 and room for one task (4 H100, 8 CPUs, 512 GB) (matching nodes: 1 LOST)"
+    )
 
 
 def test_reclaim_of_borrowed_gpus_even_at_the_same_priority():
