@@ -69,5 +69,6 @@ class ScheduleChangeSerializer(ScheduleBlockSerializer):
 
     suspend = None  # a PATCH says `suspended`, as the schedule reads
     suspended = StrictBooleanField(required=False)
-    reason = StrictStringField(required=False, allow_blank=True, max_length=500, printable_only=True)
+    # Stored after "suspended by <user>: " in a column of 500.
+    reason = StrictStringField(required=False, allow_blank=True, max_length=300, printable_only=True)
     spec = serializers.JSONField(required=False)

@@ -19,7 +19,8 @@ Missed fire times collapse: the claim jumps past all of them and fires once, for
 import logging
 from datetime import UTC, timedelta
 
-from django.db import DatabaseError, IntegrityError, transaction
+from django.db import Error as DatabaseError
+from django.db import IntegrityError, transaction
 from django.db.models import Case, F, Q, Value, When
 from django.utils import timezone
 from rest_framework.exceptions import APIException, PermissionDenied, ValidationError
@@ -65,9 +66,10 @@ SUBMITTED = "submitted job {job_id}"
 ALREADY_SUBMITTED = "job {job_id} was already submitted for this fire time"
 REFUSED = "the submit was refused: {why}"
 FAILED = (
-    "the submit failed with an internal error ({error}); this fire time is not retried, "
+    "the fire failed with an internal error ({error}); this fire time is not retried, "
     "the next one is tried as usual: the admins have it in the log"
 )
+UNREADABLE = "its cron {cron!r} in time zone {zone} cannot be read ({error}): correct it and resume the schedule"
 RENAME_TAKEN = "team {team} already has schedule {id} named {name!r}: choose another name."
 # Not finished: queued, placed, running, between a preemption and its requeue, or FAILED with
 # the leader's verdict (a retry?) still to come.
@@ -307,16 +309,45 @@ def fire_due(*, now=None) -> list[ScheduleFire]:
 def fire_one(seen: dict, *, now) -> ScheduleFire | None:
     """Claim the fire time due in `seen` (a row of fire_due's list: CLAIM_FIELDS) and handle it,
     in one transaction. None: another firer claimed it first, or the schedule changed since it
-    was listed (suspended, edited: the next call lists it as it is)."""
+    was listed (suspended, edited: the next call lists it as it is).
+    An unexpected error handling it (a bug, not the spec's fault: it would fail the same way at
+    every try) is recorded as REFUSED in a savepoint, so the claim still commits; a cron or time
+    zone that cannot be read any more (edited by hand) pauses the schedule. Only the database's
+    own errors roll the claim back, to be tried again by the next call."""
     with transaction.atomic():
+        try:
+            following = next_fire(seen["cron"], seen["timezone"], now)
+        except Exception as exc:  # any error of the cron library: the schedule cannot fire
+            return _unreadable(seen, now, exc)
         claimed = Schedule.objects.filter(
             pk=seen["id"], next_run_at=seen["next_run_at"], updated_at=seen["updated_at"], suspended=False
-        ).update(next_run_at=next_fire(seen["cron"], seen["timezone"], now))
+        ).update(next_run_at=following)
         if not claimed:
             return None
         schedule = Schedule.objects.select_related("owner", "team").get(pk=seen["id"])
         fire_time = latest_fire(schedule.cron, schedule.timezone, first=seen["next_run_at"], until=now)
-        return _fire(schedule, fire_time=fire_time, now=now, deadline=True)
+        try:
+            with transaction.atomic():
+                return _fire(schedule, fire_time=fire_time, now=now, deadline=True)
+        except DatabaseError:
+            raise
+        except Exception as exc:
+            log.exception("schedule %s: the fire for %s failed", schedule.pk, fire_time)
+            return _record(schedule, fire_time, now, FireOutcome.REFUSED, FAILED.format(error=type(exc).__name__))
+
+
+def _unreadable(seen: dict, now, exc: Exception) -> ScheduleFire | None:
+    """Pause a schedule whose cron or time zone cannot be read (unless it changed since it was
+    listed: an edit may have mended it)."""
+    why = UNREADABLE.format(cron=seen["cron"], zone=seen["timezone"], error=exc)
+    paused = Schedule.objects.filter(pk=seen["id"], updated_at=seen["updated_at"], suspended=False).update(
+        suspended=True, suspended_reason=f"paused: {why}"[:500], updated_at=now
+    )
+    if not paused:
+        return None
+    log.warning("schedule %s paused: %s", seen["id"], why)
+    schedule = Schedule.objects.get(pk=seen["id"])
+    return _record(schedule, seen["next_run_at"], now, FireOutcome.PAUSED, f"paused: {why}"[:500])
 
 
 def do_run_now(*, user, schedule: Schedule, now=None) -> ScheduleFire:
@@ -416,9 +447,7 @@ def run_client_job_id(schedule: Schedule, fire_time) -> str:
 def _submit(schedule: Schedule, fire_time, now, outcome: str) -> ScheduleFire:
     """Submit the run as the owner, through the submit's own validation (the owner's rights at
     fire time). A refusal is recorded, in a savepoint so the claim still commits: a spec the
-    cluster cannot hold any more must not be retried every pass. So is an unexpected error
-    (a bug, not the spec's fault, would fail the same way every time); only the database's own
-    errors roll the claim back, to be retried by the next call."""
+    cluster cannot hold any more must not be retried every pass."""
     try:
         with transaction.atomic():
             secret_env = decrypt_env(schedule.secret_env_ciphertext)
@@ -431,11 +460,6 @@ def _submit(schedule: Schedule, fire_time, now, outcome: str) -> ScheduleFire:
         return _pause(schedule, fire_time, now, REFUSED.format(why=_reason(exc)))
     except (APIException, SecretEnvUnreadable) as exc:
         return _record(schedule, fire_time, now, FireOutcome.REFUSED, REFUSED.format(why=_reason(exc)))
-    except DatabaseError:
-        raise
-    except Exception as exc:
-        log.exception("schedule %s: the submit for %s failed", schedule.pk, fire_time)
-        return _record(schedule, fire_time, now, FireOutcome.REFUSED, FAILED.format(error=type(exc).__name__))
     message = (SUBMITTED if created else ALREADY_SUBMITTED).format(job_id=job.pk)
     return _record(schedule, fire_time, now, outcome, message, job=job)
 

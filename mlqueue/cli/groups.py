@@ -23,7 +23,9 @@ ARRAY_BACKWARDS = "{part!r} runs backwards: write the lower index first"
 ARRAY_STEP = "{part!r}: the step after ':' is at least 1"
 ARRAY_PARALLELISM = "{limit!r} after % is the most elements at once: a whole number, at least 1"
 ARRAY_AND_GROUP = "--array makes the job an array, but the spec has a {kind}: block: a job is one or the other"
-MAX_FAILURES_NEEDS_GROUP = "--max-failures is for a group: give --array, or a spec with an array: or sweep: block"
+MAX_FAILURES_NEEDS_GROUP = (
+    "--max-failures is for an array or a sweep: give --array, or a spec with an array: or sweep: block"
+)
 SEED_NEEDS_SWEEP = "--sweep-seed is for a sweep: the spec has no sweep: block"
 FOLLOW_A_GROUP = "--follow prints one job's log; a group's children each have theirs (mlq logs CHILD_ID): use --wait"
 NOT_A_GROUP = "job {job} has no children: it is not an array, a sweep or a pipeline"

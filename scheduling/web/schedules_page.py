@@ -58,7 +58,7 @@ def action(request, schedule_id: int, verb: str):
             ran = fire.outcome in (FireOutcome.SUBMITTED, FireOutcome.REPLACED)
             (messages.success if ran else messages.error)(request, f"Run now: {fire.message}.")
         else:
-            data = {"suspended": verb == "suspend", "reason": request.POST.get("reason", "")[:500]}
+            data = {"suspended": verb == "suspend", "reason": request.POST.get("reason", "")[:300]}
             changes = schedules.check_schedule_change(user=request.user, schedule=schedule, data=data)
             schedules.do_change_schedule(user=request.user, schedule=schedule, changes=changes)
             messages.success(request, f"Schedule {schedule.name} {'suspended' if data['suspended'] else 'resumed'}.")

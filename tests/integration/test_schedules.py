@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.contrib.auth import get_user_model
-from django.db import OperationalError
+from django.db import InterfaceError, OperationalError
 
 from mlqueue.errors import Conflict
 from scheduling import schedules
@@ -232,22 +232,60 @@ def test_a_submit_failing_with_an_internal_error_is_recorded_not_retried_every_c
     failed = next(fire for fire in fires if fire.schedule_id == broken.pk)
     assert (failed.outcome, failed.message) == (
         FireOutcome.REFUSED,
-        "the submit failed with an internal error (TypeError); this fire time is not retried, "
+        "the fire failed with an internal error (TypeError); this fire time is not retried, "
         "the next one is tried as usual: the admins have it in the log",
     )
-    assert f"schedule {broken.pk}: the submit for 2026-04-20 09:05:00+00:00 failed" in caplog.text
+    assert f"schedule {broken.pk}: the fire for 2026-04-20 09:05:00+00:00 failed" in caplog.text
     broken.refresh_from_db()
     assert (broken.next_run_at, broken.suspended, Job.objects.filter(schedule=broken).count()) == (at(9, 10), False, 0)
 
 
-def test_a_database_error_rolls_the_fire_back_to_be_tried_again_and_the_others_go_on(clock, demo, caplog, monkeypatch):
+def test_an_internal_error_cancelling_the_last_run_is_recorded_and_its_writes_undone(clock, demo, monkeypatch):
+    """The error was outside the submit's savepoint: the fire was retried at every call."""
+    schedule = create(concurrency="replace")
+    [first] = fire_at(clock, at(9, 5))
+    cancel = schedules.services.do_cancel_job
+
+    def cancel_then_fail(**kwargs):
+        cancel(**kwargs)
+        raise TypeError("a bug")
+
+    monkeypatch.setattr(schedules.services, "do_cancel_job", cancel_then_fail)
+    [fire] = fire_at(clock, at(9, 10))
+    assert (fire.outcome, fire.message.split(";")[0]) == (
+        FireOutcome.REFUSED,
+        "the fire failed with an internal error (TypeError)",
+    )
+    assert Job.objects.get(pk=first.job_id).state == JobState.PENDING  # the cancel was undone with the fire
+    schedule.refresh_from_db()
+    assert schedule.next_run_at == at(9, 15)
+    assert fire_at(clock, at(9, 11)) == []
+
+
+def test_a_cron_that_cannot_be_read_any_more_pauses_the_schedule(clock, demo):
+    broken = create()
+    Schedule.objects.filter(pk=broken.pk).update(cron="not a cron")  # as a bad hand edit would
+    [fire] = fire_at(clock, at(9, 5))
+    assert fire.outcome == FireOutcome.PAUSED
+    broken.refresh_from_db()
+    assert broken.suspended
+    assert broken.suspended_reason.startswith(
+        "paused: its cron 'not a cron' in time zone Europe/Berlin cannot be read ("
+    )
+    assert fire_at(clock, at(9, 6)) == []
+
+
+@pytest.mark.parametrize("error", [OperationalError, InterfaceError])
+def test_a_database_error_rolls_the_fire_back_to_be_tried_again_and_the_others_go_on(
+    clock, demo, caplog, monkeypatch, error
+):
     broken = create()
     healthy = create(spec={**SPEC, "name": "other"}, name="other")
     submit = schedules.services.do_submit_job
 
     def lost_connection(**kwargs):
         if kwargs["schedule"].pk == broken.pk:
-            raise OperationalError("server closed the connection unexpectedly")
+            raise error("server closed the connection unexpectedly")
         return submit(**kwargs)
 
     monkeypatch.setattr(schedules.services, "do_submit_job", lost_connection)

@@ -186,6 +186,17 @@ def test_a_second_suspend_keeps_the_first_reason(clock, api):
     assert body["suspended_reason"] == "suspended by rita: quota review"
 
 
+def test_a_suspend_reason_too_long_to_store_is_a_400_not_a_500(clock, api):
+    """The reason is stored after "suspended by <user>: " in a column of 500: a reason of 500 was a 500."""
+    schedule = created(api)
+    response = api("alice").patch(
+        f"/api/v1/schedules/{schedule['id']}", {"suspended": True, "reason": "x" * 301}, format="json"
+    )
+    assert response.status_code == 400
+    assert list(response.json()["fields"]) == ["reason"]
+    assert not Schedule.objects.get().suspended
+
+
 def test_renaming_to_a_name_taken_in_the_team_is_a_409_that_says_so(clock, api):
     first = created(api)
     second = created(api, name="weekly")
