@@ -7,6 +7,7 @@ import yaml
 from django.conf import settings
 from rest_framework.parsers import BaseParser
 
+from mlqueue.client.specs import read_yaml
 from mlqueue.errors import BODY_TOO_LARGE, RequestTooLarge
 from mlqueue.parsers import BodyError, BodyParseError, first_bad_text
 
@@ -30,7 +31,7 @@ def load_yaml(text: str) -> tuple[dict | None, str]:
         return None, YAML_TOO_LARGE.format(size=size, limit=MAX_YAML_BYTES)
     try:
         problem = _scan_problem(text)
-        data = None if problem else yaml.safe_load(text)
+        data = None if problem else read_yaml(text)
     except yaml.YAMLError as exc:
         return None, _yaml_error(exc)
     except (ValueError, OverflowError, RecursionError) as exc:  # e.g. an integer of 5,000 digits

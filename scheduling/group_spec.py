@@ -195,7 +195,7 @@ def _values(name: str, values: list) -> list:
 
 
 def _range(name: str, spec: dict) -> dict:
-    unknown = sorted(set(spec) - {"min", "max", "log", "int"})
+    unknown = sorted(map(str, set(spec) - {"min", "max", "log", "int"}))
     if unknown:
         raise serializers.ValidationError(BAD_RANGE_KEYS.format(name=name, keys=", ".join(map(str, unknown))))
     if "min" not in spec or "max" not in spec:

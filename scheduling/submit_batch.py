@@ -58,7 +58,7 @@ def batch_specs(data) -> list:
     """The batch's list of specs, or a 400 naming `jobs` (or the body)."""
     if not isinstance(data, dict):
         raise ValidationError({"body": [NOT_AN_OBJECT]})
-    unknown = sorted(set(data) - {"jobs"})
+    unknown = sorted(map(str, set(data) - {"jobs"}))
     if unknown:
         raise ValidationError({name: [UNKNOWN_BATCH_FIELD] for name in unknown})
     jobs = data.get("jobs")

@@ -41,7 +41,7 @@ class QuotaChangeSerializer(serializers.Serializer):
 
     def to_internal_value(self, data):
         if isinstance(data, dict):
-            unknown = sorted(set(data) - set(self.fields))
+            unknown = sorted(map(str, set(data) - set(self.fields)))
             if unknown:
                 raise serializers.ValidationError({name: [UNKNOWN_FIELD] for name in unknown})
         return super().to_internal_value(data)

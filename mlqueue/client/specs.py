@@ -3,6 +3,7 @@ server checks every field; this only refuses what is not a spec at all."""
 
 import json
 import os
+import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -22,14 +23,19 @@ JSON_LINES_SUFFIXES = (".jsonl", ".ndjson")
 
 
 class SpecLoader(yaml.SafeLoader):
-    """YAML as a spec reads it: a date stays the text it is (`env: {DAY: 2026-12-01}` is the
-    string "2026-12-01", as JSON carries it), not a date object nothing can send."""
+    """YAML as a spec reads it, as YAML 1.2 does: a date stays the text it is (`env: {DAY:
+    2026-12-01}` is the string "2026-12-01", as JSON carries it), not a date object nothing can
+    send; and only true and false are booleans. YAML 1.1 also reads on, off, yes and no as
+    booleans, so `notify: {on: [failed]}` and `depends_on: [{job: 3, on: failure}]`, as the docs
+    write them, had the key True."""
 
 
+_BOOL, _TIMESTAMP = "tag:yaml.org,2002:bool", "tag:yaml.org,2002:timestamp"
 SpecLoader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    first: [(tag, regexp) for tag, regexp in resolvers if tag not in (_BOOL, _TIMESTAMP)]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
+SpecLoader.add_implicit_resolver(_BOOL, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
 
 
 def read_yaml(text: str) -> Any:

@@ -77,6 +77,33 @@ def test_bad_yaml_is_a_400_naming_the_body(api, text, message):
     assert not Job.objects.exists()
 
 
+def test_yaml_on_is_a_key_and_only_true_and_false_are_booleans(api):
+    """YAML 1.1 read `on`, `off`, `yes` and `no` as booleans: `notify: {on: [...]}` and
+    `depends_on: [{job: .., on: ..}]`, as the docs write them, were "True: unknown field"."""
+    first = api("alice").post("/api/v1/jobs", make_spec(), format="json").json()["id"]
+    text = yaml.safe_dump(make_spec(client_job_id="yaml-on")) + (
+        f"depends_on: [{{job: {first}, on: any}}]\nnotify: {{on: [started], email: true}}\n"
+        "env: {VERBOSE: yes, DAY: 2026-12-01}\n"
+    )
+    response = post_yaml(api("alice"), "/api/v1/jobs", text)
+    assert response.status_code == 201, response.json()
+    spec = response.json()["spec"]
+    assert spec["depends_on"] == [{"job": first, "on": "any"}]
+    assert spec["notify"]["on"] == ["started"]
+    assert (spec["env"]["VERBOSE"], spec["env"]["DAY"]) == ("yes", "2026-12-01")
+
+
+def test_yaml_keys_of_mixed_types_are_unknown_fields_not_a_500(api):
+    response = post_yaml(api("alice"), "/api/v1/jobs", yaml.safe_dump(make_spec()) + "1: 2\nfoo: 3\n")
+    assert response.status_code == 400
+    assert response.json()["fields"] == {"1": [UNKNOWN_FIELD], "foo": [UNKNOWN_FIELD]}
+    quota = "reason: r\nquotas:\n  gpu:H100:\n    1: 2\n    x: 3\n"
+    response = api("rita").generic(
+        "PATCH", "/api/v1/teams/research-foundation-models/quotas", quota.encode(), content_type="application/yaml"
+    )
+    assert response.status_code == 400, response.content
+
+
 def test_yaml_syntax_errors_and_bad_bytes_name_the_body(api):
     for raw in (b"team: [unclosed\n", b"team: \xff\n"):
         response = api("alice").generic("POST", "/api/v1/jobs", raw, content_type="application/yaml")

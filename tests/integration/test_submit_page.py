@@ -280,6 +280,14 @@ def test_yaml_to_form_fills_the_form_from_an_api_spec(alice, form):
     assert values["command"] == "python\n-m\ntrain\n--config\nllama-70b.yaml"
 
 
+def test_yaml_dependencies_as_mappings_fill_the_form(alice, form):
+    """`{job: 1}` (on: success by default) and `on:` as a key, as docs/pipelines.md writes
+    them: the first was a 500 (KeyError), the second read `on` as a boolean."""
+    text = "team: research-foundation-models\ncommand: [a]\ndepends_on: [{job: 1}, {job: 2, on: failure}, 3]\n"
+    values = form_of(post(alice, form, "from_yaml", yaml=text))
+    assert values["depends_on"] == "1, 2:failure, 3"
+
+
 def test_yaml_without_a_field_leaves_its_select_on_the_default(alice, form):
     response = post(alice, form, "from_yaml", yaml="team: research-foundation-models\ncommand: [a]\n")
     assert form_of(response)["priority"] == ""

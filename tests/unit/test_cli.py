@@ -179,6 +179,16 @@ def test_a_date_in_yaml_is_sent_as_the_text_it_is(tmp_path):
     assert (body["name"], body["env"]) == ("2026-12-01", {"DAY": "2026-12-01", "AT": "2026-12-01T10:00:00Z"})
 
 
+def test_on_in_yaml_is_a_key_not_a_boolean(tmp_path):
+    """As docs/notifications.md writes it: YAML 1.1 made the key True ("notify.true: unknown field")."""
+    path = tmp_path / "job.yaml"
+    path.write_text("name: t\nteam: vision\ncommand: [x]\nnotify: {on: [failed], email: true}\nenv: {A: off}\n")
+    server = FakeServer({("POST", "/api/v1/jobs"): (201, job())})
+    assert run(server, "submit", str(path)).exit_code == 0
+    [body] = server.bodies("POST", "/api/v1/jobs")
+    assert (body["notify"], body["env"]) == ({"on": ["failed"], "email": True}, {"A": "off"})
+
+
 def test_a_spec_file_that_is_not_utf8_is_refused_without_a_traceback(tmp_path):
     path = tmp_path / "job.yaml"
     path.write_bytes("# café\nname: train\n".encode("latin-1"))
