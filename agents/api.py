@@ -17,6 +17,7 @@ from rest_framework.views import APIView
 from agents import heartbeats, ingest, services, tokens
 from agents.node_filters import ConsoleFilter
 from agents.protocol import MAX_GPUS, DocumentedHeartbeatSerializer, EventsSerializer, RegisterSerializer
+from mlqueue import date_fields
 from mlqueue.pagination import StrictCursorPagination as CursorPagination
 from mlqueue.parsers import AgentEventsJSONParser
 from scheduling import nodes
@@ -76,7 +77,7 @@ class NodeActionSerializer(serializers.Serializer):
 
 
 class ReclaimNoticeSerializer(serializers.Serializer):
-    deadline = serializers.DateTimeField()
+    deadline = date_fields.DateTimeField()
     reason = serializers.CharField(max_length=300, required=False, allow_blank=True, default="")
 
     def validate_deadline(self, value):

@@ -22,6 +22,7 @@ from rest_framework.exceptions import APIException, ValidationError
 
 from agents import console, node_filters, services
 from agents.api import NOT_AN_ADMIN, BulkActionSerializer, NodeActionSerializer, bulk_act
+from mlqueue import date_fields
 from scheduling import maintenance, node_health
 from scheduling.models import MaintenanceWindow, Node, Task
 from scheduling.states import ON_NODE
@@ -156,7 +157,11 @@ def _schedule_window(request):
     racks, names = request.POST.getlist("racks"), request.POST.getlist("nodes")
     if not racks and not names:
         return _refused(request, ActionError("", "nodes: select the racks or nodes the window is for."))
-    starts_at = parse_datetime(request.POST.get("starts_at", "").strip() or "-")
+    raw = request.POST.get("starts_at", "").strip()
+    try:
+        starts_at = parse_datetime(raw or "-")
+    except ValueError as exc:  # the shape of one, but no such day or time: 2026-02-30T02:00
+        return _refused(request, ActionError("", f"starts_at: {date_fields.no_such_day(raw, exc)}"))
     if starts_at is None:
         return _refused(request, ActionError("", f"starts_at: {NOT_A_TIME}"))
     try:

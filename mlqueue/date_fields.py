@@ -6,14 +6,18 @@ typed a real format looking for a mistake they did not make."""
 from django.utils.dateparse import parse_date, parse_datetime
 from rest_framework import serializers
 
-NO_SUCH_DAY = "{value!r} is in the right format but is not a real date and time: {why}."
+NO_SUCH_DAY = "{value!r} is in the right format but is not a real {what}: {why}."
 
 
-def _impossible(value) -> str:
-    """Why `value`, in ISO 8601's shape, names no real moment ("" if it does not say)."""
+def no_such_day(value, error: Exception, what: str = "date and time") -> str:
+    return NO_SUCH_DAY.format(value=value, what=what, why=str(error).rstrip("."))
+
+
+def _impossible(value, parsers) -> str:
+    """Why `value`, in ISO 8601's shape, names no real day or moment ("" if it does not say)."""
     if not isinstance(value, str):
         return ""
-    for parse in (parse_datetime, parse_date):
+    for parse in parsers:
         try:
             parse(value.strip())
         except ValueError as exc:
@@ -26,8 +30,8 @@ class DateTimeField(serializers.DateTimeField):
         try:
             return super().to_internal_value(value)
         except serializers.ValidationError:
-            if why := _impossible(value):
-                raise serializers.ValidationError(NO_SUCH_DAY.format(value=value, why=why)) from None
+            if why := _impossible(value, (parse_datetime, parse_date)):
+                raise serializers.ValidationError(no_such_day(value, why)) from None
             raise
 
 
@@ -36,6 +40,6 @@ class DateField(serializers.DateField):
         try:
             return super().to_internal_value(value)
         except serializers.ValidationError:
-            if why := _impossible(value):
-                raise serializers.ValidationError(NO_SUCH_DAY.format(value=value, why=why)) from None
+            if why := _impossible(value, (parse_date,)):
+                raise serializers.ValidationError(no_such_day(value, why, "date")) from None
             raise

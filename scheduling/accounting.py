@@ -146,6 +146,15 @@ def visible_to(user) -> Q:
 # buckets past the last date Python has (a 500). Nobody's usage is there.
 LATEST = datetime(9000, 1, 1, tzinfo=UTC)
 TOO_LATE = "must be before the year 9000."
+# And start after this: a default window stepped back from a `to` near the year 1 went before
+# the first date Python has (a 500). Nobody's usage is there either.
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+TOO_EARLY = "must be after 1970-01-01."
+
+
+def window_start(end: datetime, span: timedelta) -> datetime:
+    """`span` before `end`, but not before EARLIEST."""
+    return end - span if end - EARLIEST > span else EARLIEST
 
 
 def stretches(start: datetime, end: datetime, *, bucket: str | None, cuts: Iterable[datetime]) -> list[tuple]:

@@ -14,7 +14,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from mlqueue import date_fields
-from scheduling.accounting import LATEST, TOO_LATE
+from scheduling.accounting import EARLIEST, LATEST, TOO_EARLY, TOO_LATE, window_start
 from scheduling.forecast_accuracy import forecast_accuracy_by_week
 from teams.models import Membership, Role, Team
 from teams.selectors import descendant_ids, is_site_admin
@@ -30,7 +30,7 @@ NOT_YOUR_TEAM = "you lead neither {name} nor a team above it."
 
 
 class WeekAccuracySerializer(serializers.Serializer):
-    week = date_fields.DateField(help_text="the Monday (UTC) the ISO week starts on")
+    week = serializers.DateField(help_text="the Monday (UTC) the ISO week starts on")
     jobs = serializers.IntegerField(help_text="jobs that first started that week and had a forecast")
     first_median_error_s = serializers.FloatField(allow_null=True, help_text="of the first forecast, in seconds")
     last_median_error_s = serializers.FloatField(allow_null=True, help_text="of the last forecast before the start")
@@ -41,8 +41,8 @@ class WeekAccuracySerializer(serializers.Serializer):
 
 
 class ForecastAccuracySerializer(serializers.Serializer):
-    start = date_fields.DateTimeField(source="from")
-    end = date_fields.DateTimeField(source="to")
+    start = serializers.DateTimeField(source="from")
+    end = serializers.DateTimeField(source="to")
     teams = serializers.ListField(child=serializers.CharField(), allow_null=True, help_text="null: every team")
     weeks = WeekAccuracySerializer(many=True)
 
@@ -53,19 +53,21 @@ def parse_moment(raw: str, field: str) -> datetime:
         moment = parse_datetime(raw)
         if moment is None and (day := parse_date(raw)) is not None:
             moment = datetime.combine(day, time.min)
-    except ValueError:
-        moment = None
+    except ValueError as exc:  # the shape of one, but no such day or time
+        raise ValidationError({field: [date_fields.no_such_day(raw, exc)]}) from None
     if moment is None:
         raise ValidationError({field: [NOT_A_TIME]})
     moment = moment if timezone.is_aware(moment) else moment.replace(tzinfo=UTC)
     if moment >= LATEST:
         raise ValidationError({field: [TOO_LATE]})
+    if moment < EARLIEST:
+        raise ValidationError({field: [TOO_EARLY]})
     return moment
 
 
 def period_of(params) -> tuple[datetime, datetime]:
     end = parse_moment(params["to"], "to") if params.get("to") else timezone.now()
-    start = parse_moment(params["from"], "from") if params.get("from") else end - DEFAULT_SPAN
+    start = parse_moment(params["from"], "from") if params.get("from") else window_start(end, DEFAULT_SPAN)
     if start >= end:
         raise ValidationError({"from": [NOT_BEFORE_TO.format(to=end.isoformat())]})
     if end - start > LONGEST_SPAN:
@@ -100,8 +102,8 @@ class ForecastAccuracy(APIView):
         responses=ForecastAccuracySerializer,
     )
     def get(self, request: Request) -> Response:
+        teams = teams_for(request.user, request.query_params.get("team"))  # who may ask, before what
         start, end = period_of(request.query_params)
-        teams = teams_for(request.user, request.query_params.get("team"))
         weeks = forecast_accuracy_by_week(start, end, teams)
         answer = {"from": start, "to": end, "teams": teams, "weeks": weeks}
         return Response(ForecastAccuracySerializer(answer).data)

@@ -19,7 +19,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from scheduling import accounting
-from scheduling.accounting import LATEST, TOO_LATE, UsageQuery, UsageReport
+from scheduling.accounting import EARLIEST, LATEST, TOO_EARLY, TOO_LATE, UsageQuery, UsageReport
 from scheduling.forecast_accuracy import WeekAccuracy, forecast_accuracy_by_week
 from scheduling.models import Node
 from teams.models import Quota, Team
@@ -49,8 +49,13 @@ class ReportFilters(forms.Form):
     def clean(self):
         data = super().clean()
         end = data.get("end") or self.today
+        if end < EARLIEST.date() + timedelta(days=DEFAULT_DAYS):
+            self.add_error("end", TOO_EARLY)
+            return data
         start = data.get("start") or end - timedelta(days=DEFAULT_DAYS - 1)
-        if max(start, end) >= LATEST.date():
+        if start < EARLIEST.date():
+            self.add_error("start", TOO_EARLY)
+        elif max(start, end) >= LATEST.date():
             self.add_error("end" if end >= LATEST.date() else "start", TOO_LATE)
         elif end < start:
             self.add_error("end", TO_BEFORE_FROM)

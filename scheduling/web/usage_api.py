@@ -83,10 +83,12 @@ class UsageParams(serializers.Serializer):
 
     def validate(self, data: dict) -> dict:
         end = data.get("to") or self.context["now"]
-        start = data.get("from") or end - DEFAULT_WINDOW
-        for name, moment in (("from", start), ("to", end)):
+        start = data.get("from") or accounting.window_start(end, DEFAULT_WINDOW)
+        for name, moment in (("to", end), ("from", start)):  # a default from follows to: to's fault
             if moment >= accounting.LATEST:
                 raise ValidationError({name: [accounting.TOO_LATE]})
+            if moment < accounting.EARLIEST:
+                raise ValidationError({name: [accounting.TOO_EARLY]})
         if end <= start:
             raise ValidationError({"to": [TO_BEFORE_FROM.format(start=start.isoformat())]})
         bucket = next((name for name in data["group_by"] if name in BUCKETS), None)

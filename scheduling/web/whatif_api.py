@@ -15,6 +15,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from mlqueue import date_fields
 from scheduling.models import QuotaPreview
 from scheduling.whatif import NOT_A_LEAD, do_start_preview, preview_for
 from teams.models import Team
@@ -27,7 +28,7 @@ NO_SUCH_PREVIEW = "no preview {id} of yours or of a team you lead."
 DATE_ONLY = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 
-class DayOrTimeField(serializers.DateTimeField):
+class DayOrTimeField(date_fields.DateTimeField):
     """An ISO 8601 date-time, or a date (its midnight, UTC): what a date picker sends."""
 
     def to_internal_value(self, value):

@@ -279,6 +279,11 @@ def test_the_console_schedules_lists_and_cancels_windows(clock, logged_in):
     [
         ({"starts_at": "2026-04-20T08:00"}, "starts_at: must be in the future (it is 2026-04-20 09:00:00 UTC now)."),
         ({"starts_at": "soon"}, "starts_at: a date and time (UTC), e.g. 2026-12-02T02:00."),
+        (  # was a 500
+            {"starts_at": "2026-02-30T02:00"},
+            "starts_at: '2026-02-30T02:00' is in the right format but is not a real date and time: day is out of "
+            "range for month.",
+        ),
         ({"hours": "four"}, "hours: a number of hours, e.g. 4."),
         ({"reason": " "}, "reason: say why: it is shown on the nodes and recorded in the audit log."),
         ({"racks": []}, "nodes: select the racks or nodes the window is for."),

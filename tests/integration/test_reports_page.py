@@ -74,6 +74,8 @@ def test_an_admin_sees_every_team_and_filters_by_one(logged_in, history):
         ({"from": "2010-01-01", "to": "2026-04-01"}, "from: a report covers at most 1830 days."),
         ({"team": VISION}, "team: Select a valid choice."),
         ({"from": "9999-12-01", "to": "9999-12-31"}, "to: must be before the year 9000."),  # was a 500
+        ({"to": "0001-01-05"}, "to: must be after 1970-01-01."),  # the default from went before the year 1: a 500
+        ({"from": "1969-12-01", "to": "1970-03-01"}, "from: must be after 1970-01-01."),
     ],
 )
 def test_a_bad_range_or_team_is_a_400_naming_it(logged_in, history, params, message):

@@ -206,8 +206,11 @@ def test_csv_has_a_line_per_group_and_every_cause_and_outcome(api, ledger):
         ({"format": "xml"}, "format", "format is json or csv; got 'xml'."),
         ({"from": "2020-01-01", "group_by": "day"}, "from", "a report by day covers at most 400 days; this one covers"),
         # Days or weeks stepped past the year 9999: they were a 500.
-        ({"from": "9999-12-01", "to": "9999-12-31T12:00:00Z", "group_by": "day"}, "from", "must be before the year"),
+        ({"from": "9999-12-01", "to": "9999-12-31T12:00:00Z", "group_by": "day"}, "to", "must be before the year"),
         ({"from": "2026-04-01", "to": "9999-12-31T12:00:00Z"}, "to", "must be before the year 9000."),
+        ({"to": "9999-12-31T12:00:00Z"}, "to", "must be before the year 9000."),  # named from, the default's
+        ({"to": "0001-01-02"}, "to", "must be after 1970-01-01."),  # the default from was a 500
+        ({"from": "0001-01-01", "to": "2026-04-01"}, "from", "must be after 1970-01-01."),
     ],
 )
 def test_a_bad_parameter_is_refused_naming_it(api, ledger, params, field, message):
