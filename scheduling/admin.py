@@ -2,7 +2,7 @@ from django.contrib import admin
 
 from scheduling import pricing
 from scheduling.models import Job, Price, SchedulerLease, Task, UsageRecord
-from teams.admin import QuotaForm, ReadOnlyAdmin
+from teams.admin import ReadOnlyAdmin, ResourceClassForm
 from teams.models import AuditEvent
 
 
@@ -113,8 +113,8 @@ class SchedulerLeaseAdmin(admin.ModelAdmin):
         return False
 
 
-class PriceForm(QuotaForm):
-    """The class as a choice of the known ones, as for a quota."""
+class PriceForm(ResourceClassForm):
+    """The class as a choice of the known ones."""
 
     class Meta:
         model = Price

@@ -1,18 +1,16 @@
 from django import forms
 from django.contrib import admin
+from rest_framework.exceptions import ValidationError as DRFValidationError
 
 from teams.models import ApiToken, AuditEvent, Membership, Quota, Team
 from teams.resources import known_classes, unknown_class_message
-from teams.services import do_revoke_token
+from teams.services import check_quota_tree, do_revoke_token
 
 
-class QuotaForm(forms.ModelForm):
-    """The class as a choice of the known ones (teams/resources.py). A quota's own class stays
-    valid even once nothing configures it, so its team can still be saved."""
-
-    class Meta:
-        model = Quota
-        fields = "__all__"
+class ResourceClassForm(forms.ModelForm):
+    """The class as a choice of the known ones (teams/resources.py), for a model with a
+    `resource_class` (a price). A row's own class stays valid even once nothing configures it,
+    so it can still be saved."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -36,13 +34,46 @@ class MembershipInline(admin.TabularInline):
 
 
 class QuotaInline(admin.TabularInline):
+    """Shown, not edited here: a quota changes through the teams page, the API or `mlq quota`,
+    which keep the tree consistent (a team within its parent) and write the audit log."""
+
     model = Quota
-    form = QuotaForm
     extra = 0
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+class TeamForm(forms.ModelForm):
+    class Meta:
+        model = Team
+        fields = "__all__"
+
+    def clean(self):
+        """A team moved under another parent must fit its guarantees in the new one's."""
+        data = super().clean()
+        team = self.instance
+        if team.pk is not None and "parent" in self.changed_data and not self.errors:
+            team.parent = data.get("parent")
+            for quota in team.quotas.all():
+                try:
+                    check_quota_tree(team=team, rclass=quota.resource_class, guaranteed=quota.guaranteed)
+                except DRFValidationError as exc:
+                    raise forms.ValidationError(
+                        {"parent": [str(message) for messages in exc.detail.values() for message in messages]}
+                    ) from None
+        return data
 
 
 @admin.register(Team)
 class TeamAdmin(admin.ModelAdmin):
+    form = TeamForm
     list_display = ["name", "parent", "description"]
     search_fields = ["name"]
     inlines = [QuotaInline, MembershipInline]
@@ -56,15 +87,28 @@ class MembershipAdmin(admin.ModelAdmin):
 
 @admin.register(Quota)
 class QuotaAdmin(admin.ModelAdmin):
-    form = QuotaForm
+    """Shown, not edited here (see `QuotaInline`)."""
+
     list_display = ["team", "resource_class", "guaranteed", "borrowing_limit", "weight", "updated_at"]
     list_filter = ["resource_class"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
 
 
 @admin.register(ApiToken)
 class ApiTokenAdmin(admin.ModelAdmin):
     list_display = ["hint", "user", "name", "created_at", "last_used_at", "expires_at", "revoked_at"]
-    readonly_fields = ["digest", "hint", "created_at", "last_used_at"]
+    # Whose it is and until when are set when it is issued; a revocation goes through the
+    # audited action below (moving a token to another user, or reviving a revoked or expired
+    # one, here was an unaudited takeover).
+    readonly_fields = ["digest", "hint", "user", "created_at", "last_used_at", "expires_at", "revoked_at"]
     actions = ["revoke"]
 
     def has_add_permission(self, request):

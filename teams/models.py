@@ -6,6 +6,7 @@ import secrets
 from datetime import datetime
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
 from django.utils import timezone
@@ -37,12 +38,24 @@ class Team(models.Model):
         return self.parent_id is None
 
     def ancestors(self) -> list["Team"]:
-        """This team's parents, nearest first."""
-        chain, node = [], self.parent
-        while node is not None:
+        """This team's parents, nearest first (up to a cycle, which `clean` refuses: one written
+        around it must not hang every permission check that walks the tree)."""
+        chain, node, seen = [], self.parent, {self.pk}
+        while node is not None and node.pk not in seen:
+            seen.add(node.pk)
             chain.append(node)
             node = node.parent
         return chain
+
+    def clean(self):
+        """The tree stays a tree: a team is not its own parent, nor its descendants' child."""
+        super().clean()
+        if self.parent_id is None or self.pk is None:
+            return
+        if self.parent_id == self.pk or self.pk in {team.pk for team in self.parent.ancestors()}:
+            raise ValidationError(
+                {"parent": f"{self.parent.name} is {self.name} or a team under it: a team tree has no cycles."}
+            )
 
 
 class Role(models.TextChoices):

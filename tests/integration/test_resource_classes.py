@@ -126,21 +126,45 @@ def test_the_teams_page_refuses_an_unknown_class(logged_in):
     assert not Quota.objects.filter(resource_class="gpu:X").exists()
 
 
-def test_the_admin_form_checks_the_class(client, demo, h200_configured):
+def test_quotas_are_shown_not_edited_in_the_admin(client, demo, h200_configured):
+    """An admin edit skipped the tree check (a team guaranteed more than its parent, after which
+    no lead could change even a weight) and the audit log: quotas change through the teams page,
+    the API and `mlq quota`."""
     assert client.login(username="ops", password="demo")
-    team = Team.objects.get(name="production")
-    url = "/admin/teams/quota/add/"
-    form = {
-        "team": team.pk,
-        "guaranteed": "0",
-        "borrowing_limit": "0",
-        "weight": "1.0",
-        "updated_at_0": "2026-01-01",
-        "updated_at_1": "00:00:00",
-    }
+    quota = Quota.objects.filter(team__name="research-vision").first()
+    assert client.get("/admin/teams/quota/add/").status_code == 403
+    assert client.get(f"/admin/teams/quota/{quota.pk}/change/").status_code == 200  # shown
+    form = {"team": quota.team_id, "resource_class": quota.resource_class, "guaranteed": "500", "weight": "1.0"}
+    assert client.post(f"/admin/teams/quota/{quota.pk}/change/", form).status_code == 403
+    assert Quota.objects.get(pk=quota.pk).guaranteed == quota.guaranteed
 
-    assert '<option value="gpu:H200">' in client.get(url).content.decode()
-    refused = client.post(url, {**form, "resource_class": "gpu:X"})
-    assert refused.status_code == 200 and "unknown resource class &#x27;gpu:X&#x27;" in refused.content.decode()
-    assert client.post(url, {**form, "resource_class": "gpu:H200"}).status_code == 302
-    assert Quota.objects.filter(team=team, resource_class="gpu:H200").exists()
+
+def test_the_admin_refuses_a_cycle_or_a_move_the_new_parent_cannot_hold(client, demo):
+    assert client.login(username="ops", password="demo")
+    research, child = Team.objects.get(name="research"), Team.objects.get(name="research-foundation-models")
+    url = f"/admin/teams/team/{research.pk}/change/"
+    page = client.get(url)
+    assert page.status_code == 200
+    form = {
+        "name": "research",
+        "parent": child.pk,
+        "description": research.description,
+        "created_at_0": "2026-01-01",
+        "created_at_1": "00:00:00",
+        **_inline_management(page),
+    }
+    refused = client.post(url, form)
+    assert refused.status_code == 200
+    assert "is research or a team under it: a team tree has no cycles." in refused.content.decode()
+    assert Team.objects.get(pk=research.pk).parent_id is None
+    assert research.ancestors() == []  # and a cycle written around the form does not hang the walk
+    Team.objects.filter(pk=research.pk).update(parent=child)
+    assert [t.name for t in Team.objects.get(pk=child.pk).ancestors()] == ["research"]
+
+
+def _inline_management(page) -> dict:
+    """The inline formsets' management fields as the change page rendered them."""
+    import re
+
+    html = page.content.decode()
+    return dict(re.findall(r'name="([^"]+-(?:TOTAL|INITIAL|MIN_NUM|MAX_NUM)_FORMS)"[^>]*value="(\d+)"', html))

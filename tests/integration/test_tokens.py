@@ -440,3 +440,17 @@ def test_a_token_change_reaches_every_process_through_the_cache(settings):
     assert client.get("/api/v1/teams").status_code == 200  # remembered: up to MLQ_TOKEN_CACHE_S
     cache.set(GENERATION_KEY, "written by another process")
     assert client.get("/api/v1/teams").status_code == 401
+
+
+def test_the_admin_cannot_move_or_revive_a_token(client, user):
+    """Moving alice's token to ops, or clearing a revocation, in the admin was an unaudited
+    takeover: whose it is and until when are set when it is issued."""
+    token, _ = ApiToken.issue(user=user("alice"))
+    token.revoked_at = datetime(2026, 1, 1, tzinfo=UTC)
+    token.save()
+    assert client.login(username="ops", password="demo")
+    url = f"/admin/teams/apitoken/{token.pk}/change/"
+    assert client.get(url).status_code == 200
+    client.post(url, {"user": user("ops").pk, "name": "taken", "revoked_at_0": "", "revoked_at_1": ""})
+    token.refresh_from_db()
+    assert (token.user.username, token.revoked_at) == ("alice", datetime(2026, 1, 1, tzinfo=UTC))
