@@ -62,3 +62,18 @@ def _copy_for(field, *, parent):
         if name in field.__dict__:
             setattr(copy, name, _copy_for(field.__dict__[name], parent=copy))
     return copy
+
+
+UNKNOWN_FIELD = "unknown field."
+
+
+class NoUnknownFields:
+    """A serializer mixin that refuses fields it does not declare: a typo ("expires_in" for
+    "expires_in_days", "reson") is an error, not a default silently taken."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, dict):
+            unknown = sorted(map(str, set(data) - set(self.fields)))
+            if unknown:
+                raise serializers.ValidationError({name: [UNKNOWN_FIELD] for name in unknown})
+        return super().to_internal_value(data)

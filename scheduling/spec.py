@@ -14,7 +14,7 @@ from django.conf import settings
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from mlqueue.serializer_fields import FieldsBuiltOnce
+from mlqueue.serializer_fields import FieldsBuiltOnce, NoUnknownFields
 from mlqueue.text import INVISIBLE, INVISIBLE_CATEGORIES, invisible_char
 from scheduling.core.model import PRIORITIES, Topology
 from scheduling.secrets import MASK
@@ -43,7 +43,6 @@ NOT_FINITE = "must be a finite number, not {value}."
 NOT_AN_INTEGER = "must be an integer, not {kind}."
 NOT_A_NUMBER = "must be a number, not {kind}."
 NOT_A_STRING = "must be a string, not {kind}."
-UNKNOWN_FIELD = "unknown field."
 TOO_MANY_ENTRIES = "at most {limit} entries, got {count}."
 INVALID_NAME = "{name!r} is not a valid name: {rule}."
 UNKNOWN_GPU_TYPE = "unknown GPU type {gpu_type!r}; known types: {known}."
@@ -163,16 +162,9 @@ class StringMapField(serializers.DictField):
                 raise serializers.ValidationError(INVISIBLE_KEY.format(key=key, char=char))
 
 
-class StrictSerializer(FieldsBuiltOnce, serializers.Serializer):
+class StrictSerializer(NoUnknownFields, FieldsBuiltOnce, serializers.Serializer):
     """Refuses unknown fields, so a typo ("gpu_cont") is an error rather than a default. Its
     fields are built once per class (mlqueue/serializer_fields.py): a subclass declares them."""
-
-    def to_internal_value(self, data):
-        if isinstance(data, dict):
-            unknown = sorted(map(str, set(data) - set(self.fields)))
-            if unknown:
-                raise serializers.ValidationError({name: [UNKNOWN_FIELD] for name in unknown})
-        return super().to_internal_value(data)
 
 
 class ResourcesSerializer(StrictSerializer):

@@ -1,5 +1,6 @@
 from rest_framework import serializers
 
+from mlqueue.serializer_fields import NoUnknownFields
 from mlqueue.text import INVISIBLE, invisible_char
 from teams.models import ApiToken, Quota, Team
 from teams.resources import known_classes, unknown_class_message
@@ -28,10 +29,7 @@ class TeamSerializer(serializers.ModelSerializer):
         return self.context["roles"].get(team.name)
 
 
-UNKNOWN_FIELD = "unknown field."  # as scheduling/spec.py's StrictSerializer says it
-
-
-class QuotaChangeSerializer(serializers.Serializer):
+class QuotaChangeSerializer(NoUnknownFields, serializers.Serializer):
     """No unknown field: a typo is an error, not a default. (Numbers as text pass: the teams
     page posts its form here.)"""
 
@@ -39,20 +37,13 @@ class QuotaChangeSerializer(serializers.Serializer):
     borrowing_limit = serializers.IntegerField(required=False, min_value=0, max_value=1_000_000)
     weight = serializers.FloatField(required=False, min_value=0.01, max_value=1000)
 
-    def to_internal_value(self, data):
-        if isinstance(data, dict):
-            unknown = sorted(map(str, set(data) - set(self.fields)))
-            if unknown:
-                raise serializers.ValidationError({name: [UNKNOWN_FIELD] for name in unknown})
-        return super().to_internal_value(data)
-
     def validate(self, attrs):
         if not attrs:
             raise serializers.ValidationError("give at least one of guaranteed, borrowing_limit, weight.")
         return attrs
 
 
-class QuotaPatchSerializer(serializers.Serializer):
+class QuotaPatchSerializer(NoUnknownFields, serializers.Serializer):
     """`{"reason": "...", "quotas": {"gpu:H100": {"guaranteed": 40}}}`"""
 
     reason = serializers.CharField(max_length=500)
@@ -86,7 +77,7 @@ class PrintableNameField(serializers.CharField):
         return value
 
 
-class TokenCreateSerializer(serializers.Serializer):
+class TokenCreateSerializer(NoUnknownFields, serializers.Serializer):
     """`{"username", "password", "name": "laptop", "expires_in_days": 90}`; the credentials only
     when the request is not already authenticated."""
 

@@ -4,7 +4,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from mlqueue.serializer_fields import FieldsBuiltOnce
+from mlqueue.serializer_fields import FieldsBuiltOnce, NoUnknownFields
 from scheduling.group_state import waiting_reasons
 from scheduling.groups import summary
 from scheduling.models import Job, JobDependency, JobState, Task
@@ -338,7 +338,7 @@ class JobEventSerializer(serializers.ModelSerializer):
         fields = ["id", "kind", "actor", "from_state", "to_state", "reason", "message", "data", "created_at"]
 
 
-class CancelSerializer(serializers.Serializer):
+class CancelSerializer(NoUnknownFields, serializers.Serializer):
     reason = serializers.CharField(required=False, allow_blank=True, max_length=500, default="")
 
 

@@ -8,6 +8,7 @@ import yaml
 from django.test import override_settings
 from django.utils import timezone
 
+from mlqueue.serializer_fields import UNKNOWN_FIELD
 from mlqueue.yaml_body import MAX_YAML_BYTES, MAX_YAML_DEPTH, NOT_A_MAPPING, YAML_ALIASES, YAML_TOO_DEEP
 from scheduling.job_changes import (
     ALREADY_CANCELLED,
@@ -22,7 +23,7 @@ from scheduling.job_changes import (
 )
 from scheduling.models import Job
 from scheduling.services import ALREADY_ENDED, NOT_YOURS_TO_CANCEL, P0_RESERVED
-from scheduling.spec import MAX_RUNTIME_RANGE, UNKNOWN_FIELD
+from scheduling.spec import MAX_RUNTIME_RANGE
 from scheduling.web.dryrun import NEVER_FITS
 from scheduling.web.filters import NOT_A_TIME
 from teams.models import AuditEvent
@@ -392,3 +393,11 @@ def test_odd_yaml_values_are_refused_with_a_4xx_not_a_500(api, field, value):
     text = yaml.safe_dump(make_spec(client_job_id=None, **{field: "PLACEHOLDER"})).replace("PLACEHOLDER", value)
     assert post_yaml(api("alice"), "/api/v1/jobs", text).status_code < 500
     assert post_yaml(api("alice"), "/api/v1/jobs/dry-run", text).status_code < 500
+
+
+@pytest.mark.parametrize("verb", ["cancel", "hold", "requeue"])
+def test_a_control_body_with_an_unknown_field_is_refused(api, verb):
+    job_id = api("alice").post("/api/v1/jobs", make_spec(client_job_id=f"typo-{verb}"), format="json").json()["id"]
+    response = api("alice").post(f"/api/v1/jobs/{job_id}/{verb}", {"reson": "typo"}, format="json")
+    assert (response.status_code, response.json()["fields"]) == (400, {"reson": [UNKNOWN_FIELD]})
+    assert Job.objects.get(pk=job_id).state == "PENDING" and not Job.objects.get(pk=job_id).held

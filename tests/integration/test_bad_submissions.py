@@ -8,6 +8,7 @@ from django.conf import settings
 
 from mlqueue.errors import BODY_TOO_LARGE
 from mlqueue.parsers import MALFORMED_JSON, NOT_JSON_CONSTANT
+from mlqueue.serializer_fields import UNKNOWN_FIELD
 from scheduling.core.feasibility import LARGER_THAN_ANY_NODE, MORE_THAN_THE_CLUSTER, NO_NODE_WITH_LABELS
 from scheduling.models import Job, Task
 from scheduling.services import NOT_A_MEMBER, P0_RESERVED, UNKNOWN_DEPENDENCY, UNKNOWN_TEAM
@@ -24,7 +25,6 @@ from scheduling.spec import (
     NOT_AN_INTEGER,
     RESERVED_ENV,
     TASKS_DISAGREE,
-    UNKNOWN_FIELD,
     UNKNOWN_GPU_TYPE,
 )
 from teams.models import AuditEvent

@@ -89,3 +89,11 @@ def test_team_list_shows_the_tree_and_my_role(api):
     assert teams["research-foundation-models"]["my_role"] == "lead"
     assert teams["research-vision"]["parent"] == "research"
     assert teams["research-vision"]["my_role"] is None
+
+
+def test_an_unknown_field_is_refused_not_ignored(api):
+    """`dry_run: true` was ignored and the change applied."""
+    body = {"reason": "try", "dry_run": True, "quotas": {"gpu:H100": {"guaranteed": 35}}}
+    response = api("rita").patch(URL, body, format="json")
+    assert (response.status_code, response.json()["fields"]) == (400, {"dry_run": ["unknown field."]})
+    assert quota("research-foundation-models", "gpu:H100").guaranteed == 32

@@ -454,3 +454,10 @@ def test_the_admin_cannot_move_or_revive_a_token(client, user):
     client.post(url, {"user": user("ops").pk, "name": "taken", "revoked_at_0": "", "revoked_at_1": ""})
     token.refresh_from_db()
     assert (token.user.username, token.revoked_at) == ("alice", datetime(2026, 1, 1, tzinfo=UTC))
+
+
+def test_an_unknown_field_is_refused_not_a_token_that_never_expires(api):
+    """`expires_in` for `expires_in_days` gave a token with no expiry."""
+    response = api("bob").post(TOKENS, {"name": "ci", "expires_in": 7}, "json")
+    assert (response.status_code, response.json()["fields"]) == (400, {"expires_in": ["unknown field."]})
+    assert not ApiToken.objects.filter(name="ci").exists()

@@ -7,10 +7,11 @@ import yaml
 from rest_framework.exceptions import ValidationError
 
 from mlqueue.api_errors import flatten_errors
+from mlqueue.serializer_fields import UNKNOWN_FIELD
 from scheduling import pipeline_spec as p
 from scheduling.group_state import derive_pipeline_state
 from scheduling.pipelines import layers, run_dir, substitute
-from scheduling.spec import GPU_TYPE_REQUIRED, ONE_GROUP_KIND, REQUIRED, UNKNOWN_FIELD, JobSpecSerializer
+from scheduling.spec import GPU_TYPE_REQUIRED, ONE_GROUP_KIND, REQUIRED, JobSpecSerializer
 
 TOP = {"name": "nightly", "team": "research-vision"}
 
