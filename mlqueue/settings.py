@@ -212,6 +212,8 @@ AUTH_PASSWORD_VALIDATORS = [
 ]
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
+# Back to the login page, not Django admin's "Logged out" page (whose link leads to /admin/).
+LOGOUT_REDIRECT_URL = LOGIN_URL
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"

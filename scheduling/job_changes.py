@@ -72,7 +72,7 @@ def writable_states(job: Job, field: str) -> tuple:
 def check_job_change(*, user, job: Job, data) -> dict:
     """The changes `data` asks for, keeping only those that differ; refuses any the caller may
     not make or the job's state does not allow (a 400, 403 or 409 naming the field)."""
-    check_may_cancel(user=user, job=job)
+    check_may_cancel(user=user, job=job, verb="change")
     body = JobChangeSerializer(data=data)
     body.is_valid(raise_exception=True)
     changes = {field: value for field, value in body.validated_data.items() if getattr(job, field) != value}

@@ -29,7 +29,7 @@ SPEC_CONFLICT = (
 )
 ALREADY_ENDED = "job {job_id} already ended {state}; there is nothing to cancel."
 NOT_YOURS_TO_CANCEL = (
-    "only the job's owner ({owner}), leads of {team} (or of a team above it) and site admins may cancel job {job_id}."
+    "only the job's owner ({owner}), leads of {team} (or of a team above it) and site admins may {verb} job {job_id}."
 )
 
 
@@ -312,10 +312,11 @@ def _group_description(job: Job, children: int, each: str) -> str:
     return f"{job.group_kind} of {children} (at most {job.group['parallelism']} at once), each {each}"
 
 
-def check_may_cancel(*, user, job: Job) -> None:
+def check_may_cancel(*, user, job: Job, verb: str = "cancel") -> None:
+    """Who may cancel a job may change it too (`verb` says which the refusal names)."""
     if not can_change_job(user, job):
         raise PermissionDenied(
-            NOT_YOURS_TO_CANCEL.format(owner=job.owner.get_username(), team=job.team.name, job_id=job.pk)
+            NOT_YOURS_TO_CANCEL.format(owner=job.owner.get_username(), team=job.team.name, job_id=job.pk, verb=verb)
         )
 
 

@@ -191,12 +191,22 @@ def job_log(request, job_id: int):
     )
 
 
+MAX_REASON = 500  # CancelSerializer's
+REASON_TOO_LONG = "reason: at most {limit} characters ({length} given): nothing was cancelled."
+
+
 @login_required
 @require_POST
 def job_cancel(request, job_id: int):
     job = _job_for(request, job_id)
+    reason = request.POST.get("reason", "")
+    if len(reason) > MAX_REASON:  # as the API and mlq refuse it, not cut short unsaid
+        messages.error(request, REASON_TOO_LONG.format(limit=MAX_REASON, length=len(reason)))
+        response = job_page(request, job_id)
+        response.status_code = 400
+        return response
     try:
-        services.do_cancel_job(job=job, user=request.user, reason=request.POST.get("reason", "")[:500])
+        services.do_cancel_job(job=job, user=request.user, reason=reason)
         messages.success(request, f"Job {job.pk} is being cancelled.")
     except PermissionDenied as exc:
         messages.error(request, str(exc.detail))

@@ -46,7 +46,7 @@ def _revoke(request):
     token_id = request.POST["revoke"]
     token = token_for(request.user, int(token_id)) if token_id.isdecimal() and token_id.isascii() else None
     if token is None:
-        return HttpResponseNotFound(NO_SUCH_TOKEN.format(token_id=token_id))
+        return HttpResponseNotFound(NO_SUCH_TOKEN.format(token_id=token_id), content_type="text/plain; charset=utf-8")
     do_revoke_token(token=token, actor=request.user)
     messages.success(request, REVOKED.format(hint=token.hint, name=token.name))
     return redirect("account-tokens")

@@ -259,11 +259,13 @@ def test_patch_refusals_name_the_field(api, body, fields):
     assert not AuditEvent.objects.filter(job_id=job_id, kind="JOB_CHANGED").exists()
 
 
-def test_patch_by_who_may_not_cancel_is_refused_as_cancel_is(api):
+def test_patch_by_who_may_not_cancel_is_refused_as_cancel_is_saying_change(api):
     job_id = submit(api("rita"))
     response = api("alice").patch(f"/api/v1/jobs/{job_id}", {"name": "mine now"}, format="json")
     assert response.status_code == 403
-    assert response.json() == {"detail": NOT_YOURS_TO_CANCEL.format(owner="rita", team=TEAM, job_id=job_id)}
+    assert response.json() == {
+        "detail": NOT_YOURS_TO_CANCEL.format(owner="rita", team=TEAM, job_id=job_id, verb="change")
+    }
     assert api("paul").patch(f"/api/v1/jobs/{job_id}", {"name": "x"}, format="json").status_code == 404
 
 
@@ -291,7 +293,7 @@ def test_bulk_cancel_by_ids_cancels_mine_and_skips_the_rest(api):
         "skipped": [
             {"id": done, "why": ALREADY_ENDED.format(job_id=done, state="SUCCEEDED")},
             {"id": cancelled, "why": ALREADY_CANCELLED.format(id=cancelled)},
-            {"id": ritas, "why": NOT_YOURS_TO_CANCEL.format(owner="rita", team=TEAM, job_id=ritas)},
+            {"id": ritas, "why": NOT_YOURS_TO_CANCEL.format(owner="rita", team=TEAM, job_id=ritas, verb="cancel")},
             {"id": pauls, "why": NOT_VISIBLE.format(id=pauls)},
         ],
     }

@@ -17,7 +17,7 @@ def ritas_job(api):
 
 
 def refusal(job_id: int) -> str:
-    return NOT_YOURS_TO_CANCEL.format(owner="rita", team="research-foundation-models", job_id=job_id)
+    return NOT_YOURS_TO_CANCEL.format(owner="rita", team="research-foundation-models", job_id=job_id, verb="cancel")
 
 
 def assert_not_cancelled(job_id: int) -> None:

@@ -93,3 +93,18 @@ def test_nodes_are_readable_by_any_user(api):
     nodes = api("victor").get("/api/v1/nodes?gpu_type=H100").json()["results"]
     assert len(nodes) == 16
     assert {n["state"] for n in nodes} == {"NEW"}
+
+
+def test_the_console_refuses_a_cancel_reason_too_long_as_the_api_does(logged_in, job_id):
+    """It was cut to 500 characters without a word."""
+    from scheduling.models import Job
+
+    response = logged_in("alice").post(f"/jobs/{job_id}/cancel/", {"reason": "x" * 600})
+    assert response.status_code == 400
+    assert "reason: at most 500 characters (600 given): nothing was cancelled." in response.content.decode()
+    assert Job.objects.get(pk=job_id).state == "PENDING"
+
+
+def test_logging_out_leads_back_to_the_login_page(logged_in):
+    response = logged_in("alice").post("/accounts/logout/")
+    assert (response.status_code, response["Location"]) == (302, "/accounts/login/")
