@@ -54,7 +54,9 @@ def current_quota(team: Team, rclass: str) -> dict:
     return row or {"guaranteed": 0, "borrowing_limit": 0, "weight": 1.0}
 
 
-def check_preview(*, team: Team, rclass: str, changes: dict, start: datetime, end: datetime) -> tuple[dict, dict]:
+def check_preview(
+    *, team: Team, rclass: str, changes: dict, start: datetime, end: datetime, user=None
+) -> tuple[dict, dict]:
     """(current, proposed) quota, or a ValidationError naming the field that is wrong."""
     if end <= start:
         raise ValidationError({"to": [BACKWARDS.format(start=start.isoformat())]})
@@ -66,7 +68,7 @@ def check_preview(*, team: Team, rclass: str, changes: dict, start: datetime, en
     if proposed == current:
         raise ValidationError({"guaranteed": [SAME_QUOTA]})
     try:
-        check_quota_tree(team=team, rclass=rclass, guaranteed=proposed["guaranteed"])
+        check_quota_tree(team=team, rclass=rclass, guaranteed=proposed["guaranteed"], user=user)
     except ValidationError as exc:  # named as the API names it (quotas.<class>.guaranteed): here a field of its own
         raise ValidationError({"guaranteed": next(iter(exc.detail.values()))}) from None
     jobs = history.count_jobs(start, end)
@@ -81,7 +83,7 @@ def do_start_preview(*, user, team: Team, rclass: str, changes: dict, start: dat
     """The preview's row (QUEUED), and its Celery task once the row is committed."""
     from scheduling.tasks import run_quota_preview
 
-    current, proposed = check_preview(team=team, rclass=rclass, changes=changes, start=start, end=end)
+    current, proposed = check_preview(team=team, rclass=rclass, changes=changes, start=start, end=end, user=user)
     with transaction.atomic():
         preview = QuotaPreview.objects.create(
             requested_by=user,

@@ -11,8 +11,13 @@ from rest_framework.exceptions import ValidationError
 
 from teams.authentication import forget_api_tokens
 from teams.models import ApiToken, AuditEvent, EventKind, Quota, ReportedGpuType, Team
+from teams.selectors import can_read_quotas
 
 OVER_PARENT = "{team} and its sibling teams would be guaranteed {total} {rclass}, more than {parent}'s {parent_amount}."
+# For who may not read the parent's quotas (MLQ_QUOTAS_PUBLIC off): no figure of theirs.
+OVER_PARENT_HIDDEN = (
+    "{team} and its sibling teams would be guaranteed more {rclass} than {parent} has: ask a lead of {parent}."
+)
 UNDER_CHILDREN = "{team}'s teams are guaranteed {children} {rclass} in all; its guarantee cannot go below that."
 
 
@@ -30,11 +35,16 @@ def do_update_quotas(*, team: Team, changes: dict[str, dict], user, reason: str)
 
 
 def _apply_quota_change(*, team: Team, rclass: str, fields: dict, user, reason: str) -> Quota:
+    """One class's change, checked and audited; the fields already at the value asked are left
+    out, and a change of none is no change at all (applied again, a PATCH writes nothing)."""
     quota, _ = Quota.objects.get_or_create(team=team, resource_class=rclass)
+    fields = {name: value for name, value in fields.items() if getattr(quota, name) != value}
+    if not fields:
+        return quota
     before = {name: getattr(quota, name) for name in fields}
     for name, value in fields.items():
         setattr(quota, name, value)
-    check_quota_tree(team=team, rclass=rclass, guaranteed=quota.guaranteed)
+    check_quota_tree(team=team, rclass=rclass, guaranteed=quota.guaranteed, user=user)
     quota.updated_at = timezone.now()
     quota.save()
     changed = ", ".join(f"{name} {before[name]} -> {value}" for name, value in fields.items())
@@ -54,28 +64,23 @@ def _guaranteed(team_ids, rclass: str) -> int:
     return Quota.objects.filter(team_id__in=team_ids, resource_class=rclass).aggregate(s=Sum("guaranteed"))["s"] or 0
 
 
-def check_quota_tree(*, team: Team, rclass: str, guaranteed: int) -> None:
+def check_quota_tree(*, team: Team, rclass: str, guaranteed: int, user=None) -> None:
     """A ValidationError (`quotas.<class>.guaranteed`) unless `guaranteed` keeps the tree
-    consistent: siblings within their parent, the team at least its children's total."""
+    consistent: siblings within their parent, the team at least its children's total. `user`:
+    who asks; the parent's and siblings' figures are named only if they may read them."""
     field = f"quotas.{rclass}.guaranteed"
     if team.parent_id is not None:
         siblings = Team.objects.filter(parent_id=team.parent_id).exclude(pk=team.pk).values_list("pk", flat=True)
         total = guaranteed + _guaranteed(siblings, rclass)
         parent_amount = _guaranteed([team.parent_id], rclass)
         if total > parent_amount:
-            raise ValidationError(
-                {
-                    field: [
-                        OVER_PARENT.format(
-                            team=team.name,
-                            total=total,
-                            rclass=rclass,
-                            parent=team.parent.name,
-                            parent_amount=parent_amount,
-                        )
-                    ]
-                }
-            )
+            if user is not None and not can_read_quotas(user, team.parent):
+                message = OVER_PARENT_HIDDEN.format(team=team.name, rclass=rclass, parent=team.parent.name)
+            else:
+                message = OVER_PARENT.format(
+                    team=team.name, total=total, rclass=rclass, parent=team.parent.name, parent_amount=parent_amount
+                )
+            raise ValidationError({field: [message]})
     children = _guaranteed(team.children.values_list("pk", flat=True), rclass)
     if guaranteed < children:
         raise ValidationError({field: [UNDER_CHILDREN.format(team=team.name, children=children, rclass=rclass)]})

@@ -97,3 +97,26 @@ def test_an_unknown_field_is_refused_not_ignored(api):
     response = api("rita").patch(URL, body, format="json")
     assert (response.status_code, response.json()["fields"]) == (400, {"dry_run": ["unknown field."]})
     assert quota("research-foundation-models", "gpu:H100").guaranteed == 32
+
+
+def test_the_tree_check_names_no_figure_the_lead_may_not_read(api, settings):
+    """With quotas private, the refusal told rita research's 51 (and, by difference, her sibling's 16)."""
+    settings.MLQ_QUOTAS_PUBLIC = False
+    body = {"reason": "too much", "quotas": {"gpu:H100": {"guaranteed": 10000}}}
+    response = api("rita").patch(URL, body, format="json")
+    assert response.status_code == 400
+    assert response.json()["fields"]["quotas.gpu:H100.guaranteed"] == [
+        "research-foundation-models and its sibling teams would be guaranteed more gpu:H100 than research has: "
+        "ask a lead of research."
+    ]
+    assert "51" in api("ops").patch(URL, body, format="json").json()["fields"]["quotas.gpu:H100.guaranteed"][0]
+
+
+def test_a_change_to_the_current_values_writes_nothing(api):
+    body = {"reason": "same again", "quotas": {"gpu:H100": {"guaranteed": 32, "borrowing_limit": 40}}}
+    assert api("rita").patch(URL, body, format="json").status_code == 200
+    assert [e.message for e in AuditEvent.objects.filter(kind="QUOTA_CHANGED")] == [
+        "research-foundation-models gpu:H100: borrowing_limit 64 -> 40 (same again)"
+    ]
+    assert api("rita").patch(URL, body, format="json").status_code == 200
+    assert AuditEvent.objects.filter(kind="QUOTA_CHANGED").count() == 1
