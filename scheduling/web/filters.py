@@ -2,6 +2,7 @@ import re
 from datetime import timedelta
 
 import django_filters
+from django import forms
 from django.utils import timezone
 from django_filters.fields import IsoDateTimeField
 
@@ -24,6 +25,28 @@ class TimeOrAgoField(IsoDateTimeField):
         return super().strptime(value, format)
 
 
+NOT_A_BOOLEAN = "true or false, not {value!r}."
+
+
+class StrictBooleanField(forms.NullBooleanField):
+    """true/false (1/0); anything else a 400, not the filter silently left out. A plain text
+    widget: django-filter's boolean one reads any other value as no filter before this sees it."""
+
+    widget = forms.TextInput
+
+    def to_python(self, value):
+        if value in (None, ""):
+            return None
+        found = super().to_python(value)
+        if found is None:
+            raise forms.ValidationError(NOT_A_BOOLEAN.format(value=value))
+        return found
+
+
+class StrictBooleanFilter(django_filters.BooleanFilter):
+    field_class = StrictBooleanField
+
+
 class TimeFilter(django_filters.IsoDateTimeFilter):
     field_class = TimeOrAgoField
 
@@ -38,7 +61,7 @@ class JobFilter(django_filters.FilterSet):
     ended_after = TimeFilter(field_name="finished_at", lookup_expr="gte", help_text="ended at or after")
     parent = django_filters.NumberFilter(field_name="parent_id", help_text="the children of this group")
     schedule = django_filters.NumberFilter(field_name="schedule_id", help_text="the runs of this schedule")
-    top_level = django_filters.BooleanFilter(
+    top_level = StrictBooleanFilter(
         field_name="parent", lookup_expr="isnull", help_text="true: groups and single jobs, not groups' children"
     )
 

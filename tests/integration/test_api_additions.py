@@ -403,3 +403,9 @@ def test_a_control_body_with_an_unknown_field_is_refused(api, verb):
     response = api("alice").post(f"/api/v1/jobs/{job_id}/{verb}", {"reson": "typo"}, format="json")
     assert (response.status_code, response.json()["fields"]) == (400, {"reson": [UNKNOWN_FIELD]})
     assert Job.objects.get(pk=job_id).state == "PENDING" and not Job.objects.get(pk=job_id).held
+
+
+def test_a_boolean_filter_that_is_neither_true_nor_false_is_a_400(api):
+    response = api("alice").get("/api/v1/jobs", {"top_level": "maybe"})
+    assert (response.status_code, response.json()["fields"]) == (400, {"top_level": ["true or false, not 'maybe'."]})
+    assert api("alice").get("/api/v1/jobs", {"top_level": "true"}).status_code == 200
