@@ -227,9 +227,13 @@ def _signal_group(group: int, sig: int, *, spare_self: bool) -> None:
 
 
 def _exit_like(code: int) -> int:
+    """End as the task did: its exit code, or killed by its signal (so the agent reads "signal
+    SIGKILL", not an exit code). SIGKILL and SIGSTOP take no handler, so theirs is not reset:
+    trying raised OSError, and the task's log got this module's traceback and "exit code 1"."""
     if code >= 0:
         return code
-    signal.signal(-code, signal.SIG_DFL)
+    if -code not in (signal.SIGKILL, signal.SIGSTOP):
+        signal.signal(-code, signal.SIG_DFL)
     os.kill(os.getpid(), -code)
     return 128 - code
 

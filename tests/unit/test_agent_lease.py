@@ -2,10 +2,13 @@
 deadline the agent writes at each renewal, sends SIGTERM a grace before it and SIGKILL at it,
 and notes why, so the exit is reported as the lease's doing and not the task's."""
 
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 from agents.node.daemon import NodeAgent
 from agents.node.runtime import SUPERVISOR, TaskProcess
@@ -205,3 +208,17 @@ def test_an_agent_given_a_relative_workdir_still_starts_its_tasks(tmp_path, monk
     )
     wait_exit(task, timeout=10)
     assert task.exit_code == 0, output(task)["stderr"]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_the_supervisor_ends_killed_by_the_signal_that_killed_its_task(sig):
+    """A task killed by SIGKILL (the OOM killer) was reported as exit code 1, with this
+    module's traceback (no handler can be set for SIGKILL) in the task's own stderr."""
+    ended = subprocess.run(
+        [sys.executable, "-c", f"from agents.node.supervise import _exit_like; _exit_like({-sig})"],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parents[2],
+        timeout=30,
+    )
+    assert (ended.returncode, ended.stderr) == (-sig, "")
