@@ -37,7 +37,13 @@ def read_log(job_id: int, rank: int, attempt: int, stream: str, offset: int) -> 
     """The attempt's text from `offset` up to its first gap (later chunks have not arrived yet),
     and the offset after it."""
     text, end = "", offset
-    chunks = TaskLog.objects.filter(job_id=job_id, rank=rank, stream=stream, attempt=attempt, offset__gte=offset)
+    logged = TaskLog.objects.filter(job_id=job_id, rank=rank, stream=stream, attempt=attempt)
+    # An offset inside a chunk (a client resuming where it had read to) starts in that chunk:
+    # it read nothing at all before, whatever came after.
+    inside = logged.filter(offset__lt=offset).order_by("-offset").values_list("offset", "text").first()
+    if inside is not None and inside[0] + len(inside[1]) > offset:
+        text, end = inside[1][offset - inside[0] :], inside[0] + len(inside[1])
+    chunks = logged.filter(offset__gte=end)
     for chunk_offset, chunk in chunks.order_by("offset").values_list("offset", "text"):
         if chunk_offset != end:
             break

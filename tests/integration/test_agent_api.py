@@ -130,6 +130,10 @@ def test_an_assignment_runs_its_course_through_the_agent_api(api, leader):
     assert Job.objects.get(pk=job_id).state == "SUCCEEDED"
     log = api("alice").get(f"/api/v1/jobs/{job_id}/logs?rank=0").json()
     assert (log["text"], log["next_offset"], log["attempt"]) == ("step 1\nstep 2\n", 14, 1)
+    # Resuming inside a chunk reads from there on (it read nothing, whatever came after).
+    for offset, text in ((3, "p 1\nstep 2\n"), (7, "step 2\n"), (12, "2\n"), (14, "")):
+        log = api("alice").get(f"/api/v1/jobs/{job_id}/logs?rank=0&offset={offset}").json()
+        assert (log["text"], log["next_offset"]) == (text, 14)
     assert api("bob").get(f"/api/v1/jobs/{job_id}/logs").status_code == 404
 
 
