@@ -22,8 +22,14 @@ def master_port(job_id: int, attempt: int) -> int:
     return MASTER_PORT_BASE + (job_id * 7919 + attempt) % MASTER_PORT_RANGE
 
 
+JOB_ID_FIELD = "{job_id}"
+
+
 def checkpoint_dir(job: Job) -> str:
-    return (job.checkpoint or {}).get("path", "")
+    """`checkpoint.path`, with `{job_id}` replaced by the job's id: one spec submitted again
+    (a rerun, an example) gets a directory of its own instead of resuming the last run's state.
+    The same job's attempts share it: a requeued attempt resumes there."""
+    return (job.checkpoint or {}).get("path", "").replace(JOB_ID_FIELD, str(job.pk))
 
 
 def checkpoint_settings(job: Job) -> dict[str, str]:

@@ -53,3 +53,19 @@ def test_a_restarted_gang_rank_is_told_its_attempt_and_checkpoint(api, demo):
     }
     assert env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3,4,5,6,7"
     assert env["MASTER_PORT"] == str(master_port(job_id, 2)) != str(master_port(job_id, 1))
+
+
+def test_job_id_in_the_checkpoint_path_gives_each_submit_a_directory_of_its_own(api, demo):
+    """The example's fixed path made every later submit of it resume the first run's state."""
+    spec = {"checkpoint": {"path": "/tmp/ckpt/run-{job_id}"}, "resources": {"gpu_count": 8}}
+    ids = [
+        api("alice").post("/api/v1/jobs", make_spec(client_job_id=f"ck-{n}", **spec), format="json").json()["id"]
+        for n in (1, 2)
+    ]
+    SchedulerLease.objects.filter(pk=1).update(epoch=4, renewed_at=timezone.now())
+    heartbeat()
+    run_pass(epoch=4)
+    for job_id in ids:
+        job = Job.objects.get(pk=job_id)
+        env = assignment_env(job.tasks.get(rank=0), job=job, master_node=job.tasks.get(rank=0).node.name)
+        assert env["MLQ_CHECKPOINT_DIR"] == f"/tmp/ckpt/run-{job_id}"
