@@ -85,11 +85,16 @@ def _run_pass(
     reads: KeptReads | None = None,
 ) -> PassReport:
     started = time.perf_counter()
-    now = now or timezone.now()
+    given, now = now, now or timezone.now()
     swept = reconcile(epoch=epoch, now=now)
     run_due_windows(now=now)
     if schedules is not None:
         schedules.maybe_fire(now=now)
+    if given is None:
+        # The snapshot holds jobs submitted since the sweeps began (a schedule's runs fired
+        # just now, anyone's submit meanwhile): the decisions take the clock as it is when the
+        # store is read, or such a job was assigned before it was submitted (a negative wait).
+        now = timezone.now()
     failpoints.hit("pass.after_sweep")
     view = build_view(now=now, kept=reads)
     decide = scheduler.schedule if scheduler is not None else schedule
