@@ -4,12 +4,19 @@ when none may go yet, the time they may (PREEMPTION_PENDING).
 """
 
 from collections import defaultdict
+from typing import NamedTuple
 
 from scheduling.core import explain
 from scheduling.core.decisions import Preemption, PreemptionReason
 from scheduling.core.model import PendingJob, priority_rank
 from scheduling.core.preemption import VictimPool, find_victims, ready_at, units_freed, why
 from scheduling.core.reasons import PendingReason
+
+
+class LimitVictims(NamedTuple):
+    """The victims of an eviction within a team's limits, as `_evict` takes a search's."""
+
+    victims: list
 
 
 class PassPreemption:
@@ -100,6 +107,69 @@ class PassPreemption:
             return False
         self._evict(job, found, claim, {c.job.job_id: c for c in candidates})
         return True
+
+    def _preempt_within_limits(self, job: PendingJob) -> bool:
+        """A job its team's borrowing limit refuses (or a limit of a team above it) evicts its
+        own team's jobs of lower priority classes, enough to fit, as Kueue preempts within a
+        ClusterQueue: an incident's P0 of a team at its limit otherwise waited for the team's
+        own P2s to end. Within the search budget, and only jobs that have run the preemptor
+        class's minimum; the room they free, if it needs theirs, found as any priority
+        eviction finds it. True when it evicted."""
+        config = self.config
+        if not config.preemption or self.searches >= config.max_preemption_searches:
+            return False
+        rclass = job.resource_class
+        if priority_rank(job.priority) >= self.lowest_running[rclass]:
+            return False  # nobody running ranks below it
+        need = self._over_limits(job)
+        claim = self.victims.claim(job)
+        taken = self.victims.taken
+        own = [
+            c
+            for c in self.victims.of_class(rclass)
+            if c.job.team == job.team and claim.outranks(c) and c.job.job_id not in taken
+        ]
+        if sum(c.job.units for c in own) < need:
+            return False
+        self.searches += 1
+        chosen: list = []
+        if not self._fits_unlimited(job.shape):
+            found = find_victims(
+                self.state,
+                job,
+                own,
+                claim,
+                excess={},
+                borrowed=self.borrowed,
+                now=self.now,
+                memory=config.eviction_memory,
+                pool=self.victims,
+                closed=self._closed(job),
+            )
+            if found is None:
+                return False
+            chosen = list(found.victims)
+        freed = sum(victim.units for victim in chosen)
+        for candidate in own:  # then what the limits still need, cheapest to lose first
+            if freed >= need:
+                break
+            if candidate.job not in chosen:
+                chosen.append(candidate.job)
+                freed += candidate.job.units
+        self._evict(job, LimitVictims(chosen), claim, {c.job.job_id: c for c in own})
+        return True
+
+    def _over_limits(self, job: PendingJob) -> int:
+        """The units the job's team and the teams above it are over their borrowing limits by,
+        with the job: what its evictions must give back (the most any of them is over)."""
+        ledger, rclass, units = self.ledger, job.resource_class, job.shape.units
+        need = 0
+        for name in ledger.chain(job.team):
+            spec = ledger.teams.get(name)
+            quota = spec.quota(rclass) if spec else None
+            if quota is not None:
+                need = max(need, ledger.usage[name][rclass] + units - quota.guaranteed - quota.borrowing_limit)
+        return need
 
     def _may_reclaim_yet(self, job: PendingJob) -> bool:
         """A job reclaims only once it has waited `reclaim_after_wait_s`: until then, room that

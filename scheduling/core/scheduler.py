@@ -398,6 +398,10 @@ class Pass(HeldRoom, PassPreemption, ReclaimTurn, PassReasons):
     def _try(self, job: PendingJob) -> None:
         rclass = job.resource_class
         if self._refused(job, rclass):
+            if job.job_id in self.stopping_for:
+                self._preempt_for(job)  # its victims are stopping: it waits for them, holding their room
+            else:
+                self._preempt_within_limits(job)
             return
         end_at = self.now + job.max_runtime_s
         limit = self.windows.limit(end_at, self.book.limit_for(end_at, job.job_id))

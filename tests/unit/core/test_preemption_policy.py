@@ -288,3 +288,64 @@ def test_a_reclaim_takes_nothing_a_team_is_giving_back_already():
     pending = [job(9, gpus=8, team="research", age=600), job(10, gpus=8, team="research")]
     decisions = schedule(snapshot(TWO_NODES, pending=pending, running_jobs=running_jobs, team_list=owners))
     assert decisions.preemptions == ()
+
+
+# A job its team's borrowing limit refuses evicts its own team's lower classes to fit (Kueue's
+# preemption within a ClusterQueue): a P0 of a team at its limit waited for the team's own P2s
+# to end, with room idle.
+AT_LIMIT = teams(vision={"gpu:H100": (8, 8)}, ranking={"gpu:H100": (8, 8)})  # a limit of 16 each
+VISION_AT_LIMIT = [
+    running(1, ["z1-r1-n1"], team="vision", priority="P2", age=2 * HOUR),
+    running(2, ["z1-r1-n2"], team="vision", priority="P2", age=HOUR),
+]
+
+
+@pytest.mark.parametrize("nodes", [2, 3])  # with a node idle, and with none
+def test_a_job_over_its_teams_limit_evicts_its_own_teams_lower_classes(nodes):
+    decisions = schedule(
+        snapshot(
+            cluster(rack("z1-r1", nodes)),
+            pending=[job(9, gpus=8, priority="P0", team="vision")],
+            running_jobs=VISION_AT_LIMIT,
+            team_list=AT_LIMIT,
+        )
+    )
+    assert [(p.victim_job_id, p.for_job_id, p.reason) for p in decisions.preemptions] == [(2, 9, "PRIORITY")]
+    assert decisions.placements == ()
+    assert decisions.pending[9].code == ReasonCode.PREEMPTING
+
+
+def test_it_waits_for_its_victims_within_the_limit_then_starts():
+    stopping = [VISION_AT_LIMIT[0], replace(VISION_AT_LIMIT[1], preempting=True, preempted_for=9)]
+    snap = snapshot(
+        cluster(rack("z1-r1", 3)),
+        pending=[job(9, gpus=8, priority="P0", team="vision")],
+        running_jobs=stopping,
+        team_list=AT_LIMIT,
+    )
+    waiting = schedule(snap)
+    assert (waiting.placements, waiting.preemptions, waiting.pending[9].code) == ((), (), ReasonCode.PREEMPTING)
+    started = schedule(replace(snap, running=(VISION_AT_LIMIT[0],)))
+    assert [p.job_id for p in started.placements] == [9]
+
+
+@pytest.mark.parametrize(
+    ("priority", "running_jobs", "team"),
+    [
+        ("P2", VISION_AT_LIMIT, "vision"),  # nobody of its team ranks below it
+        ("P1", [replace(j, started_at=NOW - 60) for j in VISION_AT_LIMIT], "vision"),  # too young for a P1
+        ("P0", [replace(j, team="ranking") for j in VISION_AT_LIMIT], "ranking"),  # other teams' jobs: not for a limit
+    ],
+)
+def test_within_a_limit_only_its_own_teams_lower_classes_old_enough_go(priority, running_jobs, team):
+    quotas = AT_LIMIT if team == "vision" else teams(vision={"gpu:H100": (0, 0)}, ranking={"gpu:H100": (8, 8)})
+    decisions = schedule(
+        snapshot(
+            cluster(rack("z1-r1", 3)),
+            pending=[job(9, gpus=8, priority=priority, team="vision")],
+            running_jobs=running_jobs,
+            team_list=quotas,
+        )
+    )
+    assert decisions.preemptions == ()
+    assert decisions.pending[9].code == ReasonCode.QUOTA
