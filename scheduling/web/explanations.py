@@ -39,6 +39,15 @@ class Help:
     at: datetime
     fits_as_is: bool
     suggestions: list[str]
+    # The job's reason when it does not wait for room (its quota, a hold, a dependency, a
+    # retry's back-off, its group's parallelism): then no reshape starts it sooner, and a
+    # "fits the free room" would mislead.
+    not_room: str = ""
+    quota: bool = False  # `not_room` is its quota: fewer GPUs, or a higher limit, would help
+
+
+# The reasons a wait is not about room on the nodes.
+NOT_ROOM = {ReasonCode.QUOTA, ReasonCode.HELD, ReasonCode.DEPENDENCY, ReasonCode.BACKOFF, ReasonCode.GROUP_LIMIT}
 
 
 def cluster_now() -> tuple[ClusterState, tuple]:
@@ -59,7 +68,11 @@ def explain_job(job: Job) -> Why:
 def what_would_help(job: Job) -> Help:
     """Reshapes of the job that fit the free room now, off the nodes of any maintenance window
     its time limit would run into (and the limit that would fit before one): loads every node,
-    running task and window, so it runs when a user asks, never on a render."""
+    running task and window, so it runs when a user asks, never on a render. A job that does
+    not wait for room is told what it waits for instead."""
+    if job.reason_code in NOT_ROOM:
+        quota = job.reason_code == ReasonCode.QUOTA
+        return Help(at=timezone.now(), fits_as_is=False, suggestions=[], not_room=job.reason_message, quota=quota)
     state, _ = cluster_now()
     shape = job_shape(job.spec)
     now = timezone.now()

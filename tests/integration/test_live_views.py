@@ -199,3 +199,22 @@ def test_a_websocket_from_a_foreign_origin_or_without_a_login_is_refused(demo):
         await anonymous.disconnect()
 
     async_to_sync(scenario)()
+
+
+@pytest.mark.parametrize("held", [False, True])
+def test_what_would_help_a_job_that_does_not_wait_for_room_says_what_it_waits_for(api, demo, held):
+    """A job its quota refused was told "It fits the free room as it is: it starts when its
+    turn comes", and offered reshapes of the same GPUs."""
+    heartbeat()
+    job_id = api("alice").post("/api/v1/jobs", make_spec(resources={"gpu_count": 8}), format="json").json()["id"]
+    if held:
+        Job.objects.filter(pk=job_id).update(held=True, held_by_name="alice", held_reason="not yet")
+    else:
+        Job.objects.filter(pk=job_id).update(
+            pending_reason_code="QUOTA", pending_reason_message="team research-foundation-models uses 96 H100"
+        )
+    html = logged_in("alice").get(f"/jobs/{job_id}/help/").content.decode()
+    assert "It does not wait for room on the nodes but for this:" in html
+    assert "fits the free room" not in html and 'id="suggestions"' not in html
+    assert ("a higher borrowing limit" in html) is not held
+    assert api("alice").get(f"/api/v1/jobs/{job_id}/why").json()["suggestions"] == []
