@@ -563,17 +563,26 @@ def main(argv=None) -> None:
         agent.health = Health(gpus, check=check, interval_s=args.health_interval)
     threads = [threading.Thread(target=agent.run, name=agent.name, daemon=True) for agent in agents]
 
-    def stop(*_):
-        for agent in agents:
-            agent.stop()
+    # The handlers only note the signal: the loop below stops the agents. Stopping them in the
+    # handler set their Events, which take a lock; a second signal (INT then TERM, as a shell's
+    # cleanup sends) ran the handler again inside the first one's set(), waited for the lock
+    # that frame held, and the agent hung, heartbeating, until SIGKILL.
+    asked: list[int] = []
 
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    def note(signum, _frame):
+        asked.append(signum)
+
+    signal.signal(signal.SIGTERM, note)
+    signal.signal(signal.SIGINT, note)
     for thread in threads:
         thread.start()
-    while any(thread.is_alive() for thread in threads):
-        for thread in threads:
-            thread.join(timeout=0.5)
+    stopped = False
+    while alive := [thread for thread in threads if thread.is_alive()]:
+        if asked and not stopped:
+            stopped = True
+            for agent in agents:
+                agent.stop()
+        alive[0].join(timeout=0.2)
 
 
 if __name__ == "__main__":
