@@ -9,6 +9,7 @@ from typing import NamedTuple
 from scheduling.core import explain
 from scheduling.core.decisions import Preemption, PreemptionReason
 from scheduling.core.model import PendingJob, priority_rank
+from scheduling.core.placement import plan
 from scheduling.core.preemption import VictimPool, find_victims, ready_at, units_freed, why
 from scheduling.core.reasons import PendingReason
 
@@ -29,6 +30,7 @@ class PassPreemption:
         self.awaiting: dict[tuple, PendingReason | None] = {}  # (no_victims key, tasks) -> PREEMPTION_PENDING
         self.searches = 0
         self.reclaim_searches = 0
+        self.leaving: dict[str, dict[str, int]] = {}  # see `_leaving`
         # Per (class, team), the units evictions took, in earlier passes (jobs still stopping,
         # which the ledger counts until they have) and in this one: no longer the team's to give.
         self.evicted: dict[tuple[str, str], int] = defaultdict(int, self.stopping_units)
@@ -109,19 +111,23 @@ class PassPreemption:
         return True
 
     def _preempt_within_limits(self, job: PendingJob) -> bool:
-        """A job its team's borrowing limit refuses (or a limit of a team above it) evicts its
-        own team's jobs of lower priority classes, enough to fit, as Kueue preempts within a
-        ClusterQueue: an incident's P0 of a team at its limit otherwise waited for the team's
-        own P2s to end. Within the search budget, and only jobs that have run the preemptor
-        class's minimum; the room they free, if it needs theirs, found as any priority
-        eviction finds it. True when it evicted."""
+        """An incident's P0 that its team's borrowing limit refuses (or a limit of a team above
+        it) evicts its own team's jobs of lower classes, enough to fit, as Kueue preempts within
+        a ClusterQueue: it waited, room idle, for the team's own P2s to end. P0 only: it goes
+        first in the order, so the room its victims free under the limit is its own when they
+        stop; a lower class's could go to a job the order puts before it, and it would evict
+        again. Within the search budget; not while jobs already stopping (a cancel, a drain,
+        another team's eviction) will make the room; not where the job could not start once
+        they are gone (a maintenance window, a reservation). True when it evicted."""
         config = self.config
-        if not config.preemption or self.searches >= config.max_preemption_searches:
+        if job.priority != "P0" or not config.preemption or self.searches >= config.max_preemption_searches:
             return False
         rclass = job.resource_class
         if priority_rank(job.priority) >= self.lowest_running[rclass]:
             return False  # nobody running ranks below it
         need = self._over_limits(job)
+        if need <= 0:
+            return False  # what is stopping already makes the room
         claim = self.victims.claim(job)
         taken = self.victims.taken
         own = [
@@ -132,8 +138,10 @@ class PassPreemption:
         if sum(c.job.units for c in own) < need:
             return False
         self.searches += 1
+        end_at = self.now + job.max_runtime_s
+        limit = self.windows.limit(end_at, self.book.limit_for(end_at, job.job_id))
         chosen: list = []
-        if not self._fits_unlimited(job.shape):
+        if plan(self.state, job.shape, limit) is None:  # it needs its victims' room too
             found = find_victims(
                 self.state,
                 job,
@@ -156,20 +164,39 @@ class PassPreemption:
             if candidate.job not in chosen:
                 chosen.append(candidate.job)
                 freed += candidate.job.units
+        if not self._start_nodes(job, chosen):
+            return False  # nowhere to start once they are gone
         self._evict(job, LimitVictims(chosen), claim, {c.job.job_id: c for c in own})
         return True
 
     def _over_limits(self, job: PendingJob) -> int:
         """The units the job's team and the teams above it are over their borrowing limits by,
-        with the job: what its evictions must give back (the most any of them is over)."""
+        with the job, less what is stopping there and will not come back to the team (a
+        cancel, a drain, another team's eviction; not jobs stopping for a preemptor of the
+        same team, which takes their place): what its evictions must give back, the most any
+        level is over."""
         ledger, rclass, units = self.ledger, job.resource_class, job.shape.units
+        leaving = self._leaving(rclass)
         need = 0
         for name in ledger.chain(job.team):
             spec = ledger.teams.get(name)
             quota = spec.quota(rclass) if spec else None
             if quota is not None:
-                need = max(need, ledger.usage[name][rclass] + units - quota.guaranteed - quota.borrowing_limit)
+                gone = sum(n for team, n in leaving.items() if name in ledger.chain(team))
+                need = max(need, ledger.usage[name][rclass] + units - quota.guaranteed - quota.borrowing_limit - gone)
         return need
+
+    def _leaving(self, rclass: str) -> dict[str, int]:
+        """Per team, the units of its jobs stopping in `rclass` that no preemptor of the same
+        team stands to take (see `_over_limits`); worked out once per class and pass."""
+        found = self.leaving.get(rclass)
+        if found is None:
+            teams = {job.job_id: job.team for job in self.snap.pending}
+            found = self.leaving[rclass] = defaultdict(int)
+            for running in self.active.get(rclass, ()):
+                if running.preempting and teams.get(running.preempted_for) != running.team:
+                    found[running.team] += running.units
+        return found
 
     def _may_reclaim_yet(self, job: PendingJob) -> bool:
         """A job reclaims only once it has waited `reclaim_after_wait_s`: until then, room that

@@ -5,7 +5,7 @@ from dataclasses import replace
 
 import pytest
 
-from scheduling.core.model import PolicyConfig
+from scheduling.core.model import MaintenanceWindow, PolicyConfig
 from scheduling.core.reasons import ReasonCode
 from scheduling.core.scheduler import schedule
 from tests.unit.core.builders import HOUR, NOW, cluster, job, rack, running, snapshot, teams
@@ -290,9 +290,9 @@ def test_a_reclaim_takes_nothing_a_team_is_giving_back_already():
     assert decisions.preemptions == ()
 
 
-# A job its team's borrowing limit refuses evicts its own team's lower classes to fit (Kueue's
-# preemption within a ClusterQueue): a P0 of a team at its limit waited for the team's own P2s
-# to end, with room idle.
+# An incident's P0 its team's borrowing limit refuses evicts its own team's lower classes to
+# fit (Kueue's preemption within a ClusterQueue): it waited for the team's own P2s to end, with
+# room idle.
 AT_LIMIT = teams(vision={"gpu:H100": (8, 8)}, ranking={"gpu:H100": (8, 8)})  # a limit of 16 each
 VISION_AT_LIMIT = [
     running(1, ["z1-r1-n1"], team="vision", priority="P2", age=2 * HOUR),
@@ -333,7 +333,7 @@ def test_it_waits_for_its_victims_within_the_limit_then_starts():
     ("priority", "running_jobs", "team"),
     [
         ("P2", VISION_AT_LIMIT, "vision"),  # nobody of its team ranks below it
-        ("P1", [replace(j, started_at=NOW - 60) for j in VISION_AT_LIMIT], "vision"),  # too young for a P1
+        ("P1", VISION_AT_LIMIT, "vision"),  # P0 only: the room a P1's victims free could go to a job before it
         ("P0", [replace(j, team="ranking") for j in VISION_AT_LIMIT], "ranking"),  # other teams' jobs: not for a limit
     ],
 )
@@ -349,3 +349,31 @@ def test_within_a_limit_only_its_own_teams_lower_classes_old_enough_go(priority,
     )
     assert decisions.preemptions == ()
     assert decisions.pending[9].code == ReasonCode.QUOTA
+
+
+def test_a_p0_over_its_limit_evicts_nobody_while_a_stopping_job_makes_the_room():
+    """Job 2 is being cancelled: once it stops, job 9 fits the limit. Job 1 was evicted too."""
+    running_jobs = [VISION_AT_LIMIT[0], replace(VISION_AT_LIMIT[1], preempting=True)]
+    decisions = schedule(
+        snapshot(
+            cluster(rack("z1-r1", 3)),
+            pending=[job(9, gpus=8, priority="P0", team="vision")],
+            running_jobs=running_jobs,
+            team_list=AT_LIMIT,
+        )
+    )
+    assert decisions.preemptions == ()
+    assert decisions.pending[9].code == ReasonCode.QUOTA
+
+
+def test_a_p0_over_its_limit_evicts_nobody_where_it_could_not_start_once_they_are_gone():
+    """Every node is in a maintenance window its 4-hour limit would run into."""
+    nodes = cluster(rack("z1-r1", 3))
+    window = MaintenanceWindow(1, "rack z1-r1", tuple(n.name for n in nodes), NOW + HOUR, NOW + 3 * HOUR)
+    snap = snapshot(
+        nodes,
+        pending=[job(9, gpus=8, priority="P0", team="vision", runtime=4 * HOUR)],
+        running_jobs=VISION_AT_LIMIT,
+        team_list=AT_LIMIT,
+    )
+    assert schedule(replace(snap, maintenance=(window,))).preemptions == ()
