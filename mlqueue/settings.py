@@ -357,13 +357,17 @@ def env_seconds(name: str, default: float) -> float:
 
 
 def _seconds(name: str, raw: str, value: str) -> float:
+    return _non_negative(name, raw, value, "a number of seconds >= 0")
+
+
+def _non_negative(name: str, raw: str, value: str, what: str) -> float:
     try:
-        seconds = float(value)
+        number = float(value)
     except ValueError:
-        seconds = -1.0
-    if not 0 <= seconds < float("inf"):
-        raise ImproperlyConfigured(f"{name}={raw!r}: {value!r} is not a number of seconds >= 0")
-    return seconds
+        number = -1.0
+    if not 0 <= number < float("inf"):
+        raise ImproperlyConfigured(f"{name}={raw!r}: {value!r} is not {what}")
+    return number
 
 
 # Per class of the PREEMPTOR: victims younger than this are not preempted for priority by it.
@@ -374,8 +378,24 @@ MLQ_PREEMPT_MIN_RUNTIME = env_min_runtime("MLQ_PREEMPT_MIN_RUNTIME", "MLQ_PREEMP
 # (0: at once), so room that frees up by itself comes to it first (BENCHMARKS.md: reclaim churn).
 MLQ_RECLAIM_AFTER_WAIT_S = env_seconds("MLQ_RECLAIM_AFTER_WAIT_S", 0.0)
 # Reclaim in turn: a job within its guarantee reclaims only while no job before it in the queue
-# waits for the room it would free, and is nominated to the nodes it freed (docs/reclaim.md).
-MLQ_RECLAIM_IN_TURN = env_bool("MLQ_RECLAIM_IN_TURN", False)
+# waits for the room it would free, and is nominated to the nodes it freed (docs/reclaim.md);
+# under a deep backlog only: from the pass whose waiting jobs ask MLQ_RECLAIM_IN_TURN_BACKLOG
+# times a class's capacity, until they ask less than MLQ_RECLAIM_IN_TURN_BACKLOG_OFF times it
+# ("always": the rule in every pass).
+MLQ_RECLAIM_IN_TURN = env_bool("MLQ_RECLAIM_IN_TURN", True)
+
+
+def env_backlog(name: str, default: float | None) -> float | None:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    if raw.lower() == "always":
+        return None
+    return _non_negative(name, raw, raw, "a number >= 0 (times a class's capacity) or 'always'")
+
+
+MLQ_RECLAIM_IN_TURN_BACKLOG = env_backlog("MLQ_RECLAIM_IN_TURN_BACKLOG", 1.0)
+MLQ_RECLAIM_IN_TURN_BACKLOG_OFF = env_backlog("MLQ_RECLAIM_IN_TURN_BACKLOG_OFF", 0.0)
 QUEUE_ORDERS = ("weighted_shortest", "fair_share")
 
 

@@ -178,5 +178,10 @@ def policy_config() -> core.PolicyConfig:
         reclaim_after_wait_s=settings.MLQ_RECLAIM_AFTER_WAIT_S,
         reclaim_in_turn=settings.MLQ_RECLAIM_IN_TURN,
         nominate_reclaimers=settings.MLQ_RECLAIM_IN_TURN,
+        reclaim_in_turn_backlog=settings.MLQ_RECLAIM_IN_TURN_BACKLOG,
+        # "always" has no gate to turn off
+        reclaim_in_turn_backlog_off=(
+            settings.MLQ_RECLAIM_IN_TURN_BACKLOG_OFF if settings.MLQ_RECLAIM_IN_TURN_BACKLOG is not None else None
+        ),
         order=settings.MLQ_QUEUE_ORDER,
     )

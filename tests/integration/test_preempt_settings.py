@@ -4,7 +4,7 @@ MLQ_PREEMPT_MIN_RUNTIME_S still honoured for P1-P3."""
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from mlqueue.settings import QUEUE_ORDERS, env_choice, env_min_runtime, env_seconds
+from mlqueue.settings import QUEUE_ORDERS, env_backlog, env_choice, env_min_runtime, env_seconds
 from scheduling.leader.snapshot import policy_config
 
 NAME, SINGLE = "MLQ_PREEMPT_MIN_RUNTIME", "MLQ_PREEMPT_MIN_RUNTIME_S"
@@ -88,7 +88,24 @@ def test_a_bad_queue_order_stops_the_server_naming_the_variable(monkeypatch, raw
     assert str(caught.value) == f"MLQ_QUEUE_ORDER={raw!r} is not one of weighted_shortest, fair_share"
 
 
-def test_reclaim_in_turn_is_one_setting_for_both_policy_fields(settings):
+def test_reclaim_in_turn_is_one_setting_for_both_policy_fields_under_a_backlog_gate(settings):
+    config = policy_config()
+    assert (config.reclaim_in_turn, config.nominate_reclaimers) == (True, True)
+    assert (config.reclaim_in_turn_backlog, config.reclaim_in_turn_backlog_off) == (1.0, 0.0)
+    settings.MLQ_RECLAIM_IN_TURN = False
     assert (policy_config().reclaim_in_turn, policy_config().nominate_reclaimers) == (False, False)
-    settings.MLQ_RECLAIM_IN_TURN = True
-    assert (policy_config().reclaim_in_turn, policy_config().nominate_reclaimers) == (True, True)
+    settings.MLQ_RECLAIM_IN_TURN_BACKLOG = None  # "always"
+    assert (policy_config().reclaim_in_turn_backlog, policy_config().reclaim_in_turn_backlog_off) == (None, None)
+
+
+@pytest.mark.parametrize(("raw", "expected"), [("0.5", 0.5), ("always", None), ("", 1.0)])
+def test_the_backlog_gate_reads_a_multiple_or_always(monkeypatch, raw, expected):
+    monkeypatch.setenv("MLQ_RECLAIM_IN_TURN_BACKLOG", raw)
+    assert env_backlog("MLQ_RECLAIM_IN_TURN_BACKLOG", 1.0) == expected
+
+
+@pytest.mark.parametrize("raw", ["-1", "nan", "lots"])
+def test_a_bad_backlog_gate_stops_the_server_naming_the_variable(monkeypatch, raw):
+    monkeypatch.setenv("MLQ_RECLAIM_IN_TURN_BACKLOG", raw)
+    with pytest.raises(ImproperlyConfigured, match="MLQ_RECLAIM_IN_TURN_BACKLOG="):
+        env_backlog("MLQ_RECLAIM_IN_TURN_BACKLOG", 1.0)

@@ -20,8 +20,18 @@ BORROWERS = [
 ]
 
 
+# The rule's options as they were before its gate became the default: each test here sets
+# what it tests on top of these.
+RULE_OFF = {
+    "reclaim_in_turn": False,
+    "nominate_reclaimers": False,
+    "reclaim_in_turn_backlog": None,
+    "reclaim_in_turn_backlog_off": None,
+}
+
+
 def contended(*pending, **config):
-    return snapshot(NODES, pending=pending, running_jobs=BORROWERS, team_list=QUOTAS, **config)
+    return snapshot(NODES, pending=pending, running_jobs=BORROWERS, team_list=QUOTAS, **{**RULE_OFF, **config})
 
 
 def decide(*pending, **config):
@@ -76,7 +86,13 @@ def test_only_a_job_that_could_start_in_the_room_stops_the_owner():
         )
         pending = [job(2, gpus=4, team="ranking", runtime=60, cpus=1), job(3, gpus=8, team="vision")]
         return schedule(
-            snapshot(NODES, pending=pending, running_jobs=BORROWERS, team_list=quotas, reclaim_in_turn=True)
+            snapshot(
+                NODES,
+                pending=pending,
+                running_jobs=BORROWERS,
+                team_list=quotas,
+                **{**RULE_OFF, "reclaim_in_turn": True},
+            )
         )
 
     borrowing = decide_with(64)
@@ -99,7 +115,7 @@ def test_a_pass_that_leaves_out_jobs_that_can_change_nothing_still_sees_them_wai
         running_jobs=BORROWERS,
         team_list=QUOTAS,
         reservations_per_class=0,
-        reclaim_in_turn=True,
+        **{**RULE_OFF, "reclaim_in_turn": True},
     )
     pruned = Scheduler(actions_only=True).schedule(state)
     assert pruned.preemptions == schedule(state).preemptions == ()

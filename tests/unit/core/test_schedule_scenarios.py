@@ -638,23 +638,36 @@ def test_room_freed_by_reclaim_goes_to_the_owner_not_to_an_overdue_borrower():
             running_jobs=borrowers + [young],
             team_list=quotas,
             nominate_reclaimers=True,
+            reclaim_in_turn_backlog=None,  # always, not only under a deep backlog (the default)
+            reclaim_in_turn_backlog_off=None,
         )
     )
     assert [(p.victim_job_id, p.for_job_id) for p in evicted.preemptions] == [(17, 2)]
     assert evicted.nominations == {2: ("z1-r1-n1",)}
-    # Off (the default), a job that only reclaimed is not nominated.
-    assert (
-        schedule(
-            snapshot(nodes, pending=[owner, overdue], running_jobs=borrowers + [young], team_list=quotas)
-        ).nominations
-        == {}
-    )
+    # Off, or under the default's gate with 2 of the class's 8 GPUs asked, a job that only
+    # reclaimed is not nominated.
+    for off in (
+        {"nominate_reclaimers": False, "reclaim_in_turn_backlog": None, "reclaim_in_turn_backlog_off": None},
+        {},
+    ):
+        assert (
+            schedule(
+                snapshot(nodes, pending=[owner, overdue], running_jobs=borrowers + [young], team_list=quotas, **off)
+            ).nominations
+            == {}
+        )
 
     # The victim has stopped: GPU 7 is free, the overdue borrower goes first in the queue.
     nominated = replace(owner, nominated=evicted.nominations[2])
     after = schedule(
         snapshot(
-            nodes, pending=[nominated, overdue], running_jobs=borrowers, team_list=quotas, nominate_reclaimers=True
+            nodes,
+            pending=[nominated, overdue],
+            running_jobs=borrowers,
+            team_list=quotas,
+            nominate_reclaimers=True,
+            reclaim_in_turn_backlog=None,
+            reclaim_in_turn_backlog_off=None,
         )
     )
     assert after.order == (3, 2)
