@@ -90,7 +90,7 @@ class TaskAdmin(admin.ModelAdmin):
 
 
 @admin.register(SchedulerLease)
-class SchedulerLeaseAdmin(admin.ModelAdmin):
+class SchedulerLeaseAdmin(ReadOnlyAdmin):
     list_display = [
         "epoch",
         "holder",
@@ -102,15 +102,6 @@ class SchedulerLeaseAdmin(admin.ModelAdmin):
         "forecast_at",
         "forecast_ms",
     ]
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
 
 class PriceForm(ResourceClassForm):

@@ -33,12 +33,8 @@ class MembershipInline(admin.TabularInline):
     raw_id_fields = ["user"]
 
 
-class QuotaInline(admin.TabularInline):
-    """Shown, not edited here: a quota changes through the teams page, the API or `mlq quota`,
-    which keep the tree consistent (a team within its parent) and write the audit log."""
-
-    model = Quota
-    extra = 0
+class ShownNotEdited:
+    """An admin (or inline) that shows its rows and never adds, changes or deletes one."""
 
     def has_add_permission(self, request, obj=None):
         return False
@@ -48,6 +44,14 @@ class QuotaInline(admin.TabularInline):
 
     def has_delete_permission(self, request, obj=None):
         return False
+
+
+class QuotaInline(ShownNotEdited, admin.TabularInline):
+    """Shown, not edited here: a quota changes through the teams page, the API or `mlq quota`,
+    which keep the tree consistent (a team within its parent) and write the audit log."""
+
+    model = Quota
+    extra = 0
 
 
 class TeamForm(forms.ModelForm):
@@ -86,20 +90,11 @@ class MembershipAdmin(admin.ModelAdmin):
 
 
 @admin.register(Quota)
-class QuotaAdmin(admin.ModelAdmin):
+class QuotaAdmin(ShownNotEdited, admin.ModelAdmin):
     """Shown, not edited here (see `QuotaInline`)."""
 
     list_display = ["team", "resource_class", "guaranteed", "borrowing_limit", "weight", "updated_at"]
     list_filter = ["resource_class"]
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
 
 @admin.register(ApiToken)
@@ -120,17 +115,8 @@ class ApiTokenAdmin(admin.ModelAdmin):
             do_revoke_token(token=token, actor=request.user)  # audited like a revocation through the API
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
+class ReadOnlyAdmin(ShownNotEdited, admin.ModelAdmin):
     """Rows only the application writes (the audit log, the usage ledger): shown, never edited."""
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
 
 @admin.register(AuditEvent)

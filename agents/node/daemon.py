@@ -561,12 +561,16 @@ def main(argv=None) -> None:
     for agent in agents:
         gpus = provider_for(agent.node, fake=fake, faults_file=args.fake_gpu_faults, busy=agent.busy_gpus)
         agent.health = Health(gpus, check=check, interval_s=args.health_interval)
-    threads = [threading.Thread(target=agent.run, name=agent.name, daemon=True) for agent in agents]
+    run_until_signalled(agents)
 
-    # The handlers only note the signal: the loop below stops the agents. Stopping them in the
-    # handler set their Events, which take a lock; a second signal (INT then TERM, as a shell's
-    # cleanup sends) ran the handler again inside the first one's set(), waited for the lock
-    # that frame held, and the agent hung, heartbeating, until SIGKILL.
+
+def run_until_signalled(agents: list[NodeAgent]) -> None:
+    """Run each agent in a thread until SIGTERM or SIGINT, then stop them and wait for them.
+    The handlers only note the signal: the loop stops the agents. Stopping them in the handler
+    set their Events, which take a lock; a second signal (INT then TERM, as a shell's cleanup
+    sends) ran the handler again inside the first one's set(), waited for the lock that frame
+    held, and the agent hung, heartbeating, until SIGKILL."""
+    threads = [threading.Thread(target=agent.run, name=agent.name, daemon=True) for agent in agents]
     asked: list[int] = []
 
     def note(signum, _frame):

@@ -273,16 +273,8 @@ def _secret_names(text: str) -> tuple[str, ...]:
 def _show_ids(value) -> str:
     if not isinstance(value, list):
         return _show(value)
-    return ", ".join(_show_dependency(v) for v in value)
-
-
-def _show_dependency(value) -> str:
-    """`13`, or `13:failure`; a mapping without `on` waits for success (the API's default), and
-    one without `job` shows what it has, for the submit to refuse by name."""
-    if not isinstance(value, dict):
-        return str(value)
-    job, on = value.get("job", ""), value.get("on")
-    return f"{job}:{on}" if on is not None else str(job)
+    items = (v if isinstance(v, dict) else {"job": v} for v in value)  # without `on`: success, the default
+    return ", ".join(f"{v.get('job', '')}" + (f":{v['on']}" if v.get("on") is not None else "") for v in items)
 
 
 # kind -> (form text to spec value, spec value to form text)
