@@ -161,7 +161,7 @@ class BulkCancelSerializer(StrictSerializer):
         child=serializers.IntegerField(min_value=1), required=False, allow_empty=False, max_length=MAX_BULK_CANCEL
     )
     filter = CancelFilterSerializer(required=False)
-    reason = serializers.CharField(required=False, allow_blank=True, max_length=500, default="")
+    reason = StrictStringField(required=False, allow_blank=True, max_length=500, default="", printable_only=True)
 
     def validate(self, attrs):
         if ("ids" in attrs) == ("filter" in attrs):

@@ -29,34 +29,6 @@ class TeamSerializer(serializers.ModelSerializer):
         return self.context["roles"].get(team.name)
 
 
-class QuotaChangeSerializer(NoUnknownFields, serializers.Serializer):
-    """No unknown field: a typo is an error, not a default. (Numbers as text pass: the teams
-    page posts its form here.)"""
-
-    guaranteed = serializers.IntegerField(required=False, min_value=0, max_value=1_000_000)
-    borrowing_limit = serializers.IntegerField(required=False, min_value=0, max_value=1_000_000)
-    weight = serializers.FloatField(required=False, min_value=0.01, max_value=1000)
-
-    def validate(self, attrs):
-        if not attrs:
-            raise serializers.ValidationError("give at least one of guaranteed, borrowing_limit, weight.")
-        return attrs
-
-
-class QuotaPatchSerializer(NoUnknownFields, serializers.Serializer):
-    """`{"reason": "...", "quotas": {"gpu:H100": {"guaranteed": 40}}}`"""
-
-    reason = serializers.CharField(max_length=500)
-    quotas = serializers.DictField(child=QuotaChangeSerializer(), allow_empty=False)
-
-    def validate_quotas(self, value):
-        known = known_classes()
-        unknown = sorted(set(value) - set(known))
-        if unknown:
-            raise serializers.ValidationError({unknown[0]: [unknown_class_message(unknown[0], known)]})
-        return value
-
-
 NOT_A_STRING = "must be a string, not {kind}."
 TOKEN_NAME_LENGTH = 100
 MAX_TOKEN_DAYS = 3650
@@ -74,6 +46,34 @@ class PrintableNameField(serializers.CharField):
         value = super().to_internal_value(data)
         if char := invisible_char(value):
             self.fail("invisible", char=char)
+        return value
+
+
+class QuotaChangeSerializer(NoUnknownFields, serializers.Serializer):
+    """No unknown field: a typo is an error, not a default. (Numbers as text pass: the teams
+    page posts its form here.)"""
+
+    guaranteed = serializers.IntegerField(required=False, min_value=0, max_value=1_000_000)
+    borrowing_limit = serializers.IntegerField(required=False, min_value=0, max_value=1_000_000)
+    weight = serializers.FloatField(required=False, min_value=0.01, max_value=1000)
+
+    def validate(self, attrs):
+        if not attrs:
+            raise serializers.ValidationError("give at least one of guaranteed, borrowing_limit, weight.")
+        return attrs
+
+
+class QuotaPatchSerializer(NoUnknownFields, serializers.Serializer):
+    """`{"reason": "...", "quotas": {"gpu:H100": {"guaranteed": 40}}}`"""
+
+    reason = PrintableNameField(min_length=1, max_length=500)  # it goes in the audit log
+    quotas = serializers.DictField(child=QuotaChangeSerializer(), allow_empty=False)
+
+    def validate_quotas(self, value):
+        known = known_classes()
+        unknown = sorted(set(value) - set(known))
+        if unknown:
+            raise serializers.ValidationError({unknown[0]: [unknown_class_message(unknown[0], known)]})
         return value
 
 

@@ -10,6 +10,7 @@ from scheduling.groups import summary
 from scheduling.models import Job, JobDependency, JobState, Task
 from scheduling.secrets import masked_spec
 from scheduling.selectors import LeaseState, scheduler_state
+from scheduling.spec import StrictStringField
 from teams.models import AuditEvent
 
 
@@ -339,7 +340,9 @@ class JobEventSerializer(serializers.ModelSerializer):
 
 
 class CancelSerializer(NoUnknownFields, serializers.Serializer):
-    reason = serializers.CharField(required=False, allow_blank=True, max_length=500, default="")
+    # Shown in the job's events and pending reason: no invisible or control characters (a
+    # right-to-left override reversed what followed it on every page).
+    reason = StrictStringField(required=False, allow_blank=True, max_length=500, default="", printable_only=True)
 
 
 class DryRunPlacementSerializer(serializers.Serializer):

@@ -409,3 +409,12 @@ def test_a_boolean_filter_that_is_neither_true_nor_false_is_a_400(api):
     response = api("alice").get("/api/v1/jobs", {"top_level": "maybe"})
     assert (response.status_code, response.json()["fields"]) == (400, {"top_level": ["true or false, not 'maybe'."]})
     assert api("alice").get("/api/v1/jobs", {"top_level": "true"}).status_code == 200
+
+
+@pytest.mark.parametrize("verb", ["cancel", "hold"])
+def test_a_reason_with_control_or_invisible_characters_is_refused(api, verb):
+    """A right-to-left override in a hold reason reversed what followed it in the pending reason."""
+    job_id = api("alice").post("/api/v1/jobs", make_spec(client_job_id=f"bidi-{verb}"), format="json").json()["id"]
+    response = api("alice").post(f"/api/v1/jobs/{job_id}/{verb}", {"reason": "oops \u202eevil"}, format="json")
+    assert response.status_code == 400 and list(response.json()["fields"]) == ["reason"]
+    assert Job.objects.get(pk=job_id).state == "PENDING" and not Job.objects.get(pk=job_id).held

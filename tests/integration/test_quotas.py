@@ -120,3 +120,10 @@ def test_a_change_to_the_current_values_writes_nothing(api):
     ]
     assert api("rita").patch(URL, body, format="json").status_code == 200
     assert AuditEvent.objects.filter(kind="QUOTA_CHANGED").count() == 1
+
+
+def test_a_quota_change_reason_with_a_control_character_is_refused(api):
+    body = {"reason": "bell\u0007", "quotas": {"gpu:H100": {"guaranteed": 30}}}
+    response = api("rita").patch(URL, body, format="json")
+    assert response.status_code == 400 and list(response.json()["fields"]) == ["reason"]
+    assert quota("research-foundation-models", "gpu:H100").guaranteed == 32
