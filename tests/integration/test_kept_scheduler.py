@@ -63,11 +63,9 @@ def test_a_new_term_starts_with_a_fresh_scheduler(db):
     assert worker.scheduler is kept
 
 
-def test_the_store_read_again_gives_equal_objects_which_the_kept_scheduler_swaps_for_its_own(api, demo):
-    """The worker reads its snapshot afresh every pass. With nothing changed but the clock, every
-    node and job read again is equal to the last read's, so the kept Scheduler meets the same
-    objects it indexed (Scheduler._as_kept) and brings its index up to date instead of
-    building it again."""
+def a_cluster_half_full(api) -> Job:
+    """Three 4-GPU jobs and a gang submitted, and a second gang, for which the first pass will
+    leave no room (returned): a pass then leaves jobs both running and waiting."""
     SchedulerLease.objects.filter(pk=1).update(epoch=EPOCH, holder="test:1", renewed_at=timezone.now())
     heartbeat()
     for index in range(3):
@@ -75,7 +73,15 @@ def test_the_store_read_again_gives_equal_objects_which_the_kept_scheduler_swaps
             api, "bob", team="production-ranking", name=f"one-{index}", resources={"gpu_count": 4, "gpus_per_task": 4}
         )
     submit(api, "alice", name="gang")
-    submit(api, "alice", name="gang-2")  # no room left for a second one: it waits
+    return submit(api, "alice", name="gang-2")
+
+
+def test_the_store_read_again_gives_equal_objects_which_the_kept_scheduler_swaps_for_its_own(api, demo):
+    """The worker reads its snapshot afresh every pass. With nothing changed but the clock, every
+    node and job read again is equal to the last read's, so the kept Scheduler meets the same
+    objects it indexed (Scheduler._as_kept) and brings its index up to date instead of
+    building it again."""
+    a_cluster_half_full(api)
     kept = Scheduler()
     run_pass(epoch=EPOCH, scheduler=kept)  # places some: running and waiting jobs both
     first = build_view(now=timezone.now()).snapshot
@@ -100,14 +106,7 @@ def test_the_leaders_kept_reads_give_back_the_same_objects_for_what_did_not_chan
     the object the last read built, so the kept Scheduler meets its own objects without
     comparing them field by field; a job whose values changed is built again, equal to what a
     read without them gives, and a job gone is forgotten."""
-    SchedulerLease.objects.filter(pk=1).update(epoch=EPOCH, holder="test:1", renewed_at=timezone.now())
-    heartbeat()
-    for index in range(3):
-        submit(
-            api, "bob", team="production-ranking", name=f"one-{index}", resources={"gpu_count": 4, "gpus_per_task": 4}
-        )
-    submit(api, "alice", name="gang")
-    waiting = submit(api, "alice", name="gang-2")
+    waiting = a_cluster_half_full(api)
     run_pass(epoch=EPOCH, scheduler=Scheduler())
     reads = KeptReads()
     first = build_view(now=timezone.now(), kept=reads).snapshot
