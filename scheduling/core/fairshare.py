@@ -5,6 +5,7 @@ of the class's capacity, times its weight); its dominant share is the largest ov
 Teams are compared division first, then team, so a division's teams share its turn.
 """
 
+import operator
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -118,6 +119,9 @@ class Ledger:
         return guaranteed > 0 and self.usage[team][rclass] + units <= guaranteed
 
 
+_STARTED_AND_ID = operator.attrgetter("started_at", "job_id")
+
+
 def borrowed_jobs(ledger: Ledger, running: tuple[RunningJob, ...]) -> set[int]:
     """Running jobs above their team's guarantee: a team's newest jobs are the borrowed ones."""
     borrowed, by_team = set(), defaultdict(list)
@@ -125,7 +129,7 @@ def borrowed_jobs(ledger: Ledger, running: tuple[RunningJob, ...]) -> set[int]:
         by_team[(job.team, job.resource_class)].append(job)
     for (team, rclass), jobs in by_team.items():
         guaranteed, used = ledger.guaranteed(team, rclass), 0
-        for job in sorted(jobs, key=lambda j: (j.started_at, j.job_id)):
+        for job in sorted(jobs, key=_STARTED_AND_ID):
             used += job.units
             if used > guaranteed:
                 borrowed.add(job.job_id)

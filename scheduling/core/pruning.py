@@ -6,8 +6,9 @@ are still considered. Read from the least any of them asks of the pass (the fewe
 all, the highest priority, the longest wait; and see 3):
 1. no reservation is left to give in their class (asked of the next job's first: it needs no
    look at the queue, and the least is of the same class);
-2. no reclaim or outranking any of them may try (the search budgets, the ledger's headroom),
-   and none of them, left blocked, would keep a later owner from reclaiming (`reclaim_in_turn`);
+2. no reclaim or outranking any of them may try (the search budgets, the ledger's headroom,
+   and with `reclaim_in_turn` a job left blocked before them that asks no more units than any
+   of them), and none of them, left blocked, would keep a later owner from reclaiming;
 3. no room on a ready node for one task of any of them, even past what others hold: asked
    of the least demanding only (`frontier`: those no other asks less of in units per task,
    units and runtime; room for one means room for every job that asks no less).
@@ -52,6 +53,7 @@ class Pruning:
             if (
                 config.reclaim
                 and not run._reclaim_spent()
+                and not run._in_turn(rclass)  # else a job blocked before asks no more: they wait their turn
                 and run.ledger.within_guarantee(team, rclass, units)
                 and run.now - submitted >= config.reclaim_after_wait_s
             ):
@@ -147,26 +149,28 @@ def extend_least(found: list, queue: list[PendingJob], start: int, broken: int |
         found.extend([None] * (len(queue) - start))
         return broken
     least = found[start - 1] if start else None
+    append = found.append
     for index in range(start, len(queue)):
         job = queue[index]
         shape = job.shape
-        rclass, units = shape.resource_class, shape.units
-        ask = (shape.units_per_task, units, job.max_runtime_s)
+        rclass, units, per_task, runtime = shape.resource_class, shape.units, shape.units_per_task, job.max_runtime_s
         if least is None:
-            least = (rclass, priority_rank(job.priority), job.submitted_at, units, (ask,))
+            least = (rclass, priority_rank(job.priority), job.submitted_at, units, ((per_task, units, runtime),))
         elif least[0] != rclass:
             found.extend([None] * (len(queue) - index))
             return index
         else:
+            # Most jobs change none of it (a queue is sorted by size): then the same tuple.
             _, rank, submitted, fewest, frontier = least
-            least = (
-                rclass,
-                min(rank, priority_rank(job.priority)),
-                min(submitted, job.submitted_at),
-                min(fewest, units),
-                frontier_with(frontier, ask),
-            )
-        found.append(least)
+            for other in frontier:
+                if other[0] <= per_task and other[1] <= units and other[2] <= runtime:
+                    break  # an ask no larger in any part is there already
+            else:
+                frontier = frontier_with(frontier, (per_task, units, runtime))
+            job_rank = priority_rank(job.priority)
+            if job_rank < rank or job.submitted_at < submitted or units < fewest or frontier is not least[4]:
+                least = (rclass, min(rank, job_rank), min(submitted, job.submitted_at), min(fewest, units), frontier)
+        append(least)
     return None
 
 

@@ -329,6 +329,7 @@ class TeamSplit:
         self.queues = {klass: TeamQueue(*line) for klass, line in lines.items()}
         self.late: dict[int, AgeLine] = defaultdict(AgeLine, {klass: AgeLine(line) for klass, line in late.items()})
         self.jobs = jobs
+        self.objects = _by_object(jobs)  # the members' jobs by id() (see `update`)
 
     def key(self, job: PendingJob) -> tuple:
         """`within_team`, negated: ascending keys give the order a pass pops from the end."""
@@ -342,18 +343,20 @@ class TeamSplit:
         most of them are new objects, as from a snapshot built afresh (the leader's): one
         sort then costs less than moving them one by one."""
         if not (len(jobs) == len(self.jobs) and all(map(operator.is_, jobs, self.jobs))):
-            current = {job.job_id: job for job in jobs}
-            members = self.members
-            gone = [j for j, entry in members.items() if current.get(j) is not entry[0]]
-            changes = 2 * len(gone) + len(jobs) - len(members)  # those leaving, and arriving
+            # By object (set operations, not a loop here): a job edited is a new object under
+            # its id, so it leaves and joins again. The old objects are alive (`members` holds
+            # them), so no new one shares an id() with one of them.
+            now_objects = _by_object(jobs)
+            gone = self.objects.keys() - now_objects.keys()
+            arriving = now_objects.keys() - self.objects.keys()
+            changes = 2 * len(gone) + len(jobs) - len(self.members)  # those leaving, and arriving
             if 2 * changes > len(jobs) + 32:
                 return False
-            for job_id in gone:
-                self._leave(job_id)
-            for job in jobs:
-                if job.job_id not in members:
-                    self._join(job, now)
-            self.jobs = jobs
+            for key in gone:
+                self._leave(self.objects[key].job_id)
+            for key in arriving:
+                self._join(now_objects[key], now)
+            self.jobs, self.objects = jobs, now_objects
         self._age(now)
         self.at = now
         return True
@@ -403,6 +406,10 @@ class TeamSplit:
         if len(moves) > 2 * len(self.members) + 100:  # forget the moves of jobs gone
             self.moves = [(when, j) for when, j in moves if j in self.members]
             heapq.heapify(self.moves)
+
+
+def _by_object(jobs: list[PendingJob]) -> dict[int, PendingJob]:
+    return dict(zip(map(id, jobs), jobs, strict=True))
 
 
 class KeptOrder:

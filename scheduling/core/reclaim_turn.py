@@ -67,7 +67,8 @@ class ReclaimTurn:
         so `schedule()` and a kept `Scheduler` given the same `reclaim_turn` agree."""
         backlog: dict[str, int] = defaultdict(int)
         for job in self.candidates:
-            backlog[job.resource_class] += job.shape.units
+            shape = job.shape
+            backlog[shape.resource_class] += shape.units
         return backlog
 
     def _may_lower_turn(self, rclass: str, units: int) -> bool:

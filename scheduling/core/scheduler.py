@@ -274,11 +274,18 @@ class Pass(HeldRoom, PassPreemption, ReclaimTurn, PassReasons):
                     stopping_for[job.preempted_for].append(job)
             elif job.preemptible and job.priority != "P0" and RANKS[job.priority] > lowest[rclass]:
                 lowest[rclass] = RANKS[job.priority]
-            self.slots.count_running(job.group)
+            if job.group is not None:
+                self.slots.count_running(job.group)
 
     def run(self) -> Decisions:
         self.slots.count_starters(self.snap.pending, self.stopping_for)
-        candidates = [job for job in self.snap.pending if not self._screened(job)]  # 2. Screen.
+        now = self.now
+        candidates = [  # 2. Screen (most jobs are none of these: asked inline, as every pass asks it of every job).
+            job
+            for job in self.snap.pending
+            if not (job.held or job.group is not None or job.waiting_on or (job.not_before or 0) > now)
+            or not self._screened(job)
+        ]
         self._hold_nominated(candidates)
         self.candidates = candidates
         if self.config.reclaim_in_turn_backlog is not None:
@@ -332,7 +339,7 @@ class Pass(HeldRoom, PassPreemption, ReclaimTurn, PassReasons):
         """Decide `job`, or repeat what an equal job (see `_equivalent`) got at the same
         `_epoch` of its class: a decision that changed nothing (a quota refusal, a job left
         blocked, with or without a reason) reads only what the epoch and the key pin down."""
-        if self._group_full(job):  # its siblings earlier in this pass took the last slots
+        if job.group is not None and self._group_full(job):  # its siblings earlier in this pass took the last slots
             return
         kind, rclass = self._kind(job)
         key = self._equivalent(job, kind, rclass) if self.repeat_equal else None

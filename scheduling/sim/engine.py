@@ -158,6 +158,7 @@ class Simulation:
         self.decisions = 0
         self.samples: list[tuple[dict[str, int], dict[str, int]]] = []  # (held, held + waiting) per team
         self.pending_views: dict[int, core.PendingJob] = {}  # rebuilt only when a job's state changes
+        self.unviewed: set[int] = set()  # waiting jobs whose view is to be made (see `_forget_view`)
         self.nominated: set[int] = set()  # jobs whose record holds a nomination
         for job in self.jobs:  # a forecast starts from the live nominations
             if job.view is not None and job.view.nominated:
@@ -309,7 +310,7 @@ class Simulation:
     def _on_arrive(self, job_id: int) -> None:
         job = self.records[job_id].job
         self.pending[job_id] = job
-        self.pending_views.pop(job_id, None)
+        self._forget_view(job_id)
         self.waits_since[job_id] = self.now
         self.matters = self.matters or self._arrival_matters(job)
 
@@ -325,7 +326,7 @@ class Simulation:
         self.moved.add(job_id)
         self._freed(run)
         for waiting in self.dependents.get(job_id, ()):
-            self.pending_views.pop(waiting, None)
+            self._forget_view(waiting)
             self.waits_since[waiting] = self.now
         self.matters = True
 
@@ -420,7 +421,7 @@ class Simulation:
         if verdict.counter:
             setattr(record, verdict.counter.value, verdict.count)
         self.pending[job_id] = record.job
-        self.pending_views.pop(job_id, None)
+        self._forget_view(job_id)
         self.waits_since[job_id] = self.now
 
     # --- the policy -----------------------------------------------------------------------
@@ -457,7 +458,7 @@ class Simulation:
             record = self.records[job_id]
             if record.nominated != nodes:
                 record.nominated = nodes
-                self.pending_views.pop(job_id, None)
+                self._forget_view(job_id)
         self.nominated = {job_id for job_id, nodes in nominations.items() if nodes}
 
     def _start(self, placement) -> None:
@@ -468,7 +469,7 @@ class Simulation:
         remaining = job.duration - record.done_s
         token = next(self.tokens)
         view = self._pending(job)
-        self.pending_views.pop(job.job_id, None)
+        self._forget_view(job.job_id)
         started = self._backdated(job.job_id, placement.tasks)
         self.running[job.job_id] = Run(
             core.RunningJob(
@@ -555,7 +556,12 @@ class Simulation:
     def snapshot(self) -> core.ClusterSnapshot:
         nodes = self._nodes_now()
         running = tuple(self._with_checkpoint(run) for run in self.running.values())
-        pending = tuple(self._pending(job) for job in self.pending.values())
+        views, waiting = self.pending_views, self.pending
+        for job_id in self.unviewed:
+            if job_id in waiting:
+                views[job_id] = self._pending_view(waiting[job_id])
+        self.unviewed.clear()
+        pending = tuple(map(views.__getitem__, waiting))
         return core.ClusterSnapshot(
             nodes,
             running,
@@ -593,6 +599,13 @@ class Simulation:
             )
             run.checkpoints = taken
         return run.placement
+
+    def _forget_view(self, job_id: int) -> None:
+        """The job's view is to be made again (its state changed). Every job put in `pending`
+        comes with this call, so each waiting job has a view at each snapshot."""
+        self.pending_views.pop(job_id, None)
+        if job_id in self.pending:
+            self.unviewed.add(job_id)
 
     def _pending(self, job: TraceJob) -> core.PendingJob:
         view = self.pending_views.get(job.job_id)

@@ -5,7 +5,7 @@ every job (`schedule`)."""
 from scheduling.core.decisions import Reservation
 from scheduling.core.pruning import frontier_with
 from scheduling.core.scheduler import Scheduler, schedule
-from tests.unit.core.builders import HOUR, NOW, cluster, job, rack, running, snapshot
+from tests.unit.core.builders import HOUR, NOW, cluster, job, rack, running, snapshot, teams
 from tests.unit.core.test_schedule_equivalence import actions
 
 NODES = cluster(rack("z1-r1", 1), rack("z1-r2", 1, gpu_type="A100"))
@@ -78,3 +78,35 @@ def test_the_frontier_keeps_only_the_asks_no_other_is_below_in_every_part():
     assert frontier_with(frontier, (8, 16, HOUR)) is frontier
     assert frontier_with(frontier, (1, 1, 0.25 * HOUR)) == ((1, 1, 0.25 * HOUR),)
     assert frontier_with(frontier, (4, 4, HOUR)) == ((4, 4, HOUR), (8, 8, 0.5 * HOUR), (1, 1, 3 * HOUR))
+
+
+def test_an_owner_waiting_its_turn_to_reclaim_is_left_out_after_its_first_job():
+    """Reclaim in turn: a borrower's one-GPU job waits first (the least GPU-time) for room
+    the owner's reclaim would free, so no owner's job may reclaim this pass: each asks at
+    least the one GPU (`_reclaim_waits_turn`). The owner, within its guarantee, has a queue of
+    larger jobs; a pass that prunes tries the first only, and acts as trying every job."""
+    nodes = cluster(rack("z1-r1", 2))
+    quotas = teams(vision={"gpu:H100": (16, 0)}, other={"gpu:H100": (0, 64)})
+    borrowers = [
+        running(10 + i, [f"z1-r1-n{1 + i // 8}"], gpus_per_node=1, first_gpu=i % 8, team="other", cpus=1, age=600 + i)
+        for i in range(16)
+    ]
+    pending = (
+        job(2, gpus=1, team="other", runtime=60, cpus=1),
+        *(job(30 + i, gpus=4 + 4 * (i % 2), team="vision", runtime=HOUR * (2 + i)) for i in range(12)),
+    )
+    state = snapshot(
+        nodes,
+        pending=pending,
+        running_jobs=borrowers,
+        team_list=quotas,
+        reclaim_in_turn=True,
+        reclaim_in_turn_backlog=None,
+        reclaim_in_turn_backlog_off=None,
+    )
+    decisions = Scheduler(actions_only=True).schedule(state)
+    reference = schedule(state)
+    assert actions(decisions) == actions(reference)
+    assert reference.preemptions == ()  # every owner's job waits its turn
+    assert len(reference.order) == 13
+    assert decisions.order == reference.order[:2]  # the borrower's job, then the owner's first
