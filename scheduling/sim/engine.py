@@ -12,13 +12,11 @@ generator.
 
 import heapq
 import itertools
-import math
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from scheduling.core import model as core
-from scheduling.core.conditions import Condition, Edge
 from scheduling.core.decisions import Decisions
 from scheduling.core.settle import (
     Action,
@@ -33,6 +31,7 @@ from scheduling.core.settle import (
 )
 from scheduling.sim.gate import DecisionGate, Watched
 from scheduling.sim.trace import TraceJob
+from scheduling.sim.views import SchedulerViews, resumed_view
 
 ARRIVE, FINISH, STOP, FAIL, RECOVER, TICK, SAMPLE = "arrive", "finish", "stop", "fail", "recover", "tick", "sample"
 WINDOW_ENDS = "window_ends"
@@ -117,7 +116,7 @@ class Run:
 
 
 @dataclass
-class Simulation:
+class Simulation(SchedulerViews):
     nodes: list[core.Node]
     teams: tuple[core.Team, ...]
     jobs: list[TraceJob]
@@ -190,8 +189,8 @@ class Simulation:
 
     def _resume(self, placement: core.RunningJob, end_at: float) -> None:
         """A live job, running until `end_at`. If the simulation preempts it, it waits again
-        as itself (`_resumed_view`), its eviction count carried on."""
-        view = _resumed_view(placement)
+        as itself (`views.resumed_view`), its eviction count carried on."""
+        view = resumed_view(placement)
         job = TraceJob(
             placement.job_id,
             placement.started_at,
@@ -511,10 +510,6 @@ class Simulation:
         )
         return ready if previous < ready < self.now else self.now
 
-    def _told(self, job: TraceJob, record: Record) -> float:
-        """The runtime the scheduler believes: the estimate, less the work already saved."""
-        return max(60.0, (job.max_runtime or job.duration) - record.done_s)
-
     def _preempt(self, job_id: int, for_job_id: int) -> None:
         run = self.running.get(job_id)
         if run is None or run.stopping:
@@ -543,140 +538,11 @@ class Simulation:
         )
         self._at(self.now + self.config.grace_s, STOP, job_id)
 
-    def _interval(self, job_interval_s: float | None) -> float:
-        """A job's own checkpoint interval, else the configured one."""
-        return self.config.checkpoint_interval_s if job_interval_s is None else job_interval_s
-
-    def _last_checkpoint(self, run: Run) -> float | None:
-        if not run.interval:
-            return run.confirmed
-        taken = math.floor((self.now - run.anchor) / run.interval)
-        return run.anchor + taken * run.interval if taken > 0 else run.confirmed
-
-    def snapshot(self) -> core.ClusterSnapshot:
-        nodes = self._nodes_now()
-        running = tuple(self._with_checkpoint(run) for run in self.running.values())
-        views, waiting = self.pending_views, self.pending
-        for job_id in self.unviewed:
-            if job_id in waiting:
-                views[job_id] = self._pending_view(waiting[job_id])
-        self.unviewed.clear()
-        pending = tuple(map(views.__getitem__, waiting))
-        return core.ClusterSnapshot(
-            nodes,
-            running,
-            pending,
-            self.teams,
-            self.now,
-            self.policy_config,
-            groups=self.groups,
-            maintenance=self.maintenance,
-        )
-
-    def _with_checkpoint(self, run: Run) -> core.RunningJob:
-        """The run as the scheduler sees it, with its latest checkpoint (rebuilt only when a
-        new checkpoint has been taken since)."""
-        interval = run.interval
-        if run.stopping or not interval:
-            return run.placement
-        taken = int((self.now - run.anchor) // interval)
-        if taken != run.checkpoints:
-            p = run.placement
-            run.placement = core.RunningJob(
-                p.job_id,
-                p.team,
-                p.priority,
-                p.gpu_type,
-                p.tasks,
-                p.started_at,
-                p.expected_end,
-                p.preemptible,
-                p.checkpointing,
-                self._last_checkpoint(run),
-                checkpoint_interval_s=p.checkpoint_interval_s,
-                preemptions=p.preemptions,
-                group=p.group,
-            )
-            run.checkpoints = taken
-        return run.placement
-
-    def _forget_view(self, job_id: int) -> None:
-        """The job's view is to be made again (its state changed). Every job put in `pending`
-        comes with this call, so each waiting job has a view at each snapshot."""
-        self.pending_views.pop(job_id, None)
-        if job_id in self.pending:
-            self.unviewed.add(job_id)
-
-    def _pending(self, job: TraceJob) -> core.PendingJob:
-        view = self.pending_views.get(job.job_id)
-        if view is None:
-            view = self.pending_views[job.job_id] = self._pending_view(job)
-        return view
-
-    def _dependency_met(self, edge: Edge) -> bool:
-        """Met once the job it waits on ends in the simulation (a job not in it never does: it
-        ended the wrong way). Every job that ends there succeeds: an edge waiting for a failure
-        is never met (the job gets no forecast start rather than one it will most likely not have)."""
-        if edge.condition == Condition.FAILURE:
-            return False
-        record = self.records.get(edge.job_id)
-        return record is not None and record.end is not None
-
-    def _pending_view(self, job: TraceJob) -> core.PendingJob:
-        record = self.records[job.job_id]
-        # The job it was preempted for, whether or not it still waits: the core skips one that
-        # does not, and a view cached while it waited must not go stale once it starts.
-        yields_to = record.yields_to
-        if job.view is not None:
-            unmet = tuple(e for e in job.view.waiting_edges if not self._dependency_met(e))
-            return replace(
-                job.view,
-                max_runtime_s=self._told(job, record),
-                waiting_on=tuple(e.job_id for e in unmet),
-                waiting_conditions=tuple(e.condition for e in unmet),
-                yields_to=yields_to or job.view.yields_to,
-                nominated=record.nominated,
-            )
-        interval = self._interval(job.checkpoint_interval_s)
-        return core.PendingJob(
-            job.job_id,
-            job.team,
-            job.priority,
-            job.shape(self.config.gpu_type),
-            job.submit,
-            self._told(job, record),
-            checkpointing=bool(interval),
-            yields_to=yields_to,
-            checkpoint_interval_s=job.checkpoint_interval_s,
-            nominated=record.nominated,
-            group=job.group,
-        )
-
     def _plan_failures(self) -> None:
         rng = random.Random(self.config.seed)
         horizon = max((job.submit + job.duration for job in self.jobs), default=0.0)
         for _ in range(self.config.node_failures):
             self._at(rng.uniform(0, horizon), FAIL, rng.choice(self.nodes).name)
-
-
-def _resumed_view(placement: core.RunningJob) -> core.PendingJob:
-    """What a live running job asks for should it wait again: the shape of its tasks (its
-    node selector and topology are not known here), its team and priority, the runtime it was
-    told (to its expected end), its checkpointing and its group. Its wait counts from its start
-    (the time it was submitted is not known here either)."""
-    first = placement.tasks[0]
-    shape = core.JobShape(placement.gpu_type, len(placement.tasks), len(first.gpu_indices), first.cpus, first.memory_gb)
-    return core.PendingJob(
-        placement.job_id,
-        placement.team,
-        placement.priority,
-        shape,
-        placement.started_at,
-        placement.expected_end - placement.started_at,
-        checkpointing=placement.checkpointing,
-        checkpoint_interval_s=placement.checkpoint_interval_s,
-        group=placement.group,
-    )
 
 
 def _outcome(run: Run, lost_node: str | None) -> Outcome:
