@@ -518,23 +518,8 @@ class Simulation(SchedulerViews):
         if self.gate is not None:
             self.gate.stopping(job_id)
         # It holds its GPUs until it stops: nothing is over-committed while it drains.
-        p = run.placement
-        run.placement = core.RunningJob(
-            p.job_id,
-            p.team,
-            p.priority,
-            p.gpu_type,
-            p.tasks,
-            p.started_at,
-            p.expected_end,
-            p.preemptible,
-            p.checkpointing,
-            self._last_checkpoint(run),
-            preempting=True,
-            preempted_for=for_job_id,
-            checkpoint_interval_s=p.checkpoint_interval_s,
-            preemptions=p.preemptions,
-            group=p.group,
+        run.placement = replace(
+            run.placement, last_checkpoint_at=self._last_checkpoint(run), preempting=True, preempted_for=for_job_id
         )
         self._at(self.now + self.config.grace_s, STOP, job_id)
 

@@ -59,22 +59,7 @@ class SchedulerViews:
             return run.placement
         taken = int((self.now - run.anchor) // interval)
         if taken != run.checkpoints:
-            p = run.placement
-            run.placement = core.RunningJob(
-                p.job_id,
-                p.team,
-                p.priority,
-                p.gpu_type,
-                p.tasks,
-                p.started_at,
-                p.expected_end,
-                p.preemptible,
-                p.checkpointing,
-                self._last_checkpoint(run),
-                checkpoint_interval_s=p.checkpoint_interval_s,
-                preemptions=p.preemptions,
-                group=p.group,
-            )
+            run.placement = replace(run.placement, last_checkpoint_at=self._last_checkpoint(run))
             run.checkpoints = taken
         return run.placement
 
