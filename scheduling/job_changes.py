@@ -26,7 +26,13 @@ from scheduling.core.model import PRIORITIES
 from scheduling.models import Job
 from scheduling.selectors import visible_jobs
 from scheduling.services import P0_RESERVED, check_may_cancel, do_cancel_job
-from scheduling.spec import MAX_RUNTIME_RANGE, StrictFloatField, StrictSerializer, StrictStringField
+from scheduling.spec import (
+    MAX_RUNTIME_RANGE,
+    StrictFloatField,
+    StrictIntegerField,
+    StrictSerializer,
+    StrictStringField,
+)
 from scheduling.states import QUEUED_OR_RUNNING, UNSUCCESSFUL, JobState
 from teams.models import AuditEvent, EventKind
 from teams.selectors import can_edit_quotas
@@ -158,7 +164,10 @@ class CancelFilterSerializer(StrictSerializer):
 
 class BulkCancelSerializer(StrictSerializer):
     ids = serializers.ListField(
-        child=serializers.IntegerField(min_value=1), required=False, allow_empty=False, max_length=MAX_BULK_CANCEL
+        child=StrictIntegerField(min_value=1, max_value=2**63 - 1),
+        required=False,
+        allow_empty=False,
+        max_length=MAX_BULK_CANCEL,
     )
     filter = CancelFilterSerializer(required=False)
     reason = StrictStringField(required=False, allow_blank=True, max_length=500, default="", printable_only=True)

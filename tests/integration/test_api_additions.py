@@ -328,6 +328,10 @@ def test_bulk_cancel_by_filter(api):
             {"ids": list(range(1, MAX_BULK_CANCEL + 2))},
             {"ids": [f"Ensure this field has no more than {MAX_BULK_CANCEL} elements."]},
         ),
+        ({"ids": [1, "2"]}, {"ids.1": ["must be an integer, not the string '2'."]}),
+        ({"ids": [True]}, {"ids.0": ["must be an integer, not bool."]}),
+        ({"ids": [2**63]}, {"ids.0": ["Ensure this value is less than or equal to 9223372036854775807."]}),
+        ({"ids": [0]}, {"ids.0": ["Ensure this value is greater than or equal to 1."]}),
     ],
 )
 def test_bulk_cancel_refusals_name_the_field(api, body, fields):
