@@ -87,6 +87,9 @@ class SubmitChecks:
         team = self.team(spec["team"])
         if spec["priority"] == "P0" and not self._may_submit_p0(team):
             raise FieldPermissionDenied("priority", P0_RESERVED.format(name=team.name))
+        for index, step in enumerate(spec.get("pipeline", {}).get("steps", ())):  # a step runs at its own
+            if step.get("priority") == "P0" and not self._may_submit_p0(team):
+                raise FieldPermissionDenied(f"pipeline.steps[{index}].priority", P0_RESERVED.format(name=team.name))
         _check_dependencies(self.user, spec["depends_on"], visible_ids=self.visible_ids)
         return team
 

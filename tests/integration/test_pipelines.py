@@ -372,3 +372,40 @@ def test_the_snapshot_loads_every_edge_in_one_query(api, leader):
     for _ in range(3):
         plain(api, depends_on=[{"job": first.pk, "on": "any"}])
     assert queries() == few  # more jobs, steps and edges: no more queries
+
+
+def forbidden(api, user: str, path: str, body: dict) -> dict:
+    before = (Job.objects.count(), JobDependency.objects.count())
+    response = api(user).post(path, body, format="json")
+    assert response.status_code == 403, response.json()
+    assert (Job.objects.count(), JobDependency.objects.count()) == before  # nothing half-written
+    return response.json()
+
+
+P0_STEP = {"steps": [{"name": "a", "command": ["true"]}, {"name": "incident", "command": ["true"], "priority": "P0"}]}
+
+
+@pytest.mark.parametrize("path", ["/api/v1/jobs", "/api/v1/jobs/dry-run"])
+def test_a_member_may_not_get_p0_through_a_pipeline_step(api, leader, path):
+    spec = make_spec(team="production-ranking", client_job_id=None, pipeline=P0_STEP)
+    body = forbidden(api, "bob", path, spec)
+    assert list(body["fields"]) == ["pipeline.steps[1].priority"]
+
+
+def test_a_member_may_not_get_p0_through_a_step_in_a_batch(api, leader):
+    spec = make_spec(team="production-ranking", client_job_id=None, pipeline=P0_STEP)
+    body = forbidden(api, "bob", "/api/v1/jobs/batch", {"jobs": [make_spec(team="production-ranking"), spec]})
+    assert list(body["fields"]) == ["jobs[1].pipeline.steps[1].priority"]
+
+
+def test_a_lead_may_run_a_p0_step(api, leader, settings):
+    spec = make_spec(team="production-ranking", client_job_id=None, pipeline=P0_STEP)
+    response = api("paul").post("/api/v1/jobs", spec, format="json")
+    assert response.status_code == 201, response.json()
+    assert steps(Job.objects.get(pk=response.json()["id"]))["incident"].priority == "P0"
+
+
+def test_a_step_runs_in_its_pipelines_team(api, leader):
+    pipeline = {"steps": [{"name": "a", "command": ["true"], "team": "research-vision"}]}
+    fields = refused(api, "bob", make_spec(team="production-ranking", client_job_id=None, pipeline=pipeline))
+    assert list(fields) == ["pipeline.steps[0].team"]
