@@ -49,7 +49,9 @@ RANGE_BOUNDS = "{name}: min must be below max, got min {low} and max {high}."
 LOG_NEEDS_POSITIVE = "{name}: a log range needs min > 0, got {low}."
 NO_INTEGER_IN_RANGE = "{name}: no integer lies between min {low} and max {high}."
 GRID_REPEATS = "{name}: {value!r} is listed twice: each value once (a repeated value runs the same trials again)."
-NOT_A_NUMBER = "{name}: {bound} must be a finite number, not {value!r}."
+NOT_A_NUMBER = "{name}: {bound} must be a finite number, not {value}."
+MAX_BOUND = 10**15
+BOUND_RANGE = "{name}: {bound} must be between -1e15 and 1e15, not {value}."
 FLAG_NOT_BOOL = "{name}: {flag} is true or false, not {value!r}."
 GRID_NEEDS_LISTS = "{name}: a grid takes a list of values; ranges ({{min, max}}) are for method: random."
 PARAM_SHAPE = "{name}: give a list of values, or a range {{min: .., max: ..}} (method: random)."
@@ -215,9 +217,19 @@ def _range(name: str, spec: dict) -> dict:
 
 
 def _bound(name: str, bound: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise serializers.ValidationError(NOT_A_NUMBER.format(name=name, bound=bound, value=value))
+    not_finite = isinstance(value, float) and not math.isfinite(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not_finite:
+        raise serializers.ValidationError(NOT_A_NUMBER.format(name=name, bound=bound, value=_shown(value)))
+    if not -MAX_BOUND <= value <= MAX_BOUND:  # a draw between bounds this far apart overflows to infinity
+        raise serializers.ValidationError(BOUND_RANGE.format(name=name, bound=bound, value=_shown(value)))
     return value
+
+
+def _shown(value) -> str:
+    """A bound as an error names it: an integer of a thousand digits by its size."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_BOUND:
+        return f"an integer of {len(str(abs(value)))} digits"
+    return repr(value)[:100]
 
 
 class SweepSerializer(StrictSerializer):

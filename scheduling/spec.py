@@ -75,6 +75,19 @@ def without_invisible(value: str) -> str:
     return "".join(char for char in value if unicodedata.category(char) not in INVISIBLE_CATEGORIES)
 
 
+class BlockField(serializers.JSONField):
+    """A block its own serializer checks (`validate_<name>`): JSON's types, where an infinity or
+    NaN (JSON's 1e400) is left for that serializer to refuse naming the field within the block,
+    not refused here as "not valid JSON" (the body was)."""
+
+    def to_internal_value(self, data):
+        try:
+            json.dumps(data)  # JSON's types; inf and nan pass here
+        except (TypeError, ValueError):
+            self.fail("invalid")
+        return data
+
+
 class StrictIntegerField(serializers.IntegerField):
     """An integer in the JSON sense: "8", 8.0 and true are refused, not coerced."""
 
@@ -320,12 +333,12 @@ class JobSpecSerializer(StrictSerializer):
     )
 
     # Webhooks and emails when the job starts or ends (scheduling/notify_spec.py).
-    notify = serializers.JSONField(required=False, allow_null=True, default=None)
+    notify = BlockField(required=False, allow_null=True, default=None)
 
     # At most one of these makes the job a group (scheduling/group_spec.py, groups.py).
-    array = serializers.JSONField(required=False, allow_null=True, default=None)
-    sweep = serializers.JSONField(required=False, allow_null=True, default=None)
-    pipeline = serializers.JSONField(required=False, allow_null=True, default=None)
+    array = BlockField(required=False, allow_null=True, default=None)
+    sweep = BlockField(required=False, allow_null=True, default=None)
+    pipeline = BlockField(required=False, allow_null=True, default=None)
 
     def validate_notify(self, value):
         from scheduling.notify_spec import NotifySerializer, normalized_notify

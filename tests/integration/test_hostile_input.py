@@ -147,6 +147,54 @@ CASES = [
         400,
         "max_runtime_hours: " + NOT_FINITE.format(value="inf"),
     ),
+    # Inside a block (a sweep, an array) the field within it is named, and a draw between
+    # bounds too far apart cannot overflow to infinity (that was a 500).
+    (
+        "a sweep range of +-1e308",
+        "POST",
+        "/api/v1/jobs",
+        "alice",
+        json.dumps(
+            make_spec(sweep={"method": "random", "max_trials": 2, "parameters": {"a": {"min": -1e308, "max": 1e308}}})
+        ).encode(),
+        JSON,
+        400,
+        "sweep.parameters: a: min must be between -1e15 and 1e15, not -1e+308.",
+    ),
+    (
+        "a sweep range of a 401-digit integer",
+        "POST",
+        "/api/v1/jobs/dry-run",
+        "alice",
+        make_spec(
+            sweep={"method": "random", "max_trials": 2, "parameters": {"a": {"min": 1, "max": 10**400, "int": True}}}
+        ),
+        None,
+        400,
+        "sweep.parameters: a: max must be between -1e15 and 1e15, not an integer of 401 digits.",
+    ),
+    (
+        "a sweep bound of 1e400",
+        "POST",
+        "/api/v1/jobs",
+        "alice",
+        json.dumps(make_spec(sweep={"method": "random", "max_trials": 2, "parameters": {"a": {"min": 1, "max": 2}}}))
+        .replace('"max": 2}', '"max": 1e400}')
+        .encode(),
+        JSON,
+        400,
+        "sweep.parameters: a: max must be a finite number, not inf.",
+    ),
+    (
+        "an array count of 1e400",
+        "POST",
+        "/api/v1/jobs",
+        "alice",
+        json.dumps(make_spec(array={"count": 2})).replace('"count": 2', '"count": 1e400').encode(),
+        JSON,
+        400,
+        "array.count: must be an integer, not float.",
+    ),
     (
         "max_runtime_hours Infinity",
         "POST",
