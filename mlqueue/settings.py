@@ -411,6 +411,12 @@ def env_choice(name: str, choices: tuple[str, ...]) -> str:
 # weighted_shortest ranks jobs by expected GPU-time times (1 + their team's share); fair_share
 # gives teams turns by share, shortest first within a turn (BENCHMARKS.md: the two compared).
 MLQ_QUEUE_ORDER = env_choice("MLQ_QUEUE_ORDER", QUEUE_ORDERS)
+# A job that ran and waits again (evicted, its node lost, retried) counts its wait for the
+# overdue line (the oldest first, the reservations) from its requeue, not from its submit, as
+# Kueue's default requeuing timestamp does. Off by default: on the whole Philly trace it cut the
+# longest wait at 512 GPUs from 2.11 x EASY backfill's to 0.71 x, but raised the JCT at 640
+# GPUs from 0.76 x to 0.85 x (BENCHMARKS.md, "Requeued victims and the overdue line").
+MLQ_OVERDUE_SINCE_REQUEUE = env_bool("MLQ_OVERDUE_SINCE_REQUEUE", False)
 MLQ_MAX_LOG_CHARS = env_int("MLQ_MAX_LOG_CHARS", 10_000_000)  # per task attempt and stream, in Postgres
 # Job groups: the most elements (or trials) one array (or sweep) may have; the lines of a task
 # attempt's metrics file whose reports are kept (past it the rest are dropped and the job's

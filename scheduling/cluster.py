@@ -184,4 +184,5 @@ def policy_config() -> core.PolicyConfig:
             settings.MLQ_RECLAIM_IN_TURN_BACKLOG_OFF if settings.MLQ_RECLAIM_IN_TURN_BACKLOG is not None else None
         ),
         order=settings.MLQ_QUEUE_ORDER,
+        overdue_since_requeue=settings.MLQ_OVERDUE_SINCE_REQUEUE,
     )

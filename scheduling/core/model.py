@@ -343,6 +343,11 @@ class PolicyConfig:
     # reservations, the oldest always get them, so nothing starves, while short jobs are not made
     # to queue behind every job older than the bound (BENCHMARKS.md, "The queue order").
     overdue_first: int | None = 2
+    # Whether a job requeued after running (evicted, its node lost) counts its wait for rule 2
+    # (overdue, oldest first, the reservations) from its requeue (`PendingJob.queued_at`), as
+    # Kueue's default requeuing timestamp (Eviction) does, not from its submit: else a victim
+    # that ran goes straight back to the head of the overdue line, ahead of jobs that never ran.
+    overdue_since_requeue: bool = False
     backfill: bool = True
     preemption: bool = True
     # Whether a team within its guarantee evicts borrowers (RECLAIM); off, it only outranks

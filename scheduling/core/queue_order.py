@@ -71,7 +71,7 @@ class QueueOrder:
                     late[klass].append(line.jobs)
         first: dict[tuple[str, int], list[PendingJob]] = defaultdict(list)  # (team, class) -> its heads
         for klass, lines in late.items():  # the oldest overdue go first; the rest keep their turn
-            merged = heapq.merge(*lines, key=_age) if len(lines) > 1 else iter(lines[0])
+            merged = heapq.merge(*lines, key=overdue_age(self.config)) if len(lines) > 1 else iter(lines[0])
             line = self.overdue[klass] = list(merged if heads is None else itertools.islice(merged, heads))
             if heads is not None:
                 for job in line:
@@ -211,6 +211,15 @@ def _age(job: PendingJob) -> tuple:
     return job.submitted_at, job.job_id
 
 
+def _age_since_queued(job: PendingJob) -> tuple:
+    return (job.submitted_at if job.queued_at is None else job.queued_at), job.job_id
+
+
+def overdue_age(config: PolicyConfig) -> Callable[[PendingJob], tuple]:
+    """Rule 2's key: (when the job's wait for it began, its id); see `overdue_since_requeue`."""
+    return _age_since_queued if config.overdue_since_requeue else _age
+
+
 # A job is looked at again this long before it crosses a time that moves it: float rounding
 # in `effective_class` can never move it earlier than that.
 MARGIN_S = 1e-3
@@ -220,8 +229,9 @@ def next_move(job: PendingJob, now: float, config: PolicyConfig) -> float:
     """The earliest time after `now` at which `job` may change effective class or become
     overdue (a little early: see `MARGIN_S`); infinity if never."""
     submitted, found = job.submitted_at, math.inf
-    if now - submitted <= config.reservation_wait_bound_s:
-        found = submitted + config.reservation_wait_bound_s
+    since = overdue_age(config)(job)[0]
+    if now - since <= config.reservation_wait_bound_s:
+        found = since + config.reservation_wait_bound_s
     rank = RANKS[job.priority]
     aging = config.aging_interval_s
     steps = int(max(now - submitted, 0.0) // aging) + 1  # the next step of aging
@@ -282,20 +292,21 @@ class TeamQueue:
 class AgeLine:
     """One team's overdue jobs in one effective class, oldest first, kept like `TeamQueue`."""
 
-    __slots__ = ("jobs", "keys")
+    __slots__ = ("jobs", "keys", "age")
 
-    def __init__(self, jobs: list[PendingJob] = ()):
-        self.jobs = sorted(jobs, key=_age)
-        self.keys = [_age(job) for job in self.jobs]
+    def __init__(self, jobs: list[PendingJob], age: Callable[[PendingJob], tuple]):
+        self.age = age
+        self.jobs = sorted(jobs, key=age)
+        self.keys = [age(job) for job in self.jobs]
 
     def add(self, job: PendingJob) -> None:
-        key = _age(job)
+        key = self.age(job)
         index = bisect.bisect_left(self.keys, key)
         self.keys.insert(index, key)
         self.jobs.insert(index, job)
 
     def remove(self, job: PendingJob) -> None:
-        index = bisect.bisect_left(self.keys, _age(job))
+        index = bisect.bisect_left(self.keys, self.age(job))
         del self.keys[index], self.jobs[index]
 
 
@@ -310,6 +321,7 @@ class TeamSplit:
     def __init__(self, jobs: list[PendingJob], now: float, config: PolicyConfig):
         self.config, self.at, self.all_kept = config, now, config.overdue_first is not None
         self.shortest = config.shortest_first_within_team or config.order == "weighted_shortest"
+        self.age = overdue_age(config)
         self.members: dict[int, tuple[PendingJob, tuple, int, bool]] = {}  # id -> job, key, class, overdue
         # A heap of (when a job may move, its id), built on the first update (the leader's
         # passes, whose jobs are all new objects, make a split afresh each pass and never need it).
@@ -327,7 +339,9 @@ class TeamSplit:
                 line[0].append(job)
                 line[1].append(key)
         self.queues = {klass: TeamQueue(*line) for klass, line in lines.items()}
-        self.late: dict[int, AgeLine] = defaultdict(AgeLine, {klass: AgeLine(line) for klass, line in late.items()})
+        self.late: dict[int, AgeLine] = defaultdict(
+            lambda: AgeLine([], self.age), {klass: AgeLine(line, self.age) for klass, line in late.items()}
+        )
         self.jobs = jobs
         self.objects = _by_object(jobs)  # the members' jobs by id() (see `update`)
 
@@ -336,7 +350,7 @@ class TeamSplit:
         return (-expected_units_seconds(job) if self.shortest else -0.0, -job.submitted_at, -job.job_id)
 
     def place(self, job: PendingJob, now: float) -> tuple[int, bool]:
-        return effective_class(job, now, self.config), now - job.submitted_at > self.config.reservation_wait_bound_s
+        return effective_class(job, now, self.config), now - self.age(job)[0] > self.config.reservation_wait_bound_s
 
     def update(self, jobs: list[PendingJob], now: float) -> bool:
         """Bring the split up to date with `jobs` at `now`; False (and nothing done) when

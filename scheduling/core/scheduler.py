@@ -34,7 +34,7 @@ from scheduling.core.pass_preemption import PassPreemption
 from scheduling.core.pass_reasons import PassReasons
 from scheduling.core.placement import commit, plan
 from scheduling.core.pruning import Pruning
-from scheduling.core.queue_order import RANKS, KeptOrder, QueueOrder
+from scheduling.core.queue_order import RANKS, KeptOrder, QueueOrder, overdue_age
 from scheduling.core.reasons import PendingReason
 from scheduling.core.reclaim_turn import ReclaimTurn
 from scheduling.core.reservation import ReservationBook, ending_order, occupant, shadow_start
@@ -505,7 +505,7 @@ class Pass(HeldRoom, PassPreemption, ReclaimTurn, PassReasons):
         if found is None:
             return
         start_at, chosen, extra = found
-        waited = self.now - job.submitted_at
+        waited = self.now - overdue_age(self.config)(job)[0]
         reservation = self.book.add(job, start_at, chosen, extra, strict=waited > self.config.reservation_wait_bound_s)
         self.reserved.setdefault(rclass, []).append(occupant(job, reservation))
 

@@ -97,6 +97,7 @@ class Record:
     gpu_s: float = 0.0  # GPU-seconds it held, lost work included
     yields_to: int | None = None  # the job it was last preempted for
     nominated: tuple[str, ...] = ()  # the nodes it was nominated to when it evicted (as the store keeps them)
+    requeued_at: float | None = None  # when it last waited again after running (PendingJob.queued_at)
 
 
 @dataclass
@@ -420,6 +421,7 @@ class Simulation(SchedulerViews):
         if verdict.counter:
             setattr(record, verdict.counter.value, verdict.count)
         self.pending[job_id] = record.job
+        record.requeued_at = self.now
         self._forget_view(job_id)
         self.waits_since[job_id] = self.now
 

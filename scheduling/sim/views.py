@@ -99,6 +99,7 @@ class SchedulerViews:
                 waiting_conditions=tuple(e.condition for e in unmet),
                 yields_to=yields_to or job.view.yields_to,
                 nominated=record.nominated,
+                queued_at=job.view.queued_at if record.requeued_at is None else record.requeued_at,
             )
         interval = self._interval(job.checkpoint_interval_s)
         return core.PendingJob(
@@ -113,6 +114,7 @@ class SchedulerViews:
             checkpoint_interval_s=job.checkpoint_interval_s,
             nominated=record.nominated,
             group=job.group,
+            queued_at=record.requeued_at,
         )
 
 

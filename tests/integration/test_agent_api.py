@@ -12,6 +12,7 @@ from rest_framework.test import APIClient
 from scheduling import liveness
 from scheduling.leader import failures
 from scheduling.leader.failures import detect
+from scheduling.leader.snapshot import build_view
 from scheduling.leader.worker import run_pass
 from scheduling.models import Job, Node, SchedulerLease, Task
 from teams.models import AuditEvent
@@ -211,6 +212,9 @@ def test_drain_signals_running_tasks_and_they_requeue_as_preempted(api, leader, 
     run_pass(epoch=leader)
     job = Job.objects.get(pk=job_id)
     assert (job.state, job.preemptions, job.restarts_used, job.retries_used) == ("PENDING", 1, 0, 0)
+    # The core sees when it waits again from (MLQ_OVERDUE_SINCE_REQUEUE's key), not only its submit.
+    [seen] = [j for j in build_view(now=timezone.now()).snapshot.pending if j.job_id == job_id]
+    assert seen.queued_at == job.queued_at.timestamp() > seen.submitted_at == job.submitted_at.timestamp()
     audit = AuditEvent.objects.get(node__name="z1-r1-h100-01", reason="DRAINING")
     assert (audit.actor_name, audit.message) == ("ops", "draining: replace a DIMM")
     assert (

@@ -4,7 +4,7 @@ MLQ_PREEMPT_MIN_RUNTIME_S still honoured for P1-P3."""
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from mlqueue.settings import QUEUE_ORDERS, env_backlog, env_choice, env_min_runtime, env_seconds
+from mlqueue.settings import QUEUE_ORDERS, env_backlog, env_bool, env_choice, env_min_runtime, env_seconds
 from scheduling.leader.snapshot import policy_config
 
 NAME, SINGLE = "MLQ_PREEMPT_MIN_RUNTIME", "MLQ_PREEMPT_MIN_RUNTIME_S"
@@ -109,3 +109,11 @@ def test_a_bad_backlog_gate_stops_the_server_naming_the_variable(monkeypatch, ra
     monkeypatch.setenv("MLQ_RECLAIM_IN_TURN_BACKLOG", raw)
     with pytest.raises(ImproperlyConfigured, match="MLQ_RECLAIM_IN_TURN_BACKLOG="):
         env_backlog("MLQ_RECLAIM_IN_TURN_BACKLOG", 1.0)
+
+
+@pytest.mark.parametrize("raw, expected", [("", False), ("0", False), ("1", True), ("true", True)])
+def test_the_overdue_line_counts_from_a_requeue_only_when_asked(monkeypatch, settings, raw, expected):
+    monkeypatch.setenv("MLQ_OVERDUE_SINCE_REQUEUE", raw)
+    assert env_bool("MLQ_OVERDUE_SINCE_REQUEUE", False) is expected
+    settings.MLQ_OVERDUE_SINCE_REQUEUE = expected
+    assert policy_config().overdue_since_requeue is expected

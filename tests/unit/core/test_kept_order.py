@@ -34,6 +34,7 @@ def configs(draw) -> PolicyConfig:
         overdue_first=draw(st.sampled_from([None, 0, 1, 2])),
         order=draw(st.sampled_from(["fair_share", "weighted_shortest"])),
         shortest_first_within_team=draw(st.booleans()),
+        overdue_since_requeue=draw(st.booleans()),
     )
 
 
@@ -41,13 +42,16 @@ def a_job(rng: random.Random, job_id: int, now: float) -> PendingJob:
     """Submitted a whole number of 10-minute steps ago, or a hair either side: the clock's
     steps land on the times that move it."""
     per_task = rng.choice([1, 2, 8])
+    submitted = now - rng.randint(0, 30) * 600.0 + rng.choice([0.0, 0.0, 1e-4, -1e-4])
+    requeued = rng.random() < 0.3  # it ran and waits again: since a later step, or a hair off one
     return PendingJob(
         job_id,
         rng.choice(TEAMS),
         rng.choice(["P0", "P1", "P2", "P3"]),
         JobShape("H100", rng.randint(1, 3), per_task, 1, 8),
-        now - rng.randint(0, 30) * 600.0 + rng.choice([0.0, 0.0, 1e-4, -1e-4]),
+        submitted,
         rng.choice([600.0, 3600.0, 40_000.0]),
+        queued_at=min(now, submitted + rng.randint(0, 12) * 600.0 + rng.choice([0.0, 1e-4])) if requeued else None,
     )
 
 
@@ -111,7 +115,7 @@ def test_kept_running_minima_are_those_of_the_queue_as_it_is_now(rng):
     among GPU ones (a change of class) end them there."""
     split, now = None, NOW
     queue = [a_job(rng, i, now) for i in range(rng.randint(1, 20))]
-    config = PolicyConfig(overdue_first=rng.choice([None, 2]))
+    config = PolicyConfig(overdue_first=rng.choice([None, 2]), overdue_since_requeue=rng.random() < 0.5)
     for step in range(8):
         queue = [j for j in queue if j.team == "vision"] or [replace(a_job(rng, 100_000 + step, now), team="vision")]
         if split is None or not split.update(queue, now):

@@ -122,17 +122,20 @@ def queues(draw, first_id: int = 1000) -> tuple[PendingJob, ...]:
         team, priority, shape, runtime = draw(st.sampled_from(kinds))
         if draw(st.integers(0, 3)) == 0:  # now and then a job alike but for its time limit
             runtime *= 3
+        submitted = NOW - draw(st.sampled_from([60.0, 3000.0, 9000.0, 30_000.0]))
+        requeued = draw(st.sampled_from([None, None, None, 30.0, 8000.0]))  # it ran, and waits again since
         jobs.append(
             PendingJob(
                 first_id + index,
                 team,
                 priority,
                 shape,
-                NOW - draw(st.sampled_from([60.0, 3000.0, 9000.0, 30_000.0])),
+                submitted,
                 runtime,
                 checkpointing=draw(st.booleans()),
                 yields_to=draw(st.sampled_from([None] * 6 + [first_id, first_id + 1])),
                 group=draw(st.sampled_from([None, None, *GROUPS])),
+                queued_at=None if requeued is None else min(NOW, submitted + requeued),
             )
         )
     return tuple(jobs)
@@ -167,6 +170,7 @@ def snapshots(draw) -> ClusterSnapshot:
         reclaim_in_turn_backlog_off=None if backlog is None else draw(st.sampled_from([None, 0.0, 0.25, backlog])),
         overdue_first=draw(st.sampled_from([None, 1, 2])),
         order=draw(st.sampled_from(["fair_share", "weighted_shortest"])),
+        overdue_since_requeue=draw(st.booleans()),
     )
     groups = {group: Group("array", draw(st.integers(1, 4))) for group in GROUPS}
     # Where the backlog gate held in a pass before this one (None: not known).

@@ -750,6 +750,37 @@ def test_with_overdue_first_only_the_oldest_jobs_past_the_bound_jump_the_fair_sh
     assert head_only.pending[2].code == ReasonCode.QUOTA  # ranking is at its guarantee, nothing idle
 
 
+def test_a_victim_requeued_after_running_does_not_take_the_overdue_head_from_a_job_that_never_ran():
+    nodes = cluster(rack("z1-r1", 1))
+    quotas = teams(vision={"gpu:H100": (8, 16)})
+    busy = running(1, ["z1-r1-n1"], remaining=HOUR)
+    # Submitted 3.5 hours ago, ran, was evicted and waits again since 10 minutes (its class,
+    # which ages from its submit, is the other job's).
+    requeued = job(2, age=3.5 * HOUR, queued_at=NOW - 600)
+    never_ran = job(3, age=2.5 * HOUR)
+
+    def decide(since_requeue: bool):
+        return schedule(
+            snapshot(
+                nodes,
+                pending=[requeued, never_ran],
+                running_jobs=[busy],
+                team_list=quotas,
+                reservations_per_class=1,
+                overdue_since_requeue=since_requeue,
+            )
+        )
+
+    from_submit = decide(False)
+    assert from_submit.order == (2, 3)
+    assert [r.job_id for r in from_submit.reservations] == [2]
+    # Counted from its requeue it is not overdue: the job waiting 2.5 hours heads the line and
+    # holds the reservation; the victim takes its team's turn after it.
+    from_requeue = decide(True)
+    assert from_requeue.order == (3, 2)
+    assert [r.job_id for r in from_requeue.reservations] == [3]
+
+
 def test_reclaim_searches_are_bounded_per_pass():
     nodes = cluster(rack("z1-r1", 2))
     quotas = teams(vision={"gpu:H100": (8, 0)}, ranking={"gpu:H100": (8, 0)}, other={"gpu:H100": (0, 16)})
