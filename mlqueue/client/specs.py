@@ -16,7 +16,8 @@ BAD_OVERRIDE = "--set wants KEY=VALUE with a dotted key, e.g. resources.gpu_coun
 NOT_A_MAPPING = "{where}: a job spec is a mapping of fields, not {kind}"
 OVERRIDE_THROUGH_VALUE = "{part} is a {kind}, not a mapping"
 NOT_YAML = "not YAML: {error}"
-NOT_JSON_LINE = "not JSON: {error}"
+NOT_JSON = "not JSON: {error}"
+NOT_JSON_LINE = NOT_JSON  # the name the package exported first
 NO_SPECS = "{where}: empty: a job spec is a mapping of fields{per_line}"
 NOT_UTF8 = "{path}: not UTF-8 text (byte {position}): save it as UTF-8"
 JSON_LINES_SUFFIXES = (".jsonl", ".ndjson")
@@ -27,7 +28,8 @@ class SpecLoader(yaml.SafeLoader):
     2026-12-01}` is the string "2026-12-01", as JSON carries it), not a date object nothing can
     send; and only true and false are booleans. YAML 1.1 also reads on, off, yes and no as
     booleans, so `notify: {on: [failed]}` and `depends_on: [{job: 3, on: failure}]`, as the docs
-    write them, had the key True."""
+    write them, had the key True. And 1e-5 is a number, as in JSON: YAML 1.1 read an exponent
+    without a dot, or without a sign, as text (a learning rate of "1e-5" refused as a string)."""
 
 
 _BOOL, _TIMESTAMP = "tag:yaml.org,2002:bool", "tag:yaml.org,2002:timestamp"
@@ -36,6 +38,12 @@ SpecLoader.yaml_implicit_resolvers = {
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
 SpecLoader.add_implicit_resolver(_BOOL, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
+# After YAML 1.1's own forms (which need a dot and a signed exponent): JSON's exponents.
+SpecLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."),
+)
 
 
 def read_yaml(text: str) -> Any:
@@ -90,10 +98,13 @@ def load_spec(spec_or_path: dict | str | os.PathLike) -> dict:
     if isinstance(spec_or_path, dict):
         return spec_or_path
     path = Path(spec_or_path)
-    try:
-        spec = read_yaml(read_text(path))
-    except yaml.YAMLError as error:
-        raise MlqError(0, f"{path}: {NOT_YAML.format(error=' '.join(str(error).split()))}") from None
+    if path.suffix.lower() == ".json":  # read as JSON exactly, not as the YAML it also is
+        spec = _json_spec(read_text(path), str(path))
+    else:
+        try:
+            spec = read_yaml(read_text(path))
+        except yaml.YAMLError as error:
+            raise MlqError(0, f"{path}: {NOT_YAML.format(error=' '.join(str(error).split()))}") from None
     if spec is None:
         raise MlqError(0, NO_SPECS.format(where=path, per_line=""))
     if not isinstance(spec, dict):
@@ -114,7 +125,7 @@ def load_specs(paths: Iterable[str | os.PathLike]) -> list[tuple[str, dict]]:
         lines = [(number, line) for number, line in enumerate(read_text(path).splitlines(), start=1) if line.strip()]
         if not lines:
             raise MlqError(0, NO_SPECS.format(where=path, per_line=", one per line in a JSON Lines file"))
-        found.extend((f"{path}:{number}", _json_line(line, f"{path}:{number}")) for number, line in lines)
+        found.extend((f"{path}:{number}", _json_spec(line, f"{path}:{number}")) for number, line in lines)
     return found
 
 
@@ -122,11 +133,14 @@ def is_json_lines(path: str | os.PathLike) -> bool:
     return Path(path).suffix.lower() in JSON_LINES_SUFFIXES
 
 
-def _json_line(line: str, where: str) -> dict:
+def _json_spec(text: str, where: str) -> dict | None:
+    """A JSON document (a file's, or a JSON Lines line's) as a spec; None for a blank file."""
+    if not text.strip():
+        return None
     try:
-        spec = json.loads(line)
+        spec = json.loads(text)
     except ValueError as error:
-        raise MlqError(0, f"{where}: {NOT_JSON_LINE.format(error=error)}") from None
+        raise MlqError(0, f"{where}: {NOT_JSON.format(error=error)}") from None
     if not isinstance(spec, dict):
         raise MlqError(0, NOT_A_MAPPING.format(where=where, kind=type(spec).__name__))
     return spec

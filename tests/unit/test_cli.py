@@ -129,6 +129,11 @@ def test_login_stores_a_new_token_0600_and_uses_it():
         ("env.STEPS='16'", (["env", "STEPS"], "16")),
         ("checkpoint.interval_minutes=2.5", (["checkpoint", "interval_minutes"], 2.5)),
         ("name=a=b", (["name"], "a=b")),
+        # JSON's exponents are numbers, as in YAML 1.2 (YAML 1.1 wanted a dot and a sign).
+        ("sweep.lr=1e-5", (["sweep", "lr"], 1e-05)),
+        ("max_runtime_hours=1e1", (["max_runtime_hours"], 10.0)),
+        ("env.V=1.2.3", (["env", "V"], "1.2.3")),
+        ("env.V=12e", (["env", "V"], "12e")),
     ],
 )
 def test_set_values_are_yaml_scalars(item, expected):
@@ -187,6 +192,33 @@ def test_on_in_yaml_is_a_key_not_a_boolean(tmp_path):
     assert run(server, "submit", str(path)).exit_code == 0
     [body] = server.bodies("POST", "/api/v1/jobs")
     assert (body["notify"], body["env"]) == ({"on": ["failed"], "email": True}, {"A": "off"})
+
+
+@pytest.mark.parametrize("suffix", [".json", ".yaml"])
+def test_a_learning_rate_in_a_spec_file_is_the_number_it_is(tmp_path, suffix):
+    """A sweep's `1e-5` in a .json file was read as YAML 1.1: the string "1e-5", refused."""
+    spec = {"name": "t", "team": "vision", "command": ["x"], "max_runtime_hours": 1e1}
+    spec["sweep"] = {"method": "random", "parameters": {"lr": {"min": 1e-5, "max": 1e-2, "log": True}}}
+    path = tmp_path / f"job{suffix}"
+    text = json.dumps(spec)
+    path.write_text(text if suffix == ".json" else text.replace('"', ""))
+    server = FakeServer({("POST", "/api/v1/jobs"): (201, job())})
+    assert run(server, "submit", str(path)).exit_code == 0
+    [body] = server.bodies("POST", "/api/v1/jobs")
+    assert (body["sweep"]["parameters"]["lr"], body["max_runtime_hours"]) == (
+        {"min": 1e-5, "max": 1e-2, "log": True},
+        10.0,
+    )
+
+
+def test_a_json_spec_file_that_is_not_json_is_refused_by_name(tmp_path):
+    path = tmp_path / "job.json"
+    path.write_text("name: train\n")  # YAML, not JSON
+    server = FakeServer({})
+    result = run(server, "submit", str(path))
+    assert result.exit_code == EXIT_REFUSED
+    assert result.stderr.startswith(f"{path}: not JSON: Expecting value: line 1 column 1")
+    assert server.requests == []
 
 
 def test_a_spec_file_that_is_not_utf8_is_refused_without_a_traceback(tmp_path):
