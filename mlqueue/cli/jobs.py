@@ -294,7 +294,8 @@ def why(ctx, job, output):
     if output in ("json", "yaml"):
         emit(found, output, [])
         return
-    click.echo(f"job {found.job_id}: {found.state}")
+    child = found.raw.get("child_id")
+    click.echo(f"job {found.job_id}: {found.state}" + (f" (as its first waiting child, job {child})" if child else ""))
     _print_explanation(found.raw)
 
 

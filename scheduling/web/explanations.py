@@ -13,6 +13,7 @@ from scheduling.core.maintenance import Windows
 from scheduling.core.reasons import CATEGORY, ReasonCode
 from scheduling.core.state import ClusterState
 from scheduling.core.whatif import before_window, fits_now, suggestions
+from scheduling.group_state import waiting_reasons
 from scheduling.maintenance import load_windows
 from scheduling.models import Job, JobState
 from scheduling.services import job_shape
@@ -89,21 +90,37 @@ def what_would_help(job: Job) -> Help:
 
 def why_answer(job: Job) -> dict:
     """The API's "why": what the job page's panel shows, as data; the suggestions are computed
-    now (what_would_help loads the cluster), for a pending job only."""
+    now (what_would_help loads the cluster), for a pending job only. A group waits as its first
+    waiting child does (no pass explains the parent, which has no tasks): that child answers,
+    with the reason the group's page shows."""
     pending = job.state == JobState.PENDING
-    why = explain_job(job) if pending else None
+    child = _first_waiting_child(job) if pending and job.group_kind and not job.held else None
+    subject = child or job
+    why = explain_job(subject) if pending else None
+    reason = why and {"code": why.code, "category": _category(why.code), "message": why.message}
+    if child is not None:
+        code, message = waiting_reasons([job.pk])[job.pk]
+        reason = {"code": code, "category": _category(code), "message": message}
     return {
         "job_id": job.pk,
+        "child_id": child.pk if child is not None else None,
         "state": job.state,
-        "reason": why and {"code": why.code, "category": _category(why.code), "message": why.message},
-        "histogram": why
-        and why.histogram
-        and {"fit": why.fit_count, "rejections": [{"why": reason, "nodes": count} for reason, count in why.histogram]},
-        "reservation": _reservation(job) if pending else None,
-        "latest_start": job.estimated_start if pending else None,
-        "likely_start": job.likely_start if pending else None,
-        "suggestions": what_would_help(job).suggestions if pending else [],
+        "reason": reason,
+        "histogram": (
+            {"fit": why.fit_count, "rejections": [{"why": reason, "nodes": count} for reason, count in why.histogram]}
+            if why and why.histogram
+            else None
+        ),
+        "reservation": _reservation(subject) if pending else None,
+        "latest_start": subject.estimated_start if pending else None,
+        "likely_start": subject.likely_start if pending else None,
+        "suggestions": what_would_help(subject).suggestions if pending else [],
     }
+
+
+def _first_waiting_child(parent: Job) -> Job | None:
+    """The child `group_state.waiting_reasons` reads a group's reason from."""
+    return Job.objects.filter(parent=parent, state=JobState.PENDING).order_by("group_index").first()
 
 
 def _category(code: str) -> str | None:

@@ -377,6 +377,9 @@ class ReservationSerializer(serializers.Serializer):
 
 class WhySerializer(serializers.Serializer):
     job_id = serializers.IntegerField()
+    child_id = serializers.IntegerField(
+        allow_null=True, help_text="a waiting group's: the child it waits as (its first waiting one), which answers"
+    )
     state = serializers.CharField()
     reason = ReasonSerializer(allow_null=True, help_text="pending jobs only: the last pass's reason")
     histogram = HistogramSerializer(allow_null=True)

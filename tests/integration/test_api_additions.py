@@ -178,6 +178,8 @@ def test_why_of_a_pending_job(api):
     assert body["reservation"] == {"reserved_nodes": ["gpu-001"], "nominated_nodes": []}
     assert body["latest_start"] is not None and body["likely_start"] is None
     assert isinstance(body["suggestions"], list)
+    Job.objects.filter(pk=job_id).update(pending_histogram={})
+    assert api("alice").get(f"/api/v1/jobs/{job_id}/why").json()["histogram"] is None  # not [] (the schema's null)
 
 
 def test_why_of_a_job_not_pending_and_of_one_not_visible(api):
@@ -185,6 +187,7 @@ def test_why_of_a_job_not_pending_and_of_one_not_visible(api):
     Job.objects.filter(pk=job_id).update(state="RUNNING")
     body = api("alice").get(f"/api/v1/jobs/{job_id}/why").json()
     assert (body["reason"], body["histogram"], body["reservation"], body["suggestions"]) == (None, None, None, [])
+    assert body["child_id"] is None
     assert api("paul").get(f"/api/v1/jobs/{job_id}/why").status_code == 404
 
 

@@ -277,6 +277,28 @@ def test_a_new_priority_for_a_group_reaches_its_pending_children(api, leader):
     assert [k.priority for k in children(parent)] == ["P1", "P3", "P3"]  # the placed one keeps the seed spec's P1
 
 
+def test_why_of_a_waiting_group_answers_for_its_first_waiting_child(api, leader):
+    """The parent has no tasks, so no pass explains it: "why" read its stale NOT_YET_SCHEDULED
+    while the job's own page said what its children wait for."""
+    parent = submit(api, array={"count": 2})
+    first, second = children(parent)
+    Job.objects.filter(pk__in=[first.pk, second.pk]).update(
+        pending_reason_code="QUOTA",
+        pending_reason_message="team research-vision is at its borrowing limit",
+        pending_histogram={},
+        estimated_start=None,
+    )
+    Job.objects.filter(pk=first.pk).update(estimated_start="2030-01-01T00:00:00Z", reserved_nodes=["n1"])
+    body = api("alice").get(f"/api/v1/jobs/{parent.pk}/why").json()
+    page = api("alice").get(f"/api/v1/jobs/{parent.pk}").json()["pending_reason"]
+    assert (body["job_id"], body["child_id"], body["state"]) == (parent.pk, first.pk, "PENDING")
+    assert body["reason"] == {"code": "QUOTA", "category": "policy", "message": page["message"]}
+    assert page["message"] == "element 0: team research-vision is at its borrowing limit"
+    assert (body["histogram"], body["latest_start"]) == (None, "2030-01-01T00:00:00Z")
+    assert body["reservation"] == {"reserved_nodes": ["n1"], "nominated_nodes": []}
+    assert body["suggestions"] == []  # it waits on its quota, not for room
+
+
 def test_the_same_group_submitted_twice_is_one_group(api, leader):
     body = {"client_job_id": "shards-1", "array": {"count": 4}}
     first = submit_spec(api, "alice", resources=ONE_GPU, **body)

@@ -374,6 +374,12 @@ def test_why_and_dry_run_print_the_suggestions():
     assert "asks 16 H100 per node" in result.output and "- ask for 8 GPUs per task" in result.output
     assert json.loads(run(server, "why", "7", "-o", "json").output) == answer
     assert client.Why.from_json(answer).suggestions == ["ask for 8 GPUs per task"]
+    group = {**answer, "child_id": 9, "reason": {"code": "QUOTA", "message": "element 0: at its borrowing limit"}}
+    server = FakeServer({("GET", "/api/v1/jobs/7/why"): (200, group)})
+    assert run(server, "why", "7").output.splitlines()[:2] == [
+        "job 7: PENDING (as its first waiting child, job 9)",
+        "reason: element 0: at its borrowing limit",
+    ]
 
 
 def test_tokens_list_create_revoke():
