@@ -9,7 +9,10 @@ acted on once, remembered in `marks` (kept on the node, Node.health_marks):
 An admin who uncordons a node whose fault is still reported is not overruled; a new fault
 (a later XID, more ECC errors, a new run of check failures) acts again."""
 
+import unicodedata
 from dataclasses import dataclass, field
+
+from mlqueue.text import INVISIBLE_CATEGORIES
 
 CORDON, EXCLUDE = "cordon", "exclude"
 XID_NAMES = {
@@ -96,7 +99,8 @@ def _judge_check(check: dict | None, verdict: Verdict) -> None:
         return
     verdict.marks["check"] = since
     code = "" if check.get("exit_code") is None else f" (exit {check['exit_code']})"
-    output = f": {check['output']}" if check.get("output") else ""
+    shown = " ".join(_readable(check.get("output") or "").split())  # a node's log line, read by people
+    output = f": {shown}" if shown else ""
     verdict.findings.append(Finding(CORDON, f"health check failed{code}{output}"))
 
 
@@ -122,3 +126,9 @@ def _judge_ecc(gpu: dict, verdict: Verdict) -> None:
         return
     verdict.marks["ecc"][key] = count
     verdict.findings.append(Finding(EXCLUDE, f"{count} uncorrectable ECC error(s)", gpu["index"]))
+
+
+def _readable(text: str) -> str:
+    """The text with control and invisible characters (an escape sequence, a right-to-left
+    override) made spaces: it goes into the node's reason, which consoles and terminals show."""
+    return "".join(" " if unicodedata.category(char) in INVISIBLE_CATEGORIES else char for char in text)

@@ -54,12 +54,31 @@ def act(node: Node, verdict: health_rules.Verdict, *, now) -> bool:
         if fresh:
             nodes.do_exclude_gpus(node=node, excluded=fresh, now=now)
         if verdict.cordon:
-            reason = "; ".join(finding.reason for finding in verdict.cordon)
+            reason = cordon_reason([finding.reason for finding in verdict.cordon])
             data = {"findings": [finding.reason for finding in verdict.findings]}
             nodes.do_health_cordon(node=node, reason=reason, data=data, now=now)
     for finding in verdict.findings:
         log.warning("node %s: %s -> %s", node.name, finding.reason, finding.action)
     return True
+
+
+REASON_CHARS = Node._meta.get_field("admin_reason").max_length
+MORE_FAULTS = "; and {count} more (the node's events list them all)"
+
+
+def cordon_reason(reasons: list[str], limit: int | None = None) -> str:
+    """The findings that cordon a node, as its reason: as many whole as fit the column (eight
+    GPUs fallen off the bus come to more), then how many more; the event keeps every one."""
+    limit = limit or REASON_CHARS
+    text = "; ".join(reasons)
+    if len(text) <= limit:
+        return text
+    for kept in range(len(reasons) - 1, 0, -1):
+        text = "; ".join(reasons[:kept]) + MORE_FAULTS.format(count=len(reasons) - kept)
+        if len(text) <= limit:
+            return text
+    more = MORE_FAULTS.format(count=len(reasons) - 1) if len(reasons) > 1 else ""
+    return reasons[0][: limit - len(more) - 3] + "..." + more
 
 
 # --- the latest sample ------------------------------------------------------------------------

@@ -137,6 +137,46 @@ def test_a_failing_health_check_cordons_once_per_run_of_failures(node_with_job):
     assert AuditEvent.objects.filter(node=node, actor_name="health").count() == 1
 
 
+def test_every_gpu_fallen_off_the_bus_cordons_with_a_reason_that_fits(node_with_job, api, leader):  # noqa: F811
+    """Eight findings joined came to 366 characters, past the 300 of the node's reason: every
+    heartbeat with a sample was a 500, the node stayed READY and jobs were placed on it."""
+    client, job_id, running = node_with_job
+    at = timezone.now().timestamp()
+    reply = beat_health(client, sample(**{f"gpu{i}": {"xids": [{"code": 79, "at": at}]} for i in range(8)}), running)
+    node = Node.objects.get(name=NAME)
+    findings = [f"XID 79 (GPU has fallen off the bus) on GPU {i}" for i in range(8)]
+    reason = "; ".join(findings[:5]) + node_health.MORE_FAULTS.format(count=3)
+    assert (node.state, node.admin_reason, node.state_reason) == ("CORDONED", reason, reason)
+    assert len(reason) <= 300
+    event = AuditEvent.objects.get(node=node, actor_name="health")
+    assert event.data["findings"] == findings  # every one, in full
+    assert reply["signals"][0]["reason"] == "DRAIN"
+
+
+def test_a_long_health_check_output_fits_and_is_shown_without_control_characters(node_with_job):
+    client, _, running = node_with_job
+    output = "\x1b[31mdcgmi diag\u202e FAIL\x07 " + "E" * 270  # the 300 the protocol allows
+    check = {"status": "failed", "exit_code": -2147483648, "output": output, "at": 100.0, "failed_since": 90.0}
+    beat_health(client, {**sample(), "check": check}, running)
+    node = Node.objects.get(name=NAME)
+    assert node.state == "CORDONED" and len(node.admin_reason) == 300
+    assert node.admin_reason.startswith("health check failed (exit -2147483648): [31mdcgmi diag FAIL EEE")
+    assert node.admin_reason.endswith("E...")
+
+
+@pytest.mark.parametrize(
+    "reasons, limit, expected",
+    [
+        (["a", "b"], 10, "a; b"),
+        (["aaaa", "bbbb", "cccc"], 60, "aaaa; bbbb; cccc"),
+        (["x" * 30, "y" * 30, "z" * 30], 80, "x" * 30 + "; and 2 more (the node's events list them all)"),
+        (["x" * 200], 50, "x" * 47 + "..."),
+    ],
+)
+def test_a_cordon_reason_keeps_whole_findings_then_says_how_many_more(reasons, limit, expected):
+    assert node_health.cordon_reason(reasons, limit) == expected
+
+
 def test_infra_failures_within_the_window_cordon(node_with_job):
     client, job_id, running = node_with_job
     node = Node.objects.get(name=NAME)
