@@ -22,6 +22,7 @@ from mlqueue.pagination import StrictCursorPagination as CursorPagination
 from mlqueue.parsers import AgentEventsJSONParser
 from scheduling import nodes
 from scheduling.models import Node
+from scheduling.spec import StrictBooleanField, StrictIntegerField, StrictSerializer, StrictStringField
 from teams.selectors import is_site_admin
 
 
@@ -71,14 +72,20 @@ class NodeList(generics.ListAPIView):
 # --- admin actions -------------------------------------------------------------------------
 
 
-class NodeActionSerializer(serializers.Serializer):
-    reason = serializers.CharField(max_length=300)
-    wait = serializers.BooleanField(required=False, default=False, help_text="drain: let running tasks finish")
+def reason_field(**kwargs) -> StrictStringField:
+    """An admin's reason, read in the audit log and on consoles: text without invisible or
+    control characters (a zero-width space is not a reason)."""
+    return StrictStringField(max_length=300, printable_only=True, **kwargs)
 
 
-class ReclaimNoticeSerializer(serializers.Serializer):
+class NodeActionSerializer(StrictSerializer):
+    reason = reason_field()
+    wait = StrictBooleanField(required=False, default=False, help_text="drain: let running tasks finish")
+
+
+class ReclaimNoticeSerializer(StrictSerializer):
     deadline = date_fields.DateTimeField()
-    reason = serializers.CharField(max_length=300, required=False, allow_blank=True, default="")
+    reason = reason_field(required=False, allow_blank=True, default="")
 
     def validate_deadline(self, value):
         """A spot notice comes minutes ahead (30 s to 2 min on the big clouds): a deadline past a
@@ -136,10 +143,10 @@ class ReclaimNotice(NodeAction):
         nodes.do_reclaim_notice(node=node, user=user, deadline=body["deadline"], reason=body["reason"])
 
 
-class IncludeGpusSerializer(serializers.Serializer):
-    reason = serializers.CharField(max_length=300)
+class IncludeGpusSerializer(StrictSerializer):
+    reason = reason_field()
     gpus = serializers.ListField(
-        child=serializers.IntegerField(min_value=0, max_value=MAX_GPUS - 1),
+        child=StrictIntegerField(min_value=0, max_value=MAX_GPUS - 1),
         required=False,
         default=list,
         max_length=MAX_GPUS,
@@ -166,14 +173,14 @@ class IncludeGpus(NodeAction):
         nodes.do_include_gpus(node=node, user=user, gpus=body["gpus"], reason=body["reason"])
 
 
-class BulkActionSerializer(serializers.Serializer):
+class BulkActionSerializer(StrictSerializer):
     """A bulk action's targets: `names`, a `rack` (or `racks`), or both (their union)."""
 
     action = serializers.ChoiceField(choices=services.BULK_ACTIONS)
-    reason = serializers.CharField(max_length=300)
-    names = serializers.ListField(child=serializers.CharField(max_length=253), required=False, max_length=5000)
-    rack = serializers.CharField(max_length=63, required=False)
-    racks = serializers.ListField(child=serializers.CharField(max_length=63), required=False, max_length=500)
+    reason = reason_field()
+    names = serializers.ListField(child=StrictStringField(max_length=253), required=False, max_length=5000)
+    rack = StrictStringField(max_length=63, required=False)
+    racks = serializers.ListField(child=StrictStringField(max_length=63), required=False, max_length=500)
 
     def validate(self, data: dict) -> dict:
         names = sorted(set(data.get("names", [])))

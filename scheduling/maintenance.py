@@ -25,6 +25,7 @@ from django.utils import timezone
 from rest_framework.exceptions import ValidationError
 
 from mlqueue.errors import Conflict
+from mlqueue.text import INVISIBLE, invisible_char
 from scheduling import nodes as node_writes
 from scheduling.core import model as core
 from scheduling.models import AdminState, MaintenanceState, MaintenanceWindow, Node
@@ -102,6 +103,8 @@ def check_reason(reason: str) -> None:
         raise ValidationError({"reason": [NO_REASON]})
     if len(reason) > REASON_LENGTH:
         raise ValidationError({"reason": [LONG_REASON]})
+    if char := invisible_char(reason):  # the console's form, as the API's field refuses it
+        raise ValidationError({"reason": [INVISIBLE.format(char=char)]})
 
 
 def check_start(starts_at: datetime, *, now: datetime) -> None:

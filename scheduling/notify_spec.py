@@ -11,7 +11,7 @@ from django.db.models import TextChoices
 from rest_framework import serializers
 
 from mlqueue.webhook_addresses import WebhookRefused, check_endpoint
-from scheduling.spec import StrictSerializer, StrictStringField
+from scheduling.spec import StrictBooleanField, StrictSerializer, StrictStringField
 
 
 class Event(TextChoices):
@@ -28,18 +28,6 @@ DEFAULT_EVENTS = [Event.SUCCEEDED.value, Event.FAILED.value, Event.CANCELLED.val
 NOWHERE = "give a webhook URL, email: true, or both: there is nowhere to send these notifications"
 NO_EMAIL_ADDRESS = "your account has no email address; set one, or use a webhook"
 EVENT_TWICE = "{event!r} is listed twice"
-NOT_A_BOOLEAN = "must be true or false, not {kind}"
-
-
-class StrictBooleanField(serializers.BooleanField):
-    """true or false in the JSON sense: "yes", 1 and "true" are refused, not coerced."""
-
-    default_error_messages = {"not_a_boolean": NOT_A_BOOLEAN}
-
-    def to_internal_value(self, data):
-        if not isinstance(data, bool):
-            self.fail("not_a_boolean", kind=f"the string {data!r}" if isinstance(data, str) else type(data).__name__)
-        return data
 
 
 class EventsField(serializers.ListField):

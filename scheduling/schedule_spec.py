@@ -12,21 +12,9 @@ from rest_framework import serializers
 
 from scheduling.core.cron import cron_error, timezone_error
 from scheduling.models import Concurrency
-from scheduling.spec import StrictIntegerField, StrictSerializer, StrictStringField
+from scheduling.spec import StrictBooleanField, StrictIntegerField, StrictSerializer, StrictStringField
 
 DEADLINE_LIMIT_MINUTES = 7 * 24 * 60
-NOT_A_BOOLEAN = "must be true or false, not {kind}."
-
-
-class StrictBooleanField(serializers.BooleanField):
-    """true or false in the JSON sense: "yes", 1 and "false" are refused, not coerced."""
-
-    default_error_messages = {"invalid": NOT_A_BOOLEAN}
-
-    def to_internal_value(self, data):
-        if not isinstance(data, bool):
-            self.fail("invalid", kind=type(data).__name__ if not isinstance(data, str) else f"the string {data!r}")
-        return data
 
 
 class ScheduleTimingSerializer(StrictSerializer):

@@ -43,6 +43,7 @@ NOT_FINITE = "must be a finite number, not {value}."
 NOT_AN_INTEGER = "must be an integer, not {kind}."
 NOT_A_NUMBER = "must be a number, not {kind}."
 NOT_A_STRING = "must be a string, not {kind}."
+NOT_A_BOOLEAN = "must be true or false, not {kind}."
 TOO_MANY_ENTRIES = "at most {limit} entries, got {count}."
 INVALID_NAME = "{name!r} is not a valid name: {rule}."
 UNKNOWN_GPU_TYPE = "unknown GPU type {gpu_type!r}; known types: {known}."
@@ -134,6 +135,17 @@ class StrictStringField(serializers.CharField):
         if self.printable_only and (char := invisible_char(value)):
             self.fail("invisible", char=char)
         return value
+
+
+class StrictBooleanField(serializers.BooleanField):
+    """true or false in the JSON sense: "yes", 1 and "false" are refused, not coerced."""
+
+    default_error_messages = {"invalid": NOT_A_BOOLEAN}
+
+    def to_internal_value(self, data):
+        if not isinstance(data, bool):
+            self.fail("invalid", kind=type(data).__name__ if not isinstance(data, str) else f"the string {data!r}")
+        return data
 
 
 class StringMapField(serializers.DictField):

@@ -55,7 +55,7 @@ class WindowCreateSerializer(StrictSerializer):
     starts_at = date_fields.DateTimeField()
     ends_at = date_fields.DateTimeField(required=False)
     duration_hours = StrictFloatField(required=False, min_value=SHORTEST_HOURS, max_value=24 * 30)
-    reason = StrictStringField(max_length=REASON_LENGTH)
+    reason = StrictStringField(max_length=REASON_LENGTH, printable_only=True)
 
 
 class WindowChangeSerializer(StrictSerializer):
@@ -65,7 +65,7 @@ class WindowChangeSerializer(StrictSerializer):
     starts_at = date_fields.DateTimeField(required=False)
     ends_at = date_fields.DateTimeField(required=False)
     duration_hours = StrictFloatField(required=False, min_value=SHORTEST_HOURS, max_value=24 * 30)
-    reason = StrictStringField(max_length=REASON_LENGTH, required=False)
+    reason = StrictStringField(max_length=REASON_LENGTH, required=False, printable_only=True)
 
 
 def _admin_only(request: Request) -> None:

@@ -83,6 +83,8 @@ def submit(api, *, hours: float, gpus: int = 8) -> Job:
         # Strict types: true is not 1 hour, a number is not a reason, and nothing unknown passes.
         ({"duration_hours": True}, "duration_hours", "must be a number, not bool."),
         ({"reason": 123}, "reason", "must be a string, not int."),
+        ({"reason": "\u200b"}, "reason", None),  # a zero-width space is no reason
+        ({"reason": "\x07bell"}, "reason", None),
         ({"state": "DONE"}, "state", "unknown field."),
     ],
 )

@@ -163,6 +163,13 @@ def test_the_bulk_api(api, ready):
         ({"action": "drain", "reason": "x", "names": "z1-r1-h100-01"}, "names"),
         ({"action": "drain", "reason": "x", "names": ["z1-r1-h100-01", "ghost"]}, "names"),
         ({"action": "drain", "reason": "x", "rack": "z7-r1"}, "rack"),
+        # Strict: a drain that meant to wait is not a forced one, a number is not a reason, and
+        # a zero-width space or an escape sequence is not one either.
+        ({"action": "drain", "rack": "z1-r1", "reason": "x", "wait": True}, "wait"),
+        ({"action": "drain", "rack": "z1-r1", "reason": 5}, "reason"),
+        ({"action": "cordon", "rack": "z1-r1", "reason": "\u200b"}, "reason"),
+        ({"action": "cordon", "rack": "z1-r1", "reason": "\x1b[2J"}, "reason"),
+        ({"action": "cordon", "rack": 7, "reason": "x"}, "rack"),
     ],
 )
 def test_the_bulk_api_refuses_bad_input_naming_the_field(api, ready, body, field):
@@ -209,3 +216,21 @@ def test_the_nodes_api_filters_as_the_console_does(api):
     assert names("rack=z1-r1") == Z1_R1
     assert names("name=h100-0&rack=z1-r1") == Z1_R1
     assert names("gpu_type=H100&label=ib=ndr400") == sorted(names("gpu_type=H100"))
+
+
+@pytest.mark.parametrize(
+    ("action", "body", "field"),
+    [
+        ("drain", {"reason": "w", "wiat": True}, "wiat"),
+        ("drain", {"reason": "w", "wait": 1}, "wait"),
+        ("drain", {"reason": "w", "wait": "yes"}, "wait"),
+        ("cordon", {"reason": 123}, "reason"),
+        ("cordon", {"reason": "\u202eevil"}, "reason"),
+        ("include-gpus", {"reason": "reseated", "gpus": ["3"]}, "gpus.0"),
+    ],
+)
+def test_a_node_action_refuses_bad_input_naming_the_field(api, ready, action, body, field):
+    response = api("ops").post(f"/api/v1/nodes/z1-r1-h100-01/{action}", body, format="json")
+    assert response.status_code == 400 and list(response.json()["fields"]) == [field], response.json()
+    assert not Node.objects.exclude(state="READY").exists()
+    assert not AuditEvent.objects.filter(kind="NODE_STATE", actor_name="ops").exists()

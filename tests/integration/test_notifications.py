@@ -269,7 +269,7 @@ def test_a_webhook_to_a_host_no_longer_allowed_is_refused_at_send_time(api, rece
         ({"on": [], "email": True}, "notify.on", "This list may not be empty."),
         ({"on": "started", "email": True}, "notify.on", 'Expected a list of items but got type "str".'),
         ({"on": ["failed"]}, "notify.webhook", NOWHERE),
-        ({"email": "yes"}, "notify.email", "must be true or false, not the string 'yes'"),
+        ({"email": "yes"}, "notify.email", "must be true or false, not the string 'yes'."),
         (
             {"webhook": "http://2130706433/x"},
             "notify.webhook",
