@@ -38,8 +38,22 @@ def receive(node_id: int, name: str, sample: dict, *, now) -> bool:
     if not health_rules.has_fault(sample, rules()):
         return False
     node = Node.objects.get(pk=node_id)
-    verdict = health_rules.judge(sample, node.health_marks, rules())
+    own = its_own_gpus(node, sample)
+    if own is not sample and not health_rules.has_fault(own, rules()):
+        return False
+    verdict = health_rules.judge(own, node.health_marks, rules())
     return verdict.marks != node.health_marks and act(node, verdict, now=now)
+
+
+def its_own_gpus(node: Node, sample: dict) -> dict:
+    """The sample without GPUs the node does not have (an index past its count, any on a CPU
+    node): a fault there excluded a GPU that is not there, so the node counted fewer, or
+    cordoned a CPU node. Logged, not refused: the heartbeat that carries it must go through."""
+    foreign = sorted(gpu["index"] for gpu in sample["gpus"] if gpu["index"] >= node.gpu_count)
+    if not foreign:
+        return sample
+    log.warning("node %s has %d GPUs; ignored the health of GPUs %s", node.name, node.gpu_count, foreign)
+    return {**sample, "gpus": [gpu for gpu in sample["gpus"] if gpu["index"] < node.gpu_count]}
 
 
 def act(node: Node, verdict: health_rules.Verdict, *, now) -> bool:

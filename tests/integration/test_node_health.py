@@ -164,6 +164,20 @@ def test_a_long_health_check_output_fits_and_is_shown_without_control_characters
     assert node.admin_reason.endswith("E...")
 
 
+def test_faults_on_gpus_the_node_does_not_have_are_ignored(node_with_job):
+    """GPUs 12 and 15 of an 8-GPU node were excluded: the console showed 6/8 free."""
+    client, _, running = node_with_job
+    at = timezone.now().timestamp()
+    ghosts = [
+        {**gpus()[0], "index": 12, "xids": [{"code": 48, "at": at}]},
+        {**gpus()[0], "index": 15, "xids": [{"code": 79, "at": at}]},
+    ]
+    beat_health(client, {**sample(), "gpus": gpus() + ghosts}, running)
+    node = Node.objects.get(name=NAME)
+    assert (node.state, node.excluded_gpus, node.health_marks) == ("READY", {}, {})
+    assert not AuditEvent.objects.filter(node=node, actor_name="health").exists()
+
+
 @pytest.mark.parametrize(
     "reasons, limit, expected",
     [
