@@ -64,6 +64,19 @@ def group_kind(spec: dict) -> str:
     return ""
 
 
+def jobs_made(spec: dict) -> int:
+    """How many jobs a checked spec makes: itself, and a group's children."""
+    kind = group_kind(spec)
+    if kind == GroupKind.ARRAY:
+        block = spec["array"]
+        return 1 + (len(parse_indices(block["indices"])) if block["indices"] else block["count"])
+    if kind == GroupKind.SWEEP:
+        return 1 + spec["sweep"]["max_trials"]
+    if kind == GroupKind.PIPELINE:
+        return 1 + len(spec["pipeline"]["steps"])
+    return 1
+
+
 def group_settings(spec: dict) -> dict:
     """What the parent keeps in `Job.group`: a sweep's seed is drawn here when the spec gives
     none, and kept, so the sweep can be submitted again with the same trials."""

@@ -18,6 +18,7 @@ from scheduling.submit_batch import (
     NO_SCHEDULES,
     NOT_AN_OBJECT,
     TOO_MANY_JOBS,
+    TOO_MANY_MADE,
     UNKNOWN_BATCH_FIELD,
 )
 from scheduling.web.throttles import BATCH_OVER_RATE, SUBMIT_RATE_EXCEEDED
@@ -130,6 +131,20 @@ def test_a_malformed_batch_is_400_naming_the_field(api, body, fields):
     assert response.status_code == 400
     assert response.json()["fields"] == fields
     assert Job.objects.count() == 0
+
+
+def test_a_batch_is_bounded_by_the_jobs_it_makes_children_included(api, settings):
+    """Five arrays of 10,000 in one batch made 50,005 jobs in one 96-second transaction."""
+    settings.MLQ_SUBMIT_BATCH_MAX, settings.MLQ_MAX_GROUP_SIZE = 3, 10
+    arrays = [small(f"a{i}", array={"count": 6}) for i in range(2)]  # 14 jobs, over 3 + 10
+    response = batch(api("alice"), arrays)
+    assert response.status_code == 400
+    assert response.json()["fields"] == {"jobs": [TOO_MANY_MADE.format(limit=13, count=14)]}
+    assert Job.objects.count() == 0
+    sweep = {"method": "grid", "parameters": {"lr": [1, 2, 3]}}  # 4 jobs with the array's 7 and a plain one
+    response = batch(api("alice"), [arrays[0], small("s", sweep=sweep), small("p")])
+    assert response.status_code == 201, response.json()
+    assert Job.objects.count() == 12
 
 
 def test_more_than_the_limit_is_400_naming_jobs(api, settings):
