@@ -16,6 +16,7 @@ This runs in the job's own process, as the job's user: never in the node agent.
 """
 
 import json
+import math
 import os
 import shutil
 import stat
@@ -23,6 +24,11 @@ import tempfile
 import time
 
 MARKER = ".mlq-checkpoint"
+# What the agent reads (agents/node/checkpoints.py): a marker past these it skips, so the job
+# would believe a checkpoint confirmed that never is.
+MAX_BYTES = 4096
+MAX_STEP = 2**63 - 1
+MAX_TIME = 253402300799
 HISTORY = ".mlq-checkpoint-history-rank{rank}.json"  # per rank: ranks sharing a directory never race on one file
 _last_done: float | None = None
 _loaded_at = time.time()
@@ -67,12 +73,16 @@ def done(*, step: int, path: str | None = None, now: float | None = None) -> Non
     folder = directory()
     if not folder:
         raise CheckpointError("MLQ_CHECKPOINT_DIR is not set: the job's spec has no checkpoint block")
-    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-        raise CheckpointError(f"step must be a non-negative integer, not {step!r}")
-    at = time.time() if now is None else float(now)
-    record = {"step": step, "time": at}
+    if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= MAX_STEP:
+        raise CheckpointError(f"step must be an integer from 0 to 2**63 - 1, not {_shown(step)}")
+    at = time.time() if now is None else now
+    if isinstance(at, bool) or not isinstance(at, (int, float)) or not math.isfinite(at) or not 0 <= at <= MAX_TIME:
+        raise CheckpointError(f"now must be a time in seconds since the epoch, not {at!r}")
+    record = {"step": step, "time": float(at)}
     if path is not None:
         record["path"] = str(path)
+    if len(json.dumps(record).encode()) > MAX_BYTES:
+        raise CheckpointError(f"the record is over the {MAX_BYTES} bytes the agent reads: shorten the path")
     os.makedirs(folder, exist_ok=True)
     _write_atomically(os.path.join(folder, MARKER), json.dumps(record))
     _last_done = at
@@ -159,3 +169,8 @@ def remove_inside(folder: str, path: str) -> bool:
     except OSError:
         return False
     return True
+
+
+def _shown(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:20]}... ({len(text)} characters)"

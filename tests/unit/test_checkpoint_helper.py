@@ -60,10 +60,25 @@ def test_done_writes_the_marker_atomically(job_env):
     assert not [p for p in os.listdir(job_env) if p.endswith(".tmp")]
 
 
-@pytest.mark.parametrize("step", [-1, 1.5, "12", True, None])
+@pytest.mark.parametrize("step", [-1, 1.5, "12", True, None, 2**63, 2**70])
 def test_done_refuses_a_step_that_is_not_a_non_negative_integer(job_env, step):
-    with pytest.raises(checkpoint.CheckpointError, match="step must be a non-negative integer"):
+    with pytest.raises(checkpoint.CheckpointError, match=r"step must be an integer from 0 to 2\*\*63 - 1"):
         checkpoint.done(step=step)
+    assert not (job_env / ".mlq-checkpoint").exists()
+
+
+@pytest.mark.parametrize("now", [float("nan"), float("inf"), -5, True, "now", 253402300800])
+def test_done_refuses_a_time_the_agent_would_skip(job_env, now):
+    """The marker was written (with NaN or Infinity, not JSON) and the agent skipped it: the job
+    believed a checkpoint confirmed that never was."""
+    with pytest.raises(checkpoint.CheckpointError, match="now must be a time in seconds since the epoch"):
+        checkpoint.done(step=1, now=now)
+    assert not (job_env / ".mlq-checkpoint").exists()
+
+
+def test_done_refuses_a_record_larger_than_the_agent_reads(job_env):
+    with pytest.raises(checkpoint.CheckpointError, match="over the 4096 bytes the agent reads"):
+        checkpoint.done(step=1, path="x" * 5000)
 
 
 def test_done_without_a_checkpoint_directory_says_why(job_env, monkeypatch):
