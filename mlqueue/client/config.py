@@ -11,13 +11,30 @@ def config_path() -> Path:
     return Path(base) / "mlqueue" / "config.toml"
 
 
+NOT_TOML = "{path}: not a config file ({error}): fix it, or run `mlq login` again to write it anew"
+UNREADABLE = "{path}: cannot read it ({error})"
+NOT_TEXT = "{path}: {key} must be text in quotes, not {kind}: fix it, or run `mlq login` again"
+
+
 def read_config(path: Path | None = None) -> dict:
+    """The file's settings (none when there is no file); a file that cannot be read, or whose
+    server, token or user is not text, is an MlqError saying so, not a traceback."""
+    from mlqueue.client.errors import MlqError
+
     path = path or config_path()
     try:
         with open(path, "rb") as file:
-            return tomllib.load(file)
+            found = tomllib.load(file)
     except FileNotFoundError:
         return {}
+    except tomllib.TOMLDecodeError as error:
+        raise MlqError(0, NOT_TOML.format(path=path, error=error)) from None
+    except OSError as error:  # a directory in its place, no permission
+        raise MlqError(0, UNREADABLE.format(path=path, error=error.strerror or error)) from None
+    for key in ("server", "token", "user"):
+        if key in found and not isinstance(found[key], str):
+            raise MlqError(0, NOT_TEXT.format(path=path, key=key, kind=type(found[key]).__name__))
+    return found
 
 
 def _toml_string(value: str) -> str:

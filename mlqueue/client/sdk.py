@@ -48,6 +48,12 @@ NO_SCHEDULE_BLOCK = (
     "the spec has no schedule: block (e.g. schedule: {cron: '0 3 * * *', timezone: Europe/Berlin}); nothing was sent"
 )
 UNREACHABLE = "cannot reach {server}: {error}"
+BAD_SERVER = "the server {server!r} is not a URL ({error}): give the site's address, e.g. https://mlqueue.example.com"
+BAD_TOKEN = "the token (MLQ_TOKEN, token= or the config file) holds characters no token has: copy it again"
+NOT_THE_API = (
+    "{status}: {server} answered with a web page, not the API: is the server the site's address"
+    " (e.g. https://mlqueue.example.com, without /api/v1)?"
+)
 NOT_FINITE = "{field}: must be a finite number, not {value}"
 
 API = "/api/v1"
@@ -102,9 +108,12 @@ class Client:
             raise MlqError(0, NO_SERVER)
         if self._http is None:
             headers = {"Accept": "application/json", "User-Agent": "mlq"}
-            self._http = httpx.Client(
-                base_url=self.server, headers=headers, transport=self._transport, timeout=self._timeout
-            )
+            try:
+                self._http = httpx.Client(
+                    base_url=self.server, headers=headers, transport=self._transport, timeout=self._timeout
+                )
+            except httpx.InvalidURL as error:
+                raise MlqError(0, BAD_SERVER.format(server=self.server, error=error)) from None
         return self._http
 
     def close(self) -> None:
@@ -122,6 +131,8 @@ class Client:
         """The answer's JSON (`text`: its body as text, for CSV)."""
         if auth and not self.token:
             raise MlqError(0, NO_TOKEN)
+        if auth and not (self.token.isascii() and self.token.isprintable()):
+            raise MlqError(0, BAD_TOKEN)
         params = {key: value for key, value in (params or {}).items() if value is not None}
         if (where := _not_finite(json)) is not None:  # JSON has no nan or inf: say which, not a traceback
             raise MlqError(0, NOT_FINITE.format(field=where[0], value=where[1]))
@@ -129,6 +140,8 @@ class Client:
         headers = {"Authorization": f"Bearer {self.token}"} if auth else {}
         try:
             response = self._client().request(method, API + path, json=json, params=params or None, headers=headers)
+        except httpx.InvalidURL as error:
+            raise MlqError(0, BAD_SERVER.format(server=self.server, error=error)) from None
         except httpx.HTTPError as error:
             raise MlqError(0, UNREACHABLE.format(server=self.server, error=error)) from error
         if response.status_code >= 400:
@@ -554,6 +567,12 @@ def _refusal(response: httpx.Response) -> MlqError:
         retry_after = response.headers.get("Retry-After")
         retry_after = float(retry_after) if retry_after and retry_after.isdigit() else None
         return MlqError(response.status_code, str(body["detail"]), fields, retry_after=retry_after)
+    if response.status_code == 404 and "html" in response.headers.get("content-type", ""):
+        try:
+            server = str(response.request.url).rsplit(API, 1)[0]
+        except RuntimeError:  # a response built without its request
+            server = "the server"
+        return MlqError(404, NOT_THE_API.format(status=404, server=server))
     text = response.text.strip().splitlines()[0][:200] if response.text.strip() else response.reason_phrase
     return MlqError(response.status_code, f"{response.status_code} {text}")
 

@@ -752,3 +752,48 @@ def test_a_refused_hold_shows_the_apis_message():
     result = run(server, "hold", "7")
     assert result.exit_code == 1
     assert result.stderr.strip() == message
+
+
+# --- configuration a user got wrong: a message, never a traceback --------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('server = "http://x\n', "not a config file (Illegal character"),
+        ("server = 5\n", "server must be text in quotes, not int"),
+        ('token = ["a"]\n', "token must be text in quotes, not list"),
+    ],
+)
+def test_a_broken_config_file_is_named_not_a_traceback(tmp_path, text, expected):
+    path = tmp_path / "config" / "mlqueue" / "config.toml"
+    path.parent.mkdir(parents=True)
+    path.write_text(text)
+    with pytest.raises(MlqError) as raised:
+        Client()
+    assert raised.value.detail.startswith(f"{path}: {expected}")
+
+
+@pytest.mark.parametrize(
+    ("server", "token", "expected"),
+    [
+        ("http://[::1", "tok", "the server 'http://[::1' is not a URL"),
+        (SERVER, "mlq_\u00e9", "the token (MLQ_TOKEN, token= or the config file) holds characters no token has"),
+        (SERVER, "mlq_\x00", "the token (MLQ_TOKEN, token= or the config file) holds characters no token has"),
+    ],
+)
+def test_a_bad_server_or_token_is_named_not_a_traceback(server, token, expected):
+    fake = FakeServer({("GET", "/api/v1/queue"): (200, [])})
+    with pytest.raises(MlqError) as raised:
+        Client(server=server, token=token, transport=httpx.MockTransport(fake)).request("GET", "/queue")
+    assert raised.value.detail.startswith(expected)
+    assert fake.requests == []
+
+
+def test_a_server_address_that_is_not_the_sites_root_says_so():
+    page = httpx.Response(404, text="<!DOCTYPE html><html>Not Found</html>", headers={"content-type": "text/html"})
+    fake = FakeServer({("GET", "/api/v1/api/v1/queue"): page})
+    made = Client(server=f"{SERVER}/api/v1", token="tok", transport=httpx.MockTransport(fake))
+    with pytest.raises(MlqError) as raised:
+        made.request("GET", "/queue")
+    assert raised.value.detail == sdk_module.NOT_THE_API.format(status=404, server=f"{SERVER}/api/v1")
