@@ -170,10 +170,13 @@ def _schedule_window(request):
         hours = math.nan
     if not math.isfinite(hours):  # "nan", "inf" and "1e400" parse as floats
         return _refused(request, ActionError("", f"hours: {NOT_HOURS}"))
+    in_racks = dict(Node.objects.filter(rack__in=racks).values_list("name", "rack"))
+    if empty := sorted(set(racks) - set(in_racks.values())):  # as the bulk actions refuse it
+        return _refused(request, ActionError("", f"rack: no node is in rack {', '.join(empty)}."))
     if racks and not names and len(racks) == 1:
         target = {"rack": racks[0]}
     else:
-        target = {"names": sorted({*names, *Node.objects.filter(rack__in=racks).values_list("name", flat=True)})}
+        target = {"names": sorted({*names, *in_racks})}
     try:
         window = maintenance.do_schedule_window(
             user=request.user,
@@ -183,7 +186,10 @@ def _schedule_window(request):
             reason=request.POST.get("reason", "").strip(),
         )
     except ValidationError as refusal:
-        return _refused(request, ActionError("", _first_errors(refusal.detail)))
+        detail = refusal.detail
+        if isinstance(detail, dict):  # the form's input is `hours`
+            detail = {"hours" if key == "duration_hours" else key: value for key, value in detail.items()}
+        return _refused(request, ActionError("", _first_errors(detail)))
     return _done(request, f"maintenance #{window.pk} scheduled: {window.target}, {window.drain_reason}.")
 
 

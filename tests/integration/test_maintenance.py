@@ -293,8 +293,11 @@ def test_the_console_schedules_lists_and_cancels_windows(clock, logged_in):
         ({"hours": "nan"}, "hours: a number of hours, e.g. 4."),
         ({"hours": "inf"}, "hours: a number of hours, e.g. 4."),
         ({"hours": "1e400"}, "hours: a number of hours, e.g. 4."),
-        ({"hours": "1e300"}, "duration_hours: a number of hours from 0.001 to 720 (1e+300 asked)."),
-        ({"hours": "0.0001"}, "duration_hours: a number of hours from 0.001 to 720 (0.0001 asked)."),
+        ({"hours": "1e300"}, "hours: a number of hours from 0.001 to 720 (1e+300 asked)."),
+        ({"hours": "0.0001"}, "hours: a number of hours from 0.001 to 720 (0.0001 asked)."),
+        # A rack with no node was dropped: the window covered the others only.
+        ({"racks": ["z1-r1", "nope"]}, "rack: no node is in rack nope."),
+        ({"reason": "\u200b"}, "reason: must not contain U+200B ZERO WIDTH SPACE"),
     ],
 )
 def test_the_console_names_what_is_wrong(clock, logged_in, changes, error):
