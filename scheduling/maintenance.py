@@ -53,6 +53,10 @@ OVERLAPS = (
 )
 NOT_SCHEDULED = "maintenance #{id} is {state}: only a scheduled window can be changed."
 ALREADY_OVER = "maintenance #{id} is {state} already."
+DUE = (
+    "maintenance #{id} is due (it starts at {starts_at:%Y-%m-%d %H:%M} UTC): only a window yet to start"
+    " can be changed; move its start, or cancel it."
+)
 NO_REASON = "say why: it is shown on the nodes and recorded in the audit log."
 # A drained node shows "maintenance #<id>: <reason> (until <time>)" in a 300-character column.
 REASON_LENGTH = 200
@@ -226,16 +230,20 @@ def do_change_window(*, window: MaintenanceWindow, user, changes: dict, now=None
         window = MaintenanceWindow.objects.select_for_update().get(pk=window.pk)
         if window.state != MaintenanceState.SCHEDULED:
             raise Conflict(NOT_SCHEDULED.format(id=window.pk, state=window.state))
+        if window.starts_at <= now and "starts_at" not in changes:  # due: the next run_due starts it
+            raise Conflict(DUE.format(id=window.pk, starts_at=_utc(window.starts_at)))
         starts_at = changes.get("starts_at", window.starts_at)
         ends_at = changes.get("ends_at")
         if ends_at is None and changes.get("duration_hours") is None:
-            ends_at = window.ends_at
+            ends_at = starts_at + (window.ends_at - window.starts_at)  # moved, it keeps its length
         ends_at = end_of(starts_at=starts_at, ends_at=ends_at, duration_hours=changes.get("duration_hours"), now=now)
+        reason = changes.get("reason", window.reason)
+        if (starts_at, ends_at, reason) == (window.starts_at, window.ends_at, window.reason):
+            return window  # nothing changes: nothing is written or audited
         check_times(starts_at=starts_at, ends_at=ends_at, now=now)
         _lock_nodes(window.nodes)
         check_no_overlap(names=window.nodes, starts_at=starts_at, ends_at=ends_at, other_than=window.pk)
-        window.starts_at, window.ends_at = starts_at, ends_at
-        window.reason = changes.get("reason", window.reason)
+        window.starts_at, window.ends_at, window.reason = starts_at, ends_at, reason
         # Conditional on the state still being SCHEDULED: the row lock above holds it so.
         window.save(update_fields=["starts_at", "ends_at", "reason"])
         _record(

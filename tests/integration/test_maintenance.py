@@ -136,7 +136,10 @@ def test_schedule_change_cancel_are_listed_and_audited(clock, api):
         format="json",
     )
     assert moved.status_code == 200, moved.json()
-    assert (moved.json()["starts_at"], moved.json()["ends_at"]) == ("2026-04-20T11:00:00Z", "2026-04-20T14:00:00Z")
+    # Moved, it keeps its 4 hours (the old end kept made it 3 hours, unasked).
+    assert (moved.json()["starts_at"], moved.json()["ends_at"]) == ("2026-04-20T11:00:00Z", "2026-04-20T15:00:00Z")
+    same = api("ops").patch(f"/api/v1/maintenance/{window.pk}", {"reason": "PDU swap, later"}, format="json")
+    assert same.status_code == 200 and same.json()["ends_at"] == "2026-04-20T15:00:00Z"  # nothing changed: no event
     cancelled = api("ops").delete(f"/api/v1/maintenance/{window.pk}")
     assert cancelled.json()["state"] == "CANCELLED"
     assert api("ops").delete(f"/api/v1/maintenance/{window.pk}").status_code == 409
@@ -149,7 +152,7 @@ def test_schedule_change_cancel_are_listed_and_audited(clock, api):
         ("ops", "CANCELLED", window.pk),
     ]
     assert events[1].message == (
-        f"maintenance #{window.pk} changed: rack z1-r1, 2026-04-20 11:00 to 14:00 UTC: PDU swap, later"
+        f"maintenance #{window.pk} changed: rack z1-r1, 2026-04-20 11:00 to 15:00 UTC: PDU swap, later"
     )
 
 
@@ -315,6 +318,18 @@ def test_the_console_refuses_a_window_id_that_is_none(clock, logged_in, window):
     )
     assert response.status_code == 400
     assert "window: not a window id" in response.content.decode()
+
+
+def test_a_window_whose_start_has_passed_cannot_be_changed_but_by_moving_it(clock, api):
+    """Its start passed before run_due started it: a reason-only change was refused naming
+    starts_at, which it had not sent."""
+    window = schedule_window(api)
+    clock.move_to(FROZEN_AT + timedelta(hours=1, seconds=1))  # 10:00:01, not yet started
+    response = api("ops").patch(f"/api/v1/maintenance/{window.pk}", {"reason": "later"}, format="json")
+    assert response.status_code == 409
+    assert response.json()["detail"] == maintenance.DUE.format(id=window.pk, starts_at=window.starts_at)
+    moved = api("ops").patch(f"/api/v1/maintenance/{window.pk}", {"starts_at": "2026-04-20T12:00:00Z"}, format="json")
+    assert moved.status_code == 200 and moved.json()["ends_at"] == "2026-04-20T16:00:00Z"
 
 
 @pytest.mark.parametrize(
