@@ -31,7 +31,7 @@ class ConsoleFilter(django_filters.FilterSet):
         fields = ["state", "zone", "rack", "gpu_type", "label", "name"]
 
     def by_gpu_type(self, nodes, _name, value):
-        return nodes.filter(gpu_type="" if value.lower() == CPU else value)
+        return nodes.filter(gpu_type="") if value.lower() == CPU else nodes.filter(gpu_type__iexact=value)
 
     def by_label(self, nodes, _name, value):
         key, has_value, wanted = value.partition("=")
@@ -44,6 +44,24 @@ class ConsoleFilter(django_filters.FilterSet):
         # 500), and its JSON paths read a key of digits as an array index: picked in Python.
         found = [pk for pk, labels in nodes.values_list("pk", "labels") if str((labels or {}).get(key)) == wanted]
         return nodes.filter(pk__in=found)
+
+
+UNKNOWN_PARAMETER = "not a filter: filter by {known}."
+ONE_VALUE = "one {name} at a time (only state may be given more than once)."
+PAGE_PARAMETERS = {"part"}  # htmx's partial reloads
+
+
+def misused(query) -> dict[str, str]:
+    """Parameter -> why it is refused: one that is no filter (a typo showed the whole fleet),
+    or a filter that takes one value given several (all but the last were dropped)."""
+    known = [*ConsoleFilter.base_filters]
+    errors = {}
+    for name in query:
+        if name not in known and name not in PAGE_PARAMETERS:
+            errors[name] = UNKNOWN_PARAMETER.format(known=", ".join(known))
+        elif name != "state" and len(query.getlist(name)) > 1:
+            errors[name] = ONE_VALUE.format(name=name)
+    return errors
 
 
 def choices() -> dict:

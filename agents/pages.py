@@ -77,7 +77,7 @@ def _full_page(request, error: ActionError | None = None, status: int = 200):
 def _heatmap_context(request, error: ActionError | None = None, notice: str = "") -> dict:
     """The filtered racks; bad filter values show nothing but their error (naming the field)."""
     filters = node_filters.ConsoleFilter(request.GET, queryset=Node.objects.all())
-    errors = {name: errs[0] for name, errs in filters.errors.items()}
+    errors = {**node_filters.misused(request.GET), **{name: errs[0] for name, errs in filters.errors.items()}}
     racks = [] if errors else console.racks(filters.qs)
     matching = [node for rack in racks for node in rack.nodes]
     query = request.GET.copy()

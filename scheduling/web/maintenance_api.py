@@ -79,13 +79,15 @@ class WindowList(APIView):
         responses=WindowSerializer(many=True),
     )
     def get(self, request: Request) -> Response:
-        """Windows soonest first: the open ones (scheduled, active), or `?state=` any state."""
+        """Windows soonest first: the open ones (scheduled, active), or those in `?state=` (repeat it for several)."""
         _admin_only(request)
-        state = request.query_params.get("state", "")
-        if state and state not in MaintenanceState.values:
-            raise exceptions.ValidationError({"state": [f"one of {', '.join(MaintenanceState.values)}."]})
+        states = [value for value in request.query_params.getlist("state") if value]
+        if unknown := [value for value in states if value not in MaintenanceState.values]:
+            raise exceptions.ValidationError(
+                {"state": [f"one of {', '.join(MaintenanceState.values)}, not {unknown[0]!r}."]}
+            )
         windows = MaintenanceWindow.objects.select_related("created_by").order_by("starts_at", "id")
-        windows = windows.filter(state=state) if state else windows.filter(state__in=maintenance.OPEN)
+        windows = windows.filter(state__in=states or maintenance.OPEN)  # ?state=A&state=B: either
         return Response(WindowSerializer(windows[:500], many=True).data)
 
     @extend_schema(request=WindowCreateSerializer, responses={201: WindowSerializer})

@@ -145,6 +145,11 @@ def test_schedule_change_cancel_are_listed_and_audited(clock, api):
     assert api("ops").delete(f"/api/v1/maintenance/{window.pk}").status_code == 409
     assert api("ops").get("/api/v1/maintenance").json() == []
     assert [w["id"] for w in api("ops").get("/api/v1/maintenance?state=CANCELLED").json()] == [window.pk]
+    either = api("ops").get("/api/v1/maintenance?state=CANCELLED&state=SCHEDULED").json()  # not the last alone
+    assert [w["id"] for w in either] == [window.pk]
+    assert api("ops").get("/api/v1/maintenance?state=DONE&state=OVER").json()["fields"]["state"] == [
+        "one of SCHEDULED, ACTIVE, DONE, CANCELLED, not 'OVER'."
+    ]
     events = AuditEvent.objects.filter(kind="MAINTENANCE").order_by("id")
     assert [(e.actor_name, e.reason, e.data["window"]) for e in events] == [
         ("ops", "SCHEDULED", window.pk),

@@ -46,6 +46,7 @@ def node_events(names, reason: str) -> list[tuple[str, str, str]]:
     [
         ("rack=z1-r1", Z1_R1),
         ("zone=z2&gpu_type=A100", [f"z2-r2-a100-0{i}" for i in range(1, 5)]),
+        ("zone=z2&gpu_type=a100", [f"z2-r2-a100-0{i}" for i in range(1, 5)]),  # as gpu_type=CPU matches cpu
         ("gpu_type=cpu&zone=z1", [f"z1-r4-cpu-0{i}" for i in range(1, 5)]),
         ("label=ib=hdr200", [f"z{z}-r2-a100-0{i}" for z in (1, 2) for i in range(1, 5)]),
         ("label=ib&zone=z1", [*Z1_R1, *[f"z1-r2-a100-0{i}" for i in range(1, 5)]]),
@@ -90,7 +91,14 @@ def test_squares_show_free_gpus_and_link_to_the_node(api, ops, ready):
 
 @pytest.mark.parametrize(
     ("query", "field"),
-    [("state=ASLEEP", "state"), ("label==x", "label"), ("name=" + "x" * 300, "name")],
+    [
+        ("state=ASLEEP", "state"),
+        ("label==x", "label"),
+        ("name=" + "x" * 300, "name"),
+        # A typo showed the whole fleet; a second zone replaced the first.
+        ("stat=LOST", "stat"),
+        ("zone=z1&zone=z2", "zone"),
+    ],
 )
 def test_a_bad_filter_is_a_400_naming_it(ops, ready, query, field):
     response = ops.get(f"/nodes/?{query}")
