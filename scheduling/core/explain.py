@@ -98,12 +98,21 @@ def length(seconds: float) -> str:
 def quota(job: PendingJob, over: tuple[str, int, int, int]) -> PendingReason:
     name, used, guaranteed, limit = over
     unit, who = job.shape.unit_name, ("team" if name == job.team else "parent team")
+    if job.shape.units > limit:  # however little the team runs: only a larger quota lets it start
+        return PendingReason(ReasonCode.QUOTA, over_ceiling(who, name, unit, guaranteed, limit, job.shape.units))
     return PendingReason(
         ReasonCode.QUOTA,
         (
             f"{who} {name} uses {used} {unit} (guaranteed {guaranteed}, borrowing limit reached at {limit}); "
             f"this job needs {job.shape.units} more"
         ),
+    )
+
+
+def over_ceiling(who: str, name: str, unit: str, guaranteed: int, limit: int, units: int) -> str:
+    return (
+        f"this job asks {units} {unit}, more than {who} {name} may ever hold ({limit}: guaranteed {guaranteed} "
+        f"plus its borrowing limit): it can start only once that quota is raised"
     )
 
 

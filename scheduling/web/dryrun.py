@@ -5,16 +5,21 @@ would let it start. Reads the cluster only; nothing is written."""
 from dataclasses import dataclass
 
 from django.conf import settings
+from django.utils import timezone
 
+from scheduling.cluster import load_nodes, load_running, load_teams
+from scheduling.core import explain
 from scheduling.core.explain import CapacityExplainer
+from scheduling.core.fairshare import Ledger
 from scheduling.core.feasibility import can_ever_run
+from scheduling.core.model import PendingJob
 from scheduling.core.placement import plan
 from scheduling.core.reasons import PendingReason
+from scheduling.core.state import ClusterState
 from scheduling.core.whatif import suggestions
 from scheduling.inventory import inventory
 from scheduling.pipeline_spec import normalized_step
 from scheduling.services import job_shape
-from scheduling.web.explanations import cluster_now
 
 
 @dataclass(frozen=True)
@@ -31,13 +36,24 @@ class DryRun:
 
 def dry_run(spec: dict) -> DryRun:
     """Try the normalized spec against the free room now with the scheduler's own placement;
-    when it does not fit, explain it the way the job page explains a pending job."""
-    state, nodes = cluster_now()
+    when it does not fit, explain it the way the job page explains a pending job. First, as a
+    pass does, the team's quota: a job over its borrowing limit (or one larger than its team
+    may ever hold) waits whatever room is free."""
+    now = timezone.now()
+    nodes, _ = load_nodes()
+    running = load_running(now)
+    state = ClusterState(nodes, running)
     shape = job_shape(spec)
+    over = Ledger.build(load_teams(), tuple(running), state.fleet.capacity).over_limit(
+        spec["team"], shape.resource_class, shape.units
+    )
+    if over is not None:
+        job = PendingJob(0, spec["team"], spec["priority"], shape, now.timestamp(), spec["max_runtime_hours"] * 3600)
+        return DryRun(shape.describe(), reason=explain.quota(job, over))
     placement = plan(state, shape)
     if placement is not None:
         return DryRun(shape.describe(), tuple(sorted((slot.name, count) for slot, count in placement)))
-    reason = CapacityExplainer(state, nodes).explain_shape(shape)
+    reason = CapacityExplainer(state, tuple(nodes)).explain_shape(shape)
     return DryRun(shape.describe(), reason=reason, suggestions=tuple(suggestions(state, shape, settings.MLQ_GPU_TYPES)))
 
 

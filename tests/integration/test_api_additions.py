@@ -131,6 +131,21 @@ def test_a_dry_run_of_a_job_that_fits_says_where_and_writes_nothing(api, fresh_l
     assert not Job.objects.exists() and not AuditEvent.objects.filter(job__isnull=False).exists()
 
 
+def test_a_dry_run_waits_on_the_teams_quota_as_a_pass_would(api, fresh_liveness):
+    """It said where 56 H100 would go while the team may hold 48: the job then waited for good."""
+    heartbeat()
+    spec = make_spec(team="research-vision", resources={"gpu_count": 56, "gpu_type": "H100"})
+    body = api("victor").post("/api/v1/jobs/dry-run", spec, format="json").json()
+    assert (body["can_ever_run"], body["placement"], body["reason"]["code"]) == (True, None, "QUOTA")
+    assert body["reason"]["message"] == (
+        "this job asks 56 H100, more than team research-vision may ever hold (48: guaranteed 16 plus its"
+        " borrowing limit): it can start only once that quota is raised"
+    )
+    eight = make_spec(team="research-vision", resources={"gpu_count": 8, "gpu_type": "H100"})
+    fits = api("victor").post("/api/v1/jobs/dry-run", eight, format="json").json()
+    assert fits["reason"] is None and fits["placement"] is not None
+
+
 def test_a_dry_run_in_yaml(api):
     response = post_yaml(api("alice"), "/api/v1/jobs/dry-run", yaml.safe_dump(make_spec()))
     assert response.status_code == 200 and response.json()["valid"] is True

@@ -384,6 +384,17 @@ def test_quota_limit_is_explained_with_numbers():
     )
 
 
+def test_a_job_larger_than_its_team_may_ever_hold_says_only_a_larger_quota_lets_it_start():
+    nodes = cluster(rack("z1-r1", 8))
+    quotas = teams(vision={"gpu:H100": (16, 16)})
+    decisions = schedule(snapshot(nodes, pending=[job(91, gpus=40)], team_list=quotas))
+    assert decisions.pending[91].code == ReasonCode.QUOTA
+    assert decisions.pending[91].message == (
+        "this job asks 40 H100, more than team vision may ever hold (32: guaranteed 16 plus its borrowing limit):"
+        " it can start only once that quota is raised"
+    )
+
+
 def test_at_guarantee_with_nothing_idle_is_quota():
     nodes = cluster(rack("z1-r1", 2))
     quotas = teams(vision={"gpu:H100": (8, 8)}, ranking={"gpu:H100": (8, 8)})
