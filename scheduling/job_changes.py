@@ -14,7 +14,6 @@ priority goes to every child still PENDING, a shorter time limit to every child 
 (placed children keep their priority, as a placed job does).
 The submitted spec (`Job.spec`) stays as submitted; the columns hold what is in force."""
 
-from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 from rest_framework import serializers
@@ -27,11 +26,11 @@ from scheduling.models import Job
 from scheduling.selectors import visible_jobs
 from scheduling.services import P0_RESERVED, check_may_cancel, do_cancel_job
 from scheduling.spec import (
-    MAX_RUNTIME_RANGE,
     StrictFloatField,
     StrictIntegerField,
     StrictSerializer,
     StrictStringField,
+    checked_max_runtime,
 )
 from scheduling.states import QUEUED_OR_RUNNING, UNSUCCESSFUL, JobState
 from teams.models import AuditEvent, EventKind
@@ -39,7 +38,7 @@ from teams.selectors import can_edit_quotas
 
 NOTHING_TO_CHANGE = "give at least one of name, priority, max_runtime_hours."
 NOT_NOW = "job {job_id} is {state}: its {field} can change only while it is {states}."
-RUNTIME_ONLY_DOWN = "max_runtime_hours may only go down: the job has {current:g}, you asked for {asked:g}."
+RUNTIME_ONLY_DOWN = "may only go down: the job has {current:g} hours, you asked for {asked:g}."
 CHANGED_MEANWHILE = "job {job_id} changed while this request ran ({field} is now {value!r}); look again and retry."
 
 # The states each change needs, checked and then required again by the UPDATE.
@@ -56,10 +55,7 @@ class JobChangeSerializer(StrictSerializer):
     max_runtime_hours = StrictFloatField(required=False)
 
     def validate_max_runtime_hours(self, value):
-        limit = settings.MLQ_MAX_RUNTIME_HOURS  # the submit's range, then "only down" on the job
-        if not 0 < value <= limit:
-            raise ValidationError(MAX_RUNTIME_RANGE.format(limit=limit, value=value))
-        return value
+        return checked_max_runtime(value)  # the submit's range, then "only down" on the job
 
     def validate(self, attrs):
         if not attrs:

@@ -53,7 +53,8 @@ GPUS_NOT_DIVISIBLE = "{gpus} GPUs cannot be split into tasks of {per_task} (gpus
 TASKS_DISAGREE = "{gpus} GPUs at {per_task} per task make {tasks} tasks, not {asked}."
 GPUS_PER_TASK_WITHOUT_GPUS = "is only for GPU jobs (gpu_count > 0)."
 CLIENT_JOB_ID_RULE = "use letters, digits and . _ : - (at most 128), starting with a letter or digit."
-MAX_RUNTIME_RANGE = "must be more than 0 and at most {limit:g} hours, got {value:g}."
+MAX_RUNTIME_RANGE = "must be at least 1 second (0.0003 hours) and at most {limit:g} hours, got {value:g}."
+MIN_RUNTIME_HOURS = 1 / 3600  # 1e-300 hours was taken: the job was placed and timed out at once
 ONE_GROUP_KIND = "a job is at most one of an array, a sweep and a pipeline."
 GROUP_BLOCKS = ("array", "sweep", "pipeline")
 REQUIRED = "This field is required."
@@ -387,10 +388,7 @@ class JobSpecSerializer(StrictSerializer):
         return value
 
     def validate_max_runtime_hours(self, value):
-        limit = settings.MLQ_MAX_RUNTIME_HOURS
-        if not 0 < value <= limit:
-            raise serializers.ValidationError(MAX_RUNTIME_RANGE.format(limit=limit, value=value))
-        return value
+        return checked_max_runtime(value)
 
     def validate_owner(self, value):
         user = self.context.get("user")
@@ -442,6 +440,14 @@ def _name_from(command: list[str] | None) -> str:
     if not command:
         return "pipeline"
     return without_invisible(command[0].rsplit("/", 1)[-1])[:200] or "job"
+
+
+def checked_max_runtime(value: float) -> float:
+    """A job's time limit in hours, from a second to MLQ_MAX_RUNTIME_HOURS (a submit's, a change's)."""
+    limit = settings.MLQ_MAX_RUNTIME_HOURS
+    if not MIN_RUNTIME_HOURS <= value <= limit:
+        raise serializers.ValidationError(MAX_RUNTIME_RANGE.format(limit=limit, value=value))
+    return value
 
 
 def _nested(serializer_class, value):

@@ -224,6 +224,15 @@ CASES = [
         MAX_RUNTIME_RANGE.format(limit=settings.MLQ_MAX_RUNTIME_HOURS, value=0),
     ),
     (
+        "a max runtime of no time at all",
+        "alice",
+        make_spec(max_runtime_hours=1e-300),
+        None,
+        400,
+        "max_runtime_hours",
+        MAX_RUNTIME_RANGE.format(limit=settings.MLQ_MAX_RUNTIME_HOURS, value=1e-300),
+    ),
+    (
         "max runtime over the limit",
         "alice",
         make_spec(max_runtime_hours=10_000),

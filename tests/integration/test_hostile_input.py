@@ -233,7 +233,7 @@ CASES = [
         make_spec(max_runtime_hours=1e308),
         None,
         400,
-        "max_runtime_hours: must be more than 0 and at most 720 hours, got 1e+308.",
+        "max_runtime_hours: must be at least 1 second (0.0003 hours) and at most 720 hours, got 1e+308.",
     ),
     (
         "an integer of 5,000 digits",
