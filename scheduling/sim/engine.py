@@ -32,11 +32,12 @@ from scheduling.core.settle import (
 from scheduling.sim.gate import DecisionGate, Watched
 from scheduling.sim.trace import TraceJob
 from scheduling.sim.views import SchedulerViews, resumed_view
+from scheduling.sim.wakes import AGED, VictimWakes
 
 ARRIVE, FINISH, STOP, FAIL, RECOVER, TICK, SAMPLE = "arrive", "finish", "stop", "fail", "recover", "tick", "sample"
 WINDOW_ENDS = "window_ends"
 # At one instant: free what ends first, then take arrivals, then ask the policy once.
-EVENT_ORDER = {FINISH: 0, STOP: 0, FAIL: 1, RECOVER: 1, WINDOW_ENDS: 1, ARRIVE: 2, TICK: 3, SAMPLE: 3}
+EVENT_ORDER = {FINISH: 0, STOP: 0, FAIL: 1, RECOVER: 1, WINDOW_ENDS: 1, ARRIVE: 2, TICK: 3, SAMPLE: 3, AGED: 3}
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,8 @@ class SimConfig:
     # Skip asking the policy where no waiting job could fit or evict (gate.py): the same
     # schedule, fewer passes. False: ask whenever something happened (the reference path).
     skip_quiet_instants: bool = True
+    # Ask the policy when a running job has run a preemption minimum (wakes.py): a forecast's.
+    wake_when_victims_age: bool = False
     # Every job's restart policy (a trace says nothing of its own): the spec's defaults.
     restart_policy: RestartPolicy = field(default_factory=RestartPolicy)
     # What a restart costs before work resumes (pulling the image, loading data and the last
@@ -117,7 +120,7 @@ class Run:
 
 
 @dataclass
-class Simulation(SchedulerViews):
+class Simulation(SchedulerViews, VictimWakes):
     nodes: list[core.Node]
     teams: tuple[core.Team, ...]
     jobs: list[TraceJob]
@@ -155,6 +158,7 @@ class Simulation(SchedulerViews):
         if self.config.skip_quiet_instants:
             self._watch()
         self.node_state = {node.name: node.state for node in self.nodes}
+        self.victim_ages = self._victim_ages()
         self.decisions = 0
         self.samples: list[tuple[dict[str, int], dict[str, int]]] = []  # (held, held + waiting) per team
         self.pending_views: dict[int, core.PendingJob] = {}  # rebuilt only when a job's state changes
@@ -218,6 +222,7 @@ class Simulation(SchedulerViews):
             confirmed=confirmed,
         )
         self._at(end_at, FINISH, (job.job_id, token))
+        self._wake_when_aged(placement, placement.started_at, token)
 
     def run(self) -> "Simulation":
         config = self.config
@@ -496,6 +501,7 @@ class Simulation(SchedulerViews):
         )
         self.moved.add(job.job_id)
         self._at(max(self.now, started + overhead + remaining), FINISH, (job.job_id, token))
+        self._wake_when_aged(self.running[job.job_id].placement, started, token)
 
     def _backdated(self, job_id: int, tasks) -> float:
         """When a job placed now would have started had the policy been asked at every instant

@@ -109,6 +109,7 @@ def simulate(
         step_growth=step_growth,
         backdate_starts=backdate,
         skip_quiet_instants=skip_quiet,
+        wake_when_victims_age=True,  # no ticks: a preemption waiting on its victims' minimum happens
     )
     sim = Simulation(
         list(snapshot.nodes),

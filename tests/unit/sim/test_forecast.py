@@ -5,11 +5,12 @@ import random
 
 import pytest
 
+from scheduling.core.scheduler import schedule
 from scheduling.sim.engine import SimConfig, Simulation
 from scheduling.sim.forecast import forecast
 from scheduling.sim.policies import MlqueuePolicy
 from scheduling.sim.trace import TraceJob
-from tests.unit.core.builders import HOUR, NOW, cluster, job, rack, running, snapshot
+from tests.unit.core.builders import HOUR, NOW, cluster, job, rack, running, snapshot, teams
 
 
 def test_the_bound_queues_behind_max_runtimes_and_the_likely_behind_typical_ones():
@@ -26,6 +27,23 @@ def test_the_bound_queues_behind_max_runtimes_and_the_likely_behind_typical_ones
     # time; events this sparse are each decided on at their own time.
     coarse = forecast(state, likely_fraction={"vision": 0.5})
     assert (coarse.latest, coarse.likely) == (result.latest, result.likely)
+
+
+def test_a_preemption_waiting_on_its_victims_minimum_runtime_is_forecast_when_they_reach_it():
+    """The live reason said "1 victim reachable at 21:25"; the forecast, which only woke at
+    arrivals and ends, gave the start at the victim's end, ten hours later."""
+    nodes = cluster(rack("z1-r1", 1))
+    quotas = teams(vision={"gpu:H100": (8, 8)}, ranking={"gpu:H100": (8, 8)})
+    victim = running(1, ["z1-r1-n1"], team="ranking", priority="P2", age=300, remaining=10 * HOUR)
+    state = snapshot(nodes, pending=[job(2, team="vision", priority="P1")], running_jobs=[victim], team_list=quotas)
+    assert schedule(state).pending[2].message.startswith("1 victim reachable at 21:25 UTC after their 10-minute")
+    exact = forecast(state, step_s=0)
+    # Reachable at +5 min (600 s run), evicted then, its 120 s grace: the P1 starts at +7 min.
+    assert exact.latest == {2: NOW + 300 + 120}
+    assert forecast(state).latest[2] <= NOW + 15 * 60  # by default within a few coarse steps, not hours
+    # A job that outranks nobody running gets no early start.
+    p3 = snapshot(nodes, pending=[job(3, team="vision", priority="P3")], running_jobs=[victim], team_list=quotas)
+    assert forecast(p3, step_s=0).latest == {3: NOW + 10 * HOUR}
 
 
 def test_a_coarse_forecast_rounds_starts_up_never_down():
