@@ -155,7 +155,11 @@ class RestartPolicy:
         return min(self.backoff_base_s * 2**retries_used, self.backoff_max_s)
 
     def resumes(self, mode: RestartMode) -> str:
-        return "resuming from its checkpoint" if mode == RestartMode.RESUME and self.checkpointing else "from the start"
+        return (
+            "resuming from its last checkpoint, if any"
+            if mode == RestartMode.RESUME and self.checkpointing
+            else "from the start"
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -148,7 +148,7 @@ def test_requeue_stops_a_running_job_gracefully_and_spends_nothing(api, leader):
     assert (job.state, job.retries_used, job.restarts_used, job.preemptions) == ("ASSIGNED", 0, 0, 0)
     assert {t.attempt for t in job.tasks.all()} == {2}
     assert AuditEvent.objects.get(job=job, kind="RETRY").message == (
-        "requeued on request, resuming from its checkpoint (retries and restarts not spent)"
+        "requeued on request, resuming from its last checkpoint, if any (retries and restarts not spent)"
     )
     run_all_ranks(job, exit_code=0)
     job.refresh_from_db()

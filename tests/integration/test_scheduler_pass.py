@@ -142,7 +142,7 @@ def test_preempted_gang_is_requeued_whole_and_resumes_with_a_new_attempt(clock, 
     assert set(urgent.tasks.values_list("state", flat=True)) == {"ASSIGNED"}
     retry = AuditEvent.objects.get(job=victim, kind="RETRY")
     assert retry.message == (
-        "preempted; requeued, resuming from its checkpoint (preemption 1; restarts and retries not spent)"
+        "preempted; requeued, resuming from its last checkpoint, if any (preemption 1; restarts and retries not spent)"
     )
     reports.do_report_exited(job_id=urgent.pk, rank=0, attempt=1, exit_code=0)  # frees the node
     run_pass(epoch=leader)

@@ -39,7 +39,7 @@ def test_a_job_preempted_25_times_with_max_restarts_20_is_still_requeued(api, le
         assert job.tasks.get().attempt == attempt + 1
     assert counters(job) == ("ASSIGNED", 25, 0, 0)
     assert AuditEvent.objects.filter(job=job, kind="RETRY").last().message == (
-        "preempted; requeued, resuming from its checkpoint (preemption 25; restarts and retries not spent)"
+        "preempted; requeued, resuming from its last checkpoint, if any (preemption 25; restarts and retries not spent)"
     )
 
 
@@ -51,7 +51,8 @@ def test_drains_and_spot_reclaims_spend_nothing_either(api, leader):
     run_pass(epoch=leader)
     assert counters(job) == ("ASSIGNED", 1, 0, 0)
     assert AuditEvent.objects.get(job=job, kind="RETRY").message == (
-        "drained off its node; requeued, resuming from its checkpoint (preemption 1; restarts and retries not spent)"
+        "drained off its node; requeued, resuming from its last checkpoint, if any "
+        "(preemption 1; restarts and retries not spent)"
     )
 
 
@@ -79,7 +80,8 @@ def test_a_lost_node_still_spends_max_restarts(api, leader):
     job.refresh_from_db()
     assert (job.state, job.failure_class, job.restarts_used, job.preemptions) == ("FAILED", "INFRA", 1, 0)
     assert AuditEvent.objects.get(job=job, kind="RETRY").message == (
-        "lost to an infrastructure failure; restart 1 of 1, resuming from its checkpoint (retries not spent)"
+        "lost to an infrastructure failure; restart 1 of 1, resuming from its last checkpoint, if any "
+        "(retries not spent)"
     )
     assert AuditEvent.objects.get(job=job, kind="TRANSITION", to_state="FAILED", reason="INFRA").message == (
         "lost to an infrastructure failure; no restarts left (1 allowed)"

@@ -143,7 +143,8 @@ CASES = [
         Verdict(
             Action.REQUEUE,
             SettleCode.PREEMPTED,
-            "preempted; requeued, resuming from its checkpoint (preemption 25; restarts and retries not spent)",
+            "preempted; requeued, resuming from its last checkpoint, if any "
+            "(preemption 25; restarts and retries not spent)",
             counter=Counter.PREEMPTIONS,
             count=25,
         ),
@@ -197,7 +198,8 @@ CASES = [
         Verdict(
             Action.REQUEUE,
             SettleCode.RESTART,
-            "lost to an infrastructure failure; restart 4 of 20, resuming from its checkpoint (retries not spent)",
+            "lost to an infrastructure failure; restart 4 of 20, resuming from its last checkpoint, if any "
+            "(retries not spent)",
             counter=Counter.RESTARTS,
             count=4,
         ),
@@ -223,7 +225,8 @@ CASES = [
         Verdict(
             Action.REQUEUE,
             SettleCode.PREEMPTED,
-            "preempted; requeued, resuming from its checkpoint (preemption 1; restarts and retries not spent)",
+            "preempted; requeued, resuming from its last checkpoint, if any "
+            "(preemption 1; restarts and retries not spent)",
             counter=Counter.PREEMPTIONS,
             count=1,
         ),
