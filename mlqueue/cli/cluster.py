@@ -88,7 +88,7 @@ def quota(ctx, team, changes, reason, output):
 
 
 @main.command()
-@click.option("--state")
+@click.option("--state", multiple=True, help="READY, CORDONED, DRAINING, ... (repeat for several)")
 @click.option("--rack")
 @click.option("--zone")
 @click.option("--gpu-type", help="H100, A100, ...; cpu for the nodes without GPUs")
@@ -100,9 +100,10 @@ def nodes(ctx, state, rack, zone, gpu_type, output):
     \b
     Example:
       mlq nodes --state READY --rack z1-r1
+      mlq nodes --state CORDONED --state DRAINING
       mlq nodes --gpu-type cpu
     """
-    found = client(ctx).nodes(state=state, rack=rack, zone=zone, gpu_type=gpu_type)
+    found = client(ctx).nodes(state=list(state) or None, rack=rack, zone=zone, gpu_type=gpu_type)
     emit(found, output, NODE_COLUMNS, NODE_WIDE)
 
 
@@ -119,8 +120,25 @@ def _node_verb(action: str, example: str):
 
 
 _node_verb("cordon", 'mlq cordon gpu-017 --reason "flaky NVLink"')
-_node_verb("drain", 'mlq drain gpu-017 --reason "maintenance"')
 _node_verb("uncordon", 'mlq uncordon gpu-017 --reason "repaired"')
+
+
+@main.command()
+@click.argument("node")
+@click.option("--reason", required=True, help="recorded in the audit log")
+@click.option("--wait", is_flag=True, help="let running tasks finish instead of stopping them now")
+@output_option
+@click.pass_context
+def drain(ctx, node, reason, wait, output):
+    """Drain NODE (admins): no new tasks; running ones are stopped gracefully and requeued, or
+    with --wait left to finish.
+
+    \b
+    Example:
+      mlq drain gpu-017 --reason "maintenance"
+      mlq drain gpu-017 --reason "firmware" --wait
+    """
+    emit(client(ctx).drain(node, reason, wait=True if wait else None), output, NODE_COLUMNS, NODE_WIDE)
 
 
 @main.command("include-gpus")

@@ -707,6 +707,27 @@ def test_dry_run_set_events_nodes_and_cordon(spec_file):
     assert server.bodies("POST", "/api/v1/nodes/gpu-017/cordon") == [{"reason": "flaky"}]
 
 
+def test_drain_may_wait_and_nodes_filter_by_several_states():
+    """`mlq drain` had no --wait, and a second --state replaced the first."""
+    node = {"name": "gpu-017", "state": "DRAINING", "gpu_type": "H100", "gpu_count": 8}
+    server = FakeServer(
+        {
+            ("POST", "/api/v1/nodes/gpu-017/drain"): (200, node),
+            ("GET", "/api/v1/nodes"): (200, {"next": None, "results": [node]}),
+        }
+    )
+    assert run(server, "drain", "gpu-017", "--reason", "firmware", "--wait").exit_code == 0
+    assert run(server, "drain", "gpu-017", "--reason", "now").exit_code == 0
+    assert server.bodies("POST", "/api/v1/nodes/gpu-017/drain") == [
+        {"reason": "firmware", "wait": True},
+        {"reason": "now"},
+    ]
+    assert run(server, "nodes", "--state", "READY", "--state", "LOST").exit_code == 0
+    assert server.requests[-1].url.params.get_list("state") == ["READY", "LOST"]
+    run(server, "nodes")
+    assert "state" not in server.requests[-1].url.params
+
+
 def test_include_gpus_puts_excluded_gpus_back():
     node = {"name": "gpu-017", "state": "READY", "gpu_type": "H100", "gpu_count": 8, "excluded_gpus": {}}
     server = FakeServer({("POST", "/api/v1/nodes/gpu-017/include-gpus"): (200, node)})
