@@ -6,6 +6,7 @@ from __future__ import annotations
 import click
 
 from mlqueue.client import Client, MlqError
+from mlqueue.client.specs import override_key
 
 EXIT_REFUSED = 1
 EXIT_FAILED = 1
@@ -46,3 +47,13 @@ def main(ctx: click.Context, server: str | None):
     """
     ctx.ensure_object(dict)
     ctx.obj.setdefault("client", lambda: Client(server=server))
+
+
+def checked_overrides(items: tuple[str, ...]) -> tuple[str, ...]:
+    """--set items not of the shape KEY=VALUE are a usage error (exit 2), as the docs say."""
+    for item in items:
+        try:
+            override_key(item)
+        except MlqError as error:
+            raise click.BadParameter(error.detail, param_hint="--set") from None
+    return items

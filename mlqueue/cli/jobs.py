@@ -6,7 +6,7 @@ import datetime
 
 import click
 
-from mlqueue.cli.app import EXIT_CANCELLED, EXIT_FAILED, client, main
+from mlqueue.cli.app import EXIT_CANCELLED, EXIT_FAILED, checked_overrides, client, main
 from mlqueue.cli.columns import (
     EVENT_COLUMNS,
     JOB_COLUMNS,
@@ -52,6 +52,7 @@ SCHEDULE_NOT_A_JOB = (
     "overrides",
     multiple=True,
     metavar="KEY=VALUE",
+    callback=lambda ctx, param, items: checked_overrides(items),
     help="override a dotted field; VALUE is YAML: 16 is a number, '16' a string (env values are strings)",
 )
 @click.option("--array", type=ArrayIndices(), help=ARRAY_HELP)

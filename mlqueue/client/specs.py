@@ -59,11 +59,17 @@ def read_text(path: Path) -> str:
 
 def parse_override(item: str) -> tuple[list[str], Any]:
     """`resources.gpu_count=16` -> (["resources", "gpu_count"], 16): the value read as a YAML scalar."""
-    key, equals, text = item.partition("=")
+    parts = override_key(item)
+    return parts, read_scalar(item.partition("=")[2], ".".join(parts))
+
+
+def override_key(item: str) -> list[str]:
+    """KEY=VALUE's dotted key, as its parts; an item not of that shape is an MlqError."""
+    key, equals, _ = item.partition("=")
     parts = key.strip().split(".")
     if not equals or not all(parts):
         raise MlqError(0, BAD_OVERRIDE.format(item=item))
-    return parts, read_scalar(text, key.strip())
+    return parts
 
 
 def read_scalar(text: str, where: str) -> Any:

@@ -147,6 +147,16 @@ def test_a_malformed_set_is_refused(item):
     assert raised.value.detail == client.BAD_OVERRIDE.format(item=item)
 
 
+@pytest.mark.parametrize("command", [("submit", "SPEC"), ("schedules", "create", "-f", "SPEC")])
+def test_a_malformed_set_is_a_usage_error(spec_file, command):
+    """It exited 1, as a refusal; the docs say a usage error exits 2."""
+    server = FakeServer({})
+    args = [str(spec_file) if part == "SPEC" else part for part in command]
+    result = run(server, *args, "--set", "gpu_count")
+    assert result.exit_code == 2 and client.BAD_OVERRIDE.format(item="gpu_count") in result.output
+    assert server.requests == []
+
+
 def test_overrides_apply_to_a_copy_and_cannot_pass_through_a_value():
     spec = {"resources": {"gpu_count": 1}, "command": ["x"]}
     out = client.apply_overrides(spec, ["resources.gpu_count=16", "env.A=1"], priority="P1")
