@@ -24,7 +24,7 @@ from scheduling import notify
 from scheduling.core.model import PRIORITIES
 from scheduling.models import Job
 from scheduling.selectors import visible_jobs
-from scheduling.services import P0_RESERVED, check_may_cancel, do_cancel_job
+from scheduling.services import P0_RESERVED, UNKNOWN_TEAM, check_may_cancel, do_cancel_job
 from scheduling.spec import (
     StrictFloatField,
     StrictIntegerField,
@@ -33,7 +33,7 @@ from scheduling.spec import (
     checked_max_runtime,
 )
 from scheduling.states import QUEUED_OR_RUNNING, UNSUCCESSFUL, JobState
-from teams.models import AuditEvent, EventKind
+from teams.models import AuditEvent, EventKind, Team
 from teams.selectors import can_edit_quotas
 
 NOTHING_TO_CHANGE = "give at least one of name, priority, max_runtime_hours."
@@ -151,6 +151,11 @@ class CancelFilterSerializer(StrictSerializer):
     owner = StrictStringField(required=False, max_length=150, help_text='a user name, or "me"')
     state = serializers.ChoiceField(JobState.choices, required=False)
     team = StrictStringField(required=False, max_length=100)
+
+    def validate_team(self, value):
+        if not Team.objects.filter(name=value).exists():  # a typo matched nothing, and said so as "none"
+            raise ValidationError(UNKNOWN_TEAM.format(name=value))
+        return value
 
     def validate(self, attrs):
         if not attrs:

@@ -341,6 +341,7 @@ def test_bulk_cancel_by_filter(api):
         ({"ids": [1], "filter": {"owner": "me"}}, {"body": [IDS_OR_FILTER]}),
         ({"filter": {}}, {"filter": [EMPTY_FILTER]}),
         ({"filter": {"owner": "me", "colour": "red"}}, {"filter.colour": [UNKNOWN_FIELD]}),
+        ({"filter": {"team": "reserch-vision"}}, {"filter.team": ["no team named 'reserch-vision'."]}),
         ({"ids": []}, {"ids": ["This list may not be empty."]}),
         (
             {"ids": list(range(1, MAX_BULK_CANCEL + 2))},
