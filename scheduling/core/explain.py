@@ -63,7 +63,13 @@ def backoff(job: PendingJob, now: float) -> PendingReason:
     return PendingReason(ReasonCode.BACKOFF, f"retry back-off until {clock(job.not_before)} ({wait:.0f} s from now)")
 
 
-def maintenance(job: PendingJob, window: MaintenanceWindow) -> PendingReason:
+def maintenance(job: PendingJob, window: MaintenanceWindow, now: float) -> PendingReason:
+    if window.start_at <= now:  # under way: "drains at" a time past read as a mistake
+        return PendingReason(
+            ReasonCode.MAINTENANCE,
+            f"{window.target} is under maintenance until {day_and_clock(window.end_at)} "
+            f"(maintenance #{window.window_id}); this job would start inside it",
+        )
     return PendingReason(
         ReasonCode.MAINTENANCE,
         f"{describe_window(window)}; this job's {length(job.max_runtime_s)} time limit would run into it",

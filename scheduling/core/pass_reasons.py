@@ -51,7 +51,7 @@ class PassReasons:
         rclass = job.resource_class
         window = self._window_in_the_way(job)
         if window is not None:
-            return explain.with_reservation(explain.maintenance(job, window), reservation)
+            return explain.with_reservation(explain.maintenance(job, window, self.now), reservation)
         held_for = self._held_for_preemptors(job)
         if held_for is not None and self._fits_unlimited(job.shape):
             return explain.with_reservation(held_for, reservation)

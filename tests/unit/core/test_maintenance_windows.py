@@ -55,6 +55,16 @@ def test_a_job_starts_on_a_window_rack_only_if_it_ends_before(runtime, nodes, co
         assert (decisions.pending[10].code, decisions.pending[10].message) == (code, message)
 
 
+def test_a_window_under_way_says_until_when_not_when_it_drained():
+    """It said "drains at" a time already past while the window was on."""
+    active = MaintenanceWindow(7, "rack z1-r1", ("z1-r1-n1", "z1-r1-n2"), NOW - HOUR, NOW + HOUR)
+    decisions = schedule(with_windows(active, pending=[job(10, runtime=HOUR)], running_jobs=R2_BUSY, backfill=False))
+    assert (decisions.pending[10].code, decisions.pending[10].message) == (
+        ReasonCode.MAINTENANCE,
+        "rack z1-r1 is under maintenance until 2026-11-06 22:20 UTC (maintenance #7); this job would start inside it",
+    )
+
+
 def test_a_long_job_goes_to_a_rack_without_a_window():
     decisions = schedule(with_windows(RACK_R1, pending=[job(10, runtime=24 * HOUR)]))
     assert placed_nodes(decisions, 10) == ["z1-r2-n1"]
