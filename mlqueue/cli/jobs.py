@@ -45,6 +45,9 @@ SCHEDULE_NOT_A_JOB = (
 )
 
 
+DRY_RUN_ALONE = "--dry-run submits nothing: --wait and --follow have no job to follow."
+
+
 @main.command()
 @click.argument("specs", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
 @click.option(
@@ -84,6 +87,8 @@ def submit(ctx, specs, overrides, array, max_failures, sweep_seed, dry_run, wait
       mlq submit runs/*.yaml
       mlq submit sweep-by-hand.jsonl
     """
+    if dry_run and (wait or follow):  # a dry run submits nothing to wait for
+        raise click.UsageError(DRY_RUN_ALONE)
     sdk = client(ctx)
     loaded = load_specs(specs)
     if len(loaded) != 1 or len(specs) != 1 or is_json_lines(specs[0]):

@@ -147,6 +147,14 @@ def test_a_malformed_set_is_refused(item):
     assert raised.value.detail == client.BAD_OVERRIDE.format(item=item)
 
 
+@pytest.mark.parametrize("follow", ["--wait", "--follow"])
+def test_a_dry_run_with_wait_is_a_usage_error(spec_file, follow):
+    server = FakeServer({})
+    result = run(server, "submit", str(spec_file), "--dry-run", follow)
+    assert result.exit_code == 2 and "--dry-run submits nothing" in result.output
+    assert server.requests == []
+
+
 @pytest.mark.parametrize("command", [("submit", "SPEC"), ("schedules", "create", "-f", "SPEC")])
 def test_a_malformed_set_is_a_usage_error(spec_file, command):
     """It exited 1, as a refusal; the docs say a usage error exits 2."""
