@@ -8,6 +8,7 @@ import re
 import pytest
 from django.utils import timezone
 
+from mlqueue.breaker import RedisBreaker
 from scheduling import node_health
 from scheduling.leader.worker import run_pass
 from scheduling.models import Job, Node, Task
@@ -20,9 +21,12 @@ NAME = "z1-r1-h100-01"
 
 
 @pytest.fixture(autouse=True)
-def health_settings(settings):
+def health_settings(settings, monkeypatch):
     settings.MLQ_AGENT_JOIN_TOKEN = "join-secret"
     settings.MLQ_HEALTH_INFRA_FAILURES = 2
+    # A fresh breaker: one an earlier test's Redis outage opened in this process would skip
+    # storing the samples these tests read back.
+    monkeypatch.setattr(node_health, "_redis", RedisBreaker("node health samples"))
 
 
 def gpus(**faults) -> list[dict]:

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from mlqueue.breaker import RedisBreaker
 from mlqueue.redis_client import COMMAND_TIMEOUT_S
-from scheduling import liveness, notify
+from scheduling import liveness, node_health, notify
 from scheduling.leader import failures
 from scheduling.leader.failures import Clocks, detect
 from scheduling.leader.worker import Waker, run_pass
@@ -45,6 +45,8 @@ def redis_down(settings, monkeypatch):
     settings.REDIS_URL = f"redis://127.0.0.1:{port}/0"
     monkeypatch.setattr(liveness, "_redis", RedisBreaker("liveness"))
     monkeypatch.setattr(notify, "_wakeups", RedisBreaker("wake-ups"))
+    # Its own breaker, so the one tests after it use is not left open by this outage.
+    monkeypatch.setattr(node_health, "_redis", RedisBreaker("node health samples"))
 
 
 @pytest.fixture
