@@ -51,6 +51,7 @@ GPU_TYPE_REQUIRED = "required when gpu_count is {gpus}."
 GPU_TYPE_WITHOUT_GPUS = "is 0 but gpu_type is {gpu_type}; leave gpu_type out for a CPU job."
 GPUS_NOT_DIVISIBLE = "{gpus} GPUs cannot be split into tasks of {per_task} (gpus_per_task)."
 TASKS_DISAGREE = "{gpus} GPUs at {per_task} per task make {tasks} tasks, not {asked}."
+NO_GPUS_PER_TASK = "at least 1 for a job of {gpus} GPUs; leave it out for tasks of up to 8 GPUs each (whole nodes)"
 GPUS_PER_TASK_WITHOUT_GPUS = "is only for GPU jobs (gpu_count > 0)."
 CLIENT_JOB_ID_RULE = "use letters, digits and . _ : - (at most 128), starting with a letter or digit."
 MAX_RUNTIME_RANGE = "must be at least 1 second (0.0003 hours) and at most {limit:g} hours, got {value:g}."
@@ -220,6 +221,8 @@ class ResourcesSerializer(StrictSerializer):
 
     def _validate_gpu_tasks(self, attrs):
         gpus = attrs["gpu_count"]
+        if attrs.get("gpus_per_task") == 0:  # it read as "the default" and became 8 unasked
+            raise serializers.ValidationError({"gpus_per_task": [NO_GPUS_PER_TASK.format(gpus=gpus)]})
         per_task = attrs.get("gpus_per_task") or min(gpus, DEFAULT_MAX_GPUS_PER_TASK)
         if gpus % per_task:
             raise serializers.ValidationError({"gpu_count": [GPUS_NOT_DIVISIBLE.format(gpus=gpus, per_task=per_task)]})

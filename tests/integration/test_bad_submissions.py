@@ -20,6 +20,7 @@ from scheduling.spec import (
     GPUS_NOT_DIVISIBLE,
     INVALID_NAME,
     MAX_RUNTIME_RANGE,
+    NO_GPUS_PER_TASK,
     NOT_A_NUMBER,
     NOT_A_STRING,
     NOT_AN_INTEGER,
@@ -222,6 +223,15 @@ CASES = [
         400,
         "max_runtime_hours",
         MAX_RUNTIME_RANGE.format(limit=settings.MLQ_MAX_RUNTIME_HOURS, value=0),
+    ),
+    (
+        "zero GPUs per task for a GPU job",
+        "alice",
+        make_spec(resources={"gpu_count": 8, "gpu_type": "H100", "gpus_per_task": 0}),
+        None,
+        400,
+        "resources.gpus_per_task",
+        NO_GPUS_PER_TASK.format(gpus=8),
     ),
     (
         "a max runtime of no time at all",
