@@ -8,7 +8,8 @@ import sys
 from collections.abc import Callable, Sequence
 
 import click
-import yaml
+
+from mlqueue.client.specs import dump_yaml
 
 OUTPUTS = click.Choice(["table", "wide", "json", "yaml"])
 
@@ -34,7 +35,7 @@ def emit(data, output: str, columns: Sequence[tuple[str, Callable]], wide: Seque
         click.echo(json.dumps(plain(data), indent=2, sort_keys=True, default=str))
         return
     if output == "yaml":
-        click.echo(yaml.safe_dump(plain(data), sort_keys=True, default_flow_style=False).rstrip("\n"))
+        click.echo(dump_yaml(plain(data), sort_keys=True, default_flow_style=False).rstrip("\n"))
         return
     # Imported here: rich takes about 70 ms to import, which scripts asking for json or yaml never pay.
     from rich.console import Console

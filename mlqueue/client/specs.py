@@ -1,6 +1,7 @@
 """Job spec files (YAML or JSON) and `--set KEY=VALUE` overrides, read as the API will: the
 server checks every field; this only refuses what is not a spec at all."""
 
+import copy
 import json
 import os
 import re
@@ -39,11 +40,22 @@ SpecLoader.yaml_implicit_resolvers = {
 }
 SpecLoader.add_implicit_resolver(_BOOL, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
 # After YAML 1.1's own forms (which need a dot and a signed exponent): JSON's exponents.
-SpecLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
-    list("-+0123456789."),
-)
+EXPONENT = re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$")
+SpecLoader.add_implicit_resolver("tag:yaml.org,2002:float", EXPONENT, list("-+0123456789."))
+
+
+class SpecDumper(yaml.SafeDumper):
+    """YAML written for SpecLoader to read back: a string that it would read as a number
+    ("1e-5", an argument in a command) is quoted."""
+
+
+SpecDumper.add_implicit_resolver("tag:yaml.org,2002:float", EXPONENT, list("-+0123456789."))
+SpecDumper.add_implicit_resolver(_BOOL, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
+
+
+def dump_yaml(data, **options) -> str:
+    """`data` as YAML that `read_yaml` reads back as the same data."""
+    return yaml.dump(data, Dumper=SpecDumper, **options)
 
 
 def read_yaml(text: str) -> Any:
@@ -85,7 +97,7 @@ def read_scalar(text: str, where: str) -> Any:
 
 def apply_overrides(spec: dict, items: Iterable[str] = (), **overrides) -> dict:
     """A copy of `spec` with dotted `KEY=VALUE` items and keyword overrides (top-level fields) applied."""
-    out = read_yaml(yaml.safe_dump(spec))  # a deep copy of plain data
+    out = copy.deepcopy(spec)
     pairs = [parse_override(item) for item in items] + [([key], value) for key, value in overrides.items()]
     for parts, value in pairs:
         here = out

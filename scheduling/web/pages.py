@@ -3,7 +3,6 @@ services; fragments are served to htmx for live refreshes."""
 
 from urllib.parse import urlencode
 
-import yaml
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.shortcuts import get_object_or_404, redirect, render
@@ -12,6 +11,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 from rest_framework.exceptions import APIException, PermissionDenied
 
+from mlqueue.client.specs import dump_yaml
 from scheduling import job_metrics, node_health, services
 from scheduling.models import Job, Priority, TaskLog, TaskState
 from scheduling.secrets import masked_spec
@@ -60,7 +60,7 @@ def spec_yaml(spec: dict) -> str:
     secret_env values as *** (stored so; masked again so no other writer can leak one here)."""
     spec = masked_spec(spec)
     ordered = {name: spec[name] for name in SPEC_FIELD_ORDER if name in spec}
-    return yaml.safe_dump(ordered, sort_keys=False, default_flow_style=False)
+    return dump_yaml(ordered, sort_keys=False, default_flow_style=False)
 
 
 def _job_for(request, job_id: int) -> Job:

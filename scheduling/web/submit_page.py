@@ -18,7 +18,6 @@ import re
 from dataclasses import dataclass, field
 from functools import cache
 
-import yaml
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -28,6 +27,7 @@ from django.views.decorators.debug import sensitive_post_parameters
 from rest_framework.exceptions import Throttled, ValidationError
 
 from mlqueue.api_errors import flatten_errors
+from mlqueue.client.specs import dump_yaml
 from mlqueue.errors import Conflict, FieldPermissionDenied
 from mlqueue.yaml_body import (  # noqa: F401 (the page's messages, imported from here by its tests)
     MAX_YAML_BYTES,
@@ -235,7 +235,7 @@ def _show_yaml(value) -> str:
     """Each parameter on its line, its values in flow style, as one would type them."""
     if not isinstance(value, dict):
         return _show(value)
-    return yaml.safe_dump(value, sort_keys=False, default_flow_style=None, width=10_000, allow_unicode=True).strip()
+    return dump_yaml(value, sort_keys=False, default_flow_style=None, width=10_000, allow_unicode=True).strip()
 
 
 def _ids(raw: str) -> list | None:
@@ -346,7 +346,7 @@ def _lost_in_form(data: dict, spec: dict) -> list[str]:
 
 
 def _dump(spec: dict) -> str:
-    return yaml.safe_dump(masked_spec(spec), sort_keys=False, allow_unicode=True)
+    return dump_yaml(masked_spec(spec), sort_keys=False, allow_unicode=True)
 
 
 def _yaml_without_secret_values(text: str) -> str:

@@ -17,6 +17,7 @@ from mlqueue import cli, client
 from mlqueue.cli.app import EXIT_REFUSED
 from mlqueue.client import Client, MlqError
 from mlqueue.client import sdk as sdk_module
+from mlqueue.client.specs import dump_yaml, read_yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVER = "http://mlq.test"
@@ -163,6 +164,16 @@ def test_a_malformed_set_is_a_usage_error(spec_file, command):
     result = run(server, *args, "--set", "gpu_count")
     assert result.exit_code == 2 and client.BAD_OVERRIDE.format(item="gpu_count") in result.output
     assert server.requests == []
+
+
+def test_strings_that_read_as_numbers_stay_strings_through_overrides_and_yaml_written():
+    """`1e-5` reads as a number now (YAML 1.2, JSON): a spec's string "1e-5" copied through
+    YAML, or written as YAML for the form or `-o yaml`, became one and was refused."""
+    spec = {"command": ["python", "t.py", "--lr", "1e-5"], "env": {"LR": "1e-5", "SHA": "12e4", "B": "true"}}
+    assert client.apply_overrides(spec, ["env.X=1e-3"]) == {**spec, "env": {**spec["env"], "X": 0.001}}
+    text = dump_yaml({**spec, "lr": 1e-5}, sort_keys=False)
+    assert read_yaml(text) == {**spec, "lr": 1e-5}
+    assert "'1e-5'" in text and "'12e4'" in text
 
 
 def test_overrides_apply_to_a_copy_and_cannot_pass_through_a_value():
