@@ -14,7 +14,7 @@ import re
 
 from rest_framework import serializers
 
-from scheduling.spec import JobSpecSerializer, StrictSerializer, StrictStringField, normalized
+from scheduling.spec import BlockField, JobSpecSerializer, StrictSerializer, StrictStringField, normalized
 
 STEP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}\Z")
 # `{steps.NAME.job_id}` in a step's command or env: the id of another step's job.
@@ -61,7 +61,7 @@ class StepSerializer(StrictSerializer):
 
 
 class PipelineSerializer(StrictSerializer):
-    steps = serializers.ListField(child=serializers.JSONField(), allow_empty=True)
+    steps = serializers.ListField(child=BlockField(), allow_empty=True)  # each checked as a job spec
 
     def validate_steps(self, steps):
         if not steps:

@@ -389,10 +389,8 @@ def _fire(schedule: Schedule, *, fire_time, now, deadline: bool) -> ScheduleFire
     if active and schedule.concurrency == Concurrency.FORBID:
         message = SKIPPED_ACTIVE.format(job_id=active[0].pk, state=active[0].state)
         return _record(schedule, fire_time, now, FireOutcome.SKIPPED_ACTIVE, message, job=active[0])
-    if active and schedule.concurrency == Concurrency.REPLACE:
-        _cancel_runs(schedule, active, fire_time)
-        outcome = FireOutcome.REPLACED
-    return _submit(schedule, fire_time, now, outcome)
+    replacing = active if schedule.concurrency == Concurrency.REPLACE else []
+    return _submit(schedule, fire_time, now, FireOutcome.REPLACED if replacing else outcome, replacing=replacing)
 
 
 def _active_runs(schedule: Schedule) -> list[Job]:
@@ -444,15 +442,18 @@ def run_client_job_id(schedule: Schedule, fire_time) -> str:
     return f"schedule-{schedule.pk}-{fire_time.astimezone(UTC):%Y%m%dT%H%M%SZ}"
 
 
-def _submit(schedule: Schedule, fire_time, now, outcome: str) -> ScheduleFire:
+def _submit(schedule: Schedule, fire_time, now, outcome: str, *, replacing: list[Job] = ()) -> ScheduleFire:
     """Submit the run as the owner, through the submit's own validation (the owner's rights at
-    fire time). A refusal is recorded, in a savepoint so the claim still commits: a spec the
-    cluster cannot hold any more must not be retried every pass."""
+    fire time); `replacing`: the active runs it replaces, cancelled only once the new one passed
+    (a refused spec killed them and started nothing). A refusal is recorded, in a savepoint so
+    the claim still commits: a spec the cluster cannot hold any more must not be retried every pass."""
     try:
         with transaction.atomic():
             secret_env = decrypt_env(schedule.secret_env_ciphertext)
             data = {**schedule.spec, "client_job_id": run_client_job_id(schedule, fire_time), "secret_env": secret_env}
             team, spec = services.check_job_submission(user=schedule.owner, data=data)
+            if replacing:
+                _cancel_runs(schedule, replacing, fire_time)
             job, created = services.do_submit_job(
                 user=schedule.owner, team=team, spec=spec, schedule=schedule, scheduled_for=fire_time
             )

@@ -11,9 +11,9 @@ def config_path() -> Path:
     return Path(base) / "mlqueue" / "config.toml"
 
 
-NOT_TOML = "{path}: not a config file ({error}): fix it, or run `mlq login` again to write it anew"
+NOT_TOML = "{path}: not a config file ({error}): fix it, or delete it and run `mlq login`"
 UNREADABLE = "{path}: cannot read it ({error})"
-NOT_TEXT = "{path}: {key} must be text in quotes, not {kind}: fix it, or run `mlq login` again"
+NOT_TEXT = "{path}: {key} must be text in quotes, not {kind}: fix it, or delete it and run `mlq login`"
 
 
 def read_config(path: Path | None = None) -> dict:

@@ -161,8 +161,8 @@ class Client:
             following = data.get("next")
             if not following:
                 return
-            url = httpx.URL(following)
-            data = self.request("GET", path, params=dict(url.params))
+            url = httpx.URL(following)  # every value of a repeated parameter (?state=A&state=B), not the first
+            data = self.request("GET", path, params={key: url.params.get_list(key) for key in url.params})
 
     # jobs
 

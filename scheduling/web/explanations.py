@@ -98,8 +98,9 @@ def why_answer(job: Job) -> dict:
     subject = child or job
     why = explain_job(subject) if pending else None
     reason = why and {"code": why.code, "category": _category(why.code), "message": why.message}
-    if child is not None:
-        code, message = waiting_reasons([job.pk])[job.pk]
+    found = waiting_reasons([job.pk]).get(job.pk) if child is not None else None
+    if found is not None:  # None: the child started since it was read; its own reason stands
+        code, message = found
         reason = {"code": code, "category": _category(code), "message": message}
     return {
         "job_id": job.pk,

@@ -81,9 +81,15 @@ def test_a_paused_leader_is_fenced_off_and_steps_down(procs, tmp_path, api):
     standby = scheduler(tmp_path, "standby", *timing)
     procs.append(standby)
 
+    # Submit while a pass sleeps before applying: its snapshot was read before the job existed,
+    # so no pass of the old leader can have placed the job by the time the next one sleeps.
+    # (Submitted at any time, a pass that saw the job could apply it, with the old epoch,
+    # before the leader was paused: CI saw that once.)
+    wait_for(lambda: "fault injection" in slow.output(), timeout=15, what="the leader's first pass")
+    seen = slow.output().count("fault injection")
     job_id = api("alice").post("/api/v1/jobs", make_spec(resources={"gpu_count": 8}), format="json").json()["id"]
     # Pause the leader between deciding and applying, as a long GC pause or a frozen VM would.
-    wait_for(lambda: slow.output().count("fault injection") >= 2, timeout=15, what="the leader mid-pass")
+    wait_for(lambda: slow.output().count("fault injection") > seen, timeout=15, what="the leader mid-pass")
     slow.signal(signal.SIGSTOP)
     wait_for(lambda: holder_pid() == standby.pid, timeout=15, what="the standby to take over")
     new_epoch = lease()["epoch"]

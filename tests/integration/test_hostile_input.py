@@ -186,6 +186,18 @@ CASES = [
         "sweep.parameters: a: max must be a finite number, not inf.",
     ),
     (
+        "a pipeline step's time limit of 1e400",
+        "POST",
+        "/api/v1/jobs",
+        "alice",
+        json.dumps(make_spec(pipeline={"steps": [{"name": "a", "command": ["x"], "max_runtime_hours": 2}]}))
+        .replace('"max_runtime_hours": 2}', '"max_runtime_hours": 1e400}')
+        .encode(),
+        JSON,
+        400,
+        "pipeline.steps[0].max_runtime_hours: ",
+    ),
+    (
         "an array count of 1e400",
         "POST",
         "/api/v1/jobs",

@@ -111,6 +111,19 @@ def test_replace_cancels_the_active_run_and_its_group_children_then_submits(cloc
     assert Job.objects.get(pk=second.job_id).state == JobState.PENDING
 
 
+def test_replace_keeps_the_active_run_when_the_new_one_is_refused(clock, demo):
+    """The active run was cancelled before the new spec was checked: a refused spec killed it
+    and started nothing."""
+    schedule = create(concurrency="replace")
+    [first] = fire_at(clock, at(9, 5))
+    Schedule.objects.filter(pk=schedule.pk).update(
+        spec={**schedule.spec, "resources": {"gpu_count": 100_000, "gpu_type": "H100"}}
+    )
+    [second] = fire_at(clock, at(9, 10))
+    assert second.outcome == "REFUSED", second.message
+    assert Job.objects.get(pk=first.job_id).state == JobState.PENDING  # still there, not cancelled
+
+
 def test_allow_runs_beside_the_active_run(clock, demo):
     schedule = create(concurrency="allow")
     fire_at(clock, at(9, 5))

@@ -753,6 +753,12 @@ def test_drain_may_wait_and_nodes_filter_by_several_states():
     ]
     assert run(server, "nodes", "--state", "READY", "--state", "LOST").exit_code == 0
     assert server.requests[-1].url.params.get_list("state") == ["READY", "LOST"]
+    # The next page keeps both (only the first was kept).
+    pages = iter([{"next": "http://mlq.test/api/v1/nodes?cursor=c2&state=READY&state=LOST", "results": [node]}])
+    server.routes["GET", "/api/v1/nodes"] = lambda request: (200, next(pages, {"next": None, "results": []}))
+    assert run(server, "nodes", "--state", "READY", "--state", "LOST").exit_code == 0
+    assert server.requests[-1].url.params.get_list("state") == ["READY", "LOST"]
+    assert server.requests[-1].url.params["cursor"] == "c2"
     run(server, "nodes")
     assert "state" not in server.requests[-1].url.params
 
