@@ -32,4 +32,23 @@ class VictimWakes:
     def _on_aged(self, payload: tuple[int, int]) -> None:
         job_id, token = payload
         run = self.running.get(job_id)
-        self.matters = self.matters or (run is not None and run.token == token and not run.stopping)
+        if run is None or run.token != token or run.stopping:
+            return
+        self.matters = self.matters or self._could_be_evicted(run.placement)
+
+    def _could_be_evicted(self, placement: core.RunningJob) -> bool:
+        """Whether a waiting job outranks the run in its class, or (where reclaim waits for a
+        minimum too) a waiting owner within its guarantee may reclaim there: else a pass would
+        change nothing and spend the forecast's budget. What the gate knows; no gate: ask."""
+        gate, rclass = self.gate, placement.resource_class
+        if gate is None:
+            return True
+        ranks = gate.wait_ranks.get(rclass)
+        if ranks and min(ranks) < core.priority_rank(placement.priority):
+            return True
+        if not (self.policy_config.reclaim and self.policy_config.reclaim_min_runtime_s > 0):
+            return False
+        return any(
+            where == rclass and sizes and gate.ledger.within_guarantee(team, where, min(sizes))
+            for (team, where), sizes in gate.job_units.items()
+        )
