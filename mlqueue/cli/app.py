@@ -57,3 +57,15 @@ def checked_overrides(items: tuple[str, ...]) -> tuple[str, ...]:
         except MlqError as error:
             raise click.BadParameter(error.detail, param_hint="--set") from None
     return items
+
+
+def set_option(help_text: str):
+    """`--set KEY=VALUE` (repeatable) into `overrides`, its items' shape checked (exit 2)."""
+    return click.option(
+        "--set",
+        "overrides",
+        multiple=True,
+        metavar="KEY=VALUE",
+        callback=lambda ctx, param, items: checked_overrides(items),
+        help=help_text,
+    )

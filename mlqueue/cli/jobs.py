@@ -6,7 +6,7 @@ import datetime
 
 import click
 
-from mlqueue.cli.app import EXIT_CANCELLED, EXIT_FAILED, checked_overrides, client, main
+from mlqueue.cli.app import EXIT_CANCELLED, EXIT_FAILED, client, main, set_option
 from mlqueue.cli.columns import (
     EVENT_COLUMNS,
     JOB_COLUMNS,
@@ -50,14 +50,7 @@ DRY_RUN_ALONE = "--dry-run submits nothing: --wait and --follow have no job to f
 
 @main.command()
 @click.argument("specs", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
-@click.option(
-    "--set",
-    "overrides",
-    multiple=True,
-    metavar="KEY=VALUE",
-    callback=lambda ctx, param, items: checked_overrides(items),
-    help="override a dotted field; VALUE is YAML: 16 is a number, '16' a string (env values are strings)",
-)
+@set_option("override a dotted field; VALUE is YAML: 16 is a number, '16' a string (env values are strings)")
 @click.option("--array", type=ArrayIndices(), help=ARRAY_HELP)
 @click.option(
     "--max-failures",

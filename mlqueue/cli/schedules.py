@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import click
 
-from mlqueue.cli.app import checked_overrides, client, main
+from mlqueue.cli.app import client, main, set_option
 from mlqueue.cli.output import emit, output_option, report
 from mlqueue.client import Fire, Schedule
 
@@ -96,14 +96,7 @@ def show(ctx, schedule_id, output):
 
 @schedules.command()
 @click.option("-f", "--file", "spec", required=True, type=click.Path(exists=True, dir_okay=False))
-@click.option(
-    "--set",
-    "overrides",
-    multiple=True,
-    metavar="KEY=VALUE",
-    callback=lambda ctx, param, items: checked_overrides(items),
-    help="override a dotted field, as submit",
-)
+@set_option("override a dotted field, as submit")
 @output_option
 @click.pass_context
 def create(ctx, spec, overrides, output):

@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 
+from mlqueue.client.batching import batches
 from mlqueue.client.config import read_config, write_config
 from mlqueue.client.errors import MlqError
 from mlqueue.client.results import (
@@ -36,10 +37,6 @@ from mlqueue.client.results import (
 from mlqueue.client.specs import apply_overrides, load_spec
 
 # A batch's size (the server takes up to 1,000 specs and MLQ_MAX_BODY_BYTES, 256 KiB by default).
-BATCH_JOBS = 500
-BATCH_BYTES = 200_000
-BATCH_MADE = 10_000  # jobs made by one batch, children included (the server's bound is larger)
-GROUPS = ("array", "sweep", "pipeline")
 BATCH_MAX_WAIT_S = 300.0
 BATCH_INDEX = re.compile(r"\bjobs\[(\d+)\]")
 NO_SERVER = "no server: set MLQ_SERVER, pass server=, or run `mlq login --server URL`"
@@ -179,13 +176,13 @@ class Client:
 
     def submit_many(self, specs: Iterable[dict], *, max_wait: float = BATCH_MAX_WAIT_S) -> list[Submitted]:
         """Submit job specs in batches (POST /api/v1/jobs/batch): a Submitted per spec, in order.
-        Batches hold up to BATCH_JOBS specs and BATCH_BYTES of JSON; past the submit rate (429) a
+        Batches are cut as batching.py says (specs, bytes and jobs made); past the submit rate (429) a
         batch is sent again once the server says it may, waiting up to `max_wait` s in all. A
         refused batch raises MlqError naming `jobs[i]` by the spec's place among all `specs`;
         the batches before it stay submitted (give client_job_ids and a rerun submits nothing twice)."""
         found: list[Submitted] = []
         waited = 0.0
-        for offset, chunk in _batches(list(specs)):
+        for offset, chunk in batches(list(specs)):
             while True:
                 try:
                     answer = self.request("POST", "/jobs/batch", json={"jobs": chunk})
@@ -533,51 +530,6 @@ class Client:
         if save:
             write_config(self.server, self.token, username)
         return token
-
-
-def _batches(specs: list[dict]) -> Iterator[tuple[int, list[dict]]]:
-    """(offset, specs) of each batch: at most BATCH_JOBS specs, BATCH_BYTES of JSON and
-    BATCH_MADE jobs made, a group's children included (one larger spec goes alone, and the
-    server says if it is too large)."""
-    start, size, made = 0, 0, 0
-    for index, spec in enumerate(specs):
-        spec_size, spec_made = len(json.dumps(spec)) + 2, _jobs_made(spec)
-        full = index - start >= BATCH_JOBS or size + spec_size > BATCH_BYTES or made + spec_made > BATCH_MADE
-        if index > start and full:
-            yield start, specs[start:index]
-            start, size, made = index, 0, 0
-        size, made = size + spec_size, made + spec_made
-    if start < len(specs):
-        yield start, specs[start:]
-
-
-def _jobs_made(spec: dict) -> int:
-    """About how many jobs a spec makes (the server counts exactly): itself and its children."""
-    array, sweep, pipeline = (spec.get(block) if isinstance(spec.get(block), dict) else None for block in GROUPS)
-    children = 0
-    if array is not None:
-        indices = array.get("indices")
-        children = _count_indices(indices) if isinstance(indices, str) else array.get("count")
-    elif sweep is not None:
-        children = sweep.get("max_trials") or math.prod(
-            len(values) for values in (sweep.get("parameters") or {}).values() if isinstance(values, list)
-        )
-    elif pipeline is not None:
-        children = len(pipeline.get("steps") or ())
-    return 1 + (children if isinstance(children, int) and not isinstance(children, bool) else 0)
-
-
-def _count_indices(text: str) -> int:
-    """Slurm's --array list ("0-199%16", "1,5,9-12", "0-98:2") counted, not built."""
-    count = 0
-    for part in text.split("%")[0].split(","):
-        span, _, step = part.strip().partition(":")
-        low, _, high = span.partition("-")
-        try:
-            count += (int(high or low) - int(low)) // int(step or 1) + 1
-        except ValueError:
-            return 0  # the server names what is wrong with it
-    return count
 
 
 def _renumbered(refused: MlqError, offset: int) -> MlqError:

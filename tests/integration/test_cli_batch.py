@@ -10,7 +10,7 @@ from django.core.cache import cache
 
 from mlqueue.cli.app import EXIT_FAILED, EXIT_REFUSED
 from mlqueue.cli.jobs import ONE_SPEC_ONLY
-from mlqueue.client import Client, MlqError, sdk
+from mlqueue.client import Client, MlqError, batching
 from scheduling.models import Job
 from scheduling.services import SPEC_CONFLICT
 from teams.models import ApiToken
@@ -69,7 +69,7 @@ def test_a_bad_spec_refuses_the_batch_naming_its_line(mlq, tmp_path):  # noqa: F
 
 
 def test_specs_go_in_batches_and_refusals_count_among_all(mlq, tmp_path, monkeypatch):  # noqa: F811
-    monkeypatch.setattr(sdk, "BATCH_JOBS", 2)
+    monkeypatch.setattr(batching, "BATCH_JOBS", 2)
     path = _jsonl(tmp_path, "runs.jsonl", [small(f"j{i}") for i in range(5)])
     result = mlq("submit", path[0])
     assert result.exit_code == 0, result.output
@@ -90,13 +90,13 @@ def test_batches_are_cut_by_the_jobs_they_make_as_the_server_bounds_them(mlq, tm
     """A JSON Lines file with an --array on each spec: 500 specs a batch made more jobs than
     the server takes in one, and the submit stopped half done."""
     settings.MLQ_SUBMIT_BATCH_MAX, settings.MLQ_MAX_GROUP_SIZE = 10, 10  # the server: at most 20 a batch
-    monkeypatch.setattr(sdk, "BATCH_MADE", 20)
+    monkeypatch.setattr(batching, "BATCH_MADE", 20)
     path = _jsonl(tmp_path, "runs.jsonl", [small(f"a{i}") for i in range(5)])
     result = mlq("submit", path[0], "--array", "0-5")  # 7 jobs a spec: batches of 2 specs
     assert result.exit_code == 0, result.output
     assert Job.objects.filter(parent__isnull=True).count() == 5 and Job.objects.count() == 35
-    assert sdk._jobs_made({"array": {"indices": "0-199%16"}}) == 201
-    assert sdk._jobs_made({"sweep": {"parameters": {"a": [1, 2], "b": [1, 2, 3]}}}) == 7
+    assert batching.jobs_made({"array": {"indices": "0-199%16"}}) == 201
+    assert batching.jobs_made({"sweep": {"parameters": {"a": [1, 2], "b": [1, 2, 3]}}}) == 7
 
 
 def test_wait_takes_one_spec(mlq, tmp_path):  # noqa: F811
