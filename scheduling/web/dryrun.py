@@ -2,24 +2,24 @@
 hold it), where it would go on the cluster as it is now, or why it would wait and what change
 would let it start. Reads the cluster only; nothing is written."""
 
+from collections import Counter
 from dataclasses import dataclass
 
 from django.conf import settings
 from django.utils import timezone
 
-from scheduling.cluster import load_nodes, load_running, load_teams
-from scheduling.core import explain
-from scheduling.core.explain import CapacityExplainer
-from scheduling.core.fairshare import Ledger
+from scheduling.cluster import load_nodes, load_running, load_teams, policy_config
 from scheduling.core.feasibility import can_ever_run
-from scheduling.core.model import PendingJob
-from scheduling.core.placement import plan
-from scheduling.core.reasons import PendingReason
+from scheduling.core.model import ClusterSnapshot, PendingJob
+from scheduling.core.reasons import PendingReason, ReasonCode
+from scheduling.core.scheduler import schedule
 from scheduling.core.state import ClusterState
 from scheduling.core.whatif import suggestions
 from scheduling.inventory import inventory
+from scheduling.maintenance import load_windows
 from scheduling.pipeline_spec import normalized_step
 from scheduling.services import job_shape
+from scheduling.web.explanations import NOT_ROOM
 
 
 @dataclass(frozen=True)
@@ -35,26 +35,45 @@ class DryRun:
 
 
 def dry_run(spec: dict) -> DryRun:
-    """Try the normalized spec against the free room now with the scheduler's own placement;
-    when it does not fit, explain it the way the job page explains a pending job. First, as a
-    pass does, the team's quota: a job over its borrowing limit (or one larger than its team
-    may ever hold) waits whatever room is free."""
+    """A pass of the scheduler's own core over the cluster as it is now (its nodes, running
+    jobs, quotas, maintenance windows and policy), with this job alone waiting: where it would
+    start, or the reason a pass would give it: its team's quota, the jobs it would preempt
+    (a P0 starts by preemption on a full cluster), or the capacity story with what change
+    would fit. Other waiting jobs are left out (they may come first in life)."""
     now = timezone.now()
     nodes, _ = load_nodes()
-    running = load_running(now)
-    state = ClusterState(nodes, running)
+    running = tuple(load_running(now))
     shape = job_shape(spec)
-    over = Ledger.build(load_teams(), tuple(running), state.fleet.capacity).over_limit(
-        spec["team"], shape.resource_class, shape.units
+    job = PendingJob(
+        DRY_RUN_ID,
+        spec["team"],
+        spec["priority"],
+        shape,
+        now.timestamp(),
+        spec["max_runtime_hours"] * 3600,
+        checkpointing=spec.get("checkpoint") is not None,
     )
-    if over is not None:
-        job = PendingJob(0, spec["team"], spec["priority"], shape, now.timestamp(), spec["max_runtime_hours"] * 3600)
-        return DryRun(shape.describe(), reason=explain.quota(job, over))
-    placement = plan(state, shape)
-    if placement is not None:
-        return DryRun(shape.describe(), tuple(sorted((slot.name, count) for slot, count in placement)))
-    reason = CapacityExplainer(state, tuple(nodes)).explain_shape(shape)
+    snapshot = ClusterSnapshot(
+        tuple(nodes), running, (job,), load_teams(), now.timestamp(), policy_config(), maintenance=load_windows(now)
+    )
+    decisions = schedule(snapshot)
+    placed = next((p for p in decisions.placements if p.job_id == DRY_RUN_ID), None)
+    if placed is not None:
+        return DryRun(shape.describe(), tuple(sorted(Counter(task.node for task in placed.tasks).items())))
+    victims = sorted(p.victim_job_id for p in decisions.preemptions if p.for_job_id == DRY_RUN_ID)
+    if victims:
+        why = {p.message.partition(": ")[2] for p in decisions.preemptions if p.for_job_id == DRY_RUN_ID}
+        message = WOULD_PREEMPT.format(ids=", ".join(map(str, victims)), why="; ".join(sorted(why)))
+        return DryRun(shape.describe(), reason=PendingReason(ReasonCode.PREEMPTING, message))
+    reason = decisions.pending.get(DRY_RUN_ID)
+    if reason is not None and reason.code in NOT_ROOM:
+        return DryRun(shape.describe(), reason=reason)  # what frees room does not help it
+    state = ClusterState(nodes, running)
     return DryRun(shape.describe(), reason=reason, suggestions=tuple(suggestions(state, shape, settings.MLQ_GPU_TYPES)))
+
+
+DRY_RUN_ID = -1  # no job has it: the pass's decisions for the spec are found by it
+WOULD_PREEMPT = "would preempt job(s) {ids} ({why}) and start once they have stopped"
 
 
 NEVER_FITS = "NEVER_FITS"  # the dry run's code for a spec no empty cluster could hold

@@ -21,14 +21,16 @@ from scheduling.job_changes import (
     RUNTIME_ONLY_DOWN,
     TOO_MANY_MATCH,
 )
-from scheduling.models import Job
+from scheduling.leader.worker import run_pass
+from scheduling.models import Job, Node
 from scheduling.services import ALREADY_ENDED, NOT_YOURS_TO_CANCEL, P0_RESERVED
 from scheduling.spec import MAX_RUNTIME_RANGE
-from scheduling.web.dryrun import NEVER_FITS
+from scheduling.web.dryrun import NEVER_FITS, WOULD_PREEMPT
 from scheduling.web.filters import NOT_A_TIME
 from teams.models import AuditEvent
 from tests.conftest import make_spec
-from tests.nodes import heartbeat
+from tests.integration.test_agent_api import leader  # noqa: F401 (the fixture)
+from tests.nodes import cordon, heartbeat
 
 TEAM = "research-foundation-models"
 
@@ -144,6 +146,22 @@ def test_a_dry_run_waits_on_the_teams_quota_as_a_pass_would(api, fresh_liveness)
     eight = make_spec(team="research-vision", resources={"gpu_count": 8, "gpu_type": "H100"})
     fits = api("victor").post("/api/v1/jobs/dry-run", eight, format="json").json()
     assert fits["reason"] is None and fits["placement"] is not None
+
+
+def test_a_p0_dry_run_on_a_full_cluster_says_whom_it_would_preempt(api, leader, fresh_liveness):  # noqa: F811
+    """It said INSUFFICIENT_CAPACITY while a real P0 started within seconds by preemption."""
+    heartbeat()
+    cordon(Node.objects.exclude(name="z1-r1-h100-01"))
+    busy = api("alice").post("/api/v1/jobs", make_spec(resources={"gpu_count": 8}), format="json").json()["id"]
+    run_pass(epoch=leader)
+    assert Job.objects.get(pk=busy).state == "ASSIGNED"
+    spec = make_spec(priority="P0", resources={"gpu_count": 8}, client_job_id=None)
+    body = api("rita").post("/api/v1/jobs/dry-run", spec, format="json").json()
+    assert (body["can_ever_run"], body["placement"], body["reason"]["code"]) == (True, None, "PREEMPTING")
+    assert body["reason"]["message"] == WOULD_PREEMPT.format(ids=busy, why="P1 yields to P0")
+    p2 = api("rita").post("/api/v1/jobs/dry-run", {**spec, "priority": "P2"}, format="json").json()
+    assert p2["reason"]["code"] != "PREEMPTING"  # nobody it outranks
+    assert not Job.objects.exclude(pk=busy).exists()  # a dry run writes nothing
 
 
 def test_a_dry_run_in_yaml(api):
