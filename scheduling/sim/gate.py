@@ -60,6 +60,17 @@ class DecisionGate:
                 return True
         return False
 
+    def may_evict_run(self, rclass: str, rank: int, *, reclaim: bool) -> bool:
+        """Whether a waiting job could evict a run of `rank` in `rclass` (once it is old enough):
+        one outranks it, or (`reclaim`) a team's waiting job there is within its guarantee."""
+        ranks = self.wait_ranks.get(rclass)
+        if ranks and min(ranks) < rank:
+            return True
+        return reclaim and any(
+            where == rclass and sizes and self.ledger.within_guarantee(team, where, min(sizes))
+            for (team, where), sizes in self.job_units.items()
+        )
+
     def most_free(self, rclass: str) -> int:
         levels = self.free_nodes.get(rclass)
         return max(levels) if levels else 0

@@ -37,18 +37,13 @@ class VictimWakes:
         self.matters = self.matters or self._could_be_evicted(run.placement)
 
     def _could_be_evicted(self, placement: core.RunningJob) -> bool:
-        """Whether a waiting job outranks the run in its class, or (where reclaim waits for a
-        minimum too) a waiting owner within its guarantee may reclaim there: else a pass would
-        change nothing and spend the forecast's budget. What the gate knows; no gate: ask."""
-        gate, rclass = self.gate, placement.resource_class
-        if gate is None:
+        """Whether a pass could now evict the run (the gate knows; no gate: ask): else it would
+        change nothing and spend the forecast's budget. Reclaim counts only where it too waits
+        for a minimum run."""
+        if self.gate is None:
             return True
-        ranks = gate.wait_ranks.get(rclass)
-        if ranks and min(ranks) < core.priority_rank(placement.priority):
-            return True
-        if not (self.policy_config.reclaim and self.policy_config.reclaim_min_runtime_s > 0):
-            return False
-        return any(
-            where == rclass and sizes and gate.ledger.within_guarantee(team, where, min(sizes))
-            for (team, where), sizes in gate.job_units.items()
+        config = self.policy_config
+        reclaim = config.reclaim and self.gate.reclaims and config.reclaim_min_runtime_s > 0
+        return self.gate.may_evict_run(
+            placement.resource_class, core.priority_rank(placement.priority), reclaim=reclaim
         )
