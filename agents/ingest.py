@@ -37,8 +37,8 @@ def do_ingest_events(*, node: Node, events: list[dict], now=None) -> dict:
             refused.append({"index": index, "reason": why})
         elif event["type"] in batched:
             batched[event["type"]].append(event)
-        else:
-            apply_event(node.name, event, now=now)
+        elif why := apply_event(node.name, event, now=now):
+            refused.append({"index": index, "reason": why})
     store_logs(batched["log"], now=now)
     job_metrics.do_record_metrics(batched["metric"], now=now)
     return {"accepted": len(events) - len(refused), "refused": refused[:20]}
@@ -65,8 +65,10 @@ def refusal(node: Node, attempts: dict, event: dict) -> str:
     return ""
 
 
-def apply_event(node_name: str, event: dict, *, now) -> None:
-    """A start, an exit, a checkpoint or a dropped event, already known to be this node's."""
+def apply_event(node_name: str, event: dict, *, now) -> str:
+    """A start, an exit, a checkpoint or a dropped event, already known to be this node's.
+    Returns why it changed nothing where that is worth telling the agent (a checkpoint not
+    recorded), else ""."""
     job_id, rank, attempt = event["job_id"], event["rank"], event["attempt"]
     kind = event["type"]
     if kind == "started":
@@ -82,7 +84,7 @@ def apply_event(node_name: str, event: dict, *, now) -> None:
             now=now,
         )
     elif kind == "checkpoint":
-        reports.do_report_checkpoint(
+        return reports.do_report_checkpoint(
             job_id=job_id,
             rank=rank,
             attempt=attempt,
@@ -102,6 +104,7 @@ def apply_event(node_name: str, event: dict, *, now) -> None:
             data={"rank": rank, "attempt": attempt},
             created_at=now,
         )
+    return ""
 
 
 def store_logs(events: list[dict], *, now) -> None:

@@ -126,12 +126,13 @@ CHECKPOINT_EVENT_EVERY = timedelta(minutes=1)
 
 def do_report_checkpoint(
     *, job_id: int, rank: int, attempt: int, node_name: str, step: int, at: float, epoch: int = 0, now=None
-) -> bool:
+) -> str:
     """A rank's current attempt confirmed a checkpoint at `at` (epoch seconds, the job's own
     clock; a time in the future counts as now). Recorded by one conditional update, only for
     the attempt still active on that node and only if newer than the one recorded; a
     checkpoint from before the attempt was placed is an earlier attempt's file. The job keeps
-    its latest. Returns whether it was recorded."""
+    its latest. Returns "" if it was recorded, else why not (the agent's reply lists it as
+    refused)."""
     now = now or timezone.now()
     when = min(datetime.fromtimestamp(at, UTC), now)
     recorded = (
@@ -148,20 +149,29 @@ def do_report_checkpoint(
         .update(last_checkpoint_at=when, checkpoint_step=step)
     )
     if not recorded:
-        log.info(
-            "checkpoint of job %s rank %s attempt %s at %s ignored: not the active attempt there, or not newer",
-            job_id,
-            rank,
-            attempt,
-            when,
-        )
-        return False
+        why = checkpoint_refusal(job_id=job_id, rank=rank, attempt=attempt, node_name=node_name, epoch=epoch, when=when)
+        log.info("checkpoint of job %s rank %s attempt %s at %s ignored: %s", job_id, rank, attempt, when, why)
+        return why
     Job.objects.filter(pk=job_id).filter(Q(last_checkpoint_at__isnull=True) | Q(last_checkpoint_at__lt=when)).update(
         last_checkpoint_at=when
     )
     if _note_checkpoint(job_id=job_id, rank=rank, attempt=attempt, step=step, when=when, node_name=node_name, now=now):
         notify.jobs_changed([job_id])  # as rate-limited as the event: live views need no more
-    return True
+    return ""
+
+
+def checkpoint_refusal(*, job_id: int, rank: int, attempt: int, node_name: str, epoch: int, when) -> str:
+    """Why a checkpoint report changed nothing (read after the conditional update missed: the
+    rare path, so the common one stays a single statement)."""
+    prefix = f"job {job_id} rank {rank} attempt {attempt}: checkpoint saved {when:%Y-%m-%d %H:%M:%S} UTC not recorded"
+    task = Task.objects.filter(job_id=job_id, rank=rank, attempt=attempt, node__name=node_name).first()
+    if task is None or task.state not in ON_NODE:
+        return f"{prefix}: the attempt is no longer running on {node_name}."
+    if task.epoch < epoch:
+        return f"{prefix}: reported under epoch {epoch}, newer than the attempt's placement (epoch {task.epoch})."
+    if task.assigned_at and task.assigned_at > when:
+        return f"{prefix}: saved before the attempt was placed (an earlier attempt's file)."
+    return f"{prefix}: a checkpoint as new is already recorded ({task.last_checkpoint_at:%Y-%m-%d %H:%M:%S} UTC)."
 
 
 def _note_checkpoint(*, job_id: int, rank: int, attempt: int, step: int, when, node_name: str, now) -> bool:

@@ -92,6 +92,14 @@ def day_and_clock(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
+def clock_near(t: float, now: float) -> str:
+    """`clock` for a time on `now`'s UTC day, `day_and_clock` for a later one (a reservation
+    30 hours ahead is not "05:00 UTC")."""
+    if t < 10**9 or int(t) // 86400 == int(now) // 86400:
+        return clock(t)
+    return day_and_clock(t)
+
+
 def length(seconds: float) -> str:
     """A window's or a time limit's length: "4 h", "1.5 h", "45 min", "30 s"."""
     if seconds >= 3600:
@@ -192,7 +200,7 @@ def behind_reservation(job: PendingJob, first: Reservation, held: int, now: floa
         ReasonCode.BEHIND_RESERVATION,
         (
             f"fits now, but would delay job {first.job_id}, which holds {len(first.nodes)} node(s) from "
-            f"{clock(first.start_at)}{others}; with max_runtime_hours <= {hours:.2f} it could start now"
+            f"{clock_near(first.start_at, now)}{others}; with max_runtime_hours <= {hours:.2f} it could start now"
         ),
     )
 
@@ -215,22 +223,23 @@ def behind_others(job: PendingJob, placed_units: int) -> PendingReason:
     )
 
 
-def with_reservation(reason: PendingReason, reservation: Reservation | None) -> PendingReason:
+def with_reservation(reason: PendingReason, reservation: Reservation | None, now: float) -> PendingReason:
     if reservation is None:
         return reason
-    return replace(reason, message=reason.message + _reserved(reservation))
+    return replace(reason, message=reason.message + _reserved(reservation, now))
 
 
-def without_reservation(reason: PendingReason, reservation: Reservation | None) -> PendingReason:
-    """`reason` as it was before `with_reservation` added `reservation` to it: what a job of the
-    same team and shape without a reservation of its own waits for."""
+def without_reservation(reason: PendingReason, reservation: Reservation | None, now: float) -> PendingReason:
+    """`reason` as it was before `with_reservation` added `reservation` to it at `now`: what a
+    job of the same team and shape without a reservation of its own waits for."""
     if reservation is None:
         return reason
-    return replace(reason, message=reason.message.removesuffix(_reserved(reservation)))
+    return replace(reason, message=reason.message.removesuffix(_reserved(reservation, now)))
 
 
-def _reserved(reservation: Reservation) -> str:
-    return f"; reserved {len(reservation.nodes)} node(s), estimated start {clock(reservation.start_at)}"
+def _reserved(reservation: Reservation, now: float) -> str:
+    start = clock_near(reservation.start_at, now)
+    return f"; reserved {len(reservation.nodes)} node(s), estimated start {start}"
 
 
 class CapacityExplainer:

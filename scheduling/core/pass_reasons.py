@@ -47,14 +47,14 @@ class PassReasons:
         its guarantee when as much is idle as it needs, but not in a shape it can use)."""
         waiting = self.pending.get(job.job_id)
         if waiting is not None and waiting.code == ReasonCode.PREEMPTION_PENDING:
-            return explain.with_reservation(waiting, reservation)
+            return explain.with_reservation(waiting, reservation, self.now)
         rclass = job.resource_class
         window = self._window_in_the_way(job)
         if window is not None:
-            return explain.with_reservation(explain.maintenance(job, window, self.now), reservation)
+            return explain.with_reservation(explain.maintenance(job, window, self.now), reservation, self.now)
         held_for = self._held_for_preemptors(job)
         if held_for is not None and self._fits_unlimited(job.shape):
-            return explain.with_reservation(held_for, reservation)
+            return explain.with_reservation(held_for, reservation, self.now)
         held = [r for r in self.book.by_class.get(rclass, ()) if r.job_id != job.job_id]
         if held and self._fits_unlimited(job.shape):
             return explain.behind_reservation(job, self._in_the_way(job, held), len(held), self.now)
@@ -69,7 +69,7 @@ class PassReasons:
             reason = explain.nothing_to_borrow(job, used, guaranteed, free)
         else:
             reason = explainer.explain(job)
-        return explain.with_reservation(reason, reservation)
+        return explain.with_reservation(reason, reservation, self.now)
 
     def _taken_from(self, job: PendingJob, explainer) -> int:
         """The units this pass's placements took on the nodes that could take `job` (its

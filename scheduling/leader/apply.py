@@ -192,7 +192,7 @@ def sibling_reason(loaded: list[PendingJob], decisions: Decisions, view: StoreVi
         return explain.group_limit(loaded[0], group)
     last = plain[-1].job_id
     reservation = next((r for r in decisions.reservations if r.job_id == last), None)
-    return explain.without_reservation(decisions.pending[last], reservation)
+    return explain.without_reservation(decisions.pending[last], reservation, view.snapshot.now)
 
 
 def _waits_plainly(job: PendingJob, decisions: Decisions) -> bool:

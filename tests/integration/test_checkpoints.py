@@ -139,12 +139,20 @@ def test_only_the_current_attempt_on_its_own_node_records_a_checkpoint(api, lead
         send(other, B, checkpoint(job_id, at=now))["refused"][0]["reason"]
         == f"job {job_id} rank 0 is not placed on node {B}."
     )
-    send(clients[A], A, checkpoint(job_id, at=assigned - timedelta(seconds=30)))  # an earlier attempt's file
-    send(clients[A], A, checkpoint(job_id, at=now, epoch=3))  # from an epoch newer than its assignment's
+    prefix = f"job {job_id} rank 0 attempt 1: checkpoint saved"
+    earlier = send(clients[A], A, checkpoint(job_id, at=assigned - timedelta(seconds=30)))  # an earlier attempt's file
+    assert earlier["accepted"] == 0
+    assert earlier["refused"][0]["reason"].startswith(prefix)
+    assert earlier["refused"][0]["reason"].endswith("saved before the attempt was placed (an earlier attempt's file).")
+    newer_epoch = send(clients[A], A, checkpoint(job_id, at=now, epoch=3))  # newer than its assignment's epoch
+    assert "reported under epoch 3, newer than the attempt's placement (epoch 2)" in newer_epoch["refused"][0]["reason"]
     assert Task.objects.get(job_id=job_id).last_checkpoint_at is None
 
-    send(clients[A], A, checkpoint(job_id, step=5, at=now))
-    send(clients[A], A, checkpoint(job_id, step=4, at=now - timedelta(seconds=60)))  # older: time never goes back
+    assert send(clients[A], A, checkpoint(job_id, step=5, at=now)) == {"accepted": 1, "refused": []}
+    older = send(clients[A], A, checkpoint(job_id, step=4, at=now - timedelta(seconds=60)))  # time never goes back
+    assert older["accepted"] == 0
+    recorded = f"a checkpoint as new is already recorded ({now:%Y-%m-%d %H:%M:%S} UTC)."
+    assert older["refused"][0]["reason"].endswith(recorded)
     send(clients[A], A, checkpoint(job_id, step=9, at=now + timedelta(days=365)))  # the job's clock lies: now
     task = Task.objects.get(job_id=job_id)
     assert (task.last_checkpoint_at, task.checkpoint_step) == (now, 5)
@@ -202,6 +210,9 @@ def test_a_drained_attempt_records_the_work_lost_since_its_checkpoint_and_the_ne
     task = Task.objects.get(job_id=job_id)
     assert (task.last_checkpoint_at, task.checkpoint_step, task.state) == (None, None, "PENDING")
     assert Job.objects.get(pk=job_id).last_checkpoint_at == saved  # the job's latest stays
+    late = send(clients[A], A, checkpoint(job_id, step=301, at=timezone.now()))  # the ended attempt's last marker
+    assert late["accepted"] == 0
+    assert late["refused"][0]["reason"].endswith(f"not recorded: the attempt is no longer running on {A}.")
 
 
 def test_without_a_confirmed_checkpoint_the_whole_attempt_is_lost(api, leader, clock):

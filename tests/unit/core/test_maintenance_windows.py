@@ -3,9 +3,11 @@ window does not start there (nor evicts, nor reserves there), a job that ends be
 the reason names the window. Exact messages."""
 
 from dataclasses import replace
+from datetime import datetime
 
 import pytest
 
+from scheduling.core import explain
 from scheduling.core.maintenance import Windows
 from scheduling.core.model import MaintenanceWindow, NodeState
 from scheduling.core.reasons import ReasonCode
@@ -34,14 +36,14 @@ def with_windows(*windows, **kwargs):
             None,
             ReasonCode.MAINTENANCE,
             "rack z1-r1 drains at 2026-11-06 23:20 UTC for 4 h (maintenance #7); "
-            "this job's 6 h time limit would run into it; reserved 1 node(s), estimated start 07:20 UTC",
+            "this job's 6 h time limit would run into it; reserved 1 node(s), estimated start 2026-11-07 07:20 UTC",
         ),
         (
             2 * HOUR + 60,
             None,
             ReasonCode.MAINTENANCE,
             "rack z1-r1 drains at 2026-11-06 23:20 UTC for 4 h (maintenance #7); "
-            "this job's 2.02 h time limit would run into it; reserved 1 node(s), estimated start 07:20 UTC",
+            "this job's 2.02 h time limit would run into it; reserved 1 node(s), estimated start 2026-11-07 07:20 UTC",
         ),
     ],
 )
@@ -195,3 +197,18 @@ def test_a_preemptor_in_flight_stops_holding_a_node_once_a_window_there_would_cu
     second = replace(first, maintenance=(RACK_R1,), pending=(preemptor, job(6, runtime=HOUR)), now=NOW + 1)
     assert placed_nodes(kept.schedule(second), 6) == ["z1-r1-n2"]
     assert placed_nodes(Pass(second).run(), 6) == ["z1-r1-n2"]
+
+
+@pytest.mark.parametrize(
+    "at, expected",
+    [
+        ("2026-11-06T21:20:00+00:00", "21:20 UTC"),  # the same UTC day
+        ("2026-11-06T23:59:00+00:00", "23:59 UTC"),
+        ("2026-11-07T00:20:00+00:00", "2026-11-07 00:20 UTC"),  # past midnight: dated
+        ("2026-11-09T05:00:00+00:00", "2026-11-09 05:00 UTC"),
+    ],
+)
+def test_a_time_on_another_day_than_the_pass_carries_its_date(at, expected):
+    now = datetime.fromisoformat("2026-11-06T20:00:00+00:00").timestamp()
+    assert explain.clock_near(datetime.fromisoformat(at).timestamp(), now) == expected
+    assert explain.clock_near(3600.0, 0.0) == "t=3600s"  # a simulation's virtual times stay as seconds

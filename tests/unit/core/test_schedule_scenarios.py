@@ -111,8 +111,8 @@ def test_behind_reservations_names_the_one_on_the_nodes_it_would_take():
     decisions = schedule(snap)
     assert [(r.job_id, r.start_at) for r in decisions.reservations] == [(8, NOW + HOUR), (9, NOW + 3 * HOUR)]
     assert decisions.pending[10].message == (
-        "fits now, but would delay job 9, which holds 2 node(s) from 00:20 UTC (and 1 other reservation(s)); "
-        "with max_runtime_hours <= 3.00 it could start now"
+        "fits now, but would delay job 9, which holds 2 node(s) from 2026-11-07 00:20 UTC "
+        "(and 1 other reservation(s)); with max_runtime_hours <= 3.00 it could start now"
     )
     shorter = replace(pending[2], max_runtime_s=2.9 * HOUR)
     assert [p.job_id for p in schedule(replace(snap, pending=(*pending[:2], shorter))).placements] == [10]
@@ -157,7 +157,7 @@ def test_a_second_reservation_is_not_promised_the_room_of_the_first():
         (8, ("z1-r1-n1",), NOW + HOUR),
         (9, ("z1-r1-n1",), NOW + 3 * HOUR),
     ]
-    assert decisions.pending[9].message.endswith("reserved 1 node(s), estimated start 00:20 UTC")
+    assert decisions.pending[9].message.endswith("reserved 1 node(s), estimated start 2026-11-07 00:20 UTC")
 
 
 def test_a_second_reservation_takes_what_the_first_leaves_on_a_node():
