@@ -360,14 +360,31 @@ def _end(window_id: int, *, now, to: str, actor=None) -> bool:
 
 def load_windows(now) -> tuple[core.MaintenanceWindow, ...]:
     """The windows the scheduler must respect now: open, not over, and starting within the
-    longest time limit a job may have (no job can run into a later one)."""
+    longest time limit a job may have (no job can run into a later one). A node an admin
+    uncordoned while its window is on is back in service: the window no longer holds it."""
     horizon = now + timedelta(hours=settings.MLQ_MAX_RUNTIME_HOURS)
     rows = MaintenanceWindow.objects.filter(state__in=OPEN, starts_at__lt=horizon, ends_at__gt=now)
-    fields = ("id", "target", "nodes", "starts_at", "ends_at", "drained")
+    fields = ("id", "target", "nodes", "state", "starts_at", "ends_at", "drained")
+    rows = list(rows.values_list(*fields))
+    released = _uncordoned({name for row in rows if row[3] == MaintenanceState.ACTIVE for name in row[2]})
     return tuple(
-        core.MaintenanceWindow(pk, target, tuple(names), starts_at.timestamp(), ends_at.timestamp(), tuple(drained))
-        for pk, target, names, starts_at, ends_at, drained in rows.values_list(*fields)
+        core.MaintenanceWindow(
+            pk,
+            target,
+            tuple(n for n in names if not (state == MaintenanceState.ACTIVE and n in released)),
+            starts_at.timestamp(),
+            ends_at.timestamp(),
+            tuple(drained),
+        )
+        for pk, target, names, state, starts_at, ends_at, drained in rows
     )
+
+
+def _uncordoned(names: set[str]) -> set[str]:
+    """Those of `names` no admin state holds (one query, none for no names)."""
+    if not names:
+        return set()
+    return set(Node.objects.filter(name__in=names, admin_state=AdminState.NONE).values_list("name", flat=True))
 
 
 def open_windows(*, node_name: str | None = None) -> list[MaintenanceWindow]:

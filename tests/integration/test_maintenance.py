@@ -233,6 +233,27 @@ def test_cancelling_an_active_window_ends_it_now(clock, api, leader):
     assert maintenance.run_due() == ([], [])
 
 
+def test_a_node_an_admin_uncordons_during_the_window_is_back_in_service(clock, api, leader):
+    window = schedule_window(api, names=Z1_R1[:1], rack="")
+    clock.move_to(FROZEN_AT + timedelta(hours=2))
+    assert maintenance.run_due() == ([window.pk], [])
+    for name in Z1_R1[1:] + Z2_R1:
+        cordon(name, reason="kept out of this test")
+    job = submit(api, hours=6)
+    run_pass(epoch=leader)
+    job.refresh_from_db()
+    assert job.state == "PENDING" and job.pending_reason_code != "MAINTENANCE"  # the node is drained
+
+    response = api("ops").post(f"/api/v1/nodes/{Z1_R1[0]}/uncordon", {"reason": "swap done early"}, format="json")
+    assert response.status_code == 200, response.json()
+    run_pass(epoch=leader)
+    assert Task.objects.get(job=job).node.name == Z1_R1[0]  # not held until 14:00 by the window
+    clock.move_to(FROZEN_AT + timedelta(hours=5))
+    assert maintenance.run_due() == ([], [window.pk])
+    ended = AuditEvent.objects.get(kind="MAINTENANCE", reason="ENDED")
+    assert ended.message == f"maintenance #{window.pk} ended: uncordoned 0 node(s); left as they are: {Z1_R1[0]}"
+
+
 @pytest.mark.django_db(transaction=True)
 def test_two_firers_at_the_same_instant_start_and_end_a_window_once(clock, api):
     window = schedule_window(api)
