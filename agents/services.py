@@ -44,7 +44,7 @@ def do_register_node(*, name: str, inventory: dict, via: str = "", now=None) -> 
     now = now or timezone.now()
     raw = tokens.new_node_token()
     with transaction.atomic():
-        node, _ = Node.objects.select_for_update().get_or_create(
+        node, _ = Node.objects.select_for_update(no_key=True).get_or_create(
             name=name, defaults={**{k: inventory[k] for k in INVENTORY if k in inventory}, "registered_at": now}
         )
         held = bool(node.token_digest)  # by an earlier agent, whose token stops working now
@@ -101,7 +101,7 @@ def do_agent_register(
             raise PermissionDenied(TOKEN_OF_OTHER_NODE.format(owner=credential.name, name=name))
         return _re_register(credential, inventory, now=now), raw
     with transaction.atomic():
-        node = Node.objects.select_for_update().filter(name=name).first()
+        node = Node.objects.select_for_update(no_key=True).filter(name=name).first()
         if node is not None and node.token_digest or node is None and not _inserted(name, inventory, now=now):
             raise Conflict(ALREADY_REGISTERED.format(name=name))
         if Task.objects.filter(node__name=name, state__in=ON_NODE).exists():
@@ -124,7 +124,7 @@ def _inserted(name: str, inventory: dict, *, now) -> bool:
 
 def _re_register(node: Node, inventory: dict, *, now) -> Node:
     with transaction.atomic():
-        node = Node.objects.select_for_update().get(pk=node.pk)
+        node = Node.objects.select_for_update(no_key=True).get(pk=node.pk)
         _set_inventory(node, inventory)
         node.save()
         record_node_event(

@@ -84,7 +84,9 @@ def sync_group_state(parent_id: int, *, now) -> tuple[str, str]:
     """Re-derive a group's state from its children's; returns (before, after). Locks the parent
     row first, so two children ending at once derive in turn, each seeing the other's end."""
     parent = (
-        Job.objects.select_for_update().only("state", "started_at", "group", "cancel_requested_at").get(pk=parent_id)
+        Job.objects.select_for_update(no_key=True)
+        .only("state", "started_at", "group", "cancel_requested_at")
+        .get(pk=parent_id)
     )
     counts = child_counts([parent_id]).get(parent_id, {})
     state, failure_class = derive_group_state(

@@ -149,8 +149,11 @@ def sync_job_state(job_id: int, *, now=None, reason: str = "", message: str = ""
 
 
 def _lock_job(job_id: int) -> None:
-    # Serializes transitions of one job's tasks, so the derived job state is never stale.
-    list(Job.objects.select_for_update().filter(pk=job_id).values_list("pk", flat=True))
+    # Serializes transitions of one job's tasks, so the derived job state is never stale. No key
+    # update: rows that point at the job (events, logs, a schedule's fire) may still be written,
+    # or their foreign-key checks would wait on it at commit (and deadlock with a transaction
+    # that holds a row this one's own checks need).
+    list(Job.objects.select_for_update(no_key=True).filter(pk=job_id).values_list("pk", flat=True))
 
 
 def _record(*, job_id, rank, from_state, to_state, actor, actor_name, reason, message, data, now) -> None:

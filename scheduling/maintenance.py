@@ -154,7 +154,7 @@ def check_no_overlap(*, names: list[str], starts_at, ends_at, other_than: int | 
 
 def _lock_nodes(names: list[str]) -> None:
     """Lock the nodes' rows, in id order: windows on the same nodes are checked one at a time."""
-    list(Node.objects.select_for_update().filter(name__in=names).order_by("id").values_list("id", flat=True))
+    list(Node.objects.select_for_update(no_key=True).filter(name__in=names).order_by("id").values_list("id", flat=True))
 
 
 def _record(window: MaintenanceWindow, *, actor, reason: str, message: str, now) -> None:
@@ -305,7 +305,7 @@ def _start(window_id: int, *, now) -> bool:
         window = MaintenanceWindow.objects.select_related("created_by").get(pk=window_id)
         actor_name = f"maintenance #{window.pk}"
         drained = []
-        for node in Node.objects.select_for_update().filter(name__in=window.nodes).order_by("id"):
+        for node in Node.objects.select_for_update(no_key=True).filter(name__in=window.nodes).order_by("id"):
             if node.admin_state != AdminState.NONE:
                 continue  # an admin's cordon or drain stands, and its end is the admin's to decide
             node_writes.do_drain(
@@ -339,7 +339,7 @@ def _end(window_id: int, *, now, to: str, actor=None) -> bool:
         window = MaintenanceWindow.objects.get(pk=window_id)
         actor_name = f"maintenance #{window.pk}"
         back, kept = [], []
-        for node in Node.objects.select_for_update().filter(name__in=window.drained).order_by("id"):
+        for node in Node.objects.select_for_update(no_key=True).filter(name__in=window.drained).order_by("id"):
             if node.admin_state == AdminState.NONE or node.admin_reason != window.drain_reason:
                 kept.append(node.name)  # uncordoned already, or an admin's action since is what stands
                 continue

@@ -94,7 +94,12 @@ def note_alive_many(nodes: list[Node], *, now=None) -> None:
         return
     now = now or timezone.now()
     with transaction.atomic():
-        rows = Node.objects.select_for_update().filter(pk__in=waking).exclude(health=NodeState.READY).order_by("pk")
+        rows = (
+            Node.objects.select_for_update(no_key=True)
+            .filter(pk__in=waking)
+            .exclude(health=NodeState.READY)
+            .order_by("pk")
+        )
         was = dict(rows.values_list("pk", "health"))
         if was:
             _make_ready(was, {pk: waking[pk].name for pk in was}, now=now)
@@ -307,7 +312,7 @@ def do_include_gpus(*, node: Node, user, gpus: list[int], reason: str, now=None)
     put back."""
     now = now or timezone.now()
     with transaction.atomic():
-        before = Node.objects.select_for_update().values_list("excluded_gpus", flat=True).get(pk=node.pk)
+        before = Node.objects.select_for_update(no_key=True).values_list("excluded_gpus", flat=True).get(pk=node.pk)
         back = sorted(int(i) for i in before if not gpus or int(i) in gpus)
         if not back:
             return []

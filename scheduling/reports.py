@@ -183,7 +183,7 @@ def _note_checkpoint(*, job_id: int, rank: int, attempt: int, step: int, when, n
     if recent.exists():
         return False
     with transaction.atomic():
-        list(Job.objects.select_for_update().filter(pk=job_id).values_list("pk", flat=True))
+        list(Job.objects.select_for_update(no_key=True).filter(pk=job_id).values_list("pk", flat=True))
         if recent.exists():
             return False
         AuditEvent.objects.create(

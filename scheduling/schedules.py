@@ -354,11 +354,13 @@ def do_run_now(*, user, schedule: Schedule, now=None) -> ScheduleFire:
     """An ordinary run with scheduled_for = now, honouring the schedule's concurrency; it runs
     as the schedule's owner, whoever asks. next_run_at is left as it is. The schedule's row is
     locked first, as a firer's claim locks it: a run now and a fire time at once take turns, so
-    forbid sees the other's run."""
+    forbid sees the other's run. Only the schedule's row: locking its owner's and team's rows
+    too (select_related) made every transaction that writes a row naming that user wait at
+    commit, and a pass doing so while it held this schedule's last run deadlocked with it."""
     check_may_change(user=user, schedule=schedule, verb="run")
     now = (now or timezone.now()).replace(microsecond=0)
     with transaction.atomic():
-        schedule = Schedule.objects.select_for_update().select_related("owner", "team").get(pk=schedule.pk)
+        schedule = Schedule.objects.select_for_update(of=("self",)).select_related("owner", "team").get(pk=schedule.pk)
         return _fire(schedule, fire_time=now, now=now, deadline=False)
 
 

@@ -26,7 +26,7 @@ def do_update_quotas(*, team: Team, changes: dict[str, dict], user, reason: str)
     checking the tree stays consistent (children never promised more than their parent)."""
     with transaction.atomic():
         # One writer per tree at a time, so two leads cannot both squeeze under the parent.
-        list(Team.objects.select_for_update().filter(pk__in=[team.pk] + [t.pk for t in team.ancestors()]))
+        list(Team.objects.select_for_update(no_key=True).filter(pk__in=[team.pk] + [t.pk for t in team.ancestors()]))
         updated = [
             _apply_quota_change(team=team, rclass=rclass, fields=fields, user=user, reason=reason)
             for rclass, fields in sorted(changes.items())

@@ -162,7 +162,7 @@ def do_settle(job_id: int, *, epoch: int, now) -> Verdict | None:
     listed). Only here are retries and restarts spent. Returns the verdict once committed;
     None when there was nothing left to settle."""
     with fenced(epoch):
-        job = Job.objects.select_for_update().get(pk=job_id)
+        job = Job.objects.select_for_update(no_key=True).get(pk=job_id)
         if job.state not in UNSUCCESSFUL or job.failure_class:
             return None
         verdict = settle(_attempt(job), _outcome(job), restart_policy(job))

@@ -12,9 +12,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import time_machine
 from django.contrib.auth import get_user_model
-from django.db import connection
+from django.db import connection, transaction
 
-from scheduling import schedules
+from scheduling import lifecycle, schedules
 from scheduling.models import Job
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -132,3 +132,70 @@ def test_8_concurrent_firers_make_exactly_one_run_per_fire_time_through_the_nigh
     assert len(expected) == 36  # 3 real hours, 2 of them wall-clock 02:00-03:00
     assert got == expected
     assert firers.claims == len(expected)
+
+
+def holding(hold, *args) -> tuple[threading.Thread, threading.Event, threading.Event]:
+    """`hold(locked, release, *args)` in a thread of its own connection: it sets `locked` once its
+    transaction holds what it locks and keeps it until `release` is set."""
+    locked, release = threading.Event(), threading.Event()
+
+    def run():
+        try:
+            hold(locked, release, *args)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    assert locked.wait(10)
+    return thread, locked, release
+
+
+def key_share_now(table: str, pk: int) -> None:
+    """What a foreign-key check at commit takes on the row a new row points at; NOWAIT: raises
+    if another transaction's lock on it would make that commit wait."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(f"SELECT 1 FROM {table} WHERE id = %s FOR KEY SHARE NOWAIT", [pk])
+
+
+def test_a_run_now_locks_only_its_schedule_and_a_transition_lets_rows_point_at_its_job(demo, monkeypatch):
+    """A run now locked its owner's and team's rows too, and a transition locked its job FOR
+    UPDATE: a pass placing the schedule's last run (the job locked, an event naming the owner to
+    write) and a run now (the owner locked, a fire naming that job to write) deadlocked at
+    commit, and the API answered 500. Each now holds only what it serializes on."""
+    alice = get_user_model().objects.get(username="alice")
+    data = {"cron": "0 3 * * *", "timezone": "UTC", "concurrency": "allow", "spec": SPEC}
+    team, timing, spec = schedules.check_schedule_create(user=alice, data=data)
+    schedule, _ = schedules.do_create_schedule(user=alice, team=team, timing=timing, spec=spec)
+    fire = schedules._fire
+
+    def run_now(locked, release):
+        def paused(*args, **kwargs):
+            locked.set()
+            release.wait(10)
+            return fire(*args, **kwargs)
+
+        monkeypatch.setattr(schedules, "_fire", paused)
+        schedules.do_run_now(user=alice, schedule=schedule)
+
+    thread, _, release = holding(run_now)
+    try:
+        key_share_now("auth_user", alice.pk)
+        key_share_now("teams_team", team.pk)
+    finally:
+        release.set()
+        thread.join(10)
+    job_id = Job.objects.get(schedule=schedule).pk
+
+    def transition(locked, release):
+        with transaction.atomic():
+            lifecycle._lock_job(job_id)
+            locked.set()
+            release.wait(10)
+
+    thread, _, release = holding(transition)
+    try:
+        key_share_now("scheduling_job", job_id)
+    finally:
+        release.set()
+        thread.join(10)
