@@ -102,9 +102,13 @@ class UsageQuery:
     def rows(self, model=UsageRecord) -> QuerySet:
         """The ledger's rows (or the rollup's, `model`) this report reads."""
         rows = model.objects.filter(self.visible).order_by()  # no ordering in the GROUP BY
-        filters = {"team_name": self.team, "owner_name": self.owner, "resource_class": self.resource_class}
-        filters["priority"] = self.priority
-        return rows.filter(**{column: value for column, value in filters.items() if value is not None})
+        filters = {"owner_name": self.owner, "resource_class": self.resource_class, "priority": self.priority}
+        rows = rows.filter(**{column: value for column, value in filters.items() if value is not None})
+        if self.team is None:
+            return rows
+        from teams.selectors import team_and_below_ids  # as visible_to: teams imports the ledger
+
+        return rows.filter(team_id__in=team_and_below_ids(self.team))  # a division: its teams
 
 
 @dataclass

@@ -34,7 +34,7 @@ from scheduling.spec import (
 )
 from scheduling.states import QUEUED_OR_RUNNING, UNSUCCESSFUL, JobState
 from teams.models import AuditEvent, EventKind, Team
-from teams.selectors import can_edit_quotas
+from teams.selectors import can_edit_quotas, team_and_below_ids
 
 NOTHING_TO_CHANGE = "give at least one of name, priority, max_runtime_hours."
 NOT_NOW = "job {job_id} is {state}: its {field} can change only while it is {states}."
@@ -195,7 +195,7 @@ def check_bulk_cancel(*, user, data) -> tuple[list[int], str]:
     if "state" in wanted:
         jobs = jobs.filter(state=wanted["state"])
     if "team" in wanted:
-        jobs = jobs.filter(team__name=wanted["team"])
+        jobs = jobs.filter(team_id__in=team_and_below_ids(wanted["team"]))
     ids = list(jobs.order_by("id").values_list("id", flat=True)[: MAX_BULK_CANCEL + 1])
     if len(ids) > MAX_BULK_CANCEL:
         count = jobs.count()

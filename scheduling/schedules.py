@@ -17,7 +17,7 @@ Missed fire times collapse: the claim jumps past all of them and fires once, for
 """
 
 import logging
-from datetime import UTC, timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.db import Error as DatabaseError
 from django.db import IntegrityError, transaction
@@ -26,7 +26,7 @@ from django.utils import timezone
 from rest_framework.exceptions import APIException, PermissionDenied, ValidationError
 
 from mlqueue.api_errors import flatten_errors
-from mlqueue.errors import Conflict
+from mlqueue.errors import Conflict, FieldPermissionDenied
 from scheduling import services
 from scheduling.core.cron import latest_fire, next_fire
 from scheduling.models import Concurrency, FireOutcome, Job, Schedule, ScheduleFire, TaskState
@@ -114,13 +114,29 @@ def check_schedule_create(*, user, data) -> tuple[Team, dict, dict]:
 
 def check_spec_with_schedule(*, user, data: dict) -> tuple[Team, dict, dict]:
     """POST /api/v1/jobs with a `schedule:` block: the block is the timing, the rest the spec."""
-    spec_data = {key: value for key, value in data.items() if key != "schedule"}
+    timing, spec_data = check_schedule_block(data)
+    team, spec = _check_spec(user=user, data=spec_data)
+    return team, _named(timing, spec), spec
+
+
+def check_schedule_block(data: dict) -> tuple[dict, dict]:
+    """A submit body's `schedule:` block, validated (a 400 naming `schedule.<field>`), and the
+    rest of the body: the spec each run submits, which may not fix its own client_job_id."""
     try:
         timing = _valid(ScheduleBlockSerializer, data["schedule"])
     except ValidationError as exc:
         raise ValidationError({"schedule": exc.detail}) from None
-    team, spec = _check_spec(user=user, data=spec_data)
-    return team, _named(timing, spec), spec
+    if data.get("client_job_id") is not None:
+        raise ValidationError({"client_job_id": [CLIENT_JOB_ID_GIVEN]})
+    return timing, {key: value for key, value in data.items() if key != "schedule"}
+
+
+def next_fires(timing: dict, now, count: int = 3) -> list[datetime]:
+    """The first `count` fire times of a schedule created now (what a dry run shows)."""
+    found = [next_fire(timing["cron"], timing["timezone"], now)]
+    while len(found) < count:
+        found.append(next_fire(timing["cron"], timing["timezone"], found[-1]))
+    return found
 
 
 def _valid(serializer_class, data, **kwargs) -> dict:
@@ -232,10 +248,21 @@ def check_schedule_change(*, user, schedule: Schedule, data) -> dict:
                 raise ValidationError({"team": [TEAM_CHANGED.format(team=schedule.team.name, new=team.name)]})
         except ValidationError as exc:
             raise ValidationError({"spec": exc.detail}) from None
+        except FieldPermissionDenied as exc:
+            raise _spec_refused(exc, user=user, owner=schedule.owner) from None
         changes["spec"] = spec
     if changes.get("suspended") is False:
         _check_may_resume(schedule)
     return changes
+
+
+def _spec_refused(exc: FieldPermissionDenied, *, user, owner) -> FieldPermissionDenied:
+    """A new spec its owner may not submit, named as a field of `spec`; to someone else (a lead
+    editing a member's schedule) the message says it is the owner who may not."""
+    message = str(exc.detail)
+    if user.pk != owner.pk:
+        message = f"the schedule runs as its owner, {owner.get_username()}, who may not submit it: {message}"
+    return FieldPermissionDenied(f"spec.{exc.field}", message)
 
 
 def _check_may_resume(schedule: Schedule) -> None:

@@ -54,7 +54,8 @@ TASKS_DISAGREE = "{gpus} GPUs at {per_task} per task make {tasks} tasks, not {as
 NO_GPUS_PER_TASK = "at least 1 for a job of {gpus} GPUs; leave it out for tasks of up to 8 GPUs each (whole nodes)"
 GPUS_PER_TASK_WITHOUT_GPUS = "is only for GPU jobs (gpu_count > 0)."
 CLIENT_JOB_ID_RULE = "use letters, digits and . _ : - (at most 128), starting with a letter or digit."
-MAX_RUNTIME_RANGE = "must be at least 1 second (0.0003 hours) and at most {limit:g} hours, got {value:g}."
+MAX_RUNTIME_RANGE = "must be at least 1 second (0.0003 hours) and at most {limit:g} hours, got {value}."
+BLANK_PROGRAM = "the program to run may not be blank (the command's first element)."
 MIN_RUNTIME_HOURS = 1 / 3600  # 1e-300 hours was taken: the job was placed and timed out at once
 ONE_GROUP_KIND = "a job is at most one of an array, a sweep and a pipeline."
 GROUP_BLOCKS = ("array", "sweep", "pipeline")
@@ -379,6 +380,11 @@ class JobSpecSerializer(StrictSerializer):
         from scheduling.pipeline_spec import PipelineSerializer
 
         return None if value is None else _nested(PipelineSerializer, value)
+
+    def validate_command(self, value):
+        if not value[0].strip():
+            raise serializers.ValidationError({0: [BLANK_PROGRAM]})
+        return value
 
     def validate_image(self, value):
         if value and not IMAGE_REFERENCE.match(value):

@@ -24,6 +24,12 @@ def team_ids_of(user) -> set[int]:
     return direct | descendant_ids(direct)
 
 
+def team_and_below_ids(name: str) -> set[int]:
+    """The team named `name` and the teams below it: a filter on a division means its teams."""
+    ids = set(Team.objects.filter(name=name).values_list("id", flat=True))
+    return ids | descendant_ids(ids)
+
+
 def descendant_ids(team_ids: set[int]) -> set[int]:
     found, frontier = set(), set(team_ids)
     while frontier:

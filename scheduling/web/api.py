@@ -3,6 +3,7 @@
 from django.db.models import Prefetch
 from django.http import StreamingHttpResponse
 from django.shortcuts import get_object_or_404
+from django.utils import timezone
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import generics, serializers, status
 from rest_framework.exceptions import ValidationError
@@ -37,6 +38,7 @@ from scheduling.web.serializers import (
     WhySerializer,
 )
 from teams.models import AuditEvent
+from teams.selectors import team_and_below_ids
 
 NO_SUCH_RANK = "job {job} has {ranks}."
 NO_SUCH_ATTEMPT = "rank {rank} of job {job} has made {made} attempt(s)."
@@ -161,8 +163,16 @@ class JobDryRun(APIView):
     @extend_schema(request=JobSpecSerializer, responses=DryRunSerializer)
     def post(self, request: Request) -> Response:
         """Validate a spec as a submit would and say whether it could ever run, where it would go
-        now, or why it would wait and what would help. Writes nothing."""
-        _, spec = services.check_job_spec(user=request.user, data=request.data)
+        now, or why it would wait and what would help. Writes nothing. A spec with a `schedule:`
+        block is checked as a submit would create the schedule, and the answer adds its next fire
+        times (the run is tried as if fired now)."""
+        data = request.data
+        if isinstance(data, dict) and data.get("schedule") is not None:
+            timing, data = schedules.check_schedule_block(data)
+            fires = schedules.next_fires(timing, timezone.now())
+            _, spec = services.check_job_spec(user=request.user, data=data)
+            return Response({**dry_run_answer(spec), "schedule": {**timing, "next_fires": fires}})
+        _, spec = services.check_job_spec(user=request.user, data=data)
         return Response(dry_run_answer(spec))
 
 
@@ -424,7 +434,8 @@ def _check_log_query(job: Job, rank: int, attempt: int | None) -> None:
 
 
 class QueueQuerySerializer(serializers.Serializer):
-    team = serializers.CharField(required=False)
+    team = serializers.CharField(required=False, help_text="the team's jobs (a division's: its teams')")
+    owner = serializers.CharField(required=False, help_text='a user name, or "me"')
     priority = serializers.ChoiceField(choices=Priority.values, required=False)
     limit = serializers.IntegerField(min_value=1, max_value=500, default=100)
     offset = serializers.IntegerField(min_value=0, default=0)
@@ -445,9 +456,12 @@ class Queue(APIView):
         params = query.validated_data
         jobs = visible_jobs(request.user).filter(state=JobState.PENDING, group_kind="")
         if "team" in params:
-            jobs = jobs.filter(team__name=params["team"])
+            jobs = jobs.filter(team_id__in=team_and_below_ids(params["team"]))
         if "priority" in params:
             jobs = jobs.filter(priority=params["priority"])
+        if "owner" in params:
+            me = params["owner"] == "me"
+            jobs = jobs.filter(owner=request.user) if me else jobs.filter(owner__username=params["owner"])
         positions = queue_positions()
         ids = sorted(jobs.values_list("id", flat=True), key=lambda job_id: (positions.get(job_id, 1 << 30), job_id))
         page = ids[params["offset"] : params["offset"] + params["limit"]]

@@ -7,6 +7,7 @@ from django.utils import timezone
 from django_filters.fields import IsoDateTimeField
 
 from scheduling.models import Job, JobState, Priority
+from teams.selectors import team_and_below_ids
 
 NOT_A_TIME = "enter an ISO 8601 date-time (2026-04-20T09:00:00Z) or a time ago such as 30m, 12h or 7d."
 _AGO = re.compile(r"(\d{1,5})([mhd])")
@@ -52,10 +53,10 @@ class TimeFilter(django_filters.IsoDateTimeFilter):
 
 
 class JobFilter(django_filters.FilterSet):
-    team = django_filters.CharFilter(field_name="team__name")
+    team = django_filters.CharFilter(method="in_team", help_text="the team's jobs (a division's: its teams')")
     state = django_filters.MultipleChoiceFilter(choices=JobState.choices)
     priority = django_filters.MultipleChoiceFilter(choices=Priority.choices)
-    owner = django_filters.CharFilter(field_name="owner__username")
+    owner = django_filters.CharFilter(method="owned_by", help_text='a user name, or "me"')
     submitted_after = TimeFilter(field_name="submitted_at", lookup_expr="gte", help_text="submitted at or after")
     submitted_before = TimeFilter(field_name="submitted_at", lookup_expr="lt", help_text="submitted before")
     ended_after = TimeFilter(field_name="finished_at", lookup_expr="gte", help_text="ended at or after")
@@ -79,3 +80,13 @@ class JobFilter(django_filters.FilterSet):
             "schedule",
             "top_level",
         ]
+
+    def in_team(self, jobs, name, value):
+        return jobs.filter(team_id__in=team_and_below_ids(value))
+
+    def owned_by(self, jobs, name, value):
+        """ "me": the caller, as bulk cancel's filter reads it (a token alone says who that is)."""
+        user = getattr(self.request, "user", None)
+        if value == "me" and user is not None and user.is_authenticated:
+            return jobs.filter(owner=user)
+        return jobs.filter(owner__username=value)

@@ -17,6 +17,7 @@ from scheduling.models import GroupKind, Job, JobState, Priority, Task
 from scheduling.queue_state import queue_positions
 from scheduling.selectors import visible_jobs
 from scheduling.states import NOT_STARTED, QUEUED_OR_RUNNING
+from teams.selectors import team_and_below_ids
 
 PAGE_SIZE = 50
 # The place given a job the last pass did not order: after every job in line.
@@ -140,7 +141,7 @@ def filtered(user, query: QueueQuery) -> QuerySet[Job]:
     """Top-level jobs only: a group's children are listed under its row."""
     jobs = visible_jobs(user).filter(parent__isnull=True)
     if query.team:
-        jobs = jobs.filter(team__name=query.team)
+        jobs = jobs.filter(team_id__in=team_and_below_ids(query.team))
     if query.state == "active":
         jobs = jobs.filter(state__in=QUEUED_OR_RUNNING)
     elif query.state != "all":

@@ -8,6 +8,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.db.models import Q
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -71,7 +72,14 @@ class UsageParams(serializers.Serializer):
         return value
 
     def validate_owner(self, value: str) -> str:
-        if not get_user_model().objects.filter(username=value).exists():
+        """Among the users the caller may see (all, for an admin; else the members of the
+        caller's teams and those below): a name outside them is answered as one that does not
+        exist, so the answer tells no one which user names exist."""
+        users = get_user_model().objects.filter(username=value)
+        user = self.context["user"]
+        if not is_site_admin(user):
+            users = users.filter(Q(pk=user.pk) | Q(memberships__team_id__in=team_ids_of(user)))
+        if not users.exists():
             raise ValidationError(NO_SUCH_OWNER.format(name=value))
         return value
 

@@ -352,6 +352,25 @@ def test_bulk_cancel_by_filter(api):
     assert AuditEvent.objects.filter(job_id=running, kind="CANCEL_REQUESTED", actor_name="alice").exists()
 
 
+def test_owner_me_and_a_division_filter_the_list_queue_and_bulk_cancel(api):
+    mine, ritas = submit(api("alice")), submit(api("rita"))
+    victors = submit(api("victor"), team="research-vision")
+    pauls = submit(api("paul"), team="production-ranking")
+
+    def listed(user, path="/api/v1/jobs", **params):
+        body = api(user).get(path, params).json()
+        return {job["id"] for job in (body["results"] if isinstance(body, dict) else body)}
+
+    assert listed("alice", owner="me") == {mine}  # a token alone says who "me" is
+    assert listed("alice", "/api/v1/queue", owner="me") == {mine}
+    assert listed("alice", "/api/v1/queue", owner="rita") == {ritas}
+    assert listed("ops", team="research") == {mine, ritas, victors}  # the division's teams
+    assert listed("ops", "/api/v1/queue", team="research") == {mine, ritas, victors}
+    assert pauls in listed("ops", team="production")
+    cancelled = api("ops").post("/api/v1/jobs/cancel", {"filter": {"team": "research"}}, format="json").json()
+    assert sorted(cancelled["cancelled"]) == sorted([mine, ritas, victors])
+
+
 @pytest.mark.parametrize(
     "body, fields",
     [
@@ -459,3 +478,19 @@ def test_a_reason_with_control_or_invisible_characters_is_refused(api, verb):
     response = api("alice").post(f"/api/v1/jobs/{job_id}/{verb}", {"reason": "oops \u202eevil"}, format="json")
     assert response.status_code == 400 and list(response.json()["fields"]) == ["reason"]
     assert Job.objects.get(pk=job_id).state == "PENDING" and not Job.objects.get(pk=job_id).held
+
+
+def test_a_dry_run_checks_a_schedule_block_and_shows_its_next_fires(api, clock):
+    body = {**make_spec(client_job_id=None), "schedule": {"cron": "0 3 * * *", "timezone": "UTC"}}
+    response = api("alice").post("/api/v1/jobs/dry-run", body, format="json")
+    assert response.status_code == 200, response.json()
+    answer = response.json()
+    assert answer["valid"] is True
+    assert answer["schedule"]["cron"] == "0 3 * * *"
+    assert len(answer["schedule"]["next_fires"]) == 3
+    assert [fire[11:19] for fire in answer["schedule"]["next_fires"]] == ["03:00:00"] * 3
+    bad = api("alice").post(
+        "/api/v1/jobs/dry-run", {**body, "schedule": {"cron": "61 * * * *", "timezone": "UTC"}}, format="json"
+    )
+    assert bad.status_code == 400 and "schedule.cron" in bad.json()["fields"]
+    assert Job.objects.count() == 0

@@ -160,6 +160,15 @@ def test_patch_a_spec_is_validated_and_must_stay_in_the_team(clock, api):
     url = f"/api/v1/schedules/{schedule['id']}"
     moved = api("alice").patch(url, {"spec": {**SPEC, "team": "research-vision"}}, format="json")
     assert moved.status_code == 403  # alice is not in research-vision: refused as a submit would be
+    assert moved.json()["fields"] == {"spec.team": ["you are not a member of team research-vision."]}
+    p0 = api("rita").patch(url, {"spec": {**SPEC, "priority": "P0"}}, format="json")  # rita leads the team
+    assert p0.status_code == 403
+    assert p0.json()["fields"] == {
+        "spec.priority": [
+            "the schedule runs as its owner, alice, who may not submit it: P0 is for incidents: only leads of "
+            f"{TEAM} and site admins may submit at P0."
+        ]
+    }
     bad = api("alice").patch(url, {"spec": {**SPEC, "priority": "P9"}}, format="json")
     assert bad.json()["fields"] == {"spec.priority": ['"P9" is not a valid choice.']}
     good = api("alice").patch(url, {"spec": {**SPEC, "command": ["python", "eval2.py"]}}, format="json")

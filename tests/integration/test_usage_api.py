@@ -171,6 +171,21 @@ def test_filters_narrow_the_rows(api, ledger):
     assert usage(api, priority="P0").json()["rows"] == []
 
 
+def test_a_division_filter_reads_its_teams_usage(api, ledger):
+    rows = rows_by(usage(api, team="research").json())
+    assert set(rows) == {RFM, VISION}  # the teams below the division, not "no rows"
+    assert rows_by(usage(api, team=RFM).json()).keys() == {RFM}
+
+
+def test_an_owner_one_may_not_see_reads_as_one_that_does_not_exist(api, ledger):
+    for name in ("bob", "nobody"):  # bob exists, in another team than alice's
+        response = usage(api, "alice", owner=name)
+        assert response.status_code == 400
+        assert response.json()["fields"] == {"owner": [f"no user named {name!r}."]}
+    assert usage(api, "alice", owner="rita").status_code == 200  # a member of her team
+    assert usage(api, "ops", owner="bob").status_code == 200  # an admin sees everyone
+
+
 def test_csv_has_a_line_per_group_and_every_cause_and_outcome(api, ledger):
     response = usage(api, format="csv")
     assert response.status_code == 200 and response["Content-Type"].startswith("text/csv")
