@@ -6,7 +6,7 @@ from __future__ import annotations
 import click
 
 from mlqueue.client import Client, MlqError
-from mlqueue.client.specs import override_key
+from mlqueue.client.specs import apply_overrides, parse_override
 
 EXIT_REFUSED = 1
 EXIT_FAILED = 1
@@ -50,13 +50,24 @@ def main(ctx: click.Context, server: str | None):
 
 
 def checked_overrides(items: tuple[str, ...]) -> tuple[str, ...]:
-    """--set items not of the shape KEY=VALUE are a usage error (exit 2), as the docs say."""
+    """--set items not of the shape KEY=VALUE, or whose VALUE is not YAML, are a usage error
+    (exit 2), as the docs say."""
     for item in items:
         try:
-            override_key(item)
+            parse_override(item)
         except MlqError as error:
             raise click.BadParameter(error.detail, param_hint="--set") from None
     return items
+
+
+def overridden(spec: dict, items: tuple[str, ...], where: str | None = None) -> dict:
+    """The spec with its --set items applied; one that would pass through a value (`command.0=x`
+    where command is a list) is a usage error (exit 2), naming the spec file when `where` is given."""
+    try:
+        return apply_overrides(spec, items)
+    except MlqError as error:
+        message = f"{where}: {error.detail}" if where else error.detail
+        raise click.BadParameter(message, param_hint="--set") from None
 
 
 def set_option(help_text: str):

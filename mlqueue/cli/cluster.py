@@ -6,7 +6,7 @@ import click
 
 from mlqueue.cli.app import client, main
 from mlqueue.cli.output import emit, output_option
-from mlqueue.client import read_scalar
+from mlqueue.client import MlqError, read_scalar
 
 BAD_QUOTA = "--set wants CLASS=N or CLASS.FIELD=N (field: guaranteed, borrowing_limit, weight); got {item!r}"
 QUOTA_NEEDS_REASON = "--reason is required with --set: it is recorded in the audit log"
@@ -60,7 +60,10 @@ def parse_quota_changes(items: Sequence[str]) -> dict:
         if not equals or not resource or field not in ("guaranteed", "borrowing_limit", "weight"):
             raise click.BadParameter(BAD_QUOTA.format(item=item), param_hint="--set")
         resource_class = resource if ":" in resource or resource == "cpu" else f"gpu:{resource}"
-        changes.setdefault(resource_class, {})[field] = read_scalar(text, key)
+        try:
+            changes.setdefault(resource_class, {})[field] = read_scalar(text, key)
+        except MlqError as error:  # not YAML: a usage error, as a malformed item is
+            raise click.BadParameter(error.detail, param_hint="--set") from None
     return changes
 
 

@@ -10,7 +10,7 @@ import click
 
 from mlqueue.cli.app import client, main
 from mlqueue.cli.output import emit, output_option
-from mlqueue.client import Child, Client, Job
+from mlqueue.client import Child, Client, Job, MlqError
 
 ARRAY_PART = re.compile(r"^(\d+)(?:-(\d+)(?::(\d+))?)?\Z")
 ARRAY_HELP = (
@@ -213,9 +213,8 @@ def children(ctx, job, output):
       mlq children 42 -o json
     """
     kids = client(ctx).children(job)
-    if not kids and output not in ("json", "yaml"):
-        click.echo(NOT_A_GROUP.format(job=job), err=True)
-        return
+    if not kids:  # a group's children are made with it: none means it is not a group
+        raise MlqError(0, NOT_A_GROUP.format(job=job))
     emit(kids, output, child_columns(kids), CHILD_WIDE)
 
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import datetime
+import json
 
 import click
 
-from mlqueue.cli.app import EXIT_CANCELLED, EXIT_FAILED, client, main, set_option
+from mlqueue.cli.app import EXIT_CANCELLED, EXIT_FAILED, client, main, overridden, set_option
 from mlqueue.cli.columns import (
     EVENT_COLUMNS,
     JOB_COLUMNS,
@@ -28,7 +29,7 @@ from mlqueue.cli.groups import (
 )
 from mlqueue.cli.output import as_text, emit, output_option, report
 from mlqueue.cli.schedules import SCHEDULE_COLUMNS, schedule_line
-from mlqueue.client import NO_USER, Client, Job, MlqError, Schedule, Submitted, apply_overrides, load_specs
+from mlqueue.client import JOB_STATES, Client, Job, MlqError, Schedule, Submitted, load_specs
 from mlqueue.client.sdk import BATCH_INDEX
 from mlqueue.client.specs import is_json_lines
 
@@ -88,9 +89,9 @@ def submit(ctx, specs, overrides, array, max_failures, sweep_seed, dry_run, wait
         if dry_run or wait or follow:
             raise click.UsageError(ONE_SPEC_ONLY)
         groups = {"array": array, "max_failures": max_failures, "sweep_seed": sweep_seed}
-        bodies = [with_group_options(apply_overrides(body, overrides), **groups) for _, body in loaded]
+        bodies = [with_group_options(overridden(body, overrides, where), **groups) for where, body in loaded]
         ctx.exit(_submit_many(sdk, [where for where, _ in loaded], bodies, output))
-    body = apply_overrides(loaded[0][1], overrides)
+    body = overridden(loaded[0][1], overrides)
     body = with_group_options(body, array=array, max_failures=max_failures, sweep_seed=sweep_seed)
     if follow and any(body.get(block) is not None for block in ("array", "sweep", "pipeline")):
         raise click.UsageError(FOLLOW_A_GROUP)
@@ -151,7 +152,8 @@ def submitted_line(outcome: Submitted) -> str:
 
 
 def outcome_code(job: Job) -> int:
-    return {"SUCCEEDED": 0, "CANCELLED": EXIT_CANCELLED}.get(job.state, EXIT_FAILED)
+    stopped = {state: EXIT_CANCELLED for state in ("CANCELLED", "EARLY_STOPPED", "SKIPPED")}  # not run to the end
+    return {"SUCCEEDED": 0, **stopped}.get(job.state, EXIT_FAILED)
 
 
 @main.command()
@@ -167,19 +169,9 @@ def queue(ctx, team, priority, mine, output):
     Example:
       mlq queue --mine -o json
     """
-    sdk = client(ctx)
-    entries = sdk.queue(team=team, priority=priority)
-    if mine:
-        me = _me(sdk)
-        entries = [entry for entry in entries if entry.owner == me]
+    # "me": the server knows whose the token is; the client may not (MLQ_SERVER and MLQ_TOKEN alone)
+    entries = client(ctx).queue(team=team, priority=priority, owner="me" if mine else None)
     emit(entries, output, QUEUE_COLUMNS, QUEUE_WIDE)
-
-
-def _me(sdk: Client) -> str:
-    """The caller's user name, as `mlq login` recorded it (or MLQ_USER)."""
-    if not sdk.user:
-        raise MlqError(0, NO_USER)
-    return sdk.user
 
 
 SINCE_UNITS = {"m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -204,7 +196,7 @@ def since_to_iso(since: str) -> str:
 @main.command()
 @click.option(
     "--state",
-    type=click.Choice(["PENDING", "ASSIGNED", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED"], case_sensitive=False),
+    type=click.Choice(JOB_STATES, case_sensitive=False),
 )
 @click.option("--team")
 @click.option("--mine", is_flag=True, help="only jobs you submitted")
@@ -226,7 +218,7 @@ def jobs(ctx, state, team, mine, since, limit, with_children, output):
     filters = {
         "state": state.upper() if state else None,
         "team": team,
-        "owner": _me(client(ctx)) if mine else None,
+        "owner": "me" if mine else None,
         "submitted_after": since_to_iso(since) if since else None,
         "top_level": None if with_children else True,
     }
@@ -340,16 +332,30 @@ def _print_explanation(data: dict):
 @click.option(
     "-f", "--follow", is_flag=True, help="keep printing new lines as they arrive (streamed) until the job ends"
 )
+@click.option(
+    "-o",
+    "--output",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="text, or json for scripts: a JSON object a line (job_id, rank, attempt, stream, line)",
+)
 @click.pass_context
-def logs(ctx, job, rank, attempt, stderr, follow):
-    """A rank's log.
+def logs(ctx, job, rank, attempt, stderr, follow, output):
+    """A rank's log. -o json is JSON Lines, not one document, so that -f streams it too.
 
     \b
     Example:
       mlq logs 42 --rank 3 -f
+      mlq logs 42 -o json | jq -r 'select(.attempt == 2) | .line'
     """
-    for line in client(ctx).logs(job, rank=rank, attempt=attempt, stderr=stderr, follow=follow):
-        click.echo(line)
+    stream = "stderr" if stderr else "stdout"
+    for made, line in client(ctx).log_lines(job, rank=rank, attempt=attempt, stderr=stderr, follow=follow):
+        if output == "json":
+            row = {"job_id": job, "rank": rank, "attempt": made, "stream": stream, "line": line}
+            click.echo(json.dumps(row, sort_keys=True))
+        else:
+            click.echo(line)
 
 
 @main.command()

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import click
 
-from mlqueue.cli.app import client, main, set_option
+from mlqueue.cli.app import client, main, overridden, set_option
 from mlqueue.cli.output import emit, output_option, report
-from mlqueue.client import Fire, Schedule
+from mlqueue.client import Fire, Schedule, load_spec
 
 SCHEDULE_COLUMNS = [
     ("ID", lambda s: s.id),
@@ -106,7 +106,7 @@ def create(ctx, spec, overrides, output):
     Example:
       mlq schedules create -f examples/nightly.yaml --set schedule.cron='0 4 * * *'
     """
-    schedule = client(ctx).create_schedule(spec, set=overrides)
+    schedule = client(ctx).create_schedule(overridden(load_spec(spec), overrides))
     report(schedule, output, SCHEDULE_COLUMNS, f"created {schedule_line(schedule)}")
 
 

@@ -20,6 +20,7 @@ from mlqueue.client.config import config_path, read_config, write_config
 from mlqueue.client.errors import MlqError
 from mlqueue.client.results import (
     FINISHED,
+    JOB_STATES,
     CancelResult,
     Child,
     Delivery,
@@ -66,6 +67,7 @@ __all__ = [
     "API",
     "BAD_OVERRIDE",
     "FINISHED",
+    "JOB_STATES",
     "NOT_A_MAPPING",
     "NOT_JSON_LINE",
     "NOT_YAML",

@@ -6,9 +6,23 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-# A job is over when it succeeded or was cancelled, or failed with the leader's verdict given
+# A job is over when it succeeded, was cancelled, stopped early (a sweep's trial) or skipped (a
+# pipeline's step whose condition did not hold), or failed with the leader's verdict given
 # (FAILED with no failure class yet may still be retried).
-FINISHED = ("SUCCEEDED", "CANCELLED")
+FINISHED = ("SUCCEEDED", "CANCELLED", "EARLY_STOPPED", "SKIPPED")
+# Every state a job can be in, as the API's `?state=` filter takes them (scheduling/states.py's
+# JobState; the SDK imports nothing of the server, so a test holds the two equal).
+JOB_STATES = (
+    "PENDING",
+    "ASSIGNED",
+    "RUNNING",
+    "SUCCEEDED",
+    "FAILED",
+    "PREEMPTED",
+    "CANCELLED",
+    "EARLY_STOPPED",
+    "SKIPPED",
+)
 
 
 def _build(cls, data: dict):

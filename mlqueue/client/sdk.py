@@ -93,7 +93,7 @@ class Client:
         config = read_config()
         self.server = (server or os.environ.get("MLQ_SERVER") or config.get("server") or "").rstrip("/")
         self.token = token or os.environ.get("MLQ_TOKEN") or config.get("token") or ""
-        # who the token belongs to, as `mlq login` recorded it: for `--mine` where the API has no "me"
+        # who the token belongs to, as `mlq login` recorded it (`--mine` asks the server for "me")
         from_config = not token and not os.environ.get("MLQ_TOKEN")
         self.user = os.environ.get("MLQ_USER") or (config.get("user", "") if from_config else "")
         self._transport = transport
@@ -204,8 +204,9 @@ class Client:
         return Job.from_json(self.request("GET", f"/jobs/{_id(job)}"))
 
     def jobs(self, *, limit: int | None = None, **filters) -> list[Job]:
-        """Newest first; filters as the API's: team, state, priority, owner, submitted_after, parent
-        (a group's children), top_level=True (groups and single jobs, not groups' children), ..."""
+        """Newest first; filters as the API's: team, state, priority, owner ("me": whoever the token
+        is), submitted_after, parent (a group's children), top_level=True (groups and single jobs,
+        not groups' children), ..."""
         filters = {key: _query_value(value) for key, value in filters.items()}
         params = {**filters, "limit": min(limit, 500) if limit else None}
         found = []
@@ -215,10 +216,14 @@ class Client:
                 break
         return found
 
-    def queue(self, *, team: str | None = None, priority: str | None = None) -> list[QueueEntry]:
+    def queue(
+        self, *, team: str | None = None, priority: str | None = None, owner: str | None = None
+    ) -> list[QueueEntry]:
+        """The queue in scheduling order; `owner`: a user name, or "me" (whoever the token is)."""
         entries, offset = [], 0
         while True:
-            page = self.request("GET", "/queue", params={"team": team, "priority": priority, "offset": offset})
+            params = {"team": team, "priority": priority, "owner": owner, "offset": offset}
+            page = self.request("GET", "/queue", params=params)
             rows = page.get("results", [])
             entries += [QueueEntry.from_json(row) for row in rows]
             offset += len(rows)
@@ -300,6 +305,20 @@ class Client:
         finished and the log has nothing more, from the server's stream (`?follow=1`, server-sent
         events), or polling from the last offset every `poll` seconds where the server does not
         stream; without an `attempt` given, a retry's new attempt is followed on from its start."""
+        lines = self.log_lines(job, rank=rank, attempt=attempt, stderr=stderr, follow=follow, poll=poll)
+        return (line for _, line in lines)
+
+    def log_lines(
+        self,
+        job,
+        *,
+        rank: int = 0,
+        attempt: int | None = None,
+        stderr: bool = False,
+        follow: bool = False,
+        poll: float = POLL_S,
+    ) -> Iterator[tuple[int | None, str]]:
+        """As `logs`, each line with the attempt it belongs to: (attempt, line)."""
         pinned, offset, partial, chunk = attempt is not None, 0, "", None
         if follow:
             fallback = yield from self._streamed_logs(job, rank=rank, attempt=attempt, stderr=stderr, poll=poll)
@@ -312,7 +331,7 @@ class Client:
             attempt = attempt or chunk.get("attempt")
             offset = chunk.get("next_offset", offset)
             *lines, partial = (partial + chunk.get("text", "")).split("\n")
-            yield from lines
+            yield from ((attempt, line) for line in lines)
             if not follow:
                 break
             if chunk.get("text"):
@@ -325,19 +344,19 @@ class Client:
                 # one more read of this attempt: its last lines may have landed since
                 last = self.log_chunk(job, rank=rank, attempt=attempt, stderr=stderr, offset=offset)
                 *lines, partial = (partial + last.get("text", "")).split("\n")
-                yield from lines
+                yield from ((attempt, line) for line in lines)
                 if current.finished:
                     break
                 if partial:
-                    yield partial
+                    yield attempt, partial
                 attempt, offset, partial = newer, 0, ""
                 continue
             time.sleep(poll)
         if partial:
-            yield partial
+            yield attempt, partial
 
     def _streamed_logs(self, job, *, rank: int, attempt: int | None, stderr: bool, poll: float):
-        """Yields the lines of `?follow=1`'s events, reconnecting from the last offset when a stream
+        """Yields the (attempt, line)s of `?follow=1`'s events, reconnecting from the last offset when a stream
         closes before its `end`; returns None when done, or (attempt, offset, partial, chunk) to go on
         polling from where the server answered a plain chunk (one that does not stream)."""
         if not self.token:
@@ -362,7 +381,7 @@ class Client:
                         attempt = body.get("attempt", attempt)
                         if name == "log":
                             *lines, partial = (partial + body.get("text", "")).split("\n")
-                            yield from lines
+                            yield from ((attempt, line) for line in lines)
                             offset = body.get("next_offset", offset)
                         elif name == "end":
                             ended = body
@@ -380,10 +399,10 @@ class Client:
                 time.sleep(poll)  # the attempt ended; the leader has yet to finish the job or retry it
             if pinned or current.finished:
                 if partial:
-                    yield partial
+                    yield attempt, partial
                 return None
             if partial:
-                yield partial
+                yield attempt, partial
             attempt, offset, partial = newer, 0, ""
 
     def cancel(self, jobs, *, reason: str = "") -> CancelResult | Job:

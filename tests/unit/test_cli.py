@@ -166,6 +166,31 @@ def test_a_malformed_set_is_a_usage_error(spec_file, command):
     assert server.requests == []
 
 
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["submit", "SPEC", "--set", "command.0=bash"], "command.0: command is a list, not a mapping"),
+        (["submit", "SPEC", "SPEC", "--set", "command.0=bash"], "SPEC: command.0: command is a list, not a mapping"),
+        (
+            ["schedules", "create", "-f", "SPEC", "--set", "command.0=bash"],
+            "command.0: command is a list, not a mapping",
+        ),
+        (["submit", "SPEC", "--set", "resources.gpu_count=[1"], "resources.gpu_count: not YAML: "),
+        (["schedules", "create", "-f", "SPEC", "--set", "env.A=[1"], "env.A: not YAML: "),
+        (["quota", "vision", "--set", "H100={", "--reason", "r"], "H100: not YAML: "),
+    ],
+)
+def test_a_set_that_cannot_apply_is_a_usage_error_too(spec_file, args, message):
+    """A VALUE that is not YAML, or a KEY through a value (command is a list), exited 1 as a
+    refusal, where a --set without `=` exits 2: each is the command line's fault, found before
+    any request."""
+    server = FakeServer({})
+    result = run(server, *[str(spec_file) if arg == "SPEC" else arg for arg in args])
+    assert result.exit_code == 2, result.output
+    assert f"Error: Invalid value for --set: {message.replace('SPEC', str(spec_file))}" in result.stderr
+    assert server.requests == []
+
+
 def test_strings_that_read_as_numbers_stay_strings_through_overrides_and_yaml_written():
     """`1e-5` reads as a number now (YAML 1.2, JSON): a spec's string "1e-5" copied through
     YAML, or written as YAML for the form or `-o yaml`, became one and was refused."""
@@ -360,8 +385,17 @@ def test_queue_json_and_yaml_are_the_apis_rows_as_they_came():
     assert json.loads(as_json.output) == QUEUE["results"]
     as_yaml = run(server, "queue", "-o", "yaml")
     assert yaml.safe_load(as_yaml.output) == QUEUE["results"]
-    mine = run(server, "queue", "--mine", "-o", "json")
-    assert [row["id"] for row in json.loads(mine.output)] == [1]
+
+
+@pytest.mark.parametrize("verb", ["queue", "jobs"])
+def test_mine_asks_the_server_for_me_with_only_a_server_and_a_token(verb):
+    """--mine wanted a user name (MLQ_USER, or `mlq login`'s) and refused with only MLQ_SERVER and
+    MLQ_TOKEN, the documented setup; the server knows whose the token is."""
+    server = FakeServer({("GET", "/api/v1/queue"): (200, QUEUE), ("GET", "/api/v1/jobs"): (200, {"results": []})})
+    mine = run(server, verb, "--mine", "-o", "json", user="")
+    assert mine.exit_code == 0, mine.output
+    assert [request.url.params["owner"] for request in server.requests] == ["me"]
+    assert run(server, verb, "-o", "json").exit_code == 0 and "owner" not in server.requests[-1].url.params
 
 
 def test_queue_table_shows_position_and_reason():
@@ -383,7 +417,19 @@ def test_jobs_follows_the_cursor_and_passes_filters():
     assert result.exit_code == 0, result.output
     assert [row["id"] for row in json.loads(result.output)] == [3, 2]
     params = server.requests[0].url.params
-    assert params["state"] == "FAILED" and params["owner"] == "ada" and "submitted_after" in params
+    assert params["state"] == "FAILED" and params["owner"] == "me" and "submitted_after" in params
+
+
+def test_jobs_state_takes_every_state_the_api_filters_on():
+    """--state took six of the nine: `--state early_stopped` (a sweep's trials) and `skipped` (a
+    pipeline's steps) were refused as invalid choices, which the API's ?state= accepts."""
+    from scheduling.states import JobState  # Django's enum alone: no settings, no database
+
+    assert client.JOB_STATES == tuple(JobState.values)
+    server = FakeServer({("GET", "/api/v1/jobs"): (200, {"results": []})})
+    for state in ("early_stopped", "SKIPPED", "preempted"):
+        assert run(server, "jobs", "--state", state).exit_code == 0
+    assert [request.url.params["state"] for request in server.requests] == ["EARLY_STOPPED", "SKIPPED", "PREEMPTED"]
 
 
 def test_why_and_dry_run_print_the_suggestions():
@@ -446,6 +492,8 @@ def test_bulk_cancel_by_filter_and_by_ids():
         (["RUNNING", "SUCCEEDED"], 0),
         (["RUNNING", "FAILED", "FAILED"], 1),  # FAILED without a verdict may still be retried
         (["PENDING", "CANCELLED"], 3),
+        (["RUNNING", "EARLY_STOPPED"], 3),  # a sweep's trial: over, it did not hang the wait
+        (["PENDING", "SKIPPED"], 3),  # a pipeline's step whose condition did not hold
     ],
 )
 def test_submit_wait_exits_with_the_jobs_outcome(spec_file, states, code):
@@ -498,6 +546,17 @@ def test_logs_without_follow_reads_once():
     result = run(server, "logs", "7")
     assert result.output.splitlines() == ["a", "b"]
     assert len(server.requests) == 1
+
+
+def test_logs_o_json_is_a_json_line_per_log_line_with_its_attempt():
+    """The README says every verb that prints data takes -o; `mlq logs -o json` was no such option.
+    A line each (JSON Lines), not one document, so that -f prints them as they arrive."""
+    server = FakeServer({("GET", "/api/v1/jobs/7/logs"): (200, {"attempt": 2, "next_offset": 4, "text": "a\nb\n"})})
+    result = run(server, "logs", "7", "--rank", "1", "--stderr", "-o", "json")
+    assert result.exit_code == 0, result.output
+    row = {"job_id": 7, "rank": 1, "attempt": 2, "stream": "stderr"}
+    assert [json.loads(line) for line in result.output.splitlines()] == [{**row, "line": "a"}, {**row, "line": "b"}]
+    assert run(server, "logs", "7", "-o", "yaml").exit_code == 2
 
 
 # --- help and completion ---------------------------------------------------------------------
@@ -646,6 +705,31 @@ def test_logs_follow_reads_the_stream_resumes_where_it_closed_and_moves_on_to_a_
     assert {r.headers["accept"] for r in logs} == {"text/event-stream"}
 
 
+def test_logs_follow_o_json_tells_a_retrys_lines_by_their_attempt():
+    answers = iter(
+        [
+            sse(("log", {"attempt": 1, "offset": 0, "next_offset": 6, "text": "first\n"}), ("end", {"attempt": 1})),
+            sse(("log", {"attempt": 2, "offset": 0, "next_offset": 7, "text": "second"}), ("end", {"attempt": 2})),
+        ]
+    )
+    details = iter(
+        [
+            job(state="RUNNING", tasks=[{"rank": 0, "state": "RUNNING", "attempt": 2}]),
+            job(state="SUCCEEDED", tasks=[{"rank": 0, "state": "SUCCEEDED", "attempt": 2}]),
+        ]
+    )
+    server = FakeServer(
+        {
+            ("GET", "/api/v1/jobs/7/logs"): lambda r: next(answers),
+            ("GET", "/api/v1/jobs/7"): lambda r: (200, next(details)),
+        }
+    )
+    result = run(server, "logs", "7", "-f", "-o", "json")
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in result.output.splitlines()]
+    assert [(row["attempt"], row["line"]) for row in rows] == [(1, "first"), (2, "second")]
+
+
 def test_logs_follow_stops_at_the_end_of_a_pinned_attempt_and_refusals_are_errors():
     server = FakeServer(
         {("GET", "/api/v1/jobs/7/logs"): sse(("end", {"attempt": 1, "next_offset": 0, "state": "RUNNING"}))}
@@ -673,14 +757,10 @@ def test_a_spec_or_a_value_that_is_not_yaml_is_refused_by_name(tmp_path):
     server = FakeServer({})
     result = run(server, "submit", str(broken))
     assert result.exit_code == 1 and result.stderr.startswith(f"{broken}: not YAML: ")
-    result = run(server, "submit", str(broken), "--set", "resources.gpu_count=[1,")
-    assert result.exit_code == 1 and result.stderr.count("\n") == 1
     listed = tmp_path / "ok.yaml"
     listed.write_text("name: x\n")
     result = run(server, "submit", str(listed), "--set", "resources.gpu_count=[1,")
-    assert result.exit_code == 1 and result.stderr.startswith("resources.gpu_count: not YAML: ")
-    assert result.stderr.count("\n") == 1
-    assert run(server, "quota", "t", "--set", "H100={", "--reason", "r").stderr.startswith("H100: not YAML")
+    assert result.exit_code == 2 and "Error: Invalid value for --set: resources.gpu_count: not YAML: " in result.stderr
     listed = tmp_path / "list.yaml"
     listed.write_text("- 1\n")
     assert run(server, "submit", str(listed)).stderr.strip() == client.NOT_A_MAPPING.format(where=listed, kind="list")

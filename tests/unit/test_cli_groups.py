@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from mlqueue.cli import groups
+from mlqueue.cli.app import EXIT_REFUSED
 from mlqueue.client import Child
 from tests.unit.test_cli import FakeServer, job, run, sdk
 
@@ -318,18 +319,20 @@ def test_status_of_a_child_names_its_place_in_its_group():
 
 
 def test_children_lists_them_as_tables_json_or_yaml():
-    server = FakeServer(
-        {
-            ("GET", "/api/v1/jobs/42/children"): (200, ELEMENTS),
-            ("GET", "/api/v1/jobs/9/children"): (200, []),
-        }
-    )
+    server = FakeServer({("GET", "/api/v1/jobs/42/children"): (200, ELEMENTS)})
     assert json.loads(run(server, "children", "42", "-o", "json").output) == ELEMENTS
     assert yaml.safe_load(run(server, "children", "42", "-o", "yaml").output) == ELEMENTS
     assert "RESTARTS" in run(server, "children", "42", "-o", "wide").output
-    not_a_group = run(server, "children", "9")
-    assert (not_a_group.exit_code, not_a_group.stderr.strip()) == (0, groups.NOT_A_GROUP.format(job=9))
-    assert json.loads(run(server, "children", "9", "-o", "json").output) == []
+
+
+@pytest.mark.parametrize("output", ["table", "json", "yaml"])
+def test_children_of_a_job_that_is_not_a_group_is_an_error(output):
+    """It printed the message but exited 0, as if there were something to list; a job that is
+    not found exits 1, and so does one that has no children to list."""
+    server = FakeServer({("GET", "/api/v1/jobs/9/children"): (200, [])})
+    not_a_group = run(server, "children", "9", "-o", output)
+    assert (not_a_group.exit_code, not_a_group.stderr.strip()) == (EXIT_REFUSED, groups.NOT_A_GROUP.format(job=9))
+    assert not_a_group.stdout == ""
 
 
 # --- cancel ----------------------------------------------------------------------------------
