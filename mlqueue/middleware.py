@@ -5,8 +5,14 @@ No name, id or filter in mlqueue holds one, and Postgres cannot store NUL at all
 `?team=%00` reaches a query and fails as a 500. Form fields (the browser pages) may hold tabs
 and line breaks but not NUL. The heartbeat lane (mlqueue/fastlane.py) applies the same check.
 
+A body sent chunked, without Content-Length, is refused with a 411: Django reads CONTENT_LENGTH
+bytes of a body, so DRF and request.POST took it as empty and the answer misled ("team: This
+field is required."). daphne de-chunks such a body but passes no length on; a request with both
+headers it refuses itself.
+
 Also answers 503 with Retry-After, never a 500, while Postgres cannot be reached
-(DatabaseOutages); the heartbeat lane does the same."""
+(DatabaseOutages); the heartbeat lane does the same. And answers an /api/ path that matches no
+route in JSON with DEBUG on, as handler404 (mlqueue/urls.py) does with it off (ApiNotFound)."""
 
 import logging
 import re
@@ -31,6 +37,8 @@ CONTROL_CHARACTER = "contains a control character ({code}), which no mlqueue pat
 TOO_MANY_PARAMETERS = "has more than {limit} parameters."
 MALFORMED_FORM = "is not a readable form body ({problem})."
 API_PREFIX = "/api/"
+NO_SUCH_API_PATH = "no such API path: {path}"
+LENGTH_REQUIRED = "send the body with a Content-Length header; chunked request bodies are not read."
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -80,17 +88,48 @@ def refusal(path: str, field: str, message: str):
     return HttpResponseBadRequest(f"Bad request: {field} {message}\n", content_type="text/plain; charset=utf-8")
 
 
+def api_not_found(path: str) -> JsonResponse:
+    return JsonResponse({"detail": NO_SUCH_API_PATH.format(path=path[:200])}, status=404)
+
+
+def length_required(path: str) -> HttpResponse:
+    if path.startswith(API_PREFIX):
+        return JsonResponse({"detail": LENGTH_REQUIRED}, status=411)
+    return HttpResponse(f"{LENGTH_REQUIRED}\n", status=411, content_type="text/plain; charset=utf-8")
+
+
+def is_chunked_without_length(meta: dict) -> bool:
+    return "chunked" in meta.get("HTTP_TRANSFER_ENCODING", "").lower() and not meta.get("CONTENT_LENGTH")
+
+
 class RefuseControlCharacters:
     def __init__(self, get_response):
         self.get_response = get_response
 
     def __call__(self, request):
+        if is_chunked_without_length(request.META):
+            return length_required(request.path_info)
         problem = check_path_and_query(request.path_info, request.META.get("QUERY_STRING", ""))
         if problem is None and not request.path_info.startswith(API_PREFIX):
             problem = check_form(request)  # the API takes JSON only; its parser checks bodies
         if problem is not None:
             return refusal(request.path_info, *problem)
         return self.get_response(request)
+
+
+class ApiNotFound:
+    """An /api/ path that matches no route answers in JSON with DEBUG on too: Django then skips
+    handler404 (mlqueue/urls.py) for its HTML page of URL patterns, which no API client reads."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        response = self.get_response(request)
+        unmatched = response.status_code == 404 and request.resolver_match is None
+        if settings.DEBUG and unmatched and request.path_info.startswith(API_PREFIX):
+            return api_not_found(request.path)
+        return response
 
 
 DEBUG_HOSTS = [".localhost", "127.0.0.1", "[::1]"]  # what Django allows with DEBUG and no ALLOWED_HOSTS

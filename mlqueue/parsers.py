@@ -1,4 +1,4 @@
-"""JSON bodies with a size cap, a nesting cap and text Postgres can store.
+"""JSON bodies with a size cap, a nesting cap, each key once per object and text Postgres can store.
 
 DRF reads the request stream itself, so Django's DATA_UPLOAD_MAX_MEMORY_SIZE never sees a JSON
 body; this parser enforces it. `loads_body` is shared with the heartbeat lane (mlqueue/fastlane.py),
@@ -22,6 +22,7 @@ NOT_JSON_CONSTANT = "{name} is not valid JSON"
 JSON_TOO_DEEP = f"JSON nested deeper than {MAX_JSON_DEPTH} levels."
 NUL_IN_TEXT = "contains a NUL character (U+0000), which cannot be stored."
 LONE_SURROGATE = "contains an unpaired surrogate ({code}), which is not valid Unicode text."
+DUPLICATE_KEY = "duplicate key {key!r}: a key may appear only once in an object."
 
 # A JSON string, closed or not: the unrolled loop keeps the scan linear on any input.
 _STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"?', re.DOTALL)
@@ -77,7 +78,10 @@ def loads_body(raw: bytes, *, check_text: bool = True):
     if json_depth_exceeds(raw):
         raise BodyError("body", JSON_TOO_DEEP)
     try:
-        data = _decode(raw.decode("utf-8"))
+        text = raw.decode("utf-8")
+        data = _decode(text)
+    except _DuplicateKey:
+        raise BodyError(*_duplicate_key_problem(text)) from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise BodyError("body", MALFORMED_JSON.format(problem=exc)) from None
     # NUL and lone surrogates only reach a str through a \u escape: most bodies skip the walk.
@@ -91,15 +95,63 @@ def _refuse_constant(name: str):
     raise ValueError(NOT_JSON_CONSTANT.format(name=name))
 
 
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _object(pairs: list) -> dict:
+    """An object, refused if a key comes twice: json.loads would keep the last value silently
+    (`"gpu_count": 1, "gpu_count": 2` read as 2)."""
+    obj = dict(pairs)
+    if len(obj) < len(pairs):
+        raise _DuplicateKey
+    return obj
+
+
+class _Pairs(list):
+    """An object kept as its (key, value) pairs, duplicates included, to find where one is."""
+
+
 # json.loads(text, parse_constant=...) builds a decoder for every call: 3 of its 5 µs for a
 # socket heartbeat's message. One decoder, and json.loads's own refusal of a leading BOM.
-_DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
+_DECODER = json.JSONDecoder(parse_constant=_refuse_constant, object_pairs_hook=_object)
+_PAIRS_DECODER = json.JSONDecoder(parse_constant=_refuse_constant, object_pairs_hook=_Pairs)
 
 
 def _decode(text: str):
     if text.startswith("\ufeff"):
         raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
     return _DECODER.decode(text)
+
+
+def _duplicate_key_problem(text: str) -> tuple[str, str]:
+    """(field, message) for a body with a key given twice: the dotted path of the first such
+    key, or the syntax error, if the body has one as well (it is the bigger problem)."""
+    try:
+        path, key = _first_duplicate_key(_PAIRS_DECODER.decode(text))
+    except ValueError as exc:
+        return "body", MALFORMED_JSON.format(problem=exc)
+    # The key goes into the answer: text that cannot be encoded there is replaced.
+    return _BAD_CHAR.sub("\ufffd", path), DUPLICATE_KEY.format(key=_BAD_CHAR.sub("\ufffd", key))
+
+
+def _first_duplicate_key(data, path: str = "") -> tuple[str, str] | None:
+    """(dotted path, key) of the first key given twice in an object, outer objects first; the
+    depth is already bounded."""
+    if isinstance(data, _Pairs):
+        seen = set()
+        for key, _ in data:
+            if key in seen:
+                return (f"{path}.{key}" if path else key), key
+            seen.add(key)
+        items = data
+    else:
+        items = enumerate(data) if isinstance(data, list) else ()
+    for key, value in items:
+        found = _first_duplicate_key(value, f"{path}.{key}" if path else str(key))
+        if found:
+            return found
+    return None
 
 
 class BodyParseError(ParseError):

@@ -88,6 +88,7 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "mlqueue.middleware.DatabaseOutages",  # a database outage is a 503, wherever it is raised
     "mlqueue.middleware.RefuseControlCharacters",
+    "mlqueue.middleware.ApiNotFound",  # with DEBUG on too, an unmatched /api/ path answers in JSON
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",

@@ -4,11 +4,12 @@ from django.contrib.auth import views as auth_views
 from django.contrib.staticfiles.views import serve as serve_static
 from django.http import JsonResponse
 from django.urls import include, path, re_path
-from django.views.defaults import page_not_found
+from django.views.defaults import bad_request, page_not_found, server_error
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from agents import api as agents_api
 from agents import pages as node_pages
+from mlqueue.middleware import API_PREFIX, api_not_found
 from notifications import api as notifications_api
 from notifications import page as notifications_page
 from scheduling.metrics import metrics_view
@@ -32,6 +33,9 @@ from teams import api as teams_api
 from teams import login_limits
 
 admin.site.login_form = login_limits.LimitedAdminAuthenticationForm
+
+BAD_REQUEST = "bad request: refused before it reached the API (see the server's log)"
+SERVER_ERROR = "internal server error: the request failed on the server (see the server's log)"
 
 
 def endpoint(route: str, view, name: str):
@@ -144,10 +148,28 @@ if settings.MLQ_SERVE_STATIC:
 
 def not_found(request, exception=None):
     """An API path that matches no route (`/api/v1/jobs/abc/cancel`) answers as the API does,
-    in JSON; any other path gets Django's page."""
-    if request.path.startswith("/api/"):
-        return JsonResponse({"detail": f"no such API path: {request.path[:200]}"}, status=404)
+    in JSON; any other path gets Django's page. (With DEBUG on, mlqueue.middleware.ApiNotFound.)"""
+    if request.path.startswith(API_PREFIX):
+        return api_not_found(request.path)
     return page_not_found(request, exception)
 
 
+def refused(request, exception=None):
+    """A request Django refuses before any view (a Host not in ALLOWED_HOSTS, say): JSON under
+    /api/, Django's page elsewhere."""
+    if request.path.startswith(API_PREFIX):
+        return JsonResponse({"detail": BAD_REQUEST}, status=400)
+    return bad_request(request, exception)
+
+
+def failed(request):
+    """An unhandled error (DRF answers only the exceptions it knows): JSON under /api/, so a
+    client reads the error as it reads every other; the traceback goes to the log."""
+    if request.path.startswith(API_PREFIX):
+        return JsonResponse({"detail": SERVER_ERROR}, status=500)
+    return server_error(request)
+
+
+handler400 = refused
 handler404 = not_found
+handler500 = failed

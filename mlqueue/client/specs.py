@@ -24,13 +24,35 @@ NOT_UTF8 = "{path}: not UTF-8 text (byte {position}): save it as UTF-8"
 JSON_LINES_SUFFIXES = (".jsonl", ".ndjson")
 
 
+_MERGE = "tag:yaml.org,2002:merge"
+
+
 class SpecLoader(yaml.SafeLoader):
     """YAML as a spec reads it, as YAML 1.2 does: a date stays the text it is (`env: {DAY:
     2026-12-01}` is the string "2026-12-01", as JSON carries it), not a date object nothing can
     send; and only true and false are booleans. YAML 1.1 also reads on, off, yes and no as
     booleans, so `notify: {on: [failed]}` and `depends_on: [{job: 3, on: failure}]`, as the docs
     write them, had the key True. And 1e-5 is a number, as in JSON: YAML 1.1 read an exponent
-    without a dot, or without a sign, as text (a learning rate of "1e-5" refused as a string)."""
+    without a dot, or without a sign, as text (a learning rate of "1e-5" refused as a string).
+    A key given twice in a mapping is an error, as the API refuses it in JSON: YAML 1.1 loaders
+    keep the last value silently (`gpu_count: 1` then `gpu_count: 2` read as 2)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            if key_node.tag == _MERGE:
+                continue  # `<<: {...}` merges keys that the mapping's own may override
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                duplicate = key in seen
+            except TypeError:
+                continue  # unhashable: PyYAML refuses it with its own error
+            if duplicate:
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping", node.start_mark, f"found duplicate key {key!r}", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep)
 
 
 _BOOL, _TIMESTAMP = "tag:yaml.org,2002:bool", "tag:yaml.org,2002:timestamp"

@@ -788,7 +788,7 @@ CASES = [
         json.dumps(make_spec()).replace('"gpu_count": 64', '"gpu_count": "x", "gpu_count": -1').encode(),
         JSON,
         400,
-        "resources.gpu_count: Ensure this value is greater than or equal to 0.",
+        "resources.gpu_count: duplicate key 'gpu_count': a key may appear only once in an object.",
     ),
     # Odd query parameters and ids.
     ("state not a state", "GET", "/api/v1/jobs?state=BOGUS", "alice", None, None, 400, "state: Select a valid choice"),
