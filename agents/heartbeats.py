@@ -310,6 +310,7 @@ def assignment(task: Task) -> dict:
         "attempt": task.attempt,
         "epoch": task.epoch,
         "owner": job.owner.get_username(),  # where the site maps owners to UIDs, the task runs as its owner
+        "task_slot": job.run_slot,  # else as the pooled UID of this slot: every rank and attempt alike
         "command": job.command,
         "image": job.image,
         "gpu_indices": task.gpu_indices,

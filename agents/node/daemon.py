@@ -281,7 +281,7 @@ class NodeAgent:
         self._save_state()  # before the process exists: a crash must not let it run twice
         user = None
         try:
-            user = self.task_users.acquire(assignment.get("owner", ""))
+            user = self.task_users.acquire(assignment.get("owner", ""), job_id=key[0], slot=assignment.get("task_slot"))
             task = TaskProcess(
                 assignment,
                 self.workdir,
@@ -532,6 +532,10 @@ def main(argv=None) -> None:
     if args.task_users.mode == "none":
         log.warning("NO TASK ISOLATION: " + NO_ISOLATION_WARNING.format(user=getpass.getuser()))
     else:
+        try:
+            args.task_users.claim()
+        except OSError as exc:
+            sys.exit(f"mlqueue-agent: {exc}")
         args.task_users.sweep()
     if args.task_users.mode == "uid" and untraversable(args.workdir.resolve()):
         log.warning(

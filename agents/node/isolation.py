@@ -1,8 +1,11 @@
 """Keeping tasks apart from each other and from the agent: each task runs as a user of its own.
 
 With root, the agent gives each running task a UID/GID from a pool (`--task-uids`, default
-200000-200999), or the owner's own UID where the site maps user names to UIDs
-(`--task-user-map`). The task's working directory is 0700 and owned by that user, so another
+200000-299999), or the owner's own UID where the site maps user names to UIDs
+(`--task-user-map`). From the pool, a task runs as its job's slot's UID (`FIRST + slot`, the
+slot the leader gave the job: scheduling/task_slots.py), the same for every rank and attempt of
+the job, so an attempt reads the checkpoints of the one before it; no two jobs not over share a
+slot. The task's working directory is 0700 and owned by that user, so another
 task cannot read its files; `/proc/<pid>/environ` of a process is readable only by its owner,
 so another task cannot read its environment (its secrets); and an unprivileged user cannot
 signal another user's processes. The agent keeps root for what needs it: starting the process
@@ -17,6 +20,7 @@ the others' environment and files. The agent says so at start, and the node page
 """
 
 import contextlib
+import fcntl
 import json
 import logging
 import os
@@ -30,8 +34,18 @@ from pathlib import Path
 
 log = logging.getLogger("mlqueue.agent")
 
-DEFAULT_UID_RANGE = "200000-200999"
+DEFAULT_UID_RANGE = "200000-299999"
 SHARED_TMP_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
+RANGE_LOCKS = Path("/run/mlqueue-agent")
+RANGE_OVERLAP = (
+    "task UIDs {first}-{last} overlap {low}-{high}, the range of another agent running on this machine: give "
+    "each agent on a machine a range of its own (--task-uids)"
+)
+SLOT_PAST_RANGE = (
+    "job {job_id}'s task slot {slot} is past the {size} UIDs of --task-uids {first}-{last}: every job not over "
+    "holds a slot, so give the agents a larger range"
+)
+SLOT_IN_USE = "task UID {uid} (slot {slot}) is still in use on this node by job {holder}'s task"
 NO_ISOLATION_WARNING = (
     "tasks run as the agent's own user ({user}): a task can read this agent's node token and join-token file, the "
     "environment (secret_env included), files and checkpoints of every other task on this node, and signal its "
@@ -55,6 +69,8 @@ class TaskUsers:
         self.uids, self.user_map = uids, user_map or {}
         self._lock = threading.Lock()
         self._in_use: dict[int, int] = {}  # uid -> running tasks holding it
+        self._job_of: dict[int, int | None] = {}  # uid -> the job whose tasks hold it
+        self._range_lock = None  # the open lock file that holds this range on the machine (claim)
         self._cursor = 0
 
     @classmethod
@@ -65,19 +81,34 @@ class TaskUsers:
     def mode(self) -> str:
         return "uid" if self.uids is not None else "none"
 
-    def acquire(self, owner: str = "") -> TaskUser | None:
-        """A user for a new task, or None when tasks run as the agent's own user. Pool UIDs go
-        round, and one that still runs anything is skipped. Raises OSError when none is free."""
+    def acquire(self, owner: str = "", *, job_id: int | None = None, slot: int | None = None) -> TaskUser | None:
+        """A user for a new task of `job_id`, or None when tasks run as the agent's own user: the
+        owner's mapped UID; else the UID of the job's `slot`; else (a server that gives no
+        slot) the next pool UID round that runs nothing. Raises OSError when there is none."""
         if self.uids is None:
             return None
         with self._lock:
             if owner in self.user_map:
                 uid, gid = self.user_map[owner]
-                self._in_use[uid] = self._in_use.get(uid, 0) + 1
+                self._hold(uid, job_id)
                 return TaskUser(uid, gid, owner, pooled=False)
-            uid = self._next_free_uid()
-            self._in_use[uid] = 1
+            uid = self._slot_uid(job_id, slot) if slot is not None else self._next_free_uid()
+            self._hold(uid, job_id)
             return TaskUser(uid, uid, f"mlq-task-{uid}", pooled=True)
+
+    def _hold(self, uid: int, job_id: int | None) -> None:
+        self._in_use[uid] = self._in_use.get(uid, 0) + 1
+        self._job_of[uid] = job_id
+
+    def _slot_uid(self, job_id: int | None, slot: int) -> int:
+        if not 0 <= slot < len(self.uids):
+            first, last = self.uids.start, self.uids.stop - 1
+            raise OSError(SLOT_PAST_RANGE.format(job_id=job_id, slot=slot, size=len(self.uids), first=first, last=last))
+        uid = self.uids[slot]
+        holder = self._job_of.get(uid, job_id)
+        if uid in self._in_use and holder != job_id:  # the job before it on the slot still stopping here
+            raise OSError(SLOT_IN_USE.format(uid=uid, slot=slot, holder=holder))
+        return uid
 
     def _next_free_uid(self) -> int:
         busy = uids_running(self.uids)
@@ -87,6 +118,25 @@ class TaskUsers:
                 self._cursor = (self._cursor + step + 1) % len(self.uids)
                 return uid
         raise OSError(f"no free task UID: all {len(self.uids)} of {self.uids.start}-{self.uids.stop - 1} are in use")
+
+    def claim(self, lock_dir: Path = RANGE_LOCKS) -> None:
+        """At start, before the sweep: hold this range for as long as the agent runs, and refuse
+        to start where another agent on this machine holds a range that overlaps it (its sweep
+        would kill that agent's running tasks, and its tasks would share their UIDs)."""
+        lock_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        first, last = self.uids.start, self.uids.stop - 1
+        for path in sorted(lock_dir.glob("uids-*.lock")):
+            try:
+                low, high = (int(n) for n in path.stem.removeprefix("uids-").split("-"))
+            except ValueError:
+                continue
+            if low <= last and first <= high and (low, high) != (first, last) and _held(path):
+                raise OSError(RANGE_OVERLAP.format(first=first, last=last, low=low, high=high))
+        self._range_lock = open(lock_dir / f"uids-{first}-{last}.lock", "a")  # noqa: SIM115  held until exit
+        try:
+            fcntl.flock(self._range_lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise OSError(RANGE_OVERLAP.format(first=first, last=last, low=first, high=last)) from None
 
     def sweep(self) -> None:
         """At start: whatever a pool UID still runs is left from before (an agent killed with
@@ -105,13 +155,24 @@ class TaskUsers:
             self._in_use[user.uid] -= 1
             if self._in_use[user.uid]:
                 return
-            del self._in_use[user.uid]
+            del self._in_use[user.uid], self._job_of[user.uid]
         killed = kill_processes_of(user.uid, user.gid)
         removed = remove_files_of(user.uid) if user.pooled else 0
         if killed or removed:
             log.info(
                 "task user %s: killed %d leftover process(es), removed %d leftover file(s)", user.uid, killed, removed
             )
+
+
+def _held(path: Path) -> bool:
+    """Whether a live process holds the lock at `path` (a lock left by an agent that died is not)."""
+    with open(path, "a") as probe:
+        try:
+            fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(probe, fcntl.LOCK_UN)
+        return False
 
 
 def _owner_uids() -> dict[int, int]:
@@ -187,7 +248,7 @@ def remove_files_of(uid: int, dirs=SHARED_TMP_DIRS) -> int:
 
 
 def parse_uid_range(text: str) -> range:
-    """ "200000-200999" -> range(200000, 201000)."""
+    """ "200000-299999" -> range(200000, 300000)."""
     first, dash, last = text.partition("-")
     try:
         low, high = int(first), int(last)

@@ -18,6 +18,7 @@ from scheduling.leader import failpoints
 from scheduling.leader.snapshot import StoreView
 from scheduling.models import Job, JobState, StopReason, TaskState
 from scheduling.stopping import do_request_stop
+from scheduling.task_slots import Slots
 from teams.models import AuditEvent, EventKind
 
 REASON_BATCH = 500
@@ -52,8 +53,9 @@ class Applied:
 
 def apply_decisions(decisions: Decisions, view: StoreView, *, epoch: int, now) -> Applied:
     applied = Applied()
+    slots = Slots() if decisions.placements else None
     for placement in decisions.placements:
-        if _place(placement, view, epoch=epoch, now=now):
+        if _place(placement, view, slots, epoch=epoch, now=now):
             applied.placed_jobs.append(placement.job_id)
         else:
             applied.lost_races += 1
@@ -66,7 +68,7 @@ def apply_decisions(decisions: Decisions, view: StoreView, *, epoch: int, now) -
     return applied
 
 
-def _place(placement: Placement, view: StoreView, *, epoch: int, now) -> bool:
+def _place(placement: Placement, view: StoreView, slots: Slots, *, epoch: int, now) -> bool:
     per_rank = {
         t.rank: {"node_id": view.node_ids[t.node], "gpu_indices": list(t.gpu_indices), "epoch": epoch}
         for t in placement.tasks
@@ -88,6 +90,7 @@ def _place(placement: Placement, view: StoreView, *, epoch: int, now) -> bool:
         failpoints.hit("apply.inside_place")
         if moved:
             Job.objects.filter(pk=placement.job_id).update(
+                run_slot=slots.slot_for(placement.job_id),
                 borrowed=placement.borrowed,
                 reserved_nodes=[],
                 nominated_nodes=[],

@@ -77,6 +77,11 @@ class Cluster:
         joins with MLQ_AGENT_JOIN_TOKEN from its environment, as in production. Tasks run as
         the agent's user unless `isolation="uid"`: the tests' jobs run this venv's Python,
         which lives where other users cannot reach. `args`: more of the agent's options."""
+        if isolation == "uid" and "--task-uids" not in args:
+            # A range of this cluster's own: another test's agent on this machine holds the default
+            # one (an agent refuses to start on a range that overlaps a live agent's).
+            first = 1_000_000 + self.port * 100 + len(self.agents) * 10_000_000
+            args = ("--task-uids", f"{first}-{first + 99}", *args)
         fleet = self.tmp / f"{name}.json"
         fleet.write_text(
             json.dumps(

@@ -137,3 +137,49 @@ def test_two_teams_jobs_on_one_node_cannot_read_or_signal_each_other(cluster, ap
     assert [line for line in found.splitlines() if A_SECRET in line] == []  # neither its env nor its file
     assert victim_out.strip().endswith(f"file:{A_SECRET}")  # A ran to its end, untouched
     assert Node.objects.get(name=NODE["name"]).task_isolation == "uid"
+
+
+# A checkpointing job: its first attempt saves, its next resumes from what the first saved.
+RESUMER = """
+echo "uid=$(id -u) attempt=$MLQ_ATTEMPT"
+mkdir -p "$MLQ_CHECKPOINT_DIR"
+if [ -e "$MLQ_CHECKPOINT_DIR/state" ]; then echo "resumed:$(cat "$MLQ_CHECKPOINT_DIR/state")"; exit 0; fi
+echo step-42 > "$MLQ_CHECKPOINT_DIR/state" && touch "$SHARED/saved"
+i=0; while [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done
+"""
+
+
+@pytest.mark.skipif(not ISOLATED, reason="switching users needs root")
+def test_a_requeued_attempt_runs_as_the_same_user_and_reads_its_own_checkpoint(cluster, api, base_dir):
+    """Each attempt had a pool UID of its own: the next attempt could not enter the 0700
+    checkpoint directory the first made, failed at once and spent the job's retries. A job's
+    attempts now share its slot's UID."""
+    body = {
+        "team": "research-foundation-models",
+        "name": "resumer",
+        "command": ["/bin/sh", "-c", RESUMER],
+        "resources": {"gpu_count": 1, "gpu_type": "H100", "cpu_per_rank": 1, "memory_per_rank_gb": 1},
+        "env": {"SHARED": str(base_dir / "shared")},
+        "checkpoint": {"path": str(base_dir / "shared" / "ckpt-{job_id}")},
+        "grace_period_seconds": 5,
+    }
+    response = api("alice").post("/api/v1/jobs", body, format="json")
+    assert response.status_code == 201, response.json()
+    job_id = response.json()["id"]
+    try:
+        wait_for(lambda: (base_dir / "shared" / "saved").exists(), timeout=30, what="the first attempt's save")
+        requeued = api("alice").post(f"/api/v1/jobs/{job_id}/requeue", {"reason": "test"}, format="json")
+        assert requeued.status_code == 200, requeued.json()
+        wait_for(lambda: Job.objects.get(pk=job_id).state == "SUCCEEDED", timeout=60, what="the second attempt")
+    except AssertionError:
+        raise AssertionError(cluster.logs()) from None
+
+    def log(attempt: int) -> str:
+        return api("alice").get(f"/api/v1/jobs/{job_id}/logs?rank=0&attempt={attempt}").json()["text"]
+
+    wait_for(lambda: "resumed:" in log(2), timeout=10, what="the second attempt's log")
+    first, second = log(1), log(2)
+    assert "resumed:step-42" in second, second
+    assert first.split("uid=")[1].split()[0] == second.split("uid=")[1].split()[0] != "0"
+    job = Job.objects.get(pk=job_id)
+    assert (job.retries_used, job.run_slot is not None) == (0, True)

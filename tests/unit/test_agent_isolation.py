@@ -32,6 +32,35 @@ def test_each_running_task_gets_a_uid_of_its_own_and_a_mapped_owner_keeps_theirs
     assert TaskUsers.none().acquire("bob") is None and TaskUsers.none().mode == "none"
 
 
+def test_a_jobs_tasks_run_as_its_slots_uid_every_rank_and_attempt():
+    users = TaskUsers(uids=range(200000, 200004))
+    rank0, rank1 = users.acquire("bob", job_id=7, slot=2), users.acquire("bob", job_id=7, slot=2)
+    assert rank0.uid == rank1.uid == 200002 and rank0.pooled
+    assert users.acquire("bob", job_id=8, slot=0).uid == 200000  # another job: its own slot's
+    with pytest.raises(OSError, match="slot 2\\) is still in use on this node by job 7's task"):
+        users.acquire("carol", job_id=9, slot=2)  # the slot went to job 9 while job 7 still stops here
+    users.release(rank0)
+    users.release(rank1)
+    assert users.acquire("carol", job_id=9, slot=2).uid == 200002
+    again = users.acquire("bob", job_id=7, slot=3)  # a later attempt given another slot
+    assert again.uid == 200003
+    with pytest.raises(OSError, match="job 10's task slot 4 is past the 4 UIDs of --task-uids 200000-200003"):
+        users.acquire("dave", job_id=10, slot=4)
+    assert users.acquire("eve", job_id=11).uid == 200001  # a server that gives no slot: the free one
+
+
+def test_an_agent_refuses_a_uid_range_that_overlaps_a_live_agents_on_the_machine(tmp_path):
+    other = TaskUsers(uids=range(200500, 201500))
+    other.claim(tmp_path)  # a live agent holds 200500-201499
+    with pytest.raises(OSError, match="task UIDs 200000-200999 overlap 200500-201499, the range of another agent"):
+        TaskUsers(uids=range(200000, 201000)).claim(tmp_path)
+    with pytest.raises(OSError, match="task UIDs 200500-201499 overlap 200500-201499"):
+        TaskUsers(uids=range(200500, 201500)).claim(tmp_path)  # the same range: its lock is held
+    TaskUsers(uids=range(300000, 301000)).claim(tmp_path)  # apart: fine
+    other._range_lock.close()  # that agent ended: its lock file stays, held by no one
+    TaskUsers(uids=range(200000, 201000)).claim(tmp_path)
+
+
 @pytest.mark.parametrize(
     "text, problem",
     [
