@@ -15,7 +15,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agents import heartbeats, ingest, services, tokens
-from agents.node_filters import ConsoleFilter
+from agents.node_filters import ConsoleFilter, misused
 from agents.protocol import MAX_GPUS, DocumentedHeartbeatSerializer, EventsSerializer, RegisterSerializer
 from mlqueue import date_fields
 from mlqueue.pagination import StrictCursorPagination as CursorPagination
@@ -67,6 +67,14 @@ class NodeList(generics.ListAPIView):
     serializer_class = NodeSerializer
     filterset_class = ConsoleFilter  # the console's filters: gpu_type=cpu, label, name too
     queryset = Node.objects.all()
+
+    def list(self, request: Request, *args, **kwargs) -> Response:
+        """As the console: a parameter that is no filter, or a repeated one-value filter, is a
+        400 naming it (`?rack=a&rack=b` read the last rack alone)."""
+        pages = {ByName.cursor_query_param, ByName.page_size_query_param}
+        if errors := misused(request.query_params, also=pages):
+            raise serializers.ValidationError({name: [why] for name, why in errors.items()})
+        return super().list(request, *args, **kwargs)
 
 
 # --- admin actions -------------------------------------------------------------------------

@@ -51,13 +51,14 @@ ONE_VALUE = "one {name} at a time (only state may be given more than once)."
 PAGE_PARAMETERS = {"part"}  # htmx's partial reloads
 
 
-def misused(query) -> dict[str, str]:
+def misused(query, *, also=PAGE_PARAMETERS) -> dict[str, str]:
     """Parameter -> why it is refused: one that is no filter (a typo showed the whole fleet),
-    or a filter that takes one value given several (all but the last were dropped)."""
+    or a filter that takes one value given several (all but the last were dropped). `also`:
+    the parameters that are no filter but the page's or the API's own (its cursor, limit)."""
     known = [*ConsoleFilter.base_filters]
     errors = {}
     for name in query:
-        if name not in known and name not in PAGE_PARAMETERS:
+        if name not in known and name not in also:
             errors[name] = UNKNOWN_PARAMETER.format(known=", ".join(known))
         elif name != "state" and len(query.getlist(name)) > 1:
             errors[name] = ONE_VALUE.format(name=name)

@@ -1,4 +1,4 @@
-"""Filters for the development server's access log.
+"""Filters for the logs: the development server's access log, and Django's request log.
 
 `manage.py runserver` (daphne's) logs one line per request on `django.channels.server`. On
 `make demo` 36 agents heartbeat every 2 s: 18 lines a second of `HTTP POST
@@ -19,3 +19,15 @@ class QuietHeartbeats(logging.Filter):
             return True
         status, path = details.get("status"), str(details.get("path", ""))
         return not (isinstance(status, int) and 200 <= status < 300 and HEARTBEAT.fullmatch(path))
+
+
+class RefusalsWithoutTracebacks(logging.Filter):
+    """`django.request` logs a view's PermissionDenied as a warning with the exception's
+    traceback: a member opening `/nodes/` wrote twenty lines of stack for a normal refusal. The
+    one line stays (who was refused what is worth a line); the traceback goes, for 4xx only."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        status = getattr(record, "status_code", None)
+        if isinstance(status, int) and 400 <= status < 500:
+            record.exc_info, record.exc_text = None, None
+        return True

@@ -279,13 +279,17 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "filters": {"quiet_heartbeats": {"()": "mlqueue.log_filters.QuietHeartbeats"}},
+    "filters": {
+        "quiet_heartbeats": {"()": "mlqueue.log_filters.QuietHeartbeats"},
+        "refusals_without_tracebacks": {"()": "mlqueue.log_filters.RefusalsWithoutTracebacks"},
+    },
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
     "loggers": {
         "django.db.backends": {"level": "WARNING"},
         # runserver's access log (make demo): a line per successful heartbeat drowned the rest.
         "django.channels.server": {"filters": ["quiet_heartbeats"]},
+        "django.request": {"filters": ["refusals_without_tracebacks"]},
     },
 }
 

@@ -5,7 +5,7 @@ import unicodedata
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 
-INVISIBLE = "must not contain {char}: invisible and control characters can make a name read as another."
+INVISIBLE = "must not contain {char}: invisible and control characters can make text read as something else."
 # Control characters, format characters (bidi overrides U+202A..U+202E and U+2066..U+2069,
 # zero-width spaces and joiners, soft hyphen), surrogates, and line and paragraph separators.
 INVISIBLE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})

@@ -54,11 +54,17 @@ def exit_outcome(stop_reason: str, exit_code: int | None, cause: str = "") -> tu
 
 
 def current_task(job_id: int, rank: int, attempt: int) -> Task | None:
-    task = Task.objects.filter(job_id=job_id, rank=rank).first()
+    task = Task.objects.select_related("node").filter(job_id=job_id, rank=rank).first()
     if task is None or task.attempt != attempt:
         log.info("report about job %s rank %s attempt %s ignored: not the current attempt", job_id, rank, attempt)
         return None
     return task
+
+
+def agent_name(task: Task) -> str:
+    """The timeline's actor for what a task's agent reported: its node's name, as every other
+    agent entry names it (it was the node's id: "agent:9" beside "agent:z2-r1-h100-01")."""
+    return f"agent:{task.node.name}" if task.node else "agent"
 
 
 def do_report_started(*, job_id: int, rank: int, attempt: int, now=None) -> bool:
@@ -69,7 +75,7 @@ def do_report_started(*, job_id: int, rank: int, attempt: int, now=None) -> bool
         task,
         to_state=S.RUNNING,
         attempt=attempt,
-        actor_name=f"agent:{task.node_id}",
+        actor_name=agent_name(task),
         reason="STARTED",
         message=f"rank {rank} started",
         now=now,
@@ -93,7 +99,7 @@ def do_report_exited(
         task,
         to_state=to_state,
         attempt=attempt,
-        actor_name=f"agent:{task.node_id}",
+        actor_name=agent_name(task),
         reason=reason,
         message=f"rank {rank} ended ({how}){': ' + why if why else ''}",
         now=now,

@@ -29,7 +29,9 @@ IMAGE_REFERENCE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]*\Z")
 IMAGE_RULE = "an image reference such as registry.example.com/team/train:2026-04 (no spaces, not starting with -)."
 ENV_RULE = "letters, digits and underscores, not starting with a digit"
 RESERVED_ENV_PREFIX = "MLQ_"
-INVISIBLE_KEY = "{key!r} must not contain {char}: invisible and control characters can make a name read as another."
+INVISIBLE_KEY = (
+    "{key!r} must not contain {char}: invisible and control characters can make text read as something else."
+)
 OWNER_NOT_CALLER = "you cannot submit on behalf of {owner}; leave owner out or use your own user name or email."
 RESERVED_ENV = "{name} is reserved: names starting with MLQ_ are set by mlqueue."
 IN_ENV_AND_SECRET_ENV = "{name} is in both env and secret_env: give each name in one of them."

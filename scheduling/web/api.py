@@ -15,7 +15,7 @@ from mlqueue.metrics_report import NAME as METRIC_NAME
 from mlqueue.pagination import NewestFirst
 from scheduling import groups, job_changes, job_control, job_metrics, schedules, services, submit_batch, sweeps
 from scheduling.group_state import waiting_reasons
-from scheduling.models import Job, JobState, Priority, Task, TaskLog
+from scheduling.models import Job, JobState, Priority, Task
 from scheduling.queue_state import queue_positions
 from scheduling.selectors import scheduler_state, visible_jobs
 from scheduling.spec import JobSpecSerializer
@@ -383,10 +383,15 @@ class JobLogs(APIView):
         `follow`: the attempt as server-sent events, new lines as they arrive, until it ends."""
         job = get_object_or_404(visible_jobs(request.user), pk=job_id)
         params = request.query_params.copy()
-        if params.get("follow") and request.headers.get("Last-Event-ID"):
+        resumed = bool(params.get("follow") and request.headers.get("Last-Event-ID"))
+        if resumed:
             params["offset"] = request.headers["Last-Event-ID"]  # an EventSource resuming: past the URL's offset
         query = LogQuerySerializer(data=params)
-        query.is_valid(raise_exception=True)
+        if not query.is_valid():
+            errors = dict(query.errors)
+            if resumed and "offset" in errors:  # the header's fault, not the URL's offset
+                errors["Last-Event-ID"] = errors.pop("offset")
+            raise serializers.ValidationError(errors)
         rank, stream, offset = (
             query.validated_data["rank"],
             query.validated_data["stream"],
@@ -401,12 +406,9 @@ class JobLogs(APIView):
             response["Cache-Control"] = "no-cache"
             response["X-Accel-Buffering"] = "no"  # a proxy in front must pass each event on at once
             return response
-        chunks = TaskLog.objects.filter(job=job, rank=rank, stream=stream)
-        attempt = (
-            query.validated_data.get("attempt")
-            or chunks.order_by("-attempt").values_list("attempt", flat=True).first()
-            or 1
-        )
+        # The same default as `follow`: the task's current attempt (stdout and stderr alike), not
+        # the newest with output, which was an earlier one while a new attempt had printed nothing.
+        attempt = query.validated_data.get("attempt") or logstream.latest_attempt(job.pk, rank, stream)
         text, end = logstream.read_log(job.pk, rank, attempt, stream, offset)
         return Response(
             {

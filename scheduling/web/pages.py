@@ -5,6 +5,7 @@ from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.http import HttpResponseBadRequest
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -13,7 +14,7 @@ from rest_framework.exceptions import APIException, PermissionDenied
 
 from mlqueue.client.specs import dump_yaml
 from scheduling import job_metrics, node_health, services
-from scheduling.models import Job, Priority, TaskLog, TaskState
+from scheduling.models import Job, Priority, TaskState
 from scheduling.secrets import masked_spec
 from scheduling.selectors import can_change_job, scheduler_state, visible_jobs
 from scheduling.spec import SPEC_FIELD_ORDER
@@ -160,13 +161,14 @@ def job_log(request, job_id: int):
     """The tail of one rank's log (its latest attempt). The page follows it from there by the API's
     event stream (static/js/mlqueue.js); `poll` renders the fallback, re-fetched every 3 s."""
     job = _job_for(request, job_id)
-    try:
-        rank = int(request.GET.get("rank", 0))
-    except ValueError:
-        rank = 0
-    stream = request.GET.get("stream") if request.GET.get("stream") in ("stdout", "stderr") else "stdout"
-    chunks = TaskLog.objects.filter(job=job, rank=rank, stream=stream)
-    attempt = chunks.order_by("-attempt").values_list("attempt", flat=True).first()
+    rank_text, stream = request.GET.get("rank", "0"), request.GET.get("stream", "stdout")
+    if not (rank_text.isascii() and rank_text.isdigit() and int(rank_text) < job.task_count):
+        ranks = "rank 0" if job.task_count == 1 else f"ranks 0 to {job.task_count - 1}"
+        return HttpResponseBadRequest(f"rank: job {job.pk} has {ranks}, not {rank_text[:20]!r}.")
+    if stream not in ("stdout", "stderr"):
+        return HttpResponseBadRequest(f"stream: stdout or stderr, not {stream[:20]!r}.")
+    rank = int(rank_text)
+    attempt = logstream.latest_attempt(job.pk, rank, stream)  # the current one, as the API's
     text, offset = logstream.read_log(job.pk, rank, attempt, stream, 0) if attempt else ("", 0)
     params = {
         "follow": 1,

@@ -123,7 +123,7 @@ def test_follow_is_404_for_another_teams_job_and_400_naming_a_bad_parameter(api)
         assert response.status_code == 400, query
         assert field in response.json()["fields"], query
     response = get(f"/api/v1/jobs/{job_id}/logs?follow=1", {**bearer("alice"), "Last-Event-ID": "x"})
-    assert response.status_code == 400 and "offset" in response.json()["fields"]
+    assert response.status_code == 400 and list(response.json()["fields"]) == ["Last-Event-ID"]
 
 
 @pytest.mark.parametrize("follow", ["", "&follow=1"])
@@ -201,3 +201,29 @@ def test_the_stream_closes_at_its_bound_without_an_end(api, settings):
     write(job_id, 0, "epoch 1\n")
     response = get(f"/api/v1/jobs/{job_id}/logs?follow=1", bearer("alice"))
     assert [name for _, name, _ in events(response.text) if name != ":"] == ["log"]  # the client resumes from 8
+
+
+def test_the_plain_log_defaults_to_the_current_attempt_as_follow_does(api):
+    job_id = running_job(api)
+    write(job_id, 0, "first attempt\n")
+    Task.objects.filter(job_id=job_id).update(state=TaskState.RUNNING, attempt=2)  # printed nothing yet
+    TaskLog.objects.create(job_id=job_id, rank=0, attempt=1, stream="stderr", offset=0, text="warn\n")
+    for stream in ("stdout", "stderr"):
+        body = api("alice").get(f"/api/v1/jobs/{job_id}/logs?stream={stream}").json()
+        assert (body["attempt"], body["text"]) == (2, ""), stream  # it was attempt 1's, stdout and stderr alike
+    assert api("alice").get(f"/api/v1/jobs/{job_id}/logs?attempt=1").json()["text"] == "first attempt\n"
+
+
+def test_the_log_fragment_refuses_a_rank_or_stream_the_job_does_not_have(api):
+    job_id = running_job(api)  # the seed spec: 8 ranks
+    browser = Client()
+    assert browser.login(username="alice", password="demo")
+    for query, message in (
+        ("rank=abc", f"rank: job {job_id} has ranks 0 to 7, not 'abc'."),
+        ("rank=-1", f"rank: job {job_id} has ranks 0 to 7, not '-1'."),
+        ("rank=8", f"rank: job {job_id} has ranks 0 to 7, not '8'."),
+        ("stream=both", "stream: stdout or stderr, not 'both'."),
+    ):
+        response = browser.get(f"/jobs/{job_id}/log/?{query}")
+        assert (response.status_code, response.content.decode()) == (400, message), query
+    assert browser.get(f"/jobs/{job_id}/log/?rank=7").status_code == 200

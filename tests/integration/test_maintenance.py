@@ -58,6 +58,11 @@ def submit(api, *, hours: float, gpus: int = 8) -> Job:
         ({"ends_at": "2026-04-20T12:00:00Z"}, "ends_at", "give ends_at or duration_hours, not both."),
         ({"duration_hours": None}, "ends_at", "give ends_at or duration_hours."),
         ({"duration_hours": 24 * 31}, "duration_hours", "Ensure this value is less than or equal to 720."),
+        (
+            {"duration_hours": None, "ends_at": "2026-05-20T10:00:01Z"},  # 720 h and a second
+            "ends_at",
+            "a window lasts at most 30 days (720 h); 720.000277778 h asked.",
+        ),
         ({"rack": "z9-r9"}, "rack", "no node is in rack z9-r9."),
         ({"rack": "", "zone": "z7"}, "zone", "no node is in zone z7."),
         ({"rack": "", "names": ["z1-r1-h100-01", "nope"]}, "names", "no such node: nope."),

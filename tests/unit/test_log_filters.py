@@ -1,4 +1,5 @@
-"""runserver's access log (make demo) drops successful heartbeats and keeps everything else."""
+"""runserver's access log (make demo) drops successful heartbeats and keeps everything else;
+Django's request log keeps a 4xx's line without its traceback."""
 
 import logging
 
@@ -33,3 +34,17 @@ def test_other_messages_on_the_logger_pass():
         "django.channels.server", logging.INFO, __file__, 1, "WebSocket CONNECT %s", ("/ws",), None
     )
     assert QuietHeartbeats().filter(record)
+
+
+@pytest.mark.parametrize("status, traceback", [(403, False), (404, False), (500, True)])
+def test_djangos_request_log_keeps_a_refusals_line_without_its_traceback(caplog, status, traceback):
+    try:
+        raise PermissionError("only site admins may see the nodes.")
+    except PermissionError:
+        with caplog.at_level(logging.WARNING, logger="django.request"):
+            logging.getLogger("django.request").warning(
+                "Forbidden: %s", "/nodes/", exc_info=True, extra={"status_code": status}
+            )
+    [record] = caplog.records
+    assert record.getMessage() == "Forbidden: /nodes/"
+    assert (record.exc_info is not None) is traceback
