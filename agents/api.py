@@ -71,7 +71,7 @@ class NodeList(generics.ListAPIView):
     def list(self, request: Request, *args, **kwargs) -> Response:
         """As the console: a parameter that is no filter, or a repeated one-value filter, is a
         400 naming it (`?rack=a&rack=b` read the last rack alone)."""
-        pages = {ByName.cursor_query_param, ByName.page_size_query_param}
+        pages = {ByName.cursor_query_param, ByName.page_size_query_param, "format"}  # format: DRF's ?format=json
         if errors := misused(request.query_params, also=pages):
             raise serializers.ValidationError({name: [why] for name, why in errors.items()})
         return super().list(request, *args, **kwargs)

@@ -37,6 +37,7 @@ CAUSES = {
         "stopped on its node: the node agent could not renew its lease with the control plane within the outage bound",
     ),
     "lost": ("AGENT_LOST_TASK", "lost when its node agent restarted"),
+    "no_task_user": ("NO_TASK_USER", "not started: its node agent had no user to run it as (see the task's log)"),
 }
 
 
@@ -177,6 +178,8 @@ def checkpoint_refusal(*, job_id: int, rank: int, attempt: int, node_name: str, 
         return f"{prefix}: reported under epoch {epoch}, newer than the attempt's placement (epoch {task.epoch})."
     if task.assigned_at and task.assigned_at > when:
         return f"{prefix}: saved before the attempt was placed (an earlier attempt's file)."
+    if task.last_checkpoint_at is None:
+        return f"{prefix}."
     return f"{prefix}: a checkpoint as new is already recorded ({task.last_checkpoint_at:%Y-%m-%d %H:%M:%S} UTC)."
 
 

@@ -38,8 +38,10 @@ from agents.node.heartbeat_socket import HeartbeatSocket
 from agents.node.isolation import (
     DEFAULT_UID_RANGE,
     NO_ISOLATION_WARNING,
+    NoTaskUser,
     TaskUsers,
     can_switch_users,
+    kill_processes_of,
     load_user_map,
     parse_uid_range,
     untraversable,
@@ -299,7 +301,9 @@ class NodeAgent:
             # The job's owner reads why in its log: the agent's own log is not theirs to see.
             why = f"mlqueue: cannot start this task on {self.name}: {exc}\n"
             self.outbox.append({"type": "log", **attempt, "stream": "stderr", "offset": 0, "data": why})
-            self.outbox.append({"type": "exited", **attempt, "exit_code": 127, "signal": ""})
+            # No user to run it as is the node's doing: INFRA (a restart), not the job's retries.
+            cause = {"cause": "no_task_user"} if isinstance(exc, NoTaskUser) else {}
+            self.outbox.append({"type": "exited", **attempt, "exit_code": 127, "signal": "", **cause})
             return None
         self.tasks[key] = task
         self.outbox.append({"type": "started", "job_id": key[0], "rank": key[1], "attempt": key[2]})
@@ -351,6 +355,9 @@ class NodeAgent:
         for task in running:
             task.cause = "lease_expired"
             task.send(name)
+        if name == "KILL":  # and what left their process groups: a node the leader has called LOST
+            for user in {task.user for task in running if task.user is not None and task.user.pooled}:
+                kill_processes_of(user.uid, user.gid)  # gives its slot to another job meanwhile
 
     def flush_events(self) -> None:
         self.outbox.flush(lambda batch: self.client.post(f"agents/{self.name}/events", {"events": batch}))

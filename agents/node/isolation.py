@@ -37,6 +37,10 @@ log = logging.getLogger("mlqueue.agent")
 DEFAULT_UID_RANGE = "200000-299999"
 SHARED_TMP_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
 RANGE_LOCKS = Path("/run/mlqueue-agent")
+MAP_IN_POOL = (
+    "--task-user-map gives {names} UIDs inside --task-uids {first}-{last}: a mapped owner would share a UID with "
+    "the jobs given those slots; keep the pool's range apart from every mapped UID"
+)
 RANGE_OVERLAP = (
     "task UIDs {first}-{last} overlap {low}-{high}, the range of another agent running on this machine: give "
     "each agent on a machine a range of its own (--task-uids)"
@@ -45,7 +49,14 @@ SLOT_PAST_RANGE = (
     "job {job_id}'s task slot {slot} is past the {size} UIDs of --task-uids {first}-{last}: every job not over "
     "holds a slot, so give the agents a larger range"
 )
-SLOT_IN_USE = "task UID {uid} (slot {slot}) is still in use on this node by job {holder}'s task"
+SLOT_IN_USE = "task UID {uid} (slot {slot}) is still held on this node by the job that had the slot before"
+RELEASE_WAIT_S = 30  # at most, for a UID's leftovers to be killed and removed before it is handed out again
+
+
+class NoTaskUser(OSError):
+    """No user to run a task as: the node's doing (its range, a UID still stopping), not the job's."""
+
+
 NO_ISOLATION_WARNING = (
     "tasks run as the agent's own user ({user}): a task can read this agent's node token and join-token file, the "
     "environment (secret_env included), files and checkpoints of every other task on this node, and signal its "
@@ -67,7 +78,12 @@ class TaskUsers:
 
     def __init__(self, *, uids: range | None, user_map: dict[str, tuple[int, int]] | None = None):
         self.uids, self.user_map = uids, user_map or {}
-        self._lock = threading.Lock()
+        inside = sorted(name for name, (uid, _) in self.user_map.items() if uids is not None and uid in uids)
+        if inside:
+            first, last = uids.start, uids.stop - 1
+            raise ValueError(MAP_IN_POOL.format(names=", ".join(inside[:5]), first=first, last=last))
+        self._lock = threading.Condition()
+        self._releasing: set[int] = set()  # UIDs whose leftovers are being killed and removed
         self._in_use: dict[int, int] = {}  # uid -> running tasks holding it
         self._job_of: dict[int, int | None] = {}  # uid -> the job whose tasks hold it
         self._range_lock = None  # the open lock file that holds this range on the machine (claim)
@@ -103,27 +119,42 @@ class TaskUsers:
     def _slot_uid(self, job_id: int | None, slot: int) -> int:
         if not 0 <= slot < len(self.uids):
             first, last = self.uids.start, self.uids.stop - 1
-            raise OSError(SLOT_PAST_RANGE.format(job_id=job_id, slot=slot, size=len(self.uids), first=first, last=last))
+            raise NoTaskUser(
+                SLOT_PAST_RANGE.format(job_id=job_id, slot=slot, size=len(self.uids), first=first, last=last)
+            )
         uid = self.uids[slot]
+        # A release of this UID under way (another virtual node's thread): its kill would reach
+        # the new task. Wait for it, briefly.
+        self._lock.wait_for(lambda: uid not in self._releasing, timeout=RELEASE_WAIT_S)
         holder = self._job_of.get(uid, job_id)
-        if uid in self._in_use and holder != job_id:  # the job before it on the slot still stopping here
-            raise OSError(SLOT_IN_USE.format(uid=uid, slot=slot, holder=holder))
+        if uid in self._releasing or uid in self._in_use and holder != job_id:
+            log.warning("task UID %s (slot %s) is still held by job %s here: job %s waits", uid, slot, holder, job_id)
+            raise NoTaskUser(SLOT_IN_USE.format(uid=uid, slot=slot))
+        if uid not in self._in_use and processes_of(uid):  # leftovers no held task owns (a kill that gave up)
+            kill_processes_of(uid)
         return uid
 
     def _next_free_uid(self) -> int:
+        """For a server that gives no slot (an older one): round the pool from its top down, away
+        from the low slots a newer leader hands out first."""
         busy = uids_running(self.uids)
         for step in range(len(self.uids)):
-            uid = self.uids[(self._cursor + step) % len(self.uids)]
-            if uid not in self._in_use and uid not in busy:
+            uid = self.uids[-1 - (self._cursor + step) % len(self.uids)]
+            if uid not in self._in_use and uid not in busy and uid not in self._releasing:
                 self._cursor = (self._cursor + step + 1) % len(self.uids)
                 return uid
-        raise OSError(f"no free task UID: all {len(self.uids)} of {self.uids.start}-{self.uids.stop - 1} are in use")
+        raise NoTaskUser(f"no free task UID: all {len(self.uids)} of {self.uids.start}-{self.uids.stop - 1} are in use")
 
     def claim(self, lock_dir: Path = RANGE_LOCKS) -> None:
         """At start, before the sweep: hold this range for as long as the agent runs, and refuse
         to start where another agent on this machine holds a range that overlaps it (its sweep
         would kill that agent's running tasks, and its tasks would share their UIDs)."""
         lock_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        with open(lock_dir / "ranges.lock", "a") as ranges:  # one agent at a time checks and claims
+            fcntl.flock(ranges, fcntl.LOCK_EX)
+            self._claim(lock_dir)
+
+    def _claim(self, lock_dir: Path) -> None:
         first, last = self.uids.start, self.uids.stop - 1
         for path in sorted(lock_dir.glob("uids-*.lock")):
             try:
@@ -156,8 +187,14 @@ class TaskUsers:
             if self._in_use[user.uid]:
                 return
             del self._in_use[user.uid], self._job_of[user.uid]
-        killed = kill_processes_of(user.uid, user.gid)
-        removed = remove_files_of(user.uid) if user.pooled else 0
+            self._releasing.add(user.uid)  # not handed out again until its leftovers are gone
+        try:
+            killed = kill_processes_of(user.uid, user.gid)
+            removed = remove_files_of(user.uid) if user.pooled else 0
+        finally:
+            with self._lock:
+                self._releasing.discard(user.uid)
+                self._lock.notify_all()
         if killed or removed:
             log.info(
                 "task user %s: killed %d leftover process(es), removed %d leftover file(s)", user.uid, killed, removed

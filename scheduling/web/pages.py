@@ -164,9 +164,9 @@ def job_log(request, job_id: int):
     rank_text, stream = request.GET.get("rank", "0"), request.GET.get("stream", "stdout")
     if not (rank_text.isascii() and rank_text.isdigit() and int(rank_text) < job.task_count):
         ranks = "rank 0" if job.task_count == 1 else f"ranks 0 to {job.task_count - 1}"
-        return HttpResponseBadRequest(f"rank: job {job.pk} has {ranks}, not {rank_text[:20]!r}.")
+        return HttpResponseBadRequest(f"rank: job {job.pk} has {ranks}, not {rank_text[:20]!r}.", content_type=TEXT)
     if stream not in ("stdout", "stderr"):
-        return HttpResponseBadRequest(f"stream: stdout or stderr, not {stream[:20]!r}.")
+        return HttpResponseBadRequest(f"stream: stdout or stderr, not {stream[:20]!r}.", content_type=TEXT)
     rank = int(rank_text)
     attempt = logstream.latest_attempt(job.pk, rank, stream)  # the current one, as the API's
     text, offset = logstream.read_log(job.pk, rank, attempt, stream, 0) if attempt else ("", 0)
@@ -194,6 +194,7 @@ def job_log(request, job_id: int):
 
 
 MAX_REASON = 500  # CancelSerializer's
+TEXT = "text/plain; charset=utf-8"  # a refusal that echoes the query: never read as HTML
 REASON_TOO_LONG = "reason: at most {limit} characters ({length} given): nothing was cancelled."
 
 

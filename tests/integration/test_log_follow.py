@@ -226,4 +226,7 @@ def test_the_log_fragment_refuses_a_rank_or_stream_the_job_does_not_have(api):
     ):
         response = browser.get(f"/jobs/{job_id}/log/?{query}")
         assert (response.status_code, response.content.decode()) == (400, message), query
+        assert response["Content-Type"] == "text/plain; charset=utf-8"  # it echoes the query: never HTML
+    xss = browser.get(f"/jobs/{job_id}/log/?rank=<svg onload=alert()>")
+    assert xss.status_code == 400 and xss["Content-Type"].startswith("text/plain")
     assert browser.get(f"/jobs/{job_id}/log/?rank=7").status_code == 200

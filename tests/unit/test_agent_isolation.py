@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.node.isolation import TaskUsers, load_user_map, parse_uid_range, processes_of
+from agents.node.isolation import NoTaskUser, TaskUsers, load_user_map, parse_uid_range, processes_of
 from agents.node.runtime import TaskProcess
 from tests.unit.leases import a_lease
 
@@ -24,8 +24,8 @@ needs_root = pytest.mark.skipif(
 
 def test_each_running_task_gets_a_uid_of_its_own_and_a_mapped_owner_keeps_theirs():
     users = TaskUsers(uids=range(200000, 200002), user_map={"alice": (5001, 5001)})
-    first, second = users.acquire("bob"), users.acquire("victor")
-    assert (first.uid, second.uid, first.pooled) == (200000, 200001, True)
+    first, second = users.acquire("bob"), users.acquire("victor")  # no slot (an older server): from the top
+    assert (first.uid, second.uid, first.pooled) == (200001, 200000, True)
     with pytest.raises(OSError, match="no free task UID"):
         users.acquire("carol")
     assert users.acquire("alice").uid == users.acquire("alice").uid == 5001
@@ -37,16 +37,21 @@ def test_a_jobs_tasks_run_as_its_slots_uid_every_rank_and_attempt():
     rank0, rank1 = users.acquire("bob", job_id=7, slot=2), users.acquire("bob", job_id=7, slot=2)
     assert rank0.uid == rank1.uid == 200002 and rank0.pooled
     assert users.acquire("bob", job_id=8, slot=0).uid == 200000  # another job: its own slot's
-    with pytest.raises(OSError, match="slot 2\\) is still in use on this node by job 7's task"):
+    with pytest.raises(NoTaskUser, match="slot 2\\) is still held on this node by the job that had the slot before"):
         users.acquire("carol", job_id=9, slot=2)  # the slot went to job 9 while job 7 still stops here
     users.release(rank0)
     users.release(rank1)
     assert users.acquire("carol", job_id=9, slot=2).uid == 200002
     again = users.acquire("bob", job_id=7, slot=3)  # a later attempt given another slot
     assert again.uid == 200003
-    with pytest.raises(OSError, match="job 10's task slot 4 is past the 4 UIDs of --task-uids 200000-200003"):
+    with pytest.raises(NoTaskUser, match="job 10's task slot 4 is past the 4 UIDs of --task-uids 200000-200003"):
         users.acquire("dave", job_id=10, slot=4)
     assert users.acquire("eve", job_id=11).uid == 200001  # a server that gives no slot: the free one
+
+
+def test_a_user_map_inside_the_pool_is_refused():
+    with pytest.raises(ValueError, match="--task-user-map gives alice UIDs inside --task-uids 200000-299999"):
+        TaskUsers(uids=range(200000, 300000), user_map={"alice": (201234, 201234), "bob": (5002, 5002)})
 
 
 def test_an_agent_refuses_a_uid_range_that_overlaps_a_live_agents_on_the_machine(tmp_path):
@@ -92,7 +97,7 @@ def test_a_uid_still_running_anything_is_not_handed_out_and_a_restart_sweeps_the
     users = TaskUsers(uids=range(200510, 200513))
     leftover = subprocess.Popen(["/bin/sleep", "300"], user=200510, group=200510, extra_groups=[], cwd="/")
     try:
-        assert [users.acquire("a").uid, users.acquire("b").uid] == [200511, 200512]
+        assert [users.acquire("a").uid, users.acquire("b").uid] == [200512, 200511]
         users.sweep()  # as an agent does when it starts
         leftover.wait(timeout=5)
         assert processes_of(200510) == []
