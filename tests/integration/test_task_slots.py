@@ -57,3 +57,17 @@ def test_a_job_back_from_over_whose_slot_went_to_another_gets_a_new_one(api, lea
     assert held.slot_for(running.pk) == 0  # the one with tasks on nodes keeps it
     assert held.slot_for(done.pk) == 1
     assert held.slot_for(done.pk) == 1 and held.slot_for(running.pk) == 0  # asked again: the same
+
+
+def test_no_user_for_a_task_is_the_nodes_failure_not_the_jobs(api, leader):
+    job = one_node_job(api, "no-user")
+    run_pass(epoch=leader)
+    task = job.tasks.get()
+    assert reports.do_report_exited(job_id=job.pk, rank=0, attempt=1, exit_code=127, cause="no_task_user") == "FAILED"
+    task.refresh_from_db()
+    assert task.failure_class == "INFRA"
+    ended = AuditEvent.objects.get(job=job, reason="NO_TASK_USER")
+    assert "its node agent had no user to run it as" in ended.message
+    run_pass(epoch=leader)
+    job.refresh_from_db()
+    assert (job.retries_used, job.restarts_used) == (0, 1)  # a restart, not a retry (and placed again)
