@@ -22,6 +22,7 @@ from urllib.parse import parse_qsl, unquote
 
 import psycopg
 from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from django.core.signals import got_request_exception
 from django.db import InterfaceError, OperationalError
 from django.http import HttpResponse, HttpResponseBadRequest, JsonResponse
@@ -36,6 +37,7 @@ log = logging.getLogger(__name__)
 CONTROL_CHARACTER = "contains a control character ({code}), which no mlqueue path, name or filter accepts."
 TOO_MANY_PARAMETERS = "has more than {limit} parameters."
 MALFORMED_FORM = "is not a readable form body ({problem})."
+FORM_TOO_LARGE = "Request too large: a form body is at most {limit} bytes (MLQ_MAX_BODY_BYTES); nothing was saved.\n"
 API_PREFIX = "/api/"
 NO_SUCH_API_PATH = "no such API path: {path}"
 LENGTH_REQUIRED = "send the body with a Content-Length header; chunked request bodies are not read."
@@ -111,7 +113,14 @@ class RefuseControlCharacters:
             return length_required(request.path_info)
         problem = check_path_and_query(request.path_info, request.META.get("QUERY_STRING", ""))
         if problem is None and not request.path_info.startswith(API_PREFIX):
-            problem = check_form(request)  # the API takes JSON only; its parser checks bodies
+            try:
+                problem = check_form(request)  # the API takes JSON only; its parser checks bodies
+            except RequestDataTooBig:  # a 400 page naming nothing, and a traceback in the log
+                return HttpResponse(
+                    FORM_TOO_LARGE.format(limit=settings.DATA_UPLOAD_MAX_MEMORY_SIZE),
+                    status=413,
+                    content_type="text/plain; charset=utf-8",
+                )
         if problem is not None:
             return refusal(request.path_info, *problem)
         return self.get_response(request)

@@ -111,6 +111,15 @@ def _states(from_state: str | tuple[str, ...]) -> tuple[str, ...]:
     return (from_state,) if isinstance(from_state, str) else tuple(from_state)
 
 
+def _states_now(job_id: int, from_state: str | tuple[str, ...]) -> str:
+    """What a gang's event names as where it came from: the state, or of several allowed, those
+    its tasks are in (it read "FAILED/PREEMPTED/SUCCEEDED" for a job that had only failed)."""
+    if isinstance(from_state, str):
+        return from_state
+    found = set(Task.objects.filter(job_id=job_id, state__in=from_state).values_list("state", flat=True))
+    return "/".join(state for state in from_state if state in found) or "/".join(from_state)
+
+
 def _conditional_update(*, task_filter: dict, from_state, to_state: str, epoch, fields: dict, now) -> int:
     rows = Task.objects.filter(state__in=_states(from_state), **task_filter)
     if epoch is not None:
@@ -270,6 +279,7 @@ def transition_gang(
         with transaction.atomic():
             _lock_job(job_id)
             total = Task.objects.filter(job_id=job_id).count()
+            before = _states_now(job_id, from_state)
             moved = _conditional_update(
                 task_filter={"job_id": job_id},
                 from_state=from_state,
@@ -285,7 +295,7 @@ def transition_gang(
             _record(
                 job_id=job_id,
                 rank=None,
-                from_state="/".join(_states(from_state)),
+                from_state=before,
                 to_state=to_state,
                 actor=actor,
                 actor_name=actor_name,

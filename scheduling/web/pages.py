@@ -13,6 +13,7 @@ from django.views.decorators.http import require_POST
 from rest_framework.exceptions import APIException, PermissionDenied
 
 from mlqueue.client.specs import dump_yaml
+from mlqueue.text import INVISIBLE, invisible_char
 from scheduling import job_metrics, node_health, services
 from scheduling.models import Job, Priority, TaskState
 from scheduling.secrets import masked_spec
@@ -203,8 +204,13 @@ REASON_TOO_LONG = "reason: at most {limit} characters ({length} given): nothing 
 def job_cancel(request, job_id: int):
     job = _job_for(request, job_id)
     reason = request.POST.get("reason", "")
+    refusal = ""
     if len(reason) > MAX_REASON:  # as the API and mlq refuse it, not cut short unsaid
-        messages.error(request, REASON_TOO_LONG.format(limit=MAX_REASON, length=len(reason)))
+        refusal = REASON_TOO_LONG.format(limit=MAX_REASON, length=len(reason))
+    elif char := invisible_char(reason):  # as the API's CancelSerializer: it goes in the job's events
+        refusal = f"reason: {INVISIBLE.format(char=char)} Nothing was cancelled."
+    if refusal:
+        messages.error(request, refusal)
         response = job_page(request, job_id)
         response.status_code = 400
         return response

@@ -9,8 +9,9 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
-from rest_framework.exceptions import APIException
+from rest_framework.exceptions import APIException, ValidationError
 
+from mlqueue.api_errors import flatten_errors
 from scheduling import schedules
 from scheduling.models import FireOutcome, Job, Schedule
 from scheduling.web.pages import spec_yaml
@@ -58,10 +59,12 @@ def action(request, schedule_id: int, verb: str):
             ran = fire.outcome in (FireOutcome.SUBMITTED, FireOutcome.REPLACED)
             (messages.success if ran else messages.error)(request, f"Run now: {fire.message}.")
         else:
-            data = {"suspended": verb == "suspend", "reason": request.POST.get("reason", "")[:300]}
+            data = {"suspended": verb == "suspend", "reason": request.POST.get("reason", "")}  # checked, not cut
             changes = schedules.check_schedule_change(user=request.user, schedule=schedule, data=data)
             schedules.do_change_schedule(user=request.user, schedule=schedule, changes=changes)
             messages.success(request, f"Schedule {schedule.name} {'suspended' if data['suspended'] else 'resumed'}.")
+    except ValidationError as exc:  # "reason: ...", not a dict's repr
+        messages.error(request, "; ".join(f"{field}: {m[0]}" for field, m in flatten_errors(exc.detail).items()))
     except APIException as exc:
         messages.error(request, str(exc.detail))
     return redirect("schedule-page", schedule_id=schedule.pk)

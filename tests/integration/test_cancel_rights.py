@@ -93,3 +93,18 @@ def test_a_forged_cancel_from_the_page_is_refused(ritas_job):
     assert response.status_code == 403
     assert refusal(ritas_job).replace("'", "&#x27;") in response.content.decode()
     assert_not_cancelled(ritas_job)
+
+
+def test_the_page_refuses_a_reason_with_a_control_character_as_the_api_does(ritas_job):
+    response = logged_in("rita").post(f"/jobs/{ritas_job}/cancel/", {"reason": "a\x07b"})
+    assert response.status_code == 400
+    assert "reason: must not contain U+0007 CONTROL CHARACTER" in response.content.decode()
+    assert_not_cancelled(ritas_job)  # nothing in the job's events either
+
+
+def test_an_oversized_form_is_a_413_that_says_so(ritas_job, settings):
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
+    response = logged_in("rita").post(f"/jobs/{ritas_job}/cancel/", {"reason": "x" * 2000})
+    assert response.status_code == 413
+    assert response.content.decode().startswith("Request too large: a form body is at most 1000 bytes")
+    assert_not_cancelled(ritas_job)

@@ -1,6 +1,7 @@
 """The schedules API (scheduling/web/schedules_api.py), the `schedule:` block of a submit, who
 may see and change a schedule, the 400s, PATCH recomputing next_run_at, and the pages."""
 
+import html
 from datetime import UTC, datetime
 
 import pytest
@@ -276,6 +277,19 @@ def test_the_pages_list_show_and_act_with_csrf(clock, api, logged_in):
     forged.force_login(Schedule.objects.get().owner)
     assert forged.post(f"/schedules/{schedule['id']}/resume/").status_code == 403
     assert Schedule.objects.get().suspended
+
+
+def test_the_page_refuses_a_bad_suspend_reason_naming_it_not_cutting_it(clock, api, logged_in):
+    schedule = created(api)
+    client = logged_in("alice")
+    for reason, message in (
+        ("y" * 400, "reason: Ensure this field has no more than 300 characters."),
+        ("a\x1bb", "reason: must not contain U+001B CONTROL CHARACTER"),
+    ):
+        page = client.post(f"/schedules/{schedule['id']}/suspend/", {"reason": reason}, follow=True)
+        assert message in html.unescape(page.content.decode()), reason
+        assert not Schedule.objects.get().suspended  # not suspended with the reason cut short
+    assert "ErrorDetail" not in page.content.decode()
 
 
 def test_the_schema_still_builds(api):

@@ -71,3 +71,5 @@ def test_no_user_for_a_task_is_the_nodes_failure_not_the_jobs(api, leader):
     run_pass(epoch=leader)
     job.refresh_from_db()
     assert (job.retries_used, job.restarts_used) == (0, 1)  # a restart, not a retry (and placed again)
+    requeued = AuditEvent.objects.get(job=job, to_state="PENDING", kind="TRANSITION")
+    assert requeued.from_state == "FAILED"  # the state its tasks were in, not every state allowed
