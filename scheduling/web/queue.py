@@ -82,8 +82,14 @@ class Row:
     group: GroupInfo | None = None
 
     @property
+    def children_noun(self) -> str:
+        return {"array": "elements", "sweep": "trials", "pipeline": "steps"}.get(self.job.group_kind, "children")
+
+    @property
     def gpus(self) -> str:
         job = self.job
+        if job.group_kind == "pipeline":  # each step asks for its own: the job page lists them
+            return "per step"
         each = " each" if self.group else ""
         if job.gpu_type:
             return f"{job.gpu_count} x {job.gpu_type}{each}"

@@ -23,7 +23,7 @@ from rest_framework.views import APIView
 from mlqueue import date_fields
 from scheduling import accounting, pricing
 from scheduling.accounting import BUCKETS, GROUPS, MAX_BUCKETS, UsageQuery, UsageReport, UsageRow
-from scheduling.models import LostCause, Price, Priority
+from scheduling.models import LostCause, Price, Priority, UsageRecord
 from teams.models import Team
 from teams.resources import known_classes, unknown_class_message
 from teams.selectors import is_site_admin, team_ids_of
@@ -79,6 +79,8 @@ class UsageParams(serializers.Serializer):
         user = self.context["user"]
         if not is_site_admin(user):
             users = users.filter(Q(pk=user.pk) | Q(memberships__team_id__in=team_ids_of(user)))
+            if not users.exists():  # a former member: their rows in the caller's teams still count
+                users = UsageRecord.objects.filter(accounting.visible_to(user), owner_name=value)
         if not users.exists():
             raise ValidationError(NO_SUCH_OWNER.format(name=value))
         return value

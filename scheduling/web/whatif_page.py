@@ -6,8 +6,9 @@ and answers with the panel; its result part polls GET /teams/what-if/{id}/ every
 (htmx: `hx-trigger="load delay:1s"` on each fragment while the preview runs) and, once done,
 shows each team's figures now and as proposed."""
 
+import re
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import date, timedelta
 
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpResponseForbidden
@@ -27,7 +28,8 @@ from teams.selectors import quota_team_names
 
 LEFT_OUT = {NEVER_STARTED: "placed but withdrawn before they ran", CPU_ONLY: "CPU jobs", NO_USEFUL_WORK: "no work kept"}
 FORM_FIELDS = ("team", "resource_class", *QUOTA_FIELDS, "from", "to")
-DEFAULT_DAYS = 7
+DEFAULT_DAYS = 7  # today and the six days before it
+DATE_ONLY = re.compile(r"\d{4}-\d{2}-\d{2}")
 # (figure, heading, how it reads, lower is better)
 FIGURES = (
     ("avg_wait_s", "Avg wait", short_duration, True),
@@ -58,7 +60,7 @@ def form_context(previewable: list[str], *, values: dict | None = None, errors: 
     """The panel's form: the teams the viewer may preview for, the known classes, and the last
     week as the default window."""
     today = timezone.now().date()
-    defaults = {"from": (today - timedelta(days=DEFAULT_DAYS)).isoformat(), "to": today.isoformat()}
+    defaults = {"from": (today - timedelta(days=DEFAULT_DAYS - 1)).isoformat(), "to": today.isoformat()}
     return {
         "previewable": previewable,
         "classes": known_classes(),
@@ -73,8 +75,11 @@ def start(request):
     """Start a preview; the panel again, with the result part polling, or the form's errors
     beside its fields (400; 200 to htmx, which swaps only 2xx answers)."""
     typed = {name: request.POST.get(name, "").strip() for name in FORM_FIELDS}
+    asked = {name: value for name, value in typed.items() if value}
+    if DATE_ONLY.fullmatch(asked.get("to", "")):  # the form's "to" day is included, as on the reports page
+        asked["to"] = (date.fromisoformat(asked["to"]) + timedelta(days=1)).isoformat()
     try:
-        preview = start_preview(request.user, {name: value for name, value in typed.items() if value})
+        preview = start_preview(request.user, asked)
     except PermissionDenied as exc:
         return HttpResponseForbidden(str(exc.detail), content_type="text/plain")
     except ValidationError as exc:

@@ -14,6 +14,7 @@ from scheduling.queue_state import QUEUE_ORDER_KEY
 from scheduling.web.group_page import CHART_POINTS, metric_curves
 from scheduling.web.queue import index_ranges
 from tests.integration.test_groups import children, submit
+from tests.integration.test_pipelines import steps, submit_pipeline
 
 GRID = {
     "method": "grid",
@@ -219,3 +220,15 @@ def test_the_group_section_alone_is_served_for_its_live_refresh(api, logged_in):
     assert "chart-4.6.1.umd.min.js" not in fragment  # ... a refresh does not load it again
     assert 'id="sweep-chart-data"' in fragment
     assert logged_in("victor").get(f"/jobs/{parent.pk}/group/").status_code == 404
+
+
+def test_a_pipelines_row_counts_steps_skipped_included_without_a_parallelism(api, logged_in):
+    parent = submit_pipeline(api)
+    made = steps(parent)
+    first, *rest = made.values()
+    Job.objects.filter(pk=first.pk).update(state="SUCCEEDED")
+    Job.objects.filter(pk=rest[-1].pk).update(state="SKIPPED")
+    html, _ = page(logged_in("bob"), "/queue/?state=all")  # bob's team's pipeline
+    row = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", row_of(html, parent.pk)))
+    assert f"{len(made)} steps: " in row and "1 skipped" in row and "trials" not in row
+    assert "at most" not in row and "per step" in row  # no parallelism; each step asks for its own

@@ -183,6 +183,8 @@ def test_an_owner_one_may_not_see_reads_as_one_that_does_not_exist(api, ledger):
         assert response.status_code == 400
         assert response.json()["fields"] == {"owner": [f"no user named {name!r}."]}
     assert usage(api, "alice", owner="rita").status_code == 200  # a member of her team
+    Team.objects.get(name=RFM).memberships.filter(user__username="rita").delete()  # rita leaves
+    assert usage(api, "alice", owner="rita").status_code == 200  # her rows in alice's team still count
     assert usage(api, "ops", owner="bob").status_code == 200  # an admin sees everyone
 
 

@@ -278,3 +278,15 @@ def test_a_body_that_is_not_an_object_is_a_400(clock, api, history):
     response = api("rita").post("/api/v1/what-if", [NO_BORROWING], format="json")
     assert response.status_code == 400
     assert "Expected a dictionary" in response.json()["detail"]
+
+
+def test_the_pages_to_date_is_included_as_on_the_reports_page(clock, logged_in, history, eager):
+    form = {"team": FM, "resource_class": "gpu:H100", "borrowing_limit": "0", "from": "2026-04-13", "to": "2026-04-13"}
+    with eager(execute=False):
+        answer = logged_in("rita").post("/teams/what-if/", form, HTTP_HX_REQUEST="true")
+    assert answer.status_code == 200, answer.content  # one whole day, not "to must be later than from"
+    preview = QuotaPreview.objects.get()
+    assert (preview.window_start.isoformat(), preview.window_end.isoformat()) == (
+        "2026-04-13T00:00:00+00:00",
+        "2026-04-14T00:00:00+00:00",
+    )
