@@ -42,7 +42,7 @@ def queue(request):
         "states": ["active", "all", *TaskState.values],
         "priorities": Priority.values,
         "teams": visible_team_names(request.user),
-        "querystring": request.GET.urlencode(),
+        "querystring": _without(request.GET, "page"),  # the pager adds its own page
         "forecast": forecast_age(),
     }
     template = "scheduling/queue_table.html" if request.headers.get("HX-Request") else "scheduling/queue.html"
@@ -197,6 +197,12 @@ def job_log(request, job_id: int):
 MAX_REASON = 500  # CancelSerializer's
 TEXT = "text/plain; charset=utf-8"  # a refusal that echoes the query: never read as HTML
 REASON_TOO_LONG = "reason: at most {limit} characters ({length} given): nothing was cancelled."
+
+
+def _without(params, name: str) -> str:
+    kept = params.copy()
+    kept.pop(name, None)
+    return kept.urlencode()
 
 
 @login_required

@@ -232,3 +232,16 @@ def test_a_pipelines_row_counts_steps_skipped_included_without_a_parallelism(api
     row = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", row_of(html, parent.pk)))
     assert f"{len(made)} steps: " in row and "1 skipped" in row and "trials" not in row
     assert "at most" not in row and "per step" in row  # no parallelism; each step asks for its own
+
+
+def test_the_queue_pager_keeps_one_page_parameter_and_works_without_javascript(api, logged_in, monkeypatch):
+    monkeypatch.setattr("scheduling.web.queue.PAGE_SIZE", 2)
+    for _ in range(5):
+        submit(api, name="paged")
+    html, _ = page(logged_in("alice"), "/queue/?sort=priority&page=2&team=research-foundation-models&page=2")
+    links = re.findall(r'<a hx-get="([^"]+)"[^>]*href="([^"]+)"', html)
+    assert len(links) == 2  # previous and next
+    for hx_get, href in links:
+        assert hx_get == href  # a plain link too: the page without JavaScript
+        assert href.count("page=") == 1, href  # it grew a page= at every click
+    assert "← previous" in html and "next →" in html
