@@ -37,7 +37,9 @@ from agents.node.containers import Podman
 from agents.node.heartbeat_socket import HeartbeatSocket
 from agents.node.isolation import (
     DEFAULT_UID_RANGE,
+    ISOLATION_OFF,
     NO_ISOLATION_WARNING,
+    RUN_AS_ROOT,
     NoTaskUser,
     TaskUsers,
     can_switch_users,
@@ -537,7 +539,8 @@ def main(argv=None) -> None:
     join_token = credentials.join_token_from(args.token_file)
     args.workdir.mkdir(parents=True, exist_ok=True)
     if args.task_users.mode == "none":
-        log.warning("NO TASK ISOLATION: " + NO_ISOLATION_WARNING.format(user=getpass.getuser()))
+        remedy = ISOLATION_OFF if can_switch_users() else RUN_AS_ROOT  # root: it was asked for
+        log.warning("NO TASK ISOLATION: " + NO_ISOLATION_WARNING.format(user=getpass.getuser(), remedy=remedy))
     else:
         try:
             args.task_users.claim()

@@ -60,8 +60,10 @@ class NoTaskUser(OSError):
 NO_ISOLATION_WARNING = (
     "tasks run as the agent's own user ({user}): a task can read this agent's node token and join-token file, the "
     "environment (secret_env included), files and checkpoints of every other task on this node, and signal its "
-    "processes. Run the agent as root so that each task runs as a user of its own (--task-uids)."
+    "processes. {remedy}"
 )
+RUN_AS_ROOT = "Run the agent as root so that each task runs as a user of its own (--task-uids)."
+ISOLATION_OFF = "Task isolation is off (--isolation none): drop that option to run each task as a user of its own."
 
 
 @dataclass(frozen=True)

@@ -66,6 +66,12 @@ def explain_job(job: Job) -> Why:
     )
 
 
+QUOTA_HELP = (
+    "it waits for its team's quota, not for room: asking fewer GPUs, or a higher borrowing limit from a lead "
+    "of its team, would start it sooner"
+)
+
+
 def what_would_help(job: Job) -> Help:
     """Reshapes of the job that fit the free room now, off the nodes of any maintenance window
     its time limit would run into (and the limit that would fit before one): loads every node,
@@ -73,7 +79,10 @@ def what_would_help(job: Job) -> Help:
     not wait for room is told what it waits for instead."""
     if job.reason_code in NOT_ROOM:
         quota = job.reason_code == ReasonCode.QUOTA
-        return Help(at=timezone.now(), fits_as_is=False, suggestions=[], not_room=job.reason_message, quota=quota)
+        # The API's and mlq's answer too (the page words it around not_room): no reshape, but
+        # for a quota what would help.
+        said = [QUOTA_HELP] if quota else []
+        return Help(at=timezone.now(), fits_as_is=False, suggestions=said, not_room=job.reason_message, quota=quota)
     state, _ = cluster_now()
     shape = job_shape(job.spec)
     now = timezone.now()

@@ -120,7 +120,7 @@ def test_a_trial_waiting_again_after_a_preemption_ends_early_stopped_at_once(api
     worse.refresh_from_db()
     assert (worse.state, worse.failure_class, worse.preemptions) == ("EARLY_STOPPED", "EARLY_STOPPED", 1)
     ended = AuditEvent.objects.get(job=worse, kind=EventKind.TRANSITION, to_state="EARLY_STOPPED")
-    assert (ended.from_state, ended.reason, ended.message) == ("PENDING/PREEMPTED", "EARLY_STOPPED", WHY)
+    assert (ended.from_state, ended.reason, ended.message) == ("PENDING", "EARLY_STOPPED", WHY)  # the state it was in
     assert states(parent) == ["SUCCEEDED", "EARLY_STOPPED", "RUNNING", "ASSIGNED"]
 
 

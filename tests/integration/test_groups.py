@@ -8,6 +8,7 @@ from scheduling import reports
 from scheduling.leader.snapshot import load_groups
 from scheduling.leader.worker import run_pass
 from scheduling.models import Job
+from scheduling.web.explanations import QUOTA_HELP
 from tests.integration.test_scheduler_pass import run_all_ranks
 from tests.integration.test_scheduler_pass import submit as submit_spec
 
@@ -296,7 +297,7 @@ def test_why_of_a_waiting_group_answers_for_its_first_waiting_child(api, leader)
     assert page["message"] == "element 0: team research-vision is at its borrowing limit"
     assert (body["histogram"], body["latest_start"]) == (None, "2030-01-01T00:00:00Z")
     assert body["reservation"] == {"reserved_nodes": ["n1"], "nominated_nodes": []}
-    assert body["suggestions"] == []  # it waits on its quota, not for room
+    assert body["suggestions"] == [QUOTA_HELP]  # it waits on its quota, not for room: no reshape
 
 
 def test_the_same_group_submitted_twice_is_one_group(api, leader):
