@@ -44,8 +44,7 @@ from agents.node.isolation import (
     TaskUsers,
     can_switch_users,
     kill_processes_of,
-    load_user_map,
-    parse_uid_range,
+    task_users_from,
     untraversable,
 )
 from agents.node.machine import inventory
@@ -394,7 +393,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         args.pass_env = DEFAULT_PASS_ENV + tuple(
             check_pass_env([name.strip() for item in args.pass_env for name in item.split(",") if name.strip()])
         )
-        args.task_users = task_users_from(args)
+        args.task_users = task_users_from(args.isolation, args.task_uids, args.task_user_map)
         args.container = container_from(args)
     except ValueError as exc:
         parser.error(str(exc))
@@ -496,15 +495,6 @@ def container_from(args: argparse.Namespace) -> Podman | None:
     if args.container_hook:
         raise ValueError("--container-hook and --container-runtime podman: give one of them")
     return Podman.find(args.container_runtime_args)
-
-
-def task_users_from(args: argparse.Namespace) -> TaskUsers:
-    if args.isolation == "none" or args.isolation == "auto" and not can_switch_users():
-        return TaskUsers.none()
-    if not can_switch_users():
-        raise ValueError("--isolation uid needs the agent to run as root (it starts each task as another user)")
-    user_map = load_user_map(args.task_user_map) if args.task_user_map else {}
-    return TaskUsers(uids=parse_uid_range(args.task_uids), user_map=user_map)
 
 
 def nodes_from(args: argparse.Namespace) -> list[dict]:

@@ -326,3 +326,13 @@ def untraversable(path: Path) -> list[Path]:
 
 def can_switch_users() -> bool:
     return hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+def task_users_from(isolation: str, uid_range: str, user_map_file) -> TaskUsers:
+    """The agent's --isolation, --task-uids and --task-user-map, as the users its tasks run as."""
+    if isolation == "none" or isolation == "auto" and not can_switch_users():
+        return TaskUsers.none()
+    if not can_switch_users():
+        raise ValueError("--isolation uid needs the agent to run as root (it starts each task as another user)")
+    user_map = load_user_map(user_map_file) if user_map_file else {}
+    return TaskUsers(uids=parse_uid_range(uid_range), user_map=user_map)
