@@ -2,6 +2,7 @@
 deadline the agent writes at each renewal, sends SIGTERM a grace before it and SIGKILL at it,
 and notes why, so the exit is reported as the lease's doing and not the task's."""
 
+import os
 import signal
 import subprocess
 import sys
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from agents.node.daemon import NodeAgent
+from agents.node.isolation import TaskUsers, processes_of
 from agents.node.runtime import SUPERVISOR, TaskProcess
 from agents.node.supervise import kill_grace, write_lease
 from tests.unit.leases import a_lease
@@ -222,3 +224,40 @@ def test_the_supervisor_ends_killed_by_the_signal_that_killed_its_task(sig):
         timeout=30,
     )
     assert (ended.returncode, ended.stderr) == (-sig, "")
+
+
+@pytest.mark.skipif(not (hasattr(os, "geteuid") and os.geteuid() == 0), reason="switching users needs root")
+def test_a_lapsed_lease_kills_what_its_tasks_users_left_running_outside_their_groups(tmp_path):
+    """A node the leader calls lost gives its jobs' slots to other jobs: nothing may go on
+    running there as those users, a daemon that left the task's process group included."""
+    tmp_path.chmod(0o711)
+    users = TaskUsers(uids=range(200700, 200701))
+    agent = NodeAgent(server="http://127.0.0.1:9", join_token="x", node=NODE, workdir=tmp_path, task_users=users)
+    agent.renewed(time.monotonic(), 2.0)
+    task = agent.start(
+        {
+            "job_id": 8,
+            "rank": 0,
+            "attempt": 1,
+            "epoch": 1,
+            "command": ["/bin/sh", "-c", "setsid sleep 300 & sleep 300"],
+            "image": "",
+            "gpu_indices": [0],
+            "cpus": 1,
+            "memory_gb": 1,
+            "grace_period_seconds": 1,
+            "checkpoint_dir": "",
+            "env": {},
+            "task_slot": 0,
+        }
+    )
+    deadline = time.monotonic() + 5
+    while len(processes_of(200700)) < 3 and time.monotonic() < deadline:  # sh, its sleep, the escaped one
+        time.sleep(0.05)
+    time.sleep(2.6)  # past the lease and its kill grace
+    agent.enforce_lease()
+    task.process.wait(timeout=10)
+    deadline = time.monotonic() + 5
+    while processes_of(200700) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert processes_of(200700) == []
