@@ -245,3 +245,4 @@ def test_the_queue_pager_keeps_one_page_parameter_and_works_without_javascript(a
         assert hx_get == href  # a plain link too: the page without JavaScript
         assert href.count("page=") == 1, href  # it grew a page= at every click
     assert "← previous" in html and "next →" in html
+    assert '<noscript><button type="submit">Filter</button></noscript>' in html  # the filters submit without it
