@@ -190,7 +190,10 @@ def _schedule_window(request):
         if isinstance(detail, dict):  # the form's input is `hours`
             detail = {"hours" if key == "duration_hours" else key: value for key, value in detail.items()}
         return _refused(request, ActionError("", _first_errors(detail)))
-    return _done(request, f"maintenance #{window.pk} scheduled: {window.target}, {window.drain_reason}.")
+    starts, ends = (moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M") for moment in (window.starts_at, window.ends_at))
+    return _done(
+        request, f"maintenance #{window.pk} scheduled: {window.target}, {starts} to {ends} UTC: {window.reason}."
+    )
 
 
 def _cancel_window(request):

@@ -296,6 +296,8 @@ def test_the_console_schedules_lists_and_cancels_windows(clock, logged_in):
     window = MaintenanceWindow.objects.get()
     assert (window.target, window.nodes, window.ends_at - window.starts_at) == ("rack z1-r1", Z1_R1, timedelta(hours=4))
     page = ops.get("/nodes/").content.decode()
+    notice = f"maintenance #{window.pk} scheduled: rack z1-r1, 2026-04-20 10:00 to 2026-04-20 14:00 UTC: PDU swap."
+    assert notice in page  # the window named once, its times and reason
     assert f'id="window-{window.pk}" data-state="SCHEDULED"' in page
     assert "rack z1-r1" in page and "2026-04-20 10:00" in page
     node_page = ops.get("/nodes/z1-r1-h100-03/").content.decode()
