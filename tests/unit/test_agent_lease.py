@@ -38,6 +38,25 @@ STUBBORN = [
 ]
 
 
+def assignment(job_id: int, command: list[str], **more) -> dict:
+    """What the server assigns a test's task: one GPU, a 1 s grace, nothing else."""
+    return {
+        "job_id": job_id,
+        "rank": 0,
+        "attempt": 1,
+        "epoch": 1,
+        "command": command,
+        "image": "",
+        "gpu_indices": [0],
+        "cpus": 1,
+        "memory_gb": 1,
+        "grace_period_seconds": 1,
+        "checkpoint_dir": "",
+        "env": {},
+        **more,
+    }
+
+
 def start(tmp_path, command, lease) -> TaskProcess:
     return TaskProcess(
         {"job_id": 1, "rank": 0, "attempt": 1, "command": command, "env": {}}, tmp_path, lease_file=lease
@@ -98,22 +117,7 @@ def test_the_agent_stops_its_tasks_when_its_lease_ends_and_says_why(tmp_path):
     agent = NodeAgent(server="http://127.0.0.1:9", join_token="x", node=NODE, workdir=tmp_path)
     agent.renewed(time.monotonic(), 2.0)  # a short test lease: SIGTERM at its end, SIGKILL 0.5 s later
     assert kill_grace(2.0) == 0.5 and kill_grace(300) == 5.0
-    task = agent.start(
-        {
-            "job_id": 7,
-            "rank": 0,
-            "attempt": 1,
-            "epoch": 1,
-            "command": STUBBORN,
-            "image": "",
-            "gpu_indices": [0],
-            "cpus": 1,
-            "memory_gb": 1,
-            "grace_period_seconds": 1,
-            "checkpoint_dir": "",
-            "env": {},
-        }
-    )
+    task = agent.start(assignment(7, STUBBORN))
     time.sleep(1.8)
     agent.enforce_lease()
     assert task.signals_sent == set()  # the lease still runs: an outage shorter than it kills nothing
@@ -129,20 +133,7 @@ def test_the_agent_stops_its_tasks_when_its_lease_ends_and_says_why(tmp_path):
 def test_an_attempt_lost_in_an_agent_restart_is_reported_not_left_assigned(tmp_path):
     first = NodeAgent(server="http://127.0.0.1:9", join_token="x", node=NODE, workdir=tmp_path)
     first.renewed(time.monotonic(), 60)
-    job = {
-        "job_id": 7,
-        "rank": 0,
-        "attempt": 1,
-        "epoch": 1,
-        "command": [sys.executable, "-c", "pass"],
-        "image": "",
-        "gpu_indices": [0],
-        "cpus": 1,
-        "memory_gb": 1,
-        "grace_period_seconds": 1,
-        "checkpoint_dir": "",
-        "env": {},
-    }
+    job = assignment(7, [sys.executable, "-c", "pass"])
     first.start(job)  # then the agent dies before it could report the start
     restarted = NodeAgent(server="http://127.0.0.1:9", join_token="x", node=NODE, workdir=tmp_path)
     assert restarted.start(job) is None  # never twice
@@ -192,22 +183,7 @@ def test_an_agent_given_a_relative_workdir_still_starts_its_tasks(tmp_path, monk
     monkeypatch.chdir(tmp_path)
     agent = NodeAgent(server="http://127.0.0.1:9", join_token="x", node=NODE, workdir=Path("agents"))
     agent.renewed(time.monotonic(), 60)
-    task = agent.start(
-        {
-            "job_id": 7,
-            "rank": 0,
-            "attempt": 1,
-            "epoch": 1,
-            "command": [sys.executable, "-c", "pass"],
-            "image": "",
-            "gpu_indices": [0],
-            "cpus": 1,
-            "memory_gb": 1,
-            "grace_period_seconds": 1,
-            "checkpoint_dir": "",
-            "env": {},
-        }
-    )
+    task = agent.start(assignment(7, [sys.executable, "-c", "pass"]))
     wait_exit(task, timeout=10)
     assert task.exit_code == 0, output(task)["stderr"]
 
@@ -234,23 +210,7 @@ def test_a_lapsed_lease_kills_what_its_tasks_users_left_running_outside_their_gr
     users = TaskUsers(uids=range(200700, 200701))
     agent = NodeAgent(server="http://127.0.0.1:9", join_token="x", node=NODE, workdir=tmp_path, task_users=users)
     agent.renewed(time.monotonic(), 2.0)
-    task = agent.start(
-        {
-            "job_id": 8,
-            "rank": 0,
-            "attempt": 1,
-            "epoch": 1,
-            "command": ["/bin/sh", "-c", "setsid sleep 300 & sleep 300"],
-            "image": "",
-            "gpu_indices": [0],
-            "cpus": 1,
-            "memory_gb": 1,
-            "grace_period_seconds": 1,
-            "checkpoint_dir": "",
-            "env": {},
-            "task_slot": 0,
-        }
-    )
+    task = agent.start(assignment(8, ["/bin/sh", "-c", "setsid sleep 300 & sleep 300"], task_slot=0))
     deadline = time.monotonic() + 5
     while len(processes_of(200700)) < 3 and time.monotonic() < deadline:  # sh, its sleep, the escaped one
         time.sleep(0.05)
