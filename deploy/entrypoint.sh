@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The one entrypoint of the mlqueue image (deploy/Dockerfile); compose.yaml, k8s/ and the test
-# suite (tests/integration/test_deploy.py) start every process through it.
+# suite (tests/e2e/test_deploy_roles.py) start every process through it.
 #
 #   entrypoint.sh migrate                 apply migrations (once per release; a one-shot job)
 #   entrypoint.sh wait-for-migrations     exit 0 once no migration is left to apply (an init step)
@@ -79,10 +79,19 @@ case "$ROLE" in
   wait-for-migrations)
     require_env DATABASE_URL SECRET_KEY
     deadline=$(($(date +%s) + ${MLQ_MIGRATIONS_TIMEOUT_S:-600}))
-    until python manage.py migrate --check --noinput >/dev/null 2>&1; do
-      if [ "$(date +%s)" -ge "$deadline" ]; then
+    # Unapplied migrations exit 1 quietly; anything else (a wrong DATABASE_URL, a password) is
+    # printed once a minute, so that a pod stuck here says why.
+    last_said=0
+    until output="$(python manage.py migrate --check --noinput 2>&1)"; do
+      now="$(date +%s)"
+      if [ "$now" -ge "$deadline" ]; then
         echo "entrypoint.sh: migrations still unapplied after ${MLQ_MIGRATIONS_TIMEOUT_S:-600} s" >&2
+        [ -n "$output" ] && echo "$output" | tail -n 5 >&2
         exit 1
+      fi
+      if [ -n "$output" ] && [ $((now - last_said)) -ge 60 ]; then
+        echo "entrypoint.sh: waiting for migrations: $(echo "$output" | tail -n 1)" >&2
+        last_said="$now"
       fi
       sleep 3
     done

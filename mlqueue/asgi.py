@@ -16,6 +16,7 @@ django_asgi_app = OneHopASGIHandler()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from django.conf import settings  # noqa: E402
 from django.urls import re_path  # noqa: E402
 
 from mlqueue.fastlane import HeartbeatLane  # noqa: E402
@@ -28,12 +29,10 @@ browser_sockets = SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_ur
 
 application = ProtocolTypeRouter(
     {
-        "http": HealthLane(HeartbeatLane(django_asgi_app)),
+        "http": HealthLane(HeartbeatLane(django_asgi_app), allowed_hosts=settings.ALLOWED_HOSTS),
         "websocket": URLRouter([*agent_websocket_urlpatterns, re_path(r"", browser_sockets)]),
     }
 )
-
-from django.conf import settings  # noqa: E402
 
 from mlqueue.gc_tuning import tune_for_server  # noqa: E402
 

@@ -12,15 +12,37 @@ helps nothing. The scheduler's own liveness is a file its loop touches (run_sche
 import json
 
 HEALTH_PATHS = frozenset({"/healthz", "/healthz/"})
+# A Prometheus inside the cluster scrapes each web pod by its address, over plain HTTP, as it
+# probes it: the Host is the pod's address and there is no TLS. /metrics guards itself (a bearer
+# token or MLQ_METRICS_ALLOWED_NETWORKS, scheduling/metrics.py) and makes no URL from the Host,
+# so such a scrape goes to Django as if for the site's own name over HTTPS rather than be refused
+# by ALLOWED_HOSTS or redirected.
+METRICS_PATHS = frozenset({"/metrics", "/metrics/"})
 BODY = json.dumps({"status": "ok"}).encode()
 HEADERS = [(b"content-type", b"application/json"), (b"cache-control", b"no-store")]
 
 
+def site_host(allowed_hosts: list[str]) -> bytes | None:
+    """The first name ALLOWED_HOSTS names outright (not "*", not a ".domain" pattern)."""
+    named = [host for host in allowed_hosts if host != "*" and not host.startswith(".")]
+    return named[0].encode() if named else None
+
+
+def as_scrape(scope: dict, host: bytes | None) -> dict:
+    if host is None:
+        return scope
+    headers = [(name, value) for name, value in scope.get("headers", []) if name != b"host"]
+    return {**scope, "headers": [*headers, (b"host", host)], "scheme": "https"}
+
+
 class HealthLane:
-    def __init__(self, app):
+    def __init__(self, app, allowed_hosts: list[str] | None = None):
         self.app = app
+        self.scrape_host = site_host(allowed_hosts or [])
 
     async def __call__(self, scope, receive, send):
+        if scope["type"] == "http" and scope.get("path") in METRICS_PATHS:
+            return await self.app(as_scrape(scope, self.scrape_host), receive, send)
         if scope["type"] != "http" or scope.get("path") not in HEALTH_PATHS:
             return await self.app(scope, receive, send)
         if scope["method"] not in ("GET", "HEAD"):

@@ -21,6 +21,10 @@ from scheduling.core.model import MIN_RUNTIME_BY_CLASS, PRIORITIES
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("MLQ_VAR_DIR", BASE_DIR / "var"))
+# Multiprocess metrics write a file per process there (docs/metrics.md): a directory on a tmpfs
+# emptied at boot is gone after it, and every process would fail at its first metric.
+if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    os.makedirs(os.environ["PROMETHEUS_MULTIPROC_DIR"], exist_ok=True)
 
 
 def env_bool(name: str, default: bool) -> bool:

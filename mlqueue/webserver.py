@@ -17,7 +17,8 @@ would have failed: bad settings
 are for the operator to see, not for a restart loop to hide. SIGTERM and SIGINT stop every
 worker (daphne finishes what it serves), SIGKILL after STOP_TIMEOUT_S.
 
-`--workers` defaults to MLQ_WEB_WORKERS, else to the CPUs this process may run on. Each worker
+`--workers` defaults to MLQ_WEB_WORKERS, else to the CPUs this process may run on: its affinity,
+bounded by its cgroup's CPU quota (a container's `--cpus`, a pod's CPU limit). Each worker
 holds its own Postgres pool (MLQ_DB_POOL_MAX connections at most): count them against
 Postgres's max_connections. The workers count their Prometheus counters in shared files
 (scheduling/metrics.py), so /metrics sums them whichever worker serves the scrape: in
@@ -25,6 +26,7 @@ PROMETHEUS_MULTIPROC_DIR when it is set, else in a directory of their own, remov
 """
 
 import argparse
+import math
 import os
 import shutil
 import signal
@@ -41,9 +43,34 @@ BACKLOG = 1024
 APPLICATION = "mlqueue.asgi:application"
 
 
+CGROUP_V2_CPU_MAX = "/sys/fs/cgroup/cpu.max"
+CGROUP_V1_CPU = "/sys/fs/cgroup/cpu"
+
+
+def cgroup_cpu_quota(v2_cpu_max: str = CGROUP_V2_CPU_MAX, v1_dir: str = CGROUP_V1_CPU) -> float | None:
+    """The CPUs this process's cgroup may use (quota / period), or None with no quota."""
+    try:
+        quota, period = open(v2_cpu_max).read().split()[:2]  # "max 100000" or "200000 100000"
+    except (OSError, ValueError):
+        try:
+            quota = open(os.path.join(v1_dir, "cpu.cfs_quota_us")).read().strip()  # -1: none
+            period = open(os.path.join(v1_dir, "cpu.cfs_period_us")).read().strip()
+        except OSError:
+            return None
+    if quota in ("max", "-1") or not quota.lstrip("-").isdigit() or not period.isdigit() or int(period) <= 0:
+        return None
+    return int(quota) / int(period) if int(quota) > 0 else None
+
+
+def usable_cpus(quota: float | None = None, affinity: int | None = None) -> int:
+    affinity = len(os.sched_getaffinity(0)) if affinity is None else affinity
+    quota = cgroup_cpu_quota() if quota is None else quota
+    return max(1, min(affinity, math.ceil(quota))) if quota else affinity
+
+
 def parse_args(argv=None) -> tuple[argparse.Namespace, list[str]]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    default = os.environ.get("MLQ_WEB_WORKERS") or str(len(os.sched_getaffinity(0)))
+    default = os.environ.get("MLQ_WEB_WORKERS") or str(usable_cpus())
     parser.add_argument("--workers", type=int, default=int(default), help="daphne processes (MLQ_WEB_WORKERS)")
     parser.add_argument("-b", "--bind", default="0.0.0.0")
     parser.add_argument("-p", "--port", type=int, default=8000)

@@ -132,6 +132,7 @@ def stack(tmp_path):
         "REDIS_URL": settings.REDIS_URL,
         "SECRET_KEY": "deploy-test-secret-key-0b7e4d2a91c5f3e8a6d0c4b2e9f7a1d3",
         "MLQ_AGENT_JOIN_TOKEN": JOIN_TOKEN,
+        "MLQ_SECRET_ENV_KEYS": "Wq6b1Yb9m0zPj4Hc7Vb2kQx8rT3nL5sD0fG1hJ2kL3M=",
         "PORT": str(port),
         "BIND_ADDRESS": "127.0.0.1",
         "MLQ_RUN_DIR": str(tmp_path / "run"),
@@ -143,8 +144,17 @@ def stack(tmp_path):
 
     def start(name: str, *extra_args: str, **extra) -> Role:
         service = services[name]
-        args = [*command(service, {"http://web-1:8000": url, "http://web-2:8000": url}), *extra_args]
+        # The schedulers' own metrics port (9100 on all addresses in compose): a free one here.
+        metrics_port = str(free_port())
+        replacements = {
+            "http://web-1:8000": url,
+            "http://web-2:8000": url,
+            "9100": metrics_port,
+            "0.0.0.0": "127.0.0.1",
+        }
+        args = [*command(service, replacements), *extra_args]
         role = Role(args, compose_env(service, {**overrides, **extra}), tmp_path / f"{name}.log")
+        role.metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
         roles.append(role)
         return role
 
@@ -172,6 +182,8 @@ def test_every_role_runs_as_compose_starts_it(stack):
     wait_for(lambda: get(f"{url}/healthz")[0] == 200, timeout=60, what=f"the web role:\n{web.output()}")
     assert json.loads(get(f"{url}/healthz", host="10.1.2.3:8000")[1]) == {"status": "ok"}
     assert get(f"{url}/api/v1/scheduler", host="10.1.2.3:8000")[0] == 400  # ALLOWED_HOSTS still holds
+    # /metrics by the pod's address too, as an in-cluster Prometheus scrapes (its own checks hold).
+    assert get(f"{url}/metrics", host="10.1.2.3:8000")[0] == 200
     assert get(f"{url}/api/v1/scheduler")[0] in (401, 403)
 
     # An operator's token, made through the `manage` role.
@@ -203,6 +215,9 @@ def test_every_role_runs_as_compose_starts_it(stack):
         check = run_role(["check", "scheduler"], env)
         assert check.returncode == 0, check.stderr
     leading, standby = (first, second) if led["leader"].endswith(f":{first.proc.pid}") else (second, first)
+    # The leader's pass times reach Prometheus from the scheduler itself (no shared metrics files).
+    status, body = get(leading.metrics_url)
+    assert status == 200 and b"mlqueue_scheduler_pass_seconds_count" in body, leading.output()[-3000:]
     assert leading.terminate() == 0
     took_over = wait_for(
         lambda: (state := leader()) and state["epoch"] > led["epoch"] and state,

@@ -4,7 +4,9 @@ summed across processes (prometheus_client's multiprocess mode)."""
 import os
 import subprocess
 import sys
+import time
 
+import httpx
 import pytest
 from django.utils import timezone
 
@@ -13,6 +15,7 @@ from scheduling.models import Node, SchedulerLease
 from scheduling.stopping import escalate_overdue
 from scheduling.tasks import enforce_grace_deadline
 from tests.conftest import make_spec
+from tests.e2e.cluster import free_port
 from tests.e2e.processes import ROOT, process_env
 from tests.nodes import cordon, heartbeat
 
@@ -59,7 +62,9 @@ def test_counters_from_the_scheduler_process_reach_the_web_process(api, demo, cl
     heartbeat()
     for i in range(3):
         api("alice").post("/api/v1/jobs", make_spec(client_job_id=f"j{i}", resources={"gpu_count": 8}), format="json")
-    env = process_env(PROMETHEUS_MULTIPROC_DIR=tmp_path)
+    # Not made beforehand: a directory on a tmpfs is gone after a reboot, and the process makes it.
+    metrics_dir = tmp_path / "metrics"
+    env = process_env(PROMETHEUS_MULTIPROC_DIR=metrics_dir)
     result = subprocess.run(
         [sys.executable, "manage.py", "run_scheduler", "--once"],
         cwd=ROOT,
@@ -71,11 +76,53 @@ def test_counters_from_the_scheduler_process_reach_the_web_process(api, demo, cl
     assert result.returncode == 0, result.stderr
     assert "3 placed" in result.stdout
 
-    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(metrics_dir))
     lines = metric_lines(client)
     assert 'mlqueue_placements_total{resource_class="gpu:H100"} 3.0' in lines
     assert "mlqueue_scheduler_pass_seconds_count 1.0" in lines
-    assert os.listdir(tmp_path)
+    assert os.listdir(metrics_dir)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_scheduler_in_a_container_of_its_own_serves_its_counters_itself(api, demo):
+    """No PROMETHEUS_MULTIPROC_DIR shared with a web process (compose, Kubernetes): the scheduler's
+    pass times, placements and queue waits reach Prometheus only through --metrics-port."""
+    heartbeat()
+    api("alice").post("/api/v1/jobs", make_spec(resources={"gpu_count": 8}), format="json")
+    port = free_port()
+    env = process_env()
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    command = [sys.executable, "manage.py", "run_scheduler", "--metrics-port", str(port)]
+    scheduler = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        text = ""
+        while "mlqueue_placements_total{" not in text and time.monotonic() < deadline:
+            time.sleep(0.5)
+            try:
+                text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+            except httpx.HTTPError:
+                continue
+        lines = text.splitlines()
+        assert 'mlqueue_placements_total{resource_class="gpu:H100"} 1.0' in lines
+        assert any(line.startswith("mlqueue_queue_wait_seconds_count{") for line in lines)
+        assert any(line.startswith("mlqueue_scheduler_pass_seconds_count ") for line in lines)
+    finally:
+        scheduler.terminate()
+        scheduler.wait(timeout=30)
+
+
+def test_the_metrics_port_is_checked():
+    result = subprocess.run(
+        [sys.executable, "manage.py", "run_scheduler", "--once", "--metrics-port", "70000"],
+        cwd=ROOT,
+        env=process_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1
+    assert "--metrics-port must be a port number, 1 to 65535" in result.stderr
 
 
 def test_grace_task_is_idempotent(api, demo):

@@ -306,6 +306,7 @@ def test_compose_runs_four_agents_with_fake_gpus_as_root_each_with_its_own_state
         assert "--token-file" not in command  # the join token comes from the environment
         assert service["environment"]["MLQ_AGENT_JOIN_TOKEN"].startswith("${MLQ_AGENT_JOIN_TOKEN:?")
         assert service["user"] == "0:0"
+        assert service["init"] is True  # an init reaps the orphans tasks leave
         names.add(command[command.index("--node-name") + 1])
         volumes.add(service["volumes"][0])
     assert len(names) == 4 and len(volumes) == 4
@@ -325,7 +326,9 @@ def dockerfile_instructions() -> list[tuple[str, str]]:
 def test_the_image_enters_through_the_entrypoint_as_a_user_with_no_secret_in_it():
     instructions = dockerfile_instructions()
     final = instructions[max(i for i, (word, _) in enumerate(instructions) if word == "FROM") :]
-    assert ("ENTRYPOINT", '["/app/deploy/entrypoint.sh"]') in final
+    # tini as PID 1 reaps orphans (a task's daemonized child in the agent's container).
+    assert ("ENTRYPOINT", '["/usr/bin/tini", "--", "/app/deploy/entrypoint.sh"]') in final
+    assert any(word == "RUN" and "install" in value and " tini" in value for word, value in final)
     users = [value for word, value in final if word == "USER"]
     assert users == ["mlqueue"]
     for word, value in instructions:

@@ -52,3 +52,37 @@ def test_other_methods_are_refused():
 def test_other_paths_go_to_the_application(path):
     sent, passed = call(path)
     assert sent == [] and passed == [path]
+
+
+def scrape(path: str, allowed_hosts: list[str]) -> dict:
+    seen = []
+
+    async def app(scope, receive, send):
+        seen.append(scope)
+
+    async def receive():
+        return {"type": "http.request", "body": b""}
+
+    scope = {"type": "http", "path": path, "method": "GET", "scheme": "http", "headers": [(b"host", b"10.1.2.3:8000")]}
+    asyncio.run(HealthLane(app, allowed_hosts=allowed_hosts)(scope, receive, None))
+    return seen[0]
+
+
+@pytest.mark.parametrize("path", ["/metrics", "/metrics/"])
+def test_a_scrape_by_the_pod_address_over_http_reaches_django_as_for_the_site(path):
+    """An in-cluster Prometheus scrapes a pod by its address over plain HTTP; /metrics checks the
+    token or network itself, so ALLOWED_HOSTS and the HTTPS redirect must not refuse it first."""
+    scope = scrape(path, [".internal", "*", "mlqueue.example.com", "web-1"])
+    assert dict(scope["headers"])[b"host"] == b"mlqueue.example.com"
+    assert [name for name, _ in scope["headers"]].count(b"host") == 1
+    assert scope["scheme"] == "https"
+
+
+def test_other_paths_keep_their_host_and_scheme():
+    scope = scrape("/api/v1/scheduler", ["mlqueue.example.com"])
+    assert dict(scope["headers"])[b"host"] == b"10.1.2.3:8000" and scope["scheme"] == "http"
+
+
+def test_with_no_named_host_a_scrape_is_left_as_it_came():
+    scope = scrape("/metrics", ["*"])
+    assert dict(scope["headers"])[b"host"] == b"10.1.2.3:8000" and scope["scheme"] == "http"
