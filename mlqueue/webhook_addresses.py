@@ -15,6 +15,7 @@ that resolvers read as 127.0.0.1) are refused, not interpreted."""
 
 import ipaddress
 import socket
+import unicodedata
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -30,6 +31,10 @@ NOT_CANONICAL = "{host!r} is an IP address written in an unusual form; write it 
 HOST_NOT_ALLOWED = "{host} is not a host webhooks may go to (an admin allows hosts with MLQ_WEBHOOK_ALLOWED_HOSTS)"
 ADDRESS_REFUSED = "{host} is {address}, a {kind} address, where webhooks may not go"
 UNRESOLVED = "{host} does not resolve ({error})"
+BAD_CHARACTER = (
+    "contains {char} ({code}), a control character or white space: percent-encode it (a space is %20) or remove it"
+)
+NOT_ASCII_HOST = "{host!r} is not an ASCII host name: write it in its punycode form ({punycode})"
 MAX_URL_LENGTH = 2000
 
 
@@ -63,8 +68,10 @@ class Endpoint:
 
 def parse_endpoint(url: str) -> Endpoint:
     """The URL's parts, or WebhookRefused for what is not a plain http(s) URL."""
+    url = url.strip()
+    _check_characters(url)
     try:
-        parts = urlsplit(url.strip())
+        parts = urlsplit(url)
     except ValueError:  # a bracket left open ("http://[")
         raise WebhookRefused(NOT_HTTP) from None
     if parts.scheme not in ("http", "https") or len(url) > MAX_URL_LENGTH:
@@ -74,6 +81,8 @@ def parse_endpoint(url: str) -> Endpoint:
     host = (parts.hostname or "").rstrip(".")
     if not host:
         raise WebhookRefused(NO_HOST)
+    if not host.isascii():
+        raise WebhookRefused(NOT_ASCII_HOST.format(host=host, punycode=_punycode(host)))
     try:
         port = parts.port if parts.port is not None else (443 if parts.scheme == "https" else 80)
     except ValueError:
@@ -82,6 +91,21 @@ def parse_endpoint(url: str) -> Endpoint:
         raise WebhookRefused(BAD_PORT)
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     return Endpoint(parts.scheme, host, port, target)
+
+
+def _check_characters(url: str) -> None:
+    """No control character, white space or invisible format character: urlsplit keeps some of
+    them (a tab in the port, a newline in the path) and the HTTP client then fails on every try."""
+    for char in url:
+        if char.isspace() or unicodedata.category(char) in ("Cc", "Cf", "Zl", "Zp"):
+            raise WebhookRefused(BAD_CHARACTER.format(char=repr(char), code=f"U+{ord(char):04X}"))
+
+
+def _punycode(host: str) -> str:
+    try:
+        return host.encode("idna").decode("ascii")
+    except UnicodeError:  # a label the IDNA codec refuses (too long, empty)
+        return "xn--..."
 
 
 def literal_address(host: str) -> Address | None:

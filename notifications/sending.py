@@ -7,11 +7,11 @@ import json
 import time
 from dataclasses import dataclass
 
-import httpx
 from django.conf import settings
 from django.core.mail import send_mail
 
 from mlqueue.webhook_addresses import WebhookRefused, check_destination, system_resolve
+from notifications.deadline import Answer, post
 
 SIGNATURE_HEADER = "X-MLQ-Signature"
 TIMESTAMP_HEADER = "X-MLQ-Timestamp"
@@ -21,6 +21,8 @@ USER_AGENT = "mlqueue-webhooks/1"
 NOT_2XX = "the receiver answered HTTP {code}"
 REDIRECTED = "the receiver answered HTTP {code} (a redirect to {location!r}; redirects are not followed)"
 UNREACHABLE = "could not reach {host}: {error}"
+REDIRECT_CODES = (301, 302, 303, 307, 308)
+CRASHED = "the attempt failed: {error}"
 
 
 @dataclass(frozen=True)
@@ -44,7 +46,17 @@ def webhook_body(payload: dict, delivery_id: str) -> bytes:
 def send_webhook(
     *, url: str, payload: dict, delivery_id: str, event: str, secret: str, resolve=system_resolve
 ) -> Outcome:
-    """POST the signed payload to the address `url`'s host was checked to resolve to."""
+    """POST the signed payload to the address `url`'s host was checked to resolve to. Whatever
+    goes wrong is a failed attempt, told in the outcome: nothing here raises."""
+    try:
+        return _send_webhook(
+            url=url, payload=payload, delivery_id=delivery_id, event=event, secret=secret, resolve=resolve
+        )
+    except Exception as exc:  # a URL the client refuses, an encoding error: retried, then given up
+        return Outcome(False, error=CRASHED.format(error=_said_error(exc)))
+
+
+def _send_webhook(*, url: str, payload: dict, delivery_id: str, event: str, secret: str, resolve) -> Outcome:
     try:
         destination = check_destination(
             url,
@@ -66,31 +78,31 @@ def send_webhook(
         TIMESTAMP_HEADER: stamp,
         SIGNATURE_HEADER: signature(secret, stamp, body),
     }
-    # The TLS name is the host's, though the connection goes to the checked address.
-    extensions = {"sni_hostname": endpoint.host} if endpoint.scheme == "https" else {}
     try:
-        # trust_env=False: no proxy from the environment carries the request past the checks.
-        with httpx.Client(timeout=settings.MLQ_WEBHOOK_TIMEOUT_S, trust_env=False, follow_redirects=False) as client:
-            with client.stream(
-                "POST",
-                destination.endpoint.url_for(destination.address),
-                content=body,
-                headers=headers,
-                extensions=extensions,
-            ) as response:
-                return _outcome(response)
-    except httpx.HTTPError as exc:
-        return Outcome(False, error=UNREACHABLE.format(host=endpoint.host, error=str(exc) or type(exc).__name__))
+        # The TLS name is the host's, though the connection goes to the checked address.
+        answer = post(
+            endpoint.url_for(destination.address),
+            body=body,
+            headers=headers,
+            seconds=settings.MLQ_WEBHOOK_TIMEOUT_S,
+            sni_hostname=endpoint.host if endpoint.scheme == "https" else None,
+        )
+    except Exception as exc:  # refused, reset, timed out, past the deadline, a TLS failure
+        return Outcome(False, error=UNREACHABLE.format(host=endpoint.host, error=_said_error(exc)))
+    return _outcome(answer)
 
 
-def _outcome(response: httpx.Response) -> Outcome:
+def _said_error(exc: Exception) -> str:
+    return str(exc) or type(exc).__name__
+
+
+def _outcome(answer: Answer) -> Outcome:
     """Only the status counts: the receiver's body is never read."""
-    code = response.status_code
+    code = answer.status
     if 200 <= code < 300:
         return Outcome(True, status_code=code)
-    if response.is_redirect:
-        location = response.headers.get("location", "")[:200]
-        return Outcome(False, status_code=code, error=REDIRECTED.format(code=code, location=location))
+    if code in REDIRECT_CODES:
+        return Outcome(False, status_code=code, error=REDIRECTED.format(code=code, location=answer.location[:200]))
     return Outcome(False, status_code=code, error=NOT_2XX.format(code=code))
 
 
@@ -99,8 +111,9 @@ def _said(event: str) -> str:
 
 
 def email_subject(payload: dict) -> str:
-    job = payload["job"]
-    return f"[mlqueue] job {job['id']} {job['name']} {_said(payload['event'])}"
+    job, trial = payload["job"], payload.get("trial")
+    said = f"trial {trial['id']} {_said(payload['event'])}" if trial else _said(payload["event"])
+    return f"[mlqueue] job {job['id']} {job['name']} {said}"
 
 
 def email_text(payload: dict) -> str:
@@ -109,6 +122,9 @@ def email_text(payload: dict) -> str:
         f"Job {job['id']} ({job['name']}, team {job['team']}) {_said(payload['event'])} at {payload['time']}.",
         f"State: {job['state']}",
     ]
+    if payload.get("trial"):
+        trial = payload["trial"]
+        lines.append(f"Trial: {trial['id']} ({trial['name']}), {trial['state']}: {trial['url']}")
     if reason["code"] or reason["message"]:
         lines.append(f"Reason: {': '.join(part for part in (reason['code'], reason['message']) if part)}")
     lines += [

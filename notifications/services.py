@@ -9,13 +9,16 @@ notifications/apps.py connects them):
    SUCCEEDED, PREEMPTED, CANCELLED, EARLY_STOPPED; never FAILED, which awaits the leader's verdict;
 2. the leader's verdict that a job failed for good (reconcile._end_failed) -> failed;
 3. a group's state change (group_state.sync_group_state): its first start, and how it ended.
-A group's children never notify: their group does, as one job."""
+A group's children never notify: their group does, as one job; but a sweep's trial stopped
+early tells its sweep's subscription (early_stopped), naming the trial."""
 
 import logging
+import threading
+import time
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connections, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -39,6 +42,8 @@ JOB_EVENTS = {
 GROUP_EVENTS = {S.SUCCEEDED: Event.SUCCEEDED, S.FAILED: Event.FAILED, S.CANCELLED: Event.CANCELLED}
 SENDABLE = (D.PENDING, D.SENDING)
 GAVE_UP = "gave up after {attempts} attempts: {error}"
+NEVER_REPORTED = "the last attempt's worker never reported back (it died, or outlasted its claim)"
+SEND_CRASHED = "the attempt failed: {error}"
 _broker = RedisBreaker("notification messages (Celery beat's sweep sends them)")
 
 
@@ -66,6 +71,7 @@ def record_job_failed(sender, *, job_id: int, reason: str, message: str, now, **
 
 SUBSCRIPTION_FIELDS = (
     "name",
+    "state",
     "parent_id",
     "notify",
     "owner_id",
@@ -81,14 +87,41 @@ def record_job_event(
     job_id: int, *, event: str, state: str, reason: str, message: str, now, group: bool = False
 ) -> list[int]:
     """Deliveries for this event of this job, per its subscription (its spec's `notify`, else
-    its owner's defaults), sent once the transaction commits. One query when nobody listens."""
+    its owner's defaults), sent once the transaction commits. One query when nobody listens.
+    A group's child is told only as its group, except a sweep's trial stopped early: its sweep's
+    subscription is told, once per trial, with the trial named."""
     row = Job.objects.filter(pk=job_id).values(*SUBSCRIPTION_FIELDS).first()
-    if row is None or row["parent_id"] is not None and not group:
+    if row is None:
         return []
+    if row["parent_id"] is not None and not group:
+        if event != Event.EARLY_STOPPED:
+            return []
+        return _record_trial_stopped(job_id, row, reason=reason, message=message, now=now)
     subscription = row["notify"] or _defaults(row)
     if not subscription or event not in subscription.get("on", ()):
         return []
     payload = _payload(job_id, row, event=event, state=state, reason=reason, message=message, now=now)
+    return _record(job_id, row, subscription, event=event, payload=payload, now=now)
+
+
+def _record_trial_stopped(trial_id: int, trial: dict, *, reason: str, message: str, now) -> list[int]:
+    sweep_id = trial["parent_id"]
+    sweep = Job.objects.filter(pk=sweep_id).values(*SUBSCRIPTION_FIELDS).first()
+    subscription = sweep and (sweep["notify"] or _defaults(sweep))
+    if not subscription or Event.EARLY_STOPPED not in subscription.get("on", ()):
+        return []
+    event = Event.EARLY_STOPPED.value
+    payload = _payload(sweep_id, sweep, event=event, state=sweep["state"], reason=reason, message=message, now=now)
+    payload["trial"] = {
+        "id": trial_id,
+        "name": trial["name"],
+        "state": S.EARLY_STOPPED,
+        "url": f"{settings.MLQ_BASE_URL}/jobs/{trial_id}/",
+    }
+    return _record(sweep_id, sweep, subscription, event=event, payload=payload, now=now)
+
+
+def _record(job_id: int, row: dict, subscription: dict, *, event: str, payload: dict, now) -> list[int]:
     targets = []
     if subscription.get("webhook"):
         targets.append((Channel.WEBHOOK, subscription["webhook"]))
@@ -138,9 +171,13 @@ def _payload(job_id: int, row: dict, *, event: str, state: str, reason: str, mes
 
 def enqueue(delivery_ids: list[int], *, countdown: float = 0) -> None:
     """The fast path: a Celery message per delivery. While the broker fails it is not tried for a
-    few seconds at a time; the sweep sends the deliveries anyway."""
+    few seconds at a time; the sweep sends the deliveries anyway. Eager Celery (embedded mode)
+    would send in the caller, often the scheduler's pass: a thread sends instead."""
     from notifications.tasks import send_notification
 
+    if send_notification.app.conf.task_always_eager:
+        send_in_background(delivery_ids, countdown=countdown)
+        return
     if not _broker.allowed():
         return
     try:
@@ -153,22 +190,64 @@ def enqueue(delivery_ids: list[int], *, countdown: float = 0) -> None:
         _broker.worked()
 
 
+def send_in_background(delivery_ids: list[int], *, countdown: float = 0) -> threading.Thread:
+    """Send in a daemon thread, after `countdown` seconds: nobody waits on a receiver. Embedded
+    mode runs no beat, so the thread then sweeps what else is due (a retry lost to a restart)."""
+    thread = threading.Thread(
+        target=_send_later, args=(list(delivery_ids), countdown), name="mlqueue-notifications", daemon=True
+    )
+    thread.start()
+    return thread
+
+
+def _send_later(delivery_ids: list[int], countdown: float) -> None:
+    try:
+        time.sleep(countdown)
+        for delivery_id in delivery_ids:
+            do_send(delivery_id)
+        send_due()
+    except Exception:  # a thread's failure must not pass unseen; the next event's sweep retries
+        log.exception("sending notifications %s in the background failed", delivery_ids)
+    finally:
+        connections.close_all()  # this thread's own connection
+
+
 def claim_lease() -> timedelta:
-    """How long a claim holds a delivery: past it, a worker that died mid-send leaves it to the sweep."""
+    """How long a claim holds a delivery: past it, a worker that died mid-send leaves it to the
+    sweep. An attempt ends within MLQ_WEBHOOK_TIMEOUT_S (sending.py's deadline), plus the DNS
+    lookup and the writes: three times that and ten seconds is ample."""
     return timedelta(seconds=3 * settings.MLQ_WEBHOOK_TIMEOUT_S + 10)
 
 
 def do_send(delivery_id: int, *, now=None) -> str | None:
-    """Claim the delivery if it is due (one conditional UPDATE: one worker sends it), send it, and
-    record the outcome. Returns its new status; None when it was not ours to send."""
+    """Claim the delivery if it is due and has attempts left (one conditional UPDATE: one worker
+    sends it), send it, and record the outcome. Returns its new status; None when it was not
+    ours to send. A due row whose attempts are spent (a claim that lapsed on its last attempt)
+    is given up instead of sent again."""
     now = now or timezone.now()
-    claimed = Delivery.objects.filter(pk=delivery_id, status__in=SENDABLE, next_try_at__lte=now).update(
+    due = Delivery.objects.filter(pk=delivery_id, status__in=SENDABLE, next_try_at__lte=now)
+    limit = settings.MLQ_NOTIFY_MAX_ATTEMPTS
+    claimed = due.filter(attempts__lt=limit).update(
         status=D.SENDING, attempts=F("attempts") + 1, next_try_at=now + claim_lease()
     )
     if not claimed:
-        return None
+        return _give_up_spent(due, limit=limit)
     delivery = Delivery.objects.get(pk=delivery_id)
-    return do_record_outcome(delivery, _send(delivery), now=timezone.now())
+    try:
+        outcome = _send(delivery)
+    except Exception as exc:  # e.g. the secret's row: one attempt failed, retried like the others
+        log.exception("sending delivery %s failed", delivery_id)
+        outcome = Outcome(False, error=SEND_CRASHED.format(error=str(exc) or type(exc).__name__))
+    return do_record_outcome(delivery, outcome, now=timezone.now())
+
+
+def _give_up_spent(due, *, limit: int) -> str | None:
+    spent = due.filter(attempts__gte=limit).values_list("attempts", flat=True).first()
+    if spent is None:
+        return None
+    error = GAVE_UP.format(attempts=spent, error=NEVER_REPORTED)
+    gave_up = due.filter(attempts=spent).update(status=D.FAILED, next_try_at=None, last_error=error)
+    return D.FAILED if gave_up else None
 
 
 def _send(delivery: Delivery) -> Outcome:
@@ -208,10 +287,17 @@ def do_record_outcome(delivery: Delivery, outcome: Outcome, *, now) -> str | Non
         fields.update(status=D.PENDING, next_try_at=now + timedelta(seconds=retry_in))
     mine = Delivery.objects.filter(pk=delivery.pk, status=D.SENDING, attempts=delivery.attempts).update(**fields)
     if not mine:
-        return None
+        return _delivered_late(delivery, fields) if outcome.delivered else None
     if retry_in is not None:
         enqueue([delivery.pk], countdown=retry_in)
     return fields["status"]
+
+
+def _delivered_late(delivery: Delivery, fields: dict) -> str | None:
+    """A 2xx after this attempt's claim lapsed: the receiver has it, so the delivery is DELIVERED
+    unless it already ended (no further copy goes out)."""
+    late = Delivery.objects.filter(pk=delivery.pk, status__in=SENDABLE).update(**fields)
+    return D.DELIVERED if late else None
 
 
 SWEEP_BATCH = 100
@@ -224,7 +310,11 @@ def send_due(*, now=None) -> dict[str, int]:
     due = Delivery.objects.filter(status__in=SENDABLE, next_try_at__lte=now).order_by("next_try_at", "id")
     counts: dict[str, int] = {}
     for delivery_id in list(due.values_list("id", flat=True)[:SWEEP_BATCH]):
-        status = do_send(delivery_id, now=now)
+        try:
+            status = do_send(delivery_id, now=now)
+        except Exception:  # one delivery's failure (a database error) stops none of the others
+            log.exception("the sweep could not send delivery %s", delivery_id)
+            continue
         if status is not None:
             counts[status] = counts.get(status, 0) + 1
     return counts

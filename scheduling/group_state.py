@@ -133,16 +133,20 @@ def sync_parent_of(job: Job, *, now) -> None:
 MEMBERS = {GroupKind.ARRAY: "element", GroupKind.SWEEP: "trial", GroupKind.PIPELINE: "step"}
 
 
+def _members(kind: str, n: int) -> str:
+    return f"{n} {MEMBERS[kind]}" + ("" if n == 1 else "s")
+
+
 def _group_message(group: dict, counts: dict[str, int], state: str) -> str:
-    what = MEMBERS[group["kind"]] + "s"
     tally = ", ".join(f"{n} {s.lower()}" for s, n in sorted(counts.items()) if n)
+    failed = counts.get(S.FAILED, 0)
     if state == S.FAILED and group["kind"] == GroupKind.PIPELINE:
-        return f"{counts.get(S.FAILED, 0)} of {group['count']} steps failed ({tally})"
+        return f"{failed} of {_members(group['kind'], group['count'])} failed ({tally})"
     if state == S.FAILED:
         allowed = group["max_failures"]
         bound = f"more than max_failures ({allowed})" if allowed is not None else "every one"
-        return f"{counts.get(S.FAILED, 0)} {what} failed, {bound}; the rest are cancelled ({tally})"
-    return f"{group['count']} {what}: {tally}"
+        return f"{_members(group['kind'], failed)} failed, {bound}; the rest are cancelled ({tally})"
+    return f"{_members(group['kind'], group['count'])}: {tally}"
 
 
 def waiting_reasons(parent_ids: list[int]) -> dict[int, tuple[str, str]]:

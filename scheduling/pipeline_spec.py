@@ -44,6 +44,7 @@ UNKNOWN_STEP_REFERENCE = "{reference} names no step; the steps are {names}."
 TOO_MANY_STEPS = "at most {limit} steps, got {count}."
 NO_STEPS = "give at least one step."
 STEP_NOT_A_MAPPING = "a step is a mapping: {name: .., command: [..], ...}."
+STEP_NOTIFY = "a step does not notify on its own: give notify at the pipeline's top level (it notifies as one job)."
 NO_COMMAND = "give each step a command, or one at the pipeline's top level for the steps without."
 
 
@@ -86,6 +87,8 @@ def _step_own_fields(index: int, step) -> dict:
             raise _step_errors(index, {field: [STEP_IS_A_JOB.format(block=field)]})
         if field in PIPELINE_ONLY:
             raise _step_errors(index, {field: [STEP_FIELD_AT_TOP.format(field=field)]})
+        if field == "notify":  # a step's job is a child: only its pipeline is ever told
+            raise _step_errors(index, {field: [STEP_NOTIFY]})
     own = StepSerializer(data={k: step[k] for k in ("name", "after", "when") if k in step})
     if not own.is_valid():
         raise _step_errors(index, own.errors)

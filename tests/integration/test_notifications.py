@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from mlqueue.celery import app as celery_app
 from mlqueue.webhook_addresses import ADDRESS_REFUSED, HOST_NOT_ALLOWED
+from notifications import services
 from notifications.models import Delivery, NotificationSettings
 from notifications.sending import Outcome, send_webhook
 from notifications.services import backoff, do_send, send_due
@@ -425,6 +426,8 @@ def test_deliveries_are_queued_for_celery_once_the_transition_commits(
     """The transition's transaction records the delivery; its commit queues the Celery message
     (run in process here: the task eager), whose worker sends it."""
     monkeypatch.setitem(celery_app.conf, "task_always_eager", True)
+    # Eager Celery sends in a thread (test_notify_safety.py); here, in this test's transaction.
+    monkeypatch.setattr(services, "send_in_background", lambda ids, countdown=0: [do_send(i) for i in ids])
     job = submit(api, notify={"on": ["started"], "webhook": receiver.url})
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
         start(job)
