@@ -49,7 +49,7 @@ EVENT_FIELDS = (
 @dataclass(frozen=True)
 class Cell:
     """One GPU square on a node's page: `status` is its CSS class (free, used, reserved,
-    draining, down)."""
+    draining, down: not available for placement, a cordoned node's idle GPUs too)."""
 
     status: str
     title: str
@@ -199,6 +199,8 @@ def _cell(index: int, node: dict, job_id: int | None, reserved_for: int | None) 
         return Cell("down", f"GPU {index}: down (node {node['state']})")
     if AdminState.DRAINING in (node["state"], node["admin_state"]):
         return Cell("draining", f"GPU {index}: free, node draining")
+    if AdminState.CORDONED in (node["state"], node["admin_state"]):  # idle, but nothing is placed there
+        return Cell("down", f"GPU {index}: idle, node cordoned (not available for placement)")
     if reserved_for is not None:
         return Cell("reserved", f"GPU {index}: reserved for job {reserved_for}")
     return Cell("free", f"GPU {index}: free")

@@ -32,6 +32,10 @@ ALREADY_REGISTERED = (
     "node {name} is already registered to an agent. Restart that agent on its workdir (it keeps the node's token), "
     "or have an admin reset the node's token first: POST /api/v1/nodes/{name}/reset-token."
 )
+WRONG_NODE_TOKEN = (
+    "invalid node token (reset by an admin, or not from this server): register with a join token, "
+    "or have an admin issue one."
+)
 STILL_HAS_TASKS = (
     "node {name} still has tasks placed by its previous agent; they are requeued once that agent's lease has "
     "certainly expired (lease + margin after its last heartbeat). Register again then."
@@ -48,7 +52,7 @@ def do_register_node(*, name: str, inventory: dict, via: str = "", now=None) -> 
             name=name, defaults={**{k: inventory[k] for k in INVENTORY if k in inventory}, "registered_at": now}
         )
         held = bool(node.token_digest)  # by an earlier agent, whose token stops working now
-        _set_inventory(node, inventory)
+        _set_inventory(node, inventory, now=now)
         node.token_digest = hash_token(raw)
         node.save()
         record_node_event(
@@ -62,13 +66,25 @@ def do_register_node(*, name: str, inventory: dict, via: str = "", now=None) -> 
     return node, raw
 
 
-def _set_inventory(node: Node, inventory: dict) -> None:
-    """Copy what the agent reports onto the row (saved by the caller), and record its GPU type
-    as one quotas may name (teams/resources.py)."""
+def _set_inventory(node: Node, inventory: dict, *, now) -> None:
+    """Copy what the agent reports onto the row (locked, and saved by the caller), and record
+    its GPU type as one quotas may name (teams/resources.py). An exclusion of a GPU the node
+    no longer has goes (it counted a GPU that is not there: a negative free count)."""
     for key in INVENTORY:
         if key in inventory:
             setattr(node, key, inventory[key])
     do_note_gpu_type(node.gpu_type)
+    gone = sorted(int(index) for index in node.excluded_gpus if int(index) >= node.gpu_count)
+    if gone:
+        node.excluded_gpus = {i: why for i, why in node.excluded_gpus.items() if int(i) < node.gpu_count}
+        record_node_event(
+            node,
+            actor_name=f"agent:{node.name}",
+            reason="GPU_INCLUDED",
+            now=now,
+            data={"gpus": gone},
+            message=f"GPU {', '.join(map(str, gone))} no longer excluded: the node now reports {node.gpu_count} GPUs",
+        )
 
 
 def _describe(node: Node) -> str:
@@ -79,10 +95,13 @@ def _describe(node: Node) -> str:
 
 
 def check_registration_credential(raw: str, *, now=None) -> Node | tokens.JoinCredential:
-    """The node whose own token this is, or an accepted join token; 401 otherwise."""
+    """The node whose own token this is, or an accepted join token; 401 otherwise, naming the
+    kind of token presented."""
     node = tokens.node_by_token(raw)
     if node is not None:
         return node
+    if raw.startswith(tokens.NODE_TOKEN_PREFIX):
+        raise AuthenticationFailed(WRONG_NODE_TOKEN)
     join = tokens.check_join_token(raw, now=now or timezone.now())
     if join is None:
         raise AuthenticationFailed(tokens.WRONG_JOIN_TOKEN)
@@ -125,7 +144,7 @@ def _inserted(name: str, inventory: dict, *, now) -> bool:
 def _re_register(node: Node, inventory: dict, *, now) -> Node:
     with transaction.atomic():
         node = Node.objects.select_for_update(no_key=True).get(pk=node.pk)
-        _set_inventory(node, inventory)
+        _set_inventory(node, inventory, now=now)
         node.save()
         record_node_event(
             node,

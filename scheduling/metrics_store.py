@@ -78,9 +78,10 @@ GPU_GAUGES = (
 
 
 def node_health_gauges():
-    """The latest health sample of every node that sent one (Redis), and the GPUs excluded for
-    a fault (Postgres). A node's series go when its sample expires (MLQ_HEALTH_SAMPLE_TTL_S)."""
-    names = list(Node.objects.exclude(gpu_count=0).values_list("name", flat=True))
+    """The latest health sample of every node that sent one (Redis): GPU telemetry where there
+    are GPUs, the health check's result on every node; and the GPUs excluded for a fault
+    (Postgres). A node's series go when its sample expires (MLQ_HEALTH_SAMPLE_TTL_S)."""
+    names = list(Node.objects.values_list("name", flat=True))  # a CPU node's health check counts too
     samples = node_health.latest(names)
     for field, name, documentation, scale in GPU_GAUGES:
         values = [

@@ -45,13 +45,16 @@ def record_node_event(
 
 def _health_columns(health: str, *, reason, now) -> dict:
     """The health writers' UPDATE: their own column, and `state` from the row's admin_state as
-    it is when the UPDATE runs (Node.effective_state's rule, in SQL)."""
-    state = (
-        Value(health)
-        if health != NodeState.READY
-        else Case(When(admin_state=AdminState.NONE, then=Value(NodeState.READY)), default=F("admin_state"))
+    it is when the UPDATE runs (Node.effective_state's rule, in SQL). Back to READY, a cordoned
+    or draining node shows its admin's reason again, not the comeback's."""
+    if health != NodeState.READY:
+        return {"health": health, "state": Value(health), "state_reason": reason, "state_changed_at": now}
+    reason = Value(reason) if isinstance(reason, str) else reason
+    state = Case(When(admin_state=AdminState.NONE, then=Value(NodeState.READY)), default=F("admin_state"))
+    state_reason = Case(
+        When(admin_state=AdminState.NONE, then=reason), When(admin_reason="", then=reason), default=F("admin_reason")
     )
-    return {"health": health, "state": state, "state_reason": reason, "state_changed_at": now}
+    return {"health": health, "state": state, "state_reason": state_reason, "state_changed_at": now}
 
 
 def _set_admin_state(

@@ -7,10 +7,12 @@ an environment variable is removed after reading, from the process's memory too,
 workdir, so that an agent restarting on the same workdir can re-register its node.
 """
 
+import contextlib
 import ctypes
 import logging
 import os
 import stat
+import tempfile
 from pathlib import Path
 
 log = logging.getLogger("mlqueue.agent")
@@ -71,12 +73,16 @@ def read_private(path: Path) -> str:
 
 
 def write_private(path: Path, text: str) -> None:
-    """Write a file only the agent's user can read, atomically (a crash leaves the old one)."""
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    os.fchmod(fd, 0o600)  # an older file of that name kept its mode
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    """Write a file only the agent's user can read, atomically (a crash leaves the old one).
+    The temporary file's name is unique (mkstemp, mode 0600): two writers never share one."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise

@@ -19,7 +19,6 @@ reports starts, exits and log chunks; and obeys three safety rules:
   stuck agent's tasks die on time too.
 """
 
-import argparse
 import getpass
 import json
 import logging
@@ -36,7 +35,6 @@ from agents.node.client import AgentClient, ApiError
 from agents.node.containers import Podman
 from agents.node.heartbeat_socket import HeartbeatSocket
 from agents.node.isolation import (
-    DEFAULT_UID_RANGE,
     ISOLATION_OFF,
     NO_ISOLATION_WARNING,
     RUN_AS_ROOT,
@@ -44,14 +42,14 @@ from agents.node.isolation import (
     TaskUsers,
     can_switch_users,
     kill_processes_of,
-    task_users_from,
     untraversable,
 )
-from agents.node.machine import inventory
+from agents.node.options import nodes_from, parse_args
 from agents.node.outbox import Outbox
-from agents.node.runtime import DEFAULT_PASS_ENV, DIR_MODE, TaskProcess, check_pass_env, install_helpers
+from agents.node.runtime import DEFAULT_PASS_ENV, DIR_MODE, TaskProcess, install_helpers
 from agents.node.supervise import LEASE_KILL_GRACE_S, kill_grace, write_lease
 from agents.node.telemetry import Health, HealthCheck, NoGpus, provider_for
+from agents.node.workdir_lock import WorkdirBusy, hold_node_dir, release_node_dir
 
 log = logging.getLogger("mlqueue.agent")
 POLL_S = 0.2
@@ -76,6 +74,7 @@ class NodeAgent:
         self.workdir = (workdir / self.name).absolute()  # tasks run elsewhere: their supervisors need whole paths
         self.workdir.mkdir(parents=True, exist_ok=True)
         os.chmod(self.workdir, DIR_MODE)  # tasks reach their own directories through it, and list nothing
+        self.lock = hold_node_dir(self.workdir)  # before anything here is touched: one agent per node directory
         self.container_hook, self.pass_env = container_hook, pass_env
         self.container = container.for_node(self.name, self.workdir) if container is not None else None
         if self.container is not None:
@@ -91,6 +90,7 @@ class NodeAgent:
         self.highest_epoch, self.seen = self._load_state()
         self.wake = threading.Event()
         self.stopping = threading.Event()
+        self.refused = ""  # why the server refuses this node's registration for good
         self.health = health or Health(NoGpus())
         self.socket = HeartbeatSocket(self.client, self.name, on_wake=self.wake.set, stopping=self.stopping)
 
@@ -110,6 +110,8 @@ class NodeAgent:
     # --- the loop ---------------------------------------------------------------------------
     def run(self) -> None:
         self.register()
+        if self.refused:
+            return
         threading.Thread(target=self.socket.run, name=f"{self.name}-socket", daemon=True).start()
         next_beat = 0.0
         while not self.stopping.is_set():
@@ -121,6 +123,13 @@ class NodeAgent:
             self.flush_events()
             self.wake.wait(POLL_S)
         self.shutdown_tasks()
+        self.release()
+
+    def release(self) -> None:
+        """Let another agent have this node's directory (this one's tasks are stopped)."""
+        if self.lock is not None:
+            release_node_dir(self.lock)
+            self.lock = None
 
     def shutdown_tasks(self) -> None:
         """The agent is stopping: its tasks stop with it (TERM, then KILL after a grace)."""
@@ -140,8 +149,14 @@ class NodeAgent:
             self.reap(task)
 
     def register(self) -> None:
-        """Keep trying (an admin may be resetting this node) until a registration is accepted."""
+        """Keep trying (an admin may be resetting this node, the server may be down) until a
+        registration is accepted; give up when the server refuses what this node reports (a
+        400: sending it again changes nothing)."""
         while not self.stopping.is_set() and not self.try_register():
+            if self.refused:
+                log.error("%s: the server refuses to register this node: %s", self.name, self.refused)
+                self.stop()
+                return
             self.stopping.wait(2.0)
 
     def try_register(self) -> bool:
@@ -162,6 +177,9 @@ class NodeAgent:
                 )
             except ApiError as exc:
                 log.warning("%s: cannot register with the %s (%s)", self.name, what, exc)
+                if exc.status == 400:  # the inventory itself, whatever the token
+                    self.refused = str(exc)
+                    return False
                 continue
             except OSError as exc:
                 log.warning("%s: cannot join yet (%s)", self.name, exc)
@@ -368,159 +386,6 @@ class NodeAgent:
         self.wake.set()
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    # No abbreviations: `--token X` must not quietly mean `--token-file X`.
-    parser = argparse.ArgumentParser(prog="mlqueue-agent", description="The mlqueue node agent.", allow_abbrev=False)
-    parser.add_argument("--server", required=True, help="the mlqueue web URL, e.g. https://mlqueue.example.com")
-    parser.add_argument(
-        "--token-file",
-        type=Path,
-        help="a file (mode 600) holding a join token; or set "
-        "MLQ_AGENT_JOIN_TOKEN. Not needed once the workdir holds the node's own token",
-    )
-    parser.add_argument("--workdir", type=Path, default=Path("/var/lib/mlqueue-agent"))
-    parser.add_argument("--log-level", default="INFO")
-    add_node_arguments(parser)
-    add_task_arguments(parser)
-    add_health_arguments(parser)
-    args = parser.parse_args(argv)
-    if any("=" not in label for label in args.label):
-        parser.error("--label takes KEY=VALUE")
-    for option in ("health_interval", "health_check_interval", "health_check_timeout"):
-        if not getattr(args, option) > 0:
-            parser.error(f"--{option.replace('_', '-')} takes a number of seconds > 0")
-    try:
-        args.pass_env = DEFAULT_PASS_ENV + tuple(
-            check_pass_env([name.strip() for item in args.pass_env for name in item.split(",") if name.strip()])
-        )
-        args.task_users = task_users_from(args.isolation, args.task_uids, args.task_user_map)
-        args.container = container_from(args)
-    except ValueError as exc:
-        parser.error(str(exc))
-    return args
-
-
-def add_node_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("the node")
-    group.add_argument("--node-name", help="default: this machine's hostname")
-    group.add_argument("--zone", default="z1")
-    group.add_argument("--rack", default="r1")
-    group.add_argument("--fake-gpus", type=int, help="pretend to have this many GPUs (no NVML needed)")
-    group.add_argument("--gpu-type", help="the fake GPUs' type (default H100)")
-    group.add_argument("--cpus", type=int)
-    group.add_argument("--memory-gb", type=int)
-    group.add_argument(
-        "--scratch-gb",
-        type=int,
-        help="local scratch disk for tasks, GB: jobs asking more per task do not start here (default: not "
-        "reported, not checked)",
-    )
-    group.add_argument("--label", action="append", default=[], metavar="KEY=VALUE")
-    group.add_argument("--address", help="how other nodes reach this one (a gang's MASTER_ADDR)")
-    group.add_argument("--fleet", type=Path, help="a JSON list of virtual nodes to run in this process")
-
-
-def add_task_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("how tasks run")
-    group.add_argument(
-        "--container-runtime",
-        choices=["none", "podman"],
-        default="none",
-        help="podman: a job that names an image runs in it, with its CPU and memory limits and its GPUs "
-        "(docs/agents.md); none (default): as a plain process",
-    )
-    group.add_argument(
-        "--container-runtime-args",
-        default="",
-        metavar="ARGS",
-        help="more `podman run` options for every container, e.g. '--runtime runc' on a cgroup v1 host",
-    )
-    group.add_argument(
-        "--container-hook",
-        default="",
-        help="instead of --container-runtime: wraps jobs that name an image, e.g. 'apptainer exec --nv docker://{image}'",
-    )
-    group.add_argument(
-        "--pass-env",
-        action="append",
-        default=[],
-        metavar="NAME[,NAME...]",
-        help="more of the agent's environment variables that tasks see (always: "
-        f"{', '.join(DEFAULT_PASS_ENV)} where set)",
-    )
-    group.add_argument(
-        "--isolation",
-        choices=["auto", "uid", "none"],
-        default="auto",
-        help="uid: each task runs as a user of its own (needs root); none: as the agent's user; "
-        "auto (default): uid when running as root",
-    )
-    group.add_argument(
-        "--task-uids",
-        default=DEFAULT_UID_RANGE,
-        metavar="FIRST-LAST",
-        help=f"the UIDs (and GIDs) given to tasks, one per running task (default {DEFAULT_UID_RANGE})",
-    )
-    group.add_argument(
-        "--task-user-map",
-        type=Path,
-        metavar="FILE",
-        help="a JSON object of user name -> UID: a job runs as its owner's own UID where listed",
-    )
-
-
-def add_health_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("health")
-    group.add_argument(
-        "--fake-gpu-faults",
-        type=Path,
-        metavar="FILE",
-        help="fake GPUs' faults, a JSON file re-read when it changes (docs/node-health.md); or set MLQ_FAKE_GPU_FAULTS",
-    )
-    group.add_argument(
-        "--health-interval", type=float, default=30.0, metavar="S", help="send GPU telemetry every S seconds"
-    )
-    group.add_argument(
-        "--health-check", default="", metavar="CMD", help="a command (run by /bin/sh): non-zero = unhealthy"
-    )
-    group.add_argument("--health-check-interval", type=float, default=60.0, metavar="S")
-    group.add_argument("--health-check-timeout", type=float, default=30.0, metavar="S")
-
-
-def container_from(args: argparse.Namespace) -> Podman | None:
-    if args.container_runtime == "none":
-        if args.container_runtime_args:
-            raise ValueError("--container-runtime-args needs --container-runtime podman")
-        return None
-    if args.container_hook:
-        raise ValueError("--container-hook and --container-runtime podman: give one of them")
-    return Podman.find(args.container_runtime_args)
-
-
-def nodes_from(args: argparse.Namespace) -> list[dict]:
-    if args.fleet:
-        try:
-            fleet = json.loads(args.fleet.read_text())
-        except (OSError, ValueError) as exc:
-            raise SystemExit(f"mlqueue-agent: cannot read --fleet {args.fleet}: {exc}") from None
-        return [{"labels": {}, "address": "127.0.0.1", **node} for node in fleet]
-    labels = dict(label.split("=", 1) for label in args.label)
-    return [
-        inventory(
-            name=args.node_name,
-            zone=args.zone,
-            rack=args.rack,
-            fake_gpus=args.fake_gpus,
-            gpu_type=args.gpu_type,
-            cpus=args.cpus,
-            memory=args.memory_gb,
-            scratch=args.scratch_gb,
-            labels=labels,
-            address=args.address,
-        )
-    ]
-
-
 def main(argv=None) -> None:
     args = parse_args(argv)
     logging.basicConfig(
@@ -528,6 +393,7 @@ def main(argv=None) -> None:
     )
     join_token = credentials.join_token_from(args.token_file)
     args.workdir.mkdir(parents=True, exist_ok=True)
+    agents = agents_for(args, join_token)  # first: each locks its node directory
     if args.task_users.mode == "none":
         remedy = ISOLATION_OFF if can_switch_users() else RUN_AS_ROOT  # root: it was asked for
         log.warning("NO TASK ISOLATION: " + NO_ISOLATION_WARNING.format(user=getpass.getuser(), remedy=remedy))
@@ -548,24 +414,32 @@ def main(argv=None) -> None:
         check = HealthCheck(
             args.health_check, interval_s=args.health_check_interval, timeout_s=args.health_check_timeout
         ).start()
-    agents = [
-        NodeAgent(
-            server=args.server,
-            join_token=join_token,
-            node=node,
-            workdir=args.workdir,
-            container_hook=args.container_hook,
-            container=args.container,
-            pass_env=args.pass_env,
-            task_users=args.task_users,
-        )
-        for node in nodes_from(args)
-    ]
     fake = args.fake_gpus is not None or args.fleet is not None
     for agent in agents:
         gpus = provider_for(agent.node, fake=fake, faults_file=args.fake_gpu_faults, busy=agent.busy_gpus)
         agent.health = Health(gpus, check=check, interval_s=args.health_interval)
     run_until_signalled(agents)
+    if refused := [agent for agent in agents if agent.refused]:
+        sys.exit(f"mlqueue-agent: the server refused to register {', '.join(a.name for a in refused)}")
+
+
+def agents_for(args, join_token: str) -> list["NodeAgent"]:
+    """An agent for each node; none, and an exit, where another agent holds a node's directory."""
+    options = {"container_hook": args.container_hook, "container": args.container, "pass_env": args.pass_env}
+    try:
+        return [
+            NodeAgent(
+                server=args.server,
+                join_token=join_token,
+                node=node,
+                workdir=args.workdir,
+                task_users=args.task_users,
+                **options,
+            )
+            for node in nodes_from(args)
+        ]
+    except WorkdirBusy as exc:
+        sys.exit(f"mlqueue-agent: {exc}")
 
 
 def run_until_signalled(agents: list[NodeAgent]) -> None:

@@ -29,12 +29,14 @@ On Linux the kernel also tells it at once when the agent dies (PR_SET_PDEATHSIG 
 SIGHUP, whose handler kills the group); the reparenting check is the portable second line.
 """
 
+import contextlib
 import ctypes
 import json
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 PR_SET_PDEATHSIG = 1
@@ -100,11 +102,16 @@ def write_lease(path, *, until: float, grace_s: float) -> None:
     """The agent's side: its lease runs until `until` (time.monotonic(), system-wide); tasks
     get SIGTERM then, and SIGKILL `grace_s` later. Replaced atomically: a reader never sees
     half a file."""
-    tmp = f"{path}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(json.dumps({"until": until, "grace_s": grace_s}))
-    os.replace(tmp, path)
+    folder, name = os.path.split(os.fspath(path))
+    fd, tmp = tempfile.mkstemp(dir=folder or ".", prefix=f".{name}.", suffix=".tmp")  # unique: no two writers share it
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(json.dumps({"until": until, "grace_s": grace_s}))
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
 
 
 def read_lease(path) -> tuple[float, float] | None:

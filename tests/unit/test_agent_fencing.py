@@ -64,6 +64,7 @@ def test_an_attempt_already_run_is_refused_even_after_a_restart(tmp_path):
     task = first.start(assignment(epoch=3))
     wait_exit(task)
     assert first.start(assignment(epoch=3)) is None
+    first.release()  # it has stopped: its node directory is free
 
     restarted = agent(tmp_path)  # same workdir: it remembers
     assert restarted.highest_epoch == 3

@@ -135,6 +135,7 @@ def test_an_attempt_lost_in_an_agent_restart_is_reported_not_left_assigned(tmp_p
     first.renewed(time.monotonic(), 60)
     job = assignment(7, [sys.executable, "-c", "pass"])
     first.start(job)  # then the agent dies before it could report the start
+    first.release()  # and its lock on the node directory with it
     restarted = NodeAgent(server="http://127.0.0.1:9", join_token="x", node=NODE, workdir=tmp_path)
     assert restarted.start(job) is None  # never twice
     assert list(restarted.outbox) == [

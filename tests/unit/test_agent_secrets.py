@@ -138,6 +138,7 @@ def test_the_node_token_is_kept_in_a_file_only_the_agent_can_read(tmp_path):
     assert node.node_token_path.read_text() == "mlqn_secret"
     assert stat.S_IMODE(node.node_token_path.stat().st_mode) == 0o600
     assert stat.S_IMODE(node.state_path.parent.stat().st_mode) == 0o711
+    node.release()  # stopped
     restarted = NodeAgent(server="http://127.0.0.1:9", join_token="", node=NODE, workdir=tmp_path)
     assert [what for _, what in restarted.credentials()] == [f"node token in {node.node_token_path}"]
 
