@@ -103,8 +103,9 @@ def metric_series(
 ) -> tuple[dict[int, dict[str, list[dict]]], list[dict]]:
     """job -> name -> points {step, value, time, attempt, rank}, ordered by step (then attempt,
     rank, report), at most `per_series` points per job and name and `total` in all; and the
-    series cut short ({job_id, name}), which continue with `after_step` = their last step. One
-    query."""
+    series cut short or left out ({job_id, name}), which continue with `after_step` = their last
+    step (a series left out: from its start). One query; two when the answer's bound is reached
+    (the series past it are named too)."""
     rows = _matching(job_ids, name=name, rank=rank, attempt=attempt, after_step=after_step)
     order = [F("step"), F("attempt"), F("rank"), F("seq")]
     numbered = rows.annotate(place=Window(RowNumber(), partition_by=[F("job_id"), F("name")], order_by=order))
@@ -124,6 +125,10 @@ def metric_series(
         time = at.isoformat() if at else None
         point = {"step": step, "value": value, "time": time, "attempt": point_attempt, "rank": point_rank}
         series[job_id].setdefault(metric, []).append(point)
+    if len(found) > total:  # the series after the one cut at the bound were not read: name them too
+        keys = rows.order_by("job_id", "name").values_list("job_id", "name").distinct()
+        left = [{"job_id": j, "name": n} for j, n in keys if n not in series.get(j, {})]
+        cut += [key for key in left if key not in cut]
     return dict(series), cut
 
 

@@ -4,6 +4,7 @@ the server, a token and the user name, readable by the user alone."""
 import os
 import tomllib
 from pathlib import Path
+from urllib.parse import urlsplit
 
 
 def config_path() -> Path:
@@ -14,6 +15,26 @@ def config_path() -> Path:
 NOT_TOML = "{path}: not a config file ({error}): fix it, or delete it and run `mlq login`"
 UNREADABLE = "{path}: cannot read it ({error})"
 NOT_TEXT = "{path}: {key} must be text in quotes, not {kind}: fix it, or delete it and run `mlq login`"
+
+
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def same_server(one: str, other: str) -> bool:
+    """Whether two server addresses name the same site: scheme and host in any case, a default
+    port written or not, a trailing slash or not."""
+    if not one or not other:
+        return False
+    return _normal(one) == _normal(other)
+
+
+def _normal(server: str) -> tuple:
+    parts = urlsplit(server.strip())
+    try:
+        port = parts.port or DEFAULT_PORTS.get(parts.scheme.lower())
+    except ValueError:  # a port that is no number: compared as written
+        port = parts.netloc
+    return parts.scheme.lower(), (parts.hostname or "").lower(), port, parts.path.rstrip("/")
 
 
 def read_config(path: Path | None = None) -> dict:

@@ -4,17 +4,26 @@
 from __future__ import annotations
 
 import json
-import math
 import os
-import re
 import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 import httpx
 
+from mlqueue.client.answers import (
+    API,
+    BATCH_INDEX,  # noqa: F401 (names mlq and tests import from here)
+    NOT_THE_API,  # noqa: F401
+    Backoff,
+    _not_finite,
+    _refusal,
+    _renumbered,
+    is_outage,
+    json_body,
+)
 from mlqueue.client.batching import batches
-from mlqueue.client.config import read_config, write_config
+from mlqueue.client.config import read_config, same_server, write_config
 from mlqueue.client.errors import MlqError
 from mlqueue.client.results import (
     CancelResult,
@@ -38,7 +47,6 @@ from mlqueue.client.specs import apply_overrides, load_spec
 
 # A batch's size (the server takes up to 1,000 specs and MLQ_MAX_BODY_BYTES, 256 KiB by default).
 BATCH_MAX_WAIT_S = 300.0
-BATCH_INDEX = re.compile(r"\bjobs\[(\d+)\]")
 NO_SERVER = "no server: set MLQ_SERVER, pass server=, or run `mlq login --server URL`"
 NO_TOKEN = "no token: set MLQ_TOKEN, pass token=, or run `mlq login`"
 NO_USER = "who are you? set MLQ_USER, or run `mlq login` (it records your user name)"
@@ -49,13 +57,9 @@ NO_SCHEDULE_BLOCK = (
 UNREACHABLE = "cannot reach {server}: {error}"
 BAD_SERVER = "the server {server!r} is not a URL ({error}): give the site's address, e.g. https://mlqueue.example.com"
 BAD_TOKEN = "the token (MLQ_TOKEN, token= or the config file) holds characters no token has: copy it again"
-NOT_THE_API = (
-    "{status}: {server} answered with a web page, not the API: is the server the site's address"
-    " (e.g. https://mlqueue.example.com, without /api/v1)?"
-)
 NOT_FINITE = "{field}: must be a finite number, not {value}"
 
-API = "/api/v1"
+NOT_A_JOB_ID = "{job!r} is not a job id: give a number, e.g. 42"
 POLL_S = 2.0
 
 
@@ -65,7 +69,12 @@ def _query_value(value):
 
 
 def _id(job) -> int:
-    return job.id if isinstance(job, Job | QueueEntry) else int(job)
+    if isinstance(job, Job | QueueEntry):
+        return job.id
+    try:
+        return int(job)
+    except (TypeError, ValueError):
+        raise MlqError(0, NOT_A_JOB_ID.format(job=job)) from None
 
 
 def server_sent_events(lines: Iterable[str]) -> Iterator[tuple[str, str]]:
@@ -92,9 +101,11 @@ class Client:
     def __init__(self, server: str | None = None, token: str | None = None, *, transport=None, timeout: float = 30):
         config = read_config()
         self.server = (server or os.environ.get("MLQ_SERVER") or config.get("server") or "").rstrip("/")
-        self.token = token or os.environ.get("MLQ_TOKEN") or config.get("token") or ""
+        # The config file's token only for the server it was saved for: never sent to another.
+        saved_for_this = same_server(self.server, config.get("server", ""))
+        from_config = not token and not os.environ.get("MLQ_TOKEN") and saved_for_this
+        self.token = token or os.environ.get("MLQ_TOKEN") or (config.get("token", "") if from_config else "")
         # who the token belongs to, as `mlq login` recorded it (`--mine` asks the server for "me")
-        from_config = not token and not os.environ.get("MLQ_TOKEN")
         self.user = os.environ.get("MLQ_USER") or (config.get("user", "") if from_config else "")
         self._transport = transport
         self._timeout = timeout
@@ -147,7 +158,7 @@ class Client:
             raise _refusal(response)
         if response.status_code == 204 or not response.content:
             return None
-        return response.text if text else response.json()
+        return response.text if text else json_body(response, self.server)
 
     def _pages(self, path: str, params: dict) -> Iterator[dict]:
         """Every row of a cursor-paginated list (`{"next", "results"}`), following `next`."""
@@ -276,11 +287,25 @@ class Client:
     def why(self, job) -> Why:
         return Why.from_json(self.request("GET", f"/jobs/{_id(job)}/why"))
 
+    def _through_outages(self, call, *args, deadline: float | None = None, **kwargs):
+        """`call(*args, **kwargs)`, tried again through an outage (no connection, 502/503/504; Retry-After honoured)
+        with a short back-off, until `deadline` (time.monotonic; None: for as long as it lasts)."""
+        backoff = Backoff()
+        while True:
+            try:
+                return call(*args, **kwargs)
+            except MlqError as error:
+                pause = backoff.next(error) if is_outage(error) else None
+                if pause is None or (deadline is not None and time.monotonic() + pause > deadline):
+                    raise
+                time.sleep(pause)
+
     def wait(self, job, timeout: float | None = None, poll: float = POLL_S) -> Job:
-        """The job once it has finished; MlqError (status 0) if `timeout` seconds pass first."""
+        """The job once it has finished; MlqError (status 0) if `timeout` seconds pass first. An
+        outage of the server (no connection, 502/503/504) is waited out until then."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            current = self.get(job)
+            current = self._through_outages(self.get, job, deadline=deadline)
             if current.finished:
                 return current
             if deadline is not None and time.monotonic() >= deadline:
@@ -327,7 +352,8 @@ class Client:
             attempt, offset, partial, chunk = fallback
         while True:
             if chunk is None:
-                chunk = self.log_chunk(job, rank=rank, attempt=attempt, stderr=stderr, offset=offset)
+                read = self._through_outages if follow else lambda call, *args, **kwargs: call(*args, **kwargs)
+                chunk = read(self.log_chunk, job, rank=rank, attempt=attempt, stderr=stderr, offset=offset)
             attempt = attempt or chunk.get("attempt")
             offset = chunk.get("next_offset", offset)
             *lines, partial = (partial + chunk.get("text", "")).split("\n")
@@ -338,11 +364,12 @@ class Client:
                 chunk = None
                 continue
             chunk = None
-            current = self.get(job)
+            current = self._through_outages(self.get, job)
             newer = max((task.attempt for task in current.tasks if task.rank == rank), default=attempt)
             if current.finished or (not pinned and attempt and newer > attempt):
                 # one more read of this attempt: its last lines may have landed since
-                last = self.log_chunk(job, rank=rank, attempt=attempt, stderr=stderr, offset=offset)
+                where = {"rank": rank, "attempt": attempt, "stderr": stderr, "offset": offset}
+                last = self._through_outages(self.log_chunk, job, **where)
                 *lines, partial = (partial + last.get("text", "")).split("\n")
                 yield from ((attempt, line) for line in lines)
                 if current.finished:
@@ -361,7 +388,7 @@ class Client:
         polling from where the server answered a plain chunk (one that does not stream)."""
         if not self.token:
             raise MlqError(0, NO_TOKEN)
-        pinned, offset, partial = attempt is not None, 0, ""
+        pinned, offset, partial, backoff = attempt is not None, 0, "", Backoff()
         headers = {"Authorization": f"Bearer {self.token}", "Accept": "text/event-stream"}
         while True:
             params = {"rank": rank, "stream": "stderr" if stderr else "stdout", "offset": offset, "follow": 1}
@@ -373,9 +400,10 @@ class Client:
                     if got.status_code >= 400:
                         got.read()
                         raise _refusal(got)
+                    backoff.reset()
                     if not got.headers.get("content-type", "").startswith("text/event-stream"):
                         got.read()
-                        return attempt, offset, partial, got.json()
+                        return attempt, offset, partial, json_body(got, self.server)
                     for name, data in server_sent_events(got.iter_lines()):
                         body = json.loads(data)
                         attempt = body.get("attempt", attempt)
@@ -386,13 +414,19 @@ class Client:
                         elif name == "end":
                             ended = body
                             break
-            except httpx.HTTPError as error:
-                raise MlqError(0, UNREACHABLE.format(server=self.server, error=error)) from error
+            except httpx.TransportError:  # an outage: on from the offset once it is back
+                time.sleep(backoff.next())
+                continue
+            except MlqError as refused:
+                if not is_outage(refused):
+                    raise
+                time.sleep(backoff.next(refused))
+                continue
             if ended is None:
-                time.sleep(poll)  # closed at the server's bound, or by an outage: on from the offset
+                time.sleep(poll)  # closed at the server's bound: on from the offset
                 continue
             while not pinned:
-                current = self.get(job)
+                current = self._through_outages(self.get, job)
                 newer = max((task.attempt for task in current.tasks if task.rank == rank), default=attempt)
                 if current.finished or newer > attempt:
                     break
@@ -549,45 +583,3 @@ class Client:
         if save:
             write_config(self.server, self.token, username)
         return token
-
-
-def _renumbered(refused: MlqError, offset: int) -> MlqError:
-    """A batch's refusal with `jobs[i]` counted among all the specs sent, not within its batch."""
-
-    def shift(text: str) -> str:
-        return BATCH_INDEX.sub(lambda m: f"jobs[{int(m[1]) + offset}]", text)
-
-    fields = {shift(field): messages for field, messages in refused.fields.items()}
-    return MlqError(refused.status, shift(refused.detail), fields, retry_after=refused.retry_after)
-
-
-def _refusal(response: httpx.Response) -> MlqError:
-    try:
-        body = response.json()
-    except ValueError:
-        body = None
-    if isinstance(body, dict) and "detail" in body:
-        fields = body.get("fields") if isinstance(body.get("fields"), dict) else {}
-        retry_after = response.headers.get("Retry-After")
-        retry_after = float(retry_after) if retry_after and retry_after.isdigit() else None
-        return MlqError(response.status_code, str(body["detail"]), fields, retry_after=retry_after)
-    if response.status_code == 404 and "html" in response.headers.get("content-type", ""):
-        try:
-            server = str(response.request.url).rsplit(API, 1)[0]
-        except RuntimeError:  # a response built without its request
-            server = "the server"
-        return MlqError(404, NOT_THE_API.format(status=404, server=server))
-    text = response.text.strip().splitlines()[0][:200] if response.text.strip() else response.reason_phrase
-    return MlqError(response.status_code, f"{response.status_code} {text}")
-
-
-def _not_finite(value, path: str = "") -> tuple[str, float] | None:
-    """The dotted path and value of the first nan or infinity in a request body, if any."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return path or "body", value
-    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
-    for key, item in items:
-        found = _not_finite(item, f"{path}.{key}" if path else str(key))
-        if found is not None:
-            return found
-    return None

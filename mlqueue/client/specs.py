@@ -21,6 +21,8 @@ NOT_JSON = "not JSON: {error}"
 NOT_JSON_LINE = NOT_JSON  # the name the package exported first
 NO_SPECS = "{where}: empty: a job spec is a mapping of fields{per_line}"
 NOT_UTF8 = "{path}: not UTF-8 text (byte {position}): save it as UTF-8"
+NOT_A_SPEC = "a job spec is a mapping of fields or a spec file's path, not {kind}"
+UNREADABLE = "{path}: cannot read it ({error})"
 JSON_LINES_SUFFIXES = (".jsonl", ".ndjson")
 
 
@@ -89,6 +91,8 @@ def read_text(path: Path) -> str:
         return path.read_text(encoding="utf-8")
     except UnicodeDecodeError as error:
         raise MlqError(0, NOT_UTF8.format(path=path, position=error.start)) from None
+    except OSError as error:  # no such file, a directory, no permission
+        raise MlqError(0, UNREADABLE.format(path=path, error=error.strerror or error)) from None
 
 
 def parse_override(item: str) -> tuple[list[str], Any]:
@@ -135,8 +139,11 @@ def apply_overrides(spec: dict, items: Iterable[str] = (), **overrides) -> dict:
 
 
 def load_spec(spec_or_path: dict | str | os.PathLike) -> dict:
+    """A spec given as a mapping, or read from its file; anything else is an MlqError."""
     if isinstance(spec_or_path, dict):
         return spec_or_path
+    if not isinstance(spec_or_path, str | os.PathLike):
+        raise MlqError(0, NOT_A_SPEC.format(kind=type(spec_or_path).__name__))
     path = Path(spec_or_path)
     if path.suffix.lower() == ".json":  # read as JSON exactly, not as the YAML it also is
         spec = _json_spec(read_text(path), str(path))

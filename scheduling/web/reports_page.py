@@ -17,11 +17,13 @@ from django.db.models import Sum
 from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_GET
+from rest_framework.exceptions import PermissionDenied, ValidationError
 
 from scheduling import accounting
 from scheduling.accounting import EARLIEST, LATEST, TOO_EARLY, TOO_LATE, UsageQuery, UsageReport
 from scheduling.forecast_accuracy import WeekAccuracy, forecast_accuracy_by_week
 from scheduling.models import Node
+from scheduling.web.forecast_accuracy_api import teams_for
 from teams.models import Quota, Team
 from teams.selectors import is_site_admin, team_ids_of
 
@@ -95,10 +97,14 @@ def page(request):
     base["team"] = data["team"] or None
     bucket = "day" if (end - start).days <= DAYS_BY_DAY else "week"
     sections = build_sections(base, bucket)
-    # The forecast's accuracy for the same teams: the chosen one, else every team the viewer
-    # may see (an admin: all, including teams with no member).
-    chosen = [data["team"]] if data["team"] else (None if is_site_admin(request.user) else teams)
-    sections.append(forecast_accuracy(forecast_accuracy_by_week(start, end, chosen)))
+    # The forecast's accuracy as the API shows it (leads and admins only): the chosen team, else
+    # every team the viewer leads and those below them (an admin: all, even teams with no member).
+    try:
+        chosen = teams_for(request.user, data["team"] or None)
+    except (PermissionDenied, ValidationError):  # a member, or a team the viewer does not lead
+        pass
+    else:
+        sections.append(forecast_accuracy(forecast_accuracy_by_week(start, end, chosen)))
     period = {"from": data["start"].isoformat(), "to": data["end"].isoformat(), "bucket": bucket}
     return render(request, "scheduling/reports.html", {**context, "sections": sections, **period})
 

@@ -112,8 +112,11 @@ class UsageParams(serializers.Serializer):
 
 def usage_query(request: Request, *, now) -> UsageQuery:
     """The report a request asks for, from its query string (400 naming the field), scoped to
-    what its user may see."""
-    params = UsageParams(data=request.query_params.dict(), context={"user": request.user, "now": now})
+    what its user may see. `group_by` given twice is the two of them, as `group_by=team,day`."""
+    data = request.query_params.dict()
+    if len(grouped := request.query_params.getlist("group_by")) > 1:  # ?group_by=team&group_by=day: team,day
+        data["group_by"] = ",".join(grouped)
+    params = UsageParams(data=data, context={"user": request.user, "now": now})
     params.is_valid(raise_exception=True)
     data = params.validated_data
     return UsageQuery(

@@ -30,15 +30,16 @@ LEFT_OUT = {NEVER_STARTED: "placed but withdrawn before they ran", CPU_ONLY: "CP
 FORM_FIELDS = ("team", "resource_class", *QUOTA_FIELDS, "from", "to")
 DEFAULT_DAYS = 7  # today and the six days before it
 DATE_ONLY = re.compile(r"\d{4}-\d{2}-\d{2}")
-# (figure, heading, how it reads, lower is better)
+# (figure, heading, how it reads, lower is better, an average over finished jobs)
 FIGURES = (
-    ("avg_wait_s", "Avg wait", short_duration, True),
-    ("p95_wait_s", "p95 wait", short_duration, True),
-    ("avg_jct_s", "Avg JCT", short_duration, True),
-    ("gpu_hours_lost", "GPU-h lost", lambda v: f"{v:,.1f}", True),
-    ("share", "Share of GPU-h", lambda v: f"{v:.1%}", False),
-    ("unfinished", "Unfinished", str, True),
+    ("avg_wait_s", "Avg wait", short_duration, True, True),
+    ("p95_wait_s", "p95 wait", short_duration, True, True),
+    ("avg_jct_s", "Avg JCT", short_duration, True, True),
+    ("gpu_hours_lost", "GPU-h lost", lambda v: f"{v:,.1f}", True, False),
+    ("share", "Share of GPU-h", lambda v: f"{v:.1%}", False, False),
+    ("unfinished", "Unfinished", str, True, False),
 )
+NONE_FINISHED = "—"  # an average over no finished jobs: no figure, neither better nor worse
 
 
 @dataclass(frozen=True)
@@ -76,8 +77,8 @@ def start(request):
     beside its fields (400; 200 to htmx, which swaps only 2xx answers)."""
     typed = {name: request.POST.get(name, "").strip() for name in FORM_FIELDS}
     asked = {name: value for name, value in typed.items() if value}
-    if DATE_ONLY.fullmatch(asked.get("to", "")):  # the form's "to" day is included, as on the reports page
-        asked["to"] = (date.fromisoformat(asked["to"]) + timedelta(days=1)).isoformat()
+    if "to" in asked:
+        asked["to"] = _day_after(asked["to"])
     try:
         preview = start_preview(request.user, asked)
     except PermissionDenied as exc:
@@ -107,7 +108,7 @@ def result_context(preview: QuotaPreview) -> dict:
         context["skipped"] = [(count, LEFT_OUT[why]) for why, count in sorted(preview.result["skipped"].items())]
         cluster = preview.result["cluster"]
         context["cluster"] = _cells(cluster["current"], cluster["proposed"], share="utilization")
-        context["figures"] = [heading for _, heading, _, _ in FIGURES]
+        context["figures"] = [figure[1] for figure in FIGURES]
     return context
 
 
@@ -122,9 +123,18 @@ def team_rows(preview: QuotaPreview) -> list[TeamRow]:
 
 
 def _cells(now: dict, proposed: dict, *, share: str = "share") -> tuple[Cell, ...]:
-    """The figures' cells; the cluster's row shows its utilization where a team's shows its share."""
-    keys = [(share if key == "share" else key, text, lower) for key, _, text, lower in FIGURES]
-    return tuple(_cell(now[key], proposed[key], text, lower) for key, text, lower in keys)
+    """The figures' cells; the cluster's row shows its utilization where a team's shows its share.
+    A side where no job finished has no average wait or JCT (the summary's 0.0 is not a figure):
+    "—", and the cell is neither better nor worse."""
+    cells = []
+    for key, _, text, lower, over_finished in FIGURES:
+        key = share if key == "share" else key
+        if over_finished and not (now.get("finished", 1) and proposed.get("finished", 1)):
+            show = [NONE_FINISHED if not side.get("finished", 1) else text(side[key]) for side in (now, proposed)]
+            cells.append(Cell(show[0], show[1], ""))
+        else:
+            cells.append(_cell(now[key], proposed[key], text, lower))
+    return tuple(cells)
 
 
 def _cell(now: float, proposed: float, text, lower_is_better: bool) -> Cell:
@@ -133,6 +143,18 @@ def _cell(now: float, proposed: float, text, lower_is_better: bool) -> Cell:
     else:
         trend = "better" if (proposed < now) == lower_is_better else "worse"
     return Cell(text(now), text(proposed), trend)
+
+
+def _day_after(value: str) -> str:
+    """The form's "to" day is included, as on the reports page: the day after it. A day that does
+    not exist (2026-13-01) or has no day after (9999-12-31) is left as typed, for the API's own
+    check to name it beside the field."""
+    if not DATE_ONLY.fullmatch(value):
+        return value
+    try:
+        return (date.fromisoformat(value) + timedelta(days=1)).isoformat()
+    except (ValueError, OverflowError):
+        return value
 
 
 def _previewable(request) -> list[str]:

@@ -35,20 +35,29 @@
     });
   }
 
-  function table(series) {  // each metric's last point, as the server renders it
+  function table(series, truncated) {
+    // Each metric's last point, as the server renders it. A series the answer cut short or left
+    // out (`truncated`) ends before its last step: its row keeps the value the server rendered.
     var body = document.querySelector("#metrics-last tbody");
-    body.textContent = "";
-    Object.keys(series).sort().forEach(function (name) {
+    var cut = {};
+    (truncated || []).forEach(function (t) { cut[t.name] = true; });
+    var rows = {};
+    Array.prototype.forEach.call(body.querySelectorAll("tr"), function (row) {
+      if (row.cells.length) rows[row.cells[0].textContent] = row;
+    });
+    Object.keys(series).forEach(function (name) {
       var last = series[name][series[name].length - 1];
-      if (!last) return;
+      if (!last || cut[name]) return;
       var row = document.createElement("tr");
       [name, String(Number(last.value.toPrecision(7))), last.step, last.attempt, last.rank].forEach(function (text) {
         var cell = document.createElement("td");
         cell.textContent = text;
         row.appendChild(cell);
       });
-      body.appendChild(row);
+      rows[name] = row;
     });
+    body.textContent = "";
+    Object.keys(rows).sort().forEach(function (name) { body.appendChild(rows[name]); });
   }
 
   function reload(box) {
@@ -65,7 +74,7 @@
         var none = document.getElementById("metrics-none");
         if (none) none.hidden = true;
         draw(series);
-        table(answer.series);
+        table(answer.series, answer.truncated);
       })
       .catch(function () {});
   }

@@ -228,7 +228,7 @@ def test_a_series_is_cut_at_its_bound_and_says_so(api, leader):
     assert cut == [{"job_id": job_id, "name": "acc"}, {"job_id": job_id, "name": "loss"}]
     found, cut = job_metrics.metric_series([job_id], total=4)
     assert [len(points) for points in found[job_id].values()] == [4]  # by name: acc's first four
-    assert cut == [{"job_id": job_id, "name": "acc"}]  # and loss is left for a query by name
+    assert cut == [{"job_id": job_id, "name": "acc"}, {"job_id": job_id, "name": "loss"}]  # loss: left out, named
 
 
 def test_metrics_of_a_job_you_cannot_see_are_a_404(api, leader):

@@ -1,0 +1,101 @@
+"""What the Client makes of an answer: a refusal as an MlqError, a body that is not JSON, and
+which failures are an outage to wait out (a connection that fails, a 502, 503 or 504)."""
+
+import math
+import re
+
+import httpx
+
+from mlqueue.client.errors import MlqError
+
+API = "/api/v1"
+BATCH_INDEX = re.compile(r"\bjobs\[(\d+)\]")
+NOT_THE_API = (
+    "{status}: {server} answered with a web page, not the API: is the server the site's address"
+    " (e.g. https://mlqueue.example.com, without /api/v1)?"
+)
+NOT_JSON = (
+    "{status}: {server} answered with {kind}, not the API's JSON (a sign-in page in front of the site?):"
+    " is the server the site's address?"
+)
+# An outage to wait out: a connection refused or cut, or a proxy's "the site is not there".
+OUTAGE_STATUSES = (502, 503, 504)
+FIRST_BACKOFF_S, LONGEST_BACKOFF_S = 0.5, 5.0
+
+
+def is_outage(error: MlqError) -> bool:
+    """A failure that may pass by itself: no connection (status 0 from a transport error) or a
+    502, 503 or 504."""
+    return error.status in OUTAGE_STATUSES or isinstance(error.__cause__, httpx.TransportError)
+
+
+class Backoff:
+    """The waits between tries during an outage: 0.5 s, doubling up to 5 s; a Retry-After given
+    by the server instead. `reset()` once a try succeeds."""
+
+    def __init__(self):
+        self.wait = FIRST_BACKOFF_S
+
+    def next(self, error: MlqError | None = None) -> float:
+        if error is not None and error.retry_after is not None:
+            return error.retry_after
+        wait, self.wait = self.wait, min(self.wait * 2, LONGEST_BACKOFF_S)
+        return wait
+
+    def reset(self) -> None:
+        self.wait = FIRST_BACKOFF_S
+
+
+def json_body(response: httpx.Response, server: str):
+    """The answer's JSON; a 2xx that is not JSON (a sign-in page, a proxy's) is an MlqError."""
+    try:
+        return response.json()
+    except ValueError:
+        kind = response.headers.get("content-type", "").split(";")[0] or "no content type"
+        status = response.status_code
+        raise MlqError(status, NOT_JSON.format(status=status, server=server, kind=kind)) from None
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    value = response.headers.get("Retry-After", "")
+    return float(value) if value.isdigit() else None
+
+
+def _renumbered(refused: MlqError, offset: int) -> MlqError:
+    """A batch's refusal with `jobs[i]` counted among all the specs sent, not within its batch."""
+
+    def shift(text: str) -> str:
+        return BATCH_INDEX.sub(lambda m: f"jobs[{int(m[1]) + offset}]", text)
+
+    fields = {shift(field): messages for field, messages in refused.fields.items()}
+    return MlqError(refused.status, shift(refused.detail), fields, retry_after=refused.retry_after)
+
+
+def _refusal(response: httpx.Response) -> MlqError:
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if isinstance(body, dict) and "detail" in body:
+        fields = body.get("fields") if isinstance(body.get("fields"), dict) else {}
+        return MlqError(response.status_code, str(body["detail"]), fields, retry_after=_retry_after(response))
+    if response.status_code == 404 and "html" in response.headers.get("content-type", ""):
+        try:
+            server = str(response.request.url).rsplit(API, 1)[0]
+        except RuntimeError:  # a response built without its request
+            server = "the server"
+        return MlqError(404, NOT_THE_API.format(status=404, server=server))
+    text = response.text.strip().splitlines()[0][:200] if response.text.strip() else response.reason_phrase
+    return MlqError(response.status_code, f"{response.status_code} {text}", retry_after=_retry_after(response))
+
+
+def _not_finite(value, path: str = "") -> tuple[str, float] | None:
+    """The dotted path and value of the first nan or infinity in a request body, if any."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return path or "body", value
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        found = _not_finite(item, f"{path}.{key}" if path else str(key))
+        if found is not None:
+            return found
+    return None
