@@ -192,8 +192,11 @@ def _outcome(job: Job) -> Outcome:
 
 def lost_work(job: Job, *, now) -> dict:
     """What the ended attempt lost (ledger.lost_work), read before the requeue clears the
-    attempt's placement and checkpoints."""
-    return ledger.lost_work(ledger.ended_ranks(job.pk), now=now)
+    attempt's placement and checkpoints. Nothing for an attempt the owner stopped (a user's
+    requeue): the usage ledger's rule (ledger.attempt_lost_cause), so the timeline and the
+    reports agree."""
+    ranks = ledger.ended_ranks(job.pk)
+    return ledger.lost_work(ranks, now=now) if ledger.attempt_lost_cause(ranks) else {}
 
 
 def restart_policy(job: Job) -> RestartPolicy:

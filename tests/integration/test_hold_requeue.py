@@ -12,7 +12,7 @@ from scheduling.job_control import (
     REQUEUE_NOT_PLACED,
 )
 from scheduling.leader.worker import run_pass
-from scheduling.models import Job, Task
+from scheduling.models import Job, Task, UsageRecord
 from scheduling.web.explanations import why_answer
 from teams.models import AuditEvent
 from tests.integration.test_scheduler_pass import run_all_ranks
@@ -147,9 +147,14 @@ def test_requeue_stops_a_running_job_gracefully_and_spends_nothing(api, leader):
     job.refresh_from_db()
     assert (job.state, job.retries_used, job.restarts_used, job.preemptions) == ("ASSIGNED", 0, 0, 0)
     assert {t.attempt for t in job.tasks.all()} == {2}
-    assert AuditEvent.objects.get(job=job, kind="RETRY").message == (
+    retry = AuditEvent.objects.get(job=job, kind="RETRY")
+    assert retry.message == (
         "requeued on request, resuming from its last checkpoint, if any (retries and restarts not spent)"
     )
+    # The owner stopped the work: no lost work on the timeline, as in the usage reports.
+    assert not AuditEvent.objects.filter(job=job, data__has_key="lost_gpu_hours").exists()
+    record = UsageRecord.objects.get(job_id=job.pk, attempt=1)
+    assert (record.lost_gpu_hours, record.lost_cause) == (0.0, "")
     run_all_ranks(job, exit_code=0)
     job.refresh_from_db()
     assert job.state == "SUCCEEDED"
