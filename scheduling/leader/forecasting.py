@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from scheduling import notify
 from scheduling.core.decisions import Decisions
+from scheduling.core.model import resource_class
 from scheduling.fencing import fenced
 from scheduling.leader.snapshot import StoreView, build_everyone
 from scheduling.models import Job, JobState, SchedulerLease, StartForecast
@@ -33,23 +34,24 @@ BATCH = 500
 SLACK_S = 30.0
 
 
-def runtime_fractions(now) -> dict[str, float]:
-    """team -> the median share of its asked-for max_runtime its jobs used, over the jobs that
-    succeeded in the last 30 days (teams with fewer than 3 have no history)."""
+def runtime_fractions(now) -> dict[tuple[str, str], float]:
+    """(team, resource class) -> the median share of its asked-for max_runtime the team's jobs of
+    that class used, over those that succeeded in the last 30 days (fewer than 3: no history).
+    By class: a team's many one-second CPU jobs say nothing of how long its GPU training runs."""
     rows = (
         Job.objects.filter(
             state=JobState.SUCCEEDED, finished_at__gte=now - HISTORY, started_at__isnull=False, group_kind=""
         )
         .order_by("-finished_at")
-        .values_list("team__name", "started_at", "finished_at", "max_runtime_hours")[:5000]
+        .values_list("team__name", "gpu_type", "started_at", "finished_at", "max_runtime_hours")[:5000]
     )
-    shares: dict[str, list[float]] = {}
-    for team, started, finished, hours in rows:
+    shares: dict[tuple[str, str], list[float]] = {}
+    for team, gpu_type, started, finished, hours in rows:
         if hours > 0:
-            shares.setdefault(team, []).append(
+            shares.setdefault((team, resource_class(gpu_type or None)), []).append(
                 min(1.0, max(0.0, (finished - started).total_seconds() / (hours * 3600)))
             )
-    return {team: max(0.01, statistics.median(found)) for team, found in shares.items() if len(found) >= MIN_SAMPLES}
+    return {key: max(0.01, statistics.median(found)) for key, found in shares.items() if len(found) >= MIN_SAMPLES}
 
 
 class Forecaster:

@@ -5,9 +5,10 @@ Two runs of the same core on a virtual clock, starting from what runs and waits 
 - the *bound*: every running and pending job lasts its whole `max_runtime` (the scheduler
   ends a job there, so nothing runs longer). The start it gives a job is "at the latest",
   as long as nothing that outranks it arrives meanwhile and no node fails;
-- the *likely*: each job lasts what its team's jobs have typically taken, as a fraction of
-  the runtime they asked for (learned from history by the caller), while the core is still
-  told `max_runtime` as it will be in life. Teams without history last their `max_runtime`.
+- the *likely*: each job lasts what its team's jobs of its resource class have typically taken,
+  as a fraction of the runtime they asked for (learned from history by the caller), while the
+  core is still told `max_runtime` as it will be in life. Without history a job lasts its
+  `max_runtime`.
 
 A preemption already under way ends its victim after the grace period (the victim's own
 requeue is not forecast: it is no longer pending). Pure, like the core: no clock, no I/O.
@@ -64,17 +65,18 @@ class Forecast:
     complete: bool  # False: the decision budget ran out before every job started
 
 
-def forecast(snapshot: ClusterSnapshot, *, likely_fraction: Mapping[str, float] | None = None, **options) -> Forecast:
-    """`likely_fraction`: team -> the share of its asked-for runtime its jobs typically use
-    (0-1]; without it the likely starts are the bound's. `options`: those of `simulate`. The
-    two runs one after the other; the leader runs them in two processes (`simulate_to`)."""
+def forecast(snapshot: ClusterSnapshot, *, likely_fraction: Mapping | None = None, **options) -> Forecast:
+    """`likely_fraction`: (team, resource class), or a team for all its classes, -> the share of
+    its asked-for runtime its jobs typically use (0-1]; without it the likely starts are the
+    bound's. `options`: those of `simulate`. The two runs one after the other; the leader runs
+    them in two processes (`simulate_to`)."""
     bound = simulate(snapshot, None, **options)
     return combine(bound, simulate(snapshot, likely_fraction, **options) if likely_fraction else None)
 
 
 def simulate(
     snapshot: ClusterSnapshot,
-    fraction: Mapping[str, float] | None,
+    fraction: Mapping | None,
     *,
     grace_s: float = 120.0,
     max_decisions: int = MAX_DECISIONS,
@@ -96,8 +98,10 @@ def simulate(
     snapshot = replace(snapshot, config=_forecast_config(snapshot.config, reclaim_searches, evictions))
     fraction = fraction or {}
     now = snapshot.now
-    running = tuple((job, _end(job, now, fraction.get(job.team, 1.0), grace_s)) for job in snapshot.running)
-    jobs = [_trace_job(job, now, fraction.get(job.team, 1.0)) for job in snapshot.pending]
+    running = tuple(
+        (job, _end(job, now, fraction_of(fraction, job.team, job.resource_class), grace_s)) for job in snapshot.running
+    )
+    jobs = [_trace_job(job, now, fraction_of(fraction, job.team, job.shape.resource_class)) for job in snapshot.pending]
     config = SimConfig(
         checkpoint_interval_s=0,
         grace_s=grace_s,
@@ -152,7 +156,7 @@ def _forecast_config(config: PolicyConfig, reclaim_searches: int | None, evictio
     return replace(config, max_reclaim_searches=reclaim_searches if cap is None else min(cap, reclaim_searches))
 
 
-def simulate_to(connection, snapshot: ClusterSnapshot, fraction: Mapping[str, float] | None, options: dict) -> None:
+def simulate_to(connection, snapshot: ClusterSnapshot, fraction: Mapping | None, options: dict) -> None:
     """A child process's body: one run (`simulate`), sent down `connection` (the leader's
     pipe; if the leader is gone, there is no one to tell). Lives here, not with the leader's
     Django code, so the child imports nothing but the core and the simulator."""
@@ -162,6 +166,11 @@ def simulate_to(connection, snapshot: ClusterSnapshot, fraction: Mapping[str, fl
         pass
     finally:
         connection.close()
+
+
+def fraction_of(fraction: Mapping, team: str, rclass: str) -> float:
+    """The share for the team's jobs of that class, else for all its jobs, else 1 (the bound)."""
+    return fraction.get((team, rclass), fraction.get(team, 1.0))
 
 
 def _end(job: RunningJob, now: float, fraction: float, grace_s: float) -> float:

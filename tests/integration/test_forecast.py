@@ -104,7 +104,7 @@ def quarter_hours(api) -> None:
             started_at=now - timedelta(hours=2),
             finished_at=now - timedelta(hours=2) + timedelta(minutes=15),
         )
-    assert runtime_fractions(now) == {"research-foundation-models": pytest.approx(0.25)}
+    assert runtime_fractions(now) == {("research-foundation-models", "gpu:H100"): pytest.approx(0.25)}
 
 
 def one_started_one_waiting(api, epoch: int) -> tuple[datetime, Job]:
@@ -188,3 +188,22 @@ def test_an_arrays_parallelism_holds_in_the_forecast(api, leader):
     assert [kid.state for kid in kids] == ["ASSIGNED", "ASSIGNED", "PENDING", "PENDING", "PENDING", "PENDING"]
     waves = [seconds_from(kid.estimated_start, placed) for kid in kids[2:]]
     assert waves == pytest.approx([3600, 3600, 7200, 7200], abs=5)
+
+
+def test_a_teams_short_cpu_jobs_say_nothing_of_its_gpu_jobs_runtime(api, demo):
+    """QA: a team's many one-second CPU jobs (168 h asked) made the likely start of its GPU jobs
+    come minutes away while every GPU job ran its hour: the share is per resource class."""
+    quarter_hours(api)
+    now = timezone.now()
+    for index in range(4):
+        cpu = small(api, f"cpu-{index}", 168.0)
+        Job.objects.filter(pk=cpu.pk).update(
+            gpu_type="",
+            gpu_count=0,
+            state=JobState.SUCCEEDED,
+            started_at=now - timedelta(hours=1),
+            finished_at=now - timedelta(hours=1) + timedelta(seconds=1),
+        )
+    fractions = runtime_fractions(now)
+    assert fractions[("research-foundation-models", "gpu:H100")] == pytest.approx(0.25)
+    assert fractions[("research-foundation-models", "cpu")] == 0.01
