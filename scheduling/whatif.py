@@ -145,12 +145,30 @@ def replay_preview(preview: QuotaPreview, progress) -> dict:
         "jobs": len(export.jobs),
         "refused": found.refused,
         "skipped": dict(export.skipped),
-        "cluster": {"current": found.current["cluster"], "proposed": found.proposed["cluster"]},
+        "cluster": {
+            "current": _over_finished(found.current["cluster"]),
+            "proposed": _over_finished(found.proposed["cluster"]),
+        },
         "teams": [
-            {"team": team, "current": found.current["teams"][team], "proposed": found.proposed["teams"].get(team)}
+            {
+                "team": team,
+                "current": _over_finished(found.current["teams"][team]),
+                "proposed": _over_finished(found.proposed["teams"].get(team)),
+            }
             for team in found.current["teams"]
         ],
     }
+
+
+# Averages and percentiles over the jobs that finished: with none, there is no figure (the
+# simulator's summary says 0.0, which read as "no wait at all" against the other side's).
+OVER_FINISHED = ("avg_wait_s", "p50_wait_s", "p95_wait_s", "p99_wait_s", "max_wait_s", "avg_jct_s", "bounded_slowdown")
+
+
+def _over_finished(figures: dict | None) -> dict | None:
+    if not figures or figures.get("finished", 1):
+        return figures
+    return {**figures, **{name: None for name in OVER_FINISHED if name in figures}}
 
 
 class Progress:
