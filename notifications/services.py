@@ -27,6 +27,7 @@ from notifications.models import Channel, Delivery, DeliveryStatus, Event, Notif
 from notifications.sending import Outcome, send_email, send_webhook
 from scheduling.models import Job
 from scheduling.states import TaskState
+from teams.models import AuditEvent, EventKind
 
 log = logging.getLogger(__name__)
 S = TaskState
@@ -50,8 +51,25 @@ _broker = RedisBreaker("notification messages (Celery beat's sweep sends them)")
 def record_job_state(sender, *, job_id: int, before: str, after: str, reason: str, message: str, now, **_) -> None:
     """A plain job's state changed (rule 1; signals.job_state_changed)."""
     event = JOB_EVENTS.get(after) if after != before else None
+    if event == Event.CANCELLED:
+        reason, message = _cancel_request(job_id) or (reason, message)
     if event is not None:
         record_job_event(job_id, event=event, state=after, reason=reason, message=message, now=now)
+
+
+def _cancel_request(job_id: int) -> tuple[str, str] | None:
+    """Who cancelled the job and why, from the request's event: a running job's tasks end later,
+    by the signal sent them ("rank 0 ended (signal SIGTERM)"), which is not what its owner asks."""
+    request = (
+        AuditEvent.objects.filter(job_id=job_id, kind=EventKind.CANCEL_REQUESTED)
+        .order_by("-created_at", "-id")
+        .values_list("actor_name", "message")
+        .first()
+    )
+    if request is None:
+        return None
+    actor, why = request
+    return "CANCELLED", why or f"cancelled by {actor}"  # as a pending job's cancel says it
 
 
 def record_group_state(

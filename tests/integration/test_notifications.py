@@ -345,6 +345,18 @@ def test_a_cancel_is_told_and_nothing_is_recorded_without_a_subscription(api, re
     assert [(d.job_ref, d.event) for d in Delivery.objects.all()] == [(job.pk, "cancelled")]
 
 
+def test_a_running_jobs_cancel_says_why_it_was_cancelled_not_the_signal(api, receiver):
+    """A running job ends CANCELLED when its tasks exit on the agent's SIGTERM; the notification
+    carries the owner's reason, as for a pending job, not "rank 0 ended (signal SIGTERM)"."""
+    job = submit(api, notify={"on": ["cancelled"], "webhook": receiver.url})
+    start(job)
+    cancel = api("alice").post(f"/api/v1/jobs/{job.pk}/cancel", {"reason": "wrong learning rate"}, format="json")
+    assert cancel.status_code in (200, 202), cancel.json()
+    end(job, S.CANCELLED, reason="EXITED", message="rank 0 ended (signal SIGTERM)")
+    (delivery,) = Delivery.objects.filter(job_ref=job.pk)
+    assert delivery.payload["reason"] == {"code": "CANCELLED", "message": "wrong learning rate"}
+
+
 def test_the_delivery_log_is_each_users_own(api, receiver):
     job = submit(api, notify={"on": ["started"], "webhook": receiver.url})
     start(job)
