@@ -67,7 +67,7 @@ def maintenance(job: PendingJob, window: MaintenanceWindow, now: float) -> Pendi
     if window.start_at <= now:  # under way: "drains at" a time past read as a mistake
         return PendingReason(
             ReasonCode.MAINTENANCE,
-            f"{window.target} is under maintenance until {day_and_clock(window.end_at)} "
+            f"{window.target} {_verb(window, 'is', 'are')} under maintenance until {day_and_clock(window.end_at)} "
             f"(maintenance #{window.window_id}); this job would start inside it",
         )
     return PendingReason(
@@ -80,9 +80,14 @@ def describe_window(window: MaintenanceWindow) -> str:
     """ "rack z1-r3 drains at 2026-12-06 02:00 UTC for 4 h (maintenance #7)": with the date, as
     windows are scheduled days ahead (a time of day alone reads as tonight's)."""
     return (
-        f"{window.target} drains at {day_and_clock(window.start_at)} for "
+        f"{window.target} {_verb(window, 'drains', 'drain')} at {day_and_clock(window.start_at)} for "
         f"{length(window.end_at - window.start_at)} (maintenance #{window.window_id})"
     )
+
+
+def _verb(window: MaintenanceWindow, one: str, several: str) -> str:
+    """A window's target is one rack or zone, or "3 nodes" (a node list): the verb agrees."""
+    return several if window.target.endswith(" nodes") else one
 
 
 def day_and_clock(t: float) -> str:

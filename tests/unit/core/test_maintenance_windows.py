@@ -212,3 +212,11 @@ def test_a_time_on_another_day_than_the_pass_carries_its_date(at, expected):
     now = datetime.fromisoformat("2026-11-06T20:00:00+00:00").timestamp()
     assert explain.clock_near(datetime.fromisoformat(at).timestamp(), now) == expected
     assert explain.clock_near(3600.0, 0.0) == "t=3600s"  # a simulation's virtual times stay as seconds
+
+
+def test_a_window_over_several_nodes_reads_in_the_plural():
+    nodes = MaintenanceWindow(9, "3 nodes", ("a", "b", "c"), NOW + 2 * HOUR, NOW + 6 * HOUR)
+    assert explain.describe_window(nodes).startswith("3 nodes drain at ")
+    assert explain.describe_window(RACK_R1).startswith("rack z1-r1 drains at ")
+    under_way = MaintenanceWindow(9, "3 nodes", ("a", "b", "c"), NOW - HOUR, NOW + HOUR)
+    assert "3 nodes are under maintenance until" in explain.maintenance(None, under_way, NOW).message  # no job read
