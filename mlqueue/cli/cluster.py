@@ -6,7 +6,7 @@ import click
 
 from mlqueue.cli.app import client, main
 from mlqueue.cli.output import emit, output_option
-from mlqueue.client import MlqError, read_scalar
+from mlqueue.client import NODE_STATES, MlqError, read_scalar
 
 BAD_QUOTA = "--set wants CLASS=N or CLASS.FIELD=N (field: guaranteed, borrowing_limit, weight); got {item!r}"
 QUOTA_NEEDS_REASON = "--reason is required with --set: it is recorded in the audit log"
@@ -91,7 +91,7 @@ def quota(ctx, team, changes, reason, output):
 
 
 @main.command()
-@click.option("--state", multiple=True, help="READY, CORDONED, DRAINING, ... (repeat for several)")
+@click.option("--state", multiple=True, type=click.Choice(NODE_STATES, case_sensitive=False), help="repeat for several")
 @click.option("--rack")
 @click.option("--zone")
 @click.option("--gpu-type", help="H100, A100, ...; cpu for the nodes without GPUs")

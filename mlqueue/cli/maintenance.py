@@ -48,7 +48,11 @@ def maintenance():
 
 
 @maintenance.command("list")
-@click.option("--state", type=click.Choice(["SCHEDULED", "ACTIVE", "DONE", "CANCELLED"]), help="default: open ones")
+@click.option(
+    "--state",
+    type=click.Choice(["SCHEDULED", "ACTIVE", "DONE", "CANCELLED"], case_sensitive=False),
+    help="default: open ones",
+)
 @output_option
 @click.pass_context
 def list_windows(ctx, state, output):

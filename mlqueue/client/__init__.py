@@ -21,6 +21,7 @@ from mlqueue.client.errors import MlqError
 from mlqueue.client.results import (
     FINISHED,
     JOB_STATES,
+    NODE_STATES,
     CancelResult,
     Child,
     Delivery,
@@ -68,6 +69,7 @@ __all__ = [
     "BAD_OVERRIDE",
     "FINISHED",
     "JOB_STATES",
+    "NODE_STATES",
     "NOT_A_MAPPING",
     "NOT_JSON_LINE",
     "NOT_YAML",

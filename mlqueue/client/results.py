@@ -23,6 +23,8 @@ JOB_STATES = (
     "EARLY_STOPPED",
     "SKIPPED",
 )
+# Every node state, as `?state=` on /api/v1/nodes takes them (scheduling/core/model.py's NodeState).
+NODE_STATES = ("NEW", "READY", "CORDONED", "DRAINING", "SUSPECT", "LOST")
 
 
 def _build(cls, data: dict):

@@ -933,3 +933,17 @@ def test_a_server_address_that_is_not_the_sites_root_says_so():
     with pytest.raises(MlqError) as raised:
         made.request("GET", "/queue")
     assert raised.value.detail == sdk_module.NOT_THE_API.format(status=404, server=f"{SERVER}/api/v1")
+
+
+def test_node_and_window_states_are_taken_in_any_case():
+    """QA: `mlq nodes --state cordoned` went to the server as typed and was refused (exit 1);
+    `mlq maintenance list --state done` was a usage error (exit 2)."""
+    from scheduling.core.model import NodeState
+
+    assert client.NODE_STATES == tuple(NodeState)
+    server = FakeServer({("GET", "/api/v1/nodes"): (200, []), ("GET", "/api/v1/maintenance"): (200, [])})
+    assert run(server, "nodes", "--state", "cordoned", "--state", "Draining").exit_code == 0
+    assert server.requests[0].url.params.get_list("state") == ["CORDONED", "DRAINING"]
+    assert run(server, "maintenance", "list", "--state", "done").exit_code == 0
+    assert server.requests[1].url.params["state"] == "DONE"
+    assert run(server, "nodes", "--state", "gone").exit_code == 2
