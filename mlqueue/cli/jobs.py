@@ -51,7 +51,10 @@ DRY_RUN_ALONE = "--dry-run submits nothing: --wait and --follow have no job to f
 
 @main.command()
 @click.argument("specs", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
-@set_option("override a dotted field; VALUE is YAML: 16 is a number, '16' a string (env values are strings)")
+@set_option(
+    "override a dotted field; VALUE is YAML: 16 is a number, '16' a string (env values are strings; "
+    "a secret_env value is taken as written)"
+)
 @click.option("--array", type=ArrayIndices(), help=ARRAY_HELP)
 @click.option(
     "--max-failures",

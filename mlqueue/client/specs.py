@@ -96,9 +96,14 @@ def read_text(path: Path) -> str:
 
 
 def parse_override(item: str) -> tuple[list[str], Any]:
-    """`resources.gpu_count=16` -> (["resources", "gpu_count"], 16): the value read as a YAML scalar."""
+    """`resources.gpu_count=16` -> (["resources", "gpu_count"], 16): the value read as a YAML
+    scalar; a `secret_env.NAME` value is taken as written (a secret is a string, and an error
+    about it must not repeat it)."""
     parts = override_key(item)
-    return parts, read_scalar(item.partition("=")[2], ".".join(parts))
+    value = item.partition("=")[2]
+    if parts[0] == "secret_env":
+        return parts, value
+    return parts, read_scalar(value, ".".join(parts))
 
 
 def override_key(item: str) -> list[str]:
@@ -106,7 +111,8 @@ def override_key(item: str) -> list[str]:
     key, equals, _ = item.partition("=")
     parts = key.strip().split(".")
     if not equals or not all(parts):
-        raise MlqError(0, BAD_OVERRIDE.format(item=item))
+        shown = f"{key}=***" if key.strip().startswith("secret_env") and equals else item
+        raise MlqError(0, BAD_OVERRIDE.format(item=shown))
     return parts
 
 

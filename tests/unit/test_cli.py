@@ -947,3 +947,14 @@ def test_node_and_window_states_are_taken_in_any_case():
     assert run(server, "maintenance", "list", "--state", "done").exit_code == 0
     assert server.requests[1].url.params["state"] == "DONE"
     assert run(server, "nodes", "--state", "gone").exit_code == 2
+
+
+def test_a_secret_override_is_taken_as_written_and_never_repeated_in_an_error():
+    """QA: `--set 'secret_env.X=*TOKEN'` failed as a YAML alias and echoed the token."""
+    from mlqueue.client.specs import apply_overrides
+
+    spec = apply_overrides({}, ["secret_env.HF_TOKEN=*hf_abc", "secret_env.PIN=0123", "env.N=16"])
+    assert spec == {"secret_env": {"HF_TOKEN": "*hf_abc", "PIN": "0123"}, "env": {"N": 16}}
+    with pytest.raises(client.MlqError) as refused:
+        apply_overrides({}, ["secret_env..X=hf_abc"])
+    assert "hf_abc" not in str(refused.value)
