@@ -199,10 +199,13 @@ def _lines(raw: str) -> list[str] | None:
     return lines or None
 
 
-def _pairs(raw: str) -> dict[str, str] | None:
+def _pairs(raw: str, *, exact_values: bool = False) -> dict[str, str] | None:
+    """NAME=value lines; `exact_values`: each value as typed, spaces kept (a secret's), but for
+    the carriage return a browser ends a textarea's lines with."""
     pairs = {}
     for number, line in enumerate(raw.split("\n"), 1):
-        key, eq, value = (part.strip() for part in line.partition("="))
+        key, eq, value = line.partition("=")
+        key, value = key.strip(), value.removesuffix("\r") if exact_values else value.strip()
         if not eq and key:
             raise FormProblem(NOT_KEY_VALUE.format(line=number, text=key))
         if key in pairs:
@@ -218,7 +221,7 @@ def _secret_pairs(raw: str) -> dict[str, str] | None:
     for number, line in enumerate(raw.split("\n"), 1):
         if line.strip() and "=" not in line:
             raise FormProblem(SECRET_NOT_KEY_VALUE.format(line=number))
-    return _pairs(raw)
+    return _pairs(raw, exact_values=True)
 
 
 def _yaml_mapping(raw: str) -> dict | None:
