@@ -6,6 +6,7 @@ from mlqueue.cli.app import client, main
 from mlqueue.cli.output import emit, output_option
 
 STATUSES = ("PENDING", "SENDING", "DELIVERED", "FAILED", "REFUSED")
+EVENTS = ("started", "succeeded", "failed", "preempted", "cancelled", "early_stopped")  # scheduling/notify_spec.py
 DELIVERY_COLUMNS = [
     ("CREATED", lambda d: d.created_at),
     ("JOB", lambda d: d.job),
@@ -28,9 +29,10 @@ DELIVERY_WIDE = [
 @main.command()
 @click.option("--job", type=int, help="one job's deliveries")
 @click.option("--status", type=click.Choice(STATUSES, case_sensitive=False))
+@click.option("--event", type=click.Choice(EVENTS, case_sensitive=False), help="one event's deliveries")
 @output_option
 @click.pass_context
-def notifications(ctx, job, status, output):
+def notifications(ctx, job, status, event, output):
     """Your notifications' deliveries, newest first: each one's attempts, last answer and next try.
 
     \b
@@ -38,9 +40,10 @@ def notifications(ctx, job, status, output):
       mlq notifications
       mlq notifications --job 42 -o wide
       mlq notifications --status FAILED -o json
+      mlq notifications --event failed
     """
     emit(
-        client(ctx).deliveries(job=job, status=status.upper() if status else None),
+        client(ctx).deliveries(job=job, status=status.upper() if status else None, event=event),
         output,
         DELIVERY_COLUMNS,
         DELIVERY_WIDE,

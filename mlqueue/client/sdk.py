@@ -548,9 +548,12 @@ class Client:
 
     # tokens
 
-    def deliveries(self, *, job: int | None = None, status: str | None = None) -> list[Delivery]:
+    def deliveries(
+        self, *, job: int | None = None, status: str | None = None, event: str | None = None
+    ) -> list[Delivery]:
         """Your notifications' deliveries, newest first (docs/notifications.md)."""
-        params = {name: value for name, value in (("job", job), ("status", status)) if value is not None}
+        asked = (("job", job), ("status", status), ("event", event))
+        params = {name: value for name, value in asked if value is not None}
         return [Delivery.from_json(row) for row in self._pages("/notifications/deliveries", params)]
 
     def notification_settings(self) -> dict:

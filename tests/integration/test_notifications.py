@@ -522,6 +522,14 @@ def test_mlq_notifications_lists_the_log(mlq, receiver, api):  # noqa: F811
     assert (row["job"], row["event"], row["status"], row["last_status_code"]) == (job.pk, "started", "DELIVERED", 200)
     table = mlq("notifications", "--status", "delivered")
     assert table.exit_code == 0 and "DELIVERED" in table.output and "started" in table.output
+    # --event filters as the API's ?event= does (QA: the CLI had no way to ask).
+    from mlqueue.cli.notifications import EVENTS
+    from scheduling.notify_spec import Event
+
+    assert EVENTS == tuple(Event.values)
+    assert len(json.loads(mlq("notifications", "--event", "STARTED", "-o", "json").output)) == 1
+    assert json.loads(mlq("notifications", "--event", "failed", "-o", "json").output) == []
+    assert mlq("notifications", "--event", "exploded").exit_code == 2
 
 
 def test_admins_read_deliveries_without_the_secrets(logged_in, api, receiver):
