@@ -8,6 +8,7 @@ import os
 import time
 from collections.abc import Iterable, Iterator
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -66,6 +67,11 @@ POLL_S = 2.0
 def _query_value(value):
     """A filter's value in a query string: booleans as the API reads them (true/false)."""
     return ("true" if value else "false") if isinstance(value, bool) else value
+
+
+def _segment(value) -> str:
+    """A name or id as one path segment: "../jobs" must not reach another endpoint."""
+    return quote(str(value), safe="")
 
 
 def _id(job) -> int:
@@ -218,6 +224,8 @@ class Client:
         """Newest first; filters as the API's: team, state, priority, owner ("me": whoever the token
         is), submitted_after, parent (a group's children), top_level=True (groups and single jobs,
         not groups' children), ..."""
+        if limit is not None and limit < 1:
+            raise MlqError(0, "limit: must be at least 1 (None: every job)")
         filters = {key: _query_value(value) for key, value in filters.items()}
         params = {**filters, "limit": min(limit, 500) if limit else None}
         found = []
@@ -252,7 +260,7 @@ class Client:
         return [Schedule.from_json(row) for row in self._pages("/schedules", {})]
 
     def schedule(self, schedule_id: int) -> Schedule:
-        return Schedule.from_json(self.request("GET", f"/schedules/{schedule_id}"))
+        return Schedule.from_json(self.request("GET", f"/schedules/{_segment(schedule_id)}"))
 
     def create_schedule(self, spec_or_path, *, set: Iterable[str] = (), **overrides) -> Schedule:  # noqa: A002
         """From a spec with a `schedule:` block (the block holds cron, timezone, concurrency, ...);
@@ -263,7 +271,7 @@ class Client:
         return Schedule.from_json(self.request("POST", "/jobs", json=spec)["schedule"])
 
     def change_schedule(self, schedule_id: int, **changes) -> Schedule:
-        return Schedule.from_json(self.request("PATCH", f"/schedules/{schedule_id}", json=changes))
+        return Schedule.from_json(self.request("PATCH", f"/schedules/{_segment(schedule_id)}", json=changes))
 
     def suspend_schedule(self, schedule_id: int, reason: str = "") -> Schedule:
         return self.change_schedule(schedule_id, suspended=True, reason=reason)
@@ -274,10 +282,10 @@ class Client:
     def run_schedule(self, schedule_id: int) -> Fire:
         """Run now: an ordinary run, honouring the schedule's concurrency (forbid: refused while
         its last run is active)."""
-        return Fire.from_json(self.request("POST", f"/schedules/{schedule_id}/run"))
+        return Fire.from_json(self.request("POST", f"/schedules/{_segment(schedule_id)}/run"))
 
     def delete_schedule(self, schedule_id: int) -> None:
-        self.request("DELETE", f"/schedules/{schedule_id}")
+        self.request("DELETE", f"/schedules/{_segment(schedule_id)}")
 
     def metrics(self, job, name: str | None = None) -> Any:
         """The metrics a job reported (`mlqueue.report(...)`), as the server's
@@ -489,19 +497,19 @@ class Client:
         return [Team.from_json(row) for row in self.request("GET", "/teams")]
 
     def quota(self, team: str) -> list[Quota]:
-        return [Quota.from_json(row) for row in self.request("GET", f"/teams/{team}/quotas")]
+        return [Quota.from_json(row) for row in self.request("GET", f"/teams/{_segment(team)}/quotas")]
 
     def set_quota(self, team: str, quotas: dict, reason: str) -> list[Quota]:
         """`quotas`: {"gpu:H100": {"guaranteed": 64}, ...}; `reason` is recorded in the audit log."""
         body = {"quotas": quotas, "reason": reason}
-        return [Quota.from_json(row) for row in self.request("PATCH", f"/teams/{team}/quotas", json=body)]
+        return [Quota.from_json(row) for row in self.request("PATCH", f"/teams/{_segment(team)}/quotas", json=body)]
 
     def nodes(self, **filters) -> list[Node]:
         return [Node.from_json(row) for row in self._pages("/nodes", filters)]
 
     def _node_action(self, action: str, node: str, reason: str, **extra) -> Node:
         body = {"reason": reason, **{key: value for key, value in extra.items() if value is not None}}
-        return Node.from_json(self.request("POST", f"/nodes/{node}/{action}", json=body))
+        return Node.from_json(self.request("POST", f"/nodes/{_segment(node)}/{action}", json=body))
 
     def cordon(self, node: str, reason: str) -> Node:
         return self._node_action("cordon", node, reason)
@@ -544,7 +552,7 @@ class Client:
 
     def cancel_maintenance(self, window_id: int) -> MaintenanceWindow:
         """A scheduled window never starts; an active one ends now."""
-        return MaintenanceWindow.from_json(self.request("DELETE", f"/maintenance/{window_id}"))
+        return MaintenanceWindow.from_json(self.request("DELETE", f"/maintenance/{_segment(window_id)}"))
 
     # tokens
 

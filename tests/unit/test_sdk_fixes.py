@@ -99,3 +99,18 @@ def test_following_logs_reconnects_from_the_last_offset_after_an_outage():
     answers = [route, down, httpx.Response(502, text="Bad Gateway"), down, route]
     lines = list(Client(SERVER, token="t", transport=flaky(answers)).logs(7, follow=True, attempt=1))
     assert lines == ["one", "two"] and offsets == ["0", "4"]
+
+
+def test_a_name_is_one_path_segment_and_a_limit_below_one_is_refused():
+    """QA: quota("../jobs") asked GET /api/v1/jobs/quotas; jobs(limit=0) returned every job."""
+    asked = []
+
+    def answer(request):
+        asked.append(request.url.raw_path)
+        return httpx.Response(200, json=[])
+
+    made = Client(SERVER, token="t", transport=httpx.MockTransport(answer))
+    assert made.quota("../jobs") == []
+    assert asked == [b"/api/v1/teams/..%2Fjobs/quotas"]
+    with pytest.raises(MlqError, match="limit: must be at least 1"):
+        made.jobs(limit=0)
