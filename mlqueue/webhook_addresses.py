@@ -141,9 +141,18 @@ def embedded_ipv4(address: Address) -> list[ipaddress.IPv4Address]:
     if address.version == 4:
         return []
     found = [address.ipv4_mapped, address.sixtofour, *(address.teredo or ())]
-    if address in ipaddress.ip_network("64:ff9b::/96"):
+    if address in NAT64:
         found.append(ipaddress.IPv4Address(int(address) & 0xFFFFFFFF))
-    return [ip for ip in found if ip is not None]
+    # A Teredo server of 0.0.0.0 is no destination (and would name the refusal "unspecified").
+    return [ip for ip in found if ip is not None and not ip.is_unspecified]
+
+
+NAT64 = ipaddress.ip_network("64:ff9b::/96")
+# Not globally routable, though this Python's is_global says so: IETF protocol assignments (less
+# the two anycast services IANA marks global) and IPv6 site-local addresses (deprecated, still
+# routed inside sites).
+NOT_GLOBAL = (ipaddress.ip_network("192.0.0.0/24"), ipaddress.ip_network("fec0::/10"))
+GLOBAL_ANYCAST = frozenset(map(ipaddress.ip_address, ("192.0.0.9", "192.0.0.10")))
 
 
 def address_kind(address: Address) -> str | None:
@@ -154,7 +163,9 @@ def address_kind(address: Address) -> str | None:
     for name in ("loopback", "link_local", "unspecified", "multicast", "reserved", "private"):
         if getattr(address, f"is_{name}"):
             return name.replace("_", "-")
-    if not address.is_global:
+    if not address.is_global or (
+        address not in GLOBAL_ANYCAST and any(address.version == net.version and address in net for net in NOT_GLOBAL)
+    ):
         return "not globally routable"
     return None
 
@@ -163,9 +174,12 @@ def refusal(address: Address, allowed_networks: Iterable[Network]) -> str | None
     """The kind of address that makes `address` refused (checking the IPv4 it embeds too), or
     None. An address in one of the admin's networks is allowed whatever its kind."""
     networks = list(allowed_networks)
-    for ip in (*embedded_ipv4(address), address):  # the IPv4 first: it names the real destination
+    embedded = embedded_ipv4(address)
+    for ip in (*embedded, address):  # the IPv4 first: it names the real destination
         if any(ip.version == net.version and ip in net for net in networks):
             continue
+        if ip is address and address.version == 6 and address in NAT64 and embedded:
+            continue  # a NAT64 address is its IPv4's translation, judged above (DNS64 clusters)
         kind = address_kind(ip)
         if kind is not None:
             return kind if ip is address else f"{kind} (as {ip})"

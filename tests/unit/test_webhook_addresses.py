@@ -57,6 +57,12 @@ ANY_HOST = ["*"]
         ("93.184.216.34", None),
         ("2606:4700:4700::1111", None),
         ("::ffff:93.184.216.34", "reserved"),  # mapped public: the v6 form itself is not routable
+        # QA: what Python's is_global lets through, and a NAT64 translation of a public address
+        ("fec0::1", "not globally routable"),  # IPv6 site-local
+        ("192.0.0.8", "not globally routable"),  # IETF protocol assignments
+        ("192.0.0.9", None),  # ... but for the two anycast services IANA marks global
+        ("64:ff9b::808:808", None),  # 8.8.8.8 through a DNS64/NAT64 gateway
+        ("2001::a9fe:a9fe", "private"),  # Teredo: not "unspecified (as 0.0.0.0)" for its server
     ],
 )
 def test_refusal_by_kind_of_address(address, kind):
