@@ -108,6 +108,7 @@ RECLAIM_TOO_FAR = "must be within 24 hours from now (for work planned later, sch
 
 
 NOT_AN_ADMIN = "only site admins may cordon, drain, uncordon or reset nodes."
+WAIT_IS_DRAINS = "only drain takes wait (let running tasks finish); {action} does not."
 
 
 class NodeAction(APIView):
@@ -127,6 +128,8 @@ class NodeAction(APIView):
     def body(self, request: Request) -> dict:
         body = self.body_serializer(data=request.data)
         body.is_valid(raise_exception=True)
+        if self.action not in ("", "drain") and isinstance(request.data, dict) and "wait" in request.data:
+            raise exceptions.ValidationError({"wait": [WAIT_IS_DRAINS.format(action=self.action)]})
         return body.validated_data
 
     def act(self, node: Node, user, body: dict) -> None:

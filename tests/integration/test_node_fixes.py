@@ -136,3 +136,18 @@ def test_a_cordoned_nodes_idle_gpus_are_not_shown_free():
     cell = _cell(2, {"state": "CORDONED", "admin_state": "CORDONED"}, None, None)
     assert (cell.status, cell.title) == ("down", "GPU 2: idle, node cordoned (not available for placement)")
     assert _cell(2, {"state": "READY", "admin_state": ""}, None, None).status == "free"
+
+
+def test_only_drain_takes_wait(api, demo):
+    """QA: POST .../cordon {"wait": true} was accepted and the wait silently ignored."""
+    node = Node.objects.order_by("name").first()
+    for action in ("cordon", "uncordon"):
+        refused = api("ops").post(f"/api/v1/nodes/{node.name}/{action}", {"reason": "r", "wait": True}, format="json")
+        assert refused.status_code == 400
+        assert refused.json()["fields"]["wait"] == [
+            f"only drain takes wait (let running tasks finish); {action} does not."
+        ]
+    node.refresh_from_db()
+    assert node.admin_state == ""  # nothing was done
+    drained = api("ops").post(f"/api/v1/nodes/{node.name}/drain", {"reason": "r", "wait": True}, format="json")
+    assert drained.status_code == 200, drained.json()
