@@ -200,7 +200,9 @@ def _cancel_window(request):
     window_id = request.POST.get("window", "")
     if not window_id.isascii() or not window_id.isdigit() or len(window_id) > 18:
         return _refused(request, ActionError("", f"window: not a window id: {window_id[:40]!r}."))
-    window = get_object_or_404(MaintenanceWindow, pk=int(window_id))
+    window = MaintenanceWindow.objects.filter(pk=int(window_id)).first()
+    if window is None:  # said on the console, as every other refusal there, not a bare 404 page
+        return _refused(request, ActionError("", f"window: there is no maintenance window #{int(window_id)}."))
     try:
         maintenance.do_cancel_window(window=window, user=request.user)
     except APIException as refusal:

@@ -353,6 +353,14 @@ def test_the_console_refuses_a_window_id_that_is_none(clock, logged_in, window):
     assert "window: not a window id" in response.content.decode()
 
 
+def test_the_console_says_a_window_is_not_there_on_the_console(clock, logged_in):
+    response = logged_in("ops").post(
+        "/nodes/", {"window": "999", "action": "cancel_maintenance"}, HTTP_HX_REQUEST="true"
+    )
+    assert response.status_code == 400
+    assert "window: there is no maintenance window #999." in response.content.decode()
+
+
 def test_a_window_whose_start_has_passed_cannot_be_changed_but_by_moving_it(clock, api):
     """Its start passed before run_due started it: a reason-only change was refused naming
     starts_at, which it had not sent."""
