@@ -158,4 +158,8 @@ def include_gpus(ctx, node, gpus, reason, output):
       mlq include-gpus gpu-017 --gpu 3 --reason "board swapped"
     """
     found = client(ctx).include_gpus(node, reason, list(gpus) or None)
+    if output == "table":  # what went back and what is still out, beside the node's row
+        back = ", ".join(map(str, sorted(gpus))) if gpus else "every excluded GPU"
+        still = ", ".join(sorted(found.excluded_gpus, key=int)) or "none"
+        click.echo(f"{node}: put back {back}; still excluded: {still}", err=True)
     emit(found, output, NODE_COLUMNS, NODE_WIDE)

@@ -855,6 +855,9 @@ def test_include_gpus_puts_excluded_gpus_back():
         {"reason": "swapped", "gpus": [3, 5]},
         {"reason": "all back"},
     ]
+    # QA: the row alone did not say which GPUs went back.
+    told = run(server, "include-gpus", "gpu-017", "--gpu", "5", "--gpu", "3", "--reason", "swapped")
+    assert "gpu-017: put back 3, 5; still excluded: none" in told.output
 
 
 def test_a_dry_run_that_would_place_names_the_nodes(spec_file):
