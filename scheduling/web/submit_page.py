@@ -200,8 +200,7 @@ def _lines(raw: str) -> list[str] | None:
 
 
 def _pairs(raw: str, *, exact_values: bool = False) -> dict[str, str] | None:
-    """NAME=value lines; `exact_values`: each value as typed, spaces kept (a secret's), but for
-    the carriage return a browser ends a textarea's lines with."""
+    """NAME=value lines; `exact_values`: as typed (a secret's), less a textarea's "\\r"."""
     pairs = {}
     for number, line in enumerate(raw.split("\n"), 1):
         key, eq, value = line.partition("=")
@@ -216,8 +215,7 @@ def _pairs(raw: str, *, exact_values: bool = False) -> dict[str, str] | None:
 
 
 def _secret_pairs(raw: str) -> dict[str, str] | None:
-    """As _pairs, but a line that is not NAME=value is named by number only: it may be a
-    secret pasted on its own."""
+    """As _pairs with values as typed; a line not NAME=value is named by number only (a pasted secret)."""
     for number, line in enumerate(raw.split("\n"), 1):
         if line.strip() and "=" not in line:
             raise FormProblem(SECRET_NOT_KEY_VALUE.format(line=number))
