@@ -9,6 +9,7 @@ that failed then would take every web pod out of the Service at once and restart
 helps nothing. The scheduler's own liveness is a file its loop touches (run_scheduler
 --health-file)."""
 
+import ipaddress
 import json
 
 HEALTH_PATHS = frozenset({"/healthz", "/healthz/"})
@@ -16,7 +17,9 @@ HEALTH_PATHS = frozenset({"/healthz", "/healthz/"})
 # probes it: the Host is the pod's address and there is no TLS. /metrics guards itself (a bearer
 # token or MLQ_METRICS_ALLOWED_NETWORKS, scheduling/metrics.py) and makes no URL from the Host,
 # so such a scrape goes to Django as if for the site's own name over HTTPS rather than be refused
-# by ALLOWED_HOSTS or redirected.
+# by ALLOWED_HOSTS or redirected. Only for a Host that is an IP address: a name not allowed stays
+# refused, or a page on a name re-pointed at 127.0.0.1 (DNS rebinding) could read /metrics from
+# an address its network check lets in.
 METRICS_PATHS = frozenset({"/metrics", "/metrics/"})
 BODY = json.dumps({"status": "ok"}).encode()
 HEADERS = [(b"content-type", b"application/json"), (b"cache-control", b"no-store")]
@@ -28,8 +31,22 @@ def site_host(allowed_hosts: list[str]) -> bytes | None:
     return named[0].encode() if named else None
 
 
+def ip_host(scope: dict) -> bool:
+    """Whether the request's Host is an IP address (with or without a port), not a name."""
+    host = next((value for name, value in scope.get("headers", []) if name == b"host"), b"").decode("latin-1")
+    if host.startswith("["):  # [v6]:port
+        host = host[1 : host.find("]")] if "]" in host else ""
+    elif host.count(":") == 1:
+        host = host.partition(":")[0]
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
 def as_scrape(scope: dict, host: bytes | None) -> dict:
-    if host is None:
+    if host is None or not ip_host(scope):
         return scope
     headers = [(name, value) for name, value in scope.get("headers", []) if name != b"host"]
     return {**scope, "headers": [*headers, (b"host", host)], "scheme": "https"}

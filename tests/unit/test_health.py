@@ -54,7 +54,7 @@ def test_other_paths_go_to_the_application(path):
     assert sent == [] and passed == [path]
 
 
-def scrape(path: str, allowed_hosts: list[str]) -> dict:
+def scrape(path: str, allowed_hosts: list[str], host: bytes = b"10.1.2.3:8000") -> dict:
     seen = []
 
     async def app(scope, receive, send):
@@ -63,7 +63,7 @@ def scrape(path: str, allowed_hosts: list[str]) -> dict:
     async def receive():
         return {"type": "http.request", "body": b""}
 
-    scope = {"type": "http", "path": path, "method": "GET", "scheme": "http", "headers": [(b"host", b"10.1.2.3:8000")]}
+    scope = {"type": "http", "path": path, "method": "GET", "scheme": "http", "headers": [(b"host", host)]}
     asyncio.run(HealthLane(app, allowed_hosts=allowed_hosts)(scope, receive, None))
     return seen[0]
 
@@ -86,3 +86,15 @@ def test_other_paths_keep_their_host_and_scheme():
 def test_with_no_named_host_a_scrape_is_left_as_it_came():
     scope = scrape("/metrics", ["*"])
     assert dict(scope["headers"])[b"host"] == b"10.1.2.3:8000" and scope["scheme"] == "http"
+
+
+@pytest.mark.parametrize("host", [b"[fd00::7]:8000", b"10.1.2.3"])
+def test_a_scrape_by_any_ip_form_is_taken(host):
+    assert dict(scrape("/metrics", ["mlqueue.example.com"], host)["headers"])[b"host"] == b"mlqueue.example.com"
+
+
+@pytest.mark.parametrize("host", [b"evil.example", b"evil.example:8000", b"localhost:8000"])
+def test_a_scrape_by_a_name_keeps_its_host_so_allowed_hosts_still_refuses_it(host):
+    """DNS rebinding: a page on evil.example, re-pointed at 127.0.0.1, must not pass as the site."""
+    scope = scrape("/metrics", ["mlqueue.example.com"], host)
+    assert dict(scope["headers"])[b"host"] == host and scope["scheme"] == "http"
