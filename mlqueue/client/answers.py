@@ -3,6 +3,7 @@ which failures are an outage to wait out (a connection that fails, a 502, 503 or
 
 import math
 import re
+import time
 
 import httpx
 
@@ -99,3 +100,17 @@ def _not_finite(value, path: str = "") -> tuple[str, float] | None:
         if found is not None:
             return found
     return None
+
+
+def through_outages(call, *args, deadline: float | None = None, **kwargs):
+    """`call(*args, **kwargs)`, tried again through an outage (no connection, 502/503/504; Retry-After
+    honoured) with a short back-off, until `deadline` (time.monotonic; None: for as long as it lasts)."""
+    backoff = Backoff()
+    while True:
+        try:
+            return call(*args, **kwargs)
+        except MlqError as error:
+            pause = backoff.next(error) if is_outage(error) else None
+            if pause is None or (deadline is not None and time.monotonic() + pause > deadline):
+                raise
+            time.sleep(pause)

@@ -22,6 +22,7 @@ from mlqueue.client.answers import (
     _renumbered,
     is_outage,
     json_body,
+    through_outages,
 )
 from mlqueue.client.batching import batches
 from mlqueue.client.config import read_config, same_server, write_config
@@ -70,7 +71,10 @@ def _query_value(value):
 
 
 def _segment(value) -> str:
-    """A name or id as one path segment: "../jobs" must not reach another endpoint."""
+    """A name or id as one path segment: "../jobs" must not reach another endpoint (and "." or
+    "..", which no quoting hides from the URL's normalization, are no name)."""
+    if str(value) in ("", ".", ".."):
+        raise MlqError(0, f"{str(value)!r} is not a name or id")
     return quote(str(value), safe="")
 
 
@@ -295,30 +299,18 @@ class Client:
     def why(self, job) -> Why:
         return Why.from_json(self.request("GET", f"/jobs/{_id(job)}/why"))
 
-    def _through_outages(self, call, *args, deadline: float | None = None, **kwargs):
-        """`call(*args, **kwargs)`, tried again through an outage (no connection, 502/503/504; Retry-After honoured)
-        with a short back-off, until `deadline` (time.monotonic; None: for as long as it lasts)."""
-        backoff = Backoff()
-        while True:
-            try:
-                return call(*args, **kwargs)
-            except MlqError as error:
-                pause = backoff.next(error) if is_outage(error) else None
-                if pause is None or (deadline is not None and time.monotonic() + pause > deadline):
-                    raise
-                time.sleep(pause)
-
     def wait(self, job, timeout: float | None = None, poll: float = POLL_S) -> Job:
         """The job once it has finished; MlqError (status 0) if `timeout` seconds pass first. An
         outage of the server (no connection, 502/503/504) is waited out until then."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        current = self.get(job)  # a server never reached (a wrong name, port, certificate) is no outage
         while True:
-            current = self._through_outages(self.get, job, deadline=deadline)
             if current.finished:
                 return current
             if deadline is not None and time.monotonic() >= deadline:
                 raise MlqError(0, WAIT_TIMED_OUT.format(job=current.id, state=current.state, timeout=timeout))
             time.sleep(poll)
+            current = through_outages(self.get, job, deadline=deadline)
 
     def log_chunk(self, job, *, rank: int = 0, attempt: int | None = None, stderr: bool = False, offset: int = 0):
         params = {"rank": rank, "attempt": attempt, "stream": "stderr" if stderr else "stdout", "offset": offset}
@@ -360,7 +352,7 @@ class Client:
             attempt, offset, partial, chunk = fallback
         while True:
             if chunk is None:
-                read = self._through_outages if follow else lambda call, *args, **kwargs: call(*args, **kwargs)
+                read = through_outages if follow else lambda call, *args, **kwargs: call(*args, **kwargs)
                 chunk = read(self.log_chunk, job, rank=rank, attempt=attempt, stderr=stderr, offset=offset)
             attempt = attempt or chunk.get("attempt")
             offset = chunk.get("next_offset", offset)
@@ -372,12 +364,12 @@ class Client:
                 chunk = None
                 continue
             chunk = None
-            current = self._through_outages(self.get, job)
+            current = through_outages(self.get, job)
             newer = max((task.attempt for task in current.tasks if task.rank == rank), default=attempt)
             if current.finished or (not pinned and attempt and newer > attempt):
                 # one more read of this attempt: its last lines may have landed since
                 where = {"rank": rank, "attempt": attempt, "stderr": stderr, "offset": offset}
-                last = self._through_outages(self.log_chunk, job, **where)
+                last = through_outages(self.log_chunk, job, **where)
                 *lines, partial = (partial + last.get("text", "")).split("\n")
                 yield from ((attempt, line) for line in lines)
                 if current.finished:
@@ -396,7 +388,7 @@ class Client:
         polling from where the server answered a plain chunk (one that does not stream)."""
         if not self.token:
             raise MlqError(0, NO_TOKEN)
-        pinned, offset, partial, backoff = attempt is not None, 0, "", Backoff()
+        pinned, offset, partial, backoff, reached = attempt is not None, 0, "", Backoff(), False
         headers = {"Authorization": f"Bearer {self.token}", "Accept": "text/event-stream"}
         while True:
             params = {"rank": rank, "stream": "stderr" if stderr else "stdout", "offset": offset, "follow": 1}
@@ -409,6 +401,7 @@ class Client:
                         got.read()
                         raise _refusal(got)
                     backoff.reset()
+                    reached = True
                     if not got.headers.get("content-type", "").startswith("text/event-stream"):
                         got.read()
                         return attempt, offset, partial, json_body(got, self.server)
@@ -422,9 +415,13 @@ class Client:
                         elif name == "end":
                             ended = body
                             break
-            except httpx.TransportError:  # an outage: on from the offset once it is back
+            except httpx.TransportError as error:  # an outage: on from the offset once it is back
+                if not reached:  # never reached (a wrong name, port, certificate): no outage to wait out
+                    raise MlqError(0, UNREACHABLE.format(server=self.server, error=error)) from error
                 time.sleep(backoff.next())
                 continue
+            except httpx.HTTPError as error:  # not the network: a bad encoding, a redirect loop
+                raise MlqError(0, UNREACHABLE.format(server=self.server, error=error)) from error
             except MlqError as refused:
                 if not is_outage(refused):
                     raise
@@ -434,7 +431,7 @@ class Client:
                 time.sleep(poll)  # closed at the server's bound: on from the offset
                 continue
             while not pinned:
-                current = self._through_outages(self.get, job)
+                current = through_outages(self.get, job)
                 newer = max((task.attempt for task in current.tasks if task.rank == rank), default=attempt)
                 if current.finished or newer > attempt:
                     break

@@ -68,14 +68,16 @@ def flaky(answers):
 def test_wait_waits_out_an_outage_until_its_timeout():
     down = httpx.ConnectError("Connection refused")
     answers = [
+        httpx.Response(200, json=job("RUNNING")),
         down,
         down,
         httpx.Response(503, headers={"Retry-After": "1"}),
         httpx.Response(200, json=job("SUCCEEDED")),
     ]
     assert Client(SERVER, token="t", transport=flaky(answers)).wait(7, timeout=60).state == "SUCCEEDED"
+    # A server never reached (a wrong name, port or certificate) is no outage: said at once.
     with pytest.raises(MlqError, match="Connection refused"):
-        Client(SERVER, token="t", transport=flaky([down])).wait(7, timeout=0.1)
+        Client(SERVER, token="t", transport=flaky([down])).wait(7)
     with pytest.raises(MlqError) as refused:  # a refusal is no outage: not tried again
         Client(SERVER, token="t", transport=flaky([httpx.Response(404, json={"detail": "no job 7"})])).wait(7)
     assert refused.value.status == 404
@@ -99,6 +101,8 @@ def test_following_logs_reconnects_from_the_last_offset_after_an_outage():
     answers = [route, down, httpx.Response(502, text="Bad Gateway"), down, route]
     lines = list(Client(SERVER, token="t", transport=flaky(answers)).logs(7, follow=True, attempt=1))
     assert lines == ["one", "two"] and offsets == ["0", "4"]
+    with pytest.raises(MlqError, match="cannot reach"):  # never reached: no outage to wait out
+        list(Client(SERVER, token="t", transport=flaky([down])).logs(7, follow=True, attempt=1))
 
 
 def test_a_name_is_one_path_segment_and_a_limit_below_one_is_refused():
@@ -114,3 +118,7 @@ def test_a_name_is_one_path_segment_and_a_limit_below_one_is_refused():
     assert asked == [b"/api/v1/teams/..%2Fjobs/quotas"]
     with pytest.raises(MlqError, match="limit: must be at least 1"):
         made.jobs(limit=0)
+    for name in ("..", "."):
+        with pytest.raises(MlqError, match="is not a name or id"):
+            made.cordon(name, "r")
+    assert len(asked) == 1
