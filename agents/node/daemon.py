@@ -196,6 +196,7 @@ class NodeAgent:
             yield self.join_token, "join token"
 
     def joined(self, reply: dict) -> None:
+        self.refused = ""  # a refusal while re-registering mid-run is over once one succeeds
         credentials.write_private(self.node_token_path, reply["token"])
         self.client.token, self.interval_s = reply["token"], reply["heartbeat_interval_s"]
         log.info("%s: joined (heartbeat every %s s, lease %s s)", self.name, self.interval_s, reply["lease_s"])

@@ -149,3 +149,14 @@ def test_other_refusals_are_tried_again(tmp_path, status):
     assert node.try_register() is False
     assert node.refused == ""
     node.release()
+
+
+def test_a_refusal_while_re_registering_is_forgotten_once_a_registration_succeeds(tmp_path):
+    """Review: a 400 on a mid-run re-register left `refused` set, so the agent's ordinary stop
+    later exited non-zero, 'the server refused to register', after it had joined again."""
+    node = agent(tmp_path)
+    node.client = Refusing(400)
+    assert node.try_register() is False and node.refused
+    node.joined({"token": "mlqn_again", "heartbeat_interval_s": 1, "lease_s": 10})
+    assert node.refused == ""
+    node.release()
