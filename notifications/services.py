@@ -51,8 +51,6 @@ _broker = RedisBreaker("notification messages (Celery beat's sweep sends them)")
 def record_job_state(sender, *, job_id: int, before: str, after: str, reason: str, message: str, now, **_) -> None:
     """A plain job's state changed (rule 1; signals.job_state_changed)."""
     event = JOB_EVENTS.get(after) if after != before else None
-    if event == Event.CANCELLED:
-        reason, message = _cancel_request(job_id) or (reason, message)
     if event is not None:
         record_job_event(job_id, event=event, state=after, reason=reason, message=message, now=now)
 
@@ -68,8 +66,7 @@ def _cancel_request(job_id: int) -> tuple[str, str] | None:
     )
     if request is None:
         return None
-    actor, why = request
-    return "CANCELLED", why or f"cancelled by {actor}"  # as a pending job's cancel says it
+    return "CANCELLED", request[1] or f"cancelled by {request[0]}"  # as a pending job's cancel says it
 
 
 def record_group_state(
@@ -118,6 +115,8 @@ def record_job_event(
     subscription = row["notify"] or _defaults(row)
     if not subscription or event not in subscription.get("on", ()):
         return []
+    if event == Event.CANCELLED and not group:  # only once someone listens: a query
+        reason, message = _cancel_request(job_id) or (reason, message)
     payload = _payload(job_id, row, event=event, state=state, reason=reason, message=message, now=now)
     return _record(job_id, row, subscription, event=event, payload=payload, now=now)
 
