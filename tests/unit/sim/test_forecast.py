@@ -29,6 +29,19 @@ def test_the_bound_queues_behind_max_runtimes_and_the_likely_behind_typical_ones
     assert (coarse.latest, coarse.likely) == (result.latest, result.likely)
 
 
+def test_the_share_learned_for_the_jobs_class_is_the_one_used():
+    """As the leader passes it, by (team, class): the team's CPU share says nothing of its GPU
+    jobs; a share for the whole team is the fallback."""
+    nodes = cluster(rack("z1-r1", 1))
+    busy = running(1, ["z1-r1-n1"], age=1000, remaining=3600)
+    first, second = job(2, gpus=8, runtime=2 * HOUR, age=100), job(3, gpus=8, runtime=2 * HOUR, age=50)
+    state = snapshot(nodes, pending=[first, second], running_jobs=[busy])
+    by_class = forecast(state, likely_fraction={("vision", "gpu:H100"): 0.5, ("vision", "cpu"): 0.01}, step_s=0)
+    assert by_class.likely == {2: NOW + 1300, 3: NOW + 1300 + HOUR}  # the GPU share, not the CPU one
+    cpu_only = forecast(state, likely_fraction={("vision", "cpu"): 0.01}, step_s=0)
+    assert cpu_only.likely == cpu_only.latest  # no share for its class: the bound
+
+
 def test_a_preemption_waiting_on_its_victims_minimum_runtime_is_forecast_when_they_reach_it():
     """The live reason said "1 victim reachable at 21:25"; the forecast, which only woke at
     arrivals and ends, gave the start at the victim's end, ten hours later."""
