@@ -415,13 +415,11 @@ class Client:
                         elif name == "end":
                             ended = body
                             break
-            except httpx.TransportError as error:  # an outage: on from the offset once it is back
-                if not reached:  # never reached (a wrong name, port, certificate): no outage to wait out
+            except httpx.HTTPError as error:  # an outage of a server reached: on from the offset once it is back
+                if not reached or not isinstance(error, httpx.TransportError):  # a wrong name, port, certificate
                     raise MlqError(0, UNREACHABLE.format(server=self.server, error=error)) from error
                 time.sleep(backoff.next())
                 continue
-            except httpx.HTTPError as error:  # not the network: a bad encoding, a redirect loop
-                raise MlqError(0, UNREACHABLE.format(server=self.server, error=error)) from error
             except MlqError as refused:
                 if not is_outage(refused):
                     raise
