@@ -2,21 +2,21 @@
 hold it), where it would go on the cluster as it is now, or why it would wait and what change
 would let it start. Reads the cluster only; nothing is written."""
 
+import dataclasses
 from collections import Counter
 from dataclasses import dataclass
 
 from django.conf import settings
 from django.utils import timezone
 
-from scheduling.cluster import load_nodes, load_running, load_teams, policy_config
 from scheduling.core.feasibility import can_ever_run
-from scheduling.core.model import ClusterSnapshot, PendingJob
+from scheduling.core.model import PendingJob
 from scheduling.core.reasons import PendingReason, ReasonCode
 from scheduling.core.scheduler import schedule
 from scheduling.core.state import ClusterState
 from scheduling.core.whatif import suggestions
 from scheduling.inventory import inventory
-from scheduling.maintenance import load_windows
+from scheduling.leader.snapshot import build_view
 from scheduling.pipeline_spec import normalized_step
 from scheduling.services import job_shape
 from scheduling.web.explanations import NOT_ROOM
@@ -36,13 +36,15 @@ class DryRun:
 
 def dry_run(spec: dict) -> DryRun:
     """A pass of the scheduler's own core over the cluster as it is now (its nodes, running
-    jobs, quotas, maintenance windows and policy), with this job alone waiting: where it would
-    start, or the reason a pass would give it: its team's quota, the jobs it would preempt
-    (a P0 starts by preemption on a full cluster), or the capacity story with what change
-    would fit. Other waiting jobs are left out (they may come first in life)."""
+    jobs, waiting jobs, quotas, maintenance windows and policy), with this job added to the
+    queue as if submitted now: where it would start, or the reason a pass would give it: its
+    team's quota, jobs ahead of it that take the room or hold a reservation on it, the jobs it
+    would preempt (a P0 starts by preemption on a full cluster), or the capacity story with
+    what change would fit. The waiting jobs are the leader's view of them (single jobs and each
+    group's head), so the answer is the next pass's, as far as nothing changes before it."""
     now = timezone.now()
-    nodes, _ = load_nodes()
-    running = tuple(load_running(now))
+    view = build_view(now=now)
+    nodes, running = view.snapshot.nodes, view.snapshot.running
     shape = job_shape(spec)
     job = PendingJob(
         DRY_RUN_ID,
@@ -52,10 +54,9 @@ def dry_run(spec: dict) -> DryRun:
         now.timestamp(),
         spec["max_runtime_hours"] * 3600,
         checkpointing=spec.get("checkpoint") is not None,
+        queued_at=now.timestamp(),
     )
-    snapshot = ClusterSnapshot(
-        tuple(nodes), running, (job,), load_teams(), now.timestamp(), policy_config(), maintenance=load_windows(now)
-    )
+    snapshot = dataclasses.replace(view.snapshot, pending=(*view.snapshot.pending, job))
     decisions = schedule(snapshot)
     placed = next((p for p in decisions.placements if p.job_id == DRY_RUN_ID), None)
     if placed is not None:
@@ -72,7 +73,9 @@ def dry_run(spec: dict) -> DryRun:
     return DryRun(shape.describe(), reason=reason, suggestions=tuple(suggestions(state, shape, settings.MLQ_GPU_TYPES)))
 
 
-DRY_RUN_ID = -1  # no job has it: the pass's decisions for the spec are found by it
+# No job has it: the pass's decisions for the spec are found by it. Above every real id, so
+# among equal waiting jobs it comes last, as the newest submit does.
+DRY_RUN_ID = 2**62
 WOULD_PREEMPT = "would preempt job(s) {ids} ({why}) and start once they have stopped"
 
 

@@ -165,6 +165,21 @@ def test_a_p0_dry_run_on_a_full_cluster_says_whom_it_would_preempt(api, leader, 
     assert not Job.objects.exclude(pk=busy).exists()  # a dry run writes nothing
 
 
+def test_a_dry_run_counts_the_jobs_waiting_ahead_of_it(api, fresh_liveness):
+    """It weighed the spec alone: "fits now" on the one free node while an older job of the
+    same class and priority, waiting already, would take that node in the next pass."""
+    heartbeat()
+    cordon(Node.objects.exclude(name="z1-r1-h100-01"))
+    spec = make_spec(resources={"gpu_count": 8, "gpu_type": "H100"}, client_job_id=None)
+    alone = api("alice").post("/api/v1/jobs/dry-run", spec, format="json").json()
+    assert alone["placement"] == {"nodes": [{"node": "z1-r1-h100-01", "tasks": 1}]}
+    ahead = submit(api("alice"), resources={"gpu_count": 8, "gpu_type": "H100"}, client_job_id="ahead")
+    body = api("alice").post("/api/v1/jobs/dry-run", spec, format="json").json()
+    assert (body["can_ever_run"], body["placement"]) == (True, None)
+    assert body["reason"]["code"] in {"INSUFFICIENT_CAPACITY", "BEHIND_RESERVATION"}, body["reason"]
+    assert list(Job.objects.values_list("pk", flat=True)) == [ahead]  # still nothing written
+
+
 def test_a_dry_run_in_yaml(api):
     response = post_yaml(api("alice"), "/api/v1/jobs/dry-run", yaml.safe_dump(make_spec()))
     assert response.status_code == 200 and response.json()["valid"] is True
