@@ -7,6 +7,7 @@ reserved nodes that the reservation will not need. Past the wait bound, nothing 
 the reserved nodes at all.
 """
 
+import bisect
 import operator
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -42,6 +43,14 @@ def ending_order(running: list[RunningJob], now: float) -> list[RunningJob]:
 
 _END_AND_ID = operator.attrgetter("expected_end", "job_id")
 _ID = operator.attrgetter("job_id")
+
+
+def insert_ending(ordered: list[RunningJob], jobs: list[RunningJob], now: float) -> None:
+    """Put `jobs` into `ordered` (in `ending_order` for `now`) where `ending_order` would: its
+    order is by (max(expected end, now), job id), so each goes in by bisection, not by sorting
+    every running job again (a pass adds a placement or a reservation at a time)."""
+    for job in jobs:
+        bisect.insort(ordered, job, key=lambda j: (max(j.expected_end, now), j.job_id))
 
 
 def rooms_now(state: ClusterState, job: PendingJob) -> dict[Slot, int]:

@@ -37,7 +37,7 @@ from scheduling.core.pruning import Pruning
 from scheduling.core.queue_order import RANKS, KeptOrder, QueueOrder, overdue_age
 from scheduling.core.reasons import PendingReason
 from scheduling.core.reclaim_turn import ReclaimTurn
-from scheduling.core.reservation import ReservationBook, ending_order, occupant, shadow_start
+from scheduling.core.reservation import ReservationBook, ending_order, insert_ending, occupant, shadow_start
 from scheduling.core.state import ClusterState
 
 
@@ -495,9 +495,16 @@ class Pass(HeldRoom, PassPreemption, ReclaimTurn, PassReasons):
         rclass = job.resource_class
         active, occupants = self.active[rclass], self.reserved.get(rclass, [])
         sorted_at = self.ending.get(rclass)
-        # Jobs only join `active` and reservations only join the book in a pass.
-        if sorted_at is None or sorted_at[0] != (len(active), len(occupants)):
-            ordered = ending_order([*active, *occupants], self.now)
+        # Jobs only join `active` and reservations only join the book in a pass: the ones that
+        # joined since the last sort go in where the sort would put them.
+        if sorted_at is None:
+            sorted_at = self.ending[rclass] = (
+                (len(active), len(occupants)),
+                ending_order([*active, *occupants], self.now),
+            )
+        elif sorted_at[0] != (len(active), len(occupants)):
+            (in_active, in_book), ordered = sorted_at
+            insert_ending(ordered, [*active[in_active:], *occupants[in_book:]], self.now)
             sorted_at = self.ending[rclass] = ((len(active), len(occupants)), ordered)
         found = shadow_start(
             self.state, job, active, self.now, ending=sorted_at[1], closed=self._closed(job), occupants=occupants

@@ -7,10 +7,10 @@ from dataclasses import replace
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scheduling.core.model import PRIORITIES, PendingJob, PolicyConfig, priority_rank, resource_class
+from scheduling.core.model import PRIORITIES, PendingJob, PolicyConfig, RunningJob, priority_rank, resource_class
 from scheduling.core.placement import capacity
 from scheduling.core.preemption import Candidate, VictimPool, candidate_order, find_victims
-from scheduling.core.reservation import ending_order, released_by, shadow_start
+from scheduling.core.reservation import ending_order, insert_ending, released_by, shadow_start
 from scheduling.core.scheduler import schedule
 from scheduling.core.state import ClusterState
 from scheduling.core.trial import Trial
@@ -69,6 +69,20 @@ def test_a_shadow_start_reads_the_free_room_index_as_a_scan_of_every_node_would(
     assert readable(shadow_start(state, job, ending, NOW, ending=ending)) == readable(
         shadow_start_over_every_node(state, job, ending)
     )
+
+
+@given(
+    st.lists(st.tuples(st.integers(1, 40), st.integers(-3, 3)), unique_by=lambda j: j[0], max_size=30),
+    st.integers(0, 30),
+)
+def test_jobs_inserted_into_an_ending_order_land_where_sorting_all_would_put_them(ends, kept):
+    """A pass sorts a class's running jobs soonest end first once, then puts each job it places
+    and each reservation it makes into that order (`insert_ending`): overdue jobs (ending at or
+    before now) first by id, then by end and id, exactly as `ending_order` sorts them all."""
+    jobs = [RunningJob(job_id, "vision", "P2", "H100", (), NOW - 100, NOW + 10 * end) for job_id, end in ends]
+    ordered = ending_order(jobs[:kept], NOW)
+    insert_ending(ordered, jobs[kept:], NOW)
+    assert [j.job_id for j in ordered] == [j.job_id for j in ending_order(jobs, NOW)]
 
 
 def candidates_by_scan(running, borrowed, config, taken, job, claim, excess):
