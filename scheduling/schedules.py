@@ -33,7 +33,7 @@ from scheduling.models import Concurrency, FireOutcome, Job, Schedule, ScheduleF
 from scheduling.schedule_spec import ScheduleBlockSerializer, ScheduleChangeSerializer, ScheduleCreateSerializer
 from scheduling.secrets import SecretEnvUnreadable, decrypt_env, encrypt_env, masked
 from scheduling.spec import spec_digest
-from teams.models import Team
+from teams.models import AuditEvent, EventKind, Team
 from teams.selectors import can_edit_quotas, is_member, is_site_admin, team_ids_of
 
 log = logging.getLogger(__name__)
@@ -182,6 +182,9 @@ def do_create_schedule(*, user, team: Team, timing: dict, spec: dict, now=None) 
                 created_at=now,
                 updated_at=now,
             )
+            when = f"{schedule.cron!r} in {schedule.timezone}"
+            message = f"{user.get_username()} created schedule {schedule.pk} {schedule.name!r}, {when}"
+            _audit(schedule, user=user, action="created", message=message, now=now)
     except IntegrityError:  # an identical create won the race for (team, name)
         existing = Schedule.objects.get(team=team, name=timing["name"])
         return _same_or_conflict(existing, timing, stored, secrets), False
@@ -237,36 +240,34 @@ def _same_secrets(existing: Schedule, secrets: dict) -> bool:
 
 
 def check_schedule_change(*, user, schedule: Schedule, data) -> dict:
-    """PATCH: the fields given, validated; a new spec as the schedule's owner would submit it
-    (its runs run as the owner), in the schedule's team."""
+    """PATCH: the fields given, validated, in the schedule's team. A new spec is validated as
+    the editor would submit it, and makes the editor the owner: the runs run as whoever wrote
+    what they run. A lead editing a member's spec therefore never runs a command of their own
+    under the member's name (and UID, where agents map users); the member's secrets do not
+    carry over (a new spec brings its own `secret_env`)."""
     check_may_change(user=user, schedule=schedule, verb="change")
     changes = _valid(ScheduleChangeSerializer, data, partial=True)
     if "spec" in changes:
         try:
-            team, spec = _check_spec(user=schedule.owner, data=changes["spec"])
+            team, spec = _check_spec(user=user, data=changes["spec"])
             if team.pk != schedule.team_id:
                 raise ValidationError({"team": [TEAM_CHANGED.format(team=schedule.team.name, new=team.name)]})
         except ValidationError as exc:
             raise ValidationError({"spec": exc.detail}) from None
         except FieldPermissionDenied as exc:
-            raise _spec_refused(exc, user=user, owner=schedule.owner) from None
+            raise FieldPermissionDenied(f"spec.{exc.field}", str(exc.detail)) from None
         changes["spec"] = spec
+        if user.pk != schedule.owner_id:
+            changes["owner"] = user
     if changes.get("suspended") is False:
-        _check_may_resume(schedule)
+        _check_may_resume(schedule, changes.get("owner"))
     return changes
 
 
-def _spec_refused(exc: FieldPermissionDenied, *, user, owner) -> FieldPermissionDenied:
-    """A new spec its owner may not submit, named as a field of `spec`; to someone else (a lead
-    editing a member's schedule) the message says it is the owner who may not."""
-    message = str(exc.detail)
-    if user.pk != owner.pk:
-        message = f"the schedule runs as its owner, {owner.get_username()}, who may not submit it: {message}"
-    return FieldPermissionDenied(f"spec.{exc.field}", message)
-
-
-def _check_may_resume(schedule: Schedule) -> None:
-    if why := owner_refusal(schedule):
+def _check_may_resume(schedule: Schedule, new_owner=None) -> None:
+    """Refused while the owner may not submit (a new owner taking it over in the same PATCH
+    was checked as a submitter already)."""
+    if new_owner is None and (why := owner_refusal(schedule)):
         raise Conflict(RESUME_REFUSED.format(id=schedule.pk, why=why, team=schedule.team.name))
 
 
@@ -279,6 +280,8 @@ def do_change_schedule(*, user, schedule: Schedule, changes: dict, now=None) -> 
         columns["starting_deadline_minutes"] = changes["starting_deadline_minutes"]
     if "spec" in changes:
         columns["spec"], columns["secret_env_ciphertext"] = _stored_spec(changes["spec"])
+    if "owner" in changes:
+        columns["owner"] = changes["owner"]
     if "suspended" in changes:
         columns["suspended"] = changes["suspended"]
         columns["suspended_reason"] = _suspend_reason(user, changes) if changes["suspended"] else ""
@@ -288,11 +291,48 @@ def do_change_schedule(*, user, schedule: Schedule, changes: dict, now=None) -> 
     try:
         with transaction.atomic():
             Schedule.objects.filter(pk=schedule.pk).update(**columns, updated_at=now)
+            _audit_change(schedule, user=user, changes=changes, now=now)
     except IntegrityError:
         other = Schedule.objects.get(team_id=schedule.team_id, name=columns["name"])
         raise Conflict(RENAME_TAKEN.format(team=schedule.team.name, id=other.pk, name=other.name)) from None
     schedule.refresh_from_db()
     return schedule
+
+
+def _audit_change(schedule: Schedule, *, user, changes: dict, now) -> None:
+    """The PATCH's entry: the fields it changed (the timing's before and after; a spec by its
+    digest, never its secrets), and an owner taken over by the editor."""
+    fields = sorted(key for key in changes if key not in ("reason", "owner"))
+    timing = {key: (getattr(schedule, key), changes[key]) for key in TIMING_FIELDS if key in changes}
+    said = ", ".join(f"{key} {before!r} -> {after!r}" for key, (before, after) in timing.items())
+    if "spec" in changes:
+        said = ", ".join(filter(None, [said, "a new spec"]))
+    if "owner" in changes:
+        said += f"; it now runs as {user.get_username()} (was {schedule.owner.get_username()})"
+    verb = {True: "suspended", False: "resumed"}.get(changes.get("suspended"), "changed")
+    why = f": {changes['reason']}" if changes.get("reason") else ""
+    message = f"{user.get_username()} {verb} schedule {schedule.pk} {schedule.name!r}{why}" + (
+        f" ({said})" if said else ""
+    )
+    _audit(schedule, user=user, action=verb, message=message, now=now, fields=fields, timing=timing)
+
+
+# Columns a PATCH changes that the audit entry shows before and after.
+TIMING_FIELDS = ("name", "cron", "timezone", "concurrency", "starting_deadline_minutes", "suspended")
+
+
+def _audit(schedule: Schedule, *, user, action: str, message: str, now=None, **data) -> None:
+    """One entry in the audit log (its team's events) about the schedule, by `user`."""
+    AuditEvent.objects.create(
+        kind=EventKind.SCHEDULE,
+        team_id=schedule.team_id,
+        actor=user,
+        actor_name=user.get_username(),
+        reason=action,
+        message=message[:2000],
+        data={"schedule": schedule.pk, "name": schedule.name, **data},
+        created_at=now or timezone.now(),
+    )
 
 
 def _suspend_reason(user, changes: dict) -> Case:
@@ -306,7 +346,10 @@ def _suspend_reason(user, changes: dict) -> Case:
 def do_delete_schedule(*, user, schedule: Schedule) -> None:
     """Delete the schedule and its fire history; its runs stay (their `schedule` becomes null)."""
     check_may_change(user=user, schedule=schedule, verb="delete")
-    schedule.delete()
+    with transaction.atomic():
+        message = f"{user.get_username()} deleted schedule {schedule.pk} {schedule.name!r}"
+        _audit(schedule, user=user, action="deleted", message=message)
+        schedule.delete()
 
 
 # ---- firing --------------------------------------------------------------------------------
@@ -388,7 +431,19 @@ def do_run_now(*, user, schedule: Schedule, now=None) -> ScheduleFire:
     now = (now or timezone.now()).replace(microsecond=0)
     with transaction.atomic():
         schedule = Schedule.objects.select_for_update(of=("self",)).select_related("owner", "team").get(pk=schedule.pk)
-        return _fire(schedule, fire_time=now, now=now, deadline=False)
+        fire = _fire(schedule, fire_time=now, now=now, deadline=False)
+        _audit_run_now(schedule, user=user, fire=fire, now=now)
+        return fire
+
+
+def _audit_run_now(schedule: Schedule, *, user, fire: ScheduleFire, now) -> None:
+    """Who pressed "run now" (the run itself is the owner's, and says so on its timeline)."""
+    run = f" (job {fire.job_id})" if fire.job_id else ""
+    message = (
+        f"{user.get_username()} ran schedule {schedule.pk} {schedule.name!r} now, "
+        f"as its owner {schedule.owner.get_username()}: {fire.outcome}{run}"
+    )
+    _audit(schedule, user=user, action="run now", message=message, now=now, job=fire.job_id)
 
 
 def _fire(schedule: Schedule, *, fire_time, now, deadline: bool) -> ScheduleFire:

@@ -160,6 +160,7 @@ class EventKind(models.TextChoices):
     JOB_CHANGED = "JOB_CHANGED"  # a name, priority or time limit changed after submit: `data.field`, before, after
     PRICE_CHANGED = "PRICE_CHANGED"  # an admin set or removed a price (scheduling/pricing.py)
     MAINTENANCE = "MAINTENANCE"  # a maintenance window scheduled, changed, started, ended or cancelled: `data.window`
+    SCHEDULE = "SCHEDULE"  # a schedule created, changed, suspended, resumed, run now or deleted: `data.schedule`
 
 
 class AppendOnlyQuerySet(models.QuerySet):

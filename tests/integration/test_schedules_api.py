@@ -9,6 +9,7 @@ from django.test import Client
 
 from scheduling import schedules
 from scheduling.models import Job, Schedule
+from teams.models import AuditEvent, EventKind
 
 pytestmark = pytest.mark.django_db
 
@@ -162,13 +163,10 @@ def test_patch_a_spec_is_validated_and_must_stay_in_the_team(clock, api):
     moved = api("alice").patch(url, {"spec": {**SPEC, "team": "research-vision"}}, format="json")
     assert moved.status_code == 403  # alice is not in research-vision: refused as a submit would be
     assert moved.json()["fields"] == {"spec.team": ["you are not a member of team research-vision."]}
-    p0 = api("rita").patch(url, {"spec": {**SPEC, "priority": "P0"}}, format="json")  # rita leads the team
+    p0 = api("alice").patch(url, {"spec": {**SPEC, "priority": "P0"}}, format="json")  # alice does not lead it
     assert p0.status_code == 403
     assert p0.json()["fields"] == {
-        "spec.priority": [
-            "the schedule runs as its owner, alice, who may not submit it: P0 is for incidents: only leads of "
-            f"{TEAM} and site admins may submit at P0."
-        ]
+        "spec.priority": [f"P0 is for incidents: only leads of {TEAM} and site admins may submit at P0."]
     }
     bad = api("alice").patch(url, {"spec": {**SPEC, "priority": "P9"}}, format="json")
     assert bad.json()["fields"] == {"spec.priority": ['"P9" is not a valid choice.']}
@@ -301,3 +299,46 @@ def test_the_schema_still_builds(api):
 def test_the_next_fire_is_in_utc_in_the_database(clock, api):
     created(api)
     assert Schedule.objects.get().next_run_at == datetime(2026, 4, 21, 1, 0, tzinfo=UTC)
+
+
+def test_a_leads_new_spec_makes_the_lead_the_owner_so_nothing_runs_under_the_members_name(clock, api):
+    """A lead could rewrite a member's spec and run it now: the run was the member's job (and,
+    with mapped users, their UID), and nothing recorded who wrote the command."""
+    schedule = created(api)
+    url = f"/api/v1/schedules/{schedule['id']}"
+    edited = api("rita").patch(url, {"spec": {**SPEC, "command": ["sh", "-c", "whoami"]}}, format="json")
+    assert edited.status_code == 200, edited.json()
+    assert edited.json()["owner"] == "rita"
+    fire = api("rita").post(f"{url}/run")
+    assert fire.status_code in (200, 201), fire.json()
+    run = Job.objects.get(schedule_id=schedule["id"])
+    assert run.owner.username == "rita"
+    timing = api("rita").patch(url, {"cron": "0 4 * * *"}, format="json").json()
+    assert timing["owner"] == "rita"  # a timing change by another lead would keep the owner too
+    untouched = created(api, name="other")
+    api("rita").patch(f"/api/v1/schedules/{untouched['id']}", {"cron": "0 5 * * *"}, format="json")
+    assert Schedule.objects.get(pk=untouched["id"]).owner.username == "alice"
+
+
+def test_every_change_to_a_schedule_is_in_its_teams_audit_log_with_who_did_it(clock, api):
+    schedule = created(api)
+    url = f"/api/v1/schedules/{schedule['id']}"
+    api("alice").patch(url, {"cron": "30 3 * * *"}, format="json")
+    api("rita").patch(url, {"suspended": True, "reason": "quota review"}, format="json")
+    api("rita").patch(url, {"suspended": False, "spec": {**SPEC, "command": ["python", "eval2.py"]}}, format="json")
+    api("rita").post(f"{url}/run")
+    api("ops").delete(url)
+    events = AuditEvent.objects.filter(kind=EventKind.SCHEDULE).order_by("id")
+    assert [(e.actor_name, e.reason, e.team.name, e.data["schedule"]) for e in events] == [
+        ("alice", "created", TEAM, schedule["id"]),
+        ("alice", "changed", TEAM, schedule["id"]),
+        ("rita", "suspended", TEAM, schedule["id"]),
+        ("rita", "resumed", TEAM, schedule["id"]),
+        ("rita", "run now", TEAM, schedule["id"]),
+        ("ops", "deleted", TEAM, schedule["id"]),
+    ]
+    messages = [e.message for e in events]
+    assert "cron '0 3 * * *' -> '30 3 * * *'" in messages[1]
+    assert messages[2] == f"rita suspended schedule {schedule['id']} 'nightly': quota review (suspended False -> True)"
+    assert "it now runs as rita (was alice)" in messages[3]
+    assert messages[4].startswith(f"rita ran schedule {schedule['id']} 'nightly' now, as its owner rita: SUBMITTED")
