@@ -1,6 +1,7 @@
 """Writes about jobs: submit and cancel. `check_*` validates, `do_*` writes (and records why)."""
 
 from django.db import DEFAULT_DB_ALIAS, IntegrityError, transaction
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 from django.views.decorators.debug import sensitive_variables
 from rest_framework.exceptions import PermissionDenied, ValidationError
@@ -21,7 +22,11 @@ from teams.selectors import can_edit_quotas, is_member
 
 UNKNOWN_TEAM = "no team named {name!r}."
 NOT_A_MEMBER = "you are not a member of team {name}."
-P0_RESERVED = "P0 is for incidents: only leads of {name} and site admins may submit at P0."
+P0_RESERVED = "P0 is for incidents: only leads of {name} (or of a team above it) and site admins may submit at P0."
+A_DIVISION = (
+    "team {name} has teams below it ({children}): submit to one of them. Quotas are guaranteed to the "
+    "teams; a job of the division itself would use its teams' guarantees with nothing to reclaim them."
+)
 UNKNOWN_DEPENDENCY = "job {id} does not exist or is not visible to you."
 SPEC_CONFLICT = (
     "team {team} already has job {job_id} with client_job_id {client_job_id!r} and a different spec; "
@@ -132,7 +137,16 @@ class SubmitChecks:
 
 
 TEAM_FIELDS = tuple(field.attname for field in Team._meta.concrete_fields)
-TEAM_NAMED = CompiledRead(lambda name: Team.objects.filter(name=name).order_by().values_list(*TEAM_FIELDS), name=str)
+# The team's row, and whether teams sit below it (one statement: a submit reads it every time).
+TEAM_NAMED = CompiledRead(
+    lambda name: (
+        Team.objects.filter(name=name)
+        .annotate(has_children=Exists(Team.objects.filter(parent_id=OuterRef("pk"))))
+        .order_by()
+        .values_list(*TEAM_FIELDS, "has_children")
+    ),
+    name=str,
+)
 JOB_WITH_CLIENT_ID = CompiledRead(
     lambda team_id, cid: Job.objects.filter(team_id=team_id, client_job_id=cid).values_list("pk")[:1],
     team_id=int,
@@ -142,11 +156,14 @@ JOB_WITH_CLIENT_ID = CompiledRead(
 
 def _check_team(user, name: str) -> Team:
     found = TEAM_NAMED.rows(name=name)
-    team = Team.from_db(DEFAULT_DB_ALIAS, TEAM_FIELDS, found[0]) if found else None
+    team = Team.from_db(DEFAULT_DB_ALIAS, TEAM_FIELDS, found[0][:-1]) if found else None
     if team is None:
         raise ValidationError({"team": [UNKNOWN_TEAM.format(name=name)]})
     if not is_member(user, team):
         raise FieldPermissionDenied("team", NOT_A_MEMBER.format(name=name))
+    if found[0][-1]:  # a division: its teams hold the quotas (Kueue queues jobs on leaf queues only)
+        children = ", ".join(Team.objects.filter(parent=team).order_by("name").values_list("name", flat=True)[:5])
+        raise ValidationError({"team": [A_DIVISION.format(name=name, children=children)]})
     return team
 
 

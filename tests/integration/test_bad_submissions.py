@@ -11,7 +11,7 @@ from mlqueue.parsers import MALFORMED_JSON, NOT_JSON_CONSTANT
 from mlqueue.serializer_fields import UNKNOWN_FIELD
 from scheduling.core.feasibility import LARGER_THAN_ANY_NODE, MORE_THAN_THE_CLUSTER, NO_NODE_WITH_LABELS
 from scheduling.models import Job, Task
-from scheduling.services import NOT_A_MEMBER, P0_RESERVED, UNKNOWN_DEPENDENCY, UNKNOWN_TEAM
+from scheduling.services import A_DIVISION, NOT_A_MEMBER, P0_RESERVED, UNKNOWN_DEPENDENCY, UNKNOWN_TEAM
 from scheduling.spec import (
     CLIENT_JOB_ID_RULE,
     ENV_RULE,
@@ -494,3 +494,20 @@ def test_all_errors_are_reported_at_once(api):
     spec = make_spec(priority="P9", topology_hint="x", resources={"gpu_count": -1})
     fields = api("alice").post("/api/v1/jobs", spec, format="json").json()["fields"]
     assert {"priority", "topology_hint", "resources.gpu_count"} <= set(fields)
+
+
+def test_a_job_of_a_division_is_refused_naming_its_teams(api, django_user_model):
+    """A division's own jobs used its teams' guarantees: a team within its guarantee then
+    waited with nothing marked borrowed to reclaim (found by QA)."""
+    from teams.models import Membership, Role, Team
+
+    dora = django_user_model.objects.create_user("dora", password="demo")
+    Membership.objects.create(user=dora, team=Team.objects.get(name="research"), role=Role.MEMBER)
+    response = api("dora").post("/api/v1/jobs", make_spec(team="research", client_job_id=None), format="json")
+    assert response.status_code == 400
+    assert response.json()["fields"] == {
+        "team": [A_DIVISION.format(name="research", children="research-foundation-models, research-vision")]
+    }
+    assert not Job.objects.exists()
+    outsider = api("alice").post("/api/v1/jobs", make_spec(team="production", client_job_id=None), format="json")
+    assert (outsider.status_code, outsider.json()["fields"]) == (403, {"team": [NOT_A_MEMBER.format(name="production")]})
