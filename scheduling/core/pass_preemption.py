@@ -63,8 +63,11 @@ class PassPreemption:
             self._hold(job, self._nodes_to_hold(job, in_flight))
             if job.nominated:
                 self.nominations[job.job_id] = job.nominated
+            # A victim that does not rank below it was reclaimed (priority evicts lower classes
+            # only): the reason says so while it stops, as the eviction's event did.
+            reclaimed = any(priority_rank(v.priority) <= priority_rank(job.priority) for v in in_flight)
             self.pending[job.job_id] = explain.preempting(
-                job, [v.job_id for v in in_flight], sum(v.units for v in in_flight), reclaim=False
+                job, [v.job_id for v in in_flight], sum(v.units for v in in_flight), reclaim=reclaimed
             )
             return True
         if not self.config.preemption:

@@ -308,6 +308,34 @@ def test_reclaim_of_borrowed_gpus_even_at_the_same_priority():
     )
 
 
+def test_while_reclaimed_jobs_stop_the_reason_still_says_they_were_borrowed():
+    """The next pass, with the victims stopping, said "of lower priority" of jobs of the same
+    class that the eviction had reclaimed (found by QA)."""
+    nodes = cluster(rack("z1-r1", 8))
+    quotas = teams(vision={"gpu:H100": (32, 32)}, ranking={"gpu:H100": (32, 32)})
+    ranking = [
+        running(
+            i,
+            [f"z1-r1-n{i}"],
+            team="ranking",
+            age=HOUR * (10 - i),
+            preempting=i > 6,
+            preempted_for=60 if i > 6 else None,
+        )
+        for i in range(1, 9)
+    ]
+    claim = job(60, gpus=16, per_task=8, team="vision")
+    decisions = schedule(snapshot(nodes, pending=[claim], running_jobs=ranking, team_list=quotas))
+    assert decisions.pending[60].message == (
+        "stopping job(s) 7, 8 (16 H100 borrowed by other teams); it starts once they have stopped"
+    )
+    lower = [replace(r, priority="P3") if r.preempting else r for r in ranking]
+    decisions = schedule(snapshot(nodes, pending=[claim], running_jobs=lower, team_list=quotas))
+    assert decisions.pending[60].message == (
+        "stopping job(s) 7, 8 (16 H100 of lower priority); it starts once they have stopped"
+    )
+
+
 def test_p0_preempts_p2_checkpointing_jobs_in_one_rack():
     nodes = cluster(rack("z1-r1", 4), rack("z1-r2", 4))
     checkpointing = [running(i, [f"z1-r1-n{i}"], checkpointing=True, last_checkpoint_at=NOW - 600) for i in range(1, 5)]
