@@ -185,4 +185,5 @@ def policy_config() -> core.PolicyConfig:
         ),
         order=settings.MLQ_QUEUE_ORDER,
         overdue_since_requeue=settings.MLQ_OVERDUE_SINCE_REQUEUE,
+        parent_quota_figures=settings.MLQ_QUOTAS_PUBLIC,
     )

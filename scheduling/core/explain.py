@@ -114,9 +114,17 @@ def length(seconds: float) -> str:
     return f"{seconds:.0f} s"
 
 
-def quota(job: PendingJob, over: tuple[str, int, int, int]) -> PendingReason:
+def quota(job: PendingJob, over: tuple[str, int, int, int], parent_figures: bool = True) -> PendingReason:
+    """`parent_figures`: whether a parent team's use, guarantee and limit may be named (see
+    `PolicyConfig.parent_quota_figures`); if not, the reason names only the limit that holds."""
     name, used, guaranteed, limit = over
     unit, who = job.shape.unit_name, ("team" if name == job.team else "parent team")
+    if who == "parent team" and not parent_figures:
+        if job.shape.units > limit:
+            said = f"this job asks {job.shape.units} {unit}, more than parent team {name} may ever hold"
+            return PendingReason(ReasonCode.QUOTA, f"{said}: it can start only once that quota is raised")
+        said = f"parent team {name} has reached its borrowing limit of {unit}"
+        return PendingReason(ReasonCode.QUOTA, f"{said}; this job needs {job.shape.units} more")
     if job.shape.units > limit:  # however little the team runs: only a larger quota lets it start
         return PendingReason(ReasonCode.QUOTA, over_ceiling(who, name, unit, guaranteed, limit, job.shape.units))
     return PendingReason(

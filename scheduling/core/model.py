@@ -355,6 +355,10 @@ class PolicyConfig:
     reclaim: bool = True
     # Within a team's turn, start the job with the least expected GPU-time first.
     shortest_first_within_team: bool = True
+    # Whether a QUOTA reason that names a parent team gives that team's figures (use, guarantee,
+    # limit). Its child's members read the reason; where quotas are private (MLQ_QUOTAS_PUBLIC
+    # off) they may not read the parent's figures, and the reason says only which limit it is.
+    parent_quota_figures: bool = True
     # "weighted_shortest": jobs by expected GPU-time times (1 + their team's dominant share), so
     # short jobs go first across teams and a team using more than it is owed sees its jobs count
     # as larger; "fair_share": teams take turns by dominant share (see QueueOrder). The live

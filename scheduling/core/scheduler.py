@@ -436,7 +436,10 @@ class Pass(HeldRoom, PassPreemption, ReclaimTurn, PassReasons):
         known = self.refusals.get(key)
         if known is None or known[0] != self.generation[rclass] or not self.repeat_equal:
             over = self.ledger.over_limit(job.team, rclass, job.shape.units)
-            known = self.refusals[key] = (self.generation[rclass], explain.quota(job, over) if over else None)
+            known = self.refusals[key] = (
+                self.generation[rclass],
+                explain.quota(job, over, self.config.parent_quota_figures) if over else None,
+            )
         if known[1] is not None:
             self.pending[job.job_id] = known[1]
         return known[1] is not None

@@ -2,6 +2,7 @@
 pass stored with the job (read, never recomputed: the page re-renders on every push), and,
 asked for, what would let it start sooner against the cluster as it is now."""
 
+import re
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -70,6 +71,29 @@ QUOTA_HELP = (
     "it waits for its team's quota, not for room: asking fewer GPUs, or a higher borrowing limit from a lead "
     "of its team, would start it sooner"
 )
+PARENT_QUOTA_HELP = (
+    "it waits for the quota of team {parent}, above its team, not for room: asking fewer GPUs, or a higher "
+    "borrowing limit for {parent} from a lead of {parent} (or above), would start it sooner"
+)
+CEILING_HELP = "only fewer GPUs, or a larger quota from a lead of {team} (or above), let it start"
+NOTHING_IDLE_HELP = (
+    "its team holds its guarantee and nothing is idle to borrow: it starts as other teams' jobs end; a higher "
+    "borrowing limit would not help, asking no more GPUs than are free might"
+)
+PARENT_TEAM = re.compile(r"parent team (\S+)")
+
+
+def quota_help(message: str) -> str:
+    """What would help a QUOTA wait, by the limit its reason names (explain.quota's wordings):
+    nothing idle to borrow, a team's ceiling below the job, a parent team's limit, its own."""
+    if "nothing idle to borrow" in message:
+        return NOTHING_IDLE_HELP
+    parent = PARENT_TEAM.search(message)
+    if "may ever hold" in message:
+        return CEILING_HELP.format(team=f"team {parent.group(1)}" if parent else "its team")
+    if parent:
+        return PARENT_QUOTA_HELP.format(parent=parent.group(1))
+    return QUOTA_HELP
 
 
 def what_would_help(job: Job) -> Help:
@@ -81,7 +105,7 @@ def what_would_help(job: Job) -> Help:
         quota = job.reason_code == ReasonCode.QUOTA
         # The API's and mlq's answer too (the page words it around not_room): no reshape, but
         # for a quota what would help.
-        said = [QUOTA_HELP] if quota else []
+        said = [quota_help(job.reason_message)] if quota else []
         return Help(at=timezone.now(), fits_as_is=False, suggestions=said, not_room=job.reason_message, quota=quota)
     state, _ = cluster_now()
     shape = job_shape(job.spec)

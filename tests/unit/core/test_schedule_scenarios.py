@@ -4,7 +4,7 @@ from dataclasses import replace
 
 import pytest
 
-from scheduling.core.model import NodeState, Topology
+from scheduling.core.model import NodeState, Quota, Team, Topology
 from scheduling.core.reasons import ReasonCode
 from scheduling.core.scheduler import Scheduler, schedule
 from tests.unit.core.builders import HOUR, NOW, cluster, job, placed_nodes, rack, running, snapshot, teams
@@ -333,6 +333,37 @@ def test_while_reclaimed_jobs_stop_the_reason_still_says_they_were_borrowed():
     decisions = schedule(snapshot(nodes, pending=[claim], running_jobs=lower, team_list=quotas))
     assert decisions.pending[60].message == (
         "stopping job(s) 7, 8 (16 H100 of lower priority); it starts once they have stopped"
+    )
+
+
+@pytest.mark.parametrize("figures", [True, False])
+def test_a_parent_teams_quota_figures_are_named_only_where_they_may_be_read(figures):
+    """With quotas private, a child team's member read the division's use, guarantee and
+    limit in their job's reason (found by QA)."""
+    nodes = cluster(rack("z1-r1", 4))
+    tree = (
+        Team("research", None, {"gpu:H100": Quota(8, 8)}),
+        Team("vision", "research", {"gpu:H100": Quota(8, 24)}),
+        Team("nlp", "research", {"gpu:H100": Quota(8, 24)}),
+    )
+    busy = [running(1, ["z1-r1-n1"], team="nlp"), running(2, ["z1-r1-n2"], team="nlp")]
+    pending = [job(10, gpus=8, team="vision"), job(11, gpus=24, per_task=8, team="vision")]
+    decisions = schedule(
+        snapshot(nodes, pending=pending, running_jobs=busy, team_list=tree, parent_quota_figures=figures)
+    )
+    reasons = [decisions.pending[10].message, decisions.pending[11].message]
+    assert reasons == (
+        [
+            "parent team research uses 16 H100 (guaranteed 8, borrowing limit reached at 16); this job needs 8 more",
+            "this job asks 24 H100, more than parent team research may ever hold (16: guaranteed 8 plus its borrowing"
+            " limit): it can start only once that quota is raised",
+        ]
+        if figures
+        else [
+            "parent team research has reached its borrowing limit of H100; this job needs 8 more",
+            "this job asks 24 H100, more than parent team research may ever hold: it can start only once that quota"
+            " is raised",
+        ]
     )
 
 
