@@ -27,7 +27,7 @@ from scheduling.models import PreviewState, QuotaPreview
 from scheduling.sim.whatif import compare, with_quota
 from teams.models import Quota as QuotaRow
 from teams.models import Team
-from teams.selectors import can_edit_quotas
+from teams.selectors import can_edit_quotas, quota_readable_ids
 from teams.services import check_quota_tree
 
 log = logging.getLogger(__name__)
@@ -103,7 +103,24 @@ def preview_for(user, preview_id: int) -> QuotaPreview | None:
     preview = QuotaPreview.objects.select_related("team", "team__parent").filter(pk=preview_id).first()
     if preview is None or not (preview.requested_by_id == user.pk or can_edit_quotas(user, preview.team)):
         return None
+    if preview.result:  # as read for `user` only; never saved
+        preview.result = visible_result(user, preview.result)
     return preview
+
+
+def visible_result(user, result: dict) -> dict:
+    """The replay's figures as `user` may read them: the cluster's, and each team's row only
+    where they may read that team's numbers (`quota_readable_ids`: every team while quotas are
+    public, as the teams page shows every team's use and share; else their own teams, those
+    above and below, and admins every team). Rows left out are counted in `teams_hidden`: every
+    team is replayed (the proposal moves them all), but where quotas are private a lead sees
+    no other team's waits through a preview."""
+    readable = quota_readable_ids(user)
+    if readable is None or "teams" not in result:
+        return {**result, "teams_hidden": 0}
+    names = set(Team.objects.filter(pk__in=readable).values_list("name", flat=True))
+    rows = [row for row in result["teams"] if row["team"] in names]
+    return {**result, "teams": rows, "teams_hidden": len(result["teams"]) - len(rows)}
 
 
 def do_run_preview(*, preview_id: int, clock=None) -> str | None:

@@ -146,6 +146,25 @@ def test_a_lead_previews_a_quota_change_end_to_end(clock, api, history, eager):
     assert Quota.objects.get(team__name=FM, resource_class="gpu:H100").borrowing_limit == 64
 
 
+def test_with_quotas_private_a_preview_shows_only_the_teams_its_reader_may_read(
+    clock, api, history, eager, logged_in, settings
+):
+    """Any lead read every team's jobs, waits and share in a preview, where the usage API and
+    the teams page refused them those figures (found by QA)."""
+    with eager(execute=True):
+        preview_id = start(api, "rita", NO_BORROWING).json()["id"]
+    settings.MLQ_QUOTAS_PUBLIC = False
+    result = api("rita").get(f"/api/v1/what-if/{preview_id}").json()["result"]
+    assert ([row["team"] for row in result["teams"]], result["teams_hidden"]) == ([FM], 2)
+    assert result["cluster"]["current"]["jobs"] == 9  # the whole cluster's figures stay
+    page = logged_in("rita").get(f"/teams/what-if/{preview_id}/").content.decode()
+    assert f'id="what-if-{FM}"' in page and f'id="what-if-{RANKING}"' not in page
+    assert "2 other teams replayed too, not shown" in page
+    every = api("ops").get(f"/api/v1/what-if/{preview_id}").json()["result"]
+    assert ({row["team"] for row in every["teams"]}, every["teams_hidden"]) == ({FM, RANKING, VISION}, 0)
+    assert "teams_hidden" not in QuotaPreview.objects.get().result  # as read, never saved
+
+
 def test_the_teams_page_starts_a_preview_polls_it_and_shows_each_team(clock, logged_in, history, eager):
     client = logged_in("rita")
     page = client.get("/teams/").content.decode()
