@@ -6,7 +6,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from scheduling import lifecycle, notify
-from scheduling.models import Job, TaskState
+from scheduling.models import Job, Task, TaskState
 from teams.models import AuditEvent, EventKind
 
 NOT_STARTED_OR_SETTLING = (TaskState.PENDING, TaskState.FAILED, TaskState.PREEMPTED)
@@ -31,14 +31,18 @@ def request_cancel(job_id: int, *, actor, actor_name: str, why: str, now=None) -
     return True
 
 
-def do_cancel(job_id: int, *, actor, actor_name: str, why: str, now=None) -> bool:
+def do_cancel(job_id: int, *, actor, actor_name: str, why: str, now=None, wake: bool = True) -> bool:
     """Request the cancel and cancel the tasks not on a node, in one transaction. False when
-    another request came first (it did, or does, the same)."""
+    another request came first (it did, or does, the same). `wake`: wake the scheduler (a
+    caller cancelling many jobs wakes it once itself)."""
     with transaction.atomic():
         if not request_cancel(job_id, actor=actor, actor_name=actor_name, why=why, now=now):
             return False
-        notify.wake_scheduler("cancel")
-        for from_state in NOT_STARTED_OR_SETTLING:
+        if wake:
+            notify.wake_scheduler("cancel")
+        # One transition per state its tasks are in (read once), not one try per state.
+        present = set(Task.objects.filter(job_id=job_id).values_list("state", flat=True))
+        for from_state in (state for state in NOT_STARTED_OR_SETTLING if state in present):
             lifecycle.transition_gang(
                 job_id,
                 from_state=from_state,

@@ -20,10 +20,10 @@ from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from scheduling import cancelling, pipelines, sweep_params
+from scheduling import cancelling, notify, pipelines, sweep_params
 from scheduling.fencing import fenced
 from scheduling.group_spec import parse_indices
-from scheduling.group_state import child_counts, sync_group_state
+from scheduling.group_state import child_counts, deferred_syncs, sync_group_state
 from scheduling.models import FailureClass, GroupKind, Job, JobDependency, JobState, Task
 from scheduling.spec import dependency_edges
 from scheduling.states import JOB_FINISHED, ON_NODE
@@ -199,12 +199,15 @@ def unfinished_children(parent_id: int) -> QuerySet[Job]:
 def do_cancel_group(*, parent: Job, actor, actor_name: str, why: str, now=None) -> None:
     """Cancel the parent and every child not finished, each child in its own transaction:
     holding the parent's row across them would deadlock with a child's own transitions, which
-    lock the child, then the parent."""
+    lock the child, then the parent. The parent's state is derived once, at the end (not once
+    per child: each derivation counts every child), and the scheduler woken once."""
     now = now or timezone.now()
     with transaction.atomic():
         cancelling.request_cancel(parent.pk, actor=actor, actor_name=actor_name, why=why, now=now)
-    for child_id in unfinished_children(parent.pk).order_by("group_index").values_list("id", flat=True):
-        cancelling.do_cancel(child_id, actor=actor, actor_name=actor_name, why=why, now=now)
+    with deferred_syncs():
+        for child_id in unfinished_children(parent.pk).order_by("group_index").values_list("id", flat=True):
+            cancelling.do_cancel(child_id, actor=actor, actor_name=actor_name, why=why, now=now, wake=False)
+    notify.wake_scheduler("cancel")
     with transaction.atomic():
         sync_group_state(parent.pk, now=now)
 
@@ -215,10 +218,15 @@ def cancel_rest_of_failed(*, epoch: int, now) -> int:
     children = Job.objects.filter(
         parent__state=S.FAILED, parent__failure_class=FailureClass.GROUP, cancel_requested_at__isnull=True
     ).exclude(state__in=JOB_FINISHED)
-    cancelled = 0
-    for child_id, parent_id in children.order_by("parent_id", "group_index").values_list("id", "parent_id"):
+    cancelled, parents = 0, set()
+    with deferred_syncs():  # each group's state derived once, after its children (see do_cancel_group)
+        for child_id, parent_id in children.order_by("parent_id", "group_index").values_list("id", "parent_id"):
+            with fenced(epoch):
+                cancelled += cancelling.do_cancel(
+                    child_id, actor=None, actor_name="scheduler", why=f"its group (job {parent_id}) failed", now=now
+                )
+            parents.add(parent_id)
+    for parent_id in sorted(parents):
         with fenced(epoch):
-            cancelled += cancelling.do_cancel(
-                child_id, actor=None, actor_name="scheduler", why=f"its group (job {parent_id}) failed", now=now
-            )
+            sync_group_state(parent_id, now=now)
     return cancelled
