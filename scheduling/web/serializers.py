@@ -33,6 +33,7 @@ class TaskSerializer(FieldsBuiltOnce, serializers.ModelSerializer):
             "epoch",
             "failure_class",
             "exit_code",
+            "exit_signal",
             "assigned_at",
             "started_at",
             "finished_at",
@@ -46,6 +47,10 @@ class TaskSerializer(FieldsBuiltOnce, serializers.ModelSerializer):
                 "a preemption loses everything since then, or since the start)"
             },
             "checkpoint_step": {"help_text": "the step the job gave with that checkpoint, if any"},
+            "exit_signal": {
+                "help_text": 'the signal that ended the process, e.g. "SIGKILL" (exit_code is then null); '
+                '"" if it exited by itself'
+            },
         }
 
 

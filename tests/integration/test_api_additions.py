@@ -510,3 +510,19 @@ def test_a_dry_run_checks_a_schedule_block_and_shows_its_next_fires(api, clock):
     )
     assert bad.status_code == 400 and "schedule.cron" in bad.json()["fields"]
     assert Job.objects.count() == 0
+
+
+def test_a_task_killed_by_a_signal_says_which_in_the_api(api, leader):  # noqa: F811
+    """The API showed exit_code null and nothing else for a task ended by SIGKILL, though the
+    agent had reported the signal (found by QA)."""
+    from scheduling import reports
+    from scheduling.leader.worker import run_pass as one_pass
+
+    heartbeat()
+    job_id = submit(api("alice"), resources={"gpu_count": 8}, restart_policy={"max_retries": 0})
+    one_pass(epoch=leader)
+    task = Job.objects.get(pk=job_id).tasks.get()
+    reports.do_report_started(job_id=job_id, rank=0, attempt=task.attempt)
+    reports.do_report_exited(job_id=job_id, rank=0, attempt=task.attempt, exit_code=None, signal="SIGKILL")
+    body = api("alice").get(f"/api/v1/jobs/{job_id}").json()
+    assert [(t["exit_code"], t["exit_signal"]) for t in body["tasks"]] == [(None, "SIGKILL")]
