@@ -5,6 +5,7 @@ signal victims; reasons and reservations are written only where they changed."""
 
 import json
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from django.db.models import Q
 
@@ -54,8 +55,13 @@ class Applied:
 def apply_decisions(decisions: Decisions, view: StoreView, *, epoch: int, now) -> Applied:
     applied = Applied()
     slots = Slots() if decisions.placements else None
+    submitted = {job.job_id: job.submitted_at for job in view.snapshot.pending} if decisions.placements else {}
     for placement in decisions.placements:
-        if _place(placement, view, slots, epoch=epoch, now=now):
+        # Never before its submit: a submit that takes its time after the pass took `now` and
+        # commits before the store is read is in the snapshot (a negative queue wait, a
+        # placement listed before the submit on the timeline; found by QA).
+        at = max(now, datetime.fromtimestamp(submitted.get(placement.job_id, 0), UTC))
+        if _place(placement, view, slots, epoch=epoch, now=at):
             applied.placed_jobs.append(placement.job_id)
         else:
             applied.lost_races += 1

@@ -49,6 +49,18 @@ def test_a_pass_places_a_gang_fenced_by_the_epoch(api, leader):
     assert lease.last_pass_ms > 0 and lease.last_pass_at is not None
 
 
+def test_a_job_submitted_as_the_pass_began_is_never_placed_before_its_submit(api, leader):
+    """A submit that took its time after the pass took its clock, and committed before the
+    store was read, was placed "before" it was submitted: a negative queue wait, and the
+    placement first on its timeline (found by QA)."""
+    job = submit(api)
+    later = timezone.now() + timedelta(seconds=2)
+    Job.objects.filter(pk=job.pk).update(submitted_at=later)
+    run_pass(epoch=leader)
+    assert {t.assigned_at for t in job.tasks.all()} == {later}
+    assert AuditEvent.objects.get(job=job, reason="PLACED").created_at == later
+
+
 def test_a_deposed_epoch_writes_nothing(api, leader):
     job = submit(api)
     with pytest.raises(Deposed):
