@@ -55,8 +55,8 @@ def page(request):
     if request.method == "POST":
         return _act(request)
     if request.headers.get("HX-Request") and request.GET.get("part") == "heatmap":
-        context = _heatmap_context(request)
-        return render(request, "agents/heatmap.html", context, status=400 if context["filter_errors"] else 200)
+        # A 200 with the filters' errors in it: htmx swaps no 4xx (the full page says 400).
+        return render(request, "agents/heatmap.html", _heatmap_context(request))
     return _full_page(request)
 
 
@@ -249,8 +249,8 @@ def _refused(request, error: ActionError):
     if request.POST.get("from") == "node" and error.node:
         messages.error(request, error.message)
         return redirect("node-page", name=error.node)
-    if request.headers.get("HX-Request"):
-        return render(request, "agents/heatmap.html", _heatmap_context(request, error), status=400)
+    if request.headers.get("HX-Request"):  # a 200: htmx 2 swaps no 4xx, and #action-error would never show
+        return render(request, "agents/heatmap.html", _heatmap_context(request, error))
     return _full_page(request, error, status=400)
 
 

@@ -21,6 +21,7 @@ from scheduling.selectors import can_change_job, scheduler_state, visible_jobs
 from scheduling.spec import SPEC_FIELD_ORDER
 from scheduling.states import JOB_FINISHED, QUEUED_OR_RUNNING
 from scheduling.web import logstream
+from scheduling.web.api import NO_SUCH_ATTEMPT
 from scheduling.web.explanations import explain_job, what_would_help
 from scheduling.web.group_page import group_section
 from scheduling.web.queue import SORTS, QueueQuery, group_rows, queue_page, short_duration
@@ -159,8 +160,9 @@ def _can_cancel(job: Job, user) -> bool:
 
 @login_required
 def job_log(request, job_id: int):
-    """The tail of one rank's log (its latest attempt). The page follows it from there by the API's
-    event stream (static/js/mlqueue.js); `poll` renders the fallback, re-fetched every 3 s."""
+    """The tail of one rank's log: its latest attempt, or the earlier one `attempt` names (the box
+    lists them). The page follows the current attempt from there by the API's event stream
+    (static/js/mlqueue.js); `poll` renders the fallback, re-fetched every 3 s."""
     job = _job_for(request, job_id)
     rank_text, stream = request.GET.get("rank", "0"), request.GET.get("stream", "stdout")
     if not (rank_text.isascii() and rank_text.isdigit() and int(rank_text) < job.task_count):
@@ -169,29 +171,43 @@ def job_log(request, job_id: int):
     if stream not in ("stdout", "stderr"):
         return HttpResponseBadRequest(f"stream: stdout or stderr, not {stream[:20]!r}.", content_type=TEXT)
     rank = int(rank_text)
-    attempt = logstream.latest_attempt(job.pk, rank, stream)  # the current one, as the API's
-    text, offset = logstream.read_log(job.pk, rank, attempt, stream, 0) if attempt else ("", 0)
-    params = {
-        "follow": 1,
+    latest = logstream.latest_attempt(job.pk, rank, stream)  # the current one, as the API's
+    attempt, refusal = _chosen_attempt(job, rank, latest, request.GET.get("attempt"))
+    if refusal:
+        return HttpResponseBadRequest(refusal, content_type=TEXT)
+    text, offset = logstream.read_log(job.pk, rank, attempt, stream, 0)
+    # An earlier attempt is over: nothing to follow, and a re-fetch must not jump to the latest.
+    pinned = attempt != latest
+    params = {"follow": 1, "rank": rank, "stream": stream, "offset": offset, "attempt": attempt}
+    context = {
+        "job": job,
         "rank": rank,
         "stream": stream,
-        "offset": offset,
-        **({"attempt": attempt} if attempt else {}),
+        "attempt": attempt,
+        "pinned": pinned,
+        "attempts": range(max(1, latest - MAX_ATTEMPT_LINKS + 1), latest + 1),
+        "tail": text[-LOG_TAIL_CHARS:],
+        "poll": bool(request.GET.get("poll")),
+        "finished": job.state in JOB_FINISHED or pinned,
+        "follow_url": f"{reverse('job-logs', args=[job.pk])}?{urlencode(params)}",
     }
-    return render(
-        request,
-        "scheduling/job_log.html",
-        {
-            "job": job,
-            "rank": rank,
-            "stream": stream,
-            "attempt": attempt,
-            "tail": text[-LOG_TAIL_CHARS:],
-            "poll": bool(request.GET.get("poll")),
-            "finished": job.state in JOB_FINISHED,
-            "follow_url": f"{reverse('job-logs', args=[job.pk])}?{urlencode(params)}",
-        },
-    )
+    return render(request, "scheduling/job_log.html", context)
+
+
+MAX_ATTEMPT_LINKS = 50  # the log box links a rank's newest attempts, at most this many
+NOT_AN_ATTEMPT = "attempt: a whole number from 1, not {text!r}."
+
+
+def _chosen_attempt(job: Job, rank: int, latest: int, text: str | None) -> tuple[int, str]:
+    """(the attempt to show, a refusal): `latest` when none is asked for; else one the rank has
+    made, as the API's logs endpoint accepts it (a 400 naming `attempt` otherwise)."""
+    if text is None or text == "":
+        return latest, ""
+    if not (text.isascii() and text.isdigit() and len(text) < 10 and int(text) >= 1):
+        return latest, NOT_AN_ATTEMPT.format(text=text[:20])
+    if int(text) > latest:
+        return latest, "attempt: " + NO_SUCH_ATTEMPT.format(rank=rank, job=job.pk, made=latest)
+    return int(text), ""
 
 
 MAX_REASON = 500  # CancelSerializer's

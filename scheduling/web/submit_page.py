@@ -46,6 +46,7 @@ from scheduling.selectors import visible_jobs
 from scheduling.services import check_job_submission, do_submit_job
 from scheduling.spec import RESTART_MODES, SPEC_FIELD_ORDER, JobSpecSerializer
 from scheduling.web.dryrun import DryRun, dry_run
+from scheduling.web.submit_errors import NO_TEAM, errors_by_input, team_errors
 from scheduling.web.throttles import check_submit_rate
 from teams.selectors import visible_team_names
 
@@ -430,19 +431,7 @@ def _default_text(name: str) -> str:
     return str(default) if isinstance(default, (int, float, str)) else ""
 
 
-def _errors_for(name: str, errors: dict[str, list[str]]) -> list[str]:
-    """An input's messages: its own path's, then those of paths below it ("env.A",
-    "depends_on.0"), prefixed with the part below."""
-    below = [
-        f"{path[len(name) + 1 :]}: {message}"
-        for path, found in errors.items()
-        if path.startswith(name + ".")
-        for message in found
-    ]
-    return [*errors.get(name, []), *below]
-
-
-def _bind(f: Field, state: SubmitState, choices: dict) -> BoundField:
+def _bind(f: Field, state: SubmitState, choices: dict, errors: list[str]) -> BoundField:
     value = state.values.get(f.name, "")
     options = choices.get(f.name, [])
     default = _default_text(f.name)
@@ -451,21 +440,22 @@ def _bind(f: Field, state: SubmitState, choices: dict) -> BoundField:
         options = [*options, (value, value or (f"default ({default})" if default else "(not set)"))]
     if f.kind == "secret":
         # Never echoed: the box comes back empty and the names come back as checkboxes.
-        return BoundField(
-            f.name, f.kind, "", _errors_for(f.name, state.errors), [], f.hint, secret_names=_secret_names(value)
-        )
-    return BoundField(f.name, f.kind, value, _errors_for(f.name, state.errors), options, f.hint or default)
+        return BoundField(f.name, f.kind, "", errors, [], f.hint, secret_names=_secret_names(value))
+    return BoundField(f.name, f.kind, value, errors, options, f.hint or default)
 
 
 def _render(request, state: SubmitState):
     choices = _choices(request.user)
+    team_errors(state.errors, choices["team"])
+    errors = errors_by_input([f.name for _, fields in SECTIONS for f in fields], state.errors)
     shown = _yaml_without_secret_values(state.yaml)
     if shown != state.yaml:
         state.yaml, state.yaml_errors = shown, [*state.yaml_errors, SECRET_VALUES_NOT_SHOWN]
     context = {
         "section": "submit",
         "state": state,
-        "sections": [(title, [_bind(f, state, choices) for f in fields]) for title, fields in SECTIONS],
+        "sections": [(title, [_bind(f, state, choices, errors[f.name]) for f in fields]) for title, fields in SECTIONS],
+        "no_team": "" if choices["team"] else NO_TEAM,
         "summary": [f"{path}: {message}" for path, found in state.errors.items() for message in found],
     }
     template = "scheduling/submit_form.html" if request.headers.get("HX-Request") else "scheduling/submit.html"
@@ -549,8 +539,8 @@ def _check(user, state: SubmitState):
         found = {exc.field: [str(exc.detail)]}
     else:
         return None if state.errors else checked
-    for path, found_messages in found.items():
-        state.errors.setdefault(path, []).extend(found_messages)
+    unread = set(state.errors)  # left out of the spec: "This field is required." there is no news
+    state.errors.update({path: found_messages for path, found_messages in found.items() if path not in unread})
     return None
 
 

@@ -21,25 +21,45 @@
     return function () { if (timer) return; timer = setTimeout(function () { timer = null; fn(); }, ms); };
   }
   // <time datetime="ISO" data-local>: the instant in the viewer's own time zone (the browser's),
-  // the server's UTC text staying as the fallback and in the title.
+  // the server's UTC text staying as the fallback and in the title. data-local="short" leaves out
+  // the year, "seconds" adds them (the timeline). Explicit fields: dateStyle and timeStyle may not
+  // be combined with timeZoneName (a TypeError in Chrome and Firefox).
+  var TIME_FORMATS = {
+    "": {year: "numeric", month: "short", day: "numeric", hour: "2-digit", minute: "2-digit", timeZoneName: "short"},
+    "short": {month: "short", day: "numeric", hour: "2-digit", minute: "2-digit", timeZoneName: "short"},
+    "seconds": {month: "short", day: "numeric", hour: "2-digit", minute: "2-digit", second: "2-digit", timeZoneName: "short"}
+  };
   function localTimes(root) {
+    if (!root || !root.querySelectorAll) return;
     root.querySelectorAll("time[data-local]").forEach(function (node) {
-      var when = new Date(node.getAttribute("datetime"));
-      if (isNaN(when)) return;
-      node.title = node.textContent.trim();
-      node.textContent = when.toLocaleString(undefined, {dateStyle: "medium", timeStyle: "short", timeZoneName: "short"});
+      try {  // one element the browser cannot format keeps its UTC text; the others still change
+        var when = new Date(node.getAttribute("datetime"));
+        if (isNaN(when)) return;
+        var format = TIME_FORMATS[node.getAttribute("data-local")] || TIME_FORMATS[""];
+        var text = when.toLocaleString(undefined, format);
+        if (!node.title) node.title = node.textContent.trim();
+        node.textContent = text;
+      } catch (error) {
+        if (window.console) console.warn("mlqueue: a time left in UTC", error);
+      }
     });
   }
-  document.addEventListener("htmx:afterSwap", function (event) { localTimes(event.target); });
+  // Each step on its own: one that throws must not keep the live updates from starting.
+  function guarded(step) {
+    try { step(); } catch (error) { if (window.console) console.error("mlqueue:", error); }
+  }
+  document.addEventListener("htmx:afterSwap", function (event) { guarded(function () { localTimes(event.target); }); });
   document.addEventListener("DOMContentLoaded", function () {
-    localTimes(document);
-    watchChildren();
-    var root = document.querySelector("[data-live-path]");
-    if (!root) return;
-    var target = root.getAttribute("data-live-refresh");
-    var status = document.getElementById("live-status");
-    var refresh = debounce(function () { htmx.trigger(target, "refresh"); }, 500);
-    connect(root.getAttribute("data-live-path"), function () { refresh(); }, status);
+    guarded(function () { localTimes(document); });
+    guarded(watchChildren);
+    guarded(function () {
+      var root = document.querySelector("[data-live-path]");
+      if (!root) return;
+      var target = root.getAttribute("data-live-refresh");
+      var status = document.getElementById("live-status");
+      var refresh = debounce(function () { htmx.trigger(target, "refresh"); }, 500);
+      connect(root.getAttribute("data-live-path"), function () { refresh(); }, status);
+    });
   });
   // A group's section (data-live-children="id,id,..."): its children are other jobs than the
   // page's, so it hears every visible job's change and re-fetches itself when one of its own changed.

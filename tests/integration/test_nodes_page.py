@@ -163,12 +163,12 @@ def test_cordon_and_drain_wait(ops, ready):
 def test_an_action_needs_a_reason(ops, ready):
     before = AuditEvent.objects.filter(kind="NODE_STATE").count()
     response = post(ops, H100, "drain", "  ", **HTMX)
-    assert response.status_code == 400
+    assert response.status_code == 200  # htmx swaps no 4xx
     html = response.content.decode()
     assert 'data-state="READY"' in node_line(html, H100)
     assert re.search(rf'id="action-error" role="alert">{H100}: reason: ', html)
     refused = post(ops, H100, "reboot", "why not", **HTMX)
-    assert refused.status_code == 400 and refused.content.decode().count('class="error"') == 1
+    assert refused.status_code == 200 and refused.content.decode().count('class="error"') == 1
     assert "action: unknown action &#x27;reboot&#x27;" in refused.content.decode()
     assert Node.objects.get(name=H100).state == "READY"
     assert AuditEvent.objects.filter(kind="NODE_STATE").count() == before
