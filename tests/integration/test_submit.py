@@ -189,6 +189,7 @@ def test_a_plain_submit_does_a_fixed_number_of_queries(api, django_assert_num_qu
             "epoch": 0,
             "failure_class": "",
             "exit_code": None,
+            "exit_signal": "",
             "assigned_at": None,
             "started_at": None,
             "finished_at": None,
