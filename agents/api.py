@@ -7,7 +7,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import exceptions, generics, serializers
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
@@ -115,7 +115,10 @@ class NodeAction(APIView):
     action = ""
     body_serializer = NodeActionSerializer
 
-    @extend_schema(request=NodeActionSerializer, responses=NodeSerializer)
+    @extend_schema(
+        request=NodeActionSerializer,
+        responses={200: NodeSerializer, 403: OpenApiResponse(description="not a site admin")},
+    )
     def post(self, request: Request, name: str) -> Response:
         if not is_site_admin(request.user):
             raise exceptions.PermissionDenied(NOT_AN_ADMIN)
@@ -138,7 +141,10 @@ class NodeAction(APIView):
 
 
 class ReclaimNotice(NodeAction):
-    @extend_schema(request=ReclaimNoticeSerializer, responses=NodeSerializer)
+    @extend_schema(
+        request=ReclaimNoticeSerializer,
+        responses={200: NodeSerializer, 403: OpenApiResponse(description="not a site admin")},
+    )
     def post(self, request: Request, name: str) -> Response:
         return super().post(request, name)
 
@@ -170,7 +176,10 @@ class IncludeGpus(NodeAction):
 
     body_serializer = IncludeGpusSerializer
 
-    @extend_schema(request=IncludeGpusSerializer, responses=NodeSerializer)
+    @extend_schema(
+        request=IncludeGpusSerializer,
+        responses={200: NodeSerializer, 403: OpenApiResponse(description="not a site admin")},
+    )
     def post(self, request: Request, name: str) -> Response:
         return super().post(request, name)
 
@@ -218,7 +227,10 @@ class NodeBulkAction(APIView):
     """Cordon, drain or uncordon many nodes (a rack, or a list) with one reason: all or none,
     one audit entry per node."""
 
-    @extend_schema(request=BulkActionSerializer, responses=BulkResultSerializer)
+    @extend_schema(
+        request=BulkActionSerializer,
+        responses={200: BulkResultSerializer, 403: OpenApiResponse(description="not a site admin")},
+    )
     def post(self, request: Request) -> Response:
         if not is_site_admin(request.user):
             raise exceptions.PermissionDenied(NOT_AN_ADMIN)

@@ -65,6 +65,7 @@ api_v1 = [
     endpoint(r"prices/(?P<price_id>[0-9]+)", usage_api.PriceDetail.as_view(), "price-detail"),
     endpoint("teams", teams_api.TeamList.as_view(), "teams"),
     endpoint(r"teams/(?P<name>[a-z0-9-]+)/quotas", teams_api.TeamQuotas.as_view(), "team-quotas"),
+    endpoint(r"teams/(?P<name>[a-z0-9-]+)/events", teams_api.TeamEvents.as_view(), "team-events"),
     endpoint("fair-share", fair_share_api.FairShare.as_view(), "fair-share"),
     endpoint("forecast-accuracy", forecast_accuracy_api.ForecastAccuracy.as_view(), "forecast-accuracy"),
     endpoint("what-if", whatif_api.QuotaPreviewCreate.as_view(), "what-if"),

@@ -37,6 +37,7 @@ from teams.models import AuditEvent, EventKind, Team
 from teams.selectors import can_edit_quotas, team_and_below_ids
 
 NOTHING_TO_CHANGE = "give at least one of name, priority, max_runtime_hours."
+REASON_LENGTH = 500  # as a cancel's
 NOT_NOW = "job {job_id} is {state}: its {field} can change only while it is {states}."
 RUNTIME_ONLY_DOWN = "may only go down: the job has {current:g} hours, you asked for {asked:g}."
 CHANGED_MEANWHILE = "job {job_id} changed while this request ran ({field} is now {value!r}); look again and retry."
@@ -53,12 +54,17 @@ class JobChangeSerializer(StrictSerializer):
     name = StrictStringField(required=False, max_length=200, printable_only=True)
     priority = serializers.ChoiceField(PRIORITIES, required=False)
     max_runtime_hours = StrictFloatField(required=False)
+    # Why, for the job's events (an incident, a deadline), as hold, cancel and requeue take one:
+    # no invisible or control characters, as theirs.
+    reason = StrictStringField(
+        required=False, allow_blank=True, max_length=REASON_LENGTH, printable_only=True, help_text="why, for the events"
+    )
 
     def validate_max_runtime_hours(self, value):
         return checked_max_runtime(value)  # the submit's range, then "only down" on the job
 
     def validate(self, attrs):
-        if not attrs:
+        if not set(attrs) - {"reason"}:
             raise ValidationError({"body": [NOTHING_TO_CHANGE]})
         return attrs
 
@@ -77,7 +83,9 @@ def check_job_change(*, user, job: Job, data) -> dict:
     check_may_cancel(user=user, job=job, verb="change")
     body = JobChangeSerializer(data=data)
     body.is_valid(raise_exception=True)
-    changes = {field: value for field, value in body.validated_data.items() if getattr(job, field) != value}
+    asked = dict(body.validated_data)
+    reason = asked.pop("reason", "")
+    changes = {field: value for field, value in asked.items() if getattr(job, field) != value}
     for field in changes:
         if job.state not in writable_states(job, field):
             states = ", ".join(writable_states(job, field))
@@ -92,14 +100,16 @@ def check_job_change(*, user, job: Job, data) -> dict:
                 ]
             }
         )
-    return changes
+    return {**changes, "reason": reason} if changes and reason else changes
 
 
 def do_change_job(*, user, job: Job, changes: dict) -> Job:
     """Write check_job_change's changes, each as a conditional UPDATE on the value and state the
     check saw (0 rows: someone else changed the job first, and nothing is written), with one
-    event per field holding before and after."""
+    event per field holding before and after, and the `reason` given (not a field: why)."""
     now = timezone.now()
+    changes = dict(changes)
+    reason = changes.pop("reason", "")
     with transaction.atomic():
         for field, value in changes.items():
             before = getattr(job, field)
@@ -111,13 +121,15 @@ def do_change_job(*, user, job: Job, changes: dict) -> Job:
                 raise Conflict(CHANGED_MEANWHILE.format(job_id=job.pk, field=field, value=current))
             children = _change_children(job, field, value, now=now)
             message = f"{field} changed from {before!r} to {value!r} by {user.get_username()}"
+            message += f", and for {children} of its children" if children else ""
+            data = {"field": field, "before": before, "after": value, **({"children": children} if children else {})}
             AuditEvent.objects.create(
                 job=job,
                 kind=EventKind.JOB_CHANGED,
                 actor=user,
                 actor_name=user.get_username(),
-                message=message + (f", and for {children} of its children" if children else ""),
-                data={"field": field, "before": before, "after": value, **({"children": children} if children else {})},
+                message=message + (f": {reason}" if reason else ""),
+                data={**data, "reason": reason} if reason else data,
                 created_at=now,
             )
         if changes:

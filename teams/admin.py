@@ -5,6 +5,7 @@ from rest_framework.exceptions import ValidationError as DRFValidationError
 from teams.models import ApiToken, AuditEvent, Membership, Quota, Team
 from teams.resources import known_classes, unknown_class_message
 from teams.services import check_quota_tree, do_revoke_token
+from teams.team_changes import do_delete_team, do_remove_membership, do_save_membership, do_save_team
 
 
 class ResourceClassForm(forms.ModelForm):
@@ -77,16 +78,52 @@ class TeamForm(forms.ModelForm):
 
 @admin.register(Team)
 class TeamAdmin(admin.ModelAdmin):
+    """A team's creation, move and deletion, and its inline memberships, are audited
+    (teams/team_changes.py); its quotas are shown, not edited."""
+
     form = TeamForm
     list_display = ["name", "parent", "description"]
     search_fields = ["name"]
     inlines = [QuotaInline, MembershipInline]
 
+    def save_model(self, request, obj, form, change):
+        do_save_team(team=obj, actor=request.user)
+
+    def delete_model(self, request, obj):
+        do_delete_team(team=obj, actor=request.user)
+
+    def delete_queryset(self, request, queryset):
+        for team in queryset.select_related("parent"):
+            do_delete_team(team=team, actor=request.user)
+
+    def save_formset(self, request, form, formset, change):
+        if formset.model is not Membership:
+            return super().save_formset(request, form, formset, change)
+        saved = formset.save(commit=False)  # nothing written yet: each goes through the service
+        for membership in formset.deleted_objects:
+            do_remove_membership(membership=membership, actor=request.user)
+        for membership in saved:
+            do_save_membership(membership=membership, actor=request.user)
+        return None
+
 
 @admin.register(Membership)
 class MembershipAdmin(admin.ModelAdmin):
+    """Memberships added, changed or removed here go through teams/team_changes.py, which writes
+    each one's audit entry (role before -> after, by whom)."""
+
     list_display = ["user", "team", "role"]
     list_filter = ["role", "team"]
+
+    def save_model(self, request, obj, form, change):
+        do_save_membership(membership=obj, actor=request.user)
+
+    def delete_model(self, request, obj):
+        do_remove_membership(membership=obj, actor=request.user)
+
+    def delete_queryset(self, request, queryset):
+        for membership in queryset.select_related("user", "team"):
+            do_remove_membership(membership=membership, actor=request.user)
 
 
 @admin.register(Quota)
@@ -108,6 +145,9 @@ class ApiTokenAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request):
         return False  # tokens are issued by the API, /account/tokens/ or `manage.py create_token`: shown once
+
+    def has_delete_permission(self, request, obj=None):
+        return False  # a deleted token stopped working with no entry in the audit log: revoke it (below)
 
     @admin.action(description="Revoke the selected tokens")
     def revoke(self, request, queryset):

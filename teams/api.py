@@ -4,16 +4,26 @@ from collections import defaultdict
 
 from django.contrib.auth import get_user_model
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import OpenApiParameter, extend_schema
-from rest_framework import exceptions, permissions, status
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import exceptions, generics, permissions, serializers, status
 from rest_framework.exceptions import PermissionDenied
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from mlqueue.pagination import NewestFirst
+from mlqueue.query_parameters import refused_parameters
 from teams.login_limits import authenticate_within_limits
-from teams.models import Team
-from teams.selectors import can_edit_quotas, can_read_quotas, is_site_admin, roles_of, token_for, tokens_of
+from teams.models import ApiToken, AuditEvent, Team
+from teams.selectors import (
+    can_edit_quotas,
+    can_read_quotas,
+    is_site_admin,
+    roles_of,
+    team_history,
+    token_for,
+    tokens_of,
+)
 from teams.serializers import (
     NewTokenSerializer,
     QuotaPatchSerializer,
@@ -32,6 +42,16 @@ CREDENTIAL_MISSING = "give both username and password, or neither when already l
 ONLY_ADMINS_LIST_OTHERS = "only site admins may list another user's tokens."
 NO_SUCH_USER = "no user named {name!r}."
 NO_SUCH_TOKEN = "no token {token_id} of yours."
+TOKEN_CREATE_DOC = (
+    "A new token, shown once. Made with a password (or a session) it expires after `expires_in_days`, "
+    "or never; made with a token that expires, it expires no later than that token: without "
+    "`expires_in_days` at the same time, and an `expires_in_days` past it is a 400."
+)
+READ_FORBIDDEN = OpenApiResponse(
+    description="quotas are private (MLQ_QUOTAS_PUBLIC off) and the caller is no member of the team, "
+    "of a team above it, nor a site admin"
+)
+NO_SUCH_TEAM = OpenApiResponse(description="no team of that name")
 
 
 class TeamList(APIView):
@@ -46,14 +66,21 @@ class TeamList(APIView):
 
 
 class TeamQuotas(APIView):
-    @extend_schema(responses=QuotaSerializer(many=True))
+    @extend_schema(responses={200: QuotaSerializer(many=True), 403: READ_FORBIDDEN, 404: NO_SUCH_TEAM})
     def get(self, request: Request, name: str) -> Response:
         team = get_object_or_404(Team, name=name)
         if not can_read_quotas(request.user, team):
             raise PermissionDenied(NOT_A_MEMBER.format(team=team.name))
         return Response(QuotaSerializer(team.quotas.all(), many=True).data)
 
-    @extend_schema(request=QuotaPatchSerializer, responses=QuotaSerializer(many=True))
+    @extend_schema(
+        request=QuotaPatchSerializer,
+        responses={
+            200: QuotaSerializer(many=True),
+            403: OpenApiResponse(description="not a lead of the team (or of a team above it) nor a site admin"),
+            404: NO_SUCH_TEAM,
+        },
+    )
     def patch(self, request: Request, name: str) -> Response:
         team = get_object_or_404(Team, name=name)
         if not can_edit_quotas(request.user, team):
@@ -64,6 +91,36 @@ class TeamQuotas(APIView):
             team=team, changes=body.validated_data["quotas"], user=request.user, reason=body.validated_data["reason"]
         )
         return Response(QuotaSerializer(team.quotas.all(), many=True).data)
+
+
+class TeamEventSerializer(serializers.ModelSerializer):
+    actor = serializers.CharField(source="actor_name")
+
+    class Meta:
+        model = AuditEvent
+        fields = ["id", "kind", "actor", "reason", "message", "data", "created_at"]
+
+
+class TeamEvents(generics.ListAPIView):
+    """A team's history, newest first: its quota changes (QUOTA_CHANGED, before and after in
+    `data`) and the changes to its members' roles and its place in the tree (SECURITY), for
+    whoever may read its quotas."""
+
+    serializer_class = TeamEventSerializer
+    pagination_class = NewestFirst
+    filter_backends = []
+
+    def get_queryset(self):
+        team = get_object_or_404(Team, name=self.kwargs["name"])
+        if not can_read_quotas(self.request.user, team):
+            raise PermissionDenied(NOT_A_MEMBER.format(team=team.name))
+        if refused := refused_parameters(self.request.query_params):
+            raise exceptions.ValidationError({name: [why] for name, why in refused.items()})
+        return team_history(team)
+
+    @extend_schema(responses={200: TeamEventSerializer(many=True), 403: READ_FORBIDDEN, 404: NO_SUCH_TEAM})
+    def get(self, request: Request, *args, **kwargs) -> Response:
+        return super().get(request, *args, **kwargs)
 
 
 class TokenListCreate(APIView):
@@ -82,7 +139,14 @@ class TokenListCreate(APIView):
     def get(self, request: Request) -> Response:
         return Response(TokenSerializer(tokens_of(_owner_to_list(request)), many=True).data)
 
-    @extend_schema(request=TokenCreateSerializer, responses={201: NewTokenSerializer})
+    @extend_schema(
+        request=TokenCreateSerializer,
+        responses={
+            201: NewTokenSerializer,
+            400: OpenApiResponse(description="a bad field; made with a token: `expires_in_days` past that token's"),
+        },
+        description=TOKEN_CREATE_DOC,
+    )
     def post(self, request: Request) -> Response:
         has_credentials = isinstance(request.data, dict) and ("username" in request.data or "password" in request.data)
         if not has_credentials and not request.user.is_authenticated:
@@ -91,7 +155,10 @@ class TokenListCreate(APIView):
         body.is_valid(raise_exception=True)
         fields = body.validated_data
         owner = _owner_by_password(request, fields) if has_credentials else request.user
-        token, raw = do_create_token(user=owner, name=fields["name"], expires_in_days=fields.get("expires_in_days"))
+        made_with = request.auth if not has_credentials and isinstance(request.auth, ApiToken) else None
+        token, raw = do_create_token(
+            user=owner, name=fields["name"], expires_in_days=fields.get("expires_in_days"), made_with=made_with
+        )
         return Response(NewTokenSerializer(token, context={"raw": raw}).data, status=status.HTTP_201_CREATED)
 
 

@@ -2,9 +2,11 @@
 superusers."""
 
 from django.conf import settings
+from django.db.models import Q, QuerySet
 
 from mlqueue.compiled import CompiledRead
-from teams.models import ApiToken, Membership, Role, Team
+from teams.models import ApiToken, AuditEvent, EventKind, Membership, Role, Team
+from teams.team_changes import TEAM_REASONS
 
 # The teams a user is a member of itself (every submit asks).
 TEAMS_OF_USER = CompiledRead(
@@ -84,6 +86,13 @@ def can_edit_quotas(user, team: Team) -> bool:
         return False
     chain = [team.pk] + [t.pk for t in team.ancestors()]
     return Membership.objects.filter(user=user, team_id__in=chain, role=Role.LEAD).exists()
+
+
+def team_history(team: Team) -> QuerySet[AuditEvent]:
+    """A team's quota changes and the changes to its members and its place in the tree: what
+    whoever may read its quotas may read (not its schedules' entries, which are its members')."""
+    wanted = Q(kind=EventKind.QUOTA_CHANGED) | Q(kind=EventKind.SECURITY, reason__in=TEAM_REASONS)
+    return AuditEvent.objects.filter(wanted, team=team)
 
 
 def quota_team_names(user) -> list[str]:

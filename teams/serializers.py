@@ -13,7 +13,7 @@ class QuotaSerializer(serializers.ModelSerializer):
 
 
 class TeamSerializer(serializers.ModelSerializer):
-    parent = serializers.CharField(source="parent.name", default=None)
+    parent = serializers.CharField(source="parent.name", default=None, allow_null=True, help_text="null for a division")
     is_division = serializers.BooleanField()
     children = serializers.SerializerMethodField()
     my_role = serializers.SerializerMethodField()

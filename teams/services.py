@@ -93,20 +93,32 @@ def do_note_gpu_type(gpu_type: str) -> None:
         ReportedGpuType.objects.bulk_create([ReportedGpuType(name=gpu_type)], ignore_conflicts=True)
 
 
-def do_create_token(*, user, name: str, expires_in_days: int | None = None, actor=None) -> tuple[ApiToken, str]:
+TOKEN_OUTLIVES_CALLER = (
+    "may not outlive the token this request is made with, which expires at {expires_at}: "
+    "leave expires_in_days out to expire with it, or create the token with your password."
+)
+
+
+def do_create_token(
+    *, user, name: str, expires_in_days: int | None = None, actor=None, made_with: ApiToken | None = None
+) -> tuple[ApiToken, str]:
     """A new API token for `user` (made by `actor`, the user by default); the raw value is
-    returned once and only its digest is kept."""
+    returned once and only its digest is kept. `made_with`: the token the request came with;
+    the new one expires no later than it, or a short-lived token (a CI job's) could mint
+    one that never expires."""
     actor = actor or user
-    now = timezone.now()
-    expires_at = now + timedelta(days=expires_in_days) if expires_in_days is not None else None
+    expires_at = timezone.now() + timedelta(days=expires_in_days) if expires_in_days is not None else None
+    ceiling = made_with.expires_at if made_with is not None else None
+    if ceiling is not None and expires_at is not None and expires_at > ceiling:
+        raise ValidationError({"expires_in_days": [TOKEN_OUTLIVES_CALLER.format(expires_at=ceiling.isoformat())]})
+    capped = ceiling is not None and expires_at is None
+    expires_at = ceiling if capped else expires_at
     with transaction.atomic():
         token, raw = ApiToken.issue(user=user, name=name, expires_at=expires_at)
-        _audit_token(
-            token=token,
-            actor=actor,
-            reason="API_TOKEN_CREATED",
-            message=f"created, expires {expires_at.isoformat() if expires_at else 'never'}",
-        )
+        message = f"created, expires {expires_at.isoformat() if expires_at else 'never'}"
+        if capped:
+            message += f" (the expiry of token {made_with.hint}…, which created it)"
+        _audit_token(token=token, actor=actor, reason="API_TOKEN_CREATED", message=message)
     return token, raw
 
 

@@ -3,11 +3,14 @@ from datetime import timedelta
 
 import django_filters
 from django import forms
+from django.forms.utils import ErrorDict, ErrorList
 from django.utils import timezone
+from django.utils.functional import cached_property
 from django_filters.fields import IsoDateTimeField
 
+from mlqueue.query_parameters import refused_parameters
 from scheduling.models import Job, JobState, Priority
-from teams.selectors import team_and_below_ids
+from teams.selectors import is_site_admin, team_and_below_ids, team_ids_of
 
 NOT_A_TIME = "enter an ISO 8601 date-time (2026-04-20T09:00:00Z) or a time ago such as 30m, 12h or 7d."
 _AGO = re.compile(r"(\d{1,5})([mhd])")
@@ -40,7 +43,9 @@ class StrictBooleanField(forms.NullBooleanField):
             return None
         found = super().to_python(value)
         if found is None:
-            raise forms.ValidationError(NOT_A_BOOLEAN.format(value=value))
+            # The value as a param: Django formats the message with `%`, and a value holding one
+            # ("100%") made that a TypeError, a 500 (found by QA).
+            raise forms.ValidationError(NOT_A_BOOLEAN.replace("{value!r}", "%(value)s"), params={"value": repr(value)})
         return found
 
 
@@ -50,6 +55,10 @@ class StrictBooleanFilter(django_filters.BooleanFilter):
 
 class TimeFilter(django_filters.IsoDateTimeFilter):
     field_class = TimeOrAgoField
+
+
+NO_VISIBLE_TEAM = "no team named {name!r} whose jobs you may see."
+MULTIPLE = django_filters.MultipleChoiceFilter
 
 
 class JobFilter(django_filters.FilterSet):
@@ -81,8 +90,43 @@ class JobFilter(django_filters.FilterSet):
             "top_level",
         ]
 
+    def is_valid(self) -> bool:
+        return super().is_valid() and not self.refused
+
+    @property
+    def errors(self) -> ErrorDict:
+        """The filters' errors and the parameters refused before any filter reads them, each
+        a 400 naming the parameter (DjangoFilterBackend raises them)."""
+        errors = ErrorDict(self.form.errors)
+        for name, why in self.refused.items():
+            errors[name] = ErrorList([why])
+        return errors
+
+    @cached_property
+    def refused(self) -> dict[str, str]:
+        """A parameter that is no filter (`?teem=`, `?since=`: every job came back), a one-value
+        filter given twice, and a team the caller sees no job of: one that does not exist and
+        one it may not see get the same answer, so the list tells nobody which teams exist."""
+        if not self.is_bound:
+            return {}
+        multiple = [name for name, found in self.base_filters.items() if isinstance(found, MULTIPLE)]
+        refused = refused_parameters(self.data, filters=self.base_filters, multiple=multiple)
+        team = self.form.cleaned_data.get("team") if not self.form.errors.get("team") else None
+        if team and "team" not in refused and not self.team_ids:
+            refused["team"] = NO_VISIBLE_TEAM.format(name=team)
+        return refused
+
+    @cached_property
+    def team_ids(self) -> set[int]:
+        """The `team` filter's team and the teams below it that the caller may see jobs of."""
+        ids = team_and_below_ids(self.form.cleaned_data["team"])
+        user = getattr(self.request, "user", None)
+        if user is None:
+            return set()
+        return ids if is_site_admin(user) else ids & team_ids_of(user)
+
     def in_team(self, jobs, name, value):
-        return jobs.filter(team_id__in=team_and_below_ids(value))
+        return jobs.filter(team_id__in=self.team_ids)
 
     def owned_by(self, jobs, name, value):
         """ "me": the caller, as bulk cancel's filter reads it (a token alone says who that is)."""

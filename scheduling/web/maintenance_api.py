@@ -2,7 +2,7 @@
 call scheduling/maintenance.py, serialize."""
 
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import exceptions, serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -76,7 +76,7 @@ def _admin_only(request: Request) -> None:
 class WindowList(APIView):
     @extend_schema(
         parameters=[OpenApiParameter("state", str, enum=MaintenanceState.values, description="default: open ones")],
-        responses=WindowSerializer(many=True),
+        responses={200: WindowSerializer(many=True), 403: OpenApiResponse(description="not a site admin")},
     )
     def get(self, request: Request) -> Response:
         """Windows soonest first: the open ones (scheduled, active), or those in `?state=` (repeat it for several)."""
@@ -90,7 +90,10 @@ class WindowList(APIView):
         windows = windows.filter(state__in=states or maintenance.OPEN)  # ?state=A&state=B: either
         return Response(WindowSerializer(windows[:500], many=True).data)
 
-    @extend_schema(request=WindowCreateSerializer, responses={201: WindowSerializer})
+    @extend_schema(
+        request=WindowCreateSerializer,
+        responses={201: WindowSerializer, 403: OpenApiResponse(description="not a site admin")},
+    )
     def post(self, request: Request) -> Response:
         _admin_only(request)
         body = WindowCreateSerializer(data=request.data)
@@ -104,11 +107,14 @@ class WindowDetail(APIView):
         _admin_only(request)
         return get_object_or_404(MaintenanceWindow.objects.select_related("created_by"), pk=window_id)
 
-    @extend_schema(responses=WindowSerializer)
+    @extend_schema(responses={200: WindowSerializer, 403: OpenApiResponse(description="not a site admin")})
     def get(self, request: Request, window_id: int) -> Response:
         return Response(WindowSerializer(self.window(request, window_id)).data)
 
-    @extend_schema(request=WindowChangeSerializer, responses=WindowSerializer)
+    @extend_schema(
+        request=WindowChangeSerializer,
+        responses={200: WindowSerializer, 403: OpenApiResponse(description="not a site admin")},
+    )
     def patch(self, request: Request, window_id: int) -> Response:
         """Move a scheduled window or change its reason (409 once it has started)."""
         window = self.window(request, window_id)
@@ -117,7 +123,7 @@ class WindowDetail(APIView):
         window = maintenance.do_change_window(window=window, user=request.user, changes=body.validated_data)
         return Response(WindowSerializer(window).data)
 
-    @extend_schema(responses=WindowSerializer)
+    @extend_schema(responses={200: WindowSerializer, 403: OpenApiResponse(description="not a site admin")})
     def delete(self, request: Request, window_id: int) -> Response:
         """Cancel: a scheduled window never starts; an active one ends now (409 if over)."""
         window = maintenance.do_cancel_window(window=self.window(request, window_id), user=request.user)

@@ -11,7 +11,7 @@ from django.contrib.auth import get_user_model
 from django.db.models import Q
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers, status
 from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.negotiation import DefaultContentNegotiation
@@ -257,7 +257,9 @@ class PriceList(APIView):
         """Every price, by class and date (the costs' history)."""
         return Response(PriceSerializer(Price.objects.all(), many=True).data)
 
-    @extend_schema(request=PriceSerializer, responses={201: PriceSerializer})
+    @extend_schema(
+        request=PriceSerializer, responses={201: PriceSerializer, 403: OpenApiResponse(description="not a site admin")}
+    )
     def post(self, request: Request) -> Response:
         """A new price for a class from `effective_from` (admins only)."""
         pricing.check_admin(request.user)  # 403 before any complaint about the body
@@ -276,7 +278,7 @@ class PriceList(APIView):
 
 
 class PriceDetail(APIView):
-    @extend_schema(responses={204: None})
+    @extend_schema(responses={204: None, 403: OpenApiResponse(description="not a site admin")})
     def delete(self, request: Request, price_id: int) -> Response:
         pricing.check_admin(request.user)
         pricing.do_remove_price(user=request.user, price=get_object_or_404(Price, pk=price_id), now=timezone.now())

@@ -8,7 +8,7 @@ check who may, call scheduling/whatif.py, serialize.
 
 import re
 
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers, status
 from rest_framework.exceptions import NotFound, PermissionDenied
 from rest_framework.request import Request
@@ -104,7 +104,13 @@ def start_preview(user, data) -> QuotaPreview:
 
 
 class QuotaPreviewCreate(APIView):
-    @extend_schema(request=QuotaPreviewRequestSerializer, responses={202: QuotaPreviewSerializer})
+    @extend_schema(
+        request=QuotaPreviewRequestSerializer,
+        responses={
+            202: QuotaPreviewSerializer,
+            403: OpenApiResponse(description="not a lead of the team (or of a team above it) nor a site admin"),
+        },
+    )
     def post(self, request: Request) -> Response:
         preview = start_preview(request.user, request.data)
         return Response(QuotaPreviewSerializer(preview).data, status=status.HTTP_202_ACCEPTED)

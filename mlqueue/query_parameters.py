@@ -1,0 +1,36 @@
+"""A list's query parameters checked before any is read: one the list does not take is a 400
+naming it, not ignored (`?teem=x`, a typo, and `?since=7d`, another list's filter, answered
+with every row, as if no filter had been asked for), and a one-value filter given several
+times is a 400 too (all but the last were dropped). The nodes list does the same
+(agents/node_filters.py)."""
+
+from collections.abc import Iterable
+
+from mlqueue.pagination import StrictCursorPagination
+
+UNKNOWN_PARAMETER = "not a parameter of this list: filter by {filters}; page with {pages}."
+UNKNOWN_PARAMETER_NO_FILTERS = "not a parameter of this list: it takes none but {pages}."
+ONE_VALUE = "give {name} once: it takes one value."
+ONE_VALUE_BUT = "give {name} once: it takes one value (only {multiple} may repeat)."
+# Every cursor-paginated list's own (DRF's `format=json` too).
+PAGE_PARAMETERS = (StrictCursorPagination.cursor_query_param, StrictCursorPagination.page_size_query_param, "format")
+
+
+def refused_parameters(query, *, filters: Iterable[str] = (), multiple: Iterable[str] = ()) -> dict[str, str]:
+    """Parameter -> why it is refused, for a QueryDict `query`: `filters` the list's filters,
+    `multiple` those of them that may repeat (`?state=A&state=B`)."""
+    filters, multiple = list(filters), set(multiple)
+    pages = ", ".join(PAGE_PARAMETERS[:2])
+    if filters:
+        unknown = UNKNOWN_PARAMETER.format(filters=", ".join(filters), pages=pages)
+    else:
+        unknown = UNKNOWN_PARAMETER_NO_FILTERS.format(pages=pages)
+    errors = {}
+    for name in query:
+        if name not in filters and name not in PAGE_PARAMETERS:
+            errors[name] = unknown
+        elif name not in multiple and len(query.getlist(name)) > 1:
+            errors[name] = (ONE_VALUE_BUT if multiple else ONE_VALUE).format(
+                name=name, multiple=", ".join(sorted(multiple))
+            )
+    return errors
