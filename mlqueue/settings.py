@@ -267,6 +267,7 @@ SPECTACULAR_SETTINGS = {
         "RestartModeEnum": "scheduling.spec.RESTART_MODES",
         "ScheduleConcurrencyEnum": "scheduling.models.Concurrency",
         "FireOutcomeEnum": "scheduling.models.FireOutcome",
+        "EventKindEnum": "teams.models.EventKind",
     },
 }
 
