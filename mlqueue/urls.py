@@ -106,6 +106,10 @@ pages = [
     path("jobs/<int:job_id>/group/", job_pages.job_group, name="job-group"),
     path("jobs/<int:job_id>/log/", job_pages.job_log, name="job-log"),
     path("jobs/<int:job_id>/cancel/", job_pages.job_cancel, name="job-cancel-page"),
+    *[
+        path(f"jobs/<int:job_id>/{verb}/", job_pages.job_control_page, {"verb": verb}, name=f"job-{verb}-page")
+        for verb in ("hold", "release", "requeue")
+    ],
     path("jobs/<int:job_id>/clone/", job_pages.job_clone, name="job-clone"),
     path("schedules/", schedules_page.page, name="schedules-page"),
     path("schedules/<int:schedule_id>/", schedules_page.detail, name="schedule-page"),

@@ -5,7 +5,7 @@ from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import HttpResponseBadRequest
+from django.http import Http404, HttpResponseBadRequest
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -14,12 +14,12 @@ from rest_framework.exceptions import APIException, PermissionDenied
 
 from mlqueue.client.specs import dump_yaml
 from mlqueue.text import INVISIBLE, invisible_char
-from scheduling import job_metrics, node_health, services
+from scheduling import job_control, job_metrics, node_health, services
 from scheduling.models import Job, Priority, TaskState
 from scheduling.secrets import masked_spec
 from scheduling.selectors import can_change_job, scheduler_state, visible_jobs
 from scheduling.spec import SPEC_FIELD_ORDER
-from scheduling.states import JOB_FINISHED, QUEUED_OR_RUNNING
+from scheduling.states import JOB_FINISHED, ON_NODE, QUEUED_OR_RUNNING
 from scheduling.web import logstream
 from scheduling.web.api import NO_SUCH_ATTEMPT
 from scheduling.web.explanations import explain_job, what_would_help
@@ -131,6 +131,22 @@ def _panel_context(job: Job, user) -> dict:
         "now_day": timezone.now().strftime("%Y%m%d"),
         "forecast": _forecast_age(job),
         "can_cancel": _can_cancel(job, user),
+        **_controls(job, user),
+    }
+
+
+def _controls(job: Job, user) -> dict:
+    """Which of hold, release and requeue to offer (the services check again on the POST)."""
+    if not can_change_job(user, job):
+        return {}
+    finished = job.state in JOB_FINISHED
+    return {
+        "can_hold": not job.held and (job.state == TaskState.PENDING or bool(job.group_kind) and not finished),
+        "can_release": job.held,
+        "can_requeue": not job.group_kind
+        and job.state in ON_NODE
+        and job.cancel_requested_at is None
+        and not job.tasks.exclude(stop_reason="").exists(),  # not while it is being stopped
     }
 
 
@@ -212,7 +228,7 @@ def _chosen_attempt(job: Job, rank: int, latest: int, text: str | None) -> tuple
 
 MAX_REASON = 500  # CancelSerializer's
 TEXT = "text/plain; charset=utf-8"  # a refusal that echoes the query: never read as HTML
-REASON_TOO_LONG = "reason: at most {limit} characters ({length} given): nothing was cancelled."
+REASON_TOO_LONG = "reason: at most {limit} characters ({length} given): nothing was {done}."
 
 
 def _without(params, name: str) -> str:
@@ -224,21 +240,50 @@ def _without(params, name: str) -> str:
 @login_required
 @require_POST
 def job_cancel(request, job_id: int):
+    return _act(request, job_id, "cancelled", services.do_cancel_job, "Job {id} is being cancelled.")
+
+
+# The job page's other buttons: (the service, what the flash says, what a refusal says was not done).
+CONTROLS = {
+    "hold": (job_control.do_hold_job, "Job {id} is held: the scheduler leaves it waiting until released.", "held"),
+    "release": (job_control.do_release_job, "Job {id} is released: the next pass considers it again.", "released"),
+    "requeue": (
+        job_control.do_requeue_job,
+        "Job {id} is being stopped gracefully, to wait again as a new attempt.",
+        "requeued",
+    ),
+}
+
+
+@login_required
+@require_POST
+def job_control_page(request, job_id: int, verb: str):
+    """Hold, release or requeue from the job page: the API's services and rules, a flash."""
+    if verb not in CONTROLS:
+        raise Http404(f"no such action {verb!r}")
+    service, said, done = CONTROLS[verb]
+    if verb == "release":  # it takes no reason
+        return _act(request, job_id, done, lambda *, job, user, reason: service(job=job, user=user), said)
+    return _act(request, job_id, done, service, said)
+
+
+def _act(request, job_id: int, done: str, service, said: str):
+    """Check the reason as the API does, then call `service`; a refusal is the job page with it."""
     job = _job_for(request, job_id)
     reason = request.POST.get("reason", "")
     refusal = ""
     if len(reason) > MAX_REASON:  # as the API and mlq refuse it, not cut short unsaid
-        refusal = REASON_TOO_LONG.format(limit=MAX_REASON, length=len(reason))
+        refusal = REASON_TOO_LONG.format(limit=MAX_REASON, length=len(reason), done=done)
     elif char := invisible_char(reason):  # as the API's CancelSerializer: it goes in the job's events
-        refusal = f"reason: {INVISIBLE.format(char=char)} Nothing was cancelled."
+        refusal = f"reason: {INVISIBLE.format(char=char)} Nothing was {done}."
     if refusal:
         messages.error(request, refusal)
         response = job_page(request, job_id)
         response.status_code = 400
         return response
     try:
-        services.do_cancel_job(job=job, user=request.user, reason=reason)
-        messages.success(request, f"Job {job.pk} is being cancelled.")
+        service(job=job, user=request.user, reason=reason)
+        messages.success(request, said.format(id=job.pk))
     except PermissionDenied as exc:
         messages.error(request, str(exc.detail))
         response = job_page(request, job_id)  # the job page, with why, as a 403
