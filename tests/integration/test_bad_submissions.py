@@ -510,4 +510,7 @@ def test_a_job_of_a_division_is_refused_naming_its_teams(api, django_user_model)
     }
     assert not Job.objects.exists()
     outsider = api("alice").post("/api/v1/jobs", make_spec(team="production", client_job_id=None), format="json")
-    assert (outsider.status_code, outsider.json()["fields"]) == (403, {"team": [NOT_A_MEMBER.format(name="production")]})
+    assert (outsider.status_code, outsider.json()["fields"]) == (
+        403,
+        {"team": [NOT_A_MEMBER.format(name="production")]},
+    )

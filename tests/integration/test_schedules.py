@@ -159,7 +159,8 @@ def test_a_submit_the_owner_has_no_right_to_any_more_pauses_with_its_reason(cloc
     [fire] = fire_at(clock, at(9, 5))
     assert fire.outcome == "PAUSED"
     assert fire.message == (
-        f"paused: the submit was refused: P0 is for incidents: only leads of {TEAM} (or of a team above it) and site admins may submit at P0."
+        f"paused: the submit was refused: P0 is for incidents: only leads of {TEAM} (or of a team above it) and site"
+        " admins may submit at P0."
     )
     schedule.refresh_from_db()
     assert schedule.suspended

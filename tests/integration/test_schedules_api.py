@@ -166,7 +166,9 @@ def test_patch_a_spec_is_validated_and_must_stay_in_the_team(clock, api):
     p0 = api("alice").patch(url, {"spec": {**SPEC, "priority": "P0"}}, format="json")  # alice does not lead it
     assert p0.status_code == 403
     assert p0.json()["fields"] == {
-        "spec.priority": [f"P0 is for incidents: only leads of {TEAM} (or of a team above it) and site admins may submit at P0."]
+        "spec.priority": [
+            f"P0 is for incidents: only leads of {TEAM} (or of a team above it) and site admins may submit at P0."
+        ]
     }
     bad = api("alice").patch(url, {"spec": {**SPEC, "priority": "P9"}}, format="json")
     assert bad.json()["fields"] == {"spec.priority": ['"P9" is not a valid choice.']}
