@@ -8,7 +8,7 @@ children. Its children are not top-level rows; the row expands to them (`group_r
 from dataclasses import dataclass, field
 
 from django.core.paginator import Paginator
-from django.db.models import Prefetch, QuerySet
+from django.db.models import Prefetch, Q, QuerySet
 from django.utils import timezone
 
 from scheduling.group_state import child_counts
@@ -43,6 +43,7 @@ class QueueQuery:
     mine: bool = False
     sort: str = "position"
     page: int = 1
+    search: str = ""  # a job id (a child's finds its group), or words of a name, or an owner
 
     @classmethod
     def from_params(cls, params) -> "QueueQuery":
@@ -59,6 +60,7 @@ class QueueQuery:
             mine=params.get("mine") in ("1", "on", "true"),
             sort=sort if sort in SORTS else "position",
             page=page,
+            search=params.get("q", "").strip()[:200],
         )
 
 
@@ -156,7 +158,19 @@ def filtered(user, query: QueueQuery) -> QuerySet[Job]:
         jobs = jobs.filter(priority=query.priority)
     if query.mine:
         jobs = jobs.filter(owner=user)
+    if query.search:
+        jobs = jobs.filter(searched(query.search))
     return jobs
+
+
+def searched(text: str) -> Q:
+    """The queue's search box: "123" or "#123" is that job (a group's child: its group's row),
+    anything else a part of the job's name or its owner's user name."""
+    number = text.removeprefix("#")
+    if number.isdigit() and len(number) < 19:
+        job_id = int(number)
+        return Q(pk=job_id) | Q(pk__in=Job.objects.filter(pk=job_id).values("parent_id"))
+    return Q(name__icontains=text) | Q(owner__username=text)
 
 
 def queue_page(user, query: QueueQuery):

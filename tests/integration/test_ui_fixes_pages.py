@@ -134,3 +134,23 @@ def test_queue_and_job_times_are_labelled_and_marked_for_the_browser(api, clock)
     assert '<time datetime="2026-04-20T09:00:00+00:00" data-local="seconds">2026-04-20 09:00:00 UTC</time>' in panel
     assert "first started <time" in panel
     assert unlabelled_times(panel) == []
+
+
+def test_the_queue_searches_by_id_name_or_owner(api):
+    """The queue had no search: finding one job among hundreds meant paging (found by QA)."""
+    bert = submit(api, name="bert-pretrain", client_job_id="bert")
+    resnet = submit(api, name="resnet-eval", client_job_id="resnet")
+    array = submit(api, name="shards", client_job_id="shards", array={"count": 3}, resources={"gpu_count": 1})
+    child = Job.objects.filter(parent_id=array).order_by("group_index").last().pk
+    bobs = submit(api, "bob", team="production-ranking", client_job_id="bobs")
+
+    def found(username: str, text: str) -> set[int]:
+        page = client_of(username).get("/queue/", {"q": text, "state": "all"}, **HTMX).content.decode()
+        return {int(n) for n in re.findall(r'<tr id="job-(\d+)"', page)}
+
+    assert found("alice", "BERT") == {bert}
+    assert found("alice", str(resnet)) == {resnet} and found("alice", f"#{resnet}") == {resnet}
+    assert found("alice", str(child)) == {array}  # a child's id finds its group's row
+    assert found("alice", str(bobs)) == set()  # another team's job stays out of sight
+    assert found("ops", "bob") == {bobs}
+    assert found("alice", "no-such-job") == set()
