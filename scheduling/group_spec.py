@@ -11,10 +11,11 @@ import math
 import re
 
 from django.conf import settings
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from scheduling.core.early_stop import MAXIMIZE, MINIMIZE
-from scheduling.spec import StrictIntegerField, StrictSerializer, StrictStringField
+from scheduling.spec import ArrayBlockField, StrictIntegerField, StrictSerializer, StrictStringField, SweepBlockField
 from scheduling.sweep_params import grid_size
 
 PARAM_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}\Z")
@@ -89,6 +90,9 @@ def parse_indices(text: str) -> list[int]:
 
 
 class ArraySerializer(StrictSerializer):
+    """`array:`: one spec run over many indices, `{count}` or Slurm's `indices`, at most
+    `parallelism` at once; the array fails once more than `max_failures` elements fail for good."""
+
     count = StrictIntegerField(required=False, min_value=1)
     indices = StrictStringField(required=False, max_length=2000)
     parallelism = StrictIntegerField(required=False, allow_null=True, default=None, min_value=1)
@@ -131,6 +135,8 @@ def _element_count(count: int | None, text: str | None) -> int:
 
 
 class MetricSerializer(StrictSerializer):
+    """The metric a sweep ranks its trials by (they report it with mlqueue.report)."""
+
     name = StrictStringField(max_length=100)
     goal = serializers.ChoiceField([MINIMIZE, MAXIMIZE], required=False, default=MINIMIZE)
 
@@ -141,10 +147,36 @@ class MetricSerializer(StrictSerializer):
 
 
 class EarlyStopSerializer(StrictSerializer):
+    """Stop a running trial whose best value is worse than the median of the others' at its step,
+    once it has reported `min_reports` steps (scheduling/core/early_stop.py)."""
+
     rule = serializers.ChoiceField(["median"])
     min_reports = StrictIntegerField(required=False, default=3, min_value=1, max_value=100_000)
 
 
+_SCALAR = {"oneOf": [{"type": "number"}, {"type": "string"}, {"type": "boolean"}]}
+_RANGE = {
+    "type": "object",
+    "properties": {
+        "min": {"type": "number"},
+        "max": {"type": "number"},
+        "log": {"type": "boolean", "default": False, "description": "drawn on a log scale"},
+        "int": {"type": "boolean", "default": False, "description": "drawn as an integer"},
+    },
+    "required": ["min", "max"],
+    "additionalProperties": False,
+}
+
+
+@extend_schema_field(
+    {
+        "type": "object",
+        "description": "parameter name -> a list of values, or a range {min, max, log, int} (method random only)",
+        "additionalProperties": {"oneOf": [{"type": "array", "items": _SCALAR, "minItems": 1}, _RANGE]},
+        "minProperties": 1,
+        "maxProperties": MAX_PARAMETERS,
+    }
+)
 class ParametersField(serializers.Field):
     """name -> a list of values, or a range {min, max, log, int}; kept in the order given."""
 
@@ -233,6 +265,9 @@ def _shown(value) -> str:
 
 
 class SweepSerializer(StrictSerializer):
+    """`sweep:`: one trial per set of parameters, a grid's combinations or random draws. Without
+    `max_failures` the sweep fails only when every trial fails."""
+
     method = serializers.ChoiceField(["grid", "random"])
     parameters = ParametersField()
     max_trials = StrictIntegerField(required=False, allow_null=True, default=None, min_value=1)
@@ -279,3 +314,8 @@ def _random_trials(attrs: dict) -> int:
     if trials > limit:
         raise serializers.ValidationError({"max_trials": [TOO_MANY_ELEMENTS.format(limit=limit, count=trials)]})
     return trials
+
+
+# The API reference's schema of the spec's blocks (scheduling/spec.py declares the fields).
+extend_schema_field(ArraySerializer)(ArrayBlockField)
+extend_schema_field(SweepSerializer)(SweepBlockField)

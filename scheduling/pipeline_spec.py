@@ -12,9 +12,17 @@ accepted block into the group's children.
 
 import re
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from scheduling.spec import BlockField, JobSpecSerializer, StrictSerializer, StrictStringField, normalized
+from scheduling.spec import (
+    BlockField,
+    JobSpecSerializer,
+    PipelineBlockField,
+    StrictSerializer,
+    StrictStringField,
+    normalized,
+)
 
 STEP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}\Z")
 # `{steps.NAME.job_id}` in a step's command or env: the id of another step's job.
@@ -49,7 +57,8 @@ NO_COMMAND = "give each step a command, or one at the pipeline's top level for t
 
 
 class StepSerializer(StrictSerializer):
-    """A step's own fields; the job fields are checked with the top level's (`step_spec`)."""
+    """A step: its name, the steps it comes after and when it runs after them, and the job spec's
+    fields besides, each defaulting to the pipeline's top level (checked as a job's, `step_spec`)."""
 
     name = StrictStringField(max_length=63, trim_whitespace=False)
     after = serializers.ListField(child=StrictStringField(max_length=63), required=False, default=list, max_length=100)
@@ -61,8 +70,15 @@ class StepSerializer(StrictSerializer):
         return value
 
 
+@extend_schema_field(StepSerializer)
+class StepField(BlockField):
+    """A step: its name, after and when, and the job spec's fields (checked as a job's, `check_steps`)."""
+
+
 class PipelineSerializer(StrictSerializer):
-    steps = serializers.ListField(child=BlockField(), allow_empty=True)  # each checked as a job spec
+    """`pipeline:`: a DAG of steps, each a job (docs/pipelines.md)."""
+
+    steps = serializers.ListField(child=StepField(), allow_empty=True)  # each checked as a job spec
 
     def validate_steps(self, steps):
         if not steps:
@@ -194,3 +210,7 @@ def normalized_step(top: dict, step: dict) -> dict:
     serializer = JobSpecSerializer(data=step_spec(top, step))
     serializer.is_valid(raise_exception=True)
     return {**normalized(serializer.validated_data), "secret_env": top["secret_env"]}
+
+
+# The API reference's schema of the spec's `pipeline:` block (scheduling/spec.py declares the field).
+extend_schema_field(PipelineSerializer)(PipelineBlockField)

@@ -8,6 +8,7 @@ Errors name the field the way the body spelled it: `spec.resources.gpu_count` in
 `resources.gpu_count` and `schedule.cron` in the second.
 """
 
+from drf_spectacular.extensions import OpenApiSerializerExtension
 from rest_framework import serializers
 
 from scheduling.core.cron import cron_error, timezone_error
@@ -60,3 +61,23 @@ class ScheduleChangeSerializer(ScheduleBlockSerializer):
     # Stored after "suspended by <user>: " in a column of 500.
     reason = StrictStringField(required=False, allow_blank=True, max_length=300, printable_only=True)
     spec = serializers.JSONField(required=False)
+
+
+SCHEDULE_BLOCK_HELP = (
+    "POST /api/v1/jobs and /jobs/dry-run only: makes a schedule that submits the rest of the spec at "
+    "each fire time, instead of a job (docs/schedules.md). Not in a batch, a pipeline step or a schedule's spec."
+)
+
+
+class JobSpecWithSchedule(OpenApiSerializerExtension):
+    """The API reference's JobSpec with the `schedule:` block POST /api/v1/jobs takes. The view
+    takes the block off before the spec is checked (scheduling/schedules.py), so it is no field of
+    JobSpecSerializer, which refuses it wherever else a spec goes."""
+
+    target_class = "scheduling.spec.JobSpecSerializer"
+
+    def map_serializer(self, auto_schema, direction):
+        schema = auto_schema._map_serializer(self.target, direction, bypass_extensions=True)
+        block = auto_schema.resolve_serializer(ScheduleBlockSerializer, direction)
+        schema["properties"]["schedule"] = {"allOf": [block.ref], "description": SCHEDULE_BLOCK_HELP}
+        return schema

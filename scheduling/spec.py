@@ -94,6 +94,21 @@ class BlockField(serializers.JSONField):
         return data
 
 
+# The group blocks, each checked by its own serializer (`validate_<name>`). The API reference's
+# schema of each is declared where that serializer is (group_spec.py, pipeline_spec.py), with
+# extend_schema_field on these classes: those modules import this one, not this one them.
+class ArrayBlockField(BlockField):
+    """`array:`: group_spec.ArraySerializer."""
+
+
+class SweepBlockField(BlockField):
+    """`sweep:`: group_spec.SweepSerializer."""
+
+
+class PipelineBlockField(BlockField):
+    """`pipeline:`: pipeline_spec.PipelineSerializer."""
+
+
 class StrictIntegerField(serializers.IntegerField):
     """An integer in the JSON sense: "8", 8.0 and true are refused, not coerced."""
 
@@ -355,9 +370,9 @@ class JobSpecSerializer(StrictSerializer):
     notify = BlockField(required=False, allow_null=True, default=None)
 
     # At most one of these makes the job a group (scheduling/group_spec.py, groups.py).
-    array = BlockField(required=False, allow_null=True, default=None)
-    sweep = BlockField(required=False, allow_null=True, default=None)
-    pipeline = BlockField(required=False, allow_null=True, default=None)
+    array = ArrayBlockField(required=False, allow_null=True, default=None)
+    sweep = SweepBlockField(required=False, allow_null=True, default=None)
+    pipeline = PipelineBlockField(required=False, allow_null=True, default=None)
 
     def validate_notify(self, value):
         from scheduling.notify_spec import NotifySerializer, normalized_notify

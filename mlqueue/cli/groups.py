@@ -27,6 +27,11 @@ MAX_FAILURES_NEEDS_GROUP = (
     "--max-failures is for an array or a sweep: give --array, or a spec with an array: or sweep: block"
 )
 SEED_NEEDS_SWEEP = "--sweep-seed is for a sweep: the spec has no sweep: block"
+FAILURES_LOWERED = (
+    "{where}--array {indices} makes {elements}: the spec's max_failures {kept} is lowered to {lowered} "
+    "(fewer than the elements; --max-failures sets it)"
+)
+COUNTED_UP_TO = 1_000_000  # indices counted; an array larger still is the server's to refuse
 FOLLOW_A_GROUP = "--follow prints one job's log; a group's children each have theirs (mlq logs CHILD_ID): use --wait"
 NOT_A_GROUP = "job {job} has no children: it is not an array, a sweep or a pipeline"
 STATUS_CHILDREN = 20  # children `mlq status` lists before pointing at `mlq children`
@@ -69,10 +74,13 @@ class ArrayIndices(click.ParamType):
             self.fail(str(error), param, ctx)
 
 
-def with_group_options(spec: dict, *, array: dict | None, max_failures: int | None, sweep_seed: int | None) -> dict:
+def with_group_options(
+    spec: dict, *, array: dict | None, max_failures: int | None, sweep_seed: int | None, where: str | None = None
+) -> dict:
     """The spec with --array, --max-failures and --sweep-seed put in its group block. --array
     replaces the block's elements (count or indices) and, with %N, its parallelism; the file's
-    max_failures stays unless --max-failures is given."""
+    max_failures stays unless --max-failures is given, lowered to the new elements less one
+    (said on stderr, naming the spec file `where`)."""
     out = dict(spec)
     if array is not None:
         for kind in ("sweep", "pipeline"):
@@ -80,6 +88,8 @@ def with_group_options(spec: dict, *, array: dict | None, max_failures: int | No
                 raise click.UsageError(ARRAY_AND_GROUP.format(kind=kind))
         kept = {key: value for key, value in (out.get("array") or {}).items() if key not in ("count", "indices")}
         out["array"] = {**kept, **array}
+        if max_failures is None:
+            out["array"] = _failures_within(out["array"], where)
     kind = "array" if out.get("array") is not None else "sweep" if out.get("sweep") is not None else None
     if max_failures is not None:
         if kind is None:
@@ -90,6 +100,39 @@ def with_group_options(spec: dict, *, array: dict | None, max_failures: int | No
             raise click.UsageError(SEED_NEEDS_SWEEP)
         out["sweep"] = {**out["sweep"], "seed": sweep_seed}
     return out
+
+
+def _failures_within(block: dict, where: str | None) -> dict:
+    """The array block with the file's max_failures lowered below its elements: `--array 7` reruns
+    one shard of an array whose file lets 5 fail, which the server refuses (1 element, 5 may fail)."""
+    kept = block.get("max_failures")
+    elements = element_count(block)
+    if isinstance(kept, bool) or not isinstance(kept, int) or elements is None or kept < elements:
+        return block
+    lowered = max(elements - 1, 0)
+    made = "1 element" if elements == 1 else f"{elements} elements"
+    indices, place = block.get("indices", block.get("count")), f"{where}: " if where else ""
+    said = FAILURES_LOWERED.format(where=place, indices=indices, elements=made, kept=kept, lowered=lowered)
+    click.echo(said, err=True)
+    return {**block, "max_failures": lowered}
+
+
+def element_count(block: dict) -> int | None:
+    """How many elements an array block makes: its count, or the distinct indices its `indices`
+    name (as the server counts them); None when it cannot tell or past COUNTED_UP_TO."""
+    if "indices" not in block:
+        count = block.get("count")
+        return count if isinstance(count, int) and not isinstance(count, bool) else None
+    found: set[int] = set()
+    for part in str(block["indices"]).replace(" ", "").split(","):
+        match = ARRAY_PART.match(part)
+        if not match:
+            return None
+        low, high, step = int(match[1]), int(match[2] or match[1]), int(match[3] or 1)
+        if step < 1 or high < low or (high - low) // step + 1 + len(found) > COUNTED_UP_TO:
+            return None
+        found.update(range(low, high + 1, step))
+    return len(found)
 
 
 def group_counts(group: dict) -> str:
@@ -140,8 +183,16 @@ def _number(value) -> str | None:
     return None if value is None else f"{value:.6g}" if isinstance(value, float) else str(value)
 
 
+def trial_value(value) -> str:
+    """A parameter as its trial receives it (scheduling/sweep_params.py's as_text): true/false,
+    a float's shortest exact form, the rest as written."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return repr(value) if isinstance(value, float) else str(value)
+
+
 def _params(child: Job) -> str:
-    return " ".join(f"{name}={_number(value)}" for name, value in (child.params or {}).items())
+    return " ".join(f"{name}={trial_value(value)}" for name, value in (child.params or {}).items())
 
 
 def _metric(key: str) -> Callable:

@@ -28,7 +28,7 @@ from mlqueue.cli.groups import (
     with_group_options,
 )
 from mlqueue.cli.output import as_text, emit, output_option, report
-from mlqueue.cli.schedules import SCHEDULE_COLUMNS, schedule_line
+from mlqueue.cli.schedules import SCHEDULE_COLUMNS, created_line
 from mlqueue.client import JOB_STATES, Client, Job, MlqError, Schedule, Submitted, load_specs
 from mlqueue.client.sdk import BATCH_INDEX
 from mlqueue.client.specs import is_json_lines
@@ -59,7 +59,10 @@ DRY_RUN_ALONE = "--dry-run submits nothing: --wait and --follow have no job to f
 @click.option(
     "--max-failures",
     type=click.IntRange(min=0),
-    help="an array's or a sweep's children that may fail for good before the group fails (default 0)",
+    help=(
+        "an array's or a sweep's children that may fail for good before the group fails (an array: default 0; "
+        "a sweep: default none set, it fails only when every trial fails)"
+    ),
 )
 @click.option(
     "--sweep-seed", type=click.IntRange(0, 2**32 - 1), help="a sweep's seed: the same seed draws the same trials"
@@ -92,7 +95,9 @@ def submit(ctx, specs, overrides, array, max_failures, sweep_seed, dry_run, wait
         if dry_run or wait or follow:
             raise click.UsageError(ONE_SPEC_ONLY)
         groups = {"array": array, "max_failures": max_failures, "sweep_seed": sweep_seed}
-        bodies = [with_group_options(overridden(body, overrides, where), **groups) for where, body in loaded]
+        bodies = [
+            with_group_options(overridden(body, overrides, where), **groups, where=where) for where, body in loaded
+        ]
         ctx.exit(_submit_many(sdk, [where for where, _ in loaded], bodies, output))
     body = overridden(loaded[0][1], overrides)
     body = with_group_options(body, array=array, max_failures=max_failures, sweep_seed=sweep_seed)
@@ -108,13 +113,13 @@ def submit(ctx, specs, overrides, array, max_failures, sweep_seed, dry_run, wait
         raise click.UsageError(SCHEDULE_NOT_A_JOB)
     job = sdk.submit(body)
     if isinstance(job, Schedule):
-        report(job, output, SCHEDULE_COLUMNS, f"created {schedule_line(job)} (a schedule, not a job)")
+        report(job, output, SCHEDULE_COLUMNS, f"{created_line(job)} (a schedule, not a job)")
         return
     if output in ("json", "yaml") and not (wait or follow):
         emit(job, output, JOB_COLUMNS)
         return
     made = f"; {group_summary(job.group)}" if job.group else ""
-    click.echo(f"submitted job {job.id} ({job.name}): {job.state}{made}", err=output in ("json", "yaml"))
+    click.echo(job_line(job.id, job.name, job.state, existing=job.existing) + made, err=output in ("json", "yaml"))
     if follow:
         for line in sdk.logs(job, follow=True):
             click.echo(line)
@@ -130,8 +135,9 @@ def _submit_many(sdk: Client, places: list[str], bodies: list[dict], output: str
     client_job_id was taken by another spec (409), else 0."""
     try:
         outcomes = sdk.submit_many(bodies)
-    except MlqError as refused:
-        raise MlqError(refused.status, _with_places(refused.detail, places), refused.fields) from None
+    except MlqError as refused:  # the fields too: the detail repeats the first of them, and is printed once
+        fields = {_with_places(field, places): messages for field, messages in refused.fields.items()}
+        raise MlqError(refused.status, _with_places(refused.detail, places), fields) from None
     if output in ("json", "yaml"):
         emit(outcomes, output, SUBMITTED_COLUMNS)
     else:
@@ -147,11 +153,16 @@ def _with_places(detail: str, places: list[str]) -> str:
 
 
 def submitted_line(outcome: Submitted) -> str:
-    if outcome.status == 201:
-        return f"submitted job {outcome.id} ({outcome.name}): {outcome.state}"
-    if outcome.status == 200:
-        return f"job {outcome.id} ({outcome.name}) was submitted before with this spec: {outcome.state}"
+    if outcome.status in (200, 201):
+        return job_line(outcome.id, outcome.name, outcome.state, existing=outcome.status == 200)
     return f"refused: {outcome.detail}"
+
+
+def job_line(job_id: int, name: str, state: str, *, existing: bool) -> str:
+    """What a submit did: made the job, or found it made before (the same client_job_id and spec: a 200)."""
+    if existing:
+        return f"job {job_id} ({name}) was submitted before with this spec: {state}"
+    return f"submitted job {job_id} ({name}): {state}"
 
 
 def outcome_code(job: Job) -> int:

@@ -37,8 +37,20 @@ FIRE_COLUMNS = [
 
 def schedule_line(schedule: Schedule) -> str:
     """`schedule 3 (nightly): '0 3 * * *' in Europe/Berlin, next 2026-04-21T03:00:00+02:00`."""
+    return f"schedule {schedule.id} ({schedule.name}): {_timing(schedule)}"
+
+
+def created_line(schedule: Schedule) -> str:
+    """What a create did: made the schedule, or found one of that name made before with these
+    very settings (the server's 200: nothing was created)."""
+    if schedule.existing:
+        return f"schedule {schedule.id} ({schedule.name}) exists already with these settings: {_timing(schedule)}"
+    return f"created {schedule_line(schedule)}"
+
+
+def _timing(schedule: Schedule) -> str:
     when = f"suspended ({schedule.suspended_reason})" if schedule.suspended else f"next {schedule.next_run_local}"
-    return f"schedule {schedule.id} ({schedule.name}): {schedule.cron!r} in {schedule.timezone}, {when}"
+    return f"{schedule.cron!r} in {schedule.timezone}, {when}"
 
 
 def fire_line(fire: Fire) -> str:
@@ -107,7 +119,7 @@ def create(ctx, spec, overrides, output):
       mlq schedules create -f examples/nightly.yaml --set schedule.cron='0 4 * * *'
     """
     schedule = client(ctx).create_schedule(overridden(load_spec(spec), overrides))
-    report(schedule, output, SCHEDULE_COLUMNS, f"created {schedule_line(schedule)}")
+    report(schedule, output, SCHEDULE_COLUMNS, created_line(schedule))
 
 
 @schedules.command()

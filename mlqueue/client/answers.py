@@ -1,9 +1,11 @@
-"""What the Client makes of an answer: a refusal as an MlqError, a body that is not JSON, and
-which failures are an outage to wait out (a connection that fails, a 502, 503 or 504)."""
+"""What the Client makes of an answer: a refusal as an MlqError, a body that is not JSON, a
+redirect, a request that got no answer, which failures are an outage to wait out (a connection
+that fails, a 502, 503 or 504), and the events of a streamed log."""
 
 import math
 import re
 import time
+from collections.abc import Iterable, Iterator
 
 import httpx
 
@@ -19,6 +21,10 @@ NOT_JSON = (
     "{status}: {server} answered with {kind}, not the API's JSON (a sign-in page in front of the site?):"
     " is the server the site's address?"
 )
+UNREACHABLE = "cannot reach {server}: {error}"
+TIMED_OUT = "timed out waiting for the server ({seconds} s): {server} was reached but has not answered"
+REDIRECTED = "{status}: the server redirects to {location}: use that URL as --server / MLQ_SERVER"
+REDIRECTED_NOWHERE = "{status}: the server redirects without saying where to: is the server the site's address?"
 # An outage to wait out: a connection refused or cut, or a proxy's "the site is not there".
 OUTAGE_STATUSES = (502, 503, 504)
 FIRST_BACKOFF_S, LONGEST_BACKOFF_S = 0.5, 5.0
@@ -48,13 +54,58 @@ class Backoff:
 
 
 def json_body(response: httpx.Response, server: str):
-    """The answer's JSON; a 2xx that is not JSON (a sign-in page, a proxy's) is an MlqError."""
+    """The answer's JSON; a 2xx that is not JSON (a sign-in page, a proxy's, nothing at all) is an
+    MlqError, never None where the caller reads a dict."""
     try:
         return response.json()
     except ValueError:
         kind = response.headers.get("content-type", "").split(";")[0] or "no content type"
+        kind = kind if response.content else "an empty body"
         status = response.status_code
         raise MlqError(status, NOT_JSON.format(status=status, server=server, kind=kind)) from None
+
+
+def no_answer(error: httpx.HTTPError, *, server: str, timeout) -> str:
+    """Why a request got no answer. A read (or a write) that timed out reached the server, which
+    is slow; anything else (no connection, a refused one, a certificate) never reached it."""
+    if isinstance(error, httpx.ReadTimeout | httpx.WriteTimeout):
+        seconds = getattr(timeout, "read", timeout)
+        return TIMED_OUT.format(seconds=f"{seconds:g}" if isinstance(seconds, int | float) else seconds, server=server)
+    return UNREACHABLE.format(server=server, error=error)
+
+
+def redirected(response: httpx.Response) -> MlqError:
+    """A 3xx: the API redirects nowhere, so the server given is not the site's own address (http://
+    of an https:// site, a host the site moved from). Named as the address to give instead: the
+    Location without the API's path."""
+    status, location = response.status_code, response.headers.get("Location")
+    if not location:
+        return MlqError(status, REDIRECTED_NOWHERE.format(status=status))
+    try:
+        url = response.request.url.join(location)
+    except RuntimeError:  # a response built without its request
+        url = httpx.URL(location)
+    if API in url.path:
+        url = url.copy_with(path=url.path.split(API, 1)[0], query=None, fragment=None)
+    return MlqError(status, REDIRECTED.format(status=status, location=url))
+
+
+def server_sent_events(lines: Iterable[str]) -> Iterator[tuple[str, str]]:
+    """(event, data) of each event in a text/event-stream's lines; comments and `id:`/`retry:` skipped."""
+    name, data = "message", []
+    for line in lines:
+        if not line:
+            if data:
+                yield name, "\n".join(data)
+            name, data = "message", []
+            continue
+        field, _, value = line.partition(":")
+        value = value[1:] if value.startswith(" ") else value
+        if field == "event":
+            name = value
+        elif field == "data":
+            data.append(value)
+    # an event cut off before its blank line is dropped, as EventSource does
 
 
 def _retry_after(response: httpx.Response) -> float | None:

@@ -72,6 +72,7 @@ class Job:
     trial: int | None = None  # a sweep's trial: its number
     params: dict | None = None  # a sweep's trial: its parameters
     step: str = ""  # a pipeline's step: its name
+    existing: bool = False  # submit() answered 200: submitted before with this spec (its client_job_id)
     raw: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -161,6 +162,7 @@ class Schedule:
     last_outcome: str = ""
     last_job: int | None = None
     fires: tuple = ()
+    existing: bool = False  # created with these very settings before (the create answered 200)
     raw: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
 
     @classmethod

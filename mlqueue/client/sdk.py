@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -16,12 +17,16 @@ from mlqueue.client.answers import (
     API,
     BATCH_INDEX,  # noqa: F401 (names mlq and tests import from here)
     NOT_THE_API,  # noqa: F401
+    UNREACHABLE,  # noqa: F401
     Backoff,
     _not_finite,
     _refusal,
     _renumbered,
     is_outage,
     json_body,
+    no_answer,
+    redirected,
+    server_sent_events,
     through_outages,
 )
 from mlqueue.client.batching import batches
@@ -56,7 +61,6 @@ WAIT_TIMED_OUT = "job {job} still {state} after {timeout:g} s"
 NO_SCHEDULE_BLOCK = (
     "the spec has no schedule: block (e.g. schedule: {cron: '0 3 * * *', timezone: Europe/Berlin}); nothing was sent"
 )
-UNREACHABLE = "cannot reach {server}: {error}"
 BAD_SERVER = "the server {server!r} is not a URL ({error}): give the site's address, e.g. https://mlqueue.example.com"
 BAD_TOKEN = "the token (MLQ_TOKEN, token= or the config file) holds characters no token has: copy it again"
 NOT_FINITE = "{field}: must be a finite number, not {value}"
@@ -85,24 +89,6 @@ def _id(job) -> int:
         return int(job)
     except (TypeError, ValueError):
         raise MlqError(0, NOT_A_JOB_ID.format(job=job)) from None
-
-
-def server_sent_events(lines: Iterable[str]) -> Iterator[tuple[str, str]]:
-    """(event, data) of each event in a text/event-stream's lines; comments and `id:`/`retry:` skipped."""
-    name, data = "message", []
-    for line in lines:
-        if not line:
-            if data:
-                yield name, "\n".join(data)
-            name, data = "message", []
-            continue
-        field, _, value = line.partition(":")
-        value = value[1:] if value.startswith(" ") else value
-        if field == "event":
-            name = value
-        elif field == "data":
-            data.append(value)
-    # an event cut off before its blank line is dropped, as EventSource does
 
 
 class Client:
@@ -148,7 +134,11 @@ class Client:
         self.close()
 
     def request(self, method: str, path: str, *, json=None, params=None, auth: bool = True, text: bool = False) -> Any:
-        """The answer's JSON (`text`: its body as text, for CSV)."""
+        """The answer's JSON (`text`: its body as text, for CSV); None for a 204 alone."""
+        return self._answer(method, path, json=json, params=params, auth=auth, text=text)[1]
+
+    def _answer(self, method: str, path: str, *, json=None, params=None, auth=True, text=False) -> tuple[int, Any]:
+        """(status, body): the status tells a 201 (made now) from a 200 (a replay, made before)."""
         if auth and not self.token:
             raise MlqError(0, NO_TOKEN)
         if auth and not (self.token.isascii() and self.token.isprintable()):
@@ -163,12 +153,14 @@ class Client:
         except httpx.InvalidURL as error:
             raise MlqError(0, BAD_SERVER.format(server=self.server, error=error)) from None
         except httpx.HTTPError as error:
-            raise MlqError(0, UNREACHABLE.format(server=self.server, error=error)) from error
+            raise MlqError(0, no_answer(error, server=self.server, timeout=self._timeout)) from error
+        if 300 <= response.status_code < 400:
+            raise redirected(response)
         if response.status_code >= 400:
             raise _refusal(response)
-        if response.status_code == 204 or not response.content:
-            return None
-        return response.text if text else json_body(response, self.server)
+        if response.status_code == 204:
+            return 204, None
+        return response.status_code, response.text if text else json_body(response, self.server)
 
     def _pages(self, path: str, params: dict) -> Iterator[dict]:
         """Every row of a cursor-paginated list (`{"next", "results"}`), following `next`."""
@@ -188,12 +180,12 @@ class Client:
 
     def submit(self, spec_or_path, *, set: Iterable[str] = (), **overrides) -> Job | Schedule:  # noqa: A002
         """The job submitted; for a spec with a `schedule:` block, the Schedule it created
-        (no job is submitted then: the schedule submits one at each fire time)."""
+        (no job is submitted then: the schedule submits one at each fire time). `existing`: the
+        server had it already (the same client_job_id and spec, or a schedule of these settings)."""
         spec = apply_overrides(load_spec(spec_or_path), set, **overrides)
-        answer = self.request("POST", "/jobs", json=spec)
-        if answer.get("created") == "schedule":
-            return Schedule.from_json(answer["schedule"])
-        return Job.from_json(answer)
+        status, answer = self._answer("POST", "/jobs", json=spec)
+        made = Schedule.from_json(answer["schedule"]) if answer.get("created") == "schedule" else Job.from_json(answer)
+        return dataclasses.replace(made, existing=status == 200)  # its client_job_id's, or these settings'
 
     def submit_many(self, specs: Iterable[dict], *, max_wait: float = BATCH_MAX_WAIT_S) -> list[Submitted]:
         """Submit job specs in batches (POST /api/v1/jobs/batch): a Submitted per spec, in order.
@@ -272,7 +264,8 @@ class Client:
         spec = apply_overrides(load_spec(spec_or_path), set, **overrides)
         if not isinstance(spec.get("schedule"), dict):
             raise MlqError(0, NO_SCHEDULE_BLOCK)
-        return Schedule.from_json(self.request("POST", "/jobs", json=spec)["schedule"])
+        status, answer = self._answer("POST", "/jobs", json=spec)
+        return dataclasses.replace(Schedule.from_json(answer["schedule"]), existing=status == 200)
 
     def change_schedule(self, schedule_id: int, **changes) -> Schedule:
         return Schedule.from_json(self.request("PATCH", f"/schedules/{_segment(schedule_id)}", json=changes))
@@ -397,9 +390,9 @@ class Client:
             ended = None
             try:
                 with self._client().stream("GET", f"{API}/jobs/{_id(job)}/logs", params=params, headers=headers) as got:
-                    if got.status_code >= 400:
+                    if got.status_code >= 300:
                         got.read()
-                        raise _refusal(got)
+                        raise _refusal(got) if got.status_code >= 400 else redirected(got)
                     backoff.reset()
                     reached = True
                     if not got.headers.get("content-type", "").startswith("text/event-stream"):
@@ -417,7 +410,7 @@ class Client:
                             break
             except httpx.HTTPError as error:  # an outage of a server reached: on from the offset once it is back
                 if not reached or not isinstance(error, httpx.TransportError):  # a wrong name, port, certificate
-                    raise MlqError(0, UNREACHABLE.format(server=self.server, error=error)) from error
+                    raise MlqError(0, no_answer(error, server=self.server, timeout=self._timeout)) from error
                 time.sleep(backoff.next())
                 continue
             except MlqError as refused:

@@ -14,9 +14,10 @@ Debian cron's, which these functions keep:
 Every fire time is returned in UTC, strictly after the instant asked about.
 """
 
+import functools
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo, available_timezones
 
 from cronsim import CronSim, CronSimError
 
@@ -44,6 +45,9 @@ FIELD_RULES = {
     "day-of-week": "0-7 or SUN-SAT (0 and 7 are Sunday), L and #, lists, ranges and steps",
 }
 UNKNOWN_TIMEZONE = "{name!r} is not an IANA time zone name such as Europe/Berlin, America/New_York or UTC."
+# Names the tz database's directory holds that are no place: the host's own zone (`localtime`,
+# another zone on each server), tzcode's template (`posixrules`) and tzdata's `Factory` ("-00").
+NOT_A_PLACE = frozenset({"localtime", "posixrules", "Factory"})
 # Any start works for validation; a fixed one keeps the check independent of the clock.
 PROBE = datetime(2000, 1, 1, tzinfo=UTC)
 SEARCH_LIMIT = 10_000
@@ -82,10 +86,16 @@ def _field_named(message: str) -> str | None:
     return None
 
 
+@functools.cache
+def zone_names() -> frozenset[str]:
+    """The IANA names a schedule may use. Read once: available_timezones() walks the database.
+    ZoneInfo() opens more (any file under the zone directory: `posix/Europe/Berlin`, `localtime`),
+    and a schedule in one of those would fire at other times on another host."""
+    return frozenset(available_timezones()) - NOT_A_PLACE
+
+
 def timezone_error(name: str) -> str | None:
-    try:
-        ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
+    if name not in zone_names():
         return UNKNOWN_TIMEZONE.format(name=name)
     return None
 

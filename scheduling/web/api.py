@@ -11,6 +11,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from mlqueue.errors import Conflict
 from mlqueue.metrics_report import NAME as METRIC_NAME
 from mlqueue.pagination import NewestFirst
 from scheduling import groups, job_changes, job_control, job_metrics, schedules, services, submit_batch, sweeps
@@ -42,6 +43,10 @@ from teams.selectors import team_and_below_ids
 
 NO_SUCH_RANK = "job {job} has {ranks}."
 NO_SUCH_ATTEMPT = "rank {rank} of job {job} has made {made} attempt(s)."
+GROUP_HAS_NO_LOG = (
+    "job {job} is {kind}: its children have the logs (mlq children {job} / GET /api/v1/jobs/{job}/children)"
+)
+A_GROUP = {"array": "an array", "sweep": "a sweep", "pipeline": "a pipeline"}
 
 
 class OldestFirst(NewestFirst):
@@ -375,7 +380,8 @@ class JobLogs(APIView):
             200: OpenApiResponse(
                 description="JSON {job_id, rank, attempt, stream, offset, next_offset, text}; with follow, "
                 "text/event-stream: `log` events, then `end` (scheduling/web/logstream.py)"
-            )
+            ),
+            409: OpenApiResponse(description="a group's parent: it runs nothing, its children have the logs"),
         },
     )
     def get(self, request: Request, job_id: int) -> Response | StreamingHttpResponse:
@@ -425,7 +431,10 @@ class JobLogs(APIView):
 
 def _check_log_query(job: Job, rank: int, attempt: int | None) -> None:
     """A rank the job has, and an attempt that rank has made (or its first): else a 400 naming
-    the parameter, not an empty log that looks like a silent job."""
+    the parameter, not an empty log that looks like a silent job. A group's parent runs no task
+    (its stored task_count is its children's): a 409 pointing at the children."""
+    if job.group_kind:
+        raise Conflict(GROUP_HAS_NO_LOG.format(job=job.pk, kind=A_GROUP.get(job.group_kind, "a group")))
     if rank >= job.task_count:
         ranks = "rank 0" if job.task_count == 1 else f"ranks 0-{job.task_count - 1}"
         raise ValidationError({"rank": [NO_SUCH_RANK.format(job=job.pk, ranks=ranks)]})
@@ -443,6 +452,14 @@ class QueueQuerySerializer(serializers.Serializer):
     offset = serializers.IntegerField(min_value=0, default=0)
 
 
+class QueuePageSerializer(serializers.Serializer):
+    """The queue's answer as sent (the schema said a bare list, which generated clients read)."""
+
+    count = serializers.IntegerField(help_text="entries in the whole queue the caller may see")
+    offset = serializers.IntegerField()
+    results = QueueEntrySerializer(many=True)
+
+
 class Queue(APIView):
     """Pending work the caller may see, in the order the scheduler's last pass considered it,
     with each job's reason and its latest and likely starts; jobs the last pass has not ordered yet last.
@@ -451,7 +468,7 @@ class Queue(APIView):
     `parent` and `array_index` or `trial`); the group's parent is not: it never runs itself
     (`GET /api/v1/jobs/{id}` gives its counts)."""
 
-    @extend_schema(parameters=[QueueQuerySerializer], responses=QueueEntrySerializer(many=True))
+    @extend_schema(parameters=[QueueQuerySerializer], responses=QueuePageSerializer)
     def get(self, request: Request) -> Response:
         query = QueueQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)

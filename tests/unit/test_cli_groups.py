@@ -122,10 +122,10 @@ def test_array_replaces_the_files_elements_and_keeps_its_other_settings(tmp_path
     path = tmp_path / "infer.yaml"
     path.write_text("name: infer\ncommand: [x]\narray: {count: 10, parallelism: 4, max_failures: 2}\n")
     server = FakeServer({("POST", "/api/v1/jobs"): (201, ARRAY_PARENT)})
-    assert run(server, "submit", str(path), "--array", "3,7").exit_code == 0
+    assert run(server, "submit", str(path), "--array", "3,5,7").exit_code == 0
     assert run(server, "submit", str(path), "--array", "0-4%1", "--max-failures", "0").exit_code == 0
     assert [body["array"] for body in server.bodies("POST", "/api/v1/jobs")] == [
-        {"indices": "3,7", "parallelism": 4, "max_failures": 2},
+        {"indices": "3,5,7", "parallelism": 4, "max_failures": 2},
         {"indices": "0-4", "parallelism": 1, "max_failures": 0},
     ]
 
