@@ -8,10 +8,11 @@ A webhook's URL is checked here as far as it can be without DNS (mlqueue/webhook
 
 from django.conf import settings
 from django.db.models import TextChoices
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from mlqueue.webhook_addresses import WebhookRefused, check_endpoint
-from scheduling.spec import StrictBooleanField, StrictSerializer, StrictStringField
+from scheduling.spec import NotifyBlockField, StrictBooleanField, StrictSerializer, StrictStringField
 
 
 class Event(TextChoices):
@@ -91,3 +92,6 @@ def normalized_notify(attrs: dict) -> dict:
     if attrs["email"]:
         found["email"] = True
     return found
+
+
+extend_schema_field(NotifySerializer)(NotifyBlockField)  # the API reference's `notify` (see spec.py)

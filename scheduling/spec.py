@@ -109,6 +109,10 @@ class PipelineBlockField(BlockField):
     """`pipeline:`: pipeline_spec.PipelineSerializer."""
 
 
+class NotifyBlockField(BlockField):
+    """`notify:`: notify_spec.NotifySerializer."""
+
+
 class StrictIntegerField(serializers.IntegerField):
     """An integer in the JSON sense: "8", 8.0 and true are refused, not coerced."""
 
@@ -367,7 +371,7 @@ class JobSpecSerializer(StrictSerializer):
     )
 
     # Webhooks and emails when the job starts or ends (scheduling/notify_spec.py).
-    notify = BlockField(required=False, allow_null=True, default=None)
+    notify = NotifyBlockField(required=False, allow_null=True, default=None)
 
     # At most one of these makes the job a group (scheduling/group_spec.py, groups.py).
     array = ArrayBlockField(required=False, allow_null=True, default=None)
