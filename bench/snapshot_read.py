@@ -85,7 +85,7 @@ def steady_ms(reads: int, kept) -> tuple[float, float, int, int]:
     from django.utils import timezone
 
     from scheduling.core.scheduler import Scheduler
-    from scheduling.leader.snapshot import build_view
+    from scheduling.store_view import build_view
 
     scheduler, read, decide = Scheduler(), [], []
     for index in range(reads + 1):

@@ -1,5 +1,5 @@
 """The cluster as the policy core sees it, read from the store: the nodes, the jobs running
-on them and the teams with their quotas. The leader's snapshot (scheduling/leader/snapshot.py)
+on them and the teams with their quotas. The leader's snapshot (scheduling/store_view.py)
 is built from these, and so is the "what would help" panel's view of the cluster now
 (scheduling/web/explanations.py).
 

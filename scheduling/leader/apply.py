@@ -16,9 +16,9 @@ from scheduling.core.model import PendingJob
 from scheduling.core.reasons import PendingReason, ReasonCode
 from scheduling.fencing import fenced
 from scheduling.leader import failpoints
-from scheduling.leader.snapshot import StoreView
 from scheduling.models import Job, JobState, StopReason, TaskState
 from scheduling.stopping import do_request_stop
+from scheduling.store_view import StoreView
 from scheduling.task_slots import Slots
 from teams.models import AuditEvent, EventKind
 

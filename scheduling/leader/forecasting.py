@@ -20,10 +20,10 @@ from scheduling import notify
 from scheduling.core.decisions import Decisions
 from scheduling.core.model import resource_class
 from scheduling.fencing import fenced
-from scheduling.leader.snapshot import StoreView, build_everyone
 from scheduling.models import Job, JobState, SchedulerLease, StartForecast
 from scheduling.sim.forecast import Forecast, Run, combine, forecast, simulate_to
 from scheduling.states import QUEUED_OR_RUNNING
+from scheduling.store_view import StoreView, build_everyone
 
 log = logging.getLogger(__name__)
 

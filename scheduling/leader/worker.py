@@ -28,10 +28,10 @@ from scheduling.leader.forecasting import Forecaster
 from scheduling.leader.leadership import Leadership, LeaseRowLeadership
 from scheduling.leader.reconcile import Swept, reconcile
 from scheduling.leader.schedule_sweep import ScheduleSweep, run_due_windows
-from scheduling.leader.snapshot import build_view
 from scheduling.models import SchedulerLease
 from scheduling.notify import wake_channel
 from scheduling.queue_state import QUEUE_ORDER_KEY, QUEUE_ORDER_TTL_S, stored_order
+from scheduling.store_view import build_view
 
 log = logging.getLogger(__name__)
 FAILED_PASSES = Counter("mlqueue_scheduler_failed_passes_total", "Passes that failed with an unexpected error")

@@ -16,9 +16,9 @@ from scheduling.core.scheduler import schedule
 from scheduling.core.state import ClusterState
 from scheduling.core.whatif import suggestions
 from scheduling.inventory import inventory
-from scheduling.leader.snapshot import build_view
 from scheduling.pipeline_spec import normalized_step
 from scheduling.services import job_shape
+from scheduling.store_view import build_view
 from scheduling.web.explanations import NOT_ROOM
 
 

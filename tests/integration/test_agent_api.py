@@ -12,9 +12,9 @@ from rest_framework.test import APIClient
 from scheduling import liveness
 from scheduling.leader import failures
 from scheduling.leader.failures import detect
-from scheduling.leader.snapshot import build_view
 from scheduling.leader.worker import run_pass
 from scheduling.models import Job, Node, SchedulerLease, Task
+from scheduling.store_view import build_view
 from teams.models import AuditEvent
 from tests.conftest import make_spec
 from tests.nodes import cordon

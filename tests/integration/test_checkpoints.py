@@ -8,7 +8,7 @@ import pytest
 import time_machine
 from django.utils import timezone
 
-from scheduling.leader import snapshot
+from scheduling import store_view as snapshot
 from scheduling.leader.worker import run_pass
 from scheduling.models import Job, Node, Task
 from teams.models import AuditEvent

@@ -8,9 +8,9 @@ from django.utils import timezone
 
 from scheduling import reports
 from scheduling.leader.forecasting import Forecaster
-from scheduling.leader.snapshot import build_view
 from scheduling.leader.worker import run_pass
 from scheduling.models import Job, Node
+from scheduling.store_view import build_view
 from tests.integration.test_groups import children, states, submit
 from tests.integration.test_scheduler_pass import run_all_ranks
 from tests.integration.test_scheduler_pass import submit as submit_spec

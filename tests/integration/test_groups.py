@@ -7,9 +7,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from scheduling import reports
-from scheduling.leader.snapshot import load_groups
 from scheduling.leader.worker import run_pass
 from scheduling.models import Job
+from scheduling.store_view import load_groups
 from scheduling.web.explanations import QUOTA_HELP
 from teams.models import AuditEvent, EventKind
 from tests.integration.test_scheduler_pass import run_all_ranks

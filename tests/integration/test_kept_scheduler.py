@@ -8,9 +8,9 @@ from django.utils import timezone
 from scheduling.cluster import KeptReads
 from scheduling.core.scheduler import Scheduler, schedule
 from scheduling.leader.leadership import LeaseRowLeadership
-from scheduling.leader.snapshot import build_view
 from scheduling.leader.worker import SchedulerWorker, run_pass
 from scheduling.models import Job, SchedulerLease
+from scheduling.store_view import build_view
 from tests.conftest import make_spec
 from tests.nodes import heartbeat
 

@@ -13,11 +13,11 @@ from mlqueue.celery import app as celery_app
 from scheduling import metrics, stopping
 from scheduling.core.scheduler import schedule
 from scheduling.leader.apply import apply_decisions
-from scheduling.leader.snapshot import build_view
 from scheduling.leader.worker import run_pass
 from scheduling.models import Node
 from scheduling.services import do_cancel_job
 from scheduling.stopping import do_request_stop
+from scheduling.store_view import build_view
 from tests.integration.test_scheduler_pass import run_all_ranks, submit
 from tests.nodes import cordon
 

@@ -11,9 +11,9 @@ from django.utils import timezone
 
 from scheduling import reports
 from scheduling.groups import child_env
-from scheduling.leader.snapshot import build_view
 from scheduling.leader.worker import run_pass
 from scheduling.models import Job, JobDependency
+from scheduling.store_view import build_view
 from teams.models import AuditEvent
 from tests.conftest import make_spec
 from tests.integration.test_scheduler_pass import run_all_ranks

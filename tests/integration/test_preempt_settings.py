@@ -5,7 +5,7 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 
 from mlqueue.settings import QUEUE_ORDERS, env_backlog, env_bool, env_choice, env_min_runtime, env_seconds
-from scheduling.leader.snapshot import policy_config
+from scheduling.store_view import policy_config
 
 NAME, SINGLE = "MLQ_PREEMPT_MIN_RUNTIME", "MLQ_PREEMPT_MIN_RUNTIME_S"
 

@@ -1,4 +1,5 @@
-"""The leader's view of the cluster, read from the store into the core's dataclasses: the nodes
+"""The scheduler's view of the cluster, read from the store into the core's dataclasses (the
+leader's passes, the forecast, the dry run): the nodes,
 running jobs and teams (scheduling/cluster.py), and the pending jobs.
 
 Reads are `values()` queries, not model instances: a snapshot of 5,000 pending jobs and
