@@ -19,7 +19,7 @@ MAX_LOG_CHUNK = 64 * 1024
 # A host name: it becomes part of URLs (/api/v1/agents/NAME/...) and of the agent's workdir.
 NODE_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,251}[A-Za-z0-9])?\Z")
 # Why a task exited when not by itself: its node's lease ran out, or it was lost in an agent restart.
-EXIT_CAUSES = ["", "lease_expired", "lost", "no_task_user"]
+EXIT_CAUSES = ["", "lease_expired", "lost", "no_task_user", "no_container_runtime"]
 # A checkpoint's time, seconds since the epoch: up to the last second datetime can hold.
 MAX_EPOCH_S = 253402300799
 NODE_NAME_RULE = "letters, digits, '.', '_' and '-', starting and ending with a letter or digit (a host name)."

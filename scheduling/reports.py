@@ -38,6 +38,10 @@ CAUSES = {
     ),
     "lost": ("AGENT_LOST_TASK", "lost when its node agent restarted"),
     "no_task_user": ("NO_TASK_USER", "not started: its node agent had no user to run it as (see the task's log)"),
+    "no_container_runtime": (
+        "NO_CONTAINER_RUNTIME",
+        "not started: it names an image and its node has no container runtime (see the task's log)",
+    ),
 }
 
 

@@ -6,7 +6,8 @@ on the same workdir re-registers with it, and nothing else can take over its nod
 heartbeats every few seconds, on its WebSocket to the server while that is open, over HTTP
 otherwise (agents/node/heartbeat_socket.py), and at once when the server nudges it; starts
 the assignments it is given as real processes; passes on the signals the scheduler sends;
-reports starts, exits and log chunks; and obeys three safety rules:
+reports starts, exits and log chunks (sent by a thread of their own, so that a task printing
+tens of MB holds up no heartbeat: agents/node/outbox.py); and obeys three safety rules:
 - fencing: it refuses an assignment from an epoch older than the highest it has seen, and an
   attempt it has already run (remembered on disk across restarts);
 - reconnect: it kills whatever the server says it no longer assigns to this node;
@@ -46,13 +47,27 @@ from agents.node.isolation import (
 )
 from agents.node.options import nodes_from, parse_args
 from agents.node.outbox import Outbox
-from agents.node.runtime import DEFAULT_PASS_ENV, DIR_MODE, TaskProcess, install_helpers
+from agents.node.runtime import (
+    DEFAULT_PASS_ENV,
+    DIR_MODE,
+    LOG_READ_BYTES,
+    NoContainerRuntime,
+    TaskProcess,
+    install_helpers,
+)
 from agents.node.supervise import LEASE_KILL_GRACE_S, kill_grace, write_lease
 from agents.node.telemetry import Health, HealthCheck, NoGpus, provider_for
 from agents.node.workdir_lock import WorkdirBusy, hold_node_dir, release_node_dir
 
 log = logging.getLogger("mlqueue.agent")
 POLL_S = 0.2
+# Log text waiting in the outbox past which the agent reads no more of its tasks' files (they
+# wait on disk): what an outage or a slow server costs the agent's memory.
+QUEUED_LOG_CHARS = 2 * 1024 * 1024
+# A task's exit goes to the server after its last log lines (a follower of the log sees them
+# before the end); if they have not gone after this long (the events endpoint failing), the
+# heartbeat reports the exit anyway and the rest of the log stays in the task's files.
+EXIT_REPORT_WAIT_S = 30.0
 
 
 class NodeAgent:
@@ -113,6 +128,7 @@ class NodeAgent:
         if self.refused:
             return
         threading.Thread(target=self.socket.run, name=f"{self.name}-socket", daemon=True).start()
+        threading.Thread(target=self.ship, name=f"{self.name}-outbox", daemon=True).start()
         next_beat = 0.0
         while not self.stopping.is_set():
             if time.monotonic() >= next_beat or self.wake.is_set():
@@ -120,7 +136,6 @@ class NodeAgent:
                 next_beat = time.monotonic() + (self.interval_s if self.heartbeat() else min(self.interval_s, 2.0))
             self.watch_tasks()
             self.enforce_lease()
-            self.flush_events()
             self.wake.wait(POLL_S)
         self.shutdown_tasks()
         self.release()
@@ -203,7 +218,7 @@ class NodeAgent:
 
     def heartbeat(self) -> bool:
         sent_at = time.monotonic()
-        reported = [task.report() for task in self.tasks.values()]
+        reported = [self.report(task) for task in list(self.tasks.values())]
         body = {"tasks": reported, "highest_epoch": self.highest_epoch}
         health = self.health.due()
         if health is not None:
@@ -239,6 +254,20 @@ class NodeAgent:
         supervisors read the new deadline from the lease file."""
         self.lease_deadline, self.lease_grace_s = sent_at + lease_s, kill_grace(lease_s)
         write_lease(self.lease_path, until=self.lease_deadline, grace_s=self.lease_grace_s)
+
+    def report(self, task: TaskProcess) -> dict:
+        """What a heartbeat says of a task: an exit only once its events went before it (its
+        last logs, then the `exited` event), or once that has taken EXIT_REPORT_WAIT_S; until
+        then it is still running as far as the server need know."""
+        item = task.report()
+        if item["state"] == "exited" and not self.exit_may_be_reported(task):
+            item.update(state="running", exit_code=None, signal="", cause="")
+        return item
+
+    def exit_may_be_reported(self, task: TaskProcess) -> bool:
+        if task.exit_queued and not self.outbox.holds(task.key):
+            return True
+        return time.monotonic() - task.exited_at >= EXIT_REPORT_WAIT_S
 
     def forget_reported_exits(self, reported: list[dict]) -> None:
         for item in reported:
@@ -321,8 +350,11 @@ class NodeAgent:
             # The job's owner reads why in its log: the agent's own log is not theirs to see.
             why = f"mlqueue: cannot start this task on {self.name}: {exc}\n"
             self.outbox.append({"type": "log", **attempt, "stream": "stderr", "offset": 0, "data": why})
-            # No user to run it as is the node's doing: INFRA (a restart), not the job's retries.
+            # No user to run it as, or no runtime for its image, is the node's doing: INFRA (a
+            # restart, elsewhere), not the job's retries.
             cause = {"cause": "no_task_user"} if isinstance(exc, NoTaskUser) else {}
+            if isinstance(exc, NoContainerRuntime):
+                cause = {"cause": "no_container_runtime"}
             self.outbox.append({"type": "exited", **attempt, "exit_code": 127, "signal": "", **cause})
             return None
         self.tasks[key] = task
@@ -333,29 +365,45 @@ class NodeAgent:
     # --- watching -----------------------------------------------------------------------------
     def watch_tasks(self) -> None:
         for task in list(self.tasks.values()):
+            if task.exit_queued:
+                continue  # all of it is in the outbox: it waits for a heartbeat to report its exit
             exited = task.poll()
             if task.running or exited:  # before its exit: the server takes checkpoints of an active attempt
                 self.outbox.extend(task.checkpoint_events(final=exited))
-            self.outbox.extend(task.metric_events(final=exited))
-            self.outbox.extend(task.log_events(final=exited))
-            if exited:
-                log.info(
-                    "%s: job %s rank %s attempt %s exited (%s)",
-                    self.name,
-                    *task.key,
-                    task.exit_code if task.exit_code is not None else task.exit_signal,
-                )
-                self.outbox.append(
-                    {
-                        "type": "exited",
-                        "job_id": task.job_id,
-                        "rank": task.rank,
-                        "attempt": task.attempt,
-                        "exit_code": task.exit_code,
-                        "signal": task.exit_signal,
-                        "cause": task.cause,
-                    }
-                )
+                self.outbox.extend(task.metric_events(final=exited))
+            self.outbox.extend(self.log_events(task))
+            if not task.running and task.logs_done:
+                self.queue_exit(task)
+
+    def log_events(self, task: TaskProcess) -> list[dict]:
+        """The task's new log chunks, as much as the outbox has room for (none of a stream the
+        server keeps no more of); the rest waits in its files."""
+        room = QUEUED_LOG_CHARS - self.outbox.log_chars
+        if room <= 0:
+            return []
+        capped = {name for name in ("stdout", "stderr") if self.outbox.is_capped((*task.key, name))}
+        return task.log_events(final=not task.running, budget=min(room, LOG_READ_BYTES), capped=capped)
+
+    def queue_exit(self, task: TaskProcess) -> None:
+        """The task has exited and its logs are read to their end: its exit goes after them."""
+        log.info(
+            "%s: job %s rank %s attempt %s exited (%s)",
+            self.name,
+            *task.key,
+            task.exit_code if task.exit_code is not None else task.exit_signal,
+        )
+        self.outbox.append(
+            {
+                "type": "exited",
+                "job_id": task.job_id,
+                "rank": task.rank,
+                "attempt": task.attempt,
+                "exit_code": task.exit_code,
+                "signal": task.exit_signal,
+                "cause": task.cause,
+            }
+        )
+        task.exit_queued = True
 
     def enforce_lease(self) -> None:
         """No renewal in time: SIGTERM at the deadline, SIGKILL a grace later (the tasks'
@@ -379,8 +427,21 @@ class NodeAgent:
             for user in {task.user for task in running if task.user is not None and task.user.pooled}:
                 kill_processes_of(user.uid, user.gid)  # gives its slot to another job meanwhile
 
-    def flush_events(self) -> None:
-        self.outbox.flush(lambda batch: self.client.post(f"agents/{self.name}/events", {"events": batch}))
+    def ship(self) -> None:
+        """The shipping thread: the outbox's events go as they come, in order, apart from the
+        loop (heartbeats, tasks, the lease), which never waits on them. Each flush gives way
+        after a second, to look at `stopping`; after a failure it waits a second."""
+        while not self.stopping.is_set():
+            self.outbox.added.clear()
+            if not self.flush_events(deadline=time.monotonic() + 1.0):
+                self.stopping.wait(1.0)
+            elif not len(self.outbox):
+                self.outbox.added.wait(POLL_S)
+
+    def flush_events(self, deadline: float | None = None) -> bool:
+        return self.outbox.flush(
+            lambda batch: self.client.post(f"agents/{self.name}/events", {"events": batch}), deadline=deadline
+        )
 
     def stop(self) -> None:
         self.stopping.set()

@@ -23,6 +23,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,6 +39,9 @@ from agents.node.supervise import LEASE_EXPIRED
 SUPERVISOR = str(Path(__file__).resolve().with_name("supervise.py"))
 
 LOG_CHUNK_BYTES = 32 * 1024
+# Of each stream's file read in one look (the agent looks every 0.2 s): a task printing faster
+# than that, or than the server takes it, waits in its file on disk, not in the agent's memory.
+LOG_READ_BYTES = 1024 * 1024
 # What a task may see of the agent's own environment, unless --pass-env says otherwise.
 DEFAULT_PASS_ENV = (
     "PATH",
@@ -58,6 +62,18 @@ DEFAULT_PASS_ENV = (
 # Never passed, whatever --pass-env says: the agent's tokens and the server's secrets.
 NEVER_PASSED = re.compile(r"^(MLQ_|DATABASE_URL$|REDIS_URL$|SECRET_KEY$|DJANGO_|PGPASSWORD$|AWS_SECRET)")
 DIR_MODE, PRIVATE_MODE = 0o711, 0o700
+
+
+class NoContainerRuntime(OSError):
+    """A job names an image and this agent has no way to run one: running its command on the
+    host instead would be another program than the one asked for (other libraries, another
+    Python), and could succeed while doing the wrong thing."""
+
+    def __init__(self, image: str):
+        super().__init__(
+            f"image {image} requested but this node has no container runtime (its agent runs images "
+            "with --container-runtime podman or --container-hook)"
+        )
 
 
 def check_pass_env(names: list[str]) -> list[str]:
@@ -130,7 +146,8 @@ def make_dir(path: Path, mode: int, user: TaskUser | None = None) -> Path:
 @dataclass
 class Stream:
     """A log file being shipped: read through a handle the agent opened itself, how far it was
-    read and how many characters went out."""
+    read and how many characters went out; `done` once read to its end after the task exited,
+    or once the server said it keeps no more of it (then the rest stays in the file)."""
 
     path: Path
     name: str
@@ -138,6 +155,7 @@ class Stream:
     sent_chars: int = 0
     decoder: codecs.IncrementalDecoder = field(default_factory=lambda: codecs.getincrementaldecoder("utf-8")("replace"))
     handle: object = None
+    done: bool = False
 
     def open_for_writing(self):
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
@@ -145,12 +163,16 @@ class Stream:
         return fd
 
     def new_text(self, final: bool = False) -> tuple[int, str]:
-        """(offset in characters, text) of what was written since the last call."""
+        """(offset in characters, text) of the next chunk written since the last call; with
+        `final` (the task has exited: nothing more will come), the decoder's last bytes go out
+        with the file's end."""
         self.handle.seek(self.read_bytes)
         data = self.handle.read(LOG_CHUNK_BYTES)
         self.read_bytes += len(data)
+        at_end = final and len(data) < LOG_CHUNK_BYTES
         # NUL is valid UTF-8 but no text column holds it: one U+FFFD for one NUL keeps offsets true.
-        text = self.decoder.decode(data, final=final).replace("\x00", "\ufffd")
+        text = self.decoder.decode(data, final=at_end).replace("\x00", "\ufffd")
+        self.done = self.done or at_end
         offset, self.sent_chars = self.sent_chars, self.sent_chars + len(text)
         return offset, text
 
@@ -172,6 +194,8 @@ class TaskProcess:
         user: TaskUser | None = None,
         helpers: Path | None = None,
     ):
+        if assignment.get("image") and container is None and not container_hook:
+            raise NoContainerRuntime(assignment["image"])
         self.job_id, self.rank, self.attempt = assignment["job_id"], assignment["rank"], assignment["attempt"]
         self.epoch = assignment.get("epoch", 0)
         self.gpu_indices = tuple(assignment.get("gpu_indices", ()))
@@ -193,6 +217,8 @@ class TaskProcess:
         self.streams = [Stream(self.dir / "stdout.log", "stdout"), Stream(self.dir / "stderr.log", "stderr")]
         self.exit_code: int | None = None
         self.exit_signal = ""
+        # When the exit was seen (monotonic), and whether it is queued after the task's last logs.
+        self.exited_at, self.exit_queued = 0.0, False
         # Why it ended, when not by itself: "lease_expired" (its supervisor or the agent stopped it
         # because the node's lease ran out) or "lost" (it ran here before the agent restarted).
         self.cause = ""
@@ -309,6 +335,7 @@ class TaskProcess:
             self.exit_signal = signal.Signals(-code).name
         else:
             self.exit_code = code
+        self.exited_at = time.monotonic()
         if not self.cause and self._supervisor_status() == LEASE_EXPIRED:
             self.cause = "lease_expired"
         return True
@@ -387,22 +414,34 @@ class TaskProcess:
             for found in self.metrics.poll(final=final)
         ]
 
-    def log_events(self, final: bool = False) -> list[dict]:
+    def log_events(self, final: bool = False, *, budget: int = LOG_READ_BYTES, capped=()) -> list[dict]:
+        """Log chunks written since the last call, at most `budget` bytes of each stream's file;
+        none of a stream named in `capped` (its name), which is done. With `final` (the task
+        has exited), call again until `logs_done`."""
         events = []
         for stream in self.streams:
-            while True:
+            if stream.name in capped:
+                stream.done = True
+            start = stream.read_bytes
+            while not stream.done and stream.read_bytes - start < budget:
                 offset, text = stream.new_text(final=final)
-                if not text:
-                    break
-                events.append(
-                    {
-                        "type": "log",
-                        "job_id": self.job_id,
-                        "rank": self.rank,
-                        "attempt": self.attempt,
-                        "stream": stream.name,
-                        "offset": offset,
-                        "data": text,
-                    }
-                )
+                if text:
+                    events.append(self._log_event(stream.name, offset, text))
+                elif not final:
+                    break  # nothing more for now
         return events
+
+    @property
+    def logs_done(self) -> bool:
+        return all(stream.done for stream in self.streams)
+
+    def _log_event(self, stream: str, offset: int, text: str) -> dict:
+        return {
+            "type": "log",
+            "job_id": self.job_id,
+            "rank": self.rank,
+            "attempt": self.attempt,
+            "stream": stream,
+            "offset": offset,
+            "data": text,
+        }

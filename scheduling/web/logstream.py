@@ -2,9 +2,13 @@
 
 Events: `log` (data: {"attempt", "offset", "next_offset", "text"}, id: the offset after it, so a client
 resumes with ?offset= or Last-Event-ID, which wins), then one `end` (data: {"next_offset", "state",
-"attempt"}) once the attempt is over: its task ended, a newer attempt started, or the job
-finished. A `: keep-alive` comment every MLQ_LOG_FOLLOW_HEARTBEAT_S; the stream closes itself
-after the `end`, when the client goes, or after MLQ_LOG_FOLLOW_MAX_S (the client resumes).
+"attempt"}, and "superseded_by": N when a later attempt N has replaced it) once the attempt is
+over: its task ended or was requeued, a newer attempt started, or the job finished. `state` is
+how that attempt ended (attempt_outcome), not the task's state now: attempt 1 that exited 4
+ends FAILED even once attempt 2 has succeeded. A `: keep-alive` comment every
+MLQ_LOG_FOLLOW_HEARTBEAT_S; the stream closes itself after the `end`, when the client goes, or
+after MLQ_LOG_FOLLOW_MAX_S (the client resumes). An offset past the end of what is stored reads
+nothing and answers the end as `next_offset`, not the offset asked for.
 
 New lines are found by polling every MLQ_LOG_FOLLOW_POLL_S (poll_once): one query on the chunk
 table's unique index (job, rank, attempt, stream, offset) and, when it found nothing, one on the
@@ -27,15 +31,18 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection
 
 from mlqueue.middleware import is_database_unavailable
-from scheduling.models import Task, TaskLog
-from scheduling.states import ENDED, JOB_FINISHED
+from scheduling.models import Task, TaskLog, UsageRecord
+from scheduling.states import ENDED, JOB_FINISHED, ON_NODE
+from teams.models import AuditEvent, EventKind
 
 CONTENT_TYPE = "text/event-stream"
 
 
 def read_log(job_id: int, rank: int, attempt: int, stream: str, offset: int) -> tuple[str, int]:
     """The attempt's text from `offset` up to its first gap (later chunks have not arrived yet),
-    and the offset after it."""
+    and the offset after it. An offset past everything stored gives the stored end: a client
+    that asked past it (a made-up offset) goes on from there, not from a number no chunk will
+    ever reach."""
     text, end = "", offset
     logged = TaskLog.objects.filter(job_id=job_id, rank=rank, stream=stream, attempt=attempt)
     # An offset inside a chunk (a client resuming where it had read to) starts in that chunk:
@@ -43,8 +50,10 @@ def read_log(job_id: int, rank: int, attempt: int, stream: str, offset: int) -> 
     inside = logged.filter(offset__lt=offset).order_by("-offset").values_list("offset", "text").first()
     if inside is not None and inside[0] + len(inside[1]) > offset:
         text, end = inside[1][offset - inside[0] :], inside[0] + len(inside[1])
-    chunks = logged.filter(offset__gte=end)
-    for chunk_offset, chunk in chunks.order_by("offset").values_list("offset", "text"):
+    chunks = list(logged.filter(offset__gte=end).order_by("offset").values_list("offset", "text"))
+    if not chunks and not text:  # nothing at or after it: the end is where the last chunk ends
+        return "", min(offset, inside[0] + len(inside[1])) if inside is not None else 0
+    for chunk_offset, chunk in chunks:
         if chunk_offset != end:
             break
         text += chunk
@@ -64,14 +73,46 @@ def latest_attempt(job_id: int, rank: int, stream: str) -> int:
     return max(logged or 0, started or 0, 1)
 
 
-def attempt_over(job_id: int, rank: int, attempt: int) -> tuple[bool, str | None]:
-    """Whether `attempt` is over (its task ended or moved on, or the job finished), and its task's
-    state (None for a rank the job does not have: nothing will come, so it is over too)."""
+def attempt_over(job_id: int, rank: int, attempt: int) -> tuple[bool, str | None, int | None]:
+    """Whether `attempt` is over (its task ended, was requeued or moved on, or the job finished),
+    how it ended and the later attempt that replaced it (None: none has). A rank the job does
+    not have is over too (nothing will come), with no state. One query while it runs."""
     row = Task.objects.filter(job_id=job_id, rank=rank).values_list("attempt", "state", "job__state").first()
     if row is None:
-        return True, None
+        return True, None, None
     task_attempt, state, job_state = row
-    return task_attempt > attempt or (task_attempt == attempt and state in ENDED) or job_state in JOB_FINISHED, state
+    over = task_attempt > attempt or (task_attempt == attempt and state not in ON_NODE) or job_state in JOB_FINISHED
+    if not over:
+        return False, None, None
+    superseded_by = task_attempt if task_attempt > attempt else None
+    return True, attempt_outcome(job_id, rank, attempt, task_attempt=task_attempt, task_state=state), superseded_by
+
+
+def attempt_outcome(job_id: int, rank: int, attempt: int, *, task_attempt: int, task_state: str) -> str | None:
+    """How this rank's `attempt` ended, whatever came after it: the first end this rank
+    recorded on the job's timeline while the attempt held its nodes (the usage ledger's row
+    of the attempt gives that window), else how the ledger says the attempt ended. An attempt
+    the ledger never opened (the job never ran) is the task's own state, unless a later
+    attempt replaced it: then nothing is known (None)."""
+    window = (
+        UsageRecord.objects.filter(job_id=job_id, attempt=attempt)
+        .values_list("started_at", "ended_at", "outcome")
+        .first()
+    )
+    if window is None:
+        return task_state if task_attempt <= attempt else None
+    started, ended, outcome = window
+    ends = AuditEvent.objects.filter(
+        job_id=job_id, kind=EventKind.TRANSITION, to_state__in=ENDED, created_at__gte=started
+    )
+    if ended is not None:
+        ends = ends.filter(created_at__lte=ended)
+    for to_state, data in ends.order_by("created_at", "id").values_list("to_state", "data"):
+        if data.get("rank", rank) == rank:  # a whole gang's move names no rank
+            return to_state
+    if outcome:
+        return outcome
+    return task_state if task_attempt == attempt and task_state in ENDED else None
 
 
 def event(name: str, data: dict, event_id: int | None = None) -> str:
@@ -109,16 +150,19 @@ async def follow_log(job_id: int, rank: int, attempt: int, stream: str, offset: 
         return
 
 
-def poll_once(job_id: int, rank: int, attempt: int, stream: str, offset: int) -> tuple[str, int, bool, str | None]:
+def poll_once(
+    job_id: int, rank: int, attempt: int, stream: str, offset: int
+) -> tuple[str, int, bool, str | None, int | None]:
     """What is new from `offset`, and, when nothing is, whether the attempt is over (then with what
-    landed between the read and the state: its last chunks). (text, next offset, over, state)."""
+    landed between the read and the state: its last chunks).
+    (text, next offset, over, how it ended, the attempt that superseded it)."""
     text, end = read_log(job_id, rank, attempt, stream, offset)
     if text:
-        return text, end, False, None
-    over, state = attempt_over(job_id, rank, attempt)
+        return text, end, False, None, None
+    over, state, superseded_by = attempt_over(job_id, rank, attempt)
     if over:
-        text, end = read_log(job_id, rank, attempt, stream, offset)
-    return text, end, over, state
+        text, end = read_log(job_id, rank, attempt, stream, end)
+    return text, end, over, state, superseded_by
 
 
 async def _follow(job_id: int, rank: int, attempt: int, stream: str, offset: int) -> AsyncIterator[str]:
@@ -128,12 +172,14 @@ async def _follow(job_id: int, rank: int, attempt: int, stream: str, offset: int
     quiet_since = time.monotonic()
     yield f"retry: {int(every * 1000) + 1000}\n\n"
     while time.monotonic() < deadline:
-        text, end, over, state = await poll(job_id, rank, attempt, stream, offset)
+        text, end, over, state, superseded_by = await poll(job_id, rank, attempt, stream, offset)
         if text:
             yield event("log", {"attempt": attempt, "offset": offset, "next_offset": end, "text": text}, end)
-            offset, quiet_since = end, time.monotonic()
+            quiet_since = time.monotonic()
+        offset = end  # past what is stored, an offset comes back to the stored end
         if over:
-            yield event("end", {"next_offset": offset, "attempt": attempt, "state": state}, offset)
+            ended = {"next_offset": offset, "attempt": attempt, "state": state}
+            yield event("end", {**ended, "superseded_by": superseded_by} if superseded_by else ended, offset)
             return
         if text:
             continue

@@ -11,12 +11,16 @@ from asgiref.sync import async_to_sync, sync_to_async
 from asgiref.testing import ApplicationCommunicator
 from django.contrib.auth import get_user_model
 from django.test import Client
+from django.utils import timezone
 
 from mlqueue.asgi import application
-from scheduling.models import Job, Task, TaskLog
+from scheduling.leader.worker import run_pass
+from scheduling.models import Job, Node, SchedulerLease, Task, TaskLog
 from scheduling.states import TaskState
 from teams.models import ApiToken
 from tests.conftest import make_spec
+from tests.integration.test_agent_api import agent, agent_settings, beat  # noqa: F401 (a fixture)
+from tests.nodes import cordon
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the stream reads in its own thread
 
@@ -103,7 +107,8 @@ def test_follow_resumes_from_the_offset_or_last_event_id_and_ends_on_a_new_attem
     for response in (by_offset, by_id):
         assert events(response.text) == [
             ("8", "log", {"attempt": 1, "offset": 4, "next_offset": 8, "text": "two\n"}),
-            ("8", "end", {"next_offset": 8, "attempt": 1, "state": "RUNNING"}),
+            # attempt 2's state is not attempt 1's: nothing says how 1 ended, only what replaced it
+            ("8", "end", {"next_offset": 8, "attempt": 1, "state": None, "superseded_by": 2}),
         ]
 
 
@@ -230,3 +235,63 @@ def test_the_log_fragment_refuses_a_rank_or_stream_the_job_does_not_have(api):
     xss = browser.get(f"/jobs/{job_id}/log/?rank=<svg onload=alert()>")
     assert xss.status_code == 400 and xss["Content-Type"].startswith("text/plain")
     assert browser.get(f"/jobs/{job_id}/log/?rank=7").status_code == 200
+
+
+NODE = "z1-r1-h100-01"
+
+
+def report(client, job_id: int, attempt: int, *items) -> None:
+    response = client.post(
+        f"/api/v1/agents/{NODE}/events",
+        {"events": [{"job_id": job_id, "rank": 0, "attempt": attempt, **item} for item in items]},
+        format="json",
+    )
+    assert response.status_code == 200 and not response.json()["refused"], response.json()
+
+
+def run_attempt(client, job_id: int, attempt: int, *, exit_code: int, epoch: int) -> None:
+    """The leader places `attempt`, and the agent runs it: a line, then its exit."""
+    for _ in range(3):  # the settle's requeue, then the placement
+        if Task.objects.filter(job_id=job_id, attempt=attempt, state=TaskState.ASSIGNED).exists():
+            break
+        run_pass(epoch=epoch)
+    beat(client, NODE, [{"job_id": job_id, "rank": 0, "attempt": attempt, "state": "running"}])
+    line = {"type": "log", "stream": "stdout", "offset": 0, "data": f"try {attempt}\n"}
+    report(client, job_id, attempt, line, {"type": "exited", "exit_code": exit_code})
+
+
+def test_the_end_of_an_attempt_is_how_that_attempt_ended_not_how_the_job_did(api, settings):
+    """Attempt 1 exits 4, the retry succeeds: following attempt 1 afterwards ended SUCCEEDED
+    (the task's state now, attempt 2's); it is FAILED, and names the attempt that replaced it."""
+    settings.MLQ_RETRY_BACKOFF_BASE_S = 0
+    leader = 2
+    SchedulerLease.objects.update_or_create(pk=1, defaults={"epoch": leader, "renewed_at": timezone.now()})
+    client = agent(NODE)
+    beat(client, NODE)
+    cordon(Node.objects.exclude(name=NODE))
+    job_id = api("alice").post("/api/v1/jobs", make_spec(resources={"gpu_count": 8}), format="json").json()["id"]
+    run_attempt(client, job_id, 1, exit_code=4, epoch=leader)
+    run_attempt(client, job_id, 2, exit_code=0, epoch=leader)
+    assert Job.objects.get(pk=job_id).state == TaskState.SUCCEEDED
+
+    first = get(f"/api/v1/jobs/{job_id}/logs?follow=1&attempt=1", bearer("alice"))
+    assert [item for item in events(first.text) if item[1] != ":"] == [
+        ("6", "log", {"attempt": 1, "offset": 0, "next_offset": 6, "text": "try 1\n"}),
+        ("6", "end", {"next_offset": 6, "attempt": 1, "state": "FAILED", "superseded_by": 2}),
+    ]
+    latest = get(f"/api/v1/jobs/{job_id}/logs?follow=1", bearer("alice"))
+    assert events(latest.text)[-1] == ("6", "end", {"next_offset": 6, "attempt": 2, "state": "SUCCEEDED"})
+
+
+def test_an_offset_past_the_end_answers_the_end_not_the_offset_asked(api):
+    job_id = running_job(api)
+    write(job_id, 0, "one\n")
+    write(job_id, 4, "two\n")
+    far = 10**23
+    body = api("alice").get(f"/api/v1/jobs/{job_id}/logs?offset={far}").json()
+    assert (body["offset"], body["next_offset"], body["text"]) == (far, 8, "")
+    gap = api("alice").get(f"/api/v1/jobs/{job_id}/logs?offset=6").json()  # inside a chunk: its rest
+    assert (gap["next_offset"], gap["text"]) == (8, "o\n")
+    Task.objects.filter(job_id=job_id).update(state=TaskState.SUCCEEDED)
+    followed = get(f"/api/v1/jobs/{job_id}/logs?follow=1&offset={far}", bearer("alice"))
+    assert events(followed.text) == [("8", "end", {"next_offset": 8, "attempt": 1, "state": "SUCCEEDED"})]

@@ -1,6 +1,8 @@
 """Task-user slots (scheduling/task_slots.py): the leader gives a job the lowest free slot at
 its first placement, the job keeps it through requeues, and a job that is over frees it."""
 
+import pytest
+
 from agents.heartbeats import assignment
 from scheduling import reports
 from scheduling.leader.worker import run_pass
@@ -59,15 +61,22 @@ def test_a_job_back_from_over_whose_slot_went_to_another_gets_a_new_one(api, lea
     assert held.slot_for(done.pk) == 1 and held.slot_for(running.pk) == 0  # asked again: the same
 
 
-def test_no_user_for_a_task_is_the_nodes_failure_not_the_jobs(api, leader):
-    job = one_node_job(api, "no-user")
+@pytest.mark.parametrize(
+    ("cause", "reason", "said"),
+    [
+        ("no_task_user", "NO_TASK_USER", "its node agent had no user to run it as"),
+        ("no_container_runtime", "NO_CONTAINER_RUNTIME", "it names an image and its node has no container runtime"),
+    ],
+)
+def test_no_user_or_no_runtime_for_a_task_is_the_nodes_failure_not_the_jobs(api, leader, cause, reason, said):
+    job = one_node_job(api, f"no-{cause[3:7]}")
     run_pass(epoch=leader)
     task = job.tasks.get()
-    assert reports.do_report_exited(job_id=job.pk, rank=0, attempt=1, exit_code=127, cause="no_task_user") == "FAILED"
+    assert reports.do_report_exited(job_id=job.pk, rank=0, attempt=1, exit_code=127, cause=cause) == "FAILED"
     task.refresh_from_db()
     assert task.failure_class == "INFRA"
-    ended = AuditEvent.objects.get(job=job, reason="NO_TASK_USER")
-    assert "its node agent had no user to run it as" in ended.message
+    ended = AuditEvent.objects.get(job=job, reason=reason)
+    assert said in ended.message
     run_pass(epoch=leader)
     job.refresh_from_db()
     assert (job.retries_used, job.restarts_used) == (0, 1)  # a restart, not a retry (and placed again)

@@ -184,3 +184,31 @@ def test_a_task_that_cannot_start_says_why_in_its_own_log(tmp_path):
     assert log["type"] == "log" and log["stream"] == "stderr"
     assert log["data"] == "mlqueue: cannot start this task on n1: refusing image '-v/:/host': not an image reference\n"
     assert exited["type"] == "exited" and exited["exit_code"] == 127
+
+
+def test_an_image_on_a_node_without_a_container_runtime_is_refused_as_the_nodes_failure(tmp_path):
+    """It ran on the host and succeeded, with no word of the image (found by QA): now it does not
+    run, its log says why, and its exit is the node's doing (INFRA: a restart elsewhere), not a
+    failure of the job's own that spends its retries."""
+    node = NodeAgent(
+        server="http://127.0.0.1:9",
+        join_token="x",
+        node={"name": "n1", "zone": "z1", "rack": "r1", "cpu_count": 8, "memory_gb": 16},
+        workdir=tmp_path,
+    )
+    node.renewed(time.monotonic(), 60)
+    ran = tmp_path / "ran"
+    job = assignment(image="pytorch/pytorch:2.3", command=["touch", str(ran)], epoch=1, gpu_indices=[])
+    assert node.start(job) is None
+    log, exited = list(node.outbox)[-2:]
+    assert (log["type"], log["stream"], log["data"]) == (
+        "log",
+        "stderr",
+        "mlqueue: cannot start this task on n1: image pytorch/pytorch:2.3 requested but this node has no "
+        "container runtime (its agent runs images with --container-runtime podman or --container-hook)\n",
+    )
+    assert (exited["type"], exited["exit_code"], exited["cause"]) == ("exited", 127, "no_container_runtime")
+    assert node.tasks == {} and not ran.exists()
+    without_image = node.start(assignment(image="", command=["touch", str(ran)], epoch=1, attempt=3, gpu_indices=[]))
+    without_image.process.wait(timeout=10)
+    assert ran.exists()  # a job without an image still runs as a plain process
