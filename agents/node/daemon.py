@@ -68,6 +68,8 @@ QUEUED_LOG_CHARS = 2 * 1024 * 1024
 # before the end); if they have not gone after this long (the events endpoint failing), the
 # heartbeat reports the exit anyway and the rest of the log stays in the task's files.
 EXIT_REPORT_WAIT_S = 30.0
+# On stop: how long the last exits' events may take to go before the tasks are stopped anyway.
+LAST_WORD_S = 5.0
 
 
 class NodeAgent:
@@ -137,8 +139,21 @@ class NodeAgent:
             self.watch_tasks()
             self.enforce_lease()
             self.wake.wait(POLL_S)
+        self.last_word()
         self.shutdown_tasks()
         self.release()
+
+    def last_word(self) -> None:
+        """On stop, before the tasks are killed: the exits seen so far, after their logs, and a
+        last heartbeat that reports them (bounded: a server that does not answer gets the
+        lease's rules). A task that had ended but whose exit stayed in the outbox would be
+        failed as lost at the next registration, and a finished job run again."""
+        try:
+            self.watch_tasks()
+            self.flush_events(deadline=time.monotonic() + LAST_WORD_S)
+            self.heartbeat()
+        except Exception:  # the tasks are stopped whatever happens here
+            log.exception("%s: could not report the last exits before stopping", self.name)
 
     def release(self) -> None:
         """Let another agent have this node's directory (this one's tasks are stopped)."""
@@ -265,9 +280,13 @@ class NodeAgent:
         return item
 
     def exit_may_be_reported(self, task: TaskProcess) -> bool:
+        """Once its events went; or, while they cannot (the server has taken no batch for
+        EXIT_REPORT_WAIT_S), anyway: a slow but working server delays the exit, never cuts
+        off the end of its log."""
         if task.exit_queued and not self.outbox.holds(task.key):
             return True
-        return time.monotonic() - task.exited_at >= EXIT_REPORT_WAIT_S
+        waited = time.monotonic() - task.exited_at
+        return waited >= EXIT_REPORT_WAIT_S and self.outbox.stalled_for() >= EXIT_REPORT_WAIT_S
 
     def forget_reported_exits(self, reported: list[dict]) -> None:
         for item in reported:
@@ -433,7 +452,12 @@ class NodeAgent:
         after a second, to look at `stopping`; after a failure it waits a second."""
         while not self.stopping.is_set():
             self.outbox.added.clear()
-            if not self.flush_events(deadline=time.monotonic() + 1.0):
+            try:
+                shipped = self.flush_events(deadline=time.monotonic() + 1.0)
+            except Exception:  # never a silent end: heartbeats would go on while nothing ships
+                log.exception("%s: shipping events failed; trying again", self.name)
+                shipped = False
+            if not shipped:
                 self.stopping.wait(1.0)
             elif not len(self.outbox):
                 self.outbox.added.wait(POLL_S)

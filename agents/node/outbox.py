@@ -17,6 +17,7 @@ A log stream the server answers is `capped` (MLQ_MAX_LOG_CHARS stored) is shippe
 its chunks still waiting here are dropped, and the agent reads no more of its file.
 """
 
+import http.client
 import json
 import logging
 import re
@@ -56,6 +57,7 @@ class Outbox:
         self.capped: set[tuple] = set()  # (job, rank, attempt, stream) the server keeps no more of
         self.singles = 0  # how many events to send one at a time, after a batch was refused
         self.refusals = 0  # of the event at the head, sent alone
+        self.progress_at = time.monotonic()  # the last batch the server took (or nothing waited)
 
     def __len__(self) -> int:
         return len(self.events)
@@ -99,10 +101,16 @@ class Outbox:
                     return False
                 self._refused(batch, exc)
                 continue
-            except OSError:
+            except (OSError, http.client.HTTPException, ValueError):  # a cut-off answer, one not JSON
                 return False
             self._sent(batch, answer if isinstance(answer, dict) else {})
+        if not self.events:
+            self.progress_at = time.monotonic()
         return True
+
+    def stalled_for(self) -> float:
+        """Seconds since the server last took a batch while events waited (0 when none wait)."""
+        return 0.0 if not self.events else time.monotonic() - self.progress_at
 
     def _next_batch(self) -> list[dict]:
         """The events at the head that fit in `batch_bytes`: one at least, a log chunk split
@@ -122,6 +130,7 @@ class Outbox:
 
     def _sent(self, batch: list[dict], answer: dict) -> None:
         with self.lock:
+            self.progress_at = time.monotonic()
             self._forget(len(batch))
             self.singles, self.refusals = max(0, self.singles - 1), 0
             self.batch_bytes = min(self.body_bytes, self.batch_bytes * 2)

@@ -137,3 +137,26 @@ def test_a_task_writing_30_mb_delays_no_heartbeat_and_its_log_is_capped(server, 
     assert api.oversized == 0  # every batch fit the body limit
     last_log = max(i for i, e in enumerate(api.events) if e["type"] == "log" and e["job_id"] == 2)
     assert api.events.index(exit_event) > last_log  # its exit after its last shipped lines
+
+
+def test_an_agent_stopped_just_after_a_task_ended_reports_that_exit_first(server, tmp_path, monkeypatch):
+    """An exit waits in the outbox behind its logs; a stop then dropped it (the shipping thread
+    just ended), and at the next registration the server failed the finished task as lost, to
+    run again (found in review). The agent now ships what it holds and heartbeats once more."""
+    import agents.node.daemon as daemon
+
+    api, url = server
+    api.pending = [assignment(3, ["sh", "-c", "echo done"])]
+    monkeypatch.setattr(daemon.NodeAgent, "ship", lambda self: None)  # nothing ships while it runs
+    agent = NodeAgent(server=url, join_token="join", node=NODE, workdir=tmp_path)
+    thread = threading.Thread(target=agent.run, daemon=True)
+    thread.start()
+    started = time.monotonic()
+    while not any(task.exit_queued for task in list(agent.tasks.values())):
+        assert time.monotonic() - started < 20, "the task never ended"
+        time.sleep(0.05)
+    assert not api.events  # held back: a stop now would have lost it
+    agent.stop()
+    thread.join(timeout=20)
+    assert [e["type"] for e in api.events if e["job_id"] == 3] == ["started", "log", "exited"]
+    assert any(t["job_id"] == 3 and t["state"] == "exited" for t in api.beats[-1][1])

@@ -139,3 +139,24 @@ def test_a_flush_gives_way_at_its_deadline():
     assert outbox.flush(slow, deadline=started + 0.2) is True
     assert time.monotonic() - started < 0.5 and 0 < len(outbox) < 100
     assert outbox.log_chars == len(outbox) * LOG_CHUNK_BYTES
+
+
+def test_a_cut_off_or_unreadable_answer_keeps_the_batch_for_later():
+    """An answer cut off mid-body (a web pod restarting) or not JSON (a proxy's page) raised
+    past the outbox and ended the shipping thread silently (found in review): the events now
+    wait for the next try, and the outbox says how long the server has taken nothing."""
+    import http.client
+
+    outbox = Outbox("n1")
+    outbox.extend([{"type": "started", "job_id": 1, "rank": 0, "attempt": 1}])
+    for error in (http.client.IncompleteRead(b"{"), json.JSONDecodeError("bad", "<html>", 0)):
+
+        def post(batch, error=error):
+            raise error
+
+        assert outbox.flush(post) is False
+        assert len(outbox) == 1
+    outbox.progress_at -= 40
+    assert outbox.stalled_for() >= 40
+    assert outbox.flush(LimitedServer().post) is True
+    assert len(outbox) == 0 and outbox.stalled_for() == 0.0
