@@ -501,6 +501,9 @@ MLQ_LOGIN_WINDOW_S = env_positive("MLQ_LOGIN_WINDOW_S", 600)
 # Job submissions per user (POST /api/v1/jobs). Arrays and sweeps are one submit; a script
 # submitting one job a second stays under it. Benchmarks that submit over HTTP may raise it.
 MLQ_SUBMIT_RATE = env_rate("MLQ_SUBMIT_RATE", "120/minute")
+# Dry runs per user (POST /api/v1/jobs/dry-run): each runs a scheduling pass over the whole
+# waiting queue (a few hundred ms at 5,000 pending jobs), so a loop of them is bounded.
+MLQ_DRY_RUN_RATE = env_rate("MLQ_DRY_RUN_RATE", "30/minute")
 # Job specs in one POST /api/v1/jobs/batch (each counts against MLQ_SUBMIT_RATE, and the body
 # against MLQ_MAX_BODY_BYTES).
 MLQ_SUBMIT_BATCH_MAX = env_positive("MLQ_SUBMIT_BATCH_MAX", 1000)

@@ -204,12 +204,14 @@ def do_cancel_group(*, parent: Job, actor, actor_name: str, why: str, now=None) 
     now = now or timezone.now()
     with transaction.atomic():
         cancelling.request_cancel(parent.pk, actor=actor, actor_name=actor_name, why=why, now=now)
-    with deferred_syncs():
-        for child_id in unfinished_children(parent.pk).order_by("group_index").values_list("id", flat=True):
-            cancelling.do_cancel(child_id, actor=actor, actor_name=actor_name, why=why, now=now, wake=False)
-    notify.wake_scheduler("cancel")
-    with transaction.atomic():
-        sync_group_state(parent.pk, now=now)
+    try:
+        with deferred_syncs():
+            for child_id in unfinished_children(parent.pk).order_by("group_index").values_list("id", flat=True):
+                cancelling.do_cancel(child_id, actor=actor, actor_name=actor_name, why=why, now=now, wake=False)
+    finally:  # a cancel cut short still leaves the parent derived from what its children are
+        notify.wake_scheduler("cancel")
+        with transaction.atomic():
+            sync_group_state(parent.pk, now=now)
 
 
 def cancel_rest_of_failed(*, epoch: int, now) -> int:

@@ -543,6 +543,10 @@ def _submit(schedule: Schedule, fire_time, now, outcome: str, *, replacing: list
             )
     except PermissionDenied as exc:
         return _pause(schedule, fire_time, now, REFUSED.format(why=_reason(exc)))
+    except ValidationError as exc:
+        if isinstance(exc.detail, dict) and "team" in exc.detail:  # its team takes no jobs (a division now)
+            return _pause(schedule, fire_time, now, REFUSED.format(why=_reason(exc)))
+        return _record(schedule, fire_time, now, FireOutcome.REFUSED, REFUSED.format(why=_reason(exc)))
     except (APIException, SecretEnvUnreadable) as exc:
         return _record(schedule, fire_time, now, FireOutcome.REFUSED, REFUSED.format(why=_reason(exc)))
     message = (SUBMITTED if created else ALREADY_SUBMITTED).format(job_id=job.pk)

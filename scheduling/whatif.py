@@ -111,8 +111,8 @@ def preview_for(user, preview_id: int) -> QuotaPreview | None:
 def visible_result(user, result: dict) -> dict:
     """The replay's figures as `user` may read them: the cluster's, and each team's row only
     where they may read that team's numbers (`quota_readable_ids`: every team while quotas are
-    public, as the teams page shows every team's use and share; else their own teams, those
-    above and below, and admins every team). Rows left out are counted in `teams_hidden`: every
+    public, as the teams page shows every team's use and share; else their own teams and those
+    below, and admins every team). Rows left out are counted in `teams_hidden`: every
     team is replayed (the proposal moves them all), but where quotas are private a lead sees
     no other team's waits through a preview."""
     readable = quota_readable_ids(user)

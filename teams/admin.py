@@ -146,8 +146,15 @@ class ApiTokenAdmin(admin.ModelAdmin):
     def has_add_permission(self, request):
         return False  # tokens are issued by the API, /account/tokens/ or `manage.py create_token`: shown once
 
-    def has_delete_permission(self, request, obj=None):
-        return False  # a deleted token stopped working with no entry in the audit log: revoke it (below)
+    # A deleted token stopped working with no entry in the audit log: a live one is revoked
+    # (audited) before it goes. Refusing deletes outright also refused deleting any user who
+    # had a token, revoked or not (the admin checks delete permission on what cascades).
+    def delete_model(self, request, obj):
+        self.delete_queryset(request, ApiToken.objects.filter(pk=obj.pk))
+
+    def delete_queryset(self, request, queryset):
+        self.revoke(request, queryset)
+        queryset.delete()
 
     @admin.action(description="Revoke the selected tokens")
     def revoke(self, request, queryset):

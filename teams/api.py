@@ -103,8 +103,8 @@ class TeamEventSerializer(serializers.ModelSerializer):
 
 class TeamEvents(generics.ListAPIView):
     """A team's history, newest first: its quota changes (QUOTA_CHANGED, before and after in
-    `data`) and the changes to its members' roles and its place in the tree (SECURITY), for
-    whoever may read its quotas."""
+    `data`) for whoever may read its quotas, and the changes to its members' roles and its
+    place in the tree (SECURITY) for its members (and those of teams above it) and admins."""
 
     serializer_class = TeamEventSerializer
     pagination_class = NewestFirst
@@ -116,7 +116,7 @@ class TeamEvents(generics.ListAPIView):
             raise PermissionDenied(NOT_A_MEMBER.format(team=team.name))
         if refused := refused_parameters(self.request.query_params):
             raise exceptions.ValidationError({name: [why] for name, why in refused.items()})
-        return team_history(team)
+        return team_history(team, self.request.user)
 
     @extend_schema(responses={200: TeamEventSerializer(many=True), 403: READ_FORBIDDEN, 404: NO_SUCH_TEAM})
     def get(self, request: Request, *args, **kwargs) -> Response:

@@ -88,10 +88,14 @@ def can_edit_quotas(user, team: Team) -> bool:
     return Membership.objects.filter(user=user, team_id__in=chain, role=Role.LEAD).exists()
 
 
-def team_history(team: Team) -> QuerySet[AuditEvent]:
-    """A team's quota changes and the changes to its members and its place in the tree: what
-    whoever may read its quotas may read (not its schedules' entries, which are its members')."""
-    wanted = Q(kind=EventKind.QUOTA_CHANGED) | Q(kind=EventKind.SECURITY, reason__in=TEAM_REASONS)
+def team_history(team: Team, user) -> QuerySet[AuditEvent]:
+    """A team's quota changes, for whoever may read its quotas; and the changes to its members
+    and its place in the tree only for its members (and those of teams above it) and admins:
+    with quotas public, anyone reads the quotas, but a team's roster and its leads are its own.
+    Not its schedules' entries, which are its members'."""
+    wanted = Q(kind=EventKind.QUOTA_CHANGED)
+    if is_member(user, team):  # admins too
+        wanted |= Q(kind=EventKind.SECURITY, reason__in=TEAM_REASONS)
     return AuditEvent.objects.filter(wanted, team=team)
 
 

@@ -165,6 +165,11 @@ class JobDetail(APIView):
 
 
 class JobDryRun(APIView):
+    throttle_classes = [throttles.DryRunRateThrottle]
+
+    def throttled(self, request: Request, wait: float | None):
+        raise throttles.dry_run_rate_exceeded(wait)
+
     @extend_schema(request=JobSpecSerializer, responses=DryRunSerializer)
     def post(self, request: Request) -> Response:
         """Validate a spec as a submit would and say whether it could ever run, where it would go

@@ -167,7 +167,7 @@ def searched(text: str) -> Q:
     """The queue's search box: "123" or "#123" is that job (a group's child: its group's row),
     anything else a part of the job's name or its owner's user name."""
     number = text.removeprefix("#")
-    if number.isdigit() and len(number) < 19:
+    if number.isascii() and number.isdigit() and len(number) < 19:  # "²".isdigit(), and int() refuses it
         job_id = int(number)
         return Q(pk=job_id) | Q(pk__in=Job.objects.filter(pk=job_id).values("parent_id"))
     return Q(name__icontains=text) | Q(owner__username=text)

@@ -7,6 +7,7 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.throttling import UserRateThrottle
 
 SUBMIT_RATE_EXCEEDED = "too many submissions: at most {count} jobs per {period} per user; retry in {wait} s."
+DRY_RUN_RATE_EXCEEDED = "too many dry runs: at most {count} per {period} per user; retry in {wait} s."
 BATCH_OVER_RATE = (
     "{jobs} jobs in one batch is more than the submit rate allows (at most {count} jobs per {period} per user): "
     "send at most {count} at a time."
@@ -24,6 +25,16 @@ class SubmitRateThrottle(UserRateThrottle):
 
     def allow_request(self, request, view):
         return request.method != "POST" or super().allow_request(request, view)
+
+
+class DryRunRateThrottle(SubmitRateThrottle):
+    """Dry runs per user at MLQ_DRY_RUN_RATE, a count of their own (a dry run before a submit
+    spends none of the submit rate): each is a scheduling pass over the whole waiting queue."""
+
+    scope = "dry_run"
+
+    def get_rate(self):
+        return settings.MLQ_DRY_RUN_RATE
 
 
 class BatchSubmitRateThrottle(SubmitRateThrottle):
@@ -62,6 +73,16 @@ def submit_rate_exceeded(wait: float | None) -> exceptions.Throttled:
     exc.wait = exc.wait or 1  # DRF has no estimate when a race overfilled the window; Retry-After needs one
     exc.detail = exceptions.ErrorDetail(
         SUBMIT_RATE_EXCEEDED.format(count=count, period=period, wait=exc.wait), code="throttled"
+    )
+    return exc
+
+
+def dry_run_rate_exceeded(wait: float | None) -> exceptions.Throttled:
+    count, period = settings.MLQ_DRY_RUN_RATE.split("/")
+    exc = exceptions.Throttled(wait)
+    exc.wait = exc.wait or 1
+    exc.detail = exceptions.ErrorDetail(
+        DRY_RUN_RATE_EXCEEDED.format(count=count, period=period, wait=exc.wait), code="throttled"
     )
     return exc
 

@@ -526,3 +526,14 @@ def test_a_task_killed_by_a_signal_says_which_in_the_api(api, leader):  # noqa: 
     reports.do_report_exited(job_id=job_id, rank=0, attempt=task.attempt, exit_code=None, signal="SIGKILL")
     body = api("alice").get(f"/api/v1/jobs/{job_id}").json()
     assert [(t["exit_code"], t["exit_signal"]) for t in body["tasks"]] == [(None, "SIGKILL")]
+
+
+def test_dry_runs_have_a_rate_of_their_own(api, settings):
+    """A dry run is a pass over the whole waiting queue: a loop of them is bounded, and they
+    spend none of the submit rate (found in review)."""
+    settings.MLQ_DRY_RUN_RATE = "2/minute"
+    spec = make_spec(client_job_id=None)
+    answers = [api("alice").post("/api/v1/jobs/dry-run", spec, format="json") for _ in range(3)]
+    assert [a.status_code for a in answers] == [200, 200, 429]
+    assert answers[2].json()["detail"].startswith("too many dry runs: at most 2 per minute per user; retry in ")
+    assert api("alice").post("/api/v1/jobs", spec, format="json").status_code == 201

@@ -157,10 +157,18 @@ def test_a_team_deleted_in_the_admin_is_audited_by_name(admin):
     )
 
 
-def test_a_token_cannot_be_deleted_in_the_admin_only_revoked(admin, user):
-    """Deleting one stopped it working with no entry in the audit log."""
+def test_a_token_deleted_in_the_admin_is_revoked_first_and_its_user_may_still_be_deleted(admin, user):
+    """Deleting one stopped it working with no entry in the audit log; refusing deletes
+    outright then refused deleting any user who had a token (found in review)."""
     token, _ = ApiToken.issue(user=user("alice"))
-    assert admin.post(f"/admin/teams/apitoken/{token.pk}/delete/", {"post": "yes"}).status_code == 403
-    action = {"action": "delete_selected", "_selected_action": [token.pk], "post": "yes"}
+    assert admin.post(f"/admin/teams/apitoken/{token.pk}/delete/", {"post": "yes"}).status_code == 302
+    assert not ApiToken.objects.filter(pk=token.pk).exists()
+    assert AuditEvent.objects.filter(kind="SECURITY", message__contains=token.hint).exists()
+    other, _ = ApiToken.issue(user=user("alice"))
+    action = {"action": "delete_selected", "_selected_action": [other.pk], "post": "yes"}
     admin.post("/admin/teams/apitoken/", action)
-    assert ApiToken.objects.filter(pk=token.pk).exists()
+    assert not ApiToken.objects.filter(pk=other.pk).exists()
+    assert AuditEvent.objects.filter(kind="SECURITY", message__contains=other.hint).exists()
+    victor = user("victor")
+    ApiToken.issue(user=victor)
+    assert admin.post(f"/admin/auth/user/{victor.pk}/delete/", {"post": "yes"}).status_code == 302

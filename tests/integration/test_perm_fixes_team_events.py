@@ -80,3 +80,21 @@ def test_an_unknown_team_is_404_and_an_unknown_parameter_400(api):
     response = api("rita").get(f"{EVENTS}?kind=QUOTA_CHANGED")
     assert response.status_code == 400
     assert response.json()["fields"] == {"kind": [UNKNOWN_PARAMETER_NO_FILTERS.format(pages="cursor, limit")]}
+
+
+def test_a_teams_roster_changes_are_its_own_its_quota_changes_everyones(api, demo):
+    """With quotas public, any user read another team's membership and lead changes here
+    (found in review): its quota changes stay readable by all, its roster changes do not."""
+    admin = Client()
+    assert admin.login(username="ops", password="demo")
+    alice = Membership.objects.get(user__username="alice", team__name=FM)
+    admin.post(
+        f"/admin/teams/membership/{alice.pk}/change/", {"user": alice.user_id, "team": alice.team_id, "role": Role.LEAD}
+    )
+    change_quota(api, 33, "new nodes")
+    kinds = {name: [row["kind"] for row in api(name).get(EVENTS).json()["results"]] for name in ("bob", "alice", "ops")}
+    assert kinds == {
+        "bob": ["QUOTA_CHANGED"],
+        "alice": ["QUOTA_CHANGED", "SECURITY"],
+        "ops": ["QUOTA_CHANGED", "SECURITY"],
+    }

@@ -153,6 +153,20 @@ def test_an_owner_who_may_no_longer_submit_pauses_the_schedule(clock, demo, user
     assert fire_at(clock, at(9, 10)) == []  # suspended: no more fires
 
 
+def test_a_team_that_gets_teams_below_it_pauses_its_schedules(clock, demo):
+    """Once its team had teams below it, a schedule's every fire was refused (a division takes
+    no jobs) and recorded REFUSED, fire after fire (found in review): it pauses, with why."""
+    from teams.models import Team
+
+    schedule = create()
+    Team.objects.create(name="fm-inference", parent=Team.objects.get(name=TEAM))
+    [fire] = fire_at(clock, at(9, 5))
+    assert fire.outcome == "PAUSED"
+    assert "has teams below it (fm-inference): submit to one of them" in fire.message
+    schedule.refresh_from_db()
+    assert schedule.suspended
+
+
 def test_a_submit_the_owner_has_no_right_to_any_more_pauses_with_its_reason(clock, demo, user):
     schedule = create(username="rita", spec={**SPEC, "priority": "P0"})  # rita leads the team
     Membership.objects.filter(user=user("rita"), team__name=TEAM).update(role="member")

@@ -154,3 +154,9 @@ def test_the_queue_searches_by_id_name_or_owner(api):
     assert found("alice", str(bobs)) == set()  # another team's job stays out of sight
     assert found("ops", "bob") == {bobs}
     assert found("alice", "no-such-job") == set()
+
+
+def test_a_search_of_digits_that_are_no_ascii_number_is_a_name(api):
+    submit(api, name="squared", client_job_id="squared")
+    page = client_of("alice").get("/queue/", {"q": "²"}, **HTMX)
+    assert page.status_code == 200  # int("²") raised: a 500 (found in review)
