@@ -268,6 +268,7 @@ SPECTACULAR_SETTINGS = {
         "ScheduleConcurrencyEnum": "scheduling.models.Concurrency",
         "FireOutcomeEnum": "scheduling.models.FireOutcome",
         "EventKindEnum": "teams.models.EventKind",
+        "NotifyEventEnum": "scheduling.notify_spec.Event",
     },
 }
 

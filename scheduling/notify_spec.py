@@ -35,7 +35,7 @@ class EventsField(serializers.ListField):
     """A list of events, each once; errors name the entry (`notify.on.2`)."""
 
     def __init__(self, **kwargs):
-        super().__init__(child=serializers.ChoiceField(Event.values), max_length=len(Event.values), **kwargs)
+        super().__init__(child=serializers.ChoiceField(Event.choices), max_length=len(Event.values), **kwargs)
 
     def to_internal_value(self, data):
         events = super().to_internal_value(data)
