@@ -20,7 +20,7 @@ from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from scheduling import cancelling, notify, pipelines, sweep_params
+from scheduling import cancelling, lifecycle, notify, pipelines, sweep_params
 from scheduling.fencing import fenced
 from scheduling.group_spec import parse_indices
 from scheduling.group_state import child_counts, deferred_syncs, sync_group_state
@@ -196,6 +196,10 @@ def unfinished_children(parent_id: int) -> QuerySet[Job]:
     return Job.objects.filter(parent_id=parent_id).exclude(state__in=JOB_FINISHED)
 
 
+# Children cancelled in one transaction when none of them was placed (see do_cancel_group).
+CANCEL_BATCH = 500
+
+
 def do_cancel_group(*, parent: Job, actor, actor_name: str, why: str, now=None) -> None:
     """Cancel the parent and every child not finished, each child in its own transaction:
     holding the parent's row across them would deadlock with a child's own transitions, which
@@ -204,10 +208,16 @@ def do_cancel_group(*, parent: Job, actor, actor_name: str, why: str, now=None) 
     now = now or timezone.now()
     with transaction.atomic():
         cancelling.request_cancel(parent.pk, actor=actor, actor_name=actor_name, why=why, now=now)
+    children = list(unfinished_children(parent.pk).order_by("group_index").values_list("id", flat=True))
     try:
         with deferred_syncs():
-            for child_id in unfinished_children(parent.pk).order_by("group_index").values_list("id", flat=True):
-                cancelling.do_cancel(child_id, actor=actor, actor_name=actor_name, why=why, now=now, wake=False)
+            for start in range(0, len(children), CANCEL_BATCH):
+                chunk = children[start : start + CANCEL_BATCH]
+                with transaction.atomic():  # those never placed: a few statements for the lot
+                    done = set(lifecycle.cancel_unplaced(chunk, actor=actor, actor_name=actor_name, why=why, now=now))
+                    notify.jobs_changed(done)
+                for child_id in (child for child in chunk if child not in done):  # placed or running: one by one
+                    cancelling.do_cancel(child_id, actor=actor, actor_name=actor_name, why=why, now=now, wake=False)
     finally:  # a cancel cut short still leaves the parent derived from what its children are
         notify.wake_scheduler("cancel")
         with transaction.atomic():

@@ -9,7 +9,7 @@ same transaction. A gang's tasks move together or not at all.
 from collections.abc import Iterable, Mapping
 
 from django.db import transaction
-from django.db.models import Case, Exists, F, Value, When
+from django.db.models import Case, Count, Exists, F, OuterRef, Value, When
 from django.utils import timezone
 
 from scheduling import ledger, signals
@@ -155,6 +155,67 @@ def sync_job_state(job_id: int, *, now=None, reason: str = "", message: str = ""
         if job.parent_id is not None:
             sync_group_state(job.parent_id, now=now)
     return job.state, after
+
+
+def cancel_unplaced(job_ids: list[int], *, actor, actor_name: str, why: str, now) -> list[int]:
+    """Cancel, in the caller's transaction, those of `job_ids` that are PENDING with every task
+    PENDING (never placed this attempt) and no cancel requested yet, stamping the request, as
+    `cancelling.do_cancel` would one by one: locked in id
+    order, tasks CANCELLED, the job CANCELLED, one TRANSITION event each, the state change
+    signalled. A few statements for the lot, where each job alone took a transaction of a dozen
+    (a group's cancel: found by QA). Returns the ids it cancelled; the others are the caller's."""
+    check_transition(S.PENDING, S.CANCELLED)
+    placed = Task.objects.filter(job=OuterRef("pk")).exclude(state=S.PENDING)
+    ids = list(
+        Job.objects.select_for_update(no_key=True)
+        .filter(pk__in=job_ids, state=S.PENDING, cancel_requested_at__isnull=True)
+        .exclude(Exists(placed))
+        .order_by("pk")
+        .values_list("pk", flat=True)
+    )
+    if not ids:
+        return []
+    Task.objects.filter(job_id__in=ids, state=S.PENDING).update(
+        state=S.CANCELLED, failure_class=FailureClass.CANCELLED, **_stamp_fields(S.CANCELLED, now)
+    )
+    cleared = {"pending_reason_code": "", "pending_reason_message": "", "pending_histogram": {}}
+    Job.objects.filter(pk__in=ids).update(
+        state=S.CANCELLED, cancel_requested_at=now, updated_at=now, finished_at=now, **cleared
+    )
+    tasks = dict(Task.objects.filter(job_id__in=ids).values("job_id").annotate(n=Count("*")).values_list("job_id", "n"))
+    requests = [
+        AuditEvent(
+            job_id=job_id,
+            kind=EventKind.CANCEL_REQUESTED,
+            actor=actor,
+            actor_name=actor_name,
+            reason="CANCELLED",
+            message=why,
+            created_at=now,
+        )
+        for job_id in ids
+    ]
+    AuditEvent.objects.bulk_create(requests)
+    AuditEvent.objects.bulk_create(
+        AuditEvent(
+            job_id=job_id,
+            kind=EventKind.TRANSITION,
+            actor=actor,
+            actor_name=actor_name,
+            from_state=S.PENDING,
+            to_state=S.CANCELLED,
+            reason="CANCELLED",
+            message=why,
+            data={"tasks": tasks.get(job_id, 0)},
+            created_at=now,
+        )
+        for job_id in ids
+    )
+    for job_id in ids:
+        signals.job_state_changed.send(
+            Job, job_id=job_id, before=S.PENDING, after=S.CANCELLED, reason="CANCELLED", message=why, now=now
+        )
+    return ids
 
 
 def _lock_job(job_id: int) -> None:

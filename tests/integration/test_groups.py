@@ -173,7 +173,15 @@ def test_cancelling_a_large_array_costs_the_same_per_child_whatever_its_size(api
     assert len(counts) == 2  # to derive the parent once, and for the answer's summary: not once per child
     group_events = AuditEvent.objects.filter(job=parent, kind=EventKind.TRANSITION, reason="GROUP")
     assert list(group_events.values_list("from_state", "to_state")) == [("PENDING", "CANCELLED")]
-    assert len(queries.captured_queries) < 40 + 16 * size
+    assert len(queries.captured_queries) < 60 + 2 * size  # never placed: cancelled in bulk
+    kid = children(parent)[-1]
+    assert list(
+        AuditEvent.objects.filter(job=kid).exclude(kind="SUBMITTED").values_list("kind", "to_state", "message")
+    ) == [
+        ("CANCEL_REQUESTED", "", "cancelled by alice"),
+        ("TRANSITION", "CANCELLED", "cancelled by alice"),
+    ]
+    assert (kid.cancel_requested_at, kid.tasks.get().failure_class) != (None, "")
 
 
 def test_a_grid_sweep_makes_a_trial_per_combination_with_its_parameters(api, leader):
