@@ -211,34 +211,54 @@ def do_cancel_group(*, parent: Job, actor, actor_name: str, why: str, now=None) 
     children = list(unfinished_children(parent.pk).order_by("group_index").values_list("id", flat=True))
     try:
         with deferred_syncs():
-            for start in range(0, len(children), CANCEL_BATCH):
-                chunk = children[start : start + CANCEL_BATCH]
-                with transaction.atomic():  # those never placed: a few statements for the lot
-                    done = set(lifecycle.cancel_unplaced(chunk, actor=actor, actor_name=actor_name, why=why, now=now))
-                    notify.jobs_changed(done)
-                for child_id in (child for child in chunk if child not in done):  # placed or running: one by one
-                    cancelling.do_cancel(child_id, actor=actor, actor_name=actor_name, why=why, now=now, wake=False)
+            _cancel_children(children, actor=actor, actor_name=actor_name, why=why, now=now)
     finally:  # a cancel cut short still leaves the parent derived from what its children are
         notify.wake_scheduler("cancel")
         with transaction.atomic():
             sync_group_state(parent.pk, now=now)
 
 
+def _cancel_children(ids: list[int], *, actor, actor_name: str, why: str, now, epoch: int | None = None) -> int:
+    """Cancel these children: those never placed CANCEL_BATCH to a transaction
+    (`lifecycle.cancel_unplaced`), the others one by one; each transaction fenced by `epoch`
+    when the leader writes. Returns how many it cancelled."""
+    cancelled = 0
+    for start in range(0, len(ids), CANCEL_BATCH):
+        chunk = ids[start : start + CANCEL_BATCH]
+        with _writing(epoch):
+            done = set(lifecycle.cancel_unplaced(chunk, actor=actor, actor_name=actor_name, why=why, now=now))
+            notify.jobs_changed(done)
+        cancelled += len(done)
+        for child_id in (child for child in chunk if child not in done):  # placed or running: one by one
+            with _writing(epoch):
+                cancelled += cancelling.do_cancel(
+                    child_id, actor=actor, actor_name=actor_name, why=why, now=now, wake=False
+                )
+    return cancelled
+
+
+def _writing(epoch: int | None):
+    return fenced(epoch) if epoch is not None else transaction.atomic()
+
+
 def cancel_rest_of_failed(*, epoch: int, now) -> int:
     """The leader's sweep: a group that FAILED (more failures than it allows) has its children
-    that are not finished and not yet cancelled cancelled, each fenced by `epoch`."""
+    that are not finished and not yet cancelled cancelled, fenced by `epoch`, then its state
+    derived once (see do_cancel_group)."""
     children = Job.objects.filter(
         parent__state=S.FAILED, parent__failure_class=FailureClass.GROUP, cancel_requested_at__isnull=True
     ).exclude(state__in=JOB_FINISHED)
-    cancelled, parents = 0, set()
-    with deferred_syncs():  # each group's state derived once, after its children (see do_cancel_group)
-        for child_id, parent_id in children.order_by("parent_id", "group_index").values_list("id", "parent_id"):
-            with fenced(epoch):
-                cancelled += cancelling.do_cancel(
-                    child_id, actor=None, actor_name="scheduler", why=f"its group (job {parent_id}) failed", now=now
-                )
-            parents.add(parent_id)
-    for parent_id in sorted(parents):
+    by_parent: dict[int, list[int]] = {}
+    for child_id, parent_id in children.order_by("parent_id", "group_index").values_list("id", "parent_id"):
+        by_parent.setdefault(parent_id, []).append(child_id)
+    cancelled = 0
+    with deferred_syncs():
+        for parent_id, ids in by_parent.items():
+            why = f"its group (job {parent_id}) failed"
+            cancelled += _cancel_children(ids, actor=None, actor_name="scheduler", why=why, now=now, epoch=epoch)
+    if cancelled:
+        notify.wake_scheduler("cancel")
+    for parent_id in sorted(by_parent):
         with fenced(epoch):
             sync_group_state(parent_id, now=now)
     return cancelled

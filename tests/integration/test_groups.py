@@ -106,6 +106,24 @@ def test_an_array_past_max_failures_fails_and_the_leader_cancels_the_rest(api, l
     assert parent.state == "FAILED"
 
 
+def test_the_leader_cancels_a_failed_arrays_unplaced_rest_in_bulk(api, leader):
+    """A 10,000-element array past its max_failures had its rest cancelled one child a
+    transaction inside the leader's pass; those never placed now go CANCEL_BATCH at a time."""
+    parent = submit(api, array={"count": 60, "parallelism": 2, "max_failures": 0}, restart_policy={"max_retries": 0})
+    run_pass(epoch=leader)
+    run_all_ranks(children(parent)[0], exit_code=1)
+    with CaptureQueriesContext(connection) as queries:
+        run_pass(epoch=leader)
+    kids = children(parent)
+    assert [k.state for k in kids[2:]] == ["CANCELLED"] * 58
+    parent.refresh_from_db()
+    assert (parent.state, parent.failure_class) == ("FAILED", "GROUP")
+    requests = AuditEvent.objects.filter(job__in=kids[2:], kind=EventKind.CANCEL_REQUESTED)
+    assert {(e.actor_name, e.message) for e in requests} == {("scheduler", f"its group (job {parent.pk}) failed")}
+    assert requests.count() == 58
+    assert len(queries.captured_queries) < 400  # not a dozen statements for each of the 58
+
+
 def test_a_child_that_fails_mid_pass_holds_its_slot_until_its_verdict(api, leader, monkeypatch):
     """An element's failure that lands after a pass's sweep and before its snapshot: until the
     verdict its slot stays taken, so no sibling starts in it (one that would have started after
