@@ -7,7 +7,6 @@ from django.utils import timezone
 
 from scheduling import lifecycle, notify
 from scheduling.models import Job, Task, TaskState
-from teams.models import AuditEvent, EventKind
 
 NOT_STARTED_OR_SETTLING = (TaskState.PENDING, TaskState.FAILED, TaskState.PREEMPTED)
 
@@ -18,15 +17,7 @@ def request_cancel(job_id: int, *, actor, actor_name: str, why: str, now=None) -
     now = now or timezone.now()
     if not Job.objects.filter(pk=job_id, cancel_requested_at__isnull=True).update(cancel_requested_at=now):
         return False
-    AuditEvent.objects.create(
-        job_id=job_id,
-        kind=EventKind.CANCEL_REQUESTED,
-        actor=actor,
-        actor_name=actor_name,
-        reason="CANCELLED",
-        message=why,
-        created_at=now,
-    )
+    lifecycle.cancel_request_event(job_id, actor=actor, actor_name=actor_name, why=why, now=now).save()
     notify.jobs_changed([job_id])
     return True
 

@@ -157,6 +157,19 @@ def sync_job_state(job_id: int, *, now=None, reason: str = "", message: str = ""
     return job.state, after
 
 
+def cancel_request_event(job_id: int, *, actor, actor_name: str, why: str, now) -> AuditEvent:
+    """A cancel request's entry on the job's timeline (not yet saved): one cancel or many."""
+    return AuditEvent(
+        job_id=job_id,
+        kind=EventKind.CANCEL_REQUESTED,
+        actor=actor,
+        actor_name=actor_name,
+        reason="CANCELLED",
+        message=why,
+        created_at=now,
+    )
+
+
 def cancel_unplaced(job_ids: list[int], *, actor, actor_name: str, why: str, now) -> list[int]:
     """Cancel, in the caller's transaction, those of `job_ids` that are PENDING with every task
     PENDING (never placed this attempt) and no cancel requested yet, stamping the request, as
@@ -183,19 +196,9 @@ def cancel_unplaced(job_ids: list[int], *, actor, actor_name: str, why: str, now
         state=S.CANCELLED, cancel_requested_at=now, updated_at=now, finished_at=now, **cleared
     )
     tasks = dict(Task.objects.filter(job_id__in=ids).values("job_id").annotate(n=Count("*")).values_list("job_id", "n"))
-    requests = [
-        AuditEvent(
-            job_id=job_id,
-            kind=EventKind.CANCEL_REQUESTED,
-            actor=actor,
-            actor_name=actor_name,
-            reason="CANCELLED",
-            message=why,
-            created_at=now,
-        )
-        for job_id in ids
-    ]
-    AuditEvent.objects.bulk_create(requests)
+    AuditEvent.objects.bulk_create(
+        cancel_request_event(job_id, actor=actor, actor_name=actor_name, why=why, now=now) for job_id in ids
+    )
     AuditEvent.objects.bulk_create(
         AuditEvent(
             job_id=job_id,
