@@ -86,13 +86,20 @@ class PassPreemption:
             return False  # out of search budget, or nobody running ranks below it
         if reclaim and self._reclaim_spent():
             return False
-        # A borrower (P0 aside) evicts for priority only what other teams hold above their
-        # guarantees (preemption.py `Claim.guard`).
-        borrowing = (
-            not reclaim
-            and job.priority != "P0"
-            and self.ledger.would_borrow(job.team, job.resource_class, job.shape.units)
-        )
+        # A borrower evicts for priority only what other teams hold above their guarantees
+        # (preemption.py `Claim.guard`). An incident's P0 tries that first, and takes another
+        # team's guarantee only when that finds nothing: the team, evicted, would reclaim its
+        # room at once from the P0's team (a P0 never goes), two evictions where one does.
+        borrowing = not reclaim and self.ledger.would_borrow(job.team, job.resource_class, job.shape.units)
+        incident = job.priority == "P0"
+        if incident and borrowing and self._search_and_evict(job, False, True, wait_reason=False):
+            return True
+        return self._search_and_evict(job, reclaim, borrowing and not incident)
+
+    def _search_and_evict(self, job: PendingJob, reclaim: bool, borrowing: bool, *, wait_reason: bool = True) -> bool:
+        """Search for `job`'s victims (reclaiming, or only within others' excess when
+        `borrowing`) and evict them; True when it did. `wait_reason`: when none may go yet,
+        whether to find the time they may (PREEMPTION_PENDING)."""
         # Victims only ever leave the pool during a pass, so what failed once fails again, for
         # the same excess (which a placement or an eviction in the class changes).
         excess = self._excess(job.resource_class) if reclaim or borrowing else {}
@@ -107,7 +114,10 @@ class PassPreemption:
         found = self._search(job, candidates, claim, excess)
         if found is None:
             self.no_victims[memo_key] = min(self.no_victims.get(memo_key, 1 << 30), job.shape.tasks)
-            self.awaiting[(memo_key, job.shape.tasks)] = self._await_victims(job, excess, len(candidates), borrowing)
+            if wait_reason:
+                self.awaiting[(memo_key, job.shape.tasks)] = self._await_victims(
+                    job, excess, len(candidates), borrowing
+                )
             self._await_known(job, memo_key)
             return False
         self._evict(job, found, claim, {c.job.job_id: c for c in candidates})

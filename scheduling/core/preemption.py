@@ -13,10 +13,11 @@ Who may be evicted for whom:
   owner that has waited past `reclaim_wait_bound_s` reclaims from anyone over a guarantee.
 - PRIORITY: a job of a higher class evicts lower classes, never P0, never a task younger than
   the minimum runtime of the preemptor's class (`PolicyConfig.min_runtime_for`: none for P0).
-  A preemptor that would borrow (start past its team's guarantee), P0 aside, takes from other
-  teams only what they hold above their own guarantees, as a reclaim would: a team's
-  guarantee is never taken by a borrower, or its evicted job would reclaim the room at once
-  and evict the preemptor in turn (`Claim.guard`).
+  A preemptor that would borrow (start past its team's guarantee) takes from other teams only
+  what they hold above their own guarantees, as a reclaim would: a team's guarantee is never
+  taken by a borrower, or its evicted job would reclaim the room at once and evict the
+  preemptor in turn (`Claim.guard`). An incident's P0 tries that first too, and takes another
+  team's guarantee only when nothing else makes room (pass_preemption.py).
 
 Candidates are tried in this order: 1. borrowed first; 2. checkpointing first; 3. lowest
 priority class first; 4. fewest past evictions (`eviction_memory`); 5. the longest expected
@@ -134,10 +135,11 @@ class VictimPool:
     def claim(self, job: PendingJob, *, ignore_age: bool = False, borrowing: bool = False) -> Claim:
         """`ignore_age`: as if every victim had run its minimum (when could the job preempt?).
         Past `reclaim_wait_bound_s` of waiting, a job reclaims from anyone over a guarantee.
-        `borrowing`: the job would start past its team's guarantee (see `Claim.guard`)."""
+        `borrowing`: the job would start past its team's guarantee and takes from other teams
+        only what they hold above theirs (see `Claim.guard`)."""
         config = self.config
         minimum = 0.0 if ignore_age else config.min_runtime_for(job.priority)
-        guard = job.team if borrowing and job.priority != "P0" else None
+        guard = job.team if borrowing else None
         if self.now - job.submitted_at > config.reclaim_wait_bound_s:
             return Claim(priority_rank(job.priority), self.now - minimum, guard=guard)
         reclaim_minimum = 0.0 if ignore_age else config.reclaim_min_runtime_s

@@ -223,6 +223,48 @@ def test_a_borrower_outranks_its_own_teams_jobs_and_a_team_within_its_guarantee_
     assert [p.victim_job_id for p in owner.preemptions] == [1]
 
 
+# An incident's P0 past its team's guarantee takes its own team's jobs and what other teams hold
+# above their guarantees first: production's guaranteed job, evicted, would reclaim its room at
+# once from research (now over its guarantee by the P0), evicting research's P2 after all: two
+# evictions where one does. Production's job is the younger (the cheaper to lose), so a search
+# that ignores whose guarantee it is picks it.
+RESEARCH_AND_PRODUCTION = [
+    running(1, ["z1-r1-n1"], team="research", priority="P2", age=2 * HOUR),
+    running(2, ["z1-r1-n2"], team="production", priority="P2", age=60),
+]
+
+
+def test_a_borrowing_p0_takes_its_own_teams_job_before_another_teams_guarantee():
+    decisions = schedule(
+        snapshot(
+            TWO_NODES,
+            pending=[job(9, gpus=8, priority="P0", team="research")],
+            running_jobs=RESEARCH_AND_PRODUCTION,
+            team_list=_teams(8, research=8),
+        )
+    )
+    assert [(p.victim_job_id, p.reason) for p in decisions.preemptions] == [(1, "PRIORITY")]
+
+
+@pytest.mark.parametrize(
+    ("research", "production", "running_jobs", "victims"),
+    [
+        # research has nothing of its own to give, production nothing above its guarantee:
+        # the incident takes production's guaranteed room after all (the younger job).
+        (0, 16, [replace(RESEARCH_AND_PRODUCTION[0], team="production"), RESEARCH_AND_PRODUCTION[1]], [2]),
+        # production holds 8 above its guarantee: the P0 takes from there, not its own job.
+        (8, 0, RESEARCH_AND_PRODUCTION, [2]),
+    ],
+)
+def test_a_borrowing_p0_takes_a_guarantee_only_when_nothing_else_makes_room(
+    research, production, running_jobs, victims
+):
+    quotas = teams(production={"gpu:H100": (production, 32)}, research={"gpu:H100": (research, 32)})
+    pending = [job(9, gpus=8, priority="P0", team="research")]
+    decisions = schedule(snapshot(TWO_NODES, pending=pending, running_jobs=running_jobs, team_list=quotas))
+    assert sorted(p.victim_job_id for p in decisions.preemptions) == victims
+
+
 def test_two_borrowers_in_one_pass_take_no_more_than_a_team_holds_above_its_guarantee():
     # production holds 16, 8 above its guarantee: the first P1 takes those 8, the second none.
     pending = [job(9, gpus=8, priority="P1", team="research", age=600), job(10, gpus=8, priority="P1", team="research")]
