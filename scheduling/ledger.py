@@ -43,6 +43,7 @@ class EndedRank:
     last_checkpoint_at: datetime | None
     gpus: int
     node_reclaimed: bool
+    checkpoint_step: int | None = None  # the step of `last_checkpoint_at`
 
     def lost_cause(self) -> str | None:
         """Why this rank's work was lost; None for a success or the owner's stop. PEER_FAILED
@@ -71,19 +72,24 @@ def attempt_lost_cause(ranks: Iterable[EndedRank]) -> str | None:
 def lost_work(ranks: list[EndedRank], *, now: datetime) -> dict:
     """What an ended attempt lost, by the core's rule (RunningJob.hours_lost_if_stopped): its
     GPUs x the time from its start, or from the checkpoint every rank confirmed if later, to
-    its last rank's end. Read before a requeue clears the attempt's placement and checkpoints."""
+    its last rank's end; and that checkpoint's step (where the next attempt resumes), if any.
+    Read before a requeue clears the attempt's placement and checkpoints."""
     starts = [r.started_at for r in ranks if r.started_at is not None]
     if not starts:  # it never started: nothing ran, nothing lost
-        return {"lost_gpu_hours": 0.0, "lost_since": None, "since_checkpoint": False}
+        return {"lost_gpu_hours": 0.0, "lost_since": None, "since_checkpoint": False, "checkpoint_step": None}
     started = min(starts).timestamp()
     checkpoint = confirmed_checkpoint(r.last_checkpoint_at.timestamp() if r.last_checkpoint_at else None for r in ranks)
     since = lost_since(started, checkpoint)
     ended = max((r.finished_at for r in ranks if r.finished_at is not None), default=now).timestamp()
     gpus = sum(r.gpus for r in ranks)
+    since_checkpoint = checkpoint is not None and checkpoint >= started
+    # The confirmed checkpoint is the oldest rank's: its step is the one every rank saved.
+    oldest = min((r for r in ranks if r.last_checkpoint_at), key=lambda r: r.last_checkpoint_at, default=None)
     return {
         "lost_gpu_hours": round(gpus * max(0.0, ended - since) / HOUR, 4),
         "lost_since": datetime.fromtimestamp(since, UTC).isoformat(),
-        "since_checkpoint": checkpoint is not None and checkpoint >= started,
+        "since_checkpoint": since_checkpoint,
+        "checkpoint_step": oldest.checkpoint_step if since_checkpoint and oldest else None,
     }
 
 
@@ -97,10 +103,11 @@ def ended_ranks(job_id: int) -> list[EndedRank]:
         "last_checkpoint_at",
         "gpu_indices",
         "last_node__reclaim_deadline",
+        "checkpoint_step",
     )
     return [
-        EndedRank(state, stop, failure, started, finished, checkpoint, len(indices or ()), reclaim is not None)
-        for state, stop, failure, started, finished, checkpoint, indices, reclaim in rows
+        EndedRank(state, stop, failure, started, finished, checkpoint, len(indices or ()), reclaim is not None, step)
+        for state, stop, failure, started, finished, checkpoint, indices, reclaim, step in rows
     ]
 
 

@@ -206,6 +206,7 @@ def test_a_drained_attempt_records_the_work_lost_since_its_checkpoint_and_the_ne
         "lost_gpu_hours": round(8 * lost / 3600, 4),
         "lost_since": saved.isoformat(),
         "since_checkpoint": True,
+        "checkpoint_step": 300,
     }
     task = Task.objects.get(job_id=job_id)
     assert (task.last_checkpoint_at, task.checkpoint_step, task.state) == (None, None, "PENDING")
@@ -225,6 +226,7 @@ def test_without_a_confirmed_checkpoint_the_whole_attempt_is_lost(api, leader, c
         "lost_gpu_hours": round(8 * (45 * 60 + 3) / 3600, 4),
         "lost_since": started.isoformat(),
         "since_checkpoint": False,
+        "checkpoint_step": None,
     }
 
 
@@ -235,7 +237,8 @@ def test_the_job_page_shows_the_lost_work(api, leader, clock, client):
     drain_and_settle(api, leader, clients, job_id, clock)
     client.force_login(Job.objects.get(pk=job_id).owner)
     page = client.get(f"/jobs/{job_id}/").content.decode()
-    assert "lost 0.81 GPU-hours since the checkpoint at 09:24:00" in page
+    assert "lost 0.81 GPU-hours since the checkpoint of step 300 at 09:24:00" in page
+    assert "(INFRA)" not in page  # a task the scheduler stopped (now waiting again) did not fail
 
 
 def test_a_final_failure_records_the_lost_work_on_its_event(api, leader, clock):
@@ -249,7 +252,8 @@ def test_a_final_failure_records_the_lost_work_on_its_event(api, leader, clock):
     run_pass(epoch=leader)
     assert Job.objects.get(pk=job_id).state == "FAILED"
     [verdict] = AuditEvent.objects.filter(job_id=job_id, reason="APP", from_state="FAILED")
-    assert verdict.data == {"lost_gpu_hours": 2.0, "lost_since": saved.isoformat(), "since_checkpoint": True}
+    lost = {"lost_gpu_hours": 2.0, "lost_since": saved.isoformat(), "since_checkpoint": True, "checkpoint_step": 50}
+    assert verdict.data == lost
 
 
 def test_the_api_shows_each_attempts_confirmed_checkpoint(api, leader, clock):
