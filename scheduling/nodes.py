@@ -116,7 +116,14 @@ def _make_ready(was: dict[int, str], names: dict[int, str], *, now) -> None:
     Node.objects.filter(pk__in=was).update(
         first_heartbeat_at=Coalesce(F("first_heartbeat_at"), Value(now)),
         **_health_columns(
-            NodeState.READY, reason=Concat(Value("heartbeating again (was "), F("health"), Value(")")), now=now
+            NodeState.READY,
+            # A new node's first heartbeat is not "again" (every node read "heartbeating again
+            # (was NEW)" after it joined).
+            reason=Case(
+                When(health=NodeState.NEW, then=Value("heartbeating since it joined")),
+                default=Concat(Value("heartbeating again (was "), F("health"), Value(")")),
+            ),
+            now=now,
         ),
     )
     AuditEvent.objects.bulk_create(

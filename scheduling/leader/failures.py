@@ -22,6 +22,7 @@ after the agent's last renewal, so the agent's deadline always comes first.
 
 import logging
 from dataclasses import dataclass
+from datetime import UTC, timedelta
 
 from django.conf import settings
 
@@ -121,8 +122,12 @@ def _verdict(node: Node, age: float, *, disrupted: bool) -> str | None:
 
 
 def _suspect(node: Node, age: float, *, epoch: int, now) -> int:
+    """The reason names when the silence began: it stays on the node while the node is SUSPECT,
+    and "for 16 s", read a minute later, told an admin it had missed one heartbeat."""
+    last = (now - timedelta(seconds=age)).astimezone(UTC)
+    message = f"no heartbeat since {last:%H:%M:%S} UTC"
     with fenced(epoch):
-        return int(do_mark_health(node, NodeState.SUSPECT, now=now, message=f"no heartbeat for {age:.0f} s"))
+        return int(do_mark_health(node, NodeState.SUSPECT, now=now, message=message))
 
 
 def _lose(node: Node, age: float, *, epoch: int, now) -> int:

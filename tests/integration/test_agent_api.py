@@ -91,6 +91,7 @@ def test_first_heartbeat_makes_a_node_ready_and_later_ones_write_nothing(db):
     beat(client, "n1")
     node = Node.objects.get(name="n1")
     assert (node.state, node.health) == ("READY", "READY") and node.first_heartbeat_at
+    assert node.state_reason == "heartbeating since it joined"  # not "again (was NEW)"
     liveness.flush()  # the batch of heartbeats this process heard goes to Postgres now, not during the next one
     with CaptureQueriesContext(connection) as queries:
         beat(client, "n1")
@@ -172,7 +173,9 @@ def test_silent_nodes_go_suspect_then_lost_and_their_tasks_are_requeued(api, lea
 
     assert detect(epoch=leader, now=at(10)) == {"suspect": 0, "lost": 0, "reclaimed": 0, "full_disruption": 0}
     assert detect(epoch=leader, now=at(16))["suspect"] == 1
-    assert Node.objects.get(name="z1-r1-h100-01").state == "SUSPECT"
+    suspect = Node.objects.get(name="z1-r1-h100-01")
+    # When the silence began, which stays true while the reason stays on the node.
+    assert (suspect.state, suspect.state_reason) == ("SUSPECT", f"no heartbeat since {at(0):%H:%M:%S} UTC")
     assert Task.objects.get(job_id=job_id).state == "RUNNING"  # not before the agent's lease + margin
     assert detect(epoch=leader, now=at(29))["lost"] == 0
     assert detect(epoch=leader, now=at(31))["lost"] == 1
