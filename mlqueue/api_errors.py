@@ -4,8 +4,11 @@
 first problem as one sentence for humans and logs.
 """
 
+import re
+
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
+from django.http import Http404
 from rest_framework import exceptions
 from rest_framework.views import exception_handler as drf_exception_handler
 
@@ -32,6 +35,21 @@ def flatten_errors(detail, prefix: str = "") -> dict[str, list[str]]:
     return {prefix or "body": [str(m) for m in messages]}
 
 
+# What get_object_or_404 says: "No MaintenanceWindow matches the given query."
+DJANGO_NOT_FOUND = re.compile(r"No (\w+) matches the given query\.")
+
+
+def not_found(exc: Http404, context) -> str:
+    """A 404 of get_object_or_404 in words a user asked in: "no such node: nope-01." (the view's
+    URL arguments name what was asked for). Any other 404's message stays."""
+    found = DJANGO_NOT_FOUND.fullmatch(str(exc))
+    if found is None:
+        return str(exc)
+    what = re.sub(r"(?<!^)(?=[A-Z])", " ", found[1]).lower()
+    asked = ", ".join(str(value) for value in getattr(context.get("view"), "kwargs", {}).values())
+    return f"no such {what}: {asked}." if asked else f"no such {what}."
+
+
 def exception_handler(exc, context):
     if isinstance(exc, RequestDataTooBig):
         exc = RequestTooLarge(BODY_TOO_LARGE.format(limit=settings.DATA_UPLOAD_MAX_MEMORY_SIZE))
@@ -46,4 +64,6 @@ def exception_handler(exc, context):
         response.data = {"detail": f"{exc.field}: {exc.detail}", "fields": exc.fields}
     elif isinstance(exc, BodyParseError):
         response.data = {"detail": str(exc.detail), "fields": {exc.field: [exc.message]}}
+    elif isinstance(exc, Http404):
+        response.data = {"detail": not_found(exc, context)}
     return response

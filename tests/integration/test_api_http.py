@@ -151,11 +151,15 @@ def test_an_unmatched_page_path_still_gets_a_page(logged_in, settings, debug):
     assert response["Content-Type"].startswith("text/html")
 
 
-def test_a_missing_row_keeps_drfs_own_404(api):
+def test_a_missing_row_is_a_404_that_names_what_was_asked_for(api):
+    """Not Django's "No Job matches the given query." (QA: an admin's `mlq uncordon nope-01`
+    printed "No Node matches the given query.")."""
     response = api("alice").get("/api/v1/jobs/999999")
-
-    assert response.status_code == 404
-    assert response.json() == {"detail": "No Job matches the given query."}
+    assert (response.status_code, response.json()) == (404, {"detail": "no such job: 999999."})
+    uncordon = api("ops").post("/api/v1/nodes/nope-01/uncordon", {"reason": "x"}, format="json")
+    assert (uncordon.status_code, uncordon.json()) == (404, {"detail": "no such node: nope-01."})
+    window = api("ops").patch("/api/v1/maintenance/99", {"reason": "x"}, format="json")
+    assert (window.status_code, window.json()) == (404, {"detail": "no such maintenance window: 99."})
 
 
 def test_a_method_not_allowed_answers_json(api):

@@ -822,8 +822,8 @@ CASES = [
         400,
         "state: Select a valid choice",
     ),
-    ("job id past bigint", "GET", f"/api/v1/jobs/{BIG}", "alice", None, None, 404, "No Job matches"),
-    ("events of a job id past bigint", "GET", f"/api/v1/jobs/{BIG}/events", "alice", None, None, 404, "No Job matches"),
+    ("job id past bigint", "GET", f"/api/v1/jobs/{BIG}", "alice", None, None, 404, "no such job: "),
+    ("events of a job id past bigint", "GET", f"/api/v1/jobs/{BIG}/events", "alice", None, None, 404, "no such job: "),
     (
         "cancel a job id past bigint",
         "POST",
@@ -832,7 +832,7 @@ CASES = [
         {"reason": "x"},
         None,
         404,
-        "No Job matches",
+        "no such job: ",
     ),
     (
         "log rank not a number",
