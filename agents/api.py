@@ -193,6 +193,9 @@ class IncludeGpus(NodeAction):
         nodes.do_include_gpus(node=node, user=user, gpus=body["gpus"], reason=body["reason"])
 
 
+NO_TARGETS = "select nodes (names) or a rack."
+
+
 class BulkActionSerializer(StrictSerializer):
     """A bulk action's targets: `names`, a `rack` (or `racks`), or both (their union)."""
 
@@ -206,7 +209,7 @@ class BulkActionSerializer(StrictSerializer):
         names = sorted(set(data.get("names", [])))
         racks = sorted(set(data.get("racks", [])) | ({data["rack"]} if data.get("rack") else set()))
         if not names and not racks:
-            raise serializers.ValidationError({"names": ["select nodes (names) or a rack."]})
+            raise serializers.ValidationError({"names": [NO_TARGETS]})
         found = {node.name: node for node in Node.objects.filter(name__in=names)}
         if unknown := [name for name in names if name not in found]:
             raise serializers.ValidationError({"names": [f"no such node: {', '.join(unknown[:20])}."]})
@@ -219,8 +222,9 @@ class BulkActionSerializer(StrictSerializer):
 
 class BulkResultSerializer(serializers.Serializer):
     action = serializers.CharField()
-    count = serializers.IntegerField()
-    nodes = NodeSerializer(many=True)
+    count = serializers.IntegerField(help_text="how many nodes it changed")
+    nodes = NodeSerializer(many=True, help_text="the nodes it changed")
+    unchanged = serializers.ListField(child=serializers.CharField(), help_text="nodes it left as they were, by name")
 
 
 class NodeBulkAction(APIView):
@@ -236,16 +240,26 @@ class NodeBulkAction(APIView):
             raise exceptions.PermissionDenied(NOT_AN_ADMIN)
         body = BulkActionSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        action, done = bulk_act(body.validated_data, request.user)
+        action, done, unchanged = bulk_act(body.validated_data, request.user)
         for node in done:
             node.refresh_from_db()
-        return Response({"action": action, "count": len(done), "nodes": NodeSerializer(done, many=True).data})
+        return Response(
+            {
+                "action": action,
+                "count": len(done),
+                "nodes": NodeSerializer(done, many=True).data,
+                "unchanged": [node.name for node in unchanged],
+            }
+        )
 
 
-def bulk_act(body: dict, user) -> tuple[str, list[Node]]:
-    """The API's and the console's bulk action, from a validated BulkActionSerializer."""
-    nodes = services.do_bulk_node_action(nodes=body["nodes"], action=body["action"], user=user, reason=body["reason"])
-    return body["action"], nodes
+def bulk_act(body: dict, user) -> tuple[str, list[Node], list[Node]]:
+    """The API's and the console's bulk action, from a validated BulkActionSerializer: the
+    action, the nodes it changed and those it left as they were."""
+    done, unchanged = services.do_bulk_node_action(
+        nodes=body["nodes"], action=body["action"], user=user, reason=body["reason"]
+    )
+    return body["action"], done, unchanged
 
 
 # --- the agent API ---------------------------------------------------------------------------

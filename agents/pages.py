@@ -21,7 +21,7 @@ from django.views.decorators.http import require_http_methods
 from rest_framework.exceptions import APIException, ValidationError
 
 from agents import console, node_filters, services
-from agents.api import NOT_AN_ADMIN, BulkActionSerializer, NodeActionSerializer, bulk_act
+from agents.api import NO_TARGETS, NOT_AN_ADMIN, BulkActionSerializer, NodeActionSerializer, bulk_act
 from mlqueue import date_fields
 from scheduling import maintenance, node_health
 from scheduling.models import MaintenanceWindow, Node, Task
@@ -140,11 +140,18 @@ def _act(request):
         }
     )
     if not body.is_valid():
-        return _refused(request, ActionError("", _first_errors(body.errors)))
-    action, done = bulk_act(body.validated_data, request.user)
+        return _refused(request, ActionError("", _first_errors(body.errors, CONSOLE_FIELDS)))
+    action, done, unchanged = bulk_act(body.validated_data, request.user)
     verb = {"drain_wait": "draining (tasks may finish)", "uncordon": "uncordoned"}.get(action, action + "ed")
-    names = ", ".join(node.name for node in done[:5]) + (f" and {len(done) - 5} more" if len(done) > 5 else "")
-    return _done(request, f"{len(done)} node{'s' if len(done) != 1 else ''} {verb}: {names}.")
+    said = f"{len(done)} node{'s' if len(done) != 1 else ''} {verb}" + (f": {_some(done)}." if done else ".")
+    if unchanged:
+        said += f" Already in service, left as they were: {_some(unchanged)}."
+    return _done(request, said)
+
+
+def _some(nodes: list) -> str:
+    """Up to five names, then how many more."""
+    return ", ".join(node.name for node in nodes[:5]) + (f" and {len(nodes) - 5} more" if len(nodes) > 5 else "")
 
 
 NOT_A_TIME = "a date and time (UTC), e.g. 2026-12-02T02:00."
@@ -234,8 +241,19 @@ def _act_on_one(request):
     return _done(request, notice)
 
 
-def _first_errors(errors: dict) -> str:
-    return "; ".join(f"{name}: {errs[0]}" for name, errs in errors.items())
+# The bulk API's fields by the console form's names (its checkboxes are `nodes` and `racks`).
+CONSOLE_FIELDS = {"names": "nodes", "rack": "racks"}
+NOTHING_PICKED = "tick the nodes or racks to act on first."
+
+
+def _first_errors(errors: dict, names: dict[str, str] | None = None) -> str:
+    """ "field: message; ...", with the fields as the form names them (`names`)."""
+    names = names or {}
+    said = []
+    for name, errs in errors.items():
+        message = NOTHING_PICKED if errs[0] == NO_TARGETS else errs[0]
+        said.append(f"{names.get(name, name)}: {message}")
+    return "; ".join(said)
 
 
 def _done(request, notice: str):

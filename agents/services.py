@@ -9,7 +9,7 @@ from rest_framework.exceptions import AuthenticationFailed, PermissionDenied
 
 from agents import tokens
 from mlqueue.errors import Conflict
-from scheduling.models import Node, NodeState, Task
+from scheduling.models import AdminState, Node, NodeState, Task
 from scheduling.nodes import do_cordon, do_drain, do_include_gpus, do_mark_health, do_uncordon, record_node_event
 from scheduling.states import ON_NODE
 from teams.models import hash_token
@@ -195,10 +195,14 @@ NODE_ACTIONS = {
 BULK_ACTIONS = ("cordon", "drain", "drain_wait", "uncordon")
 
 
-def do_bulk_node_action(*, nodes: list[Node], action: str, user, reason: str) -> list[Node]:
+def do_bulk_node_action(*, nodes: list[Node], action: str, user, reason: str) -> tuple[list[Node], list[Node]]:
     """One admin action on many nodes, all or none (one transaction), each node audited on
-    its own exactly as a single action is; the nodes come back as their rows now say."""
+    its own exactly as a single action is. Returns (the nodes it changed, those it left as they
+    were: an uncordon of a node neither cordoned nor draining writes nothing and is not audited)."""
+    changed, unchanged = [], []
     with transaction.atomic():
         for node in nodes:
+            was = node.admin_state
             NODE_ACTIONS[action](node, user, reason)
-    return nodes
+            (unchanged if action == "uncordon" and was == AdminState.NONE else changed).append(node)
+    return changed, unchanged
