@@ -79,6 +79,7 @@ api_v1 = [
     endpoint("nodes/bulk", agents_api.NodeBulkAction.as_view(), "nodes-bulk"),
     endpoint("maintenance", maintenance_api.WindowList.as_view(), "maintenance"),
     endpoint(r"maintenance/(?P<window_id>[0-9]+)", maintenance_api.WindowDetail.as_view(), "maintenance-detail"),
+    endpoint(r"maintenance/(?P<window_id>[0-9]+)/events", maintenance_api.WindowEvents.as_view(), "maintenance-events"),
     endpoint("scheduler", jobs_api.SchedulerState.as_view(), "scheduler"),
     endpoint("queue", jobs_api.Queue.as_view(), "queue-api"),
     endpoint(r"jobs/(?P<job_id>[0-9]+)/logs", jobs_api.JobLogs.as_view(), "job-logs"),

@@ -3,15 +3,19 @@ call scheduling/maintenance.py, serialize."""
 
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
-from rest_framework import exceptions, serializers, status
+from rest_framework import exceptions, generics, serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from mlqueue import date_fields
+from mlqueue.pagination import NewestFirst
+from mlqueue.query_parameters import refused_parameters
 from scheduling import maintenance
 from scheduling.models import MaintenanceState, MaintenanceWindow
 from scheduling.spec import StrictFloatField, StrictSerializer, StrictStringField
+from teams.api import TeamEventSerializer
+from teams.models import AuditEvent, EventKind
 from teams.selectors import is_site_admin
 
 NOT_AN_ADMIN = "only site admins may see or schedule maintenance windows."
@@ -81,6 +85,8 @@ class WindowList(APIView):
     def get(self, request: Request) -> Response:
         """Windows soonest first: the open ones (scheduled, active), or those in `?state=` (repeat it for several)."""
         _admin_only(request)
+        if refused := refused_parameters(request.query_params, filters=["state"], multiple=["state"]):
+            raise exceptions.ValidationError({name: [why] for name, why in refused.items()})
         states = [value for value in request.query_params.getlist("state") if value]
         if unknown := [value for value in states if value not in MaintenanceState.values]:
             raise exceptions.ValidationError(
@@ -128,3 +134,25 @@ class WindowDetail(APIView):
         """Cancel: a scheduled window never starts; an active one ends now (409 if over)."""
         window = maintenance.do_cancel_window(window=self.window(request, window_id), user=request.user)
         return Response(WindowSerializer(window).data)
+
+
+class WindowEvents(generics.ListAPIView):
+    """A window's history, newest first: scheduled, changed, started, ended, cancelled (`kind`
+    MAINTENANCE, who, and `data` with its nodes and times then). Site admins only."""
+
+    serializer_class = TeamEventSerializer
+    pagination_class = NewestFirst
+    filter_backends = []
+
+    def get_queryset(self):
+        _admin_only(self.request)
+        window = get_object_or_404(MaintenanceWindow, pk=self.kwargs["window_id"])
+        if refused := refused_parameters(self.request.query_params):
+            raise exceptions.ValidationError({name: [why] for name, why in refused.items()})
+        return AuditEvent.objects.filter(kind=EventKind.MAINTENANCE, data__window=window.pk)
+
+    @extend_schema(
+        responses={200: TeamEventSerializer(many=True), 403: OpenApiResponse(description="not a site admin")}
+    )
+    def get(self, request: Request, *args, **kwargs) -> Response:
+        return super().get(request, *args, **kwargs)

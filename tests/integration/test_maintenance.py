@@ -155,7 +155,15 @@ def test_schedule_change_cancel_are_listed_and_audited(clock, api):
     assert api("ops").get("/api/v1/maintenance?state=DONE&state=OVER").json()["fields"]["state"] == [
         "one of SCHEDULED, ACTIVE, DONE, CANCELLED, not 'OVER'."
     ]
+    typo = api("ops").get("/api/v1/maintenance?stat=DONE")  # it listed every open window, as if unfiltered
+    assert (typo.status_code, list(typo.json()["fields"])) == (400, ["stat"])
     events = AuditEvent.objects.filter(kind="MAINTENANCE").order_by("id")
+    history = api("ops").get(f"/api/v1/maintenance/{window.pk}/events").json()["results"]
+    assert [e["id"] for e in history] == [e.pk for e in reversed(events)]  # newest first
+    assert api("alice").get(f"/api/v1/maintenance/{window.pk}/events").status_code == 403
+    assert api("ops").get("/api/v1/maintenance/999999/events").json() == {
+        "detail": "no such maintenance window: 999999."
+    }
     assert [(e.actor_name, e.reason, e.data["window"]) for e in events] == [
         ("ops", "SCHEDULED", window.pk),
         ("ops", "CHANGED", window.pk),
