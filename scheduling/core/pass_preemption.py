@@ -31,6 +31,7 @@ class PassPreemption:
         self.searches = 0
         self.reclaim_searches = 0
         self.leaving: dict[str, dict[str, int]] = {}  # see `_leaving`
+        self.reclaimable_teams: dict[str, set[str]] = {}  # see `_reclaimable_elsewhere`
         # Per (class, team), the units evictions took, in earlier passes (jobs still stopping,
         # which the ledger counts until they have) and in this one: no longer the team's to give.
         self.evicted: dict[tuple[str, str], int] = defaultdict(int, self.stopping_units)
@@ -47,6 +48,15 @@ class PassPreemption:
             if left > 0:
                 found[team] = left
         return found
+
+    def _reclaimable_elsewhere(self, job: PendingJob) -> bool:
+        """Whether another team over its guarantee runs a job in `job`'s class that a reclaim
+        may evict (not a P0, not one stopping already, not one marked not preemptible)."""
+        rclass = job.resource_class
+        teams = self.reclaimable_teams.get(rclass)
+        if teams is None:
+            teams = self.reclaimable_teams[rclass] = {victim.team for victim in self.victims.may_go.get(rclass, ())}
+        return any(team != job.team and team in teams for team in self._excess(rclass))
 
     @property
     def victims(self) -> VictimPool:
@@ -79,7 +89,7 @@ class PassPreemption:
         ahead = self._reclaim_waits_turn(job) if reclaim else None
         if ahead is not None:
             reclaim = False
-            if any(team != job.team for team in self._excess(job.resource_class)):  # else none to reclaim
+            if self._reclaimable_elsewhere(job):  # else it would reclaim nothing even in its turn
                 self.pending[job.job_id] = explain.reclaim_waits_turn(job, ahead)
         outranks = priority_rank(job.priority) < self.lowest_running[job.resource_class]
         if not reclaim and (self.searches >= self.config.max_preemption_searches or not outranks):

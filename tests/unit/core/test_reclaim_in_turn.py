@@ -55,6 +55,18 @@ def test_an_owner_behind_a_waiting_job_that_could_take_its_room_does_not_reclaim
     )
 
 
+def test_an_owner_is_not_promised_a_reclaim_of_what_no_reclaim_may_take():
+    """Every borrowed job is a P0, which nothing evicts: the owner waits for room like any job,
+    and its reason says that, not that it reclaims once no job before it waits (QA)."""
+    p0s = [replace(borrower, priority="P0", preemptible=False) for borrower in BORROWERS]
+    pending = [job(2, gpus=1, team="other", runtime=HOUR / 4, cpus=1), job(3, gpus=8, team="vision")]
+    snap = snapshot(NODES, pending=pending, running_jobs=p0s, team_list=QUOTAS, **{**RULE_OFF, "reclaim_in_turn": True})
+    decisions = schedule(snap)
+    assert decisions.preemptions == ()
+    assert decisions.pending[3].code == ReasonCode.INSUFFICIENT_CAPACITY
+    assert "reclaims" not in decisions.pending[3].message
+
+
 def test_an_owner_first_in_the_order_reclaims():
     owner_job = job(3, gpus=1, team="vision", runtime=HOUR / 4, cpus=1)
     borrower_job = job(2, gpus=1, team="other", runtime=HOUR, cpus=1)
