@@ -14,6 +14,7 @@ from rest_framework.views import APIView
 from mlqueue.errors import Conflict
 from mlqueue.metrics_report import NAME as METRIC_NAME
 from mlqueue.pagination import NewestFirst
+from mlqueue.query_parameters import refused_parameters
 from scheduling import groups, job_changes, job_control, job_metrics, schedules, services, submit_batch, sweeps
 from scheduling.group_state import waiting_reasons
 from scheduling.models import Job, JobState, Priority, Task
@@ -23,7 +24,7 @@ from scheduling.spec import JobSpecSerializer
 from scheduling.web import logstream, schedules_api, throttles
 from scheduling.web.dryrun import dry_run_answer
 from scheduling.web.explanations import why_answer
-from scheduling.web.filters import JobFilter
+from scheduling.web.filters import NO_VISIBLE_TEAM, JobFilter, visible_team_ids
 from scheduling.web.serializers import (
     BulkCancelResultSerializer,
     CancelSerializer,
@@ -39,7 +40,6 @@ from scheduling.web.serializers import (
     WhySerializer,
 )
 from teams.models import AuditEvent
-from teams.selectors import team_and_below_ids
 
 NO_SUCH_RANK = "job {job} has {ranks}."
 NO_SUCH_ATTEMPT = "rank {rank} of job {job} has made {made} attempt(s)."
@@ -457,6 +457,9 @@ class QueueQuerySerializer(serializers.Serializer):
     offset = serializers.IntegerField(min_value=0, default=0)
 
 
+QUEUE_PARAMETERS = ("team", "owner", "priority", "limit", "offset")
+
+
 class QueuePageSerializer(serializers.Serializer):
     """The queue's answer as sent (the schema said a bare list, which generated clients read)."""
 
@@ -475,12 +478,18 @@ class Queue(APIView):
 
     @extend_schema(parameters=[QueueQuerySerializer], responses=QueuePageSerializer)
     def get(self, request: Request) -> Response:
+        if refused := refused_parameters(request.query_params, filters=QUEUE_PARAMETERS):
+            raise ValidationError({name: [why] for name, why in refused.items()})
         query = QueueQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
         params = query.validated_data
         jobs = visible_jobs(request.user).filter(state=JobState.PENDING, group_kind="")
         if "team" in params:
-            jobs = jobs.filter(team_id__in=team_and_below_ids(params["team"]))
+            # A team the caller sees no job of is an error, as in the job list: a typo showed an
+            # empty queue.
+            if not (team_ids := visible_team_ids(request.user, params["team"])):
+                raise ValidationError({"team": [NO_VISIBLE_TEAM.format(name=params["team"])]})
+            jobs = jobs.filter(team_id__in=team_ids)
         if "priority" in params:
             jobs = jobs.filter(priority=params["priority"])
         if "owner" in params:

@@ -119,11 +119,8 @@ class JobFilter(django_filters.FilterSet):
     @cached_property
     def team_ids(self) -> set[int]:
         """The `team` filter's team and the teams below it that the caller may see jobs of."""
-        ids = team_and_below_ids(self.form.cleaned_data["team"])
         user = getattr(self.request, "user", None)
-        if user is None:
-            return set()
-        return ids if is_site_admin(user) else ids & team_ids_of(user)
+        return set() if user is None else visible_team_ids(user, self.form.cleaned_data["team"])
 
     def in_team(self, jobs, name, value):
         return jobs.filter(team_id__in=self.team_ids)
@@ -134,3 +131,10 @@ class JobFilter(django_filters.FilterSet):
         if value == "me" and user is not None and user.is_authenticated:
             return jobs.filter(owner=user)
         return jobs.filter(owner__username=value)
+
+
+def visible_team_ids(user, name: str) -> set[int]:
+    """Team `name` and the teams below it whose jobs `user` may see (none: no such team, or
+    none of its jobs are the user's to see; the answer does not tell which)."""
+    ids = team_and_below_ids(name)
+    return ids if is_site_admin(user) else ids & team_ids_of(user)

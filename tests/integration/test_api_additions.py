@@ -382,6 +382,15 @@ def test_owner_me_and_a_division_filter_the_list_queue_and_bulk_cancel(api):
     assert listed("alice", "/api/v1/queue", owner="rita") == {ritas}
     assert listed("ops", team="research") == {mine, ritas, victors}  # the division's teams
     assert listed("ops", "/api/v1/queue", team="research") == {mine, ritas, victors}
+    # A team typo, or one whose jobs the caller may not see, is a 400 as in the list (it showed
+    # an empty queue), and so is a parameter the queue does not take.
+    for user, params in (
+        ("alice", {"team": "reserch"}),
+        ("alice", {"team": "production-ranking"}),
+        ("ops", {"teem": "x"}),
+    ):
+        response = api(user).get("/api/v1/queue", params)
+        assert (response.status_code, list(response.json()["fields"])) == (400, list(params))
     assert pauls in listed("ops", team="production")
     cancelled = api("ops").post("/api/v1/jobs/cancel", {"filter": {"team": "research"}}, format="json").json()
     assert sorted(cancelled["cancelled"]) == sorted([mine, ritas, victors])
