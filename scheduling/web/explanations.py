@@ -17,6 +17,7 @@ from scheduling.core.whatif import before_window, fits_now, suggestions
 from scheduling.group_state import waiting_reasons
 from scheduling.maintenance import load_windows
 from scheduling.models import Job, JobState
+from scheduling.selectors import scheduler_state
 from scheduling.services import job_shape
 
 
@@ -148,8 +149,19 @@ def why_answer(job: Job) -> dict:
         "reservation": _reservation(subject) if pending else None,
         "latest_start": subject.estimated_start if pending else None,
         "likely_start": subject.likely_start if pending else None,
+        **_forecast_age(subject if pending else None),
         "suggestions": what_would_help(subject).suggestions if pending else [],
     }
+
+
+def _forecast_age(job: Job | None) -> dict:
+    """As the job's own answer says it (`estimated_start_as_of`, `estimated_start_stale`): when
+    the forecast of its starts was taken and whether it is no longer being refreshed; null and
+    false for a job with no forecast start."""
+    if job is None or (job.estimated_start is None and job.likely_start is None):
+        return {"estimated_start_as_of": None, "estimated_start_stale": False}
+    lease = scheduler_state()
+    return {"estimated_start_as_of": lease.forecast_at, "estimated_start_stale": lease.forecast_stale}
 
 
 def _first_waiting_child(parent: Job) -> Job | None:

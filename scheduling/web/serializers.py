@@ -393,6 +393,12 @@ class WhySerializer(serializers.Serializer):
         allow_null=True, help_text="the forecast's start if all run to their limit"
     )
     likely_start = serializers.DateTimeField(allow_null=True, help_text="the forecast's start from observed runtimes")
+    estimated_start_as_of = serializers.DateTimeField(
+        allow_null=True, help_text="when the snapshot the starts were forecast from was taken (null: no forecast start)"
+    )
+    estimated_start_stale = serializers.BooleanField(
+        help_text="the forecast is older than the leader leaves it while it keeps forecasting: the starts are stale"
+    )
     suggestions = serializers.ListField(child=serializers.CharField(), help_text="changes that would fit it now")
 
 

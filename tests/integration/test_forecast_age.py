@@ -75,7 +75,8 @@ def test_a_forecast_records_its_snapshot_time_and_duration(api, waiting):
     detail = api("alice").get(f"/api/v1/jobs/{job.pk}").json()
     queue = api("alice").get("/api/v1/queue").json()["results"]
     entry = next(entry for entry in queue if entry["id"] == job.pk)
-    for body in (detail, entry):
+    why = api("alice").get(f"/api/v1/jobs/{job.pk}/why").json()  # `mlq why` printed its starts with no age
+    for body in (detail, entry, why):
         assert body["estimated_start_as_of"] == state["forecast_at"]
         assert body["estimated_start_stale"] is False
     running = next(row for row in api("alice").get("/api/v1/jobs").json()["results"] if row["name"] == "first")
@@ -104,6 +105,7 @@ def test_a_forecast_past_the_bound_is_stale_everywhere(api, waiting):
     assert api("alice").get(f"/api/v1/jobs/{job.pk}").json()["estimated_start_stale"] is True
     queue = api("alice").get("/api/v1/queue").json()["results"]
     assert next(entry for entry in queue if entry["id"] == job.pk)["estimated_start_stale"] is True
+    assert api("alice").get(f"/api/v1/jobs/{job.pk}/why").json()["estimated_start_stale"] is True
     alice = logged_in("alice")
     panel = alice.get(f"/jobs/{job.pk}/panel/").content.decode()
     assert '<span id="forecast-age" class="stale">(stale: forecast 5m ago, not refreshed since)</span>' in panel
