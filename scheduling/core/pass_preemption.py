@@ -232,7 +232,7 @@ class PassPreemption:
         guarantee: equal jobs on the same side of it are decided alike."""
         return self.now - job.submitted_at > self.config.reclaim_wait_bound_s
 
-    def _search(self, job: PendingJob, candidates: list, claim, excess: dict[str, int]):
+    def _search(self, job: PendingJob, candidates: list, claim, excess: dict[str, int], every=None):
         if not candidates:
             return None
         self.searches += 1
@@ -247,30 +247,43 @@ class PassPreemption:
             memory=self.config.eviction_memory,
             pool=self.victims,
             closed=self._closed(job),
+            every=every,
         )
 
     def _await_victims(
         self, job: PendingJob, excess: dict[str, int], tried: int, borrowing: bool
     ) -> PendingReason | None:
         """No victims may go now: would some, once they have run the minimum of `job`'s class?
-        Then the reason with that time (PREEMPTION_PENDING); asked within the search budget,
-        and only in passes that explain. Nobody is evicted early: this search only looks."""
+        Then the reason with the earliest time a set the search found may go (the set a
+        search picks first by its cost can change from pass to pass as its victims age, and the
+        time with it: a P1's reason read 16:32, 16:27, 16:30, 16:32 in turn, and it preempted at
+        16:27); asked within the search budget, and only in passes that explain. Nobody is
+        evicted early: this search only looks."""
         if not self.config.explain or self.searches >= self.config.max_preemption_searches:
             return None
         claim = self.victims.claim(job, ignore_age=True, borrowing=borrowing)
         candidates = self.victims.candidates(job, claim, excess=excess)
         if len(candidates) == tried:
             return None  # age kept nobody out: no wait would help
-        found = self._search(job, candidates, claim, excess)
-        ready = found and ready_at(
-            found.victims,
-            job,
-            self.victims.claim(job, borrowing=borrowing),
-            excess={} if claim.guard is not None else excess,  # a borrower reclaims nothing
-            minimum=self.config.min_runtime_for(job.priority),
-            reclaim_minimum=self.config.reclaim_min_runtime_s,
-        )
-        return explain.preemption_pending(job, len(found.victims), *ready) if ready else None
+        found: list = []
+        self._search(job, candidates, claim, excess, every=found)
+        now_claim = self.victims.claim(job, borrowing=borrowing)
+        readies = []
+        for victims in found:
+            ready = ready_at(
+                victims.victims,
+                job,
+                now_claim,
+                excess={} if claim.guard is not None else excess,  # a borrower reclaims nothing
+                minimum=self.config.min_runtime_for(job.priority),
+                reclaim_minimum=self.config.reclaim_min_runtime_s,
+            )
+            if ready:
+                readies.append((ready, len(victims.victims)))
+        if not readies:
+            return None
+        ready, count = min(readies)
+        return explain.preemption_pending(job, count, *ready)
 
     def _await_known(self, job: PendingJob, memo_key: tuple) -> None:
         reason = self.awaiting.get((memo_key, job.shape.tasks))

@@ -281,11 +281,13 @@ def find_victims(
     memory: bool = False,
     pool: "VictimPool | None" = None,
     closed: frozenset[str] = frozenset(),
+    every: list[VictimSet] | None = None,
 ) -> VictimSet | None:
     """The best set of victims whose removal lets `job` fit, or None if no set does.
     `candidates` come in `candidate_order`. `pool`: the pool they were drawn from, whose
     index of candidates by domain serves every search of the pass (else one is built for
-    this search). `closed`: nodes `job` must not start on (maintenance.py): no victim there helps."""
+    this search). `closed`: nodes `job` must not start on (maintenance.py): no victim there helps.
+    `every`: if given, each domain's set found is added to it (the best is one of them)."""
     scope, place = _domain_map(state, job)
     members = _members(pool, job.resource_class, scope, place, candidates)
     domains = _domains(candidates, members, place, claim, excess)
@@ -314,9 +316,11 @@ def find_victims(
         if found is None:
             continue
         victims = trial.put_back_unneeded(found)
-        score = _score(victims, borrowed, now, memory)
-        if best is None or (score, name) < (best.score, best.domain):
-            best = VictimSet(tuple(victims), name, score)
+        found_set = VictimSet(tuple(victims), name, _score(victims, borrowed, now, memory))
+        if every is not None:
+            every.append(found_set)
+        if best is None or (found_set.score, name) < (best.score, best.domain):
+            best = found_set
         tried += 1
         if tried == DOMAINS_TRIED:
             break

@@ -98,8 +98,19 @@ def test_one_young_victim_is_one_victim():
             backfill=False,
         )
     )
-    # The fewest GPU-hours lost: the younger (21:18); it may go at 21:28.
-    assert decisions.pending[9].message == "1 victim reachable at 21:28 UTC after their 10-minute minimum"
+    # Either would do: the older (started 21:16) may go first, at 21:26, and is the one the
+    # job will evict then (the younger, the fewer GPU-hours lost, may go only at 21:28).
+    assert decisions.pending[9].message == "1 victim reachable at 21:26 UTC after their 10-minute minimum"
+    at_2126 = schedule(
+        snapshot(
+            TWO_NODES,
+            pending=[job(9, gpus=8, priority="P1", team="ranking", age=360)],
+            running_jobs=young_pair(ages=(120, 240)),  # the same jobs, six minutes on
+            backfill=False,
+            now=NOW + 360,
+        )
+    )
+    assert [p.victim_job_id for p in at_2126.preemptions] == [2]
 
 
 def test_pending_preemption_keeps_its_reservation_suffix():
