@@ -18,6 +18,7 @@ from mlqueue.serializer_fields import FieldsBuiltOnce, NoUnknownFields
 from mlqueue.text import INVISIBLE, INVISIBLE_CATEGORIES, invisible_char
 from scheduling.core.model import PRIORITIES, Topology
 from scheduling.secrets import MASK
+from teams.models import ReportedGpuType
 
 # \Z, not $: "$" also matches before a trailing newline, so "FOO\n" would pass as a name.
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -49,6 +50,25 @@ NOT_A_BOOLEAN = "must be true or false, not {kind}."
 TOO_MANY_ENTRIES = "at most {limit} entries, got {count}."
 INVALID_NAME = "{name!r} is not a valid name: {rule}."
 UNKNOWN_GPU_TYPE = "unknown GPU type {gpu_type!r}; known types: {known}."
+# Types some node has reported (teams.ReportedGpuType), as this process has seen them: only
+# ever added to, so a known one costs no query.
+_SEEN_REPORTED: set[str] = set()
+
+
+def gpu_type_known(gpu_type: str) -> bool:
+    """A configured type (MLQ_GPU_TYPES), or one a node has reported: a node of a new type that
+    joins is usable at once, as quotas may already name it (QA: a B200 node joined and went
+    READY, and every job asking for B200 was refused as an unknown type)."""
+    if gpu_type in settings.MLQ_GPU_TYPES or gpu_type in _SEEN_REPORTED:
+        return True
+    if gpu_type in _reported_gpu_types():
+        _SEEN_REPORTED.add(gpu_type)
+        return True
+    return False
+
+
+def _reported_gpu_types() -> set[str]:
+    return set(ReportedGpuType.objects.values_list("name", flat=True))
 GPU_TYPE_REQUIRED = "required when gpu_count is {gpus}."
 GPU_TYPE_WITHOUT_GPUS = "is 0 but gpu_type is {gpu_type}; leave gpu_type out for a CPU job."
 GPUS_NOT_DIVISIBLE = "{gpus} GPUs cannot be split into tasks of {per_task} (gpus_per_task)."
@@ -227,10 +247,9 @@ class ResourcesSerializer(StrictSerializer):
 
     def validate_gpu_type(self, value):
         value = value or ""
-        if value and value not in settings.MLQ_GPU_TYPES:
-            raise serializers.ValidationError(
-                UNKNOWN_GPU_TYPE.format(gpu_type=value, known=", ".join(settings.MLQ_GPU_TYPES))
-            )
+        if value and not gpu_type_known(value):
+            known = [*settings.MLQ_GPU_TYPES, *sorted(_reported_gpu_types() - set(settings.MLQ_GPU_TYPES))]
+            raise serializers.ValidationError(UNKNOWN_GPU_TYPE.format(gpu_type=value, known=", ".join(known)))
         return value
 
     def validate(self, attrs):

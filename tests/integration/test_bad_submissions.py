@@ -514,3 +514,18 @@ def test_a_job_of_a_division_is_refused_naming_its_teams(api, django_user_model)
         403,
         {"team": [NOT_A_MEMBER.format(name="production")]},
     )
+
+
+def test_a_gpu_type_a_node_reports_may_be_asked_for(api):
+    """MLQ_GPU_TYPES is H100, A100, L40S; a B200 node joined, went READY, and every job asking
+    for B200 was refused as an unknown type (found by QA)."""
+    from agents.services import do_register_node
+
+    spec = make_spec(resources={"gpu_type": "B200", "gpu_count": 4}, client_job_id=None)
+    before = api("alice").post("/api/v1/jobs", spec, format="json")
+    assert before.json()["fields"]["resources.gpu_type"] == [
+        UNKNOWN_GPU_TYPE.format(gpu_type="B200", known="H100, A100, L40S")
+    ]
+    inventory = {"zone": "z1", "rack": "z1-r9", "gpu_type": "B200", "gpu_count": 4, "cpu_count": 64, "memory_gb": 512}
+    do_register_node(name="z1-r9-b200-01", inventory=inventory)
+    assert api("alice").post("/api/v1/jobs", spec, format="json").status_code == 201
