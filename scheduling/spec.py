@@ -69,6 +69,8 @@ def gpu_type_known(gpu_type: str) -> bool:
 
 def _reported_gpu_types() -> set[str]:
     return set(ReportedGpuType.objects.values_list("name", flat=True))
+
+
 GPU_TYPE_REQUIRED = "required when gpu_count is {gpus}."
 GPU_TYPE_WITHOUT_GPUS = "is 0 but gpu_type is {gpu_type}; leave gpu_type out for a CPU job."
 GPUS_NOT_DIVISIBLE = "{gpus} GPUs cannot be split into tasks of {per_task} (gpus_per_task)."
