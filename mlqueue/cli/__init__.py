@@ -1,7 +1,8 @@
 """`mlq`, the command line (issue 15), built on the SDK (mlqueue.client): no Django.
 
 Exit codes: 0 done, 1 the server refused (its detail, then each field's error as `field: message`),
-2 a usage error (click's), and `submit --wait`: 0 succeeded, 1 failed, 3 cancelled.
+2 a usage error (click's), 130 interrupted (Ctrl-C), and `submit --wait`: 0 succeeded, 1 failed,
+3 cancelled; `submit --dry-run` 1 when it can never run, `cancel` 1 when a job was skipped.
 
     app       the click group `main`, its client, refusals as exit code 1
     output    -o table/wide/json/yaml and the one-line reports

@@ -3,6 +3,8 @@ server as its message and exit code 1 whichever verb met it."""
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 from mlqueue.client import Client, MlqError
@@ -11,10 +13,17 @@ from mlqueue.client.specs import apply_overrides, parse_override
 EXIT_REFUSED = 1
 EXIT_FAILED = 1
 EXIT_CANCELLED = 3
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C
+
+INTERRUPTED = "mlq: interrupted"
+INTERRUPTED_WATCHING = "mlq: interrupted; job {job} is still {state} (not cancelled)"
+INTERRUPTED_UNSEEN = "mlq: interrupted; job {job} was not cancelled"
+ONE_VALUE = "takes one value, given {count} times: {values}"
 
 
 class Verbs(click.Group):
-    """Refusals become their message and exit code 1, whichever verb raised them."""
+    """Refusals become their message and exit code 1, whichever verb raised them; Ctrl-C exits
+    130, not click's `Aborted!` and 1, which `submit --wait` means as "the job failed"."""
 
     def invoke(self, ctx):
         try:
@@ -23,6 +32,35 @@ class Verbs(click.Group):
             for line in error.lines():
                 click.echo(line, err=True)
             ctx.exit(EXIT_REFUSED)
+        except KeyboardInterrupt:
+            if sys.stderr.isatty():
+                click.echo(err=True)  # off the line the terminal's `^C` is on
+            click.echo(interrupted_line(ctx.obj or {}), err=True)
+            ctx.exit(EXIT_INTERRUPTED)
+
+
+def watching(ctx: click.Context, job_id: int, state: str | None = None) -> None:
+    """Name the job this invocation waits for or follows (and its state as submitted), for what
+    Ctrl-C says: the job goes on without it."""
+    ctx.find_root().obj["watching"] = (job_id, state)
+
+
+def interrupted_line(obj: dict) -> str:
+    """What Ctrl-C stopped: the job watched and its state as last read, when known."""
+    if "watching" not in obj:
+        return INTERRUPTED
+    job_id, state = obj["watching"]
+    seen = obj["sdk"].last_read.get(job_id) if "sdk" in obj else None
+    state = seen.state if seen else state
+    return INTERRUPTED_WATCHING.format(job=job_id, state=state) if state else INTERRUPTED_UNSEEN.format(job=job_id)
+
+
+def one_value(ctx: click.Context, param: click.Parameter, values: tuple):
+    """The value of an option declared `multiple` only to see it repeated: click keeps the last of a
+    repeated one-value option silently, so a second is a usage error (exit 2)."""
+    if len(values) > 1:
+        raise click.BadParameter(ONE_VALUE.format(count=len(values), values=", ".join(map(str, values))))
+    return values[0] if values else None
 
 
 def client(ctx: click.Context) -> Client:

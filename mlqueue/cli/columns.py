@@ -2,6 +2,16 @@
 
 from mlqueue.cli.groups import group_cell
 
+# After a start in the queue's table: its forecast is stale (`mlq queue` says so below the table).
+STALE_MARK = "?"
+
+
+def start_cell(start: str | None, entry) -> str | None:
+    """A forecast start, marked when the forecast is no longer being refreshed: a person reading
+    the table would otherwise take an old start for today's."""
+    return f"{start}{STALE_MARK}" if start and entry.estimated_start_stale else start
+
+
 JOB_COLUMNS = [
     ("ID", lambda job: job.id),
     ("NAME", lambda job: job.name),
@@ -20,12 +30,12 @@ JOBS_COLUMNS = [*JOB_COLUMNS, ("GROUP", group_cell)]
 QUEUE_COLUMNS = [
     ("POS", lambda entry: entry.position),
     *JOB_COLUMNS,
-    ("LIKELY START", lambda entry: entry.likely_start),
+    ("LIKELY START", lambda entry: start_cell(entry.likely_start, entry)),
     ("REASON", lambda entry: entry.reason),
 ]
 QUEUE_WIDE = [
     ("OWNER", lambda entry: entry.owner),
-    ("LATEST START", lambda entry: entry.estimated_start),
+    ("LATEST START", lambda entry: start_cell(entry.estimated_start, entry)),
     ("RESERVED", lambda entry: ",".join(entry.reserved_nodes)),
 ]
 TASK_COLUMNS = [

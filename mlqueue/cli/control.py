@@ -2,10 +2,11 @@
 
 import click
 
-from mlqueue.cli.app import client, main
+from mlqueue.cli.app import EXIT_REFUSED, client, main
 from mlqueue.cli.columns import JOB_COLUMNS
 from mlqueue.cli.groups import group_cancelled
 from mlqueue.cli.output import as_text, emit, output_option, report
+from mlqueue.client import JOB_STATES
 
 NOTHING_TO_CANCEL = "name jobs to cancel, or --mine / --state / --team to cancel by filter"
 
@@ -14,12 +15,13 @@ NOTHING_TO_CANCEL = "name jobs to cancel, or --mine / --state / --team to cancel
 @click.argument("job_ids", nargs=-1, type=int)
 @click.option("--reason", default="", help="recorded with each cancel")
 @click.option("--mine", is_flag=True, help="by filter: your jobs")
-@click.option("--state", help="by filter: jobs in this state (e.g. pending)")
+@click.option("--state", type=click.Choice(JOB_STATES, case_sensitive=False), help="by filter: jobs in this state")
 @click.option("--team", help="by filter: this team's jobs")
 @output_option
 @click.pass_context
 def cancel(ctx, job_ids, reason, mine, state, team, output):
-    """Cancel jobs by id, or every job a filter matches.
+    """Cancel jobs by id, or every job a filter matches. Exits 1 when any job was not cancelled
+    (unknown, already ended, not yours): each is a `skipped:` line on stderr.
 
     \b
     Example:
@@ -49,10 +51,12 @@ def cancel(ctx, job_ids, reason, mine, state, team, output):
         raise click.UsageError(NOTHING_TO_CANCEL)
     if output in ("json", "yaml"):
         emit(result, output, [])
-        return
-    click.echo(f"cancelled: {' '.join(str(as_text(item)) for item in result.cancelled) or 'none'}")
-    for item in result.skipped:
-        click.echo(f"skipped: {as_text(item)}")
+    else:
+        click.echo(f"cancelled: {' '.join(str(as_text(item)) for item in result.cancelled) or 'none'}")
+        for item in result.skipped:
+            click.echo(f"skipped: {as_text(item)}", err=True)
+    if result.skipped:  # as scancel: a job named and not cancelled is a failure a script must see
+        ctx.exit(EXIT_REFUSED)
 
 
 @main.command()

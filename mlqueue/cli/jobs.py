@@ -7,7 +7,7 @@ import json
 
 import click
 
-from mlqueue.cli.app import EXIT_CANCELLED, EXIT_FAILED, client, main, overridden, set_option
+from mlqueue.cli.app import EXIT_CANCELLED, EXIT_FAILED, client, main, one_value, overridden, set_option, watching
 from mlqueue.cli.columns import (
     EVENT_COLUMNS,
     JOB_COLUMNS,
@@ -15,6 +15,7 @@ from mlqueue.cli.columns import (
     JOBS_COLUMNS,
     QUEUE_COLUMNS,
     QUEUE_WIDE,
+    STALE_MARK,
     TASK_COLUMNS,
 )
 from mlqueue.cli.groups import (
@@ -67,7 +68,7 @@ DRY_RUN_ALONE = "--dry-run submits nothing: --wait and --follow have no job to f
 @click.option(
     "--sweep-seed", type=click.IntRange(0, 2**32 - 1), help="a sweep's seed: the same seed draws the same trials"
 )
-@click.option("--dry-run", is_flag=True, help="only say whether and where it could run")
+@click.option("--dry-run", is_flag=True, help="only say whether and where it could run: exit 1 if it never can")
 @click.option("--wait", is_flag=True, help="wait for the end: exit 0 succeeded, 1 failed, 3 cancelled")
 @click.option("--follow", is_flag=True, help="print rank 0's log as it runs (then as --wait)")
 @output_option
@@ -108,6 +109,8 @@ def submit(ctx, specs, overrides, array, max_failures, sweep_seed, dry_run, wait
         emit(verdict, output, [("VALID", lambda d: d.valid), ("CAN EVER RUN", lambda d: d.can_ever_run)])
         if output not in ("json", "yaml"):
             _print_explanation(verdict.raw)
+        if never_runs(verdict.raw):
+            ctx.exit(EXIT_FAILED)
         return
     if body.get("schedule") is not None and (wait or follow):
         raise click.UsageError(SCHEDULE_NOT_A_JOB)
@@ -120,6 +123,7 @@ def submit(ctx, specs, overrides, array, max_failures, sweep_seed, dry_run, wait
         return
     made = f"; {group_summary(job.group)}" if job.group else ""
     click.echo(job_line(job.id, job.name, job.state, existing=job.existing) + made, err=output in ("json", "yaml"))
+    watching(ctx, job.id, job.state)
     if follow:
         for line in sdk.logs(job, follow=True):
             click.echo(line)
@@ -128,6 +132,13 @@ def submit(ctx, specs, overrides, array, max_failures, sweep_seed, dry_run, wait
         failure = f" ({done.failure_class})" if done.failure_class else ""
         report(done, output, JOB_COLUMNS, f"job {done.id} {done.state}{failure}")
         ctx.exit(outcome_code(done))
+
+
+def never_runs(answer: dict) -> bool:
+    """Whether a dry run says the spec can never run (a pipeline: any of its steps), as a submit
+    would be refused: exit 1 then, like `sbatch --test-only`, so a script can test a spec."""
+    answers = [answer, *(answer.get("steps") or [])]
+    return any(isinstance(found, dict) and found.get("can_ever_run") is False for found in answers)
 
 
 def _submit_many(sdk: Client, places: list[str], bodies: list[dict], output: str | None) -> int:
@@ -186,6 +197,9 @@ def queue(ctx, team, priority, mine, output):
     # "me": the server knows whose the token is; the client may not (MLQ_SERVER and MLQ_TOKEN alone)
     entries = client(ctx).queue(team=team, priority=priority, owner="me" if mine else None)
     emit(entries, output, QUEUE_COLUMNS, QUEUE_WIDE)
+    stale = next((entry for entry in entries if entry.estimated_start_stale), None)
+    if stale and output in ("table", "wide"):  # on stderr: a pipe reading the rows gets the rows alone
+        click.echo(STALE_STARTS.format(mark=STALE_MARK, as_of=stale.estimated_start_as_of or UNKNOWN_TIME), err=True)
 
 
 SINCE_UNITS = {"m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -210,12 +224,14 @@ def since_to_iso(since: str) -> str:
 @main.command()
 @click.option(
     "--state",
+    multiple=True,
     type=click.Choice(JOB_STATES, case_sensitive=False),
+    help="jobs in this state; repeat for several",
 )
-@click.option("--team")
+@click.option("--team", multiple=True, callback=one_value, help="this team's jobs (a division's: its teams')")
 @click.option("--mine", is_flag=True, help="only jobs you submitted")
-@click.option("--since", help="submitted since: 30m, 12h, 7d, 2w or an ISO time")
-@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
+@click.option("--since", multiple=True, callback=one_value, help="submitted since: 30m, 12h, 7d, 2w or an ISO time")
+@click.option("--limit", type=click.IntRange(min=1), multiple=True, default=[50], show_default=True, callback=one_value)
 @click.option(
     "--children", "with_children", is_flag=True, help="list groups' children too (default: a group is its one row)"
 )
@@ -228,9 +244,10 @@ def jobs(ctx, state, team, mine, since, limit, with_children, output):
     \b
     Example:
       mlq jobs --state failed --since 7d
+      mlq jobs --state running --state pending --mine
     """
     filters = {
-        "state": state.upper() if state else None,
+        "state": [found.upper() for found in state] or None,  # the API takes ?state=A&state=B
         "team": team,
         "owner": "me" if mine else None,
         "submitted_after": since_to_iso(since) if since else None,
@@ -239,13 +256,27 @@ def jobs(ctx, state, team, mine, since, limit, with_children, output):
     emit(client(ctx).jobs(limit=limit, **filters), output, JOBS_COLUMNS, JOB_WIDE)
 
 
+FORECAST_AS_OF = " (as of {as_of})"
+FORECAST_STALE = " (STALE: forecast as of {as_of}, not refreshed since)"
+STALE_STARTS = "{mark} after a start: STALE: forecast as of {as_of}, not refreshed since"
+UNKNOWN_TIME = "an unknown time"
+
+
 def forecast_age(found) -> str:
     """ " (as of <when the forecast's snapshot was taken>)", or that the forecast is stale."""
     if not found.estimated_start_as_of:
         return ""
     if found.estimated_start_stale:
-        return f" (STALE: forecast as of {found.estimated_start_as_of}, not refreshed since)"
-    return f" (as of {found.estimated_start_as_of})"
+        return stale_note(found)
+    return FORECAST_AS_OF.format(as_of=found.estimated_start_as_of)
+
+
+def stale_note(found) -> str:
+    """That the forecast starts are stale, with when they were made, or "" while they are fresh
+    (and from a server older than these fields: neither is there)."""
+    if not found.estimated_start_stale:
+        return ""
+    return FORECAST_STALE.format(as_of=found.estimated_start_as_of or UNKNOWN_TIME)
 
 
 @main.command()
@@ -301,11 +332,12 @@ def why(ctx, job, output):
         return
     child = found.raw.get("child_id")
     click.echo(f"job {found.job_id}: {found.state}" + (f" (as its first waiting child, job {child})" if child else ""))
-    _print_explanation(found.raw)
+    _print_explanation(found.raw, starts_note=stale_note(found))
 
 
-def _print_explanation(data: dict):
-    """The reason, histogram, reservation, starts and suggestions of a why or dry-run answer."""
+def _print_explanation(data: dict, starts_note: str = ""):
+    """The reason, histogram, reservation, starts (each followed by `starts_note`: a stale forecast
+    says so on each line it gives) and suggestions of a why or dry-run answer."""
     if data.get("reason"):
         click.echo(f"reason: {as_text(data['reason'])}")
     placement = data.get("placement")
@@ -330,7 +362,7 @@ def _print_explanation(data: dict):
         click.echo(f"reservation: {as_text(data['reservation'])}")
     for key, label in (("likely_start", "likely start"), ("latest_start", "latest start")):
         if data.get(key):
-            click.echo(f"{label}: {data[key]}")
+            click.echo(f"{label}: {data[key]}{starts_note}")
     suggestions = data.get("suggestions") or []
     if suggestions:
         click.echo("what would help:")
@@ -364,6 +396,7 @@ def logs(ctx, job, rank, attempt, stderr, follow, output):
       mlq logs 42 -o json | jq -r 'select(.attempt == 2) | .line'
     """
     stream = "stderr" if stderr else "stdout"
+    watching(ctx, job)
     for made, line in client(ctx).log_lines(job, rank=rank, attempt=attempt, stderr=stderr, follow=follow):
         if output == "json":
             row = {"job_id": job, "rank": rank, "attempt": made, "stream": stream, "line": line}

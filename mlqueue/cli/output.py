@@ -12,6 +12,7 @@ import click
 from mlqueue.client.specs import dump_yaml
 
 OUTPUTS = click.Choice(["table", "wide", "json", "yaml"])
+COLUMN_GAP = "  "  # as rich's table has it, so that a table reads the same piped or not
 
 
 def output_option(function):
@@ -37,18 +38,40 @@ def emit(data, output: str, columns: Sequence[tuple[str, Callable]], wide: Seque
     if output == "yaml":
         click.echo(dump_yaml(plain(data), sort_keys=True, default_flow_style=False).rstrip("\n"))
         return
+    rows = data if isinstance(data, list | tuple) else [data]
+    shown = [*columns, *(wide if output == "wide" else ())]
+    cells = [["" if (cell := get(row)) is None else str(cell) for _, get in shown] for row in rows]
+    if sys.stdout.isatty():
+        _print_table([title for title, _ in shown], cells)
+    else:
+        _print_lines([title for title, _ in shown], cells)
+
+
+def _print_table(titles: list[str], cells: list[list[str]]) -> None:
+    """For a person at a terminal: rich's table, fitted to the window (long cells wrap)."""
     # Imported here: rich takes about 70 ms to import, which scripts asking for json or yaml never pay.
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
-    rows = data if isinstance(data, list | tuple) else [data]
-    shown = [*columns, *(wide if output == "wide" else ())]
     table = Table(box=None, pad_edge=False, header_style="bold")
-    for title, _ in shown:
+    for title in titles:
         table.add_column(title, overflow="fold")
-    for row in rows:
-        table.add_row(*("" if (cell := get(row)) is None else str(cell) for _, get in shown))
-    Console(width=None if sys.stdout.isatty() else 200).print(table)
+    for row in cells:
+        table.add_row(*(Text(cell) for cell in row))  # as text: "[z1-r1]" is a value, not rich's markup
+    Console().print(table)
+
+
+def _print_lines(titles: list[str], cells: list[list[str]]) -> None:
+    """For a pipe: a line per row, columns aligned by spaces, nothing wrapped or cut, so that
+    `awk '{print $1}'` reads the first column of each row (a newline in a cell is a space)."""
+    from rich.cells import cell_len  # a wide character takes two columns, as the terminal shows it
+
+    lines = [titles, *([" ".join(cell.splitlines()) for cell in row] for row in cells)]
+    widths = [max(cell_len(line[column]) for line in lines) for column in range(len(titles))]
+    for line in lines:
+        padded = (cell + " " * (width - cell_len(cell)) for cell, width in zip(line, widths, strict=True))
+        click.echo(COLUMN_GAP.join(padded).rstrip())
 
 
 def report(item, output: str, columns, message: str) -> None:

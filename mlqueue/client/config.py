@@ -13,6 +13,7 @@ def config_path() -> Path:
 
 
 NOT_TOML = "{path}: not a config file ({error}): fix it, or delete it and run `mlq login`"
+NOT_UTF8 = "{path}: not a config file (not UTF-8 text): fix it, or delete it and run `mlq login`"
 UNREADABLE = "{path}: cannot read it ({error})"
 NOT_TEXT = "{path}: {key} must be text in quotes, not {kind}: fix it, or delete it and run `mlq login`"
 
@@ -50,6 +51,8 @@ def read_config(path: Path | None = None) -> dict:
         return {}
     except tomllib.TOMLDecodeError as error:
         raise MlqError(0, NOT_TOML.format(path=path, error=error)) from None
+    except UnicodeDecodeError:  # TOML is UTF-8; tomllib lets the decoding's own error through
+        raise MlqError(0, NOT_UTF8.format(path=path)) from None
     except OSError as error:  # a directory in its place, no permission
         raise MlqError(0, UNREADABLE.format(path=path, error=error.strerror or error)) from None
     for key in ("server", "token", "user"):

@@ -119,6 +119,8 @@ class QueueEntry:
     pending_reason: dict | None = None
     estimated_start: str | None = None
     likely_start: str | None = None
+    estimated_start_as_of: str | None = None  # as Job's: when the forecast's snapshot was taken
+    estimated_start_stale: bool = False  # the forecast is no longer being refreshed
     reserved_nodes: tuple[str, ...] = ()
     raw: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
 
@@ -136,6 +138,8 @@ class Why:
     reservation: Any = None
     latest_start: str | None = None
     likely_start: str | None = None
+    estimated_start_as_of: str | None = None  # as Job's (None from a server older than the field)
+    estimated_start_stale: bool = False
     suggestions: tuple = ()
     raw: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
 

@@ -91,6 +91,14 @@ def _id(job) -> int:
         raise MlqError(0, NOT_A_JOB_ID.format(job=job)) from None
 
 
+def _attempt_after(current: Job, rank: int, attempt: int | None) -> int | None:
+    """The attempt after `attempt` when the rank has made one since, else None. Each start is the
+    next number (the leader counts them one by one), so stepping by one reads every attempt's log,
+    one that began and ended between two polls too."""
+    latest = max((task.attempt for task in current.tasks if task.rank == rank), default=None)
+    return attempt + 1 if attempt and latest and latest > attempt else None
+
+
 class Client:
     """One server, one token. `transport` is for tests (httpx.MockTransport)."""
 
@@ -106,6 +114,8 @@ class Client:
         self._transport = transport
         self._timeout = timeout
         self._http: httpx.Client | None = None
+        # each job's detail as last read, so that a wait or a follow cut short (Ctrl-C) can say where it stood
+        self.last_read: dict[int, Job] = {}
 
     # plumbing
 
@@ -214,7 +224,9 @@ class Client:
         return DryRun.from_json(self.request("POST", "/jobs/dry-run", json=spec))
 
     def get(self, job) -> Job:
-        return Job.from_json(self.request("GET", f"/jobs/{_id(job)}"))
+        found = Job.from_json(self.request("GET", f"/jobs/{_id(job)}"))
+        self.last_read[found.id] = found
+        return found
 
     def jobs(self, *, limit: int | None = None, **filters) -> list[Job]:
         """Newest first; filters as the API's: team, state, priority, owner ("me": whoever the token
@@ -322,7 +334,8 @@ class Client:
         """The log's lines (of `attempt`, default the latest). `follow`: keep reading until the job has
         finished and the log has nothing more, from the server's stream (`?follow=1`, server-sent
         events), or polling from the last offset every `poll` seconds where the server does not
-        stream; without an `attempt` given, a retry's new attempt is followed on from its start."""
+        stream; without an `attempt` given, each retry's new attempt is followed on from its start, in
+        turn, up to the job's last (one that began and ended between two polls too)."""
         lines = self.log_lines(job, rank=rank, attempt=attempt, stderr=stderr, follow=follow, poll=poll)
         return (line for _, line in lines)
 
@@ -358,18 +371,18 @@ class Client:
                 continue
             chunk = None
             current = through_outages(self.get, job)
-            newer = max((task.attempt for task in current.tasks if task.rank == rank), default=attempt)
-            if current.finished or (not pinned and attempt and newer > attempt):
+            following = None if pinned else _attempt_after(current, rank, attempt)
+            if current.finished or following:
                 # one more read of this attempt: its last lines may have landed since
                 where = {"rank": rank, "attempt": attempt, "stderr": stderr, "offset": offset}
                 last = through_outages(self.log_chunk, job, **where)
                 *lines, partial = (partial + last.get("text", "")).split("\n")
                 yield from ((attempt, line) for line in lines)
-                if current.finished:
+                if following is None:
                     break
                 if partial:
                     yield attempt, partial
-                attempt, offset, partial = newer, 0, ""
+                attempt, offset, partial = following, 0, ""
                 continue
             time.sleep(poll)
         if partial:
@@ -421,19 +434,23 @@ class Client:
             if ended is None:
                 time.sleep(poll)  # closed at the server's bound: on from the offset
                 continue
-            while not pinned:
-                current = through_outages(self.get, job)
-                newer = max((task.attempt for task in current.tasks if task.rank == rank), default=attempt)
-                if current.finished or newer > attempt:
-                    break
-                time.sleep(poll)  # the attempt ended; the leader has yet to finish the job or retry it
-            if pinned or current.finished:
-                if partial:
-                    yield attempt, partial
-                return None
-            if partial:
+            if partial:  # the attempt's last line, printed before any wait for the next attempt
                 yield attempt, partial
-            attempt, offset, partial = newer, 0, ""
+            following = None if pinned else self._attempt_to_follow(job, rank=rank, attempt=attempt, poll=poll)
+            if following is None:
+                return None
+            attempt, offset, partial = following, 0, ""
+
+    def _attempt_to_follow(self, job, *, rank: int, attempt: int | None, poll: float) -> int | None:
+        """The attempt to follow once `attempt` has ended: the next one this rank made, even when the
+        job has finished since (a last attempt shorter than a poll was lost otherwise); None when the
+        job finished with no attempt after it. Polls while the leader has yet to retry or finish it."""
+        while True:
+            current = through_outages(self.get, job)
+            following = _attempt_after(current, rank, attempt)
+            if following is not None or current.finished:
+                return following
+            time.sleep(poll)
 
     def cancel(self, jobs, *, reason: str = "") -> CancelResult | Job:
         """One job (-> the Job) or several (-> CancelResult, by the bulk endpoint)."""

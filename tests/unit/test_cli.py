@@ -803,7 +803,7 @@ def test_dry_run_set_events_nodes_and_cordon(spec_file):
         }
     )
     dry = run(server, "submit", str(spec_file), "--dry-run", "--set", "resources.gpu_count=16")
-    assert dry.exit_code == 0 and "reason: needs 16 per node" in dry.output
+    assert dry.exit_code == 1 and "reason: needs 16 per node" in dry.output  # it can never run: exit 1
     assert [r.url.path for r in server.requests] == ["/api/v1/jobs/dry-run"]  # nothing submitted
     assert json.loads(run(server, "set", "7", "--priority", "P1", "-o", "json").output)["priority"] == "P1"
     assert server.bodies("PATCH", "/api/v1/jobs/7") == [{"priority": "P1"}]

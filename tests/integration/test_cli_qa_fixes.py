@@ -1,0 +1,51 @@
+"""QA's mlq defects against the real API (the Django app in process): `mlq jobs` sends every
+--state and the API lists each state's jobs, a cancel that skipped a job exits 1, and a dry run
+of a spec that can never run exits 1 with its answer printed."""
+
+import json
+
+import pytest
+
+from mlqueue.cli.app import EXIT_FAILED, EXIT_REFUSED
+from scheduling.models import Job, JobState
+from tests.integration.test_cli_groups import mlq  # noqa: F401 (the fixture: mlq as alice)
+from tests.integration.test_cli_jobs import spec_file  # noqa: F401
+
+pytestmark = pytest.mark.django_db
+
+
+def test_jobs_lists_the_jobs_of_every_state_given(mlq, spec_file):  # noqa: F811
+    made = [json.loads(mlq("submit", spec_file, "-o", "json").stdout)["id"] for _ in range(3)]
+    Job.objects.filter(pk=made[0]).update(state=JobState.RUNNING)
+    Job.objects.filter(pk=made[1]).update(state=JobState.SUCCEEDED)
+    listed = mlq("jobs", "--mine", "--state", "running", "--state", "succeeded", "-o", "json")
+    assert listed.exit_code == 0, listed.output
+    assert sorted(row["id"] for row in json.loads(listed.stdout)) == made[:2]
+
+
+def test_a_cancel_of_jobs_none_of_which_was_cancelled_exits_1(mlq, spec_file):  # noqa: F811
+    unknown = mlq("cancel", "998", "999")
+    assert unknown.exit_code == EXIT_REFUSED, unknown.output
+    assert unknown.stdout.strip() == "cancelled: none"
+    assert [line.split(",")[0] for line in unknown.stderr.splitlines()] == ["skipped: id=998", "skipped: id=999"]
+    ours = json.loads(mlq("submit", spec_file, "-o", "json").stdout)["id"]
+    assert mlq("cancel", str(ours), "999").exit_code == EXIT_REFUSED
+    again = json.loads(mlq("submit", spec_file, "-o", "json").stdout)["id"]
+    assert mlq("cancel", str(again), str(again + 1000), "--reason", "r").exit_code == EXIT_REFUSED
+    fresh = [json.loads(mlq("submit", spec_file, "-o", "json").stdout)["id"] for _ in range(2)]
+    done = mlq("cancel", *map(str, fresh))
+    assert (done.exit_code, done.stdout.strip(), done.stderr) == (0, f"cancelled: {fresh[0]} {fresh[1]}", "")
+
+
+def test_a_cancel_by_an_unknown_state_is_a_usage_error(mlq):  # noqa: F811
+    refused = mlq("cancel", "--mine", "--state", "bogus")
+    assert refused.exit_code == 2 and "'bogus' is not one of" in refused.stderr
+
+
+def test_a_dry_run_of_a_spec_that_can_never_run_exits_1(mlq, spec_file):  # noqa: F811
+    jobs = Job.objects.count()
+    never = mlq("submit", spec_file, "--dry-run", "--set", "resources.gpu_count=4096")
+    assert never.exit_code == EXIT_FAILED, never.output
+    assert never.stdout.splitlines()[1].split() == ["True", "False"]
+    assert mlq("submit", spec_file, "--dry-run").exit_code == 0
+    assert Job.objects.count() == jobs  # nothing submitted
