@@ -31,7 +31,6 @@ class PassPreemption:
         self.searches = 0
         self.reclaim_searches = 0
         self.leaving: dict[str, dict[str, int]] = {}  # see `_leaving`
-        self.reclaimable_teams: dict[str, set[str]] = {}  # see `_reclaimable_elsewhere`
         # Per (class, team), the units evictions took, in earlier passes (jobs still stopping,
         # which the ledger counts until they have) and in this one: no longer the team's to give.
         self.evicted: dict[tuple[str, str], int] = defaultdict(int, self.stopping_units)
@@ -50,13 +49,14 @@ class PassPreemption:
         return found
 
     def _reclaimable_elsewhere(self, job: PendingJob) -> bool:
-        """Whether another team over its guarantee runs a job in `job`'s class that a reclaim
-        may evict (not a P0, not one stopping already, not one marked not preemptible)."""
-        rclass = job.resource_class
-        teams = self.reclaimable_teams.get(rclass)
-        if teams is None:
-            teams = self.reclaimable_teams[rclass] = {victim.team for victim in self.victims.may_go.get(rclass, ())}
-        return any(team != job.team and team in teams for team in self._excess(rclass))
+        """Whether a reclaim by `job` would have a victim to search now: a job of another team
+        over its guarantee that its claim may take (not a P0, not one stopping or taken already,
+        within that team's excess, past the reclaim's spares). The search's own candidates."""
+        excess = self._excess(job.resource_class)
+        if not any(team != job.team for team in excess):
+            return False
+        candidates = self.victims.candidates(job, self.victims.claim(job), excess=excess)
+        return any(candidate.job.team != job.team for candidate in candidates)
 
     @property
     def victims(self) -> VictimPool:

@@ -22,7 +22,7 @@ after the agent's last renewal, so the agent's deadline always comes first.
 
 import logging
 from dataclasses import dataclass
-from datetime import UTC, timedelta
+from datetime import UTC, datetime
 
 from django.conf import settings
 
@@ -69,7 +69,7 @@ def detect(*, epoch: int, now) -> dict[str, int]:
         if verdict == NodeState.LOST:
             counts["lost"] += _lose(node, ages[node.name], epoch=epoch, now=now)
         elif verdict == NodeState.SUSPECT:
-            counts["suspect"] += _suspect(node, ages[node.name], epoch=epoch, now=now)
+            counts["suspect"] += _suspect(node, seen.at.get(node.name), epoch=epoch, now=now)
     counts["reclaimed"] = _requeue_reclaimed(epoch=epoch, now=now)
     return counts
 
@@ -121,13 +121,21 @@ def _verdict(node: Node, age: float, *, disrupted: bool) -> str | None:
     return None
 
 
-def _suspect(node: Node, age: float, *, epoch: int, now) -> int:
+def _suspect(node: Node, last: float | None, *, epoch: int, now) -> int:
     """The reason names when the silence began: it stays on the node while the node is SUSPECT,
-    and "for 16 s", read a minute later, told an admin it had missed one heartbeat."""
-    last = (now - timedelta(seconds=age)).astimezone(UTC)
-    message = f"no heartbeat since {last:%H:%M:%S} UTC"
+    and "for 16 s", read a minute later, told an admin it had missed one heartbeat. `last`: its
+    last heartbeat as liveness has it (None: unknown, Redis lost it; then when the clocks
+    restarted, the last moment this scheduler can vouch for)."""
+    if last is not None:
+        message = f"no heartbeat since {_clock(last)}"
+    else:
+        message = f"no heartbeat heard since {_clock(CLOCKS.since)} (when this scheduler began watching)"
     with fenced(epoch):
         return int(do_mark_health(node, NodeState.SUSPECT, now=now, message=message))
+
+
+def _clock(at: float) -> str:
+    return f"{datetime.fromtimestamp(at, UTC):%H:%M:%S} UTC"
 
 
 def _lose(node: Node, age: float, *, epoch: int, now) -> int:

@@ -67,6 +67,34 @@ def test_an_owner_is_not_promised_a_reclaim_of_what_no_reclaim_may_take():
     assert "reclaims" not in decisions.pending[3].message
 
 
+@pytest.mark.parametrize(
+    ("quotas", "running_jobs", "config"),
+    [
+        # other is 8 over its guarantee of 8, in one 16-GPU job: no reclaim may take that job.
+        (
+            teams(vision={"gpu:H100": (16, 0)}, other={"gpu:H100": (8, 64)}),
+            [running(10, ["z1-r1-n1", "z1-r1-n2"], team="other")],
+            {},
+        ),
+        # every borrowed job ends within the reclaim's spare: none is reclaimed.
+        (
+            QUOTAS,
+            [replace(borrower, expected_end=borrower.started_at + 630) for borrower in BORROWERS],
+            {"reclaim_spare_ending_s": 600},
+        ),
+    ],
+)
+def test_an_owner_is_promised_a_reclaim_only_of_what_its_reclaim_would_take(quotas, running_jobs, config):
+    """Found by a review: the check above asked only whether another team over its guarantee
+    ran anything evictable, not what this owner's reclaim may take."""
+    pending = [job(2, gpus=1, team="other", runtime=HOUR / 4, cpus=1), job(3, gpus=8, team="vision")]
+    config = {**RULE_OFF, "reclaim_in_turn": True, **config}
+    decisions = schedule(snapshot(NODES, pending=pending, running_jobs=running_jobs, team_list=quotas, **config))
+    alone = schedule(snapshot(NODES, pending=pending[1:], running_jobs=running_jobs, team_list=quotas, **config))
+    assert alone.preemptions == ()  # in its turn it would take nothing
+    assert "reclaims" not in decisions.pending[3].message
+
+
 def test_an_owner_first_in_the_order_reclaims():
     owner_job = job(3, gpus=1, team="vision", runtime=HOUR / 4, cpus=1)
     borrower_job = job(2, gpus=1, team="other", runtime=HOUR, cpus=1)
