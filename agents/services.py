@@ -201,8 +201,12 @@ def do_bulk_node_action(*, nodes: list[Node], action: str, user, reason: str) ->
     were: an uncordon of a node neither cordoned nor draining writes nothing and is not audited)."""
     changed, unchanged = [], []
     with transaction.atomic():
+        # Each node's admin state as it stands under its row lock: the one the action's
+        # conditional write then sees (a window's end may have uncordoned it since it was read).
+        locked = Node.objects.select_for_update(no_key=True).filter(pk__in=[node.pk for node in nodes]).order_by("id")
+        now_state = dict(locked.values_list("pk", "admin_state"))
         for node in nodes:
-            was = node.admin_state
+            was = now_state[node.pk]
             NODE_ACTIONS[action](node, user, reason)
             (unchanged if action == "uncordon" and was == AdminState.NONE else changed).append(node)
     return changed, unchanged

@@ -44,7 +44,7 @@ def not_found(exc: Http404, context) -> str:
     URL arguments name what was asked for). Any other 404's message stays."""
     found = DJANGO_NOT_FOUND.fullmatch(str(exc))
     if found is None:
-        return str(exc)
+        return str(exc) or str(exceptions.NotFound.default_detail)
     what = re.sub(r"(?<!^)(?=[A-Z])", " ", found[1]).lower()
     asked = ", ".join(str(value) for value in getattr(context.get("view"), "kwargs", {}).values())
     return f"no such {what}: {asked}." if asked else f"no such {what}."

@@ -10,24 +10,31 @@ from mlqueue.pagination import StrictCursorPagination
 
 UNKNOWN_PARAMETER = "not a parameter of this list: filter by {filters}; page with {pages}."
 UNKNOWN_PARAMETER_NO_FILTERS = "not a parameter of this list: it takes none but {pages}."
+UNKNOWN_PARAMETER_UNPAGED = "not a parameter of this list: it takes {filters}."
 ONE_VALUE = "give {name} once: it takes one value."
 ONE_VALUE_BUT = "give {name} once: it takes one value (only {multiple} may repeat)."
 # Every cursor-paginated list's own (DRF's `format=json` too).
 PAGE_PARAMETERS = (StrictCursorPagination.cursor_query_param, StrictCursorPagination.page_size_query_param, "format")
 
 
-def refused_parameters(query, *, filters: Iterable[str] = (), multiple: Iterable[str] = ()) -> dict[str, str]:
+def refused_parameters(
+    query, *, filters: Iterable[str] = (), multiple: Iterable[str] = (), paged: bool = True
+) -> dict[str, str]:
     """Parameter -> why it is refused, for a QueryDict `query`: `filters` the list's filters,
-    `multiple` those of them that may repeat (`?state=A&state=B`)."""
+    `multiple` those of them that may repeat (`?state=A&state=B`); `paged`: whether the list is
+    cursor-paginated (else `cursor` and `limit` are refused too, as any parameter it ignores)."""
     filters, multiple = list(filters), set(multiple)
+    allowed = PAGE_PARAMETERS if paged else PAGE_PARAMETERS[2:]
     pages = ", ".join(PAGE_PARAMETERS[:2])
-    if filters:
+    if not paged:
+        unknown = UNKNOWN_PARAMETER_UNPAGED.format(filters=", ".join(filters) or "nothing")
+    elif filters:
         unknown = UNKNOWN_PARAMETER.format(filters=", ".join(filters), pages=pages)
     else:
         unknown = UNKNOWN_PARAMETER_NO_FILTERS.format(pages=pages)
     errors = {}
     for name in query:
-        if name not in filters and name not in PAGE_PARAMETERS:
+        if name not in filters and name not in allowed:
             errors[name] = unknown
         elif name not in multiple and len(query.getlist(name)) > 1:
             errors[name] = (ONE_VALUE_BUT if multiple else ONE_VALUE).format(

@@ -67,6 +67,13 @@ def gpu_type_known(gpu_type: str) -> bool:
     return False
 
 
+def gpu_types() -> list[str]:
+    """Every GPU type a spec may name: the configured ones in their order, then those only
+    nodes report, by name."""
+    configured = list(settings.MLQ_GPU_TYPES)
+    return [*configured, *sorted(_reported_gpu_types() - set(configured))]
+
+
 def _reported_gpu_types() -> set[str]:
     return set(ReportedGpuType.objects.values_list("name", flat=True))
 
@@ -250,8 +257,7 @@ class ResourcesSerializer(StrictSerializer):
     def validate_gpu_type(self, value):
         value = value or ""
         if value and not gpu_type_known(value):
-            known = [*settings.MLQ_GPU_TYPES, *sorted(_reported_gpu_types() - set(settings.MLQ_GPU_TYPES))]
-            raise serializers.ValidationError(UNKNOWN_GPU_TYPE.format(gpu_type=value, known=", ".join(known)))
+            raise serializers.ValidationError(UNKNOWN_GPU_TYPE.format(gpu_type=value, known=", ".join(gpu_types())))
         return value
 
     def validate(self, attrs):

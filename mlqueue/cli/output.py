@@ -12,6 +12,7 @@ import click
 from mlqueue.client.specs import dump_yaml
 
 OUTPUTS = click.Choice(["table", "wide", "json", "yaml"])
+EMPTY_CELL = "-"  # piped: an empty cell, as one field
 COLUMN_GAP = "  "  # as rich's table has it, so that a table reads the same piped or not
 
 
@@ -67,7 +68,8 @@ def _print_lines(titles: list[str], cells: list[list[str]]) -> None:
     `awk '{print $1}'` reads the first column of each row (a newline in a cell is a space)."""
     from rich.cells import cell_len  # a wide character takes two columns, as the terminal shows it
 
-    lines = [titles, *([" ".join(cell.splitlines()) for cell in row] for row in cells)]
+    # An empty cell is "-": as spaces alone it would shift awk's field numbers for the rest of the row.
+    lines = [titles, *([" ".join(cell.splitlines()) or EMPTY_CELL for cell in row] for row in cells)]
     widths = [max(cell_len(line[column]) for line in lines) for column in range(len(titles))]
     for line in lines:
         padded = (cell + " " * (width - cell_len(cell)) for cell, width in zip(line, widths, strict=True))

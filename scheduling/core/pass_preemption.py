@@ -102,8 +102,11 @@ class PassPreemption:
         # room at once from the P0's team (a P0 never goes), two evictions where one does.
         borrowing = not reclaim and self.ledger.would_borrow(job.team, job.resource_class, job.shape.units)
         incident = job.priority == "P0"
-        if incident and borrowing and self._search_and_evict(job, False, True, wait_reason=False):
-            return True
+        if incident and borrowing:
+            if self._search_and_evict(job, False, True, wait_reason=False):
+                return True
+            if self.searches >= self.config.max_preemption_searches:
+                return False  # the bounded search spent the pass's last one
         return self._search_and_evict(job, reclaim, borrowing and not incident)
 
     def _search_and_evict(self, job: PendingJob, reclaim: bool, borrowing: bool, *, wait_reason: bool = True) -> bool:

@@ -478,7 +478,7 @@ class Queue(APIView):
 
     @extend_schema(parameters=[QueueQuerySerializer], responses=QueuePageSerializer)
     def get(self, request: Request) -> Response:
-        if refused := refused_parameters(request.query_params, filters=QUEUE_PARAMETERS):
+        if refused := refused_parameters(request.query_params, filters=QUEUE_PARAMETERS, paged=False):
             raise ValidationError({name: [why] for name, why in refused.items()})
         query = QueueQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)

@@ -6,7 +6,6 @@ import dataclasses
 from collections import Counter
 from dataclasses import dataclass
 
-from django.conf import settings
 from django.utils import timezone
 
 from scheduling.core.feasibility import can_ever_run
@@ -18,6 +17,7 @@ from scheduling.core.whatif import suggestions
 from scheduling.inventory import inventory
 from scheduling.pipeline_spec import normalized_step
 from scheduling.services import job_shape
+from scheduling.spec import gpu_types
 from scheduling.store_view import build_view
 from scheduling.web.explanations import NOT_ROOM
 
@@ -70,7 +70,7 @@ def dry_run(spec: dict) -> DryRun:
     if reason is not None and reason.code in NOT_ROOM:
         return DryRun(shape.describe(), reason=reason)  # what frees room does not help it
     state = ClusterState(nodes, running)
-    return DryRun(shape.describe(), reason=reason, suggestions=tuple(suggestions(state, shape, settings.MLQ_GPU_TYPES)))
+    return DryRun(shape.describe(), reason=reason, suggestions=tuple(suggestions(state, shape, gpu_types())))
 
 
 # No job has it: the pass's decisions for the spec are found by it. Above every real id, so

@@ -6,7 +6,6 @@ import re
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.conf import settings
 from django.utils import timezone
 
 from scheduling.cluster import load_nodes, load_running
@@ -19,6 +18,7 @@ from scheduling.maintenance import load_windows
 from scheduling.models import Job, JobState
 from scheduling.selectors import scheduler_state
 from scheduling.services import job_shape
+from scheduling.spec import gpu_types
 
 
 @dataclass
@@ -118,7 +118,7 @@ def what_would_help(job: Job) -> Help:
     return Help(
         at=now,
         fits_as_is=fits_now(state, shape, limit),
-        suggestions=[*([shorter] if shorter else []), *suggestions(state, shape, settings.MLQ_GPU_TYPES, limit=limit)],
+        suggestions=[*([shorter] if shorter else []), *suggestions(state, shape, gpu_types(), limit=limit)],
     )
 
 

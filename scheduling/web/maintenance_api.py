@@ -85,7 +85,7 @@ class WindowList(APIView):
     def get(self, request: Request) -> Response:
         """Windows soonest first: the open ones (scheduled, active), or those in `?state=` (repeat it for several)."""
         _admin_only(request)
-        if refused := refused_parameters(request.query_params, filters=["state"], multiple=["state"]):
+        if refused := refused_parameters(request.query_params, filters=["state"], multiple=["state"], paged=False):
             raise exceptions.ValidationError({name: [why] for name, why in refused.items()})
         states = [value for value in request.query_params.getlist("state") if value]
         if unknown := [value for value in states if value not in MaintenanceState.values]:

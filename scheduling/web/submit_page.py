@@ -44,7 +44,7 @@ from scheduling.group_spec import ArraySerializer, SweepSerializer
 from scheduling.secrets import MASK, masked_spec
 from scheduling.selectors import visible_jobs
 from scheduling.services import check_job_submission, do_submit_job
-from scheduling.spec import RESTART_MODES, SPEC_FIELD_ORDER, JobSpecSerializer
+from scheduling.spec import RESTART_MODES, SPEC_FIELD_ORDER, JobSpecSerializer, gpu_types
 from scheduling.web.dryrun import DryRun, dry_run
 from scheduling.web.submit_errors import NO_TEAM, errors_by_input, team_errors
 from scheduling.web.throttles import check_submit_rate
@@ -405,7 +405,7 @@ def _choices(user) -> dict[str, list[tuple[str, str]]]:
     modes = [(mode, mode) for mode in RESTART_MODES]
     return {
         "team": [(name, name) for name in visible_team_names(user)],
-        "resources.gpu_type": [("", "none (CPU job)"), *((t, t) for t in settings.MLQ_GPU_TYPES)],
+        "resources.gpu_type": [("", "none (CPU job)"), *((t, t) for t in gpu_types())],
         "topology_hint": [(t.value, t.value) for t in Topology],
         "priority": [(p, p) for p in PRIORITIES],
         "restart_policy.on_preemption": modes,

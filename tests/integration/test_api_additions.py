@@ -388,6 +388,7 @@ def test_owner_me_and_a_division_filter_the_list_queue_and_bulk_cancel(api):
         ("alice", {"team": "reserch"}),
         ("alice", {"team": "production-ranking"}),
         ("ops", {"teem": "x"}),
+        ("ops", {"cursor": "x"}),
     ):
         response = api(user).get("/api/v1/queue", params)
         assert (response.status_code, list(response.json()["fields"])) == (400, list(params))

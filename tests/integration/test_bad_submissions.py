@@ -516,10 +516,13 @@ def test_a_job_of_a_division_is_refused_naming_its_teams(api, django_user_model)
     )
 
 
-def test_a_gpu_type_a_node_reports_may_be_asked_for(api):
+def test_a_gpu_type_a_node_reports_may_be_asked_for(api, monkeypatch):
     """MLQ_GPU_TYPES is H100, A100, L40S; a B200 node joined, went READY, and every job asking
     for B200 was refused as an unknown type (found by QA)."""
     from agents.services import do_register_node
+    from scheduling import spec as spec_module
+
+    monkeypatch.setattr(spec_module, "_SEEN_REPORTED", set())  # this process's memory: not past this test
 
     spec = make_spec(resources={"gpu_type": "B200", "gpu_count": 4}, client_job_id=None)
     before = api("alice").post("/api/v1/jobs", spec, format="json")
@@ -529,3 +532,4 @@ def test_a_gpu_type_a_node_reports_may_be_asked_for(api):
     inventory = {"zone": "z1", "rack": "z1-r9", "gpu_type": "B200", "gpu_count": 4, "cpu_count": 64, "memory_gb": 512}
     do_register_node(name="z1-r9-b200-01", inventory=inventory)
     assert api("alice").post("/api/v1/jobs", spec, format="json").status_code == 201
+    assert spec_module.gpu_types() == ["H100", "A100", "L40S", "B200"]  # the submit form's choices too

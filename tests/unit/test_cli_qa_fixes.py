@@ -295,6 +295,15 @@ def test_a_piped_table_is_a_line_per_row_never_wrapped_or_cut():
     assert len({line.index("TEAM") for line in lines[:1]} | {lines[1].index("vision")}) == 1  # aligned
 
 
+def test_a_piped_tables_empty_cell_is_a_dash_so_the_columns_keep_their_numbers():
+    """A job the last pass has not ordered yet has no position: as spaces alone, `awk '{print
+    $2}'` read its state for its id (found by a review)."""
+    unordered = {**QUEUE, "results": [{**job(43), "position": None}]}
+    result = run(FakeServer({("GET", "/api/v1/queue"): (200, unordered)}), "queue")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines()[1].split()[:2] == ["-", "43"]
+
+
 def test_a_table_at_a_terminal_is_richs_and_keeps_brackets_in_cells(monkeypatch):
     """At a terminal the table is rich's as before, but a cell is text: `[z1-r1]` was read as markup
     and vanished."""
