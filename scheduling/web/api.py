@@ -1,5 +1,7 @@
 """REST endpoints for jobs. Thin: parse, call a service or selector, serialize."""
 
+from collections.abc import Callable
+
 from django.db.models import Prefetch
 from django.http import StreamingHttpResponse
 from django.shortcuts import get_object_or_404
@@ -22,6 +24,7 @@ from scheduling.queue_state import queue_positions
 from scheduling.selectors import scheduler_state, visible_jobs
 from scheduling.spec import JobSpecSerializer
 from scheduling.web import logstream, schedules_api, throttles
+from scheduling.web.consumers import session_user
 from scheduling.web.dryrun import dry_run_answer
 from scheduling.web.explanations import why_answer
 from scheduling.web.filters import NO_VISIBLE_TEAM, JobFilter, visible_team_ids
@@ -39,7 +42,7 @@ from scheduling.web.serializers import (
     QueueEntrySerializer,
     WhySerializer,
 )
-from teams.models import AuditEvent
+from teams.models import ApiToken, AuditEvent
 
 NO_SUCH_RANK = "job {job} has {ranks}."
 NO_SUCH_ATTEMPT = "rank {rank} of job {job} has made {made} attempt(s)."
@@ -364,6 +367,30 @@ class SchedulerState(APIView):
         return Response(SchedulerStateSerializer(scheduler_state()).data)
 
 
+def still_allowed(request: Request, job_id: int) -> Callable[[], bool]:
+    """What an open log stream asks again now and then: whether the request's credentials would
+    still read the job, as a new request's would be checked (its token not revoked or expired,
+    its session still its user's, the user active and still on a team that sees the job)."""
+    token = request.auth if isinstance(request.auth, ApiToken) else None
+    session = getattr(request, "session", None)
+    session_key = session.session_key if token is None and session is not None else None
+    user_id = request.user.pk
+
+    def check() -> bool:
+        if token is not None:
+            fresh = ApiToken.objects.select_related("user").filter(pk=token.pk, revoked_at__isnull=True).first()
+            if fresh is None or fresh.expired(timezone.now()) or not fresh.user.is_active:
+                return False
+            user = fresh.user
+        else:
+            user = session_user(session_key, user_id)
+            if user is None:
+                return False
+        return visible_jobs(user).filter(pk=job_id).exists()
+
+    return check
+
+
 class LogQuerySerializer(serializers.Serializer):
     rank = serializers.IntegerField(min_value=0, required=False, default=0)
     attempt = serializers.IntegerField(min_value=1, required=False)
@@ -412,7 +439,8 @@ class JobLogs(APIView):
         if query.validated_data["follow"]:
             attempt = query.validated_data.get("attempt") or logstream.latest_attempt(job.pk, rank, stream)
             response = StreamingHttpResponse(
-                logstream.follow_log(job.pk, rank, attempt, stream, offset), content_type=logstream.CONTENT_TYPE
+                logstream.follow_log(job.pk, rank, attempt, stream, offset, still_allowed(request, job.pk)),
+                content_type=logstream.CONTENT_TYPE,
             )
             response["Cache-Control"] = "no-cache"
             response["X-Accel-Buffering"] = "no"  # a proxy in front must pass each event on at once

@@ -36,11 +36,18 @@ def _visible_teams(user) -> set[int] | None:
 def _recheck(session_key: str | None, user_id: int) -> tuple[bool, set[int] | None]:
     """(still logged in as user_id, that user's visible teams), from a fresh read of the session
     and the user, as a new request would do them."""
-    session = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
-    user = get_user(SimpleNamespace(session=session))
-    if not user.is_authenticated or user.pk != user_id:
+    user = session_user(session_key, user_id)
+    if user is None:
         return False, set()
     return True, None if is_site_admin(user) else team_ids_of(user)
+
+
+def session_user(session_key: str | None, user_id: int):
+    """The user the session still logs in, read afresh, if it is still `user_id`; else None (a
+    logout, a password change, a deactivation)."""
+    session = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
+    user = get_user(SimpleNamespace(session=session))
+    return user if user.is_authenticated and user.pk == user_id else None
 
 
 class JobsConsumer(AsyncJsonWebsocketConsumer):

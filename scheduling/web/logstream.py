@@ -24,7 +24,7 @@ database calls in a thread of its own).
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -142,9 +142,17 @@ def between_polls(query):
     return sync_to_async(run)
 
 
-async def follow_log(job_id: int, rank: int, attempt: int, stream: str, offset: int) -> AsyncIterator[str]:
+ACCESS_ENDED = "the stream's credentials no longer read this job (a token revoked or expired, a logout, a team left)"
+
+
+async def follow_log(
+    job_id: int, rank: int, attempt: int, stream: str, offset: int, still_allowed: Callable[[], bool] | None = None
+) -> AsyncIterator[str]:
+    """`still_allowed`: asked again every MLQ_WS_RECHECK_S, as the live views' sockets ask (a
+    new request would): when it says no, the stream ends with a `closed` event. A follow
+    lasts up to MLQ_LOG_FOLLOW_MAX_S; a token revoked a minute in read on for the rest (QA)."""
     try:
-        async for item in _follow(job_id, rank, attempt, stream, offset):
+        async for item in _follow(job_id, rank, attempt, stream, offset, still_allowed):
             yield item
     except Unreachable:
         return
@@ -165,13 +173,21 @@ def poll_once(
     return text, end, over, state, superseded_by
 
 
-async def _follow(job_id: int, rank: int, attempt: int, stream: str, offset: int) -> AsyncIterator[str]:
+async def _follow(
+    job_id: int, rank: int, attempt: int, stream: str, offset: int, still_allowed: Callable[[], bool] | None
+) -> AsyncIterator[str]:
     poll = between_polls(poll_once)
+    allowed = between_polls(still_allowed) if still_allowed is not None else None
     every, heartbeat = settings.MLQ_LOG_FOLLOW_POLL_S, settings.MLQ_LOG_FOLLOW_HEARTBEAT_S
     deadline = time.monotonic() + settings.MLQ_LOG_FOLLOW_MAX_S
-    quiet_since = time.monotonic()
+    quiet_since = checked_at = time.monotonic()
     yield f"retry: {int(every * 1000) + 1000}\n\n"
     while time.monotonic() < deadline:
+        if allowed is not None and time.monotonic() - checked_at >= settings.MLQ_WS_RECHECK_S:
+            if not await allowed():
+                yield event("closed", {"reason": ACCESS_ENDED})
+                return
+            checked_at = time.monotonic()
         text, end, over, state, superseded_by = await poll(job_id, rank, attempt, stream, offset)
         if text:
             yield event("log", {"attempt": attempt, "offset": offset, "next_offset": end, "text": text}, end)

@@ -17,6 +17,7 @@ from mlqueue.asgi import application
 from scheduling.leader.worker import run_pass
 from scheduling.models import Job, Node, SchedulerLease, Task, TaskLog
 from scheduling.states import TaskState
+from scheduling.web import logstream
 from teams.models import ApiToken
 from tests.conftest import make_spec
 from tests.integration.test_agent_api import agent, agent_settings, beat  # noqa: F401 (a fixture)
@@ -93,6 +94,27 @@ def test_follow_sends_the_lines_there_then_new_ones_then_the_end(api):
         ("16", "end", {"next_offset": 16, "attempt": 1, "state": "SUCCEEDED"}),
     ]
     assert ("", ":", None) in events(response.text)  # the keep-alive while it was quiet
+
+
+def test_a_follow_closes_once_its_token_is_revoked(api, settings):
+    """It read on for the rest of its hour (QA: 58 lines after the token's revocation): the
+    stream asks again every MLQ_WS_RECHECK_S, as the live views' sockets do."""
+    settings.MLQ_WS_RECHECK_S = 0.1
+    job_id = running_job(api)
+    write(job_id, 0, "epoch 1\n")
+    headers = bearer("alice")
+    token = ApiToken.objects.latest("id")
+
+    async def later():
+        await asyncio.sleep(0.4)
+        await sync_to_async(ApiToken.objects.filter(pk=token.pk).update)(revoked_at=timezone.now())
+        await asyncio.sleep(0.4)
+        await sync_to_async(write)(job_id, 8, "epoch 2\n")  # after the close: never sent
+
+    response = get(f"/api/v1/jobs/{job_id}/logs?follow=1", headers, later)
+    sent = [(name, data) for _, name, data in events(response.text) if name != ":"]
+    assert sent[0] == ("log", {"attempt": 1, "offset": 0, "next_offset": 8, "text": "epoch 1\n"})
+    assert sent[1:] == [("closed", {"reason": logstream.ACCESS_ENDED})]
 
 
 def test_follow_resumes_from_the_offset_or_last_event_id_and_ends_on_a_new_attempt(api):
