@@ -8,6 +8,7 @@ from mlqueue.cli.groups import group_cancelled
 from mlqueue.cli.output import as_text, emit, output_option, report
 from mlqueue.client import JOB_STATES
 
+ALREADY_HELD = "job {job} was already held by {by} ({why}): nothing changed"
 NOTHING_TO_CANCEL = "name jobs to cancel, or --mine / --state / --team to cancel by filter"
 
 
@@ -72,7 +73,15 @@ def hold(ctx, job, reason, output):
       mlq hold 42 --reason "waiting for the new shards"
     """
     held = client(ctx).hold(job, reason=reason)
-    report(held, output, JOB_COLUMNS, f"job {held.id} held by {held.raw.get('held_by_name', '')}")
+    by, why = held.raw.get("held_by_name", ""), held.raw.get("held_reason", "")
+    # A hold of a held job changes nothing, its reason neither: say so when the reason shows it.
+    already = bool(reason) and why != reason
+    said = (
+        ALREADY_HELD.format(job=held.id, by=by, why=why or "no reason given")
+        if already
+        else f"job {held.id} held by {by}"
+    )
+    report(held, output, JOB_COLUMNS, said)
 
 
 @main.command()

@@ -872,12 +872,17 @@ def test_a_dry_run_that_would_place_names_the_nodes(spec_file):
 def test_hold_release_and_requeue():
     server = FakeServer(
         {
-            ("POST", "/api/v1/jobs/7/hold"): (200, job(held=True, held_by_name="ada")),
+            ("POST", "/api/v1/jobs/7/hold"): (200, job(held=True, held_by_name="ada", held_reason="data")),
             ("POST", "/api/v1/jobs/7/release"): (200, job(held=False)),
             ("POST", "/api/v1/jobs/8/requeue"): (200, job(8, state="RUNNING")),
         }
     )
     assert run(server, "hold", "7", "--reason", "data").output.strip() == "job 7 held by ada"
+    held = FakeServer({("POST", "/api/v1/jobs/7/hold"): (200, job(held=True, held_by_name="ada", held_reason="data"))})
+    # Held already, for another reason: the hold changed nothing (it said "held by ada", QA).
+    again = run(held, "hold", "7", "--reason", "second").output.strip()
+    assert again == "job 7 was already held by ada (data): nothing changed"
+    assert run(held, "hold", "7", "--reason", "data").output.strip() == "job 7 held by ada"
     assert run(server, "release", "7").output.strip() == "job 7 released"
     assert run(server, "requeue", "8").output.strip() == "job 8: requeue requested; RUNNING until its tasks stop"
     assert server.bodies("POST", "/api/v1/jobs/7/hold") == [{"reason": "data"}]
