@@ -92,9 +92,8 @@ def _id(job) -> int:
 
 
 def _attempt_after(current: Job, rank: int, attempt: int | None) -> int | None:
-    """The attempt after `attempt` when the rank has made one since, else None. Each start is the
-    next number (the leader counts them one by one), so stepping by one reads every attempt's log,
-    one that began and ended between two polls too."""
+    """The attempt after `attempt` when the rank has made one since, else None: each start is the
+    next number, so stepping by one reads every attempt, one that ran between two polls too."""
     latest = max((task.attempt for task in current.tasks if task.rank == rank), default=None)
     return attempt + 1 if attempt and latest and latest > attempt else None
 
