@@ -212,7 +212,8 @@ def test_jobs_asks_for_top_level_rows_and_shows_a_group_as_one_row_with_its_coun
     lines = result.output.splitlines()
     assert lines[0].split() == ["ID", "NAME", "TEAM", "STATE", "PRI", "GPUS", "GROUP"]
     assert lines[1].split() == "42 train vision RUNNING P2 - array of 12: 3 running, 5 pending, 4 succeeded".split()
-    assert lines[2].split() == ["41", "train", "vision", "SUCCEEDED", "P2", "-"]
+    # piped, an empty cell is "-" (awk's fields keep their numbers)
+    assert lines[2].split() == ["41", "train", "vision", "SUCCEEDED", "P2", "-", "-"]
 
 
 def test_jobs_children_lists_the_children_with_their_place():
@@ -235,10 +236,10 @@ def test_status_of_an_array_shows_its_summary_and_children():
     assert " ".join(lines[3]) == "array of 12 elements, at most 3 at once: 3 running, 5 pending, 4 succeeded"
     assert lines[5:] == [
         ["INDEX", "ID", "STATE", "RETRIES", "FAILURE"],
-        ["0", "50", "SUCCEEDED", "0"],
-        ["1", "51", "SUCCEEDED", "1"],
-        ["2", "52", "RUNNING", "0"],
-        ["3", "53", "PENDING", "0"],
+        ["0", "50", "SUCCEEDED", "0", "-"],
+        ["1", "51", "SUCCEEDED", "1", "-"],
+        ["2", "52", "RUNNING", "0", "-"],
+        ["3", "53", "PENDING", "0", "-"],
     ]
     # json is the job alone, as for any job
     as_json = run(server, "status", "42", "-o", "json")
@@ -303,7 +304,7 @@ def test_status_of_a_sweep_ranks_its_trials_with_their_parameters_and_metric():
         ["RANK", "TRIAL", "ID", "STATE", "PARAMS", "BEST", "LAST", "STEP"],
         ["1", "2", "62", "SUCCEEDED", "lr=0.001", "batch_size=32", "0.25", "0.26", "4"],
         ["2", "0", "60", "SUCCEEDED", "lr=0.0001", "batch_size=32", "0.5", "0.51", "4"],
-        ["3", "63", "FAILED", "lr=0.01", "batch_size=64"],
+        ["-", "3", "63", "FAILED", "lr=0.01", "batch_size=64", "-", "-", "-"],
     ]
 
 
@@ -426,10 +427,10 @@ def test_status_of_a_pipeline_lists_its_steps_with_after_and_when():
     assert " ".join(lines[3]) == "pipeline of 4 steps (run directory /shared/runs/nightly/42): 3 succeeded, 1 skipped"
     assert lines[5:] == [
         ["STEP", "ID", "STATE", "AFTER", "WHEN", "FAILURE"],
-        ["prepare", "50", "SUCCEEDED", "success"],
-        ["train", "51", "SUCCEEDED", "prepare", "success"],
-        ["evaluate", "52", "SUCCEEDED", "train", "success"],
-        ["notify-failure", "53", "SKIPPED", "train", "failure"],
+        ["prepare", "50", "SUCCEEDED", "-", "success", "-"],
+        ["train", "51", "SUCCEEDED", "prepare", "success", "-"],
+        ["evaluate", "52", "SUCCEEDED", "train", "success", "-"],
+        ["notify-failure", "53", "SKIPPED", "train", "failure", "-"],
     ]
     step = run(
         FakeServer({("GET", "/api/v1/jobs/51"): (200, {**STEPS[1], "tasks": []})}),
