@@ -78,6 +78,7 @@ def load_running(now, kept: KeptReads | None = None) -> list[core.RunningJob]:
     tasks = defaultdict(list)
     stopping: dict[int, int | None] = {}
     began: dict[int, float] = {}
+    forced: dict[int, float] = {}  # a stopping job's latest SIGKILL time
     saved: dict[int, list[float | None]] = defaultdict(list)
     rows = Task.objects.filter(state__in=ON_NODE).values_list(
         "job_id",
@@ -89,12 +90,15 @@ def load_running(now, kept: KeptReads | None = None) -> list[core.RunningJob]:
         "started_at",
         "assigned_at",
         "last_checkpoint_at",
+        "kill_at",
     )
-    for job_id, rank, node, gpus, stop_reason, preempted_for, started_at, assigned_at, checkpoint_at in rows:
+    for job_id, rank, node, gpus, stop_reason, preempted_for, started_at, assigned_at, checkpoint_at, kill_at in rows:
         tasks[job_id].append((rank, node, tuple(gpus)))
         saved[job_id].append(ts(checkpoint_at))
         if stop_reason:
             stopping[job_id] = preempted_for
+            if kill_at is not None:
+                forced[job_id] = max(forced.get(job_id, 0.0), kill_at.timestamp())
         moment = ts(started_at or assigned_at)
         if moment is not None:
             began[job_id] = min(began.get(job_id, moment), moment)
@@ -117,8 +121,11 @@ def load_running(now, kept: KeptReads | None = None) -> list[core.RunningJob]:
         job_id = job["id"]
         started, checkpoint = began.get(job_id, now.timestamp()), core.confirmed_checkpoint(saved[job_id])
         placed = tasks[job_id]
-        values = (tuple(job.values()), tuple(sorted(placed)), stopping.get(job_id, False), started, checkpoint)
-        made = kept.built(kept.running, job_id, values) or _running_job(job, placed, stopping, started, checkpoint)
+        stop_by = forced.get(job_id)
+        values = (tuple(job.values()), tuple(sorted(placed)), stopping.get(job_id, False), started, checkpoint, stop_by)
+        made = kept.built(kept.running, job_id, values) or _running_job(
+            job, placed, stopping, started, checkpoint, stop_by
+        )
         found[job_id] = (values, made)
         running.append(made)
     kept.running = found
@@ -131,10 +138,11 @@ def checkpoint_interval_s(checkpoint: dict | None) -> float | None:
 
 
 def _running_job(
-    job: dict, tasks: list, stopping: dict, started: float, checkpoint_at: float | None
+    job: dict, tasks: list, stopping: dict, started: float, checkpoint_at: float | None, stop_by: float | None = None
 ) -> core.RunningJob:
     """`started`: when this attempt began (its runtime allowance counts from there);
-    `checkpoint_at`: the checkpoint every rank of this attempt has confirmed (None: not yet)."""
+    `checkpoint_at`: the checkpoint every rank of this attempt has confirmed (None: not yet);
+    `stop_by`: while it stops, when its stop is forced."""
     placements = tuple(
         core.TaskPlacement(rank, node, gpus, job["cpu_per_rank"], job["memory_per_rank_gb"])
         for rank, node, gpus in sorted(tasks)
@@ -152,6 +160,7 @@ def _running_job(
         last_checkpoint_at=checkpoint_at,
         preempting=job["id"] in stopping,
         preempted_for=stopping.get(job["id"]),
+        stop_by=stop_by,
         checkpoint_interval_s=checkpoint_interval_s(job["checkpoint"]),
         preemptions=job["preemptions"],
         group=job["parent_id"],

@@ -34,6 +34,14 @@ def clock(t: float) -> str:
     return f"{seconds // 3600:02d}:{seconds % 3600 // 60:02d} UTC"
 
 
+def clock_seconds(t: float) -> str:
+    """`clock` to the second: for moments a minute apart or less (a grace period's end)."""
+    if t < 10**9:
+        return clock(t)
+    seconds = int(t) % 86400
+    return f"{seconds // 3600:02d}:{seconds % 3600 // 60:02d}:{seconds % 60:02d} UTC"
+
+
 def held() -> PendingReason:
     return PendingReason(ReasonCode.HELD, "held: it will not start until it is released")
 
@@ -154,12 +162,16 @@ def nothing_to_borrow(job: PendingJob, used: int, guaranteed: int, free: int) ->
     )
 
 
-def preempting(job: PendingJob, victims: Iterable[int], units: int, reclaim: bool) -> PendingReason:
+def preempting(
+    job: PendingJob, victims: Iterable[int], units: int, reclaim: bool, stop_by: float | None = None
+) -> PendingReason:
+    """`stop_by`: when the last of the victims is killed if it has not stopped by then."""
     ids = ", ".join(str(v) for v in sorted(victims))
     why = "borrowed by other teams" if reclaim else "of lower priority"
+    by = f" (SIGKILL at {clock_seconds(stop_by)} if not sooner)" if stop_by is not None else ""
     return PendingReason(
         ReasonCode.PREEMPTING,
-        (f"stopping job(s) {ids} ({units} {job.shape.unit_name} {why}); it starts once they have stopped"),
+        (f"stopping job(s) {ids} ({units} {job.shape.unit_name} {why}); it starts once they have stopped{by}"),
     )
 
 

@@ -216,6 +216,8 @@ class RunningJob:
     last_checkpoint_at: float | None = None
     preempting: bool = False
     preempted_for: int | None = None
+    # While it stops: when its stop is forced (SIGKILL at the end of its grace period), if known.
+    stop_by: float | None = None
     # How often it checkpoints (its spec's interval), for the simulator; None: not known.
     checkpoint_interval_s: float | None = None
     # How many times the job was preempted before this attempt: the policy spares jobs it has

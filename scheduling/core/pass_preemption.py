@@ -76,8 +76,13 @@ class PassPreemption:
             # A victim that does not rank below it was reclaimed (priority evicts lower classes
             # only): the reason says so while it stops, as the eviction's event did.
             reclaimed = any(priority_rank(v.priority) <= priority_rank(job.priority) for v in in_flight)
+            forced = [v.stop_by for v in in_flight if v.stop_by is not None]
             self.pending[job.job_id] = explain.preempting(
-                job, [v.job_id for v in in_flight], sum(v.units for v in in_flight), reclaim=reclaimed
+                job,
+                [v.job_id for v in in_flight],
+                sum(v.units for v in in_flight),
+                reclaim=reclaimed,
+                stop_by=max(forced) if len(forced) == len(in_flight) else None,
             )
             return True
         if not self.config.preemption:

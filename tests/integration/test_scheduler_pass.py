@@ -1,7 +1,7 @@
 """The leader's pass on the real store: placements, reasons, preemption grace, retries,
 cancels, timeouts, dependencies, and fencing by epoch."""
 
-from datetime import timedelta
+from datetime import UTC, timedelta
 
 import pytest
 from django.utils import timezone
@@ -123,6 +123,10 @@ def test_preempted_gang_gets_term_then_kill_even_with_its_celery_message_lost(cl
     clock.shift(timedelta(seconds=30))
     run_pass(epoch=leader)
     assert set(victim.tasks.values_list("stop_signal", flat=True)) == {Signal.TERM}
+    # While it waits, its reason says when its victims' stop is forced (their kill_at).
+    urgent.refresh_from_db()
+    kill_at = (timezone.now() + timedelta(seconds=30)).astimezone(UTC)
+    assert urgent.pending_reason_message.endswith(f"(SIGKILL at {kill_at:%H:%M:%S} UTC if not sooner)")
     clock.shift(timedelta(seconds=31))
     run_pass(epoch=leader)
     assert set(victim.tasks.values_list("stop_signal", flat=True)) == {Signal.KILL}

@@ -334,6 +334,13 @@ def test_while_reclaimed_jobs_stop_the_reason_still_says_they_were_borrowed():
     assert decisions.pending[60].message == (
         "stopping job(s) 7, 8 (16 H100 of lower priority); it starts once they have stopped"
     )
+    # When each victim's stop is forced is known (the store's kill_at): the reason gives the last.
+    forced = [replace(r, stop_by=NOW + 30 + r.job_id) if r.preempting else r for r in lower]
+    decisions = schedule(snapshot(nodes, pending=[claim], running_jobs=forced, team_list=quotas))
+    assert decisions.pending[60].message == (
+        "stopping job(s) 7, 8 (16 H100 of lower priority); it starts once they have stopped"
+        " (SIGKILL at 21:20:38 UTC if not sooner)"
+    )
 
 
 @pytest.mark.parametrize("figures", [True, False])
