@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from mlqueue.client.errors import MlqError
+
 # A job is over when it succeeded, was cancelled, stopped early (a sweep's trial) or skipped (a
 # pipeline's step whose condition did not hold), or failed with the leader's verdict given
 # (FAILED with no failure class yet may still be retried).
@@ -27,10 +29,31 @@ JOB_STATES = (
 NODE_STATES = ("NEW", "READY", "CORDONED", "DRAINING", "SUSPECT", "LOST")
 
 
+# A 200 whose JSON is not what the API answers (a proxy's, another program's, a far other
+# version's): one line, not a TypeError's traceback.
+UNEXPECTED_ANSWER = (
+    "the server's answer is not an mlqueue {what} ({why}): is --server an mlqueue server of this version?"
+)
+
+
 def _build(cls, data: dict):
     names = {field.name for field in dataclasses.fields(cls)}
-    known = {key: value for key, value in data.items() if key in names and key != "raw"}
-    return cls(**known, raw=data)
+    known = {key: value for key, value in _mapping(cls, data).items() if key in names and key != "raw"}
+    try:
+        return cls(**known, raw=data)
+    except TypeError:
+        missing = sorted(f.name for f in dataclasses.fields(cls) if f.name not in known and _required(f))
+        raise MlqError(0, UNEXPECTED_ANSWER.format(what=cls.__name__.lower(), why=f"no {', '.join(missing)}")) from None
+
+
+def _mapping(cls, data) -> dict:
+    if not isinstance(data, dict):
+        raise MlqError(0, UNEXPECTED_ANSWER.format(what=cls.__name__.lower(), why=f"a {type(data).__name__}"))
+    return data
+
+
+def _required(field: dataclasses.Field) -> bool:
+    return field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,7 +100,7 @@ class Job:
 
     @classmethod
     def from_json(cls, data: dict) -> Job:
-        tasks = data.get("tasks")
+        tasks = _mapping(cls, data).get("tasks")
         built = _build(cls, {**data, "tasks": ()})
         detail = tuple(Task.from_json(task) for task in tasks) if isinstance(tasks, list) else ()
         return dataclasses.replace(built, tasks=detail, raw=data)
@@ -171,7 +194,7 @@ class Schedule:
 
     @classmethod
     def from_json(cls, data: dict) -> Schedule:
-        built = _build(cls, {**data, "fires": ()})
+        built = _build(cls, {**_mapping(cls, data), "fires": ()})
         fires = tuple(Fire.from_json(fire) for fire in data.get("fires") or ())
         return dataclasses.replace(built, fires=fires, raw=data)
 

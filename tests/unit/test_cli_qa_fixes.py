@@ -364,3 +364,16 @@ def test_queue_marks_a_stale_forecasts_starts_and_says_what_the_mark_means():
     fresh = FakeServer({("GET", "/api/v1/queue"): (200, {"count": 2, "results": rows[1:]})})
     assert run(fresh, "queue").stderr == ""
     assert json.loads(run(server, "queue", "-o", "json").stdout) == rows  # the API's rows as they came
+
+
+# --- a 200 that is not an mlqueue answer ------------------------------------------------------
+
+
+@pytest.mark.parametrize("answer", [{"foo": 1}, [{"id": "x"}], "text"])
+def test_an_answer_of_another_shape_is_one_line_not_a_traceback(answer):
+    """A proxy (or another program) answering 200 with other JSON: `mlq status` raised a
+    TypeError or AttributeError with its traceback (QA)."""
+    result = run(FakeServer({("GET", "/api/v1/jobs/4"): (200, answer)}), "status", "4")
+    assert result.exit_code == 1
+    assert result.stderr.startswith("the server's answer is not an mlqueue job (")
+    assert "Traceback" not in result.output
