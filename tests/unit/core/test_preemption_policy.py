@@ -245,21 +245,11 @@ RESEARCH_AND_PRODUCTION = [
 ]
 
 
-def test_a_borrowing_p0_takes_its_own_teams_job_before_another_teams_guarantee():
-    decisions = schedule(
-        snapshot(
-            TWO_NODES,
-            pending=[job(9, gpus=8, priority="P0", team="research")],
-            running_jobs=RESEARCH_AND_PRODUCTION,
-            team_list=_teams(8, research=8),
-        )
-    )
-    assert [(p.victim_job_id, p.reason) for p in decisions.preemptions] == [(1, "PRIORITY")]
-
-
 @pytest.mark.parametrize(
     ("research", "production", "running_jobs", "victims"),
     [
+        # both within their guarantees of 8: the P0 takes research's own job (the case above).
+        (8, 8, RESEARCH_AND_PRODUCTION, [1]),
         # research has nothing of its own to give, production nothing above its guarantee:
         # the incident takes production's guaranteed room after all (the younger job).
         (0, 16, [replace(RESEARCH_AND_PRODUCTION[0], team="production"), RESEARCH_AND_PRODUCTION[1]], [2]),
@@ -274,6 +264,7 @@ def test_a_borrowing_p0_takes_a_guarantee_only_when_nothing_else_makes_room(
     pending = [job(9, gpus=8, priority="P0", team="research")]
     decisions = schedule(snapshot(TWO_NODES, pending=pending, running_jobs=running_jobs, team_list=quotas))
     assert sorted(p.victim_job_id for p in decisions.preemptions) == victims
+    assert {p.reason for p in decisions.preemptions} == {"PRIORITY"}
 
 
 def test_two_borrowers_in_one_pass_take_no_more_than_a_team_holds_above_its_guarantee():
