@@ -117,6 +117,29 @@ def test_a_follow_closes_once_its_token_is_revoked(api, settings):
     assert sent[1:] == [("closed", {"reason": logstream.ACCESS_ENDED})]
 
 
+def test_a_sessions_follow_reads_on_while_logged_in_and_closes_at_the_logout(api, settings):
+    """The page's EventSource sends the session cookie: the re-check keeps a live session's
+    stream open, and closes it once that session has logged out."""
+    settings.MLQ_WS_RECHECK_S = 0.1
+    job_id = running_job(api)
+    browser = Client()
+    assert browser.login(username="alice", password="demo")
+    cookie = {"Cookie": f"sessionid={browser.cookies['sessionid'].value}", "Accept": "text/event-stream"}
+
+    async def later():
+        await asyncio.sleep(0.4)  # re-checked a few times by now, still alice's session
+        await sync_to_async(write)(job_id, 0, "epoch 1\n")
+        await asyncio.sleep(0.4)
+        await sync_to_async(browser.logout)()
+
+    response = get(f"/api/v1/jobs/{job_id}/logs?follow=1", cookie, later)
+    sent = [(name, data) for _, name, data in events(response.text) if name != ":"]
+    assert sent == [
+        ("log", {"attempt": 1, "offset": 0, "next_offset": 8, "text": "epoch 1\n"}),
+        ("closed", {"reason": logstream.ACCESS_ENDED}),
+    ]
+
+
 def test_follow_resumes_from_the_offset_or_last_event_id_and_ends_on_a_new_attempt(api):
     job_id = running_job(api)
     write(job_id, 0, "one\n")
