@@ -77,19 +77,26 @@ def period_of(params) -> tuple[datetime, datetime]:
 
 def teams_for(user, name: str | None) -> list[str] | None:
     """The teams the answer covers, by name: None for every team (an admin asking for all)."""
-    if name is not None and not Team.objects.filter(name=name).exists():
+    named = Team.objects.filter(name=name).values_list("pk", flat=True).first() if name is not None else None
+    if name is not None and named is None:
         raise ValidationError({"team": [UNKNOWN_TEAM.format(name=name)]})
+    # A division's jobs run in the teams below it: the answer for a team covers its subtree.
+    subtree = [] if named is None else _names({named} | descendant_ids({named}))
     if is_site_admin(user):
-        return None if name is None else [name]
+        return None if name is None else subtree
     led = set(Membership.objects.filter(user=user, role=Role.LEAD).values_list("team_id", flat=True))
     if not led:
         raise PermissionDenied(ONLY_LEADS)
-    names = sorted(Team.objects.filter(pk__in=led | descendant_ids(led)).values_list("name", flat=True))
+    names = _names(led | descendant_ids(led))
     if name is None:
         return names
     if name not in names:
         raise PermissionDenied(NOT_YOUR_TEAM.format(name=name))
-    return [name]
+    return subtree
+
+
+def _names(team_ids: set[int]) -> list[str]:
+    return sorted(Team.objects.filter(pk__in=team_ids).values_list("name", flat=True))
 
 
 class ForecastAccuracy(APIView):

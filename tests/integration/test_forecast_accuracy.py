@@ -209,6 +209,12 @@ def test_a_lead_reads_the_teams_it_leads(two_weeks, api):
     )
 
 
+def test_a_division_covers_the_teams_below_it(two_weeks, api):
+    """Jobs run in leaf teams only: a division's answer is its teams' (as the usage API's)."""
+    body = api("ops").get(URL, {"from": "2026-11-02", "to": "2026-11-09", "team": "research"}).json()
+    assert body["teams"] == ["research", FM, VISION] and body["weeks"][0]["jobs"] == 4
+
+
 @pytest.mark.parametrize("user", ["alice", "bob", "victor"])
 def test_members_who_lead_nothing_are_refused(demo, api, user):
     response = api(user).get(URL)
