@@ -121,7 +121,7 @@ def build_sections(base: dict, bucket: str) -> list[Section]:
     buckets = _bucket_starts(base["start"], base["end"], bucket)
     by_team = report("team")
     return [
-        gpu_hours_over_time(report("team", bucket), buckets, bucket),
+        gpu_hours_over_time(report("team", bucket), buckets, bucket, base),
         utilization_over_time(report("resource_class", bucket), buckets, bucket, base),
         queue_waits(report("team", "priority")),
         lost_work(by_team),
@@ -163,11 +163,20 @@ def _chart(kind: str, labels: list, datasets: list, y: str, *, stacked: bool = F
     }
 
 
-def gpu_hours_over_time(report: UsageReport, buckets: list[str], bucket: str) -> Section:
-    """Each team's GPU-hours per bucket against its guarantee (its GPU quotas x the bucket's hours)."""
+def bucket_hours(first: str, bucket: str, base: dict) -> float:
+    """The hours of the bucket starting `first` inside the report's range and up to now: a week
+    cut by the range's first or last day, or the day under way, counts only its part."""
+    start = datetime.fromisoformat(first).replace(tzinfo=UTC)
+    end = min(start + timedelta(days=1 if bucket == "day" else 7), base["end"], base["now"])
+    return max(0.0, (end - max(start, base["start"])).total_seconds() / 3600)
+
+
+def gpu_hours_over_time(report: UsageReport, buckets: list[str], bucket: str, base: dict) -> Section:
+    """Each team's GPU-hours per bucket against its guarantee (its GPU quotas x the bucket's
+    hours in the range: `bucket_hours`)."""
     used = _series(report, lambda row: row.gpu_hours)
     teams = sorted(used)
-    hours = 24 if bucket == "day" else 168
+    hours = {b: bucket_hours(b, bucket, base) for b in buckets}
     owed = dict(
         Quota.objects.filter(team__name__in=teams, resource_class__startswith="gpu:")
         .values("team__name")
@@ -180,12 +189,15 @@ def gpu_hours_over_time(report: UsageReport, buckets: list[str], bucket: str) ->
         datasets.append(_line(team, [round(used[team].get(b, 0.0), 1) for b in buckets], i))
         if owed.get(team):
             label = f"{team} guarantee"
-            datasets.append(_line(label, [owed[team] * hours] * len(buckets), i, borderDash=[6, 4], pointRadius=0))
+            guaranteed = [round(owed[team] * hours[b], 1) for b in buckets]
+            datasets.append(_line(label, guaranteed, i, borderDash=[6, 4], pointRadius=0))
     section.chart = _chart("line", buckets, datasets, "GPU-hours")
-    section.note = "Dashed: the team's guaranteed GPUs for the whole " + bucket + " (its GPU quotas x hours)."
+    section.note = (
+        f"Dashed: the team's guaranteed GPUs (its GPU quotas) x the hours of each {bucket} in the range, up to now."
+    )
     section.columns += [f"{team} guarantee" for team in teams if owed.get(team)]
     for b in buckets:
-        guarantees = [owed[team] * hours for team in teams if owed.get(team)]
+        guarantees = [round(owed[team] * hours[b], 1) for team in teams if owed.get(team)]
         section.rows.append([b, *(round(used[team].get(b, 0.0), 1) for team in teams), *guarantees])
     return section
 
@@ -209,17 +221,9 @@ def utilization_over_time(report: UsageReport, buckets: list[str], bucket: str, 
     section.note = (
         "Of each class's current size (GPUs, or the CPU nodes' cores for cpu), over the hours of each " + bucket + "."
     )
-    step = timedelta(days=1 if bucket == "day" else 7)
     table = []
     for b in buckets:
-        first = max(datetime.fromisoformat(b).replace(tzinfo=UTC), base["start"])
-        hours = max(
-            0.0,
-            (
-                min(datetime.fromisoformat(b).replace(tzinfo=UTC) + step, base["end"], base["now"]) - first
-            ).total_seconds()
-            / 3600,
-        )
+        hours = bucket_hours(b, bucket, base)
         cells = []
         for rclass in classes:
             row = rows.get((rclass, b))

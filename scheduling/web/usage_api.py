@@ -35,6 +35,7 @@ NO_SUCH_OWNER = "no user named {name!r}."
 NOT_YOUR_TEAM = "only members of {team}, its leads and site admins may read its usage."
 BAD_GROUP = "group by one or two of {choices} (at most one of day, week); got {value!r}."
 TO_BEFORE_FROM = "must be later than from ({start})."
+FROM_AFTER_NOW = "must be before to, which defaults to now ({now}): give a to later than from."
 TOO_MANY_BUCKETS = "a report by {bucket} covers at most {limit} {bucket}s; this one covers {count}."
 BAD_FORMAT = "format is json or csv; got {value!r}."
 
@@ -99,8 +100,10 @@ class UsageParams(serializers.Serializer):
                 raise ValidationError({name: [accounting.TOO_LATE]})
             if moment < accounting.EARLIEST:
                 raise ValidationError({name: [accounting.TOO_EARLY]})
-        if end <= start:
-            raise ValidationError({"to": [TO_BEFORE_FROM.format(start=start.isoformat())]})
+        if end <= start:  # the field the caller gave: a from in the future with no to is from's fault
+            if data.get("to"):
+                raise ValidationError({"to": [TO_BEFORE_FROM.format(start=start.isoformat())]})
+            raise ValidationError({"from": [FROM_AFTER_NOW.format(now=end.isoformat())]})
         bucket = next((name for name in data["group_by"] if name in BUCKETS), None)
         if bucket:
             count = len(accounting.stretches(start, end, bucket=bucket, cuts=()))
@@ -214,6 +217,13 @@ class FormatNegotiation(DefaultContentNegotiation):
 class Usage(APIView):
     renderer_classes = [JSONRenderer, CSVRenderer]
     content_negotiation_class = FormatNegotiation
+
+    def handle_exception(self, exc):
+        """An error is JSON, said to be JSON, whatever format was asked for: a spreadsheet or a
+        script reading `?format=csv` must not take `{"detail": ...}` for data."""
+        response = super().handle_exception(exc)
+        self.request.accepted_renderer, self.request.accepted_media_type = JSONRenderer(), JSONRenderer.media_type
+        return response
 
     @extend_schema(
         parameters=[

@@ -16,6 +16,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from mlqueue import date_fields
+from scheduling.core.model import CPU_CLASS
 from scheduling.models import QuotaPreview
 from scheduling.whatif import NOT_A_LEAD, do_start_preview, preview_for
 from teams.models import Team
@@ -25,6 +26,7 @@ from teams.serializers import QuotaChangeSerializer
 
 NO_SUCH_TEAM = "no team named {name!r}."
 NO_SUCH_PREVIEW = "no preview {id} of yours or of a team you lead."
+CPU_NOT_REPLAYED = "a preview replays GPU jobs only (docs/what-if.md): choose a GPU class such as gpu:H100."
 DATE_ONLY = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 
@@ -60,6 +62,8 @@ class QuotaPreviewRequestSerializer(QuotaChangeSerializer):
         known = known_classes()
         if rclass not in known:
             raise serializers.ValidationError(unknown_class_message(rclass, known))
+        if rclass == CPU_CLASS:  # the replay is of GPU jobs (docs/what-if.md): it could only show no change
+            raise serializers.ValidationError(CPU_NOT_REPLAYED)
         return rclass
 
 

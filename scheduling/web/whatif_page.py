@@ -18,6 +18,7 @@ from django.views.decorators.http import require_GET, require_POST
 from rest_framework.exceptions import PermissionDenied, ValidationError
 
 from mlqueue.api_errors import flatten_errors
+from scheduling.core.model import CPU_CLASS
 from scheduling.models import PreviewState, QuotaPreview
 from scheduling.sim.history import CPU_ONLY, NEVER_STARTED, NO_USEFUL_WORK
 from scheduling.web.queue import short_duration
@@ -64,7 +65,7 @@ def form_context(previewable: list[str], *, values: dict | None = None, errors: 
     defaults = {"from": (today - timedelta(days=DEFAULT_DAYS - 1)).isoformat(), "to": today.isoformat()}
     return {
         "previewable": previewable,
-        "classes": known_classes(),
+        "classes": [rclass for rclass in known_classes() if rclass != CPU_CLASS],  # GPU jobs are replayed
         "values": {**defaults, **(values or {})},
         "errors": errors or {},
     }

@@ -45,8 +45,10 @@ def test_a_lead_sees_their_teams_numbers_under_each_chart(logged_in, history):
     guarantee = Quota.objects.filter(team__name=RFM, resource_class__startswith="gpu:").values_list(
         "guaranteed", flat=True
     )
-    owed = [str(sum(guarantee) * 24)] if sum(guarantee) else []
-    assert table(page, "gpu-hours") == [["2026-04-19", "120.0", *owed], ["2026-04-20", "104.0", *owed]]
+    assert sum(guarantee)
+    # The day under way (NOW is 12:00) is owed its hours so far.
+    owed = [[str(float(sum(guarantee) * 24))], [str(float(sum(guarantee) * 12))]]
+    assert table(page, "gpu-hours") == [["2026-04-19", "120.0", *owed[0]], ["2026-04-20", "104.0", *owed[1]]]
     assert table(page, "waits") == [[RFM, "P2", "2", "30.0", "30.0"]]
     assert table(page, "lost") == [[RFM, "1", "4.0", "0.0", "0.0", "0.0", "0.0", "4.0"]]
     assert table(page, "top-users") == [
@@ -55,6 +57,19 @@ def test_a_lead_sees_their_teams_numbers_under_each_chart(logged_in, history):
     ]
     assert table(page, "cost") == [[RFM, "224.0", "416.0", "448.0"], ["total", "224.0", "416.0", "448.0"]]
     assert RANKING not in page.split('id="report-range"', 1)[1]
+
+
+def test_a_week_cut_by_the_range_is_owed_only_its_part(logged_in, history):
+    """By week, the first week starts on a Wednesday and the last is under way: the guarantee
+    line counts the hours of each inside the range (it was a whole week's each)."""
+    page = logged_in("rita").get("/reports/", {"from": "2026-02-11", "to": "2026-04-20"}).content.decode()
+    gpus = sum(
+        Quota.objects.filter(team__name=RFM, resource_class__startswith="gpu:").values_list("guaranteed", flat=True)
+    )
+    rows = table(page, "gpu-hours")
+    assert rows[0][0] == "2026-02-09" and rows[0][-1] == str(float(gpus * 5 * 24))  # Wednesday to Sunday
+    assert rows[1][-1] == str(float(gpus * 7 * 24))
+    assert rows[-1][0] == "2026-04-20" and rows[-1][-1] == str(float(gpus * 12))  # Monday until NOW, 12:00
 
 
 def test_an_admin_sees_every_team_and_filters_by_one(logged_in, history):

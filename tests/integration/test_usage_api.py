@@ -237,6 +237,23 @@ def test_a_bad_parameter_is_refused_naming_it(api, ledger, params, field, messag
     assert response.json()["fields"][field][0].startswith(message)
 
 
+def test_a_csv_request_refused_is_answered_in_json_said_to_be_json(api, ledger):
+    """A spreadsheet keying on the content type must not read an error as data."""
+    for user, params, status in (("ops", {"from": "bad"}, 400), ("victor", {"team": RANKING}, 403)):
+        response = usage(api, user, format="csv", **params)
+        assert response.status_code == status
+        assert response["Content-Type"] == "application/json" and "Content-Disposition" not in response
+        assert response.json()["detail"]
+
+
+def test_a_from_in_the_future_with_no_to_is_from_s_fault(api, ledger):
+    response = api("ops").get("/api/v1/usage", {"from": "2026-04-21"})  # NOW is 2026-04-20 12:00
+    assert response.status_code == 400
+    assert response.json()["fields"] == {
+        "from": ["must be before to, which defaults to now (2026-04-20T12:00:00+00:00): give a to later than from."]
+    }
+
+
 def test_admins_set_prices_with_history(api, demo, now):
     body = {"resource_class": "gpu:H100", "gpu_hour": "2.5", "cpu_hour": "0.04", "effective_from": "2026-04-01"}
     response = api("ops").post("/api/v1/prices", body, format="json")

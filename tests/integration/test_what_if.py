@@ -12,6 +12,7 @@ from bench import replay
 from mlqueue.celery import app as celery_app
 from scheduling.models import Job, PreviewState, QuotaPreview
 from scheduling.sim.trace import load_generic
+from scheduling.web.whatif_api import CPU_NOT_REPLAYED
 from scheduling.whatif import (
     BACKWARDS,
     NO_JOBS,
@@ -246,6 +247,7 @@ def test_a_member_sees_no_preview_form_and_may_not_post_one(clock, logged_in, hi
         ({"from": "2026-01-01"}, "to", TOO_LONG.format(days=103.0, limit=31)),
         ({"team": "nobody"}, "team", "no team named 'nobody'."),
         ({"resource_class": "gpu:B200"}, "resource_class", "unknown resource class"),
+        ({"resource_class": "cpu"}, "resource_class", CPU_NOT_REPLAYED),  # a 202 that could show no change
         ({"borrowing_limit": -1}, "borrowing_limit", "Ensure this value is greater than or equal to 0."),
         ({"borrowing_limit": None}, "guaranteed", SAME_QUOTA),  # nothing proposed
         ({"borrowing_limit": 64}, "guaranteed", SAME_QUOTA),
