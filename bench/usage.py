@@ -33,7 +33,8 @@ END = datetime(2026, 4, 1, tzinfo=UTC)
 CLASSES = [("gpu:H100", 8), ("gpu:A100", 8), ("gpu:L40S", 4), ("cpu", 0)]
 COLUMNS = (
     "job_id, attempt, job_name, team_id, team_name, owner_id, owner_name, resource_class, priority, gpus, cpus, "
-    "queued_at, started_at, ended_at, outcome, stop_reason, failure_class, lost_gpu_hours, lost_cause, lost_since"
+    "queued_at, started_at, ended_at, outcome, stop_reason, failure_class, lost_gpu_hours, lost_cause, lost_since, "
+    "superseded"
 )
 
 
@@ -79,6 +80,7 @@ def attempts(days: int, per_day: int, people: list[tuple]):
                     lost,
                     "preemption",
                     checkpoint,
+                    True,  # its job ran again
                 )
                 began, queued = cut + timedelta(seconds=rng.expovariate(1 / 300)), cut
             yield (
@@ -94,6 +96,7 @@ def attempts(days: int, per_day: int, people: list[tuple]):
                 0.0,
                 "",
                 None,
+                False,
             )
 
 

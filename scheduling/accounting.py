@@ -7,7 +7,8 @@ What counts where, for a window [start, end):
 2. Cost: each hour at the price its class had then. The window is cut at every price change,
    so an attempt that spans one is split (scheduling.models.Price).
 3. Lost GPU-hours (by cause) and outcomes: attempts that ended inside the window, in the
-   bucket of their end.
+   bucket of their end; jobs by outcome: those of them that are their job's last attempt so far
+   (a job retried twice and then failed counts once, FAILED).
 4. Queue wait (p50, p95): attempts that started inside the window, in the bucket of their start.
 
 Two ways to the same figures:
@@ -120,7 +121,8 @@ class UsageRow:
     cpu_hours: float = 0.0
     cost: float = 0.0
     lost_gpu_hours: dict[str, float] = field(default_factory=dict)
-    outcomes: dict[str, int] = field(default_factory=dict)
+    outcomes: dict[str, int] = field(default_factory=dict)  # attempts that ended, by outcome
+    job_outcomes: dict[str, int] = field(default_factory=dict)  # of them, their job's last so far
     started: int = 0
     wait_p50_s: float | None = None
     wait_p95_s: float | None = None
@@ -239,8 +241,9 @@ def _total(rows: list[UsageRow], histograms: Iterable[dict[float, int]]) -> Usag
         total.cost += row.cost
         for cause, hours in row.lost_gpu_hours.items():
             total.lost_gpu_hours[cause] = total.lost_gpu_hours.get(cause, 0.0) + hours
-        for outcome, count in row.outcomes.items():
-            total.outcomes[outcome] = total.outcomes.get(outcome, 0) + count
+        for outcomes, totals in ((row.outcomes, total.outcomes), (row.job_outcomes, total.job_outcomes)):
+            for outcome, count in outcomes.items():
+                totals[outcome] = totals.get(outcome, 0) + count
     merged: dict[float, int] = defaultdict(int)
     for histogram in histograms:
         for wait, count in histogram.items():
@@ -254,6 +257,7 @@ def _rounded(row: UsageRow) -> UsageRow:
     row.gpu_hours, row.cpu_hours, row.cost = round(row.gpu_hours, 4), round(row.cpu_hours, 4), round(row.cost, 2)
     row.lost_gpu_hours = {cause: round(hours, 4) for cause, hours in sorted(row.lost_gpu_hours.items())}
     row.outcomes = dict(sorted(row.outcomes.items()))
+    row.job_outcomes = {outcome: n for outcome, n in sorted(row.job_outcomes.items()) if n}
     return row
 
 
@@ -399,19 +403,23 @@ def _add_endings(query: UsageQuery, row, *, windows: list[tuple]) -> None:
     """How attempts ended in `windows`, and the GPU-hours they lost by cause (docstring, 3)."""
     for window in windows:
         ends = _point_rows(query, "ended_at", ["outcome", "lost_cause"], window=window)
-        _add_ended(query, row, ends.annotate(n=Count("id"), lost=Sum("lost_gpu_hours")))
+        last = Count("id", filter=Q(superseded=False))
+        _add_ended(query, row, ends.annotate(n=Count("id"), last=last, lost=Sum("lost_gpu_hours")))
 
 
 def _add_rolled_endings(query: UsageQuery, row, days: tuple[date, date] | None) -> None:
     if days:
         ends = _rolled(query, UsageDay, days, ["outcome", "lost_cause"]).filter(ended__gt=0)
-        _add_ended(query, row, ends.annotate(n=Sum("ended"), lost=Sum("lost_gpu_hours")))
+        last = Sum("ended") - Sum("superseded")
+        _add_ended(query, row, ends.annotate(n=Sum("ended"), last=last, lost=Sum("lost_gpu_hours")))
 
 
 def _add_ended(query: UsageQuery, row, ends: Iterable[dict]) -> None:
     for values in ends:
         target = row(_key(query, values, values.get("bucket")))
-        target.outcomes[values["outcome"]] = target.outcomes.get(values["outcome"], 0) + values["n"]
+        outcome = values["outcome"]
+        target.outcomes[outcome] = target.outcomes.get(outcome, 0) + values["n"]
+        target.job_outcomes[outcome] = target.job_outcomes.get(outcome, 0) + values["last"]
         if values["lost_cause"]:
             cause = values["lost_cause"]
             target.lost_gpu_hours[cause] = target.lost_gpu_hours.get(cause, 0.0) + values["lost"]

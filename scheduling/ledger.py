@@ -147,6 +147,7 @@ def do_open_attempt(job_id: int, *, now: datetime) -> None:
     # The same attempt placed twice cannot happen (a placement bumps the attempt); if it ever
     # did, the first row stands rather than failing the transition.
     UsageRecord.objects.bulk_create([row], ignore_conflicts=True)
+    rollup.do_supersede(job_id, attempt)
 
 
 def do_close_attempt(job_id: int, *, outcome: str, now: datetime) -> int:

@@ -3,8 +3,8 @@ UsageWaitDay), so a report over a quarter reads a few thousand rows instead of m
 
 1. An attempt adds, to each UTC day it held its GPUs and CPUs, the microseconds it held them
    there (an attempt spanning midnight is split); to the day it ended, one ending of its
-   outcome and the GPU-hours it lost; to the day and the week it started, one wait in its
-   histogram bar.
+   outcome and the GPU-hours it lost (and, once its job runs again, one superseded ending:
+   `do_supersede`); to the day and the week it started, one wait in its histogram bar.
 2. `do_add_closed` adds the attempts a transition has just closed, in that transition's
    transaction (scheduling/ledger.py): an upsert that adds to the day's row
    (`ON CONFLICT ... DO UPDATE SET x = x + excluded.x`), so concurrent closes never lose one.
@@ -20,7 +20,7 @@ from collections.abc import Iterable, Iterator
 from datetime import UTC, date, datetime, time, timedelta
 
 from django.db import connection, transaction
-from django.db.models import QuerySet
+from django.db.models import F, QuerySet
 
 from scheduling.accounting import WAIT_BAR, WAIT_S
 from scheduling.models import (
@@ -36,8 +36,11 @@ from scheduling.models import (
 DAY = timedelta(days=1)
 MICROSECOND = timedelta(microseconds=1)
 # The ledger's columns an attempt's part of the rollup is made of.
-FIELDS = (*ROLLUP_KEY[1:], "gpus", "cpus", "started_at", "ended_at", "outcome", "lost_cause", "lost_gpu_hours", "bar")
-USAGE_SUMS = ("gpu_us", "cpu_us", "ended", "lost_gpu_hours")
+FIELDS = (
+    *ROLLUP_KEY[1:],
+    *("gpus", "cpus", "started_at", "ended_at", "outcome", "lost_cause", "lost_gpu_hours", "superseded", "bar"),
+)
+USAGE_SUMS = ("gpu_us", "cpu_us", "ended", "lost_gpu_hours", "superseded")
 # Rows held in memory by a rebuild before they are written.
 FLUSH_EVERY = 200_000
 
@@ -59,7 +62,7 @@ class Rollup:
     """The rollup's rows for some closed attempts, summed in memory before one upsert."""
 
     def __init__(self) -> None:
-        self.days: dict[tuple, list] = defaultdict(lambda: [0, 0, 0, 0.0])
+        self.days: dict[tuple, list] = defaultdict(lambda: [0, 0, 0, 0.0, 0])
         self.waits: Counter[tuple] = Counter()
         self.week_waits: Counter[tuple] = Counter()
 
@@ -74,6 +77,7 @@ class Rollup:
         ending = self.days[(utc_day(row["ended_at"]), *group, *how)]
         ending[2] += 1
         ending[3] += row["lost_gpu_hours"]
+        ending[4] += row["superseded"]
         started = utc_day(row["started_at"])
         self.waits[(started, *group, row["bar"])] += 1
         self.week_waits[(started - timedelta(days=started.weekday()), *group, row["bar"])] += 1
@@ -118,6 +122,22 @@ def do_add_closed(record_ids: list[int]) -> None:
     for row in closed_rows(UsageRecord.objects.filter(id__in=record_ids).order_by()):
         rollup.add(row)
     rollup.write()
+
+
+def do_supersede(job_id: int, attempt: int) -> None:
+    """The job's attempt `attempt` has just opened: its earlier closed attempts are no longer
+    its last. Marks them and adds each to its end day's `superseded`, in the caller's
+    transaction (the one that opened the attempt), so the rollup and the ledger agree."""
+    earlier = UsageRecord.objects.select_for_update().filter(
+        job_id=job_id, attempt__lt=attempt, ended_at__isnull=False, superseded=False
+    )
+    rows = list(earlier.values("id", "ended_at", "outcome", "lost_cause", *ROLLUP_KEY[1:]))
+    if not rows:
+        return
+    UsageRecord.objects.filter(id__in=[row["id"] for row in rows]).update(superseded=True)
+    for row in rows:
+        key = {name: row[name] for name in (*ROLLUP_KEY[1:], "outcome", "lost_cause")}
+        UsageDay.objects.filter(day=utc_day(row["ended_at"]), **key).update(superseded=F("superseded") + 1)
 
 
 def do_rebuild(*, record=UsageRecord, day=UsageDay, wait=UsageWaitDay, week=UsageWaitWeek) -> dict:

@@ -4,16 +4,8 @@ from django.db import migrations, models
 
 
 def rebuild(apps, schema_editor):
-    """The rollup of the ledger's existing closed attempts (scheduling/rollup.py)."""
-    from scheduling import rollup
-
-    model = apps.get_model
-    rollup.do_rebuild(
-        record=model("scheduling", "UsageRecord"),
-        day=model("scheduling", "UsageDay"),
-        wait=model("scheduling", "UsageWaitDay"),
-        week=model("scheduling", "UsageWaitWeek"),
-    )
+    """The rollup of the ledger's existing closed attempts: built by 0036_usage_superseded, which
+    rebuilds it with the columns the code reads now (this migration's models lack them)."""
 
 
 class Migration(migrations.Migration):

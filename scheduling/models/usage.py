@@ -52,6 +52,9 @@ class UsageRecord(models.Model):
     lost_cause = models.CharField(max_length=12, choices=LostCause.choices, blank=True)
     # Where the lost work began: the last checkpoint every rank confirmed, or the attempt's start.
     lost_since = models.DateTimeField(null=True, blank=True)
+    # The job ran again after this attempt (a retry, a restart, a user's requeue): set when its
+    # next attempt opens. The last attempt of a job so far has False: "jobs by outcome" counts those.
+    superseded = models.BooleanField(default=False)
 
     class Meta:
         ordering = ["started_at", "id"]
@@ -94,7 +97,8 @@ class UsageRollupKey(models.Model):
 class UsageDay(UsageRollupKey):
     """The closed attempts of the usage ledger summed per UTC day (scheduling/rollup.py): the
     GPU- and CPU-microseconds held in that day (an attempt spanning days split across them),
-    and the attempts that ended that day, how, and the GPU-hours they lost. Written by the
+    and the attempts that ended that day, how, the GPU-hours they lost, and how many of them were
+    not their job's last (`superseded`, added when the next attempt opens). Written by the
     transition that closes a ledger row, in its transaction; `manage.py rebuild_usage_rollup`
     rebuilds it from the ledger. Microseconds as integers: sums in any order are exact."""
 
@@ -104,6 +108,7 @@ class UsageDay(UsageRollupKey):
     cpu_us = models.BigIntegerField(default=0)
     ended = models.PositiveIntegerField(default=0)
     lost_gpu_hours = models.FloatField(default=0.0)
+    superseded = models.PositiveIntegerField(default=0, help_text="of `ended`, those the job ran again after")
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=USAGE_DAY_KEY, name="usage_day_key")]

@@ -142,7 +142,8 @@ def row_figures(row: UsageRow) -> dict:
         "cost": round(row.cost, 2),
         "lost_gpu_hours": row.lost_total,
         "lost_gpu_hours_by_cause": row.lost_gpu_hours,
-        "jobs_by_outcome": row.outcomes,
+        "jobs_by_outcome": row.job_outcomes,
+        "attempts_by_outcome": row.outcomes,
         "attempts_started": row.started,
         "queue_wait_p50_s": _seconds(row.wait_p50_s),
         "queue_wait_p95_s": _seconds(row.wait_p95_s),
@@ -172,6 +173,7 @@ CSV_FIGURES = (
     "lost_gpu_hours",
     *(f"lost_{cause}" for cause in LostCause.values),
     *(f"jobs_{outcome.lower()}" for outcome in OUTCOMES),
+    *(f"attempts_{outcome.lower()}" for outcome in OUTCOMES),
     "attempts_started",
     "queue_wait_p50_s",
     "queue_wait_p95_s",
@@ -186,7 +188,8 @@ def report_csv(report: UsageReport) -> str:
     for row in report.rows:
         figures = row_figures(row)
         figures.update({f"lost_{cause}": row.lost_gpu_hours.get(cause, 0.0) for cause in LostCause.values})
-        figures.update({f"jobs_{o.lower()}": row.outcomes.get(o, 0) for o in OUTCOMES})
+        figures.update({f"jobs_{o.lower()}": row.job_outcomes.get(o, 0) for o in OUTCOMES})
+        figures.update({f"attempts_{o.lower()}": row.outcomes.get(o, 0) for o in OUTCOMES})
         writer.writerow([*row.key, *("" if figures[name] is None else figures[name] for name in CSV_FIGURES)])
     return out.getvalue()
 
@@ -239,8 +242,8 @@ class Usage(APIView):
         responses={200: dict},
     )
     def get(self, request: Request) -> Response:
-        """GPU-hours, CPU-hours, cost, lost GPU-hours by cause, attempts by outcome and queue
-        wait p50/p95 from the usage ledger, grouped (docs/usage.md)."""
+        """GPU-hours, CPU-hours, cost, lost GPU-hours by cause, jobs and attempts by outcome and
+        queue wait p50/p95 from the usage ledger, grouped (docs/usage.md)."""
         report = accounting.usage_report(usage_query(request, now=timezone.now()))
         if request.accepted_renderer.format == "csv":
             name = f"usage-{report.query.start:%Y%m%d}-{report.query.end:%Y%m%d}.csv"

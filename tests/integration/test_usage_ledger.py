@@ -28,9 +28,9 @@ def row(job_id: int, attempt: int = 1) -> UsageRecord:
 
 def rolled() -> tuple[list, list]:
     """The usage rollup's rows: (day, outcome, lost cause, GPU- and CPU-microseconds, endings,
-    lost GPU-hours) and (day, wait bar, attempts)."""
+    lost GPU-hours, endings superseded) and (day, wait bar, attempts)."""
     days = UsageDay.objects.order_by("day", "outcome").values_list(
-        "day", "outcome", "lost_cause", "gpu_us", "cpu_us", "ended", "lost_gpu_hours"
+        "day", "outcome", "lost_cause", "gpu_us", "cpu_us", "ended", "lost_gpu_hours", "superseded"
     )
     waits = UsageWaitDay.objects.order_by("day", "bar").values_list("day", "bar", "attempts")
     return list(days), list(waits)
@@ -63,7 +63,10 @@ def test_a_succeeded_attempt_closes_at_its_last_ranks_end_and_lost_nothing(clock
     )
     # The same transaction added it to the rollup: 8 GPUs and 16 CPUs for 2.5 h, one ending.
     held_us = int(2.5 * 3600e6)
-    assert rolled() == ([(START.date(), "SUCCEEDED", "", 8 * held_us, 16 * held_us, 1, 0.0)], [(START.date(), 0.0, 1)])
+    assert rolled() == (
+        [(START.date(), "SUCCEEDED", "", 8 * held_us, 16 * held_us, 1, 0.0, 0)],
+        [(START.date(), 0.0, 1)],
+    )
 
 
 def test_a_drained_attempt_records_the_work_lost_since_its_checkpoint_and_the_next_attempt_waits_from_then(
@@ -91,13 +94,18 @@ def test_a_drained_attempt_records_the_work_lost_since_its_checkpoint_and_the_ne
     run_pass(epoch=leader)
     second = row(job_id, 2)
     assert (second.queued_at, second.started_at, second.ended_at) == (ended, ended + timedelta(minutes=4), None)
-    # The drained attempt is in the rollup with its loss; the running one is not, yet.
+    # The drained attempt is in the rollup with its loss, superseded by the one that opened;
+    # the running one is not, yet.
     held_us = (ended - START) // timedelta(microseconds=1)
     day = START.date()
     assert rolled() == (
-        [(day, "PREEMPTED", LostCause.DRAIN, 8 * held_us, 16 * held_us, 1, first.lost_gpu_hours)],
+        [(day, "PREEMPTED", LostCause.DRAIN, 8 * held_us, 16 * held_us, 1, first.lost_gpu_hours, 1)],
         [(day, 0.0, 1)],
     )
+    assert row(job_id).superseded and not second.superseded
+    window = {"from": START.isoformat(), "to": (START + timedelta(days=1)).isoformat()}
+    total = api("ops").get("/api/v1/usage", window).json()["total"]
+    assert (total["attempts_by_outcome"], total["jobs_by_outcome"]) == ({"PREEMPTED": 1}, {})  # it runs again
     incremental = rolled()
     call_command("rebuild_usage_rollup", stdout=io.StringIO())
     assert rolled() == incremental

@@ -26,38 +26,46 @@ GROUPINGS = [(name,) for name in GROUPS] + [("team", "week"), ("owner", "day"), 
 
 
 def random_ledger(rng: random.Random, *, now: datetime) -> None:
-    """~150 attempts over three weeks before `now`: waits of seconds to a day, runs of minutes
-    to three days; one in six still running; closed ones added as a closing transition adds."""
+    """~150 jobs over three weeks before `now`: waits of seconds to a day, runs of minutes to
+    three days; one in six still running; closed ones added as a closing transition adds; one in
+    four closed ones runs again (a later attempt opens, superseding it, as the ledger does)."""
     people = list(Membership.objects.select_related("team", "user"))
     for job_id in range(1, rng.randint(100, 200)):
         member = rng.choice(people)
         rclass, per_node = rng.choice(CLASSES)
         started = now - timedelta(seconds=rng.uniform(0, 21 * 86400))
-        ended = started + timedelta(seconds=rng.choice((rng.uniform(60, 3600), rng.uniform(3600, 3 * 86400))))
-        running = rng.random() < 1 / 6
-        outcome, cause, lost = rng.choice(OUTCOMES)
         gpus = per_node * rng.choice((1, 2)) if per_node else 0
-        record = UsageRecord.objects.create(
-            job_id=job_id,
-            attempt=1,
-            job_name=f"job-{job_id}",
-            team_id=member.team_id,
-            team_name=member.team.name,
-            owner_id=member.user_id,
-            owner_name=member.user.username,
-            resource_class=rclass,
-            priority=rng.choice(("P0", "P1", "P2", "P3")),
-            gpus=gpus,
-            cpus=rng.choice((4, 16)),
-            queued_at=started - timedelta(seconds=rng.choice((0, rng.uniform(0, 900), rng.uniform(900, 86400)))),
-            started_at=started,
-            ended_at=None if running else ended,
-            outcome="" if running else outcome,
-            lost_gpu_hours=0.0 if running else round(lost * gpus * rng.uniform(0, 2), 4),
-            lost_cause="" if running or not gpus else cause,
-        )
-        if not running:
+        attempt, priority = 1, rng.choice(("P0", "P1", "P2", "P3"))
+        while True:
+            ended = started + timedelta(seconds=rng.choice((rng.uniform(60, 3600), rng.uniform(3600, 3 * 86400))))
+            running = rng.random() < 1 / 6
+            outcome, cause, lost = rng.choice(OUTCOMES)
+            record = UsageRecord.objects.create(
+                job_id=job_id,
+                attempt=attempt,
+                job_name=f"job-{job_id}",
+                team_id=member.team_id,
+                team_name=member.team.name,
+                owner_id=member.user_id,
+                owner_name=member.user.username,
+                resource_class=rclass,
+                priority=priority,
+                gpus=gpus,
+                cpus=rng.choice((4, 16)),
+                queued_at=started - timedelta(seconds=rng.choice((0, rng.uniform(0, 900), rng.uniform(900, 86400)))),
+                started_at=started,
+                ended_at=None if running else ended,
+                outcome="" if running else outcome,
+                lost_gpu_hours=0.0 if running else round(lost * gpus * rng.uniform(0, 2), 4),
+                lost_cause="" if running or not gpus else cause,
+            )
+            rollup.do_supersede(job_id, attempt)
+            if running:
+                break
             rollup.do_add_closed([record.pk])
+            if rng.random() >= 1 / 4 or ended >= now:
+                break
+            attempt, started = attempt + 1, ended + timedelta(seconds=rng.uniform(0, 3600))
 
 
 def random_prices(rng: random.Random, *, now: datetime) -> None:
@@ -82,8 +90,8 @@ def random_window(rng: random.Random, *, now: datetime) -> tuple[datetime, datet
 
 def figures(report) -> list:
     def one(row):
-        return (row.key, row.gpu_hours, row.cpu_hours, row.cost, row.lost_gpu_hours, row.outcomes, row.started,
-                row.wait_p50_s, row.wait_p95_s)  # fmt: skip
+        return (row.key, row.gpu_hours, row.cpu_hours, row.cost, row.lost_gpu_hours, row.outcomes,
+                row.job_outcomes, row.started, row.wait_p50_s, row.wait_p95_s)  # fmt: skip
 
     return [one(row) for row in report.rows] + [one(report.total)]
 
@@ -134,6 +142,8 @@ def test_a_rebuild_makes_the_rollup_the_closing_transitions_made_and_is_idempote
     closed = UsageRecord.objects.exclude(ended_at=None).count()
     assert out.getvalue().startswith(f"rolled up {closed} closed attempts: {len(added[0])} day rows")
     assert rollup_rows() == added
+    superseded = UsageRecord.objects.filter(superseded=True).count()
+    assert superseded > 10 and sum(r["superseded"] for r in added[0]) == superseded
     assert sum(r["attempts"] for r in added[1]) == sum(r["attempts"] for r in added[2]) == closed
     call_command("rebuild_usage_rollup", stdout=io.StringIO())
     assert rollup_rows() == added
