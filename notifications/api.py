@@ -10,6 +10,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from mlqueue.pagination import NewestFirst
+from mlqueue.query_parameters import refused_parameters
 from notifications.models import Delivery, DeliveryStatus, Event
 from notifications.selectors import deliveries_of
 from notifications.services import do_rotate_secret, do_update_settings, settings_of
@@ -100,6 +101,8 @@ class DeliveryList(generics.ListAPIView):
         if getattr(self, "swagger_fake_view", False):
             return self.queryset
         params = self.request.query_params
+        if refused := refused_parameters(params, filters=["job", "status", "event"]):
+            raise ValidationError({name: [why] for name, why in refused.items()})
         job = params.get("job")
         if job is not None and not (job.isascii() and job.isdecimal() and len(job) <= 18):
             raise ValidationError({"job": [NOT_A_JOB_ID]})

@@ -95,5 +95,7 @@ def post(url: str, *, body: bytes, headers: dict, seconds: float, sni_hostname: 
         ssl_context=httpx.create_ssl_context(trust_env=False), network_backend=DeadlineBackend(seconds)
     ) as pool:
         with pool.stream("POST", target, headers=list(headers.items()), content=body, extensions=extensions) as answer:
-            location = dict(answer.headers).get(b"location", b"").decode("latin-1")
+            # Header names as the receiver sent them ("Location"): compared without case.
+            location = next((value for name, value in answer.headers if name.lower() == b"location"), b"")
+            location = location.decode("latin-1")
             return Answer(answer.status, location)

@@ -114,10 +114,12 @@ def what_would_help(job: Job) -> Help:
     windows = Windows(load_windows(now), now.timestamp())
     end_at = now.timestamp() + job.max_runtime_hours * 3600
     limit = windows.limit(end_at, None)
+    if fits_now(state, shape, limit):  # a reshape would only wait for the same turn (a pass, a job ahead)
+        return Help(at=now, fits_as_is=True, suggestions=[])
     shorter = before_window(state, shape, windows, now=now.timestamp(), end_at=end_at)
     return Help(
         at=now,
-        fits_as_is=fits_now(state, shape, limit),
+        fits_as_is=False,
         suggestions=[*([shorter] if shorter else []), *suggestions(state, shape, gpu_types(), limit=limit)],
     )
 

@@ -202,6 +202,18 @@ def test_a_websocket_from_a_foreign_origin_or_without_a_login_is_refused(demo):
     async_to_sync(scenario)()
 
 
+def test_a_job_that_fits_as_it_is_is_offered_no_reshape(api, demo):
+    """Just submitted on an idle cluster (waiting for the next pass): "why" offered "fits now
+    with 4 GPUs per task (16 tasks)" for a 64-GPU job that started unchanged a pass later."""
+    heartbeat()
+    body = make_spec(resources={"gpu_count": 64, "gpu_type": "H100"})
+    job_id = api("alice").post("/api/v1/jobs", body, format="json").json()["id"]
+    why = api("alice").get(f"/api/v1/jobs/{job_id}/why").json()
+    assert (why["reason"]["code"], why["suggestions"]) == ("NOT_YET_SCHEDULED", [])
+    html = logged_in("alice").get(f"/jobs/{job_id}/help/").content.decode()
+    assert "It fits the free room as it is" in html and "What would let it start sooner" not in html
+
+
 @pytest.mark.parametrize("held", [False, True])
 def test_what_would_help_a_job_that_does_not_wait_for_room_says_what_it_waits_for(api, demo, held):
     """A job its quota refused was told "It fits the free room as it is: it starts when its

@@ -36,7 +36,7 @@ class Receiver:
     """An HTTP server on 127.0.0.1 that answers each POST with the next scripted status (200
     once the script runs out) and keeps what it was sent."""
 
-    def __init__(self, statuses=()):
+    def __init__(self, statuses=(), location=None):
         self.statuses = list(statuses)
         self.received: list[dict] = []
         receiver = self
@@ -47,6 +47,8 @@ class Receiver:
                 receiver.received.append({"path": self.path, "headers": dict(self.headers), "body": body})
                 self.send_response(receiver.statuses.pop(0) if receiver.statuses else 200)
                 self.send_header("Content-Length", "0")
+                if location:
+                    self.send_header("Location", location)  # as most servers write it, capitalised
                 self.end_headers()
 
             def log_message(self, *args):
@@ -370,6 +372,8 @@ def test_the_delivery_log_is_each_users_own(api, receiver):
     assert api(None).get("/api/v1/notifications/deliveries").status_code in (401, 403)
     bad = api("alice").get("/api/v1/notifications/deliveries?status=LOST&job=x")
     assert bad.status_code == 400 and set(bad.json()["fields"]) == {"job"}
+    unknown = api("alice").get("/api/v1/notifications/deliveries?foo=1&event=started")  # it was ignored
+    assert unknown.status_code == 400 and set(unknown.json()["fields"]) == {"foo"}
 
 
 def test_settings_api_refuses_what_a_spec_would(api):
@@ -411,11 +415,13 @@ def test_the_request_goes_to_the_checked_address_with_the_hosts_name(receiver, s
 
 
 def test_a_redirect_is_not_followed(settings):
-    moved = Receiver(statuses=[302])
+    moved = Receiver(statuses=[302], location="http://127.0.0.1:9/elsewhere")
     try:
         outcome = send_webhook(url=moved.url, payload={}, delivery_id="d-2", event="started", secret="s")
         assert (outcome.delivered, outcome.status_code, outcome.refused) == (False, 302, False)
         assert len(moved.received) == 1
+        # It says where to (a "Location" header was read as none: "a redirect to ''").
+        assert "a redirect to 'http://127.0.0.1:9/elsewhere'" in outcome.error
     finally:
         moved.close()
 
