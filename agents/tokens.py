@@ -98,6 +98,9 @@ def usable_join_tokens(now) -> "Q":
 
 
 def check_join_token(raw: str, *, now) -> JoinCredential | None:
+    """The join credential `raw` is, or None. The bootstrap setting is accepted for as long as it
+    is set: never listed, counted or revocable, hence `check --deploy`'s warning when it is
+    short (mlqueue.W003, mlqueue/checks.py)."""
     bootstrap = settings.MLQ_AGENT_JOIN_TOKEN
     if bootstrap and hmac.compare_digest(raw.encode(), bootstrap.encode()):
         return JoinCredential(None)

@@ -3,7 +3,8 @@
 # suite (tests/e2e/test_deploy_roles.py) start every process through it.
 #
 #   entrypoint.sh migrate                 apply migrations (once per release; a one-shot job)
-#   entrypoint.sh wait-for-migrations     exit 0 once no migration is left to apply (an init step)
+#   entrypoint.sh wait-for-migrations     exit 0 once no migration is left to apply (an init step);
+#                                         says "cannot connect" with the database's reason apart
 #   entrypoint.sh web [daphne args]       the web tier: $MLQ_WEB_WORKERS daphne processes (default: one
 #                                         per CPU) sharing 0.0.0.0:$PORT (8000), /healthz
 #   entrypoint.sh scheduler [args]        manage.py run_scheduler: any number, one leads
@@ -78,19 +79,28 @@ case "$ROLE" in
     ;;
   wait-for-migrations)
     require_env DATABASE_URL SECRET_KEY
-    deadline=$(($(date +%s) + ${MLQ_MIGRATIONS_TIMEOUT_S:-600}))
-    # Unapplied migrations exit 1 quietly; anything else (a wrong DATABASE_URL, a password) is
-    # printed once a minute, so that a pod stuck here says why.
+    timeout_s="${MLQ_MIGRATIONS_TIMEOUT_S:-600}"
+    deadline=$(($(date +%s) + timeout_s))
+    # mlqueue.migrations_ready says which it is, in one line: 1, migrations unapplied (the
+    # migrate Job has not run yet); 2, the database cannot be reached at all (psycopg's own
+    # reason: no such database, a wrong password). Said once a minute, so that a pod stuck here
+    # says why, and again when it gives up.
     last_said=0
-    until output="$(python manage.py migrate --check --noinput 2>&1)"; do
+    until output="$(python -m mlqueue.migrations_ready 2>&1)"; do
+      status=$?
+      case "$status" in
+        1) what="migrations still unapplied" ;;
+        2) what="cannot connect to the database" ;;
+        *) what="cannot check the migrations (exit status $status)" ;;
+      esac
       now="$(date +%s)"
       if [ "$now" -ge "$deadline" ]; then
-        echo "entrypoint.sh: migrations still unapplied after ${MLQ_MIGRATIONS_TIMEOUT_S:-600} s" >&2
+        echo "entrypoint.sh: $what after $timeout_s s" >&2
         [ -n "$output" ] && echo "$output" | tail -n 5 >&2
         exit 1
       fi
-      if [ -n "$output" ] && [ $((now - last_said)) -ge 60 ]; then
-        echo "entrypoint.sh: waiting for migrations: $(echo "$output" | tail -n 1)" >&2
+      if [ $((now - last_said)) -ge 60 ]; then
+        echo "entrypoint.sh: waiting: $what: $(echo "$output" | tail -n 1)" >&2
         last_said="$now"
       fi
       sleep 3
@@ -99,8 +109,9 @@ case "$ROLE" in
   web)
     require_env DATABASE_URL REDIS_URL SECRET_KEY
     # One daphne uses one core: mlqueue.webserver runs MLQ_WEB_WORKERS of them on the one port.
-    # --proxy-headers: the client's address and scheme from the ingress's X-Forwarded-* headers.
-    exec python -m mlqueue.webserver -b "${BIND_ADDRESS:-0.0.0.0}" -p "${PORT:-8000}" --proxy-headers "$@"
+    # No daphne --proxy-headers (it believes anyone's X-Forwarded-For): the application takes the
+    # client's address and scheme from the proxies in MLQ_TRUSTED_PROXIES only (mlqueue/proxies.py).
+    exec python -m mlqueue.webserver -b "${BIND_ADDRESS:-0.0.0.0}" -p "${PORT:-8000}" "$@"
     ;;
   scheduler)
     require_env DATABASE_URL REDIS_URL SECRET_KEY

@@ -21,17 +21,22 @@ from django.urls import re_path  # noqa: E402
 
 from mlqueue.fastlane import HeartbeatLane  # noqa: E402
 from mlqueue.health import HealthLane  # noqa: E402
+from mlqueue.proxies import TrustedProxyHeaders  # noqa: E402
 from mlqueue.routing import agent_websocket_urlpatterns, websocket_urlpatterns  # noqa: E402
 from mlqueue.websocket_origin import SameOriginValidator  # noqa: E402
 
 # Session-authenticated, so only from this site's own origin: scheme, host and port (not just the host).
 browser_sockets = SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns)))
 
-application = ProtocolTypeRouter(
-    {
-        "http": HealthLane(HeartbeatLane(django_asgi_app), allowed_hosts=settings.ALLOWED_HOSTS),
-        "websocket": URLRouter([*agent_websocket_urlpatterns, re_path(r"", browser_sockets)]),
-    }
+# Outermost: the client's address and scheme, from X-Forwarded-* only where a trusted proxy
+# sent them (MLQ_TRUSTED_PROXIES), before anything reads them.
+application = TrustedProxyHeaders(
+    ProtocolTypeRouter(
+        {
+            "http": HealthLane(HeartbeatLane(django_asgi_app), allowed_hosts=settings.ALLOWED_HOSTS),
+            "websocket": URLRouter([*agent_websocket_urlpatterns, re_path(r"", browser_sockets)]),
+        }
+    )
 )
 
 from mlqueue.gc_tuning import tune_for_server  # noqa: E402

@@ -85,6 +85,7 @@ INSTALLED_APPS = [
     "agents",
     "scheduling",
     "notifications",
+    "mlqueue.apps.ServerConfig",  # mlqueue's own `check --deploy` warnings (mlqueue/checks.py)
 ]
 
 MIDDLEWARE = [
@@ -521,6 +522,9 @@ MLQ_QUOTAS_PUBLIC = env_bool("MLQ_QUOTAS_PUBLIC", True)
 # /metrics: a scrape with `Authorization: Bearer <MLQ_METRICS_TOKEN>`, or from these networks.
 MLQ_METRICS_TOKEN = os.environ.get("MLQ_METRICS_TOKEN", "")
 MLQ_METRICS_ALLOWED_NETWORKS = env_networks("MLQ_METRICS_ALLOWED_NETWORKS", "127.0.0.0/8,::1/128")
+# The reverse proxies in front of the web tier whose X-Forwarded-For and X-Forwarded-Proto are
+# believed (mlqueue/proxies.py); from any other peer those headers are dropped. Addresses or CIDRs.
+MLQ_TRUSTED_PROXIES = env_networks("MLQ_TRUSTED_PROXIES", "127.0.0.0/8,::1/128")
 
 # --- Secret env (scheduling/secrets.py): comma-separated Fernet keys; the first encrypts, all
 # decrypt, so a new key goes first and the old one stays until no job needs it. Unset: a key

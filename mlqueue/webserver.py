@@ -9,12 +9,13 @@ binds the port once per worker with SO_REUSEPORT and hands each worker its own s
 would not do: a worker accepts every connection waiting at once, so a burst of keep-alive
 clients would all land on whichever worker woke first.
 
-Every worker runs the same application with the same options (deploy/entrypoint.sh's `web`
-role passes its own, such as --proxy-headers). A worker that exits after it has served for a
-while, or that a signal killed, is started again on the same socket; one that exits with an
-error status within STARTUP_S of its start stops the tier with that status, as a single daphne
-would have failed: bad settings
-are for the operator to see, not for a restart loop to hide. SIGTERM and SIGINT stop every
+Every worker runs the same application with the same options (any daphne option after this
+launcher's own). Not daphne's --proxy-headers, which believes X-Forwarded-For from anyone: the
+application takes it from trusted proxies only (mlqueue/proxies.py, MLQ_TRUSTED_PROXIES). A
+worker that exits after it has served for a while, or that a signal killed, is started again on
+the same socket; one that exits with an error status within STARTUP_S of its start stops the
+tier with that status, as a single daphne would have failed: bad settings are for the operator
+to see, not for a restart loop to hide. SIGTERM and SIGINT stop every
 worker (daphne finishes what it serves), SIGKILL after STOP_TIMEOUT_S.
 
 `--workers` defaults to MLQ_WEB_WORKERS, else to the CPUs this process may run on: its affinity,
@@ -68,15 +69,39 @@ def usable_cpus(quota: float | None = None, affinity: int | None = None) -> int:
     return max(1, min(affinity, math.ceil(quota))) if quota else affinity
 
 
+BAD_WORKERS_ENV = "MLQ_WEB_WORKERS={raw!r} is not a whole number: set it to the daphne processes to run (at least 1)"
+# daphne would rewrite the client's address from anyone's header before the application could
+# tell a trusted proxy from a client that forged it (mlqueue/proxies.py).
+NO_PROXY_HEADERS = (
+    "{option}: not with mlqueue: daphne would believe X-Forwarded-For from any client; set "
+    "MLQ_TRUSTED_PROXIES to the proxies in front instead (docs/deploy.md)"
+)
+
+
+def default_workers(parser: argparse.ArgumentParser) -> int:
+    """MLQ_WEB_WORKERS, else the CPUs this process may use; a usage error naming the variable
+    when it is not a number."""
+    raw = os.environ.get("MLQ_WEB_WORKERS", "").strip()
+    if not raw:
+        return usable_cpus()
+    try:
+        return int(raw)
+    except ValueError:
+        parser.error(BAD_WORKERS_ENV.format(raw=raw))
+
+
 def parse_args(argv=None) -> tuple[argparse.Namespace, list[str]]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    default = os.environ.get("MLQ_WEB_WORKERS") or str(usable_cpus())
-    parser.add_argument("--workers", type=int, default=int(default), help="daphne processes (MLQ_WEB_WORKERS)")
+    default = default_workers(parser)
+    parser.add_argument("--workers", type=int, default=default, help="daphne processes (MLQ_WEB_WORKERS)")
     parser.add_argument("-b", "--bind", default="0.0.0.0")
     parser.add_argument("-p", "--port", type=int, default=8000)
     args, daphne_args = parser.parse_known_args(argv)
     if args.workers < 1:
         parser.error("--workers (MLQ_WEB_WORKERS) must be at least 1")
+    for option in daphne_args:
+        if option.startswith("--proxy"):
+            parser.error(NO_PROXY_HEADERS.format(option=option.partition("=")[0]))
     return args, daphne_args
 
 

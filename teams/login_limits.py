@@ -13,11 +13,12 @@ Counters live in the Django cache (Redis in production): losing them only resets
 Each is a fixed window plus the previous one weighted by how much of it still overlaps the
 last `MLQ_LOGIN_WINDOW_S` seconds (a sliding window at the price of two integers).
 
-The client address is REMOTE_ADDR, never X-Forwarded-For, which any client can write. Behind
-a reverse proxy, REMOTE_ADDR is the proxy's unless the ASGI server takes the client's address
-from the proxy (daphne `--proxy-headers`, uvicorn `--proxy-headers --forwarded-allow-ips=<proxy>`);
-do that only when the proxy overwrites X-Forwarded-For rather than appending to what the
-client sent, or every client behind it shares one address (and one allowance).
+The client address is REMOTE_ADDR, never X-Forwarded-For read here, which any client can
+write. Behind a reverse proxy, REMOTE_ADDR is the client's address as the proxy saw it when the
+proxy is in MLQ_TRUSTED_PROXIES (mlqueue/proxies.py reads X-Forwarded-For from the right, from
+trusted proxies only); otherwise it is the proxy's own, and every client behind it shares one
+address (and one allowance). Never daphne's `--proxy-headers`: it believes the header from a
+client that reaches the web port directly, who could then change it with every guess.
 """
 
 import functools

@@ -111,6 +111,7 @@ def test_check_deploy_is_clean_with_production_settings():
         ALLOWED_HOSTS="mlqueue.example.com",
         DJANGO_SETTINGS_MODULE="mlqueue.settings",
         MLQ_SECRET_ENV_KEYS=Fernet.generate_key().decode(),
+        MLQ_BASE_URL="https://mlqueue.example.com",  # notification links (mlqueue.W002)
     )
     result = subprocess.run(
         [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
