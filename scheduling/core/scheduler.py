@@ -229,6 +229,7 @@ class Pass(HeldRoom, PassPreemption, ReclaimTurn, PassReasons):
         self.lowest_running: dict[str, int] = defaultdict(lambda: -1)
         self.slots = GroupSlots(snapshot)  # job groups' parallelism (group_slots.py)
         self._index_running()
+        self._charge_in_flight()
         self.book = ReservationBook()
         self.windows = Windows(snapshot.maintenance, self.now)
         self._start_holds(holds)  # held_room.py
@@ -276,6 +277,18 @@ class Pass(HeldRoom, PassPreemption, ReclaimTurn, PassReasons):
                 lowest[rclass] = RANKS[job.priority]
             if job.group is not None:
                 self.slots.count_running(job.group)
+
+    def _charge_in_flight(self) -> None:
+        """A preemptor whose victims are still stopping runs as soon as they have: its team's
+        use counts it from now (after `borrowed`, which is of the jobs running). Else each pass
+        would find the team as far below its guarantee as before it reclaimed, and reclaim
+        again for its next jobs, up to the victims' excess: past the guarantee, the surplus
+        then starting as borrowed work the other team reclaims back."""
+        if not self.stopping_for:
+            return
+        for job in self.snap.pending:
+            if job.job_id in self.stopping_for:
+                self.ledger.add(job.team, job.resource_class, job.shape.units)
 
     def run(self) -> Decisions:
         self.slots.count_starters(self.snap.pending, self.stopping_for)

@@ -138,3 +138,20 @@ def test_with_reclaim_off_an_owner_does_not_reclaim_but_still_outranks():
     decisions = schedule(snapshot(NODES, pending=[claim], running_jobs=ranking_jobs(), team_list=QUOTAS, reclaim=False))
     assert victims(decisions) == [7, 8]
     assert {p.reason for p in decisions.preemptions} == {"PRIORITY"}
+
+
+def test_a_reclaimer_in_flight_counts_against_its_team_s_guarantee():
+    """vision (guaranteed 32) runs 8 and has job 60 waiting for ranking's job 7 to stop (8 more,
+    reclaimed last pass). Its next jobs may reclaim 16 more, not 24: the reclaimer in flight was
+    left out of vision's use, so each pass reclaimed again up to the guarantee, and vision ended
+    borrowing what it had reclaimed (QA: production-ranking at 96 of 77, "placed ... borrowing")."""
+    quotas = teams(vision={"gpu:H100": (32, 64)}, ranking={"gpu:H100": (16, 64)})
+    ranking = ranking_jobs()[:7]
+    ranking[6] = running(7, ["z1-r1-n7"], team="ranking", age=HOUR, preempting=True, preempted_for=60)
+    vision = running(50, ["z1-r1-n8"], team="vision", age=2 * HOUR, remaining=10 * HOUR)
+    pending = [job(60 + i, gpus=8, team="vision", age=600 - i) for i in range(4)]
+    decisions = schedule(snapshot(NODES, pending=pending, running_jobs=[*ranking, vision], team_list=quotas))
+    assert victims(decisions) == [5, 6]  # ranking's newest borrowed but the one already stopping
+    assert {p.for_job_id for p in decisions.preemptions} == {61, 62}
+    assert decisions.pending[60].code == ReasonCode.PREEMPTING
+    assert decisions.pending[63].code != ReasonCode.PREEMPTION_PENDING
