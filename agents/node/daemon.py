@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 from agents.node import credentials
-from agents.node.client import AgentClient, ApiError
+from agents.node.client import CLEARTEXT, AgentClient, ApiError, in_clear_text
 from agents.node.containers import Podman
 from agents.node.heartbeat_socket import HeartbeatSocket
 from agents.node.isolation import (
@@ -45,6 +45,7 @@ from agents.node.isolation import (
     kill_processes_of,
     untraversable,
 )
+from agents.node.machine import GpusMissing, remember_gpus
 from agents.node.options import nodes_from, parse_args
 from agents.node.outbox import Outbox
 from agents.node.runtime import (
@@ -85,8 +86,11 @@ class NodeAgent:
         pass_env=DEFAULT_PASS_ENV,
         task_users: TaskUsers | None = None,
         health: Health | None = None,
+        own_gpus: bool = False,
     ):
         self.client = AgentClient(server)
+        # The machine's own GPUs (not fake ones): what it registers with is kept for its next start.
+        self.own_gpus = own_gpus
         self.join_token, self.node, self.name = join_token, node, node["name"]
         self.workdir = (workdir / self.name).absolute()  # tasks run elsewhere: their supervisors need whole paths
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -184,7 +188,7 @@ class NodeAgent:
         400: sending it again changes nothing)."""
         while not self.stopping.is_set() and not self.try_register():
             if self.refused:
-                log.error("%s: the server refuses to register this node: %s", self.name, self.refused)
+                log.error("%s: cannot register this node: %s", self.name, self.refused)
                 self.stop()
                 return
             self.stopping.wait(2.0)
@@ -207,7 +211,7 @@ class NodeAgent:
                 )
             except ApiError as exc:
                 log.warning("%s: cannot register with the %s (%s)", self.name, what, exc)
-                if exc.status == 400:  # the inventory itself, whatever the token
+                if exc.status == 400 or 300 <= exc.status < 400:  # the inventory or --server, whatever the token
                     self.refused = str(exc)
                     return False
                 continue
@@ -228,6 +232,8 @@ class NodeAgent:
     def joined(self, reply: dict) -> None:
         self.refused = ""  # a refusal while re-registering mid-run is over once one succeeds
         credentials.write_private(self.node_token_path, reply["token"])
+        if self.own_gpus:
+            remember_gpus(self.workdir, self.node)
         self.client.token, self.interval_s = reply["token"], reply["heartbeat_interval_s"]
         log.info("%s: joined (heartbeat every %s s, lease %s s)", self.name, self.interval_s, reply["lease_s"])
 
@@ -477,6 +483,8 @@ def main(argv=None) -> None:
     logging.basicConfig(
         level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
+    if in_clear_text(args.server):
+        log.warning(CLEARTEXT.format(server=args.server))
     join_token = credentials.join_token_from(args.token_file)
     args.workdir.mkdir(parents=True, exist_ok=True)
     agents = agents_for(args, join_token)  # first: each locks its node directory
@@ -506,12 +514,17 @@ def main(argv=None) -> None:
         agent.health = Health(gpus, check=check, interval_s=args.health_interval)
     run_until_signalled(agents)
     if refused := [agent for agent in agents if agent.refused]:
-        sys.exit(f"mlqueue-agent: the server refused to register {', '.join(a.name for a in refused)}")
+        sys.exit(f"mlqueue-agent: cannot register {'; '.join(f'{a.name}: {a.refused}' for a in refused)}")
 
 
 def agents_for(args, join_token: str) -> list["NodeAgent"]:
     """An agent for each node; none, and an exit, where another agent holds a node's directory."""
     options = {"container_hook": args.container_hook, "container": args.container, "pass_env": args.pass_env}
+    own_gpus = args.fake_gpus is None and args.fleet is None
+    try:
+        nodes = nodes_from(args)
+    except GpusMissing as exc:
+        sys.exit(f"mlqueue-agent: {exc}")
     try:
         return [
             NodeAgent(
@@ -520,9 +533,10 @@ def agents_for(args, join_token: str) -> list["NodeAgent"]:
                 node=node,
                 workdir=args.workdir,
                 task_users=args.task_users,
+                own_gpus=own_gpus,
                 **options,
             )
-            for node in nodes_from(args)
+            for node in nodes
         ]
     except WorkdirBusy as exc:
         sys.exit(f"mlqueue-agent: {exc}")

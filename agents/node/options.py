@@ -9,15 +9,15 @@ A value the server would refuse at registration is refused here, with a usage me
 import argparse
 import json
 import re
+import urllib.parse
 from pathlib import Path
 
 from agents.node.containers import Podman
 from agents.node.isolation import DEFAULT_UID_RANGE, task_users_from
-from agents.node.machine import inventory
+from agents.node.machine import GPU_TYPE, GPU_TYPE_RULE, MAX_GPU_TYPE, inventory
 from agents.node.runtime import DEFAULT_PASS_ENV, check_pass_env
 
 MAX_GPUS, MAX_CPUS, MAX_MEMORY_GB, MAX_SCRATCH_GB = 16, 1024, 64 * 1024, 1_000_000
-MAX_GPU_TYPE = 20
 NODE_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,251}[A-Za-z0-9])?\Z")
 NODE_NAME_RULE = "letters, digits, '.', '_' and '-', starting and ending with a letter or digit, no '..'"
 # option -> (lowest, highest) the server accepts
@@ -45,6 +45,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     add_task_arguments(parser)
     add_health_arguments(parser)
     args = parser.parse_args(argv)
+    server = urllib.parse.urlsplit(args.server)
+    if server.scheme not in ("http", "https") or not server.hostname:
+        parser.error(f"--server {args.server!r}: give the server's http:// or https:// URL")
     if any("=" not in label for label in args.label):
         parser.error("--label takes KEY=VALUE")
     check_node_options(parser, args)
@@ -70,8 +73,10 @@ def check_node_options(parser: argparse.ArgumentParser, args: argparse.Namespace
             parser.error(f"--{option.replace('_', '-')} takes {low} to {high}, not {value}")
     if args.node_name is not None and (not NODE_NAME.match(args.node_name) or ".." in args.node_name):
         parser.error(f"--node-name {args.node_name!r}: a node name is {NODE_NAME_RULE}")
-    if args.gpu_type is not None and not 0 < len(args.gpu_type) <= MAX_GPU_TYPE:
-        parser.error(f"--gpu-type takes 1 to {MAX_GPU_TYPE} characters")
+    if args.gpu_type is not None and not GPU_TYPE.match(args.gpu_type):
+        parser.error(f"--gpu-type {args.gpu_type!r}: a GPU type is {GPU_TYPE_RULE}")
+    if args.no_gpus and (args.fake_gpus is not None or args.gpu_type is not None):
+        parser.error("--no-gpus registers a CPU node: no --fake-gpus or --gpu-type with it")
 
 
 def add_node_arguments(parser: argparse.ArgumentParser) -> None:
@@ -80,7 +85,17 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--zone", default="z1")
     group.add_argument("--rack", default="r1")
     group.add_argument("--fake-gpus", type=int, help="pretend to have this many GPUs (no NVML needed)")
-    group.add_argument("--gpu-type", help="the fake GPUs' type (default H100)")
+    group.add_argument(
+        "--gpu-type",
+        help=f"the GPUs' type as jobs name it, {MAX_GPU_TYPE} characters at most (default: from NVML's model "
+        "name, e.g. H100 or RTX-6000-ADA; H100 for --fake-gpus)",
+    )
+    group.add_argument(
+        "--no-gpus",
+        action="store_true",
+        help="register as a CPU node without asking NVML: for a GPU machine whose driver is broken "
+        "(without it, the agent refuses to start there)",
+    )
     group.add_argument("--cpus", type=int)
     group.add_argument("--memory-gb", type=int)
     group.add_argument(
@@ -191,5 +206,7 @@ def nodes_from(args: argparse.Namespace) -> list[dict]:
             scratch=args.scratch_gb,
             labels=labels,
             address=args.address,
+            workdir=args.workdir,
+            no_gpus=args.no_gpus,
         )
     ]

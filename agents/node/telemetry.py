@@ -27,6 +27,12 @@ FAULTS_ENV = "MLQ_FAKE_GPU_FAULTS"
 FAKE_BUSY = {"utilization": 97, "memory_used_mb": 61_440, "temperature_c": 71}
 FAKE_IDLE = {"utilization": 0, "memory_used_mb": 0, "temperature_c": 34}
 FAKE_MEMORY_MB = 81_559  # an H100 80GB as NVML reports it
+# NVML's answers for a reading this GPU does not give (not a failure of the GPU).
+NOT_GIVEN = ("NVMLError_NotSupported", "NVMLError_NoPermission")
+# The readings of a GPU NVML could not read.
+UNREAD = dict.fromkeys(
+    ("utilization", "memory_used_mb", "memory_total_mb", "temperature_c", "ecc_correctable", "ecc_uncorrectable")
+)
 
 
 class FakeGpus:
@@ -87,7 +93,10 @@ class FakeGpus:
 
 class NvmlGpus:
     """The machine's GPUs through NVML, loaded lazily. XIDs arrive as NVML events, collected at
-    each read (waiting for none)."""
+    each read (waiting for none). A GPU NVML cannot read (lost, fallen off the bus) is in the
+    sample with no readings and the failure in `error`, beside the others' readings and its own
+    XIDs (an XID 79 must reach the server's rules); when none can be read, NVML is started
+    afresh at the next read."""
 
     provider = "nvml"
 
@@ -100,13 +109,23 @@ class NvmlGpus:
     def read(self) -> tuple[list[dict], str]:
         try:
             self._start()
-            self._collect_xids()
-            return [self._gpu(index, handle) for index, handle in enumerate(self.handles)], ""
+            failures = self._collect_xids()
         except ImportError:
             return [], "NVML is not available: install the `gpu` extra (nvidia-ml-py)"
         except Exception as exc:  # any NVML failure: reported, and tried afresh next time
             self.nvml = None
             return [], f"NVML failed: {exc}"[:MAX_OUTPUT]
+        gpus, unread = [], 0
+        for index, handle in enumerate(self.handles):
+            try:
+                gpus.append(self._gpu(index, handle))
+            except Exception as exc:  # this GPU's failure (lost, off the bus): the others still report
+                gpus.append({"index": index, **UNREAD, "xids": list(self.xids.get(index, ()))})
+                failures.append(f"GPU {index}: {exc}")
+                unread += 1
+        if self.handles and unread == len(self.handles):
+            self.nvml = None
+        return gpus, (f"NVML failed: {'; '.join(failures)}" if failures else "")[:MAX_OUTPUT]
 
     def _start(self) -> None:
         if self.nvml is not None:
@@ -125,15 +144,19 @@ class NvmlGpus:
             self.events = None
         self.nvml = pynvml
 
-    def _collect_xids(self) -> None:
+    def _collect_xids(self) -> list[str]:
+        """The XIDs waiting; what failed, if the event set did (its readings still go)."""
         nvml = self.nvml
         while self.events is not None:
             try:
                 data = nvml.nvmlEventSetWait_v2(self.events, 0)
             except nvml.NVMLError_Timeout:
-                return
+                return []
+            except nvml.NVMLError as exc:
+                return [f"XID events: {exc}"]
             index = nvml.nvmlDeviceGetIndex(data.device)
             self.xids.setdefault(index, deque(maxlen=MAX_XIDS)).append({"code": int(data.eventData), "at": time.time()})
+        return []
 
     def _gpu(self, index: int, handle) -> dict:
         nvml = self.nvml
@@ -157,11 +180,15 @@ class NvmlGpus:
         }
 
     def _field(self, read):
-        """One reading, or None where this GPU does not support it (ECC on consumer boards)."""
+        """One reading, or None where this GPU does not give it (ECC on consumer boards); any
+        other failure is the GPU's (read())."""
+        nvml = self.nvml
         try:
             return read()
-        except self.nvml.NVMLError:
-            return None
+        except nvml.NVMLError as exc:
+            if isinstance(exc, tuple(getattr(nvml, name) for name in NOT_GIVEN if hasattr(nvml, name))):
+                return None
+            raise
 
 
 class NoGpus:

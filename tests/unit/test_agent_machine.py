@@ -13,7 +13,7 @@ from agents.node.machine import gpu_type_from_name, inventory
         ("NVIDIA A100-SXM4-80GB", "A100"),
         ("NVIDIA L40S", "L40S"),
         ("Tesla T4", "T4"),
-        ("NVIDIA RTX 6000 Ada Generation", "RTX-6000-ADA-GENERATION"),
+        ("NVIDIA RTX 6000 Ada Generation", "RTX-6000-ADA"),
     ],
 )
 def test_gpu_model_names_map_to_resource_classes(name, kind):

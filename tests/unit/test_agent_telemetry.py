@@ -101,13 +101,17 @@ class NVMLError_Timeout(NVMLError):  # noqa: N801 (pynvml's own name)
     pass
 
 
+class NVMLError_NotSupported(NVMLError):  # noqa: N801 (pynvml's own name: what NVMLError(NOT_SUPPORTED) makes)
+    pass
+
+
 def stand_in_nvml(events: list):
     """The slice of nvidia-ml-py (13.x, names checked against its pynvml.py) the provider
     calls: two GPUs, the second without ECC reporting, and `events` XIDs waiting."""
 
     def ecc(handle, kind, counter):
         if handle == 1:
-            raise NVMLError("Not Supported")
+            raise NVMLError_NotSupported("Not Supported")
         return {"corrected": 5, "uncorrected": 1}[kind]
 
     def wait(event_set, timeout_ms):
@@ -118,6 +122,7 @@ def stand_in_nvml(events: list):
     return types.SimpleNamespace(
         NVMLError=NVMLError,
         NVMLError_Timeout=NVMLError_Timeout,
+        NVMLError_NotSupported=NVMLError_NotSupported,
         NVML_MEMORY_ERROR_TYPE_CORRECTED="corrected",
         NVML_MEMORY_ERROR_TYPE_UNCORRECTED="uncorrected",
         NVML_VOLATILE_ECC=0,

@@ -106,7 +106,7 @@ def test_the_limits_are_the_servers():
         (["--memory-gb", "70000"], "--memory-gb takes 1 to 65536, not 70000"),
         (["--node-name", "bad..name"], "--node-name 'bad..name': a node name is letters"),
         (["--node-name", "x_"], "--node-name 'x_': a node name is letters"),
-        (["--gpu-type", "X" * 21], "--gpu-type takes 1 to 20 characters"),
+        (["--gpu-type", "X" * 21], f"--gpu-type '{'X' * 21}': a GPU type is 1 to 20 letters, digits"),
     ],
 )
 def test_options_the_server_would_refuse_are_a_usage_error(bad, message, capsys):
