@@ -60,6 +60,7 @@ api_v1 = [
     endpoint("schedules", schedules_api.ScheduleListCreate.as_view(), "schedules"),
     endpoint(r"schedules/(?P<schedule_id>[0-9]+)", schedules_api.ScheduleDetail.as_view(), "schedule-detail"),
     endpoint(r"schedules/(?P<schedule_id>[0-9]+)/run", schedules_api.ScheduleRun.as_view(), "schedule-run"),
+    endpoint(r"schedules/(?P<schedule_id>[0-9]+)/events", schedules_api.ScheduleEvents.as_view(), "schedule-events"),
     endpoint("usage", usage_api.Usage.as_view(), "usage"),
     endpoint("prices", usage_api.PriceList.as_view(), "prices"),
     endpoint(r"prices/(?P<price_id>[0-9]+)", usage_api.PriceDetail.as_view(), "price-detail"),

@@ -5,17 +5,29 @@ suspend) and the job spec it submits at each fire time. Two ways in, one validat
     POST /api/v1/jobs        {<job spec>, "schedule": {"cron": .., "timezone": .., ...}}
 
 Errors name the field the way the body spelled it: `spec.resources.gpu_count` in the first,
-`resources.gpu_count` and `schedule.cron` in the second.
+`resources.gpu_count` and `schedule.cron` in the second. A create under a name the team has
+already is the same schedule only with the very same settings: `differences` says how it is not.
 """
 
 from drf_spectacular.extensions import OpenApiSerializerExtension
 from rest_framework import serializers
+from rest_framework.exceptions import ValidationError
 
 from scheduling.core.cron import cron_error, timezone_error
-from scheduling.models import Concurrency
-from scheduling.spec import StrictBooleanField, StrictIntegerField, StrictSerializer, StrictStringField
+from scheduling.models import Concurrency, Schedule
+from scheduling.secrets import SecretEnvUnreadable, decrypt_env
+from scheduling.spec import StrictBooleanField, StrictIntegerField, StrictSerializer, StrictStringField, spec_digest
 
 DEADLINE_LIMIT_MINUTES = 7 * 24 * 60
+CLIENT_JOB_ID_GIVEN = (
+    "a schedule's runs take their client_job_id from the schedule and the fire time "
+    "(schedule-<id>-<time>): leave client_job_id out."
+)
+# What NAME_TAKEN names: how the schedule differs from what was sent (never a secret value).
+DIFFERENT_TIMING = "its {field} is {theirs!r}, not {yours!r}"
+DIFFERENT_SUSPEND = {True: "it is suspended, not active", False: "it is active, not suspended"}
+DIFFERENT_SPEC = "its spec differs"
+DIFFERENT_SECRETS = "its secret_env values differ"
 
 
 class ScheduleTimingSerializer(StrictSerializer):
@@ -61,6 +73,54 @@ class ScheduleChangeSerializer(ScheduleBlockSerializer):
     # Stored after "suspended by <user>: " in a column of 500.
     reason = StrictStringField(required=False, allow_blank=True, max_length=300, printable_only=True)
     spec = serializers.JSONField(required=False)
+
+
+def validated(serializer_class, data, **kwargs) -> dict:
+    """`data` through the serializer; its errors as a 400."""
+    serializer = serializer_class(data=data, **kwargs)
+    serializer.is_valid(raise_exception=True)
+    return dict(serializer.validated_data)
+
+
+def check_schedule_block(data: dict) -> tuple[dict, dict]:
+    """A submit body's `schedule:` block, validated (a 400 naming `schedule.<field>`), and the
+    rest of the body: the spec each run submits, which may not fix its own client_job_id."""
+    try:
+        timing = validated(ScheduleBlockSerializer, data["schedule"])
+    except ValidationError as exc:
+        raise ValidationError({"schedule": exc.detail}) from None
+    if data.get("client_job_id") is not None:
+        raise ValidationError({"client_job_id": [CLIENT_JOB_ID_GIVEN]})
+    return timing, {key: value for key, value in data.items() if key != "schedule"}
+
+
+def differences(existing: Schedule, timing: dict, stored: dict, secrets: dict) -> list[str]:
+    """How `existing` differs from a create of `timing` and `stored`. A create that leaves out
+    `suspend` asks for an active schedule (its default), so a suspended one differs from it. The
+    stored spec masks the secret values, so they are compared apart: a rotated token sent again
+    must not be answered "the same" and dropped."""
+    fields = ("cron", "timezone", "concurrency", "starting_deadline_minutes")
+    found = [
+        DIFFERENT_TIMING.format(field=field, theirs=getattr(existing, field), yours=timing[field])
+        for field in fields
+        if getattr(existing, field) != timing[field]
+    ]
+    if existing.suspended != timing.get("suspend", False):
+        found.append(DIFFERENT_SUSPEND[existing.suspended])
+    if spec_digest(existing.spec) != spec_digest(stored):
+        found.append(DIFFERENT_SPEC)
+    elif not _same_secrets(existing, secrets):
+        found.append(DIFFERENT_SECRETS)
+    return found
+
+
+def _same_secrets(existing: Schedule, secrets: dict) -> bool:
+    if not secrets and not existing.secret_env_ciphertext:
+        return True
+    try:
+        return decrypt_env(existing.secret_env_ciphertext) == secrets
+    except SecretEnvUnreadable:  # its key is gone: whatever was sent, it cannot be the same
+        return False
 
 
 SCHEDULE_BLOCK_HELP = (

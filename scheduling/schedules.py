@@ -30,9 +30,15 @@ from mlqueue.errors import Conflict, FieldPermissionDenied
 from scheduling import services
 from scheduling.core.cron import latest_fire, next_fire
 from scheduling.models import Concurrency, FireOutcome, Job, Schedule, ScheduleFire, TaskState
-from scheduling.schedule_spec import ScheduleBlockSerializer, ScheduleChangeSerializer, ScheduleCreateSerializer
+from scheduling.schedule_spec import (
+    CLIENT_JOB_ID_GIVEN,
+    ScheduleChangeSerializer,
+    ScheduleCreateSerializer,
+    check_schedule_block,
+    differences,
+    validated,
+)
 from scheduling.secrets import SecretEnvUnreadable, decrypt_env, encrypt_env, masked
-from scheduling.spec import spec_digest
 from teams.models import AuditEvent, EventKind, Team
 from teams.selectors import can_edit_quotas, is_member, is_site_admin, team_ids_of
 
@@ -45,13 +51,14 @@ FIRE_BATCH = 200
 # What fire_due lists of each due schedule: enough to claim it.
 CLAIM_FIELDS = ("id", "cron", "timezone", "next_run_at", "updated_at")
 
-CLIENT_JOB_ID_GIVEN = (
-    "a schedule's runs take their client_job_id from the schedule and the fire time "
-    "(schedule-<id>-<time>): leave client_job_id out."
-)
 NAME_TAKEN = (
-    "team {team} already has schedule {id} named {name!r} with other settings: "
+    "team {team} already has schedule {id} named {name!r} with other settings ({differences}): "
     "PATCH /api/v1/schedules/{id} to change it, or choose another name."
+)
+SECRETS_UNREADABLE = (
+    "the secret_env of schedule {id} ({name}; names: {names}) cannot be decrypted with any key in "
+    "MLQ_SECRET_ENV_KEYS: list the key it was encrypted with again (after the new one), or PATCH the "
+    "schedule's spec with its secret_env values to encrypt them with the current key (docs/secrets.md)"
 )
 TEAM_CHANGED = "a schedule stays in its team ({team}): create a new schedule for team {new}."
 NOT_YOURS = "only the schedule's owner ({owner}), leads of {team} and site admins may {verb} schedule {id}."
@@ -86,6 +93,12 @@ def visible_schedules(user):
     return schedules.filter(team_id__in=team_ids_of(user))
 
 
+def schedule_history(schedule: Schedule):
+    """The schedule's own entries in its team's audit log (created, changed, suspended, resumed,
+    run now), for whoever sees the schedule; newest first is the caller's ordering."""
+    return AuditEvent.objects.filter(kind=EventKind.SCHEDULE, team_id=schedule.team_id, data__schedule=schedule.pk)
+
+
 def can_change_schedule(user, schedule: Schedule) -> bool:
     """Edit, suspend, resume, run now, delete: its owner, leads of its team (or above), admins."""
     return user.is_authenticated and (schedule.owner_id == user.pk or can_edit_quotas(user, schedule.team))
@@ -103,12 +116,8 @@ def check_may_change(*, user, schedule: Schedule, verb: str) -> None:
 def check_schedule_create(*, user, data) -> tuple[Team, dict, dict]:
     """POST /api/v1/schedules: the timing and the spec, validated as a submit validates it.
     Returns the team, the timing (with `name`) and the spec to store (_check_spec)."""
-    timing = _valid(ScheduleCreateSerializer, data)
-    spec_data = timing.pop("spec")
-    try:
-        team, spec = _check_spec(user=user, data=spec_data)
-    except ValidationError as exc:
-        raise ValidationError({"spec": exc.detail}) from None
+    timing = validated(ScheduleCreateSerializer, data)
+    team, spec = _check_nested_spec(user=user, data=timing.pop("spec"))
     return team, _named(timing, spec), spec
 
 
@@ -119,30 +128,12 @@ def check_spec_with_schedule(*, user, data: dict) -> tuple[Team, dict, dict]:
     return team, _named(timing, spec), spec
 
 
-def check_schedule_block(data: dict) -> tuple[dict, dict]:
-    """A submit body's `schedule:` block, validated (a 400 naming `schedule.<field>`), and the
-    rest of the body: the spec each run submits, which may not fix its own client_job_id."""
-    try:
-        timing = _valid(ScheduleBlockSerializer, data["schedule"])
-    except ValidationError as exc:
-        raise ValidationError({"schedule": exc.detail}) from None
-    if data.get("client_job_id") is not None:
-        raise ValidationError({"client_job_id": [CLIENT_JOB_ID_GIVEN]})
-    return timing, {key: value for key, value in data.items() if key != "schedule"}
-
-
 def next_fires(timing: dict, now, count: int = 3) -> list[datetime]:
     """The first `count` fire times of a schedule created now (what a dry run shows)."""
     found = [next_fire(timing["cron"], timing["timezone"], now)]
     while len(found) < count:
         found.append(next_fire(timing["cron"], timing["timezone"], found[-1]))
     return found
-
-
-def _valid(serializer_class, data, **kwargs) -> dict:
-    serializer = serializer_class(data=data, **kwargs)
-    serializer.is_valid(raise_exception=True)
-    return dict(serializer.validated_data)
 
 
 def _named(timing: dict, spec: dict) -> dict:
@@ -159,6 +150,18 @@ def _check_spec(*, user, data) -> tuple[Team, dict]:
     team, spec = services.check_job_submission(user=user, data=data)
     given = {key: value for key, value in data.items() if key not in ("owner", "client_job_id")}
     return team, {**given, "name": spec["name"], "secret_env": spec["secret_env"]}
+
+
+def _check_nested_spec(*, user, data) -> tuple[Team, dict]:
+    """_check_spec of a body's `spec`: its refusals, 400s and 403s alike (a team the user is not
+    in, a P0 of a member), name the field's path in the body, `spec.<field>`."""
+    try:
+        return _check_spec(user=user, data=data)
+    except ValidationError as exc:
+        raise ValidationError({"spec": exc.detail}) from None
+    except FieldPermissionDenied as exc:
+        fields = {f"spec.{field}": messages for field, messages in exc.fields.items()}
+        raise FieldPermissionDenied(f"spec.{exc.field}", str(exc.detail), also=fields) from None
 
 
 def do_create_schedule(*, user, team: Team, timing: dict, spec: dict, now=None) -> tuple[Schedule, bool]:
@@ -211,29 +214,12 @@ def _timing_columns(timing: dict, *, now) -> dict:
 
 
 def _same_or_conflict(existing: Schedule, timing: dict, stored: dict, secrets: dict) -> Schedule:
-    """`existing` if `timing`, the spec as stored and its secret values are its own; else a
-    Conflict. The stored spec masks the secret values, so they are compared apart: a rotated
-    token sent again must not be answered "the same" and dropped."""
-    same = (
-        existing.cron == timing["cron"]
-        and existing.timezone == timing["timezone"]
-        and existing.concurrency == timing["concurrency"]
-        and existing.starting_deadline_minutes == timing["starting_deadline_minutes"]
-        and spec_digest(existing.spec) == spec_digest(stored)
-        and _same_secrets(existing, secrets)
-    )
-    if not same:
-        raise Conflict(NAME_TAKEN.format(team=existing.team.name, id=existing.pk, name=existing.name))
+    """`existing` if `timing` (suspend included), the spec as stored and its secret values are
+    its own; else a Conflict naming the differences."""
+    if found := differences(existing, timing, stored, secrets):
+        name, joined = existing.name, "; ".join(found)
+        raise Conflict(NAME_TAKEN.format(team=existing.team.name, id=existing.pk, name=name, differences=joined))
     return existing
-
-
-def _same_secrets(existing: Schedule, secrets: dict) -> bool:
-    if not secrets and not existing.secret_env_ciphertext:
-        return True
-    try:
-        return decrypt_env(existing.secret_env_ciphertext) == secrets
-    except SecretEnvUnreadable:  # its key is gone: whatever was sent, it cannot be the same
-        return False
 
 
 # ---- change, suspend, resume, delete -----------------------------------------------------
@@ -246,22 +232,27 @@ def check_schedule_change(*, user, schedule: Schedule, data) -> dict:
     under the member's name (and UID, where agents map users); the member's secrets do not
     carry over (a new spec brings its own `secret_env`)."""
     check_may_change(user=user, schedule=schedule, verb="change")
-    changes = _valid(ScheduleChangeSerializer, data, partial=True)
+    changes = _changed_only(schedule, validated(ScheduleChangeSerializer, data, partial=True))
     if "spec" in changes:
-        try:
-            team, spec = _check_spec(user=user, data=changes["spec"])
-            if team.pk != schedule.team_id:
-                raise ValidationError({"team": [TEAM_CHANGED.format(team=schedule.team.name, new=team.name)]})
-        except ValidationError as exc:
-            raise ValidationError({"spec": exc.detail}) from None
-        except FieldPermissionDenied as exc:
-            raise FieldPermissionDenied(f"spec.{exc.field}", str(exc.detail)) from None
+        team, spec = _check_nested_spec(user=user, data=changes["spec"])
+        if team.pk != schedule.team_id:
+            raise ValidationError({"spec": {"team": [TEAM_CHANGED.format(team=schedule.team.name, new=team.name)]}})
         changes["spec"] = spec
         if user.pk != schedule.owner_id:
             changes["owner"] = user
     if changes.get("suspended") is False:
         _check_may_resume(schedule, changes.get("owner"))
     return changes
+
+
+def _changed_only(schedule: Schedule, changes: dict) -> dict:
+    """The PATCH's fields less those that already have the value given (a suspend of a suspended
+    schedule, a resume of an active one, the cron it has): those change nothing, so they neither
+    recompute next_run_at nor reach the audit log. A new spec always counts (it is validated
+    again, as its editor, who becomes the owner)."""
+    return {
+        key: value for key, value in changes.items() if key in ("spec", "reason") or getattr(schedule, key) != value
+    }
 
 
 def _check_may_resume(schedule: Schedule, new_owner=None) -> None:
@@ -274,6 +265,8 @@ def _check_may_resume(schedule: Schedule, new_owner=None) -> None:
 def do_change_schedule(*, user, schedule: Schedule, changes: dict, now=None) -> Schedule:
     """Apply a checked PATCH in one UPDATE. A new cron or time zone, or a resume, recomputes
     next_run_at from now: a resumed schedule does not fire the times it was suspended for."""
+    if not set(changes) - {"reason"}:  # nothing to change (a reason alone is no change): no write, no entry
+        return schedule
     now = now or timezone.now()
     columns = {key: changes[key] for key in ("name", "cron", "timezone", "concurrency") if key in changes}
     if "starting_deadline_minutes" in changes:
@@ -448,10 +441,15 @@ def _audit_run_now(schedule: Schedule, *, user, fire: ScheduleFire, now) -> None
 
 def _fire(schedule: Schedule, *, fire_time, now, deadline: bool) -> ScheduleFire:
     """One fire time, in the caller's transaction: the checks in order, then the submit.
+    0. handled already (run now twice in one second, or at a cron fire time) -> the fire
+       recorded then: each fire time leaves one row. The callers hold the schedule's row lock
+       (the claim's UPDATE, run now's SELECT FOR UPDATE), so the second finds the first's row;
     1. later than the starting deadline -> SKIPPED_DEADLINE;
     2. the owner may no longer submit to the team -> PAUSED (the schedule is suspended);
     3. a run still active: forbid -> SKIPPED_ACTIVE, replace -> cancel it, allow -> nothing;
     4. submit as the owner -> SUBMITTED (or REPLACED), or REFUSED with the submit's reason."""
+    if (handled := _handled(schedule, fire_time)) is not None:
+        return handled
     if deadline and (late := _minutes_late(schedule, fire_time, now)) is not None:
         deadline_minutes = schedule.starting_deadline_minutes
         return _record(
@@ -475,6 +473,10 @@ def _fire(schedule: Schedule, *, fire_time, now, deadline: bool) -> ScheduleFire
         return _record(schedule, fire_time, now, FireOutcome.SKIPPED_ACTIVE, message, job=active[0])
     replacing = active if schedule.concurrency == Concurrency.REPLACE else []
     return _submit(schedule, fire_time, now, FireOutcome.REPLACED if replacing else outcome, replacing=replacing)
+
+
+def _handled(schedule: Schedule, fire_time) -> ScheduleFire | None:
+    return ScheduleFire.objects.filter(schedule=schedule, scheduled_for=fire_time).order_by("id").first()
 
 
 def _active_runs(schedule: Schedule) -> list[Job]:
@@ -533,7 +535,7 @@ def _submit(schedule: Schedule, fire_time, now, outcome: str, *, replacing: list
     the claim still commits: a spec the cluster cannot hold any more must not be retried every pass."""
     try:
         with transaction.atomic():
-            secret_env = decrypt_env(schedule.secret_env_ciphertext)
+            secret_env = _secret_values(schedule)
             data = {**schedule.spec, "client_job_id": run_client_job_id(schedule, fire_time), "secret_env": secret_env}
             team, spec = services.check_job_submission(user=schedule.owner, data=data)
             if replacing:
@@ -547,10 +549,25 @@ def _submit(schedule: Schedule, fire_time, now, outcome: str, *, replacing: list
         if isinstance(exc.detail, dict) and "team" in exc.detail:  # its team takes no jobs (a division now)
             return _pause(schedule, fire_time, now, REFUSED.format(why=_reason(exc)))
         return _record(schedule, fire_time, now, FireOutcome.REFUSED, REFUSED.format(why=_reason(exc)))
-    except (APIException, SecretEnvUnreadable) as exc:
+    except SecretEnvUnreadable as exc:  # nothing was submitted: the message is the whole story
+        return _record(schedule, fire_time, now, FireOutcome.REFUSED, str(exc))
+    except APIException as exc:
         return _record(schedule, fire_time, now, FireOutcome.REFUSED, REFUSED.format(why=_reason(exc)))
     message = (SUBMITTED if created else ALREADY_SUBMITTED).format(job_id=job.pk)
     return _record(schedule, fire_time, now, outcome, message, job=job)
+
+
+def _secret_values(schedule: Schedule) -> dict[str, str]:
+    """The spec's secret values; unreadable (its key dropped from MLQ_SECRET_ENV_KEYS): an error
+    naming the schedule and the variables, never a value. A schedule keeps its ciphertext for
+    good, so it needs its key listed until its spec is saved again."""
+    try:
+        return decrypt_env(schedule.secret_env_ciphertext)
+    except SecretEnvUnreadable:
+        names = ", ".join(sorted(schedule.spec.get("secret_env") or {}))
+        why = SECRETS_UNREADABLE.format(id=schedule.pk, name=schedule.name, names=names)
+        log.error("schedule %s: %s", schedule.pk, why)
+        raise SecretEnvUnreadable(why) from None
 
 
 def _reason(exc: Exception) -> str:

@@ -89,13 +89,14 @@ def can_edit_quotas(user, team: Team) -> bool:
 
 
 def team_history(team: Team, user) -> QuerySet[AuditEvent]:
-    """A team's quota changes, for whoever may read its quotas; and the changes to its members
-    and its place in the tree only for its members (and those of teams above it) and admins:
-    with quotas public, anyone reads the quotas, but a team's roster and its leads are its own.
-    Not its schedules' entries, which are its members'."""
+    """A team's quota changes, for whoever may read its quotas; and the changes to its members,
+    its place in the tree and its schedules only for its members (and those of teams above it)
+    and admins: with quotas public, anyone reads the quotas, but a team's roster, its leads and
+    its schedules are its own (who sees a team's schedules is this same rule:
+    scheduling.schedules.visible_schedules)."""
     wanted = Q(kind=EventKind.QUOTA_CHANGED)
     if is_member(user, team):  # admins too
-        wanted |= Q(kind=EventKind.SECURITY, reason__in=TEAM_REASONS)
+        wanted |= Q(kind=EventKind.SECURITY, reason__in=TEAM_REASONS) | Q(kind=EventKind.SCHEDULE)
     return AuditEvent.objects.filter(wanted, team=team)
 
 

@@ -5,17 +5,21 @@ can_change_schedule)."""
 from zoneinfo import ZoneInfo
 
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_field
 from rest_framework import generics, serializers, status
+from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from mlqueue.errors import Conflict
 from mlqueue.pagination import NewestFirst
+from mlqueue.query_parameters import refused_parameters
 from scheduling import schedules
 from scheduling.models import FireOutcome, Schedule, ScheduleFire
 from scheduling.schedule_spec import ScheduleChangeSerializer, ScheduleCreateSerializer
+from scheduling.web.filters import visible_team_ids
+from teams.api import TeamEventSerializer
 
 # How many fires a schedule's detail lists (the page shows the same; HISTORY_KEPT are kept).
 FIRES_SHOWN = 20
@@ -24,6 +28,10 @@ SCHEDULE_CREATED = (
     "{cron!r} in {timezone}; the first is {next}."
 )
 SCHEDULE_EXISTS = "schedule {id} ({name}) already exists with these settings; nothing was created."
+# The list's filters (any other parameter is a 400 naming it).
+LIST_FILTERS = ("team",)
+NO_VISIBLE_TEAM = "no team named {name!r} whose schedules you may see."
+NOT_VISIBLE = OpenApiResponse(description="no such schedule, or not one of your teams'")
 
 
 class FireSerializer(serializers.ModelSerializer):
@@ -63,14 +71,22 @@ class ScheduleSerializer(serializers.ModelSerializer):
             "updated_at",
         ]
         extra_kwargs = {
-            "next_run_at": {"help_text": "the next fire time (UTC); while suspended, none fires"},
+            "next_run_at": {"help_text": "the next fire time (UTC); null while suspended: none fires"},
             "spec": {"help_text": "the job spec each run is submitted with (secret_env values as ***)"},
         }
 
     def get_next_run_local(self, schedule: Schedule) -> str | None:
-        if schedule.next_run_at is None:
+        if schedule.next_run_at is None or schedule.suspended:
             return None
         return schedule.next_run_at.astimezone(ZoneInfo(schedule.timezone)).isoformat()
+
+    def to_representation(self, schedule: Schedule) -> dict:
+        """A suspended schedule keeps the next_run_at it had (a resume computes a new one), but
+        none fires while it is suspended: null, as the CLI's '-' and the page's "none"."""
+        data = super().to_representation(schedule)
+        if schedule.suspended:
+            data["next_run_at"] = None
+        return data
 
 
 class ScheduleDetailSerializer(ScheduleSerializer):
@@ -105,9 +121,29 @@ def created_answer(schedule: Schedule, created: bool) -> dict:
 class ScheduleListCreate(generics.ListAPIView):
     serializer_class = ScheduleSerializer
     pagination_class = NewestFirst
+    filter_backends = []
 
     def get_queryset(self):
-        return schedules.visible_schedules(self.request.user)
+        """The caller's teams' schedules; `team`: that team's (a division's: its teams'). Any
+        other parameter, and a team the caller sees no schedule of, is a 400 naming it, as the
+        jobs list answers (a team that does not exist and one not yours read the same)."""
+        query = self.request.query_params
+        if refused := refused_parameters(query, filters=LIST_FILTERS):
+            raise ValidationError({name: [why] for name, why in refused.items()})
+        listed = schedules.visible_schedules(self.request.user)
+        if "team" in query:
+            team_ids = visible_team_ids(self.request.user, query["team"])
+            if not team_ids:
+                raise ValidationError({"team": [NO_VISIBLE_TEAM.format(name=query["team"])]})
+            listed = listed.filter(team_id__in=team_ids)
+        return listed
+
+    @extend_schema(
+        parameters=[OpenApiParameter("team", str, description="the team's schedules (a division's: its teams')")]
+    )
+    def get(self, request: Request, *args, **kwargs) -> Response:
+        """Your teams' schedules, newest first; `team` for one team's (a division's: its teams')."""
+        return super().get(request, *args, **kwargs)
 
     @extend_schema(
         request=ScheduleCreateSerializer,
@@ -165,6 +201,26 @@ class ScheduleDetail(APIView):
         """Delete the schedule and its fire history. Its runs stay, with `schedule` null."""
         schedules.do_delete_schedule(user=request.user, schedule=_visible(request, schedule_id))
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class ScheduleEvents(generics.ListAPIView):
+    """A schedule's audit entries, newest first: created, changed, suspended, resumed, run now
+    (`kind` SCHEDULE, who, and in `data` the fields changed, before and after), for whoever
+    sees the schedule; 404 for anyone else, as the schedule itself."""
+
+    serializer_class = TeamEventSerializer
+    pagination_class = NewestFirst
+    filter_backends = []
+
+    def get_queryset(self):
+        schedule = _visible(self.request, self.kwargs["schedule_id"])
+        if refused := refused_parameters(self.request.query_params):
+            raise ValidationError({name: [why] for name, why in refused.items()})
+        return schedules.schedule_history(schedule)
+
+    @extend_schema(responses={200: TeamEventSerializer(many=True), 404: NOT_VISIBLE})
+    def get(self, request: Request, *args, **kwargs) -> Response:
+        return super().get(request, *args, **kwargs)
 
 
 class ScheduleRun(APIView):

@@ -53,6 +53,7 @@ def test_create_list_show_run_suspend_resume_delete(clock, mlq, spec_file):  # n
     ran = mlq("schedules", "run", str(schedule.pk))
     job = Job.objects.get(schedule=schedule)
     assert ran.output == f"schedule {schedule.pk}: SUBMITTED: submitted job {job.pk}\n"
+    clock.shift(1)  # in the same second it is the same fire time, answered with the same run
     refused = mlq("schedules", "run", str(schedule.pk))
     assert refused.exit_code == EXIT_REFUSED
     assert refused.output.startswith(f"schedule {schedule.pk} did not run: its last run, job {job.pk}, is still")

@@ -53,14 +53,18 @@ def test_it_pages_like_the_other_lists(api):
     assert seen == ["to 35", "to 34", "to 33"] and page["next"] is None
 
 
-def test_other_teams_entries_and_the_teams_schedule_entries_are_not_in_it(api):
+def test_other_teams_entries_are_not_in_it_and_its_schedule_entries_only_for_its_members(api):
+    """Its schedules' entries are for whoever sees its schedules (docs/schedules.md), not for
+    every reader of its quotas."""
     change_quota(api, 33, "ours")
     body = {"reason": "theirs", "quotas": {"gpu:H100": {"guaranteed": 70}}}
     assert api("paul").patch("/api/v1/teams/production-ranking/quotas", body, format="json").status_code == 200
     team = Team.objects.get(name=FM)
-    AuditEvent.objects.create(team=team, kind=EventKind.SCHEDULE, actor_name="alice", reason="CREATED", message="x")
+    AuditEvent.objects.create(team=team, kind=EventKind.SCHEDULE, actor_name="alice", reason="created", message="x")
     rows = api("rita").get(EVENTS).json()["results"]
-    assert [row["data"]["reason"] for row in rows] == ["ours"]
+    assert [(row["kind"], row["reason"]) for row in rows] == [("SCHEDULE", "created"), ("QUOTA_CHANGED", "QUOTA")]
+    assert [row["data"]["reason"] for row in rows if row["kind"] == "QUOTA_CHANGED"] == ["ours"]
+    assert [row["kind"] for row in api("bob").get(EVENTS).json()["results"]] == ["QUOTA_CHANGED"]
 
 
 def test_who_may_read_it_follows_the_quotas_rule(api, settings):

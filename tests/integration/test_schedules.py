@@ -184,8 +184,8 @@ def test_run_now_twice_in_one_second_returns_the_same_run(clock, demo, user):
     schedule = create(concurrency="allow")
     first = schedules.do_run_now(user=user("alice"), schedule=schedule)
     again = schedules.do_run_now(user=user("alice"), schedule=schedule)
-    assert first.job_id == again.job_id
-    assert again.message == f"job {first.job_id} was already submitted for this fire time"
+    assert (again.pk, again.job_id, again.message) == (first.pk, first.job_id, f"submitted job {first.job_id}")
+    assert schedule.fires.count() == 1  # one fire time, one row
     assert runs(schedule) == [(at(9), "PENDING")]
     schedule.refresh_from_db()
     assert schedule.next_run_at == at(9, 5)  # run now leaves the cron's times alone

@@ -50,8 +50,9 @@ def test_the_same_create_again_is_200_and_other_settings_under_the_name_409(cloc
     other = post(api, "alice", {**BODY, "cron": "0 4 * * *"})
     assert other.status_code == 409
     assert other.json()["detail"] == (
-        f"team {TEAM} already has schedule {first['id']} named 'nightly' with other settings: "
-        f"PATCH /api/v1/schedules/{first['id']} to change it, or choose another name."
+        f"team {TEAM} already has schedule {first['id']} named 'nightly' with other settings "
+        f"(its cron is '0 3 * * *', not '0 4 * * *'): PATCH /api/v1/schedules/{first['id']} to change it, "
+        "or choose another name."
     )
 
 
@@ -96,7 +97,7 @@ def test_a_bad_create_is_a_400_naming_the_field_and_writes_nothing(clock, api, c
 def test_a_team_you_are_not_in_is_a_403(clock, api):
     response = post(api, "victor", BODY)
     assert response.status_code == 403
-    assert response.json()["fields"] == {"team": [f"you are not a member of team {TEAM}."]}
+    assert response.json()["fields"] == {"spec.team": [f"you are not a member of team {TEAM}."]}
 
 
 def test_submitting_a_spec_with_a_schedule_block_creates_a_schedule_not_a_job(clock, api):
@@ -237,6 +238,7 @@ def test_run_now_submits_a_run_then_forbid_refuses_while_it_is_active(clock, api
     fire = response.json()
     job = api("alice").get(f"/api/v1/jobs/{fire['job']}").json()
     assert (job["schedule"], job["scheduled_for"], job["owner"]) == (schedule["id"], "2026-04-20T09:00:00Z", "alice")
+    clock.shift(1)  # in the same second it is the same fire time, answered with the same run
     again = api("alice").post(url)
     assert again.status_code == 409
     assert again.json()["detail"] == (
