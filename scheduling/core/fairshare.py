@@ -60,6 +60,11 @@ class Ledger:
             self.usage[name][rclass] += units
             self.shares.pop(name, None)
 
+    def add_at(self, name: str, rclass: str, units: int) -> None:
+        """`units` at one team of a chain only (`add` adds at every one)."""
+        self.usage[name][rclass] += units
+        self.shares.pop(name, None)
+
     def share(self, team: str) -> float:
         """Dominant share: the largest usage / entitlement over the classes the team uses."""
         found = self.shares.get(team)

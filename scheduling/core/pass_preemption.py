@@ -36,14 +36,15 @@ class PassPreemption:
         self.evicted: dict[tuple[str, str], int] = defaultdict(int, self.stopping_units)
 
     def _excess(self, rclass: str) -> dict[str, int]:
-        """What each team holds above its guarantee in `rclass` (the ledger's `excess`), less
+        """What each team runs above its guarantee in `rclass` (the ledger's `excess`, less its
+        preemptors in flight, which do not run yet), less
         what is stopping there already, evicted by this pass or an earlier one: reclaimers and
         borrowers must not together take more than a team holds above its guarantee (it would
         reclaim the rest straight back)."""
-        evicted = self.evicted
+        evicted, charged = self.evicted, self.in_flight_units
         found = {}
         for team, units in self.ledger.excess(rclass).items():
-            left = units - evicted[rclass, team]
+            left = units - evicted[rclass, team] - charged[rclass, team]
             if left > 0:
                 found[team] = left
         return found
@@ -70,6 +71,8 @@ class PassPreemption:
         victims it needs are only too young yet, it waits with the time they may go."""
         in_flight = self.stopping_for.get(job.job_id)
         if in_flight:
+            if job.job_id not in self.charged:  # still waiting: its team's use counts it (`_charge`)
+                self._charge(job, in_flight)
             self._hold(job, self._nodes_to_hold(job, in_flight))
             if job.nominated:
                 self.nominations[job.job_id] = job.nominated
@@ -326,5 +329,6 @@ class PassPreemption:
             job, [v.job_id for v in found.victims], units_freed(found.victims), reclaim
         )
         # The room is spoken for: the team's share and guarantee count it from now on, so
-        # its next job does not reclaim (or outrank) the same capacity again.
-        self.ledger.add(job.team, job.resource_class, job.shape.units)
+        # its next job does not reclaim (or outrank) the same capacity again (as in later
+        # passes while the victims stop: `_charge`).
+        self._charge(job, list(found.victims))

@@ -1,7 +1,9 @@
 """Reclaim without churn: a team takes its guarantee back, but the policy remembers whom it
 already evicted, and a job that waits long enough is never refused its guarantee."""
 
-from scheduling.core.model import HOUR
+import pytest
+
+from scheduling.core.model import HOUR, Quota, Team
 from scheduling.core.reasons import ReasonCode
 from scheduling.core.scheduler import schedule
 from tests.unit.core.builders import cluster, job, rack, running, snapshot, teams
@@ -155,3 +157,75 @@ def test_a_reclaimer_in_flight_counts_against_its_team_s_guarantee():
     assert {p.for_job_id for p in decisions.preemptions} == {61, 62}
     assert decisions.pending[60].code == ReasonCode.PREEMPTING
     assert decisions.pending[63].code != ReasonCode.PREEMPTION_PENDING
+
+
+def _in_flight_case(name):
+    """The cases a review found against the first charge of preemptors in flight (each
+    decided wrongly by it): (nodes, quotas, running jobs, pending jobs)."""
+    h100 = "gpu:H100"
+    r1 = [f"z1-r1-n{i}" for i in range(1, 9)]
+
+    def runs(team, ids, **more):
+        return [running(i, [r1[i - 1]], team=team, age=(10 - i) * HOUR, remaining=10 * HOUR, **more) for i in ids]
+
+    flat = teams(vision={h100: (32, 32)}, ranking={h100: (32, 32)})
+    stopping_7 = running(7, [r1[6]], team="ranking", age=HOUR, remaining=10 * HOUR, preempting=True, preempted_for=60)
+    if name == "placed on free room":  # 60 finds room on n8 while its victim stops
+        return NODES, flat, [*runs("vision", (1, 2, 3)), *runs("ranking", (4, 5, 6)), stopping_7], FIRST_60
+    if name == "within its own limit":  # vision's limit is its guarantee; a node of another rack is free
+        limited = teams(vision={h100: (32, 0)}, ranking={h100: (32, 32)})
+        running_jobs = [*runs("vision", (1, 2, 8)), *runs("ranking", (3, 4, 5, 6)), stopping_7]
+        return cluster(rack("z1-r1", 8), rack("z1-r2", 1)), limited, running_jobs, FIRST_60
+    if name == "its own team's victim":  # vision's P1 60 evicted vision's own P3 job 3
+        own = running(3, [r1[2]], team="vision", priority="P3", age=5 * HOUR, preempting=True, preempted_for=60)
+        return NODES, flat, [*runs("vision", (1, 2)), own, *runs("ranking", (4, 5, 6, 7, 8))], P1_60 + VISION_61
+    if name == "a sibling's victim":  # vision's 60 reclaims from nlp, both in division research
+        tree = (
+            Team("research", None, {h100: Quota(64, 0)}),
+            Team("vision", "research", {h100: Quota(32, 32)}),
+            Team("nlp", "research", {h100: Quota(32, 32)}),
+            Team("ranking", None, {h100: Quota(16, 0)}),
+        )
+        nlp_8 = running(8, [r1[7]], team="nlp", age=HOUR, remaining=10 * HOUR, preempting=True, preempted_for=60)
+        nodes = cluster(rack("z1-r1", 8), rack("z1-r2", 2))
+        return nodes, tree, [*runs("vision", (1, 2, 3)), *runs("nlp", (4, 5, 6, 7)), nlp_8], LATER_60 + NLP_70
+    # "no phantom excess": vision runs its 32; its P1 60 waits for ranking's P3 job 8
+    quotas = teams(vision={h100: (32, 32)}, ranking={h100: (24, 32)}, nlp={h100: (8, 32)})
+    p3 = running(8, [r1[7]], team="ranking", priority="P3", age=HOUR, preempting=True, preempted_for=60)
+    return NODES, quotas, [*runs("vision", (1, 2, 3, 4)), *runs("ranking", (5, 6, 7)), p3], P1_60 + NLP_70
+
+
+# The pending jobs of a case, (id, team, priority, waited s): the preemptor in flight is 60.
+FIRST_60 = [(60, "vision", "P2", 3 * HOUR), (61, "vision", "P2", 900)]
+P1_60 = [(60, "vision", "P1", 900)]
+LATER_60 = [(60, "vision", "P2", 900)]
+VISION_61, NLP_70 = [(61, "vision", "P2", 3 * HOUR)], [(70, "nlp", "P2", 3 * HOUR)]
+
+
+def _in_flight_pending(spec):
+    return [job(job_id, gpus=8, team=team, priority=priority, age=age) for job_id, team, priority, age in spec]
+
+
+@pytest.mark.parametrize(
+    "case, placed, evicted, reasons",
+    [
+        # Placed once, and not as borrowed: vision holds 32 with it; its next job reads 32/32.
+        ("placed on free room", [(60, False)], [], {61: "team vision at 32/32 guaranteed H100"}),
+        # Its own charge did not refuse it against vision's limit (32 = guarantee).
+        ("within its own limit", [(60, False)], [], {61: "team vision uses 32 H100"}),
+        # The stopping victim is vision's own: vision holds 24 after, so 61 still reclaims.
+        ("its own team's victim", [], [(8, 61)], {60: "stopping job(s) 3"}),
+        # nlp's stopping job and vision's 60 are the same room of research: 64, not 72.
+        ("a sibling's victim", [], [], {70: "parent team research uses 64 H100"}),
+        # vision's 60 does not run yet: vision holds no excess another team could reclaim.
+        ("no phantom excess", [], [], {70: "needs 8 H100; 0 of 64 free"}),
+    ],
+)
+def test_a_preemptor_in_flight_is_charged_once_and_only_for_room_not_yet_counted(case, placed, evicted, reasons):
+    nodes, quotas, running_jobs, spec = _in_flight_case(case)
+    pending = _in_flight_pending(spec)
+    decisions = schedule(snapshot(nodes, pending=pending, running_jobs=running_jobs, team_list=quotas))
+    assert [(p.job_id, p.borrowed) for p in decisions.placements] == placed
+    assert [(p.victim_job_id, p.for_job_id) for p in decisions.preemptions] == evicted
+    for job_id, text in reasons.items():
+        assert text in decisions.pending[job_id].message, decisions.pending[job_id].message
