@@ -8,7 +8,7 @@ from typing import NamedTuple
 
 from scheduling.core import explain
 from scheduling.core.decisions import Preemption, PreemptionReason
-from scheduling.core.model import PendingJob, priority_rank
+from scheduling.core.model import PendingJob, RunningJob, priority_rank
 from scheduling.core.placement import plan
 from scheduling.core.preemption import VictimPool, find_victims, ready_at, units_freed, why
 from scheduling.core.reasons import PendingReason
@@ -34,6 +34,48 @@ class PassPreemption:
         # Per (class, team), the units evictions took, in earlier passes (jobs still stopping,
         # which the ledger counts until they have) and in this one: no longer the team's to give.
         self.evicted: dict[tuple[str, str], int] = defaultdict(int, self.stopping_units)
+        self.charged: dict[int, dict[str, int]] = {}  # see `_charge`: preemptor -> {team or ancestor: units}
+        self.in_flight_units: dict[tuple[str, str], int] = defaultdict(int)  # (class, name) -> units charged
+
+    def _charge_in_flight(self, candidates: list[PendingJob]) -> None:
+        """A preemptor whose victims are still stopping runs as soon as they have: its team's
+        use counts it from now (after `borrowed`, which is of the jobs running). Else each pass
+        would find the team as far below its guarantee as before it reclaimed, and reclaim
+        again for its next jobs, up to the victims' excess: past the guarantee, the surplus
+        then starting as borrowed work the other team reclaims back. Only candidates (a held
+        one cannot start); its own quota check reads the ledger without it (`_refused`), and
+        placed after all (room found elsewhere) it is charged once (`_place`)."""
+        if self.stopping_for:
+            for job in candidates:
+                if job.job_id in self.stopping_for:
+                    self._charge(job, self.stopping_for[job.job_id])
+
+    def _charge(self, job: PendingJob, victims: list[RunningJob]) -> None:
+        """Charge `job` at its team and each team above it, less what its victims hold there:
+        the ledger counts a stopping victim until it has stopped, so a preemptor of its own
+        team's (or division's) job adds only the difference. Kept apart (`in_flight_units`) so
+        that what a team holds above its guarantee stays what it runs (`_excess`)."""
+        rclass, ledger, charged = job.resource_class, self.ledger, {}
+        for name in ledger.chain(job.team):
+            units = job.shape.units - sum(v.units for v in victims if name in ledger.chain(v.team))
+            if units > 0:
+                charged[name] = units
+                ledger.add_at(name, rclass, units)
+                self.in_flight_units[rclass, name] += units
+        self.charged[job.job_id] = charged
+
+    def _uncharge(self, job: PendingJob) -> dict[str, int]:
+        charged = self.charged.pop(job.job_id, {})
+        for name, units in charged.items():
+            self.ledger.add_at(name, job.resource_class, -units)
+            self.in_flight_units[job.resource_class, name] -= units
+        return charged
+
+    def _recharge(self, job: PendingJob, charged: dict[str, int]) -> None:
+        for name, units in charged.items():
+            self.ledger.add_at(name, job.resource_class, units)
+            self.in_flight_units[job.resource_class, name] += units
+        self.charged[job.job_id] = charged
 
     def _excess(self, rclass: str) -> dict[str, int]:
         """What each team runs above its guarantee in `rclass` (the ledger's `excess`, less its
