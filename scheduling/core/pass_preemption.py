@@ -55,27 +55,26 @@ class PassPreemption:
         the ledger counts a stopping victim until it has stopped, so a preemptor of its own
         team's (or division's) job adds only the difference. Kept apart (`in_flight_units`) so
         that what a team holds above its guarantee stays what it runs (`_excess`)."""
-        rclass, ledger, charged = job.resource_class, self.ledger, {}
-        for name in ledger.chain(job.team):
-            units = job.shape.units - sum(v.units for v in victims if name in ledger.chain(v.team))
+        chain, charged = self.ledger.chain, {}
+        for name in chain(job.team):
+            units = job.shape.units - sum(v.units for v in victims if name in chain(v.team))
             if units > 0:
                 charged[name] = units
-                ledger.add_at(name, rclass, units)
-                self.in_flight_units[rclass, name] += units
-        self.charged[job.job_id] = charged
+        self._recharge(job, charged)
 
     def _uncharge(self, job: PendingJob) -> dict[str, int]:
         charged = self.charged.pop(job.job_id, {})
-        for name, units in charged.items():
-            self.ledger.add_at(name, job.resource_class, -units)
-            self.in_flight_units[job.resource_class, name] -= units
+        self._add_charge(job.resource_class, charged, -1)
         return charged
 
     def _recharge(self, job: PendingJob, charged: dict[str, int]) -> None:
-        for name, units in charged.items():
-            self.ledger.add_at(name, job.resource_class, units)
-            self.in_flight_units[job.resource_class, name] += units
+        self._add_charge(job.resource_class, charged, 1)
         self.charged[job.job_id] = charged
+
+    def _add_charge(self, rclass: str, charged: dict[str, int], sign: int) -> None:
+        for name, units in charged.items():
+            self.ledger.add_at(name, rclass, sign * units)
+            self.in_flight_units[rclass, name] += sign * units
 
     def _excess(self, rclass: str) -> dict[str, int]:
         """What each team runs above its guarantee in `rclass` (the ledger's `excess`, less its
