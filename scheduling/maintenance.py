@@ -12,7 +12,9 @@ database, not the epoch, is what keeps a window from starting twice.
 At its start a window drains its nodes gracefully (scheduling/nodes.py `do_drain`: SIGTERM, the
 job's grace period, a requeue as a new attempt) except those an admin had cordoned or drained
 already, and records which it drained. At its end it uncordons those alone, and only while
-they still carry its reason: a node an admin cordoned for another reason meanwhile stays so.
+they still carry its reason: a node an admin cordoned for another reason meanwhile stays so, and
+so does one a health fault cordoned (scheduling/nodes.py `do_health_cordon` takes the node over
+from the window: a fault found during maintenance is not put back in service by its end).
 """
 
 import math
@@ -329,8 +331,9 @@ def _start(window_id: int, *, now) -> bool:
 
 
 def _end(window_id: int, *, now, to: str, actor=None) -> bool:
-    """Claim an active window (ACTIVE -> `to`) and uncordon the nodes it drained that still
-    carry its reason, in one transaction."""
+    """Claim an active window (ACTIVE -> `to`) and uncordon the nodes it still holds (it drained
+    them, and they still carry its reason), in one transaction. A node a health fault cordoned
+    during the window carries the fault's reason instead: it stays cordoned for an admin."""
     with transaction.atomic():
         if not MaintenanceWindow.objects.filter(pk=window_id, state=MaintenanceState.ACTIVE).update(
             state=to, ended_at=now
@@ -340,8 +343,8 @@ def _end(window_id: int, *, now, to: str, actor=None) -> bool:
         actor_name = f"maintenance #{window.pk}"
         back, kept = [], []
         for node in Node.objects.select_for_update(no_key=True).filter(name__in=window.drained).order_by("id"):
-            if node.admin_state == AdminState.NONE or node.admin_reason != window.drain_reason:
-                kept.append(node.name)  # uncordoned already, or an admin's action since is what stands
+            if not window.holds(node):
+                kept.append(node.name)  # uncordoned already, or an admin's action or a fault since stands
                 continue
             node_writes.do_uncordon(
                 node=node, user=actor, reason=f"maintenance #{window.pk} over", now=now, actor_name=actor_name

@@ -180,7 +180,6 @@ def note_infra_failures(node: Node, count: int, *, now) -> bool:
     tasks = sum(recent)
     reason = f"{len(recent)} infrastructure failures within {window:g} s ({tasks} task{'s' * (tasks != 1)} lost)"
     with transaction.atomic():
-        node.refresh_from_db(fields=nodes.NODE_STATE)
         return nodes.do_health_cordon(
             node=node, reason=reason, data={"infra_failures": len(recent), "tasks_lost": tasks}, now=now
         )

@@ -10,7 +10,7 @@ from django.db.models.functions import Coalesce, Concat
 from django.utils import timezone
 
 from scheduling import notify
-from scheduling.models import AdminState, Node, NodeState, StopReason, Task
+from scheduling.models import AdminState, MaintenanceState, MaintenanceWindow, Node, NodeState, StopReason, Task
 from scheduling.states import ON_NODE
 from scheduling.stopping import do_request_stop
 from teams.models import AuditEvent, EventKind
@@ -58,13 +58,22 @@ def _health_columns(health: str, *, reason, now) -> dict:
 
 
 def _set_admin_state(
-    node: Node, admin_state: str, *, reason: str, now, only_from: str | None = None, unless: str | None = None, **admin
+    node: Node,
+    admin_state: str,
+    *,
+    reason: str,
+    now,
+    only_from: str | None = None,
+    only_reason: str | None = None,
+    unless: str | None = None,
+    **admin,
 ) -> int:
     """The admin writers' UPDATE: their own columns (`admin` adds admin_reason and
     reclaim_deadline), and `state` from the row's health as it is when the UPDATE runs (an
     admin state shows only on a READY node). Health is the failure detector's: never written here.
-    `only_from`: write only while the row's admin state is that one; `unless`: only while it is
-    not that one. Returns the rows written."""
+    `only_from`: write only while the row's admin state is that one; `only_reason`: only while
+    its admin reason is that one; `unless`: only while its admin state is not that one. Returns
+    the rows written."""
     state = (
         F("health")
         if admin_state == AdminState.NONE
@@ -73,6 +82,8 @@ def _set_admin_state(
     rows = Node.objects.filter(pk=node.pk)
     if only_from is not None:
         rows = rows.filter(admin_state=only_from)
+    if only_reason is not None:
+        rows = rows.filter(admin_reason=only_reason)
     if unless is not None:
         rows = rows.exclude(admin_state=unless)
     written = rows.update(admin_state=admin_state, **admin, state=state, state_reason=reason, state_changed_at=now)
@@ -240,29 +251,72 @@ def do_reclaim_notice(*, node: Node, user, deadline, reason: str = "", now=None)
 
 
 HEALTH_ACTOR = "health"
+CORDONED_BY_FAULT = "cordoned automatically: {reason}"
+TAKEN_FROM_WINDOW = " (it was {state} for maintenance #{window}; the window's end leaves it cordoned)"
+NOT_CORDONED = (
+    "not cordoned automatically: {reason}; it is {state} already{why}, and an uncordon puts it back in service"
+    " with this fault"
+)
 
 
 def do_health_cordon(*, node: Node, reason: str, data: dict, now) -> bool:
-    """A fault cordons the node (only a schedulable one: an admin's cordon or drain stays as it
-    is) and its running jobs are stopped gracefully and requeued, as a drain does: the node is
-    not to be trusted with them. Called inside the transaction that claimed the fault
-    (`do_claim_health_marks`), so a fault reported twice acts once. Returns whether it cordoned."""
-    cordoned = _set_admin_state(
-        node, AdminState.CORDONED, reason=reason, now=now, only_from=AdminState.NONE, admin_reason=reason
-    )
-    was = "" if cordoned else f" (it was already {node.admin_state or node.health})"
+    """A fault cordons the node and its running jobs are stopped gracefully and requeued, as a
+    drain does: the node is not to be trusted with them. Called inside the transaction that
+    claimed the fault (`do_claim_health_marks`), so a fault reported twice acts once. What the
+    node's admin state is, read under the row's lock, decides:
+    1. none: the node is cordoned with the fault as its reason;
+    2. a maintenance window's drain, which the window's end would lift: cordoned with the fault
+       as its reason, which takes the node over from the window (its end leaves it for an admin);
+    3. an admin's cordon or drain, or an earlier fault's cordon: left as it is (an admin who
+       lifts it is not overruled); the event says the fault was found and no cordon added.
+    Each write is conditional on the admin state and reason read. Returns whether it cordoned."""
+    node.refresh_from_db(from_queryset=Node.objects.select_for_update(no_key=True), fields=NODE_STATE)
+    held, held_for, window = node.admin_state, node.admin_reason, _window_holding(node)
+    cordoned = _cordon_for_fault(node, reason=reason, window=window, now=now)
+    if cordoned:
+        taken = TAKEN_FROM_WINDOW.format(state=held, window=window.pk) if window else ""
+        message = CORDONED_BY_FAULT.format(reason=reason) + taken
+    else:
+        message = NOT_CORDONED.format(reason=reason, state=held, why=f" ({held_for})" if held_for else "")
     record_node_event(
         node,
         actor_name=HEALTH_ACTOR,
         reason="CORDONED" if cordoned else "HEALTH",
-        message=f"cordoned automatically: {reason}{was}",
-        data=data,
+        message=message,
+        data={**data, "window": window.pk} if window else data,
         now=now,
     )
     _stop_jobs(
         node, Task.objects.filter(node=node, state__in=ON_NODE), why=f"node {node.name} failed: {reason}", now=now
     )
-    return bool(cordoned)
+    return cordoned
+
+
+def _cordon_for_fault(node: Node, *, reason: str, window: MaintenanceWindow | None, now) -> bool:
+    """do_health_cordon's write: from no admin state, or from `window`'s drain, conditional on
+    the state (and the window's reason) read."""
+    if node.admin_state != AdminState.NONE and window is None:
+        return False
+    only_reason = window.drain_reason if window else None
+    return bool(
+        _set_admin_state(
+            node,
+            AdminState.CORDONED,
+            reason=reason,
+            now=now,
+            only_from=node.admin_state,
+            only_reason=only_reason,
+            admin_reason=reason,
+        )
+    )
+
+
+def _window_holding(node: Node) -> MaintenanceWindow | None:
+    """The active maintenance window whose drain holds the node (its end would uncordon it)."""
+    if node.admin_state == AdminState.NONE:
+        return None
+    active = MaintenanceWindow.objects.filter(state=MaintenanceState.ACTIVE).order_by("id")
+    return next((window for window in active if window.holds(node)), None)
 
 
 def do_claim_health_marks(*, node: Node, before: dict, after: dict, excluded: dict[int, str] | None = None) -> bool:

@@ -7,6 +7,8 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from scheduling.models.cluster import AdminState
+
 
 class PreviewState(models.TextChoices):
     QUEUED = "QUEUED", "waiting for a worker"
@@ -80,3 +82,11 @@ class MaintenanceWindow(models.Model):
     def drain_reason(self) -> str:
         """What its nodes show (and carry as admin_reason) while it drains them."""
         return f"maintenance #{self.pk}: {self.reason} (until {self.ends_at.astimezone(UTC):%Y-%m-%d %H:%M} UTC)"
+
+    def holds(self, node) -> bool:
+        """Whether its drain still holds `node`: it drained the node, and the node still carries
+        its reason. An admin's cordon or drain since, or a health fault's cordon, replaced the
+        reason: the node is theirs, and the window's end leaves it as it is."""
+        return (
+            node.name in self.drained and node.admin_state != AdminState.NONE and node.admin_reason == self.drain_reason
+        )
