@@ -30,16 +30,33 @@ def suggestions(
 
 
 def before_window(state: ClusterState, shape: JobShape, windows: Windows, *, now: float, end_at: float) -> str | None:
-    """The time limit under which the job, kept off room by a maintenance window it would run
-    into, fits now: "fits now with a time limit of at most 1.5 h (ending before maintenance #7)"."""
-    chosen = plan(state, shape)
-    if chosen is None or plan(state, shape, windows.limit(end_at, None)) is not None:
+    """The longest time limit under which the job, kept off room by a maintenance window it
+    would run into, starts now: "fits now with a time limit of at most 1.5 h (ending before
+    maintenance #7)". A job ending later is kept off more nodes, so the room it fits in only
+    shrinks as its end moves out: the latest window start (before its own end) by which it
+    fits is found by bisection, then the limit is up to the first window on the nodes it takes
+    there (that window is one of those starts, or later)."""
+    if plan(state, shape, windows.limit(end_at, None)) is not None:
         return None
-    window = windows.first_on([slot.name for slot, _ in chosen], end_at)
+    chosen = _latest_fit(state, shape, windows, [start for start in windows.starts if now < start < end_at])
+    window = windows.first_on([slot.name for slot, _ in chosen], end_at) if chosen else None
     hours = math.floor((window.start_at - now) / 36) / 100 if window is not None else 0
     if hours <= 0:
         return None
     return f"fits now with a time limit of at most {hours:g} h (ending before maintenance #{window.window_id})"
+
+
+def _latest_fit(state: ClusterState, shape: JobShape, windows: Windows, ends: list[float]):
+    """The placement of a job ending at the latest of `ends` (ascending) at which it fits, or None."""
+    chosen, low, high = None, 0, len(ends)
+    while low < high:
+        middle = (low + high) // 2
+        found = plan(state, shape, windows.limit(ends[middle], None))
+        if found is None:
+            high = middle
+        else:
+            chosen, low = found, middle + 1
+    return chosen
 
 
 def _variants(shape: JobShape, gpu_types: list[str]):

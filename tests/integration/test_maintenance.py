@@ -189,10 +189,12 @@ def test_a_long_job_is_kept_off_the_windows_and_a_short_one_is_not(clock, api, l
         "this job's 6 h time limit would run into it"
     )
     assert Task.objects.get(job=short).node.rack in ("z1-r1", "z2-r1")
-    # "What would help" tries the free room off the windows too, and names the limit that fits.
+    # "What would help" tries the free room off the windows too, and names the longest limit that
+    # starts now: up to z2-r1's window, 3 h away (it said 1 h, z1-r1's, the first window on the
+    # nodes a placement ignoring windows would take).
     why = api("alice").get(f"/api/v1/jobs/{long.pk}/why").json()
     assert why["reason"]["code"] == "MAINTENANCE"
-    assert why["suggestions"][0] == f"fits now with a time limit of at most 1 h (ending before maintenance #{first.pk})"
+    assert why["suggestions"][0] == f"fits now with a time limit of at most 3 h (ending before maintenance #{later.pk})"
     # Once z2-r1's window is cancelled, the long job goes there.
     api("ops").delete(f"/api/v1/maintenance/{later.pk}")
     run_pass(epoch=leader)

@@ -7,11 +7,12 @@ from datetime import datetime
 
 import pytest
 
-from scheduling.core import explain
+from scheduling.core import explain, whatif
 from scheduling.core.maintenance import Windows
 from scheduling.core.model import MaintenanceWindow, NodeState
 from scheduling.core.reasons import ReasonCode
 from scheduling.core.scheduler import Pass, Scheduler, schedule
+from scheduling.core.state import ClusterState
 from tests.unit.core.builders import HOUR, NOW, cluster, job, placed_nodes, rack, running, snapshot
 
 FLEET = cluster(rack("z1-r1", 2), rack("z1-r2", 2))
@@ -220,3 +221,31 @@ def test_a_window_over_several_nodes_reads_in_the_plural():
     assert explain.describe_window(RACK_R1).startswith("rack z1-r1 drains at ")
     under_way = MaintenanceWindow(9, "3 nodes", ("a", "b", "c"), NOW - HOUR, NOW + HOUR)
     assert "3 nodes are under maintenance until" in explain.maintenance(None, under_way, NOW).message  # no job read
+
+
+# Two windows at different times on different free racks: z1-r1's in 2 h, z1-r2's in 27.6 h.
+RACK_R2_LATER = MaintenanceWindow(8, "rack z1-r2", ("z1-r2-n1", "z1-r2-n2"), NOW + 27.6 * HOUR, NOW + 30 * HOUR)
+BEFORE_7 = "fits now with a time limit of at most 2 h (ending before maintenance #7)"
+BEFORE_8 = "fits now with a time limit of at most 27.6 h (ending before maintenance #8)"
+
+
+@pytest.mark.parametrize(
+    ("gpus", "busy", "runtime", "expected"),
+    [
+        # The later window's rack is free: the longest limit that starts now is up to it (it
+        # said "at most 2 h", the first window on the nodes a placement ignoring windows took).
+        (8, [], 48 * HOUR, BEFORE_8),
+        (16, [], 48 * HOUR, BEFORE_8),
+        # Three nodes take one of z1-r1's, and with z1-r2 busy only z1-r1 is free: up to its window.
+        (24, [], 48 * HOUR, BEFORE_7),
+        (8, R2_BUSY, 48 * HOUR, BEFORE_7),
+        # Fits as it is, or not even before the first window: nothing to suggest.
+        (8, [], 24 * HOUR, None),
+        (40, [], 48 * HOUR, None),
+    ],
+)
+def test_the_limit_suggested_before_a_window_is_the_longest_that_starts_now(gpus, busy, runtime, expected):
+    pending = job(10, gpus=gpus, runtime=runtime)
+    windows = Windows((RACK_R1, RACK_R2_LATER), NOW)
+    state = ClusterState(FLEET, busy)
+    assert whatif.before_window(state, pending.shape, windows, now=NOW, end_at=NOW + runtime) == expected
