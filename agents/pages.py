@@ -179,7 +179,8 @@ def _schedule_window(request):
         return _refused(request, ActionError("", f"hours: {NOT_HOURS}"))
     in_racks = dict(Node.objects.filter(rack__in=racks).values_list("name", "rack"))
     if empty := sorted(set(racks) - set(in_racks.values())):  # as the bulk actions refuse it
-        return _refused(request, ActionError("", f"rack: no node is in rack {', '.join(empty)}."))
+        refusal = {"rack": [maintenance.NO_NODE_IN.format(kind="rack", name=", ".join(empty))]}
+        return _refused(request, ActionError("", _first_errors(refusal, WINDOW_FIELDS)))
     if racks and not names and len(racks) == 1:
         target = {"rack": racks[0]}
     else:
@@ -193,10 +194,7 @@ def _schedule_window(request):
             reason=request.POST.get("reason", "").strip(),
         )
     except ValidationError as refusal:
-        detail = refusal.detail
-        if isinstance(detail, dict):  # the form's input is `hours`
-            detail = {"hours" if key == "duration_hours" else key: value for key, value in detail.items()}
-        return _refused(request, ActionError("", _first_errors(detail)))
+        return _refused(request, ActionError("", _first_errors(refusal.detail, WINDOW_FIELDS)))
     starts, ends = (moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M") for moment in (window.starts_at, window.ends_at))
     return _done(
         request, f"maintenance #{window.pk} scheduled: {window.target}, {starts} to {ends} UTC: {window.reason}."
@@ -218,7 +216,10 @@ def _cancel_window(request):
 
 
 def _act_on_one(request):
-    node = get_object_or_404(Node, name=request.POST.get("node", ""))
+    name = request.POST.get("node", "")
+    node = Node.objects.filter(name=name).first()
+    if node is None:  # said on the console, as every other refusal there, not a bare 404 page
+        return _refused(request, ActionError("", f"node: {maintenance.NO_SUCH_NODES.format(names=name[:253])}"))
     action = request.POST.get("action", "")
     if action not in services.NODE_ACTIONS:
         return _refused(
@@ -243,6 +244,8 @@ def _act_on_one(request):
 
 # The bulk API's fields by the console form's names (its checkboxes are `nodes` and `racks`).
 CONSOLE_FIELDS = {"names": "nodes", "rack": "racks"}
+# The maintenance service's fields by the "Schedule window" form's names.
+WINDOW_FIELDS = {**CONSOLE_FIELDS, "duration_hours": "hours"}
 NOTHING_PICKED = "tick the nodes or racks to act on first."
 
 

@@ -344,7 +344,10 @@ def test_the_console_schedules_lists_and_cancels_windows(clock, logged_in):
         ({"hours": "1e300"}, "hours: a number of hours from 0.001 to 720 (1e+300 asked)."),
         ({"hours": "0.0001"}, "hours: a number of hours from 0.001 to 720 (0.0001 asked)."),
         # A rack with no node was dropped: the window covered the others only.
-        ({"racks": ["z1-r1", "nope"]}, "rack: no node is in rack nope."),
+        ({"racks": ["z1-r1", "nope"]}, "racks: no node is in rack nope."),
+        # The form's field is `nodes`, as the bulk actions say (it said "names: no such node: nope.").
+        ({"racks": [], "nodes": ["nope"]}, "nodes: no such node: nope."),
+        ({"nodes": ["z2-r1-h100-01", "nope"]}, "nodes: no such node: nope."),
         ({"reason": "\u200b"}, "reason: must not contain U+200B ZERO WIDTH SPACE"),
     ],
 )

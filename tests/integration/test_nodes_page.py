@@ -172,7 +172,18 @@ def test_an_action_needs_a_reason(ops, ready):
     assert "action: unknown action &#x27;reboot&#x27;" in refused.content.decode()
     assert Node.objects.get(name=H100).state == "READY"
     assert AuditEvent.objects.filter(kind="NODE_STATE").count() == before
-    assert post(ops, "no-such-node", "drain", "x", **HTMX).status_code == 404
+
+
+@pytest.mark.parametrize("headers", [HTMX, {}])
+def test_an_action_on_an_unknown_node_is_refused_on_the_console_naming_the_field(ops, ready, headers):
+    """It was Django's bare 404 page, with or without htmx, where every other refusal is said on
+    the console."""
+    for extra in ({}, {"from": "node"}):
+        body = {"node": "nope", "action": "cordon", "reason": "x", **extra}
+        response = ops.post("/nodes/", body, **headers)
+        assert response.status_code == (200 if headers else 400)  # htmx swaps no 4xx
+        assert 'id="action-error" role="alert">node: no such node: nope.</span>' in response.content.decode()
+    assert not AuditEvent.objects.filter(kind="NODE_STATE", actor_name="ops").exists()
 
 
 def test_without_htmx_a_post_redirects_or_shows_the_page(ops, ready):
