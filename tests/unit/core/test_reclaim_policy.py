@@ -6,7 +6,7 @@ import pytest
 from scheduling.core.model import HOUR, Quota, Team
 from scheduling.core.reasons import ReasonCode
 from scheduling.core.scheduler import schedule
-from tests.unit.core.builders import cluster, job, rack, running, snapshot, teams
+from tests.unit.core.builders import cluster, job, placed_nodes, rack, running, snapshot, teams
 
 NODES = cluster(rack("z1-r1", 8))
 QUOTAS = teams(vision={"gpu:H100": (32, 32)}, ranking={"gpu:H100": (32, 32)})
@@ -229,3 +229,25 @@ def test_a_preemptor_in_flight_is_charged_once_and_only_for_room_not_yet_counted
     assert [(p.victim_job_id, p.for_job_id) for p in decisions.preemptions] == evicted
     for job_id, text in reasons.items():
         assert text in decisions.pending[job_id].message, decisions.pending[job_id].message
+
+
+def test_a_preemptor_in_flight_counts_in_its_team_s_share_of_the_order():
+    """vision runs 8 with its 16-GPU job 60 waiting for ranking's jobs 6 and 7 to stop; nlp runs
+    12. Once 60 starts vision holds 24 (share 0.75) against nlp's 12 (0.375), so nlp's 70 takes
+    the free node before vision's equal 61. Ranked by what it runs now (0.25), vision would take
+    it and hold 32 of its 32 when 60 starts, nlp 12: tried on the Philly trace, more evictions
+    at 640 and 768 GPUs (BENCHMARKS.md, "Reclaim stops at the guarantee")."""
+    quotas = teams(vision={"gpu:H100": (32, 32)}, nlp={"gpu:H100": (32, 32)}, ranking={"gpu:H100": (0, 64)})
+    running_jobs = [
+        running(1, ["z1-r1-n1"], team="vision", age=5 * HOUR, remaining=10 * HOUR),
+        running(2, ["z1-r1-n2"], team="nlp", age=5 * HOUR, remaining=10 * HOUR),
+        running(3, ["z1-r1-n3"], gpus_per_node=4, team="nlp", age=5 * HOUR, remaining=10 * HOUR),
+        *[running(i, [f"z1-r1-n{i}"], team="ranking", age=5 * HOUR, remaining=10 * HOUR) for i in (4, 5)],
+        *[running(i, [f"z1-r1-n{i}"], team="ranking", age=HOUR, preempting=True, preempted_for=60) for i in (6, 7)],
+    ]
+    pending = [job(60, gpus=16, team="vision", age=900), job(61, team="vision"), job(70, team="nlp")]
+    decisions = schedule(snapshot(NODES, pending=pending, running_jobs=running_jobs, team_list=quotas))
+    assert [(p.job_id, p.borrowed, placed_nodes(decisions, p.job_id)) for p in decisions.placements] == [
+        (70, False, ["z1-r1-n8"])
+    ]
+    assert decisions.pending[60].code == ReasonCode.PREEMPTING
