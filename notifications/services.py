@@ -19,13 +19,17 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import connections, transaction
-from django.db.models import F
+from django.db.models import F, Subquery
+from django.db.models.functions import JSONObject
 from django.utils import timezone
 
 from mlqueue.breaker import RedisBreaker
 from notifications.models import Channel, Delivery, DeliveryStatus, Event, NotificationSettings, new_secret_ciphertext
 from notifications.sending import Outcome, send_email, send_webhook
-from scheduling.models import Job
+from scheduling import ledger
+from scheduling.core.decisions import PreemptionReason
+from scheduling.models import Job, StopReason, Task
+from scheduling.nodes import HEALTH_ACTOR
 from scheduling.states import TaskState
 from teams.models import AuditEvent, EventKind
 
@@ -67,6 +71,40 @@ def _cancel_request(job_id: int) -> tuple[str, str] | None:
     if request is None:
         return None
     return "CANCELLED", request[1] or f"cancelled by {request[0]}"  # as a pending job's cancel says it
+
+
+# The stops that requeue a job (its tasks end PREEMPTED: scheduling/reports.py STOPPED_AS).
+REQUEUEING_STOPS = (StopReason.PREEMPTED, StopReason.DRAIN, StopReason.REQUEUED)
+
+
+def _stop_request(job_id: int, *, exit_line: str, now) -> tuple[str, str] | None:
+    """Why the job was stopped and what that lost, as its timeline says it: the stop request's
+    event ("preempted for job 35 (P0, team research-vision): P2 yields to P0"), the work lost
+    since the attempt's start or its checkpoint, and the rank's exit line. One query: the
+    job's ranks (what they lost), each with the latest request (a subquery Postgres runs once)."""
+    request = AuditEvent.objects.filter(job_id=job_id, kind=EventKind.STOP_REQUESTED, reason__in=REQUEUEING_STOPS)
+    latest = request.order_by("-created_at", "-id").values(
+        found=JSONObject(reason="reason", message="message", actor="actor_name", preemption="data__preemption")
+    )[:1]
+    ranked = Task.objects.filter(job_id=job_id).annotate(stop=Subquery(latest))
+    rows = list(ranked.values_list(*ledger.RANK_FIELDS, "stop"))
+    stop = rows[0][-1] if rows else None
+    if not stop:
+        return None
+    ranks = [ledger.ended_rank(row[:-1]) for row in rows]
+    lost = ledger.lost_work(ranks, now=now) if ledger.attempt_lost_cause(ranks) else {}
+    said = "; ".join(part for part in (stop["message"], ledger.lost_work_text(lost), exit_line) if part)
+    return stop_code(stop), said
+
+
+def stop_code(stop: dict) -> str:
+    """The notification's code for a stop request: a reclaim, a priority preemption, a node's
+    fault and a drain (an admin's, a maintenance window's, a spot node's notice) each its own."""
+    if stop["reason"] == StopReason.PREEMPTED:
+        return "RECLAIM" if stop["preemption"] == PreemptionReason.RECLAIM else "PREEMPTED"
+    if stop["reason"] == StopReason.DRAIN and stop["actor"] == HEALTH_ACTOR:
+        return "NODE_HEALTH"
+    return stop["reason"]
 
 
 def record_group_state(
@@ -117,6 +155,8 @@ def record_job_event(
         return []
     if event == Event.CANCELLED and not group:  # only once someone listens: a query
         reason, message = _cancel_request(job_id) or (reason, message)
+    elif event == Event.PREEMPTED and not group:  # likewise
+        reason, message = _stop_request(job_id, exit_line=message, now=now) or (reason, message)
     payload = _payload(job_id, row, event=event, state=state, reason=reason, message=message, now=now)
     return _record(job_id, row, subscription, event=event, payload=payload, now=now)
 

@@ -93,22 +93,41 @@ def lost_work(ranks: list[EndedRank], *, now: datetime) -> dict:
     }
 
 
+def lost_work_text(lost: dict) -> str:
+    """`lost_work` in words, as the job page's timeline puts it: "lost 0.81 GPU-hours since the
+    checkpoint of step 300 at 09:24:00 UTC" ("" when nothing ran)."""
+    if not lost.get("lost_since"):
+        return ""
+    if lost.get("since_checkpoint"):
+        step = lost.get("checkpoint_step")
+        since = "the checkpoint" + (f" of step {step}" if step is not None else "")
+    else:
+        since = "the attempt's start"
+    at = datetime.fromisoformat(lost["lost_since"]).astimezone(UTC)
+    return f"lost {lost['lost_gpu_hours']:.2f} GPU-hours since {since} at {at:%H:%M:%S} UTC"
+
+
+# A task's row as an EndedRank reads it (`ended_rank`).
+RANK_FIELDS = (
+    "state",
+    "stop_reason",
+    "failure_class",
+    "started_at",
+    "finished_at",
+    "last_checkpoint_at",
+    "gpu_indices",
+    "last_node__reclaim_deadline",
+    "checkpoint_step",
+)
+
+
+def ended_rank(row: tuple) -> EndedRank:
+    state, stop, failure, started, finished, checkpoint, indices, reclaim, step = row
+    return EndedRank(state, stop, failure, started, finished, checkpoint, len(indices or ()), reclaim is not None, step)
+
+
 def ended_ranks(job_id: int) -> list[EndedRank]:
-    rows = Task.objects.filter(job_id=job_id).values_list(
-        "state",
-        "stop_reason",
-        "failure_class",
-        "started_at",
-        "finished_at",
-        "last_checkpoint_at",
-        "gpu_indices",
-        "last_node__reclaim_deadline",
-        "checkpoint_step",
-    )
-    return [
-        EndedRank(state, stop, failure, started, finished, checkpoint, len(indices or ()), reclaim is not None, step)
-        for state, stop, failure, started, finished, checkpoint, indices, reclaim, step in rows
-    ]
+    return [ended_rank(row) for row in Task.objects.filter(job_id=job_id).values_list(*RANK_FIELDS)]
 
 
 def on_job_state(job_id: int, *, before: str, after: str, now: datetime) -> None:

@@ -27,8 +27,11 @@ def do_request_stop(
     now=None,
     preempted_for: int | None = None,
     actor_name: str = "scheduler",
+    preemption: str = "",
 ) -> int:
-    """Signal the job's active tasks that have no stop pending yet. Returns how many."""
+    """Signal the job's active tasks that have no stop pending yet. Returns how many.
+    `preemption`: for a preemption, why (core PreemptionReason: PRIORITY or RECLAIM), kept in
+    the event's data so that its notification tells a reclaim from a priority preemption."""
     now = now or timezone.now()
     kill_at = now + timedelta(seconds=grace_s)
     signal = Signal.TERM if grace_s > 0 else Signal.KILL
@@ -47,7 +50,12 @@ def do_request_stop(
             actor_name=actor_name,
             reason=reason,
             message=message,
-            data={"tasks": stopped, "grace_s": grace_s, "kill_at": kill_at.isoformat()},
+            data={
+                "tasks": stopped,
+                "grace_s": grace_s,
+                "kill_at": kill_at.isoformat(),
+                **({"preemption": preemption} if preemption else {}),
+            },
             created_at=now,
         )
         if grace_s > 0:

@@ -19,10 +19,21 @@ DELIVERY_COLUMNS = [
         lambda d: " ".join(p for p in (f"HTTP {d.last_status_code}" if d.last_status_code else "", d.last_error) if p),
     ),
 ]
+
+
+def reason_cell(delivery) -> str:
+    """What the notification said happened: "RECLAIM: preempted for job 35 (...); lost ..."."""
+    reason = delivery.payload.get("reason") if isinstance(delivery.payload, dict) else None
+    if not isinstance(reason, dict):
+        return ""
+    return ": ".join(str(part) for part in (reason.get("code"), reason.get("message")) if part)
+
+
 DELIVERY_WIDE = [
     ("NEXT TRY", lambda d: d.next_try_at if d.status == "PENDING" else ""),
     ("DELIVERED", lambda d: d.delivered_at),
     ("ID", lambda d: d.id),
+    ("REASON", reason_cell),
 ]
 
 

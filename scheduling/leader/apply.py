@@ -123,6 +123,7 @@ def _preempt(preemption: Preemption, *, epoch: int, now) -> bool:
             message=preemption.message,
             now=now,
             preempted_for=preemption.for_job_id,
+            preemption=preemption.reason,
         )
         failpoints.hit("apply.inside_preempt")
         if stopped:

@@ -13,6 +13,7 @@ from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.core import mail
 from django.db import transaction
 from django.utils import timezone
@@ -23,9 +24,12 @@ from notifications import services
 from notifications.models import Delivery, NotificationSettings
 from notifications.sending import Outcome, send_webhook
 from notifications.services import backoff, do_send, send_due
-from scheduling import lifecycle
+from scheduling import lifecycle, nodes, reports
+from scheduling.core.decisions import Preemption, PreemptionReason
+from scheduling.job_control import do_requeue_job
+from scheduling.leader.apply import _preempt
 from scheduling.leader.reconcile import do_settle
-from scheduling.models import Job, Node
+from scheduling.models import Job, Node, Task
 from scheduling.models import TaskState as S
 from scheduling.notify_spec import NO_EMAIL_ADDRESS, NOWHERE
 from tests.conftest import make_spec
@@ -357,6 +361,108 @@ def test_a_running_jobs_cancel_says_why_it_was_cancelled_not_the_signal(api, rec
     end(job, S.CANCELLED, reason="EXITED", message="rank 0 ended (signal SIGTERM)")
     (delivery,) = Delivery.objects.filter(job_ref=job.pk)
     assert delivery.payload["reason"] == {"code": "CANCELLED", "message": "wrong learning rate"}
+
+
+PRIORITY = "preempted for job {urgent} (P0, team research-vision): P2 yields to P0"
+RECLAIM = "preempted for job {urgent} (P1, team research-vision): reclaiming capacity its team is guaranteed"
+
+
+def _preempt_for(reason: PreemptionReason, message: str):
+    def preempt(job: Job, urgent: Job, *, epoch: int):
+        decision = Preemption(job.pk, urgent.pk, reason, message.format(urgent=urgent.pk))
+        assert _preempt(decision, epoch=epoch, now=timezone.now())
+
+    return preempt
+
+
+def _drain(job: Job, urgent: Job, *, epoch: int):
+    node = job.tasks.get().node
+    assert nodes.do_drain(node=node, user=get_user_model().objects.get(username="ops"), reason="replace the NIC") == 1
+
+
+def _gpu_fault(job: Job, urgent: Job, *, epoch: int):
+    assert nodes.do_exclude_gpus(node=job.tasks.get().node, excluded={3: "Xid 79"}, now=timezone.now()) == 1
+
+
+def _requeue(job: Job, urgent: Job, *, epoch: int):
+    do_requeue_job(user=get_user_model().objects.get(username="alice"), job=Job.objects.get(pk=job.pk))
+
+
+@pytest.mark.parametrize(
+    "stop, checkpoint, code, message",
+    [
+        (
+            _preempt_for(PreemptionReason.PRIORITY, PRIORITY),
+            None,
+            "PREEMPTED",
+            PRIORITY + "; lost 4.13 GPU-hours since the attempt's start at 09:00:00 UTC; rank 0 ended (signal SIGKILL)",
+        ),
+        (
+            _preempt_for(PreemptionReason.RECLAIM, RECLAIM),
+            300,
+            "RECLAIM",
+            RECLAIM + "; lost 1.47 GPU-hours since the checkpoint of step 300 at 09:20:00 UTC; rank 0 ended "
+            "(signal SIGKILL)",
+        ),
+        (
+            _drain,
+            None,
+            "DRAIN",
+            "node z1-r1-h100-01 is draining: replace the NIC; lost 4.13 GPU-hours since the attempt's start at "
+            "09:00:00 UTC; rank 0 ended (signal SIGKILL)",
+        ),
+        (
+            _gpu_fault,
+            None,
+            "NODE_HEALTH",
+            "a GPU of z1-r1-h100-01 failed: GPU 3: Xid 79; lost 4.13 GPU-hours since the attempt's start at "
+            "09:00:00 UTC; rank 0 ended (signal SIGKILL)",
+        ),
+        # The owner's own requeue loses nothing by the ledger's rule (the timeline says none).
+        (_requeue, None, "REQUEUED", "requeued by alice; rank 0 ended (signal SIGKILL)"),
+    ],
+)
+def test_a_preemption_is_told_with_its_cause_and_the_work_it_lost(
+    clock,
+    api,
+    leader,
+    receiver,
+    mlq,  # noqa: F811
+    stop,
+    checkpoint,
+    code,
+    message,
+):
+    """QA: the payload said only the rank's exit line ("rank 0 ended (signal SIGKILL)"), with the
+    same code for a reclaim as for a priority preemption, and a node's fault read as a drain."""
+    job = submit(api, notify={"on": ["preempted"], "webhook": receiver.url, "email": True})
+    urgent = submit(api, client_job_id="urgent")
+    start(job)  # 09:00
+    if checkpoint is not None:
+        at = timezone.now() + timedelta(minutes=20)
+        Task.objects.filter(job=job).update(last_checkpoint_at=at, checkpoint_step=checkpoint)
+    clock.shift(timedelta(minutes=30))
+    stop(job, urgent, epoch=leader)
+    clock.shift(timedelta(minutes=1))  # it ignored SIGTERM: SIGKILLed at the end of its grace period
+    task = job.tasks.get()
+    assert reports.do_report_exited(job_id=job.pk, rank=0, attempt=task.attempt, exit_code=None, signal="SIGKILL")
+    message = message.format(urgent=urgent.pk)
+    payloads = [d.payload for d in Delivery.objects.filter(job_ref=job.pk, event="preempted").order_by("channel")]
+    assert [p["reason"] for p in payloads] == [{"code": code, "message": message}] * 2  # email, webhook
+    assert send_due() == {"DELIVERED": 2}
+    assert verify(secret_of("alice"), receiver.received[0])["reason"] == {"code": code, "message": message}
+    assert f"Reason: {code}: {message}" in mail.outbox[0].body
+    listed = mlq("notifications", "--job", str(job.pk), "-o", "wide")
+    assert listed.output.count(f"{code}: {message}") == 2, listed.output
+
+
+def test_a_preemptions_cause_and_lost_work_are_one_query(api, leader, django_assert_num_queries):
+    job = submit(api)
+    start(job)
+    _preempt_for(PreemptionReason.PRIORITY, PRIORITY)(job, job, epoch=leader)
+    with django_assert_num_queries(1):
+        code, _ = services._stop_request(job.pk, exit_line="", now=timezone.now())
+    assert code == "PREEMPTED"
 
 
 def test_the_delivery_log_is_each_users_own(api, receiver):
