@@ -180,6 +180,7 @@ def preemption_pending(job: PendingJob, victims: int, at: float, minimum: float)
     return PendingReason(
         ReasonCode.PREEMPTION_PENDING,
         (f"{victims} {noun} reachable at {clock(at)} after their {duration(minimum)} minimum"),
+        until=at,
     )
 
 
@@ -251,7 +252,7 @@ def behind_others(job: PendingJob, placed_units: int) -> PendingReason:
 def with_reservation(reason: PendingReason, reservation: Reservation | None, now: float) -> PendingReason:
     if reservation is None:
         return reason
-    return replace(reason, message=reason.message + _reserved(reservation, now))
+    return replace(reason, message=reason.message + _reserved(reason, reservation, now))
 
 
 def without_reservation(reason: PendingReason, reservation: Reservation | None, now: float) -> PendingReason:
@@ -259,12 +260,17 @@ def without_reservation(reason: PendingReason, reservation: Reservation | None, 
     job of the same team and shape without a reservation of its own waits for."""
     if reservation is None:
         return reason
-    return replace(reason, message=reason.message.removesuffix(_reserved(reservation, now)))
+    return replace(reason, message=reason.message.removesuffix(_reserved(reason, reservation, now)))
 
 
-def _reserved(reservation: Reservation, now: float) -> str:
-    start = clock_near(reservation.start_at, now)
-    return f"; reserved {len(reservation.nodes)} node(s), estimated start {start}"
+def _reserved(reason: PendingReason, reservation: Reservation, now: float) -> str:
+    """The reservation's nodes and shadow start. The start is left out when the reason already
+    gives an earlier one (`until`: victims reachable at 23:05): the shadow start ignores the
+    preemption, and "estimated start" a week on would contradict it."""
+    held = f"; reserved {len(reservation.nodes)} node(s)"
+    if reason.until is not None and reservation.start_at >= reason.until:
+        return held
+    return f"{held}, estimated start {clock_near(reservation.start_at, now)}"
 
 
 class CapacityExplainer:

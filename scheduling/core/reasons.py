@@ -64,6 +64,9 @@ class PendingReason:
     # With a histogram: how many nodes could take one task, of how many, e.g. "3/36"
     # ("" where the reason is not about room on the nodes).
     fit_count: str = ""
+    # When the wait ends by itself, where the sentence gives that time (PREEMPTION_PENDING: when
+    # its victims may go). Not part of what the reason is: the sentence says it.
+    until: float | None = field(default=None, compare=False)
 
     @property
     def category(self) -> Category:

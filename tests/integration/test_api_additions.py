@@ -165,6 +165,29 @@ def test_a_p0_dry_run_on_a_full_cluster_says_whom_it_would_preempt(api, leader, 
     assert not Job.objects.exclude(pk=busy).exists()  # a dry run writes nothing
 
 
+def test_a_dry_run_waiting_for_young_victims_gives_no_later_shadow_start(
+    clock,
+    api,
+    leader,  # noqa: F811
+    fresh_liveness,
+):
+    """QA: "1 victim reachable at 23:05 UTC after their 10-minute minimum; reserved 1 node(s),
+    estimated start 2026-12-11 22:55 UTC": the reservation's start ignores the preemption."""
+    heartbeat()
+    cordon(Node.objects.exclude(name="z1-r1-h100-01"))
+    young = make_spec(priority="P3", resources={"gpu_count": 8}, max_runtime_hours=168)
+    busy = api("alice").post("/api/v1/jobs", young, format="json").json()["id"]
+    run_pass(epoch=leader)  # placed at 09:00
+    assert Job.objects.get(pk=busy).state == "ASSIGNED"
+    spec = make_spec(priority="P1", resources={"gpu_count": 8}, client_job_id=None)
+    body = api("alice").post("/api/v1/jobs/dry-run", spec, format="json").json()
+    assert body["reason"] == {
+        "code": "PREEMPTION_PENDING",
+        "category": "capacity",
+        "message": "1 victim reachable at 09:10 UTC after their 10-minute minimum; reserved 1 node(s)",
+    }
+
+
 def test_a_dry_run_counts_the_jobs_waiting_ahead_of_it(api, fresh_liveness):
     """It weighed the spec alone: "fits now" on the one free node while an older job of the
     same class and priority, waiting already, would take that node in the next pass."""

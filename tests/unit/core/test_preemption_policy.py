@@ -113,13 +113,38 @@ def test_one_young_victim_is_one_victim():
     assert [p.victim_job_id for p in at_2126.preemptions] == [2]
 
 
-def test_pending_preemption_keeps_its_reservation_suffix():
-    decisions = schedule(
-        snapshot(TWO_NODES, pending=[job(9, gpus=16, priority="P1", team="ranking")], running_jobs=young_pair())
-    )
-    assert decisions.pending[9].message == (
-        "2 victims reachable at 21:29 UTC after their 10-minute minimum; reserved 2 node(s), estimated start 22:20 UTC"
-    )
+@pytest.mark.parametrize(
+    "remaining, config, message",
+    [
+        # The shadow start (22:20, when the victims' time limits run out) ignores the preemption:
+        # it is left out, not given beside the earlier time the job starts by (QA: "reachable at
+        # 23:05 UTC ...; reserved 1 node(s), estimated start 2026-12-11 22:55 UTC").
+        (
+            HOUR,
+            {},
+            "2 victims reachable at 21:29 UTC after their 10-minute minimum; reserved 2 node(s)",
+        ),
+        (
+            7 * 24 * HOUR,
+            {},
+            "2 victims reachable at 21:29 UTC after their 10-minute minimum; reserved 2 node(s)",
+        ),
+        # The victims' time limits run out (21:25) before they may be preempted (21:49): that
+        # earlier start is the true one, and is given.
+        (
+            300,
+            {"min_runtime_by_class": {"P1": 1800}},
+            "2 victims reachable at 21:49 UTC after their 30-minute minimum; reserved 2 node(s), "
+            "estimated start 21:25 UTC",
+        ),
+    ],
+)
+def test_pending_preemption_gives_no_later_shadow_start(remaining, config, message):
+    running_jobs = [replace(r, expected_end=NOW + remaining) for r in young_pair()]
+    pending = [job(9, gpus=16, priority="P1", team="ranking")]
+    decisions = schedule(snapshot(TWO_NODES, pending=pending, running_jobs=running_jobs, **config))
+    assert (decisions.pending[9].code, decisions.pending[9].message) == (ReasonCode.PREEMPTION_PENDING, message)
+    assert [r.nodes for r in decisions.reservations] == [("z1-r1-n1", "z1-r1-n2")]
 
 
 def test_victims_that_would_not_make_room_even_when_old_are_not_promised():
