@@ -34,8 +34,17 @@ _last_done: float | None = None
 _loaded_at = time.time()
 
 
+NO_DIRECTORY = "MLQ_CHECKPOINT_DIR is not set: the job's spec has no checkpoint block"
+# The agent watches only a local or mounted path (agents/node/checkpoints.py `marker_path`).
+URL_DIRECTORY = (
+    "MLQ_CHECKPOINT_DIR is a URL ({folder}): the node agent cannot watch it, so no checkpoint of "
+    "this job can be confirmed; give checkpoint.path a local or mounted directory "
+    "(docs/checkpoints.md)"
+)
+
+
 class CheckpointError(RuntimeError):
-    """The checkpoint could not be confirmed (no MLQ_CHECKPOINT_DIR, an unwritable directory)."""
+    """The checkpoint could not be confirmed (no MLQ_CHECKPOINT_DIR, a URL, an unwritable directory)."""
 
 
 def directory() -> str:
@@ -72,7 +81,9 @@ def done(*, step: int, path: str | None = None, now: float | None = None) -> Non
     global _last_done
     folder = directory()
     if not folder:
-        raise CheckpointError("MLQ_CHECKPOINT_DIR is not set: the job's spec has no checkpoint block")
+        raise CheckpointError(NO_DIRECTORY)
+    if "://" in folder:  # as the agent tells one; os.makedirs would make ./s3:/bucket/38 instead
+        raise CheckpointError(URL_DIRECTORY.format(folder=_shown(folder)))
     if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= MAX_STEP:
         raise CheckpointError(f"step must be an integer from 0 to 2**63 - 1, not {_shown(step)}")
     at = time.time() if now is None else now

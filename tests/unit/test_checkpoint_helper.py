@@ -87,6 +87,20 @@ def test_done_without_a_checkpoint_directory_says_why(job_env, monkeypatch):
         checkpoint.done(step=1)
 
 
+@pytest.mark.parametrize("folder", ["s3://bucket/38", "gs://ckpt/run-47/38", "file:///mnt/shared/38"])
+def test_done_with_a_url_for_a_directory_says_why_and_writes_nothing(job_env, monkeypatch, tmp_path, folder):
+    """QA: it wrote ./s3:/bucket/38/.mlq-checkpoint in the work directory and returned, and the
+    agent (which watches no URL) never confirmed it."""
+    monkeypatch.setenv("MLQ_CHECKPOINT_DIR", folder)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(checkpoint.CheckpointError) as raised:
+        checkpoint.done(step=1, path="step-1")
+    assert str(raised.value) == checkpoint.URL_DIRECTORY.format(folder=repr(folder))
+    assert str(raised.value).startswith(f"MLQ_CHECKPOINT_DIR is a URL ({folder!r}): the node agent cannot watch it")
+    assert os.listdir(tmp_path) == []
+    assert checkpoint._last_done is None
+
+
 def test_due_follows_the_interval_since_the_last_done(job_env, monkeypatch):
     assert checkpoint.due() is False  # no interval: the job keeps its own schedule
     monkeypatch.setenv("MLQ_CHECKPOINT_INTERVAL_S", "300")
