@@ -430,6 +430,30 @@ MLQ_QUEUE_ORDER = env_choice("MLQ_QUEUE_ORDER", QUEUE_ORDERS)
 # longest wait at 512 GPUs from 2.11 x EASY backfill's to 0.71 x, but raised the JCT at 640
 # GPUs from 0.76 x to 0.85 x (BENCHMARKS.md, "Requeued victims and the overdue line").
 MLQ_OVERDUE_SINCE_REQUEUE = env_bool("MLQ_OVERDUE_SINCE_REQUEUE", False)
+
+
+def env_max_evictions(name: str, default: int | None) -> int | None:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    if raw.lower() == "none":
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ImproperlyConfigured(f"{name}={raw!r} is not a number of evictions >= 1 or 'none'")
+    return value
+
+
+# Victims of a reclaim (docs/reclaim.md): a job preempted this many times is not reclaimed
+# again until the owner has waited 2 hours ('none': no cap); those that checkpointed within the
+# last MLQ_RECLAIM_CHECKPOINT_STEP_S go first, then the longest expected remaining
+# (MLQ_RECLAIM_LONGEST_FIRST; 0: the least work lost, then the newest).
+MLQ_RECLAIM_MAX_EVICTIONS = env_max_evictions("MLQ_RECLAIM_MAX_EVICTIONS", 3)
+MLQ_RECLAIM_LONGEST_FIRST = env_bool("MLQ_RECLAIM_LONGEST_FIRST", True)
+MLQ_RECLAIM_CHECKPOINT_STEP_S = env_seconds("MLQ_RECLAIM_CHECKPOINT_STEP_S", 900.0)
 MLQ_MAX_LOG_CHARS = env_int("MLQ_MAX_LOG_CHARS", 10_000_000)  # per task attempt and stream, in Postgres
 # Job groups: the most elements (or trials) one array (or sweep) may have; the lines of a task
 # attempt's metrics file whose reports are kept (past it the rest are dropped and the job's

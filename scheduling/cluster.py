@@ -194,5 +194,8 @@ def policy_config() -> core.PolicyConfig:
         ),
         order=settings.MLQ_QUEUE_ORDER,
         overdue_since_requeue=settings.MLQ_OVERDUE_SINCE_REQUEUE,
+        reclaim_max_evictions=settings.MLQ_RECLAIM_MAX_EVICTIONS,
+        reclaim_longest_first=settings.MLQ_RECLAIM_LONGEST_FIRST,
+        reclaim_checkpoint_step_s=settings.MLQ_RECLAIM_CHECKPOINT_STEP_S,
         parent_quota_figures=settings.MLQ_QUOTAS_PUBLIC,
     )

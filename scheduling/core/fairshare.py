@@ -5,11 +5,10 @@ of the class's capacity, times its weight); its dominant share is the largest ov
 Teams are compared division first, then team, so a division's teams share its turn.
 """
 
-import operator
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from scheduling.core.model import PendingJob, RunningJob, Team
+from scheduling.core.model import PendingJob, RunningJob, Team, priority_rank
 
 # Keeps shares finite and ordered by usage for teams with no guarantee in a class.
 ENTITLEMENT_FLOOR = 0.01
@@ -124,17 +123,21 @@ class Ledger:
         return guaranteed > 0 and self.usage[team][rclass] + units <= guaranteed
 
 
-_STARTED_AND_ID = operator.attrgetter("started_at", "job_id")
+def _guarantee_order(job: RunningJob) -> tuple:
+    return priority_rank(job.priority), job.started_at, job.job_id
 
 
 def borrowed_jobs(ledger: Ledger, running: tuple[RunningJob, ...]) -> set[int]:
-    """Running jobs above their team's guarantee: a team's newest jobs are the borrowed ones."""
+    """Running jobs above their team's guarantee: its highest classes fill the guarantee, the
+    oldest first, and the rest are borrowed: a team's lowest-class, newest jobs. By start alone,
+    a P1 started after the team's P2s was the borrowed one: a reclaim evicted it, and it evicted
+    its own team's P2 for priority at once (QA: two evictions where one does)."""
     borrowed, by_team = set(), defaultdict(list)
     for job in running:
         by_team[(job.team, job.resource_class)].append(job)
     for (team, rclass), jobs in by_team.items():
         guaranteed, used = ledger.guaranteed(team, rclass), 0
-        for job in sorted(jobs, key=_STARTED_AND_ID):
+        for job in sorted(jobs, key=_guarantee_order):
             used += job.units
             if used > guaranteed:
                 borrowed.add(job.job_id)

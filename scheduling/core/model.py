@@ -372,16 +372,20 @@ class PolicyConfig:
     max_reclaim_searches: int | None = None
     # Reclaim without churn (see preemption.py). Natural termination: a job expected to end
     # within `reclaim_spare_ending_s` is not reclaimed (its room comes back soon anyway, while
-    # an evicted job waits again and redoes work); among the rest, the longest expected
-    # remaining goes first when `reclaim_longest_first`. Optional: spare victims that have run
-    # less than `reclaim_min_runtime_s` or were preempted `reclaim_max_evictions` times. A job
-    # that has waited past `reclaim_wait_bound_s` reclaims from anyone over a guarantee.
+    # an evicted job waits again and redoes work). Victims that checkpointed lately go first
+    # (the time since the last checkpoint in whole `reclaim_checkpoint_step_s`), then the
+    # longest expected remaining, when `reclaim_longest_first` (the order of every victim
+    # search). A job preempted `reclaim_max_evictions` times is not reclaimed again, nor
+    # (optionally) one that has run less than `reclaim_min_runtime_s`, unless the owner has
+    # waited past `reclaim_wait_bound_s`: then it reclaims from anyone over a guarantee. The
+    # defaults met issue 13's 640-GPU aims (BENCHMARKS.md, "Victims that checkpointed lately").
     reclaim_spare_ending_s: float = 0.0
-    reclaim_longest_first: bool = False
+    reclaim_longest_first: bool = True
+    reclaim_checkpoint_step_s: float = 900.0
     reclaim_min_runtime_s: float = 0.0
     # An owner reclaims only after waiting this long (YuniKorn's preemption delay).
     reclaim_after_wait_s: float = 0.0
-    reclaim_max_evictions: int | None = None
+    reclaim_max_evictions: int | None = 3
     reclaim_wait_bound_s: float = 2 * HOUR
     # Reclaim in turn: a job reclaims only while no job before it in the pass's order, of its
     # class, was left waiting for room it could use (asking no more units). Otherwise that job

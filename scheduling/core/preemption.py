@@ -20,9 +20,11 @@ Who may be evicted for whom:
   team's guarantee only when nothing else makes room (pass_preemption.py).
 
 Candidates are tried in this order: 1. borrowed first; 2. checkpointing first; 3. lowest
-priority class first; 4. fewest past evictions (`eviction_memory`); 5. the longest expected
-remaining (`reclaim_longest_first`: its room would stay taken longest); 6. fewest GPU-hours
-lost since the last checkpoint; 7. newest first; 8. job id. Each domain that could hold the
+priority class first; 4. fewest past evictions (`eviction_memory`); 5. with
+`reclaim_longest_first` (the default), the time since the last checkpoint in whole
+`reclaim_checkpoint_step_s` (a job that checkpointed lately redoes little), then the longest
+expected remaining (its room would stay taken longest); 6. fewest GPU-hours lost since the last
+checkpoint; 7. newest first; 8. job id. Each domain that could hold the
 job (a node for one task, a rack for a packed gang, a zone otherwise) gets its own victim
 set; the best set has the fewest non-borrowed victims, then non-checkpointing ones, then
 (with eviction memory) the fewest past evictions and victims, then GPU-hours lost, then
@@ -36,7 +38,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from scheduling.core.decisions import PreemptionReason
-from scheduling.core.model import PendingJob, PolicyConfig, RunningJob, Topology, priority_rank
+from scheduling.core.model import PendingJob, PolicyConfig, RunningJob, Topology, lost_since, priority_rank
 from scheduling.core.placement import capacity
 from scheduling.core.state import ClusterState, Slot
 from scheduling.core.trial import Trial
@@ -124,10 +126,14 @@ class VictimPool:
         found = self.by_class.get(rclass)
         if found is None:
             borrowed, now, config = self.borrowed, self.now, self.config
-            memory, longest = config.eviction_memory, config.reclaim_longest_first
+            memory, longest, step = (
+                config.eviction_memory,
+                config.reclaim_longest_first,
+                config.reclaim_checkpoint_step_s,
+            )
             ordered = sorted(
                 self.may_go.get(rclass, ()),
-                key=lambda j: candidate_order(j, borrowed, now, memory=memory, longest=longest),
+                key=lambda j: candidate_order(j, borrowed, now, memory=memory, longest=longest, checkpoint_step=step),
             )
             found = self.by_class[rclass] = [Candidate(job, priority_rank(job.priority)) for job in ordered]
         return found
@@ -247,13 +253,24 @@ def ready_at(
 
 
 def candidate_order(
-    victim: RunningJob, borrowed: set[int], now: float, *, memory: bool = False, longest: bool = False
+    victim: RunningJob,
+    borrowed: set[int],
+    now: float,
+    *,
+    memory: bool = False,
+    longest: bool = False,
+    checkpoint_step: float = 0.0,
 ) -> tuple:
+    """See the module's docstring. `checkpoint_step` (with `longest`): the time since the
+    victim's last checkpoint (its start, if none), in whole steps, goes before the longest
+    remaining, so a long job that checkpointed lately goes before one that would redo more."""
+    at_risk = max(0.0, now - lost_since(victim.started_at, victim.last_checkpoint_at))
     return (
         victim.job_id not in borrowed,
         not victim.checkpointing,
         -priority_rank(victim.priority),
         victim.preemptions if memory else 0,
+        at_risk // checkpoint_step if longest and checkpoint_step > 0 else 0,
         -victim.expected_end if longest else 0,
         victim.hours_lost_if_stopped(now),
         -victim.started_at,

@@ -4,7 +4,15 @@ MLQ_PREEMPT_MIN_RUNTIME_S still honoured for P1-P3."""
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from mlqueue.settings import QUEUE_ORDERS, env_backlog, env_bool, env_choice, env_min_runtime, env_seconds
+from mlqueue.settings import (
+    QUEUE_ORDERS,
+    env_backlog,
+    env_bool,
+    env_choice,
+    env_max_evictions,
+    env_min_runtime,
+    env_seconds,
+)
 from scheduling.store_view import policy_config
 
 NAME, SINGLE = "MLQ_PREEMPT_MIN_RUNTIME", "MLQ_PREEMPT_MIN_RUNTIME_S"
@@ -117,3 +125,25 @@ def test_the_overdue_line_counts_from_a_requeue_only_when_asked(monkeypatch, set
     assert env_bool("MLQ_OVERDUE_SINCE_REQUEUE", False) is expected
     settings.MLQ_OVERDUE_SINCE_REQUEUE = expected
     assert policy_config().overdue_since_requeue is expected
+
+
+@pytest.mark.parametrize(("raw", "expected"), [("", 3), ("1", 1), ("5", 5), ("none", None), ("None", None)])
+def test_the_reclaim_eviction_cap_reads_a_count_or_none(monkeypatch, settings, raw, expected):
+    monkeypatch.setenv("MLQ_RECLAIM_MAX_EVICTIONS", raw)
+    assert env_max_evictions("MLQ_RECLAIM_MAX_EVICTIONS", 3) == expected
+    settings.MLQ_RECLAIM_MAX_EVICTIONS = expected
+    assert policy_config().reclaim_max_evictions == expected
+
+
+@pytest.mark.parametrize("raw", ["0", "-2", "2.5", "many"])
+def test_a_bad_reclaim_eviction_cap_stops_the_server_naming_the_variable(monkeypatch, raw):
+    monkeypatch.setenv("MLQ_RECLAIM_MAX_EVICTIONS", raw)
+    with pytest.raises(ImproperlyConfigured) as caught:
+        env_max_evictions("MLQ_RECLAIM_MAX_EVICTIONS", 3)
+    assert str(caught.value) == f"MLQ_RECLAIM_MAX_EVICTIONS={raw!r} is not a number of evictions >= 1 or 'none'"
+
+
+def test_the_reclaim_victim_order_reaches_the_policy(settings):
+    settings.MLQ_RECLAIM_LONGEST_FIRST, settings.MLQ_RECLAIM_CHECKPOINT_STEP_S = False, 0.0
+    config = policy_config()
+    assert (config.reclaim_longest_first, config.reclaim_checkpoint_step_s) == (False, 0.0)

@@ -90,7 +90,12 @@ def candidates_by_scan(running, borrowed, config, taken, job, claim, excess):
     ordered = sorted(
         running,
         key=lambda j: candidate_order(
-            j, borrowed, NOW, memory=config.eviction_memory, longest=config.reclaim_longest_first
+            j,
+            borrowed,
+            NOW,
+            memory=config.eviction_memory,
+            longest=config.reclaim_longest_first,
+            checkpoint_step=config.reclaim_checkpoint_step_s,
         ),
     )
     found = []
@@ -125,6 +130,7 @@ def searches(draw):
     config = PolicyConfig(
         eviction_memory=draw(st.booleans()),
         reclaim_longest_first=draw(st.booleans()),
+        reclaim_checkpoint_step_s=draw(st.sampled_from([0.0, 900.0])),
         reclaim_max_evictions=draw(st.sampled_from([None, 1])),
         reclaim_min_runtime_s=draw(st.sampled_from([0.0, 900.0])),
     )

@@ -6,7 +6,7 @@ import pytest
 from scheduling.core.model import HOUR, Quota, Team
 from scheduling.core.reasons import ReasonCode
 from scheduling.core.scheduler import schedule
-from tests.unit.core.builders import cluster, job, placed_nodes, rack, running, snapshot, teams
+from tests.unit.core.builders import NOW, cluster, job, placed_nodes, rack, running, snapshot, teams
 
 NODES = cluster(rack("z1-r1", 8))
 QUOTAS = teams(vision={"gpu:H100": (32, 32)}, ranking={"gpu:H100": (32, 32)})
@@ -30,8 +30,14 @@ def reclaim(running_jobs, *, age=60.0, **config):
     return schedule(snapshot(NODES, pending=[claim], running_jobs=running_jobs, team_list=QUOTAS, **config))
 
 
-def test_without_memory_the_newest_borrowed_jobs_go_however_often_they_went_before():
-    assert victims(reclaim(ranking_jobs(evictions=(0, 0, 0, 0, 0, 0, 3, 5)), eviction_memory=False)) == [7, 8]
+def test_without_memory_or_a_cap_the_newest_borrowed_jobs_go_however_often_they_went_before():
+    evictions = (0, 0, 0, 0, 0, 0, 3, 5)
+    assert victims(reclaim(ranking_jobs(evictions), eviction_memory=False, reclaim_max_evictions=None)) == [7, 8]
+
+
+def test_by_default_a_job_evicted_three_times_is_not_reclaimed_again():
+    assert victims(reclaim(ranking_jobs(evictions=(0, 0, 0, 0, 0, 0, 3, 5)))) == [5, 6]
+    assert victims(reclaim(ranking_jobs(evictions=(0, 0, 0, 0, 0, 0, 2, 2)))) == [7, 8]
 
 
 def test_with_memory_jobs_evicted_before_go_last():
@@ -128,8 +134,41 @@ def test_longest_expected_remaining_goes_first():
         running(i, [f"z1-r1-n{i}"], team="ranking", age=HOUR * (10 - i), remaining=(10 + i % 3) * HOUR)
         for i in range(1, 9)
     ]
-    assert victims(reclaim(jobs, reclaim_longest_first=True)) == [5, 8]  # 12 h left each
+    assert victims(reclaim(jobs, reclaim_longest_first=True, reclaim_checkpoint_step_s=0)) == [5, 8]  # 12 h left each
     assert victims(reclaim(jobs, reclaim_longest_first=False)) == [7, 8]
+    # None checkpoints: the time at risk is each one's age, whole quarter-hours apart, so the
+    # youngest go first whatever their remaining (the default)
+    assert victims(reclaim(jobs)) == [7, 8]
+
+
+# The borrowed four (5-8): (hours left, minutes since their last checkpoint).
+CHECKPOINTED = {5: (12, 40), 6: (10, 2), 7: (11, 12), 8: (11.5, 5)}
+
+
+@pytest.mark.parametrize(
+    "config, expected",
+    [
+        # The default: 6, 7 and 8 checkpointed within the last quarter-hour; of them the longest
+        # left go (8, 7). 5, the longest left of all, would redo 40 minutes.
+        ({}, [7, 8]),
+        ({"reclaim_checkpoint_step_s": 0}, [5, 8]),  # the longest left alone
+        ({"reclaim_longest_first": False}, [6, 8]),  # the least work lost
+    ],
+)
+def test_victims_that_checkpointed_lately_go_first_then_the_longest_left(config, expected):
+    jobs = ranking_jobs()[:4] + [
+        running(
+            i,
+            [f"z1-r1-n{i}"],
+            team="ranking",
+            age=HOUR * (10 - i),
+            remaining=left * HOUR,
+            checkpointing=True,
+            last_checkpoint_at=NOW - minutes * 60,
+        )
+        for i, (left, minutes) in CHECKPOINTED.items()
+    ]
+    assert victims(reclaim(jobs, **config)) == expected
 
 
 def test_with_reclaim_off_an_owner_does_not_reclaim_but_still_outranks():
@@ -251,3 +290,17 @@ def test_a_preemptor_in_flight_counts_in_its_team_s_share_of_the_order():
         (70, False, ["z1-r1-n8"])
     ]
     assert decisions.pending[60].code == ReasonCode.PREEMPTING
+
+
+def test_a_team_s_borrowed_jobs_are_its_lowest_class_not_its_newest():
+    """ranking (guaranteed 32) runs four P2s and, newest, a P1: 8 above its guarantee. The P2
+    job 4 is the borrowed one; by start alone the P1 was, a reclaim evicted it, and back in the
+    queue it evicted ranking's P2 for priority at once (QA: two evictions where one does)."""
+    running_jobs = [
+        *[running(i, [f"z1-r1-n{i}"], team="ranking", age=(11 - i) * HOUR, remaining=10 * HOUR) for i in (1, 2, 3, 4)],
+        running(5, ["z1-r1-n5"], team="ranking", priority="P1", age=900, remaining=10 * HOUR),
+        *[running(i, [f"z1-r1-n{i}"], team="vision", age=HOUR, remaining=10 * HOUR) for i in (6, 7, 8)],
+    ]
+    claim = job(60, team="vision", age=60.0)
+    decisions = schedule(snapshot(NODES, pending=[claim], running_jobs=running_jobs, team_list=QUOTAS))
+    assert [(p.victim_job_id, p.for_job_id, p.reason) for p in decisions.preemptions] == [(4, 60, "RECLAIM")]
