@@ -20,16 +20,13 @@ from datetime import timedelta
 from django.conf import settings
 from django.db import connections, transaction
 from django.db.models import F, Subquery
-from django.db.models.functions import JSONObject
 from django.utils import timezone
 
 from mlqueue.breaker import RedisBreaker
 from notifications.models import Channel, Delivery, DeliveryStatus, Event, NotificationSettings, new_secret_ciphertext
 from notifications.sending import Outcome, send_email, send_webhook
-from scheduling import ledger
-from scheduling.core.decisions import PreemptionReason
+from scheduling import ledger, stop_requests
 from scheduling.models import Job, StopReason, Task
-from scheduling.nodes import HEALTH_ACTOR
 from scheduling.states import TaskState
 from teams.models import AuditEvent, EventKind
 
@@ -79,32 +76,19 @@ REQUEUEING_STOPS = (StopReason.PREEMPTED, StopReason.DRAIN, StopReason.REQUEUED)
 
 def _stop_request(job_id: int, *, exit_line: str, now) -> tuple[str, str] | None:
     """Why the job was stopped and what that lost, as its timeline says it: the stop request's
-    event ("preempted for job 35 (P0, team research-vision): P2 yields to P0"), the work lost
-    since the attempt's start or its checkpoint, and the rank's exit line. One query: the
-    job's ranks (what they lost), each with the latest request (a subquery Postgres runs once)."""
-    request = AuditEvent.objects.filter(job_id=job_id, kind=EventKind.STOP_REQUESTED, reason__in=REQUEUEING_STOPS)
-    latest = request.order_by("-created_at", "-id").values(
-        found=JSONObject(reason="reason", message="message", actor="actor_name", preemption="data__preemption")
-    )[:1]
+    cause and sentence ("preempted for job 35 (P0, team research-vision): P2 yields to P0"), the
+    work lost since the attempt's start or its checkpoint, and the rank's exit line. One query:
+    the job's ranks (what they lost), each with the latest request (a subquery run once)."""
+    latest = stop_requests.requests_of(job_id, REQUEUEING_STOPS)[:1]
     ranked = Task.objects.filter(job_id=job_id).annotate(stop=Subquery(latest))
     rows = list(ranked.values_list(*ledger.RANK_FIELDS, "stop"))
-    stop = rows[0][-1] if rows else None
-    if not stop:
+    request = rows[0][-1] if rows else None
+    if not request:
         return None
     ranks = [ledger.ended_rank(row[:-1]) for row in rows]
     lost = ledger.lost_work(ranks, now=now) if ledger.attempt_lost_cause(ranks) else {}
-    said = "; ".join(part for part in (stop["message"], ledger.lost_work_text(lost), exit_line) if part)
-    return stop_code(stop), said
-
-
-def stop_code(stop: dict) -> str:
-    """The notification's code for a stop request: a reclaim, a priority preemption, a node's
-    fault and a drain (an admin's, a maintenance window's, a spot node's notice) each its own."""
-    if stop["reason"] == StopReason.PREEMPTED:
-        return "RECLAIM" if stop["preemption"] == PreemptionReason.RECLAIM else "PREEMPTED"
-    if stop["reason"] == StopReason.DRAIN and stop["actor"] == HEALTH_ACTOR:
-        return "NODE_HEALTH"
-    return stop["reason"]
+    said = "; ".join(part for part in (request["message"], ledger.lost_work_text(lost), exit_line) if part)
+    return stop_requests.stop_cause(request), said
 
 
 def record_group_state(

@@ -271,6 +271,21 @@ def forecast_age(found) -> str:
     return FORECAST_AS_OF.format(as_of=found.estimated_start_as_of)
 
 
+def stopping_line(stopping) -> str:
+    """A running job being stopped (the API's `stopping`): why, and when its ranks are SIGKILLed
+    unless they exit first."""
+    if not isinstance(stopping, dict):
+        return ""
+    why = ": ".join(str(part) for part in (stopping.get("cause"), stopping.get("message")) if part)
+    kill_at = stopping.get("kill_at")
+    if stopping.get("signal") == "SIGKILL":
+        when = "SIGKILL sent" + (f" at {kill_at}" if kill_at else "")
+    else:
+        when = f"SIGTERM sent at {stopping.get('requested_at')}"
+        when += f", SIGKILL at {kill_at} unless it exits first" if kill_at else ""
+    return f"stopping: {why} ({when})"
+
+
 def stale_note(found) -> str:
     """That the forecast starts are stale, with when they were made, or "" while they are fresh
     (and from a server older than these fields: neither is there)."""
@@ -304,6 +319,8 @@ def status(ctx, job, all_children, output):
         print_group(client(ctx), found, output, every=all_children)
     elif found.parent is not None:
         click.echo(f"\n{child_place(found)}")
+    if found.stopping:
+        click.echo(f"\n{stopping_line(found.stopping)}")
     if found.reason:
         click.echo(f"\nwaiting: {found.reason}")
         if found.likely_start or found.estimated_start:
@@ -332,6 +349,8 @@ def why(ctx, job, output):
         return
     child = found.raw.get("child_id")
     click.echo(f"job {found.job_id}: {found.state}" + (f" (as its first waiting child, job {child})" if child else ""))
+    if found.stopping:
+        click.echo(stopping_line(found.stopping))
     _print_explanation(found.raw, starts_note=stale_note(found))
 
 

@@ -89,6 +89,9 @@ class Job:
     finished_at: str | None = None
     failure_class: str = ""
     tasks: tuple[Task, ...] = ()
+    # The job's detail, while its running ranks are being stopped: {cause, message, preempted_for,
+    # signal, requested_at, kill_at} (a list's rows and older servers: None).
+    stopping: dict | None = None
     group: dict | None = None  # a group's parent: {kind, count, parallelism, pending, running, succeeded, ...}
     parent: int | None = None  # a group's child: the parent's id
     array_index: int | None = None  # an array's element: its index
@@ -164,6 +167,7 @@ class Why:
     estimated_start_as_of: str | None = None  # as Job's (None from a server older than the field)
     estimated_start_stale: bool = False
     suggestions: tuple = ()
+    stopping: dict | None = None  # as Job's
     raw: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
 
 

@@ -19,6 +19,7 @@ from scheduling.models import Job, JobState
 from scheduling.selectors import scheduler_state
 from scheduling.services import job_shape
 from scheduling.spec import gpu_types
+from scheduling.stop_requests import stopping
 
 
 @dataclass
@@ -153,6 +154,7 @@ def why_answer(job: Job) -> dict:
         "likely_start": subject.likely_start if pending else None,
         **_forecast_age(subject if pending else None),
         "suggestions": what_would_help(subject).suggestions if pending else [],
+        "stopping": stopping(job, job.tasks.all()),
     }
 
 

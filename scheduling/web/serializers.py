@@ -11,6 +11,7 @@ from scheduling.models import Job, JobDependency, JobState, Task
 from scheduling.secrets import masked_spec
 from scheduling.selectors import LeaseState, scheduler_state
 from scheduling.spec import StrictStringField
+from scheduling.stop_requests import CAUSES, stopping
 from teams.models import AuditEvent
 
 
@@ -190,6 +191,26 @@ class JobSerializer(FieldsBuiltOnce, serializers.ModelSerializer):
         return {"code": job.reason_code, "message": job.reason_message}
 
 
+class StoppingSerializer(serializers.Serializer):
+    cause = serializers.ChoiceField(
+        CAUSES,
+        help_text="PREEMPTED: for a job of a higher class; RECLAIM: for a team taking back its guarantee; DRAIN: its "
+        "node is draining (an admin, a maintenance window, a spot notice); NODE_HEALTH: its node or a GPU failed; "
+        "REQUEUED: a user's requeue; CANCELLED; TIMEOUT: past max_runtime; PEER_FAILED: another rank failed; "
+        "EARLY_STOPPED: its sweep's rule",
+    )
+    message = serializers.CharField(
+        help_text="the stop request's, as the timeline gives it: \"preempted for job 35 (P0, team research-vision): "
+        'P2 yields to P0"'
+    )
+    preempted_for = serializers.IntegerField(allow_null=True, help_text="the job it is preempted for, if any")
+    signal = serializers.ChoiceField(["SIGTERM", "SIGKILL"], help_text="the signal sent so far")
+    requested_at = serializers.DateTimeField(help_text="when the stop was asked (SIGTERM sent)")
+    kill_at = serializers.DateTimeField(
+        allow_null=True, help_text="when its ranks still running are SIGKILLed: the end of its grace period"
+    )
+
+
 class DependencyEntrySerializer(serializers.Serializer):
     job = serializers.IntegerField()
     on = serializers.ChoiceField(["success", "failure", "any"])
@@ -203,9 +224,14 @@ class JobDetailSerializer(JobSerializer):
         help_text="what it waits on: each job id with its condition (success, failure or any)"
     )
     spec = serializers.SerializerMethodField(help_text='the spec as accepted; secret_env values read "***"')
+    stopping = serializers.SerializerMethodField(
+        help_text="a running job being stopped: why, and when it is killed if it has not exited (null otherwise; "
+        "its state stays RUNNING until its ranks exit)"
+    )
 
     class Meta(JobSerializer.Meta):
         fields = JobSerializer.Meta.fields + [
+            "stopping",
             "task_count",
             "spec",
             "depends_on",
@@ -241,6 +267,11 @@ class JobDetailSerializer(JobSerializer):
             return []  # depends_on was loaded (prefetched) and is empty: no condition to look up
         rows = JobDependency.objects.filter(from_job=job).order_by("to_job_id").values_list("to_job_id", "condition")
         return [{"job": job_id, "on": condition} for job_id, condition in rows]
+
+    @extend_schema_field(StoppingSerializer(allow_null=True))
+    def get_stopping(self, job: Job):
+        found = stopping(job, job.tasks.all())  # the tasks are read only for a job on its nodes
+        return StoppingSerializer(found).data if found else None
 
     @extend_schema_field(OpenApiTypes.OBJECT)
     def get_spec(self, job: Job) -> dict:
@@ -400,6 +431,9 @@ class WhySerializer(serializers.Serializer):
         help_text="the forecast is older than the leader leaves it while it keeps forecasting: the starts are stale"
     )
     suggestions = serializers.ListField(child=serializers.CharField(), help_text="changes that would fit it now")
+    stopping = StoppingSerializer(
+        allow_null=True, help_text="a running job being stopped: why, and when it is killed (as the job's own)"
+    )
 
 
 class BulkCancelResultSerializer(serializers.Serializer):
