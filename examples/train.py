@@ -6,7 +6,12 @@ It saves when mlqueue says a checkpoint is due (the spec's `checkpoint.interval_
 MLQ_CHECKPOINT_INTERVAL_S), every CKPT_EVERY steps if set, and on SIGTERM (a preemption or a
 drain), then confirms it with `mlqueue.checkpoint.done(step=...)`: the scheduler then knows
 what a preemption would lose. Preempt it (or drain its node) half-way: the next attempt
-starts from the last saved step."""
+starts from the last saved step.
+
+examples/train.json's checkpoint path, under /tmp/mlqueue-demo, is for the one-machine demo
+(`make demo`: one agent, --isolation none, which leaves /tmp alone). A root agent removes what
+a task left in /tmp when it ends, and a requeued attempt may run on another node: on a cluster,
+give checkpoint.path a shared directory (docs/checkpoints.md)."""
 
 import json
 import os

@@ -194,3 +194,32 @@ def test_a_task_with_a_user_of_its_own_can_import_the_helper_but_not_change_it(m
         users.release(user)
     finally:
         shutil.rmtree(root)
+
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "checkpoints.md"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def test_the_docs_name_every_helper_the_agent_installs(tmp_path):
+    """docs/checkpoints.md said the directory held only `mlqueue/__init__.py` (empty) and
+    `mlqueue/checkpoint.py`: the package's __init__ defines `report()`, and metrics_report.py
+    is shipped too."""
+    section = DOC.read_text().split("### Where a job's Python finds `mlqueue.checkpoint`", 1)[1].split("\n## ", 1)[0]
+    installed = sorted(p.name for p in (install_helpers(tmp_path / "agent") / "mlqueue").iterdir())
+    assert [name for name in installed if f"`mlqueue/{name}`" not in " ".join(section.split())] == []
+    assert "(empty)" not in section
+
+
+def test_an_example_that_checkpoints_in_tmp_is_said_to_be_for_the_demo():
+    """The docs say never to checkpoint in /tmp (a root agent empties it after each task), and
+    examples/train.json did, unexplained: each such example is named as the one-machine demo's."""
+    text = " ".join(DOC.read_text().split())
+    in_tmp = [
+        path.name
+        for path in sorted(EXAMPLES.glob("*.json"))
+        if str((json.loads(path.read_text()).get("checkpoint") or {}).get("path", "")).startswith(
+            ("/tmp/", "/var/tmp/", "/dev/shm/")
+        )
+    ]
+    assert in_tmp == ["train.json"]  # the demo's; another one wants the same sentence
+    assert all(f"`examples/{name}` checkpoints to" in text and "one-machine demo" in text for name in in_tmp)
