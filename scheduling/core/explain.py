@@ -184,6 +184,19 @@ def preemption_pending(job: PendingJob, victims: int, at: float, minimum: float)
     )
 
 
+def reclaim_after_bound(job: PendingJob, victims: int, at: float, bound: float, evictions: int | None) -> PendingReason:
+    """Victims a reclaim spares until the owner has waited `bound`: evicted `evictions` times
+    already (the cap), or about to end."""
+    noun = "victim" if victims == 1 else "victims"
+    spared = f"evicted {evictions} times already" if evictions is not None else "about to end"
+    return PendingReason(
+        ReasonCode.PREEMPTION_PENDING,
+        f"within team {job.team}'s guarantee: {victims} {noun} reclaimable at {clock(at)}, once it has waited "
+        f"{span(bound)} (spared until then: {spared})",
+        until=at,
+    )
+
+
 def reclaim_delayed(job: PendingJob, delay: float) -> PendingReason:
     return PendingReason(
         ReasonCode.PREEMPTION_PENDING,
@@ -205,8 +218,13 @@ def reclaim_waits_turn(job: PendingJob, ahead: PendingJob) -> PendingReason:
 
 
 def span(seconds: float) -> str:
-    """A wait as a noun: "30 minutes", "1 minute", "90 seconds"."""
-    count, unit = (seconds / 60, "minute") if seconds >= 60 and seconds % 60 == 0 else (seconds, "second")
+    """A wait as a noun: "2 hours", "30 minutes", "1 minute", "90 seconds"."""
+    if seconds >= 3600 and seconds % 3600 == 0:
+        count, unit = seconds / 3600, "hour"
+    elif seconds >= 60 and seconds % 60 == 0:
+        count, unit = seconds / 60, "minute"
+    else:
+        count, unit = seconds, "second"
     return f"{count:.0f} {unit}{'' if count == 1 else 's'}"
 
 

@@ -329,13 +329,16 @@ class PassPreemption:
                 excess={} if claim.guard is not None else excess,  # a borrower reclaims nothing
                 minimum=self.config.min_runtime_for(job.priority),
                 reclaim_minimum=self.config.reclaim_min_runtime_s,
+                wait_bound=self.config.reclaim_wait_bound_s,
             )
             if ready:
-                readies.append((ready, len(victims.victims)))
+                readies.append((ready.at, len(victims.victims), ready))
         if not readies:
             return None
-        ready, count = min(readies)
-        return explain.preemption_pending(job, count, *ready)
+        _, count, ready = min(readies, key=lambda found: found[:2])
+        if ready.minimum is None:
+            return explain.reclaim_after_bound(job, count, ready.at, self.config.reclaim_wait_bound_s, ready.evictions)
+        return explain.preemption_pending(job, count, ready.at, ready.minimum)
 
     def _await_known(self, job: PendingJob, memo_key: tuple) -> None:
         reason = self.awaiting.get((memo_key, job.shape.tasks))

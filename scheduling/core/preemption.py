@@ -146,7 +146,9 @@ class VictimPool:
         config = self.config
         minimum = 0.0 if ignore_age else config.min_runtime_for(job.priority)
         guard = job.team if borrowing else None
-        if self.now - job.submitted_at > config.reclaim_wait_bound_s:
+        if ignore_age or self.now - job.submitted_at > config.reclaim_wait_bound_s:
+            # Ignoring age, victims spared until the bound (evicted as often as allowed, about
+            # to end) count too: `ready_at` gives the time the bound lets them go.
             return Claim(priority_rank(job.priority), self.now - minimum, guard=guard)
         reclaim_minimum = 0.0 if ignore_age else config.reclaim_min_runtime_s
         return Claim(
@@ -223,6 +225,16 @@ def why(candidate: Candidate, claim: Claim) -> PreemptionReason:
     return PreemptionReason.PRIORITY if claim.outranks(candidate) else PreemptionReason.RECLAIM
 
 
+class Ready(NamedTuple):
+    """When a set of victims may all go, and what sets that time: a minimum runtime (`minimum`),
+    or the owner's wait bound (`minimum` None), which lifts reclaim's spares: a victim evicted
+    `evictions` times already (the cap), or else one about to end."""
+
+    at: float
+    minimum: float | None
+    evictions: int | None = None
+
+
 def ready_at(
     victims: tuple[RunningJob, ...],
     job: PendingJob,
@@ -231,24 +243,29 @@ def ready_at(
     excess: dict[str, int],
     minimum: float,
     reclaim_minimum: float,
-) -> tuple[float, float] | None:
-    """When victims found with age ignored may all go, by `claim` (the job's claim now), and
-    the minimum runtime that sets that time: (the latest time one of them may go, its
-    minimum); None if every one of them may go already. A victim may go for priority once it
-    has run `minimum`, or be reclaimed (its team over a guarantee) once it has run
-    `reclaim_minimum`, whichever comes first."""
-    latest = None
+    wait_bound: float,
+) -> Ready | None:
+    """When victims found with age and reclaim's spares ignored may all go, by `claim` (the
+    job's claim now): the latest time one of them may go; None if every one may go already. A
+    victim may go for priority once it has run `minimum`, or be reclaimed (its team over a
+    guarantee) once it has run `reclaim_minimum` and is not spared, or, spared or not, once the
+    job has waited `wait_bound`, whichever comes first."""
+    latest, bound_at = None, job.submitted_at + wait_bound
     for victim in victims:
         candidate = Candidate(victim, priority_rank(victim.priority))
         reclaimable = victim.team in excess and victim.team != job.team
         if claim.outranks(candidate) or (reclaimable and claim.may_reclaim(candidate)):
             continue
-        routes = [(victim.started_at + minimum, minimum)] if candidate.rank > claim.rank else []
+        routes = [Ready(victim.started_at + minimum, minimum)] if candidate.rank > claim.rank else []
         if reclaimable:
-            routes.append((victim.started_at + reclaim_minimum, reclaim_minimum))
+            capped = claim.max_evictions is not None and victim.preemptions >= claim.max_evictions
+            if not capped and victim.expected_end > claim.ending_after:
+                routes.append(Ready(victim.started_at + reclaim_minimum, reclaim_minimum))
+            routes.append(Ready(bound_at, None, claim.max_evictions if capped else None))
         if routes:
-            ready = min(routes)
-            latest = ready if latest is None else max(latest, ready)
+            ready = min(routes, key=lambda r: r.at)
+            if latest is None or ready.at > latest.at:
+                latest = ready
     return latest
 
 

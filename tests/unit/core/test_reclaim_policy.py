@@ -53,10 +53,70 @@ def test_a_job_evicted_as_often_as_allowed_is_spared():
     assert victims(decisions) == [3, 4]  # the team is still 32 over: its other jobs may go
 
 
-def test_when_every_candidate_is_spared_the_owner_waits():
+def test_when_every_candidate_is_spared_the_owner_waits_and_is_told_until_when():
     decisions = reclaim(ranking_jobs(evictions=(1,) * 8), reclaim_max_evictions=1)
     assert decisions.preemptions == ()
-    assert decisions.pending[60].code == ReasonCode.INSUFFICIENT_CAPACITY
+    reason = decisions.pending[60]
+    assert str(reason) == (
+        "PREEMPTION_PENDING: within team vision's guarantee: 2 victims reclaimable at 23:19 UTC, once it has "
+        "waited 2 hours (spared until then: evicted 1 times already); reserved 2 node(s)"
+    )
+    assert reason.until == NOW - 60 + 2 * HOUR  # the owner's job waited a minute
+
+
+@pytest.mark.parametrize(
+    "evictions, remaining, config, expected",
+    [
+        # the default cap: every job over the guarantee evicted three times
+        (
+            (3,) * 8,
+            10,
+            {},
+            "2 victims reclaimable at 23:19 UTC, once it has waited 2 hours "
+            "(spared until then: evicted 3 times already)",
+        ),
+        # natural termination spares them all: every borrowed job ends within the hour
+        (
+            (0,) * 8,
+            1,
+            {"reclaim_spare_ending_s": 2 * HOUR},
+            "2 victims reclaimable at 23:19 UTC, once it has waited 2 hours (spared until then: about to end)",
+        ),
+        # with a shorter bound, sooner
+        (
+            (3,) * 8,
+            10,
+            {"reclaim_wait_bound_s": 1800},
+            "2 victims reclaimable at 21:49 UTC, once it has "
+            "waited 30 minutes (spared until then: evicted 3 times already)",
+        ),
+    ],
+)
+def test_a_reclaim_the_spares_hold_back_says_when_the_wait_bound_lifts_them(evictions, remaining, config, expected):
+    jobs = [
+        running(
+            i,
+            [f"z1-r1-n{i}"],
+            team="ranking",
+            age=HOUR * (10 - i),
+            preemptions=evictions[i - 1],
+            remaining=remaining * HOUR,
+        )
+        for i in range(1, 9)
+    ]
+    decisions = reclaim(jobs, **config)
+    assert decisions.preemptions == ()
+    assert decisions.pending[60].message.startswith(f"within team vision's guarantee: {expected}")
+
+
+def test_young_victims_set_the_time_when_they_may_go_before_the_bound():
+    """Spared by the cap until 23:19, but younger ones become reclaimable at 21:28: the earlier."""
+    jobs = [
+        running(i, [f"z1-r1-n{i}"], team="ranking", age=HOUR * (10 - i), preemptions=3, remaining=10 * HOUR)
+        for i in range(1, 7)
+    ] + [running(i, [f"z1-r1-n{i}"], team="ranking", age=120, remaining=10 * HOUR) for i in (7, 8)]
+    decisions = reclaim(jobs, reclaim_min_runtime_s=600)
+    assert decisions.pending[60].message.startswith("2 victims reachable at 21:28 UTC after their 10-minute minimum")
 
 
 def test_past_the_wait_bound_the_owner_reclaims_from_anyone_over():
