@@ -270,6 +270,8 @@ SPECTACULAR_SETTINGS = {
         "FireOutcomeEnum": "scheduling.models.FireOutcome",
         "EventKindEnum": "teams.models.EventKind",
         "NotifyEventEnum": "scheduling.notify_spec.Event",
+        "StopCauseEnum": "scheduling.stop_requests.CAUSES",
+        "TaskExitCauseEnum": "agents.protocol.EXIT_CAUSES",
     },
 }
 
