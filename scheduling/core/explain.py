@@ -184,11 +184,9 @@ def preemption_pending(job: PendingJob, victims: int, at: float, minimum: float)
     )
 
 
-def reclaim_after_bound(job: PendingJob, victims: int, at: float, bound: float, evictions: int | None) -> PendingReason:
-    """Victims a reclaim spares until the owner has waited `bound`: evicted `evictions` times
-    already (the cap), or about to end."""
+def reclaim_after_bound(job: PendingJob, victims: int, at: float, bound: float, spared: str) -> PendingReason:
+    """Victims a reclaim spares until the owner has waited `bound`, and why (`spared`)."""
     noun = "victim" if victims == 1 else "victims"
-    spared = f"evicted {evictions} times already" if evictions is not None else "about to end"
     return PendingReason(
         ReasonCode.PREEMPTION_PENDING,
         f"within team {job.team}'s guarantee: {victims} {noun} reclaimable at {clock(at)}, once it has waited "
@@ -229,7 +227,9 @@ def span(seconds: float) -> str:
 
 
 def duration(seconds: float) -> str:
-    """A minimum runtime as an adjective: "10-minute", "90-second"."""
+    """A minimum runtime as an adjective: "3-hour", "10-minute", "90-second"."""
+    if seconds >= 3600 and seconds % 3600 == 0:
+        return f"{seconds / 3600:.0f}-hour"
     if seconds >= 60 and seconds % 60 == 0:
         return f"{seconds / 60:.0f}-minute"
     return f"{seconds:.0f}-second"

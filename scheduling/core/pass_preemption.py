@@ -27,7 +27,8 @@ class PassPreemption:
     def _start_searches(self) -> None:
         self._victims: VictimPool | None = None
         self.no_victims: dict[tuple, int] = {}
-        self.awaiting: dict[tuple, PendingReason | None] = {}  # (no_victims key, tasks) -> PREEMPTION_PENDING
+        self.awaiting: dict[tuple, tuple | None] = {}  # (no_victims key, tasks) -> when victims may go (`Ready`s)
+        self.own_reasons: set[int] = set()  # jobs whose reason gives their own wait bound's time
         self.searches = 0
         self.reclaim_searches = 0
         self.leaving: dict[str, dict[str, int]] = {}  # see `_leaving`
@@ -166,7 +167,10 @@ class PassPreemption:
         # the same excess (which a placement or an eviction in the class changes).
         excess = self._excess(job.resource_class) if reclaim or borrowing else {}
         mine = job.team if reclaim or borrowing else None
-        memo_key = (job.shape.key(), priority_rank(job.priority), reclaim, mine, tuple(sorted(excess.items())))
+        # Past its wait bound a job's claim lifts reclaim's spares: it may find what a younger
+        # equal job could not.
+        stage = self._reclaim_stage(job)
+        memo_key = (job.shape.key(), priority_rank(job.priority), reclaim, mine, stage, tuple(sorted(excess.items())))
         if self.no_victims.get(memo_key, 1 << 30) <= job.shape.tasks:
             self._await_known(job, memo_key)
             return False
@@ -302,11 +306,10 @@ class PassPreemption:
             every=every,
         )
 
-    def _await_victims(
-        self, job: PendingJob, excess: dict[str, int], tried: int, borrowing: bool
-    ) -> PendingReason | None:
-        """No victims may go now: would some, once they have run the minimum of `job`'s class?
-        Then the reason with the earliest time a set the search found may go (the set a
+    def _await_victims(self, job: PendingJob, excess: dict[str, int], tried: int, borrowing: bool) -> tuple | None:
+        """No victims may go now: would some, once they have run the minimum of `job`'s class
+        (or its wait bound lifts reclaim's spares)? Then when each set the search found may go,
+        for `_await_reason`: the earliest time (the set a
         search picks first by its cost can change from pass to pass as its victims age, and the
         time with it: a P1's reason read 16:32, 16:27, 16:30, 16:32 in turn, and it preempted at
         16:27); asked within the search budget, and only in passes that explain. Nobody is
@@ -329,21 +332,33 @@ class PassPreemption:
                 excess={} if claim.guard is not None else excess,  # a borrower reclaims nothing
                 minimum=self.config.min_runtime_for(job.priority),
                 reclaim_minimum=self.config.reclaim_min_runtime_s,
-                wait_bound=self.config.reclaim_wait_bound_s,
             )
             if ready:
-                readies.append((ready.at, len(victims.victims), ready))
-        if not readies:
-            return None
-        _, count, ready = min(readies, key=lambda found: found[:2])
-        if ready.minimum is None:
-            return explain.reclaim_after_bound(job, count, ready.at, self.config.reclaim_wait_bound_s, ready.evictions)
-        return explain.preemption_pending(job, count, ready.at, ready.minimum)
+                readies.append((ready, len(victims.victims)))
+        return tuple(readies) or None
+
+    def _await_reason(self, job: PendingJob, readies: tuple) -> PendingReason:
+        """PREEMPTION_PENDING with the earliest time a set found may go for `job`: when a set
+        waits for the job's own wait bound, the time is the job's (not an equal job's), so the
+        reason is not repeated for equal jobs (`own_reasons`)."""
+        bound = self.config.reclaim_wait_bound_s
+        choices = [(*ready.for_job(job.submitted_at + bound), count, ready) for ready, count in readies]
+        at, minimum, count, ready = min(choices, key=lambda found: (found[0], found[2]))
+        if minimum is not None:
+            return explain.preemption_pending(job, count, at, minimum)
+        self.own_reasons.add(job.job_id)
+        if ready.capped is not None:
+            spared = f"evicted {ready.capped} time{'s' if ready.capped != 1 else ''} already, the cap"
+        elif ready.ending:
+            spared = "about to end"
+        else:
+            spared = f"younger than their {explain.duration(self.config.reclaim_min_runtime_s)} minimum"
+        return explain.reclaim_after_bound(job, count, at, bound, spared)
 
     def _await_known(self, job: PendingJob, memo_key: tuple) -> None:
-        reason = self.awaiting.get((memo_key, job.shape.tasks))
-        if reason is not None:
-            self.pending[job.job_id] = reason
+        readies = self.awaiting.get((memo_key, job.shape.tasks))
+        if readies is not None:
+            self.pending[job.job_id] = self._await_reason(job, readies)
 
     def _evict(self, job: PendingJob, found, claim, candidates: dict) -> None:
         reasons = {v.job_id: why(candidates[v.job_id], claim) for v in found.victims}

@@ -226,13 +226,27 @@ def why(candidate: Candidate, claim: Claim) -> PreemptionReason:
 
 
 class Ready(NamedTuple):
-    """When a set of victims may all go, and what sets that time: a minimum runtime (`minimum`),
-    or the owner's wait bound (`minimum` None), which lifts reclaim's spares: a victim evicted
-    `evictions` times already (the cap), or else one about to end."""
+    """When a set of victims found with age and reclaim's spares ignored may all go: the latest
+    time one that only priority frees may (`outranked`), and the latest one a reclaim may take
+    before the owner's wait bound lifts its spares (`reclaimed`; the time inf where one is
+    spared until then), each with the minimum runtime that sets it. What spares them: `capped`
+    (evicted as often as `PolicyConfig.reclaim_max_evictions` allows), `ending` (about to end),
+    else only young. The owner's bound is its own, so `for_job` gives a job's time."""
 
-    at: float
-    minimum: float | None
-    evictions: int | None = None
+    outranked: tuple[float, float] | None
+    reclaimed: tuple[float, float | None] | None
+    capped: int | None
+    ending: bool
+
+    def for_job(self, bound_at: float) -> tuple[float, float | None]:
+        """(the time they may all go for a job whose wait bound passes at `bound_at`, the
+        minimum runtime that sets it; None: the bound)."""
+        found = None
+        if self.reclaimed is not None:
+            found = self.reclaimed if self.reclaimed[0] <= bound_at else (bound_at, None)
+        if self.outranked is not None and (found is None or self.outranked[0] > found[0]):
+            found = self.outranked
+        return found
 
 
 def ready_at(
@@ -243,30 +257,37 @@ def ready_at(
     excess: dict[str, int],
     minimum: float,
     reclaim_minimum: float,
-    wait_bound: float,
 ) -> Ready | None:
     """When victims found with age and reclaim's spares ignored may all go, by `claim` (the
-    job's claim now): the latest time one of them may go; None if every one may go already. A
-    victim may go for priority once it has run `minimum`, or be reclaimed (its team over a
-    guarantee) once it has run `reclaim_minimum` and is not spared, or, spared or not, once the
-    job has waited `wait_bound`, whichever comes first."""
-    latest, bound_at = None, job.submitted_at + wait_bound
+    job's claim now); None if every one may go already. A victim may go for priority once it
+    has run `minimum`, or be reclaimed (its team over a guarantee) once it has run
+    `reclaim_minimum` and is not spared, or, spared or not, once the job has waited past its
+    wait bound (`Ready.for_job`), whichever comes first."""
+    outranked = reclaimed = None
+    capped, ending = None, False
     for victim in victims:
         candidate = Candidate(victim, priority_rank(victim.priority))
         reclaimable = victim.team in excess and victim.team != job.team
         if claim.outranks(candidate) or (reclaimable and claim.may_reclaim(candidate)):
             continue
-        routes = [Ready(victim.started_at + minimum, minimum)] if candidate.rank > claim.rank else []
-        if reclaimable:
-            capped = claim.max_evictions is not None and victim.preemptions >= claim.max_evictions
-            if not capped and victim.expected_end > claim.ending_after:
-                routes.append(Ready(victim.started_at + reclaim_minimum, reclaim_minimum))
-            routes.append(Ready(bound_at, None, claim.max_evictions if capped else None))
-        if routes:
-            ready = min(routes, key=lambda r: r.at)
-            if latest is None or ready.at > latest.at:
-                latest = ready
-    return latest
+        route = (victim.started_at + minimum, minimum) if candidate.rank > claim.rank else None
+        if not reclaimable:
+            if route is not None and (outranked is None or route[0] > outranked[0]):
+                outranked = route
+            continue
+        over_cap = claim.max_evictions is not None and victim.preemptions >= claim.max_evictions
+        ends = victim.expected_end <= claim.ending_after
+        capped = claim.max_evictions if over_cap else capped
+        ending = ending or (ends and not over_cap)
+        if not (over_cap or ends):
+            own = (victim.started_at + reclaim_minimum, reclaim_minimum)
+            route = own if route is None or own[0] < route[0] else route
+        route = route or (float("inf"), None)
+        if reclaimed is None or route[0] > reclaimed[0]:
+            reclaimed = route
+    if outranked is None and reclaimed is None:
+        return None
+    return Ready(outranked, reclaimed, capped, ending)
 
 
 def candidate_order(

@@ -356,7 +356,7 @@ class Pass(HeldRoom, PassPreemption, ReclaimTurn, PassReasons):
         self._try(job)
         if self._changes() != before:
             self.generation[rclass] += 1
-        elif key is not None:
+        elif key is not None and job.job_id not in self.own_reasons:
             self.outcomes[key] = (epoch, self.pending.get(job.job_id), job.job_id in self.blocked)
 
     def _epoch(self, rclass: str) -> tuple[int, bool]:

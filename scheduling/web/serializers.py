@@ -205,7 +205,7 @@ class StoppingSerializer(serializers.Serializer):
     )
     preempted_for = serializers.IntegerField(allow_null=True, help_text="the job it is preempted for, if any")
     signal = serializers.ChoiceField(["SIGTERM", "SIGKILL"], help_text="the signal sent so far")
-    requested_at = serializers.DateTimeField(help_text="when the stop was asked (SIGTERM sent)")
+    requested_at = serializers.DateTimeField(allow_null=True, help_text="when the stop was asked (SIGTERM sent)")
     kill_at = serializers.DateTimeField(
         allow_null=True, help_text="when its ranks still running are SIGKILLed: the end of its grace period"
     )

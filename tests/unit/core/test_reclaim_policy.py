@@ -59,7 +59,7 @@ def test_when_every_candidate_is_spared_the_owner_waits_and_is_told_until_when()
     reason = decisions.pending[60]
     assert str(reason) == (
         "PREEMPTION_PENDING: within team vision's guarantee: 2 victims reclaimable at 23:19 UTC, once it has "
-        "waited 2 hours (spared until then: evicted 1 times already); reserved 2 node(s)"
+        "waited 2 hours (spared until then: evicted 1 time already, the cap); reserved 2 node(s)"
     )
     assert reason.until == NOW - 60 + 2 * HOUR  # the owner's job waited a minute
 
@@ -73,7 +73,7 @@ def test_when_every_candidate_is_spared_the_owner_waits_and_is_told_until_when()
             10,
             {},
             "2 victims reclaimable at 23:19 UTC, once it has waited 2 hours "
-            "(spared until then: evicted 3 times already)",
+            "(spared until then: evicted 3 times already, the cap)",
         ),
         # natural termination spares them all: every borrowed job ends within the hour
         (
@@ -88,7 +88,7 @@ def test_when_every_candidate_is_spared_the_owner_waits_and_is_told_until_when()
             10,
             {"reclaim_wait_bound_s": 1800},
             "2 victims reclaimable at 21:49 UTC, once it has "
-            "waited 30 minutes (spared until then: evicted 3 times already)",
+            "waited 30 minutes (spared until then: evicted 3 times already, the cap)",
         ),
     ],
 )
@@ -107,6 +107,57 @@ def test_a_reclaim_the_spares_hold_back_says_when_the_wait_bound_lifts_them(evic
     decisions = reclaim(jobs, **config)
     assert decisions.preemptions == ()
     assert decisions.pending[60].message.startswith(f"within team vision's guarantee: {expected}")
+
+
+def _capped_ranking():
+    return [
+        running(i, [f"z1-r1-n{i}"], team="ranking", age=HOUR * (10 - i), preemptions=3, remaining=10 * HOUR)
+        for i in range(1, 9)
+    ]
+
+
+def test_equal_owners_are_each_told_their_own_wait_bound():
+    """Review: the reason of the first of two equal jobs was repeated for the second, with the
+    first's time (its memo and the equal job's outcome are per shape, the bound per job)."""
+    pending = [job(60, gpus=16, team="vision", age=HOUR), job(61, gpus=16, team="vision", age=60.0)]
+    decisions = schedule(snapshot(NODES, pending=pending, running_jobs=_capped_ranking(), team_list=QUOTAS))
+    times = {j: decisions.pending[j].until for j in (60, 61)}
+    assert times == {60: NOW + HOUR, 61: NOW - 60 + 2 * HOUR}
+    assert "reclaimable at 22:20 UTC" in decisions.pending[60].message
+    assert "reclaimable at 23:19 UTC" in decisions.pending[61].message
+
+
+def test_an_owner_past_its_wait_bound_reclaims_though_an_equal_younger_one_found_nothing_before_it():
+    """Review: the younger job 61 (first in the order, the shorter) found every victim spared;
+    the memo of that failure then skipped job 60, past its bound, which may take them."""
+    pending = [
+        job(60, gpus=16, team="vision", age=3 * HOUR, runtime=8 * HOUR),
+        job(61, gpus=16, team="vision", age=60.0, runtime=HOUR),
+    ]
+    decisions = schedule(
+        snapshot(
+            NODES,
+            pending=pending,
+            running_jobs=_capped_ranking(),
+            team_list=QUOTAS,
+            reservation_wait_bound_s=4 * HOUR,
+        )
+    )
+    assert decisions.order[:2] == (61, 60)
+    assert sorted((p.victim_job_id, p.for_job_id) for p in decisions.preemptions) == [(7, 60), (8, 60)]
+
+
+def test_victims_only_too_young_until_the_bound_are_named_so():
+    """Review: it said "about to end" of victims with 10 hours left."""
+    jobs = [
+        running(i, [f"z1-r1-n{i}"], team="ranking", age=HOUR * (10 - i), preemptions=3, remaining=10 * HOUR)
+        for i in range(1, 7)
+    ] + [running(i, [f"z1-r1-n{i}"], team="ranking", age=600, remaining=10 * HOUR) for i in (7, 8)]
+    decisions = reclaim(jobs, age=2 * HOUR - 300, reclaim_min_runtime_s=3 * HOUR)
+    assert decisions.pending[60].message.startswith(
+        "within team vision's guarantee: 2 victims reclaimable at 21:25 UTC, once it has waited 2 hours "
+        "(spared until then: younger than their 3-hour minimum)"
+    )
 
 
 def test_young_victims_set_the_time_when_they_may_go_before_the_bound():
