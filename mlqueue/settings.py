@@ -453,7 +453,7 @@ def env_max_evictions(name: str, default: int | None) -> int | None:
 # again until the owner has waited 2 hours ('none': no cap); those that checkpointed within the
 # last MLQ_RECLAIM_CHECKPOINT_STEP_S go first, then the longest expected remaining
 # (MLQ_RECLAIM_LONGEST_FIRST; 0: the least work lost, then the newest).
-MLQ_RECLAIM_MAX_EVICTIONS = env_max_evictions("MLQ_RECLAIM_MAX_EVICTIONS", 3)
+MLQ_RECLAIM_MAX_EVICTIONS = env_max_evictions("MLQ_RECLAIM_MAX_EVICTIONS", 2)
 MLQ_RECLAIM_LONGEST_FIRST = env_bool("MLQ_RECLAIM_LONGEST_FIRST", True)
 MLQ_RECLAIM_CHECKPOINT_STEP_S = env_seconds("MLQ_RECLAIM_CHECKPOINT_STEP_S", 900.0)
 MLQ_MAX_LOG_CHARS = env_int("MLQ_MAX_LOG_CHARS", 10_000_000)  # per task attempt and stream, in Postgres

@@ -385,7 +385,7 @@ class PolicyConfig:
     reclaim_min_runtime_s: float = 0.0
     # An owner reclaims only after waiting this long (YuniKorn's preemption delay).
     reclaim_after_wait_s: float = 0.0
-    reclaim_max_evictions: int | None = 3
+    reclaim_max_evictions: int | None = 2
     reclaim_wait_bound_s: float = 2 * HOUR
     # Reclaim in turn: a job reclaims only while no job before it in the pass's order, of its
     # class, was left waiting for room it could use (asking no more units). Otherwise that job

@@ -127,10 +127,10 @@ def test_the_overdue_line_counts_from_a_requeue_only_when_asked(monkeypatch, set
     assert policy_config().overdue_since_requeue is expected
 
 
-@pytest.mark.parametrize(("raw", "expected"), [("", 3), ("1", 1), ("5", 5), ("none", None), ("None", None)])
+@pytest.mark.parametrize(("raw", "expected"), [("", 2), ("1", 1), ("5", 5), ("none", None), ("None", None)])
 def test_the_reclaim_eviction_cap_reads_a_count_or_none(monkeypatch, settings, raw, expected):
     monkeypatch.setenv("MLQ_RECLAIM_MAX_EVICTIONS", raw)
-    assert env_max_evictions("MLQ_RECLAIM_MAX_EVICTIONS", 3) == expected
+    assert env_max_evictions("MLQ_RECLAIM_MAX_EVICTIONS", 2) == expected
     settings.MLQ_RECLAIM_MAX_EVICTIONS = expected
     assert policy_config().reclaim_max_evictions == expected
 
@@ -139,7 +139,7 @@ def test_the_reclaim_eviction_cap_reads_a_count_or_none(monkeypatch, settings, r
 def test_a_bad_reclaim_eviction_cap_stops_the_server_naming_the_variable(monkeypatch, raw):
     monkeypatch.setenv("MLQ_RECLAIM_MAX_EVICTIONS", raw)
     with pytest.raises(ImproperlyConfigured) as caught:
-        env_max_evictions("MLQ_RECLAIM_MAX_EVICTIONS", 3)
+        env_max_evictions("MLQ_RECLAIM_MAX_EVICTIONS", 2)
     assert str(caught.value) == f"MLQ_RECLAIM_MAX_EVICTIONS={raw!r} is not a number of evictions >= 1 or 'none'"
 
 
