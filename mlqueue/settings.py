@@ -11,13 +11,13 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from mlqueue.env_values import env_backlog, env_choice, env_max_evictions, env_min_runtime, env_seconds
 from mlqueue.redis_client import (
     BLOCKING_CONNECT_TIMEOUT_S,
     BLOCKING_SOCKET_TIMEOUT_S,
     COMMAND_TIMEOUT_S,
     CONNECT_TIMEOUT_S,
 )
-from scheduling.core.model import MIN_RUNTIME_BY_CLASS, PRIORITIES
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("MLQ_VAR_DIR", BASE_DIR / "var"))
@@ -345,46 +345,6 @@ MLQ_HEARTBEAT_BATCH_WAIT_S = float(os.environ.get("MLQ_HEARTBEAT_BATCH_WAIT_S", 
 MLQ_HEARTBEAT_BATCH_MAX = env_int("MLQ_HEARTBEAT_BATCH_MAX", 500)
 
 
-def env_min_runtime(name: str, single: str) -> dict[str, float]:
-    """Seconds a victim must have run before a preemptor of each class may take its room,
-    as "P0=0,P1=600,P2=600,P3=600": classes left out keep their default. `single` (the older
-    one-number setting), when set, is the minimum for P1-P3; `name`'s own entries win."""
-    found = dict(MIN_RUNTIME_BY_CLASS)
-    raw_single = os.environ.get(single, "").strip()
-    if raw_single:
-        seconds = _seconds(single, raw_single, raw_single)
-        found.update({klass: seconds for klass in PRIORITIES if klass != "P0"})
-    raw = os.environ.get(name, "").strip()
-    for item in filter(None, (part.strip() for part in raw.split(","))):
-        klass, sep, value = (piece.strip() for piece in item.partition("="))
-        if not sep or klass not in PRIORITIES:
-            raise ImproperlyConfigured(
-                f"{name}={raw!r}: {item!r} is not CLASS=SECONDS with a class of "
-                f"{', '.join(PRIORITIES)} (e.g. P0=0,P1=600)"
-            )
-        found[klass] = _seconds(name, raw, value)
-    return found
-
-
-def env_seconds(name: str, default: float) -> float:
-    raw = os.environ.get(name, "").strip()
-    return _seconds(name, raw, raw) if raw else default
-
-
-def _seconds(name: str, raw: str, value: str) -> float:
-    return _non_negative(name, raw, value, "a number of seconds >= 0")
-
-
-def _non_negative(name: str, raw: str, value: str, what: str) -> float:
-    try:
-        number = float(value)
-    except ValueError:
-        number = -1.0
-    if not 0 <= number < float("inf"):
-        raise ImproperlyConfigured(f"{name}={raw!r}: {value!r} is not {what}")
-    return number
-
-
 # Per class of the PREEMPTOR: victims younger than this are not preempted for priority by it.
 # An incident (P0) waits for nobody by default. MLQ_PREEMPT_MIN_RUNTIME_S, the older setting,
 # when set still applies to P1-P3.
@@ -400,26 +360,9 @@ MLQ_RECLAIM_AFTER_WAIT_S = env_seconds("MLQ_RECLAIM_AFTER_WAIT_S", 0.0)
 MLQ_RECLAIM_IN_TURN = env_bool("MLQ_RECLAIM_IN_TURN", True)
 
 
-def env_backlog(name: str, default: float | None) -> float | None:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    if raw.lower() == "always":
-        return None
-    return _non_negative(name, raw, raw, "a number >= 0 (times a class's capacity) or 'always'")
-
-
 MLQ_RECLAIM_IN_TURN_BACKLOG = env_backlog("MLQ_RECLAIM_IN_TURN_BACKLOG", 1.0)
 MLQ_RECLAIM_IN_TURN_BACKLOG_OFF = env_backlog("MLQ_RECLAIM_IN_TURN_BACKLOG_OFF", 0.0)
 QUEUE_ORDERS = ("weighted_shortest", "fair_share")
-
-
-def env_choice(name: str, choices: tuple[str, ...]) -> str:
-    """One of `choices`, the first by default."""
-    raw = os.environ.get(name, "").strip()
-    if raw and raw not in choices:
-        raise ImproperlyConfigured(f"{name}={raw!r} is not one of {', '.join(choices)}")
-    return raw or choices[0]
 
 
 # The queue order within a priority class (scheduling/core/queue_order.py):
@@ -432,21 +375,6 @@ MLQ_QUEUE_ORDER = env_choice("MLQ_QUEUE_ORDER", QUEUE_ORDERS)
 # longest wait at 512 GPUs from 2.11 x EASY backfill's to 0.71 x, but raised the JCT at 640
 # GPUs from 0.76 x to 0.85 x (BENCHMARKS.md, "Requeued victims and the overdue line").
 MLQ_OVERDUE_SINCE_REQUEUE = env_bool("MLQ_OVERDUE_SINCE_REQUEUE", False)
-
-
-def env_max_evictions(name: str, default: int | None) -> int | None:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    if raw.lower() == "none":
-        return None
-    try:
-        value = int(raw)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise ImproperlyConfigured(f"{name}={raw!r} is not a number of evictions >= 1 or 'none'")
-    return value
 
 
 # Victims of a reclaim (docs/reclaim.md): a job preempted this many times is not reclaimed
