@@ -86,11 +86,15 @@ class Claim:
 
     def may_reclaim(self, candidate: Candidate) -> bool:
         job = candidate.job
-        return (
-            job.started_at <= self.reclaim_started_by
-            and job.expected_end > self.ending_after
-            and (self.max_evictions is None or job.preemptions < self.max_evictions)
-        )
+        return job.started_at <= self.reclaim_started_by and not self.capped(job) and not self.ending(job)
+
+    def capped(self, victim: RunningJob) -> bool:
+        """Evicted as often as a reclaim may: spared until the owner's wait bound."""
+        return self.max_evictions is not None and victim.preemptions >= self.max_evictions
+
+    def ending(self, victim: RunningJob) -> bool:
+        """About to end (natural termination): spared until the owner's wait bound."""
+        return victim.expected_end <= self.ending_after
 
 
 class VictimPool:
@@ -275,8 +279,7 @@ def ready_at(
             if route is not None and (outranked is None or route[0] > outranked[0]):
                 outranked = route
             continue
-        over_cap = claim.max_evictions is not None and victim.preemptions >= claim.max_evictions
-        ends = victim.expected_end <= claim.ending_after
+        over_cap, ends = claim.capped(victim), claim.ending(victim)
         capped = claim.max_evictions if over_cap else capped
         ending = ending or (ends and not over_cap)
         if not (over_cap or ends):
@@ -302,13 +305,15 @@ def candidate_order(
     """See the module's docstring. `checkpoint_step` (with `longest`): the time since the
     victim's last checkpoint (its start, if none), in whole steps, goes before the longest
     remaining, so a long job that checkpointed lately goes before one that would redo more."""
-    at_risk = max(0.0, now - lost_since(victim.started_at, victim.last_checkpoint_at))
+    step = 0
+    if longest and checkpoint_step > 0:
+        step = max(0.0, now - lost_since(victim.started_at, victim.last_checkpoint_at)) // checkpoint_step
     return (
         victim.job_id not in borrowed,
         not victim.checkpointing,
         -priority_rank(victim.priority),
         victim.preemptions if memory else 0,
-        at_risk // checkpoint_step if longest and checkpoint_step > 0 else 0,
+        step,
         -victim.expected_end if longest else 0,
         victim.hours_lost_if_stopped(now),
         -victim.started_at,
