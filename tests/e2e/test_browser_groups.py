@@ -108,5 +108,7 @@ def test_a_sweep_s_page_ranks_its_trials_and_charts_them(cluster, browser, tmp_p
     assert urllib.request.urlopen(cancel).status == 200
     expect(page.locator(f"#child-{trials[5].pk} .badge")).to_have_text("CANCELLED", timeout=10_000)
     expect(page.locator("#group-counts")).to_contain_text("1 cancelled")
+    # The swapped-in section draws its chart after the swap: wait for it (it was read before).
+    page.wait_for_function("Chart.getChart(document.getElementById('sweep-chart')) !== undefined")
     assert page.evaluate("Chart.getChart(document.getElementById('sweep-chart')).data.datasets.length") == 5
     assert page.evaluate("performance.getEntriesByType('navigation').length") == 1
