@@ -27,6 +27,7 @@ class PassPreemption:
     def _start_searches(self) -> None:
         self._victims: VictimPool | None = None
         self.no_victims: dict[tuple, int] = {}
+        self.no_limit_victims: set[tuple] = set()  # see `_preempt_within_limits`
         self.awaiting: dict[tuple, tuple | None] = {}  # (no_victims key, tasks) -> when victims may go (`Ready`s)
         self.own_reasons: set[int] = set()  # jobs whose reason gives their own wait bound's time
         self.searches = 0
@@ -216,6 +217,11 @@ class PassPreemption:
         ]
         if sum(c.job.units for c in own) < need:
             return False
+        # What failed fails again for an equal job until the class changes: tried once, not
+        # charged to the search budget again (as `no_victims` for the other searches).
+        memo_key = self._limit_search_key(job, rclass)
+        if memo_key in self.no_limit_victims:
+            return False
         self.searches += 1
         end_at = self.now + job.max_runtime_s
         limit = self.windows.limit(end_at, self.book.limit_for(end_at, job.job_id))
@@ -234,7 +240,7 @@ class PassPreemption:
                 closed=self._closed(job),
             )
             if found is None:
-                return False
+                return self._no_limit_victims(memo_key)
             chosen = list(found.victims)
         freed = sum(victim.units for victim in chosen)
         for candidate in own:  # then what the limits still need, cheapest to lose first
@@ -244,9 +250,23 @@ class PassPreemption:
                 chosen.append(candidate.job)
                 freed += candidate.job.units
         if not self._start_nodes(job, chosen):
-            return False  # nowhere to start once they are gone
+            return self._no_limit_victims(memo_key)  # nowhere to start once they are gone
         self._evict(job, LimitVictims(chosen), claim, {c.job.job_id: c for c in own})
         return True
+
+    def _limit_search_key(self, job: PendingJob, rclass: str) -> tuple | None:
+        """All that `_preempt_within_limits`'s search reads of `job` and of the pass (the
+        class's room, victims and ledger change only with its generation); None for a job that
+        holds nodes, which are its alone."""
+        if job.job_id in self.holders:
+            return None
+        kind = self._kind(job)[0]
+        return kind, self._variant(rclass, job.max_runtime_s), self._reclaim_stage(job), self.generation[rclass]
+
+    def _no_limit_victims(self, memo_key: tuple | None) -> bool:
+        if memo_key is not None:
+            self.no_limit_victims.add(memo_key)
+        return False
 
     def _over_limits(self, job: PendingJob) -> int:
         """The units the job's team and the teams above it are over their borrowing limits by,

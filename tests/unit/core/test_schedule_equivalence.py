@@ -27,7 +27,7 @@ from scheduling.core.model import (
     Topology,
 )
 from scheduling.core.scheduler import Pass, Scheduler, schedule
-from tests.unit.core.builders import cluster, job, placed_nodes, rack, running, snapshot
+from tests.unit.core.builders import cluster, job, placed_nodes, rack, running, snapshot, teams
 from tests.unit.core.test_schedule_properties import nodes
 
 NOW = 1_794_000_000.0
@@ -419,3 +419,27 @@ def test_a_preemptor_in_flight_works_its_hold_out_again_when_its_victims_node_ga
     decisions = kept.schedule(second)
     assert decisions == tried_alone(second)
     assert decisions.placements == ()
+
+
+def test_equal_jobs_whose_search_within_their_limits_failed_spend_the_search_budget_once():
+    """Three equal P0s over their team's borrowing limit, whose own victims would make no room
+    they could use (a selector no node has): the first one's search fails, and an equal job
+    neither tries nor spends it again, as a victim search that failed (`no_victims`); the
+    budget of two is left for a P0 of another team that can evict. Trying every job acts the
+    same (it spent the budget on the repeats, and reserved instead)."""
+    nodes = rack("r1", 2)
+    own = running(1, [nodes[0].name], team="ranking", priority="P2")
+    low = running(2, [nodes[1].name], priority="P1", age=60.0)
+    refused = tuple(job(10 + i, team="ranking", priority="P0", age=600.0, selector={"ib": "ndr"}) for i in range(3))
+    incident = job(20, priority="P0")
+    state = snapshot(
+        nodes,
+        pending=(*refused, incident),
+        running_jobs=(own, low),
+        team_list=teams(ranking={"gpu:H100": (4, 4)}, vision={}),
+        max_preemption_searches=2,
+    )
+    reference = tried_alone(state)
+    assert [p.victim_job_id for p in reference.preemptions] == [2]
+    assert reference.order.index(20) > reference.order.index(12)
+    assert actions(Scheduler(actions_only=True).schedule(state)) == actions(reference)
