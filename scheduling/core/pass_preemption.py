@@ -140,7 +140,9 @@ class PassPreemption:
         ahead = self._reclaim_waits_turn(job) if reclaim else None
         if ahead is not None:
             reclaim = False
-            if self._reclaimable_elsewhere(job):  # else it would reclaim nothing even in its turn
+            # A reason only (a pass that does not explain, as the forecast's, skips the search
+            # for it): else it would reclaim nothing even in its turn.
+            if self.config.explain and self._reclaimable_elsewhere(job):
                 self.pending[job.job_id] = explain.reclaim_waits_turn(job, ahead)
         outranks = priority_rank(job.priority) < self.lowest_running[job.resource_class]
         if not reclaim and (self.searches >= self.config.max_preemption_searches or not outranks):
