@@ -7,8 +7,9 @@ disagree.
 """
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
+from operator import attrgetter
 
 from scheduling.core.conditions import Condition, Edge
 
@@ -19,6 +20,20 @@ MIN_RUNTIME_BY_CLASS = {"P0": 0.0, "P1": 600.0, "P2": 600.0, "P3": 600.0}
 
 
 _RANKS = {priority: rank for rank, priority in enumerate(PRIORITIES)}
+
+
+def pickled_by_fields(cls):
+    """A frozen, slotted dataclass pickled as a call of the class on its fields (what is derived
+    from them is made again): the slots' default pickles a list of every slot and sets each
+    again one by one. A snapshot's thousands of running jobs and their tasks, as the forecast
+    sends them to its workers, unpickle in a third of the time."""
+    get = attrgetter(*(f.name for f in fields(cls) if f.init))
+
+    def __reduce__(self):
+        return cls, get(self)
+
+    cls.__reduce__ = __reduce__
+    return cls
 
 
 def priority_rank(priority: str) -> int:
@@ -62,6 +77,7 @@ def gpu_type_of(rclass: str) -> str | None:
     return rclass.removeprefix(GPU_CLASS_PREFIX) if rclass.startswith(GPU_CLASS_PREFIX) else None
 
 
+@pickled_by_fields
 @dataclass(frozen=True, slots=True)
 class Node:
     """A machine: its totals, where it sits, and whether it may take work."""
@@ -98,6 +114,7 @@ class Node:
         return [i for i in range(self.gpus) if i not in self.excluded_gpus]
 
 
+@pickled_by_fields
 @dataclass(frozen=True, slots=True)
 class JobShape:
     """What one job asks for: `tasks` identical ranks, started together (a gang)."""
@@ -173,6 +190,7 @@ class Verdict:
     message: str = ""
 
 
+@pickled_by_fields
 @dataclass(frozen=True, slots=True)
 class TaskPlacement:
     """Where one rank runs: a node and the GPU indices (and CPU, memory) it holds there."""
@@ -199,6 +217,7 @@ def lost_since(started_at: float, last_checkpoint_at: float | None) -> float:
     return started_at if last_checkpoint_at is None else max(started_at, last_checkpoint_at)
 
 
+@pickled_by_fields
 @dataclass(frozen=True, slots=True)
 class RunningJob:
     """A job holding resources: running, starting, or being preempted (its resources count as
@@ -242,6 +261,7 @@ class RunningJob:
         return self.units * max(0.0, now - lost_since(self.started_at, self.last_checkpoint_at)) / HOUR
 
 
+@pickled_by_fields
 @dataclass(frozen=True, slots=True)
 class PendingJob:
     job_id: int

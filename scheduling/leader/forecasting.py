@@ -7,7 +7,6 @@ start moved."""
 
 import dataclasses
 import logging
-import multiprocessing
 import statistics
 import time
 from datetime import UTC, datetime, timedelta
@@ -21,7 +20,8 @@ from scheduling.core.decisions import Decisions
 from scheduling.core.model import resource_class
 from scheduling.fencing import fenced
 from scheduling.models import Job, JobState, SchedulerLease, StartForecast
-from scheduling.sim.forecast import Forecast, Run, combine, forecast, simulate_to
+from scheduling.sim.forecast import Forecast, forecast
+from scheduling.sim.forecast_workers import Workers
 from scheduling.states import QUEUED_OR_RUNNING
 from scheduling.store_view import StoreView, build_everyone
 
@@ -57,15 +57,17 @@ def runtime_fractions(now) -> dict[tuple[str, str], float]:
 class Forecaster:
     """Owned by the scheduler worker. The simulations run in child processes (a deep queue
     takes seconds to forecast; the leader's passes must not wait for it), the bound and the
-    likely one each in its own, side by side: a pass starts them when none is running and
-    `interval_s` has passed, and a later pass writes their result once both have ended.
-    `inline` runs them in the pass instead (tests; tiny clusters)."""
+    likely one each in its own, side by side, kept from one forecast to the next
+    (`Workers`): a pass starts them when none is running and `interval_s` has passed, and a
+    later pass writes their result once both have ended. `inline` runs them in the pass
+    instead (tests; tiny clusters)."""
 
     def __init__(self, *, interval_s: float | None = None, inline: bool = False):
         self.interval_s = settings.MLQ_FORECAST_INTERVAL_S if interval_s is None else interval_s
         self.inline = inline
         self.last_started = -float("inf")
-        self.running: _Children | None = None
+        self.running: _InFlight | None = None
+        self.workers = Workers()  # spawned on the first forecast
         self.last_ms = 0.0
 
     def maybe_run(self, view: StoreView, decisions: Decisions, *, epoch: int, now) -> int | None:
@@ -95,7 +97,7 @@ class Forecaster:
             if self.inline:
                 written = self._written(_forecast(*args), whole, placed, epoch=epoch, started=started)
             else:
-                self.running = _Children(*args, view=whole, started=started)
+                self.running = _InFlight(self.workers, *args, view=whole, started=started)
         return written
 
     def _written(
@@ -109,9 +111,9 @@ class Forecaster:
         return written
 
     def stop(self) -> None:
-        if self.running is not None:
-            self.running.kill()
-            self.running = None
+        """End a forecast under way and the kept workers."""
+        self.running = None
+        self.workers.kill()
 
 
 def _options() -> dict:
@@ -134,73 +136,26 @@ def longest_grace() -> float:
     return float(found if found is not None else 120)
 
 
-class _Children:
-    """The bound run and, where a team has history, the likely run, each in a `_Child`: on
-    two free cores, the forecast in about the time of one run."""
+class _InFlight:
+    """A forecast under way in the kept `Workers`, with the view it forecasts from (its jobs
+    are the ones it writes)."""
 
-    def __init__(self, snapshot, fractions, options: dict, *, view: StoreView, started: float):
-        self.started = started
-        self.view = view  # the view it forecasts from: its jobs are the ones it writes
-        self.bound = _Child((snapshot, None, options))
-        self.likely = _Child((snapshot, fractions, options)) if fractions else None
+    def __init__(self, workers: Workers, snapshot, fractions, options: dict, *, view: StoreView, started: float):
+        self.workers, self.view, self.started = workers, view, started
+        workers.start(snapshot, fractions, options)
 
     def ready(self) -> bool:
-        return self.bound.ready() and (self.likely is None or self.likely.ready())
+        return self.workers.ready()
 
     def result(self) -> Forecast | None:
-        bound = self.bound.result()
-        likely = self.likely.result() if self.likely is not None else None
-        if bound is None or (self.likely is not None and likely is None):
-            return None
-        return combine(bound, likely)
+        return self.workers.result()
 
     def join(self, timeout: float) -> None:
-        """Wait for both to end (tests)."""
-        for child in self._children():
-            child.process.join(timeout=timeout)
+        """Wait for both runs' results (tests)."""
+        self.workers.wait(timeout)
 
     def kill(self) -> None:
-        for child in self._children():
-            child.kill()
-
-    def _children(self) -> list["_Child"]:
-        return [child for child in (self.bound, self.likely) if child is not None]
-
-
-class _Child:
-    """One simulation in a fresh process (spawned: nothing of the leader's connections or
-    threads is inherited). If the leader dies, the child finishes its one run, fails to
-    send it, and exits."""
-
-    CONTEXT = multiprocessing.get_context("spawn")
-
-    def __init__(self, args):
-        self.started = time.perf_counter()
-        self.receiver, sender = self.CONTEXT.Pipe(duplex=False)
-        self.process = self.CONTEXT.Process(
-            target=simulate_to, args=(sender, *args), daemon=True, name="mlqueue-forecast"
-        )
-        self.process.start()
-        sender.close()
-
-    def ready(self) -> bool:
-        return self.receiver.poll() or not self.process.is_alive()
-
-    def result(self) -> Run | None:
-        try:
-            found = self.receiver.recv() if self.receiver.poll() else None
-        except (EOFError, OSError):
-            found = None
-        if found is None:
-            log.warning("the forecast process ended without a result (exit code %s)", self.process.exitcode)
-        self.process.join(timeout=5)
-        self.receiver.close()
-        return found
-
-    def kill(self) -> None:
-        self.process.kill()
-        self.process.join(timeout=5)
-        self.receiver.close()
+        self.workers.kill()
 
 
 def write(result: Forecast, view: StoreView, placed: set[int], *, epoch: int, current: StoreView | None = None) -> int:

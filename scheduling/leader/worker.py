@@ -219,7 +219,7 @@ class SchedulerWorker:
             return True
         if self.leadership.epoch is not None:
             log.warning("renew deadline missed: stepping down from epoch %s", self.leadership.epoch)
-            self.leadership.step_down()
+            self._step_down()
         if self.leadership.try_acquire() is None:
             return False
         # A new term starts from the store alone: what this process kept from an earlier term
@@ -227,6 +227,12 @@ class SchedulerWorker:
         self.scheduler = Scheduler()
         self.reads = KeptReads()
         return True
+
+    def _step_down(self) -> None:
+        """Give up the lead, and the forecast under way with its kept workers: a standby
+        forecasts nothing (the next term spawns them again on its first forecast)."""
+        self.leadership.step_down()
+        self.forecaster.stop()
 
     def run_once(self) -> PassReport | None:
         """Lead if possible and run one pass; None if another scheduler leads."""
@@ -248,13 +254,13 @@ class SchedulerWorker:
         except Deposed as exc:
             log.warning("%s: stepping down", exc)
             metrics.DEPOSED.inc()
-            self.leadership.step_down()
+            self._step_down()
             return None
         except DatabaseError as exc:
             # The store went away mid-pass: nothing half-written survives a rolled-back
             # transaction; give up the lead and compete again once it is back.
             log.error("database error during a pass (%s): stepping down", exc)
-            self.leadership.step_down()
+            self._step_down()
             connections.close_all()
             return None
         except Exception:  # a bug or a dependency's outage must not end the scheduler process

@@ -69,7 +69,7 @@ def forecast(snapshot: ClusterSnapshot, *, likely_fraction: Mapping | None = Non
     """`likely_fraction`: (team, resource class), or a team for all its classes, -> the share of
     its asked-for runtime its jobs typically use (0-1]; without it the likely starts are the
     bound's. `options`: those of `simulate`. The two runs one after the other; the leader runs
-    them in two processes (`simulate_to`)."""
+    them in two kept processes (forecast_workers.py)."""
     bound = simulate(snapshot, None, **options)
     return combine(bound, simulate(snapshot, likely_fraction, **options) if likely_fraction else None)
 
@@ -154,18 +154,6 @@ def _forecast_config(config: PolicyConfig, reclaim_searches: int | None, evictio
         return config
     cap = config.max_reclaim_searches
     return replace(config, max_reclaim_searches=reclaim_searches if cap is None else min(cap, reclaim_searches))
-
-
-def simulate_to(connection, snapshot: ClusterSnapshot, fraction: Mapping | None, options: dict) -> None:
-    """A child process's body: one run (`simulate`), sent down `connection` (the leader's
-    pipe; if the leader is gone, there is no one to tell). Lives here, not with the leader's
-    Django code, so the child imports nothing but the core and the simulator."""
-    try:
-        connection.send(simulate(snapshot, fraction, **options))
-    except (BrokenPipeError, EOFError):
-        pass
-    finally:
-        connection.close()
 
 
 def fraction_of(fraction: Mapping, team: str, rclass: str) -> float:

@@ -245,11 +245,12 @@ def test_replay_bench_replays_the_trace_under_each_policy(tmp_path):
     assert what_if["jobs"] == results["mlqueue"]["jobs"]
 
 
-def test_forecast_bench_prints_its_figures():
-    figures = run_bench(
-        "bench/forecast.py", "--nodes", "64", "--racks", "4", "--pending", "300", "--runs", "1", "--max-passes", "50"
-    )
-    assert figures["jobs_forecast"] > 0 and figures["forecast_ms_p50"] > 0
+@pytest.mark.parametrize("processes, runs", [("1", "1"), ("2", "2")])
+def test_forecast_bench_prints_its_figures(processes, runs):
+    """In-process, and in the leader's kept workers (the second run finds them waiting)."""
+    args = ("--nodes", "64", "--racks", "4", "--pending", "300", "--max-passes", "50")
+    figures = run_bench("bench/forecast.py", *args, "--runs", runs, "--processes", processes)
+    assert figures["jobs_forecast"] > 0 and figures["forecast_ms_p50"] > 0 and figures["forecast_ms_first"] > 0
 
 
 @pytest.mark.parametrize(

@@ -4,12 +4,14 @@ job and queue APIs and the job page, learnt from the team's history, and kept in
 from datetime import datetime, timedelta
 
 import pytest
+from django.db.models import F
 from django.test import Client
 from django.utils import timezone
 
 from scheduling.leader.forecasting import Forecaster, runtime_fractions
-from scheduling.leader.worker import publish_queue_order, run_pass
-from scheduling.models import Job, JobState, Node
+from scheduling.leader.leadership import LeaseRowLeadership
+from scheduling.leader.worker import SchedulerWorker, publish_queue_order, run_pass
+from scheduling.models import Job, JobState, Node, SchedulerLease
 from tests.conftest import make_spec
 from tests.integration.test_scheduler_pass import run_all_ranks, submit
 from tests.nodes import cordon
@@ -134,8 +136,8 @@ def test_the_bound_and_the_likely_run_in_two_child_processes_side_by_side(api, o
     started, waiting = one_started_one_waiting(api, one_node)
     forecaster = Forecaster(interval_s=0)
     run_pass(epoch=one_node, forecaster=forecaster)
-    children = forecaster.running
-    assert children.likely is not None and children.likely.process.pid != children.bound.process.pid
+    pids = forecaster.running.workers.pids
+    assert len(pids) == 2 and pids[0] != pids[1]
     for _ in range(4):
         forecaster.running.join(timeout=30)
         run_pass(epoch=one_node, forecaster=forecaster)
@@ -207,3 +209,19 @@ def test_a_teams_short_cpu_jobs_say_nothing_of_its_gpu_jobs_runtime(api, demo):
     fractions = runtime_fractions(now)
     assert fractions[("research-foundation-models", "gpu:H100")] == pytest.approx(0.25)
     assert fractions[("research-foundation-models", "cpu")] == 0.01
+
+
+def test_a_leader_that_steps_down_ends_its_forecast_and_its_kept_workers(api, demo):
+    """The forecast's workers are kept from one forecast to the next while the process leads;
+    deposed, it ends them with the forecast under way (a standby forecasts nothing)."""
+    worker = SchedulerWorker(leadership=LeaseRowLeadership())
+    worker.forecaster = Forecaster(interval_s=0)
+    assert worker._ensure_leading()
+    small(api, "waiting", 1.0)
+    assert worker._one_pass() is not None
+    processes = [kept.process for kept in worker.forecaster.workers.kept]
+    assert processes and all(process.is_alive() for process in processes)
+    SchedulerLease.objects.filter(pk=1).update(epoch=F("epoch") + 1, holder="another:1")  # another took over
+    assert worker._one_pass() is None
+    assert worker.forecaster.running is None and worker.forecaster.workers.kept == []
+    assert not any(process.is_alive() for process in processes)
