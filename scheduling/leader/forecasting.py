@@ -32,6 +32,9 @@ MIN_SAMPLES = 3
 BATCH = 500
 # A start that moves by less than this is not rewritten (each pass's "now" moves it a little).
 SLACK_S = 30.0
+# A forecast not back after this long is given up (a worker stopped or thrashing): its workers
+# are ended, and the pass starts the next one. Seed-2500's takes about 2 s.
+GIVE_UP_S = 600.0
 
 
 def runtime_fractions(now) -> dict[tuple[str, str], float]:
@@ -79,6 +82,9 @@ class Forecaster:
         the whole queue, only the passes that start a forecast do, after their own timing."""
         placed = {placement.job_id for placement in decisions.placements}
         written = None
+        if self.running is not None and not self.running.ready() and self.workers.overdue(GIVE_UP_S):
+            log.warning("the forecast started %.0f s ago has not finished: given up", GIVE_UP_S)
+            self.stop()
         if self.running is not None and self.running.ready():
             children, self.running = self.running, None
             result = children.result()

@@ -2,19 +2,24 @@
 kept from one forecast to the next.
 
 A fresh process per simulation cost the leader most of a second at seed-2500 scale before the
-simulations began (BENCHMARKS.md, "The forecast in kept processes"): `Process.start` pickles its
-arguments into the child's pipe and waits there while the child starts Python and imports the
-core, the two children in turn. Kept workers are spawned once (nothing of the leader's
-connections or threads is inherited); each forecast pickles the snapshot once and sends the
-same bytes to both. A worker whose pipe closes (the leader gone) exits; one that died is
-spawned again for the next forecast; `kill` ends a forecast under way with its workers.
-No Django here: the leader's `Forecaster` and bench/forecast.py run the same code.
+simulations began (BENCHMARKS.md, "The forecast in kept worker processes"): `Process.start`
+pickles its arguments into the child's pipe and waits there while the child starts Python and
+imports the core, the two children in turn. Kept workers are spawned once (nothing of the
+leader's connections or threads is inherited); each forecast pickles the snapshot once and
+sends the same bytes to both, each from a thread of its own: a worker that does not read (one
+stopped, or still on an earlier run) holds up that thread, never the leader's pass. Requests
+are numbered and a worker's answer to an earlier one is dropped, so a worker left behind by
+a forecast given up never answers the next one with the old run. An idle worker whose pipe
+closes (the leader gone) exits; a busy one finishes its run, fails to send it, and exits. One
+that died is spawned again for the next forecast; `kill` ends a forecast under way with its
+workers. No Django here: the leader's `Forecaster` and bench/forecast.py run the same code.
 """
 
 import gc
 import logging
 import multiprocessing
 import pickle
+import threading
 import time
 from collections.abc import Mapping
 
@@ -27,15 +32,15 @@ CONTEXT = multiprocessing.get_context("spawn")
 
 
 def serve(connection) -> None:
-    """A worker's body: for each request (the snapshot's pickle, then the run's fraction and
-    options), one run (`simulate`) sent back; until the pipe closes. The collector sleeps
-    through the run (a run makes next to no cyclic garbage: its peak memory is the same
-    without it, and it is 3-4% faster), and the snapshot is frozen out of its sight until
-    then."""
+    """A worker's body: for each request (the snapshot's pickle, then the request's number and
+    the run's fraction and options), one run (`simulate`) sent back with its number; until the
+    pipe closes. The collector sleeps through the run (a run makes next to no cyclic garbage:
+    its peak memory is the same without it, and it is 3-4% faster), and the snapshot is frozen
+    out of its sight until then."""
     while True:
         try:
             payload = connection.recv_bytes()
-            fraction, options = connection.recv()
+            number, fraction, options = connection.recv()
         except (EOFError, OSError):
             return
         snapshot = pickle.loads(payload)
@@ -49,37 +54,56 @@ def serve(connection) -> None:
             gc.unfreeze()
             gc.enable()
         try:
-            connection.send(run)
+            connection.send((number, run))
         except (BrokenPipeError, EOFError, OSError):
             return
 
 
 class Worker:
-    """One kept process (see `serve`) and the leader's end of its pipe."""
+    """One kept process (see `serve`), the leader's end of its pipe, and its latest request."""
 
     def __init__(self):
         self.connection, theirs = CONTEXT.Pipe()
         self.process = CONTEXT.Process(target=serve, args=(theirs,), daemon=True, name="mlqueue-forecast")
         self.process.start()
         theirs.close()
+        self.number = 0  # of the latest request
+        self.answer: tuple[Run | None] | None = None  # the latest request's run, once read
 
-    def ask(self, payload: bytes, fraction: Mapping | None, options: dict) -> bool:
-        """Send one run's request; False if the worker is gone."""
+    def ask(self, payload: bytes, fraction: Mapping | None, options: dict) -> None:
+        """Send one run's request, from a thread of its own (see the module's docstring)."""
+        self.number += 1
+        self.answer = None
+        request = (self.number, fraction, options)
+        threading.Thread(target=self._send, args=(payload, request), daemon=True, name="mlqueue-forecast-send").start()
+
+    def _send(self, payload: bytes, request: tuple) -> None:
         try:
             self.connection.send_bytes(payload)
-            self.connection.send((fraction, options))
+            self.connection.send(request)
         except (BrokenPipeError, EOFError, OSError):
-            return False
-        return True
+            pass  # it died (or was killed): `ready` finds it gone
 
     def ready(self) -> bool:
-        return self.connection.poll() or not self.process.is_alive()
+        """Whether the latest request has its answer, or never will (the worker is gone)."""
+        self._read()
+        return self.answer is not None or not self.process.is_alive()
+
+    def _read(self) -> None:
+        while self.answer is None and not self.connection.closed:
+            try:
+                if not self.connection.poll():
+                    return
+                number, run = self.connection.recv()
+            except (EOFError, OSError):
+                return
+            if number == self.number:  # else an earlier request's, given up: dropped
+                self.answer = (run,)
 
     def result(self) -> Run | None:
-        try:
-            return self.connection.recv() if self.connection.poll() else None
-        except (EOFError, OSError):
-            return None
+        """The latest request's run; None if the worker died without it."""
+        self._read()
+        return self.answer[0] if self.answer is not None else None
 
     def wait(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -102,13 +126,19 @@ class Workers:
         self.asked: list[Worker] = []
 
     def start(self, snapshot: ClusterSnapshot, fractions: Mapping | None, options: dict) -> None:
-        """Start a forecast: the bound run and, with `fractions`, the likely one."""
+        """Start a forecast: the bound run and, with `fractions`, the likely one. Whatever fails
+        here (a worker that cannot be spawned) ends every worker before it is raised."""
         self.started = time.perf_counter()
-        payload = pickle.dumps(snapshot, protocol=pickle.HIGHEST_PROTOCOL)
-        runs = [None, fractions] if fractions else [None]
-        for index in range(len(runs)):  # all started before any is sent its request: they start side by side
-            self._spawned(index)
-        self.asked = [self._asked(index, payload, fraction, options) for index, fraction in enumerate(runs)]
+        try:
+            payload = pickle.dumps(snapshot, protocol=pickle.HIGHEST_PROTOCOL)
+            runs = [None, fractions] if fractions else [None]
+            # Every worker spawned before any is asked: they start side by side.
+            self.asked = [self._spawned(index) for index in range(len(runs))]
+            for worker, fraction in zip(self.asked, runs, strict=True):
+                worker.ask(payload, fraction, options)
+        except BaseException:
+            self.kill()
+            raise
 
     def _spawned(self, index: int) -> Worker:
         """Kept worker `index`, spawned if it is not there or has died."""
@@ -119,15 +149,9 @@ class Workers:
             self.kept[index] = Worker()
         return self.kept[index]
 
-    def _asked(self, index: int, payload: bytes, fraction: Mapping | None, options: dict) -> Worker:
-        """Kept worker `index`, sent the request (spawned again once if it died meanwhile; if
-        that one fails too, its result is None: the forecast is lost, not the pass)."""
-        worker = self._spawned(index)
-        if not worker.ask(payload, fraction, options):
-            worker.kill()
-            worker = self.kept[index] = Worker()
-            worker.ask(payload, fraction, options)
-        return worker
+    def overdue(self, limit_s: float) -> bool:
+        """Whether the forecast under way has taken longer than `limit_s` so far."""
+        return bool(self.asked) and time.perf_counter() - self.started > limit_s
 
     @property
     def pids(self) -> list[int]:
@@ -142,13 +166,16 @@ class Workers:
             worker.wait(timeout)
 
     def result(self) -> Forecast | None:
-        """The forecast, once `ready`; None if a worker died without its run (it is spawned
-        again next time)."""
+        """The forecast, once `ready`; None if a worker died without its run, or had none yet
+        (asked before `ready`): that worker is ended, and spawned again next time."""
         runs = []
         for worker in self.asked:
             run = worker.result()
-            if run is None:  # it died: `_spawned` replaces it next time
-                log.warning("the forecast process ended without a result (exit code %s)", worker.process.exitcode)
+            if run is None:  # `_spawned` replaces it next time
+                if worker.process.is_alive():
+                    log.warning("a forecast process gave no result in time: ended")
+                else:
+                    log.warning("the forecast process ended without a result (exit code %s)", worker.process.exitcode)
                 worker.kill()
             runs.append(run)
         self.asked = []

@@ -1,6 +1,8 @@
 """The leader's start-time forecast on the real store: written after a pass, served by the
 job and queue APIs and the job page, learnt from the team's history, and kept in life."""
 
+import os
+import signal
 from datetime import datetime, timedelta
 
 import pytest
@@ -8,6 +10,7 @@ from django.db.models import F
 from django.test import Client
 from django.utils import timezone
 
+from scheduling.leader import forecasting
 from scheduling.leader.forecasting import Forecaster, runtime_fractions
 from scheduling.leader.leadership import LeaseRowLeadership
 from scheduling.leader.worker import SchedulerWorker, publish_queue_order, run_pass
@@ -24,6 +27,15 @@ def one_node(leader):  # noqa: F811
     """One 8-GPU H100 node: 8-GPU jobs queue behind each other."""
     cordon(Node.objects.filter(gpu_type="H100").exclude(name=ONE_NODE))
     return leader
+
+
+@pytest.fixture
+def forecaster():
+    """A leader's forecaster that forecasts on every pass, in its kept workers: ended after
+    the test (its workers would outlive it)."""
+    kept = Forecaster(interval_s=0)
+    yield kept
+    kept.stop()
 
 
 def small(api, name: str, hours: float) -> Job:
@@ -79,8 +91,7 @@ def test_queued_jobs_start_within_their_forecast_bound(api, one_node):
         assert following.estimated_start is None  # placed: the forecast is cleared
 
 
-def test_the_leader_forecasts_in_a_child_process_and_writes_on_a_later_pass(api, one_node):
-    forecaster = Forecaster(interval_s=0)
+def test_the_leader_forecasts_in_a_child_process_and_writes_on_a_later_pass(api, one_node, forecaster):
     small(api, "first", 1.0)
     run_pass(epoch=one_node, forecaster=forecaster)
     assert forecaster.running is not None  # the pass did not wait for it
@@ -132,9 +143,8 @@ def test_likely_start_learns_from_the_teams_history(api, one_node):
     assert waiting.estimated_start.strftime("%H:%M") in page and waiting.likely_start.strftime("%H:%M") in page
 
 
-def test_the_bound_and_the_likely_run_in_two_child_processes_side_by_side(api, one_node):
+def test_the_bound_and_the_likely_run_in_two_child_processes_side_by_side(api, one_node, forecaster):
     started, waiting = one_started_one_waiting(api, one_node)
-    forecaster = Forecaster(interval_s=0)
     run_pass(epoch=one_node, forecaster=forecaster)
     pids = forecaster.running.workers.pids
     assert len(pids) == 2 and pids[0] != pids[1]
@@ -211,11 +221,11 @@ def test_a_teams_short_cpu_jobs_say_nothing_of_its_gpu_jobs_runtime(api, demo):
     assert fractions[("research-foundation-models", "cpu")] == 0.01
 
 
-def test_a_leader_that_steps_down_ends_its_forecast_and_its_kept_workers(api, demo):
+def test_a_leader_that_steps_down_ends_its_forecast_and_its_kept_workers(api, demo, forecaster):
     """The forecast's workers are kept from one forecast to the next while the process leads;
     deposed, it ends them with the forecast under way (a standby forecasts nothing)."""
     worker = SchedulerWorker(leadership=LeaseRowLeadership())
-    worker.forecaster = Forecaster(interval_s=0)
+    worker.forecaster = forecaster
     assert worker._ensure_leading()
     small(api, "waiting", 1.0)
     assert worker._one_pass() is not None
@@ -225,3 +235,28 @@ def test_a_leader_that_steps_down_ends_its_forecast_and_its_kept_workers(api, de
     assert worker._one_pass() is None
     assert worker.forecaster.running is None and worker.forecaster.workers.kept == []
     assert not any(process.is_alive() for process in processes)
+
+
+def test_a_forecast_not_back_in_time_is_given_up_and_the_next_one_started(api, one_node, forecaster, monkeypatch):
+    """Workers that stopped answering (stopped here, as a thrashing machine would leave them)
+    hold up the forecast, never the passes: past `GIVE_UP_S` a pass ends them and starts the
+    next forecast in new ones, which writes as before."""
+    small(api, "first", 1.0)
+    waiting = small(api, "waiting", 1.0)
+    run_pass(epoch=one_node, forecaster=forecaster)
+    forecaster.running.join(timeout=30)
+    run_pass(epoch=one_node, forecaster=forecaster)  # writes it, and asks the same workers again
+    stuck = [worker.process for worker in forecaster.workers.kept]
+    for process in stuck:
+        os.kill(process.pid, signal.SIGSTOP)
+    Job.objects.filter(pk=waiting.pk).update(estimated_start=None, likely_start=None)
+    run_pass(epoch=one_node, forecaster=forecaster)  # not back, not yet given up
+    assert all(process.is_alive() for process in stuck)
+    monkeypatch.setattr(forecasting, "GIVE_UP_S", 0.0)
+    run_pass(epoch=one_node, forecaster=forecaster)
+    assert not any(process.is_alive() for process in stuck)
+    assert forecaster.running is not None and set(forecaster.workers.pids).isdisjoint(p.pid for p in stuck)
+    forecaster.running.join(timeout=30)
+    run_pass(epoch=one_node, forecaster=forecaster)
+    waiting.refresh_from_db()
+    assert waiting.estimated_start is not None

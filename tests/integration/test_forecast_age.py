@@ -18,7 +18,7 @@ from scheduling.leader.worker import run_pass
 from scheduling.models import SchedulerLease
 from scheduling.selectors import scheduler_state
 from tests.integration.test_cli_groups import mlq  # noqa: F401
-from tests.integration.test_forecast import one_node, small  # noqa: F401
+from tests.integration.test_forecast import forecaster, one_node, small  # noqa: F401
 
 INTERVAL_S = 5.0
 FORECAST_MS = 2000.0
@@ -140,10 +140,9 @@ def test_a_deposed_leader_cannot_record_a_forecast(api, waiting, one_node):  # n
     assert SchedulerLease.objects.values_list("forecast_at", "forecast_ms").get(pk=1) == before
 
 
-def test_a_forecast_finished_after_a_takeover_writes_nothing(api, one_node):  # noqa: F811
+def test_a_forecast_finished_after_a_takeover_writes_nothing(api, one_node, forecaster):  # noqa: F811
     small(api, "first", 1.0)
     small(api, "waiting", 1.0)
-    forecaster = Forecaster(interval_s=0)
     run_pass(epoch=one_node, forecaster=forecaster)
     forecaster.running.join(timeout=30)
     SchedulerLease.objects.filter(pk=1).update(epoch=one_node + 1)  # another scheduler took over

@@ -96,3 +96,45 @@ def test_the_snapshots_classes_pickle_as_calls_on_their_fields_with_what_is_deri
     copy = pickle.loads(pickle.dumps(busy))
     assert (copy.units, copy.resource_class) == (8, "gpu:H100")
     assert (pickle.loads(pickle.dumps(shape)).units, pickle.loads(pickle.dumps(shape)).key()) == (8, shape.key())
+
+
+def a_big_snapshot():
+    """12,000 running jobs: a pickle of over a megabyte, more than a pipe holds."""
+    nodes = cluster(*(rack(f"z1-r{index}", 250) for index in range(2, 8)))
+    busy = [
+        running(8 * index + gpu + 10, [node.name], gpus_per_node=1, first_gpu=gpu)
+        for index, node in enumerate(nodes)
+        for gpu in range(8)
+    ]
+    state = replace(queue_behind_one_job(), nodes=nodes + queue_behind_one_job().nodes, running=tuple(busy))
+    assert len(pickle.dumps(state)) > 1_000_000
+    return state
+
+
+def test_a_worker_that_does_not_read_holds_up_its_own_request_not_the_caller(workers):
+    """A stopped worker (or one still busy) and a snapshot bigger than the pipe holds: the
+    request waits in a thread of its own; `start` returns at once, and the forecast is lost
+    only if that worker never answers."""
+    state = a_big_snapshot()
+    forecast_in(workers, queue_behind_one_job())
+    stopped = workers.kept[0].process.pid
+    os.kill(stopped, signal.SIGSTOP)
+    try:
+        workers.start(state, FRACTIONS, OPTIONS)
+        assert not workers.ready()
+    finally:
+        os.kill(stopped, signal.SIGKILL)
+    workers.wait(60)
+    assert workers.ready() and workers.result() is None
+    assert forecast_in(workers, state) == forecast(state, likely_fraction=FRACTIONS, **OPTIONS)
+
+
+def test_a_worker_answers_the_latest_request_never_an_earlier_one_given_up(workers):
+    """Two forecasts asked back to back (the first given up unread): each worker runs both
+    and the first answers are dropped."""
+    first, second = queue_behind_one_job(), replace(queue_behind_one_job(), pending=queue_behind_one_job().pending[:1])
+    workers.start(first, FRACTIONS, OPTIONS)
+    assert forecast_in(workers, second) == forecast(second, likely_fraction=FRACTIONS, **OPTIONS)
+    assert forecast(second, likely_fraction=FRACTIONS, **OPTIONS) != forecast(
+        first, likely_fraction=FRACTIONS, **OPTIONS
+    )
