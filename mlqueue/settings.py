@@ -383,7 +383,7 @@ MLQ_OVERDUE_SINCE_REQUEUE = env_bool("MLQ_OVERDUE_SINCE_REQUEUE", False)
 # (MLQ_RECLAIM_LONGEST_FIRST; 0: the least work lost, then the newest).
 MLQ_RECLAIM_MAX_EVICTIONS = env_max_evictions("MLQ_RECLAIM_MAX_EVICTIONS", 2)
 MLQ_RECLAIM_LONGEST_FIRST = env_bool("MLQ_RECLAIM_LONGEST_FIRST", True)
-MLQ_RECLAIM_CHECKPOINT_STEP_S = env_seconds("MLQ_RECLAIM_CHECKPOINT_STEP_S", 900.0)
+MLQ_RECLAIM_CHECKPOINT_STEP_S = env_seconds("MLQ_RECLAIM_CHECKPOINT_STEP_S", 720.0)
 MLQ_MAX_LOG_CHARS = env_int("MLQ_MAX_LOG_CHARS", 10_000_000)  # per task attempt and stream, in Postgres
 # Job groups: the most elements (or trials) one array (or sweep) may have; the lines of a task
 # attempt's metrics file whose reports are kept (past it the rest are dropped and the job's

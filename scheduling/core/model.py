@@ -398,10 +398,11 @@ class PolicyConfig:
     # search). A job preempted `reclaim_max_evictions` times is not reclaimed again, nor
     # (optionally) one that has run less than `reclaim_min_runtime_s`, unless the owner has
     # waited past `reclaim_wait_bound_s`: then it reclaims from anyone over a guarantee. The
-    # defaults met issue 13's 640-GPU aims (BENCHMARKS.md, "Victims that checkpointed lately").
+    # defaults met issue 13's aims at 640 and 768 GPUs (BENCHMARKS.md, "Victims that
+    # checkpointed lately" and "The checkpoint step at 12 minutes").
     reclaim_spare_ending_s: float = 0.0
     reclaim_longest_first: bool = True
-    reclaim_checkpoint_step_s: float = 900.0
+    reclaim_checkpoint_step_s: float = 720.0
     reclaim_min_runtime_s: float = 0.0
     # An owner reclaims only after waiting this long (YuniKorn's preemption delay).
     reclaim_after_wait_s: float = 0.0

@@ -249,19 +249,19 @@ def test_longest_expected_remaining_goes_first():
     ]
     assert victims(reclaim(jobs, reclaim_longest_first=True, reclaim_checkpoint_step_s=0)) == [5, 8]  # 12 h left each
     assert victims(reclaim(jobs, reclaim_longest_first=False)) == [7, 8]
-    # None checkpoints: the time at risk is each one's age, whole quarter-hours apart, so the
+    # None checkpoints: the time at risk is each one's age, hours apart (whole 12-minute steps), so the
     # youngest go first whatever their remaining (the default)
     assert victims(reclaim(jobs)) == [7, 8]
 
 
 # The borrowed four (5-8): (hours left, minutes since their last checkpoint).
-CHECKPOINTED = {5: (12, 40), 6: (10, 2), 7: (11, 12), 8: (11.5, 5)}
+CHECKPOINTED = {5: (12, 40), 6: (10, 2), 7: (11, 10), 8: (11.5, 5)}
 
 
 @pytest.mark.parametrize(
     "config, expected",
     [
-        # The default: 6, 7 and 8 checkpointed within the last quarter-hour; of them the longest
+        # The default: 6, 7 and 8 checkpointed within the last 12-minute step; of them the longest
         # left go (8, 7). 5, the longest left of all, would redo 40 minutes.
         ({}, [7, 8]),
         ({"reclaim_checkpoint_step_s": 0}, [5, 8]),  # the longest left alone
