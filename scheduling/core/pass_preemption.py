@@ -219,12 +219,23 @@ class PassPreemption:
         ]
         if sum(c.job.units for c in own) < need:
             return False
-        # What failed fails again for an equal job until the class changes: tried once, not
-        # charged to the search budget again (as `no_victims` for the other searches).
+        # What failed fails again for an equal job until the class changes: searched once, and
+        # not charged to the budget again (as `no_victims` for the other searches).
         memo_key = self._limit_search_key(job, rclass)
         if memo_key in self.no_limit_victims:
             return False
         self.searches += 1
+        chosen = self._limit_victims(job, own, claim, need)
+        if chosen is None or not self._start_nodes(job, chosen):  # or nowhere to start once they are gone
+            if memo_key is not None:
+                self.no_limit_victims.add(memo_key)
+            return False
+        self._evict(job, LimitVictims(chosen), claim, {c.job.job_id: c for c in own})
+        return True
+
+    def _limit_victims(self, job: PendingJob, own: list, claim, need: int) -> list[RunningJob] | None:
+        """`_preempt_within_limits`'s victims: those it needs for room, if it needs any (None if
+        none will do), then what the limits still need, the cheapest to lose first."""
         end_at = self.now + job.max_runtime_s
         limit = self.windows.limit(end_at, self.book.limit_for(end_at, job.job_id))
         chosen: list = []
@@ -237,24 +248,21 @@ class PassPreemption:
                 excess={},
                 borrowed=self.borrowed,
                 now=self.now,
-                memory=config.eviction_memory,
+                memory=self.config.eviction_memory,
                 pool=self.victims,
                 closed=self._closed(job),
             )
             if found is None:
-                return self._no_limit_victims(memo_key)
+                return None
             chosen = list(found.victims)
         freed = sum(victim.units for victim in chosen)
-        for candidate in own:  # then what the limits still need, cheapest to lose first
+        for candidate in own:
             if freed >= need:
                 break
             if candidate.job not in chosen:
                 chosen.append(candidate.job)
                 freed += candidate.job.units
-        if not self._start_nodes(job, chosen):
-            return self._no_limit_victims(memo_key)  # nowhere to start once they are gone
-        self._evict(job, LimitVictims(chosen), claim, {c.job.job_id: c for c in own})
-        return True
+        return chosen
 
     def _limit_search_key(self, job: PendingJob, rclass: str) -> tuple | None:
         """All that `_preempt_within_limits`'s search reads of `job` and of the pass (the
@@ -264,11 +272,6 @@ class PassPreemption:
             return None
         kind = self._kind(job)[0]
         return kind, self._variant(rclass, job.max_runtime_s), self._reclaim_stage(job), self.generation[rclass]
-
-    def _no_limit_victims(self, memo_key: tuple | None) -> bool:
-        if memo_key is not None:
-            self.no_limit_victims.add(memo_key)
-        return False
 
     def _over_limits(self, job: PendingJob) -> int:
         """The units the job's team and the teams above it are over their borrowing limits by,
