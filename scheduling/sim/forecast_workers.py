@@ -179,7 +179,7 @@ class Workers:
                 worker.kill()
             runs.append(run)
         self.asked = []
-        if any(run is None for run in runs):
+        if not runs or any(run is None for run in runs):  # nothing asked (ended meanwhile), or lost
             return None
         return combine(runs[0], runs[1] if len(runs) > 1 else None)
 

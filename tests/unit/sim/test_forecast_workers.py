@@ -138,3 +138,9 @@ def test_a_worker_answers_the_latest_request_never_an_earlier_one_given_up(worke
     assert forecast(second, likely_fraction=FRACTIONS, **OPTIONS) != forecast(
         first, likely_fraction=FRACTIONS, **OPTIONS
     )
+
+
+def test_a_forecast_ended_by_kill_has_no_result(workers):
+    workers.start(queue_behind_one_job(), FRACTIONS, OPTIONS)
+    workers.kill()
+    assert workers.ready() and workers.result() is None
