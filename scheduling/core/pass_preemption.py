@@ -10,7 +10,7 @@ from scheduling.core import explain
 from scheduling.core.decisions import Preemption, PreemptionReason
 from scheduling.core.model import PendingJob, RunningJob, priority_rank
 from scheduling.core.placement import plan
-from scheduling.core.preemption import VictimPool, find_victims, ready_at, units_freed, why
+from scheduling.core.preemption import Excess, VictimPool, find_victims, ready_at, units_freed, why
 from scheduling.core.reasons import PendingReason
 
 
@@ -35,7 +35,10 @@ class PassPreemption:
         self.leaving: dict[str, dict[str, int]] = {}  # see `_leaving`
         # Per (class, team), the units evictions took, in earlier passes (jobs still stopping,
         # which the ledger counts until they have) and in this one: no longer the team's to give.
-        self.evicted: dict[tuple[str, str], int] = defaultdict(int, self.stopping_units)
+        self.evicted: dict[tuple[str, str], int] = defaultdict(int)
+        for (rclass, team), units in self.stopping_units.items():  # and at each division above
+            for name in self.ledger.chain(team):
+                self.evicted[rclass, name] += units
         self.charged: dict[int, dict[str, int]] = {}  # see `_charge`: preemptor -> {team or ancestor: units}
         self.in_flight_units: dict[tuple[str, str], int] = defaultdict(int)  # (class, name) -> units charged
 
@@ -78,25 +81,26 @@ class PassPreemption:
             self.ledger.add_at(name, rclass, sign * units)
             self.in_flight_units[rclass, name] += sign * units
 
-    def _excess(self, rclass: str) -> dict[str, int]:
-        """What each team runs above its guarantee in `rclass` (the ledger's `excess`, less its
-        preemptors in flight, which do not run yet), less
-        what is stopping there already, evicted by this pass or an earlier one: reclaimers and
-        borrowers must not together take more than a team holds above its guarantee (it would
-        reclaim the rest straight back)."""
-        evicted, charged = self.evicted, self.in_flight_units
+    def _excess(self, rclass: str, team: str) -> Excess:
+        """What each team and division runs above its guarantee in `rclass` (the ledger's
+        `excess`, less its preemptors in flight, which do not run yet), less what is stopping
+        there already, evicted by this pass or an earlier one: reclaimers and borrowers must not
+        together take more than a team holds above its guarantee (it would reclaim the rest
+        straight back). For a preemptor of `team`: what a victim of each team spends it from."""
+        evicted, charged, chain = self.evicted, self.in_flight_units, self.ledger.chain
         found = {}
-        for team, units in self.ledger.excess(rclass).items():
-            left = units - evicted[rclass, team] - charged[rclass, team]
+        for name, units in self.ledger.excess(rclass).items():
+            left = units - evicted[rclass, name] - charged[rclass, name]
             if left > 0:
-                found[team] = left
-        return found
+                found[name] = left
+        mine = chain(team)
+        return Excess(found, {name: tuple(n for n in chain(name) if n not in mine) for name in found})
 
     def _reclaimable_elsewhere(self, job: PendingJob) -> bool:
         """Whether a reclaim by `job` would have a victim to search now: a job of another team
         over its guarantee that its claim may take (not a P0, not one stopping or taken already,
         within that team's excess, past the reclaim's spares). The search's own candidates."""
-        excess = self._excess(job.resource_class)
+        excess = self._excess(job.resource_class, job.team)
         if not any(team != job.team for team in excess):
             return False
         candidates = self.victims.candidates(job, self.victims.claim(job), excess=excess)
@@ -168,7 +172,7 @@ class PassPreemption:
         whether to find the time they may (PREEMPTION_PENDING)."""
         # Victims only ever leave the pool during a pass, so what failed once fails again, for
         # the same excess (which a placement or an eviction in the class changes).
-        excess = self._excess(job.resource_class) if reclaim or borrowing else {}
+        excess = self._excess(job.resource_class, job.team) if reclaim or borrowing else {}
         mine = job.team if reclaim or borrowing else None
         # Past its wait bound a job's claim lifts reclaim's spares: it may find what a younger
         # equal job could not.
@@ -389,7 +393,8 @@ class PassPreemption:
         reasons = {v.job_id: why(candidates[v.job_id], claim) for v in found.victims}
         for victim in found.victims:
             self.victims.take(victim)
-            self.evicted[victim.resource_class, victim.team] += victim.units
+            for name in self.ledger.chain(victim.team):
+                self.evicted[victim.resource_class, name] += victim.units
             self.preemptions.append(
                 Preemption(
                     victim.job_id,

@@ -5,7 +5,8 @@ Who may be evicted for whom:
 - RECLAIM: a team within its guarantee takes back capacity other teams hold above theirs,
   whatever the victims' priority class (never P0) and however young they are. Any job of a
   team over its guarantee may go, but no more of its units than it holds above the guarantee
-  (less what is stopping there already: the pass's `_excess`):
+  (less what is stopping there already: the pass's `_excess`), nor than each division above
+  it holds above the division's, where the preemptor is not of that division too (`Excess`):
   which jobs is chosen for the block they free, not by which one started last. Without churn
   (`PolicyConfig.reclaim_*`): a job expected to end within `reclaim_spare_ending_s` is left to
   end (its room comes back soon anyway, while an evicted job waits again and redoes work);
@@ -51,6 +52,32 @@ class VictimSet:
     victims: tuple[RunningJob, ...]
     domain: str
     score: tuple
+
+
+class Excess(dict):
+    """What each team (and each division: a team with teams under it) holds above its
+    guarantee that a search may still take, and per team the names a victim of it spends that
+    from (`spends`): its own team and each division above it that is not also above the
+    preemptor. Taking from a team below a division takes from the division too, so a division
+    never falls below its own guarantee; taking from a team of the preemptor's own division
+    leaves the division's use as it was. A plain dict: each team spends from itself alone."""
+
+    __slots__ = ("spends",)
+
+    def __init__(self, left: dict[str, int], spends: dict[str, tuple[str, ...]]):
+        super().__init__(left)
+        self.spends = spends
+
+
+def spends(excess: dict[str, int], team: str) -> tuple[str, ...]:
+    """The names a victim of `team` spends `excess` from (see `Excess`)."""
+    found = getattr(excess, "spends", None)
+    return found.get(team, (team,)) if found is not None else (team,)
+
+
+def within(excess: dict[str, int], team: str, units: int) -> bool:
+    """Whether `units` of `team` may be taken within `excess`, at the team and above it."""
+    return all(units <= excess.get(name, 0) for name in spends(excess, team))
 
 
 class Candidate(NamedTuple):
@@ -198,7 +225,7 @@ class VictimPool:
                 if c.rank > rank
                 and (victim := c.job).started_at <= started_by
                 and victim.job_id not in taken
-                and (victim.team == team or victim.units <= excess.get(victim.team, 0))
+                and (victim.team == team or within(excess, victim.team, victim.units))
             ]
         elif not excess:  # it may only outrank: claim.outranks(c), inlined (a hot loop)
             found = [
@@ -214,7 +241,7 @@ class VictimPool:
                 if (victim := c.job).job_id not in taken
                 and (
                     (c.rank > rank and victim.started_at <= started_by)  # claim.outranks(c), inlined
-                    or (victim.team in others and victim.units <= excess[victim.team] and claim.may_reclaim(c))
+                    or (victim.team in others and within(excess, victim.team, victim.units) and claim.may_reclaim(c))
                 )
             ]
         self.found[key] = (len(taken), found)
@@ -447,17 +474,18 @@ def _domains(
 
 def _domain(members: list, chosen: set[int], claim: Claim, excess: dict[str, int]) -> Domain:
     victims, on, held = [], {}, 0
-    spent: dict[str, int] = {}  # per team, the units taken from it by reclaim
+    spent: dict[str, int] = {}  # per team (and division), the units taken from it by reclaim
     rank, started_by = claim.rank, claim.started_by
     for candidate, hosts, units in members:
         victim = candidate.job
         if victim.job_id not in chosen:
             continue
         if not (candidate.rank > rank and victim.started_at <= started_by) or claim.bounded(victim):
-            taken = spent.get(victim.team, 0) + victim.units
-            if taken > excess.get(victim.team, 0):
+            names = spends(excess, victim.team)
+            if any(spent.get(name, 0) + victim.units > excess.get(name, 0) for name in names):
                 continue
-            spent[victim.team] = taken
+            for name in names:
+                spent[name] = spent.get(name, 0) + victim.units
         victims.append(victim)
         on.update(hosts)
         held += units

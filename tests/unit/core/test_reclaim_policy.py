@@ -417,3 +417,41 @@ def test_a_team_s_borrowed_jobs_are_its_lowest_class_not_its_newest():
     claim = job(60, team="vision", age=60.0)
     decisions = schedule(snapshot(NODES, pending=[claim], running_jobs=running_jobs, team_list=QUOTAS))
     assert [(p.victim_job_id, p.for_job_id, p.reason) for p in decisions.preemptions] == [(4, 60, "RECLAIM")]
+
+
+# A division of two teams: research-a runs 24 of its 8 guaranteed (16 over), research-b 8 of its
+# 16; the division 32 of its 24 (8 over). vision runs 32 of its 48. The cluster is full.
+DIVISION = (
+    Team("research", None, {"gpu:H100": Quota(24, 40)}),
+    Team("research-a", "research", {"gpu:H100": Quota(8, 40)}),
+    Team("research-b", "research", {"gpu:H100": Quota(16, 40)}),
+    Team("vision", None, {"gpu:H100": Quota(48, 16)}),
+)
+
+
+def division_running():
+    teams_on = ["research-a"] * 3 + ["research-b"] + ["vision"] * 4
+    return [running(i, [f"z1-r1-n{i}"], team=team, remaining=10 * HOUR) for i, team in enumerate(teams_on, 1)]
+
+
+def reclaim_in_division(claim):
+    return schedule(snapshot(NODES, pending=[claim], running_jobs=division_running(), team_list=DIVISION))
+
+
+@pytest.mark.parametrize(
+    "claim, expected",
+    [
+        # research-a is 16 over its own guarantee, but its division only 8 over: a reclaim from
+        # outside the division takes 8 of research-a's, never 16 (the division would fall to 16
+        # of its 24 guaranteed).
+        (job(60, gpus=8, team="vision"), 1),
+        (job(60, gpus=16, per_task=8, team="vision"), 0),
+        # research-b, within its guarantee, takes from its sibling: the division's use is the
+        # same after, so only research-a's own excess bounds it.
+        (job(60, gpus=8, team="research-b"), 1),
+    ],
+)
+def test_a_reclaim_never_takes_a_division_below_its_guarantee(claim, expected):
+    decisions = reclaim_in_division(claim)
+    assert len(decisions.preemptions) == expected
+    assert all(p.victim_job_id in (1, 2, 3) and p.reason == "RECLAIM" for p in decisions.preemptions)
