@@ -18,6 +18,7 @@ OVER_PARENT = "{team} and its sibling teams would be guaranteed {total} {rclass}
 OVER_PARENT_HIDDEN = (
     "{team} and its sibling teams would be guaranteed more {rclass} than {parent} has: ask a lead of {parent}."
 )
+QUOTA_FIELDS = ("guaranteed", "borrowing_limit", "weight")
 UNDER_CHILDREN = "{team}'s teams are guaranteed {children} {rclass} in all; its guarantee cannot go below that."
 
 
@@ -36,18 +37,25 @@ def do_update_quotas(*, team: Team, changes: dict[str, dict], user, reason: str)
 
 def _apply_quota_change(*, team: Team, rclass: str, fields: dict, user, reason: str) -> Quota:
     """One class's change, checked and audited; the fields already at the value asked are left
-    out, and a change of none is no change at all (applied again, a PATCH writes nothing)."""
-    quota, _ = Quota.objects.get_or_create(team=team, resource_class=rclass)
-    fields = {name: value for name, value in fields.items() if getattr(quota, name) != value}
-    if not fields:
-        return quota
-    before = {name: getattr(quota, name) for name in fields}
+    out, and a change of none is no change at all (applied again, a PATCH writes nothing). A
+    class the team had no quota for is a change even at the defaults: without a quota it could
+    borrow without bound, with one at 0 it cannot (audited as added, before: {})."""
+    quota, added = Quota.objects.get_or_create(team=team, resource_class=rclass)
+    if not added:
+        fields = {name: value for name, value in fields.items() if getattr(quota, name) != value}
+        if not fields:
+            return quota
+    before = {} if added else {name: getattr(quota, name) for name in fields}
     for name, value in fields.items():
         setattr(quota, name, value)
     check_quota_tree(team=team, rclass=rclass, guaranteed=quota.guaranteed, user=user)
     quota.updated_at = timezone.now()
     quota.save()
-    changed = ", ".join(f"{name} {before[name]} -> {value}" for name, value in fields.items())
+    if added:
+        fields = {name: getattr(quota, name) for name in QUOTA_FIELDS}
+        changed = "quota added: " + ", ".join(f"{name} {value}" for name, value in fields.items())
+    else:
+        changed = ", ".join(f"{name} {before[name]} -> {value}" for name, value in fields.items())
     AuditEvent.objects.create(
         team=team,
         kind=EventKind.QUOTA_CHANGED,

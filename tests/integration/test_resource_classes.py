@@ -168,3 +168,17 @@ def _inline_management(page) -> dict:
 
     html = page.content.decode()
     return dict(re.findall(r'name="([^"]+-(?:TOTAL|INITIAL|MIN_NUM|MAX_NUM)_FORMS)"[^>]*value="(\d+)"', html))
+
+
+def test_a_quota_added_at_the_defaults_is_a_change_and_audited(api, h200_configured):
+    """Without a quota for a class a team may borrow it without bound; a quota at 0 and 0 says
+    it may not: added at the defaults it is still a change, written and audited once (QA: the
+    row was written and the audit entry left out)."""
+    assert patch_h200(api, "ops", "research", guaranteed=16).status_code == 200
+    response = patch_h200(api, "rita", FM, guaranteed=0, borrowing_limit=0)
+    assert response.status_code == 200, response.json()
+    event = AuditEvent.objects.get(kind="QUOTA_CHANGED", team__name=FM, data__resource_class="gpu:H200")
+    assert event.data["before"] == {} and event.data["after"] == {"guaranteed": 0, "borrowing_limit": 0, "weight": 1.0}
+    assert "quota added: guaranteed 0, borrowing_limit 0, weight 1.0" in event.message
+    assert patch_h200(api, "rita", FM, guaranteed=0, borrowing_limit=0).status_code == 200  # the same again
+    assert AuditEvent.objects.filter(kind="QUOTA_CHANGED", team__name=FM, data__resource_class="gpu:H200").count() == 1
