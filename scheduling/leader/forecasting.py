@@ -32,9 +32,10 @@ MIN_SAMPLES = 3
 BATCH = 500
 # A start that moves by less than this is not rewritten (each pass's "now" moves it a little).
 SLACK_S = 30.0
-# A forecast not back after this long is given up (a worker stopped or thrashing): its workers
-# are ended, and the pass starts the next one. Seed-2500's takes about 2 s.
-GIVE_UP_S = 600.0
+# A forecast not back after this long, or 10 times as long as the last one took, is given up
+# (a worker stopped or thrashing): its workers are ended, and the pass starts the next one.
+# Seed-2500's takes about 2 s.
+GIVE_UP_S = 120.0
 
 
 def runtime_fractions(now) -> dict[tuple[str, str], float]:
@@ -82,8 +83,9 @@ class Forecaster:
         the whole queue, only the passes that start a forecast do, after their own timing."""
         placed = {placement.job_id for placement in decisions.placements}
         written = None
-        if self.running is not None and not self.running.ready() and self.workers.overdue(GIVE_UP_S):
-            log.warning("the forecast started %.0f s ago has not finished: given up", GIVE_UP_S)
+        give_up = max(GIVE_UP_S, 10 * self.last_ms / 1000)
+        if self.running is not None and not self.running.ready() and self.workers.overdue(give_up):
+            log.warning("the forecast started %.0f s ago has not finished: given up", give_up)
             self.stop()
         if self.running is not None and self.running.ready():
             children, self.running = self.running, None

@@ -219,7 +219,10 @@ class SchedulerWorker:
             return True
         if self.leadership.epoch is not None:
             log.warning("renew deadline missed: stepping down from epoch %s", self.leadership.epoch)
-            self._step_down()
+            self.leadership.step_down()
+        # However the lead was lost (here, or by a renewal that stepped down by itself): a
+        # standby forecasts nothing (QA: the workers outlived a lead lost by the renewal).
+        self.forecaster.stop()
         if self.leadership.try_acquire() is None:
             return False
         # A new term starts from the store alone: what this process kept from an earlier term

@@ -19,6 +19,7 @@ import gc
 import logging
 import multiprocessing
 import pickle
+import signal
 import threading
 import time
 from collections.abc import Mapping
@@ -36,7 +37,9 @@ def serve(connection) -> None:
     the run's fraction and options), one run (`simulate`) sent back with its number; until the
     pipe closes. The collector sleeps through the run (a run makes next to no cyclic garbage:
     its peak memory is the same without it, and it is 3-4% faster), and the snapshot is frozen
-    out of its sight until then."""
+    out of its sight until then. It ignores SIGINT: a Ctrl-C at a terminal reaches the whole
+    process group, and the leader ends its workers itself (or, gone, closes their pipes)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     while True:
         try:
             payload = connection.recv_bytes()

@@ -145,6 +145,14 @@ class JobSerializer(FieldsBuiltOnce, serializers.ModelSerializer):
             },
         }
 
+    def to_representation(self, job: Job):
+        """A start forecast is of a job still waiting: one that left the queue otherwise than
+        by a placement (a cancel, a failed dependency) keeps its last columns, not shown."""
+        data = super().to_representation(job)
+        if job.state != JobState.PENDING:
+            data["estimated_start"] = data["likely_start"] = None
+        return data
+
     @extend_schema_field(OpenApiTypes.DATETIME)
     def get_estimated_start_as_of(self, job: Job):
         forecast = self._forecast_of(job)

@@ -253,6 +253,7 @@ def test_a_forecast_not_back_in_time_is_given_up_and_the_next_one_started(api, o
     run_pass(epoch=one_node, forecaster=forecaster)  # not back, not yet given up
     assert all(process.is_alive() for process in stuck)
     monkeypatch.setattr(forecasting, "GIVE_UP_S", 0.0)
+    forecaster.last_ms = 0.0  # nor 10 times the last one's time
     run_pass(epoch=one_node, forecaster=forecaster)
     assert not any(process.is_alive() for process in stuck)
     assert forecaster.running is not None and set(forecaster.workers.pids).isdisjoint(p.pid for p in stuck)
@@ -260,3 +261,38 @@ def test_a_forecast_not_back_in_time_is_given_up_and_the_next_one_started(api, o
     run_pass(epoch=one_node, forecaster=forecaster)
     waiting.refresh_from_db()
     assert waiting.estimated_start is not None
+
+
+def test_a_leader_whose_renewal_stepped_down_ends_its_workers(api, demo, forecaster):
+    """The lease's renewal steps down by itself once it misses its deadline (embedded mode's
+    renewal, or a paused process): the next loop finds the lead lost and ends the forecast's
+    workers before it competes again (QA: they outlived the lead)."""
+    worker = SchedulerWorker(leadership=LeaseRowLeadership())
+    worker.forecaster = forecaster
+    assert worker._ensure_leading()
+    small(api, "waiting", 1.0)
+    assert worker._one_pass() is not None
+    processes = [kept.process for kept in forecaster.workers.kept]
+    assert processes
+    worker.leadership.step_down()  # as `maybe_renew` does past its deadline
+    SchedulerLease.objects.filter(pk=1).update(epoch=F("epoch") + 1, holder="another:1", renewed_at=timezone.now())
+    assert not worker._ensure_leading()
+    assert forecaster.running is None and forecaster.workers.kept == []
+    assert not any(process.is_alive() for process in processes)
+
+
+def test_a_job_that_left_the_queue_unplaced_shows_no_forecast_start(api, one_node):
+    """A cancelled job keeps its last forecast columns (only a placement clears them): the API
+    shows none (QA)."""
+    small(api, "first", 1.0)
+    waiting = small(api, "waiting", 1.0)
+    forecast_pass(one_node)
+    waiting.refresh_from_db()
+    assert waiting.estimated_start is not None
+    assert api("alice").get(f"/api/v1/jobs/{waiting.pk}").json()["estimated_start"] is not None
+    assert (
+        api("alice").post(f"/api/v1/jobs/{waiting.pk}/cancel", {"reason": "not needed"}, format="json").status_code
+        < 300
+    )
+    shown = api("alice").get(f"/api/v1/jobs/{waiting.pk}").json()
+    assert shown["state"] == "CANCELLED" and shown["estimated_start"] is None and shown["likely_start"] is None

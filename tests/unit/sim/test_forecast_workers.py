@@ -144,3 +144,14 @@ def test_a_forecast_ended_by_kill_has_no_result(workers):
     workers.start(queue_behind_one_job(), FRACTIONS, OPTIONS)
     workers.kill()
     assert workers.ready() and workers.result() is None
+
+
+def test_a_ctrl_c_at_the_terminal_does_not_end_a_worker(workers):
+    """SIGINT reaches the whole foreground process group: the leader ends its workers itself."""
+    state = queue_behind_one_job()
+    forecast_in(workers, state)
+    pids = [worker.process.pid for worker in workers.kept]
+    for pid in pids:
+        os.kill(pid, signal.SIGINT)
+    assert forecast_in(workers, state) == forecast(state, likely_fraction=FRACTIONS, **OPTIONS)
+    assert [worker.process.pid for worker in workers.kept] == pids
