@@ -69,15 +69,13 @@ class Excess(dict):
         self.spends = spends
 
 
-def spends(excess: dict[str, int], team: str) -> tuple[str, ...]:
-    """The names a victim of `team` spends `excess` from (see `Excess`)."""
+def bounds(excess: dict[str, int]) -> dict[str, int]:
+    """Per team in `excess`, the most of its units a search may take: the least excess of the
+    names it spends from (see `Excess`)."""
     found = getattr(excess, "spends", None)
-    return found.get(team, (team,)) if found is not None else (team,)
-
-
-def within(excess: dict[str, int], team: str, units: int) -> bool:
-    """Whether `units` of `team` may be taken within `excess`, at the team and above it."""
-    return all(units <= excess.get(name, 0) for name in spends(excess, team))
+    if found is None:
+        return excess
+    return {team: min((excess.get(name, 0) for name in names), default=excess[team]) for team, names in found.items()}
 
 
 class Candidate(NamedTuple):
@@ -215,6 +213,7 @@ class VictimPool:
                 return kept[1]
             found = [c for c in kept[1] if c.job.job_id not in taken]
         elif claim.guard is not None:
+            most = bounds(excess)
             # It outranks its own team's jobs, and others' only within what they hold above
             # their guarantees: a job larger than that (every other team's, when none is over)
             # is a candidate no search can take (`_domain`), and a search over only such
@@ -225,7 +224,7 @@ class VictimPool:
                 if c.rank > rank
                 and (victim := c.job).started_at <= started_by
                 and victim.job_id not in taken
-                and (victim.team == team or within(excess, victim.team, victim.units))
+                and (victim.team == team or victim.units <= most.get(victim.team, 0))
             ]
         elif not excess:  # it may only outrank: claim.outranks(c), inlined (a hot loop)
             found = [
@@ -234,14 +233,14 @@ class VictimPool:
                 if c.rank > rank and (victim := c.job).started_at <= started_by and victim.job_id not in taken
             ]
         else:
-            others = excess.keys() - {team}  # the teams it may reclaim from
+            others, most = excess.keys() - {team}, bounds(excess)  # the teams it may reclaim from
             found = [
                 c
                 for c in self.of_class(rclass)
                 if (victim := c.job).job_id not in taken
                 and (
                     (c.rank > rank and victim.started_at <= started_by)  # claim.outranks(c), inlined
-                    or (victim.team in others and within(excess, victim.team, victim.units) and claim.may_reclaim(c))
+                    or (victim.team in others and victim.units <= most[victim.team] and claim.may_reclaim(c))
                 )
             ]
         self.found[key] = (len(taken), found)
@@ -476,12 +475,13 @@ def _domain(members: list, chosen: set[int], claim: Claim, excess: dict[str, int
     victims, on, held = [], {}, 0
     spent: dict[str, int] = {}  # per team (and division), the units taken from it by reclaim
     rank, started_by = claim.rank, claim.started_by
+    spend = getattr(excess, "spends", None) or {}
     for candidate, hosts, units in members:
         victim = candidate.job
         if victim.job_id not in chosen:
             continue
         if not (candidate.rank > rank and victim.started_at <= started_by) or claim.bounded(victim):
-            names = spends(excess, victim.team)
+            names = spend.get(victim.team) or (victim.team,)
             if any(spent.get(name, 0) + victim.units > excess.get(name, 0) for name in names):
                 continue
             for name in names:
