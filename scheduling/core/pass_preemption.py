@@ -81,7 +81,7 @@ class PassPreemption:
             self.ledger.add_at(name, rclass, sign * units)
             self.in_flight_units[rclass, name] += sign * units
 
-    def _excess(self, rclass: str, team: str) -> Excess:
+    def _excess(self, rclass: str, team: str) -> dict[str, int]:
         """What each team and division runs above its guarantee in `rclass` (the ledger's
         `excess`, less its preemptors in flight, which do not run yet), less what is stopping
         there already, evicted by this pass or an earlier one: reclaimers and borrowers must not
@@ -94,7 +94,9 @@ class PassPreemption:
             if left > 0:
                 found[name] = left
         mine = chain(team)
-        return Excess(found, {name: tuple(n for n in chain(name) if n not in mine) for name in found})
+        # Only where a division counts: flat teams keep the plain dict (each spends its own).
+        spends = {name: names for name in found if (names := tuple(n for n in chain(name) if n not in mine)) != (name,)}
+        return Excess(found, spends) if spends else found
 
     def _reclaimable_elsewhere(self, job: PendingJob) -> bool:
         """Whether a reclaim by `job` would have a victim to search now: a job of another team

@@ -57,8 +57,8 @@ class VictimSet:
 class Excess(dict):
     """What each team (and each division: a team with teams under it) holds above its
     guarantee that a search may still take, and per team the names a victim of it spends that
-    from (`spends`): its own team and each division above it that is not also above the
-    preemptor. Taking from a team below a division takes from the division too, so a division
+    from (`spends`, where that is not the team alone): its own team and each division above it
+    that is not also above the preemptor. Taking from a team below a division takes from the division too, so a division
     never falls below its own guarantee; taking from a team of the preemptor's own division
     leaves the division's use as it was. A plain dict: each team spends from itself alone."""
 
@@ -75,7 +75,8 @@ def bounds(excess: dict[str, int]) -> dict[str, int]:
     found = getattr(excess, "spends", None)
     if found is None:
         return excess
-    return {team: min((excess.get(name, 0) for name in names), default=excess[team]) for team, names in found.items()}
+    least = {team: min((excess.get(n, 0) for n in names), default=excess[team]) for team, names in found.items()}
+    return excess | least
 
 
 class Candidate(NamedTuple):

@@ -84,7 +84,8 @@ class Forecaster:
         placed = {placement.job_id for placement in decisions.placements}
         written = None
         give_up = max(GIVE_UP_S, 10 * self.last_ms / 1000)
-        if self.running is not None and not self.running.ready() and self.workers.overdue(give_up):
+        running = self.running
+        if running is not None and not running.ready() and time.perf_counter() - running.started > give_up:
             log.warning("the forecast started %.0f s ago has not finished: given up", give_up)
             self.stop()
         if self.running is not None and self.running.ready():

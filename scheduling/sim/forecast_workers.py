@@ -71,7 +71,7 @@ class Worker:
         self.process.start()
         theirs.close()
         self.number = 0  # of the latest request
-        self.answer: tuple[Run | None] | None = None  # the latest request's run, once read
+        self.answer: Run | None = None  # the latest request's run, once read
 
     def ask(self, payload: bytes, fraction: Mapping | None, options: dict) -> None:
         """Send one run's request, from a thread of its own (see the module's docstring)."""
@@ -101,12 +101,12 @@ class Worker:
             except (EOFError, OSError):
                 return
             if number == self.number:  # else an earlier request's, given up: dropped
-                self.answer = (run,)
+                self.answer = run
 
     def result(self) -> Run | None:
         """The latest request's run; None if the worker died without it."""
         self._read()
-        return self.answer[0] if self.answer is not None else None
+        return self.answer
 
     def wait(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -125,13 +125,11 @@ class Workers:
 
     def __init__(self):
         self.kept: list[Worker] = []
-        self.started = 0.0
         self.asked: list[Worker] = []
 
     def start(self, snapshot: ClusterSnapshot, fractions: Mapping | None, options: dict) -> None:
         """Start a forecast: the bound run and, with `fractions`, the likely one. Whatever fails
         here (a worker that cannot be spawned) ends every worker before it is raised."""
-        self.started = time.perf_counter()
         try:
             payload = pickle.dumps(snapshot, protocol=pickle.HIGHEST_PROTOCOL)
             runs = [None, fractions] if fractions else [None]
@@ -151,10 +149,6 @@ class Workers:
             self.kept[index].kill()
             self.kept[index] = Worker()
         return self.kept[index]
-
-    def overdue(self, limit_s: float) -> bool:
-        """Whether the forecast under way has taken longer than `limit_s` so far."""
-        return bool(self.asked) and time.perf_counter() - self.started > limit_s
 
     @property
     def pids(self) -> list[int]:
