@@ -8,11 +8,12 @@ Either way its failure class is DEPENDENCY and its event names the dependency an
 from collections import defaultdict
 
 from django.db import transaction
+from django.db.models import Case, Exists, OuterRef, Value, When
 
 from scheduling import lifecycle, metrics, notify
 from scheduling.core.conditions import Edge, Status, Verdict, evaluate, never_message
 from scheduling.fencing import fenced
-from scheduling.group_state import sync_parent_of
+from scheduling.group_state import UNFINISHED, sync_parent_of
 from scheduling.models import FailureClass, GroupKind, Job, JobDependency, JobState
 from scheduling.states import JOB_FINISHED
 
@@ -33,13 +34,20 @@ def ended_as(state: str, failure_class: str) -> str | None:
 
 
 def edges_of(job_ids) -> dict[int, list[Edge]]:
-    """job -> its edges with how their jobs ended, in one query."""
-    rows = JobDependency.objects.filter(from_job_id__in=job_ids).values_list(
-        "from_job_id", "to_job_id", "condition", "to_job__state", "to_job__failure_class"
+    """job -> its edges with how their jobs ended, in one query. A group ends for its
+    dependents once every child has: an array past its `max_failures` is FAILED at once, while
+    the children it cancels may still be stopping (QA: an `on: any` cleanup ran beside elements
+    still writing; Slurm's afterany on an array waits for every task too)."""
+    busy = Exists(Job.objects.filter(UNFINISHED, parent_id=OuterRef("to_job_id")))
+    rows = (
+        JobDependency.objects.filter(from_job_id__in=job_ids)
+        .annotate(busy=Case(When(to_job__group_kind="", then=Value(False)), default=busy))
+        .values_list("from_job_id", "to_job_id", "condition", "to_job__state", "to_job__failure_class", "busy")
     )
     found: dict[int, list[Edge]] = defaultdict(list)
-    for job_id, dependency, condition, state, failure_class in rows:
-        found[job_id].append(Edge(dependency, condition, ended_as(state, failure_class)))
+    for job_id, dependency, condition, state, failure_class, children_busy in rows:
+        ended = None if children_busy else ended_as(state, failure_class)
+        found[job_id].append(Edge(dependency, condition, ended))
     return found
 
 
@@ -79,24 +87,44 @@ def end_never_runnable(*, epoch: int, now) -> tuple[int, int]:
 
 def _end_round(*, epoch: int, now) -> tuple[int, int]:
     found = never_runnable()
-    steps = dict(Job.objects.filter(pk__in=list(found)).values_list("pk", "parent__group_kind"))
-    names = _step_names({edge.job_id for verdict in found.values() for edge in verdict.broken})
+    broken = {edge.job_id for verdict in found.values() for edge in verdict.broken}
+    rows = Job.objects.filter(pk__in=[*found, *broken]).values_list(
+        "pk", "parent_id", "parent__group_kind", "step_name"
+    )
+    jobs = {pk: (parent, kind, step) for pk, parent, kind, step in rows}
     cancelled = skipped = 0
     for job_id, verdict in found.items():
-        is_step = steps.get(job_id) == GroupKind.PIPELINE
-        to_state = S.SKIPPED if is_step else S.CANCELLED
-        label = (lambda dep: names.get(dep) or f"dependency {dep}") if is_step else None
+        parent, kind, _ = jobs.get(job_id, (None, "", ""))
+        is_step = kind == GroupKind.PIPELINE
+        outside = tuple(edge for edge in verdict.broken if jobs.get(edge.job_id, (None,))[0] != parent)
+        if is_step and outside:  # the pipeline's own dependency: none of its steps will run
+            cancelled += _end_pipeline(parent, never_message(outside, noun="pipeline"), epoch=epoch, now=now)
+            continue
+        label = (lambda dep: _step_label(dep, jobs)) if is_step else None
         message = never_message(verdict.broken, label=label, noun="step" if is_step else "job")
         with fenced(epoch):
-            moved = _end(job_id, to_state=to_state, message=message, now=now)
+            moved = _end(job_id, to_state=S.SKIPPED if is_step else S.CANCELLED, message=message, now=now)
         cancelled += bool(moved) and not is_step
         skipped += bool(moved) and is_step
     return cancelled, skipped
 
 
-def _step_names(job_ids) -> dict[int, str]:
-    rows = Job.objects.filter(pk__in=job_ids).exclude(step_name="").values_list("pk", "step_name")
-    return {job_id: f"step {name} (job {job_id})" for job_id, name in rows}
+def _step_label(job_id: int, jobs: dict) -> str:
+    step = jobs.get(job_id, (None, "", ""))[2]
+    return f"step {step} (job {job_id})" if step else f"dependency {job_id}"
+
+
+def _end_pipeline(parent_id: int, message: str, *, epoch: int, now) -> int:
+    """A pipeline whose own `depends_on` can no longer be met ends CANCELLED as a plain job or an
+    array would: every step still waiting is CANCELLED with the reason (not SKIPPED: a skip is by
+    the pipeline's design, and a pipeline of skips SUCCEEDED; QA: a job waiting on its success
+    then ran). Its steps after the first wait on those, so none has started. Returns how many."""
+    waiting = Job.objects.filter(parent_id=parent_id, state=S.PENDING).order_by("pk").values_list("pk", flat=True)
+    ended = 0
+    for step_id in waiting:
+        with fenced(epoch):
+            ended += bool(_end(step_id, to_state=S.CANCELLED, message=message, now=now))
+    return ended
 
 
 def _end(job_id: int, *, to_state: str, message: str, now) -> int:

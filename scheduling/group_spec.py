@@ -35,7 +35,7 @@ BACKWARDS_RANGE = "{part!r} runs backwards: write the lower index first."
 INDEX_TOO_LARGE = "{part!r}: an index is at most {limit:,}."
 LARGEST_INDEX = 2**31 - 1  # the column's
 TOO_MANY_ELEMENTS = "at most {limit} elements in one group, got {count}."
-MAX_FAILURES_RANGE = "must be less than the group's {count} elements, got {value}."
+MAX_FAILURES_RANGE = "must be less than the group's {count} {children}, got {value}."
 BAD_PARAM_NAME = "{name!r} is not a parameter name: letters, digits and underscores, not starting with a digit."
 PARAM_NAMES_CLASH = "{a!r} and {b!r} are the same variable (MLQ_PARAM_{upper}): rename one."
 TOO_MANY_PARAMETERS = "at most {limit} parameters, got {count}."
@@ -107,7 +107,11 @@ class ArraySerializer(StrictSerializer):
             )
         if attrs["max_failures"] and attrs["max_failures"] >= count:
             raise serializers.ValidationError(
-                {"max_failures": [MAX_FAILURES_RANGE.format(count=count, value=attrs["max_failures"])]}
+                {
+                    "max_failures": [
+                        MAX_FAILURES_RANGE.format(count=count, children="elements", value=attrs["max_failures"])
+                    ]
+                }
             )
         return {
             "count": count,
@@ -282,7 +286,7 @@ class SweepSerializer(StrictSerializer):
         if attrs["early_stop"] and not attrs["metric"]:
             raise serializers.ValidationError({"early_stop": [EARLY_STOP_NEEDS_METRIC]})
         if attrs["max_failures"] and attrs["max_failures"] >= trials:
-            message = MAX_FAILURES_RANGE.format(count=trials, value=attrs["max_failures"])
+            message = MAX_FAILURES_RANGE.format(count=trials, children="trials", value=attrs["max_failures"])
             raise serializers.ValidationError({"max_failures": [message]})
         return {**attrs, "max_trials": trials, "parallelism": min(attrs["parallelism"] or trials, trials)}
 

@@ -6,7 +6,7 @@ this module needs only the models."""
 from contextlib import contextmanager
 from contextvars import ContextVar
 
-from django.db.models import Count, OuterRef, Subquery
+from django.db.models import Count, OuterRef, Q, Subquery
 from django.utils import timezone
 
 from scheduling import signals
@@ -18,6 +18,9 @@ from teams.models import AuditEvent, EventKind
 
 S = JobState
 NOT_YET = ReasonCode.NOT_YET_SCHEDULED
+# A job not finished for good: FAILED without a failure class awaits the leader's verdict, and
+# may be retried.
+UNFINISHED = ~Q(state__in=JOB_FINISHED) | Q(state=S.FAILED, failure_class="")
 
 
 def child_counts(parent_ids: list[int]) -> dict[int, dict[str, int]]:

@@ -23,7 +23,7 @@ from django.utils import timezone
 from scheduling import cancelling, lifecycle, notify, pipelines, sweep_params
 from scheduling.fencing import fenced
 from scheduling.group_spec import parse_indices
-from scheduling.group_state import child_counts, deferred_syncs, sync_group_state
+from scheduling.group_state import UNFINISHED, child_counts, deferred_syncs, sync_group_state
 from scheduling.models import FailureClass, GroupKind, Job, JobDependency, JobState, Task
 from scheduling.spec import dependency_edges
 from scheduling.states import JOB_FINISHED, ON_NODE
@@ -193,7 +193,9 @@ def summary(parent: Job, counts: dict[str, int] | None = None) -> dict:
 
 
 def unfinished_children(parent_id: int) -> QuerySet[Job]:
-    return Job.objects.filter(parent_id=parent_id).exclude(state__in=JOB_FINISHED)
+    """Its children not finished for good, one that failed and awaits its retry too (QA: a
+    group's cancel passed it over, and it ran again after the cancel)."""
+    return Job.objects.filter(UNFINISHED, parent_id=parent_id)
 
 
 # Children cancelled in one transaction when none of them was placed (see do_cancel_group).

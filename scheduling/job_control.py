@@ -38,10 +38,11 @@ REQUEUE_CANCELLING = "job {job_id} is being cancelled: it will not be requeued."
 ALREADY_STOPPING = "job {job_id} is already being stopped ({reason}): it will not be requeued on request."
 HOLD_GROUP_FINISHED = "job {job_id} is {state}: a finished group cannot be held."
 REQUEUE_GROUP = (
-    "job {job_id} is {kind}: requeue its elements or trials one by one (GET /api/v1/jobs/{job_id}/children lists them)."
+    "job {job_id} is {kind}: requeue its {children} one by one (GET /api/v1/jobs/{job_id}/children lists them)."
 )
 
 PLACED = tuple(ON_NODE)
+GROUP_CHILDREN = {"array": "elements", "sweep": "trials", "pipeline": "steps"}
 
 
 def check_may_control(*, user, job: Job, verb: str) -> None:
@@ -96,15 +97,39 @@ def _hold(claim, *, user, job: Job, reason: str, now) -> int:
     return written
 
 
+def hold_with_group(job: Job, *, now) -> bool:
+    """A child back in the queue (a retry, a requeue) while its group is held is held with it,
+    by the group's hold: holding a group holds every child not yet placed, and one that comes
+    back was not placed (QA: a held array's requeued element started at once). In the caller's
+    transaction, which holds the child's row lock and has moved it to PENDING; the parent is
+    read under its lock (a child's transition takes it next), so a hold committing meanwhile
+    either sees the child PENDING or is seen here. Returns whether it held the child."""
+    if job.parent_id is None:
+        return False
+    group = (
+        Job.objects.select_for_update(no_key=True)
+        .filter(pk=job.parent_id, held=True)
+        .only("held_by_name", "held_reason")
+        .first()
+    )
+    if group is None:
+        return False
+    held = {"held": True, "held_by_name": group.held_by_name, "held_reason": group.held_reason}
+    return bool(Job.objects.filter(pk=job.pk, state=JobState.PENDING, held=False).update(**held, updated_at=now))
+
+
 def do_release_job(*, user, job: Job) -> Job:
     """Release a held job: the next pass considers it again."""
     check_may_control(user=user, job=job, verb="release")
     now = timezone.now()
     with transaction.atomic():
-        written = Job.objects.filter(pk=job.pk, held=True).update(**RELEASED, updated_at=now)
-        if not written:
+        hold = Job.objects.select_for_update(no_key=True).filter(pk=job.pk, held=True)
+        by = hold.values_list("held_by_name", "held_reason").first()
+        if by is None or not hold.update(**RELEASED, updated_at=now):
             raise Conflict(NOT_HELD.format(job_id=job.pk))
-        children = Job.objects.filter(parent=job, held=True).update(**RELEASED, updated_at=now) if job.group_kind else 0
+        # Only the children its hold held (its own name and reason): one held by itself stays held.
+        with_it = Job.objects.filter(parent=job, held=True, held_by_name=by[0], held_reason=by[1])
+        children = with_it.update(**RELEASED, updated_at=now) if job.group_kind else 0
         message = f"released by {user.get_username()}" + (f" with {children} of its children" if children else "")
         _event(job, user, now=now, message=message, before=True, after=False)
         notify.jobs_changed([job.pk])
@@ -129,7 +154,8 @@ def do_requeue_job(*, user, job: Job, reason: str = "") -> Job:
     check_may_control(user=user, job=job, verb="requeue")
     if job.group_kind:
         article = "an" if job.group_kind[:1] in "aeiou" else "a"
-        raise Conflict(REQUEUE_GROUP.format(job_id=job.pk, kind=f"{article} {job.group_kind}"))
+        children = GROUP_CHILDREN.get(job.group_kind, "children")
+        raise Conflict(REQUEUE_GROUP.format(job_id=job.pk, kind=f"{article} {job.group_kind}", children=children))
     if job.state not in PLACED:
         raise Conflict(REQUEUE_NOT_PLACED.format(job_id=job.pk, state=job.state))
     if job.cancel_requested_at is not None:

@@ -22,7 +22,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Exists, Min, OuterRef, Q
 
-from scheduling import dependencies, groups, ledger, lifecycle, metrics, notify, signals
+from scheduling import dependencies, groups, job_control, ledger, lifecycle, metrics, notify, signals
 from scheduling.core.reasons import ReasonCode
 from scheduling.core.settle import (
     Action,
@@ -259,17 +259,21 @@ def _requeue(job: Job, verdict: Verdict, *, now, lost: dict) -> None:
         pending_histogram={},
         **counted,
     )
+    held = job_control.hold_with_group(job, now=now)
     AuditEvent.objects.create(
         job=job,
         kind=EventKind.RETRY,
         actor_name="scheduler",
         reason=verdict.code,
-        message=verdict.message,
+        message=verdict.message + (HELD_WITH_GROUP.format(group=job.parent_id) if held else ""),
         data=counted,
         created_at=now,
     )
     notify.jobs_changed([job.pk])
     notify.wake_scheduler("requeue")
+
+
+HELD_WITH_GROUP = "; held with its group (job {group}), which is held"
 
 
 def _end_failed(job: Job, verdict: Verdict, *, now, lost: dict) -> None:

@@ -236,6 +236,11 @@ def test_a_random_sweep_with_a_seed_draws_the_same_trials_twice(api, leader):
     [
         ({"array": {"parallelism": 2}}, "count", "give count or indices"),
         ({"array": {"count": 3, "max_failures": 3}}, "max_failures", "must be less than the group's 3 elements"),
+        (
+            {"sweep": {"method": "grid", "parameters": {"lr": [1, 2]}, "max_failures": 2}},
+            "max_failures",
+            "must be less than the group's 2 trials, got 2",
+        ),
         ({"sweep": {"method": "random", "parameters": {"lr": [1, 2]}}}, "max_trials", "method random needs"),
         ({"sweep": {"method": "grid", "parameters": {"lr": {"min": 0, "max": 1}}}}, "parameters", "a grid takes"),
     ],
@@ -315,7 +320,10 @@ def test_a_group_is_not_requeued_whole(api, leader):
     run_pass(epoch=leader)
     response = api("alice").post(f"/api/v1/jobs/{parent.pk}/requeue", {}, format="json")
     assert response.status_code == 409
-    assert "requeue its elements or trials one by one" in response.json()["detail"]
+    assert response.json()["detail"] == (
+        f"job {parent.pk} is an array: requeue its elements one by one "
+        f"(GET /api/v1/jobs/{parent.pk}/children lists them)."
+    )
 
 
 def test_a_new_priority_for_a_group_reaches_its_pending_children(api, leader):
@@ -377,3 +385,74 @@ def test_a_waiting_group_says_why_its_first_waiting_child_waits(api, leader):
         listed["pending_reason"]["message"]
         == "element 0: rank 0 failed (exit code 5); retry 1 of 2 after 30 s back-off"
     )
+
+
+def test_cancelling_the_parent_cancels_a_child_awaiting_its_retry(api, leader):
+    """QA: a child FAILED and not yet settled (awaiting its retry) was passed over by the
+    group's cancel ('cancelled 0 of its 2 elements'), then retried and run again."""
+    parent = submit(api, array={"count": 2, "max_failures": 1}, restart_policy={"max_retries": 2})
+    run_pass(epoch=leader)
+    for kid in children(parent):
+        run_all_ranks(kid, exit_code=1)
+    response = api("alice").post(f"/api/v1/jobs/{parent.pk}/cancel", {}, format="json")
+    assert response.status_code == 200, response.json()
+    run_pass(epoch=leader)
+    run_pass(epoch=leader)
+    assert states(parent) == ["CANCELLED", "CANCELLED"]
+    assert all(kid.retries_used == 0 for kid in children(parent))
+    parent.refresh_from_db()
+    assert parent.state == "CANCELLED"
+
+
+def test_a_child_retried_while_its_group_is_held_is_held_with_it(api, leader):
+    """QA: holding a group held its children PENDING at that moment; one retried (or requeued)
+    later started at once under the group's hold."""
+    parent = submit(api, array={"count": 2}, restart_policy={"max_retries": 2})
+    run_pass(epoch=leader)
+    assert (
+        api("alice").post(f"/api/v1/jobs/{parent.pk}/hold", {"reason": "pause all"}, format="json").status_code == 200
+    )
+    first = children(parent)[0]
+    run_all_ranks(first, exit_code=1)
+    run_pass(epoch=leader)  # the verdict: a retry, held with its group
+    Job.objects.filter(pk=first.pk).update(not_before=None)
+    run_pass(epoch=leader)
+    first.refresh_from_db()
+    assert (first.state, first.held, first.held_reason) == ("PENDING", True, "pause all")
+    retry = AuditEvent.objects.filter(job=first, kind=EventKind.RETRY).get()
+    assert retry.message.endswith(f"; held with its group (job {parent.pk}), which is held")
+    assert api("alice").post(f"/api/v1/jobs/{parent.pk}/release", {}, format="json").status_code == 200
+    first.refresh_from_db()
+    assert not first.held
+
+
+def test_releasing_a_group_leaves_a_child_held_by_itself_held(api, leader):
+    parent = submit(api, array={"count": 3, "parallelism": 1})
+    own = children(parent)[2]
+    assert api("alice").post(f"/api/v1/jobs/{own.pk}/hold", {"reason": "bad shard"}, format="json").status_code == 200
+    assert (
+        api("alice").post(f"/api/v1/jobs/{parent.pk}/hold", {"reason": "pause all"}, format="json").status_code == 200
+    )
+    assert api("alice").post(f"/api/v1/jobs/{parent.pk}/release", {}, format="json").status_code == 200
+    assert [(k.held, k.held_reason) for k in children(parent)] == [(False, ""), (False, ""), (True, "bad shard")]
+
+
+def test_jobs_after_a_failed_array_wait_until_its_last_element_has_ended(api, leader):
+    """QA: an array past its max_failures is FAILED at once; an `on: any` job after it ran while
+    the elements being cancelled were still stopping (Slurm's afterany waits for every task)."""
+    parent = submit(api, array={"count": 2, "max_failures": 0}, restart_policy={"max_retries": 0})
+    after = submit(api, depends_on=[{"job": parent.pk, "on": "any"}])
+    run_pass(epoch=leader)
+    first, second = children(parent)
+    run_all_ranks(first, exit_code=1)
+    run_pass(epoch=leader)  # the verdict: the array FAILED, the other element asked to stop
+    run_pass(epoch=leader)
+    parent.refresh_from_db()
+    assert parent.state == "FAILED"
+    after.refresh_from_db()
+    assert (after.state, after.pending_reason_message) == ("PENDING", f"waiting for job {parent.pk} to end")
+    task = Job.objects.get(pk=second.pk).tasks.get()
+    reports.do_report_exited(job_id=second.pk, rank=0, attempt=task.attempt, exit_code=143)
+    run_pass(epoch=leader)
+    after.refresh_from_db()
+    assert after.state == "ASSIGNED"

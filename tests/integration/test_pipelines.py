@@ -409,3 +409,39 @@ def test_a_step_runs_in_its_pipelines_team(api, leader):
     pipeline = {"steps": [{"name": "a", "command": ["true"], "team": "research-vision"}]}
     fields = refused(api, "bob", make_spec(team="production-ranking", client_job_id=None, pipeline=pipeline))
     assert list(fields) == ["pipeline.steps[0].team"]
+
+
+@pytest.mark.parametrize("upstream_ends", ["cancelled", "failed"])
+def test_a_pipeline_whose_own_dependency_fails_is_cancelled_whole_and_its_dependents_with_it(
+    api, leader, upstream_ends
+):
+    """QA: every step SKIPPED made the pipeline SUCCEEDED (its `always` cleanup even ran), and a
+    job waiting on the pipeline's success ran. It ends CANCELLED, as a plain job or an array."""
+    pipeline = {
+        "steps": [
+            {"name": "train", "command": ["true"]},
+            {"name": "evaluate", "after": ["train"], "command": ["true"]},
+            {"name": "cleanup", "after": ["evaluate"], "when": "always", "command": ["true"]},
+        ]
+    }
+    upstream = submit_spec(api, "bob", team="production-ranking", client_job_id=None, restart_policy={"max_retries": 0})
+    parent = submit_pipeline(api, pipeline=pipeline, depends_on=[upstream.pk])
+    publish = submit_spec(api, "bob", team="production-ranking", client_job_id=None, depends_on=[parent.pk])
+    if upstream_ends == "cancelled":
+        assert api("bob").post(f"/api/v1/jobs/{upstream.pk}/cancel", {}, format="json").status_code == 200
+    else:
+        run_pass(epoch=leader)
+        finish(upstream, 1)
+    run_pass(epoch=leader)
+    run_pass(epoch=leader)
+    assert step_states(parent) == {"train": "CANCELLED", "evaluate": "CANCELLED", "cleanup": "CANCELLED"}
+    ended = "CANCELLED" if upstream_ends == "cancelled" else "FAILED"
+    train = steps(parent)["train"]
+    assert train.failure_class == "DEPENDENCY"
+    assert AuditEvent.objects.filter(job=train, to_state="CANCELLED").get().message == (
+        f"dependency {upstream.pk} ended {ended}; this pipeline ran only on its success"
+    )
+    parent.refresh_from_db()
+    assert parent.state == "CANCELLED"
+    publish.refresh_from_db()
+    assert (publish.state, publish.failure_class) == ("CANCELLED", "DEPENDENCY")
