@@ -58,7 +58,11 @@ def test_an_array_by_count_or_by_indices():
         ),
         ({"count": 3, "indices": "0-3"}, "count", g.COUNT_DISAGREES.format(count=3, indices="0-3", named="4")),
         ({"count": 10_001}, "count", g.TOO_MANY_ELEMENTS.format(limit=10_000, count=10_001)),
-        ({"count": 4, "max_failures": 4}, "max_failures", g.MAX_FAILURES_RANGE.format(count=4, children="elements", value=4)),
+        (
+            {"count": 4, "max_failures": 4},
+            "max_failures",
+            g.MAX_FAILURES_RANGE.format(count=4, children="elements", value=4),
+        ),
     ],
 )
 def test_a_bad_array_names_the_field(block, field, message):
