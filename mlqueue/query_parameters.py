@@ -1,8 +1,9 @@
 """A list's query parameters checked before any is read: one the list does not take is a 400
 naming it, not ignored (`?teem=x`, a typo, and `?since=7d`, another list's filter, answered
 with every row, as if no filter had been asked for), and a one-value filter given several
-times is a 400 too (all but the last were dropped). The nodes list does the same
-(agents/node_filters.py)."""
+times is a 400 too (all but the last were dropped), and so is one given empty (`?team=`, a
+script's unset variable, answered with every row as well). The nodes list refuses the first two
+the same way (agents/node_filters.py)."""
 
 from collections.abc import Iterable
 
@@ -13,6 +14,7 @@ UNKNOWN_PARAMETER_NO_FILTERS = "not a parameter of this list: it takes none but 
 UNKNOWN_PARAMETER_UNPAGED = "not a parameter of this list: it takes {filters}."
 ONE_VALUE = "give {name} once: it takes one value."
 ONE_VALUE_BUT = "give {name} once: it takes one value (only {multiple} may repeat)."
+EMPTY_VALUE = "empty: give {name} a value, or leave it out."
 # Every cursor-paginated list's own (DRF's `format=json` too).
 PAGE_PARAMETERS = (StrictCursorPagination.cursor_query_param, StrictCursorPagination.page_size_query_param, "format")
 
@@ -22,7 +24,8 @@ def refused_parameters(
 ) -> dict[str, str]:
     """Parameter -> why it is refused, for a QueryDict `query`: `filters` the list's filters,
     `multiple` those of them that may repeat (`?state=A&state=B`); `paged`: whether the list is
-    cursor-paginated (else `cursor` and `limit` are refused too, as any parameter it ignores)."""
+    cursor-paginated (else `cursor` and `limit` are refused too, as any parameter it ignores).
+    A known parameter given empty is refused too."""
     filters, multiple = list(filters), set(multiple)
     allowed = PAGE_PARAMETERS if paged else PAGE_PARAMETERS[2:]
     pages = ", ".join(PAGE_PARAMETERS[:2])
@@ -40,4 +43,6 @@ def refused_parameters(
             errors[name] = (ONE_VALUE_BUT if multiple else ONE_VALUE).format(
                 name=name, multiple=", ".join(sorted(multiple))
             )
+        elif "" in query.getlist(name):
+            errors[name] = EMPTY_VALUE.format(name=name)
     return errors

@@ -137,6 +137,10 @@ class TokenListCreate(APIView):
         responses=TokenSerializer(many=True),
     )
     def get(self, request: Request) -> Response:
+        """Every token of yours (of `user`'s, for an admin): not a paginated list, so `cursor`
+        and `limit`, like any other parameter, a repeated `user` or an empty one, are a 400."""
+        if refused := refused_parameters(request.query_params, filters=["user"], paged=False):
+            raise exceptions.ValidationError({name: [why] for name, why in refused.items()})
         return Response(TokenSerializer(tokens_of(_owner_to_list(request)), many=True).data)
 
     @extend_schema(

@@ -2,7 +2,7 @@
 
 from collections.abc import Callable
 
-from django.db.models import Prefetch
+from django.db.models import Max, Prefetch
 from django.http import StreamingHttpResponse
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
@@ -46,6 +46,7 @@ from teams.models import ApiToken, AuditEvent
 
 NO_SUCH_RANK = "job {job} has {ranks}."
 NO_SUCH_ATTEMPT = "rank {rank} of job {job} has made {made} attempt(s)."
+NO_SUCH_JOB_ATTEMPT = "job {job} has made {made} attempt(s)."
 GROUP_HAS_NO_LOG = (
     "job {job} is {kind}: its children have the logs (mlq children {job} / GET /api/v1/jobs/{job}/children)"
 )
@@ -220,6 +221,8 @@ class JobEvents(generics.ListAPIView):
         if getattr(self, "swagger_fake_view", False):
             return self.queryset
         job = get_object_or_404(visible_jobs(self.request.user), pk=self.kwargs["job_id"])
+        if refused := refused_parameters(self.request.query_params):  # it takes none but its pages'
+            raise ValidationError({name: [why] for name, why in refused.items()})
         return job.events.all()
 
 
@@ -246,15 +249,22 @@ class MetricsQuerySerializer(serializers.Serializer):
     )
 
 
+METRICS_PARAMETERS = ("name", "rank", "attempt", "after_step")
+
+
 class JobMetrics(APIView):
     @extend_schema(parameters=[MetricsQuerySerializer], responses=JobMetricsSerializer)
     def get(self, request: Request, job_id: int) -> Response:
         """A job's metrics (`mlqueue.report`), one series per name in step order; a group's
         parent: each child's. At most `points_per_series` points per series and 50,000 in all;
-        `truncated` names the series cut short."""
+        `truncated` names the series cut short. Any other parameter, a repeated or an empty one,
+        and a rank or an attempt the job has not run is a 400 naming it (as for its logs)."""
         job = get_object_or_404(visible_jobs(request.user), pk=job_id)
+        if refused := refused_parameters(request.query_params, filters=METRICS_PARAMETERS, paged=False):
+            raise ValidationError({name: [why] for name, why in refused.items()})
         query = MetricsQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
+        _check_metrics_query(job, query.validated_data.get("rank"), query.validated_data.get("attempt"))
         kids = list(sweeps.children(job).values_list("pk", flat=True)) if job.group_kind else []
         found, cut = job_metrics.metric_series(kids or [job.pk], **query.validated_data)
         answer = {
@@ -265,6 +275,20 @@ class JobMetrics(APIView):
             "points_per_series": job_metrics.POINTS_PER_SERIES,
         }
         return Response(answer)
+
+
+def _check_metrics_query(job: Job, rank: int | None, attempt: int | None) -> None:
+    """A rank the job has and an attempt it has made, as a log's (without a rank: an attempt
+    any of its ranks has made), else a 400: an empty answer read as a job that reported
+    nothing. A group's parent answers for its children, each with its own: not checked."""
+    if job.group_kind:
+        return
+    if rank is not None:
+        _check_log_query(job, rank, attempt)
+    elif attempt is not None:
+        made = Task.objects.filter(job=job).aggregate(made=Max("attempt"))["made"] or 0
+        if attempt > max(made, 1):
+            raise ValidationError({"attempt": [NO_SUCH_JOB_ATTEMPT.format(job=job.pk, made=made)]})
 
 
 class JobCancel(APIView):
@@ -401,6 +425,9 @@ class LogQuerySerializer(serializers.Serializer):
     )
 
 
+LOG_PARAMETERS = ("rank", "attempt", "stream", "offset", "follow")
+
+
 class JobLogs(APIView):
     def perform_content_negotiation(self, request, force=False):
         # EventSource asks for text/event-stream only; errors are still answered in JSON
@@ -418,8 +445,11 @@ class JobLogs(APIView):
     )
     def get(self, request: Request, job_id: int) -> Response | StreamingHttpResponse:
         """A rank's log from `offset` (default: its latest attempt's stdout from the start);
-        `follow`: the attempt as server-sent events, new lines as they arrive, until it ends."""
+        `follow`: the attempt as server-sent events, new lines as they arrive, until it ends.
+        Any other parameter, or one of these repeated or empty, is a 400 naming it."""
         job = get_object_or_404(visible_jobs(request.user), pk=job_id)
+        if refused := refused_parameters(request.query_params, filters=LOG_PARAMETERS, paged=False):
+            raise ValidationError({name: [why] for name, why in refused.items()})
         params = request.query_params.copy()
         resumed = bool(params.get("follow") and request.headers.get("Last-Event-ID"))
         if resumed:

@@ -1,5 +1,5 @@
 import re
-from datetime import timedelta
+from datetime import UTC, timedelta
 
 import django_filters
 from django import forms
@@ -13,6 +13,7 @@ from scheduling.models import Job, JobState, Priority
 from teams.selectors import is_site_admin, team_and_below_ids, team_ids_of
 
 NOT_A_TIME = "enter an ISO 8601 date-time (2026-04-20T09:00:00Z) or a time ago such as 30m, 12h or 7d."
+NOT_IN_UTC_YEARS = "in UTC this is outside the years 1 to 9999: give a later or earlier time."
 _AGO = re.compile(r"(\d{1,5})([mhd])")
 _UNITS = {"m": "minutes", "h": "hours", "d": "days"}
 
@@ -20,7 +21,16 @@ _UNITS = {"m": "minutes", "h": "hours", "d": "days"}
 class TimeOrAgoField(IsoDateTimeField):
     """An ISO 8601 date-time, or a time ago ("7d": seven days before now), for the CLI."""
 
-    default_error_messages = {"invalid": NOT_A_TIME}
+    default_error_messages = {"invalid": NOT_A_TIME, "overflow": NOT_IN_UTC_YEARS}
+
+    def to_python(self, value):
+        """In UTC: Python takes offsets up to ±23:59, PostgreSQL only to ±15:59, and a time
+        with -19:00 reached the query as it was (a 500, found by QA)."""
+        moment = super().to_python(value)
+        try:
+            return moment if moment is None else moment.astimezone(UTC)
+        except OverflowError:  # 0001-01-01T00:00+01:00, 9999-12-31T23:00-02:00
+            raise forms.ValidationError(self.error_messages["overflow"], code="overflow") from None
 
     def strptime(self, value, format):
         ago = _AGO.fullmatch(value.strip())

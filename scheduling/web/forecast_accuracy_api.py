@@ -14,6 +14,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from mlqueue import date_fields
+from mlqueue.query_parameters import refused_parameters
 from scheduling.accounting import EARLIEST, LATEST, TOO_EARLY, TOO_LATE, window_start
 from scheduling.forecast_accuracy import forecast_accuracy_by_week
 from teams.models import Membership, Role, Team
@@ -27,6 +28,7 @@ TOO_LONG = "at most 53 weeks at a time: from {start} to {end} is {days} days."
 UNKNOWN_TEAM = "no team named {name!r}."
 ONLY_LEADS = "only team leads and site admins may read the forecast's accuracy."
 NOT_YOUR_TEAM = "you lead neither {name} nor a team above it."
+PARAMETERS = ("from", "to", "team")
 
 
 class WeekAccuracySerializer(serializers.Serializer):
@@ -48,7 +50,8 @@ class ForecastAccuracySerializer(serializers.Serializer):
 
 
 def parse_moment(raw: str, field: str) -> datetime:
-    """A date (its midnight, UTC) or a date-time (UTC when it names no zone)."""
+    """A date (its midnight, UTC) or a date-time (UTC when it names no zone), in UTC: Python
+    takes offsets up to ±23:59, PostgreSQL only to ±15:59 (-19:00 was a 500)."""
     try:
         moment = parse_datetime(raw)
         if moment is None and (day := parse_date(raw)) is not None:
@@ -62,7 +65,7 @@ def parse_moment(raw: str, field: str) -> datetime:
         raise ValidationError({field: [TOO_LATE]})
     if moment < EARLIEST:
         raise ValidationError({field: [TOO_EARLY]})
-    return moment
+    return moment.astimezone(UTC)  # within the bounds: no overflow near the years 1 and 9999
 
 
 def period_of(params) -> tuple[datetime, datetime]:
@@ -109,8 +112,15 @@ class ForecastAccuracy(APIView):
         responses=ForecastAccuracySerializer,
     )
     def get(self, request: Request) -> Response:
-        teams = teams_for(request.user, request.query_params.get("team"))  # who may ask, before what
-        start, end = period_of(request.query_params)
+        """Takes `from`, `to` and `team`, each once: any other parameter, a repeated or an
+        empty one is a 400 naming it (after who may ask: a member who leads nothing gets 403)."""
+        query = request.query_params
+        refused = refused_parameters(query, filters=PARAMETERS, paged=False)
+        # Who may ask, before what: a refused team is not looked up.
+        teams = teams_for(request.user, None if "team" in refused else query.get("team"))
+        if refused:
+            raise ValidationError({name: [why] for name, why in refused.items()})
+        start, end = period_of(query)
         weeks = forecast_accuracy_by_week(start, end, teams)
         answer = {"from": start, "to": end, "teams": teams, "weeks": weeks}
         return Response(ForecastAccuracySerializer(answer).data)

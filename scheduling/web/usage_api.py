@@ -5,6 +5,7 @@ service, serialize."""
 import csv
 import io
 from datetime import timedelta
+from decimal import Decimal
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -21,6 +22,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from mlqueue import date_fields
+from mlqueue.query_parameters import refused_parameters
+from mlqueue.serializer_fields import NoUnknownFields
 from scheduling import accounting, pricing
 from scheduling.accounting import BUCKETS, GROUPS, MAX_BUCKETS, UsageQuery, UsageReport, UsageRow
 from scheduling.models import LostCause, Price, Priority, UsageRecord
@@ -38,6 +41,8 @@ TO_BEFORE_FROM = "must be later than from ({start})."
 FROM_AFTER_NOW = "must be before to, which defaults to now ({now}): give a to later than from."
 TOO_MANY_BUCKETS = "a report by {bucket} covers at most {limit} {bucket}s; this one covers {count}."
 BAD_FORMAT = "format is json or csv; got {value!r}."
+USAGE_PARAMETERS = ("from", "to", "team", "owner", "resource_class", "priority", "group_by")
+NO_PRICE = "give gpu_hour, cpu_hour or both: a price with neither makes the class free."
 
 
 class UsageParams(serializers.Serializer):
@@ -115,7 +120,12 @@ class UsageParams(serializers.Serializer):
 
 def usage_query(request: Request, *, now) -> UsageQuery:
     """The report a request asks for, from its query string (400 naming the field), scoped to
-    what its user may see. `group_by` given twice is the two of them, as `group_by=team,day`."""
+    what its user may see. `group_by` given twice is the two of them, as `group_by=team,day`;
+    any other parameter given twice, given empty, or not one of these is a 400 naming it."""
+    if refused := refused_parameters(
+        request.query_params, filters=USAGE_PARAMETERS, multiple=["group_by"], paged=False
+    ):
+        raise ValidationError({name: [why] for name, why in refused.items()})
     data = request.query_params.dict()
     if len(grouped := request.query_params.getlist("group_by")) > 1:  # ?group_by=team&group_by=day: team,day
         data["group_by"] = ",".join(grouped)
@@ -253,37 +263,75 @@ class Usage(APIView):
 
 
 class PriceSerializer(serializers.ModelSerializer):
-    effective_from = date_fields.DateTimeField(required=False, help_text="default: now")
-    gpu_hour = serializers.DecimalField(max_digits=12, decimal_places=4, min_value=0, default=0)
-    cpu_hour = serializers.DecimalField(max_digits=12, decimal_places=4, min_value=0, default=0)
-
     class Meta:
         model = Price
         fields = ["id", "resource_class", "gpu_hour", "cpu_hour", "effective_from", "set_by_name", "created_at"]
-        read_only_fields = ["id", "set_by_name", "created_at"]
-        validators = []  # a repeated (class, time) is refused by the service, naming effective_from
+        read_only_fields = fields  # the answer's; a new price's body is NewPriceSerializer
+
+
+class NewPriceSerializer(NoUnknownFields, serializers.Serializer):
+    """A new price's body: a field it does not take (a typo, `effective_form`, or an answer's
+    `id`) is refused, not a default silently taken, and so is a body with no price at all (a
+    typo'd `gpu_hours` made the class free from now on)."""
+
+    resource_class = serializers.CharField(max_length=24, help_text='"gpu:H100", or "cpu"')
+    gpu_hour = serializers.DecimalField(max_digits=12, decimal_places=4, min_value=0, required=False)
+    cpu_hour = serializers.DecimalField(max_digits=12, decimal_places=4, min_value=0, required=False)
+    effective_from = date_fields.DateTimeField(required=False, help_text="default: now")
+
+    def validate_effective_from(self, value):
+        """Within the years the usage report reads (scheduling/accounting.py)."""
+        if value >= accounting.LATEST:
+            raise ValidationError(accounting.TOO_LATE)
+        if value < accounting.EARLIEST:
+            raise ValidationError(accounting.TOO_EARLY)
+        return value
+
+    def validate(self, data: dict) -> dict:
+        if "gpu_hour" not in data and "cpu_hour" not in data:
+            raise ValidationError({"gpu_hour": [NO_PRICE], "cpu_hour": [NO_PRICE]})
+        return data
+
+
+PRICE_PARAMETERS = ("resource_class",)
 
 
 class PriceList(APIView):
-    @extend_schema(responses=PriceSerializer(many=True))
+    @extend_schema(
+        parameters=[OpenApiParameter("resource_class", str, description='one class\'s prices: "gpu:H100", or "cpu"')],
+        responses=PriceSerializer(many=True),
+    )
     def get(self, request: Request) -> Response:
-        """Every price, by class and date (the costs' history)."""
-        return Response(PriceSerializer(Price.objects.all(), many=True).data)
+        """Every price, by class and date (the costs' history); `resource_class`: one class's.
+        Any other parameter, a repeated or an empty one, or a class that is neither known nor
+        priced is a 400 naming it."""
+        query = request.query_params
+        if refused := refused_parameters(query, filters=PRICE_PARAMETERS, paged=False):
+            raise ValidationError({name: [why] for name, why in refused.items()})
+        prices = Price.objects.all()
+        if (rclass := query.get("resource_class")) is not None:
+            prices = prices.filter(resource_class=rclass)
+            # A retired class keeps its history; a typo, known to nothing, is said to be one.
+            if rclass not in (known := known_classes()) and not prices.exists():
+                raise ValidationError({"resource_class": [unknown_class_message(rclass, known)]})
+        return Response(PriceSerializer(prices, many=True).data)
 
     @extend_schema(
-        request=PriceSerializer, responses={201: PriceSerializer, 403: OpenApiResponse(description="not a site admin")}
+        request=NewPriceSerializer,
+        responses={201: PriceSerializer, 403: OpenApiResponse(description="not a site admin")},
     )
     def post(self, request: Request) -> Response:
-        """A new price for a class from `effective_from` (admins only)."""
+        """A new price for a class from `effective_from` (admins only): `gpu_hour`, `cpu_hour`
+        or both (the other is 0)."""
         pricing.check_admin(request.user)  # 403 before any complaint about the body
-        body = PriceSerializer(data=request.data)
+        body = NewPriceSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         now = timezone.now()
         price = pricing.do_set_price(
             user=request.user,
             resource_class=body.validated_data["resource_class"],
-            gpu_hour=body.validated_data["gpu_hour"],
-            cpu_hour=body.validated_data["cpu_hour"],
+            gpu_hour=body.validated_data.get("gpu_hour", Decimal(0)),
+            cpu_hour=body.validated_data.get("cpu_hour", Decimal(0)),
             effective_from=body.validated_data.get("effective_from") or now,
             now=now,
         )
