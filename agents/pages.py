@@ -96,7 +96,18 @@ def _heatmap_context(request, error: ActionError | None = None, notice: str = ""
         "query": query.urlencode(),
         "error": error,
         "notice": notice,
+        "typed": _typed(request) if error else {},
     }
+
+
+def _typed(request) -> dict:
+    """What the refused bulk form held (reason, window, ticked racks and nodes), put back in it
+    beside the error, so a refusal costs no retyping. A single node's refusal fills nothing:
+    its reason was not typed in the bulk bar."""
+    if request.method != "POST" or request.POST.get("node"):
+        return {}
+    fields = {name: request.POST.get(name, "") for name in ("reason", "starts_at", "hours")}
+    return {**fields, "racks": set(request.POST.getlist("racks")), "nodes": set(request.POST.getlist("nodes"))}
 
 
 def squares(rack: console.Rack) -> str:

@@ -30,6 +30,18 @@ from teams.selectors import visible_team_names
 LOG_TAIL_CHARS = 20_000  # what the job page shows of a log; static/js/mlqueue.js keeps it to this too
 
 
+def log_tail(text: str) -> tuple[str, bool]:
+    """The last LOG_TAIL_CHARS of a log, from a line's start (a line longer than that is cut),
+    and whether anything was left out. static/js/mlqueue.js cuts the followed log the same way."""
+    if len(text) <= LOG_TAIL_CHARS:
+        return text, False
+    part = text[-LOG_TAIL_CHARS:]
+    newline = part.find("\n")
+    if text[-LOG_TAIL_CHARS - 1] != "\n" and 0 <= newline < len(part) - 1:
+        part = part[newline + 1 :]
+    return part, True
+
+
 @login_required
 def queue(request):
     query = QueueQuery.from_params(request.GET)
@@ -195,6 +207,7 @@ def job_log(request, job_id: int):
     # An earlier attempt is over: nothing to follow, and a re-fetch must not jump to the latest.
     pinned = attempt != latest
     params = {"follow": 1, "rank": rank, "stream": stream, "offset": offset, "attempt": attempt}
+    tail, cut = log_tail(text)
     context = {
         "job": job,
         "rank": rank,
@@ -202,7 +215,9 @@ def job_log(request, job_id: int):
         "attempt": attempt,
         "pinned": pinned,
         "attempts": range(max(1, latest - MAX_ATTEMPT_LINKS + 1), latest + 1),
-        "tail": text[-LOG_TAIL_CHARS:],
+        "tail": tail,
+        "cut": cut,
+        "tail_chars": LOG_TAIL_CHARS,
         "poll": bool(request.GET.get("poll")),
         "finished": job.state in JOB_FINISHED or pinned,
         "follow_url": f"{reverse('job-logs', args=[job.pk])}?{urlencode(params)}",

@@ -89,7 +89,8 @@ def page(request):
         errors = {
             ("from" if name == "start" else "to" if name == "end" else name): e for name, e in filters.errors.items()
         }
-        return render(request, "scheduling/reports.html", {**context, "errors": errors}, status=400)
+        typed = {"from": request.GET.get("from", ""), "to": request.GET.get("to", "")}  # kept, beside the error
+        return render(request, "scheduling/reports.html", {**context, **typed, "errors": errors}, status=400)
     data = filters.cleaned_data
     start = datetime.combine(data["start"], time(), tzinfo=UTC)
     end = datetime.combine(data["end"] + timedelta(days=1), time(), tzinfo=UTC)

@@ -44,6 +44,16 @@
       }
     });
   }
+  // True while someone is using the form in `root` (the nodes console's heatmap pauses its
+  // refresh, which would replace the form): a box ticked, an input focused, holding a value or
+  // half typed (a date or number the browser cannot read yet has no value but is :invalid).
+  window.mlqueue = window.mlqueue || {};
+  window.mlqueue.inUse = function (root) {
+    if (root.querySelector("input[type=checkbox]:checked, input:focus, input:invalid")) return true;
+    return Array.prototype.some.call(root.querySelectorAll("input:not([type=checkbox]):not([type=hidden])"), function (input) {
+      return input.value !== "";
+    });
+  };
   // Each step on its own: one that throws must not keep the live updates from starting.
   function guarded(step) {
     try { step(); } catch (error) { if (window.console) console.error("mlqueue:", error); }
@@ -83,8 +93,30 @@
 // from where the fragment ends; at the attempt's `end`, re-fetches the fragment (a retry's new
 // attempt, or the finished job's last state). If the stream cannot be opened, falls back to the
 // fragment re-fetched every 3 s (?poll=1). A dropped stream reconnects by itself (Last-Event-ID).
+// The box keeps its newest line in view unless the reader has scrolled up (then it stays where
+// they are, across the polled re-fetches too); a tail cut to TAIL_CHARS starts on a whole line
+// and the note above it ([data-log-cut]) says the earlier lines are not shown.
 (function () {
-  var TAIL_CHARS = 20000;  // scheduling/web/pages.py LOG_TAIL_CHARS
+  var TAIL_CHARS = 20000;  // scheduling/web/pages.py LOG_TAIL_CHARS, cut the same way (log_tail)
+  var kept = null;  // the polled box's scroll position, across its re-fetch: {url, top, atEnd}
+  function atEnd(pre) { return pre.scrollHeight - pre.scrollTop - pre.clientHeight < 24; }
+  function tail(text) {
+    if (text.length <= TAIL_CHARS) return {text: text, cut: false};
+    var part = text.slice(-TAIL_CHARS);
+    var newline = part.indexOf("\n");
+    // Already on a line's start, or one line longer than the whole tail: nothing more to drop.
+    if (text.charAt(text.length - TAIL_CHARS - 1) !== "\n" && newline >= 0 && newline < part.length - 1) part = part.slice(newline + 1);
+    return {text: part, cut: true};
+  }
+  function append(box, pre, more) {
+    var following = atEnd(pre);
+    if (pre.hasAttribute("data-empty")) { pre.textContent = ""; pre.removeAttribute("data-empty"); }
+    var cut = tail(pre.textContent + more);
+    pre.textContent = cut.text;
+    var note = box.querySelector("[data-log-cut]");
+    if (cut.cut && note) note.hidden = false;
+    if (following) pre.scrollTop = pre.scrollHeight;
+  }
   function refetch(box, extra) {
     htmx.ajax("GET", box.getAttribute("data-log-refresh") + (extra || ""), {target: box, swap: "outerHTML"});
   }
@@ -96,9 +128,7 @@
     source.onopen = function () { opened = true; };
     source.addEventListener("log", function (event) {
       if (gone()) { source.close(); return; }
-      if (pre.hasAttribute("data-empty")) { pre.textContent = ""; pre.removeAttribute("data-empty"); }
-      var text = pre.textContent + JSON.parse(event.data).text;
-      pre.textContent = text.length > TAIL_CHARS ? text.slice(-TAIL_CHARS) : text;
+      append(box, pre, JSON.parse(event.data).text);
     });
     source.addEventListener("end", function () {
       source.close();
@@ -110,10 +140,26 @@
     };
     box.addEventListener("htmx:beforeCleanupElement", function () { source.close(); });
   }
+  function boxUrl(box) { return box.getAttribute("hx-get") || box.getAttribute("data-log-refresh"); }
+  // A re-fetched box (the 3 s poll) starts at its top: put it back where the reader had it.
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    var pre = event.detail.target && event.detail.target.id === "log" && event.detail.target.querySelector("pre");
+    if (pre) kept = {url: boxUrl(event.detail.target), top: pre.scrollTop, atEnd: atEnd(pre)};
+  });
+  function show(box) {
+    var pre = box.querySelector("pre");
+    if (!pre) return;
+    var same = kept && kept.url === boxUrl(box);
+    pre.scrollTop = same && !kept.atEnd ? kept.top : pre.scrollHeight;
+    kept = null;
+  }
   htmx.onLoad(function (element) {  // the page, and every fragment htmx swaps in
-    var boxes = element.matches && element.matches("[data-log-follow]") ? [element] : [];
-    if (element.querySelectorAll) element.querySelectorAll("[data-log-follow]").forEach(function (box) { boxes.push(box); });
-    boxes.forEach(follow);
+    var boxes = element.matches && element.matches("#log") ? [element] : [];
+    if (element.querySelectorAll) element.querySelectorAll("#log").forEach(function (box) { boxes.push(box); });
+    boxes.forEach(function (box) {
+      show(box);
+      if (box.hasAttribute("data-log-follow")) follow(box);
+    });
   });
 })();
 
