@@ -42,6 +42,7 @@ class FailureClass(StrEnum):
     APP = "APP"
     TIMEOUT = "TIMEOUT"
     CANCELLED = "CANCELLED"
+    EARLY_STOPPED = "EARLY_STOPPED"
 
 
 class StopReason(StrEnum):
@@ -66,6 +67,7 @@ class Action(StrEnum):
     CANCEL = "cancel"
     FAIL = "fail"
     REQUEUE = "requeue"
+    EARLY_STOP = "early_stop"  # a sweep's trial its rule stopped ends EARLY_STOPPED
 
 
 class Counter(StrEnum):
@@ -86,6 +88,7 @@ class SettleCode(StrEnum):
     NO_RESTARTS_LEFT = "NO_RESTARTS_LEFT"
     POLICY_FAILS = "POLICY_FAILS"  # the restart policy says fail
     REQUEUED = "REQUEUED"  # a user asked for it
+    EARLY_STOPPED = "EARLY_STOPPED"  # its sweep's rule stopped it
 
 
 # Stops that make room for other work: they end an attempt without anyone's fault.
@@ -177,13 +180,18 @@ def settle(attempt: Attempt, outcome: Outcome, policy: RestartPolicy) -> Verdict
     ended = sorted((t for t in outcome.tasks if t.unsuccessful), key=lambda t: t.rank)
     if outcome.cancel_requested or any(t.state == TaskEnd.CANCELLED for t in outcome.tasks):
         return Verdict(Action.CANCEL, SettleCode.CANCELLED, "cancelled", FailureClass.CANCELLED)
-    if any(t.failure_class == FailureClass.TIMEOUT for t in ended):
+    # What the scheduler stopped it for stands when its node went during the grace period (the
+    # ranks then end INFRA, their stop reason kept): a job past its time is not restarted (QA).
+    if any(t.failure_class == FailureClass.TIMEOUT or t.stop_reason == StopReason.TIMEOUT for t in ended):
         return Verdict(
             Action.FAIL,
             SettleCode.TIMEOUT,
             f"ran past max_runtime_hours ({policy.max_runtime_hours:g} h)",
             FailureClass.TIMEOUT,
         )
+    if any(t.stop_reason == StopReason.EARLY_STOPPED for t in ended):
+        message = "stopped early by its sweep's rule (its node was lost while it stopped)"
+        return Verdict(Action.EARLY_STOP, SettleCode.EARLY_STOPPED, message, FailureClass.EARLY_STOPPED)
     failed = next((t for t in ended if t.failure_class == FailureClass.APP), None)
     if failed is not None:
         return _after_app_failure(failed, attempt, policy)

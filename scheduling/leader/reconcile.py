@@ -71,7 +71,7 @@ class Swept:
                 self.requeued += 1
         elif verdict.action == Action.FAIL:
             self.failed += 1
-        else:
+        elif verdict.action == Action.CANCEL:
             self.cancelled += 1
 
 
@@ -223,7 +223,7 @@ def do_apply_verdict(job: Job, verdict: Verdict, *, now, lost: dict | None = Non
     elif verdict.action == Action.FAIL:
         _end_failed(job, verdict, now=now, lost=lost or {})
     else:
-        _end_cancelled(job, verdict, now=now)
+        _end_stopped(job, verdict, now=now)
 
 
 def _count_outcome(outcome: str, failure_class: str) -> None:
@@ -310,11 +310,13 @@ def _end_failed(job: Job, verdict: Verdict, *, now, lost: dict) -> None:
     notify.jobs_changed([job.pk])
 
 
-def _end_cancelled(job: Job, verdict: Verdict, *, now) -> None:
+def _end_stopped(job: Job, verdict: Verdict, *, now) -> None:
+    """CANCELLED, or EARLY_STOPPED: a trial its sweep's rule stopped whose node went meanwhile."""
+    to_state = S.EARLY_STOPPED if verdict.action == Action.EARLY_STOP else S.CANCELLED
     lifecycle.transition_gang(
         job.pk,
         from_state=(S.FAILED, S.PREEMPTED),
-        to_state=S.CANCELLED,
+        to_state=to_state,
         require_all=False,
         actor_name="scheduler",
         reason=verdict.code,
@@ -324,5 +326,5 @@ def _end_cancelled(job: Job, verdict: Verdict, *, now) -> None:
     )
     Job.objects.filter(pk=job.pk).update(failure_class=verdict.failure_class, updated_at=now)
     sync_parent_of(job, now=now)
-    _count_outcome("cancelled", verdict.failure_class)
+    _count_outcome(to_state.lower(), verdict.failure_class)
     notify.jobs_changed([job.pk])

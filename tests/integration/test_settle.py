@@ -150,3 +150,16 @@ def test_the_api_and_the_job_page_show_preemptions_beside_restarts_and_retries(a
     client.login(username="alice", password="demo")
     page = client.get(f"/jobs/{job.pk}/panel/").content.decode()
     assert ("0 of 2 retries, 0 of 20 restarts used, 1 preemption (preemptions spend neither)") in page
+
+
+def test_a_job_past_its_time_whose_node_is_lost_in_the_grace_period_ends_timeout(api, leader):
+    """QA: the detector failed its ranks INFRA (their stop reason TIMEOUT kept) and the job was
+    restarted from the start, a second attempt of a job that had run out of time."""
+    job = submit(api, resources={"gpu_count": 8}, restart_policy={"max_restarts": 5})
+    run_pass(epoch=leader)
+    run_all_ranks(job)
+    Task.objects.filter(job=job).update(stop_reason="TIMEOUT", stop_signal="TERM")
+    lose_the_node_under(job)
+    run_pass(epoch=leader)
+    job.refresh_from_db()
+    assert (job.state, job.failure_class, job.restarts_used) == ("FAILED", "TIMEOUT", 0)

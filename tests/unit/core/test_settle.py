@@ -71,6 +71,25 @@ CASES = [
         Verdict(Action.FAIL, SettleCode.TIMEOUT, "ran past max_runtime_hours (1.5 h)", "TIMEOUT"),
     ),
     (
+        "a timeout stands when the node is lost in the grace period (QA: it was restarted)",
+        Outcome((rank(0, "FAILED", "INFRA", "TIMEOUT", signal="SIGKILL"),)),
+        Attempt(),
+        RestartPolicy(max_runtime_hours=0.01),
+        Verdict(Action.FAIL, SettleCode.TIMEOUT, "ran past max_runtime_hours (0.01 h)", "TIMEOUT"),
+    ),
+    (
+        "a trial stopped early stays stopped when its node is lost in the grace period",
+        Outcome((rank(0, "FAILED", "INFRA", "EARLY_STOPPED", signal="SIGKILL"),)),
+        Attempt(),
+        CHECKPOINTING,
+        Verdict(
+            Action.EARLY_STOP,
+            SettleCode.EARLY_STOPPED,
+            "stopped early by its sweep's rule (its node was lost while it stopped)",
+            "EARLY_STOPPED",
+        ),
+    ),
+    (
         "the first application failure retries after the base back-off",
         Outcome((app(0, exit_code=3),)),
         Attempt(),
