@@ -7,7 +7,7 @@ nowhere else: it goes only into the assignment of the node that runs the task.""
 import logging
 
 from scheduling.groups import child_env
-from scheduling.models import Job, RestartMode, Task
+from scheduling.models import Job, Task
 from scheduling.secrets import SecretEnvUnreadable, decrypt_env
 
 log = logging.getLogger(__name__)
@@ -58,7 +58,9 @@ def secret_env(job: Job) -> dict[str, str]:
 def assignment_env(task: Task, *, job: Job, master_node: str) -> dict[str, str]:
     """The variables the agent sets for `task`: the user's `env` and `secret_env`, then
     mlqueue's own (which neither may override)."""
-    resume = job.on_preemption == RestartMode.RESUME or job.on_node_failure == RestartMode.RESUME
+    # As its last requeue's verdict said: from the checkpoint, or from the start (QA: a user's
+    # requeue under on_preemption: restart resumed, on_node_failure's default deciding).
+    resume = job.resume_next and task.attempt > 1 and checkpoint_dir(job)
     env = {
         **{key: str(value) for key, value in (job.env or {}).items()},
         **secret_env(job),
@@ -69,7 +71,7 @@ def assignment_env(task: Task, *, job: Job, master_node: str) -> dict[str, str]:
         "MLQ_RESTART_COUNT": str(job.restarts_used + job.retries_used + job.preemptions),
         "MLQ_CHECKPOINT_DIR": checkpoint_dir(job),
         **checkpoint_settings(job),
-        "MLQ_RESUME": "1" if resume and task.attempt > 1 and checkpoint_dir(job) else "0",
+        "MLQ_RESUME": "1" if resume else "0",
         **child_env(job),
         "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in task.gpu_indices),
         "WORLD_SIZE": str(job.task_count),

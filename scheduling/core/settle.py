@@ -157,12 +157,12 @@ class RestartPolicy:
         """Exponential back-off before retry n+1: base x 2^n, capped."""
         return min(self.backoff_base_s * 2**retries_used, self.backoff_max_s)
 
+    def resuming(self, mode: RestartMode) -> bool:
+        """Whether a requeue under `mode` resumes from the job's checkpoint (MLQ_RESUME=1)."""
+        return mode == RestartMode.RESUME and self.checkpointing
+
     def resumes(self, mode: RestartMode) -> str:
-        return (
-            "resuming from its last checkpoint, if any"
-            if mode == RestartMode.RESUME and self.checkpointing
-            else "from the start"
-        )
+        return "resuming from its last checkpoint, if any" if self.resuming(mode) else "from the start"
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,6 +174,7 @@ class Verdict:
     counter: Counter | None = None  # what a requeue raises, to `count` (None: a user's requeue raises nothing)
     count: int = 0
     backoff_s: float = 0.0  # a requeue is not placed again before this many seconds
+    resume: bool = False  # a requeue's next attempt resumes from the checkpoint (its message says so)
 
 
 def settle(attempt: Attempt, outcome: Outcome, policy: RestartPolicy) -> Verdict:
@@ -200,6 +201,7 @@ def settle(attempt: Attempt, outcome: Outcome, policy: RestartPolicy) -> Verdict
             Action.REQUEUE,
             SettleCode.REQUEUED,
             f"requeued on request, {policy.resumes(policy.on_preemption)} (retries and restarts not spent)",
+            resume=policy.resuming(policy.on_preemption),
         )
     if _stopped_for(ended, MAKING_ROOM):
         return _after_preemption(ended, attempt, policy)
@@ -249,6 +251,7 @@ def _after_preemption(ended: list[EndedTask], attempt: Attempt, policy: RestartP
         f"(preemption {count}; restarts and retries not spent)",
         counter=Counter.PREEMPTIONS,
         count=count,
+        resume=policy.resuming(policy.on_preemption),
     )
 
 
@@ -273,4 +276,5 @@ def _after_infra_failure(attempt: Attempt, policy: RestartPolicy) -> Verdict:
         "(retries not spent)",
         counter=Counter.RESTARTS,
         count=count,
+        resume=policy.resuming(policy.on_node_failure),
     )

@@ -257,6 +257,7 @@ def _requeue(job: Job, verdict: Verdict, *, now, lost: dict) -> None:
         pending_reason_code=ReasonCode.BACKOFF if not_before else "",
         pending_reason_message=verdict.message if not_before else "",
         pending_histogram={},
+        resume_next=verdict.resume,
         **counted,
     )
     held = job_control.hold_with_group(job, now=now)

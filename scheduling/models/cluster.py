@@ -205,6 +205,9 @@ class Job(models.Model):
     retries_used = models.PositiveIntegerField(default=0)
     # Preemptions, drains and spot reclaims: counted apart, never a budget (core/settle.py).
     preemptions = models.PositiveIntegerField(default=0)
+    # Its last requeue resumes from the checkpoint (the verdict's `resume`): MLQ_RESUME of the
+    # attempts after it. A requeue "from the start" (restart mode, an application's retry) is not.
+    resume_next = models.BooleanField(default=False)
     failure_class = models.CharField(max_length=16, choices=FailureClass.choices, blank=True)
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
     last_checkpoint_at = models.DateTimeField(null=True, blank=True)

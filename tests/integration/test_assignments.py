@@ -69,3 +69,22 @@ def test_job_id_in_the_checkpoint_path_gives_each_submit_a_directory_of_its_own(
         job = Job.objects.get(pk=job_id)
         env = assignment_env(job.tasks.get(rank=0), job=job, master_node=job.tasks.get(rank=0).node.name)
         assert env["MLQ_CHECKPOINT_DIR"] == f"/tmp/ckpt/run-{job_id}"
+
+
+def test_an_attempt_requeued_from_the_start_is_not_told_to_resume(api, demo):
+    """QA: a user's requeue under on_preemption: restart said 'from the start' while the next
+    attempt had MLQ_RESUME=1 (on_node_failure's default, resume, decided). MLQ_RESUME follows the
+    requeue's own verdict."""
+    SchedulerLease.objects.filter(pk=1).update(epoch=4, renewed_at=timezone.now())
+    heartbeat()
+    spec = make_spec(resources={"gpu_count": 8}, restart_policy={"on_preemption": "restart"})
+    job_id = api("alice").post("/api/v1/jobs", spec, format="json").json()["id"]
+    run_pass(epoch=4)
+    reports.do_report_started(job_id=job_id, rank=0, attempt=1)
+    assert api("alice").post(f"/api/v1/jobs/{job_id}/requeue", {}, format="json").status_code == 200
+    reports.do_report_exited(job_id=job_id, rank=0, attempt=1, exit_code=143)
+    run_pass(epoch=4)  # requeued from the start, placed again
+    job = Job.objects.get(pk=job_id)
+    task = job.tasks.get()
+    assert task.attempt == 2
+    assert assignment_env(task, job=job, master_node=task.node.name)["MLQ_RESUME"] == "0"

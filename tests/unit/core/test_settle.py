@@ -166,6 +166,7 @@ CASES = [
             "(preemption 25; restarts and retries not spent)",
             counter=Counter.PREEMPTIONS,
             count=25,
+            resume=True,
         ),
     ),
     (
@@ -221,6 +222,7 @@ CASES = [
             "(retries not spent)",
             counter=Counter.RESTARTS,
             count=4,
+            resume=True,
         ),
     ),
     (
@@ -248,6 +250,7 @@ CASES = [
             "(preemption 1; restarts and retries not spent)",
             counter=Counter.PREEMPTIONS,
             count=1,
+            resume=True,
         ),
     ),
     (
