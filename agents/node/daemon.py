@@ -53,6 +53,7 @@ from agents.node.runtime import (
     DIR_MODE,
     LOG_READ_BYTES,
     NoContainerRuntime,
+    RecordedExit,
     TaskProcess,
     install_helpers,
 )
@@ -103,12 +104,13 @@ class NodeAgent:
         self.task_users = task_users or TaskUsers.none()
         self.node_token_path = self.workdir / credentials.NODE_TOKEN_FILE
         self.helpers = install_helpers(self.workdir)  # mlqueue.checkpoint and mlqueue.report for the tasks' Python
-        self.tasks: dict[tuple[int, int, int], TaskProcess] = {}
+        self.tasks: dict[tuple[int, int, int], TaskProcess | RecordedExit] = {}
         self.outbox = Outbox(self.name)  # events not yet accepted by the server
         self.interval_s, self.lease_deadline, self.lease_grace_s = 5.0, 0.0, LEASE_KILL_GRACE_S
         self.lease_path = self.workdir / "lease"
         self.state_path = self.workdir / "state.json"
         self.highest_epoch, self.seen = self._load_state()
+        self.recover_exits()
         self.wake = threading.Event()
         self.stopping = threading.Event()
         self.refused = ""  # why the server refuses this node's registration for good
@@ -127,6 +129,17 @@ class NodeAgent:
         credentials.write_private(
             self.state_path, json.dumps({"highest_epoch": self.highest_epoch, "seen": sorted(self.seen)})
         )
+
+    def recover_exits(self) -> None:
+        """Exits of this node's attempts that no agent reported (it was killed after the task
+        exited, before a heartbeat said so, or stopped it on its way out), recorded by their
+        supervisors: reported as live exits are. An attempt that ran here and recorded no exit
+        was killed with its agent: the server finds it missing from the heartbeat (lost)."""
+        for key in sorted(self.seen):
+            task = RecordedExit.found(self.workdir, key)
+            if task is not None:
+                self.tasks[key] = task
+                self.queue_exit(task)
 
     # --- the loop ---------------------------------------------------------------------------
     def run(self) -> None:
@@ -166,9 +179,12 @@ class NodeAgent:
             self.lock = None
 
     def shutdown_tasks(self) -> None:
-        """The agent is stopping: its tasks stop with it (TERM, then KILL after a grace)."""
+        """The agent is stopping: its tasks stop with it (TERM, then KILL after a grace). Their
+        exits are not reported now (the last word went before); the next agent on this workdir
+        reports those their supervisors recorded, as lost in the agent's restart (infra)."""
         running = [t for t in self.tasks.values() if t.running]
         for task in running:
+            task.note_agent_stop()
             task.send("TERM")
         deadline = time.monotonic() + LEASE_KILL_GRACE_S
         while time.monotonic() < deadline and any(t.process.poll() is None for t in running):
@@ -298,6 +314,7 @@ class NodeAgent:
         for item in reported:
             key = (item["job_id"], item["rank"], item["attempt"])
             if item["state"] == "exited" and key in self.tasks and not self.tasks[key].running:
+                self.tasks[key].forget_exit()
                 self.reap(self.tasks.pop(key))
 
     def reap(self, task: TaskProcess) -> None:

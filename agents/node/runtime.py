@@ -31,7 +31,7 @@ from agents.node.checkpoints import CheckpointWatch, marker_path
 from agents.node.containers import Podman, check_image, container_name, split_env, visible_gpus
 from agents.node.isolation import TaskUser
 from agents.node.metrics import MetricsTail, metrics_path
-from agents.node.supervise import LEASE_EXPIRED
+from agents.node.supervise import LEASE_EXPIRED, exit_path, read_exit
 
 # The supervisor is the supervise.py next to this file, run by its path rather than found on
 # sys.path (`-I` leaves only the installed packages there): the agent and its supervisors are
@@ -62,6 +62,11 @@ DEFAULT_PASS_ENV = (
 # Never passed, whatever --pass-env says: the agent's tokens and the server's secrets.
 NEVER_PASSED = re.compile(r"^(MLQ_|DATABASE_URL$|REDIS_URL$|SECRET_KEY$|DJANGO_|PGPASSWORD$|AWS_SECRET)")
 DIR_MODE, PRIVATE_MODE = 0o711, 0o700
+# What an attempt's status file says when the agent stopped the task on its own way out (its
+# supervisor writes LEASE_EXPIRED there): the exit it then records is the agent's doing, and
+# reported by its next start as a task lost in the agent's restart, never as the task's own.
+AGENT_STOPPED = "agent-stopped"
+CAUSE_OF_STATUS = {LEASE_EXPIRED: "lease_expired", AGENT_STOPPED: "lost"}
 
 
 class NoContainerRuntime(OSError):
@@ -135,6 +140,11 @@ def hooked(container_hook: str, image: str) -> list[str]:
     return [word.replace("{image}", image) for word in shlex.split(container_hook)]
 
 
+def attempt_dir(workdir: Path, key: tuple[int, int, int]) -> Path:
+    job_id, rank, attempt = key
+    return workdir / "jobs" / str(job_id) / f"rank-{rank}" / f"attempt-{attempt}"
+
+
 def make_dir(path: Path, mode: int, user: TaskUser | None = None) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     os.chmod(path, mode)
@@ -181,7 +191,57 @@ class Stream:
             self.handle.close()
 
 
-class TaskProcess:
+def status_path(directory: Path) -> Path:
+    return directory / "status"
+
+
+def supervisor_status(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return ""
+
+
+class Attempt:
+    """What the agent reports of a task attempt, running here or ended."""
+
+    job_id: int
+    rank: int
+    attempt: int
+    exit_code: int | None
+    exit_signal: str
+    cause: str
+    status_file: Path
+
+    @property
+    def key(self) -> tuple[int, int, int]:
+        return self.job_id, self.rank, self.attempt
+
+    @property
+    def running(self) -> bool:
+        return self.exit_code is None and not self.exit_signal
+
+    def report(self) -> dict:
+        state = "running" if self.running else "exited"
+        return {
+            "job_id": self.job_id,
+            "rank": self.rank,
+            "attempt": self.attempt,
+            "state": state,
+            "exit_code": self.exit_code,
+            "signal": self.exit_signal,
+            "cause": self.cause,
+        }
+
+    def forget_exit(self) -> None:
+        """The exit is reported: an agent started later must not report it again."""
+        try:
+            os.unlink(exit_path(self.status_file))
+        except FileNotFoundError:
+            pass
+
+
+class TaskProcess(Attempt):
     def __init__(
         self,
         assignment: dict,
@@ -204,9 +264,7 @@ class TaskProcess:
         # Only a job that names an image runs in a container; the others run as plain processes.
         self.container = container if assignment.get("image") else None
         self.container_name = container_name(container.node, self.key) if self.container is not None else ""
-        self.dir = make_dir(
-            workdir / "jobs" / str(self.job_id) / f"rank-{self.rank}" / f"attempt-{self.attempt}", DIR_MODE
-        )
+        self.dir = make_dir(attempt_dir(workdir, self.key), DIR_MODE)
         for parent in self.dir.parents:
             if parent == workdir:
                 break
@@ -222,7 +280,7 @@ class TaskProcess:
         # Why it ended, when not by itself: "lease_expired" (its supervisor or the agent stopped it
         # because the node's lease ran out) or "lost" (it ran here before the agent restarted).
         self.cause = ""
-        self.lease_file, self.status_file = lease_file, self.dir / "status"
+        self.lease_file, self.status_file = lease_file, status_path(self.dir)
         self.signals_sent: set[str] = set()
         if self.container is not None:  # the image has its own PATH, locale and libraries: not the host's
             pass_env = [name for name in pass_env if name not in DEFAULT_PASS_ENV]
@@ -316,35 +374,54 @@ class TaskProcess:
                 os.close(out)
                 os.close(err)
 
-    @property
-    def key(self) -> tuple[int, int, int]:
-        return self.job_id, self.rank, self.attempt
-
-    @property
-    def running(self) -> bool:
-        return self.exit_code is None and not self.exit_signal
-
     def poll(self) -> bool:
         """True once, when the process has just been seen to exit."""
         if not self.running:
             return False
-        code = self.process.poll()
-        if code is None:
+        if not self._supervisor_ended():
             return False
+        if self.process.returncode is None:
+            self._kill_group()
+        code = self.process.wait()
         if code < 0:
             self.exit_signal = signal.Signals(-code).name
         else:
             self.exit_code = code
         self.exited_at = time.monotonic()
-        if not self.cause and self._supervisor_status() == LEASE_EXPIRED:
+        if not self.cause and supervisor_status(self.status_file) == LEASE_EXPIRED:
             self.cause = "lease_expired"
         return True
 
-    def _supervisor_status(self) -> str:
+    def _supervisor_ended(self) -> bool:
+        """Whether the supervisor has exited, seen without reaping it where the system allows."""
         try:
-            return self.status_file.read_text().strip()
+            return os.waitid(os.P_PID, self.process.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+        except ChildProcessError:  # reaped already (Popen's own poll)
+            return True
+        except AttributeError:  # no waitid here: reaped as it is seen
+            return self.process.poll() is not None
+
+    def _kill_group(self) -> None:
+        """SIGKILL to whatever is left of the task's group as its supervisor is seen to exit: what
+        the supervisor could not sweep (it was killed itself, by the OOM killer say, or /proc is
+        not there). Before the supervisor is reaped: until then its pid, the group's id, is not
+        anyone else's."""
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass  # nothing left in it
+
+    def note_agent_stop(self) -> None:
+        """The agent stops this task as it stops itself: said on disk before the task gets its
+        SIGTERM, so that the exit it records is not taken for the task's own."""
+        try:
+            fd = os.open(self.status_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "w") as status:
+                status.write(AGENT_STOPPED)
+                status.flush()
+                os.fsync(status.fileno())
         except OSError:
-            return ""
+            pass  # the task is stopped all the same; its next report may then read as its own exit
 
     def send(self, name: str) -> None:
         """TERM or KILL, each at most once: TERM to the supervisor, which passes it on to the whole
@@ -375,18 +452,6 @@ class TaskProcess:
                 os.chown(self.work, os.geteuid(), os.getegid())
             except OSError:
                 pass
-
-    def report(self) -> dict:
-        state = "running" if self.running else "exited"
-        return {
-            "job_id": self.job_id,
-            "rank": self.rank,
-            "attempt": self.attempt,
-            "state": state,
-            "exit_code": self.exit_code,
-            "signal": self.exit_signal,
-            "cause": self.cause,
-        }
 
     def checkpoint_events(self, *, final: bool = False) -> list[dict]:
         """A `checkpoint` event when the task has confirmed a new checkpoint (checked at most
@@ -445,3 +510,39 @@ class TaskProcess:
             "offset": offset,
             "data": text,
         }
+
+
+class RecordedExit(Attempt):
+    """An attempt of this node whose task exited while no agent could report it (the agent was
+    killed first): its exit as its supervisor recorded it, to report as a live exit is. Its
+    supervisor is gone; the log it wrote after what the dead agent shipped stays in its files."""
+
+    def __init__(self, workdir: Path, key: tuple[int, int, int], ended: dict):
+        self.job_id, self.rank, self.attempt = key
+        self.status_file = status_path(attempt_dir(workdir, key))
+        self.exit_code, self.exit_signal = ended["exit_code"], ended["signal"]
+        self.cause = CAUSE_OF_STATUS.get(supervisor_status(self.status_file), "")
+        self.exited_at, self.exit_queued = time.monotonic(), False
+        self.gpu_indices, self.signals_sent, self.user = (), set(), None
+        self.process = EndedProcess(self.exit_code if self.exit_code is not None else -signal.Signals[self.exit_signal])
+
+    @classmethod
+    def found(cls, workdir: Path, key: tuple[int, int, int]) -> "RecordedExit | None":
+        ended = read_exit(exit_path(status_path(attempt_dir(workdir, key))))
+        return cls(workdir, key, ended) if ended is not None else None
+
+    def close(self) -> None:
+        pass  # no logs open, and no user held: the restarted agent swept the pool's users
+
+
+class EndedProcess:
+    """The process of a RecordedExit: it ended before this agent started."""
+
+    def __init__(self, returncode: int):
+        self.returncode = returncode
+
+    def poll(self) -> int:
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        return self.returncode

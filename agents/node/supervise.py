@@ -19,6 +19,14 @@ empty environment of its own), and
   An agent that is stopped (SIGSTOP), stuck or partitioned cannot renew, and its tasks are
   dead by the deadline all the same: before the leader may requeue them elsewhere (README,
   "Outages");
+- records COMMAND's exit (exit code or signal) in the file "exit" beside S, written atomically
+  and fsynced before this process exits: an agent killed before it reported the exit finds it
+  there when it restarts, and reports it (the task is not run again as lost). An exit that came
+  before this process heard of the agent's death (PR_SET_PDEATHSIG below) is recorded all the
+  same; a task killed because its agent died records none, and is reported lost;
+- once COMMAND has exited, for whatever reason, SIGKILLs whatever it left in the group (a
+  background job, a worker that ignored SIGTERM): nothing of the task holds its GPUs after its
+  exit is reported. A process that left the group (setsid) is not found this way;
 - exits as COMMAND did: with its exit code, or by the same signal.
 With `--container NAME`, COMMAND is `podman run --name NAME ...`, run as this process's own user
 (the container's processes run as the task's, agents/node/containers.py) with file descriptor K
@@ -62,6 +70,15 @@ OPTIONS = (set(REQUIRED), {*REQUIRED, "--uid", "--gid"}, {*REQUIRED, "--containe
 NUMBERS = ("--env-fd", "--agent-pid", "--uid", "--gid", "--keep-fd")
 REMOVE_TIMEOUT_S = 30
 LEASE_EXPIRED = "lease-expired"
+EXIT_FILE = "exit"
+# Rounds of the sweep of the group after the task's exit: a process forking as it is killed
+# leaves children for the next round.
+SWEEP_ROUNDS = 20
+
+
+def exit_path(status_file) -> str:
+    """Where the supervisor of the attempt with this status file records its task's exit."""
+    return os.path.join(os.path.dirname(os.fspath(status_file)), EXIT_FILE)
 
 
 def parse(argv: list[str]) -> tuple[dict, dict, list[str]]:
@@ -84,6 +101,7 @@ def parse(argv: list[str]) -> tuple[dict, dict, list[str]]:
     if "--keep-fd" in numbers:
         popen.update(pass_fds=(numbers["--keep-fd"],))
     files = {"lease": pairs["--lease-file"], "status": pairs["--status-file"], "agent": numbers["--agent-pid"]}
+    files["exit"] = exit_path(pairs["--status-file"])
     if "--container" in pairs:
         files["container"] = {"name": pairs["--container"], "podman": command[0], "env": popen["env"]}
     return popen, files, command
@@ -102,16 +120,52 @@ def write_lease(path, *, until: float, grace_s: float) -> None:
     """The agent's side: its lease runs until `until` (time.monotonic(), system-wide); tasks
     get SIGTERM then, and SIGKILL `grace_s` later. Replaced atomically: a reader never sees
     half a file."""
+    _replace_file(path, json.dumps({"until": until, "grace_s": grace_s}), durable=False)
+
+
+def write_exit(path, code: int) -> None:
+    """Record how the task ended (`code` as Popen.returncode has it): atomically, and on disk
+    (fsynced, its directory too) before this process ends, so that no crash of the agent loses it."""
+    ended = {"exit_code": code, "signal": ""}
+    if code < 0:
+        ended = {"exit_code": None, "signal": signal.Signals(-code).name}
+    _replace_file(path, json.dumps(ended), durable=True)
+
+
+def read_exit(path) -> dict | None:
+    """The exit a supervisor recorded ({"exit_code": ..., "signal": ...}), or None (none, or not
+    one write_exit wrote)."""
+    try:
+        with open(path) as handle:
+            ended = json.load(handle)
+        code, name = ended["exit_code"], ended["signal"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if (isinstance(code, int) and name == "") or (code is None and name in signal.Signals.__members__):
+        return {"exit_code": code, "signal": name}
+    return None
+
+
+def _replace_file(path, text: str, *, durable: bool) -> None:
     folder, name = os.path.split(os.fspath(path))
     fd, tmp = tempfile.mkstemp(dir=folder or ".", prefix=f".{name}.", suffix=".tmp")  # unique: no two writers share it
     try:
         with os.fdopen(fd, "w") as handle:
-            handle.write(json.dumps({"until": until, "grace_s": grace_s}))
+            handle.write(text)
+            if durable:
+                handle.flush()
+                os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+    if durable:
+        directory = os.open(folder or ".", os.O_RDONLY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
 
 
 def read_lease(path) -> tuple[float, float] | None:
@@ -178,13 +232,83 @@ def main(argv: list[str]) -> int:
         print(f"mlqueue: cannot start {command[0]}: {exc}", file=sys.stderr)
         return 127
     term.started()
+    signal.signal(signal.SIGHUP, lambda *_: agent_died(child, group, files))
     lease = LeaseWatch(files, group, term)
     while child.poll() is None:
         if os.getppid() != parent:  # the agent is gone: nothing of this task may outlive it
-            kill_task(group, files.get("container"))
+            agent_died(child, group, files)
         lease.check()
-        time.sleep(WATCH_S)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            child.wait(timeout=WATCH_S)  # not a sleep: the exit is recorded as soon as it comes
+    record_exit(files["exit"], child.returncode)
+    kill_leftovers(group)
     return _exit_like(child.returncode)
+
+
+def agent_died(child: subprocess.Popen, group: int, files: dict) -> None:
+    """The agent is gone: the task dies with this process. An exit that came first is recorded
+    before (the agent's next start reports it), then its group is killed, this process included."""
+    code = ended_with(child)
+    if code is not None:
+        record_exit(files["exit"], code)
+    kill_task(group, files.get("container"))
+
+
+def ended_with(child: subprocess.Popen) -> int | None:
+    """The child's returncode if it has exited, looked at without reaping it: this runs in a
+    signal handler, maybe while the main loop's wait() holds the child."""
+    if child.returncode is not None:
+        return child.returncode
+    try:
+        seen = os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except (ChildProcessError, AttributeError):  # reaped meanwhile (returncode set), or no waitid
+        return child.returncode
+    if seen is None:
+        return None
+    return seen.si_status if seen.si_code == os.CLD_EXITED else -seen.si_status
+
+
+def record_exit(path: str, code: int) -> None:
+    try:
+        write_exit(path, code)
+    except OSError as exc:  # the exit still goes to a live agent, as this process's own
+        print(f"mlqueue: cannot record the task's exit in {path}: {exc}", file=sys.stderr, flush=True)
+
+
+def kill_leftovers(group: int) -> None:
+    """SIGKILL to every process still in the task's group but this one, once its main process
+    has exited. Only by a supervisor that leads its group (the agent starts it in a session of
+    its own), and only where /proc lists processes (elsewhere the agent's SIGKILL to the group,
+    as it reaps this process, does it)."""
+    if group != os.getpid():
+        return  # a group shared with whoever started this process: none of it is the task's
+    for _ in range(SWEEP_ROUNDS):
+        found = [pid for pid in group_members(group) if pid != group]
+        if not found:
+            return
+        for pid in found:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.01)
+
+
+def group_members(group: int) -> list[int]:
+    """The live processes of process group `group`, from /proc (none where there is no /proc)."""
+    try:
+        names = [name for name in os.listdir("/proc") if name.isdigit()]
+    except OSError:
+        return []
+    members = []
+    for name in names:
+        try:
+            with open(f"/proc/{name}/stat", "rb") as handle:
+                stat = handle.read()
+        except OSError:
+            continue  # gone meanwhile
+        state, _parent, pgrp = stat[stat.rindex(b")") + 2 :].split()[:3]  # the name may hold ") "
+        if int(pgrp) == group and state not in (b"Z", b"X"):  # a zombie is dead: its parent reaps it
+            members.append(int(name))
+    return members
 
 
 class GroupTerm:

@@ -133,8 +133,10 @@ def test_the_agent_stops_its_tasks_when_its_lease_ends_and_says_why(tmp_path):
 def test_an_attempt_lost_in_an_agent_restart_is_reported_not_left_assigned(tmp_path):
     first = NodeAgent(server="http://127.0.0.1:9", join_token="x", node=NODE, workdir=tmp_path)
     first.renewed(time.monotonic(), 60)
-    job = assignment(7, [sys.executable, "-c", "pass"])
-    first.start(job)  # then the agent dies before it could report the start
+    job = assignment(7, ["sleep", "60"])
+    task = first.start(job)  # then the agent dies before it could report the start
+    os.killpg(task.process.pid, signal.SIGKILL)  # and its supervisor kills the task with it (no exit recorded)
+    task.process.wait(timeout=10)
     first.release()  # and its lock on the node directory with it
     restarted = NodeAgent(server="http://127.0.0.1:9", join_token="x", node=NODE, workdir=tmp_path)
     assert restarted.start(job) is None  # never twice
