@@ -32,9 +32,12 @@ def checkpoint_dir(job: Job) -> str:
     return (job.checkpoint or {}).get("path", "").replace(JOB_ID_FIELD, str(job.pk))
 
 
+CHECKPOINT_VARIABLES = ("MLQ_CHECKPOINT_DIR", "MLQ_CHECKPOINT_INTERVAL_S", "MLQ_CHECKPOINT_RETAIN_LAST_N")
+
+
 def checkpoint_settings(job: Job) -> dict[str, str]:
     """How often the job's spec asks it to checkpoint and how many to keep, for
-    mlqueue.checkpoint.due() and done() (docs/checkpoints.md); empty without a checkpoint block."""
+    mlqueue.checkpoint.due() and done() (docs/checkpoints.md); empty (then unset) without one."""
     block = job.checkpoint or {}
     interval = block.get("interval_minutes")
     keep = block.get("retain_last_n")
@@ -81,4 +84,6 @@ def assignment_env(task: Task, *, job: Job, master_node: str) -> dict[str, str]:
         "MASTER_ADDR": master_node,
         "MASTER_PORT": str(master_port(job.pk, task.attempt)),
     }
-    return env
+    # Without a checkpoint block these are unset, not empty (QA: int(os.environ.get(
+    # "MLQ_CHECKPOINT_INTERVAL_S", "600")) raised, and an empty directory read as the work dir).
+    return {name: value for name, value in env.items() if value or name not in CHECKPOINT_VARIABLES}

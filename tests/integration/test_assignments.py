@@ -88,3 +88,17 @@ def test_an_attempt_requeued_from_the_start_is_not_told_to_resume(api, demo):
     task = job.tasks.get()
     assert task.attempt == 2
     assert assignment_env(task, job=job, master_node=task.node.name)["MLQ_RESUME"] == "0"
+
+
+def test_a_job_without_a_checkpoint_block_gets_no_checkpoint_variables(api, demo):
+    """QA: they were set to empty strings, so os.environ.get(name, default) returned '' (an
+    int() of it raised; an empty directory read as the working directory)."""
+    SchedulerLease.objects.filter(pk=1).update(epoch=4, renewed_at=timezone.now())
+    heartbeat()
+    job_id = api("alice").post("/api/v1/jobs", make_spec(checkpoint=None), format="json").json()["id"]
+    run_pass(epoch=4)
+    job = Job.objects.get(pk=job_id)
+    task = job.tasks.get(rank=0)
+    env = assignment_env(task, job=job, master_node=task.node.name)
+    assert not {"MLQ_CHECKPOINT_DIR", "MLQ_CHECKPOINT_INTERVAL_S", "MLQ_CHECKPOINT_RETAIN_LAST_N"} & set(env)
+    assert env["MLQ_RESUME"] == "0"
