@@ -3,7 +3,7 @@
 from collections.abc import Callable
 
 from django.db.models import Max, Prefetch
-from django.http import StreamingHttpResponse
+from django.http import Http404, StreamingHttpResponse
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiResponse, extend_schema
@@ -43,6 +43,7 @@ from scheduling.web.serializers import (
     WhySerializer,
 )
 from teams.models import ApiToken, AuditEvent
+from teams.selectors import is_member
 
 NO_SUCH_RANK = "job {job} has {ranks}."
 NO_SUCH_ATTEMPT = "rank {rank} of job {job} has made {made} attempt(s)."
@@ -109,8 +110,14 @@ class JobListCreate(generics.ListAPIView):
 
 
 def _with_tasks(job_id: int, user):
+    """The job with its tasks, if the caller may see it (a member of its team or of a team
+    above it, or an admin): a 404 otherwise, as for a job that does not exist. Asked of the job's
+    own team (`is_member`, one compiled read), not by listing every team the caller sees."""
     tasks = Prefetch("tasks", queryset=Task.objects.select_related("node").order_by("rank"))
-    return get_object_or_404(visible_jobs(user).prefetch_related(tasks, "depends_on"), pk=job_id)
+    job = Job.objects.select_related("team", "owner").prefetch_related(tasks, "depends_on").filter(pk=job_id).first()
+    if job is None or not is_member(user, job.team):
+        raise Http404("No Job matches the given query.")  # get_object_or_404's words: "no such job: 7."
+    return job
 
 
 class JobBatchSubmit(APIView):
