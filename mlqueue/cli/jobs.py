@@ -48,6 +48,10 @@ SCHEDULE_NOT_A_JOB = (
 
 
 DRY_RUN_ALONE = "--dry-run submits nothing: --wait and --follow have no job to follow."
+LOG_CAPPED = (
+    "mlq: the {stream} of rank {rank}, attempt {attempt}, reached the {chars:,} characters the server keeps "
+    "(MLQ_MAX_LOG_CHARS): what it printed after that was not stored."
+)
 
 
 @main.command()
@@ -416,12 +420,16 @@ def logs(ctx, job, rank, attempt, stderr, follow, output):
     """
     stream = "stderr" if stderr else "stdout"
     watching(ctx, job)
-    for made, line in client(ctx).log_lines(job, rank=rank, attempt=attempt, stderr=stderr, follow=follow):
+    sdk = client(ctx)
+    for made, line in sdk.log_lines(job, rank=rank, attempt=attempt, stderr=stderr, follow=follow):
         if output == "json":
             row = {"job_id": job, "rank": rank, "attempt": made, "stream": stream, "line": line}
             click.echo(json.dumps(row, sort_keys=True))
         else:
             click.echo(line)
+    capped = getattr(sdk, "log_capped", None)  # the last chunk read said the stream was capped
+    if capped:
+        click.echo(LOG_CAPPED.format(stream=stream, rank=rank, **capped), err=True)
 
 
 @main.command()

@@ -110,6 +110,8 @@ class Client:
         self.token = token or os.environ.get("MLQ_TOKEN") or (config.get("token", "") if from_config else "")
         # who the token belongs to, as `mlq login` recorded it (`--mine` asks the server for "me")
         self.user = os.environ.get("MLQ_USER") or (config.get("user", "") if from_config else "")
+        # Set by a log read whose stream reached what the server keeps: {"attempt", "chars"}.
+        self.log_capped: dict | None = None
         self._transport = transport
         self._timeout = timeout
         self._http: httpx.Client | None = None
@@ -361,6 +363,8 @@ class Client:
                 chunk = read(self.log_chunk, job, rank=rank, attempt=attempt, stderr=stderr, offset=offset)
             attempt = attempt or chunk.get("attempt")
             offset = chunk.get("next_offset", offset)
+            # The stream reached what the server keeps of it: for the caller to say so at the end.
+            self.log_capped = {"attempt": attempt, "chars": offset} if chunk.get("capped") else None
             *lines, partial = (partial + chunk.get("text", "")).split("\n")
             yield from ((attempt, line) for line in lines)
             if not follow:

@@ -2,6 +2,7 @@
 
 from collections.abc import Callable
 
+from django.conf import settings
 from django.db.models import Max, Prefetch
 from django.http import Http404, StreamingHttpResponse
 from django.shortcuts import get_object_or_404
@@ -444,7 +445,7 @@ class JobLogs(APIView):
         parameters=[LogQuerySerializer],
         responses={
             200: OpenApiResponse(
-                description="JSON {job_id, rank, attempt, stream, offset, next_offset, text}; with follow, "
+                description="JSON {job_id, rank, attempt, stream, offset, next_offset, text, capped}; with follow, "
                 "text/event-stream: `log` events, then `end` (scheduling/web/logstream.py)"
             ),
             409: OpenApiResponse(description="a group's parent: it runs nothing, its children have the logs"),
@@ -495,6 +496,8 @@ class JobLogs(APIView):
                 "offset": offset,
                 "next_offset": end,
                 "text": text,
+                # The stream reached what is kept of it (MLQ_MAX_LOG_CHARS): the rest was not stored.
+                "capped": end >= settings.MLQ_MAX_LOG_CHARS,
             }
         )
 

@@ -162,3 +162,23 @@ def test_a_schedule_in_a_zone_that_is_no_iana_name_is_refused(clock, api, zone):
 def test_a_schedule_in_an_iana_zone_is_created(clock, api, zone):
     body = small(None, name=f"in-{zone}", schedule={"cron": "0 3 * * *", "timezone": zone})
     assert api("alice").post("/api/v1/jobs", body, format="json").status_code == 201
+
+
+def test_mlq_logs_says_when_the_log_reached_what_the_server_keeps(api, mlq, settings):  # noqa: F811
+    """QA: a log past MLQ_MAX_LOG_CHARS printed its head and exited 0 without a word (only the
+    timeline said it was capped)."""
+    from scheduling.models import TaskLog
+
+    settings.MLQ_MAX_LOG_CHARS = 12
+    job = api("alice").post("/api/v1/jobs", make_spec(client_job_id=None), format="json").json()["id"]
+    TaskLog.objects.create(job_id=job, rank=0, attempt=1, stream="stdout", offset=0, text="line 1\nline")
+    answer = api("alice").get(f"/api/v1/jobs/{job}/logs").json()
+    assert (answer["next_offset"], answer["capped"]) == (11, False)
+    TaskLog.objects.create(job_id=job, rank=0, attempt=1, stream="stdout", offset=11, text=" ")
+    assert api("alice").get(f"/api/v1/jobs/{job}/logs").json()["capped"] is True
+    result = mlq("logs", str(job))
+    assert (result.exit_code, result.stdout) == (0, "line 1\nline \n")
+    assert result.stderr == (
+        "mlq: the stdout of rank 0, attempt 1, reached the 12 characters the server keeps "
+        "(MLQ_MAX_LOG_CHARS): what it printed after that was not stored.\n"
+    )
