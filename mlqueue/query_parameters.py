@@ -7,6 +7,8 @@ the same way (agents/node_filters.py)."""
 
 from collections.abc import Iterable
 
+from rest_framework.exceptions import ValidationError
+
 from mlqueue.pagination import StrictCursorPagination
 
 UNKNOWN_PARAMETER = "not a parameter of this list: filter by {filters}; page with {pages}."
@@ -46,3 +48,9 @@ def refused_parameters(
         elif "" in query.getlist(name):
             errors[name] = EMPTY_VALUE.format(name=name)
     return errors
+
+
+def check_parameters(query, **asked) -> None:
+    """`refused_parameters(query, **asked)` as a 400 naming each refused parameter."""
+    if refused := refused_parameters(query, **asked):
+        raise ValidationError({name: [why] for name, why in refused.items()})

@@ -12,7 +12,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from mlqueue.pagination import NewestFirst
-from mlqueue.query_parameters import refused_parameters
+from mlqueue.query_parameters import check_parameters
 from teams.login_limits import authenticate_within_limits
 from teams.models import ApiToken, AuditEvent, Team
 from teams.selectors import (
@@ -114,8 +114,7 @@ class TeamEvents(generics.ListAPIView):
         team = get_object_or_404(Team, name=self.kwargs["name"])
         if not can_read_quotas(self.request.user, team):
             raise PermissionDenied(NOT_A_MEMBER.format(team=team.name))
-        if refused := refused_parameters(self.request.query_params):
-            raise exceptions.ValidationError({name: [why] for name, why in refused.items()})
+        check_parameters(self.request.query_params)
         return team_history(team, self.request.user)
 
     @extend_schema(responses={200: TeamEventSerializer(many=True), 403: READ_FORBIDDEN, 404: NO_SUCH_TEAM})
@@ -139,8 +138,7 @@ class TokenListCreate(APIView):
     def get(self, request: Request) -> Response:
         """Every token of yours (of `user`'s, for an admin): not a paginated list, so `cursor`
         and `limit`, like any other parameter, a repeated `user` or an empty one, are a 400."""
-        if refused := refused_parameters(request.query_params, filters=["user"], paged=False):
-            raise exceptions.ValidationError({name: [why] for name, why in refused.items()})
+        check_parameters(request.query_params, filters=["user"], paged=False)
         return Response(TokenSerializer(tokens_of(_owner_to_list(request)), many=True).data)
 
     @extend_schema(

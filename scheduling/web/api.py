@@ -17,7 +17,7 @@ from rest_framework.views import APIView
 from mlqueue.errors import Conflict
 from mlqueue.metrics_report import NAME as METRIC_NAME
 from mlqueue.pagination import NewestFirst
-from mlqueue.query_parameters import refused_parameters
+from mlqueue.query_parameters import check_parameters
 from scheduling import groups, job_changes, job_control, job_metrics, schedules, services, submit_batch, sweeps
 from scheduling.group_state import waiting_reasons
 from scheduling.models import Job, JobState, Priority, Task
@@ -229,8 +229,7 @@ class JobEvents(generics.ListAPIView):
         if getattr(self, "swagger_fake_view", False):
             return self.queryset
         job = get_object_or_404(visible_jobs(self.request.user), pk=self.kwargs["job_id"])
-        if refused := refused_parameters(self.request.query_params):  # it takes none but its pages'
-            raise ValidationError({name: [why] for name, why in refused.items()})
+        check_parameters(self.request.query_params)  # it takes none but its pages'
         return job.events.all()
 
 
@@ -268,8 +267,7 @@ class JobMetrics(APIView):
         `truncated` names the series cut short. Any other parameter, a repeated or an empty one,
         and a rank or an attempt the job has not run is a 400 naming it (as for its logs)."""
         job = get_object_or_404(visible_jobs(request.user), pk=job_id)
-        if refused := refused_parameters(request.query_params, filters=METRICS_PARAMETERS, paged=False):
-            raise ValidationError({name: [why] for name, why in refused.items()})
+        check_parameters(request.query_params, filters=METRICS_PARAMETERS, paged=False)
         query = MetricsQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
         _check_metrics_query(job, query.validated_data.get("rank"), query.validated_data.get("attempt"))
@@ -456,8 +454,7 @@ class JobLogs(APIView):
         `follow`: the attempt as server-sent events, new lines as they arrive, until it ends.
         Any other parameter, or one of these repeated or empty, is a 400 naming it."""
         job = get_object_or_404(visible_jobs(request.user), pk=job_id)
-        if refused := refused_parameters(request.query_params, filters=LOG_PARAMETERS, paged=False):
-            raise ValidationError({name: [why] for name, why in refused.items()})
+        check_parameters(request.query_params, filters=LOG_PARAMETERS, paged=False)
         params = request.query_params.copy()
         resumed = bool(params.get("follow") and request.headers.get("Last-Event-ID"))
         if resumed:
@@ -546,8 +543,7 @@ class Queue(APIView):
 
     @extend_schema(parameters=[QueueQuerySerializer], responses=QueuePageSerializer)
     def get(self, request: Request) -> Response:
-        if refused := refused_parameters(request.query_params, filters=QUEUE_PARAMETERS, paged=False):
-            raise ValidationError({name: [why] for name, why in refused.items()})
+        check_parameters(request.query_params, filters=QUEUE_PARAMETERS, paged=False)
         query = QueueQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
         params = query.validated_data

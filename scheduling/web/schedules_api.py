@@ -14,7 +14,7 @@ from rest_framework.views import APIView
 
 from mlqueue.errors import Conflict
 from mlqueue.pagination import NewestFirst
-from mlqueue.query_parameters import refused_parameters
+from mlqueue.query_parameters import check_parameters
 from scheduling import schedules
 from scheduling.models import FireOutcome, Schedule, ScheduleFire
 from scheduling.schedule_spec import ScheduleChangeSerializer, ScheduleCreateSerializer
@@ -128,8 +128,7 @@ class ScheduleListCreate(generics.ListAPIView):
         other parameter, and a team the caller sees no schedule of, is a 400 naming it, as the
         jobs list answers (a team that does not exist and one not yours read the same)."""
         query = self.request.query_params
-        if refused := refused_parameters(query, filters=LIST_FILTERS):
-            raise ValidationError({name: [why] for name, why in refused.items()})
+        check_parameters(query, filters=LIST_FILTERS)
         listed = schedules.visible_schedules(self.request.user)
         if "team" in query:
             team_ids = visible_team_ids(self.request.user, query["team"])
@@ -214,8 +213,7 @@ class ScheduleEvents(generics.ListAPIView):
 
     def get_queryset(self):
         schedule = _visible(self.request, self.kwargs["schedule_id"])
-        if refused := refused_parameters(self.request.query_params):
-            raise ValidationError({name: [why] for name, why in refused.items()})
+        check_parameters(self.request.query_params)
         return schedules.schedule_history(schedule)
 
     @extend_schema(responses={200: TeamEventSerializer(many=True), 404: NOT_VISIBLE})

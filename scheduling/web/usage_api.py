@@ -22,7 +22,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from mlqueue import date_fields
-from mlqueue.query_parameters import refused_parameters
+from mlqueue.query_parameters import check_parameters
 from mlqueue.serializer_fields import NoUnknownFields
 from scheduling import accounting, pricing
 from scheduling.accounting import BUCKETS, GROUPS, MAX_BUCKETS, UsageQuery, UsageReport, UsageRow
@@ -122,10 +122,7 @@ def usage_query(request: Request, *, now) -> UsageQuery:
     """The report a request asks for, from its query string (400 naming the field), scoped to
     what its user may see. `group_by` given twice is the two of them, as `group_by=team,day`;
     any other parameter given twice, given empty, or not one of these is a 400 naming it."""
-    if refused := refused_parameters(
-        request.query_params, filters=USAGE_PARAMETERS, multiple=["group_by"], paged=False
-    ):
-        raise ValidationError({name: [why] for name, why in refused.items()})
+    check_parameters(request.query_params, filters=USAGE_PARAMETERS, multiple=["group_by"], paged=False)
     data = request.query_params.dict()
     if len(grouped := request.query_params.getlist("group_by")) > 1:  # ?group_by=team&group_by=day: team,day
         data["group_by"] = ",".join(grouped)
@@ -306,8 +303,7 @@ class PriceList(APIView):
         Any other parameter, a repeated or an empty one, or a class that is neither known nor
         priced is a 400 naming it."""
         query = request.query_params
-        if refused := refused_parameters(query, filters=PRICE_PARAMETERS, paged=False):
-            raise ValidationError({name: [why] for name, why in refused.items()})
+        check_parameters(query, filters=PRICE_PARAMETERS, paged=False)
         prices = Price.objects.all()
         if (rclass := query.get("resource_class")) is not None:
             prices = prices.filter(resource_class=rclass)
