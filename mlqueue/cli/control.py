@@ -8,6 +8,9 @@ from mlqueue.cli.groups import group_cancelled
 from mlqueue.cli.output import as_text, emit, output_option, report
 from mlqueue.client import JOB_STATES
 
+# The server's words for a job that ended otherwise (scheduling/services.py ALREADY_ENDED).
+ALREADY_CANCELLED = "job {job} already ended CANCELLED; there is nothing to cancel."
+
 ALREADY_HELD = "job {job} was already held by {by} ({why}): nothing changed"
 NOTHING_TO_CANCEL = "name jobs to cancel, or --mine / --state / --team to cancel by filter"
 
@@ -34,6 +37,9 @@ def cancel(ctx, job_ids, reason, mine, state, team, output):
         raise click.UsageError("give job ids or a filter (--mine/--state/--team), not both")
     if len(job_ids) == 1:
         before = sdk.get(job_ids[0]) if output not in ("json", "yaml") else None
+        if before is not None and before.state == "CANCELLED":  # as an ended job's 409: nothing was cancelled now
+            click.echo(ALREADY_CANCELLED.format(job=before.id), err=True)
+            ctx.exit(EXIT_REFUSED)
         job = sdk.cancel(job_ids[0], reason=reason)
         if output in ("json", "yaml"):
             emit(job, output, JOB_COLUMNS)

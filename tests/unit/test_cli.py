@@ -966,3 +966,16 @@ def test_a_secret_override_is_taken_as_written_and_never_repeated_in_an_error():
     with pytest.raises(client.MlqError) as refused:
         apply_overrides({}, ["secret_env..X=hf_abc"])
     assert "hf_abc" not in str(refused.value)
+
+
+def test_cancelling_a_job_already_cancelled_says_so_and_exits_1():
+    """QA: 'job 13 cancelled', exit 0, for a job cancelled long before (the bulk form and an
+    ended job's 409 both say nothing was cancelled, and exit 1)."""
+    server = FakeServer({("GET", "/api/v1/jobs/13"): (200, job(13, state="CANCELLED"))})
+    result = run(server, "cancel", "13")
+    assert (result.exit_code, result.stdout, result.stderr) == (
+        1,
+        "",
+        "job 13 already ended CANCELLED; there is nothing to cancel.\n",
+    )
+    assert server.bodies("POST", "/api/v1/jobs/13/cancel") == []
