@@ -129,7 +129,9 @@ def submit(ctx, specs, overrides, array, max_failures, sweep_seed, dry_run, wait
     click.echo(job_line(job.id, job.name, job.state, existing=job.existing) + made, err=output in ("json", "yaml"))
     watching(ctx, job.id, job.state)
     if follow:
-        for line in sdk.logs(job, follow=True):
+        for count, line in enumerate(sdk.logs(job, follow=True)):
+            if not count:  # it has run: the state it was submitted in is not what Ctrl-C may name (QA)
+                watching(ctx, job.id)
             click.echo(line)
     if wait or follow:
         done = sdk.wait(job)

@@ -377,3 +377,27 @@ def test_an_answer_of_another_shape_is_one_line_not_a_traceback(answer):
     assert result.exit_code == 1
     assert result.stderr.startswith("the server's answer is not an mlqueue job (")
     assert "Traceback" not in result.output
+
+
+def test_ctrl_c_during_submit_follow_does_not_name_the_state_it_was_submitted_in(spec_file):
+    """QA: 'job 56 is still PENDING' while it ran and printed its log: the streamed log reads no
+    state, and the one named was the submit's. Once its lines come, the state is not named."""
+    first = {
+        "job_id": 7,
+        "rank": 0,
+        "attempt": 1,
+        "stream": "stdout",
+        "offset": 0,
+        "next_offset": 7,
+        "text": "tick 1\n",
+    }
+    server = FakeServer(
+        {
+            ("POST", "/api/v1/jobs"): (201, job()),
+            ("GET", "/api/v1/jobs/7/logs"): interrupted_after([(200, first)]),
+        }
+    )
+    result = run(server, "submit", str(spec_file), "--follow")
+    assert result.exit_code == app.EXIT_INTERRUPTED
+    assert "tick 1" in result.stdout.splitlines()
+    assert result.stderr.strip().splitlines()[-1] == "mlq: interrupted; job 7 was not cancelled"
