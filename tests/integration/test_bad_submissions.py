@@ -514,6 +514,12 @@ def test_a_job_of_a_division_is_refused_naming_its_teams(api, django_user_model)
         403,
         {"team": [NOT_A_MEMBER.format(name="production")]},
     )
+    # QA: a member of one of its teams was told she is no member (403), not where to submit.
+    below = api("alice").post("/api/v1/jobs", make_spec(team="research", client_job_id=None), format="json")
+    assert (below.status_code, below.json()["fields"]) == (
+        400,
+        {"team": [A_DIVISION.format(name="research", children="research-foundation-models, research-vision")]},
+    )
 
 
 def test_a_gpu_type_a_node_reports_may_be_asked_for(api, monkeypatch):
