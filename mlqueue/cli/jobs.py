@@ -129,10 +129,7 @@ def submit(ctx, specs, overrides, array, max_failures, sweep_seed, dry_run, wait
     click.echo(job_line(job.id, job.name, job.state, existing=job.existing) + made, err=output in ("json", "yaml"))
     watching(ctx, job.id, job.state)
     if follow:
-        for count, line in enumerate(sdk.logs(job, follow=True)):
-            if not count:  # it has run: the state it was submitted in is not what Ctrl-C may name (QA)
-                watching(ctx, job.id)
-            click.echo(line)
+        _follow(ctx, sdk, job)
     if wait or follow:
         done = sdk.wait(job)
         failure = f" ({done.failure_class})" if done.failure_class else ""
@@ -432,6 +429,15 @@ def logs(ctx, job, rank, attempt, stderr, follow, output):
     capped = getattr(sdk, "log_capped", None)  # the last chunk read said the stream was capped
     if capped:
         click.echo(LOG_CAPPED.format(stream=stream, rank=rank, **capped), err=True)
+
+
+def _follow(ctx: click.Context, sdk, job) -> None:
+    """The submitted job's log, to its end. Once its lines come it has run: the state it was
+    submitted in is no longer what Ctrl-C may name (QA: 'still PENDING' while it printed)."""
+    for count, line in enumerate(sdk.logs(job, follow=True)):
+        if not count:
+            watching(ctx, job.id)
+        click.echo(line)
 
 
 @main.command()

@@ -104,16 +104,13 @@ class Client:
     def __init__(self, server: str | None = None, token: str | None = None, *, transport=None, timeout: float = 30):
         config = read_config()
         self.server = (server or os.environ.get("MLQ_SERVER") or config.get("server") or "").rstrip("/")
-        # The config file's token only for the server it was saved for: never sent to another.
-        saved_for_this = same_server(self.server, config.get("server", ""))
+        saved_for_this = same_server(self.server, config.get("server", ""))  # a token never goes to another server
         from_config = not token and not os.environ.get("MLQ_TOKEN") and saved_for_this
         self.token = token or os.environ.get("MLQ_TOKEN") or (config.get("token", "") if from_config else "")
         # who the token belongs to, as `mlq login` recorded it (`--mine` asks the server for "me")
         self.user = os.environ.get("MLQ_USER") or (config.get("user", "") if from_config else "")
-        # Set by a log read whose stream reached what the server keeps: {"attempt", "chars"}.
-        self.log_capped: dict | None = None
-        self._transport = transport
-        self._timeout = timeout
+        self.log_capped: dict | None = None  # {attempt, chars}: the last log read reached the server's cap
+        self._transport, self._timeout = transport, timeout
         self._http: httpx.Client | None = None
         # each job's detail as last read, so that a wait or a follow cut short (Ctrl-C) can say where it stood
         self.last_read: dict[int, Job] = {}
@@ -363,7 +360,6 @@ class Client:
                 chunk = read(self.log_chunk, job, rank=rank, attempt=attempt, stderr=stderr, offset=offset)
             attempt = attempt or chunk.get("attempt")
             offset = chunk.get("next_offset", offset)
-            # The stream reached what the server keeps of it: for the caller to say so at the end.
             self.log_capped = {"attempt": attempt, "chars": offset} if chunk.get("capped") else None
             *lines, partial = (partial + chunk.get("text", "")).split("\n")
             yield from ((attempt, line) for line in lines)
