@@ -4,6 +4,7 @@ server as its message and exit code 1 whichever verb met it."""
 from __future__ import annotations
 
 import sys
+from importlib import metadata
 
 import click
 
@@ -63,6 +64,14 @@ def one_value(ctx: click.Context, param: click.Parameter, values: tuple):
     return values[0] if values else None
 
 
+def version() -> str:
+    """The installed package's version (`mlq --version`), or a word saying there is none to read."""
+    try:
+        return metadata.version("mlqueue")
+    except metadata.PackageNotFoundError:  # run from a checkout that was never installed
+        return "(not installed)"
+
+
 def client(ctx: click.Context) -> Client:
     """The one SDK client of this invocation (`main`'s `obj["client"]` builds it; tests give a fake's)."""
     obj = ctx.find_root().obj
@@ -72,6 +81,7 @@ def client(ctx: click.Context) -> Client:
 
 
 @click.group(cls=Verbs, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(version=version(), prog_name="mlq", message="%(prog)s %(version)s")
 @click.option("--server", envvar="MLQ_SERVER", help="the server's URL (default: MLQ_SERVER, then the config file)")
 @click.pass_context
 def main(ctx: click.Context, server: str | None):

@@ -6,7 +6,7 @@ from mlqueue.cli.app import EXIT_REFUSED, client, main
 from mlqueue.cli.columns import JOB_COLUMNS
 from mlqueue.cli.groups import group_cancelled
 from mlqueue.cli.output import as_text, emit, output_option, report
-from mlqueue.client import JOB_STATES
+from mlqueue.client import JOB_STATES, PRIORITIES
 
 # The server's words for a job that ended otherwise (scheduling/services.py ALREADY_ENDED).
 ALREADY_CANCELLED = "job {job} already ended CANCELLED; there is nothing to cancel."
@@ -125,7 +125,7 @@ def requeue(ctx, job, reason, output):
 
 @main.command("set")
 @click.argument("job", type=int)
-@click.option("--priority", type=click.Choice(["P0", "P1", "P2", "P3"]))
+@click.option("--priority", type=click.Choice(PRIORITIES, case_sensitive=False))
 @click.option("--max-runtime-hours", type=float)
 @click.option("--name")
 @output_option

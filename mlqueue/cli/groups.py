@@ -141,13 +141,18 @@ def group_counts(group: dict) -> str:
     return ", ".join(counts) or "no children"
 
 
+def children_noun(group: dict) -> str:
+    """`elements`, `trials` or `steps` for a group's children, in the singular for one."""
+    noun = {"array": "element", "sweep": "trial"}.get(group["kind"], "step")
+    return noun if group["count"] == 1 else f"{noun}s"
+
+
 def group_summary(group: dict) -> str:
     """A group in a line: `array of 12 elements, at most 3 at once, 1 may fail: 3 running, 9 pending`."""
+    size = f"{group['kind']} of {group['count']} {children_noun(group)}"
     if group["kind"] == "pipeline":
-        steps = "step" if group["count"] == 1 else "steps"
-        return f"pipeline of {group['count']} {steps} (run directory {group.get('run_dir')}): {group_counts(group)}"
-    what = "elements" if group["kind"] == "array" else "trials"
-    head = f"{group['kind']} of {group['count']} {what}, at most {group['parallelism']} at once"
+        return f"{size} (run directory {group.get('run_dir')}): {group_counts(group)}"
+    head = f"{size}, at most {group['parallelism']} at once"
     if group.get("max_failures"):
         head += f", {group['max_failures']} may fail"
     if group["kind"] == "sweep":
@@ -272,10 +277,10 @@ def children(ctx, job, output):
 def group_cancelled(before: Job, after: Job) -> str:
     """What cancelling a group did to its children: those cancelled now (the difference in its
     CANCELLED count), and those still stopping on their nodes."""
-    what = {"array": "elements", "sweep": "trials"}.get(after.group["kind"], "steps")
     cancelled = after.group["cancelled"] - ((before.group or {}).get("cancelled") or 0)
     stopping = after.group["running"]
-    line = f"job {after.id} ({after.group['kind']}): cancelled {cancelled} of its {after.group['count']} {what}"
+    size = f"{after.group['count']} {children_noun(after.group)}"
+    line = f"job {after.id} ({after.group['kind']}): cancelled {cancelled} of its {size}"
     if stopping:
         line += f"; {stopping} stopping on their nodes"
     return f"{line}; {after.state}"

@@ -30,7 +30,7 @@ from mlqueue.cli.groups import (
 )
 from mlqueue.cli.output import as_text, emit, output_option, report
 from mlqueue.cli.schedules import SCHEDULE_COLUMNS, created_line
-from mlqueue.client import JOB_STATES, Client, Job, MlqError, Schedule, Submitted, load_specs
+from mlqueue.client import JOB_STATES, PRIORITIES, Client, Job, MlqError, Schedule, Submitted, load_specs
 from mlqueue.client.sdk import BATCH_INDEX
 from mlqueue.client.specs import is_json_lines
 
@@ -186,7 +186,7 @@ def outcome_code(job: Job) -> int:
 
 @main.command()
 @click.option("--team")
-@click.option("--priority", type=click.Choice(["P0", "P1", "P2", "P3"]))
+@click.option("--priority", type=click.Choice(PRIORITIES, case_sensitive=False))
 @click.option("--mine", is_flag=True, help="only jobs you submitted")
 @output_option
 @click.pass_context

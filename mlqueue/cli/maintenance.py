@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from datetime import UTC, datetime, timedelta
+
 import click
 
 from mlqueue.cli.app import client, main
@@ -10,6 +13,9 @@ from mlqueue.client import MaintenanceWindow
 
 ONE_TARGET = "give exactly one of --rack, --zone or --node (repeatable)"
 ONE_END = "give --hours or --until"
+FROM_NOW = re.compile(r"\+(\d+(?:\.\d+)?)([mhd])")
+UNITS = {"m": "minutes", "h": "hours", "d": "days"}
+TIME_HELP = "ISO 8601 (2027-01-15T02:00Z), or from now: +30m, +2h, +1d"
 
 WINDOW_COLUMNS = [
     ("ID", lambda w: w.id),
@@ -35,13 +41,27 @@ def window_line(window: MaintenanceWindow) -> str:
     )
 
 
+def clock() -> datetime:
+    return datetime.now(UTC)
+
+
+def when(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """An ISO 8601 time as given (the server reads it), or `+2h` from now (this machine's clock)
+    as an ISO 8601 time in UTC: an admin need not type the date of tonight's window."""
+    found = FROM_NOW.fullmatch(value.strip()) if value else None
+    if found is None:
+        return value
+    later = clock() + timedelta(**{UNITS[found[2]]: float(found[1])})
+    return later.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 @main.group()
 def maintenance():
     """Maintenance windows: drain a rack, a zone or nodes at a time, uncordon them after.
 
     \b
     Example:
-      mlq maintenance create --rack z1-r3 --at 2026-12-02T02:00Z --hours 4 --reason "PDU swap"
+      mlq maintenance create --rack z1-r3 --at +2h --hours 4 --reason "PDU swap"
       mlq maintenance list
       mlq maintenance cancel 7
     """
@@ -69,9 +89,9 @@ def list_windows(ctx, state, output):
 @click.option("--rack")
 @click.option("--zone")
 @click.option("--node", "nodes", multiple=True, help="a node's name (repeat for several)")
-@click.option("--at", "starts_at", required=True, help="the start, ISO 8601 (e.g. 2026-12-02T02:00Z)")
+@click.option("--at", "starts_at", required=True, callback=when, help=f"the start: {TIME_HELP}")
 @click.option("--hours", type=float, help="how long")
-@click.option("--until", "ends_at", help="or the end, ISO 8601")
+@click.option("--until", "ends_at", callback=when, help="or the end, as --at")
 @click.option("--reason", required=True, help="shown on the nodes and in the audit log")
 @output_option
 @click.pass_context
@@ -82,7 +102,8 @@ def create(ctx, rack, zone, nodes, starts_at, hours, ends_at, reason, output):
 
     \b
     Example:
-      mlq maintenance create --rack z1-r3 --at 2026-12-02T02:00Z --hours 4 --reason "PDU swap"
+      mlq maintenance create --rack z1-r3 --at 2027-01-15T02:00Z --hours 4 --reason "PDU swap"
+      mlq maintenance create --node gpu-017 --at +30m --until +2h --reason "NVLink reseat"
     """
     if sum(bool(target) for target in (rack, zone, nodes)) != 1:
         raise click.UsageError(ONE_TARGET)

@@ -4,6 +4,7 @@ import click
 
 from mlqueue.cli.app import client, main
 from mlqueue.cli.output import OUTPUTS, emit
+from mlqueue.client import PRIORITIES
 
 GROUPS = ("team", "owner", "resource_class", "priority", "day", "week")
 
@@ -51,7 +52,7 @@ def resource_class(value: str | None) -> str | None:
 @click.option("--team")
 @click.option("--owner", help="a user name")
 @click.option("--class", "rclass", metavar="CLASS", help="a resource class: H100, gpu:A100, cpu")
-@click.option("--priority", type=click.Choice(["P0", "P1", "P2", "P3"]))
+@click.option("--priority", type=click.Choice(PRIORITIES, case_sensitive=False))
 @click.option("--by", "group_by", default="team", show_default=True, help=f"one or two of {', '.join(GROUPS)}")
 @click.option("--csv", "as_csv", is_flag=True, help="the server's CSV, for a spreadsheet")
 @click.option("-o", "--output", type=OUTPUTS, default="table", show_default=True, help="table, wide, or json/yaml")

@@ -25,6 +25,8 @@ JOB_STATES = (
     "EARLY_STOPPED",
     "SKIPPED",
 )
+# The priority classes, highest first (scheduling/core/model.py's priorities).
+PRIORITIES = ("P0", "P1", "P2", "P3")
 # Every node state, as `?state=` on /api/v1/nodes takes them (scheduling/core/model.py's NodeState).
 NODE_STATES = ("NEW", "READY", "CORDONED", "DRAINING", "SUSPECT", "LOST")
 

@@ -111,3 +111,21 @@ def test_bad_input_is_named_and_users_are_refused(clock, mlq_as):
     assert user.exit_code == EXIT_REFUSED
     assert "only site admins may see or schedule maintenance windows." in user.output
     assert not MaintenanceWindow.objects.exists()
+
+
+def test_times_from_now_and_without_an_offset(clock, mlq_as):
+    """`--at +2h` is two hours from now by the CLI's clock (frozen here at 09:00 UTC, as the
+    server's); a time without an offset is UTC; a relative form the CLI does not know is the
+    server's to refuse, naming the field."""
+    window = "maintenance", "create", "--reason", "PDU"
+    later = mlq_as("ops", *window, "--rack", "z1-r1", "--at", "+2h", "--hours", "1")
+    assert (
+        later.output.startswith("scheduled maintenance #") and "SCHEDULED, 2026-04-20T11:00:00Z for 1 h" in later.output
+    )
+    span = mlq_as("ops", *window, "--rack", "z1-r2", "--at", "+30m", "--until", "+1.5d")
+    assert "SCHEDULED, 2026-04-20T09:30:00Z for 35.5 h" in span.output
+    naive = mlq_as("ops", *window, "--zone", "z2", "--at", "2026-04-20T12:00", "--hours", "2")
+    assert "SCHEDULED, 2026-04-20T12:00:00Z for 2 h" in naive.output
+    unknown = mlq_as("ops", *window, "--zone", "z1", "--at", "+2w", "--hours", "1")
+    assert unknown.exit_code == EXIT_REFUSED and "starts_at:" in unknown.output
+    assert MaintenanceWindow.objects.count() == 3

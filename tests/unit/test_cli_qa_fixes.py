@@ -401,3 +401,32 @@ def test_ctrl_c_during_submit_follow_does_not_name_the_state_it_was_submitted_in
     assert result.exit_code == app.EXIT_INTERRUPTED
     assert "tick 1" in result.stdout.splitlines()
     assert result.stderr.strip().splitlines()[-1] == "mlq: interrupted; job 7 was not cancelled"
+
+
+# --- stop 45: version, priorities in any case, one child --------------------------------------
+
+
+def test_version_is_the_installed_packages():
+    from importlib import metadata
+
+    result = run(FakeServer({}), "--version")
+    assert (result.exit_code, result.output) == (0, f"mlq {metadata.version('mlqueue')}\n")
+
+
+def test_a_priority_is_taken_in_any_case_and_sent_as_the_api_spells_it():
+    server = FakeServer({("PATCH", "/api/v1/jobs/7"): (200, job(priority="P1"))})
+    assert run(server, "set", "7", "--priority", "p1").exit_code == 0
+    assert server.bodies("PATCH", "/api/v1/jobs/7") == [{"priority": "P1"}]
+    refused = run(server, "set", "7", "--priority", "p7")
+    assert refused.exit_code == 2 and "--priority" in refused.output
+
+
+@pytest.mark.parametrize(
+    ("kind", "count", "noun"),
+    [("array", 1, "element"), ("array", 2, "elements"), ("sweep", 1, "trial"), ("pipeline", 1, "step")],
+)
+def test_a_group_of_one_child_is_named_in_the_singular(kind, count, noun):
+    from mlqueue.cli.groups import group_summary
+
+    group = {"kind": kind, "count": count, "parallelism": 1, "pending": count, "method": "grid", "seed": 1}
+    assert group_summary(group).startswith(f"{kind} of {count} {noun}")
