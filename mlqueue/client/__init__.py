@@ -16,7 +16,7 @@ Every refused request raises `MlqError(status, detail, fields)`, `fields` as the
     config    the config file (server, token, user), readable by the user alone
     errors    MlqError, every refusal"""
 
-from mlqueue.client.config import config_path, read_config, write_config
+from mlqueue.client.config import NO_TOKEN, config_path, read_config, write_config
 from mlqueue.client.errors import MlqError
 from mlqueue.client.results import (
     FINISHED,
@@ -44,7 +44,6 @@ from mlqueue.client.results import (
 from mlqueue.client.sdk import (
     API,
     NO_SERVER,
-    NO_TOKEN,
     NO_USER,
     POLL_S,
     UNREACHABLE,

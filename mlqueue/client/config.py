@@ -1,6 +1,7 @@
 """The config file `mlq login` writes: ~/.config/mlqueue/config.toml (or under XDG_CONFIG_HOME),
 the server, a token and the user name, readable by the user alone."""
 
+import ipaddress
 import os
 import tomllib
 from pathlib import Path
@@ -19,11 +20,17 @@ NOT_TEXT = "{path}: {key} must be text in quotes, not {kind}: fix it, or delete 
 
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
+NO_TOKEN = "no token: set MLQ_TOKEN, pass token=, or run `mlq login`"
+TOKEN_FOR_ANOTHER = (
+    "no token for {server}: the one `mlq login` saved is for {saved}, and goes to no other server: "
+    "run `mlq login --server {server}`, or set MLQ_TOKEN"
+)
 
 
 def same_server(one: str, other: str) -> bool:
     """Whether two server addresses name the same site: scheme and host in any case, a default
-    port written or not, a trailing slash or not."""
+    port written or not, a trailing slash or not; `localhost`, 127.0.0.1 and ::1 alike (this
+    machine by any of its loopback names: a token saved for one is not sent anywhere else)."""
     if not one or not other:
         return False
     return _normal(one) == _normal(other)
@@ -35,7 +42,30 @@ def _normal(server: str) -> tuple:
         port = parts.port or DEFAULT_PORTS.get(parts.scheme.lower())
     except ValueError:  # a port that is no number: compared as written
         port = parts.netloc
-    return parts.scheme.lower(), (parts.hostname or "").lower(), port, parts.path.rstrip("/")
+    return parts.scheme.lower(), _host(parts.hostname or ""), port, parts.path.rstrip("/")
+
+
+def _host(name: str) -> str:
+    name = name.lower().rstrip(".")
+    if name == "localhost" or name.endswith(".localhost"):
+        return "loopback"
+    try:
+        return "loopback" if ipaddress.ip_address(name).is_loopback else name
+    except ValueError:  # a name, not an address
+        return name
+
+
+def credentials(server: str, token: str | None, config: dict) -> tuple[str, str, str]:
+    """The token for `server` (given, MLQ_TOKEN, else the saved one if saved for this server),
+    who it belongs to (MLQ_USER, else as `mlq login` saved it), and what to say without one."""
+    saved_for_this = same_server(server, config.get("server", ""))  # a token never goes to another server
+    from_config = not token and not os.environ.get("MLQ_TOKEN") and saved_for_this
+    token = token or os.environ.get("MLQ_TOKEN") or (config.get("token", "") if from_config else "")
+    user = os.environ.get("MLQ_USER") or (config.get("user", "") if from_config else "")
+    missing = NO_TOKEN
+    if server and config.get("token") and not saved_for_this:
+        missing = TOKEN_FOR_ANOTHER.format(server=server, saved=config.get("server") or "no server")
+    return token, user, missing
 
 
 def read_config(path: Path | None = None) -> dict:

@@ -30,7 +30,7 @@ from mlqueue.client.answers import (
     through_outages,
 )
 from mlqueue.client.batching import batches
-from mlqueue.client.config import read_config, same_server, write_config
+from mlqueue.client.config import credentials, read_config, write_config
 from mlqueue.client.errors import MlqError
 from mlqueue.client.results import (
     CancelResult,
@@ -55,7 +55,6 @@ from mlqueue.client.specs import apply_overrides, load_spec
 # A batch's size (the server takes up to 1,000 specs and MLQ_MAX_BODY_BYTES, 256 KiB by default).
 BATCH_MAX_WAIT_S = 300.0
 NO_SERVER = "no server: set MLQ_SERVER, pass server=, or run `mlq login --server URL`"
-NO_TOKEN = "no token: set MLQ_TOKEN, pass token=, or run `mlq login`"
 NO_USER = "who are you? set MLQ_USER, or run `mlq login` (it records your user name)"
 WAIT_TIMED_OUT = "job {job} still {state} after {timeout:g} s"
 NO_SCHEDULE_BLOCK = (
@@ -104,11 +103,8 @@ class Client:
     def __init__(self, server: str | None = None, token: str | None = None, *, transport=None, timeout: float = 30):
         config = read_config()
         self.server = (server or os.environ.get("MLQ_SERVER") or config.get("server") or "").rstrip("/")
-        saved_for_this = same_server(self.server, config.get("server", ""))  # a token never goes to another server
-        from_config = not token and not os.environ.get("MLQ_TOKEN") and saved_for_this
-        self.token = token or os.environ.get("MLQ_TOKEN") or (config.get("token", "") if from_config else "")
-        # who the token belongs to, as `mlq login` recorded it (`--mine` asks the server for "me")
-        self.user = os.environ.get("MLQ_USER") or (config.get("user", "") if from_config else "")
+        # the user: who the token belongs to, as `mlq login` recorded it (`--mine` asks the server for "me")
+        self.token, self.user, self.no_token = credentials(self.server, token, config)
         self.log_capped: dict | None = None  # {attempt, chars}: the last log read reached the server's cap
         self._transport, self._timeout = transport, timeout
         self._http: httpx.Client | None = None
@@ -148,7 +144,7 @@ class Client:
     def _answer(self, method: str, path: str, *, json=None, params=None, auth=True, text=False) -> tuple[int, Any]:
         """(status, body): the status tells a 201 (made now) from a 200 (a replay, made before)."""
         if auth and not self.token:
-            raise MlqError(0, NO_TOKEN)
+            raise MlqError(0, self.no_token)
         if auth and not (self.token.isascii() and self.token.isprintable()):
             raise MlqError(0, BAD_TOKEN)
         params = {key: value for key, value in (params or {}).items() if value is not None}
@@ -392,7 +388,7 @@ class Client:
         closes before its `end`; returns None when done, or (attempt, offset, partial, chunk) to go on
         polling from where the server answered a plain chunk (one that does not stream)."""
         if not self.token:
-            raise MlqError(0, NO_TOKEN)
+            raise MlqError(0, self.no_token)
         pinned, offset, partial, backoff, reached = attempt is not None, 0, "", Backoff(), False
         headers = {"Authorization": f"Bearer {self.token}", "Accept": "text/event-stream"}
         while True:

@@ -122,3 +122,20 @@ def test_a_name_is_one_path_segment_and_a_limit_below_one_is_refused():
         with pytest.raises(MlqError, match="is not a name or id"):
             made.cordon(name, "r")
     assert len(asked) == 1
+
+
+def test_a_token_saved_for_localhost_serves_its_loopback_addresses_and_no_other_host():
+    """QA: logged in as http://localhost:8000, `mlq --server http://127.0.0.1:8000 queue` said
+    only 'no token ... run mlq login'. Loopback names are one machine; another host or port is
+    not, and the message says which server the saved token is for."""
+    client.write_config("http://localhost:8000", "alice-token", "alice")
+    for same in ("http://127.0.0.1:8000", "http://[::1]:8000/", "http://LOCALHOST.:8000", "http://127.0.1.1:8000"):
+        assert Client(same).token == "alice-token", same
+    for other in ("http://127.0.0.1:8001", "https://localhost:8000", "http://10.0.0.5:8000", "http://mlq.test:8000"):
+        assert Client(other).token == "", other
+    with pytest.raises(MlqError) as caught:
+        Client("http://mlq.test:8000").get(1)
+    assert str(caught.value.detail) == (
+        "no token for http://mlq.test:8000: the one `mlq login` saved is for http://localhost:8000, and goes to "
+        "no other server: run `mlq login --server http://mlq.test:8000`, or set MLQ_TOKEN"
+    )
