@@ -215,24 +215,28 @@ def check_bulk_cancel(*, user, data) -> tuple[list[int], str]:
     return ids, params["reason"]
 
 
-def do_cancel_jobs(*, user, job_ids: list[int], reason: str) -> tuple[list[int], list[dict]]:
+def do_cancel_jobs(*, user, job_ids: list[int], reason: str) -> dict[str, list]:
     """Cancel each job through do_cancel_job (each audited, each in its own transaction); a job
-    the caller cannot see or cancel, or that already ended, is skipped with why, not an error."""
+    the caller cannot see or cancel, or that already ended, is skipped with why, not an error.
+    `stopping`: those of `cancelled` whose tasks are still stopping on their nodes (a running job
+    is CANCELLED once they have), as the one-job cancel's answer says with its state."""
     by_id = visible_jobs(user).select_related("owner", "team").in_bulk(job_ids)
-    cancelled, skipped = [], []
+    cancelled, stopping, skipped = [], [], []
     for job_id in job_ids:
         job = by_id.get(job_id)
         why = _why_not_cancel(user, job_id, job)
         if not why:
             try:
-                do_cancel_job(job=job, user=user, reason=reason)
+                job = do_cancel_job(job=job, user=user, reason=reason)
             except (PermissionDenied, Conflict) as exc:  # the job moved on between the read and the write
                 why = str(exc.detail)
         if why:
             skipped.append({"id": job_id, "why": why})
-        else:
-            cancelled.append(job_id)
-    return cancelled, skipped
+            continue
+        cancelled.append(job_id)
+        if job.state != JobState.CANCELLED:
+            stopping.append(job_id)
+    return {"cancelled": cancelled, "stopping": stopping, "skipped": skipped}
 
 
 def _why_not_cancel(user, job_id: int, job: Job | None) -> str:

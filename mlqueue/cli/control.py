@@ -13,6 +13,7 @@ ALREADY_CANCELLED = "job {job} already ended CANCELLED; there is nothing to canc
 
 ALREADY_HELD = "job {job} was already held by {by} ({why}): nothing changed"
 NOTHING_TO_CANCEL = "name jobs to cancel, or --mine / --state / --team to cancel by filter"
+STOPPING = "cancel requested: CANCELLED once their tasks stop"
 
 
 @main.command()
@@ -59,7 +60,11 @@ def cancel(ctx, job_ids, reason, mine, state, team, output):
     if output in ("json", "yaml"):
         emit(result, output, [])
     else:
-        click.echo(f"cancelled: {' '.join(str(as_text(item)) for item in result.cancelled) or 'none'}")
+        done = [item for item in result.cancelled if item not in result.stopping]
+        if done or not result.stopping:
+            click.echo(f"cancelled: {' '.join(str(as_text(item)) for item in done) or 'none'}")
+        if result.stopping:
+            click.echo(f"stopping: {' '.join(map(str, result.stopping))} ({STOPPING})")
         for item in result.skipped:
             click.echo(f"skipped: {as_text(item)}", err=True)
     if result.skipped:  # as scancel: a job named and not cancelled is a failure a script must see

@@ -328,7 +328,10 @@ class Delivery:
 
 @dataclasses.dataclass(frozen=True)
 class CancelResult:
+    """`stopping`: those of `cancelled` whose tasks are still stopping (CANCELLED once they have)."""
+
     cancelled: tuple = ()
+    stopping: tuple = ()
     skipped: tuple = ()
     raw: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
 

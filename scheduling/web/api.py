@@ -214,10 +214,10 @@ class JobBulkCancel(APIView):
     )
     def post(self, request: Request) -> Response:
         """Cancel jobs by `ids` or by `filter`; each is audited. Jobs you cannot see or cancel, or
-        that already ended, are listed in `skipped` with why."""
+        that already ended, are listed in `skipped` with why; `stopping` lists those of `cancelled`
+        whose tasks are still stopping (they end CANCELLED once they have)."""
         job_ids, reason = job_changes.check_bulk_cancel(user=request.user, data=request.data)
-        cancelled, skipped = job_changes.do_cancel_jobs(user=request.user, job_ids=job_ids, reason=reason)
-        return Response({"cancelled": cancelled, "skipped": skipped})
+        return Response(job_changes.do_cancel_jobs(user=request.user, job_ids=job_ids, reason=reason))
 
 
 class JobEvents(generics.ListAPIView):

@@ -446,6 +446,9 @@ class WhySerializer(serializers.Serializer):
 
 class BulkCancelResultSerializer(serializers.Serializer):
     cancelled = serializers.ListField(child=serializers.IntegerField())
+    stopping = serializers.ListField(
+        child=serializers.IntegerField(), help_text="those of `cancelled` whose tasks are still stopping on their nodes"
+    )
     skipped = serializers.ListField(child=serializers.DictField(), help_text='[{"id": n, "why": "..."}, ...]')
 
 

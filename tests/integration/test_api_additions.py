@@ -365,6 +365,7 @@ def test_bulk_cancel_by_ids_cancels_mine_and_skips_the_rest(api):
     assert response.status_code == 200, response.json()
     assert response.json() == {
         "cancelled": [mine],
+        "stopping": [],
         "skipped": [
             {"id": done, "why": ALREADY_ENDED.format(job_id=done, state="SUCCEEDED")},
             {"id": cancelled, "why": ALREADY_CANCELLED.format(id=cancelled)},
@@ -384,9 +385,10 @@ def test_bulk_cancel_by_filter(api):
     Job.objects.filter(pk=running).update(state="RUNNING")
     Job.objects.filter(pk=ended).update(state="SUCCEEDED")
     response = alice.post("/api/v1/jobs/cancel", {"filter": {"owner": "me", "state": "PENDING"}}, format="json")
-    assert response.json() == {"cancelled": [pending], "skipped": []}
+    assert response.json() == {"cancelled": [pending], "stopping": [], "skipped": []}
     by_team = alice.post("/api/v1/jobs/cancel", {"filter": {"team": TEAM}}, format="json").json()
     assert by_team["cancelled"] == [running]  # asked to stop; the ended job is not matched
+    assert by_team["stopping"] == []  # a RUNNING row with no task left to stop ends at once
     assert [skip["id"] for skip in by_team["skipped"]] == [ritas]
     assert AuditEvent.objects.filter(job_id=running, kind="CANCEL_REQUESTED", actor_name="alice").exists()
 

@@ -7,9 +7,11 @@ import json
 import pytest
 
 from mlqueue.cli.app import EXIT_FAILED, EXIT_REFUSED
-from scheduling.models import Job, JobState
+from scheduling.leader.worker import run_pass
+from scheduling.models import Job, JobState, SchedulerLease
 from tests.integration.test_cli_groups import mlq  # noqa: F401 (the fixture: mlq as alice)
 from tests.integration.test_cli_jobs import spec_file  # noqa: F401
+from tests.nodes import heartbeat
 
 pytestmark = pytest.mark.django_db
 
@@ -49,3 +51,22 @@ def test_a_dry_run_of_a_spec_that_can_never_run_exits_1(mlq, spec_file):  # noqa
     assert never.stdout.splitlines()[1].split() == ["True", "False"]
     assert mlq("submit", spec_file, "--dry-run").exit_code == 0
     assert Job.objects.count() == jobs  # nothing submitted
+
+
+def test_a_cancel_of_several_names_a_placed_job_as_stopping_not_cancelled(mlq, spec_file):  # noqa: F811
+    """QA: `mlq cancel A B` listed a running job under `cancelled:` while it ran on until its
+    tasks stopped (the one-job form says `cancel requested; RUNNING until its tasks stop`)."""
+    SchedulerLease.objects.filter(pk=1).update(epoch=1)
+    heartbeat()
+    placed = json.loads(mlq("submit", spec_file, "-o", "json").stdout)["id"]
+    run_pass(epoch=1)
+    assert Job.objects.get(pk=placed).state == JobState.ASSIGNED
+    waiting = json.loads(mlq("submit", spec_file, "-o", "json").stdout)["id"]  # after the pass: PENDING
+    done = mlq("cancel", str(placed), str(waiting))
+    assert done.exit_code == 0, done.output
+    assert done.stdout.splitlines() == [
+        f"cancelled: {waiting}",
+        f"stopping: {placed} (cancel requested: CANCELLED once their tasks stop)",
+    ]
+    answer = json.loads(mlq("cancel", str(placed), "-o", "json").stdout)
+    assert answer["state"] == JobState.ASSIGNED  # still stopping: a second cancel repeats the request

@@ -430,3 +430,16 @@ def test_a_group_of_one_child_is_named_in_the_singular(kind, count, noun):
 
     group = {"kind": kind, "count": count, "parallelism": 1, "pending": count, "method": "grid", "seed": 1}
     assert group_summary(group).startswith(f"{kind} of {count} {noun}")
+
+
+def test_a_cancel_names_jobs_still_stopping_apart_from_those_cancelled():
+    server = FakeServer({("POST", "/api/v1/jobs/cancel"): (200, {"cancelled": [5, 6], "stopping": [6], "skipped": []})})
+    result = run(server, "cancel", "5", "6")
+    assert result.stdout.splitlines() == [
+        "cancelled: 5",
+        "stopping: 6 (cancel requested: CANCELLED once their tasks stop)",
+    ]
+    server = FakeServer({("POST", "/api/v1/jobs/cancel"): (200, {"cancelled": [6], "stopping": [6], "skipped": []})})
+    assert run(server, "cancel", "6", "7").stdout.splitlines() == [
+        "stopping: 6 (cancel requested: CANCELLED once their tasks stop)"
+    ]
