@@ -2,6 +2,7 @@
 redirect, a request that got no answer, which failures are an outage to wait out (a connection
 that fails, a 502, 503 or 504), and the events of a streamed log."""
 
+import html
 import math
 import re
 import time
@@ -27,6 +28,8 @@ REDIRECTED = "{status}: the server redirects to {location}: use that URL as --se
 REDIRECTED_NOWHERE = "{status}: the server redirects without saying where to: is the server the site's address?"
 # An outage to wait out: a connection refused or cut, or a proxy's "the site is not there".
 OUTAGE_STATUSES = (502, 503, 504)
+HTML_HEADING = re.compile(r"<(title|h1)[^>]*>(.*?)</\1\s*>", re.IGNORECASE | re.DOTALL)
+TAG = re.compile(r"<[^>]*>")
 FIRST_BACKOFF_S, LONGEST_BACKOFF_S = 0.5, 5.0
 
 
@@ -137,8 +140,23 @@ def _refusal(response: httpx.Response) -> MlqError:
         except RuntimeError:  # a response built without its request
             server = "the server"
         return MlqError(404, NOT_THE_API.format(status=404, server=server))
-    text = response.text.strip().splitlines()[0][:200] if response.text.strip() else response.reason_phrase
-    return MlqError(response.status_code, f"{response.status_code} {text}", retry_after=_retry_after(response))
+    text = _page_heading(response) or (response.text.strip().splitlines() or [response.reason_phrase])[0][:200]
+    if not text.startswith(str(response.status_code)):
+        text = f"{response.status_code} {text}"
+    return MlqError(response.status_code, text, retry_after=_retry_after(response))
+
+
+def _page_heading(response: httpx.Response) -> str:
+    """An HTML page's title (else its first heading) as text: `502 Bad Gateway` from a proxy's
+    page, `Server Error (500)` from Django's, rather than the page's first line (`<!DOCTYPE html>`)."""
+    body = response.text
+    if "html" not in response.headers.get("content-type", "") and not body.lstrip().startswith("<"):
+        return ""
+    for found in HTML_HEADING.finditer(body):
+        heading = " ".join(html.unescape(TAG.sub(" ", found[2])).split())
+        if heading:
+            return heading[:200]
+    return response.reason_phrase
 
 
 def _not_finite(value, path: str = "") -> tuple[str, float] | None:

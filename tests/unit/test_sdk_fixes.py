@@ -139,3 +139,37 @@ def test_a_token_saved_for_localhost_serves_its_loopback_addresses_and_no_other_
         "no token for http://mlq.test:8000: the one `mlq login` saved is for http://localhost:8000, and goes to "
         "no other server: run `mlq login --server http://mlq.test:8000`, or set MLQ_TOKEN"
     )
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "headers", "expected"),
+    [
+        (
+            502,
+            "<html>\n<head><title>502 Bad Gateway</title></head>\n<body>nginx</body></html>",
+            "text/html",
+            "502 Bad Gateway",
+        ),
+        (
+            500,
+            '<!doctype html>\n<html lang="en"><body><h1>Server Error (500)</h1></body></html>',
+            "text/html",
+            "500 Server Error (500)",
+        ),
+        (503, "<!DOCTYPE html><html><title>Down &amp; out</title></html>", "", "503 Down & out"),
+        (
+            500,
+            "<!DOCTYPE html><html><body><p>nothing named</p></body></html>",
+            "text/html",
+            "500 Internal Server Error",
+        ),
+        (500, "boom: the worker died\nTraceback ...", "text/plain", "500 boom: the worker died"),
+        (418, "", "text/plain", "418 I'm a teapot"),
+    ],
+)
+def test_a_non_json_error_page_is_named_by_its_title_not_its_first_line(status, body, headers, expected):
+    """QA: a proxy's 502 page printed `502 <html>`; Django's 500 page `500 <!doctype html>`."""
+    page = httpx.MockTransport(lambda request: httpx.Response(status, text=body, headers={"content-type": headers}))
+    with pytest.raises(MlqError) as caught:
+        Client(SERVER, token="t", transport=page).request("POST", "/jobs", json={})
+    assert (caught.value.status, caught.value.detail) == (status, expected)
