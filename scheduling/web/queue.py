@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from django.core.paginator import Paginator
 from django.db.models import Prefetch, Q, QuerySet
 from django.utils import timezone
+from django.utils.html import format_html
 
 from scheduling.group_state import child_counts
 from scheduling.groups import summary
@@ -99,13 +100,24 @@ class Row:
 
     @property
     def clock(self) -> str:
-        """How long it has waited (pending) or run (running); blank once it has ended."""
+        """How long it has waited (pending) or run (running); blank once it has ended. In a span
+        the page's script counts on from (`data-elapsed`, seconds as rendered: the browser's clock
+        need not agree with the server's), so the column moves between live refreshes."""
         job, now = self.job, timezone.now()
         if job.state == JobState.RUNNING and job.started_at:
-            return "running " + short_duration((now - job.started_at).total_seconds())
-        if job.state in NOT_STARTED:
-            return "waiting " + short_duration((now - job.queued_at).total_seconds())  # since its requeue, if any
-        return ""
+            label, since = "running", job.started_at
+        elif job.state in NOT_STARTED:
+            label, since = "waiting", job.queued_at  # since its requeue, if any
+        else:
+            return ""
+        seconds = int(max(0, (now - since).total_seconds()))
+        return format_html(
+            '<span class="clock" data-label="{}" data-elapsed="{}">{} {}</span>',
+            label,
+            seconds,
+            label,
+            short_duration(seconds),
+        )
 
 
 def short_duration(seconds: float) -> str:

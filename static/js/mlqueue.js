@@ -44,6 +44,36 @@
       }
     });
   }
+  // <span class="clock" data-label="running" data-elapsed="11">: the queue's time column counts
+  // on from what the server rendered, by the browser's own elapsed time (its clock need not agree
+  // with the server's), so "running 11s" moves between live refreshes. As queue.py short_duration.
+  function shortDuration(seconds) {
+    seconds = Math.max(0, Math.floor(seconds));
+    if (seconds < 120) return seconds + "s";
+    if (seconds < 7200) return Math.floor(seconds / 60) + "m";
+    if (seconds < 172800) {
+      var minutes = Math.floor(seconds % 3600 / 60);
+      return Math.floor(seconds / 3600) + "h" + (minutes < 10 ? "0" : "") + minutes + "m";
+    }
+    return Math.floor(seconds / 86400) + "d" + Math.floor(seconds % 86400 / 3600) + "h";
+  }
+  var ticking = false;
+  function clocks(root) { return root && root.querySelectorAll ? root.querySelectorAll("span.clock[data-elapsed]") : []; }
+  function tickClocks() {
+    var now = Date.now(), found = clocks(document);
+    found.forEach(function (node) {
+      var seconds = Number(node.getAttribute("data-elapsed")) + (now - (node.mlqSeenAt || now)) / 1000;
+      if (!isNaN(seconds)) node.textContent = node.getAttribute("data-label") + " " + shortDuration(seconds);
+    });
+    ticking = found.length > 0;  // no clock left on the page: no timer (a swap that brings one starts it)
+    if (ticking) setTimeout(function () { guarded(tickClocks); }, 1000);
+  }
+  // Clocks count from when they came into the page (its load, or the live refresh that brought them).
+  function startClocks(root) {
+    var now = Date.now();
+    clocks(root).forEach(function (node) { if (!node.mlqSeenAt) node.mlqSeenAt = now; });
+    if (!ticking && clocks(document).length) { ticking = true; setTimeout(function () { guarded(tickClocks); }, 1000); }
+  }
   // True while someone is using the form in `root` (the nodes console's heatmap pauses its
   // refresh, which would replace the form): a box ticked, an input focused, holding a value or
   // half typed (a date or number the browser cannot read yet has no value but is :invalid).
@@ -58,9 +88,13 @@
   function guarded(step) {
     try { step(); } catch (error) { if (window.console) console.error("mlqueue:", error); }
   }
-  document.addEventListener("htmx:afterSwap", function (event) { guarded(function () { localTimes(event.target); }); });
+  document.addEventListener("htmx:afterSwap", function (event) {
+    guarded(function () { localTimes(event.target); });
+    guarded(function () { startClocks(event.target); });
+  });
   document.addEventListener("DOMContentLoaded", function () {
     guarded(function () { localTimes(document); });
+    guarded(function () { startClocks(document); });
     guarded(watchChildren);
     guarded(function () {
       var root = document.querySelector("[data-live-path]");

@@ -3,7 +3,7 @@ server, no cluster): the nodes console's refresh leaves a maintenance window bei
 a refusal keeps it; the job log box follows its newest line unless the reader scrolled up and
 starts a cut tail on a whole line; at 800 px the Tasks table stays in its card, the page does
 not scroll sideways and the top bar wraps without overlapping; the tokens page reads in the
-viewer's zone. The server half: tests/integration/test_ui_fixes_qa3.py."""
+viewer's zone; the queue's time column counts on. The server half: tests/integration/test_ui_fixes_qa3.py."""
 
 import pytest
 from playwright.sync_api import expect
@@ -122,3 +122,22 @@ def test_token_times_read_in_the_viewers_zone(live_server, demo, browser):  # no
     created = page.locator("#tokens tbody tr td:nth-child(3) time")
     expect(created).to_contain_text("GMT+9")
     assert "UTC" in created.get_attribute("title")
+
+
+def test_the_queues_time_column_counts_on_between_live_refreshes(live_server, api, browser):  # noqa: F811
+    """QA: "running 11s" stayed 11s until a job's change pushed a refresh. The browser counts on
+    from the seconds the server rendered (not from its own clock, which need not agree)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    job_id = api("alice").post("/api/v1/jobs", make_spec(), format="json").json()["id"]
+    Job.objects.filter(pk=job_id).update(state=TaskState.RUNNING, started_at=timezone.now() - timedelta(seconds=10))
+    page = page_as(browser, live_server, "alice")
+    page.goto(f"{live_server.url}/queue/")
+    clock = page.locator(f"#job-{job_id} span.clock")
+    first = int(clock.inner_text().removeprefix("running ").removesuffix("s"))
+    assert 10 <= first <= 20
+    page.wait_for_timeout(3_500)
+    later = int(clock.inner_text().removeprefix("running ").removesuffix("s"))
+    assert later >= first + 3
