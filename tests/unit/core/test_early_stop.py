@@ -57,7 +57,25 @@ CASES = {
         "minimize",
         [expect(3, "0.45", "0.4", 2)],
     ),
-    "a trial that has not reached the step does not count": (
+    "a trial that ended before the step counts with the best it reached": (
+        # QA's ratchet: 4 and 5 were stopped early at step 200; trial 3 (0.7 by step 300) is better
+        # than the median of all four others (0.55), if worse than the two ahead of it.
+        [
+            trial(1, 0.5, 0.6, 0.72),
+            trial(2, 0.5, 0.6, 0.71),
+            trial(3, 0.5, 0.6, 0.70),
+            trial(4, 0.3, 0.38, running=False),
+            trial(5, 0.2, 0.3, running=False),
+        ],
+        "maximize",
+        [],
+    ),
+    "an ended trial that never came close still stops the worse": (
+        [trial(1, 0.5, 0.6, 0.72), trial(2, 0.1, 0.2, 0.3), trial(4, 0.3, 0.38, running=False)],
+        "maximize",
+        [expect(2, "0.3", "0.55", 2)],
+    ),
+    "a running trial that has not reached the step does not count": (
         # 1 and 2 stopped reporting at step 200 (and have too few reports to be judged).
         [trial(1, 0.1, 0.1), trial(2, 0.2, 0.2), trial(3, 0.9, 0.9, 0.9)],
         "minimize",
