@@ -15,6 +15,7 @@
 Only the leader requeues or retries, and every write here is fenced by its epoch.
 """
 
+import functools
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -37,10 +38,10 @@ from scheduling.core.settle import (
     settle,
 )
 from scheduling.fencing import fenced
-from scheduling.group_state import sync_parent_of
+from scheduling.group_state import sync_group_state, sync_parent_of
 from scheduling.leader import failures
 from scheduling.leader.early_stopping import stop_worse_trials
-from scheduling.models import Job, StopReason, Task, TaskState
+from scheduling.models import FailureClass, Job, StopReason, Task, TaskState
 from scheduling.states import ON_NODE, UNSUCCESSFUL
 from scheduling.stopping import do_request_stop, escalate_overdue
 from teams.models import AuditEvent, EventKind
@@ -88,6 +89,7 @@ def reconcile(*, epoch: int, now) -> Swept:
     swept.nodes = failures.detect(epoch=epoch, now=now)
     swept.stops[StopReason.TIMEOUT] = _stop_each(_timed_out(now), StopReason.TIMEOUT, epoch=epoch, now=now)
     swept.stops[StopReason.PEER_FAILED] = _stop_each(_broken_gangs(), StopReason.PEER_FAILED, epoch=epoch, now=now)
+    swept.cancelled += _settle_cancelled(epoch=epoch, now=now)
     for job_id in Job.objects.filter(_attempt_over()).order_by("id").values_list("id", flat=True):
         swept.count(do_settle(job_id, epoch=epoch, now=now))
     cancelled, skipped = dependencies.end_never_runnable(epoch=epoch, now=now)
@@ -154,6 +156,41 @@ def _attempt_over() -> Q:
     """Jobs whose tasks have all ended (that is what these derived states mean), not all in
     success, with no verdict yet."""
     return Q(state__in=UNSUCCESSFUL, failure_class="")
+
+
+SETTLE_BATCH = 1000
+
+
+def _settle_cancelled(*, epoch: int, now) -> int:
+    """Jobs CANCELLED with every rank CANCELLED and no verdict yet (a cancel that came before
+    any rank was placed, or after all had stopped): their verdict is the cancel (core/settle.py,
+    rule 1) and nothing is left to move, so they are settled SETTLE_BATCH to a transaction, each
+    group derived once, not one `do_settle` each with its group counted again. A cancelled
+    2,000-element array held the leader's sweep, and every placement, for 30 s (QA)."""
+    other_ranks = Task.objects.filter(job_id=OuterRef("pk")).exclude(state=S.CANCELLED)
+    settled = 0
+    while True:
+        with fenced(epoch):
+            ids = list(
+                Job.objects.select_for_update(no_key=True)
+                .filter(state=S.CANCELLED, failure_class="")
+                .exclude(Exists(other_ranks))
+                .order_by("pk")
+                .values_list("pk", flat=True)[:SETTLE_BATCH]
+            )
+            if not ids:
+                return settled
+            Job.objects.filter(pk__in=ids).update(failure_class=FailureClass.CANCELLED, updated_at=now)
+            parents = Job.objects.filter(pk__in=ids, parent__isnull=False).values_list("parent_id", flat=True)
+            for parent_id in sorted(set(parents)):
+                sync_group_state(parent_id, now=now)
+            transaction.on_commit(functools.partial(_count_cancelled, len(ids)))
+            notify.jobs_changed(ids)
+        settled += len(ids)
+
+
+def _count_cancelled(count: int) -> None:
+    metrics.OUTCOMES.labels("cancelled", FailureClass.CANCELLED).inc(count)
 
 
 def do_settle(job_id: int, *, epoch: int, now) -> Verdict | None:

@@ -5,8 +5,10 @@ parent cancels what has not finished."""
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from scheduling import reports
+from scheduling.leader.reconcile import reconcile
 from scheduling.leader.worker import run_pass
 from scheduling.models import Job
 from scheduling.store_view import load_groups
@@ -200,6 +202,26 @@ def test_cancelling_a_large_array_costs_the_same_per_child_whatever_its_size(api
         ("TRANSITION", "CANCELLED", "cancelled by alice"),
     ]
     assert (kid.cancel_requested_at, kid.tasks.get().failure_class) != (None, "")
+
+
+@pytest.mark.parametrize("size", [20, 80])
+def test_the_leader_settles_a_cancelled_arrays_children_in_bulk(api, leader, size):
+    """The children a cancel ended before they were placed were then settled one transaction
+    each, each counting its group again: a 2,000-element array's cancel held the leader's sweep,
+    and every placement, for 30 s (QA). Now their queries do not grow with the children."""
+    parent = submit(api, array={"count": size, "parallelism": 1})
+    run_pass(epoch=leader)  # element 0 placed: it is stopped and settled as before
+    api("alice").post(f"/api/v1/jobs/{parent.pk}/cancel", {}, format="json")
+    unplaced = Job.objects.filter(parent=parent, state="CANCELLED", failure_class="")
+    assert unplaced.count() == size - 1
+    with CaptureQueriesContext(connection) as queries:
+        swept = reconcile(epoch=leader, now=timezone.now())
+    assert swept.cancelled == size - 1
+    assert not unplaced.exists()
+    assert set(Job.objects.filter(parent=parent).exclude(group_index=0).values_list("failure_class", flat=True)) == {
+        "CANCELLED"
+    }
+    assert len(queries.captured_queries) < 40  # whatever the size
 
 
 def test_a_grid_sweep_makes_a_trial_per_combination_with_its_parameters(api, leader):
