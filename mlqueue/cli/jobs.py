@@ -324,6 +324,10 @@ def status(ctx, job, all_children, output):
         click.echo(f"\n{child_place(found)}")
     if found.stopping:
         click.echo(f"\n{stopping_line(found.stopping)}")
+    if found.state in ENDED_SHORT:  # not run to its end: say why, as `mlq why` does
+        ended = client(ctx).why(job).ended
+        if ended:
+            click.echo(f"\n{ended_line(ended)}")
     if found.reason:
         click.echo(f"\nwaiting: {found.reason}")
         if found.likely_start or found.estimated_start:
@@ -333,6 +337,11 @@ def status(ctx, job, all_children, output):
     if found.tasks:
         click.echo()
         emit(list(found.tasks), output, TASK_COLUMNS)
+
+
+# The finished states `mlq status` says the end of (SUCCEEDED needs no why; a FAILED job awaiting
+# its retry has not ended: the API answers no `ended` for it).
+ENDED_SHORT = ("FAILED", "CANCELLED", "EARLY_STOPPED", "SKIPPED")
 
 
 @main.command()
@@ -354,7 +363,17 @@ def why(ctx, job, output):
     click.echo(f"job {found.job_id}: {found.state}" + (f" (as its first waiting child, job {child})" if child else ""))
     if found.stopping:
         click.echo(stopping_line(found.stopping))
+    if found.ended:
+        click.echo(ended_line(found.ended))
     _print_explanation(found.raw, starts_note=stale_note(found))
+
+
+def ended_line(ended: dict) -> str:
+    """`ended CANCELLED at 2026-12-05T07:04:16Z by scheduler (DEPENDENCY): dependency 114 ended ...`."""
+    by = f" by {ended['by']}" if ended.get("by") else ""
+    reason = f" ({ended['reason']})" if ended.get("reason") and ended.get("reason") != ended.get("state") else ""
+    message = f": {ended['message']}" if ended.get("message") else ""
+    return f"ended {ended.get('state')} at {ended.get('at') or '-'}{by}{reason}{message}"
 
 
 def _print_explanation(data: dict, starts_note: str = ""):

@@ -170,6 +170,7 @@ class Why:
     estimated_start_stale: bool = False
     suggestions: tuple = ()
     stopping: dict | None = None  # as Job's
+    ended: dict | None = None  # a finished job: {state, at, by, reason, message}
     raw: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
 
 

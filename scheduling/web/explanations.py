@@ -19,7 +19,9 @@ from scheduling.models import Job, JobState
 from scheduling.selectors import scheduler_state
 from scheduling.services import job_shape
 from scheduling.spec import gpu_types
+from scheduling.states import JOB_FINISHED
 from scheduling.stop_requests import stopping
+from teams.models import AuditEvent, EventKind
 
 
 @dataclass
@@ -155,6 +157,28 @@ def why_answer(job: Job) -> dict:
         **_forecast_age(subject if pending else None),
         "suggestions": what_would_help(subject).suggestions if pending else [],
         "stopping": stopping(job, job.tasks.all()),
+        "ended": ended(job),
+    }
+
+
+def ended(job: Job) -> dict | None:
+    """How a job that has finished ended: the transition into its final state (who, when, its
+    reason code and message), as its timeline records it. `mlq why` of a job a dependency
+    cancelled said only `CANCELLED` (QA): the reason was in its events alone. None while it
+    has not finished (FAILED without a failure class awaits the leader's verdict)."""
+    if job.state not in JOB_FINISHED or job.state == JobState.FAILED and not job.failure_class:
+        return None
+    event = (
+        AuditEvent.objects.filter(job=job, kind=EventKind.TRANSITION, to_state=job.state)
+        .order_by("-created_at", "-id")
+        .first()
+    )
+    return {
+        "state": job.state,
+        "at": job.finished_at or (event.created_at if event else None),
+        "by": event.actor_name if event else "",
+        "reason": event.reason if event else "",
+        "message": event.message if event else "",
     }
 
 

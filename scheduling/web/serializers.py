@@ -419,6 +419,14 @@ class ReservationSerializer(serializers.Serializer):
     nominated_nodes = serializers.ListField(child=serializers.CharField())
 
 
+class EndedSerializer(serializers.Serializer):
+    state = serializers.CharField()
+    at = serializers.DateTimeField(allow_null=True)
+    by = serializers.CharField(help_text="who or what ended it: a user, `scheduler`, an agent")
+    reason = serializers.CharField(help_text="its reason code, e.g. CANCELLED, DEPENDENCY, TIMEOUT")
+    message = serializers.CharField()
+
+
 class WhySerializer(serializers.Serializer):
     job_id = serializers.IntegerField()
     child_id = serializers.IntegerField(
@@ -442,6 +450,7 @@ class WhySerializer(serializers.Serializer):
     stopping = StoppingSerializer(
         allow_null=True, help_text="a running job being stopped: why, and when it is killed (as the job's own)"
     )
+    ended = EndedSerializer(allow_null=True, help_text="a finished job: the transition into its final state")
 
 
 class BulkCancelResultSerializer(serializers.Serializer):

@@ -9,6 +9,7 @@ import pytest
 from mlqueue.cli.app import EXIT_FAILED, EXIT_REFUSED
 from scheduling.leader.worker import run_pass
 from scheduling.models import Job, JobState, SchedulerLease
+from teams.models import AuditEvent
 from tests.integration.test_cli_groups import mlq  # noqa: F401 (the fixture: mlq as alice)
 from tests.integration.test_cli_jobs import spec_file  # noqa: F401
 from tests.nodes import heartbeat
@@ -70,3 +71,22 @@ def test_a_cancel_of_several_names_a_placed_job_as_stopping_not_cancelled(mlq, s
     ]
     answer = json.loads(mlq("cancel", str(placed), "-o", "json").stdout)
     assert answer["state"] == JobState.ASSIGNED  # still stopping: a second cancel repeats the request
+
+
+def test_why_and_status_of_a_job_that_did_not_run_to_its_end_say_how_it_ended(mlq, spec_file):  # noqa: F811
+    """QA: `mlq why` of a job a dependency cancelled printed `job 119: CANCELLED` alone, and
+    `mlq status` no reason: the reason was in its events only."""
+    job_id = json.loads(mlq("submit", spec_file, "-o", "json").stdout)["id"]
+    mlq("cancel", str(job_id), "--reason", "wrong data")
+    event = AuditEvent.objects.get(job_id=job_id, kind="TRANSITION", to_state="CANCELLED")
+    at = Job.objects.get(pk=job_id).finished_at.strftime("%Y-%m-%dT%H:%M:%S")
+    why = mlq("why", str(job_id))
+    assert why.stdout.splitlines()[0] == f"job {job_id}: CANCELLED"
+    assert why.stdout.splitlines()[1].startswith(f"ended CANCELLED at {at}")
+    assert why.stdout.splitlines()[1].endswith(f"by {event.actor_name}: wrong data")
+    assert why.stdout.splitlines()[1] in mlq("status", str(job_id)).stdout
+    ended = json.loads(mlq("why", str(job_id), "-o", "json").stdout)["ended"]
+    assert (ended["state"], ended["reason"], ended["message"]) == ("CANCELLED", "CANCELLED", "wrong data")
+    running = json.loads(mlq("submit", spec_file, "-o", "json").stdout)["id"]
+    assert json.loads(mlq("why", str(running), "-o", "json").stdout)["ended"] is None
+    assert "ended" not in mlq("status", str(running)).stdout

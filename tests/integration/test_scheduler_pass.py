@@ -266,6 +266,13 @@ def test_dependencies_wait_then_are_cancelled_with_their_reason(api, leader):
     assert AuditEvent.objects.get(job=second, reason="DEPENDENCY").message == (
         f"dependency {first.pk} ended FAILED; this job ran only on its success"
     )
+    ended = api("alice").get(f"/api/v1/jobs/{second.pk}/why").json()["ended"]  # what `mlq why` prints
+    assert (ended["state"], ended["by"], ended["reason"], ended["message"]) == (
+        "CANCELLED",
+        "scheduler",
+        "DEPENDENCY",
+        f"dependency {first.pk} ended FAILED; this job ran only on its success",
+    )
 
 
 def test_a_dependency_that_succeeds_releases_the_job(api, leader):
