@@ -14,12 +14,15 @@ from django.conf import settings
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from mlqueue.metrics_report import NAME as METRIC_NAME  # what mlqueue.report and the agent accept
 from scheduling.core.early_stop import MAXIMIZE, MINIMIZE
 from scheduling.spec import ArrayBlockField, StrictIntegerField, StrictSerializer, StrictStringField, SweepBlockField
-from scheduling.sweep_params import grid_size
+from scheduling.sweep_params import as_text, grid_size
 
 PARAM_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}\Z")
-METRIC_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_./-]{0,99}\Z")
+# The placeholders a trial's command gets besides its parameters' (scheduling/groups.py
+# `_trial_values`): a parameter of the same name would silently take its place.
+TRIAL_PLACEHOLDERS = {"trial": "the trial's number"}
 INDEX_RANGE = re.compile(r"^(\d+)(?:-(\d+)(?::(\d+))?)?\Z")
 MAX_PARAMETERS = 32
 MAX_VALUES = 1000
@@ -38,11 +41,13 @@ TOO_MANY_ELEMENTS = "at most {limit} elements in one group, got {count}."
 MAX_FAILURES_RANGE = "must be less than the group's {count} {children}, got {value}."
 BAD_PARAM_NAME = "{name!r} is not a parameter name: letters, digits and underscores, not starting with a digit."
 PARAM_NAMES_CLASH = "{a!r} and {b!r} are the same variable (MLQ_PARAM_{upper}): rename one."
+PARAM_NAME_TAKEN = "{{{name}}} in a trial's command and env values is {meaning}: name the parameter otherwise."
 TOO_MANY_PARAMETERS = "at most {limit} parameters, got {count}."
 NO_PARAMETERS = "give at least one parameter."
 EMPTY_VALUES = "{name}: give at least one value."
 TOO_MANY_VALUES = "{name}: at most {limit} values, got {count}."
 BAD_VALUE = "{name}: values are numbers, strings or booleans, not {kind}."
+VALUE_NOT_FINITE = "{name}: a value must be a finite number, not {value}."
 VALUE_TOO_LONG = "{name}: a value is at most {limit} characters."
 BAD_RANGE_KEYS = "{name}: a range is {{min, max}} with optional log: true and int: true; unknown {keys}."
 RANGE_NEEDS_BOUNDS = "{name}: a range needs min and max."
@@ -50,6 +55,10 @@ RANGE_BOUNDS = "{name}: min must be below max, got min {low} and max {high}."
 LOG_NEEDS_POSITIVE = "{name}: a log range needs min > 0, got {low}."
 NO_INTEGER_IN_RANGE = "{name}: no integer lies between min {low} and max {high}."
 GRID_REPEATS = "{name}: {value!r} is listed twice: each value once (a repeated value runs the same trials again)."
+GRID_SAME_TEXT = (
+    "{name}: {first!r} and {second!r} both go into a command as {text!r}: each value once (a repeated value runs "
+    "the same trials again)."
+)
 NOT_A_NUMBER = "{name}: {bound} must be a finite number, not {value}."
 MAX_BOUND = 10**15
 BOUND_RANGE = "{name}: {bound} must be between -1e15 and 1e15, not {value}."
@@ -59,7 +68,10 @@ PARAM_SHAPE = "{name}: give a list of values, or a range {{min: .., max: ..}} (m
 RANDOM_NEEDS_TRIALS = "method random needs max_trials: how many trials to draw."
 GRID_TOO_LARGE = "the grid has {size} combinations, more than {limit}: set max_trials to take the first ones."
 EARLY_STOP_NEEDS_METRIC = "early stopping compares trials by a metric: give metric: {name: .., goal: minimize}."
-BAD_METRIC_NAME = "{name!r} is not a metric name: letters, digits and _ . / -, starting with a letter or _."
+BAD_METRIC_NAME = (
+    "{name!r} is not a metric name: letters, digits and _ . / -, starting with a letter, digit or _ (as "
+    "mlqueue.report takes them)."
+)
 
 
 def max_group_size() -> int:
@@ -194,6 +206,7 @@ class ParametersField(serializers.Field):
         if len(data) > MAX_PARAMETERS:
             raise serializers.ValidationError(TOO_MANY_PARAMETERS.format(limit=MAX_PARAMETERS, count=len(data)))
         _check_names(list(data))
+        _check_no_placeholder(list(data))
         return {name: _parameter(name, value) for name, value in data.items()}
 
     def to_representation(self, value):
@@ -211,6 +224,15 @@ def _check_names(names: list) -> None:
         seen[upper] = name
 
 
+def _check_no_placeholder(names: list[str]) -> None:
+    """A parameter named like a trial's own placeholder would silently replace it in every command
+    (QA: `trial: [5, 6]` ran every trial as number 5 or 6); refused on its own key."""
+    taken = next((name for name in names if name in TRIAL_PLACEHOLDERS), None)
+    if taken:
+        message = PARAM_NAME_TAKEN.format(name=taken, meaning=TRIAL_PLACEHOLDERS[taken])
+        raise serializers.ValidationError({taken: [message]})
+
+
 def _parameter(name: str, value):
     if isinstance(value, list):
         return _values(name, value)
@@ -225,8 +247,10 @@ def _values(name: str, values: list) -> list:
     if len(values) > MAX_VALUES:
         raise serializers.ValidationError(TOO_MANY_VALUES.format(name=name, limit=MAX_VALUES, count=len(values)))
     for value in values:
-        if not isinstance(value, (str, int, float, bool)) or isinstance(value, float) and not math.isfinite(value):
+        if not isinstance(value, (str, int, float, bool)):
             raise serializers.ValidationError(BAD_VALUE.format(name=name, kind=type(value).__name__))
+        if isinstance(value, float) and not math.isfinite(value):  # JSON's 1e400, YAML's .inf and .nan
+            raise serializers.ValidationError(VALUE_NOT_FINITE.format(name=name, value=value))
         if isinstance(value, str) and len(value) > MAX_VALUE_CHARS:
             raise serializers.ValidationError(VALUE_TOO_LONG.format(name=name, limit=MAX_VALUE_CHARS))
     return values
@@ -298,16 +322,29 @@ def _grid_trials(attrs: dict) -> int:
     if ranged:
         raise serializers.ValidationError({"parameters": [GRID_NEEDS_LISTS.format(name=ranged)]})
     for name, values in params.items():
-        seen: set[tuple] = set()
-        for value in values:  # numbers, strings or booleans: 1 and true are not the same value
-            if (type(value), value) in seen:
-                raise serializers.ValidationError({"parameters": [GRID_REPEATS.format(name=name, value=value)]})
-            seen.add((type(value), value))
+        _check_distinct(name, values)
     size = grid_size(params)
     trials = min(size, attrs["max_trials"] or size)
     if trials > limit:
         raise serializers.ValidationError({"max_trials": [GRID_TOO_LARGE.format(size=size, limit=limit)]})
     return trials
+
+
+def _check_distinct(name: str, values: list) -> None:
+    """Each value once, by the text a trial gets (sweep_params.as_text): 1 and "1" make the same
+    command and variables, so the same trials; 1 and true ("1", "true"), or 1 and 1.0, do not."""
+    seen: dict[str, object] = {}
+    for value in values:
+        text = as_text(value)
+        if text not in seen:
+            seen[text] = value
+            continue
+        first = seen[text]
+        if type(first) is type(value) and first == value:
+            message = GRID_REPEATS.format(name=name, value=value)
+        else:
+            message = GRID_SAME_TEXT.format(name=name, first=first, second=value, text=text)
+        raise serializers.ValidationError({"parameters": [message]})
 
 
 def _random_trials(attrs: dict) -> int:

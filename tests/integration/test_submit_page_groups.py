@@ -90,9 +90,10 @@ def test_the_sweep_inputs_submit_a_sweep_with_its_metric_and_early_stop(alice, f
             "lr: give a list of values, or a range {min: .., max: ..} (method: random).",
         ),
         (
-            {**SWEEP_INPUTS, "sweep.metric.name": "9bad"},
+            {**SWEEP_INPUTS, "sweep.metric.name": "-bad"},
             "sweep.metric.name",
-            "'9bad' is not a metric name: letters, digits and _ . / -, starting with a letter or _.",
+            "'-bad' is not a metric name: letters, digits and _ . / -, starting with a letter, digit or _ (as "
+            "mlqueue.report takes them).",
         ),
     ],
     ids=["count 0", "max_failures", "backwards indices", "random without max_trials", "parameter shape", "metric name"],
