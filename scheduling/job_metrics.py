@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F, Q, QuerySet, Window
-from django.db.models.functions import RowNumber
+from django.db.models import Count, F, Q, QuerySet, Window
+from django.db.models.functions import Mod, RowNumber
 
 from scheduling.models import Job, JobMetric
 from teams.models import AuditEvent, EventKind
@@ -98,17 +98,23 @@ def metric_series(
     rank: int | None = None,
     attempt: int | None = None,
     after_step: int | None = None,
+    spread: int | None = None,
     per_series: int = POINTS_PER_SERIES,
     total: int = POINTS_PER_ANSWER,
 ) -> tuple[dict[int, dict[str, list[dict]]], list[dict]]:
     """job -> name -> points {step, value, time, attempt, rank}, ordered by step (then attempt,
     rank, report), at most `per_series` points per job and name and `total` in all; and the
     series cut short or left out ({job_id, name}), which continue with `after_step` = their last
-    step (a series left out: from its start). One query; two when the answer's bound is reached
-    (the series past it are named too)."""
+    step (a series left out: from its start). `spread`: a series longer than that is thinned to
+    every k-th point, its last one kept, at most `spread` + 1 points over the whole run (a chart
+    of a long run: the first points alone stopped at step 4,999 while it trained on, found by
+    QA). One query; two when the answer's bound is reached (the series past it are named too)."""
     rows = _matching(job_ids, name=name, rank=rank, attempt=attempt, after_step=after_step)
     order = [F("step"), F("attempt"), F("rank"), F("seq")]
-    numbered = rows.annotate(place=Window(RowNumber(), partition_by=[F("job_id"), F("name")], order_by=order))
+    series_of = [F("job_id"), F("name")]
+    numbered = rows.annotate(place=Window(RowNumber(), partition_by=series_of, order_by=order))
+    if spread is not None:  # at most spread + 1 points a series: no bound by place past that
+        numbered, per_series = _spread(numbered, series_of, spread), total
     # One row past each bound is read, so that a series cut short can be told from one that fits.
     found = (
         numbered.filter(place__lte=per_series + 1)
@@ -132,6 +138,16 @@ def metric_series(
     return dict(series), cut
 
 
+def _spread(numbered: QuerySet[JobMetric], series_of: list, points: int) -> QuerySet[JobMetric]:
+    """Each series' points 1, 1 + k, 1 + 2k, ... and its last, k = ceil(length / points): the
+    whole run at about `points` points, in the database (a long run's 100,000 reports are not
+    read to be thrown away)."""
+    length = Window(Count("*"), partition_by=series_of)
+    stride = (F("length") + (points - 1)) / points  # integers: a division that rounds down
+    sized = numbered.annotate(length=length).annotate(offset=Mod(F("place") - 1, stride))
+    return sized.filter(Q(offset=0) | Q(place=F("length")))
+
+
 def _matching(job_ids: list[int], *, name, rank, attempt, after_step) -> QuerySet[JobMetric]:
     """The jobs' reports, narrowed by each filter given (None: not filtered by it)."""
     rows = JobMetric.objects.filter(job_id__in=job_ids)
@@ -144,6 +160,12 @@ def _matching(job_ids: list[int], *, name, rank, attempt, after_step) -> QuerySe
     if after_step is not None:
         rows = rows.filter(step__gt=after_step)
     return rows
+
+
+def longer_than(job_id: int, points: int) -> bool:
+    """Whether any of the job's series has more than `points` points (its chart is thinned)."""
+    counts = JobMetric.objects.filter(job_id=job_id).values("name").annotate(points=Count("*"))
+    return counts.filter(points__gt=points).exists()
 
 
 def last_values(job_id: int) -> list[dict]:

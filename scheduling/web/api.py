@@ -254,9 +254,15 @@ class MetricsQuerySerializer(serializers.Serializer):
     after_step = serializers.IntegerField(
         min_value=0, max_value=2**63 - 1, required=False, help_text="only points past this step (the next page)"
     )
+    spread = serializers.IntegerField(
+        min_value=2,
+        max_value=job_metrics.POINTS_PER_SERIES,
+        required=False,
+        help_text="thin each series to about this many points over its whole run (every k-th, the last kept)",
+    )
 
 
-METRICS_PARAMETERS = ("name", "rank", "attempt", "after_step")
+METRICS_PARAMETERS = ("name", "rank", "attempt", "after_step", "spread")
 
 
 class JobMetrics(APIView):

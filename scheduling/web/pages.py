@@ -95,7 +95,7 @@ def job_page(request, job_id: int):
     return render(request, "scheduling/job.html", context)
 
 
-METRIC_CHART_POINTS = 2_000  # per series on the page; the API pages through the rest
+METRIC_CHART_POINTS = 2_000  # per series on the page, spread over the whole run; the API has every point
 
 
 def _metrics_context(job: Job) -> dict:
@@ -103,12 +103,13 @@ def _metrics_context(job: Job) -> dict:
     one's last value; a group's parent has none of its own (its children have theirs)."""
     if job.group_kind:
         return {}
-    found, cut = job_metrics.metric_series([job.pk], per_series=METRIC_CHART_POINTS)
+    found, _ = job_metrics.metric_series([job.pk], spread=METRIC_CHART_POINTS)
     series = found.get(job.pk, {})
     return {
         "metric_chart": {name: [[p["step"], p["value"]] for p in points] for name, points in series.items()},
         "metric_last": job_metrics.last_values(job.pk),
-        "metric_cut": bool(cut),
+        "metric_spread": METRIC_CHART_POINTS,
+        "metric_thinned": job_metrics.longer_than(job.pk, METRIC_CHART_POINTS),
     }
 
 

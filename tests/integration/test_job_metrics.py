@@ -10,6 +10,7 @@ import pytest
 from scheduling import job_metrics
 from scheduling.leader.worker import run_pass
 from scheduling.models import Job, JobMetric, Node, Task
+from scheduling.web import pages
 from teams.models import AuditEvent
 from tests.integration.test_agent_api import INVENTORY, JOIN, agent, beat
 from tests.integration.test_checkpoints import running_job
@@ -231,6 +232,29 @@ def test_a_series_is_cut_at_its_bound_and_says_so(api, leader):
     assert cut == [{"job_id": job_id, "name": "acc"}, {"job_id": job_id, "name": "loss"}]  # loss: left out, named
 
 
+def test_a_long_series_is_spread_over_its_whole_run_for_a_chart(api, leader, logged_in, monkeypatch):
+    """QA: the job page's chart held a run's first 2,000 points, and its live reload the API's
+    first 5,000: a long run's curve stopped moving. `spread` thins every series to every k-th
+    point over the whole run, its last one kept."""
+    job_id, clients = running_job(api, leader, checkpoint=False)
+    send(clients[A], A, *(metric(job_id, seq, seq * 10, loss=float(seq)) for seq in range(1, 24)))
+    send(clients[A], A, *(metric(job_id, seq, seq * 10, acc=1.0) for seq in range(24, 27)))
+    found, cut = job_metrics.metric_series([job_id], spread=5)
+    assert [p["step"] for p in found[job_id]["loss"]] == [10, 60, 110, 160, 210, 230]  # k = 5, then the last
+    assert [p["step"] for p in found[job_id]["acc"]] == [240, 250, 260]  # short: whole
+    assert cut == []
+    answer = api("alice").get(f"/api/v1/jobs/{job_id}/metrics?spread=4&name=loss").json()
+    assert [p["step"] for p in answer["series"]["loss"]] == [10, 70, 130, 190, 230]  # k = 6
+    for bad in ("spread=1", "spread=5001", "spread=x"):
+        response = api("alice").get(f"/api/v1/jobs/{job_id}/metrics?{bad}")
+        assert response.status_code == 400 and "spread" in response.json()["fields"], bad
+    monkeypatch.setattr(pages, "METRIC_CHART_POINTS", 10)
+    html = logged_in("alice").get(f"/jobs/{job_id}/").content.decode()
+    assert '"loss": [[10, 1.0], [40, 4.0], [70, 7.0]' in html and "[230, 23.0]]" in html  # k = 3, the last kept
+    assert "A long series is drawn at about 10 points" in html
+    assert f'data-metrics-url="/api/v1/jobs/{job_id}/metrics?spread=10"' in html
+
+
 def test_metrics_of_a_job_you_cannot_see_are_a_404(api, leader):
     job_id, clients = running_job(api, leader, checkpoint=False)
     send(clients[A], A, metric(job_id, 1, 1, loss=1.0))
@@ -242,7 +266,7 @@ def test_metrics_of_a_job_you_cannot_see_are_a_404(api, leader):
 def test_the_schema_lists_the_metrics_endpoint(api):
     schema = api("alice").get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json").json()
     operation = schema["paths"]["/api/v1/jobs/{job_id}/metrics/"]["get"]
-    assert {p["name"] for p in operation["parameters"]} >= {"job_id", "name", "rank", "attempt", "after_step"}
+    assert {p["name"] for p in operation["parameters"]} >= {"job_id", "name", "rank", "attempt", "after_step", "spread"}
     body = operation["responses"]["200"]["content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[1]
     assert set(schema["components"]["schemas"][body]["properties"]) == {
         "job_id",
