@@ -81,7 +81,8 @@ def refusal(node: Node, attempts: dict, event: dict) -> str:
 
 
 def apply_event(node_name: str, event: dict, *, now) -> str:
-    """A start, an exit, a checkpoint or a dropped event, already known to be this node's.
+    """A start, an exit, a checkpoint, a skipped metrics line or a dropped event, already known
+    to be this node's.
     Returns why it changed nothing where that is worth telling the agent (a checkpoint not
     recorded), else ""."""
     job_id, rank, attempt = event["job_id"], event["rank"], event["attempt"]
@@ -109,6 +110,8 @@ def apply_event(node_name: str, event: dict, *, now) -> str:
             epoch=event.get("epoch", 0),
             now=now,
         )
+    elif kind == "metric_skipped":
+        job_metrics.note_skipped(event, node_name=node_name, now=now)
     elif kind == "dropped":
         AuditEvent.objects.create(
             job_id=job_id,

@@ -173,7 +173,7 @@ class MetricValuesField(serializers.DictField):
 
 
 class EventSerializer(AttemptSerializer):
-    type = serializers.ChoiceField(["started", "exited", "log", "checkpoint", "metric", "dropped"])
+    type = serializers.ChoiceField(["started", "exited", "log", "checkpoint", "metric", "metric_skipped", "dropped"])
     exit_code = StrictIntegerField(required=False, allow_null=True, default=None, min_value=-INT32 - 1, max_value=INT32)
     signal = StrictStringField(required=False, allow_blank=True, default="", max_length=10)
     cause = serializers.ChoiceField(EXIT_CAUSES, required=False, default="")
@@ -191,6 +191,8 @@ class EventSerializer(AttemptSerializer):
     seq = StrictIntegerField(min_value=1, max_value=INT32, required=False, default=None, allow_null=True)
     time = StrictFloatField(min_value=0, max_value=MAX_EPOCH_S, required=False, default=None, allow_null=True)
     values = MetricValuesField(required=False, default=None, allow_null=True)
+    # A metric_skipped event: the line (seq) and why (data); `last`: the last the agent sends.
+    last = serializers.BooleanField(required=False, default=False)
 
     def validate(self, attrs):
         needed = REQUIRED.get(attrs["type"], ())
@@ -201,7 +203,7 @@ class EventSerializer(AttemptSerializer):
 
 
 # The fields an event of each type cannot do without (the others have defaults).
-REQUIRED = {"checkpoint": ("step", "at"), "metric": ("seq", "step", "time", "values")}
+REQUIRED = {"checkpoint": ("step", "at"), "metric": ("seq", "step", "time", "values"), "metric_skipped": ("seq",)}
 
 
 class EventsSerializer(serializers.Serializer):

@@ -10,6 +10,7 @@ from django.db import transaction
 from django.db.models import Count, F, Q, QuerySet, Window
 from django.db.models.functions import Mod, RowNumber
 
+from mlqueue.parsers import replace_bad_text
 from scheduling.models import Job, JobMetric
 from teams.models import AuditEvent, EventKind
 
@@ -18,6 +19,9 @@ CAPPED_MESSAGE = (
     "rank {rank} attempt {attempt}: metric reports past line {cap:,} of its metrics file are not kept; "
     "the file on the node has them"
 )
+SKIPPED = "METRICS_SKIPPED"
+SKIPPED_MESSAGE = "rank {rank} attempt {attempt}: line {line} of its metrics file skipped: {why}"
+SKIPPED_LAST = "; later bad lines are skipped too, without a word here (the node agent's log counts them)"
 # What one answer holds: points per series (job and name), and points in all.
 POINTS_PER_SERIES = 5_000
 POINTS_PER_ANSWER = 50_000
@@ -84,6 +88,27 @@ def _note_cap(key: tuple[int, int, int], cap: int, *, now) -> None:
         reason=CAPPED,
         message=CAPPED_MESSAGE.format(rank=rank, attempt=attempt, cap=cap),
         data={"rank": rank, "attempt": attempt},
+        created_at=now,
+    )
+
+
+def note_skipped(event: dict, *, node_name: str, now) -> None:
+    """A bad line of an attempt's metrics file (one of the first few its agent sends): on the
+    job's timeline, where its owner looks (QA: NaN and string values vanished, said only in the
+    node agent's log). A resent one is recorded once."""
+    job_id, rank, attempt, line = event["job_id"], event["rank"], event["attempt"], event["seq"]
+    sent = AuditEvent.objects.filter(job_id=job_id, reason=SKIPPED, data__rank=rank, data__attempt=attempt)
+    if sent.filter(data__line=line).exists():
+        return
+    why = replace_bad_text(event["data"])[:500]
+    message = SKIPPED_MESSAGE.format(rank=rank, attempt=attempt, line=line, why=why)
+    AuditEvent.objects.create(
+        job_id=job_id,
+        kind=EventKind.TRANSITION,
+        actor_name=f"agent:{node_name}",
+        reason=SKIPPED,
+        message=message + (SKIPPED_LAST if event.get("last") else ""),
+        data={"rank": rank, "attempt": attempt, "line": line},
         created_at=now,
     )
 

@@ -7,8 +7,9 @@ only while it is a plain file (opened with O_NOFOLLOW | O_NONBLOCK and checked a
 open descriptor), owned by the task's user when the task has one, at most READ_BYTES per poll,
 from the offset reached last time. A line is a report once its newline arrives (the last line
 counts without one when the task has exited). A bad line (not JSON, a bad step, name or value,
-longer than MAX_LINE_BYTES) is skipped, counted and logged a few times; nothing in the file
-can crash the agent. Each report's `seq` is its line number, so a report sent twice is stored
+longer than MAX_LINE_BYTES) is skipped, counted and logged a few times, and those few are
+sent as `metric_skipped` events (the job's timeline shows them); nothing in the file can crash
+the agent. Each report's `seq` is its line number, so a report sent twice is stored
 once. A file replaced or truncated is read again from its start, its lines numbered on from
 where the old one ended. Reports past line MAX_REPORTS are not shipped.
 """
@@ -43,6 +44,7 @@ class MetricsTail:
         self.partial = b""  # a line without its newline yet
         self.skipping = False  # inside a line longer than MAX_LINE_BYTES, until its newline
         self.bad = self.shipped = self.dropped = 0
+        self.skipped: list[dict] = []  # the first bad lines, {seq, data}, for the server (`take_skipped`)
         self.refused = ""  # why the file was last refused (logged once per reason)
         self.next_check = 0.0
 
@@ -182,7 +184,14 @@ class MetricsTail:
         self.bad += 1
         if self.bad <= LOGGED_BAD_LINES:
             log.warning("%s: skipping line %d of the metrics file: %s", self.label, line or self.lines, why)
+            self.skipped.append({"seq": line or self.lines, "data": why, "last": self.bad == LOGGED_BAD_LINES})
         return None
+
+    def take_skipped(self) -> list[dict]:
+        """The bad lines found since the last call (the first LOGGED_BAD_LINES of the attempt):
+        the job's timeline says so, where the job's owner looks, not only this agent's log."""
+        found, self.skipped = self.skipped, []
+        return found
 
     def _capped(self, reports: list[dict]) -> list[dict]:
         """Only the first MAX_REPORTS lines' reports go out (the server keeps no more)."""

@@ -473,11 +473,11 @@ class TaskProcess(Attempt):
 
     def metric_events(self, *, final: bool = False) -> list[dict]:
         """A `metric` event per report the task completed since the last call (read at most every
-        second, and to the end as it exits)."""
-        return [
-            {"type": "metric", "job_id": self.job_id, "rank": self.rank, "attempt": self.attempt, **found}
-            for found in self.metrics.poll(final=final)
-        ]
+        second, and to the end as it exits), and a `metric_skipped` event per bad line among the
+        first few of the attempt."""
+        task = {"job_id": self.job_id, "rank": self.rank, "attempt": self.attempt}
+        reports = [{"type": "metric", **task, **found} for found in self.metrics.poll(final=final)]
+        return reports + [{"type": "metric_skipped", **task, **bad} for bad in self.metrics.take_skipped()]
 
     def log_events(self, final: bool = False, *, budget: int = LOG_READ_BYTES, capped=()) -> list[dict]:
         """Log chunks written since the last call, at most `budget` bytes of each stream's file;

@@ -127,6 +127,33 @@ def test_past_the_cap_reports_are_dropped_and_the_timeline_says_so_once(api, lea
     ]
 
 
+def test_a_skipped_metrics_line_is_on_the_jobs_timeline_once(api, leader):
+    """QA: bad lines of a metrics file (NaN, a string, a float step) vanished, said only in the
+    node agent's log. The agent sends the first few; the job's timeline shows each, once."""
+    job_id, clients = running_job(api, leader, checkpoint=False)
+    skipped = {"type": "metric_skipped", "job_id": job_id, "rank": 0, "attempt": 1}
+    first = {**skipped, "seq": 2, "data": "metric 'loss': nan is not a finite number"}
+    last = {**skipped, "seq": 9, "data": "not JSON", "last": True}
+    send(clients[A], A, first, first, last)
+    send(clients[A], A, first)  # a resend
+    events = AuditEvent.objects.filter(job_id=job_id, reason="METRICS_SKIPPED").order_by("id")
+    assert [(e.actor_name, e.message, e.data) for e in events] == [
+        (
+            f"agent:{A}",
+            "rank 0 attempt 1: line 2 of its metrics file skipped: metric 'loss': nan is not a finite number",
+            {"rank": 0, "attempt": 1, "line": 2},
+        ),
+        (
+            f"agent:{A}",
+            "rank 0 attempt 1: line 9 of its metrics file skipped: not JSON; later bad lines are skipped too, "
+            "without a word here (the node agent's log counts them)",
+            {"rank": 0, "attempt": 1, "line": 9},
+        ),
+    ]
+    response = clients[A].post(f"/api/v1/agents/{A}/events", {"events": [{**skipped, "data": "x"}]}, format="json")
+    assert response.status_code == 400 and "required in a metric_skipped event." in str(response.json())
+
+
 def test_a_childs_report_stamps_its_groups_parent(api, leader):
     client = agent(A, INVENTORY)
     beat(client, A)

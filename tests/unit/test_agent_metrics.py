@@ -75,6 +75,9 @@ def test_bad_lines_are_skipped_and_counted_and_keep_their_line_numbers(tmp_path)
     found = tail.poll()
     assert [(r["seq"], r["step"]) for r in found] == [(1, 1), (12, 9)]
     assert tail.bad == 9
+    # The first three go to the server (the job's timeline), the third marked the last it gets.
+    assert [(bad["seq"], bad["last"]) for bad in tail.take_skipped()] == [(2, False), (4, False), (5, True)]
+    assert tail.take_skipped() == []
 
 
 def test_a_hand_written_line_without_time_gets_the_time_it_was_read(tmp_path):
