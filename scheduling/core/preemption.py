@@ -193,14 +193,14 @@ class VictimPool:
         return found if found is not None else self._unordered(rclass)
 
     def _ordered(self, rclass: str, picked: list[Candidate]) -> list[Candidate]:
-        """`picked` (out of `_source`) in candidate order: what the class in order, so
-        filtered, would give, for a sort is stable. Sorted alone while the class's searches
-        together have picked fewer than the class holds; past that, the class is put in
-        order once (`of_class`) and picked from."""
+        """`picked` (out of `_source`) in candidate order, as the class in order, filtered,
+        gives it (a sort is stable): sorted alone while under half the class and the class's
+        searches have picked fewer than it holds in all; else picked from `of_class`."""
         if rclass in self.by_class or not picked:
             return picked
+        size = len(self.may_go[rclass])
         self.ordered_alone[rclass] += len(picked)
-        if self.ordered_alone[rclass] <= len(self.may_go[rclass]):
+        if 2 * len(picked) <= size and self.ordered_alone[rclass] <= size:
             return sorted(picked, key=self._order_key)
         chosen = set(map(id, picked))
         return [c for c in self.of_class(rclass) if id(c) in chosen]
