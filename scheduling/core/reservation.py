@@ -156,6 +156,8 @@ class ReservationBook:
     held: dict[str, list[Held]] = field(default_factory=lambda: defaultdict(list))
     reservations: list[Reservation] = field(default_factory=list)
     by_class: dict[str, list[Reservation]] = field(default_factory=lambda: defaultdict(list))
+    # Per job, the nodes where it has a reservation or a hold of its own (see `Pass._try`).
+    nodes_of: dict[int, list[str]] = field(default_factory=lambda: defaultdict(list))
 
     def count(self, rclass: str) -> int:
         return len(self.by_class.get(rclass, ()))
@@ -168,6 +170,7 @@ class ReservationBook:
             back = extra.get(slot.name, Extra())
             free_then = slot.free_units + (back.gpus if job.shape.gpu_type else back.cpus)
             self.held[slot.name].append(Held(job.job_id, start_at, free_then - units[slot.name], strict))
+            self.nodes_of[job.job_id].append(slot.name)
         reservation = Reservation(job.job_id, tuple(sorted(units)), start_at, units)
         self.reservations.append(reservation)
         self.by_class[job.resource_class].append(reservation)
@@ -177,6 +180,7 @@ class ReservationBook:
         """Keep a node whose tasks are being preempted for `job_id` for that job alone.
         `first`: a nominated job's hold, which no reservation made on top of it undoes."""
         self.held[node].append(Held(job_id, now, 0, strict=True, first=first))
+        self.nodes_of[job_id].append(node)
 
     def limit_for(self, end_at: float, job_id: int | None = None):
         """The most units a job ending at `end_at` may take on each node (None: no limit).

@@ -32,7 +32,7 @@ from scheduling.core.maintenance import Windows
 from scheduling.core.model import ClusterSnapshot, JobShape, PendingJob, RunningJob
 from scheduling.core.pass_preemption import PassPreemption
 from scheduling.core.pass_reasons import PassReasons
-from scheduling.core.placement import commit, plan
+from scheduling.core.placement import capacity, commit, plan
 from scheduling.core.pruning import Pruning
 from scheduling.core.queue_order import RANKS, KeptOrder, QueueOrder, overdue_age
 from scheduling.core.reasons import PendingReason
@@ -413,7 +413,9 @@ class Pass(HeldRoom, PassPreemption, ReclaimTurn, PassReasons):
             return
         end_at = self.now + job.max_runtime_s
         limit = self.windows.limit(end_at, self.book.limit_for(end_at, job.job_id))
-        variant = self._variant(rclass, job.max_runtime_s) + ((job.job_id,) if job.job_id in self.holders else ())
+        variant = self._variant(rclass, job.max_runtime_s)
+        if job.job_id in self.holders and self._room_of_its_own(job):
+            variant += (job.job_id,)
         chosen = self._plan(job, limit, variant)
         if chosen is not None:
             self._place(job, chosen, end_at)
@@ -423,6 +425,14 @@ class Pass(HeldRoom, PassPreemption, ReclaimTurn, PassReasons):
         self._block(job)
         if self.book.count(rclass) < self.config.reservations_per_class and self.config.backfill:
             self._reserve(job)
+
+    def _room_of_its_own(self, job: PendingJob) -> bool:
+        """Whether a node held for `job` (or reserved) has room for a task of it with no limit.
+        Its limit differs from an equal job's that holds nothing only on those nodes, and a limit
+        only takes room away: without room there its plan is theirs, so it shares their memo of
+        failures (most preemptors in flight hold only their victims' nodes, still taken)."""
+        slots, held = self.state.slots, self.book.nodes_of.get(job.job_id, ())
+        return any(node in slots and capacity(slots[node], job.shape) for node in held)
 
     def _block(self, job: PendingJob) -> None:
         self.blocked[job.job_id] = job
