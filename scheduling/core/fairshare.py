@@ -90,15 +90,20 @@ class Ledger:
         quota = spec.quota(rclass) if spec else None
         return quota.guaranteed if quota else 0
 
-    def over_limit(self, team: str, rclass: str, units: int) -> tuple[str, int, int, int] | None:
+    def over_limit(
+        self, team: str, rclass: str, units: int, less: dict[str, int] | None = None
+    ) -> tuple[str, int, int, int] | None:
         """The first of the team's chain whose guarantee + borrowing limit `units` more would
-        exceed: (name, used, guaranteed, limit); None if all allow it."""
+        exceed: (name, used, guaranteed, limit); None if all allow it. `less`: units per name
+        to leave out of what it uses (a preemptor's own charge: as if taken off and put back)."""
         for name in self.chain(team):
             spec = self.teams.get(name)
             quota = spec.quota(rclass) if spec else None
             if quota is None:
                 continue
             used, limit = self.usage[name][rclass], quota.guaranteed + quota.borrowing_limit
+            if less:
+                used -= less.get(name, 0)
             if used + units > limit:
                 return name, used, quota.guaranteed, limit
         return None

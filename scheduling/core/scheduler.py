@@ -444,9 +444,7 @@ class Pass(HeldRoom, PassPreemption, ReclaimTurn, PassReasons):
         """The quota check: what the ledger says to `units` more for the team, asked once per
         (team, class, units) while the class's ledger stays as it is."""
         if job.job_id in self.charged:  # asked of the ledger without its own charge, not memoized
-            charged = self._uncharge(job)
-            over = self.ledger.over_limit(job.team, rclass, job.shape.units)
-            self._recharge(job, charged)
+            over = self.ledger.over_limit(job.team, rclass, job.shape.units, less=self.charged[job.job_id])
             if over:
                 self.pending[job.job_id] = explain.quota(job, over, self.config.parent_quota_figures)
             return over is not None
