@@ -431,8 +431,11 @@ class Pass(HeldRoom, PassPreemption, ReclaimTurn, PassReasons):
         Its limit differs from an equal job's that holds nothing only on those nodes, and a limit
         only takes room away: without room there its plan is theirs, so it shares their memo of
         failures (most preemptors in flight hold only their victims' nodes, still taken)."""
-        slots, held = self.state.slots, self.book.nodes_of.get(job.job_id, ())
-        return any(node in slots and capacity(slots[node], job.shape) for node in held)
+        slots, shape = self.state.slots, job.shape
+        return any(
+            (slot := slots.get(node)) is not None and slot.free_units >= shape.units_per_task and capacity(slot, shape)
+            for node in set(self.book.nodes_of.get(job.job_id, ()))
+        )
 
     def _block(self, job: PendingJob) -> None:
         self.blocked[job.job_id] = job
