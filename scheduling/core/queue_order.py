@@ -109,24 +109,25 @@ class QueueOrder:
     def _weighted_shortest(self, teams: dict[str, list[PendingJob]]):
         """Every job by its weighted size. A team's jobs share one weight, so each team's queue
         (sorted by size, see `within_team`) is taken from its head, and only the heads meet in
-        a heap: a pop costs a look at a few teams, not at the whole queue."""
-        heap = [self._weighted(team, queue) for team, queue in teams.items() if queue]
+        a heap: a pop costs a look at a few teams, not at the whole queue. The ledger's version
+        is read once per pop, and again once the job popped was decided."""
+        heap = [self._weighted(team, queue, self._version()) for team, queue in teams.items() if queue]
         heapq.heapify(heap)
         while heap:
             key = heapq.heappop(heap)
-            team = key[3]
-            if key[5] != self._version():  # the ledger changed since: weigh its head again
-                fresh = self._weighted(team, teams[team], key[4])
+            team, version = key[3], self._version()
+            if key[5] != version:  # the ledger changed since: weigh its head again
+                fresh = self._weighted(team, teams[team], version, key[4])
                 if fresh[:3] > key[:3]:  # its team placed work since: its jobs weigh more now
                     heapq.heappush(heap, fresh)
                     continue
             if self._pruned(team, teams[team]):
                 if teams[team]:
-                    heapq.heappush(heap, self._weighted(team, teams[team]))
+                    heapq.heappush(heap, self._weighted(team, teams[team], self._version()))
                 continue
             yield teams[team].pop()
             if teams[team]:
-                heapq.heappush(heap, self._weighted(team, teams[team]))
+                heapq.heappush(heap, self._weighted(team, teams[team], self._version()))
 
     def _pruned(self, team: str, queue: list[PendingJob], *, whole: bool = False) -> bool:
         """Whether `prune` thinned the team's queue just now (then its head changed): once per
@@ -142,14 +143,14 @@ class QueueOrder:
         self.pruned.add(id(queue))
         return True
 
-    def _weighted(self, team: str, queue: list[PendingJob], size: float | None = None) -> tuple:
+    def _weighted(self, team: str, queue: list[PendingJob], version: object, size: float | None = None) -> tuple:
         """(weighted size, submitted, job id, team, the head's own size, the ledger version it
-        was weighed at): the ids are unique, so a heap never compares past them."""
+        was weighed at: `version`, `_version()` now): the ids are unique, so a heap never
+        compares past them."""
         head = queue[-1]
         size = expected_units_seconds(head) if size is None else size
-        version = self._version()
         return (
-            size * (1.0 + self._standing(team, self.ledger.share)),
+            size * (1.0 + self._standing(team, self.ledger.share, version)),
             head.submitted_at,
             head.job_id,
             team,
@@ -179,13 +180,12 @@ class QueueOrder:
 
     def _key(self, team: str, queue: list[PendingJob]) -> tuple:
         head = queue[-1]
-        return (self._standing(team, self.ledger.order_key), head.submitted_at, head.job_id, team)
+        return (self._standing(team, self.ledger.order_key, self._version()), head.submitted_at, head.job_id, team)
 
-    def _standing(self, team: str, read: Callable[[str], object]):
-        """`read(team)`, again only once the ledger changed."""
+    def _standing(self, team: str, read: Callable[[str], object], version: object):
+        """`read(team)`, again only once the ledger changed (`version`: `_version()` now)."""
         if self.changes is None:
             return read(team)
-        version = self.changes()
         found = self.standings.get((team, read.__name__))
         if found is None or found[0] != version:
             found = self.standings[team, read.__name__] = (version, read(team))

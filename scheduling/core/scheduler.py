@@ -400,8 +400,10 @@ class Pass(HeldRoom, PassPreemption, ReclaimTurn, PassReasons):
             found = self.variants[key] = self.book.variant(rclass, end_at) + self.windows.variant(end_at)
         return found
 
-    def _changes(self) -> tuple[int, int, int]:
-        return len(self.placements), len(self.preemptions), len(self.book.reservations)
+    def _changes(self) -> int:
+        """Placements, preemptions and reservations so far: each only grows within a pass, so
+        their sum changes whenever one of them does (an int: asked several times per job)."""
+        return len(self.placements) + len(self.preemptions) + len(self.book.reservations)
 
     def _try(self, job: PendingJob) -> None:
         rclass = job.resource_class
