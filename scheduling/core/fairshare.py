@@ -24,6 +24,7 @@ class Ledger:
     # Memos: the tree never changes within a pass; a share only when its team's usage does.
     chains: dict[str, list[str]] = field(default_factory=dict)
     shares: dict[str, float] = field(default_factory=dict)
+    version: int = 0  # counts the updates (`add`, `add_at`): what reads the usage may be kept until it moves
 
     @classmethod
     def build(cls, teams: tuple[Team, ...], running: tuple[RunningJob, ...], capacity: dict[str, int]) -> "Ledger":
@@ -55,12 +56,14 @@ class Ledger:
         return names
 
     def add(self, team: str, rclass: str, units: int) -> None:
+        self.version += 1
         for name in self.chain(team):
             self.usage[name][rclass] += units
             self.shares.pop(name, None)
 
     def add_at(self, name: str, rclass: str, units: int) -> None:
         """`units` at one team of a chain only (`add` adds at every one)."""
+        self.version += 1
         self.usage[name][rclass] += units
         self.shares.pop(name, None)
 
