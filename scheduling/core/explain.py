@@ -303,6 +303,7 @@ class CapacityExplainer:
         self.not_ready: dict[str, Counter[str]] = {}
         # Per class: the change count it was worked out at, then reasons, histograms, matching nodes.
         self.classes: dict[str, tuple[int, dict, dict, dict]] = {}
+        self.matching_nodes: dict[tuple, tuple[list[Slot], int]] = {}  # see `_matching_nodes`
 
     def _memos(self, rclass: str) -> tuple[int, dict, dict, dict]:
         changes = self.state.changes[rclass]
@@ -388,9 +389,18 @@ class CapacityExplainer:
         )
         matching = self._memos(shape.resource_class)[3]
         if key not in matching:
-            slots = [s for s in self.state.ready_slots(shape.resource_class) if _could_take(s.node, shape)]
-            matching[key] = (slots, sum(s.free_units for s in slots), sum(s.total_units for s in slots))
+            slots, total = self._matching_nodes(shape, key)
+            matching[key] = (slots, sum(s.free_units for s in slots), total)
         return matching[key]
+
+    def _matching_nodes(self, shape: JobShape, key: tuple) -> tuple[list[Slot], int]:
+        """`matching`'s nodes and their total units: what of them holds as long as the state
+        (its nodes, which are ready), so not worked out again when the class's room changes."""
+        found = self.matching_nodes.get(key)
+        if found is None:
+            slots = [s for s in self.state.ready_slots(shape.resource_class) if _could_take(s.node, shape)]
+            found = self.matching_nodes[key] = (slots, sum(s.total_units for s in slots))
+        return found
 
     def _not_ready(self, rclass: str) -> Counter[str]:
         if rclass not in self.not_ready:
