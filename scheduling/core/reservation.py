@@ -139,9 +139,11 @@ def occupant(job: PendingJob, reservation: Reservation) -> RunningJob:
     )
 
 
-@dataclass
+@dataclass(slots=True)
 class Held:
-    """What a reservation holds on one node: the job, when, and the room it leaves spare."""
+    """What a reservation holds on one node: the job, when, and the room it leaves spare.
+    Slotted: a pass makes one per node of each preemptor in flight, and placement reads them
+    for every node it weighs (`ReservationBook.limit_for`)."""
 
     job_id: int
     start_at: float
