@@ -41,8 +41,9 @@ class Windows:
 
     def variant(self, end_at: float) -> tuple[bool, ...]:
         """What about the windows matters to a job ending at `end_at` (for memoizing failures
-        and equal jobs): which window starts it ends before."""
-        return tuple(end_at <= start for start in self.starts)
+        and equal jobs): which window starts it ends before (none: asked of every job left
+        blocked, most passes have no window)."""
+        return tuple(end_at <= start for start in self.starts) if self.starts else ()
 
     def limit(self, end_at: float, limit: Limit | None) -> Limit | None:
         """`limit` (the reservations' caps), and 0 on the nodes closed to a job ending at `end_at`."""
