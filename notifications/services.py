@@ -49,9 +49,15 @@ SEND_CRASHED = "the attempt failed: {error}"
 _broker = RedisBreaker("notification messages (Celery beat's sweep sends them)")
 
 
-def record_job_state(sender, *, job_id: int, before: str, after: str, reason: str, message: str, now, **_) -> None:
-    """A plain job's state changed (rule 1; signals.job_state_changed)."""
+def record_job_state(
+    sender, *, job_id: int, before: str, after: str, reason: str, message: str, now, parent_id=None, **_
+) -> None:
+    """A plain job's state changed (rule 1; signals.job_state_changed). `parent_id`, when the
+    sender knows it (0: none): a group's child is told only as its group (but a trial stopped
+    early), so its row is not read for nothing: a 2,000-element array's cancel read 2,000 (QA)."""
     event = JOB_EVENTS.get(after) if after != before else None
+    if parent_id and event != Event.EARLY_STOPPED:
+        return
     if event is not None:
         record_job_event(job_id, event=event, state=after, reason=reason, message=message, now=now)
 

@@ -179,13 +179,14 @@ def cancel_unplaced(job_ids: list[int], *, actor, actor_name: str, why: str, now
     (a group's cancel: found by QA). Returns the ids it cancelled; the others are the caller's."""
     check_transition(S.PENDING, S.CANCELLED)
     placed = Task.objects.filter(job=OuterRef("pk")).exclude(state=S.PENDING)
-    ids = list(
+    parents = dict(
         Job.objects.select_for_update(no_key=True)
         .filter(pk__in=job_ids, state=S.PENDING, cancel_requested_at__isnull=True)
         .exclude(Exists(placed))
         .order_by("pk")
-        .values_list("pk", flat=True)
+        .values_list("pk", "parent_id")
     )
+    ids = list(parents)
     if not ids:
         return []
     Task.objects.filter(job_id__in=ids, state=S.PENDING).update(
@@ -214,9 +215,16 @@ def cancel_unplaced(job_ids: list[int], *, actor, actor_name: str, why: str, now
         )
         for job_id in ids
     )
-    for job_id in ids:
+    for job_id in ids:  # the parent named: a group's child is told as its group, with no read of its row
         signals.job_state_changed.send(
-            Job, job_id=job_id, before=S.PENDING, after=S.CANCELLED, reason="CANCELLED", message=why, now=now
+            Job,
+            job_id=job_id,
+            before=S.PENDING,
+            after=S.CANCELLED,
+            reason="CANCELLED",
+            message=why,
+            now=now,
+            parent_id=parents[job_id] or 0,
         )
     return ids
 

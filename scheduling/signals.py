@@ -8,7 +8,7 @@ it. scheduling never imports those apps.
 
 from django.dispatch import Signal
 
-# job_id, before, after, reason, message, now
+# job_id, before, after, reason, message, now; parent_id where the sender knows it (0: none)
 job_state_changed = Signal()
 # job_id, reason, message, now
 job_failed = Signal()

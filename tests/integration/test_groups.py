@@ -193,7 +193,9 @@ def test_cancelling_a_large_array_costs_the_same_per_child_whatever_its_size(api
     assert len(counts) == 2  # to derive the parent once, and for the answer's summary: not once per child
     group_events = AuditEvent.objects.filter(job=parent, kind=EventKind.TRANSITION, reason="GROUP")
     assert list(group_events.values_list("from_state", "to_state")) == [("PENDING", "CANCELLED")]
-    assert len(queries.captured_queries) < 60 + 2 * size  # never placed: cancelled in bulk
+    # Never placed: cancelled in bulk, and no child's row read again to be told it is a child
+    # (a 2,000-element array's cancel took 4-7 s, 2,000 of them notifications' reads: QA).
+    assert len(queries.captured_queries) < 45  # whatever the size
     kid = children(parent)[-1]
     assert list(
         AuditEvent.objects.filter(job=kid).exclude(kind="SUBMITTED").values_list("kind", "to_state", "message")
