@@ -13,6 +13,7 @@ Exit codes: 0 done, 1 the server refused (its detail, then each field's error as
     groups    arrays and sweeps: --array's syntax, group summaries, `mlq children`
     cluster   teams, quotas, nodes and the node verbs (cordon, drain, uncordon, include-gpus)
     schedules `mlq schedules list|show|create|suspend|resume|run|delete`
+    metrics   `mlq metrics`: what a job reported with mlqueue.report
     usage     `mlq usage`: hours, cost, lost work and queue waits from the usage ledger
     notifications `mlq notifications`: the delivery log
     maintenance `mlq maintenance`: maintenance windows (admins)"""
@@ -24,6 +25,7 @@ from mlqueue.cli import (  # noqa: F401 (each registers its verbs on main)
     groups,
     jobs,
     maintenance,
+    metrics,
     notifications,
     schedules,
     usage,

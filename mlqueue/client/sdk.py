@@ -290,10 +290,10 @@ class Client:
     def delete_schedule(self, schedule_id: int) -> None:
         self.request("DELETE", f"/schedules/{_segment(schedule_id)}")
 
-    def metrics(self, job, name: str | None = None) -> Any:
+    def metrics(self, job, name: str | None = None, **filters) -> Any:
         """The metrics a job reported (`mlqueue.report(...)`), as the server's
-        `GET /api/v1/jobs/{id}/metrics` returns them, optionally only the series `name`."""
-        return self.request("GET", f"/jobs/{_id(job)}/metrics", params={"name": name})
+        `GET /api/v1/jobs/{id}/metrics` returns them: `name`, and `rank`, `attempt`, `after_step`, `spread`."""
+        return self.request("GET", f"/jobs/{_id(job)}/metrics", params={"name": name, **filters})
 
     def why(self, job) -> Why:
         return Why.from_json(self.request("GET", f"/jobs/{_id(job)}/why"))
