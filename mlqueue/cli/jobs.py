@@ -112,6 +112,7 @@ def submit(ctx, specs, overrides, array, max_failures, sweep_seed, dry_run, wait
         verdict = sdk.dry_run(body)
         emit(verdict, output, [("VALID", lambda d: d.valid), ("CAN EVER RUN", lambda d: d.can_ever_run)])
         if output not in ("json", "yaml"):
+            _print_group_preview(verdict.raw.get("group"))
             _print_explanation(verdict.raw)
         if never_runs(verdict.raw):
             ctx.exit(EXIT_FAILED)
@@ -374,6 +375,26 @@ def ended_line(ended: dict) -> str:
     reason = f" ({ended['reason']})" if ended.get("reason") and ended.get("reason") != ended.get("state") else ""
     message = f": {ended['message']}" if ended.get("message") else ""
     return f"ended {ended.get('state')} at {ended.get('at') or '-'}{by}{reason}{message}"
+
+
+def _print_group_preview(group: dict | None) -> None:
+    """A dry run's group: its size and settings, a sweep's first trials (and the seed that draws
+    them); what follows is one child's placement or reason."""
+    if not group:
+        return
+    click.echo(f"group: {group_summary(group).rsplit(': ', 1)[0]}")  # its settings, no children yet
+    if group.get("indices"):
+        click.echo(f"indices: {group['indices']}")
+    if group.get("seed_drawn"):
+        click.echo(
+            f"seed {group['seed']} was drawn for this dry run: --sweep-seed {group['seed']} submits these trials"
+        )
+    for trial in group.get("trials") or []:
+        params = " ".join(f"{name}={value}" for name, value in trial["params"].items())
+        click.echo(f"  trial {trial['trial']}: {params}")
+    if len(group.get("trials") or []) < group["count"] and group.get("trials"):
+        click.echo(f"  ... {group['count'] - len(group['trials'])} more")
+    click.echo("each child (one shown):")
 
 
 def _print_explanation(data: dict, starts_note: str = ""):

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from django.utils import timezone
 
+from scheduling import groups, sweep_params
 from scheduling.core.feasibility import can_ever_run
 from scheduling.core.model import PendingJob
 from scheduling.core.reasons import PendingReason, ReasonCode
@@ -15,6 +16,7 @@ from scheduling.core.scheduler import schedule
 from scheduling.core.state import ClusterState
 from scheduling.core.whatif import suggestions
 from scheduling.inventory import inventory
+from scheduling.models import GroupKind
 from scheduling.pipeline_spec import normalized_step
 from scheduling.services import job_shape
 from scheduling.spec import gpu_types
@@ -89,7 +91,32 @@ def dry_run_answer(spec: dict) -> dict:
     the top the first step that could never run, else the first step's."""
     if spec.get("pipeline") is not None:
         return _pipeline_answer(spec)
+    if spec.get("array") is not None or spec.get("sweep") is not None:
+        return {**_job_answer(spec), "group": _group_answer(spec)}
     return _job_answer(spec)
+
+
+TRIALS_SHOWN = 20
+
+
+def _group_answer(spec: dict) -> dict:
+    """An array's or a sweep's settings as a submit would keep them; the placement and reason
+    beside it are one child's (each asks the same). A sweep's first TRIALS_SHOWN trials as its
+    seed draws them, the seed drawn now when the spec gives none: submitted with that seed, the
+    sweep runs these trials (QA: a dry run of a random sweep showed no trial to check)."""
+    settings = groups.group_settings(spec)
+    answer = {key: settings[key] for key in ("kind", "count", "parallelism", "max_failures")}
+    if settings["kind"] == GroupKind.ARRAY:  # the indices as given, else 0 to count - 1
+        last = settings["count"] - 1
+        return {**answer, "indices": settings["indices"] or (f"0-{last}" if last else "0")}
+    drawn = sweep_params.trials(spec["sweep"], seed=settings["seed"])
+    return {
+        **answer,
+        "method": settings["method"],
+        "seed": settings["seed"],
+        "seed_drawn": spec["sweep"]["seed"] is None,
+        "trials": [{"trial": trial, "params": params} for trial, params in enumerate(drawn[:TRIALS_SHOWN])],
+    }
 
 
 def _pipeline_answer(spec: dict) -> dict:

@@ -407,6 +407,12 @@ class DryRunSerializer(serializers.Serializer):
     placement = DryRunPlacementSerializer(allow_null=True, help_text="where it would go now; null if it would wait")
     reason = ReasonSerializer(allow_null=True, help_text="why it would wait, or why it can never run")
     suggestions = serializers.ListField(child=serializers.CharField())
+    group = serializers.DictField(
+        required=False,
+        help_text="an array or a sweep: {kind, count, parallelism, max_failures}, an array's indices, a sweep's "
+        "method, seed (seed_drawn: drawn for this answer; submit with it to run these trials) and first 20 trials "
+        "[{trial, params}]; the placement and reason are one child's",
+    )
 
 
 class HistogramSerializer(serializers.Serializer):

@@ -1,10 +1,14 @@
 """`mlq metrics JOB` against the real API (the Django app in process), as alice: each series'
-last value, span and extremes; a rank's alone; the API's answer for scripts; a job with none."""
+last value, span and extremes; a rank's alone; the API's answer for scripts; a job with none.
+And `mlq submit --dry-run` of a group: its settings and a sweep's first trials."""
 
 import json
 
 import pytest
+import yaml
 
+from scheduling.models import Job
+from tests.conftest import make_spec
 from tests.integration.test_checkpoints import running_job
 from tests.integration.test_cli_groups import mlq  # noqa: F401 (the fixture: mlq as alice)
 from tests.integration.test_job_metrics import A, agent_settings, metric, send  # noqa: F401 (autouse: the join token)
@@ -38,3 +42,39 @@ def test_mlq_metrics_prints_each_series_last_value_and_the_api_answer(api, leade
     assert none.stderr.startswith(f"job {job_id} has reported no metrics named nope")
     refused = mlq("metrics", str(job_id), "--rank", "7")
     assert refused.exit_code == 1 and "rank" in refused.stderr
+
+
+def test_a_dry_run_of_a_group_shows_its_settings_and_a_sweeps_trials(mlq, tmp_path):  # noqa: F811
+    """QA: `mlq submit --dry-run` of a 10,000-element array or a random sweep printed one
+    child's placement and nothing of the group: no count, no parallelism, no trial to check."""
+    array = tmp_path / "array.yaml"
+    array.write_text(
+        yaml.safe_dump(
+            make_spec(client_job_id=None, resources={"gpu_count": 1, "gpu_type": "H100"}, topology_hint="none")
+        )
+    )
+    dry = mlq("submit", str(array), "--array", "0-98:2,200%4", "--dry-run")
+    assert dry.exit_code == 0, dry.output
+    lines = dry.stdout.splitlines()
+    assert "group: array of 51 elements, at most 4 at once" in lines
+    assert "indices: 0-98:2,200" in lines
+    assert "each child (one shown):" in lines
+    sweep = make_spec(
+        client_job_id=None,
+        resources={"gpu_count": 1, "gpu_type": "H100"},
+        topology_hint="none",
+        sweep={"method": "random", "max_trials": 30, "parameters": {"lr": {"min": 1e-4, "max": 1e-2, "log": True}}},
+    )
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(sweep))
+    drawn = mlq("submit", str(path), "--dry-run")
+    seed = json.loads(mlq("submit", str(path), "--dry-run", "--sweep-seed", "7", "-o", "json").stdout)["group"]["seed"]
+    assert seed == 7
+    first = [line for line in drawn.stdout.splitlines() if line.startswith("seed ")][0]
+    drawn_seed = int(first.split()[1])
+    assert first == f"seed {drawn_seed} was drawn for this dry run: --sweep-seed {drawn_seed} submits these trials"
+    trials = [line for line in drawn.stdout.splitlines() if line.startswith("  trial ")]
+    assert len(trials) == 20 and "  ... 10 more" in drawn.stdout
+    again = mlq("submit", str(path), "--dry-run", "--sweep-seed", str(drawn_seed))
+    assert [line for line in again.stdout.splitlines() if line.startswith("  trial ")] == trials  # the same draw
+    assert not Job.objects.exists()  # a dry run writes nothing
