@@ -168,11 +168,17 @@ def ended(job: Job) -> dict | None:
     has not finished (FAILED without a failure class awaits the leader's verdict)."""
     if job.state not in JOB_FINISHED or job.state == JobState.FAILED and not job.failure_class:
         return None
-    event = (
-        AuditEvent.objects.filter(job=job, kind=EventKind.TRANSITION, to_state=job.state)
-        .order_by("-created_at", "-id")
-        .first()
-    )
+    # A cancel's own words: a running job's ranks end later, by the signal that stopped them
+    # (QA: "by agent:node-3: rank 1 ended (signal SIGTERM)" for a user's cancel, reason and all).
+    events = AuditEvent.objects.filter(job=job).order_by("-created_at", "-id")
+    event = None
+    if job.state == JobState.CANCELLED and job.cancel_requested_at is not None:
+        event = events.filter(kind=EventKind.CANCEL_REQUESTED).first()
+    if event is not None:
+        event.reason = "CANCELLED"
+        event.message = event.message or f"cancelled by {event.actor_name}"  # as a pending job's cancel says it
+    else:
+        event = events.filter(kind=EventKind.TRANSITION, to_state=job.state).first()
     return {
         "state": job.state,
         "at": job.finished_at or (event.created_at if event else None),

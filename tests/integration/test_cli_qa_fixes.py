@@ -7,6 +7,7 @@ import json
 import pytest
 
 from mlqueue.cli.app import EXIT_FAILED, EXIT_REFUSED
+from scheduling import reports
 from scheduling.leader.worker import run_pass
 from scheduling.models import Job, JobState, SchedulerLease
 from teams.models import AuditEvent
@@ -90,3 +91,22 @@ def test_why_and_status_of_a_job_that_did_not_run_to_its_end_say_how_it_ended(ml
     running = json.loads(mlq("submit", spec_file, "-o", "json").stdout)["id"]
     assert json.loads(mlq("why", str(running), "-o", "json").stdout)["ended"] is None
     assert "ended" not in mlq("status", str(running)).stdout
+
+
+def test_a_running_jobs_cancel_ends_it_by_whom_and_why_not_by_the_ranks_signal(mlq, spec_file):  # noqa: F811
+    """QA: a running job a user cancelled said `ended CANCELLED ... by agent:z1-r4-cpu-03:
+    rank 1 ended (signal SIGTERM)`; a pending one `by alice: cancelled by alice`."""
+    SchedulerLease.objects.filter(pk=1).update(epoch=1)
+    heartbeat()
+    job_id = json.loads(mlq("submit", spec_file, "-o", "json").stdout)["id"]
+    run_pass(epoch=1)
+    job = Job.objects.get(pk=job_id)
+    for task in job.tasks.all():
+        reports.do_report_started(job_id=job_id, rank=task.rank, attempt=task.attempt)
+    mlq("cancel", str(job_id), "--reason", "qa cancel")
+    run_pass(epoch=1)  # the leader asks its ranks to stop (CANCELLED)
+    for task in job.tasks.all():
+        reports.do_report_exited(job_id=job_id, rank=task.rank, attempt=task.attempt, exit_code=None, signal="SIGTERM")
+    assert Job.objects.get(pk=job_id).state == JobState.CANCELLED
+    ended = json.loads(mlq("why", str(job_id), "-o", "json").stdout)["ended"]
+    assert (ended["by"], ended["reason"], ended["message"]) == ("alice", "CANCELLED", "qa cancel")
