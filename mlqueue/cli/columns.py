@@ -43,7 +43,7 @@ TASK_COLUMNS = [
     ("STATE", lambda task: task.state),
     ("NODE", lambda task: task.node),
     ("ATTEMPT", lambda task: task.attempt),
-    ("EXIT", lambda task: task.exit_code),
+    ("EXIT", lambda task: task.exit_code if task.exit_code is not None else task.exit_signal or None),
 ]
 EVENT_COLUMNS = [
     ("AT", lambda event: event.created_at),

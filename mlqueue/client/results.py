@@ -65,6 +65,7 @@ class Task:
     node: str | None = None
     attempt: int = 1
     exit_code: int | None = None
+    exit_signal: str = ""  # the signal that ended it ("SIGKILL"): exit_code is then None
     failure_class: str = ""
     started_at: str | None = None
     finished_at: str | None = None

@@ -98,12 +98,16 @@ def read_text(path: Path) -> str:
 def parse_override(item: str) -> tuple[list[str], Any]:
     """`resources.gpu_count=16` -> (["resources", "gpu_count"], 16): the value read as a YAML
     scalar; a `secret_env.NAME` value is taken as written (a secret is a string, and an error
-    about it must not repeat it)."""
+    about it must not repeat it), an `env.NAME` value as text (QA: `--set env.SLEEP=6` was
+    refused, "must be a string, not int", with no hint to quote it)."""
     parts = override_key(item)
     value = item.partition("=")[2]
     if parts[0] == "secret_env":
         return parts, value
-    return parts, read_scalar(value, ".".join(parts))
+    found = read_scalar(value, ".".join(parts))
+    if parts[0] == "env" and len(parts) == 2 and not isinstance(found, str):
+        return parts, value.strip()  # an env value is text: `env.SLEEP=6` is "6" (YAML read it as 6)
+    return parts, found
 
 
 def override_key(item: str) -> list[str]:

@@ -126,7 +126,8 @@ def test_login_stores_a_new_token_0600_and_uses_it():
     [
         ("resources.gpu_count=16", (["resources", "gpu_count"], 16)),
         ("priority=P1", (["priority"], "P1")),
-        ("env.DEBUG=true", (["env", "DEBUG"], True)),
+        ("env.DEBUG=true", (["env", "DEBUG"], "true")),  # an env value is text, as written
+        ("env.STEPS=16", (["env", "STEPS"], "16")),
         ("env.STEPS='16'", (["env", "STEPS"], "16")),
         ("checkpoint.interval_minutes=2.5", (["checkpoint", "interval_minutes"], 2.5)),
         ("name=a=b", (["name"], "a=b")),
@@ -195,7 +196,7 @@ def test_strings_that_read_as_numbers_stay_strings_through_overrides_and_yaml_wr
     """`1e-5` reads as a number now (YAML 1.2, JSON): a spec's string "1e-5" copied through
     YAML, or written as YAML for the form or `-o yaml`, became one and was refused."""
     spec = {"command": ["python", "t.py", "--lr", "1e-5"], "env": {"LR": "1e-5", "SHA": "12e4", "B": "true"}}
-    assert client.apply_overrides(spec, ["env.X=1e-3"]) == {**spec, "env": {**spec["env"], "X": 0.001}}
+    assert client.apply_overrides(spec, ["env.X=1e-3"]) == {**spec, "env": {**spec["env"], "X": "1e-3"}}
     text = dump_yaml({**spec, "lr": 1e-5}, sort_keys=False)
     assert read_yaml(text) == {**spec, "lr": 1e-5}
     assert "'1e-5'" in text and "'12e4'" in text
@@ -204,7 +205,7 @@ def test_strings_that_read_as_numbers_stay_strings_through_overrides_and_yaml_wr
 def test_overrides_apply_to_a_copy_and_cannot_pass_through_a_value():
     spec = {"resources": {"gpu_count": 1}, "command": ["x"]}
     out = client.apply_overrides(spec, ["resources.gpu_count=16", "env.A=1"], priority="P1")
-    assert out == {"resources": {"gpu_count": 16}, "command": ["x"], "env": {"A": 1}, "priority": "P1"}
+    assert out == {"resources": {"gpu_count": 16}, "command": ["x"], "env": {"A": "1"}, "priority": "P1"}
     assert spec == {"resources": {"gpu_count": 1}, "command": ["x"]}
     with pytest.raises(MlqError, match="command is a list, not a mapping"):
         client.apply_overrides(spec, ["command.x=1"])
@@ -220,7 +221,7 @@ def test_submit_sends_the_yaml_as_json_with_the_overrides(spec_file):
             "team": "vision",
             "command": ["python", "train.py"],
             "resources": {"gpu_count": 16},
-            "env": {"STEPS": 5},
+            "env": {"STEPS": "5"},
         }
     ]
     assert server.requests[0].headers["Authorization"] == "Bearer tok"
@@ -314,7 +315,7 @@ def test_usage_errors_exit_2(spec_file):
     [
         (["--set", "resources.gpu_count=.nan"], "resources.gpu_count: must be a finite number, not nan"),
         (["--set", "max_runtime_hours=.inf"], "max_runtime_hours: must be a finite number, not inf"),
-        (["--set", "env.X=-.inf"], "env.X: must be a finite number, not -inf"),
+        (["--set", "sweep.parameters.lr=-.inf"], "sweep.parameters.lr: must be a finite number, not -inf"),
     ],
 )
 def test_a_value_json_cannot_carry_is_refused_naming_it_before_any_request(spec_file, args, message):
@@ -962,7 +963,7 @@ def test_a_secret_override_is_taken_as_written_and_never_repeated_in_an_error():
     from mlqueue.client.specs import apply_overrides
 
     spec = apply_overrides({}, ["secret_env.HF_TOKEN=*hf_abc", "secret_env.PIN=0123", "env.N=16"])
-    assert spec == {"secret_env": {"HF_TOKEN": "*hf_abc", "PIN": "0123"}, "env": {"N": 16}}
+    assert spec == {"secret_env": {"HF_TOKEN": "*hf_abc", "PIN": "0123"}, "env": {"N": "16"}}
     with pytest.raises(client.MlqError) as refused:
         apply_overrides({}, ["secret_env..X=hf_abc"])
     assert "hf_abc" not in str(refused.value)

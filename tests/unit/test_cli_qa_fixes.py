@@ -443,3 +443,18 @@ def test_a_cancel_names_jobs_still_stopping_apart_from_those_cancelled():
     assert run(server, "cancel", "6", "7").stdout.splitlines() == [
         "stopping: 6 (cancel requested: CANCELLED once their tasks stop)"
     ]
+
+
+def test_status_shows_the_signal_that_ended_a_rank_in_its_exit_column():
+    """QA: a rank killed by SIGKILL showed EXIT `-` (the API has exit_signal; the page shows it)."""
+    tasks = [
+        {"rank": 0, "state": "FAILED", "node": "n1", "attempt": 1, "exit_code": None, "exit_signal": "SIGKILL"},
+        {"rank": 1, "state": "FAILED", "node": "n2", "attempt": 1, "exit_code": 3, "exit_signal": ""},
+    ]
+    server = FakeServer(
+        {
+            ("GET", "/api/v1/jobs/7"): (200, job(state="RUNNING", tasks=tasks)),
+        }
+    )
+    rows = [line.split() for line in run(server, "status", "7").stdout.splitlines()]
+    assert ["0", "FAILED", "n1", "1", "SIGKILL"] in rows and ["1", "FAILED", "n2", "1", "3"] in rows
