@@ -401,7 +401,9 @@ def _print_explanation(data: dict, starts_note: str = ""):
     """The reason, histogram, reservation, starts (each followed by `starts_note`: a stale forecast
     says so on each line it gives) and suggestions of a why or dry-run answer."""
     if data.get("reason"):
-        click.echo(f"reason: {as_text(data['reason'])}")
+        reason = data["reason"]
+        field = reason.get("field") if isinstance(reason, dict) else None  # a never-fits verdict's: what to change
+        click.echo(f"reason: {as_text(reason)}" + (f" (change {field})" if field else ""))
     placement = data.get("placement")
     if placement:
         nodes = placement.get("nodes") if isinstance(placement, dict) else None

@@ -458,3 +458,19 @@ def test_status_shows_the_signal_that_ended_a_rank_in_its_exit_column():
     )
     rows = [line.split() for line in run(server, "status", "7").stdout.splitlines()]
     assert ["0", "FAILED", "n1", "1", "SIGKILL"] in rows and ["1", "FAILED", "n2", "1", "3"] in rows
+
+
+def test_a_dry_run_that_can_never_run_names_the_field_to_change(spec_file):
+    """QA: the API's never-fits verdict names its field (`resources.gpu_count`,
+    `node_selector`); `mlq submit --dry-run` printed the sentence alone."""
+    verdict = {
+        "valid": True,
+        "can_ever_run": False,
+        "placement": None,
+        "reason": {"code": "NEVER_FITS", "message": "no H100 node carries ib=hdr200", "field": "node_selector"},
+        "suggestions": [],
+    }
+    server = FakeServer({("POST", "/api/v1/jobs/dry-run"): (200, verdict)})
+    result = run(server, "submit", str(spec_file), "--dry-run")
+    assert result.exit_code == 1
+    assert "reason: no H100 node carries ib=hdr200 (change node_selector)" in result.output.splitlines()
