@@ -3,6 +3,7 @@ waiting would start is refused with a 400 instead of pending forever."""
 
 from collections import defaultdict
 from collections.abc import Iterable
+from dataclasses import dataclass, replace
 
 from scheduling.core.model import JobShape, Node, Topology, Verdict, labels_match, tasks_per_node
 
@@ -16,6 +17,66 @@ NO_NODE_WITH_LABELS = "no {kind} node carries the labels {wanted} ({count} {kind
 MORE_THAN_THE_MATCHING_NODES = "needs {what}; the matching {kind} nodes hold {count} at most"
 MORE_THAN_ONE_ZONE = "needs {what} in one zone (a gang never spans zones); the largest zone, {zone}, holds {count}"
 MORE_THAN_ONE_RACK = "require_same_rack needs {what} in one rack; the largest rack, {rack}, holds {count}"
+# A per-task field other than the job's GPUs (CPUs for a CPU job) keeps a zone's tasks below the
+# job's. where: "the largest zone, z1," or "zone z2"; remedy: AT_MOST_FITS_PER_NODE, AT_MOST_FITS
+# or NOTHING_ALONE_FITS. Alike nodes (the zone's nodes all of one size) get the per-node story.
+ROOM_PER_NODE = (
+    "{asked} {what} leaves room for {room} of {task} per node ({capacity}{unit}): "
+    "{where} holds {count} such tasks, the job needs {tasks}; {remedy}"
+)
+ROOM_IN_ZONE = (
+    "{asked} {what} leaves {where} room for {count} tasks of {task} (its {units} alone hold {alone}), "
+    "the job needs {tasks}; {remedy}"
+)
+AT_MOST_FITS_PER_NODE = "{at_most} fits {count} per node"
+AT_MOST_FITS = "{at_most} fits it"
+NOTHING_ALONE_FITS = "{less} alone does not fit it"
+ALSO_CAPPED_BY = " ({fields} {verb} it too)"  # verb: "caps" or "cap"
+
+
+@dataclass(frozen=True)
+class _Limit:
+    """A per-task need besides the job's units, that may cap the tasks a node holds."""
+
+    field: str  # the spec field blamed
+    need: str  # the JobShape attribute
+    has: str  # the Node attribute
+    what: str
+    unit: str
+    at_most: str  # "{value} CPUs or fewer per task"
+    less: str  # "fewer CPUs per task"
+
+
+# In the order they are blamed when more than one binds.
+LIMITS = (
+    _Limit(
+        "resources.cpu_per_rank",
+        "cpus_per_task",
+        "cpus",
+        "CPUs per task",
+        " CPUs",
+        "{value} CPUs or fewer per task",
+        "fewer CPUs per task",
+    ),
+    _Limit(
+        "resources.memory_per_rank_gb",
+        "memory_gb_per_task",
+        "memory_gb",
+        "GB of memory per task",
+        " GB",
+        "{value} GB of memory or less per task",
+        "less memory per task",
+    ),
+    _Limit(
+        "resources.scratch_disk_gb",
+        "scratch_disk_gb",
+        "scratch_disk_gb",
+        "GB of scratch disk",
+        " GB",
+        "{value} GB of scratch disk or less",
+        "less scratch disk",
+    ),
+)
 
 
 def can_ever_run(shape: JobShape, nodes: Iterable[Node]) -> Verdict:
@@ -84,22 +145,20 @@ def _check_selector(shape: JobShape, nodes: list[Node], kind: str) -> Verdict:
 
 
 def _check_groups(shape: JobShape, nodes: list[Node], kind: str) -> Verdict:
-    """A gang never spans zones; `require_same_rack` keeps it in one rack."""
-    by_zone, by_rack = defaultdict(int), defaultdict(int)
-    for n in nodes:
-        fit = tasks_per_node(shape, gpus=n.gpus, cpus=n.cpus, memory_gb=n.memory_gb)
-        if n.lacks_scratch(shape.scratch_disk_gb):
-            fit = 0
-        by_zone[n.zone] += fit
-        by_rack[n.rack] += fit
-    what = f"{shape.tasks} tasks of {shape.describe().split(' x ', 1)[1]}"
-    zone, zone_fit = max(sorted(by_zone.items()), key=lambda kv: kv[1])
+    """A gang never spans zones; `require_same_rack` keeps it in one rack. A zone short of
+    tasks while its GPUs alone would hold them is the binding per-task field's fault."""
+    by_zone = _grouped(nodes, lambda n: n.zone)
+    held = {zone: _holds(shape, members) for zone, members in by_zone.items()}
+    what = f"{shape.tasks} tasks of {_task(shape)}"
+    zone, zone_fit = max(sorted(held.items()), key=lambda kv: kv[1])
     if zone_fit < shape.tasks:
-        if sum(by_zone.values()) < shape.tasks:
+        if any(_fits(_units_only(shape), members) for members in by_zone.values()):
+            return _other_limit_binds(shape, by_zone, held)
+        if sum(held.values()) < shape.tasks:
             return Verdict(
                 False,
                 "resources.gpu_count" if shape.gpu_type else "resources.tasks",
-                MORE_THAN_THE_MATCHING_NODES.format(what=what, kind=kind, count=sum(by_zone.values())),
+                MORE_THAN_THE_MATCHING_NODES.format(what=what, kind=kind, count=sum(held.values())),
             )
         return Verdict(
             False,
@@ -107,7 +166,128 @@ def _check_groups(shape: JobShape, nodes: list[Node], kind: str) -> Verdict:
             MORE_THAN_ONE_ZONE.format(what=what, zone=zone, count=zone_fit),
         )
     if shape.topology == Topology.REQUIRE_SAME_RACK:
+        by_rack = {rack: _holds(shape, members) for rack, members in _grouped(nodes, lambda n: n.rack).items()}
         rack, rack_fit = max(sorted(by_rack.items()), key=lambda kv: kv[1])
         if rack_fit < shape.tasks:
             return Verdict(False, "topology_hint", MORE_THAN_ONE_RACK.format(what=what, rack=rack, count=rack_fit))
     return Verdict(True)
+
+
+def _other_limit_binds(shape: JobShape, by_zone: dict[str, list[Node]], held: dict[str, int]) -> Verdict:
+    """Blames, of the per-task fields that cap a zone's tasks, the first whose lowering alone
+    (to the largest value that does it) fits the job; if none does, the one that caps most.
+    The zone named is the one that largest value fits it in, else the one holding the most."""
+    limits = [limit for limit in LIMITS if getattr(shape, limit.need) and limit.need != _units_need(shape)]
+    for limit in limits:
+        found = _largest_fitting(shape, limit, by_zone, held)
+        if found is not None:
+            value, zone = found
+            return Verdict(False, limit.field, _room_message(shape, limit, zone, by_zone, held, value=value))
+    # min() keeps the first of equals: the order of LIMITS breaks ties.
+    limit = min(limits, key=lambda limit: max(_holds(_only(shape, limit), m) for m in by_zone.values()))
+    zone = max(sorted(held.items()), key=lambda kv: kv[1])[0]
+    also = _also_capped_by(shape, limit, limits, by_zone)
+    return Verdict(False, limit.field, _room_message(shape, limit, zone, by_zone, held, value=None, also=also))
+
+
+def _also_capped_by(shape: JobShape, limit: _Limit, limits: list[_Limit], by_zone) -> str:
+    """The other fields that, alone beside the units, keep some zone below what its units hold."""
+    units_only = _units_only(shape)
+    fields = [
+        other.field.removeprefix("resources.")
+        for other in limits
+        if other is not limit and any(_holds(_only(shape, other), m) < _holds(units_only, m) for m in by_zone.values())
+    ]
+    if not fields:
+        return ""
+    return ALSO_CAPPED_BY.format(fields=" and ".join(fields), verb="caps" if len(fields) == 1 else "cap")
+
+
+def _largest_fitting(shape: JobShape, limit: _Limit, by_zone, held) -> tuple[int, str] | None:
+    """The largest value of `limit`'s field, below the one asked, that fits the job in some
+    zone, and that zone (of equal values, the one holding more tasks now, then by name).
+    Fitting only gets easier as the value falls, so each zone's is found by bisection."""
+    best = None
+    for zone, members in sorted(by_zone.items()):
+        low, high = 0, getattr(shape, limit.need) - 1  # low fits, or is 0: none found yet
+        while low < high:
+            middle = (low + high + 1) // 2
+            if _fits(replace(shape, **{limit.need: middle}), members):
+                low = middle
+            else:
+                high = middle - 1
+        if low and (best is None or (low, held[zone]) > (best[0], held[best[1]])):
+            best = (low, zone)
+    return best
+
+
+def _room_message(shape: JobShape, limit: _Limit, zone: str, by_zone, held, *, value: int | None, also="") -> str:
+    """`value`: the field's largest that fits the job (in `zone`), None if none does alone;
+    `also`: ALSO_CAPPED_BY's clause then. Alike nodes get the per-node story."""
+    members = by_zone[zone]
+    alike = len({(n.gpus, n.cpus, n.memory_gb, n.scratch_disk_gb) for n in members}) == 1
+    at_most = limit.at_most.format(value=value)
+    if value is None:
+        remedy = NOTHING_ALONE_FITS.format(less=limit.less) + also
+    elif alike:
+        count = _node_holds(replace(shape, **{limit.need: value}), members[0])
+        remedy = AT_MOST_FITS_PER_NODE.format(at_most=at_most, count=count)
+    else:
+        remedy = AT_MOST_FITS.format(at_most=at_most)
+    where = f"the largest zone, {zone}," if held[zone] == max(held.values()) else f"zone {zone}"
+    words = dict(asked=getattr(shape, limit.need), what=limit.what, task=_task(shape), where=where, remedy=remedy)
+    words.update(count=held[zone], tasks=shape.tasks)
+    if alike:
+        node = members[0]
+        room, capacity = _tasks(_node_holds(shape, node)), getattr(node, limit.has)
+        return ROOM_PER_NODE.format(**words, room=room, capacity=capacity, unit=limit.unit)
+    units, alone = "GPUs" if shape.gpu_type else "CPUs", _holds(_units_only(shape), members)
+    return ROOM_IN_ZONE.format(**words, units=units, alone=alone)
+
+
+def _grouped(nodes: list[Node], key) -> dict[str, list[Node]]:
+    groups = defaultdict(list)
+    for n in nodes:
+        groups[key(n)].append(n)
+    return groups
+
+
+def _node_holds(shape: JobShape, node: Node) -> int:
+    if node.lacks_scratch(shape.scratch_disk_gb):
+        return 0
+    return tasks_per_node(shape, gpus=node.gpus, cpus=node.cpus, memory_gb=node.memory_gb)
+
+
+def _holds(shape: JobShape, nodes: list[Node]) -> int:
+    return sum(_node_holds(shape, n) for n in nodes)
+
+
+def _fits(shape: JobShape, zone: list[Node]) -> bool:
+    """Whether the zone holds the job (in one of its racks, where the hint requires it)."""
+    if _holds(shape, zone) < shape.tasks:
+        return False
+    if shape.topology != Topology.REQUIRE_SAME_RACK:
+        return True
+    return any(_holds(shape, rack) >= shape.tasks for rack in _grouped(zone, lambda n: n.rack).values())
+
+
+def _units_need(shape: JobShape) -> str:
+    return "gpus_per_task" if shape.gpu_type else "cpus_per_task"
+
+
+def _units_only(shape: JobShape) -> JobShape:
+    """The job as its units (GPUs, or a CPU job's CPUs) alone would place it."""
+    others = {limit.need: 0 for limit in LIMITS if limit.need != _units_need(shape)}
+    return replace(shape, **others)
+
+
+def _only(shape: JobShape, limit: _Limit) -> JobShape:
+    return replace(_units_only(shape), **{limit.need: getattr(shape, limit.need)})
+
+
+def _task(shape: JobShape) -> str:
+    return shape.describe().split(" x ", 1)[1]
+
+
+def _tasks(count: int) -> str:
+    return f"{count} task" if count == 1 else f"{count} tasks"

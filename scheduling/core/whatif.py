@@ -19,9 +19,10 @@ def suggestions(
     state: ClusterState, shape: JobShape, gpu_types: list[str], *, most: int = 4, limit: Limit | None = None
 ) -> list[str]:
     """Spec changes under which the job would fit on the free room right now, in the order a
-    user would least mind: smaller tasks, a looser topology, another GPU type, fewer GPUs."""
+    user would least mind: smaller tasks, a looser topology, another GPU type, fewer GPUs (the
+    most tasks that fit now)."""
     found = []
-    for change, reshaped in _variants(shape, gpu_types):
+    for change, reshaped in _variants(shape, gpu_types, lambda candidate: fits_now(state, candidate, limit)):
         if fits_now(state, reshaped, limit):
             found.append(change)
         if len(found) == most:
@@ -59,13 +60,16 @@ def _latest_fit(state: ClusterState, shape: JobShape, windows: Windows, ends: li
     return chosen
 
 
-def _variants(shape: JobShape, gpu_types: list[str]):
+def _variants(shape: JobShape, gpu_types: list[str], fits):
+    """Each change with the job as it would be; `fits` tells whether a reshaped job fits now
+    (the fewer-tasks change is the most tasks that do)."""
     if shape.gpu_type:
         per_task = shape.gpus_per_task // 2
         while per_task >= 1:
             if shape.gpu_count % per_task == 0:
+                gpus = "1 GPU" if per_task == 1 else f"{per_task} GPUs"
                 yield (
-                    f"fits now with {per_task} GPUs per task ({shape.gpu_count // per_task} tasks)",
+                    f"fits now with {gpus} per task ({shape.gpu_count // per_task} tasks)",
                     replace(shape, gpus_per_task=per_task, tasks=shape.gpu_count // per_task),
                 )
                 break
@@ -77,9 +81,20 @@ def _variants(shape: JobShape, gpu_types: list[str]):
     for other in gpu_types:
         if shape.gpu_type and other != shape.gpu_type:
             yield f"fits now on {other}", replace(shape, gpu_type=other)
-    if shape.tasks > 1:
-        fewer = shape.tasks // 2
-        yield (
-            f"fits now with {fewer * shape.units_per_task} {shape.unit_name} ({fewer} tasks)",
-            replace(shape, tasks=fewer),
-        )
+    fewer = _most_tasks_fitting(shape, fits)
+    if fewer:
+        tasks = "1 task" if fewer == 1 else f"{fewer} tasks"
+        yield f"fits now with {fewer * shape.units_per_task} {shape.unit_name} ({tasks})", replace(shape, tasks=fewer)
+
+
+def _most_tasks_fitting(shape: JobShape, fits) -> int:
+    """The most tasks, fewer than the job's, that fit now (0: not even one). A job that fits
+    with n tasks of a shape fits with fewer (a subset of its placement), so by bisection."""
+    low, high = 0, shape.tasks - 1  # low fits, or is 0
+    while low < high:
+        middle = (low + high + 1) // 2
+        if fits(replace(shape, tasks=middle)):
+            low = middle
+        else:
+            high = middle - 1
+    return low

@@ -125,12 +125,12 @@ def test_the_job_page_of_a_job_that_cannot_fit_explains_why(cluster, browser, tm
     expect(why).to_contain_text("needs 64 H100")
     expect(why.locator("#histogram")).to_contain_text("CORDONED")  # the pass's count, stored with the reason
     why.get_by_role("button", name="What would help?").click()  # computed only when asked
-    expect(why.locator("#suggestions")).to_contain_text("fits now with 32 H100 (4 tasks)")
+    expect(why.locator("#suggestions")).to_contain_text("fits now with 56 H100 (7 tasks)")
     # A push re-renders the panel: what was asked for stays (hx-preserve) until the page is left.
     page.evaluate("document.getElementById('fit-count').dataset.stale = 'yes'")
     page.evaluate("htmx.trigger('#job-panel', 'refresh')")  # what a WebSocket push does
     page.wait_for_function("!document.getElementById('fit-count').dataset.stale")  # the new panel is in
-    expect(page.locator("#why-pending #suggestions")).to_contain_text("fits now with 32 H100 (4 tasks)")
+    expect(page.locator("#why-pending #suggestions")).to_contain_text("fits now with 56 H100 (7 tasks)")
     page.screenshot(path=str(shots_of(tmp_path) / "job.png"), full_page=True)
 
 

@@ -49,9 +49,10 @@ def shape(gpu_type="H100", tasks=1, gpus=8, cpus=4, mem=64, selector=None, topol
             "require_same_rack needs 8 tasks of 8 H100 in one rack; the largest rack, z1-r1, holds 4",
         ),
         (
-            shape(gpu_type="A100", gpus=2, tasks=9, cpus=48, selector={"ib": "hdr"}),
-            "resources.gpu_count",
-            "needs 9 tasks of 2 A100; the matching A100 nodes hold 8 at most",
+            shape(gpu_type="A100", gpus=2, tasks=9, cpus=48, selector={"ib": "hdr"}),  # its CPUs bind, not GPUs
+            "resources.cpu_per_rank",
+            "48 CPUs per task leaves room for 2 tasks of 2 A100 per node (96 CPUs): the largest zone, z1, holds 8 "
+            "such tasks, the job needs 9; 32 CPUs or fewer per task fits 3 per node",
         ),
         (
             shape(gpu_type=None, tasks=3, gpus=0, cpus=64),
