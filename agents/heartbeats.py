@@ -23,7 +23,7 @@ from mlqueue.api_errors import flatten_errors
 from mlqueue.middleware import DATABASE_UNAVAILABLE, RETRY_AFTER_S, database_outages, is_database_unavailable
 from mlqueue.parsers import BodyError
 from scheduling import lifecycle, liveness, node_health, nodes, notify
-from scheduling.assignments import assignment_env, checkpoint_dir
+from scheduling.assignments import assignment_env, checkpoint_dir, gangs_of
 from scheduling.models import FailureClass, Node, NodeState, SchedulerLease, Task, TaskState
 from teams.models import hash_token
 
@@ -297,13 +297,16 @@ def assignments(node: NodeView, rows: list[TaskRow]) -> list[dict]:
         "job", "job__owner", "job__parent"
     )
     wanted = {(r.job_id, r.rank, r.attempt) for r in rows}
-    return [assignment(t) for t in tasks if (t.job_id, t.rank, t.attempt) in wanted]
+    chosen = [t for t in tasks if (t.job_id, t.rank, t.attempt) in wanted]
+    gangs = gangs_of({t.job_id for t in chosen})  # one query, not one per task
+    return [assignment(t, gang=gangs.get(t.job_id)) for t in chosen]
 
 
-def assignment(task: Task) -> dict:
+def assignment(task: Task, *, gang: list[Task] | None = None) -> dict:
     job = task.job
-    rank0 = task if task.rank == 0 else Task.objects.select_related("node").get(job_id=job.pk, rank=0)
-    master = rank0.node.address or rank0.node.name if rank0.node else ""
+    gang = gang if gang is not None else gangs_of([job.pk]).get(job.pk, [])
+    rank0 = next((t for t in gang if t.rank == 0), None)
+    master = rank0.node.address or rank0.node.name if rank0 and rank0.node else ""
     return {
         "job_id": job.pk,
         "rank": task.rank,
@@ -318,5 +321,5 @@ def assignment(task: Task) -> dict:
         "memory_gb": job.memory_per_rank_gb,
         "grace_period_seconds": job.grace_period_seconds,
         "checkpoint_dir": checkpoint_dir(job),
-        "env": assignment_env(task, job=job, master_node=master),
+        "env": assignment_env(task, job=job, master_node=master, gang=gang),
     }

@@ -35,6 +35,10 @@ INVISIBLE_KEY = (
 )
 OWNER_NOT_CALLER = "you cannot submit on behalf of {owner}; leave owner out or use your own user name or email."
 RESERVED_ENV = "{name} is reserved: names starting with MLQ_ are set by mlqueue."
+# What mlqueue sets for each task besides its MLQ_ names (scheduling/assignments.py): a
+# user's value was accepted and then overridden unseen (QA).
+PER_TASK_ENV = ("RANK", "WORLD_SIZE", "NODE_RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES")
+SET_PER_TASK = "{name} is reserved: mlqueue sets it for each task (docs/task-environment.md)."
 IN_ENV_AND_SECRET_ENV = "{name} is in both env and secret_env: give each name in one of them."
 SECRET_IS_MASK = (
     "{name} is '***', which stands for a secret value mlqueue never shows again (in the API, a clone or the "
@@ -517,6 +521,9 @@ def _refuse_reserved(names) -> None:
     reserved = sorted(name for name in names if name.startswith(RESERVED_ENV_PREFIX))
     if reserved:
         raise serializers.ValidationError(RESERVED_ENV.format(name=reserved[0]))
+    per_task = sorted(name for name in names if name in PER_TASK_ENV)
+    if per_task:
+        raise serializers.ValidationError({per_task[0]: [SET_PER_TASK.format(name=per_task[0])]})
 
 
 # `owner` is checked, then dropped: the job's owner is the caller (a column, not the spec).

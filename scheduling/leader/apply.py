@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from django.db.models import Q
 
 from scheduling import lifecycle, notify
+from scheduling.assignments import MasterPorts
 from scheduling.core import explain
 from scheduling.core.decisions import Decisions, Placement, Preemption
 from scheduling.core.model import PendingJob
@@ -55,13 +56,14 @@ class Applied:
 def apply_decisions(decisions: Decisions, view: StoreView, *, epoch: int, now) -> Applied:
     applied = Applied()
     slots = Slots() if decisions.placements else None
+    ports = MasterPorts(_masters(decisions, view))
     submitted = {job.job_id: job.submitted_at for job in view.snapshot.pending} if decisions.placements else {}
     for placement in decisions.placements:
         # Never before its submit: a submit that takes its time after the pass took `now` and
         # commits before the store is read is in the snapshot (a negative queue wait, a
         # placement listed before the submit on the timeline; found by QA).
         at = max(now, datetime.fromtimestamp(submitted.get(placement.job_id, 0), UTC))
-        if _place(placement, view, slots, epoch=epoch, now=at):
+        if _place(placement, view, slots, ports, epoch=epoch, now=at):
             applied.placed_jobs.append(placement.job_id)
         else:
             applied.lost_races += 1
@@ -74,7 +76,17 @@ def apply_decisions(decisions: Decisions, view: StoreView, *, epoch: int, now) -
     return applied
 
 
-def _place(placement: Placement, view: StoreView, slots: Slots, *, epoch: int, now) -> bool:
+def _masters(decisions: Decisions, view: StoreView) -> dict[int, int]:
+    """Each placed job -> the node its rank 0 (MASTER_ADDR) goes to."""
+    return {
+        placement.job_id: view.node_ids[task.node]
+        for placement in decisions.placements
+        for task in placement.tasks
+        if task.rank == 0
+    }
+
+
+def _place(placement: Placement, view: StoreView, slots: Slots, ports: MasterPorts, *, epoch: int, now) -> bool:
     per_rank = {
         t.rank: {"node_id": view.node_ids[t.node], "gpu_indices": list(t.gpu_indices), "epoch": epoch}
         for t in placement.tasks
@@ -97,6 +109,7 @@ def _place(placement: Placement, view: StoreView, slots: Slots, *, epoch: int, n
         if moved:
             Job.objects.filter(pk=placement.job_id).update(
                 run_slot=slots.slot_for(placement.job_id),
+                master_port=ports.port_for(placement.job_id, per_rank[0]["node_id"]),
                 borrowed=placement.borrowed,
                 reserved_nodes=[],
                 nominated_nodes=[],

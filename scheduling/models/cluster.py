@@ -214,6 +214,10 @@ class Job(models.Model):
     # The pooled UID its tasks run as, every rank and attempt (scheduling/task_slots.py): set at
     # its first placement, held until it is over.
     run_slot = models.PositiveIntegerField(null=True, blank=True)
+    # Its current attempt's MASTER_PORT, chosen when the attempt is placed: free among the
+    # attempts whose rank 0 is on that node (scheduling/assignments.py, MasterPorts). Null on
+    # rows placed before it was stored: their port is the hash the attempt was told.
+    master_port = models.PositiveIntegerField(null=True, blank=True)
     # Placed above its team's guarantee: first to go when the owner reclaims (display only;
     # the core recomputes who is borrowing each pass).
     borrowed = models.BooleanField(default=False)
