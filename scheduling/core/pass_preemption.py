@@ -10,8 +10,9 @@ from scheduling.core import explain
 from scheduling.core.decisions import Preemption, PreemptionReason
 from scheduling.core.model import PendingJob, RunningJob, priority_rank
 from scheduling.core.placement import plan
-from scheduling.core.preemption import Excess, VictimPool, find_victims, ready_at, units_freed, why
+from scheduling.core.preemption import Excess, VictimPool, ready_at, why
 from scheduling.core.reasons import PendingReason
+from scheduling.core.victim_search import find_victims, units_freed
 
 
 class LimitVictims(NamedTuple):

@@ -52,7 +52,7 @@ class Scheduler:
     Also keeps each waiting job's kind (see `Pass._kind`), which shapes fit the free room with
     no limit (`Pass._fits_unlimited`), the nodes each preemptor in flight holds
     (`Pass._nodes_to_hold`), the domains each running job spans (for victim searches,
-    `preemption._by_domain`), the units each team runs (`_ledger_for`), the capacity
+    `victim_search.index_by_domain`), the units each team runs (`_ledger_for`), the capacity
     explanations of the classes whose room has not changed (`CapacityExplainer`) and each
     team's waiting jobs sorted and split by class (`queue_order.KeptOrder`), and where the
     backlog gate held last pass (`Decisions.reclaim_turn`, for a snapshot that does not say).
@@ -68,7 +68,7 @@ class Scheduler:
         self.state: ClusterState | None = None
         self.known: dict[int, tuple] = {}
         self.holds: dict[int, KeptHold] = {}  # see `HeldRoom._nodes_to_hold`
-        self.spans: dict[str, dict[int, tuple]] = {}  # see `preemption._by_domain`
+        self.spans: dict[str, dict[int, tuple]] = {}  # see `victim_search.index_by_domain`
         self.usage: tuple | None = None  # see `_ledger_for`
         self.explainer: explain.CapacityExplainer | None = None
         self.order = KeptOrder()  # each team's queue, sorted and split by class

@@ -9,11 +9,12 @@ from hypothesis import strategies as st
 
 from scheduling.core.model import PRIORITIES, PendingJob, PolicyConfig, RunningJob, priority_rank, resource_class
 from scheduling.core.placement import capacity
-from scheduling.core.preemption import Candidate, VictimPool, candidate_order, find_victims
+from scheduling.core.preemption import Candidate, VictimPool, candidate_order
 from scheduling.core.reservation import ending_order, insert_ending, released_by, shadow_start
 from scheduling.core.scheduler import schedule
 from scheduling.core.state import ClusterState
 from scheduling.core.trial import Trial
+from scheduling.core.victim_search import find_victims
 from tests.unit.core.builders import cluster, rack
 from tests.unit.core.test_schedule_equivalence import (
     EQUIVALENCE_SETTINGS,
