@@ -50,7 +50,8 @@ class Scheduler:
     the nodes and the running jobs alone (the free-room index), brought up to date by the
     jobs that started and ended since, so a pass does not re-index the whole cluster.
     Also keeps each waiting job's kind (see `Pass._kind`), which shapes fit the free room with
-    no limit (`Pass._fits_unlimited`), the nodes each preemptor in flight holds
+    no limit (`Pass._fits_unlimited`) and what searches for victims to await found
+    (`PassPreemption._search_kept`), the nodes each preemptor in flight holds
     (`Pass._nodes_to_hold`), the domains each running job spans (for victim searches,
     `victim_search.index_by_domain`), the units each team runs (`_ledger_for`), the capacity
     explanations of the classes whose room has not changed (`CapacityExplainer`) and each
@@ -74,7 +75,7 @@ class Scheduler:
         self.order = KeptOrder()  # each team's queue, sorted and split by class
         self.reclaim_turn: frozenset[str] = frozenset()  # `Decisions.reclaim_turn` of the last pass
         self.last: tuple | None = None  # the last snapshot's nodes and jobs by id (see `_as_kept`)
-        self.unlimited: tuple[ClusterState, dict] | None = None  # see `Pass._fits_unlimited`
+        self.per_state: tuple[ClusterState, dict, dict] | None = None  # see `Pass._fits_unlimited`, `_search_kept`
 
     def schedule(
         self,
@@ -102,10 +103,11 @@ class Scheduler:
         if sum(map(len, self.spans.values())) > 6 * len(snapshot.running) + 1000:  # forget jobs long gone
             self.spans = {}
         ledger = self._ledger_for(state, snapshot)
-        if self.unlimited is None or self.unlimited[0] is not state or len(self.unlimited[1]) > 20_000:
-            self.unlimited = (state, {})  # its keys count changes of this state alone
+        kept = self.per_state
+        if kept is None or kept[0] is not state or len(kept[1]) + len(kept[2]) > 20_000:
+            kept = self.per_state = (state, {}, {})  # their keys count changes of this state alone
         run = Pass(snapshot, state, self.known, self.holds, self.explainer, self.spans, ledger, self.order)
-        run.unlimited = self.unlimited[1]
+        run.unlimited, run.kept_searches = kept[1], kept[2]
         run.actions_only = self.actions_only
         decisions = run.run()
         self.explainer = run.explainer
