@@ -87,6 +87,13 @@ CASES = {
         "minimize",
         [],
     ),
+    "a tie within floating point's rounding never stops": (
+        # QA: examples/sweep.yaml, step 7: 0.8857 against the median of 0.5857 and 1.1857, which
+        # floating point makes 0.8856999999999999.
+        [trial(1, 0.9, 0.8857, 0.8857), trial(2, 0.6, 0.5857, 0.5857), trial(3, 1.2, 1.1857, 1.1857)],
+        "minimize",
+        [expect(3, "1.1857", "0.7357", 2)],
+    ),
     "maximize: the lower value is the worse": (
         [trial(1, 0.7, 0.8, 0.9), trial(2, 0.6, 0.75, 0.85), trial(3, 0.2, 0.25, 0.3)],
         "maximize",
