@@ -135,6 +135,11 @@ def test_login_stores_a_new_token_0600_and_uses_it():
         ("sweep.lr=1e-5", (["sweep", "lr"], 1e-05)),
         ("max_runtime_hours=1e1", (["max_runtime_hours"], 10.0)),
         ("env.V=1.2.3", (["env", "V"], "1.2.3")),
+        # What YAML refuses is an env value as written (an alias, a directive, a flow opened).
+        ("env.GLOB=*.txt", (["env", "GLOB"], "*.txt")),
+        ("env.FMT=%s,*x", (["env", "FMT"], "%s,*x")),
+        ("env.L=[1", (["env", "L"], "[1")),
+        ('env.Q="a b"', (["env", "Q"], "a b")),
         ("env.V=12e", (["env", "V"], "12e")),
     ],
 )
@@ -177,7 +182,7 @@ def test_a_malformed_set_is_a_usage_error(spec_file, command):
             "command.0: command is a list, not a mapping",
         ),
         (["submit", "SPEC", "--set", "resources.gpu_count=[1"], "resources.gpu_count: not YAML: "),
-        (["schedules", "create", "-f", "SPEC", "--set", "env.A=[1"], "env.A: not YAML: "),
+        (["schedules", "create", "-f", "SPEC", "--set", "name=[1"], "name: not YAML: "),
         (["quota", "vision", "--set", "H100={", "--reason", "r"], "H100: not YAML: "),
     ],
 )
