@@ -104,10 +104,20 @@ def parse_override(item: str) -> tuple[list[str], Any]:
     value = item.partition("=")[2]
     if parts[0] == "secret_env":
         return parts, value
-    found = read_scalar(value, ".".join(parts))
-    if parts[0] == "env" and len(parts) == 2 and not isinstance(found, str):
-        return parts, value.strip()  # an env value is text: `env.SLEEP=6` is "6" (YAML read it as 6)
-    return parts, found
+    if parts[0] == "env" and len(parts) == 2:
+        return parts, env_value(value)
+    return parts, read_scalar(value, ".".join(parts))
+
+
+def env_value(text: str) -> str:
+    """An `env.NAME` value: text. YAML's reading only where it gives text (`'16'` and `"a b"`
+    unquoted); otherwise as written: `6` is "6", not the number, and `*.txt`, `%s` or `[1`,
+    which YAML refuses, are themselves (QA: each was a usage error or a refused number)."""
+    try:
+        found = read_scalar(text, "env")
+    except MlqError:
+        return text.strip()
+    return found if isinstance(found, str) else text.strip()
 
 
 def override_key(item: str) -> list[str]:
