@@ -121,6 +121,11 @@ RANK_FIELDS = (
 )
 
 
+# An attempt a user requeued (`mlq requeue`): its ranks end PREEMPTED, as a preemption's do, but
+# it counts as no preemption anywhere (the job's counters, usage, reports).
+REQUEUED = "REQUEUED"
+
+
 def ended_rank(row: tuple) -> EndedRank:
     state, stop, failure, started, finished, checkpoint, indices, reclaim, step = row
     return EndedRank(state, stop, failure, started, finished, checkpoint, len(indices or ()), reclaim is not None, step)
@@ -177,6 +182,8 @@ def do_close_attempt(job_id: int, *, outcome: str, now: datetime) -> int:
     lost = lost_work(ranks, now=now) if cause else {"lost_gpu_hours": 0.0, "lost_since": None}
     # The first rank to end says how the attempt ended: the others were stopped after it.
     first = min((r for r in ranks if r.finished_at), key=lambda r: r.finished_at, default=None)
+    if outcome == TaskState.PREEMPTED and first is not None and first.stop_reason == StopReason.REQUEUED:
+        outcome = REQUEUED  # the user's requeue: no preemption (QA: the reports counted it as one)
     # Locked first so that the rows this update closes are the ones added to the rollup.
     open_rows = UsageRecord.objects.select_for_update().filter(job_id=job_id, ended_at__isnull=True)
     open_ids = list(open_rows.values_list("id", flat=True))

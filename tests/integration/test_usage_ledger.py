@@ -140,6 +140,24 @@ def test_a_cancelled_attempt_lost_nothing_the_owner_did_not_choose_to_lose(clock
     )
 
 
+def test_a_users_requeue_is_no_preemption_in_the_ledger(clock, api, leader):
+    """QA: an attempt its user requeued (`mlq requeue`) was an outcome PREEMPTED in usage and
+    on the reports page, while the job counts no preemption."""
+    job_id, clients = running_job(api, leader)
+    clock.shift(timedelta(minutes=20))
+    response = api("alice").post(f"/api/v1/jobs/{job_id}/requeue", {"reason": "new data"}, format="json")
+    assert response.status_code == 200, response.json()
+    run_pass(epoch=leader)
+    beat(clients[A], A, [report(job_id, 0, 1, "exited", exit_code=143)])
+    run_pass(epoch=leader)
+    assert Job.objects.get(pk=job_id).preemptions == 0
+    record = row(job_id)
+    assert (record.outcome, record.stop_reason) == ("REQUEUED", "REQUEUED")
+    answer = api("alice").get("/api/v1/usage?group_by=team&to=2026-04-20T10:00:00Z").json()  # past its end
+    outcomes = answer["total"]["attempts_by_outcome"]
+    assert "PREEMPTED" not in outcomes and outcomes.get("REQUEUED") == 1
+
+
 def test_the_ledger_outlives_its_job(clock, api, leader):
     job_id, clients = running_job(api, leader)
     clock.shift(timedelta(hours=1))
