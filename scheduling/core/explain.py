@@ -52,11 +52,12 @@ def dependency(job: PendingJob) -> PendingReason:
 
 def group_limit(job: PendingJob, group: Group) -> PendingReason:
     kind, parallelism, settling = group.kind, group.parallelism, group.settling
-    what = "elements" if kind == "array" else "trials" if kind == "sweep" else "jobs"
-    taken = f"{parallelism} are running or starting"
+    what = "element" if kind == "array" else "trial" if kind == "sweep" else "job"
+    what += "" if parallelism == 1 else "s"
+    taken = f"{_are(parallelism)} running or starting"
     if settling:  # Group.settling: failed children awaiting the verdict hold their slots
         taken = (
-            f"{max(parallelism - settling, 0)} are running or starting and {settling} failed just now (a"
+            f"{_are(max(parallelism - settling, 0))} running or starting and {settling} failed just now (a"
             " failed one holds its slot until it is retried or failed for good)"
         )
     return PendingReason(
@@ -64,6 +65,10 @@ def group_limit(job: PendingJob, group: Group) -> PendingReason:
         f"its {kind or 'group'} (job {job.group}) runs at most {parallelism} {what} at once, and "
         f"{taken}; it starts when one of them ends",
     )
+
+
+def _are(count: int) -> str:
+    return f"{count} is" if count == 1 else f"{count} are"
 
 
 def backoff(job: PendingJob, now: float) -> PendingReason:

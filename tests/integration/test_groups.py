@@ -142,7 +142,7 @@ def test_a_child_that_fails_mid_pass_holds_its_slot_until_its_verdict(api, leade
     run_pass(epoch=leader)
     assert states(parent) == ["FAILED", "ASSIGNED", "PENDING", "PENDING"]
     assert children(parent)[2].pending_reason_message == (
-        f"its array (job {parent.pk}) runs at most 2 elements at once, and 1 are running or starting and 1 "
+        f"its array (job {parent.pk}) runs at most 2 elements at once, and 1 is running or starting and 1 "
         "failed just now (a failed one holds its slot until it is retried or failed for good); it starts "
         "when one of them ends"
     )

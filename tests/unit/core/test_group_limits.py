@@ -55,7 +55,7 @@ def test_children_that_failed_and_await_their_verdict_hold_their_slots():
     decisions = schedule(replace(snap, groups={ARRAY: Group("array", 2, settling=1)}))
     assert [p.job_id for p in decisions.placements] == [3]
     assert decisions.pending[4].message == (
-        "its array (job 100) runs at most 2 elements at once, and 1 are running or starting and 1 failed "
+        "its array (job 100) runs at most 2 elements at once, and 1 is running or starting and 1 failed "
         "just now (a failed one holds its slot until it is retried or failed for good); it starts when one "
         "of them ends"
     )
@@ -91,3 +91,13 @@ def test_jobs_of_no_group_and_children_of_an_unknown_group_are_not_limited():
     pending = [job(1, gpus=1), job(2, gpus=1, group=7), job(3, gpus=1, group=7)]
     decisions = schedule(snapshot(nodes, pending=pending))
     assert sorted(p.job_id for p in decisions.placements) == [1, 2, 3]
+
+
+def test_a_group_of_one_at_a_time_says_so_in_the_singular():
+    """QA: "runs at most 1 elements at once, and 1 are running or starting"."""
+    nodes = cluster(rack("z1-r1", 2))
+    decisions = schedule(with_groups(snapshot(nodes, pending=[element(1), element(2)]), parallelism=1))
+    assert decisions.pending[2].message == (
+        "its array (job 100) runs at most 1 element at once, and 1 is running or starting; "
+        "it starts when one of them ends"
+    )
