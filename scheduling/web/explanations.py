@@ -171,21 +171,17 @@ def ended(job: Job) -> dict | None:
     # A cancel's own words: a running job's ranks end later, by the signal that stopped them
     # (QA: "by agent:node-3: rank 1 ended (signal SIGTERM)" for a user's cancel, reason and all).
     events = AuditEvent.objects.filter(job=job).order_by("-created_at", "-id")
-    event = None
+    request = None
     if job.state == JobState.CANCELLED and job.cancel_requested_at is not None:
-        event = events.filter(kind=EventKind.CANCEL_REQUESTED).first()
+        request = events.filter(kind=EventKind.CANCEL_REQUESTED).first()
+    event = request or events.filter(kind=EventKind.TRANSITION, to_state=job.state).first()
+    answer = {"state": job.state, "at": job.finished_at, "by": "", "reason": "", "message": ""}
     if event is not None:
-        event.reason = "CANCELLED"
-        event.message = event.message or f"cancelled by {event.actor_name}"  # as a pending job's cancel says it
-    else:
-        event = events.filter(kind=EventKind.TRANSITION, to_state=job.state).first()
-    return {
-        "state": job.state,
-        "at": job.finished_at or (event.created_at if event else None),
-        "by": event.actor_name if event else "",
-        "reason": event.reason if event else "",
-        "message": event.message if event else "",
-    }
+        answer.update(at=job.finished_at or event.created_at, by=event.actor_name, reason=event.reason)
+        answer["message"] = event.message
+    if request is not None:  # as a pending job's cancel says it
+        answer.update(reason="CANCELLED", message=request.message or f"cancelled by {request.actor_name}")
+    return answer
 
 
 def _forecast_age(job: Job | None) -> dict:
