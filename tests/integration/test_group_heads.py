@@ -34,8 +34,9 @@ def reasons(jobs: list[Job]) -> list[tuple]:
 
 
 def group_limit(parent: Job, parallelism: int) -> tuple:
+    elements, are = ("element", "is") if parallelism == 1 else ("elements", "are")
     message = (
-        f"its array (job {parent.pk}) runs at most {parallelism} elements at once, and {parallelism} are "
+        f"its array (job {parent.pk}) runs at most {parallelism} {elements} at once, and {parallelism} {are} "
         "running or starting; it starts when one of them ends"
     )
     return ("GROUP_LIMIT", message, {}, [], [])
