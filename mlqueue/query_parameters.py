@@ -13,7 +13,7 @@ from mlqueue.pagination import StrictCursorPagination
 
 UNKNOWN_PARAMETER = "not a parameter of this list: filter by {filters}; page with {pages}."
 UNKNOWN_PARAMETER_NO_FILTERS = "not a parameter of this list: it takes none but {pages}."
-UNKNOWN_PARAMETER_UNPAGED = "not a parameter of this list: it takes {filters}."
+UNKNOWN_PARAMETER_UNPAGED = "not a parameter here: it takes {filters}."  # a list unpaged, a log, a report
 ONE_VALUE = "give {name} once: it takes one value."
 ONE_VALUE_BUT = "give {name} once: it takes one value (only {multiple} may repeat)."
 EMPTY_VALUE = "empty: give {name} a value, or leave it out."

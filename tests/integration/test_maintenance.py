@@ -158,7 +158,7 @@ def test_schedule_change_cancel_are_listed_and_audited(clock, api):
     typo = api("ops").get("/api/v1/maintenance?stat=DONE")  # it listed every open window, as if unfiltered
     assert (typo.status_code, list(typo.json()["fields"])) == (400, ["stat"])
     paged = api("ops").get("/api/v1/maintenance?limit=5")  # not paginated: a limit would be ignored
-    assert paged.json()["fields"] == {"limit": ["not a parameter of this list: it takes state."]}
+    assert paged.json()["fields"] == {"limit": ["not a parameter here: it takes state."]}
     events = AuditEvent.objects.filter(kind="MAINTENANCE").order_by("id")
     history = api("ops").get(f"/api/v1/maintenance/{window.pk}/events").json()["results"]
     assert [e["id"] for e in history] == [e.pk for e in reversed(events)]  # newest first
