@@ -20,6 +20,7 @@ from agents.protocol import MAX_GPUS, DocumentedHeartbeatSerializer, EventsSeria
 from mlqueue import date_fields
 from mlqueue.pagination import StrictCursorPagination as CursorPagination
 from mlqueue.parsers import AgentEventsJSONParser
+from mlqueue.serializer_fields import ChoiceField
 from scheduling import nodes
 from scheduling.models import Node
 from scheduling.spec import StrictBooleanField, StrictIntegerField, StrictSerializer, StrictStringField
@@ -199,7 +200,7 @@ NO_TARGETS = "select nodes (names) or a rack."
 class BulkActionSerializer(StrictSerializer):
     """A bulk action's targets: `names`, a `rack` (or `racks`), or both (their union)."""
 
-    action = serializers.ChoiceField(choices=services.BULK_ACTIONS)
+    action = ChoiceField(choices=services.BULK_ACTIONS)
     reason = reason_field()
     names = serializers.ListField(child=StrictStringField(max_length=253), required=False, max_length=5000)
     rack = StrictStringField(max_length=63, required=False)

@@ -5,6 +5,7 @@ import django_filters
 from django import forms
 from django.db import connection
 
+from mlqueue.query_parameters import ChoicesFilter
 from scheduling.models import Node, NodeState
 
 CPU = "cpu"  # gpu_type=cpu: the nodes without GPUs
@@ -17,7 +18,7 @@ def _a_label(value: str) -> None:
 
 
 class ConsoleFilter(django_filters.FilterSet):
-    state = django_filters.MultipleChoiceFilter(choices=NodeState.choices)
+    state = ChoicesFilter(choices=NodeState.choices)
     zone = django_filters.CharFilter(max_length=63)
     rack = django_filters.CharFilter(max_length=63)
     gpu_type = django_filters.CharFilter(method="by_gpu_type", max_length=20)

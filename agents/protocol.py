@@ -8,6 +8,7 @@ import re
 from rest_framework import serializers
 
 from mlqueue.metrics_report import MetricsError, check_values
+from mlqueue.serializer_fields import ChoiceField
 from scheduling.spec import LABEL_KEY, StrictFloatField, StrictIntegerField, StrictStringField, StringMapField
 
 INT32 = 2**31 - 1
@@ -44,7 +45,7 @@ class RegisterSerializer(serializers.Serializer):
         printable_values=True,
     )
     address = StrictStringField(required=False, allow_blank=True, default="", max_length=253, printable_only=True)
-    task_isolation = serializers.ChoiceField(["uid", "none"], required=False, default="")
+    task_isolation = ChoiceField(["uid", "none"], required=False, default="")
 
     def validate_name(self, value):
         if not NODE_NAME.match(value) or ".." in value:
@@ -64,10 +65,10 @@ class AttemptSerializer(serializers.Serializer):
 
 
 class RunningSerializer(AttemptSerializer):
-    state = serializers.ChoiceField(["starting", "running", "exited"])
+    state = ChoiceField(["starting", "running", "exited"])
     exit_code = StrictIntegerField(required=False, allow_null=True, default=None, min_value=-INT32 - 1, max_value=INT32)
     signal = StrictStringField(required=False, allow_blank=True, default="", max_length=10)
-    cause = serializers.ChoiceField(EXIT_CAUSES, required=False, default="")
+    cause = ChoiceField(EXIT_CAUSES, required=False, default="")
 
 
 # A health sample (agents/node/telemetry.py): what the agent keeps of each kind is bounded too.
@@ -92,7 +93,7 @@ class GpuSampleSerializer(serializers.Serializer):
 
 
 class HealthCheckSerializer(serializers.Serializer):
-    status = serializers.ChoiceField(["ok", "failed"])
+    status = ChoiceField(["ok", "failed"])
     exit_code = StrictIntegerField(min_value=-INT32 - 1, max_value=INT32, required=False, allow_null=True, default=None)
     output = StrictStringField(required=False, allow_blank=True, default="", max_length=MAX_OUTPUT)
     at = StrictFloatField(min_value=0, max_value=MAX_EPOCH_S)
@@ -102,7 +103,7 @@ class HealthCheckSerializer(serializers.Serializer):
 
 class HealthSerializer(serializers.Serializer):
     at = StrictFloatField(min_value=0, max_value=MAX_EPOCH_S)
-    provider = serializers.ChoiceField(HEALTH_PROVIDERS)
+    provider = ChoiceField(HEALTH_PROVIDERS)
     error = StrictStringField(required=False, allow_blank=True, default="", max_length=MAX_OUTPUT)
     gpus = GpuSampleSerializer(many=True, required=False, default=list, max_length=MAX_GPUS)
     check = HealthCheckSerializer(required=False, allow_null=True, default=None)
@@ -173,11 +174,11 @@ class MetricValuesField(serializers.DictField):
 
 
 class EventSerializer(AttemptSerializer):
-    type = serializers.ChoiceField(["started", "exited", "log", "checkpoint", "metric", "metric_skipped", "dropped"])
+    type = ChoiceField(["started", "exited", "log", "checkpoint", "metric", "metric_skipped", "dropped"])
     exit_code = StrictIntegerField(required=False, allow_null=True, default=None, min_value=-INT32 - 1, max_value=INT32)
     signal = StrictStringField(required=False, allow_blank=True, default="", max_length=10)
-    cause = serializers.ChoiceField(EXIT_CAUSES, required=False, default="")
-    stream = serializers.ChoiceField(["stdout", "stderr"], required=False, default="stdout")
+    cause = ChoiceField(EXIT_CAUSES, required=False, default="")
+    stream = ChoiceField(["stdout", "stderr"], required=False, default="stdout")
     offset = StrictIntegerField(min_value=0, max_value=INT64, required=False, default=0)  # in characters
     data = StrictStringField(
         required=False, allow_blank=True, default="", max_length=MAX_LOG_CHUNK, trim_whitespace=False

@@ -7,6 +7,8 @@ the same way (agents/node_filters.py)."""
 
 from collections.abc import Iterable
 
+import django_filters
+from django import forms
 from rest_framework.exceptions import ValidationError
 
 from mlqueue.pagination import StrictCursorPagination
@@ -54,3 +56,17 @@ def check_parameters(query, **asked) -> None:
     """`refused_parameters(query, **asked)` as a 400 naming each refused parameter."""
     if refused := refused_parameters(query, **asked):
         raise ValidationError({name: [why] for name, why in refused.items()})
+
+
+class _ChoicesNamedField(forms.MultipleChoiceField):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        named = ", ".join(str(value) for value, _label in self.choices)
+        self.error_messages = {**self.error_messages, "invalid_choice": f"%(value)s is not one of {named}."}
+
+
+class ChoicesFilter(django_filters.MultipleChoiceFilter):
+    """A filter of one or more choices (`?state=PENDING&state=RUNNING`) whose refusal names the
+    choices, where Django's says "not one of the available choices" and no more."""
+
+    field_class = _ChoicesNamedField

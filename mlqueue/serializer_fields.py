@@ -77,3 +77,15 @@ class NoUnknownFields:
             if unknown:
                 raise serializers.ValidationError({name: [UNKNOWN_FIELD] for name in unknown})
         return super().to_internal_value(data)
+
+
+class ChoiceField(serializers.ChoiceField):
+    """DRF's choice field, whose refusal lists the choices: a user who typed `topology_hint:
+    rack` learns `same_rack` is the word without opening the docs."""
+
+    default_error_messages = {"invalid_choice": '"{input}" is not a valid choice (one of {choices}).'}
+
+    def fail(self, key, **kwargs):
+        if key == "invalid_choice":
+            kwargs["choices"] = ", ".join(self.choice_strings_to_values)
+        super().fail(key, **kwargs)

@@ -15,6 +15,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from mlqueue.metrics_report import NAME as METRIC_NAME  # what mlqueue.report and the agent accept
+from mlqueue.serializer_fields import ChoiceField
 from scheduling.core.early_stop import MAXIMIZE, MINIMIZE
 from scheduling.spec import ArrayBlockField, StrictIntegerField, StrictSerializer, StrictStringField, SweepBlockField
 from scheduling.sweep_params import as_text, grid_size
@@ -154,7 +155,7 @@ class MetricSerializer(StrictSerializer):
     """The metric a sweep ranks its trials by (they report it with mlqueue.report)."""
 
     name = StrictStringField(max_length=100)
-    goal = serializers.ChoiceField([MINIMIZE, MAXIMIZE], required=False, default=MINIMIZE)
+    goal = ChoiceField([MINIMIZE, MAXIMIZE], required=False, default=MINIMIZE)
 
     def validate_name(self, value):
         if not METRIC_NAME.match(value):
@@ -166,7 +167,7 @@ class EarlyStopSerializer(StrictSerializer):
     """Stop a running trial whose best value is worse than the median of the others' at its step,
     once it has reported `min_reports` steps (scheduling/core/early_stop.py)."""
 
-    rule = serializers.ChoiceField(["median"])
+    rule = ChoiceField(["median"])
     min_reports = StrictIntegerField(required=False, default=3, min_value=1, max_value=100_000)
 
 
@@ -296,7 +297,7 @@ class SweepSerializer(StrictSerializer):
     """`sweep:`: one trial per set of parameters, a grid's combinations or random draws. Without
     `max_failures` the sweep fails only when every trial fails."""
 
-    method = serializers.ChoiceField(["grid", "random"])
+    method = ChoiceField(["grid", "random"])
     parameters = ParametersField()
     max_trials = StrictIntegerField(required=False, allow_null=True, default=None, min_value=1)
     parallelism = StrictIntegerField(required=False, allow_null=True, default=None, min_value=1)

@@ -20,6 +20,7 @@ from rest_framework import serializers
 from rest_framework.exceptions import PermissionDenied, ValidationError
 
 from mlqueue.errors import Conflict, FieldPermissionDenied
+from mlqueue.serializer_fields import ChoiceField
 from scheduling import notify
 from scheduling.core.model import PRIORITIES
 from scheduling.models import Job
@@ -52,7 +53,7 @@ WRITABLE_STATES = {
 
 class JobChangeSerializer(StrictSerializer):
     name = StrictStringField(required=False, max_length=200, printable_only=True)
-    priority = serializers.ChoiceField(PRIORITIES, required=False)
+    priority = ChoiceField(PRIORITIES, required=False)
     max_runtime_hours = StrictFloatField(required=False)
     # Why, for the job's events (an incident, a deadline), as hold, cancel and requeue take one:
     # no invisible or control characters, as theirs.
@@ -161,7 +162,7 @@ ALREADY_CANCELLED = "job {id} is already CANCELLED."
 
 class CancelFilterSerializer(StrictSerializer):
     owner = StrictStringField(required=False, max_length=150, help_text='a user name, or "me"')
-    state = serializers.ChoiceField(JobState.choices, required=False)
+    state = ChoiceField(JobState.choices, required=False)
     team = StrictStringField(required=False, max_length=100)
 
     def validate_team(self, value):

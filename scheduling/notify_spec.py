@@ -11,6 +11,7 @@ from django.db.models import TextChoices
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from mlqueue.serializer_fields import ChoiceField
 from mlqueue.webhook_addresses import WebhookRefused, check_endpoint
 from scheduling.spec import NotifyBlockField, StrictBooleanField, StrictSerializer, StrictStringField
 
@@ -35,7 +36,7 @@ class EventsField(serializers.ListField):
     """A list of events, each once; errors name the entry (`notify.on.2`)."""
 
     def __init__(self, **kwargs):
-        super().__init__(child=serializers.ChoiceField(Event.choices), max_length=len(Event.values), **kwargs)
+        super().__init__(child=ChoiceField(Event.choices), max_length=len(Event.values), **kwargs)
 
     def to_internal_value(self, data):
         events = super().to_internal_value(data)

@@ -15,6 +15,7 @@ import re
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from mlqueue.serializer_fields import ChoiceField
 from scheduling.spec import (
     BlockField,
     JobSpecSerializer,
@@ -62,7 +63,7 @@ class StepSerializer(StrictSerializer):
 
     name = StrictStringField(max_length=63, trim_whitespace=False)
     after = serializers.ListField(child=StrictStringField(max_length=63), required=False, default=list, max_length=100)
-    when = serializers.ChoiceField(WHEN, required=False, default="success")
+    when = ChoiceField(WHEN, required=False, default="success")
 
     def validate_name(self, value):
         if not STEP_NAME.match(value):

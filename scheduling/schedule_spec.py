@@ -13,6 +13,7 @@ from drf_spectacular.extensions import OpenApiSerializerExtension
 from rest_framework import serializers
 from rest_framework.exceptions import ValidationError
 
+from mlqueue.serializer_fields import ChoiceField
 from scheduling.core.cron import cron_error, timezone_error
 from scheduling.models import Concurrency, Schedule
 from scheduling.secrets import SecretEnvUnreadable, decrypt_env
@@ -36,7 +37,7 @@ class ScheduleTimingSerializer(StrictSerializer):
 
     cron = StrictStringField(max_length=200, help_text="five fields, e.g. '0 3 * * *', or @daily, @hourly ...")
     timezone = StrictStringField(required=False, default="UTC", max_length=64, help_text="IANA name")
-    concurrency = serializers.ChoiceField(Concurrency.choices, required=False, default=Concurrency.FORBID)
+    concurrency = ChoiceField(Concurrency.choices, required=False, default=Concurrency.FORBID)
     starting_deadline_minutes = StrictIntegerField(
         required=False, allow_null=True, default=None, min_value=1, max_value=DEADLINE_LIMIT_MINUTES
     )

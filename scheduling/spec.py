@@ -14,7 +14,7 @@ from django.conf import settings
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from mlqueue.serializer_fields import FieldsBuiltOnce, NoUnknownFields
+from mlqueue.serializer_fields import ChoiceField, FieldsBuiltOnce, NoUnknownFields
 from mlqueue.text import INVISIBLE, INVISIBLE_CATEGORIES, invisible_char
 from scheduling.core.model import PRIORITIES, Topology
 from scheduling.secrets import MASK
@@ -302,15 +302,15 @@ RESTART_MODES = ("resume_from_checkpoint", "restart", "fail")
 
 
 class RestartPolicySerializer(StrictSerializer):
-    on_preemption = serializers.ChoiceField(RESTART_MODES, required=False, default="resume_from_checkpoint")
-    on_node_failure = serializers.ChoiceField(RESTART_MODES, required=False, default="resume_from_checkpoint")
+    on_preemption = ChoiceField(RESTART_MODES, required=False, default="resume_from_checkpoint")
+    on_node_failure = ChoiceField(RESTART_MODES, required=False, default="resume_from_checkpoint")
     max_restarts = StrictIntegerField(required=False, default=20, min_value=0, max_value=1000)
     max_retries = StrictIntegerField(required=False, default=2, min_value=0, max_value=100)
 
 
 class DependencySerializer(StrictSerializer):
     job = StrictIntegerField(min_value=1, max_value=MAX_ID)
-    on = serializers.ChoiceField(DEPENDENCY_CONDITIONS, required=False, default="success")
+    on = ChoiceField(DEPENDENCY_CONDITIONS, required=False, default="success")
 
 
 @extend_schema_field(
@@ -372,7 +372,7 @@ class JobSpecSerializer(StrictSerializer):
         child=StrictStringField(allow_blank=True, max_length=10_000), allow_empty=False, max_length=1000, required=False
     )
     resources = ResourcesSerializer(required=False)
-    topology_hint = serializers.ChoiceField([t.value for t in Topology], required=False, default="none")
+    topology_hint = ChoiceField([t.value for t in Topology], required=False, default="none")
     node_selector = StringMapField(
         key_pattern=LABEL_KEY,
         key_rule="a label name such as 'ib' or 'example.com/fabric'",
@@ -381,7 +381,7 @@ class JobSpecSerializer(StrictSerializer):
         default=dict,
         printable_values=True,
     )
-    priority = serializers.ChoiceField(PRIORITIES, required=False, default="P2")
+    priority = ChoiceField(PRIORITIES, required=False, default="P2")
     max_runtime_hours = StrictFloatField(required=False, default=168.0)
     grace_period_seconds = StrictIntegerField(required=False, default=120, min_value=0, max_value=3600)
     checkpoint = CheckpointSerializer(required=False, allow_null=True, default=None)

@@ -18,6 +18,7 @@ from mlqueue.errors import Conflict
 from mlqueue.metrics_report import NAME as METRIC_NAME
 from mlqueue.pagination import NewestFirst
 from mlqueue.query_parameters import check_parameters
+from mlqueue.serializer_fields import ChoiceField
 from scheduling import groups, job_changes, job_control, job_metrics, schedules, services, submit_batch, sweeps
 from scheduling.group_state import waiting_reasons
 from scheduling.models import Job, JobState, Priority, Task
@@ -430,7 +431,7 @@ def still_allowed(request: Request, job_id: int) -> Callable[[], bool]:
 class LogQuerySerializer(serializers.Serializer):
     rank = serializers.IntegerField(min_value=0, required=False, default=0)
     attempt = serializers.IntegerField(min_value=1, required=False)
-    stream = serializers.ChoiceField(["stdout", "stderr"], required=False, default="stdout")
+    stream = ChoiceField(["stdout", "stderr"], required=False, default="stdout")
     offset = serializers.IntegerField(min_value=0, required=False, default=0)
     follow = serializers.BooleanField(
         required=False, default=False, help_text="stream the attempt as server-sent events until it ends"
@@ -523,7 +524,7 @@ def _check_log_query(job: Job, rank: int, attempt: int | None) -> None:
 class QueueQuerySerializer(serializers.Serializer):
     team = serializers.CharField(required=False, help_text="the team's jobs (a division's: its teams')")
     owner = serializers.CharField(required=False, help_text='a user name, or "me"')
-    priority = serializers.ChoiceField(choices=Priority.values, required=False)
+    priority = ChoiceField(choices=Priority.values, required=False)
     limit = serializers.IntegerField(min_value=1, max_value=500, default=100)
     offset = serializers.IntegerField(min_value=0, default=0)
 

@@ -8,7 +8,7 @@ from django.utils import timezone
 from django.utils.functional import cached_property
 from django_filters.fields import IsoDateTimeField
 
-from mlqueue.query_parameters import refused_parameters
+from mlqueue.query_parameters import ChoicesFilter, refused_parameters
 from scheduling.models import Job, JobState, Priority
 from teams.selectors import is_site_admin, team_and_below_ids, team_ids_of
 
@@ -68,13 +68,13 @@ class TimeFilter(django_filters.IsoDateTimeFilter):
 
 
 NO_VISIBLE_TEAM = "no team named {name!r} whose jobs you may see."
-MULTIPLE = django_filters.MultipleChoiceFilter
+MULTIPLE = django_filters.MultipleChoiceFilter  # ChoicesFilter's base
 
 
 class JobFilter(django_filters.FilterSet):
     team = django_filters.CharFilter(method="in_team", help_text="the team's jobs (a division's: its teams')")
-    state = django_filters.MultipleChoiceFilter(choices=JobState.choices)
-    priority = django_filters.MultipleChoiceFilter(choices=Priority.choices)
+    state = ChoicesFilter(choices=JobState.choices)
+    priority = ChoicesFilter(choices=Priority.choices)
     owner = django_filters.CharFilter(method="owned_by", help_text='a user name, or "me"')
     submitted_after = TimeFilter(field_name="submitted_at", lookup_expr="gte", help_text="submitted at or after")
     submitted_before = TimeFilter(field_name="submitted_at", lookup_expr="lt", help_text="submitted before")

@@ -4,7 +4,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from mlqueue.serializer_fields import FieldsBuiltOnce, NoUnknownFields
+from mlqueue.serializer_fields import ChoiceField, FieldsBuiltOnce, NoUnknownFields
 from scheduling.group_state import waiting_reasons
 from scheduling.groups import summary
 from scheduling.models import Job, JobDependency, JobState, Task
@@ -56,7 +56,7 @@ class TaskSerializer(FieldsBuiltOnce, serializers.ModelSerializer):
 
 
 class GroupSerializer(serializers.Serializer):
-    kind = serializers.ChoiceField(["array", "sweep", "pipeline"])
+    kind = ChoiceField(["array", "sweep", "pipeline"])
     count = serializers.IntegerField(help_text="elements (an array), trials (a sweep) or steps (a pipeline)")
     parallelism = serializers.IntegerField(help_text="the most children on nodes at once")
     max_failures = serializers.IntegerField(allow_null=True)
@@ -200,7 +200,7 @@ class JobSerializer(FieldsBuiltOnce, serializers.ModelSerializer):
 
 
 class StoppingSerializer(serializers.Serializer):
-    cause = serializers.ChoiceField(
+    cause = ChoiceField(
         CAUSES,
         help_text="PREEMPTED: for a job of a higher class; RECLAIM: for a team taking back its guarantee; DRAIN: its "
         "node is draining (an admin, a maintenance window, a spot notice); NODE_HEALTH: its node or a GPU failed; "
@@ -212,7 +212,7 @@ class StoppingSerializer(serializers.Serializer):
         'P2 yields to P0"'
     )
     preempted_for = serializers.IntegerField(allow_null=True, help_text="the job it is preempted for, if any")
-    signal = serializers.ChoiceField(["SIGTERM", "SIGKILL"], help_text="the signal sent so far")
+    signal = ChoiceField(["SIGTERM", "SIGKILL"], help_text="the signal sent so far")
     requested_at = serializers.DateTimeField(allow_null=True, help_text="when the stop was asked (SIGTERM sent)")
     kill_at = serializers.DateTimeField(
         allow_null=True, help_text="when its ranks still running are SIGKILLed: the end of its grace period"
@@ -221,7 +221,7 @@ class StoppingSerializer(serializers.Serializer):
 
 class DependencyEntrySerializer(serializers.Serializer):
     job = serializers.IntegerField()
-    on = serializers.ChoiceField(["success", "failure", "any"])
+    on = ChoiceField(["success", "failure", "any"])
 
 
 class JobDetailSerializer(JobSerializer):

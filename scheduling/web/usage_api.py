@@ -23,7 +23,7 @@ from rest_framework.views import APIView
 
 from mlqueue import date_fields
 from mlqueue.query_parameters import check_parameters
-from mlqueue.serializer_fields import NoUnknownFields
+from mlqueue.serializer_fields import ChoiceField, NoUnknownFields
 from scheduling import accounting, pricing
 from scheduling.accounting import BUCKETS, GROUPS, MAX_BUCKETS, UsageQuery, UsageReport, UsageRow
 from scheduling.models import LostCause, Price, Priority, UsageRecord
@@ -52,7 +52,7 @@ class UsageParams(serializers.Serializer):
     team = serializers.CharField(required=False, max_length=63)
     owner = serializers.CharField(required=False, max_length=150)
     resource_class = serializers.CharField(required=False, max_length=24)
-    priority = serializers.ChoiceField(choices=Priority.choices, required=False)
+    priority = ChoiceField(choices=Priority.choices, required=False)
     group_by = serializers.CharField(required=False, default="team", max_length=40)
 
     def get_fields(self):

@@ -322,7 +322,7 @@ def test_priority_changes_only_while_pending_and_nothing_once_ended(api):
     [
         ({}, {"body": [NOTHING_TO_CHANGE]}),
         ({"image": "evil"}, {"image": [UNKNOWN_FIELD]}),
-        ({"priority": "P9"}, {"priority": ['"P9" is not a valid choice.']}),
+        ({"priority": "P9"}, {"priority": ['"P9" is not a valid choice (one of P0, P1, P2, P3).']}),
         ({"max_runtime_hours": 0}, {"max_runtime_hours": [MAX_RUNTIME_RANGE.format(limit=720, value=0.0)]}),
         ({"name": ""}, {"name": ["This field may not be blank."]}),
     ],

@@ -35,7 +35,8 @@ OVERSIZED = json.dumps(make_spec(env={f"V{i}": "x" * 1000 for i in range(300)}))
 # DRF's own messages, word for word (its serializer fields and views say them, not our code).
 REQUIRED = "This field is required."
 NOT_A_DICT = "Invalid data. Expected a dictionary, but got {kind}."
-NOT_A_CHOICE = '"{value}" is not a valid choice.'
+NOT_A_CHOICE = '"{value}" is not a valid choice (one of {choices}).'
+PRIORITIES = "P0, P1, P2, P3"
 AT_LEAST = "Ensure this value is greater than or equal to {limit}."
 AT_MOST = "Ensure this value is less than or equal to {limit}."
 AT_MOST_CHARACTERS = "Ensure this field has no more than {limit} characters."
@@ -196,7 +197,15 @@ CASES = [
         "resources",
         NOT_A_DICT.format(kind="str"),
     ),
-    ("unknown priority", "alice", make_spec(priority="P9"), None, 400, "priority", NOT_A_CHOICE.format(value="P9")),
+    (
+        "unknown priority",
+        "alice",
+        make_spec(priority="P9"),
+        None,
+        400,
+        "priority",
+        NOT_A_CHOICE.format(value="P9", choices=PRIORITIES),
+    ),
     (
         "priority as a word",
         "alice",
@@ -204,7 +213,7 @@ CASES = [
         None,
         400,
         "priority",
-        NOT_A_CHOICE.format(value="high"),
+        NOT_A_CHOICE.format(value="high", choices=PRIORITIES),
     ),
     (
         "P0 by a member",
@@ -267,7 +276,7 @@ CASES = [
         None,
         400,
         "topology_hint",
-        NOT_A_CHOICE.format(value="same_rack"),
+        NOT_A_CHOICE.format(value="same_rack", choices="none, prefer_same_rack, require_same_rack, spread"),
     ),
     ("missing command", "alice", without("command"), None, 400, "command", REQUIRED),
     (
@@ -344,7 +353,7 @@ CASES = [
         None,
         400,
         "restart_policy.on_preemption",
-        NOT_A_CHOICE.format(value="retry"),
+        NOT_A_CHOICE.format(value="retry", choices="resume_from_checkpoint, restart, fail"),
     ),
     (
         "negative max_retries",

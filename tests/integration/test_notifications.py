@@ -35,6 +35,10 @@ from scheduling.notify_spec import NO_EMAIL_ADDRESS, NOWHERE
 from tests.conftest import make_spec
 from tests.integration.test_cli_groups import mlq  # noqa: F401  (the fixture)
 
+NOT_AN_EVENT = (
+    '"{value}" is not a valid choice (one of started, succeeded, failed, preempted, cancelled, early_stopped).'
+)
+
 
 class Receiver:
     """An HTTP server on 127.0.0.1 that answers each POST with the next scripted status (200
@@ -271,7 +275,7 @@ def test_a_webhook_to_a_host_no_longer_allowed_is_refused_at_send_time(api, rece
 @pytest.mark.parametrize(
     ("notify", "field", "message"),
     [
-        ({"on": ["started", "succeeded", "exploded"]}, "notify.on.2", '"exploded" is not a valid choice.'),
+        ({"on": ["started", "succeeded", "exploded"]}, "notify.on.2", NOT_AN_EVENT.format(value="exploded")),
         ({"on": ["started", "started"], "email": True}, "notify.on.1", "'started' is listed twice"),
         ({"on": [], "email": True}, "notify.on", "This list may not be empty."),
         ({"on": "started", "email": True}, "notify.on", 'Expected a list of items but got type "str".'),
@@ -485,7 +489,7 @@ def test_the_delivery_log_is_each_users_own(api, receiver):
 def test_settings_api_refuses_what_a_spec_would(api):
     client = api("alice")
     bad = client.patch("/api/v1/notifications/settings", {"on": ["started", "nope"]}, format="json")
-    assert (bad.status_code, bad.json()["fields"]) == (400, {"on.1": ['"nope" is not a valid choice.']})
+    assert (bad.status_code, bad.json()["fields"]) == (400, {"on.1": [NOT_AN_EVENT.format(value="nope")]})
     bad = client.patch("/api/v1/notifications/settings", {"webhook": "http://10.0.0.1/x"}, format="json")
     assert bad.json()["fields"] == {"webhook": [HOST_NOT_ALLOWED.format(host="10.0.0.1")]}
     bad = client.patch("/api/v1/notifications/settings", {"on": ["started"]}, format="json")

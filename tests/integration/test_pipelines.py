@@ -325,7 +325,8 @@ def test_an_unknown_or_invisible_dependency_is_refused_naming_its_entry(api, lea
         "depends_on": [f"job {mine.pk} is listed twice, on success and on any: give each job once."]
     }
     bad_on = make_spec(client_job_id=None, depends_on=[{"job": mine.pk, "on": "afterok"}])
-    assert refused(api, "alice", bad_on) == {"depends_on.0.on": ['"afterok" is not a valid choice.']}
+    not_a_condition = '"afterok" is not a valid choice (one of success, failure, any).'
+    assert refused(api, "alice", bad_on) == {"depends_on.0.on": [not_a_condition]}
 
 
 def test_the_queue_row_of_a_pipeline_names_its_waiting_steps(api, leader, logged_in):

@@ -77,7 +77,11 @@ def test_the_same_create_again_is_200_and_other_settings_under_the_name_409(cloc
             "timezone",
             "'Europe/Atlantis' is not an IANA time zone name such as Europe/Berlin, America/New_York or UTC.",
         ),
-        ({"concurrency": "sometimes"}, "concurrency", '"sometimes" is not a valid choice.'),
+        (
+            {"concurrency": "sometimes"},
+            "concurrency",
+            '"sometimes" is not a valid choice (one of allow, forbid, replace).',
+        ),
         (
             {"starting_deadline_minutes": 0},
             "starting_deadline_minutes",
@@ -172,7 +176,7 @@ def test_patch_a_spec_is_validated_and_must_stay_in_the_team(clock, api):
         ]
     }
     bad = api("alice").patch(url, {"spec": {**SPEC, "priority": "P9"}}, format="json")
-    assert bad.json()["fields"] == {"spec.priority": ['"P9" is not a valid choice.']}
+    assert bad.json()["fields"] == {"spec.priority": ['"P9" is not a valid choice (one of P0, P1, P2, P3).']}
     good = api("alice").patch(url, {"spec": {**SPEC, "command": ["python", "eval2.py"]}}, format="json")
     assert good.json()["spec"]["command"] == ["python", "eval2.py"]
 

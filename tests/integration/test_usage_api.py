@@ -220,7 +220,7 @@ def test_csv_has_a_line_per_group_and_every_cause_and_outcome(api, ledger):
         ({"team": "nobody"}, "team", "no team named 'nobody'."),
         ({"owner": "nobody"}, "owner", "no user named 'nobody'."),
         ({"resource_class": "gpu:TPU"}, "resource_class", "unknown resource class 'gpu:TPU'"),
-        ({"priority": "P9"}, "priority", '"P9" is not a valid choice.'),
+        ({"priority": "P9"}, "priority", '"P9" is not a valid choice (one of P0, P1, P2, P3).'),
         ({"format": "xml"}, "format", "format is json or csv; got 'xml'."),
         ({"from": "2020-01-01", "group_by": "day"}, "from", "a report by day covers at most 400 days; this one covers"),
         # Days or weeks stepped past the year 9999: they were a 500.

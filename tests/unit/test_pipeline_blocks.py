@@ -70,7 +70,7 @@ def accepted(pipeline, **top) -> dict:
             {"steps": [step("a", when="sometimes")]},
             {},
             "pipeline.steps[0].when",
-            '"sometimes" is not a valid choice.',
+            '"sometimes" is not a valid choice (one of success, failure, always).',
         ),
         (
             {"steps": [step("a"), step("b", resources={"gpu_count": 8})]},
