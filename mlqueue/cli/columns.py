@@ -44,6 +44,7 @@ TASK_COLUMNS = [
     ("NODE", lambda task: task.node),
     ("ATTEMPT", lambda task: task.attempt),
     ("EXIT", lambda task: task.exit_code if task.exit_code is not None else task.exit_signal or None),
+    ("STOPPED", lambda task: task.stop_reason or None),  # PEER_FAILED: another rank failed first
 ]
 EVENT_COLUMNS = [
     ("AT", lambda event: event.created_at),

@@ -67,6 +67,7 @@ class Task:
     exit_code: int | None = None
     exit_signal: str = ""  # the signal that ended it ("SIGKILL"): exit_code is then None
     failure_class: str = ""
+    stop_reason: str = ""  # why the scheduler stopped it (PEER_FAILED: another rank failed), if it did
     started_at: str | None = None
     finished_at: str | None = None
     raw: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)

@@ -33,6 +33,7 @@ class TaskSerializer(FieldsBuiltOnce, serializers.ModelSerializer):
             "attempt",
             "epoch",
             "failure_class",
+            "stop_reason",
             "exit_code",
             "exit_signal",
             "assigned_at",
@@ -48,6 +49,10 @@ class TaskSerializer(FieldsBuiltOnce, serializers.ModelSerializer):
                 "a preemption loses everything since then, or since the start)"
             },
             "checkpoint_step": {"help_text": "the step the job gave with that checkpoint, if any"},
+            "stop_reason": {
+                "help_text": "why the scheduler stopped this rank, if it did (PEER_FAILED: another rank of its gang "
+                'failed, and this one ended because of it, whatever its failure_class says); "" if it did not'
+            },
             "exit_signal": {
                 "help_text": 'the signal that ended the process, e.g. "SIGKILL" (exit_code is then null); '
                 '"" if it exited by itself'

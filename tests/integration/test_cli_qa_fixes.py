@@ -5,12 +5,14 @@ of a spec that can never run exits 1 with its answer printed."""
 import json
 
 import pytest
+from django.test import Client
 
 from mlqueue.cli.app import EXIT_FAILED, EXIT_REFUSED
 from scheduling import reports
 from scheduling.leader.worker import run_pass
 from scheduling.models import Job, JobState, SchedulerLease
 from teams.models import AuditEvent
+from tests.conftest import make_spec
 from tests.integration.test_cli_groups import mlq  # noqa: F401 (the fixture: mlq as alice)
 from tests.integration.test_cli_jobs import spec_file  # noqa: F401
 from tests.nodes import heartbeat
@@ -110,3 +112,33 @@ def test_a_running_jobs_cancel_ends_it_by_whom_and_why_not_by_the_ranks_signal(m
     assert Job.objects.get(pk=job_id).state == JobState.CANCELLED
     ended = json.loads(mlq("why", str(job_id), "-o", "json").stdout)["ended"]
     assert (ended["by"], ended["reason"], ended["message"]) == ("alice", "CANCELLED", "qa cancel")
+
+
+def test_a_rank_stopped_because_its_peer_failed_says_so(mlq, tmp_path):  # noqa: F811
+    """A gang's rank the scheduler stopped because another rank failed read `FAILED, SIGTERM
+    (INFRA)`, as if its node had failed it: the API gives each rank's stop reason, `mlq status`
+    shows it, and the job page no longer labels that rank INFRA."""
+    SchedulerLease.objects.filter(pk=1).update(epoch=1)
+    heartbeat()
+    path = tmp_path / "gang.yaml"
+    path.write_text(json.dumps(make_spec(client_job_id=None, resources={"gpu_count": 16})))
+    job_id = json.loads(mlq("submit", str(path), "-o", "json").stdout)["id"]
+    run_pass(epoch=1)
+    job = Job.objects.get(pk=job_id)
+    tasks = list(job.tasks.order_by("rank"))
+    assert len(tasks) == 2
+    for task in tasks:
+        reports.do_report_started(job_id=job_id, rank=task.rank, attempt=task.attempt)
+    reports.do_report_exited(job_id=job_id, rank=0, attempt=tasks[0].attempt, exit_code=3)
+    reports.do_report_exited(job_id=job_id, rank=1, attempt=tasks[1].attempt, exit_code=None, signal="SIGTERM")
+    shown = json.loads(mlq("status", str(job_id), "-o", "json").stdout)
+    assert [(t["rank"], t["exit_code"], t["stop_reason"]) for t in shown["tasks"]] == [
+        (0, 3, ""),
+        (1, None, "PEER_FAILED"),
+    ]
+    table = mlq("status", str(job_id)).stdout
+    assert "STOPPED" in table and "PEER_FAILED" in table
+    client = Client()
+    client.force_login(job.owner)
+    page = client.get(f"/jobs/{job_id}/").content.decode()
+    assert "SIGTERM (INFRA)" not in page and "PEER_FAILED" in page
