@@ -316,7 +316,8 @@ HELD_WITH_GROUP = "; held with its group (job {group}), which is held"
 
 def _end_failed(job: Job, verdict: Verdict, *, now, lost: dict) -> None:
     """Ranks still PREEMPTED become FAILED, recorded as one transition that carries the
-    verdict; when every rank had FAILED already, the verdict is that one event."""
+    verdict; when every rank had FAILED already, the job is FAILED already too: the verdict is
+    an event that says so, from no state (it read "FAILED -> FAILED" on the timeline)."""
     moved = lifecycle.transition_gang(
         job.pk,
         from_state=S.PREEMPTED,
@@ -334,7 +335,6 @@ def _end_failed(job: Job, verdict: Verdict, *, now, lost: dict) -> None:
             job=job,
             kind=EventKind.TRANSITION,
             actor_name="scheduler",
-            from_state=job.state,
             to_state=S.FAILED,
             reason=verdict.failure_class,
             message=verdict.message,

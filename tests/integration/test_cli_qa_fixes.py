@@ -115,13 +115,15 @@ def test_a_running_jobs_cancel_ends_it_by_whom_and_why_not_by_the_ranks_signal(m
 
 
 def test_a_rank_stopped_because_its_peer_failed_says_so(mlq, tmp_path):  # noqa: F811
-    """A gang's rank the scheduler stopped because another rank failed read `FAILED, SIGTERM
+    """QA: a gang's rank the scheduler stopped because another rank failed read `FAILED, SIGTERM
     (INFRA)`, as if its node had failed it: the API gives each rank's stop reason, `mlq status`
     shows it, and the job page no longer labels that rank INFRA."""
     SchedulerLease.objects.filter(pk=1).update(epoch=1)
     heartbeat()
     path = tmp_path / "gang.yaml"
-    path.write_text(json.dumps(make_spec(client_job_id=None, resources={"gpu_count": 16})))
+    spec = make_spec(client_job_id=None, resources={"gpu_count": 16})
+    spec["restart_policy"]["max_retries"] = 0
+    path.write_text(json.dumps(spec))
     job_id = json.loads(mlq("submit", str(path), "-o", "json").stdout)["id"]
     run_pass(epoch=1)
     job = Job.objects.get(pk=job_id)
@@ -142,3 +144,10 @@ def test_a_rank_stopped_because_its_peer_failed_says_so(mlq, tmp_path):  # noqa:
     client.force_login(job.owner)
     page = client.get(f"/jobs/{job_id}/").content.decode()
     assert "SIGTERM (INFRA)" not in page and "PEER_FAILED" in page
+    # The verdict on a gang whose every rank had FAILED: the job was FAILED already; its last
+    # timeline entry read "FAILED -> FAILED".
+    run_pass(epoch=1)
+    verdict = AuditEvent.objects.filter(job_id=job_id).latest("id")
+    assert (verdict.from_state, verdict.to_state, verdict.reason) == ("", "FAILED", "APP")
+    ended = json.loads(mlq("why", str(job_id), "-o", "json").stdout)["ended"]
+    assert (ended["by"], ended["reason"]) == ("scheduler", "APP")
