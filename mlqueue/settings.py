@@ -296,6 +296,9 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
     "loggers": {
+        # Django's own default gives `django` a console handler of its own under DEBUG: every
+        # line of Django's (runserver's access log in make demo) came out twice.
+        "django": {"handlers": [], "level": "INFO"},
         "django.db.backends": {"level": "WARNING"},
         # runserver's access log (make demo): a line per successful heartbeat drowned the rest.
         "django.channels.server": {"filters": ["quiet_heartbeats"]},
