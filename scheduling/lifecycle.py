@@ -86,6 +86,7 @@ def _stamp_fields(to_state: str, now) -> dict:
             finished_at=None,
             exit_code=None,
             exit_signal="",
+            exit_cause="",
             failure_class="",
             **NO_STOP,
             **NO_CHECKPOINT,

@@ -110,6 +110,7 @@ def do_report_exited(
         now=now,
         exit_code=exit_code,
         exit_signal=signal or "",
+        exit_cause=cause if cause in CAUSES else "",
         failure_class=failure_class,
     )
     if not moved:

@@ -104,6 +104,19 @@ STOPPED_FOR_A_REASON = MAKING_ROOM | {
 }
 
 
+# Why a rank was lost that was not the job's doing, when known: its agent's exit cause
+# (agents/protocol.py's EXIT_CAUSES), or its node's loss. A verdict said "lost to an
+# infrastructure failure" alone, and an image job on nodes without a container runtime spent
+# its restarts one after the other saying only that (QA).
+LOST_BECAUSE = {
+    "no_container_runtime": "was not started: it names an image and its node has no container runtime",
+    "no_task_user": "was not started: its node agent had no user to run it as",
+    "lease_expired": "was stopped by its node agent, which could not renew its lease",
+    "lost": "was lost when its node agent restarted",
+    "node_lost": "was lost with its node",
+}
+
+
 @dataclass(frozen=True, slots=True)
 class EndedTask:
     """One rank as its attempt ended."""
@@ -114,6 +127,7 @@ class EndedTask:
     stop_reason: str = ""
     exit_code: int | None = None
     exit_signal: str = ""
+    cause: str = ""  # a key of LOST_BECAUSE, or ""
 
     @property
     def unsuccessful(self) -> bool:
@@ -205,7 +219,7 @@ def settle(attempt: Attempt, outcome: Outcome, policy: RestartPolicy) -> Verdict
         )
     if _stopped_for(ended, MAKING_ROOM):
         return _after_preemption(ended, attempt, policy)
-    return _after_infra_failure(attempt, policy)
+    return _after_infra_failure(ended, attempt, policy)
 
 
 def _after_app_failure(failed: EndedTask, attempt: Attempt, policy: RestartPolicy) -> Verdict:
@@ -255,8 +269,11 @@ def _after_preemption(ended: list[EndedTask], attempt: Attempt, policy: RestartP
     )
 
 
-def _after_infra_failure(attempt: Attempt, policy: RestartPolicy) -> Verdict:
+def _after_infra_failure(ended: list[EndedTask], attempt: Attempt, policy: RestartPolicy) -> Verdict:
+    known = next((t for t in ended if t.cause in LOST_BECAUSE and not t.stop_reason), None)
     what = "lost to an infrastructure failure"
+    if known is not None:
+        what += f" (rank {known.rank} {LOST_BECAUSE[known.cause]})"
     if policy.on_node_failure == RestartMode.FAIL:
         return Verdict(
             Action.FAIL, SettleCode.POLICY_FAILS, f"{what}, and its restart policy says fail", FailureClass.INFRA

@@ -172,6 +172,7 @@ def _fail_tasks_on(node: Node, stop_reason: str, message: str, now) -> int:
             message=message,
             now=now,
             failure_class=FailureClass.INFRA,
+            exit_cause="node_lost",
             stop_reason=task.stop_reason or stop_reason,
         )
         failed += moved

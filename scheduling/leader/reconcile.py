@@ -212,7 +212,7 @@ def _attempt(job: Job) -> Attempt:
 
 
 def _outcome(job: Job) -> Outcome:
-    fields = ("rank", "state", "failure_class", "stop_reason", "exit_code", "exit_signal")
+    fields = ("rank", "state", "failure_class", "stop_reason", "exit_code", "exit_signal", "exit_cause")
     tasks = tuple(
         EndedTask(
             row["rank"],
@@ -221,6 +221,7 @@ def _outcome(job: Job) -> Outcome:
             row["stop_reason"],
             row["exit_code"],
             row["exit_signal"],
+            row["exit_cause"],
         )
         for row in job.tasks.values(*fields)
     )

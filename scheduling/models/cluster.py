@@ -394,6 +394,9 @@ class Task(models.Model):
     failure_class = models.CharField(max_length=16, choices=FailureClass.choices, blank=True)
     exit_code = models.IntegerField(null=True, blank=True)
     exit_signal = models.CharField(max_length=10, blank=True)
+    # Why the rank was lost, when not the job's doing and known (core/settle.py's LOST_BECAUSE:
+    # the agent's exit cause, or node_lost): the verdict names it.
+    exit_cause = models.CharField(max_length=24, blank=True)
     # A stop the scheduler asked for: the agent sends `stop_signal`; past `kill_at`, SIGKILL.
     stop_reason = models.CharField(max_length=16, choices=StopReason.choices, blank=True)
     stop_signal = models.CharField(max_length=4, choices=Signal.choices, blank=True)

@@ -36,6 +36,7 @@ class TaskSerializer(FieldsBuiltOnce, serializers.ModelSerializer):
             "stop_reason",
             "exit_code",
             "exit_signal",
+            "exit_cause",
             "assigned_at",
             "started_at",
             "finished_at",
@@ -49,6 +50,10 @@ class TaskSerializer(FieldsBuiltOnce, serializers.ModelSerializer):
                 "a preemption loses everything since then, or since the start)"
             },
             "checkpoint_step": {"help_text": "the step the job gave with that checkpoint, if any"},
+            "exit_cause": {
+                "help_text": "why the rank was lost when it was not the job's doing and is known: "
+                'no_container_runtime, no_task_user, lease_expired, lost (its agent restarted), node_lost; "" otherwise'
+            },
             "stop_reason": {
                 "help_text": "why the scheduler stopped this rank, if it did (PEER_FAILED: another rank of its gang "
                 'failed, and this one ended because of it, whatever its failure_class says); "" if it did not'

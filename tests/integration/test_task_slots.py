@@ -82,3 +82,8 @@ def test_no_user_or_no_runtime_for_a_task_is_the_nodes_failure_not_the_jobs(api,
     assert (job.retries_used, job.restarts_used) == (0, 1)  # a restart, not a retry (and placed again)
     requeued = AuditEvent.objects.get(job=job, to_state="PENDING", kind="TRANSITION")
     assert requeued.from_state == "FAILED"  # the state its tasks were in, not every state allowed
+    # The verdict names the cause (it said "lost to an infrastructure failure" alone), and the
+    # next attempt starts without it.
+    assert requeued.message.startswith(f"lost to an infrastructure failure (rank 0 was not started: {said}); restart 1")
+    task.refresh_from_db()
+    assert (task.state, task.exit_cause) == ("ASSIGNED", "")

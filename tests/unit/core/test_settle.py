@@ -28,8 +28,9 @@ def rank(
     *,
     exit_code=None,
     signal: str = "",
+    cause: str = "",
 ) -> EndedTask:
-    return EndedTask(rank_, TaskEnd(state), failure_class, stop_reason, exit_code, signal)
+    return EndedTask(rank_, TaskEnd(state), failure_class, stop_reason, exit_code, signal, cause)
 
 
 def app(rank_: int = 0, exit_code: int = 3) -> EndedTask:
@@ -40,8 +41,8 @@ def preempted(rank_: int = 0, stop_reason: str = "PREEMPTED") -> EndedTask:
     return rank(rank_, "PREEMPTED", "INFRA", stop_reason, exit_code=143)
 
 
-def lost(rank_: int = 0) -> EndedTask:
-    return rank(rank_, "FAILED", "INFRA", signal="SIGKILL")
+def lost(rank_: int = 0, cause: str = "") -> EndedTask:
+    return rank(rank_, "FAILED", "INFRA", signal="SIGKILL", cause=cause)
 
 
 def peer_stopped(rank_: int) -> EndedTask:
@@ -266,6 +267,33 @@ CASES = [
         ),
     ),
     (
+        "a known cause is named: an image on a node with no container runtime",
+        Outcome((rank(0, "FAILED", "INFRA", exit_code=127, cause="no_container_runtime"),)),
+        Attempt(restarts_used=20),
+        RestartPolicy(),
+        Verdict(
+            Action.FAIL,
+            SettleCode.NO_RESTARTS_LEFT,
+            "lost to an infrastructure failure (rank 0 was not started: it names an image and its node has no "
+            "container runtime); no restarts left (20 allowed)",
+            "INFRA",
+        ),
+    ),
+    (
+        "a known cause is named: the node lost, not its stopped peer's",
+        Outcome((peer_stopped(0), lost(1, cause="node_lost"))),
+        Attempt(),
+        RestartPolicy(),
+        Verdict(
+            Action.REQUEUE,
+            SettleCode.RESTART,
+            "lost to an infrastructure failure (rank 1 was lost with its node); restart 1 of 20, from the start "
+            "(retries not spent)",
+            counter=Counter.RESTARTS,
+            count=1,
+        ),
+    ),
+    (
         "on_node_failure: fail fails at the first loss",
         Outcome((lost(0),)),
         Attempt(),
@@ -305,3 +333,11 @@ def test_the_core_speaks_the_stores_vocabulary():
     assert {e.value for e in core.StopReason} == set(models.StopReason.values)
     assert {e.value for e in core.RestartMode} == set(models.RestartMode.values)
     assert {e.value for e in core.Counter} <= {f.name for f in models.Job._meta.get_fields()}
+
+
+def test_every_cause_an_agent_reports_is_named():
+    from agents.protocol import EXIT_CAUSES
+    from scheduling.core.settle import LOST_BECAUSE
+    from scheduling.reports import CAUSES
+
+    assert set(LOST_BECAUSE) == set(EXIT_CAUSES) - {""} | {"node_lost"} == set(CAUSES) | {"node_lost"}
