@@ -23,7 +23,7 @@ from rest_framework.exceptions import PermissionDenied
 from mlqueue.errors import Conflict
 from scheduling import notify
 from scheduling.models import Job, StopReason, Task, held_message
-from scheduling.selectors import can_change_job
+from scheduling.selectors import can_change_job, can_edit_quotas
 from scheduling.states import JOB_FINISHED, ON_NODE, JobState
 from scheduling.stopping import do_request_stop
 from teams.models import AuditEvent, EventKind
@@ -33,6 +33,11 @@ NOT_YOURS = (
 )
 HOLD_NOT_PENDING = "job {job_id} is {state}: only a PENDING job can be held."
 NOT_HELD = "job {job_id} is not held: there is nothing to release."
+# As Slurm's admin hold, which its user cannot release: a member undid her lead's hold (QA).
+HELD_ABOVE = (
+    "job {job_id} was held by {holder}, not by its owner: only a lead of {team} (or of a team above it) "
+    "or an admin may release it."
+)
 REQUEUE_NOT_PLACED = "job {job_id} is {state}: only an ASSIGNED or RUNNING job can be requeued."
 REQUEUE_CANCELLING = "job {job_id} is being cancelled: it will not be requeued."
 ALREADY_STOPPING = "job {job_id} is already being stopped ({reason}): it will not be requeued on request."
@@ -125,6 +130,8 @@ def do_release_job(*, user, job: Job) -> Job:
     with transaction.atomic():
         hold = Job.objects.select_for_update(no_key=True).filter(pk=job.pk, held=True)
         by = hold.values_list("held_by_name", "held_reason").first()
+        if by is not None:
+            _check_may_release(user=user, job=job, holder=by[0])
         if by is None or not hold.update(**RELEASED, updated_at=now):
             raise Conflict(NOT_HELD.format(job_id=job.pk))
         # Only the children its hold held (its own name and reason): one held by itself stays held.
@@ -136,6 +143,14 @@ def do_release_job(*, user, job: Job) -> Job:
         notify.wake_scheduler("release")
     job.refresh_from_db()
     return job
+
+
+def _check_may_release(*, user, job: Job, holder: str) -> None:
+    """A hold its owner (or the releaser) set is anyone's who may control the job to release;
+    one a lead or an admin set on someone else's job is theirs and their peers'."""
+    if holder in (job.owner.get_username(), user.get_username()) or can_edit_quotas(user, job.team):
+        return
+    raise PermissionDenied(HELD_ABOVE.format(job_id=job.pk, holder=holder, team=job.team.name))
 
 
 # Not yet scheduled again, until the next pass.

@@ -5,6 +5,7 @@ import pytest
 from scheduling import reports
 from scheduling.job_control import (
     ALREADY_STOPPING,
+    HELD_ABOVE,
     HOLD_NOT_PENDING,
     NOT_HELD,
     NOT_YOURS,
@@ -59,16 +60,16 @@ def test_a_held_job_is_not_placed_while_a_smaller_one_is_and_released_it_is(api,
 
 def test_hold_and_release_are_audited(api, leader):
     job = submit(api)
-    post(api, "rita", job, "hold")  # a lead of the job's team may
-    post(api, "alice", job, "release")
+    post(api, "alice", job, "hold")
+    post(api, "rita", job, "release")  # a lead of the job's team may
     events = AuditEvent.objects.filter(job=job, kind="JOB_CHANGED").order_by("id")
     assert [(e.actor_name, e.message, e.data) for e in events] == [
         (
-            "rita",
-            "held by rita: it will not start until it is released",
+            "alice",
+            "held by alice: it will not start until it is released",
             {"field": "held", "before": False, "after": True},
         ),
-        ("alice", "released by alice", {"field": "held", "before": True, "after": False}),
+        ("rita", "released by rita", {"field": "held", "before": True, "after": False}),
     ]
 
 
@@ -108,6 +109,26 @@ def test_who_may_not_cancel_may_not_hold_release_or_requeue(api, leader, verb):
     assert post(api, None, job, verb).status_code in (401, 403)
     job.refresh_from_db()
     assert not job.held and not AuditEvent.objects.filter(job=job, kind__in=("JOB_CHANGED", "STOP_REQUESTED")).exists()
+
+
+@pytest.mark.parametrize("holder", ["rita", "ops"])
+def test_a_hold_a_lead_or_an_admin_set_is_not_its_owners_to_release(api, leader, holder):
+    """QA: a member undid her lead's hold. As Slurm's admin hold: a lead of the job's team (or
+    above) or an admin releases it; its owner's own hold stays anyone's who may control it."""
+    job = submit(api)
+    assert post(api, holder, job, "hold", {"reason": "wait for the eval"}).status_code == 200
+    refused = post(api, "alice", job, "release")
+    assert (refused.status_code, refused.json()["detail"]) == (
+        403,
+        HELD_ABOVE.format(job_id=job.pk, holder=holder, team=TEAM),
+    )
+    job.refresh_from_db()
+    assert job.held and not AuditEvent.objects.filter(job=job, data__after=False).exists()
+    assert post(api, "rita", job, "release").status_code == 200
+    assert post(api, "alice", job, "hold").status_code == 200
+    assert post(api, "rita", job, "release").status_code == 200  # the owner's own hold: a lead releases it
+    assert post(api, "alice", job, "hold").status_code == 200
+    assert post(api, "alice", job, "release").status_code == 200
 
 
 @pytest.mark.parametrize("verb", ["hold", "requeue"])
