@@ -251,7 +251,7 @@ def test_a_final_failure_records_the_lost_work_on_its_event(api, leader, clock):
     beat(clients[A], A, [report(job_id, 0, 1, "exited", exit_code=1)])
     run_pass(epoch=leader)
     assert Job.objects.get(pk=job_id).state == "FAILED"
-    [verdict] = AuditEvent.objects.filter(job_id=job_id, reason="APP", from_state="FAILED")
+    [verdict] = AuditEvent.objects.filter(job_id=job_id, reason="APP", from_state="", to_state="FAILED")
     lost = {"lost_gpu_hours": 2.0, "lost_since": saved.isoformat(), "since_checkpoint": True, "checkpoint_step": 50}
     assert verdict.data == lost
 

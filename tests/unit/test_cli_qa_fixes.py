@@ -457,7 +457,7 @@ def test_status_shows_the_signal_that_ended_a_rank_in_its_exit_column():
         }
     )
     rows = [line.split() for line in run(server, "status", "7").stdout.splitlines()]
-    assert ["0", "FAILED", "n1", "1", "SIGKILL"] in rows and ["1", "FAILED", "n2", "1", "3"] in rows
+    assert ["0", "FAILED", "n1", "1", "SIGKILL", "-"] in rows and ["1", "FAILED", "n2", "1", "3", "-"] in rows
 
 
 def test_a_dry_run_that_can_never_run_names_the_field_to_change(spec_file):
