@@ -23,6 +23,16 @@ class NodeAdmin(admin.ModelAdmin):
     search_fields = ["name", "rack"]
     exclude = ["token_digest"]
 
+    # Read-only here (QA): a state set in this form was written with no audit entry, and a
+    # "draining" node stopped nothing. Nodes change through the console, the API and `mlq`
+    # (cordon, drain, uncordon, labels, reset-token: audited, with their effects); what a node
+    # is comes from its agent.
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_add_permission(self, request):
+        return False
+
 
 @admin.register(JoinToken)
 class JoinTokenAdmin(admin.ModelAdmin):

@@ -78,11 +78,22 @@ def post(client, node: str, action: str, reason: str, **headers):
 def test_only_site_admins(demo, client):
     assert client.get("/nodes/").status_code == 302  # to the login page
     client.login(username="alice", password="demo")
-    assert client.get("/nodes/").status_code == 403
+    refused = client.get("/nodes/")
+    assert refused.status_code == 403
+    assert "Only site admins may see the nodes." in refused.content.decode()  # not a bare "403 Forbidden" (QA)
     assert client.get("/nodes/?part=heatmap", **HTMX).status_code == 403
     assert post(client, H100, "drain", "maintenance", **HTMX).status_code == 403
     assert Node.objects.get(name=H100).state == "NEW"
     assert not AuditEvent.objects.filter(kind="NODE_STATE", node__name=H100).exists()
+
+
+def test_the_django_admin_shows_nodes_but_changes_none(ops, ready):
+    """QA: its form set a node DRAINING with no audit entry and no task stopped."""
+    node = Node.objects.get(name=H100)
+    assert ops.get(f"/admin/scheduling/node/{node.pk}/change/").status_code == 200  # to look at
+    changed = ops.post(f"/admin/scheduling/node/{node.pk}/change/", {"state": "DRAINING", "name": H100})
+    assert changed.status_code == 403
+    assert Node.objects.get(name=H100).state == node.state
 
 
 def test_every_node_by_rack_with_its_state(ops, ready):
