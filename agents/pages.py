@@ -220,7 +220,9 @@ def _cancel_window(request):
     if window is None:  # said on the console, as every other refusal there, not a bare 404 page
         return _refused(request, ActionError("", f"window: there is no maintenance window #{int(window_id)}."))
     try:
-        maintenance.do_cancel_window(window=window, user=request.user)
+        # The state the admin saw: a "Cancel" drawn before the window started must not end it
+        # mid-maintenance, its rack back in service (QA).
+        maintenance.do_cancel_window(window=window, user=request.user, seen=request.POST.get("seen") or None)
     except APIException as refusal:
         return _refused(request, ActionError("", str(refusal.detail)))
     return _done(request, f"maintenance #{window.pk} cancelled.")

@@ -258,11 +258,22 @@ def do_change_window(*, window: MaintenanceWindow, user, changes: dict, now=None
     return window
 
 
-def do_cancel_window(*, window: MaintenanceWindow, user, now=None) -> MaintenanceWindow:
+CHANGED_SINCE = (
+    "maintenance #{id} is {state} now, not {seen} as the page showed: nothing was changed. "
+    "Reload the page, and end it from there if that is what you mean."
+)
+
+
+def do_cancel_window(*, window: MaintenanceWindow, user, now=None, seen: str | None = None) -> MaintenanceWindow:
     """Cancel a scheduled window; end an active one now (its nodes uncordoned as at its end).
-    Conflict for one already done or cancelled."""
+    Conflict for one already done or cancelled, and for one no longer in the state `seen` (the
+    state a page showed when it offered the button), if given."""
     now = now or timezone.now()
     with transaction.atomic():
+        if seen is not None:
+            current = MaintenanceWindow.objects.select_for_update().values_list("state", flat=True).get(pk=window.pk)
+            if current != seen:
+                raise Conflict(CHANGED_SINCE.format(id=window.pk, seen=seen, state=current))
         scheduled = MaintenanceWindow.objects.filter(pk=window.pk, state=MaintenanceState.SCHEDULED).update(
             state=MaintenanceState.CANCELLED, ended_at=now
         )

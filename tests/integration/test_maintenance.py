@@ -324,6 +324,30 @@ def test_the_console_schedules_lists_and_cancels_windows(clock, logged_in):
     assert window.state == MaintenanceState.CANCELLED
 
 
+def test_a_cancel_drawn_before_the_window_started_does_not_end_it(clock, logged_in):
+    """QA: the console's "Cancel", drawn while the window was SCHEDULED and clicked once it had
+    started, ended it mid-maintenance and put its rack back in service, unasked."""
+    ops = logged_in("ops")
+    body = {"racks": ["z1-r1"], "starts_at": "2026-04-20T10:00", "hours": "4", "reason": "PDU swap"}
+    ops.post("/nodes/", {**body, "action": "maintenance"})
+    window = MaintenanceWindow.objects.get()
+    assert 'name="seen" value="SCHEDULED"' in ops.get("/nodes/").content.decode()
+    clock.shift(timedelta(hours=1, minutes=5))
+    maintenance.run_due()
+    stale = {"window": window.pk, "action": "cancel_maintenance", "seen": "SCHEDULED"}
+    response = ops.post("/nodes/", stale, HTTP_HX_REQUEST="true")
+    assert maintenance.CHANGED_SINCE.format(id=window.pk, seen="SCHEDULED", state="ACTIVE") in (
+        response.content.decode().replace("&#x27;", "'")
+    )
+    window.refresh_from_db()
+    assert window.state == MaintenanceState.ACTIVE
+    page = ops.get("/nodes/").content.decode()
+    assert 'name="seen" value="ACTIVE"' in page and f"confirm('End maintenance #{window.pk} now" in page
+    ops.post("/nodes/", {**stale, "seen": "ACTIVE"})
+    window.refresh_from_db()
+    assert window.state == MaintenanceState.CANCELLED
+
+
 @pytest.mark.parametrize(
     ("changes", "error"),
     [
