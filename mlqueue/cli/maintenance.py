@@ -14,6 +14,11 @@ from mlqueue.client import MaintenanceWindow
 ONE_TARGET = "give exactly one of --rack, --zone or --node (repeatable)"
 ONE_END = "give --hours or --until"
 FROM_NOW = re.compile(r"\+(\d+(?:\.\d+)?)([mhd])")
+# What looks meant as a time from now but is not one of ours: -30m, +40s, +1y (QA: they went to
+# the server as typed and came back as "Datetime has wrong format").
+LOOKS_RELATIVE = re.compile(r"[+-]\s*\d[\d.]*\s*[a-zA-Z]*")
+NOT_FROM_NOW = "{value!r}: a time from now is + and a number of m, h or d (+30m, +2h, +1d)"
+IN_THE_PAST = "{value!r} is in the past: a window starts and ends after now (+30m, +2h, +1d)"
 UNITS = {"m": "minutes", "h": "hours", "d": "days"}
 TIME_HELP = "ISO 8601 (2027-01-15T02:00Z), or from now: +30m, +2h, +1d"
 
@@ -50,6 +55,9 @@ def when(ctx: click.Context, param: click.Parameter, value: str | None) -> str |
     as an ISO 8601 time in UTC: an admin need not type the date of tonight's window."""
     found = FROM_NOW.fullmatch(value.strip()) if value else None
     if found is None:
+        if value and LOOKS_RELATIVE.fullmatch(value.strip()):
+            message = IN_THE_PAST if value.strip().startswith("-") else NOT_FROM_NOW
+            raise click.BadParameter(message.format(value=value.strip()), ctx=ctx, param=param)
         return value
     later = clock() + timedelta(**{UNITS[found[2]]: float(found[1])})
     return later.strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -9,6 +9,7 @@ from django.contrib.auth import get_user_model
 
 from mlqueue import cli
 from mlqueue.cli.app import EXIT_REFUSED
+from mlqueue.cli.maintenance import IN_THE_PAST, NOT_FROM_NOW
 from mlqueue.client import Client
 from scheduling.models import MaintenanceWindow
 from teams.models import ApiToken
@@ -116,7 +117,8 @@ def test_bad_input_is_named_and_users_are_refused(clock, mlq_as):
 def test_times_from_now_and_without_an_offset(clock, mlq_as):
     """`--at +2h` is two hours from now by the CLI's clock (frozen here at 09:00 UTC, as the
     server's); a time without an offset is UTC; a relative form the CLI does not know is the
-    server's to refuse, naming the field."""
+    CLI's to refuse as a usage error, naming the forms it takes (QA: `-30m`, `+40s`, `+1y` went
+    to the server as typed and came back "Datetime has wrong format")."""
     window = "maintenance", "create", "--reason", "PDU"
     later = mlq_as("ops", *window, "--rack", "z1-r1", "--at", "+2h", "--hours", "1")
     assert (
@@ -126,6 +128,7 @@ def test_times_from_now_and_without_an_offset(clock, mlq_as):
     assert "SCHEDULED, 2026-04-20T09:30:00Z for 35.5 h" in span.output
     naive = mlq_as("ops", *window, "--zone", "z2", "--at", "2026-04-20T12:00", "--hours", "2")
     assert "SCHEDULED, 2026-04-20T12:00:00Z for 2 h" in naive.output
-    unknown = mlq_as("ops", *window, "--zone", "z1", "--at", "+2w", "--hours", "1")
-    assert unknown.exit_code == EXIT_REFUSED and "starts_at:" in unknown.output
+    for typed, said in (("+2w", NOT_FROM_NOW), ("+40s", NOT_FROM_NOW), ("+1y", NOT_FROM_NOW), ("-30m", IN_THE_PAST)):
+        unknown = mlq_as("ops", *window, "--zone", "z1", "--at", typed, "--hours", "1")
+        assert unknown.exit_code == 2 and said.format(value=typed) in unknown.output
     assert MaintenanceWindow.objects.count() == 3
