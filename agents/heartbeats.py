@@ -9,7 +9,7 @@ single SQL statement. Postgres is written only when a task or the node changes s
 import logging
 import time
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import connection
@@ -40,6 +40,7 @@ class TaskRow:
     state: str
     stop_signal: str
     stop_reason: str
+    kill_at: datetime | None = None  # past it, SIGKILL: the agent keeps the deadline too
 
 
 @dataclass
@@ -51,7 +52,8 @@ class NodeView:
 
 
 NODE_SQL = f"""
-SELECT n.token_digest, n.id, n.name, n.health, t.job_id, t.rank, t.attempt, t.state, t.stop_signal, t.stop_reason
+SELECT n.token_digest, n.id, n.name, n.health, t.job_id, t.rank, t.attempt, t.state, t.stop_signal, t.stop_reason,
+       t.kill_at
 FROM {Node._meta.db_table} n
 LEFT JOIN {Task._meta.db_table} t ON t.node_id = n.id AND t.state IN ('ASSIGNED', 'RUNNING')
 WHERE n.token_digest IN ({{digests}})
@@ -282,7 +284,16 @@ def reply(node: NodeView, reported: list[dict], now, lease: dict, *, reload) -> 
         **lease,
         "assignments": assignments(node, new),
         "signals": [
-            {"job_id": t.job_id, "rank": t.rank, "attempt": t.attempt, "signal": t.stop_signal, "reason": t.stop_reason}
+            {
+                "job_id": t.job_id,
+                "rank": t.rank,
+                "attempt": t.attempt,
+                "signal": t.stop_signal,
+                "reason": t.stop_reason,
+                # Seconds to SIGKILL: the agent sends it itself when no later reply does (QA: with
+                # no scheduler running, a draining job's processes outlived their deadline).
+                "kill_in_s": None if t.kill_at is None else max(0.0, (t.kill_at - now).total_seconds()),
+            }
             for t in node.tasks
             if t.stop_signal
         ],

@@ -328,7 +328,8 @@ class NodeAgent:
         for stale in reply["kill"]:
             self.signal((stale["job_id"], stale["rank"], stale["attempt"]), "KILL", why="no longer assigned here")
         for order in reply["signals"]:
-            self.signal((order["job_id"], order["rank"], order["attempt"]), order["signal"], why=order["reason"])
+            key = (order["job_id"], order["rank"], order["attempt"])
+            self.signal(key, order["signal"], why=order["reason"], kill_in_s=order.get("kill_in_s"))
         for assignment in reply["assignments"]:
             self.start(assignment)
 
@@ -336,9 +337,16 @@ class NodeAgent:
         """The GPUs this node's running tasks hold (what fake GPUs show as busy)."""
         return {index for task in list(self.tasks.values()) if task.running for index in task.gpu_indices}
 
-    def signal(self, key: tuple[int, int, int], name: str, *, why: str) -> None:
+    def signal(self, key: tuple[int, int, int], name: str, *, why: str, kill_in_s: float | None = None) -> None:
+        """Send TERM or KILL once; a TERM's `kill_in_s` (the server's deadline, as seconds from
+        its reply) is kept, and watch_tasks sends KILL at it if nothing else has."""
         task = self.tasks.get(key)
-        if task is not None and task.running and name not in task.signals_sent:
+        if task is None or not task.running:
+            return
+        if name == "TERM" and kill_in_s is not None:
+            deadline = time.monotonic() + max(0.0, float(kill_in_s))
+            task.kill_by = deadline if task.kill_by is None else min(task.kill_by, deadline)
+        if name not in task.signals_sent:
             log.info("%s: SIG%s to job %s rank %s attempt %s (%s)", self.name, name, *key, why)
             task.send(name)
 
@@ -410,6 +418,8 @@ class NodeAgent:
             if task.exit_queued:
                 continue  # all of it is in the outbox: it waits for a heartbeat to report its exit
             exited = task.poll()
+            if task.running and task.kill_by is not None and time.monotonic() >= task.kill_by:
+                self.signal(task.key, "KILL", why="its stop's grace is over")
             if task.running or exited:  # before its exit: the server takes checkpoints of an active attempt
                 self.outbox.extend(task.checkpoint_events(final=exited))
                 self.outbox.extend(task.metric_events(final=exited))

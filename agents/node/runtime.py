@@ -212,6 +212,9 @@ class Attempt:
     exit_signal: str
     cause: str
     status_file: Path
+    # When (time.monotonic()) a stop's grace ends: SIGKILL then, from this agent, whether or
+    # not the server's KILL has come (the server may be down: its leader sends that KILL).
+    kill_by: float | None = None
 
     @property
     def key(self) -> tuple[int, int, int]:

@@ -210,7 +210,9 @@ def test_drain_signals_running_tasks_and_they_requeue_as_preempted(api, leader, 
     response = api("ops").post("/api/v1/nodes/z1-r1-h100-01/drain", {"reason": "replace a DIMM"}, format="json")
     assert response.status_code == 200 and response.json()["state"] == "DRAINING"
     reply = beat(client, "z1-r1-h100-01", [{"job_id": job_id, "rank": 0, "attempt": 1, "state": "running"}])
+    kill_in_s = reply["signals"][0].pop("kill_in_s")  # the job's grace: the agent kills then itself
     assert reply["signals"] == [{"job_id": job_id, "rank": 0, "attempt": 1, "signal": "TERM", "reason": "DRAIN"}]
+    assert 110 < kill_in_s <= 120
     beat(client, "z1-r1-h100-01", [{"job_id": job_id, "rank": 0, "attempt": 1, "state": "exited", "exit_code": 0}])
     run_pass(epoch=leader)
     job = Job.objects.get(pk=job_id)

@@ -86,7 +86,9 @@ def test_a_fatal_xid_cordons_the_node_once_and_requeues_its_job_as_a_drain(node_
     assert [(e.reason, e.message) for e in audit] == [
         ("CORDONED", "cordoned automatically: XID 79 (GPU has fallen off the bus) on GPU 3")
     ]
+    kill_in_s = reply["signals"][0].pop("kill_in_s")  # the job's grace: the agent kills then itself
     assert reply["signals"] == [{"job_id": job_id, "rank": 0, "attempt": 1, "signal": "TERM", "reason": "DRAIN"}]
+    assert 110 < kill_in_s <= 120
     beat(client, NAME, [{**running[0], "state": "exited", "exit_code": 0}])
     run_pass(epoch=leader)
     job = Job.objects.get(pk=job_id)

@@ -83,3 +83,23 @@ def test_the_agent_reports_starts_and_exits_with_its_logs(tmp_path):
     assert kinds[0] == ("started", None, None)
     assert ("log", "hello\n", None) in kinds
     assert kinds[-1] == ("exited", None, 3)
+
+
+# Notes a SIGTERM and carries on: only a SIGKILL ends it.
+DEAF = "import signal, time\nsignal.signal(signal.SIGTERM, lambda *_: None)\nprint('up', flush=True)\ntime.sleep(60)"
+
+
+def test_the_agent_kills_at_the_stops_deadline_without_the_servers_kill(tmp_path):
+    """QA: the SIGKILL after a stop's grace came from the leader only; with no scheduler running
+    a draining job's processes outlived their deadline. The reply's `kill_in_s` is kept."""
+    node = agent(tmp_path)
+    task = node.start({**assignment(epoch=1), "command": [sys.executable, "-c", DEAF]})
+    time.sleep(0.5)  # its handler installed
+    order = {"job_id": 7, "rank": 0, "attempt": 1, "signal": "TERM", "reason": "DRAIN", "kill_in_s": 0.5}
+    sent = time.monotonic()
+    node.obey({"highest_epoch": 1, "kill": [], "signals": [order], "assignments": []})
+    node.obey({"highest_epoch": 1, "kill": [], "signals": [{**order, "kill_in_s": 30}], "assignments": []})
+    while task.running and time.monotonic() < sent + 10:
+        node.watch_tasks()
+        time.sleep(0.05)
+    assert task.exit_signal == "SIGKILL" and time.monotonic() - sent < 5  # the earliest deadline kept
