@@ -290,6 +290,14 @@ def stopping_line(stopping) -> str:
     return f"stopping: {why} ({when})"
 
 
+def capacity_line(capacity) -> str:
+    """A job on its nodes (the API's `capacity`): on its team's guarantee, or on borrowed
+    capacity a reclaim may take back; "" otherwise (and from a server older than the field)."""
+    if not isinstance(capacity, dict) or not capacity.get("message"):
+        return ""
+    return f"capacity: {capacity['message']}"
+
+
 def stale_note(found) -> str:
     """That the forecast starts are stale, with when they were made, or "" while they are fresh
     (and from a server older than these fields: neither is there)."""
@@ -325,6 +333,8 @@ def status(ctx, job, all_children, output):
         click.echo(f"\n{child_place(found)}")
     if found.stopping:
         click.echo(f"\n{stopping_line(found.stopping)}")
+    if runs_on := capacity_line(found.raw.get("capacity")):
+        click.echo(f"\n{runs_on}")
     if found.state in ENDED_SHORT:  # not run to its end: say why, as `mlq why` does
         ended = client(ctx).why(job).ended
         if ended:
@@ -364,6 +374,8 @@ def why(ctx, job, output):
     click.echo(f"job {found.job_id}: {found.state}" + (f" (as its first waiting child, job {child})" if child else ""))
     if found.stopping:
         click.echo(stopping_line(found.stopping))
+    if runs_on := capacity_line(found.raw.get("capacity")):
+        click.echo(runs_on)
     if found.ended:
         click.echo(ended_line(found.ended))
     _print_explanation(found.raw, starts_note=stale_note(found))

@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from scheduling.cluster import load_nodes, load_running
 from scheduling.core.maintenance import Windows
+from scheduling.core.model import JobShape
 from scheduling.core.reasons import CATEGORY, ReasonCode
 from scheduling.core.state import ClusterState
 from scheduling.core.whatif import before_window, fits_now, suggestions
@@ -21,6 +22,7 @@ from scheduling.services import job_shape
 from scheduling.spec import gpu_types
 from scheduling.states import JOB_FINISHED
 from scheduling.stop_requests import stopping
+from scheduling.web.borrowing import capacity
 from teams.models import AuditEvent, EventKind
 
 
@@ -49,7 +51,7 @@ class Help:
     # retry's back-off, its group's parallelism): then no reshape starts it sooner, and a
     # "fits the free room" would mislead.
     not_room: str = ""
-    quota: bool = False  # `not_room` is its quota: fewer GPUs, or a higher limit, would help
+    quota: bool = False  # `not_room` is its quota: `suggestions` says what would help, if anything
 
 
 # The reasons a wait is not about room on the nodes.
@@ -71,33 +73,102 @@ def explain_job(job: Job) -> Why:
     )
 
 
-QUOTA_HELP = (
-    "it waits for its team's quota, not for room: asking fewer GPUs, or a higher borrowing limit from a lead "
-    "of its team, would start it sooner"
-)
-PARENT_QUOTA_HELP = (
-    "it waits for the quota of team {parent}, above its team, not for room: asking fewer GPUs, or a higher "
-    "borrowing limit for {parent} from a lead of {parent} (or above), would start it sooner"
+# What would help a QUOTA wait, said only where it is true (QA: "asking fewer GPUs" to a 1-GPU
+# job, "a higher borrowing limit" with every H100 in use). Put together by `quota_help`.
+QUOTA_WAIT = "it waits for {quota}, not for room"
+QUOTA_AND_ROOM_WAIT = "it waits for {quota} and for room ({free} {unit} free)"
+FEWER = "asking {count} {unit} or fewer"
+HIGHER_LIMIT = "a higher borrowing limit {lead}"
+WOULD_START = ": {help} would start it sooner"
+STARTS_AS_JOBS_END = ": it starts as {jobs} end, or as room frees up"
+NO_ROOM_FOR_LIMIT = "; a higher borrowing limit would not, with no room for it"
+OVER_LIMIT_HELP = (
+    "{team} uses more than its limit ({used} of {limit} {unit}: the limit was lowered below its use): it waits "
+    "until its running jobs bring its use down to {most} {unit} or less; neither fewer GPUs nor more room would "
+    "start it sooner"
 )
 CEILING_HELP = "only fewer GPUs, or a larger quota from a lead of {team} (or above), let it start"
 NOTHING_IDLE_HELP = (
     "its team holds its guarantee and nothing is idle to borrow: it starts as other teams' jobs end; a higher "
-    "borrowing limit would not help, asking no more GPUs than are free might"
+    "borrowing limit would not help"
 )
+NOTHING_IDLE_FEWER = ", asking {count} {unit} or fewer might"
 PARENT_TEAM = re.compile(r"parent team (\S+)")
+# explain.quota's and explain.nothing_to_borrow's figures.
+QUOTA_FIGURES = re.compile(
+    r"team (?P<team>\S+) uses (?P<used>\d+) \S+ \(guaranteed \d+, borrowing limit reached at "
+    r"(?P<limit>\d+)\)"
+)
+IDLE_FIGURES = re.compile(r"at \d+/\d+ guaranteed \S+, nothing idle to borrow \(needs \d+, (?P<free>\d+) free\)")
 
 
-def quota_help(message: str) -> str:
+@dataclass(frozen=True)
+class Asked:
+    """What a job waiting on its quota asks, and the room of its class free now."""
+
+    units: int  # GPUs (CPUs for a CPU job) in all
+    fewest: int  # the fewest it could ask: one per task
+    unit: str  # "H100", or "CPU"
+    free: int  # free units of its class on the cluster now
+
+    @classmethod
+    def of(cls, shape: JobShape, free: int) -> "Asked":
+        return cls(shape.units, shape.tasks, shape.unit_name, free)
+
+
+def quota_help(message: str, asked: Asked) -> str:
     """What would help a QUOTA wait, by the limit its reason names (explain.quota's wordings):
-    nothing idle to borrow, a team's ceiling below the job, a parent team's limit, its own."""
+    nothing idle to borrow, a team's ceiling below the job, a team over its (lowered) limit, a
+    parent team's limit or its own. Fewer GPUs only where a count the job could ask fits under
+    the limit and the free room now; a higher limit only where the free room holds the job."""
     if "nothing idle to borrow" in message:
-        return NOTHING_IDLE_HELP
+        return _nothing_idle_help(message, asked)
     parent = PARENT_TEAM.search(message)
     if "may ever hold" in message:
         return CEILING_HELP.format(team=f"team {parent.group(1)}" if parent else "its team")
+    figures = QUOTA_FIGURES.search(message)
+    used, limit = (int(figures["used"]), int(figures["limit"])) if figures else (None, None)
+    if figures and used > limit:
+        team = f"{'parent ' if parent else ''}team {figures['team']}"
+        most = limit - asked.units
+        return OVER_LIMIT_HELP.format(team=team, used=used, limit=limit, unit=asked.unit, most=most)
     if parent:
-        return PARENT_QUOTA_HELP.format(parent=parent.group(1))
-    return QUOTA_HELP
+        name = parent.group(1)
+        whose = {
+            "quota": f"the quota of team {name} (above its team)",
+            "jobs": f"the running jobs of team {name}",
+            "lead": f"for {name} from a lead of {name} (or above)",
+        }
+    else:
+        whose = {"quota": "its team's quota", "jobs": "its team's running jobs", "lead": "from a lead of its team"}
+    # Without figures (a parent's, where quotas are private) no count can be said to fit.
+    fewer = min(limit - used, asked.free) if figures else 0
+    return _quota_advice(whose, asked, fewer if asked.fewest <= fewer < asked.units else None)
+
+
+def _quota_advice(whose: dict[str, str], asked: Asked, fewer: int | None) -> str:
+    """The wait, then what would start it sooner: `fewer` GPUs or fewer (None: no count would),
+    a higher limit where the free room holds the whole job; else what it waits for."""
+    room = asked.free >= asked.units
+    said = QUOTA_WAIT.format(**whose) if room else QUOTA_AND_ROOM_WAIT.format(**whose, free=asked.free, unit=asked.unit)
+    helps = [FEWER.format(count=fewer, unit=asked.unit)] if fewer is not None else []
+    if room:
+        helps.append(HIGHER_LIMIT.format(**whose))
+    if helps:
+        said += WOULD_START.format(help=", or ".join(helps) + ("," if len(helps) > 1 else ""))
+    else:
+        said += STARTS_AS_JOBS_END.format(**whose)
+    return said if room else said + NO_ROOM_FOR_LIMIT
+
+
+def _nothing_idle_help(message: str, asked: Asked) -> str:
+    """Asking no more than is free might start it, where a count it could ask is free (the
+    reason's own figure, which the panel shows beside it)."""
+    figures = IDLE_FIGURES.search(message)
+    free = int(figures["free"]) if figures else 0
+    if asked.fewest <= free < asked.units:
+        return NOTHING_IDLE_HELP + NOTHING_IDLE_FEWER.format(count=free, unit=asked.unit)
+    return NOTHING_IDLE_HELP
 
 
 def what_would_help(job: Job) -> Help:
@@ -109,7 +180,7 @@ def what_would_help(job: Job) -> Help:
         quota = job.reason_code == ReasonCode.QUOTA
         # The API's and mlq's answer too (the page words it around not_room): no reshape, but
         # for a quota what would help.
-        said = [quota_help(job.reason_message)] if quota else []
+        said = [quota_help(job.reason_message, _asked(job))] if quota else []
         return Help(at=timezone.now(), fits_as_is=False, suggestions=said, not_room=job.reason_message, quota=quota)
     state, _ = cluster_now()
     shape = job_shape(job.spec)
@@ -125,6 +196,13 @@ def what_would_help(job: Job) -> Help:
         fits_as_is=False,
         suggestions=[*([shorter] if shorter else []), *suggestions(state, shape, gpu_types(), limit=limit)],
     )
+
+
+def _asked(job: Job) -> Asked:
+    """A quota wait's job against the free room now (loads the cluster, as a room wait's does)."""
+    shape = job_shape(job.spec)
+    state, _ = cluster_now()
+    return Asked.of(shape, state.free_units.get(shape.resource_class, 0))
 
 
 def why_answer(job: Job) -> dict:
@@ -157,6 +235,7 @@ def why_answer(job: Job) -> dict:
         **_forecast_age(subject if pending else None),
         "suggestions": what_would_help(subject).suggestions if pending else [],
         "stopping": stopping(job, job.tasks.all()),
+        "capacity": capacity(job),
         "ended": ended(job),
     }
 

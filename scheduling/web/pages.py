@@ -20,8 +20,10 @@ from scheduling.secrets import masked_spec
 from scheduling.selectors import can_change_job, scheduler_state, visible_jobs
 from scheduling.spec import SPEC_FIELD_ORDER
 from scheduling.states import JOB_FINISHED, ON_NODE, QUEUED_OR_RUNNING
+from scheduling.stop_requests import stopping
 from scheduling.web import logstream
 from scheduling.web.api import NO_SUCH_ATTEMPT
+from scheduling.web.borrowing import capacity
 from scheduling.web.explanations import explain_job, what_would_help
 from scheduling.web.group_page import group_section
 from scheduling.web.queue import SORTS, QueueQuery, group_rows, queue_page, short_duration
@@ -135,9 +137,13 @@ def job_help(request, job_id: int):
 
 
 def _panel_context(job: Job, user) -> dict:
+    tasks = node_health.with_gpu_use(list(job.tasks.select_related("node").order_by("rank")))
     return {
         "job": job,
-        "tasks": node_health.with_gpu_use(list(job.tasks.select_related("node").order_by("rank"))),
+        "tasks": tasks,
+        # As the API's job answer and `mlq status` say it (a query only while it is being stopped).
+        "stopping": stopping(job, tasks),
+        "capacity": capacity(job),  # as the API's job answer and `mlq why` say it
         "events": job.events.order_by("-created_at", "-id")[:200],
         "why": explain_job(job) if job.state == TaskState.PENDING else None,
         "ranks": range(job.task_count),

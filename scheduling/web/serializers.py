@@ -12,6 +12,7 @@ from scheduling.secrets import masked_spec
 from scheduling.selectors import LeaseState, scheduler_state
 from scheduling.spec import StrictStringField
 from scheduling.stop_requests import CAUSES, stopping
+from scheduling.web.borrowing import BORROWED, GUARANTEE, capacity
 from teams.models import AuditEvent
 
 
@@ -229,6 +230,22 @@ class StoppingSerializer(serializers.Serializer):
     )
 
 
+class CapacitySerializer(serializers.Serializer):
+    runs_on = ChoiceField(
+        [GUARANTEE, BORROWED],
+        help_text="GUARANTEE: within its team's guarantee of its class; BORROWED: above it, on capacity other teams "
+        "are guaranteed or no team is (its team's jobs of a class fill the guarantee highest priority first, then "
+        "by start)",
+    )
+    reclaimable = serializers.BooleanField(
+        help_text="a reclaim may take it back, for a team owed its guarantee: borrowed, and not a P0"
+    )
+    message = serializers.CharField(
+        help_text='"runs on borrowed capacity, above the guarantee of team research-vision (32 H100; its jobs use '
+        '96): it may be reclaimed when another team needs its guarantee back"'
+    )
+
+
 class DependencyEntrySerializer(serializers.Serializer):
     job = serializers.IntegerField()
     on = ChoiceField(["success", "failure", "any"])
@@ -246,10 +263,15 @@ class JobDetailSerializer(JobSerializer):
         help_text="a running job being stopped: why, and when it is killed if it has not exited (null otherwise; "
         "its state stays RUNNING until its ranks exit)"
     )
+    capacity = serializers.SerializerMethodField(
+        help_text="a job on its nodes: whether it runs on its team's guarantee or on borrowed capacity a reclaim may "
+        "take back, as the scheduler counts it now (null otherwise; the job's own answer only, not a list's)"
+    )
 
     class Meta(JobSerializer.Meta):
         fields = JobSerializer.Meta.fields + [
             "stopping",
+            "capacity",
             "task_count",
             "spec",
             "depends_on",
@@ -290,6 +312,10 @@ class JobDetailSerializer(JobSerializer):
     def get_stopping(self, job: Job):
         found = stopping(job, job.tasks.all())  # the tasks are read only for a job on its nodes
         return StoppingSerializer(found).data if found else None
+
+    @extend_schema_field(CapacitySerializer(allow_null=True))
+    def get_capacity(self, job: Job):
+        return capacity(job)  # two small queries, for a job on its nodes only
 
     @extend_schema_field(OpenApiTypes.OBJECT)
     def get_spec(self, job: Job) -> dict:
@@ -466,6 +492,7 @@ class WhySerializer(serializers.Serializer):
     stopping = StoppingSerializer(
         allow_null=True, help_text="a running job being stopped: why, and when it is killed (as the job's own)"
     )
+    capacity = CapacitySerializer(allow_null=True, help_text="a job on its nodes: as the job's own answer says it")
     ended = EndedSerializer(allow_null=True, help_text="a finished job: the transition into its final state")
 
 

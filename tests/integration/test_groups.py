@@ -12,10 +12,15 @@ from scheduling.leader.reconcile import reconcile
 from scheduling.leader.worker import run_pass
 from scheduling.models import Job
 from scheduling.store_view import load_groups
-from scheduling.web.explanations import QUOTA_HELP
+from scheduling.web.explanations import HIGHER_LIMIT, QUOTA_WAIT, WOULD_START
 from teams.models import AuditEvent, EventKind
 from tests.integration.test_scheduler_pass import run_all_ranks
 from tests.integration.test_scheduler_pass import submit as submit_spec
+
+# A quota wait of a job that fits the free room, its figures not in its reason.
+ROOM_FOR_A_HIGHER_LIMIT = QUOTA_WAIT.format(quota="its team's quota") + WOULD_START.format(
+    help=HIGHER_LIMIT.format(lead="from a lead of its team")
+)
 
 ONE_GPU = {"gpu_count": 1, "gpu_type": "H100"}
 
@@ -377,7 +382,7 @@ def test_why_of_a_waiting_group_answers_for_its_first_waiting_child(api, leader)
     assert page["message"] == "element 0: team research-vision is at its borrowing limit"
     assert (body["histogram"], body["latest_start"]) == (None, "2030-01-01T00:00:00Z")
     assert body["reservation"] == {"reserved_nodes": ["n1"], "nominated_nodes": []}
-    assert body["suggestions"] == [QUOTA_HELP]  # it waits on its quota, not for room: no reshape
+    assert body["suggestions"] == [ROOM_FOR_A_HIGHER_LIMIT]  # it waits on its quota, not for room: no reshape
 
 
 def test_the_same_group_submitted_twice_is_one_group(api, leader):

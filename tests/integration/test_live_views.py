@@ -13,9 +13,14 @@ from mlqueue.asgi import application
 from scheduling import notify
 from scheduling.leader.worker import run_pass
 from scheduling.models import Job, Node, SchedulerLease, Task
-from scheduling.web.explanations import QUOTA_HELP
+from scheduling.web.explanations import HIGHER_LIMIT, QUOTA_WAIT, WOULD_START
 from tests.conftest import make_spec
 from tests.nodes import cordon, heartbeat
+
+# A quota wait of a job that fits the free room, its figures not in its reason.
+ROOM_FOR_A_HIGHER_LIMIT = QUOTA_WAIT.format(quota="its team's quota") + WOULD_START.format(
+    help=HIGHER_LIMIT.format(lead="from a lead of its team")
+)
 
 EPOCH = 7
 
@@ -231,4 +236,4 @@ def test_what_would_help_a_job_that_does_not_wait_for_room_says_what_it_waits_fo
     assert "fits the free room" not in html and 'id="suggestions"' not in html
     assert ("a higher borrowing limit" in html) is not held
     said = api("alice").get(f"/api/v1/jobs/{job_id}/why").json()["suggestions"]
-    assert said == ([] if held else [QUOTA_HELP])  # mlq why says what would help a quota wait too
+    assert said == ([] if held else [ROOM_FOR_A_HIGHER_LIMIT])  # mlq why says what would help a quota wait too
