@@ -5,6 +5,7 @@ name) or a node's own token instead of a user's."""
 from datetime import timedelta
 
 from django.conf import settings
+from django.db.models import Count, Q
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiResponse, extend_schema
@@ -22,13 +23,37 @@ from mlqueue.pagination import StrictCursorPagination as CursorPagination
 from mlqueue.parsers import AgentEventsJSONParser
 from mlqueue.serializer_fields import ChoiceField
 from scheduling import nodes
-from scheduling.models import Node
+from scheduling.models import AdminState, Node
 from scheduling.spec import StrictBooleanField, StrictIntegerField, StrictSerializer, StrictStringField
+from scheduling.states import ON_NODE
 from teams.selectors import is_site_admin
 
 
+def with_tasks(nodes):
+    """Nodes with their tasks counted (NodeSerializer's `tasks`, `tasks_stopping`, `drained`)."""
+    on_node = Q(tasks__state__in=ON_NODE)
+    return nodes.annotate(
+        active_tasks=Count("tasks", filter=on_node),
+        stopping_tasks=Count("tasks", filter=on_node & ~Q(tasks__stop_reason="")),
+    )
+
+
 class NodeSerializer(serializers.ModelSerializer):
+    """A node as an admin sees it. `tasks`, `tasks_stopping` and `drained` tell a drain that is
+    done from one still going (QA: a drained, empty node read as a busy one): read from
+    `with_tasks`' counts."""
+
     resource_class = serializers.CharField()
+    tasks = serializers.IntegerField(source="active_tasks", help_text="tasks placed on it now (assigned or running)")
+    tasks_stopping = serializers.IntegerField(
+        source="stopping_tasks", help_text="of those, tasks asked to stop (a drain, a preemption, a cancel)"
+    )
+    drained = serializers.SerializerMethodField(
+        help_text="DRAINING with no task left on it: the drain is done (Slurm's DRAINED), the node is free for work"
+    )
+
+    def get_drained(self, node: Node) -> bool:
+        return node.admin_state == AdminState.DRAINING and node.active_tasks == 0
 
     class Meta:
         model = Node
@@ -53,6 +78,9 @@ class NodeSerializer(serializers.ModelSerializer):
             "first_heartbeat_at",
             "task_isolation",
             "excluded_gpus",
+            "tasks",
+            "tasks_stopping",
+            "drained",
         ]
 
 
@@ -67,7 +95,7 @@ class NodeList(generics.ListAPIView):
     pagination_class = ByName
     serializer_class = NodeSerializer
     filterset_class = ConsoleFilter  # the console's filters: gpu_type=cpu, label, name too
-    queryset = Node.objects.all()
+    queryset = with_tasks(Node.objects.all())
 
     def list(self, request: Request, *args, **kwargs) -> Response:
         """As the console: a parameter that is no filter, or a repeated one-value filter, is a
@@ -126,8 +154,7 @@ class NodeAction(APIView):
         node = get_object_or_404(Node, name=name)
         body = self.body(request)
         self.act(node, request.user, body)
-        node.refresh_from_db()
-        return Response(NodeSerializer(node).data)
+        return Response(NodeSerializer(with_tasks(Node.objects).get(pk=node.pk)).data)
 
     def body(self, request: Request) -> dict:
         body = self.body_serializer(data=request.data)
@@ -242,8 +269,7 @@ class NodeBulkAction(APIView):
         body = BulkActionSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         action, done, unchanged = bulk_act(body.validated_data, request.user)
-        for node in done:
-            node.refresh_from_db()
+        done = list(with_tasks(Node.objects).filter(pk__in=[node.pk for node in done]).order_by("name"))
         return Response(
             {
                 "action": action,

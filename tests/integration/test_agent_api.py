@@ -209,6 +209,12 @@ def test_drain_signals_running_tasks_and_they_requeue_as_preempted(api, leader, 
     assert api("ops").post("/api/v1/nodes/z1-r1-h100-01/drain", {}, format="json").status_code == 400
     response = api("ops").post("/api/v1/nodes/z1-r1-h100-01/drain", {"reason": "replace a DIMM"}, format="json")
     assert response.status_code == 200 and response.json()["state"] == "DRAINING"
+    # A drain still going, then done (QA: a drained, empty node read as a busy one).
+    assert {k: response.json()[k] for k in ("tasks", "tasks_stopping", "drained")} == {
+        "tasks": 1,
+        "tasks_stopping": 1,
+        "drained": False,
+    }
     reply = beat(client, "z1-r1-h100-01", [{"job_id": job_id, "rank": 0, "attempt": 1, "state": "running"}])
     kill_in_s = reply["signals"][0].pop("kill_in_s")  # the job's grace: the agent kills then itself
     assert reply["signals"] == [{"job_id": job_id, "rank": 0, "attempt": 1, "signal": "TERM", "reason": "DRAIN"}]
@@ -220,6 +226,8 @@ def test_drain_signals_running_tasks_and_they_requeue_as_preempted(api, leader, 
     # The core sees when it waits again from (MLQ_OVERDUE_SINCE_REQUEUE's key), not only its submit.
     [seen] = [j for j in build_view(now=timezone.now()).snapshot.pending if j.job_id == job_id]
     assert seen.queued_at == job.queued_at.timestamp() > seen.submitted_at == job.submitted_at.timestamp()
+    [listed] = api("ops").get("/api/v1/nodes?name=z1-r1-h100-01").json()["results"]
+    assert (listed["state"], listed["tasks"], listed["tasks_stopping"], listed["drained"]) == ("DRAINING", 0, 0, True)
     audit = AuditEvent.objects.get(node__name="z1-r1-h100-01", reason="DRAINING")
     assert (audit.actor_name, audit.message) == ("ops", "draining: replace a DIMM")
     assert (
