@@ -16,7 +16,13 @@ from scheduling.models import Job, JobState, LostCause, UsageRecord
 from scheduling.sim.history import Attempt, Export, trace_of
 
 # Work lost to these is the scheduler's or the fleet's doing: the replay charges its own.
-REPLAYED_CAUSES = (LostCause.PREEMPTION, LostCause.DRAIN, LostCause.RECLAIM, LostCause.NODE_LOSS)
+REPLAYED_CAUSES = (
+    LostCause.PREEMPTION,
+    LostCause.QUOTA_RECLAIM,
+    LostCause.DRAIN,
+    LostCause.RECLAIM,
+    LostCause.NODE_LOSS,
+)
 ROW_FIELDS = (
     "job_id",
     "queued_at",

@@ -14,9 +14,11 @@ from datetime import UTC, datetime
 from django.db.models import Max
 
 from scheduling import rollup
+from scheduling.core.decisions import PreemptionReason
 from scheduling.core.model import HOUR, confirmed_checkpoint, lost_since, resource_class
-from scheduling.models import FailureClass, Job, LostCause, StopReason, Task, TaskState, UsageRecord
+from scheduling.models import FailureClass, Job, JobState, LostCause, StopReason, Task, TaskState, UsageRecord
 from scheduling.states import ON_NODE
+from teams.models import AuditEvent, EventKind
 
 S = TaskState
 
@@ -124,6 +126,14 @@ RANK_FIELDS = (
 # An attempt a user requeued (`mlq requeue`): its ranks end PREEMPTED, as a preemption's do, but
 # it counts as no preemption anywhere (the job's counters, usage, reports).
 REQUEUED = "REQUEUED"
+# Every outcome a closed row may hold (`on_job_state`): the job's state as it left its nodes, or
+# REQUEUED; PENDING (a placement withdrawn before it ran) last. The usage CSV's columns are
+# these, so an outcome added here or to the job's states is never left out of them.
+OUTCOMES = (
+    *(state for state in JobState.values if state not in ON_NODE and state != JobState.PENDING),
+    REQUEUED,
+    JobState.PENDING.value,
+)
 
 
 def ended_rank(row: tuple) -> EndedRank:
@@ -174,6 +184,21 @@ def do_open_attempt(job_id: int, *, now: datetime) -> None:
     rollup.do_supersede(job_id, attempt)
 
 
+def preemption_cause(job_id: int, *, since: datetime) -> str:
+    """PREEMPTION, or QUOTA_RECLAIM where the scheduler stopped the attempt (placed at `since`)
+    to reclaim capacity another team is guaranteed: the reason its stop request keeps in its
+    data (scheduling/stopping.py), as `mlq status` and `mlq why` read it."""
+    why = (
+        AuditEvent.objects.filter(
+            job_id=job_id, kind=EventKind.STOP_REQUESTED, reason=StopReason.PREEMPTED, created_at__gte=since
+        )
+        .order_by("created_at", "id")
+        .values_list("data__preemption", flat=True)
+        .first()
+    )
+    return LostCause.QUOTA_RECLAIM if why == PreemptionReason.RECLAIM else LostCause.PREEMPTION
+
+
 def do_close_attempt(job_id: int, *, outcome: str, now: datetime) -> int:
     """Close the job's open row: its end, how it ended, and the work it lost and why; and add
     it to the usage rollup (scheduling/rollup.py), in the same transaction."""
@@ -186,9 +211,12 @@ def do_close_attempt(job_id: int, *, outcome: str, now: datetime) -> int:
         outcome = REQUEUED  # the user's requeue: no preemption (QA: the reports counted it as one)
     # Locked first so that the rows this update closes are the ones added to the rollup.
     open_rows = UsageRecord.objects.select_for_update().filter(job_id=job_id, ended_at__isnull=True)
-    open_ids = list(open_rows.values_list("id", flat=True))
+    opened = dict(open_rows.values_list("id", "started_at"))
+    open_ids = list(opened)
     if not open_ids:
         return 0
+    if cause == LostCause.PREEMPTION:
+        cause = preemption_cause(job_id, since=min(opened.values()))
     closed = UsageRecord.objects.filter(id__in=open_ids).update(
         ended_at=now,
         outcome=outcome,

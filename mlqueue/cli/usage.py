@@ -40,10 +40,11 @@ def columns(group_by: list[str], currency: str):
 
 
 def resource_class(value: str | None) -> str | None:
-    """`H100` -> `gpu:H100`, as `mlq quota` reads classes; `cpu` and `gpu:X` as given."""
-    if value is None or ":" in value or value == "cpu":
+    """`H100` -> `gpu:H100`, as `mlq quota` reads classes; `cpu` (any case) and `gpu:X` as
+    given: the server takes a class in any case (`h100`)."""
+    if value is None or ":" in value:
         return value
-    return f"gpu:{value}"
+    return "cpu" if value.lower() == "cpu" else f"gpu:{value}"
 
 
 @main.command()
@@ -51,13 +52,14 @@ def resource_class(value: str | None) -> str | None:
 @click.option("--to", "end", metavar="TIME", help="ISO date or time (exclusive); default: now")
 @click.option("--team")
 @click.option("--owner", help="a user name")
+@click.option("--mine", is_flag=True, help="only your usage (the API's owner=me)")
 @click.option("--class", "rclass", metavar="CLASS", help="a resource class: H100, gpu:A100, cpu")
 @click.option("--priority", type=click.Choice(PRIORITIES, case_sensitive=False))
 @click.option("--by", "group_by", default="team", show_default=True, help=f"one or two of {', '.join(GROUPS)}")
 @click.option("--csv", "as_csv", is_flag=True, help="the server's CSV, for a spreadsheet")
 @click.option("-o", "--output", type=OUTPUTS, default="table", show_default=True, help="table, wide, or json/yaml")
 @click.pass_context
-def usage(ctx, start, end, team, owner, rclass, priority, group_by, as_csv, output):
+def usage(ctx, start, end, team, owner, mine, rclass, priority, group_by, as_csv, output):
     """Usage and cost from the ledger: GPU- and CPU-hours, cost, lost GPU-hours, queue waits.
 
     \b
@@ -65,7 +67,11 @@ def usage(ctx, start, end, team, owner, rclass, priority, group_by, as_csv, outp
       mlq usage --from 2026-01-01 --to 2026-04-01
       mlq usage --team research-vision --by owner -o wide
       mlq usage --by team,week --csv > usage.csv
+      mlq usage --mine --class h100
     """
+    if mine and owner:
+        raise click.UsageError("give --owner or --mine, not both")
+    owner = "me" if mine else owner
     filters = {"team": team, "owner": owner, "resource_class": resource_class(rclass), "priority": priority}
     answer = client(ctx).usage(start=start, end=end, group_by=group_by, csv=as_csv, **filters)
     if as_csv:

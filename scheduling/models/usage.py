@@ -12,7 +12,9 @@ class LostCause(models.TextChoices):
     `lost_cause`). A cancel, a user's requeue and a sweep's early stop lose nothing: the
     owner (or their sweep) chose to stop the work."""
 
-    PREEMPTION = "preemption", "preempted for another job"
+    PREEMPTION = "preemption", "preempted for a job of a higher priority"
+    # Not RECLAIM (a spot node's): stopped so that another team gets capacity it is guaranteed.
+    QUOTA_RECLAIM = "quota_reclaim", "preempted to reclaim capacity another team is guaranteed"
     DRAIN = "drain", "its node was drained"
     RECLAIM = "reclaim", "its spot node was reclaimed"
     NODE_LOSS = "node_loss", "its node or the node's agent was lost"
@@ -49,7 +51,7 @@ class UsageRecord(models.Model):
     stop_reason = models.CharField(max_length=16, choices=StopReason.choices, blank=True)
     failure_class = models.CharField(max_length=16, choices=FailureClass.choices, blank=True)
     lost_gpu_hours = models.FloatField(default=0.0)
-    lost_cause = models.CharField(max_length=12, choices=LostCause.choices, blank=True)
+    lost_cause = models.CharField(max_length=16, choices=LostCause.choices, blank=True)
     # Where the lost work began: the last checkpoint every rank confirmed, or the attempt's start.
     lost_since = models.DateTimeField(null=True, blank=True)
     # The job ran again after this attempt (a retry, a restart, a user's requeue): set when its
@@ -103,7 +105,7 @@ class UsageDay(UsageRollupKey):
     rebuilds it from the ledger. Microseconds as integers: sums in any order are exact."""
 
     outcome = models.CharField(max_length=16, blank=True)
-    lost_cause = models.CharField(max_length=12, choices=LostCause.choices, blank=True)
+    lost_cause = models.CharField(max_length=16, choices=LostCause.choices, blank=True)
     gpu_us = models.BigIntegerField(default=0)
     cpu_us = models.BigIntegerField(default=0)
     ended = models.PositiveIntegerField(default=0)

@@ -8,6 +8,7 @@ from django.utils import timezone
 from django.utils.functional import cached_property
 from django_filters.fields import IsoDateTimeField
 
+from mlqueue import date_fields
 from mlqueue.query_parameters import ChoicesFilter, refused_parameters
 from scheduling.models import Job, JobState, Priority
 from teams.selectors import is_site_admin, team_and_below_ids, team_ids_of
@@ -25,8 +26,14 @@ class TimeOrAgoField(IsoDateTimeField):
 
     def to_python(self, value):
         """In UTC: Python takes offsets up to ±23:59, PostgreSQL only to ±15:59, and a time
-        with -19:00 reached the query as it was (a 500, found by QA)."""
-        moment = super().to_python(value)
+        with -19:00 reached the query as it was (a 500, found by QA). A lowercase t or z is
+        read, and an offset past ±23:59 said to be one (mlqueue/date_fields.py)."""
+        try:
+            moment = super().to_python(date_fields.rfc3339_case(value))
+        except forms.ValidationError:
+            if why := date_fields.bad_offset(value):
+                raise forms.ValidationError(why, code="invalid") from None
+            raise
         try:
             return moment if moment is None else moment.astimezone(UTC)
         except OverflowError:  # 0001-01-01T00:00+01:00, 9999-12-31T23:00-02:00

@@ -13,7 +13,6 @@ from datetime import UTC, datetime, time, timedelta
 from django import forms
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
-from django.db.models import Sum
 from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_GET
@@ -22,9 +21,9 @@ from rest_framework.exceptions import PermissionDenied, ValidationError
 from scheduling import accounting
 from scheduling.accounting import EARLIEST, LATEST, TOO_EARLY, TOO_LATE, UsageQuery, UsageReport
 from scheduling.forecast_accuracy import WeekAccuracy, forecast_accuracy_by_week
-from scheduling.models import Node
+from scheduling.models import LostCause, Node
 from scheduling.web.forecast_accuracy_api import teams_for
-from teams.models import Quota, Team
+from teams.models import AuditEvent, EventKind, Quota, Team
 from teams.selectors import is_site_admin, team_ids_of
 
 COLORS = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#ca8a04", "#db2777"]
@@ -97,7 +96,7 @@ def page(request):
     base = {"start": start, "end": end, "now": now, "visible": accounting.visible_to(request.user)}
     base["team"] = data["team"] or None
     bucket = "day" if (end - start).days <= DAYS_BY_DAY else "week"
-    sections = build_sections(base, bucket)
+    sections = build_sections(base, bucket, admin=is_site_admin(request.user))
     # The forecast's accuracy as the API shows it (leads and admins only): the chosen team, else
     # every team the viewer leads and those below them (an admin: all, even teams with no member).
     try:
@@ -115,15 +114,21 @@ def _visible_teams(user) -> list[str]:
     return list(teams.order_by("name").values_list("name", flat=True))
 
 
-def build_sections(base: dict, bucket: str) -> list[Section]:
-    def report(*group_by) -> UsageReport:
-        return accounting.usage_report(UsageQuery(**base, group_by=group_by))
+def build_sections(base: dict, bucket: str, *, admin: bool = False) -> list[Section]:
+    """`admin`: the viewer may see every team's usage, so the report of all teams (no `team`)
+    is the cluster's, and with a team chosen the cluster's utilization is shown beside it."""
+
+    def report(*group_by, **scope) -> UsageReport:
+        return accounting.usage_report(UsageQuery(**{**base, **scope}, group_by=group_by))
 
     buckets = _bucket_starts(base["start"], base["end"], bucket)
     by_team = report("team")
+    whole = admin and base["team"] is None
+    scope = None if whole else base["team"] or "your teams"
+    cluster = report("resource_class", bucket, team=None) if admin and not whole else None
     return [
         gpu_hours_over_time(report("team", bucket), buckets, bucket, base),
-        utilization_over_time(report("resource_class", bucket), buckets, bucket, base),
+        utilization_over_time(report("resource_class", bucket), buckets, bucket, base, scope=scope, cluster=cluster),
         queue_waits(report("team", "priority")),
         lost_work(by_team),
         top_users(report("owner")),
@@ -172,33 +177,81 @@ def bucket_hours(first: str, bucket: str, base: dict) -> float:
     return max(0.0, (end - max(start, base["start"])).total_seconds() / 3600)
 
 
+def guarantee_steps(teams: list[str], base: dict) -> dict[str, list[tuple[datetime, int]]]:
+    """Each team's guaranteed GPUs (all its GPU classes) from the report's start to now, as
+    steps [(from, GPUs), ...]: today's quotas, and before each quota change since the start
+    the guarantee it replaced (the audit log's QUOTA_CHANGED keeps `before` and `after`; a quota
+    added had none, 0). Two queries, whatever the number of teams and changes."""
+    current: dict[tuple[str, str], int] = {}
+    for team, rclass, gpus in Quota.objects.filter(team__name__in=teams, resource_class__startswith="gpu:").values_list(
+        "team__name", "resource_class", "guaranteed"
+    ):
+        current[team, rclass] = gpus
+    changes = defaultdict(list)  # (team, class) -> [(at, the guarantee before it)], oldest first
+    events = AuditEvent.objects.filter(
+        kind=EventKind.QUOTA_CHANGED,
+        team__name__in=teams,
+        created_at__gt=base["start"],
+        data__resource_class__startswith="gpu:",
+    ).order_by("created_at", "id")
+    for team, at, data in events.values_list("team__name", "created_at", "data"):
+        if "guaranteed" in data.get("after", {}):  # a change of its weight or borrowing owes nothing new
+            changes[team, data["resource_class"]].append((at, data.get("before", {}).get("guaranteed", 0)))
+    steps = defaultdict(lambda: defaultdict(int))  # team -> {from: GPUs added (or taken) then}
+    for team, rclass in current.keys() | changes.keys():
+        held = [*changes.get((team, rclass), []), (None, current.get((team, rclass), 0))]
+        previous = 0
+        for i, (_, gpus) in enumerate(held):  # each value holds from the change before it
+            since = EARLIEST if i == 0 else held[i - 1][0]
+            steps[team][since] += gpus - previous
+            previous = gpus
+    return {team: _running_total(deltas) for team, deltas in steps.items()}
+
+
+def _running_total(deltas: dict[datetime, int]) -> list[tuple[datetime, int]]:
+    total, found = 0, []
+    for at in sorted(deltas):
+        total += deltas[at]
+        found.append((at, total))
+    return found
+
+
+def owed_hours(steps: list[tuple[datetime, int]], first: str, bucket: str, base: dict) -> float:
+    """The GPU-hours `steps` guarantee in the bucket starting `first`, inside the report's range
+    and up to now (as `bucket_hours`), each part at the guarantee then in force."""
+    begins = datetime.fromisoformat(first).replace(tzinfo=UTC)
+    start = max(begins, base["start"])
+    end = min(begins + timedelta(days=1 if bucket == "day" else 7), base["end"], base["now"])
+    owed = 0.0
+    for i, (since, gpus) in enumerate(steps):
+        until = steps[i + 1][0] if i + 1 < len(steps) else end
+        seconds = (min(until, end) - max(since, start)).total_seconds()
+        owed += gpus * max(0.0, seconds) / 3600
+    return owed
+
+
 def gpu_hours_over_time(report: UsageReport, buckets: list[str], bucket: str, base: dict) -> Section:
-    """Each team's GPU-hours per bucket against its guarantee (its GPU quotas x the bucket's
-    hours in the range: `bucket_hours`)."""
+    """Each team's GPU-hours per bucket against its guarantee: its guaranteed GPUs x the
+    bucket's hours in the range, at the quotas in force then (`guarantee_steps`)."""
     used = _series(report, lambda row: row.gpu_hours)
     teams = sorted(used)
-    hours = {b: bucket_hours(b, bucket, base) for b in buckets}
-    owed = dict(
-        Quota.objects.filter(team__name__in=teams, resource_class__startswith="gpu:")
-        .values("team__name")
-        .annotate(gpus=Sum("guaranteed"))
-        .values_list("team__name", "gpus")
-    )
+    steps = guarantee_steps(teams, base)
+    owed = {team: [round(owed_hours(steps.get(team, []), b, bucket, base), 1) for b in buckets] for team in teams}
+    owed = {team: hours for team, hours in owed.items() if any(hours)}
     datasets = []
     section = Section("gpu-hours", f"GPU-hours by team, by {bucket}", "", {}, [bucket, *teams])
     for i, team in enumerate(teams):
         datasets.append(_line(team, [round(used[team].get(b, 0.0), 1) for b in buckets], i))
-        if owed.get(team):
-            label = f"{team} guarantee"
-            guaranteed = [round(owed[team] * hours[b], 1) for b in buckets]
-            datasets.append(_line(label, guaranteed, i, borderDash=[6, 4], pointRadius=0))
+        if team in owed:
+            datasets.append(_line(f"{team} guarantee", owed[team], i, borderDash=[6, 4], pointRadius=0))
     section.chart = _chart("line", buckets, datasets, "GPU-hours")
     section.note = (
-        f"Dashed: the team's guaranteed GPUs (its GPU quotas) x the hours of each {bucket} in the range, up to now."
+        f"Dashed: the team's guaranteed GPUs (its GPU quotas as they were then) x the hours of each {bucket} "
+        "in the range, up to now."
     )
-    section.columns += [f"{team} guarantee" for team in teams if owed.get(team)]
-    for b in buckets:
-        guarantees = [round(owed[team] * hours[b], 1) for team in teams if owed.get(team)]
+    section.columns += [f"{team} guarantee" for team in owed]
+    for j, b in enumerate(buckets):
+        guarantees = [owed[team][j] for team in owed]
         section.rows.append([b, *(round(used[team].get(b, 0.0), 1) for team in teams), *guarantees])
     return section
 
@@ -212,16 +265,10 @@ def _capacity() -> dict[str, int]:
     return capacity
 
 
-def utilization_over_time(report: UsageReport, buckets: list[str], bucket: str, base: dict) -> Section:
-    """Share of each class's capacity in use per bucket: GPU-hours (CPU-hours for cpu) over
-    its size x the bucket's hours (up to now, for the bucket under way)."""
-    capacity = _capacity()
+def _shares(report: UsageReport, capacity: dict, classes: list, buckets: list[str], bucket: str, base: dict) -> list:
+    """Per bucket, each class's GPU-hours (CPU-hours for cpu) in `report` over its size x the
+    bucket's hours (up to now, for the bucket under way), in percent."""
     rows = {row.key: row for row in report.rows}
-    classes = sorted({rclass for rclass, _ in rows} | {c for c, size in capacity.items() if size})
-    section = Section("utilization", f"Utilization by resource class, by {bucket}", "", {}, [bucket, *classes])
-    section.note = (
-        "Of each class's current size (GPUs, or the CPU nodes' cores for cpu), over the hours of each " + bucket + "."
-    )
     table = []
     for b in buckets:
         hours = bucket_hours(b, bucket, base)
@@ -231,10 +278,49 @@ def utilization_over_time(report: UsageReport, buckets: list[str], bucket: str, 
             used = (row.cpu_hours if rclass == "cpu" else row.gpu_hours) if row else 0.0
             size = capacity.get(rclass, 0) * hours
             cells.append(round(100 * used / size, 1) if size else None)
-        table.append([b, *cells])
-    section.rows = table
-    datasets = [_line(rclass, [r[i + 1] for r in table], i) for i, rclass in enumerate(classes)]
-    section.chart = _chart("line", buckets, datasets, "% in use")
+        table.append(cells)
+    return table
+
+
+def utilization_over_time(
+    report: UsageReport,
+    buckets: list[str],
+    bucket: str,
+    base: dict,
+    *,
+    scope: str | None = None,
+    cluster: UsageReport | None = None,
+) -> Section:
+    """Share of each class's capacity in use per bucket. `scope`: None when `report` is every
+    team's (the class's utilization); else whose usage it is ("your teams", a team), and the
+    section says it is their share of the class, not its utilization (QA: a lead read her teams'
+    30% as the H100s' utilization). `cluster`: every team's, shown beside it, for an admin."""
+    capacity = _capacity()
+    rows = [*report.rows, *(cluster.rows if cluster else ())]
+    classes = sorted({row.key[0] for row in rows} | {c for c, size in capacity.items() if size})
+    table = _shares(report, capacity, classes, buckets, bucket, base)
+    overall = _shares(cluster, capacity, classes, buckets, bucket, base) if cluster else [[] for _ in buckets]
+    section = Section("utilization", f"Utilization by resource class, by {bucket}", "", {}, [bucket, *classes])
+    section.note = (
+        f"Of each class's current size (GPUs, or the CPU nodes' cores for cpu), over the hours of each {bucket}."
+    )
+    axis = "% in use"
+    if scope is not None:
+        whose = "Your teams'" if scope == "your teams" else f"{scope}'s"
+        section.title = f"{whose} share of each resource class's capacity, by {bucket}"
+        section.note = (
+            f"GPU-hours (CPU-hours for cpu) of {scope} over each class's current size x the hours of each {bucket}: "
+            "not the class's utilization, which counts every team's use."
+        )
+        axis = f"% of the class's capacity used by {scope}"
+    if cluster:
+        section.columns += [f"{rclass} (all teams)" for rclass in classes]
+        section.note += " Dashed, and the columns marked (all teams): the class's utilization."
+    section.rows = [[b, *mine, *every] for b, mine, every in zip(buckets, table, overall, strict=True)]
+    datasets = [_line(rclass, [r[i] for r in table], i) for i, rclass in enumerate(classes)]
+    for i, rclass in enumerate(classes if cluster else ()):
+        datasets.append(_line(f"{rclass} (all teams)", [r[i] for r in overall], i, borderDash=[6, 4], pointRadius=0))
+    section.chart = _chart("line", buckets, datasets, axis)
     return section
 
 
@@ -258,7 +344,7 @@ def queue_waits(report: UsageReport) -> Section:
     return section
 
 
-CAUSES = ("preemption", "drain", "reclaim", "node_loss", "failure")
+CAUSES = tuple(LostCause.values)  # every cause the ledger writes, a column each
 
 
 def lost_work(report: UsageReport) -> Section:
@@ -270,7 +356,11 @@ def lost_work(report: UsageReport) -> Section:
         {},
         ["team", "preempted", *CAUSES, "lost GPU-hours"],
     )
-    section.note = "Work since the last checkpoint every rank confirmed (or the start) when an attempt ended so."
+    section.note = (
+        "Work since the last checkpoint every rank confirmed (or the start) when an attempt ended so. preemption: "
+        "for a job of a higher priority; quota_reclaim: for a team taking back capacity it is guaranteed; "
+        "reclaim: a spot node taken back (docs/usage.md)."
+    )
     teams = [row.key[0] for row in report.rows]
     for row in report.rows:
         lost = [row.lost_gpu_hours.get(cause, 0.0) for cause in CAUSES]

@@ -26,15 +26,16 @@ from mlqueue.query_parameters import check_parameters
 from mlqueue.serializer_fields import ChoiceField, NoUnknownFields
 from scheduling import accounting, pricing
 from scheduling.accounting import BUCKETS, GROUPS, MAX_BUCKETS, UsageQuery, UsageReport, UsageRow
+from scheduling.ledger import OUTCOMES
 from scheduling.models import LostCause, Price, Priority, UsageRecord
 from teams.models import Team
 from teams.resources import known_classes, unknown_class_message
 from teams.selectors import is_site_admin, team_ids_of
 
 DEFAULT_WINDOW = timedelta(days=30)
-OUTCOMES = ("SUCCEEDED", "FAILED", "PREEMPTED", "CANCELLED", "EARLY_STOPPED")
 NO_SUCH_TEAM = "no team named {name!r}."
 NO_SUCH_OWNER = "no user named {name!r}."
+ME = "me"  # as an owner: the caller
 NOT_YOUR_TEAM = "only members of {team}, its leads and site admins may read its usage."
 BAD_GROUP = "group by one or two of {choices} (at most one of day, week); got {value!r}."
 TO_BEFORE_FROM = "must be later than from ({start})."
@@ -80,9 +81,12 @@ class UsageParams(serializers.Serializer):
     def validate_owner(self, value: str) -> str:
         """Among the users the caller may see (all, for an admin; else the members of the
         caller's teams and those below): a name outside them is answered as one that does not
-        exist, so the answer tells no one which user names exist."""
-        users = get_user_model().objects.filter(username=value)
+        exist, so the answer tells no one which user names exist. "me": the caller, as the jobs
+        list's `owner=me` (`mlq usage --mine`)."""
         user = self.context["user"]
+        if value == ME:
+            return user.get_username()
+        users = get_user_model().objects.filter(username=value)
         if not is_site_admin(user):
             users = users.filter(Q(pk=user.pk) | Q(memberships__team_id__in=team_ids_of(user)))
             if not users.exists():  # a former member: their rows in the caller's teams still count
@@ -92,10 +96,15 @@ class UsageParams(serializers.Serializer):
         return value
 
     def validate_resource_class(self, value: str) -> str:
+        """A known class in any case, as its canonical name ("gpu:h100" -> "gpu:H100", as
+        MLQ_GPU_TYPES spells it): the ledger's rows keep that one."""
         known = known_classes()
-        if value not in known:
+        if value in known:
+            return value
+        spelled = [rclass for rclass in known if rclass.casefold() == value.casefold()]
+        if len(spelled) != 1:  # none, or nodes that report both "h100" and "H100": say which
             raise ValidationError(unknown_class_message(value, known))
-        return value
+        return spelled[0]
 
     def validate(self, data: dict) -> dict:
         end = data.get("to") or self.context["now"]
@@ -240,8 +249,8 @@ class Usage(APIView):
             OpenApiParameter("from", str, description="ISO date or time; default: to - 30 days"),
             OpenApiParameter("to", str, description="ISO date or time (exclusive); default: now"),
             OpenApiParameter("team", str),
-            OpenApiParameter("owner", str, description="user name"),
-            OpenApiParameter("resource_class", str, description='"gpu:H100", or "cpu"'),
+            OpenApiParameter("owner", str, description='user name, or "me"'),
+            OpenApiParameter("resource_class", str, description='"gpu:H100" (any case), or "cpu"'),
             OpenApiParameter("priority", str),
             OpenApiParameter("group_by", str, description="one or two of " + ", ".join(GROUPS)),
             OpenApiParameter("format", str, enum=["json", "csv"]),

@@ -6,9 +6,12 @@ from datetime import timedelta
 from decimal import Decimal
 
 import pytest
+import time_machine
+from django.contrib.auth import get_user_model
 
-from scheduling.models import Price
-from teams.models import Quota
+from scheduling.models import Node, Price
+from teams.models import Quota, Team
+from teams.services import do_update_quotas
 from tests.integration.test_forecast_accuracy import forecast
 from tests.integration.test_usage_api import NOW, RANKING, RFM, VISION, H, attempt, now  # noqa: F401 (fixture)
 
@@ -50,7 +53,7 @@ def test_a_lead_sees_their_teams_numbers_under_each_chart(logged_in, history):
     owed = [[str(float(sum(guarantee) * 24))], [str(float(sum(guarantee) * 12))]]
     assert table(page, "gpu-hours") == [["2026-04-19", "120.0", *owed[0]], ["2026-04-20", "104.0", *owed[1]]]
     assert table(page, "waits") == [[RFM, "P2", "2", "30.0", "30.0"]]
-    assert table(page, "lost") == [[RFM, "1", "4.0", "0.0", "0.0", "0.0", "0.0", "4.0"]]
+    assert table(page, "lost") == [[RFM, "1", "4.0", "0.0", "0.0", "0.0", "0.0", "0.0", "4.0"]]
     assert table(page, "top-users") == [
         ["alice", "192.0", "384.0", "384.0", "0.0"],
         ["rita", "32.0", "32.0", "64.0", "4.0"],
@@ -113,3 +116,63 @@ def test_the_forecasts_accuracy_by_week_for_the_viewers_teams(logged_in, history
     ]
     page = logged_in("ops").get("/reports/", {"from": "2026-04-20", "to": "2026-04-20"}).content.decode()
     assert table(page, "forecast") == [["2026-04-20", "2", "15.0", "5.0", "50.0", "100.0"]]
+
+
+def columns(page: str, section: str) -> list[str]:
+    block = page.split(f'id="report-{section}"', 1)[1].split("</thead>", 1)[0]
+    return re.findall(r"<th>(.*?)</th>", block)
+
+
+def share(gpu_hours: float, rclass: str, hours: float) -> str:
+    size = sum(Node.objects.filter(gpu_type=rclass.removeprefix("gpu:")).values_list("gpu_count", flat=True))
+    return str(round(100 * gpu_hours / (size * hours), 1))
+
+
+def test_a_lead_sees_her_teams_share_of_each_class_not_its_utilization(logged_in, history):
+    """QA: H100 "utilization" for one day read 0.8 for an admin, 0.3 and 0.5 for two leads: a
+    lead's was her teams' GPU-hours over the class's capacity, labelled utilization."""
+    page = logged_in("rita").get("/reports/", {"from": "2026-04-19", "to": "2026-04-20"}).content.decode()
+    section = page.split('id="report-utilization"', 1)[1].split("</table>", 1)[0]
+    assert "Your teams&#x27; share of each resource class&#x27;s capacity, by day" in section
+    assert "Utilization" not in section and "(all teams)" not in section
+    h100 = columns(page, "utilization").index("gpu:H100")
+    # The 19th: alice's 8 H100 from 09:00, 15 hours, of the whole day; her team is rita's.
+    assert table(page, "utilization")[0][h100] == share(8 * 15, "gpu:H100", 24)
+
+    admin = logged_in("ops")
+    page = admin.get("/reports/", {"from": "2026-04-20", "to": "2026-04-20"}).content.decode()
+    assert "Utilization by resource class, by day" in page
+    a100 = columns(page, "utilization").index("gpu:A100")
+    assert table(page, "utilization")[0][a100] == share(4 * 2, "gpu:A100", 12)  # bob's, every team's
+    page = admin.get("/reports/", {"from": "2026-04-20", "to": "2026-04-20", "team": RFM}).content.decode()
+    assert f"{RFM}&#x27;s share of each resource class&#x27;s capacity, by day" in page
+    heads = columns(page, "utilization")
+    [row] = table(page, "utilization")
+    assert (row[heads.index("gpu:A100")], row[heads.index("gpu:A100 (all teams)")]) == ("0.0", share(8, "gpu:A100", 12))
+
+
+def test_the_guarantee_line_keeps_the_quota_in_force_each_day(logged_in, history):
+    """QA: a quota changed today rewrote every past day's guarantee. RFM's H100 guarantee is cut
+    by 8 at 18:00 on the 19th: that day owes the old one for 18 hours and the new one for 6."""
+    quotas = dict(
+        Quota.objects.filter(team__name=RFM, resource_class__startswith="gpu:").values_list(
+            "resource_class", "guaranteed"
+        )
+    )
+    others = sum(gpus for rclass, gpus in quotas.items() if rclass != "gpu:H100")
+    old = quotas["gpu:H100"]
+    assert old >= 8
+    with time_machine.travel(NOW - 18 * H, tick=False):
+        do_update_quotas(
+            team=Team.objects.get(name=RFM),
+            changes={"gpu:H100": {"guaranteed": old - 8}},
+            user=get_user_model().objects.get(username="ops"),
+            reason="lent to vision",
+        )
+    page = logged_in("rita").get("/reports/", {"from": "2026-04-18", "to": "2026-04-20"}).content.decode()
+    owed = [row[-1] for row in table(page, "gpu-hours")]
+    assert owed == [
+        str(float((others + old) * 24)),  # the 18th: as it was
+        str(float((others + old) * 18 + (others + old - 8) * 6)),
+        str(float((others + old - 8) * 12)),  # up to NOW, 12:00
+    ]
