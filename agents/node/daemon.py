@@ -48,6 +48,7 @@ from agents.node.isolation import (
 from agents.node.machine import GpusMissing, remember_gpus
 from agents.node.options import nodes_from, parse_args
 from agents.node.outbox import Outbox
+from agents.node.quiet_log import OncePerMinute
 from agents.node.runtime import (
     DEFAULT_PASS_ENV,
     DIR_MODE,
@@ -114,6 +115,7 @@ class NodeAgent:
         self.wake = threading.Event()
         self.stopping = threading.Event()
         self.refused = ""  # why the server refuses this node's registration for good
+        self.quiet = OncePerMinute(log)  # what goes wrong again and again, said once a minute
         self.health = health or Health(NoGpus())
         self.socket = HeartbeatSocket(self.client, self.name, on_wake=self.wake.set, stopping=self.stopping)
 
@@ -226,13 +228,13 @@ class NodeAgent:
                     "agents/register", {**self.node, "task_isolation": self.task_users.mode}, token=credential
                 )
             except ApiError as exc:
-                log.warning("%s: cannot register with the %s (%s)", self.name, what, exc)
+                self.quiet.warning("%s: cannot register with the %s (%s)", self.name, what, exc)
                 if exc.status == 400 or 300 <= exc.status < 400:  # the inventory or --server, whatever the token
                     self.refused = str(exc)
                     return False
                 continue
             except OSError as exc:
-                log.warning("%s: cannot join yet (%s)", self.name, exc)
+                self.quiet.warning("%s: cannot join yet (%s)", self.name, exc)
                 return False
             self.joined(reply)
             return True
@@ -263,12 +265,12 @@ class NodeAgent:
         try:
             reply = self.send_heartbeat(body)
         except ApiError as exc:
-            log.warning("%s: heartbeat refused (%s)", self.name, exc)
+            self.quiet.warning("%s: heartbeat refused (%s)", self.name, exc)
             if exc.status == 401:
                 self.try_register()  # the server forgot this node's token (e.g. a new database)
             return False
         except OSError as exc:
-            log.warning("%s: heartbeat failed (%s)", self.name, exc)
+            self.quiet.warning("%s: heartbeat failed (%s)", self.name, exc)
             return False
         self.renewed(sent_at, reply["lease_s"])
         if health is not None:
@@ -338,8 +340,7 @@ class NodeAgent:
         return {index for task in list(self.tasks.values()) if task.running for index in task.gpu_indices}
 
     def signal(self, key: tuple[int, int, int], name: str, *, why: str, kill_in_s: float | None = None) -> None:
-        """Send TERM or KILL once; a TERM's `kill_in_s` (the server's deadline, as seconds from
-        its reply) is kept, and watch_tasks sends KILL at it if nothing else has."""
+        """TERM or KILL, once each; a TERM's `kill_in_s` is kept: watch_tasks sends KILL then."""
         task = self.tasks.get(key)
         if task is None or not task.running:
             return
