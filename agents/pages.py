@@ -13,7 +13,9 @@ from datetime import UTC
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
+from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils.dateparse import parse_datetime
 from django.utils.html import format_html_join
@@ -56,7 +58,7 @@ def page(request):
         return _act(request)
     if request.headers.get("HX-Request") and request.GET.get("part") == "heatmap":
         # A 200 with the filters' errors in it: htmx swaps no 4xx (the full page says 400).
-        return render(request, "agents/heatmap.html", _heatmap_context(request))
+        return _fragment(request, _heatmap_context(request))
     return _full_page(request)
 
 
@@ -272,9 +274,20 @@ def _first_errors(errors: dict, names: dict[str, str] | None = None) -> str:
     return "; ".join(said)
 
 
+def _fragment(request, context: dict) -> HttpResponse:
+    """The heatmap, and the maintenance windows swapped in beside it (htmx's out-of-band swap):
+    the list showed a window that had started as SCHEDULED, its Cancel ready to end it, and a
+    window just scheduled only after a reload (QA)."""
+    windows = {"windows": maintenance.open_windows(), "cancel": True, "out_of_band": True}
+    return HttpResponse(
+        render_to_string("agents/heatmap.html", context, request)
+        + render_to_string("agents/maintenance_windows.html", windows, request)
+    )
+
+
 def _done(request, notice: str):
     if request.headers.get("HX-Request"):
-        return render(request, "agents/heatmap.html", _heatmap_context(request, notice=notice))
+        return _fragment(request, _heatmap_context(request, notice=notice))
     messages.success(request, notice)
     return redirect(reverse("nodes-page") + (f"?{request.GET.urlencode()}" if request.GET else ""))
 
@@ -284,7 +297,7 @@ def _refused(request, error: ActionError):
         messages.error(request, error.message)
         return redirect("node-page", name=error.node)
     if request.headers.get("HX-Request"):  # a 200: htmx 2 swaps no 4xx, and #action-error would never show
-        return render(request, "agents/heatmap.html", _heatmap_context(request, error))
+        return _fragment(request, _heatmap_context(request, error))
     return _full_page(request, error, status=400)
 
 

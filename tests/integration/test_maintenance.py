@@ -341,6 +341,9 @@ def test_a_cancel_drawn_before_the_window_started_does_not_end_it(clock, logged_
     )
     window.refresh_from_db()
     assert window.state == MaintenanceState.ACTIVE
+    # The heatmap's refresh brings the windows list with it (it showed SCHEDULED until a reload).
+    refreshed = ops.get("/nodes/?part=heatmap", HTTP_HX_REQUEST="true").content.decode()
+    assert 'id="maintenance-windows" hx-swap-oob="true"' in refreshed and 'name="seen" value="ACTIVE"' in refreshed
     page = ops.get("/nodes/").content.decode()
     assert 'name="seen" value="ACTIVE"' in page and f"confirm('End maintenance #{window.pk} now" in page
     ops.post("/nodes/", {**stale, "seen": "ACTIVE"})
