@@ -77,7 +77,14 @@ class TeamQuotas(APIView):
         request=QuotaPatchSerializer,
         responses={
             200: QuotaSerializer(many=True),
-            403: OpenApiResponse(description="not a lead of the team (or of a team above it) nor a site admin"),
+            400: OpenApiResponse(
+                description="a bad field, named in `fields`: an unknown class, a guarantee beyond the parent's "
+                "or the cluster's, a borrowing limit beyond the cluster's"
+            ),
+            403: OpenApiResponse(
+                description="not a lead of the team (or of a team above it) nor a site admin; or, naming "
+                "`quotas.<class>.weight`, a lead of the team itself: a weight is set from the team above"
+            ),
             404: NO_SUCH_TEAM,
         },
     )
@@ -85,7 +92,7 @@ class TeamQuotas(APIView):
         team = get_object_or_404(Team, name=name)
         if not can_edit_quotas(request.user, team):
             raise PermissionDenied(NOT_A_LEAD.format(team=team.name))
-        body = QuotaPatchSerializer(data=request.data)
+        body = QuotaPatchSerializer(data=request.data, context={"any_case": True})
         body.is_valid(raise_exception=True)
         do_update_quotas(
             team=team, changes=body.validated_data["quotas"], user=request.user, reason=body.validated_data["reason"]

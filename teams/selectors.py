@@ -88,6 +88,18 @@ def can_edit_quotas(user, team: Team) -> bool:
     return Membership.objects.filter(user=user, team_id__in=chain, role=Role.LEAD).exists()
 
 
+def can_rank_among_siblings(user, team: Team) -> bool:
+    """Whether `user` may set what only ranks `team` against its sibling teams (its fair-share
+    weight): admins, and leads of a team above it, never its own leads, as a Slurm
+    sub-account's shares are set from its parent account. So a division's, admins only."""
+    if is_site_admin(user):
+        return True
+    above = [t.pk for t in team.ancestors()]
+    if not (above and user.is_authenticated):
+        return False
+    return Membership.objects.filter(user=user, team_id__in=above, role=Role.LEAD).exists()
+
+
 def team_history(team: Team, user) -> QuerySet[AuditEvent]:
     """A team's quota changes, for whoever may read its quotas; and the changes to its members,
     its place in the tree and its schedules only for its members (and those of teams above it)

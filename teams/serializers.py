@@ -3,7 +3,7 @@ from rest_framework import serializers
 from mlqueue.serializer_fields import NoUnknownFields
 from mlqueue.text import INVISIBLE, invisible_char
 from teams.models import ApiToken, Quota, Team
-from teams.resources import known_classes, unknown_class_message
+from teams.resources import canonical_class, known_classes, unknown_class_message
 
 
 class QuotaSerializer(serializers.ModelSerializer):
@@ -63,18 +63,29 @@ class QuotaChangeSerializer(NoUnknownFields, serializers.Serializer):
         return attrs
 
 
+SAME_CLASS_TWICE = "names the same class as {other!r}: give each class once."
+
+
 class QuotaPatchSerializer(NoUnknownFields, serializers.Serializer):
-    """`{"reason": "...", "quotas": {"gpu:H100": {"guaranteed": 40}}}`"""
+    """`{"reason": "...", "quotas": {"gpu:H100": {"guaranteed": 40}}}`. With `any_case` in the
+    context (the API, so `mlq quota --set h100=32`) a class may be spelled in any case and
+    comes back by its own name ("gpu:H100"); without it (the teams page, which posts the names
+    it lists) only the exact name passes, and the refusal says the right spelling."""
 
     reason = PrintableNameField(min_length=1, max_length=500)  # it goes in the audit log
     quotas = serializers.DictField(child=QuotaChangeSerializer(), allow_empty=False)
 
     def validate_quotas(self, value):
         known = known_classes()
-        unknown = sorted(set(value) - set(known))
-        if unknown:
-            raise serializers.ValidationError({unknown[0]: [unknown_class_message(unknown[0], known)]})
-        return value
+        named = {}
+        for name in sorted(value):
+            rclass = canonical_class(name, known) if self.context.get("any_case") else name
+            if rclass not in known:
+                raise serializers.ValidationError({name: [unknown_class_message(name, known)]})
+            if rclass in named:
+                raise serializers.ValidationError({name: [SAME_CLASS_TWICE.format(other=named[rclass])]})
+            named[rclass] = name
+        return {rclass: value[name] for rclass, name in named.items()}
 
 
 class TokenCreateSerializer(NoUnknownFields, serializers.Serializer):

@@ -11,6 +11,7 @@ from rest_framework.exceptions import ValidationError
 
 from teams.authentication import forget_api_tokens
 from teams.models import ApiToken, AuditEvent, EventKind, Quota, ReportedGpuType, Team
+from teams.quota_rules import check_capacity, check_field_rights
 from teams.selectors import can_read_quotas
 
 OVER_PARENT = "{team} and its sibling teams would be guaranteed {total} {rclass}, more than {parent}'s {parent_amount}."
@@ -26,8 +27,12 @@ def do_update_quotas(*, team: Team, changes: dict[str, dict], user, reason: str)
     """Apply {resource_class: {field: value}} to the team's quotas in one transaction, after
     checking the tree stays consistent (children never promised more than their parent)."""
     with transaction.atomic():
-        # One writer per tree at a time, so two leads cannot both squeeze under the parent.
-        list(Team.objects.select_for_update(no_key=True).filter(pk__in=[team.pk] + [t.pk for t in team.ancestors()]))
+        # One writer per tree at a time, so two leads cannot both squeeze under the parent;
+        # a division's change locks every division, as they share the cluster.
+        tree = Team.objects.filter(pk__in=[team.pk] + [t.pk for t in team.ancestors()])
+        if team.parent_id is None:
+            tree = Team.objects.filter(parent__isnull=True)
+        list(tree.select_for_update(no_key=True).order_by("pk"))
         updated = [
             _apply_quota_change(team=team, rclass=rclass, fields=fields, user=user, reason=reason)
             for rclass, fields in sorted(changes.items())
@@ -39,16 +44,21 @@ def _apply_quota_change(*, team: Team, rclass: str, fields: dict, user, reason: 
     """One class's change, checked and audited; the fields already at the value asked are left
     out, and a change of none is no change at all (applied again, a PATCH writes nothing). A
     class the team had no quota for is a change even at the defaults: without a quota it could
-    borrow without bound, with one at 0 it cannot (audited as added, before: {})."""
+    borrow without bound, with one at 0 it cannot (audited as added, before: {}). Who may set
+    what, and the cluster's size, are checked on the fields that change (teams/quota_rules.py)."""
     quota, added = Quota.objects.get_or_create(team=team, resource_class=rclass)
-    if not added:
-        fields = {name: value for name, value in fields.items() if getattr(quota, name) != value}
-        if not fields:
-            return quota
-    before = {} if added else {name: getattr(quota, name) for name in fields}
+    current = {name: getattr(quota, name) for name in QUOTA_FIELDS}
+    fields = {name: value for name, value in fields.items() if current[name] != value}
+    if not (added or fields):
+        return quota
+    check_field_rights(user=user, team=team, rclass=rclass, changed=fields)
+    before = {} if added else {name: current[name] for name in fields}
     for name, value in fields.items():
         setattr(quota, name, value)
+    # The parent first: its guarantee is the tighter bound, and a lead who may not read it
+    # learns no figure of it from the cluster's size either.
     check_quota_tree(team=team, rclass=rclass, guaranteed=quota.guaranteed, user=user)
+    check_capacity(team=team, rclass=rclass, before=current, changed=fields)
     quota.updated_at = timezone.now()
     quota.save()
     if added:

@@ -59,12 +59,25 @@ def parse_quota_changes(items: Sequence[str]) -> dict:
         field = field or "guaranteed"
         if not equals or not resource or field not in ("guaranteed", "borrowing_limit", "weight"):
             raise click.BadParameter(BAD_QUOTA.format(item=item), param_hint="--set")
-        resource_class = resource if ":" in resource or resource == "cpu" else f"gpu:{resource}"
+        # The server takes a class in any case ("h100" -> gpu:H100, "CPU" -> cpu).
+        resource_class = resource if ":" in resource or resource.lower() == "cpu" else f"gpu:{resource}"
         try:
             changes.setdefault(resource_class, {})[field] = read_scalar(text, key)
         except MlqError as error:  # not YAML: a usage error, as a malformed item is
             raise click.BadParameter(error.detail, param_hint="--set") from None
     return changes
+
+
+def quota_wide(sdk, team: str) -> list[tuple]:
+    """-o wide's columns: the team's standing per class from GET /fair-share (what it holds
+    now, above its guarantee, and lends), as the teams page shows it."""
+    standing = next((row for row in sdk.request("GET", "/fair-share")["teams"] if row["name"] == team), None)
+    by_class = {row["resource_class"]: row for row in (standing or {}).get("classes") or ()}
+
+    def column(title: str, field: str) -> tuple:
+        return title, lambda quota: by_class.get(quota.resource_class, {}).get(field)
+
+    return [column("USED", "used"), column("BORROWED", "borrowed"), column("LENT", "lent"), column("SHARE", "share")]
 
 
 @main.command()
@@ -74,20 +87,23 @@ def parse_quota_changes(items: Sequence[str]) -> dict:
 @output_option
 @click.pass_context
 def quota(ctx, team, changes, reason, output):
-    """A team's quotas; leads change them with --set.
+    """A team's quotas (-o wide: with its use, borrowed, lent and share); leads change them
+    with --set (a team's weight: admins and leads of the team above; docs/quotas.md).
 
     \b
     Example:
-      mlq quota vision
-      mlq quota vision --set H100=64 --reason "new project"
+      mlq quota research-vision -o wide
+      mlq quota research-vision --set H100=18 --set H100.borrowing_limit=40 --reason "new project"
+      mlq quota research-vision --set H100.weight=2 --reason "paper deadline"
     """
     sdk = client(ctx)
     if changes:
         if not reason:
             raise click.UsageError(QUOTA_NEEDS_REASON)
-        emit(sdk.set_quota(team, parse_quota_changes(changes), reason), output, QUOTA_COLUMNS)
+        quotas = sdk.set_quota(team, parse_quota_changes(changes), reason)
     else:
-        emit(sdk.quota(team), output, QUOTA_COLUMNS)
+        quotas = sdk.quota(team)
+    emit(quotas, output, QUOTA_COLUMNS, quota_wide(sdk, team) if output == "wide" else ())
 
 
 @main.command()
