@@ -22,6 +22,7 @@ from teams.models import Quota, Role, Team
 from teams.resources import unknown_class_message
 from teams.selectors import (
     can_edit_quotas,
+    can_rank_among_siblings,
     can_read_quotas,
     descendant_ids,
     is_site_admin,
@@ -132,6 +133,9 @@ def _row_of(user, team: Team, rclass: str) -> tuple[TeamView, ClassUsage | None,
 
 def _render_row(request, view: TeamView, row: ClassUsage, *, editing: bool, **extra):
     template = "teams/quota_edit_row.html" if editing else "teams/quota_row.html"
+    if editing:  # a team's own lead sees its weight, set from the team above (teams/quota_rules.py)
+        team = Team.objects.select_related("parent").get(name=view.name)
+        extra["weight_from_above"] = not can_rank_among_siblings(request.user, team)
     return render(request, template, {"team": view, "row": row, **extra})
 
 

@@ -179,6 +179,10 @@ def test_the_edit_control_swaps_in_a_form_and_cancel_swaps_it_back(demo, logged_
         assert re.search(rf'name="{name}"[^>]*value="{re.escape(value)}"', form)
     assert 'name="reason"' in form and 'class="primary save-quota"' in form
     assert cells(client.get(url).content.decode())[2] == "0 / 32 (+64)"
+    # Its weight is set from the team above (teams/quota_rules.py): shown, not editable, to its own lead.
+    assert re.search(r'name="weight"[^>]*readonly', form)
+    admin_form = logged_in("ops").get(url + "&edit=1", HTTP_HX_REQUEST="true").content.decode()
+    assert 'name="weight"' in admin_form and not re.search(r'name="weight"[^>]*readonly', admin_form)
 
 
 def test_a_member_cannot_open_or_post_an_edit(demo, logged_in):
