@@ -140,21 +140,35 @@ NOT_AN_ADMIN = "only site admins may cordon, drain, uncordon or reset nodes."
 WAIT_IS_DRAINS = "only drain takes wait (let running tasks finish); {action} does not."
 
 
+class NodeActionResultSerializer(NodeSerializer):
+    changed = serializers.BooleanField(
+        help_text="false: the node was already so (an uncordon of a node in service, a cordon of a cordoned one, "
+        "nothing excluded to put back): nothing changed and nothing was recorded"
+    )
+
+    class Meta(NodeSerializer.Meta):
+        fields = [*NodeSerializer.Meta.fields, "changed"]
+
+
 class NodeAction(APIView):
     action = ""
     body_serializer = NodeActionSerializer
 
     @extend_schema(
         request=NodeActionSerializer,
-        responses={200: NodeSerializer, 403: OpenApiResponse(description="not a site admin")},
+        responses={200: NodeActionResultSerializer, 403: OpenApiResponse(description="not a site admin")},
     )
     def post(self, request: Request, name: str) -> Response:
         if not is_site_admin(request.user):
             raise exceptions.PermissionDenied(NOT_AN_ADMIN)
         node = get_object_or_404(Node, name=name)
         body = self.body(request)
+        was = (node.admin_state, node.excluded_gpus, node.token_digest)
         self.act(node, request.user, body)
-        return Response(NodeSerializer(with_tasks(Node.objects).get(pk=node.pk)).data)
+        after = with_tasks(Node.objects).get(pk=node.pk)
+        # What an admin sees change (QA: `mlq uncordon` of a node in service said nothing of it).
+        after.changed = was != (after.admin_state, after.excluded_gpus, after.token_digest)
+        return Response(NodeActionResultSerializer(after).data)
 
     def body(self, request: Request) -> dict:
         body = self.body_serializer(data=request.data)
@@ -171,7 +185,7 @@ class NodeAction(APIView):
 class ReclaimNotice(NodeAction):
     @extend_schema(
         request=ReclaimNoticeSerializer,
-        responses={200: NodeSerializer, 403: OpenApiResponse(description="not a site admin")},
+        responses={200: NodeActionResultSerializer, 403: OpenApiResponse(description="not a site admin")},
     )
     def post(self, request: Request, name: str) -> Response:
         return super().post(request, name)
@@ -206,7 +220,7 @@ class IncludeGpus(NodeAction):
 
     @extend_schema(
         request=IncludeGpusSerializer,
-        responses={200: NodeSerializer, 403: OpenApiResponse(description="not a site admin")},
+        responses={200: NodeActionResultSerializer, 403: OpenApiResponse(description="not a site admin")},
     )
     def post(self, request: Request, name: str) -> Response:
         return super().post(request, name)

@@ -25,7 +25,9 @@ QUOTA_COLUMNS = [
 NODE_COLUMNS = [
     ("NODE", lambda node: node.name),
     ("STATE", lambda node: node.state),
-    ("ADMIN", lambda node: node.admin_state),
+    # DRAINED: DRAINING with no task left (Slurm's word): a drain that is done.
+    ("ADMIN", lambda node: "DRAINED" if node.raw.get("drained") else node.admin_state),
+    ("TASKS", lambda node: node.raw.get("tasks")),
     ("GPUS", lambda node: f"{node.gpu_count} {node.gpu_type}".strip() if node.gpu_count else "-"),
     ("RACK", lambda node: node.rack),
 ]
@@ -126,13 +128,25 @@ def nodes(ctx, state, rack, zone, gpu_type, output):
     emit(found, output, NODE_COLUMNS, NODE_WIDE)
 
 
+UNCHANGED = "{node}: already so: nothing changed, nothing recorded"
+
+
+def said_unchanged(found, output: str) -> None:
+    """That an action changed nothing (the API's `changed`: an uncordon of a node in service),
+    on stderr beside the table; it printed the table alone, as if it had done something (QA)."""
+    if output == "table" and found.raw.get("changed") is False:
+        click.echo(UNCHANGED.format(node=found.name), err=True)
+
+
 def _node_verb(action: str, example: str):
     @click.argument("node")
     @click.option("--reason", required=True, help="recorded in the audit log")
     @output_option
     @click.pass_context
     def verb(ctx, node, reason, output):
-        emit(getattr(client(ctx), action)(node, reason), output, NODE_COLUMNS, NODE_WIDE)
+        found = getattr(client(ctx), action)(node, reason)
+        said_unchanged(found, output)
+        emit(found, output, NODE_COLUMNS, NODE_WIDE)
 
     verb.__doc__ = f"{action.capitalize()} NODE (admins).\n\n    \b\n    Example:\n      {example}\n    "
     return main.command(action)(verb)
@@ -157,7 +171,9 @@ def drain(ctx, node, reason, wait, output):
       mlq drain gpu-017 --reason "maintenance"
       mlq drain gpu-017 --reason "firmware" --wait
     """
-    emit(client(ctx).drain(node, reason, wait=True if wait else None), output, NODE_COLUMNS, NODE_WIDE)
+    found = client(ctx).drain(node, reason, wait=True if wait else None)
+    said_unchanged(found, output)
+    emit(found, output, NODE_COLUMNS, NODE_WIDE)
 
 
 @main.command("include-gpus")
@@ -174,7 +190,9 @@ def include_gpus(ctx, node, gpus, reason, output):
       mlq include-gpus gpu-017 --gpu 3 --reason "board swapped"
     """
     found = client(ctx).include_gpus(node, reason, list(gpus) or None)
-    if output == "table":  # what went back and what is still out, beside the node's row
+    if output == "table" and found.raw.get("changed") is False:
+        click.echo(f"{node}: no GPU was excluded: nothing changed, nothing recorded", err=True)
+    elif output == "table":  # what went back and what is still out, beside the node's row
         back = ", ".join(map(str, sorted(gpus))) if gpus else "every excluded GPU"
         still = ", ".join(sorted(found.excluded_gpus, key=int)) or "none"
         click.echo(f"{node}: put back {back}; still excluded: {still}", err=True)

@@ -9,6 +9,7 @@ from django.contrib.auth import get_user_model
 
 from mlqueue import cli
 from mlqueue.cli.app import EXIT_REFUSED
+from mlqueue.cli.cluster import UNCHANGED
 from mlqueue.cli.maintenance import IN_THE_PAST, NOT_FROM_NOW
 from mlqueue.client import Client
 from scheduling.models import MaintenanceWindow
@@ -132,3 +133,20 @@ def test_times_from_now_and_without_an_offset(clock, mlq_as):
         unknown = mlq_as("ops", *window, "--zone", "z1", "--at", typed, "--hours", "1")
         assert unknown.exit_code == 2 and said.format(value=typed) in unknown.output
     assert MaintenanceWindow.objects.count() == 3
+
+
+def test_a_node_verb_that_changes_nothing_says_so_and_a_drained_node_reads_drained(mlq_as):
+    """QA: `mlq uncordon` of a node in service, and `mlq include-gpus` of a node with nothing
+    excluded, printed the table alone as if they had done something; a drained node with no
+    task left read DRAINING, as one still draining does."""
+    node = "z1-r1-h100-01"
+    again = mlq_as("ops", "uncordon", node, "--reason", "already fine")
+    assert again.exit_code == 0 and UNCHANGED.format(node=node) in again.stderr
+    nothing = mlq_as("ops", "include-gpus", node, "--reason", "x")
+    assert nothing.exit_code == 0 and f"{node}: no GPU was excluded: nothing changed" in nothing.stderr
+    drained = mlq_as("ops", "drain", node, "--reason", "DIMM")
+    assert drained.exit_code == 0 and "nothing changed" not in drained.stderr
+    [row] = [line.split() for line in drained.stdout.splitlines() if line.startswith(node)]
+    assert row[2:4] == ["DRAINED", "0"]  # ADMIN, TASKS: no task was on it
+    twice = mlq_as("ops", "drain", node, "--reason", "DIMM")
+    assert UNCHANGED.format(node=node) in twice.stderr
