@@ -43,7 +43,7 @@ class Fleet:
     """What a pass derives from the nodes alone: their order, racks, zones, classes. Kept for
     the last fleet seen, so passes over the same nodes (a simulation's) derive it once."""
 
-    __slots__ = ("nodes", "rows", "rack_of", "zone_of", "capacity")
+    __slots__ = ("nodes", "rows", "rack_of", "zone_of", "domains", "capacity")
     last: "Fleet | None" = None
 
     def __init__(self, nodes):
@@ -52,6 +52,7 @@ class Fleet:
         self.rows = [(n.name, n, n.usable_gpus, n.state == NodeState.READY, n.resource_class) for n in ordered]
         self.rack_of = {n.name: n.rack for n in ordered}
         self.zone_of = {n.name: n.zone for n in ordered}
+        self.domains = {"rack": len(set(self.rack_of.values())), "zone": len(set(self.zone_of.values()))}  # how many
         self.capacity: dict[str, int] = defaultdict(int)  # every node's units, per class
         for node in ordered:
             self.capacity[node.resource_class] += node.gpus if node.gpu_type else node.cpus

@@ -33,7 +33,7 @@ class Trial:
         rooms_now = {slot: tasks for slot, tasks in rooms_now.items() if slot.name not in closed}
         self.rooms = dict(rooms_now)
         self.names = {slot.name: slot for slot in rooms_now}
-        self.joining = joining or {}
+        self.joining = joining if joining is not None else {}  # it may grow as the trial goes on
         self.extra: dict[str, Extra] = {}
         self.total = sum(rooms_now.values())
         self.last_plan = None  # the layout of the last `fits()` that held (see `fit_by_removing`)
@@ -81,14 +81,20 @@ class Trial:
         rooms = sorted((Room(s, n) for s, n in self.rooms.items() if n > 0), key=lambda r: r.slot.name)
         return plan_on(rooms, self.shape)
 
-    def fit_by_removing(self, ordered: list[RunningJob]) -> list[RunningJob] | None:
+    def fit_by_removing(self, ordered: list[RunningJob], read=None) -> list[RunningJob] | None:
         """Remove candidates in order until the job fits; None if even all of them do not do.
         Once the total room would do, the layout is checked at growing steps (1, 2, 4, ...)
         and the exact count found by putting victims back, halving the step. Every step back
         that does not fit is undone, so the trial ends as it was at the last check that held:
-        `last_plan` is then its layout (unless `one_domain`, which checks no layout)."""
+        `last_plan` is then its layout (unless `one_domain`, which checks no layout).
+        `read`: for a list read as it is needed (`victim_search.Domain.read`), called with how
+        many candidates the next step needs (with `joining`, the nodes they run on)."""
         count, step = 0, 1
-        while count < len(ordered):
+        while True:
+            if read is not None:
+                read(count + step)
+            if count >= len(ordered):
+                return None
             for victim in ordered[count : count + step]:
                 self._change(victim, +1)
             count = min(count + step, len(ordered))
@@ -97,7 +103,6 @@ class Trial:
             if self.fits():
                 return ordered[: self._shrink(ordered, count, step)]
             step *= 2
-        return None
 
     def _shrink(self, ordered: list[RunningJob], count: int, step: int) -> int:
         """Fits with `count` removed but not with `count - step`: find the least that fits."""

@@ -45,30 +45,24 @@ def find_victims(
     this search). `closed`: nodes `job` must not start on (maintenance.py): no victim there helps.
     `every`: if given, each domain's set found is added to it (the best is one of them)."""
     scope, place = _domain_map(state, job)
-    members = _members(pool, job.resource_class, scope, place, candidates)
-    domains = _domains(candidates, members, place, claim, excess)
     free_by_domain, free_room = _free_slots_by_domain(state, job, place)
-    slots, needed = state.slots, job.shape.units
+    needed = job.shape.units
     best, tried = None, 0
-    for name, domain in domains:
+    for name, domain in _domains(state, pool, job.resource_class, scope, place, candidates, claim, excess):
         free = free_by_domain.get(name, {})
         # Most domains fail here (a search reaches ~15 for every one it tries): what a domain
-        # could give back is summed before anything is built for it.
-        room = domain.units + free_room.get(name, 0)
-        for node in domain.hosts:
-            if slots[node] not in free:
-                room += slots[node].free_units
-        if room < needed:
+        # could give back is summed before anything is built for it, reading its candidates
+        # only until it would do.
+        if not domain.could_give(needed - free_room.get(name, 0), free):
             continue  # even all its candidates gone would not make room
-        hosts = {node: slots[node] for node in domain.hosts}
         trial = Trial(
             job,
             {slot: capacity(slot, job.shape) for slot in free if slot.ready},
             one_domain=True,
-            joining=hosts,
+            joining=domain.hosts,
             closed=closed,
         )
-        found = trial.fit_by_removing(domain.victims)
+        found = trial.fit_by_removing(domain.victims, domain.read)
         if found is None:
             continue
         victims = trial.put_back_unneeded(found)
@@ -93,65 +87,146 @@ def _domain_map(state: ClusterState, job: PendingJob) -> tuple[str, dict[str, st
     return "zone", state.zone_of
 
 
-def _members(
-    pool: "VictimPool | None", rclass: str, scope: str, place: dict[str, str] | None, candidates: "list[Candidate]"
-) -> dict[str, list]:
-    """Per domain, the candidates with tasks there (`index_by_domain`) of which those in
-    `candidates` count. For nodes, the pool's index of the whole class: a search reaches ~15
-    of the hundreds of nodes its candidates run on. For racks and zones, the search's own
-    candidates: it reaches most of those domains, so it would walk most of the class, where
-    its candidates are a few of them (measured on the seed-2500 forecast: 3-5x fewer)."""
-    if pool is None:
-        return index_by_domain(candidates, place)
-    if place is None:
-        return pool.by_domain(rclass, scope, place)
-    return index_by_domain(candidates, place, pool.spans.setdefault(scope, {}))
-
-
-@dataclass(slots=True)
-class Domain:
-    victims: list[RunningJob]
-    hosts: dict[str, None]
-    units: int = 0
-
-
 def _domains(
-    ordered: "list[Candidate]",
-    members: dict[str, list],
+    state: ClusterState,
+    pool: "VictimPool | None",
+    rclass: str,
+    scope: str,
     place: dict[str, str] | None,
+    ordered: "list[Candidate]",
     claim: "Claim",
     excess: dict[str, int],
-) -> Iterator[tuple[str, Domain]]:
-    """Domains with their candidates in order, the nodes they run on and the units they hold
-    there; domains in the order of their best candidate, each built only when the search
-    reaches it (it stops after a few that work). A candidate the job does not outrank (or
-    outranks only within its team's excess: `Claim.bounded`) enters a domain only while its
-    team's units taken there stay within the team's excess.
-    `members`: per domain, every candidate with tasks there (`index_by_domain`), of which those in
-    `ordered` count."""
-    chosen = {candidate.job.job_id for candidate in ordered}
+) -> Iterator[tuple[str, "Domain"]]:
+    """Domains in the order of their best candidate, each with its candidates in order (read
+    only as far as the search needs them: see `Domain`). For nodes, out of the pool's index of
+    the whole class: a search reaches ~15 of the hundreds of nodes its candidates run on. For
+    racks and zones, out of the search's own candidates, indexed as the search reads them: it
+    reaches most of those domains, where its candidates are a few of the class's (measured on
+    the seed-2500 forecast: 3-5x fewer), and a zone's first few candidates make room."""
+    if place is None and pool is not None:
+        members = pool.by_domain(rclass, scope, place)
+        chosen = {candidate.job.job_id for candidate in ordered}
+        for name in _nodes(ordered, len(members)):
+            yield name, Domain(_allowed(iter(members[name]), chosen, claim, excess), state.slots)
+        return
+    spans = pool.spans.setdefault(scope, {}) if pool is not None else {}
+    index = DomainIndex(ordered, place, spans, state.fleet.domains[scope] if place is not None else len(state.slots))
+    for name in index.names():
+        yield name, Domain(_allowed(index.members(name), None, claim, excess), state.slots)
+
+
+def _nodes(ordered: "list[Candidate]", count: int) -> Iterator[str]:
+    """The nodes `ordered` run on, in order, out of the `count` any candidate runs on."""
     seen: set[str] = set()
     for candidate in ordered:
-        if len(seen) == len(members):
-            return  # every domain any candidate runs in is out (a gang's zones, often after one)
+        if len(seen) == count:
+            return  # every node any candidate runs on is out
         for task in candidate.job.tasks:
-            name = task.node if place is None else place[task.node]
-            if name not in seen:
-                seen.add(name)
-                yield name, _domain(members[name], chosen, claim, excess)
+            if task.node not in seen:
+                seen.add(task.node)
+                yield task.node
 
 
-def _domain(members: list, chosen: set[int], claim: "Claim", excess: dict[str, int]) -> Domain:
-    """One domain of `_domains`. `Claim.outranks` and `Claim.bounded` inlined, and a team
+class DomainIndex:
+    """`index_by_domain` of a search's candidates, built only as far as the search reads it:
+    the domains in the order of their first candidate, each domain's members in order."""
+
+    def __init__(self, ordered: "list[Candidate]", place: dict[str, str] | None, spans: dict, most: int):
+        """`most`: how many domains there are in all (once that many are found, no candidate
+        left can bring another)."""
+        self.rest, self.place, self.spans, self.most = iter(ordered), place, spans, most
+        self.found: dict[str, list] = {}
+        self.order: list[str] = []
+
+    def names(self) -> Iterator[str]:
+        at, order = 0, self.order
+        while True:
+            while at == len(order):
+                if len(order) == self.most or not self._index_next():
+                    return
+            yield order[at]
+            at += 1
+
+    def members(self, name: str) -> Iterator[tuple]:
+        at, found = 0, self.found[name]
+        while True:
+            while at == len(found):
+                if not self._index_next():
+                    return
+            yield found[at]
+            at += 1
+
+    def _index_next(self) -> bool:
+        """Index one more candidate; False when none is left."""
+        for candidate in self.rest:
+            for name, hosts, units in spans_of(candidate.job, self.place, self.spans):
+                members = self.found.get(name)
+                if members is None:
+                    members = self.found[name] = []
+                    self.order.append(name)
+                members.append((candidate, hosts, units))
+            return True
+        return False
+
+
+class Domain:
+    """One domain's victims in candidate order and the nodes they run on there, read off its
+    members only as far as the search needs: whether the domain could make room at all reads
+    until it could, a trial reads until the job fits (a zone holds most of a class's
+    candidates, ~700 for a cold seed-2500 pass's CPU gangs, of which the first ones make room)."""
+
+    __slots__ = ("victims", "hosts", "_allowed", "_slots")
+
+    def __init__(self, allowed: Iterator[tuple], slots: dict[str, Slot]):
+        self.victims: list[RunningJob] = []
+        self.hosts: dict[str, Slot] = {}  # the nodes the victims read so far run on, there
+        self._allowed, self._slots = allowed, slots
+
+    def could_give(self, needed: int, free: dict[Slot, None]) -> bool:
+        """Whether all its candidates gone would give back `needed` units, with the free room of
+        the nodes they run on (but `free`'s, counted already)."""
+        room = 0
+        while room < needed:
+            member = next(self._allowed, None)
+            if member is None:
+                return False
+            room += member[2] + sum(slot.free_units for slot in self._add(member) if slot not in free)
+        return True
+
+    def read(self, count: int) -> None:
+        """Read victims until `count` are, or none is left."""
+        while len(self.victims) < count:
+            member = next(self._allowed, None)
+            if member is None:
+                return
+            self._add(member)
+
+    def _add(self, member: tuple) -> list[Slot]:
+        """Take in one more victim: the slots of the nodes it adds to `hosts`."""
+        candidate, hosts, _ = member
+        self.victims.append(candidate.job)
+        added = []
+        for node in hosts:
+            if node not in self.hosts:
+                added.append(self._slots[node])
+                self.hosts[node] = added[-1]
+        return added
+
+
+def _allowed(members: Iterator[tuple], chosen: set[int] | None, claim: "Claim", excess: dict[str, int]) -> Iterator:
+    """A domain's members (see `index_by_domain`) the search may take, in order: those in
+    `chosen` (None: all). A candidate the job does not outrank (or outranks only within its
+    team's excess: `Claim.bounded`) enters a domain only while its team's units taken there
+    stay within the team's excess. `Claim.outranks` and `Claim.bounded` inlined, and a team
     that spends from itself alone (no division: see `Excess`) checked without a generator:
     a cold seed-2500 pass walks ~30,000 members here, ~25,000 of them counted against excess."""
-    victims, on, held = [], {}, 0
     spent: dict[str, int] = {}  # per team (and division), the units taken from it by reclaim
     rank, started_by, guard = claim.rank, claim.started_by, claim.guard
     spend = getattr(excess, "spends", None) or {}
-    for candidate, hosts, units in members:
+    for member in members:
+        candidate = member[0]
         victim = candidate.job
-        if victim.job_id not in chosen:
+        if chosen is not None and victim.job_id not in chosen:
             continue
         team = victim.team
         if not (candidate.rank > rank and victim.started_at <= started_by) or (guard is not None and team != guard):
@@ -166,10 +241,7 @@ def _domain(members: list, chosen: set[int], claim: "Claim", excess: dict[str, i
             else:
                 for name in names:
                     spent[name] = spent.get(name, 0) + size
-        victims.append(victim)
-        on.update(hosts)
-        held += units
-    return Domain(victims, on, held)
+        yield member
 
 
 def index_by_domain(
@@ -183,13 +255,17 @@ def index_by_domain(
     if spans is None:
         spans = {}
     for candidate in ordered:
-        victim = candidate.job
-        kept = spans.get(victim.job_id)
-        if kept is None or kept[0] is not victim.tasks or kept[1] is not place:
-            kept = spans[victim.job_id] = (victim.tasks, place, _spans(victim, place))
-        for name, hosts, units in kept[2]:
+        for name, hosts, units in spans_of(candidate.job, place, spans):
             found[name].append((candidate, hosts, units))
     return found
+
+
+def spans_of(victim: RunningJob, place: dict[str, str] | None, spans: dict[int, tuple]) -> tuple:
+    """`_spans`, kept in `spans` (see `index_by_domain`)."""
+    kept = spans.get(victim.job_id)
+    if kept is None or kept[0] is not victim.tasks or kept[1] is not place:
+        kept = spans[victim.job_id] = (victim.tasks, place, _spans(victim, place))
+    return kept[2]
 
 
 def _spans(victim: RunningJob, place: dict[str, str] | None) -> tuple[tuple[str, dict[str, None], int], ...]:
