@@ -3,7 +3,7 @@
 its own victim set, the best set wins (see preemption.py's docstring)."""
 
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -96,23 +96,23 @@ def _domains(
     ordered: "list[Candidate]",
     claim: "Claim",
     excess: dict[str, int],
-) -> Iterator[tuple[str, "Domain"]]:
-    """Domains in the order of their best candidate, each with its candidates in order (read
-    only as far as the search needs them: see `Domain`). For nodes, out of the pool's index of
-    the whole class: a search reaches ~15 of the hundreds of nodes its candidates run on. For
-    racks and zones, out of the search's own candidates, indexed as the search reads them: it
+) -> Iterator[tuple[str, "Domain | ReadDomain"]]:
+    """Domains in the order of their best candidate, each with its candidates in order. For
+    nodes, out of the pool's index of the whole class: a search reaches ~15 of the hundreds of
+    nodes its candidates run on, each with a few, read at once (`Domain`). For racks and zones,
+    out of the search's own candidates, indexed as the search reads them (`ReadDomain`): it
     reaches most of those domains, where its candidates are a few of the class's (measured on
     the seed-2500 forecast: 3-5x fewer), and a zone's first few candidates make room."""
     if place is None and pool is not None:
         members = pool.by_domain(rclass, scope, place)
         chosen = {candidate.job.job_id for candidate in ordered}
         for name in _nodes(ordered, len(members)):
-            yield name, Domain(_allowed(iter(members[name]), chosen, claim, excess), state.slots)
+            yield name, Domain(_allowed(members[name], chosen, claim, excess), state.slots)
         return
     spans = pool.spans.setdefault(scope, {}) if pool is not None else {}
     index = DomainIndex(ordered, place, spans, state.fleet.domains[scope] if place is not None else len(state.slots))
     for name in index.names():
-        yield name, Domain(_allowed(index.members(name), None, claim, excess), state.slots)
+        yield name, ReadDomain(_allowed(index.members(name), None, claim, excess), state.slots)
 
 
 def _nodes(ordered: "list[Candidate]", count: int) -> Iterator[str]:
@@ -170,10 +170,35 @@ class DomainIndex:
 
 
 class Domain:
-    """One domain's victims in candidate order and the nodes they run on there, read off its
-    members only as far as the search needs: whether the domain could make room at all reads
-    until it could, a trial reads until the job fits (a zone holds most of a class's
-    candidates, ~700 for a cold seed-2500 pass's CPU gangs, of which the first ones make room)."""
+    """One domain's victims in candidate order, the nodes they run on there and the units they
+    hold there, all read at once."""
+
+    __slots__ = ("victims", "hosts", "units")
+
+    def __init__(self, allowed: Iterable[tuple], slots: dict[str, Slot]):
+        self.victims: list[RunningJob] = []
+        self.hosts: dict[str, Slot] = {}
+        self.units = 0
+        for candidate, hosts, units in allowed:
+            self.victims.append(candidate.job)
+            self.units += units
+            for node in hosts:
+                self.hosts[node] = slots[node]
+
+    def could_give(self, needed: int, free: dict[Slot, None]) -> bool:
+        """Whether all its candidates gone would give back `needed` units, with the free room of
+        the nodes they run on (but `free`'s, counted already)."""
+        return self.units + sum(slot.free_units for slot in self.hosts.values() if slot not in free) >= needed
+
+    def read(self, count: int) -> None:
+        """All are read."""
+
+
+class ReadDomain:
+    """A `Domain` read off its members only as far as the search needs: whether the domain
+    could make room at all reads until it could, a trial reads until the job fits (a zone
+    holds most of a class's candidates, ~700 for a cold seed-2500 pass's CPU gangs, of which
+    the first ones make room)."""
 
     __slots__ = ("victims", "hosts", "_allowed", "_slots")
 
