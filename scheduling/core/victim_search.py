@@ -244,7 +244,8 @@ def _allowed(members: Iterator[tuple], chosen: set[int] | None, claim: "Claim", 
     team's excess: `Claim.bounded`) enters a domain only while its team's units taken there
     stay within the team's excess. `Claim.outranks` and `Claim.bounded` inlined, and a team
     that spends from itself alone (no division: see `Excess`) checked without a generator:
-    a cold seed-2500 pass walks ~30,000 members here, ~25,000 of them counted against excess."""
+    a cold seed-2500 pass walked ~30,000 members here, ~25,000 of them counted against excess,
+    before racks and zones were read as needed."""
     spent: dict[str, int] = {}  # per team (and division), the units taken from it by reclaim
     rank, started_by, guard = claim.rank, claim.started_by, claim.guard
     spend = getattr(excess, "spends", None) or {}
