@@ -22,7 +22,7 @@ from mlqueue import date_fields
 from mlqueue.pagination import StrictCursorPagination as CursorPagination
 from mlqueue.parsers import AgentEventsJSONParser
 from mlqueue.serializer_fields import ChoiceField
-from scheduling import nodes
+from scheduling import node_health, nodes
 from scheduling.models import AdminState, Node
 from scheduling.spec import StrictBooleanField, StrictIntegerField, StrictSerializer, StrictStringField
 from scheduling.states import ON_NODE
@@ -146,8 +146,13 @@ class NodeActionResultSerializer(NodeSerializer):
         "nothing excluded to put back): nothing changed and nothing was recorded"
     )
 
+    warnings = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="an uncordon: the faults that would cordon it that its latest health sample still reports",
+    )
+
     class Meta(NodeSerializer.Meta):
-        fields = [*NodeSerializer.Meta.fields, "changed"]
+        fields = [*NodeSerializer.Meta.fields, "changed", "warnings"]
 
 
 class NodeAction(APIView):
@@ -168,6 +173,7 @@ class NodeAction(APIView):
         after = with_tasks(Node.objects).get(pk=node.pk)
         # What an admin sees change (QA: `mlq uncordon` of a node in service said nothing of it).
         after.changed = was != (after.admin_state, after.excluded_gpus, after.token_digest)
+        after.warnings = node_health.faults_reported(after) if self.action == "uncordon" and after.changed else []
         return Response(NodeActionResultSerializer(after).data)
 
     def body(self, request: Request) -> dict:

@@ -135,6 +135,17 @@ def latest(names: list[str]) -> dict[str, dict]:
     return {name: json.loads(raw) for name, raw in zip(names, values, strict=True) if raw}
 
 
+def faults_reported(node: Node) -> list[str]:
+    """The faults that would cordon `node` that its latest sample reports, acted on or not: what
+    an admin putting it back in service should know (QA: an uncordon over a GPU that fell off
+    the bus said nothing). Empty without a sample (Redis away: nothing known)."""
+    sample = latest([node.name]).get(node.name)
+    if sample is None or not health_rules.has_fault(sample, rules()):
+        return []
+    verdict = health_rules.judge(its_own_gpus(node, sample), {}, rules())
+    return [finding.reason for finding in verdict.findings if finding.action == health_rules.CORDON]
+
+
 def gpu_rows(sample: dict | None, gpu_count: int, excluded: dict) -> list[dict]:
     """One row per GPU for a page: its latest telemetry (if any), whether it is excluded and
     why, and what to warn about."""

@@ -129,6 +129,7 @@ def nodes(ctx, state, rack, zone, gpu_type, output):
 
 
 UNCHANGED = "{node}: already so: nothing changed, nothing recorded"
+STILL_FAULTY = "{node}: back in service, but its latest health sample still reports: {fault}"
 
 
 def said_unchanged(found, output: str) -> None:
@@ -136,6 +137,8 @@ def said_unchanged(found, output: str) -> None:
     on stderr beside the table; it printed the table alone, as if it had done something (QA)."""
     if output == "table" and found.raw.get("changed") is False:
         click.echo(UNCHANGED.format(node=found.name), err=True)
+    for fault in found.raw.get("warnings") or () if output == "table" else ():
+        click.echo(STILL_FAULTY.format(node=found.name, fault=fault), err=True)
 
 
 def _node_verb(action: str, example: str):

@@ -97,6 +97,8 @@ def test_a_fatal_xid_cordons_the_node_once_and_requeues_its_job_as_a_drain(node_
     # The admin uncordons: the fault acted on does not cordon again; a new XID does.
     uncordoned = api("ops").post(f"/api/v1/nodes/{NAME}/uncordon", {"reason": "GPU reseated"}, format="json")
     assert uncordoned.json()["state"] == "READY"
+    # Said to the admin (QA: the uncordon of a node whose latest sample reports the fault said nothing).
+    assert uncordoned.json()["warnings"] == ["XID 79 (GPU has fallen off the bus) on GPU 3"]
     beat_health(client, fault)
     assert Node.objects.get(name=NAME).state == "READY"
     beat_health(client, sample(gpu3={"xids": [{"code": 79, "at": at}, {"code": 79, "at": at + 60}]}))
