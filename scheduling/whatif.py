@@ -27,6 +27,7 @@ from scheduling.models import PreviewState, QuotaPreview
 from scheduling.sim.whatif import compare, with_quota
 from teams.models import Quota as QuotaRow
 from teams.models import Team
+from teams.quota_rules import check_capacity, check_field_rights
 from teams.selectors import can_edit_quotas, quota_readable_ids
 from teams.services import check_quota_tree
 
@@ -71,12 +72,25 @@ def check_preview(
         check_quota_tree(team=team, rclass=rclass, guaranteed=proposed["guaranteed"], user=user)
     except ValidationError as exc:  # named as the API names it (quotas.<class>.guaranteed): here a field of its own
         raise ValidationError({"guaranteed": next(iter(exc.detail.values()))}) from None
+    _check_as_a_change(team=team, rclass=rclass, current=current, proposed=proposed, user=user)
     jobs = history.count_jobs(start, end)
     if jobs > settings.MLQ_WHATIF_MAX_JOBS:
         raise ValidationError({"from": [TOO_MANY_JOBS.format(jobs=jobs, limit=settings.MLQ_WHATIF_MAX_JOBS)]})
     if not jobs:
         raise ValidationError({"from": [NO_JOBS]})
     return current, proposed
+
+
+def _check_as_a_change(*, team: Team, rclass: str, current: dict, proposed: dict, user) -> None:
+    """The rules a change itself would meet (teams/quota_rules.py): who may set the weight, the
+    cluster's size. A lead previewed her own team at weight 1000, which she may not set (QA)."""
+    changed = {name: value for name, value in proposed.items() if current.get(name) != value}
+    try:
+        if user is not None:
+            check_field_rights(user=user, team=team, rclass=rclass, changed=changed)
+        check_capacity(team=team, rclass=rclass, before=current, changed=changed)
+    except ValidationError as exc:  # quotas.<class>.<field> -> <field>, its status kept (403 for a right)
+        raise type(exc)({path.rsplit(".", 1)[-1]: why for path, why in exc.detail.items()}) from None
 
 
 def do_start_preview(*, user, team: Team, rclass: str, changes: dict, start: datetime, end: datetime) -> QuotaPreview:

@@ -268,6 +268,21 @@ def test_bad_input_is_a_400_naming_the_field(clock, api, history, change, field,
     assert not QuotaPreview.objects.exists()
 
 
+def test_a_preview_meets_the_rules_the_change_would(clock, api, history):
+    """QA: a lead previewed her own team at weight 1000, which she may not set; and a limit past
+    the cluster's size was previewed as if it could be given."""
+    body = {key: value for key, value in NO_BORROWING.items() if key != "borrowing_limit"}
+    weight = start(api, "rita", {**body, "weight": 1000})
+    assert weight.status_code == 403, weight.json()
+    assert "may change research-foundation-models's weight" in weight.json()["fields"]["weight"][0]
+    too_big = start(api, "ops", {**NO_BORROWING, "borrowing_limit": 100000})
+    assert (
+        too_big.status_code == 400
+        and "more than could ever be borrowed" in too_big.json()["fields"]["borrowing_limit"][0]
+    )
+    assert not QuotaPreview.objects.exists()
+
+
 def test_a_window_with_too_many_jobs_is_refused(clock, api, history, settings):
     settings.MLQ_WHATIF_MAX_JOBS = 5
     response = start(api, "rita", NO_BORROWING)
