@@ -143,6 +143,7 @@ class Outcome:
 
     tasks: tuple[EndedTask, ...]
     cancel_requested: bool = False
+    stop_cause: str = ""  # a stop to make room: its request's cause (stop_requests.CAUSES), if known
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,7 +219,7 @@ def settle(attempt: Attempt, outcome: Outcome, policy: RestartPolicy) -> Verdict
             resume=policy.resuming(policy.on_preemption),
         )
     if _stopped_for(ended, MAKING_ROOM):
-        return _after_preemption(ended, attempt, policy)
+        return _after_preemption(ended, attempt, policy, outcome.stop_cause)
     return _after_infra_failure(ended, attempt, policy)
 
 
@@ -251,8 +252,20 @@ def _stopped_for(ended: list[EndedTask], reasons) -> bool:
     return not lost_on_its_own and any(t.stop_reason in reasons for t in ended)
 
 
-def _after_preemption(ended: list[EndedTask], attempt: Attempt, policy: RestartPolicy) -> Verdict:
-    what = "preempted" if any(t.stop_reason == StopReason.PREEMPTED for t in ended) else "drained off its node"
+# How a stop to make room is said, by its request's cause: a job its node's fault stopped read
+# "drained off its node", and one reclaimed "preempted", as if for a higher priority (QA).
+STOPPED_FOR = {
+    "PREEMPTED": "preempted",
+    "RECLAIM": "reclaimed: it ran on capacity another team is guaranteed",
+    "DRAIN": "drained off its node",
+    "NODE_HEALTH": "stopped as its node failed a health check",
+}
+
+
+def _after_preemption(ended: list[EndedTask], attempt: Attempt, policy: RestartPolicy, cause: str = "") -> Verdict:
+    what = STOPPED_FOR.get(cause) or (
+        "preempted" if any(t.stop_reason == StopReason.PREEMPTED for t in ended) else "drained off its node"
+    )
     if policy.on_preemption == RestartMode.FAIL:
         return Verdict(
             Action.FAIL, SettleCode.POLICY_FAILS, f"{what}, and its restart policy says fail", FailureClass.INFRA

@@ -26,6 +26,7 @@ from django.db.models import Exists, Min, OuterRef, Q
 from scheduling import dependencies, groups, job_control, ledger, lifecycle, metrics, notify, signals
 from scheduling.core.reasons import ReasonCode
 from scheduling.core.settle import (
+    MAKING_ROOM,
     Action,
     Attempt,
     Counter,
@@ -43,6 +44,7 @@ from scheduling.leader import failures
 from scheduling.leader.early_stopping import stop_worse_trials
 from scheduling.models import FailureClass, Job, StopReason, Task, TaskState
 from scheduling.states import ON_NODE, UNSUCCESSFUL
+from scheduling.stop_requests import requests_of, stop_cause
 from scheduling.stopping import do_request_stop, escalate_overdue
 from teams.models import AuditEvent, EventKind
 
@@ -225,7 +227,19 @@ def _outcome(job: Job) -> Outcome:
         )
         for row in job.tasks.values(*fields)
     )
-    return Outcome(tasks, cancel_requested=job.cancel_requested_at is not None)
+    making_room = any(task.stop_reason in MAKING_ROOM for task in tasks)
+    return Outcome(
+        tasks,
+        cancel_requested=job.cancel_requested_at is not None,
+        stop_cause=_making_room_cause(job.pk) if making_room else "",
+    )
+
+
+def _making_room_cause(job_id: int) -> str:
+    """Why the attempt was stopped to make room, as `mlq why` says it (a reclaim, a node's fault,
+    a drain, a preemption): one query, only for such a stop."""
+    request = requests_of(job_id, tuple(MAKING_ROOM)).first()
+    return stop_cause(request["request"]) if request else ""
 
 
 def lost_work(job: Job, *, now) -> dict:

@@ -267,6 +267,32 @@ CASES = [
         ),
     ),
     (
+        "a stop to make room says what it was for: a node's fault",
+        Outcome((preempted(0, "DRAIN"),), stop_cause="NODE_HEALTH"),
+        Attempt(),
+        RestartPolicy(),
+        Verdict(
+            Action.REQUEUE,
+            SettleCode.PREEMPTED,
+            "stopped as its node failed a health check; requeued, from the start (preemption 1; restarts and "
+            "retries not spent)",
+            counter=Counter.PREEMPTIONS,
+            count=1,
+        ),
+    ),
+    (
+        "a stop to make room says what it was for: a reclaim",
+        Outcome((preempted(0),), stop_cause="RECLAIM"),
+        Attempt(),
+        RestartPolicy(on_preemption=RestartMode.FAIL),
+        Verdict(
+            Action.FAIL,
+            SettleCode.POLICY_FAILS,
+            "reclaimed: it ran on capacity another team is guaranteed, and its restart policy says fail",
+            "INFRA",
+        ),
+    ),
+    (
         "a known cause is named: an image on a node with no container runtime",
         Outcome((rank(0, "FAILED", "INFRA", exit_code=127, cause="no_container_runtime"),)),
         Attempt(restarts_used=20),
