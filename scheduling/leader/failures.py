@@ -32,6 +32,7 @@ from scheduling.fencing import fenced
 from scheduling.models import FailureClass, Node, NodeState, StopReason, Task, TaskState
 from scheduling.nodes import do_mark_health
 from scheduling.states import ON_NODE
+from teams.models import AuditEvent
 
 log = logging.getLogger(__name__)
 
@@ -142,11 +143,24 @@ def _lose(node: Node, age: float, *, epoch: int, now) -> int:
     message = (
         f"no heartbeat for {age:.0f} s (outage bound {settings.MLQ_OUTAGE_BOUND_S:g} s + margin {lost_margin():g} s)"
     )
+    if not node.token_digest and _token_reset_last(node):  # the job's timeline did not say why (QA)
+        message += "; an admin had reset its node token, and no agent has registered with a new one"
     with fenced(epoch):
         if not do_mark_health(node, NodeState.LOST, now=now, message=message):
             return 0  # it heartbeat in the meantime
         _fail_tasks_on(node, "", f"node {node.name} was lost: {message}", now)
     return 1
+
+
+def _token_reset_last(node: Node) -> bool:
+    """Whether the node's last registration event is an admin's token reset (agents/services.py)."""
+    last = (
+        AuditEvent.objects.filter(node=node, reason__in=("REGISTERED", "NODE_TOKEN_RESET"))
+        .order_by("-created_at", "-id")
+        .values_list("reason", flat=True)
+        .first()
+    )
+    return last == "NODE_TOKEN_RESET"
 
 
 def _requeue_reclaimed(*, epoch: int, now) -> int:

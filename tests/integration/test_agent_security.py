@@ -335,6 +335,8 @@ def test_a_reset_node_with_tasks_left_cannot_be_taken_until_they_are_requeued(ap
     last = liveness.last_heard(["z1-r1-h100-01"])["z1-r1-h100-01"]
     detect(epoch=2, now=datetime.fromtimestamp(last + 31, UTC))  # past the bound + margin: LOST
     assert Task.objects.get(job_id=job_id).state == "FAILED"
+    lost = AuditEvent.objects.filter(job_id=job_id, reason="NODE_LOST").get()  # the reset named (QA)
+    assert lost.message.endswith("; an admin had reset its node token, and no agent has registered with a new one")
     assert register(BOOTSTRAP, "z1-r1-h100-01").status_code == 201
 
 
