@@ -272,6 +272,7 @@ SPECTACULAR_SETTINGS = {
         "NotifyEventEnum": "scheduling.notify_spec.Event",
         "StopCauseEnum": "scheduling.stop_requests.CAUSES",
         "TaskExitCauseEnum": "agents.protocol.EXIT_CAUSES",
+        "TaskIsolationEnum": "scheduling.models.TaskIsolation",
     },
 }
 
