@@ -469,8 +469,12 @@ def _render(request, state: SubmitState):
 @sensitive_post_parameters("secret_env", "yaml")  # kept out of crash reports
 def page(request):
     if request.method != "POST":
-        values = _clone_values(request) or _default_values(request.user)
-        return _render(request, SubmitState(values, yaml=_dump(form_to_spec(values)[0])))
+        cloned = _cloned_spec(request)
+        values = spec_to_form(cloned) if cloned else _default_values(request.user)
+        state = SubmitState(values, yaml=_dump(form_to_spec(values)[0]))
+        if cloned:  # what the form cannot hold is said, as for YAML loaded into it (QA: notify was dropped)
+            state.yaml_errors = _lost_in_form(masked_spec(cloned), masked_spec(form_to_spec(values)[0]))
+        return _render(request, state)
     action = ACTIONS.get(request.POST.get("action", ""))
     if action is None:
         return HttpResponseBadRequest("unknown action")
@@ -513,8 +517,8 @@ def _default_values(user) -> dict[str, str]:
     return values
 
 
-def _clone_values(request) -> dict[str, str] | None:
-    """The form of a job the user may see, as a new job: no client_job_id, name "... (copy)"."""
+def _cloned_spec(request) -> dict | None:
+    """The spec of a job the user may see, as a new job: no client_job_id, name "... (copy)"."""
     job_id = request.GET.get("clone")
     if job_id is None:
         return None
@@ -522,9 +526,7 @@ def _clone_values(request) -> dict[str, str] | None:
     if job is None:
         messages.error(request, CLONE_NOT_VISIBLE.format(id=job_id))
         return None
-    values = spec_to_form(job.spec)
-    values.update({"client_job_id": "", "name": f"{job.spec['name']} (copy)"})
-    return values
+    return {**job.spec, "client_job_id": "", "name": f"{job.spec['name']} (copy)"}
 
 
 def _check(user, state: SubmitState):

@@ -363,9 +363,22 @@ def test_clone_prefills_a_visible_job_and_ignores_an_invisible_one(alice, user):
     )
     assert values["env"] == "WANDB_PROJECT=llama-70b" and values["checkpoint.path"] == "s3://ckpt/llama-70b/run-47"
 
+    assert 'id="yaml-errors"' not in alice.get(f"{URL}?clone={mine.pk}").content.decode()  # it all fits the form
+
     response = alice.get(f"{URL}?clone={bobs.pk}")
     assert form_of(response)["name"] == "" and form_of(response)["team"] == "research-foundation-models"
     assert escape(CLONE_NOT_VISIBLE.format(id=bobs.pk)) in response.content.decode()
+
+
+def test_a_clone_says_what_the_form_cannot_hold(alice, user, settings):
+    """QA: a clone dropped a job's notify (and a pipeline's steps) and said nothing."""
+    settings.MLQ_WEBHOOK_ALLOWED_HOSTS = ["hooks.example.com"]
+    notify = {"on": ["started", "succeeded"], "webhook": "https://hooks.example.com/mlq"}
+    team, spec = services.check_job_submission(user=user("alice"), data=make_spec(client_job_id="n", notify=notify))
+    job, _ = services.do_submit_job(user=user("alice"), team=team, spec=spec)
+    html = alice.get(f"{URL}?clone={job.pk}").content.decode().replace("&#x27;", "'")
+    assert 'id="yaml-errors"' in html
+    assert NOT_IN_FORM.format(path="notify.webhook", value="https://hooks.example.com/mlq") in html
 
 
 def test_the_page_needs_a_login(demo):
