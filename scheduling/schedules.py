@@ -68,7 +68,7 @@ RESUME_REFUSED = (
 )
 SKIPPED_ACTIVE = "its last run, job {job_id}, is still {state} (concurrency: forbid)"
 REPLACED = "replaced by the run of schedule {id} ({name}) for {time}"
-PAST_DEADLINE = "{late} min late, past starting_deadline_minutes ({deadline})"
+PAST_DEADLINE = "{late} late, past starting_deadline_minutes ({deadline})"
 SUBMITTED = "submitted job {job_id}"
 ALREADY_SUBMITTED = "job {job_id} was already submitted for this fire time"
 REFUSED = "the submit was refused: {why}"
@@ -450,7 +450,7 @@ def _fire(schedule: Schedule, *, fire_time, now, deadline: bool) -> ScheduleFire
     4. submit as the owner -> SUBMITTED (or REPLACED), or REFUSED with the submit's reason."""
     if (handled := _handled(schedule, fire_time)) is not None:
         return handled
-    if deadline and (late := _minutes_late(schedule, fire_time, now)) is not None:
+    if deadline and (late := _late(schedule, fire_time, now)) is not None:
         deadline_minutes = schedule.starting_deadline_minutes
         return _record(
             schedule,
@@ -489,12 +489,16 @@ def _active_runs(schedule: Schedule) -> list[Job]:
     return list(runs[:1] if schedule.concurrency == Concurrency.FORBID else runs)
 
 
-def _minutes_late(schedule: Schedule, fire_time, now) -> int | None:
-    """Minutes past the fire time when that is past the starting deadline; None otherwise."""
+def _late(schedule: Schedule, fire_time, now) -> str | None:
+    """How late past the fire time, when that is past the starting deadline ("1 min 15 s": in
+    whole minutes it read "1 min late, past starting_deadline_minutes (1)", QA); None otherwise."""
     if schedule.starting_deadline_minutes is None:
         return None
     late = now - fire_time
-    return int(late.total_seconds() // 60) if late > timedelta(minutes=schedule.starting_deadline_minutes) else None
+    if late <= timedelta(minutes=schedule.starting_deadline_minutes):
+        return None
+    minutes, seconds = divmod(int(late.total_seconds()), 60)
+    return f"{minutes} min {seconds} s" if seconds else f"{minutes} min"
 
 
 def owner_refusal(schedule: Schedule) -> str:

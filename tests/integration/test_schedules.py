@@ -363,3 +363,10 @@ def test_a_run_the_leader_fires_and_places_in_one_pass_is_not_assigned_before_it
         job = Job.objects.get(schedule=schedule)
         assert job.state == JobState.ASSIGNED
         assert job.tasks.get().assigned_at >= job.submitted_at
+
+
+def test_a_fire_a_little_past_its_deadline_says_by_how_much_in_seconds(clock, demo):
+    """QA: 75 s late read "1 min late, past starting_deadline_minutes (1)"."""
+    schedule = create(cron="0 9 * * *", timezone="UTC", starting_deadline_minutes=1)
+    [fire] = fire_at(clock, at(9, 1, day=21) + timedelta(seconds=15))
+    assert (fire.outcome, fire.message) == ("SKIPPED_DEADLINE", "1 min 15 s late, past starting_deadline_minutes (1)")
