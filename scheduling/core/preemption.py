@@ -136,6 +136,7 @@ class VictimPool:
         self.by_class: dict[str, list[Candidate]] = {}  # per class, in candidate order
         self.order_keys: dict[int, tuple] = {}  # id() of a candidate's job -> `candidate_order`
         self.ordered_alone: dict[str, int] = defaultdict(int)  # per class, candidates ordered by `_ordered`
+        self.below: dict[tuple[str, int], tuple[list, list[Candidate]]] = {}  # see `_ranked_below`
         self.taken: set[int] = set()
         self.found: dict[tuple, tuple[int, list[Candidate]]] = {}  # key -> (victims taken then, candidates)
         self.domains: dict[tuple[str, str], dict[str, list]] = {}  # see `by_domain`
@@ -180,6 +181,16 @@ class VictimPool:
         else in the snapshot's order (`_ordered` then orders what it picked)."""
         found = self.by_class.get(rclass)
         return found if found is not None else self._unordered(rclass)
+
+    def _ranked_below(self, rclass: str, rank: int) -> list[Candidate]:
+        """`_source`'s candidates that rank below `rank`, in its order: all that a search which
+        may only outrank picks from. Sifted once per pass and source (a borrower's search is
+        most of the forecast's, and only a sixth of a class's jobs rank below it)."""
+        source = self._source(rclass)
+        kept = self.below.get((rclass, rank))
+        if kept is None or kept[0] is not source:
+            kept = self.below[rclass, rank] = (source, [c for c in source if c.rank > rank])
+        return kept[1]
 
     def _ordered(self, rclass: str, picked: list[Candidate]) -> list[Candidate]:
         """`picked` (out of `_source`) in candidate order, as the class in order, filtered,
@@ -255,17 +266,16 @@ class VictimPool:
             # candidates would spend the pass's budget for nothing.
             return [
                 c
-                for c in self._source(rclass)
-                if c.rank > rank
-                and (victim := c.job).started_at <= started_by
+                for c in self._ranked_below(rclass, rank)
+                if (victim := c.job).started_at <= started_by
                 and victim.job_id not in taken
                 and (victim.team == team or victim.units <= most.get(victim.team, 0))
             ]
         if not excess:  # it may only outrank: claim.outranks(c), inlined (a hot loop)
             return [
                 c
-                for c in self._source(rclass)
-                if c.rank > rank and (victim := c.job).started_at <= started_by and victim.job_id not in taken
+                for c in self._ranked_below(rclass, rank)
+                if (victim := c.job).started_at <= started_by and victim.job_id not in taken
             ]
         others, most = excess.keys() - {team}, bounds(excess)  # the teams it may reclaim from
         # claim.may_reclaim(c), inlined too: a cold seed-2500 pass asks it of ~3,000 CPU jobs a search.
