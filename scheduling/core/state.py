@@ -131,8 +131,6 @@ class ClusterState:
     def _note(self, jobs: Iterable[RunningJob]) -> None:
         for job in jobs:
             self.running[job.job_id] = job
-            for task in job.tasks:
-                self.on_node[task.node].setdefault(job.job_id, []).append(task)
 
     def rollback(self) -> None:
         """Undo every allocation since `start_journal()`."""
@@ -149,8 +147,8 @@ class ClusterState:
         `moved`: if the caller knows them, every job that may have started, ended or moved
         since the last refresh, each with what runs now under its id (None: nothing); then
         only those are compared, not every running job (a simulation's passes)."""
-        if self.running is None:  # the first refresh: the running jobs by id and node, once
-            self.running, self.on_node = {}, defaultdict(dict)
+        if self.running is None:  # the first refresh: the running jobs by id, once
+            self.running = {}
             self._note(self.running_jobs)
         if moved is not None:
             before = [(self.running.get(job_id), job) for job_id, job in moved.items()]
@@ -163,27 +161,32 @@ class ClusterState:
                 return False
             changed = [job for job_id, job in self.running.items() if _moved(current.get(job_id), job)]
             new = [job for job_id, job in current.items() if _moved(self.running.get(job_id), job)]
-        nodes = {task.node for job in changed + new for task in job.tasks}
         for job in changed:
             del self.running[job.job_id]
-            for task in job.tasks:
-                self.on_node[task.node].pop(job.job_id, None)
         self._note(new)
         self.running_jobs = running
         self.last_moved = (changed, new)
+        given, taken = _tasks_by_node(changed), _tasks_by_node(new)
         touched = set()
-        for name in sorted(nodes):
-            slot, tasks = self.slots[name], [t for ts in self.on_node[name].values() for t in ts]
-            used = {i for t in tasks for i in t.gpu_indices}
-            self._reset(
-                slot,
-                [i for i in slot.node.usable_gpus if i not in used],
-                slot.node.cpus - sum(t.cpus for t in tasks),
-                slot.node.memory_gb - sum(t.memory_gb for t in tasks),
-                touched,
-            )
+        for name in sorted(given.keys() | taken.keys()):
+            self._move(self.slots[name], given.get(name, ()), taken.get(name, ()), touched)
         self._name_order(touched)
         return True
+
+    def _move(self, slot: Slot, given: list[TaskPlacement], taken: list[TaskPlacement], touched: set) -> None:
+        """The slot's room with what `given` held back and what `taken` hold gone: the room of
+        every task on the node worked out again, read off the tasks that moved alone (outside a
+        pass the slot holds exactly the room the running jobs leave, `rollback` sees to it)."""
+        free = set(slot.free_gpus)
+        free.update(i for task in given for i in task.gpu_indices)
+        free.difference_update(i for task in taken for i in task.gpu_indices)
+        self._reset(
+            slot,
+            [i for i in slot.node.usable_gpus if i in free],
+            slot.free_cpus + sum(task.cpus for task in given) - sum(task.cpus for task in taken),
+            slot.free_memory + sum(task.memory_gb for task in given) - sum(task.memory_gb for task in taken),
+            touched,
+        )
 
     def _count_change(self, slot: Slot) -> None:
         rclass = slot.rclass
@@ -202,9 +205,9 @@ class ClusterState:
         return None if start < 0 else self.changed[rclass][start:]
 
     def _reset(self, slot: Slot, gpus: list[int], cpus: int, memory_gb: int, touched: set) -> None:
+        """`touched` gets the bucket the slot joins: the one it leaves stays in name order."""
         self._count_change(slot)
         if slot.ready:
-            touched.add((slot.rclass, slot.free_units, slot.node.rack))
             self._unindex(slot)
         slot.free_gpus, slot.free_cpus, slot.free_memory = gpus, cpus, memory_gb
         if slot.ready:
@@ -218,18 +221,22 @@ class ClusterState:
             if level.get(rack):
                 level[rack] = dict.fromkeys(sorted(level[rack], key=lambda s: s.node.name))
 
+    # `_index` and `_unindex` run for every slot change (~800 a forecast's pass): the free
+    # units and the rack are read once each.
     def _index(self, slot: Slot) -> None:
-        self.buckets[slot.rclass][slot.free_units][slot.node.rack][slot] = None
-        self.free_units[slot.rclass] += slot.free_units
-        self.rack_free[slot.node.rack] += slot.free_units
+        free, rack = slot.free_units, slot.node.rack
+        self.buckets[slot.rclass][free][rack][slot] = None
+        self.free_units[slot.rclass] += free
+        self.rack_free[rack] += free
 
     def _unindex(self, slot: Slot) -> None:
-        level = self.buckets[slot.rclass][slot.free_units]
-        del level[slot.node.rack][slot]
-        if not level[slot.node.rack]:
-            del level[slot.node.rack]
-        self.free_units[slot.rclass] -= slot.free_units
-        self.rack_free[slot.node.rack] -= slot.free_units
+        free, rack = slot.free_units, slot.node.rack
+        level = self.buckets[slot.rclass][free]
+        del level[rack][slot]
+        if not level[rack]:
+            del level[rack]
+        self.free_units[slot.rclass] -= free
+        self.rack_free[rack] -= free
 
     @staticmethod
     def _take(slot: Slot, gpu_indices, cpus: int, memory_gb: int) -> None:
@@ -282,6 +289,14 @@ class ClusterState:
         for free in sorted((f for f in buckets if f >= at_least and buckets[f]), reverse=True):
             level = buckets[free]
             yield [slot for rack in sorted(level, key=lambda r: (-self.rack_free[r], r)) for slot in level[rack]]
+
+
+def _tasks_by_node(jobs: list[RunningJob]) -> dict[str, list[TaskPlacement]]:
+    found: dict[str, list[TaskPlacement]] = {}
+    for job in jobs:
+        for task in job.tasks:
+            found.setdefault(task.node, []).append(task)
+    return found
 
 
 def _moved(now: RunningJob | None, before: RunningJob | None) -> bool:
