@@ -13,7 +13,7 @@ from django.db.models import Case, Exists, OuterRef, Value, When
 from scheduling import lifecycle, metrics, notify
 from scheduling.core.conditions import Edge, Status, Verdict, evaluate, never_message
 from scheduling.fencing import fenced
-from scheduling.group_state import UNFINISHED, sync_parent_of
+from scheduling.group_state import UNFINISHED, deferred_syncs, sync_group_state, sync_parent_of
 from scheduling.models import FailureClass, GroupKind, Job, JobDependency, JobState
 from scheduling.states import JOB_FINISHED
 
@@ -121,9 +121,13 @@ def _end_pipeline(parent_id: int, message: str, *, epoch: int, now) -> int:
     then ran). Its steps after the first wait on those, so none has started. Returns how many."""
     waiting = Job.objects.filter(parent_id=parent_id, state=S.PENDING).order_by("pk").values_list("pk", flat=True)
     ended = 0
-    for step_id in waiting:
-        with fenced(epoch):
+    with fenced(epoch), deferred_syncs():
+        for step_id in waiting:
             ended += bool(_end(step_id, to_state=S.CANCELLED, message=message, now=now))
+    # The pipeline ends with the reason, as a job cancelled for a dependency does (QA: its own
+    # timeline and webhook said only "2 steps: 2 cancelled").
+    with fenced(epoch):
+        sync_group_state(parent_id, now=now, cancelled_for=(FailureClass.DEPENDENCY, message))
     return ended
 
 

@@ -103,9 +103,11 @@ def deferred_syncs():
         _deferred.reset(token)
 
 
-def sync_group_state(parent_id: int, *, now) -> tuple[str, str]:
+def sync_group_state(parent_id: int, *, now, cancelled_for: tuple[str, str] | None = None) -> tuple[str, str]:
     """Re-derive a group's state from its children's; returns (before, after). Locks the parent
-    row first, so two children ending at once derive in turn, each seeing the other's end."""
+    row first, so two children ending at once derive in turn, each seeing the other's end.
+    `cancelled_for`: (failure class, message) of a group its caller cancelled for a reason of
+    its own (a pipeline's dependency), said instead of the children's tally if it ends CANCELLED."""
     deferred = _deferred.get()
     if deferred is not None:
         deferred.add(parent_id)
@@ -121,19 +123,21 @@ def sync_group_state(parent_id: int, *, now) -> tuple[str, str]:
     )
     if state == parent.state:
         return parent.state, state
+    message = _group_message(parent.group, counts, state)
+    if cancelled_for is not None and state == S.CANCELLED:
+        failure_class, message = cancelled_for
     fields = {"state": state, "updated_at": now, "failure_class": failure_class}
     if state == S.RUNNING and parent.started_at is None:
         fields["started_at"] = now
     fields["finished_at"] = now if state in JOB_FINISHED else None
     Job.objects.filter(pk=parent_id).update(**fields)
-    message = _group_message(parent.group, counts, state)
     AuditEvent.objects.create(
         job_id=parent_id,
         kind=EventKind.TRANSITION,
         actor_name="system",
         from_state=parent.state,
         to_state=state,
-        reason="GROUP",
+        reason=failure_class if cancelled_for is not None and state == S.CANCELLED else "GROUP",
         message=message,
         data={"children": counts},
         # When it is written, not the pass's start: a child's transition written meanwhile

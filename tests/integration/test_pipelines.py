@@ -443,6 +443,12 @@ def test_a_pipeline_whose_own_dependency_fails_is_cancelled_whole_and_its_depend
         f"dependency {upstream.pk} ended {ended}; this pipeline ran only on its success"
     )
     parent.refresh_from_db()
-    assert parent.state == "CANCELLED"
+    assert (parent.state, parent.failure_class) == ("CANCELLED", "DEPENDENCY")
+    # The pipeline's own entry says why, as a job's does (QA: "3 steps: 3 cancelled").
+    said = AuditEvent.objects.filter(job=parent, to_state="CANCELLED").get()
+    assert (said.reason, said.message) == (
+        "DEPENDENCY",
+        f"dependency {upstream.pk} ended {ended}; this pipeline ran only on its success",
+    )
     publish.refresh_from_db()
     assert (publish.state, publish.failure_class) == ("CANCELLED", "DEPENDENCY")
