@@ -421,11 +421,13 @@ def do_run_now(*, user, schedule: Schedule, now=None) -> ScheduleFire:
     too (select_related) made every transaction that writes a row naming that user wait at
     commit, and a pass doing so while it held this schedule's last run deadlocked with it."""
     check_may_change(user=user, schedule=schedule, verb="run")
-    now = (now or timezone.now()).replace(microsecond=0)
+    pressed = now or timezone.now()
+    now = pressed.replace(microsecond=0)  # the fire time, in whole seconds as a cron's are
     with transaction.atomic():
         schedule = Schedule.objects.select_for_update(of=("self",)).select_related("owner", "team").get(pk=schedule.pk)
         fire = _fire(schedule, fire_time=now, now=now, deadline=False)
-        _audit_run_now(schedule, user=user, fire=fire, now=now)
+        # When it was pressed (QA: in whole seconds it listed before a change made just before it).
+        _audit_run_now(schedule, user=user, fire=fire, now=pressed)
         return fire
 
 

@@ -14,7 +14,7 @@ from scheduling import schedules
 from scheduling.leader.schedule_sweep import ScheduleSweep
 from scheduling.models import FireOutcome, Job, JobState, Schedule
 from scheduling.secrets import decrypt_env
-from teams.models import Membership
+from teams.models import AuditEvent, Membership
 
 pytestmark = pytest.mark.django_db
 
@@ -367,6 +367,18 @@ def test_a_run_the_leader_fires_and_places_in_one_pass_is_not_assigned_before_it
 
 def test_a_fire_a_little_past_its_deadline_says_by_how_much_in_seconds(clock, demo):
     """QA: 75 s late read "1 min late, past starting_deadline_minutes (1)"."""
-    schedule = create(cron="0 9 * * *", timezone="UTC", starting_deadline_minutes=1)
+    create(cron="0 9 * * *", timezone="UTC", starting_deadline_minutes=1)
     [fire] = fire_at(clock, at(9, 1, day=21) + timedelta(seconds=15))
     assert (fire.outcome, fire.message) == ("SKIPPED_DEADLINE", "1 min 15 s late, past starting_deadline_minutes (1)")
+
+
+def test_a_run_now_is_audited_when_it_was_pressed_not_at_its_fire_time(clock, demo):
+    """QA: its audit entry carried the fire time, in whole seconds, and listed before a change
+    made just before it."""
+    schedule = create()
+    user = get_user_model().objects.get(username="alice")
+    pressed = at(9, 30) + timedelta(microseconds=530_545)
+    fire = schedules.do_run_now(user=user, schedule=schedule, now=pressed)
+    assert fire.scheduled_for == at(9, 30)
+    ran = AuditEvent.objects.filter(kind="SCHEDULE", message__contains="now, as its owner").get()
+    assert ran.created_at == pressed
