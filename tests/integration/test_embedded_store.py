@@ -4,6 +4,7 @@ the queries here are compiled for SQLite as well. JSON containment (`labels__con
 demo."""
 
 import contextlib
+from datetime import UTC, datetime
 
 import pytest
 from django.core.exceptions import EmptyResultSet
@@ -44,3 +45,34 @@ def test_a_nodes_open_windows_are_those_on_it(clock, api):
     [window] = maintenance.open_windows(node_name=Node.objects.filter(rack="z1-r1").first().name)
     assert window.target == "rack z1-r1"
     assert maintenance.open_windows(node_name=Node.objects.exclude(rack="z1-r1").first().name) == []
+
+
+def _insert(store, model, **values) -> None:
+    """A row written as the model's own save would write it on `store` (defaults included)."""
+    fields = model._meta.concrete_fields
+    row = [field.get_db_prep_save(values.get(field.attname, field.get_default()), connection=store) for field in fields]
+    columns = ", ".join(store.ops.quote_name(field.column) for field in fields)
+    with store.cursor() as cursor:
+        cursor.execute(f"INSERT INTO {model._meta.db_table} ({columns}) VALUES ({', '.join(['%s'] * len(row))})", row)
+
+
+def test_the_heartbeats_raw_read_gives_an_aware_kill_at_on_sqlite(monkeypatch):
+    """make demo's store gave the heartbeat's raw SQL a naive `kill_at`: every heartbeat of a
+    node with a stop asked was a 500, and no cancel reached its task (QA). Read on SQLite itself:
+    the two tables it reads, a node and a task being stopped."""
+    from agents import heartbeats
+    from scheduling.models import Task
+
+    store = ConnectionHandler({"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}})["default"]
+    with store.schema_editor() as editor:
+        editor.create_model(Node)
+        editor.create_model(Task)
+    kill_at = datetime(2026, 12, 5, 11, 7, 51, tzinfo=UTC)
+    store.disable_constraint_checking()  # the task's job and the others' tables are not here
+    _insert(store, Node, id=1, name="n1", token_digest="digest", health="READY", cpu_count=8, memory_gb=64)
+    _insert(
+        store, Task, id=1, job_id=7, rank=0, node_id=1, state="RUNNING", attempt=1, stop_signal="TERM", kill_at=kill_at
+    )
+    monkeypatch.setattr(heartbeats, "connection", store)
+    [task] = heartbeats.load_many({"digest"})["digest"].tasks
+    assert task.kill_at == kill_at and (task.kill_at - kill_at).total_seconds() == 0  # was a TypeError
