@@ -82,13 +82,22 @@ def quota_wide(sdk, team: str) -> list[tuple]:
     return [column("USED", "used"), column("BORROWED", "borrowed"), column("LENT", "lent"), column("SHARE", "share")]
 
 
+HISTORY_COLUMNS = [
+    ("AT", lambda event: event["created_at"]),
+    ("BY", lambda event: event["actor"]),
+    ("KIND", lambda event: event["kind"]),
+    ("MESSAGE", lambda event: event["message"] or event["reason"]),
+]
+
+
 @main.command()
 @click.argument("team")
 @click.option("--set", "changes", multiple=True, metavar="CLASS=N", help="e.g. H100=64, H100.borrowing_limit=80")
+@click.option("--history", is_flag=True, help="its quota changes (for members: role changes too), newest first")
 @click.option("--reason", help="why (required with --set; audited)")
 @output_option
 @click.pass_context
-def quota(ctx, team, changes, reason, output):
+def quota(ctx, team, changes, reason, history, output):
     """A team's quotas (-o wide: with its use, borrowed, lent and share); leads change them
     with --set (a team's weight: admins and leads of the team above; docs/quotas.md).
 
@@ -97,8 +106,14 @@ def quota(ctx, team, changes, reason, output):
       mlq quota research-vision -o wide
       mlq quota research-vision --set H100=18 --set H100.borrowing_limit=40 --reason "new project"
       mlq quota research-vision --set H100.weight=2 --reason "paper deadline"
+      mlq quota research-vision --history
     """
     sdk = client(ctx)
+    if history:  # QA: a lead saw her team's quota history in the API alone
+        if changes:
+            raise click.UsageError("give --set or --history, not both")
+        emit(sdk.team_history(team), output, HISTORY_COLUMNS)
+        return
     if changes:
         if not reason:
             raise click.UsageError(QUOTA_NEEDS_REASON)

@@ -486,6 +486,11 @@ class Client:
 
     # teams, quotas, nodes
 
+    def team_history(self, team: str) -> list[dict]:
+        """GET /teams/{name}/events, newest first: quota changes (before and after in `data`),
+        and for members the changes to its members' roles and its place in the tree."""
+        return list(self._pages(f"/teams/{team}/events", {}))
+
     def usage(self, *, start=None, end=None, group_by: str = "team", csv: bool = False, **filters) -> dict | str:
         """GET /usage: GPU-hours, CPU-hours, cost, lost work, outcomes and queue waits for the
         window [start, end), grouped (docs/usage.md); filters: team, owner, resource_class,

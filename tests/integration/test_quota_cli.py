@@ -2,6 +2,7 @@
 examples named a team the demo does not have, `--set h100=32` was an unknown class, `-o wide`
 printed the plain table, and a lead's own weight went through."""
 
+import json
 import shlex
 
 import pytest
@@ -45,7 +46,7 @@ def help_examples(mlq_as) -> list[list[str]]:
 
 def test_the_help_examples_name_demo_teams_and_work(mlq_as):
     examples = help_examples(mlq_as)
-    assert len(examples) == 3
+    assert len(examples) == 4
     for args in examples:
         assert args[1] in {*DIVISIONS, *TEAMS}, args
         ran = mlq_as("ops", *args)
@@ -83,3 +84,23 @@ def test_wide_adds_use_borrowed_lent_and_share(mlq_as, api):
     assert plain[0].split() == wide[0].split()[:5]
     h100 = next(line.split() for line in wide if line.startswith("gpu:H100"))
     assert h100[:7] == ["gpu:H100", "32", "64", "1.0", "40", "8", "0"]
+
+
+def test_history_lists_a_teams_quota_changes_newest_first(mlq_as):
+    """QA: a lead read her team's quota history in the API alone."""
+    for guaranteed in ("33", "34"):
+        assert (
+            mlq_as(
+                "rita", "quota", "research-foundation-models", "--set", f"H100={guaranteed}", "--reason", "r"
+            ).exit_code
+            == 0
+        )
+    shown = mlq_as("alice", "quota", "research-foundation-models", "--history", "-o", "json")
+    assert shown.exit_code == 0, shown.output
+    changes = [row for row in json.loads(shown.stdout) if row["kind"] == "QUOTA_CHANGED"]
+    assert [row["data"]["after"]["guaranteed"] for row in changes[:2]] == [34, 33]
+    assert all(row["actor"] == "rita" for row in changes[:2])
+    table = mlq_as("alice", "quota", "research-foundation-models", "--history").stdout
+    assert table.splitlines()[0].split() == ["AT", "BY", "KIND", "MESSAGE"]
+    both = mlq_as("rita", "quota", "research-foundation-models", "--history", "--set", "H100=35")
+    assert both.exit_code == 2 and "give --set or --history, not both" in both.output
