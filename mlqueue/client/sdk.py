@@ -487,8 +487,7 @@ class Client:
     # teams, quotas, nodes
 
     def team_history(self, team: str) -> list[dict]:
-        """GET /teams/{name}/events, newest first: quota changes (before and after in `data`),
-        and for members the changes to its members' roles and its place in the tree."""
+        """GET /teams/{name}/events, newest first: quota changes (and for members, role changes)."""
         return list(self._pages(f"/teams/{team}/events", {}))
 
     def usage(self, *, start=None, end=None, group_by: str = "team", csv: bool = False, **filters) -> dict | str:
