@@ -14,11 +14,10 @@ from datetime import UTC, datetime
 from django.db.models import Max
 
 from scheduling import rollup
-from scheduling.core.decisions import PreemptionReason
 from scheduling.core.model import HOUR, confirmed_checkpoint, lost_since, resource_class
 from scheduling.models import FailureClass, Job, JobState, LostCause, StopReason, Task, TaskState, UsageRecord
 from scheduling.states import ON_NODE
-from teams.models import AuditEvent, EventKind
+from scheduling.stop_requests import RECLAIM, requests_of, stop_cause
 
 S = TaskState
 
@@ -186,17 +185,11 @@ def do_open_attempt(job_id: int, *, now: datetime) -> None:
 
 def preemption_cause(job_id: int, *, since: datetime) -> str:
     """PREEMPTION, or QUOTA_RECLAIM where the scheduler stopped the attempt (placed at `since`)
-    to reclaim capacity another team is guaranteed: the reason its stop request keeps in its
-    data (scheduling/stopping.py), as `mlq status` and `mlq why` read it."""
-    why = (
-        AuditEvent.objects.filter(
-            job_id=job_id, kind=EventKind.STOP_REQUESTED, reason=StopReason.PREEMPTED, created_at__gte=since
-        )
-        .order_by("created_at", "id")
-        .values_list("data__preemption", flat=True)
-        .first()
-    )
-    return LostCause.QUOTA_RECLAIM if why == PreemptionReason.RECLAIM else LostCause.PREEMPTION
+    to reclaim capacity another team is guaranteed: its stop request's cause, as `mlq status`
+    and `mlq why` read it (stop_requests.stop_cause)."""
+    found = requests_of(job_id, (StopReason.PREEMPTED,)).filter(created_at__gte=since).first()
+    reclaimed = found is not None and stop_cause(found["request"]) == RECLAIM
+    return LostCause.QUOTA_RECLAIM if reclaimed else LostCause.PREEMPTION
 
 
 def do_close_attempt(job_id: int, *, outcome: str, now: datetime) -> int:

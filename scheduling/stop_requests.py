@@ -12,10 +12,11 @@ from scheduling.nodes import HEALTH_ACTOR
 from scheduling.states import ON_NODE
 from teams.models import AuditEvent, EventKind
 
+RECLAIM = "RECLAIM"  # a stop to give a team back capacity it is guaranteed
 # `stop_cause`'s answers: a stop reason, but RECLAIM and NODE_HEALTH told apart.
 CAUSES = (
     "PREEMPTED",
-    "RECLAIM",
+    RECLAIM,
     "DRAIN",
     "NODE_HEALTH",
     *(r for r in StopReason.values if r not in ("PREEMPTED", "DRAIN")),
@@ -39,7 +40,7 @@ def stop_cause(request: dict) -> str:
     reclaim told from a priority preemption, and a node's fault from a drain (an admin's, a
     maintenance window's, a spot node's notice)."""
     if request["reason"] == StopReason.PREEMPTED:
-        return "RECLAIM" if request["preemption"] == PreemptionReason.RECLAIM else StopReason.PREEMPTED
+        return RECLAIM if request["preemption"] == PreemptionReason.RECLAIM else StopReason.PREEMPTED
     if request["reason"] == StopReason.DRAIN and request["actor"] == HEALTH_ACTOR:
         return "NODE_HEALTH"
     return request["reason"]
