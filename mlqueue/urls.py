@@ -8,6 +8,7 @@ from django.views.defaults import bad_request, page_not_found, server_error
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from agents import api as agents_api
+from agents import node_api
 from agents import pages as node_pages
 from mlqueue.middleware import API_PREFIX, api_not_found
 from notifications import api as notifications_api
@@ -92,6 +93,8 @@ api_v1 = [
     ),
     endpoint(r"nodes/(?P<name>[^/]+)/reclaim-notice", agents_api.ReclaimNotice.as_view(), "node-reclaim-notice"),
     endpoint(r"nodes/(?P<name>[^/]+)/include-gpus", agents_api.IncludeGpus.as_view(), "node-include-gpus"),
+    endpoint(r"nodes/(?P<name>[^/]+)/events", node_api.NodeEvents.as_view(), "node-events"),
+    endpoint(r"nodes/(?P<name>[^/]+)", node_api.NodeDetail.as_view(), "node-detail"),
     endpoint("agents/register", agents_api.AgentRegister.as_view(), "agent-register"),
     endpoint(r"agents/(?P<name>[^/]+)/heartbeat", agents_api.AgentHeartbeat.as_view(), "agent-heartbeat"),
     endpoint(r"agents/(?P<name>[^/]+)/events", agents_api.AgentEvents.as_view(), "agent-events"),

@@ -12,11 +12,12 @@ Exit codes: 0 done, 1 the server refused (its detail, then each field's error as
     control   the verbs that change a job (cancel, hold, release, requeue, set)
     groups    arrays and sweeps: --array's syntax, group summaries, `mlq children`
     cluster   teams, quotas, nodes and the node verbs (cordon, drain, uncordon, include-gpus)
+    node      `mlq node NAME`: one node's telemetry, tasks, windows and history (admins)
     schedules `mlq schedules list|show|create|suspend|resume|run|delete`
     metrics   `mlq metrics`: what a job reported with mlqueue.report
     usage     `mlq usage`: hours, cost, lost work and queue waits from the usage ledger
     notifications `mlq notifications`: the delivery log
-    maintenance `mlq maintenance`: maintenance windows (admins)"""
+    maintenance `mlq maintenance`: maintenance windows (admins): list, show, create, change, cancel"""
 
 from mlqueue.cli import (  # noqa: F401 (each registers its verbs on main)
     account,
@@ -26,6 +27,7 @@ from mlqueue.cli import (  # noqa: F401 (each registers its verbs on main)
     jobs,
     maintenance,
     metrics,
+    node,
     notifications,
     schedules,
     usage,

@@ -1,4 +1,4 @@
-"""`mlq maintenance`: list, create and cancel maintenance windows (admins; docs/maintenance.md)."""
+"""`mlq maintenance`: list, show, create, change and cancel maintenance windows (admins; docs/maintenance.md)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from mlqueue.client import MaintenanceWindow
 
 ONE_TARGET = "give exactly one of --rack, --zone or --node (repeatable)"
 ONE_END = "give --hours or --until"
+NOTHING_TO_CHANGE = "give what to change: --at, --hours, --until or --reason"
 FROM_NOW = re.compile(r"\+(\d+(?:\.\d+)?)([mhd])")
 # What looks meant as a time from now but is not one of ours: -30m, +40s, +1y (QA: they went to
 # the server as typed and came back as "Datetime has wrong format").
@@ -35,6 +36,14 @@ WINDOW_WIDE = [
     ("ENDS (UTC)", lambda w: w.ends_at),
     ("DRAINED", lambda w: ", ".join(w.drained)),
     ("BY", lambda w: w.created_by),
+]
+
+
+EVENT_COLUMNS = [
+    ("AT", lambda event: event["created_at"]),
+    ("BY", lambda event: event["actor"]),
+    ("REASON", lambda event: event["reason"]),
+    ("MESSAGE", lambda event: event["message"]),
 ]
 
 
@@ -71,6 +80,8 @@ def maintenance():
     Example:
       mlq maintenance create --rack z1-r3 --at +2h --hours 4 --reason "PDU swap"
       mlq maintenance list
+      mlq maintenance show 7
+      mlq maintenance change 7 --at +3h
       mlq maintenance cancel 7
     """
 
@@ -121,6 +132,59 @@ def create(ctx, rack, zone, nodes, starts_at, hours, ends_at, reason, output):
         rack=rack, zone=zone, names=nodes, starts_at=starts_at, ends_at=ends_at, duration_hours=hours, reason=reason
     )
     report(window, output, WINDOW_COLUMNS, f"scheduled {window_line(window)}")
+
+
+@maintenance.command()
+@click.argument("window_id", type=int)
+@output_option
+@click.pass_context
+def show(ctx, window_id, output):
+    """One window (its times, nodes and those it drained) and its history, newest first.
+    -o json/yaml is the window as the API answers it, its history under `events`.
+
+    \b
+    Example:
+      mlq maintenance show 7
+    """
+    sdk = client(ctx)
+    window, events = sdk.maintenance_window(window_id), sdk.maintenance_events(window_id)
+    if output in ("json", "yaml"):
+        emit({**window.raw, "events": events}, output, [])
+        return
+    emit(window, output, WINDOW_COLUMNS, WINDOW_WIDE)
+    click.echo(f"\nnodes: {', '.join(window.nodes) or '-'}")
+    if window.drained:
+        click.echo(f"drained by it: {', '.join(window.drained)}")
+    if events:
+        click.echo("\nhistory, newest first:")
+        emit(events, output, EVENT_COLUMNS)
+
+
+@maintenance.command()
+@click.argument("window_id", type=int)
+@click.option("--at", "starts_at", callback=when, help=f"a new start: {TIME_HELP}; it keeps its length")
+@click.option("--hours", type=float, help="a new length, from its (new) start")
+@click.option("--until", "ends_at", callback=when, help="or a new end, as --at")
+@click.option("--reason")
+@output_option
+@click.pass_context
+def change(ctx, window_id, starts_at, hours, ends_at, reason, output):
+    """Move a scheduled window, change its length or its reason (not its nodes: cancel it and
+    create another). A window that has started cannot move: end it with cancel.
+
+    \b
+    Example:
+      mlq maintenance change 7 --at 2027-01-16T02:00Z
+      mlq maintenance change 7 --hours 6 --reason "PDU swap, both feeds"
+    """
+    if starts_at is None and hours is None and ends_at is None and reason is None:
+        raise click.UsageError(NOTHING_TO_CHANGE)
+    if hours is not None and ends_at is not None:
+        raise click.UsageError("give --hours or --until, not both")
+    window = client(ctx).change_maintenance(
+        window_id, starts_at=starts_at, ends_at=ends_at, duration_hours=hours, reason=reason
+    )
+    report(window, output, WINDOW_COLUMNS, f"changed {window_line(window)}")
 
 
 @maintenance.command()

@@ -7,6 +7,7 @@ import math
 import re
 import time
 from collections.abc import Iterable, Iterator
+from urllib.parse import quote
 
 import httpx
 
@@ -183,3 +184,11 @@ def through_outages(call, *args, deadline: float | None = None, **kwargs):
             if pause is None or (deadline is not None and time.monotonic() + pause > deadline):
                 raise
             time.sleep(pause)
+
+
+def segment(value) -> str:
+    """A name or id as one path segment: "../jobs" must not reach another endpoint (and "." or
+    "..", which no quoting hides from the URL's normalization, are no name)."""
+    if str(value) in ("", ".", ".."):
+        raise MlqError(0, f"{str(value)!r} is not a name or id")
+    return quote(str(value), safe="")

@@ -9,7 +9,6 @@ import os
 import time
 from collections.abc import Iterable, Iterator
 from typing import Any
-from urllib.parse import quote
 
 import httpx
 
@@ -26,12 +25,14 @@ from mlqueue.client.answers import (
     json_body,
     no_answer,
     redirected,
+    segment,
     server_sent_events,
     through_outages,
 )
 from mlqueue.client.batching import batches
 from mlqueue.client.config import credentials, read_config, write_config
 from mlqueue.client.errors import MlqError
+from mlqueue.client.fleet import FleetCalls
 from mlqueue.client.results import (
     CancelResult,
     Child,
@@ -40,8 +41,6 @@ from mlqueue.client.results import (
     Event,
     Fire,
     Job,
-    MaintenanceWindow,
-    Node,
     QueueEntry,
     Quota,
     Schedule,
@@ -73,14 +72,6 @@ def _query_value(value):
     return ("true" if value else "false") if isinstance(value, bool) else value
 
 
-def _segment(value) -> str:
-    """A name or id as one path segment: "../jobs" must not reach another endpoint (and "." or
-    "..", which no quoting hides from the URL's normalization, are no name)."""
-    if str(value) in ("", ".", ".."):
-        raise MlqError(0, f"{str(value)!r} is not a name or id")
-    return quote(str(value), safe="")
-
-
 def _id(job) -> int:
     if isinstance(job, Job | QueueEntry):
         return job.id
@@ -97,7 +88,7 @@ def _attempt_after(current: Job, rank: int, attempt: int | None) -> int | None:
     return attempt + 1 if attempt and latest and latest > attempt else None
 
 
-class Client:
+class Client(FleetCalls):
     """One server, one token. `transport` is for tests (httpx.MockTransport)."""
 
     def __init__(self, server: str | None = None, token: str | None = None, *, transport=None, timeout: float = 30):
@@ -262,7 +253,7 @@ class Client:
         return [Schedule.from_json(row) for row in self._pages("/schedules", {})]
 
     def schedule(self, schedule_id: int) -> Schedule:
-        return Schedule.from_json(self.request("GET", f"/schedules/{_segment(schedule_id)}"))
+        return Schedule.from_json(self.request("GET", f"/schedules/{segment(schedule_id)}"))
 
     def create_schedule(self, spec_or_path, *, set: Iterable[str] = (), **overrides) -> Schedule:  # noqa: A002
         """From a spec with a `schedule:` block (the block holds cron, timezone, concurrency, ...);
@@ -274,7 +265,7 @@ class Client:
         return dataclasses.replace(Schedule.from_json(answer["schedule"]), existing=status == 200)
 
     def change_schedule(self, schedule_id: int, **changes) -> Schedule:
-        return Schedule.from_json(self.request("PATCH", f"/schedules/{_segment(schedule_id)}", json=changes))
+        return Schedule.from_json(self.request("PATCH", f"/schedules/{segment(schedule_id)}", json=changes))
 
     def suspend_schedule(self, schedule_id: int, reason: str = "") -> Schedule:
         return self.change_schedule(schedule_id, suspended=True, reason=reason)
@@ -285,10 +276,10 @@ class Client:
     def run_schedule(self, schedule_id: int) -> Fire:
         """Run now: an ordinary run, honouring the schedule's concurrency (forbid: refused while
         its last run is active)."""
-        return Fire.from_json(self.request("POST", f"/schedules/{_segment(schedule_id)}/run"))
+        return Fire.from_json(self.request("POST", f"/schedules/{segment(schedule_id)}/run"))
 
     def delete_schedule(self, schedule_id: int) -> None:
-        self.request("DELETE", f"/schedules/{_segment(schedule_id)}")
+        self.request("DELETE", f"/schedules/{segment(schedule_id)}")
 
     def metrics(self, job, name: str | None = None, **filters) -> Any:
         """The metrics a job reported (`mlqueue.report(...)`), as the server's
@@ -484,7 +475,7 @@ class Client:
     def events(self, job) -> list[Event]:
         return [Event.from_json(row) for row in self._pages(f"/jobs/{_id(job)}/events", {})]
 
-    # teams, quotas, nodes
+    # teams and quotas (nodes and maintenance windows: fleet.py)
 
     def team_history(self, team: str) -> list[dict]:
         """GET /teams/{name}/events, newest first: quota changes (and for members, role changes)."""
@@ -501,62 +492,12 @@ class Client:
         return [Team.from_json(row) for row in self.request("GET", "/teams")]
 
     def quota(self, team: str) -> list[Quota]:
-        return [Quota.from_json(row) for row in self.request("GET", f"/teams/{_segment(team)}/quotas")]
+        return [Quota.from_json(row) for row in self.request("GET", f"/teams/{segment(team)}/quotas")]
 
     def set_quota(self, team: str, quotas: dict, reason: str) -> list[Quota]:
         """`quotas`: {"gpu:H100": {"guaranteed": 64}, ...}; `reason` is recorded in the audit log."""
         body = {"quotas": quotas, "reason": reason}
-        return [Quota.from_json(row) for row in self.request("PATCH", f"/teams/{_segment(team)}/quotas", json=body)]
-
-    def nodes(self, **filters) -> list[Node]:
-        return [Node.from_json(row) for row in self._pages("/nodes", filters)]
-
-    def _node_action(self, action: str, node: str, reason: str, **extra) -> Node:
-        body = {"reason": reason, **{key: value for key, value in extra.items() if value is not None}}
-        return Node.from_json(self.request("POST", f"/nodes/{_segment(node)}/{action}", json=body))
-
-    def cordon(self, node: str, reason: str) -> Node:
-        return self._node_action("cordon", node, reason)
-
-    def drain(self, node: str, reason: str, wait: bool | None = None) -> Node:
-        return self._node_action("drain", node, reason, wait=wait)
-
-    def uncordon(self, node: str, reason: str) -> Node:
-        return self._node_action("uncordon", node, reason)
-
-    def include_gpus(self, node: str, reason: str, gpus: list[int] | None = None) -> Node:
-        """Put GPUs excluded for a fault back into placement (all of them when `gpus` is None)."""
-        return self._node_action("include-gpus", node, reason, gpus=gpus)
-
-    # maintenance windows (docs/maintenance.md), admins only
-
-    def maintenance_windows(self, state: str | None = None) -> list[MaintenanceWindow]:
-        """The scheduled and active windows soonest first, or those in `state`."""
-        rows = self.request("GET", "/maintenance", params={"state": state} if state else None)
-        return [MaintenanceWindow.from_json(row) for row in rows]
-
-    def schedule_maintenance(
-        self,
-        *,
-        starts_at: str,
-        reason: str,
-        rack: str | None = None,
-        zone: str | None = None,
-        names: Iterable[str] | None = None,
-        ends_at: str | None = None,
-        duration_hours: float | None = None,
-    ) -> MaintenanceWindow:
-        """Drain a rack, a zone or the named nodes from `starts_at` (ISO 8601) until `ends_at`
-        or for `duration_hours`."""
-        body = {"starts_at": starts_at, "reason": reason, "rack": rack, "zone": zone, "ends_at": ends_at}
-        body = {key: value for key, value in body.items() if value}
-        body.update({"names": list(names)} if names else {})
-        body.update({"duration_hours": duration_hours} if duration_hours is not None else {})
-        return MaintenanceWindow.from_json(self.request("POST", "/maintenance", json=body))
-
-    def cancel_maintenance(self, window_id: int) -> MaintenanceWindow:
-        """A scheduled window never starts; an active one ends now."""
-        return MaintenanceWindow.from_json(self.request("DELETE", f"/maintenance/{_segment(window_id)}"))
+        return [Quota.from_json(row) for row in self.request("PATCH", f"/teams/{segment(team)}/quotas", json=body)]
 
     # tokens
 
