@@ -230,12 +230,13 @@ def cancel_unplaced(job_ids: list[int], *, actor, actor_name: str, why: str, now
     return ids
 
 
-def _lock_job(job_id: int) -> None:
+def _lock_job(job_id: int) -> bool:
+    """Returns whether the job is held (False if it is gone), read under the lock."""
     # Serializes transitions of one job's tasks, so the derived job state is never stale. No key
     # update: rows that point at the job (events, logs, a schedule's fire) may still be written,
     # or their foreign-key checks would wait on it at commit (and deadlock with a transaction
     # that holds a row this one's own checks need).
-    list(Job.objects.select_for_update(no_key=True).filter(pk=job_id).values_list("pk", flat=True))
+    return any(Job.objects.select_for_update(no_key=True).filter(pk=job_id).values_list("held", flat=True))
 
 
 def _record(*, job_id, rank, from_state, to_state, actor, actor_name, reason, message, data, now) -> None:
@@ -332,6 +333,7 @@ def transition_gang(
     epoch: int | None = None,
     per_rank: Mapping[int, dict] | None = None,
     require_all: bool = True,
+    unless_held: bool = False,
     actor=None,
     actor_name: str = "system",
     reason: str = "",
@@ -342,15 +344,17 @@ def transition_gang(
 ) -> int:
     """Move the tasks of a job that are in `from_state` (one state or several) to `to_state`,
     recording one event. With `require_all` (a gang), every task must move or none does.
-    `per_rank` gives each rank its own fields (its node and GPUs). Returns how many moved: 0
-    when a task was not in `from_state` (with `require_all`) or the epoch is stale; then
-    nothing changed."""
+    `per_rank` gives each rank its own fields (its node and GPUs). `unless_held`: nothing moves
+    if the job is held (a placement: a hold can land between a pass's snapshot and its apply
+    step). Returns how many moved: 0 when a task was not in `from_state` (with `require_all`),
+    the job was held (with `unless_held`) or the epoch is stale; then nothing changed."""
     for state in _states(from_state):
         check_transition(state, to_state)
     now = now or timezone.now()
     try:
         with transaction.atomic():
-            _lock_job(job_id)
+            if _lock_job(job_id) and unless_held:
+                raise GangMoved
             total = Task.objects.filter(job_id=job_id).count()
             before = _states_now(job_id, from_state)
             moved = _conditional_update(

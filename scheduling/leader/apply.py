@@ -99,6 +99,7 @@ def _place(placement: Placement, view: StoreView, slots: Slots, ports: MasterPor
             to_state=TaskState.ASSIGNED,
             epoch=epoch,
             per_rank=per_rank,
+            unless_held=True,  # QA: a hold answered 200 between the pass's snapshot and here, and the job ran
             actor_name="scheduler",
             reason="PLACED",
             message=f"placed on {nodes}" + (" (borrowing idle capacity)" if placement.borrowed else ""),

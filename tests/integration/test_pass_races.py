@@ -12,9 +12,10 @@ from mlqueue.breaker import RedisBreaker
 from mlqueue.celery import app as celery_app
 from scheduling import metrics, stopping
 from scheduling.core.scheduler import schedule
+from scheduling.job_control import do_hold_job
 from scheduling.leader.apply import apply_decisions
 from scheduling.leader.worker import run_pass
-from scheduling.models import Node
+from scheduling.models import Node, Task
 from scheduling.services import do_cancel_job
 from scheduling.stopping import do_request_stop
 from scheduling.store_view import build_view
@@ -63,6 +64,24 @@ def test_a_placement_that_lost_its_race_is_not_counted(api, leader, user):
 
     assert (applied.placed, applied.lost_races) == (1, 1)
     assert placements_counted() == (before[0] + 1, before[1] + 1)
+
+
+def test_a_job_held_mid_pass_is_not_placed(api, leader, user):
+    """QA: a hold answered 200 (PENDING, held) between a pass's snapshot and its apply step,
+    and the pass placed the job all the same: it ran, held."""
+    job = submit(api, resources={"gpu_count": 8})
+    now = timezone.now()
+    view, decisions = decide(now)
+    assert [p.job_id for p in decisions.placements] == [job.pk]
+
+    do_hold_job(user=user("alice"), job=job, reason="not yet")  # lands between snapshot and apply
+    applied = apply_decisions(decisions, view, epoch=leader, now=now)
+
+    job.refresh_from_db()
+    assert (job.state, job.held, applied.placed, applied.lost_races) == ("PENDING", True, 0, 1)
+    assert list(Task.objects.filter(job=job).values_list("state", "node")) == [("PENDING", None)]
+    run_pass(epoch=leader)  # and no later pass places it while it is held
+    assert Task.objects.get(job=job).state == "PENDING"
 
 
 def test_a_preemption_whose_victim_already_stopped_is_not_counted(clock, api, leader):
