@@ -5,6 +5,7 @@ name) or a node's own token instead of a user's."""
 from datetime import timedelta
 
 from django.conf import settings
+from django.db import transaction
 from django.db.models import Count, Q
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
@@ -142,8 +143,8 @@ WAIT_IS_DRAINS = "only drain takes wait (let running tasks finish); {action} doe
 
 class NodeActionResultSerializer(NodeSerializer):
     changed = serializers.BooleanField(
-        help_text="false: the node was already so (an uncordon of a node in service, a cordon of a cordoned one, "
-        "nothing excluded to put back): nothing changed and nothing was recorded"
+        help_text="false: the node was already so (an uncordon of a node in service, a cordon or a drain again for "
+        "the reason it has, nothing excluded to put back): nothing changed and nothing was recorded"
     )
 
     warnings = serializers.ListField(
@@ -153,6 +154,12 @@ class NodeActionResultSerializer(NodeSerializer):
 
     class Meta(NodeSerializer.Meta):
         fields = [*NodeSerializer.Meta.fields, "changed", "warnings"]
+
+
+def _as_seen(node: Node) -> tuple:
+    """What a node action can change: its admin state and reason, its excluded GPUs, its token,
+    and how many of its tasks are asked to stop (a drain after a drain that let them run)."""
+    return node.admin_state, node.admin_reason, node.excluded_gpus, node.token_digest, node.stopping_tasks
 
 
 class NodeAction(APIView):
@@ -166,13 +173,17 @@ class NodeAction(APIView):
     def post(self, request: Request, name: str) -> Response:
         if not is_site_admin(request.user):
             raise exceptions.PermissionDenied(NOT_AN_ADMIN)
-        node = get_object_or_404(Node, name=name)
+        get_object_or_404(Node, name=name)
         body = self.body(request)
-        was = (node.admin_state, node.excluded_gpus, node.token_digest)
-        self.act(node, request.user, body)
-        after = with_tasks(Node.objects).get(pk=node.pk)
-        # What an admin sees change (QA: `mlq uncordon` of a node in service said nothing of it).
-        after.changed = was != (after.admin_state, after.excluded_gpus, after.token_digest)
+        with transaction.atomic():
+            # What an admin sees change (QA: `mlq uncordon` of a node in service said nothing of
+            # it), read under the row's lock: of two cordons at once, the second changed nothing
+            # (QA: four at once each answered `changed`).
+            node = Node.objects.select_for_update(no_key=True).get(name=name)
+            was = _as_seen(with_tasks(Node.objects).get(pk=node.pk))
+            self.act(node, request.user, body)
+            after = with_tasks(Node.objects).get(pk=node.pk)
+            after.changed = was != _as_seen(after)
         after.warnings = node_health.faults_reported(after) if self.action == "uncordon" and after.changed else []
         return Response(NodeActionResultSerializer(after).data)
 

@@ -9,7 +9,7 @@ from rest_framework.exceptions import AuthenticationFailed, PermissionDenied
 
 from agents import tokens
 from mlqueue.errors import Conflict
-from scheduling.models import AdminState, Node, NodeState, Task
+from scheduling.models import Node, NodeState, Task
 from scheduling.nodes import do_cordon, do_drain, do_include_gpus, do_mark_health, do_uncordon, record_node_event
 from scheduling.states import ON_NODE
 from teams.models import hash_token
@@ -204,9 +204,10 @@ def do_bulk_node_action(*, nodes: list[Node], action: str, user, reason: str) ->
         # Each node's admin state as it stands under its row lock: the one the action's
         # conditional write then sees (a window's end may have uncordoned it since it was read).
         locked = Node.objects.select_for_update(no_key=True).filter(pk__in=[node.pk for node in nodes]).order_by("id")
-        now_state = dict(locked.values_list("pk", "admin_state"))
+        now_state = {pk: (state, why) for pk, state, why in locked.values_list("pk", "admin_state", "admin_reason")}
         for node in nodes:
-            was = now_state[node.pk]
             NODE_ACTIONS[action](node, user, reason)
-            (unchanged if action == "uncordon" and was == AdminState.NONE else changed).append(node)
+            # As it was: an uncordon of a node in service, a cordon or drain again for its reason.
+            as_was = now_state[node.pk] == (node.admin_state, node.admin_reason)
+            (unchanged if as_was else changed).append(node)
     return changed, unchanged

@@ -66,14 +66,17 @@ def _set_admin_state(
     only_from: str | None = None,
     only_reason: str | None = None,
     unless: str | None = None,
+    unless_so: bool = False,
     **admin,
 ) -> int:
     """The admin writers' UPDATE: their own columns (`admin` adds admin_reason and
     reclaim_deadline), and `state` from the row's health as it is when the UPDATE runs (an
     admin state shows only on a READY node). Health is the failure detector's: never written here.
     `only_from`: write only while the row's admin state is that one; `only_reason`: only while
-    its admin reason is that one; `unless`: only while its admin state is not that one. Returns
-    the rows written."""
+    its admin reason is that one; `unless`: only while its admin state is not that one;
+    `unless_so`: only while the row is not already so (its admin state and `admin` columns all as
+    asked: a cordon again with the same reason writes and records nothing). Returns the rows
+    written."""
     state = (
         F("health")
         if admin_state == AdminState.NONE
@@ -86,6 +89,8 @@ def _set_admin_state(
         rows = rows.filter(admin_reason=only_reason)
     if unless is not None:
         rows = rows.exclude(admin_state=unless)
+    if unless_so:
+        rows = rows.exclude(admin_state=admin_state, **admin)
     written = rows.update(admin_state=admin_state, **admin, state=state, state_reason=reason, state_changed_at=now)
     node.refresh_from_db(fields=NODE_STATE)  # the caller shows what the row says now
     notify.wake_scheduler("node")
@@ -166,9 +171,12 @@ def do_mark_health(node: Node, health: str, *, message: str, now) -> bool:
 
 
 def do_cordon(*, node: Node, user, reason: str, now=None) -> Node:
+    """A cordon of a node cordoned for the same reason changes nothing and records nothing; for
+    another reason, the reason is the new one (recorded)."""
     now = now or timezone.now()
     with transaction.atomic():
-        _set_admin_state(node, AdminState.CORDONED, reason=reason, now=now, admin_reason=reason)
+        if not _set_admin_state(node, AdminState.CORDONED, reason=reason, now=now, admin_reason=reason, unless_so=True):
+            return node
         record_node_event(
             node, actor=user, actor_name=user.get_username(), reason="CORDONED", message=f"cordoned: {reason}", now=now
         )
@@ -211,18 +219,26 @@ def do_drain(
     now = now or timezone.now()
     actor_name = actor_name or user.get_username()
     with transaction.atomic():
-        _set_admin_state(
-            node, AdminState.DRAINING, reason=reason, now=now, admin_reason=reason, reclaim_deadline=deadline
-        )
-        record_node_event(
+        # Draining already for the same reason (and deadline): nothing written or recorded; a
+        # drain without `wait` still stops what a drain with it left running.
+        if _set_admin_state(
             node,
-            actor=user,
-            actor_name=actor_name,
-            reason="DRAINING",
-            message=f"draining{' (running tasks may finish)' if wait else ''}: {reason}",
-            data={"wait": wait, "deadline": deadline.isoformat() if deadline else None},
+            AdminState.DRAINING,
+            reason=reason,
             now=now,
-        )
+            unless_so=True,
+            admin_reason=reason,
+            reclaim_deadline=deadline,
+        ):
+            record_node_event(
+                node,
+                actor=user,
+                actor_name=actor_name,
+                reason="DRAINING",
+                message=f"draining{' (running tasks may finish)' if wait else ''}: {reason}",
+                data={"wait": wait, "deadline": deadline.isoformat() if deadline else None},
+                now=now,
+            )
         if wait:
             return 0
         jobs = Task.objects.filter(node=node, state__in=ON_NODE).values_list("job_id", "job__grace_period_seconds")
