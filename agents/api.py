@@ -78,6 +78,7 @@ class NodeSerializer(serializers.ModelSerializer):
             "state_changed_at",
             "first_heartbeat_at",
             "task_isolation",
+            "runs_images",
             "excluded_gpus",
             "tasks",
             "tasks_stopping",

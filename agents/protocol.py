@@ -9,7 +9,14 @@ from rest_framework import serializers
 
 from mlqueue.metrics_report import MetricsError, check_values
 from mlqueue.serializer_fields import ChoiceField
-from scheduling.spec import LABEL_KEY, StrictFloatField, StrictIntegerField, StrictStringField, StringMapField
+from scheduling.spec import (
+    LABEL_KEY,
+    StrictBooleanField,
+    StrictFloatField,
+    StrictIntegerField,
+    StrictStringField,
+    StringMapField,
+)
 
 INT32 = 2**31 - 1
 INT64 = 2**63 - 1
@@ -46,6 +53,8 @@ class RegisterSerializer(serializers.Serializer):
     )
     address = StrictStringField(required=False, allow_blank=True, default="", max_length=253, printable_only=True)
     task_isolation = ChoiceField(["uid", "none"], required=False, default="")
+    # Whether the agent runs a job's image (a container runtime or hook); absent: not reported.
+    runs_images = StrictBooleanField(required=False, allow_null=True, default=None)
 
     def validate_name(self, value):
         if not NODE_NAME.match(value) or ".." in value:

@@ -26,7 +26,9 @@ INVENTORY = (
     "labels",
     "address",
     "task_isolation",
+    "runs_images",
 )
+IMAGES = {True: "yes", False: "no (no container runtime)", None: "unknown"}  # Node.runs_images, in words
 TOKEN_OF_OTHER_NODE = "this token belongs to node {owner}; it cannot register {name}."
 ALREADY_REGISTERED = (
     "node {name} is already registered to an agent. Restart that agent on its workdir (it keeps the node's token), "
@@ -90,7 +92,8 @@ def _set_inventory(node: Node, inventory: dict, *, now) -> None:
 def _describe(node: Node) -> str:
     return (
         f"{node.gpu_count} x {node.gpu_type or 'CPU'}, {node.cpu_count} CPUs, {node.memory_gb} GB, "
-        f"zone {node.zone}, rack {node.rack}, task isolation {node.task_isolation or 'unknown'}"
+        f"zone {node.zone}, rack {node.rack}, task isolation {node.task_isolation or 'unknown'}, "
+        f"runs images {IMAGES[node.runs_images]}"
     )
 
 

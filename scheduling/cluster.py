@@ -26,7 +26,7 @@ def load_nodes(kept: "KeptReads | None" = None) -> tuple[list[core.Node] | tuple
     tuple while no node's values have changed."""
     found, ids = [], {}
     fields = ("id", "name", "zone", "rack", "gpu_type", "gpu_count", "cpu_count", "memory_gb", "labels", "state")
-    fields += ("excluded_gpus", "scratch_disk_gb")
+    fields += ("excluded_gpus", "scratch_disk_gb", "runs_images")
     rows = list(Node.objects.values_list(*fields))
     if kept is not None and kept.nodes is not None and kept.nodes[0] == rows:
         return kept.nodes[1], kept.nodes[2]
@@ -45,6 +45,7 @@ def load_nodes(kept: "KeptReads | None" = None) -> tuple[list[core.Node] | tuple
                 core.NodeState(row["state"]),
                 tuple(sorted(int(index) for index in row["excluded_gpus"] or ())),
                 row["scratch_disk_gb"],
+                row["runs_images"],
             )
         )
     if kept is not None:

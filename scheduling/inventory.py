@@ -17,6 +17,7 @@ INVENTORY_FIELDS = (
     "labels",
     "state",
     "scratch_disk_gb",
+    "runs_images",
 )
 ALIKE_FIELDS = tuple(field for field in INVENTORY_FIELDS if field != "name")
 # Nodes alike in all but their name: one row each, with the first one's name and how many.
@@ -37,6 +38,7 @@ def to_core_node(row: dict) -> core.Node:
         labels=row["labels"] or {},
         state=core.NodeState(row["state"]),
         scratch_disk_gb=row["scratch_disk_gb"],
+        runs_images=row["runs_images"],
     )
 
 

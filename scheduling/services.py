@@ -207,6 +207,7 @@ def job_shape(spec: dict) -> JobShape:
         node_selector=spec["node_selector"],
         topology=Topology(spec["topology_hint"]),
         scratch_disk_gb=res["scratch_disk_gb"],
+        image=bool(spec.get("image")),
     )
 
 

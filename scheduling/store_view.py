@@ -46,6 +46,7 @@ PENDING_FIELDS = (
     "cpu_per_rank",
     "memory_per_rank_gb",
     "scratch_disk_gb",
+    "image",
     "node_selector",
     "topology_hint",
     "submitted_at",
@@ -204,6 +205,7 @@ def _pending_job(row: dict, edges: tuple, preemptor: int | None) -> core.Pending
         row["node_selector"] or {},
         core.Topology(row["topology_hint"]),
         row["scratch_disk_gb"],
+        bool(row["image"]),
     )
     return core.PendingJob(
         row["id"],

@@ -161,12 +161,13 @@ def inventory(
     labels: dict,
     address: str | None,
     scratch: int | None = None,
+    runs_images: bool | None = None,
     workdir: Path | None = None,
     no_gpus: bool = False,
 ) -> dict:
     """What the node registers with. Its GPUs: `fake_gpus` of `gpu_type` (H100), none with
     `no_gpus`, else NVML's (machine_gpus: may raise GpusMissing), checked against what the node
-    last registered with from `workdir`."""
+    last registered with from `workdir`. `runs_images`: whether the agent runs jobs' images."""
     name = name or socket.gethostname()
     if fake_gpus is not None:
         kind, count = (gpu_type or "H100") if fake_gpus else "", fake_gpus
@@ -187,4 +188,5 @@ def inventory(
         "labels": labels,
         "address": address or socket.gethostname(),
         **({"scratch_disk_gb": scratch} if scratch is not None else {}),
+        **({"runs_images": runs_images} if runs_images is not None else {}),
     }

@@ -186,13 +186,20 @@ def container_from(args: argparse.Namespace) -> Podman | None:
     return Podman.find(args.container_runtime_args)
 
 
+def runs_images(args: argparse.Namespace) -> bool:
+    """Whether this agent runs a job's image: with a container runtime or a hook."""
+    return args.container is not None or bool(args.container_hook)
+
+
 def nodes_from(args: argparse.Namespace) -> list[dict]:
+    """The nodes this agent runs; a --fleet's virtual nodes run images as the agent does,
+    whatever their file says."""
     if args.fleet:
         try:
             fleet = json.loads(args.fleet.read_text())
         except (OSError, ValueError) as exc:
             raise SystemExit(f"mlqueue-agent: cannot read --fleet {args.fleet}: {exc}") from None
-        return [{"labels": {}, "address": "127.0.0.1", **node} for node in fleet]
+        return [{"labels": {}, "address": "127.0.0.1", **node, "runs_images": runs_images(args)} for node in fleet]
     labels = dict(label.split("=", 1) for label in args.label)
     return [
         inventory(
@@ -204,6 +211,7 @@ def nodes_from(args: argparse.Namespace) -> list[dict]:
             cpus=args.cpus,
             memory=args.memory_gb,
             scratch=args.scratch_gb,
+            runs_images=runs_images(args),
             labels=labels,
             address=args.address,
             workdir=args.workdir,

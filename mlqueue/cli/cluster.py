@@ -36,6 +36,8 @@ NODE_WIDE = [
     ("HEALTH", lambda node: node.health),
     ("REASON", lambda node: node.admin_reason),
     ("EXCLUDED", lambda node: ",".join(sorted(node.excluded_gpus, key=int)) or "-"),
+    # Whether its agent runs jobs' images (a container runtime); "-": not reported.
+    ("IMAGES", lambda node: {True: "yes", False: "no"}.get(node.raw.get("runs_images"), "-")),
 ]
 
 

@@ -25,6 +25,9 @@ from scheduling.core.model import (
 from scheduling.core.reasons import PendingReason, ReasonCode
 from scheduling.core.state import ClusterState, Slot
 
+# A histogram's count of nodes that cannot take a job naming an image: "2 without a container runtime".
+NO_CONTAINER_RUNTIME = "without a container runtime"
+
 
 def clock(t: float) -> str:
     """Epoch seconds as a UTC time of day; small (virtual) times as seconds."""
@@ -352,7 +355,8 @@ class CapacityExplainer:
 
     def node_histogram(self, shape: JobShape) -> tuple[tuple[tuple[str, int], ...], int]:
         """Nodes by why they cannot take one task: another class, not READY, too little free
-        room (read off the free-room index, not node by node), then labels, CPUs, memory.
+        room (read off the free-room index, not node by node), then labels, CPUs, memory,
+        scratch disk, a container runtime.
         One task's needs decide it, not the job's task count or topology: computed once each."""
         key = (
             shape.resource_class,
@@ -361,6 +365,7 @@ class CapacityExplainer:
             shape.memory_gb_per_task,
             tuple(sorted(shape.node_selector.items())),
             shape.scratch_disk_gb,
+            shape.image,
         )
         histograms = self._memos(shape.resource_class)[2]
         if key not in histograms:
@@ -382,12 +387,14 @@ class CapacityExplainer:
 
     def matching(self, shape: JobShape) -> tuple[list[Slot], int, int]:
         """Ready nodes of the class that could ever take the job (the selector's labels, the
-        scratch disk it asks), their free and total units: a job that only nodes with too
-        little disk have room for waits for capacity, it is not fragmented."""
+        scratch disk it asks, a container runtime for its image), their free and total units: a
+        job that only nodes with too little disk have room for waits for capacity, it is not
+        fragmented."""
         key = (
             shape.resource_class,
             tuple(sorted(shape.node_selector.items())),
             shape.scratch_disk_gb,
+            shape.image,
             shape.gpus_per_task,
             shape.cpus_per_task,
             shape.memory_gb_per_task,
@@ -401,19 +408,20 @@ class CapacityExplainer:
     def _matching_nodes(self, shape: JobShape, key: tuple) -> tuple[list[Slot], int]:
         """`matching`'s nodes and their total units: what of them holds as long as the state
         (its nodes, which are ready), so not worked out again when the class's room changes.
-        Without a node selector, `_could_take` reads only a node's size and scratch disk: asked
-        once per size (a cold seed-2500 pass works out ~40 shapes over a class's nodes each)."""
+        Without a node selector, `_could_take` reads only a node's size, scratch disk and whether
+        it runs images: asked once per size (a cold seed-2500 pass works out ~40 shapes over a
+        class's nodes each)."""
         found = self.matching_nodes.get(key)
         if found is None:
             ready = self.state.ready_slots(shape.resource_class)
             if shape.node_selector:
                 slots = [s for s in ready if _could_take(s.node, shape)]
-            else:  # then a node's size and scratch disk decide, asked once per size
+            else:  # then a node's size, scratch disk and images decide, asked once per size
                 sizes: dict[tuple, bool] = {}
                 slots = []
                 for slot in ready:
                     node = slot.node
-                    size = (node.gpus, node.cpus, node.memory_gb, node.scratch_disk_gb)
+                    size = (node.gpus, node.cpus, node.memory_gb, node.scratch_disk_gb, node.runs_images)
                     fits = sizes.get(size)
                     if fits is None:
                         fits = sizes[size] = _could_take(node, shape)
@@ -440,6 +448,8 @@ class CapacityExplainer:
             return "too little free memory"
         if slot.node.lacks_scratch(shape.scratch_disk_gb):
             return "too little scratch disk"
+        if slot.node.lacks_images(shape.image):
+            return NO_CONTAINER_RUNTIME
         return ""
 
     def _no_match(self, shape: JobShape) -> str:
@@ -449,6 +459,7 @@ class CapacityExplainer:
         selector = "".join(f" {k}={v}" for k, v in sorted(shape.node_selector.items()))
         what = f"gpu_type={shape.gpu_type}" if shape.gpu_type else "CPU"
         disk = f" and {shape.scratch_disk_gb} GB of scratch disk" if shape.scratch_disk_gb else ""
+        disk += " and a container runtime for its image" if shape.image else ""
         small = any(labels_match(shape.node_selector, n.labels) and not _holds_a_task(n, shape) for n in same)
         size = f" and room for one task ({_task(shape)})" if small else ""
         return f"no READY node has {what}{selector}{disk}{size} (matching nodes: {detail})"
@@ -466,11 +477,12 @@ class CapacityExplainer:
 
 
 def _could_take(node: Node, shape: JobShape) -> bool:
-    """What of a node does not change while the job waits: its labels, its scratch disk and
-    its size (a node too small for one task is no block the job could use)."""
+    """What of a node does not change while the job waits: its labels, its scratch disk, whether
+    it runs images and its size (a node too small for one task is no block the job could use)."""
     return (
         labels_match(shape.node_selector, node.labels)
         and not node.lacks_scratch(shape.scratch_disk_gb)
+        and not node.lacks_images(shape.image)
         and _holds_a_task(node, shape)
     )
 

@@ -14,6 +14,14 @@ MORE_THAN_THE_CLUSTER = "asks {asked} {kind}; the cluster has {total}"
 # unit: "", " CPUs" or " GB".
 LARGER_THAN_ANY_NODE = "asks {asked} {what}; the largest {kind} node has {largest}{unit}"
 NO_NODE_WITH_LABELS = "no {kind} node carries the labels {wanted} ({count} {kind} nodes)"
+# labelled: "" or " with the labels ib=ndr400".
+NO_NODE_RUNS_IMAGES = (
+    "no {kind} node{labelled} runs images ({count} {kind} nodes, their agents without a container runtime: "
+    "mlqueue-agent --container-runtime podman or --container-hook); leave image out to run the command on the "
+    "node itself"
+)
+# After a gang's verdict, where nodes that run no images were left out of it.
+ONLY_NODES_RUNNING_IMAGES = " (counting the {count} of {total} such nodes that run images: the job names an image)"
 MORE_THAN_THE_MATCHING_NODES = "needs {what}; the matching {kind} nodes hold {count} at most"
 MORE_THAN_ONE_ZONE = "needs {what} in one zone (a gang never spans zones); the largest zone, {zone}, holds {count}"
 MORE_THAN_ONE_RACK = "require_same_rack needs {what} in one rack; the largest rack, {rack}, holds {count}"
@@ -81,7 +89,8 @@ LIMITS = (
 
 def can_ever_run(shape: JobShape, nodes: Iterable[Node]) -> Verdict:
     """Checks, in order: the resource class exists, the totals, one task on the largest node,
-    the node selector, one zone per gang, and one rack when the hint requires it."""
+    the node selector, a node that runs images for a job naming one, one zone per gang (on the
+    nodes left), and one rack when the hint requires it."""
     kind = shape.gpu_type or "CPU"
     same_class = [n for n in nodes if n.gpu_type == shape.gpu_type]
     if not same_class:
@@ -92,7 +101,18 @@ def can_ever_run(shape: JobShape, nodes: Iterable[Node]) -> Verdict:
         if not verdict.ok:
             return verdict
     matching = [n for n in same_class if labels_match(shape.node_selector, n.labels)]
-    return _check_groups(shape, matching, kind)
+    if not shape.image:
+        return _check_groups(shape, matching, kind)
+    verdict = _check_images(shape, matching, kind)
+    if not verdict.ok:
+        return verdict
+    able = [n for n in matching if not n.lacks_images(shape.image)]
+    verdict = _check_groups(shape, able, kind)
+    if verdict.ok or len(able) == len(matching):
+        return verdict
+    return replace(
+        verdict, message=verdict.message + ONLY_NODES_RUNNING_IMAGES.format(count=len(able), total=len(matching))
+    )
 
 
 def _check_totals(shape: JobShape, nodes: list[Node], kind: str) -> Verdict:
@@ -142,6 +162,15 @@ def _check_selector(shape: JobShape, nodes: list[Node], kind: str) -> Verdict:
         return Verdict(True)
     wanted = ", ".join(f"{k}={v}" for k, v in sorted(shape.node_selector.items()))
     return Verdict(False, "node_selector", NO_NODE_WITH_LABELS.format(kind=kind, wanted=wanted, count=len(nodes)))
+
+
+def _check_images(shape: JobShape, nodes: list[Node], kind: str) -> Verdict:
+    """Nodes whose agents did not say (None) are taken to run images, as scratch disk 0."""
+    if any(not n.lacks_images(shape.image) for n in nodes):
+        return Verdict(True)
+    wanted = ", ".join(f"{k}={v}" for k, v in sorted(shape.node_selector.items()))
+    labelled = f" with the labels {wanted}" if wanted else ""
+    return Verdict(False, "image", NO_NODE_RUNS_IMAGES.format(kind=kind, labelled=labelled, count=len(nodes)))
 
 
 def _check_groups(shape: JobShape, nodes: list[Node], kind: str) -> Verdict:

@@ -97,10 +97,18 @@ class Node:
     # at least that much. A minimum per node, not a consumable (as Slurm's TmpDisk and --tmp).
     # 0: not known (an agent that does not report it), so not checked.
     scratch_disk_gb: int = 0
+    # Whether its agent runs a job's image (a container runtime or hook): a job that names one
+    # (`JobShape.image`) runs only where it does. None: not reported (an older agent), so not
+    # checked, as scratch disk 0.
+    runs_images: bool | None = None
 
     def lacks_scratch(self, asked: int) -> bool:
         """Whether the node is known to have less scratch disk than `asked` GB."""
         return 0 < self.scratch_disk_gb < asked
+
+    def lacks_images(self, image: bool) -> bool:
+        """Whether the node is known not to run images, for a job that names one (`image`)."""
+        return image and self.runs_images is False
 
     @property
     def resource_class(self) -> str:
@@ -127,6 +135,7 @@ class JobShape:
     node_selector: Mapping[str, str] = field(default_factory=dict)
     topology: Topology = Topology.NONE
     scratch_disk_gb: int = 0  # local scratch disk a node must have to run its tasks (see `Node`)
+    image: bool = False  # it names an image: only nodes that run images take it (see `Node`)
     # Derived once (a pass asks for them for every job it weighs, many times over): the class,
     # the units one task takes (GPUs, or CPUs for CPU jobs) and all tasks take.
     resource_class: str = field(init=False, repr=False, compare=False)
@@ -148,6 +157,7 @@ class JobShape:
             selector,
             self.topology,
             self.scratch_disk_gb,
+            self.image,
         )
         object.__setattr__(self, "_key", key)
 

@@ -57,6 +57,8 @@ def capacity(slot: Slot, shape: JobShape, limit: Limit | None = None, extra: Ext
         gpus, cpus = (min(gpus, cap), cpus) if shape.gpu_type else (gpus, min(cpus, cap))
     if shape.scratch_disk_gb and slot.node.lacks_scratch(shape.scratch_disk_gb):
         return 0
+    if shape.image and slot.node.lacks_images(shape.image):
+        return 0
     return tasks_per_node(shape, gpus=gpus, cpus=cpus, memory_gb=slot.free_memory + extra.memory_gb)
 
 

@@ -580,6 +580,7 @@ def shape_key(shape: JobShape) -> tuple:
         shape.topology,
         tuple(sorted(selector.items())) if selector else (),
         shape.scratch_disk_gb,
+        shape.image,
     )
 
 

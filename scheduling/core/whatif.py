@@ -78,6 +78,8 @@ def _variants(shape: JobShape, gpu_types: list[str], fits):
         yield "fits now with topology_hint prefer_same_rack", replace(shape, topology=Topology.PREFER_SAME_RACK)
     if shape.node_selector:
         yield "fits now without its node_selector", replace(shape, node_selector={})
+    if shape.image:
+        yield "fits now without its image (on the node itself)", replace(shape, image=False)
     for other in gpu_types:
         if shape.gpu_type and other != shape.gpu_type:
             yield f"fits now on {other}", replace(shape, gpu_type=other)

@@ -50,6 +50,11 @@ class Node(models.Model):
     # How the agent separates tasks from each other and from itself: "uid" (each task runs as a
     # user of its own), "none" (tasks run as the agent's user; the node page warns).
     task_isolation = models.CharField(max_length=10, blank=True, choices=TaskIsolation.choices)
+    # Whether the agent runs a job's image (--container-runtime podman or --container-hook): jobs
+    # that name an image are placed only where it does. None: not reported (an older agent), not checked.
+    runs_images = models.BooleanField(
+        null=True, blank=True, help_text="whether its agent runs jobs' images (a container runtime); null: not reported"
+    )
     state_changed_at = models.DateTimeField(default=timezone.now)
     registered_at = models.DateTimeField(default=timezone.now)
     first_heartbeat_at = models.DateTimeField(null=True, blank=True)

@@ -1,8 +1,11 @@
 """What an agent reports about its machine."""
 
+import json
+
 import pytest
 
 from agents.node.machine import gpu_type_from_name, inventory
+from agents.node.options import nodes_from, parse_args
 
 
 @pytest.mark.parametrize(
@@ -54,3 +57,18 @@ def test_scratch_disk_is_reported_when_given():
         scratch=7500,
     )
     assert found["scratch_disk_gb"] == 7500
+
+
+@pytest.mark.parametrize(
+    "more, runs",
+    [((), False), (("--container-hook", "apptainer exec docker://{image}"), True)],
+    ids=["no runtime", "a hook"],
+)
+def test_the_agent_reports_whether_it_runs_images_for_its_node_and_every_node_of_its_fleet(tmp_path, more, runs):
+    base = ["--server", "http://x", "--workdir", str(tmp_path), "--isolation", "none", *more]
+    (node,) = nodes_from(parse_args([*base, "--node-name", "n1", "--fake-gpus", "8"]))
+    assert node["runs_images"] is runs
+    fleet = tmp_path / "fleet.json"
+    node = {"name": "v1", "zone": "z1", "rack": "r1", "cpu_count": 8, "memory_gb": 16}
+    fleet.write_text(json.dumps([node, {**node, "name": "v2", "runs_images": not runs}]))
+    assert [n["runs_images"] for n in nodes_from(parse_args([*base, "--fleet", str(fleet)]))] == [runs, runs]

@@ -56,11 +56,12 @@ def job(
     memory_gb: int = 32,
     selector=None,
     scratch_disk_gb: int = 0,
+    image: bool = False,
     **extra,
 ) -> PendingJob:
     per_task = per_task or min(gpus, 8) or 0
     tasks = gpus // per_task if per_task else extra.pop("tasks", 1)
-    shape = JobShape(gpu_type, tasks, per_task, cpus, memory_gb, selector or {}, topology, scratch_disk_gb)
+    shape = JobShape(gpu_type, tasks, per_task, cpus, memory_gb, selector or {}, topology, scratch_disk_gb, image)
     return PendingJob(job_id, team, priority, shape, NOW - age, runtime, **extra)
 
 

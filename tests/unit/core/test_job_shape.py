@@ -25,12 +25,18 @@ def test_a_cpu_shape_counts_cpus():
 def test_a_changed_shape_derives_its_figures_again():
     shape = replace(gang(), gpu_type="A100", tasks=2, gpus_per_task=4, node_selector={"pool": "b"})
     assert (shape.resource_class, shape.units_per_task, shape.units) == ("gpu:A100", 4, 8)
-    assert shape.key() == ("A100", 4, 16, 256, (("pool", "b"),), Topology.PREFER_SAME_RACK, 0)
+    assert shape.key() == ("A100", 4, 16, 256, (("pool", "b"),), Topology.PREFER_SAME_RACK, 0, False)
 
 
 def test_the_key_leaves_out_the_tasks_and_sorts_the_selector():
     assert gang(tasks=1).key() == gang(tasks=9).key()
-    assert gang().key() == ("H100", 8, 16, 256, (("fabric", "ib"), ("pool", "a")), Topology.PREFER_SAME_RACK, 0)
+    assert gang().key() == ("H100", 8, 16, 256, (("fabric", "ib"), ("pool", "a")), Topology.PREFER_SAME_RACK, 0, False)
+
+
+def test_a_job_naming_an_image_is_another_shape():
+    """A gang that failed to fit on nodes that run images says nothing of one without an image."""
+    assert gang(image=True) != gang() and gang(image=True).key() != gang().key()
+    assert gang(image=True).key()[:-1] == gang().key()[:-1]
 
 
 def test_derived_figures_do_not_count_in_equality_or_the_text():
