@@ -440,10 +440,11 @@ class NodeAgent:
     def queue_exit(self, task: TaskProcess) -> None:
         """The task has exited and its logs are read to their end: its exit goes after them."""
         log.info(
-            "%s: job %s rank %s attempt %s exited (%s)",
+            "%s: job %s rank %s attempt %s exited (%s)%s",
             self.name,
             *task.key,
             task.exit_code if task.exit_code is not None else task.exit_signal,
+            task.exit_note,
         )
         self.outbox.append(
             {

@@ -224,6 +224,12 @@ class Attempt:
     def running(self) -> bool:
         return self.exit_code is None and not self.exit_signal
 
+    @property
+    def exit_note(self) -> str:
+        """For the agent's log line of its exit: why it was stopped, where the lease stopped it
+        (its supervisor may have, before the agent's own check: the agent then said nothing)."""
+        return ": the lease expired without renewal" if self.cause == "lease_expired" else ""
+
     def report(self) -> dict:
         state = "running" if self.running else "exited"
         return {
