@@ -11,7 +11,7 @@ import pytest
 
 from scheduling.core.model import JobShape, Node, Topology
 from scheduling.sim.forecast import forecast
-from scheduling.sim.forecast_workers import Workers
+from scheduling.sim.forecast_workers import Sent, Workers, loaded, payload
 from tests.unit.core.builders import HOUR, cluster, job, rack, running, snapshot
 
 OPTIONS = {"step_s": 0}
@@ -109,6 +109,23 @@ def a_big_snapshot():
     state = replace(queue_behind_one_job(), nodes=nodes + queue_behind_one_job().nodes, running=tuple(busy))
     assert len(pickle.dumps(state)) > 1_000_000
     return state
+
+
+def test_a_payload_carries_only_the_nodes_and_jobs_the_worker_does_not_hold():
+    """Against what a worker holds (the last snapshot sent), a node or job that is the same
+    object goes as its position: read back, it is the worker's own object again."""
+    state = a_big_snapshot()
+    full = payload(state, 1, None)
+    first, held = loaded(full, None)
+    assert first == state and held == Sent.of(1, first)
+    later = replace(state, running=state.running[1:], pending=(*state.pending, job(99, gpus=8)))
+    delta = payload(later, 2, Sent.of(1, state))
+    assert len(delta) < len(full) / 10
+    second, held = loaded(delta, held)
+    assert second == later and second.running[0] is first.running[1] and second.nodes[0] is first.nodes[0]
+    assert held.number == 2
+    with pytest.raises(RuntimeError):
+        loaded(delta, None)  # a worker spawned since holds nothing: it must not guess
 
 
 def test_a_worker_that_does_not_read_holds_up_its_own_request_not_the_caller(workers):
