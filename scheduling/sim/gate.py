@@ -33,10 +33,9 @@ class DecisionGate:
         self.capacity = {node.name: _units(node) for node in nodes}
         self.ready = {node.name: node.state == NodeState.READY for node in nodes}
         self.used: dict[str, int] = defaultdict(int)  # per node, in the node's own units
-        self.free_nodes: dict[str, Counter] = defaultdict(Counter)  # class -> free units -> ready nodes
-        for node in nodes:
-            if self.ready[node.name]:
-                _count(self.free_nodes[node.resource_class], self.capacity[node.name], 1)
+        # Class -> free units -> ready nodes; counted on the first question (`_levels`), once
+        # the jobs running at the start are in (a forecast's 32,768 tasks at seed-2500).
+        self.free_nodes: dict[str, Counter] | None = None
         self.victim_ranks: dict[str, Counter] = defaultdict(Counter)  # class -> rank -> preemptible runs
         self.ranked: dict[int, tuple[str, int]] = {}  # job id -> its entry in victim_ranks
         # Waiting jobs that are not held: per class, units per task and ranks; per (team, class), units.
@@ -72,8 +71,16 @@ class DecisionGate:
         )
 
     def most_free(self, rclass: str) -> int:
-        levels = self.free_nodes.get(rclass)
+        levels = self._levels().get(rclass)
         return max(levels) if levels else 0
+
+    def _levels(self) -> dict[str, Counter]:
+        if self.free_nodes is None:
+            self.free_nodes = defaultdict(Counter)
+            for name, ready in self.ready.items():
+                if ready:
+                    _count(self.free_nodes[self.node_class[name]], self.capacity[name] - self.used[name], 1)
+        return self.free_nodes
 
     # --- waiting jobs ---------------------------------------------------------------------
     def waits(self, job_id: int, shape: JobShape, team: str, priority: str, held: bool) -> None:
@@ -117,24 +124,41 @@ class DecisionGate:
         self._hold(job, -1)
 
     def _hold(self, job: RunningJob, sign: int) -> None:
+        """`_update` for each of the job's tasks, inline (before the first question, the use
+        alone: see `free_nodes`): a forecast starts from every running job's tasks (seed-2500:
+        32,768), and follows each start and end."""
         self.ledger.add(job.team, job.resource_class, sign * job.units)
         self.held[job.resource_class] += sign * job.units
+        node_class, capacity, used, ready, free_nodes = (
+            self.node_class,
+            self.capacity,
+            self.used,
+            self.ready,
+            self.free_nodes,
+        )
         for task in job.tasks:
-            units = task.cpus if self.node_class[task.node] == CPU_CLASS else len(task.gpu_indices)
-            self._update(task.node, used=sign * units)
+            name = task.node
+            rclass = node_class[name]
+            units = sign * (task.cpus if rclass == CPU_CLASS else len(task.gpu_indices))
+            was = used[name]
+            used[name] = was + units
+            if free_nodes is not None and ready[name]:
+                levels, free = free_nodes[rclass], capacity[name] - was
+                _count(levels, free, -1)
+                _count(levels, free - units, 1)
 
     def node_ready(self, name: str, ready: bool) -> None:
         self._update(name, ready=ready)
 
     def _update(self, name: str, *, used: int = 0, ready: bool | None = None) -> None:
         """Change a node's use or readiness, keeping the count of ready nodes by free units."""
-        levels = self.free_nodes[self.node_class[name]]
-        if self.ready[name]:
+        levels = self.free_nodes[self.node_class[name]] if self.free_nodes is not None else None
+        if levels is not None and self.ready[name]:
             _count(levels, self.capacity[name] - self.used[name], -1)
         self.used[name] += used
         if ready is not None:
             self.ready[name] = ready
-        if self.ready[name]:
+        if levels is not None and self.ready[name]:
             _count(levels, self.capacity[name] - self.used[name], 1)
 
 
