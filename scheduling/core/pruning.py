@@ -2,10 +2,13 @@
 
 A team's jobs left in a class are pruned once none of them can start, evict or reserve any
 more in the pass: only those whose place in the order must stay (see `Pruning.pinned_jobs`)
-are still considered. Read from the least any of them asks of the pass (the fewest units in
-all, the highest priority, the longest wait; and see 3):
+are still considered. Read, for each resource class among them, from the least any of that
+class asks of the pass (the fewest units in all, the highest priority, the longest wait; and
+see 3): the tests below are each of one resource class, so a queue whose jobs span several
+(a team's CPU and GPU jobs in one priority class) is pruned once every one of its classes
+passes them all:
 1. no reservation is left to give in their class (asked of the next job's first: it needs no
-   look at the queue, and the least is of the same class);
+   look at the queue);
 2. no reclaim or outranking any of them may try (the search budgets, the ledger's headroom,
    and with `reclaim_in_turn` a job left blocked before them that asks no more units than any
    of them), and none of them, left blocked, would keep a later owner from reclaiming;
@@ -39,16 +42,22 @@ class Pruning:
         """The jobs of `queue` (a team's jobs not yet considered in a class) to consider
         still, once none of the others can change anything: only the pinned. None while
         they might (see the module's docstring)."""
-        run = self.run
-        config = run.config
         if self.may_reserve(queue[-1].resource_class):
             return None  # the next job may reserve
         least = self.least(queue)
-        if least is None:
+        if not least or any(self._may_act(team, *entry) for entry in least):
             return None
-        rclass, rank, submitted, units, frontier = least  # the class: the next job's
-        if run._may_lower_turn(rclass, units):
-            return None  # left blocked, one of them would keep a later owner from reclaiming
+        pinned = self.pinned_jobs()
+        return [job for job in queue if job.job_id in pinned]
+
+    def _may_act(self, team: str, rclass: str, rank: int, submitted: float, units: int, frontier: tuple) -> bool:
+        """Whether a job of `team` in `rclass` that asks no less than the least (see
+        `running_least`) might still start, evict or reserve in the pass, or left blocked keep
+        a later owner from reclaiming."""
+        run = self.run
+        config = run.config
+        if self.may_reserve(rclass) or run._may_lower_turn(rclass, units):
+            return True
         if config.preemption:
             if (
                 config.reclaim
@@ -57,13 +66,10 @@ class Pruning:
                 and run.ledger.within_guarantee(team, rclass, units)
                 and run.now - submitted >= config.reclaim_after_wait_s
             ):
-                return None
+                return True
             if run.searches < config.max_preemption_searches and rank < run.lowest_running[rclass]:
-                return None
-        if any(self.room_for(rclass, per_task, need, run.now + runtime) for per_task, need, runtime in frontier):
-            return None
-        pinned = self.pinned_jobs()
-        return [job for job in queue if job.job_id in pinned]
+                return True
+        return any(self.room_for(rclass, per_task, need, run.now + runtime) for per_task, need, runtime in frontier)
 
     def may_reserve(self, rclass: str) -> bool:
         """Whether a job of `rclass` left blocked would still get a reservation."""
@@ -71,10 +77,10 @@ class Pruning:
         return config.backfill and self.run.book.count(rclass) < config.reservations_per_class
 
     def least(self, queue: list[PendingJob]) -> tuple | None:
-        """What the least demanding of `queue`'s jobs asks, or None if there are none or they
-        span classes (the pinned count too: they only ever make the least less, so prune
-        less, and the minima need not be made again each time a job starts or stops being
-        pinned). For a queue copied from a kept `TeamQueue`, read off
+        """What the least demanding of `queue`'s jobs of each resource class asks (see
+        `running_least`), or None if there are none (the pinned count too: they only ever
+        make the least less, so prune less, and the minima need not be made again each time
+        a job starts or stops being pinned). For a queue copied from a kept `TeamQueue`, read off
         the kept queue's running minima at the place of the queue's last job: exact while the
         queue is a prefix of the kept one, and otherwise (a job taken out ahead of its turn,
         an overdue head) a least over more jobs, which only ever prunes less. Else built once
@@ -130,48 +136,50 @@ def _no_limit(slot) -> None:
     return None
 
 
-def running_least(queue: Iterable[PendingJob]) -> list[tuple | None]:
-    """For each prefix of `queue`, what the least demanding of its jobs asks:
-    (class, priority rank, submitted, units, frontier), the first three the least over the
-    prefix, the frontier its (units per task, units, runtime) that no other job's are all at
-    most (see `frontier_with`); None from a change of class on."""
-    found: list[tuple | None] = []
-    extend_least(found, list(queue), 0, None)
+def running_least(queue: Iterable[PendingJob]) -> list[tuple]:
+    """For each prefix of `queue`, what the least demanding of its jobs of each resource class
+    asks: per class (in the order the prefix first meets them), (class, priority rank,
+    submitted, units, frontier), the middle three the least over the class's jobs in the
+    prefix, the frontier their (units per task, units, runtime) that no other job's are all
+    at most (see `frontier_with`)."""
+    found: list[tuple] = []
+    extend_least(found, list(queue), 0)
     return found
 
 
-def extend_least(found: list, queue: list[PendingJob], start: int, broken: int | None) -> int | None:
+def extend_least(found: list, queue: list[PendingJob], start: int) -> None:
     """Make `found` the running least of `queue` (see `running_least`) from `start` on,
-    `found[:start]` being right; `broken`: where a change of class was met, if it was.
-    Returns where one is met now (None if not)."""
+    `found[:start]` being right."""
     del found[start:]
-    if broken is not None and broken < start:
-        found.extend([None] * (len(queue) - start))
-        return broken
-    least = found[start - 1] if start else None
+    least = found[start - 1] if start else ()
     append = found.append
     for index in range(start, len(queue)):
         job = queue[index]
         shape = job.shape
         rclass, units, per_task, runtime = shape.resource_class, shape.units, shape.units_per_task, job.max_runtime_s
-        if least is None:
-            least = (rclass, priority_rank(job.priority), job.submitted_at, units, ((per_task, units, runtime),))
-        elif least[0] != rclass:
-            found.extend([None] * (len(queue) - index))
-            return index
+        place = 0
+        while place < len(least) and least[place][0] != rclass:
+            place += 1
+        if place == len(least):  # the first job of its class
+            least = (
+                *least,
+                (rclass, priority_rank(job.priority), job.submitted_at, units, ((per_task, units, runtime),)),
+            )
+            append(least)
+            continue
+        # Most jobs change none of it (a queue is sorted by size): then the same tuple.
+        entry = least[place]
+        _, rank, submitted, fewest, frontier = entry
+        for other in frontier:
+            if other[0] <= per_task and other[1] <= units and other[2] <= runtime:
+                break  # an ask no larger in any part is there already
         else:
-            # Most jobs change none of it (a queue is sorted by size): then the same tuple.
-            _, rank, submitted, fewest, frontier = least
-            for other in frontier:
-                if other[0] <= per_task and other[1] <= units and other[2] <= runtime:
-                    break  # an ask no larger in any part is there already
-            else:
-                frontier = frontier_with(frontier, (per_task, units, runtime))
-            job_rank = priority_rank(job.priority)
-            if job_rank < rank or job.submitted_at < submitted or units < fewest or frontier is not least[4]:
-                least = (rclass, min(rank, job_rank), min(submitted, job.submitted_at), min(fewest, units), frontier)
+            frontier = frontier_with(frontier, (per_task, units, runtime))
+        job_rank = priority_rank(job.priority)
+        if job_rank < rank or job.submitted_at < submitted or units < fewest or frontier is not entry[4]:
+            entry = (rclass, min(rank, job_rank), min(submitted, job.submitted_at), min(fewest, units), frontier)
+            least = (*least[:place], entry, *least[place + 1 :])
         append(least)
-    return None
 
 
 def frontier_with(frontier: tuple, ask: tuple) -> tuple:

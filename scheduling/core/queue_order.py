@@ -247,14 +247,14 @@ class TeamQueue:
     pass takes a copy (`without`); the pruning reads the running minima (`least`), made again
     only from the first place that changed: new and leaving jobs are mostly the least, last."""
 
-    __slots__ = ("jobs", "keys", "where", "minima", "stale", "broken")
+    __slots__ = ("jobs", "keys", "where", "minima", "stale")
 
     def __init__(self, jobs: list[PendingJob], keys: list[tuple]):
         """`jobs` in order, with their keys negated (ascending)."""
         self.jobs, self.keys = jobs, keys
         self.where = {job.job_id: key for job, key in zip(jobs, keys, strict=True)}
         self.minima: list = []  # `pruning.running_least` over the jobs, right below `stale`
-        self.stale, self.broken = 0, None
+        self.stale = 0
 
     def add(self, job: PendingJob, key: tuple) -> None:
         index = bisect.bisect_left(self.keys, key)
@@ -284,7 +284,7 @@ class TeamQueue:
         """`pruning.running_least` over the jobs, made again from the first place where a job
         changed since it was last read."""
         if self.stale < len(self.jobs) or len(self.minima) != len(self.jobs):
-            self.broken = extend_least(self.minima, self.jobs, self.stale, self.broken)
+            extend_least(self.minima, self.jobs, self.stale)
             self.stale = len(self.jobs)
         return self.minima
 

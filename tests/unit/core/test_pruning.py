@@ -70,6 +70,36 @@ def test_a_queue_is_left_out_when_neither_its_smallest_nor_its_shortest_job_fits
     assert sorted(reference.order) == [10, 11, 12, 13, 14]
 
 
+def test_a_queue_of_two_resource_classes_is_left_out_once_neither_class_can_act():
+    """As above, the team's queue spanning two classes (its H100 and A100 jobs wait in one
+    priority class): its H100 jobs cannot start past job 10's reservation, and its A100 jobs
+    find the one A100 node full for an hour and its one reservation taken by job 15. Each
+    class's least is read alone: the pass leaves the whole queue out after jobs 10 and 15."""
+    nodes = cluster(rack("z1-r1", 2), rack("z1-r2", 1, gpu_type="A100"))
+    busy = (
+        running(1, ["z1-r1-n1"], team="other", remaining=2 * HOUR),
+        running(2, ["z1-r1-n2"], team="other", gpus_per_node=7, remaining=HOUR),
+        running(3, ["z1-r2-n1"], team="other", gpu_type="A100", remaining=HOUR),
+    )
+    pending = (
+        job(10, gpus=8, runtime=0.1 * HOUR, age=300.0),
+        job(15, gpus=8, gpu_type="A100", runtime=0.1 * HOUR, age=300.0),
+        job(11, gpus=1, runtime=3 * HOUR, team="ranking"),
+        job(12, gpus=8, runtime=0.5 * HOUR, team="ranking"),
+        job(16, gpus=8, gpu_type="A100", runtime=0.5 * HOUR, team="ranking"),
+        job(17, gpus=1, gpu_type="A100", runtime=2 * HOUR, team="ranking"),
+    )
+    state = snapshot(
+        nodes, pending=pending, running_jobs=busy, reservations_per_class=1, preemption=False, reclaim_in_turn=False
+    )
+    decisions = Scheduler(actions_only=True).schedule(state)
+    reference = schedule(state)
+    assert actions(decisions) == actions(reference)
+    assert sorted(r.job_id for r in decisions.reservations) == [10, 15]
+    assert sorted(decisions.order) == [10, 15]
+    assert sorted(reference.order) == [10, 11, 12, 15, 16, 17]
+
+
 def test_the_frontier_keeps_only_the_asks_no_other_is_below_in_every_part():
     """(units per task, units, runtime): an ask at least another in every part adds nothing;
     a new least one drops those it is below in every part."""
