@@ -103,7 +103,7 @@ class NodeList(generics.ListAPIView):
         """As the console: a parameter that is no filter, or a repeated one-value filter, is a
         400 naming it (`?rack=a&rack=b` read the last rack alone)."""
         pages = {ByName.cursor_query_param, ByName.page_size_query_param, "format"}  # format: DRF's ?format=json
-        if errors := misused(request.query_params, also=pages):
+        if errors := misused(request.query_params, also=pages, empty_refused=True):
             raise serializers.ValidationError({name: [why] for name, why in errors.items()})
         return super().list(request, *args, **kwargs)
 

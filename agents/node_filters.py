@@ -5,7 +5,7 @@ import django_filters
 from django import forms
 from django.db import connection
 
-from mlqueue.query_parameters import ChoicesFilter
+from mlqueue.query_parameters import EMPTY_VALUE, ChoicesFilter
 from scheduling.models import Node, NodeState
 
 CPU = "cpu"  # gpu_type=cpu: the nodes without GPUs
@@ -52,10 +52,12 @@ ONE_VALUE = "one {name} at a time (only state may be given more than once)."
 PAGE_PARAMETERS = {"part"}  # htmx's partial reloads
 
 
-def misused(query, *, also=PAGE_PARAMETERS) -> dict[str, str]:
+def misused(query, *, also=PAGE_PARAMETERS, empty_refused: bool = False) -> dict[str, str]:
     """Parameter -> why it is refused: one that is no filter (a typo showed the whole fleet),
     or a filter that takes one value given several (all but the last were dropped). `also`:
-    the parameters that are no filter but the page's or the API's own (its cursor, limit)."""
+    the parameters that are no filter but the page's or the API's own (its cursor, limit).
+    `empty_refused` (the API): one given empty too (`?zone=`, a script's unset variable, listed
+    the whole fleet), as every other list refuses it; the console's form sends "" for "any"."""
     known = [*ConsoleFilter.base_filters]
     errors = {}
     for name in query:
@@ -63,6 +65,8 @@ def misused(query, *, also=PAGE_PARAMETERS) -> dict[str, str]:
             errors[name] = UNKNOWN_PARAMETER.format(known=", ".join(known))
         elif name != "state" and len(query.getlist(name)) > 1:
             errors[name] = ONE_VALUE.format(name=name)
+        elif empty_refused and "" in query.getlist(name):
+            errors[name] = EMPTY_VALUE.format(name=name)
     return errors
 
 

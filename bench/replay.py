@@ -10,8 +10,9 @@ The Philly trace is not in the repository: BENCHMARKS.md ("Getting the trace") s
 get it and how it was cut. Prints one JSON line of figures (see scheduling/sim/metrics.py),
 plus the wall time; unless `--baseline none`, also replays `easy` (or the named policy) on the
 same jobs and adds the ratios to it: `avg_wait_vs_easy`, `max_wait_vs_easy`, `avg_jct_vs_easy`.
-`--quotas FILE.json` ({"team": guaranteed GPUs, ...}) replays the same trace under quotas an
-admin is considering, before applying them.
+`--quotas FILE.json` replays the same trace under quotas an admin is considering, before applying
+them: {"team": guaranteed GPUs, ...}, or the API's quotas ({"team": {"gpu:H100": {"guaranteed":
+32, "borrowing_limit": 0}}}, the replayed --gpu-type's class): bench/quota_file.py.
 """
 
 import argparse
@@ -26,6 +27,7 @@ from pathlib import Path
 if not __package__:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.quota_file import QuotaFileError, TeamQuota, read_quota_file  # noqa: E402
 from scheduling.core.feasibility import can_ever_run  # noqa: E402
 from scheduling.core.model import JobShape, PolicyConfig, Quota, Team, resource_class  # noqa: E402
 from scheduling.sim.engine import SimConfig, Simulation  # noqa: E402
@@ -129,26 +131,34 @@ def fleet_for(args) -> list:
     return custom_fleet(args.nodes, args.gpus_per_node, racks, args.zones, args.gpu_type)
 
 
-def guarantees(jobs, gpus: int, mode: str) -> dict[str, int]:
-    """Team -> guaranteed GPUs: by share of the trace's GPU-hours, equal, none, or a file."""
+def guarantees(jobs, gpus: int, mode: str, gpu_type: str) -> dict[str, TeamQuota]:
+    """Team -> its quota: a guarantee by share of the trace's GPU-hours, equal, none, or a file's
+    quotas for the replayed class (bench/quota_file.py)."""
     if mode == "none":
         return {}
     teams = sorted({job.team for job in jobs})
     if mode == "equal":
-        return {team: gpus // len(teams) for team in teams}
+        return {team: TeamQuota(gpus // len(teams)) for team in teams}
     if mode == "proportional":
         hours = defaultdict(float)
         for job in jobs:
             hours[job.team] += job.duration * job.gpus
         total = sum(hours.values())
-        return {team: int(gpus * hours[team] / total) for team in teams}
-    return {team: int(value) for team, value in json.loads(Path(mode).read_text()).items()}
+        return {team: TeamQuota(int(gpus * hours[team] / total)) for team in teams}
+    return read_quota_file(Path(mode), resource_class(gpu_type))
 
 
-def teams_for(owed: dict[str, int], gpu_type: str, gpus: int) -> tuple[Team, ...]:
-    """Each team may borrow up to the whole cluster: idle GPUs are never wasted."""
+def teams_for(owed: dict[str, TeamQuota], gpu_type: str, gpus: int) -> tuple[Team, ...]:
+    """A team without a borrowing limit may borrow up to the whole cluster: idle GPUs are never wasted."""
     rclass = resource_class(gpu_type)
-    return tuple(Team(team, None, {rclass: Quota(g, gpus)}) for team, g in sorted(owed.items()))
+    return tuple(
+        Team(
+            team,
+            None,
+            {rclass: Quota(q.guaranteed, gpus if q.borrowing_limit is None else q.borrowing_limit, q.weight)},
+        )
+        for team, q in sorted(owed.items())
+    )
 
 
 def runnable(jobs, fleet, gpu_type: str):
@@ -194,9 +204,11 @@ def main(argv=None) -> dict:
     jobs = read_jobs(args)
     jobs, refused = runnable(jobs, fleet, args.gpu_type)
     try:
-        owed = guarantees(jobs, gpus, args.quotas)
-    except (OSError, ValueError, AttributeError) as exc:
-        fail(f"--quotas: expected proportional, equal, none or a JSON file of team -> GPUs ({exc})")
+        owed = guarantees(jobs, gpus, args.quotas, args.gpu_type)
+    except OSError as exc:
+        fail(f"--quotas: expected proportional, equal, none or a JSON file ({args.quotas}: {exc.strerror})")
+    except QuotaFileError as exc:
+        fail(f"--quotas {args.quotas}: {exc}")
     started = time.perf_counter()
     summary = replay(args, args.policy, fleet, jobs, owed)
     wall = time.perf_counter() - started
@@ -221,7 +233,7 @@ def main(argv=None) -> dict:
     return figures
 
 
-def replay(args, name: str, fleet, jobs, owed: dict[str, int]) -> dict:
+def replay(args, name: str, fleet, jobs, owed: dict[str, TeamQuota]) -> dict:
     """One policy over the jobs: its summary figures."""
     gpus = sum(n.gpus for n in fleet)
     policy = make_policy(name, durations={job.job_id: job.duration for job in jobs})
@@ -239,7 +251,7 @@ def replay(args, name: str, fleet, jobs, owed: dict[str, int]) -> dict:
     teams = teams_for(owed, args.gpu_type, gpus)
     # A generic trace's job groups (its `group` column) hold for mlqueue; the baselines ignore them.
     sim = Simulation(fleet, teams, jobs, policy, config, policy_config(args), groups=trace_groups(jobs)).run()
-    return summarize(sim, entitlements={t: float(g) for t, g in owed.items()})
+    return summarize(sim, entitlements={team: float(quota.guaranteed) for team, quota in owed.items()})
 
 
 DAY = 86_400.0

@@ -19,6 +19,9 @@ UNKNOWN_PARAMETER_UNPAGED = "not a parameter here: it takes {filters}."  # a lis
 ONE_VALUE = "give {name} once: it takes one value."
 ONE_VALUE_BUT = "give {name} once: it takes one value (only {multiple} may repeat)."
 EMPTY_VALUE = "empty: give {name} a value, or leave it out."
+NOT_AN_ID = "must be a {what} id (a whole number)."
+# The largest id a row can have (a bigint's): a larger one is no id, not a query's overflow.
+MAX_ID = 2**63 - 1
 # Every cursor-paginated list's own (DRF's `format=json` too).
 PAGE_PARAMETERS = (StrictCursorPagination.cursor_query_param, StrictCursorPagination.page_size_query_param, "format")
 
@@ -70,3 +73,31 @@ class ChoicesFilter(django_filters.MultipleChoiceFilter):
     choices, where Django's says "not one of the available choices" and no more."""
 
     field_class = _ChoicesNamedField
+
+
+def is_id(text: str) -> bool:
+    """Whether a parameter's text is a row's id: ASCII digits ("²" and "1.5" are not, nor
+    "1e30"), no larger than a bigint (a larger one was a 500: SQLite's OverflowError)."""
+    return text.isascii() and text.isdecimal() and len(text) <= len(str(MAX_ID)) and int(text) <= MAX_ID
+
+
+class IdField(forms.CharField):
+    default_error_messages = {"invalid": NOT_AN_ID.format(what="row")}
+
+    def to_python(self, value):
+        value = super().to_python(value)
+        if value in self.empty_values:
+            return None
+        if not is_id(value):
+            raise forms.ValidationError(self.error_messages["invalid"], code="invalid")
+        return int(value)
+
+
+class IdFilter(django_filters.NumberFilter):
+    """A filter by a row's id (`?parent=7`): anything else is a 400 naming the parameter,
+    "must be a job id (a whole number)." where a NumberFilter took 1.5 and 1e30."""
+
+    field_class = IdField
+
+    def __init__(self, *args, of: str, **kwargs):
+        super().__init__(*args, error_messages={"invalid": NOT_AN_ID.format(what=of)}, **kwargs)

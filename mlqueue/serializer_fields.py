@@ -23,6 +23,10 @@ from django.utils.functional import cached_property
 from rest_framework import serializers
 from rest_framework.utils.serializer_helpers import BindingDict
 
+from mlqueue.text import INVISIBLE, invisible_char
+
+NOT_AN_INTEGER = "must be an integer, not {kind}."
+NOT_A_STRING = "must be a string, not {kind}."
 # Where a field keeps the field it applies to each item: ListField, DictField and ListSerializer's
 # `child`, a many=True related field's `child_relation`.
 CHILDREN = ("child", "child_relation")
@@ -89,3 +93,33 @@ class ChoiceField(serializers.ChoiceField):
         if key == "invalid_choice":
             kwargs["choices"] = ", ".join(self.choice_strings_to_values)
         super().fail(key, **kwargs)
+
+
+class StrictIntegerField(serializers.IntegerField):
+    """An integer in the JSON sense: "8", 8.0 and true are refused, not coerced."""
+
+    default_error_messages = {"invalid": NOT_AN_INTEGER}
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool) or not isinstance(data, int):
+            self.fail("invalid", kind=type(data).__name__ if not isinstance(data, str) else f"the string {data!r}")
+        return super().to_internal_value(data)
+
+
+class StrictStringField(serializers.CharField):
+    """A string, not a number or a list coerced to one; `printable_only=True` also refuses
+    invisible and control characters (for names people read)."""
+
+    default_error_messages = {"not_a_string": NOT_A_STRING, "invisible": INVISIBLE}
+
+    def __init__(self, *, printable_only: bool = False, **kwargs):
+        self.printable_only = printable_only
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("not_a_string", kind=type(data).__name__)
+        value = super().to_internal_value(data)
+        if self.printable_only and (char := invisible_char(value)):
+            self.fail("invisible", char=char)
+        return value

@@ -250,6 +250,7 @@ REST_FRAMEWORK = {
         "mlqueue.yaml_body.LimitedTextYAMLParser",
     ],
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "mlqueue.negotiation.FormatNegotiation",  # ?format=csv: a 400, not a 404
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "mlqueue.api_errors.exception_handler",
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",

@@ -3,6 +3,8 @@ same way. Size and nesting are checked before the parser runs (it recurses per l
 down with depth: 20 KB of "[" took 15 s); aliases are refused (a few lines of nested aliases
 expand beyond any limit)."""
 
+from datetime import date, datetime
+
 import yaml
 from django.conf import settings
 from rest_framework.parsers import BaseParser
@@ -22,26 +24,62 @@ YAML_VALUE = "YAML value error: {problem}."
 YAML_BAD_TEXT = "{path}: {message}"
 NOT_UTF8 = "the YAML is not UTF-8 text ({problem})."
 YAML_MEDIA_TYPES = ("application/yaml", "application/x-yaml", "text/yaml")
+NOT_JSON_VALUE = "{kind} has no JSON form: it must be {instead}, as the same body in JSON would have it."
+NOT_JSON_KINDS = {
+    set: ("a YAML set (!!set)", "a list ([a, b], in its order)"),
+    tuple: ("a YAML ordered mapping (!!omap, !!pairs)", "a mapping"),
+    bytes: ("YAML binary (!!binary)", "text"),
+    date: ("a YAML date (!!timestamp)", "text (quote it)"),
+    datetime: ("a YAML timestamp (!!timestamp)", "text (quote it)"),
+}
 
 
 def load_yaml(text: str) -> tuple[dict | None, str]:
     """The YAML as a spec mapping, or why not (a sentence)."""
+    try:
+        return read_spec_yaml(text), ""
+    except BodyError as error:
+        return None, error.message if error.field == "body" else YAML_BAD_TEXT.format(
+            path=error.field, message=error.message
+        )
+
+
+def read_spec_yaml(text: str) -> dict:
+    """The YAML as a spec mapping, or BodyError naming the field at fault (`body`: the whole)."""
     size = len(text.encode("utf-8", "surrogatepass"))
     if size > MAX_YAML_BYTES:
-        return None, YAML_TOO_LARGE.format(size=size, limit=MAX_YAML_BYTES)
+        raise BodyError("body", YAML_TOO_LARGE.format(size=size, limit=MAX_YAML_BYTES))
     try:
         problem = _scan_problem(text)
         data = None if problem else read_yaml(text)
     except yaml.YAMLError as exc:
-        return None, _yaml_error(exc)
+        raise BodyError("body", _yaml_error(exc)) from None
     except (ValueError, OverflowError, RecursionError) as exc:  # e.g. an integer of 5,000 digits
-        return None, YAML_VALUE.format(problem=exc)
+        raise BodyError("body", YAML_VALUE.format(problem=exc)) from None
     if problem:
-        return None, problem
+        raise BodyError("body", problem)
     if not isinstance(data, dict):
-        return None, NOT_A_MAPPING.format(kind="empty" if data is None else f"a {type(data).__name__}")
-    bad_text = first_bad_text(data)
-    return (None, YAML_BAD_TEXT.format(path=bad_text[0], message=bad_text[1])) if bad_text else (data, "")
+        raise BodyError("body", NOT_A_MAPPING.format(kind="empty" if data is None else f"a {type(data).__name__}"))
+    if found := first_bad_text(data) or first_not_json(data):
+        raise BodyError(*found)
+    return data
+
+
+def first_not_json(data, path: str = "") -> tuple[str, str] | None:
+    """(dotted path, message) of the first value JSON has no form for: a set (`command: !!set
+    {a, b}` came out as the arguments in any order), bytes, a date, an ordered mapping's pairs.
+    The API reads a YAML body as it reads the same body in JSON; None if it can. (.nan and .inf
+    pass: JSON's 1e400 arrives as inf too, and the fields refuse both, naming the number.)"""
+    if isinstance(data, dict | list):
+        items = data.items() if isinstance(data, dict) else enumerate(data)
+        for key, value in items:
+            if found := first_not_json(value, f"{path}.{key}" if path else str(key)):
+                return found
+        return None
+    if data is None or isinstance(data, str | int | float):
+        return None
+    kind, instead = NOT_JSON_KINDS.get(type(data), (f"a YAML {type(data).__name__}", "text"))
+    return path or "body", NOT_JSON_VALUE.format(kind=kind, instead=instead)
 
 
 _NESTING = {
@@ -90,10 +128,10 @@ class LimitedYAMLParser(BaseParser):
             text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise BodyParseError(BodyError("body", NOT_UTF8.format(problem=exc))) from None
-        data, problem = load_yaml(text)
-        if problem:
-            raise BodyParseError(BodyError("body", problem))
-        return data
+        try:
+            return read_spec_yaml(text)
+        except BodyError as error:
+            raise BodyParseError(error) from None
 
 
 class LimitedXYAMLParser(LimitedYAMLParser):

@@ -10,13 +10,13 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from mlqueue.pagination import NewestFirst
-from mlqueue.query_parameters import refused_parameters
+from mlqueue.query_parameters import NOT_AN_ID, is_id, refused_parameters
 from notifications.models import Delivery, DeliveryStatus, Event
 from notifications.selectors import deliveries_of
 from notifications.services import do_rotate_secret, do_update_settings, settings_of
 from notifications.spec import NotificationSettingsSerializer
 
-NOT_A_JOB_ID = "must be a job id (a whole number)."
+NOT_A_JOB_ID = NOT_AN_ID.format(what="job")
 CHOOSE_FROM = "must be one of {choices}."
 
 
@@ -104,7 +104,7 @@ class DeliveryList(generics.ListAPIView):
         if refused := refused_parameters(params, filters=["job", "status", "event"]):
             raise ValidationError({name: [why] for name, why in refused.items()})
         job = params.get("job")
-        if job is not None and not (job.isascii() and job.isdecimal() and len(job) <= 18):
+        if job is not None and not is_id(job):
             raise ValidationError({"job": [NOT_A_JOB_ID]})
         for name, choices in (("status", DeliveryStatus.values), ("event", Event.values)):
             if params.get(name) is not None and params[name] not in choices:

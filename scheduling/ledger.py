@@ -15,6 +15,7 @@ from django.db.models import Max
 
 from scheduling import rollup
 from scheduling.core.model import HOUR, confirmed_checkpoint, lost_since, resource_class
+from scheduling.core.settle import NOT_STARTED
 from scheduling.models import FailureClass, Job, JobState, LostCause, StopReason, Task, TaskState, UsageRecord
 from scheduling.states import ON_NODE
 from scheduling.stop_requests import RECLAIM, requests_of, stop_cause
@@ -45,6 +46,7 @@ class EndedRank:
     gpus: int
     node_reclaimed: bool
     checkpoint_step: int | None = None  # the step of `last_checkpoint_at`
+    exit_cause: str = ""  # the agent's cause for an exit it made (Task.exit_cause)
 
     def lost_cause(self) -> str | None:
         """Why this rank's work was lost; None for a success or the owner's stop. PEER_FAILED
@@ -55,9 +57,12 @@ class EndedRank:
             return STOP_CAUSES.get(self.stop_reason, LostCause.FAILURE)
         if self.state in (S.SUCCEEDED, S.CANCELLED, S.EARLY_STOPPED, S.PENDING, S.ASSIGNED):
             return None
-        # Failed with no stop asked: the node was lost, its agent lost the task or its lease
-        # ran out (INFRA), or the job's own exit (APP).
-        return LostCause.NODE_LOSS if self.failure_class == FailureClass.INFRA else LostCause.FAILURE
+        # Failed with no stop asked: its agent could not start it (no container runtime, no
+        # user: nothing was lost, QA read node_loss), the node was lost, its agent lost the task
+        # or its lease ran out (INFRA), or the job's own exit (APP).
+        if self.failure_class != FailureClass.INFRA:
+            return LostCause.FAILURE
+        return LostCause.NOT_STARTED if self.exit_cause in NOT_STARTED else LostCause.NODE_LOSS
 
 
 def attempt_lost_cause(ranks: Iterable[EndedRank]) -> str | None:
@@ -119,6 +124,7 @@ RANK_FIELDS = (
     "gpu_indices",
     "last_node__reclaim_deadline",
     "checkpoint_step",
+    "exit_cause",
 )
 
 
@@ -136,8 +142,9 @@ OUTCOMES = (
 
 
 def ended_rank(row: tuple) -> EndedRank:
-    state, stop, failure, started, finished, checkpoint, indices, reclaim, step = row
-    return EndedRank(state, stop, failure, started, finished, checkpoint, len(indices or ()), reclaim is not None, step)
+    state, stop, failure, started, finished, checkpoint, indices, reclaim, step, cause = row
+    gpus = len(indices or ())
+    return EndedRank(state, stop, failure, started, finished, checkpoint, gpus, reclaim is not None, step, cause)
 
 
 def ended_ranks(job_id: int) -> list[EndedRank]:
@@ -192,14 +199,22 @@ def preemption_cause(job_id: int, *, since: datetime) -> str:
     return LostCause.QUOTA_RECLAIM if reclaimed else LostCause.PREEMPTION
 
 
+def first_to_end(ranks: list[EndedRank]) -> EndedRank | None:
+    """The rank whose end says how the attempt ended: the first to end other than by succeeding
+    (the others were stopped after it); the first of all if every rank succeeded. A gang rank
+    that had succeeded before its peers were requeued said nothing of the requeue, and the
+    attempt read PREEMPTED with no stop reason (QA)."""
+    ended = sorted((r for r in ranks if r.finished_at), key=lambda r: r.finished_at)
+    return next((r for r in ended if r.state != S.SUCCEEDED), ended[0] if ended else None)
+
+
 def do_close_attempt(job_id: int, *, outcome: str, now: datetime) -> int:
     """Close the job's open row: its end, how it ended, and the work it lost and why; and add
     it to the usage rollup (scheduling/rollup.py), in the same transaction."""
     ranks = ended_ranks(job_id)
     cause = attempt_lost_cause(ranks)
     lost = lost_work(ranks, now=now) if cause else {"lost_gpu_hours": 0.0, "lost_since": None}
-    # The first rank to end says how the attempt ended: the others were stopped after it.
-    first = min((r for r in ranks if r.finished_at), key=lambda r: r.finished_at, default=None)
+    first = first_to_end(ranks)
     if outcome == TaskState.PREEMPTED and first is not None and first.stop_reason == StopReason.REQUEUED:
         outcome = REQUEUED  # the user's requeue: no preemption (QA: the reports counted it as one)
     # Locked first so that the rows this update closes are the ones added to the rollup.

@@ -9,15 +9,20 @@ Errors name the field the way the body spelled it: `spec.resources.gpu_count` in
 already is the same schedule only with the very same settings: `differences` says how it is not.
 """
 
+from datetime import datetime
+
 from drf_spectacular.extensions import OpenApiSerializerExtension
 from rest_framework import serializers
 from rest_framework.exceptions import ValidationError
 
+from mlqueue.errors import FieldPermissionDenied
 from mlqueue.serializer_fields import ChoiceField
-from scheduling.core.cron import cron_error, timezone_error
+from scheduling import services
+from scheduling.core.cron import cron_error, next_fire, timezone_error
 from scheduling.models import Concurrency, Schedule
 from scheduling.secrets import SecretEnvUnreadable, decrypt_env
 from scheduling.spec import StrictBooleanField, StrictIntegerField, StrictSerializer, StrictStringField, spec_digest
+from teams.models import Team
 
 DEADLINE_LIMIT_MINUTES = 7 * 24 * 60
 CLIENT_JOB_ID_GIVEN = (
@@ -142,3 +147,57 @@ class JobSpecWithSchedule(OpenApiSerializerExtension):
         block = auto_schema.resolve_serializer(ScheduleBlockSerializer, direction)
         schema["properties"]["schedule"] = {"allOf": [block.ref], "description": SCHEDULE_BLOCK_HELP}
         return schema
+
+
+# ---- the two ways in, validated as a submit ------------------------------------------------
+
+
+def check_schedule_create(*, user, data) -> tuple[Team, dict, dict]:
+    """POST /api/v1/schedules: the timing and the spec, validated as a submit validates it.
+    Returns the team, the timing (with `name`) and the spec to store (_check_spec)."""
+    timing = validated(ScheduleCreateSerializer, data)
+    team, spec = check_nested_spec(user=user, data=timing.pop("spec"))
+    return team, _named(timing, spec), spec
+
+
+def check_spec_with_schedule(*, user, data: dict) -> tuple[Team, dict, dict]:
+    """POST /api/v1/jobs with a `schedule:` block: the block is the timing, the rest the spec."""
+    timing, spec_data = check_schedule_block(data)
+    team, spec = _check_spec(user=user, data=spec_data)
+    return team, _named(timing, spec), spec
+
+
+def next_fires(timing: dict, now, count: int = 3) -> list[datetime]:
+    """The first `count` fire times of a schedule created now (what a dry run shows)."""
+    found = [next_fire(timing["cron"], timing["timezone"], now)]
+    while len(found) < count:
+        found.append(next_fire(timing["cron"], timing["timezone"], found[-1]))
+    return found
+
+
+def _named(timing: dict, spec: dict) -> dict:
+    return {**timing, "name": timing.get("name") or spec["name"]}
+
+
+def _check_spec(*, user, data) -> tuple[Team, dict]:
+    """The spec validated as a submit by `user` would be; returns the team and the spec to
+    store: as given (each fire validates it again, as the owner then), with its name filled in
+    and its secret values, in the clear until do_create_schedule encrypts them. Not the
+    normalized spec: that is a submit's output, not always valid input again."""
+    if isinstance(data, dict) and data.get("client_job_id") is not None:
+        raise ValidationError({"client_job_id": [CLIENT_JOB_ID_GIVEN]})
+    team, spec = services.check_job_submission(user=user, data=data)
+    given = {key: value for key, value in data.items() if key not in ("owner", "client_job_id")}
+    return team, {**given, "name": spec["name"], "secret_env": spec["secret_env"]}
+
+
+def check_nested_spec(*, user, data) -> tuple[Team, dict]:
+    """_check_spec of a body's `spec`: its refusals, 400s and 403s alike (a team the user is not
+    in, a P0 of a member), name the field's path in the body, `spec.<field>`."""
+    try:
+        return _check_spec(user=user, data=data)
+    except ValidationError as exc:
+        raise ValidationError({"spec": exc.detail}) from None
+    except FieldPermissionDenied as exc:
+        fields = {f"spec.{field}": messages for field, messages in exc.fields.items()}
+        raise FieldPermissionDenied(f"spec.{exc.field}", str(exc.detail), also=fields) from None

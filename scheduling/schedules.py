@@ -17,27 +17,28 @@ Missed fire times collapse: the claim jumps past all of them and fires once, for
 """
 
 import logging
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, timedelta
 
 from django.db import Error as DatabaseError
 from django.db import IntegrityError, transaction
 from django.db.models import Case, F, Q, Value, When
+from django.http import Http404
 from django.utils import timezone
 from rest_framework.exceptions import APIException, PermissionDenied, ValidationError
 
 from mlqueue.api_errors import flatten_errors
-from mlqueue.errors import Conflict, FieldPermissionDenied
+from mlqueue.errors import Conflict
 from scheduling import services
 from scheduling.core.cron import latest_fire, next_fire
 from scheduling.models import Concurrency, FireOutcome, Job, Schedule, ScheduleFire, TaskState
-from scheduling.schedule_spec import (
-    CLIENT_JOB_ID_GIVEN,
-    ScheduleChangeSerializer,
-    ScheduleCreateSerializer,
-    check_schedule_block,
-    differences,
-    validated,
-)
+
+# The create's checks live with the spec; the re-exports keep the callers' names.
+from scheduling.schedule_spec import CLIENT_JOB_ID_GIVEN as CLIENT_JOB_ID_GIVEN
+from scheduling.schedule_spec import ScheduleChangeSerializer, check_nested_spec, differences, validated
+from scheduling.schedule_spec import check_schedule_block as check_schedule_block
+from scheduling.schedule_spec import check_schedule_create as check_schedule_create
+from scheduling.schedule_spec import check_spec_with_schedule as check_spec_with_schedule
+from scheduling.schedule_spec import next_fires as next_fires
 from scheduling.secrets import SecretEnvUnreadable, decrypt_env, encrypt_env, masked
 from teams.models import AuditEvent, EventKind, Team
 from teams.selectors import can_edit_quotas, is_member, is_site_admin, team_ids_of
@@ -77,6 +78,8 @@ FAILED = (
     "the next one is tried as usual: the admins have it in the log"
 )
 UNREADABLE = "its cron {cron!r} in time zone {zone} cannot be read ({error}): correct it and resume the schedule"
+# get_object_or_404's words, answered as for any unknown id: "no such schedule: 14."
+GONE = "No Schedule matches the given query."
 RENAME_TAKEN = "team {team} already has schedule {id} named {name!r}: choose another name."
 # Not finished: queued, placed, running, between a preemption and its requeue, or FAILED with
 # the leader's verdict (a retry?) still to come.
@@ -111,57 +114,6 @@ def check_may_change(*, user, schedule: Schedule, verb: str) -> None:
 
 
 # ---- create -------------------------------------------------------------------------------
-
-
-def check_schedule_create(*, user, data) -> tuple[Team, dict, dict]:
-    """POST /api/v1/schedules: the timing and the spec, validated as a submit validates it.
-    Returns the team, the timing (with `name`) and the spec to store (_check_spec)."""
-    timing = validated(ScheduleCreateSerializer, data)
-    team, spec = _check_nested_spec(user=user, data=timing.pop("spec"))
-    return team, _named(timing, spec), spec
-
-
-def check_spec_with_schedule(*, user, data: dict) -> tuple[Team, dict, dict]:
-    """POST /api/v1/jobs with a `schedule:` block: the block is the timing, the rest the spec."""
-    timing, spec_data = check_schedule_block(data)
-    team, spec = _check_spec(user=user, data=spec_data)
-    return team, _named(timing, spec), spec
-
-
-def next_fires(timing: dict, now, count: int = 3) -> list[datetime]:
-    """The first `count` fire times of a schedule created now (what a dry run shows)."""
-    found = [next_fire(timing["cron"], timing["timezone"], now)]
-    while len(found) < count:
-        found.append(next_fire(timing["cron"], timing["timezone"], found[-1]))
-    return found
-
-
-def _named(timing: dict, spec: dict) -> dict:
-    return {**timing, "name": timing.get("name") or spec["name"]}
-
-
-def _check_spec(*, user, data) -> tuple[Team, dict]:
-    """The spec validated as a submit by `user` would be; returns the team and the spec to
-    store: as given (each fire validates it again, as the owner then), with its name filled in
-    and its secret values, in the clear until do_create_schedule encrypts them. Not the
-    normalized spec: that is a submit's output, not always valid input again."""
-    if isinstance(data, dict) and data.get("client_job_id") is not None:
-        raise ValidationError({"client_job_id": [CLIENT_JOB_ID_GIVEN]})
-    team, spec = services.check_job_submission(user=user, data=data)
-    given = {key: value for key, value in data.items() if key not in ("owner", "client_job_id")}
-    return team, {**given, "name": spec["name"], "secret_env": spec["secret_env"]}
-
-
-def _check_nested_spec(*, user, data) -> tuple[Team, dict]:
-    """_check_spec of a body's `spec`: its refusals, 400s and 403s alike (a team the user is not
-    in, a P0 of a member), name the field's path in the body, `spec.<field>`."""
-    try:
-        return _check_spec(user=user, data=data)
-    except ValidationError as exc:
-        raise ValidationError({"spec": exc.detail}) from None
-    except FieldPermissionDenied as exc:
-        fields = {f"spec.{field}": messages for field, messages in exc.fields.items()}
-        raise FieldPermissionDenied(f"spec.{exc.field}", str(exc.detail), also=fields) from None
 
 
 def do_create_schedule(*, user, team: Team, timing: dict, spec: dict, now=None) -> tuple[Schedule, bool]:
@@ -234,7 +186,7 @@ def check_schedule_change(*, user, schedule: Schedule, data) -> dict:
     check_may_change(user=user, schedule=schedule, verb="change")
     changes = _changed_only(schedule, validated(ScheduleChangeSerializer, data, partial=True))
     if "spec" in changes:
-        team, spec = _check_nested_spec(user=user, data=changes["spec"])
+        team, spec = check_nested_spec(user=user, data=changes["spec"])
         if team.pk != schedule.team_id:
             raise ValidationError({"spec": {"team": [TEAM_CHANGED.format(team=schedule.team.name, new=team.name)]}})
         changes["spec"] = spec
@@ -283,12 +235,13 @@ def do_change_schedule(*, user, schedule: Schedule, changes: dict, now=None) -> 
         columns["next_run_at"] = next_fire(cron, zone, now)
     try:
         with transaction.atomic():
-            Schedule.objects.filter(pk=schedule.pk).update(**columns, updated_at=now)
+            if not Schedule.objects.filter(pk=schedule.pk).update(**columns, updated_at=now):
+                raise Http404(GONE)  # deleted since it was read: no entry for a change that did not happen
             _audit_change(schedule, user=user, changes=changes, now=now)
+            schedule.refresh_from_db()  # under the UPDATE's row lock: a DELETE waits for the commit
     except IntegrityError:
         other = Schedule.objects.get(team_id=schedule.team_id, name=columns["name"])
         raise Conflict(RENAME_TAKEN.format(team=schedule.team.name, id=other.pk, name=other.name)) from None
-    schedule.refresh_from_db()
     return schedule
 
 
@@ -337,12 +290,16 @@ def _suspend_reason(user, changes: dict) -> Case:
 
 
 def do_delete_schedule(*, user, schedule: Schedule) -> None:
-    """Delete the schedule and its fire history; its runs stay (their `schedule` becomes null)."""
+    """Delete the schedule and its fire history; its runs stay (their `schedule` becomes null).
+    A conditional DELETE: of two deletes at once only the one that deleted the row writes the
+    entry; the other (its DELETE waited for the first's commit and found no row) is a 404."""
     check_may_change(user=user, schedule=schedule, verb="delete")
     with transaction.atomic():
+        _, deleted = Schedule.objects.filter(pk=schedule.pk).delete()
+        if not deleted.get(Schedule._meta.label):
+            raise Http404(GONE)
         message = f"{user.get_username()} deleted schedule {schedule.pk} {schedule.name!r}"
         _audit(schedule, user=user, action="deleted", message=message)
-        schedule.delete()
 
 
 # ---- firing --------------------------------------------------------------------------------
@@ -413,22 +370,28 @@ def _unreadable(seen: dict, now, exc: Exception) -> ScheduleFire | None:
     return _record(schedule, seen["next_run_at"], now, FireOutcome.PAUSED, f"paused: {why}"[:500])
 
 
-def do_run_now(*, user, schedule: Schedule, now=None) -> ScheduleFire:
+def do_run_now(*, user, schedule: Schedule, now=None) -> tuple[ScheduleFire, bool]:
     """An ordinary run with scheduled_for = now, honouring the schedule's concurrency; it runs
     as the schedule's owner, whoever asks. next_run_at is left as it is. The schedule's row is
     locked first, as a firer's claim locks it: a run now and a fire time at once take turns, so
     forbid sees the other's run. Only the schedule's row: locking its owner's and team's rows
     too (select_related) made every transaction that writes a row naming that user wait at
-    commit, and a pass doing so while it held this schedule's last run deadlocked with it."""
+    commit, and a pass doing so while it held this schedule's last run deadlocked with it.
+    Returns the fire and whether this call made it: a repeat in the same second (a double
+    click, a retried request) gets the fire already made, and writes no second entry."""
     check_may_change(user=user, schedule=schedule, verb="run")
     pressed = now or timezone.now()
     now = pressed.replace(microsecond=0)  # the fire time, in whole seconds as a cron's are
     with transaction.atomic():
-        schedule = Schedule.objects.select_for_update(of=("self",)).select_related("owner", "team").get(pk=schedule.pk)
+        locked = Schedule.objects.select_for_update(of=("self",)).select_related("owner", "team")
+        if (schedule := locked.filter(pk=schedule.pk).first()) is None:
+            raise Http404(GONE)  # deleted since it was read
+        if (handled := _handled(schedule, now)) is not None:
+            return handled, False
         fire = _fire(schedule, fire_time=now, now=now, deadline=False)
         # When it was pressed (QA: in whole seconds it listed before a change made just before it).
         _audit_run_now(schedule, user=user, fire=fire, now=pressed)
-        return fire
+        return fire, True
 
 
 def _audit_run_now(schedule: Schedule, *, user, fire: ScheduleFire, now) -> None:

@@ -247,6 +247,20 @@ def do_submit_job(*, user, team: Team, spec: dict, schedule=None, scheduled_for=
     return job, True
 
 
+def check_resubmit(*, team: Team, spec: dict) -> Job | None:
+    """The job a submit of `spec` would answer instead of creating one (its client_job_id names
+    a job of the team with the same spec: a 200), or None (a 201). A job of another spec under
+    that id raises Conflict, the submit's 409. Reads only: the dry run asks it."""
+    if not spec["client_job_id"]:
+        return None
+    existing = _existing_job(team, spec["client_job_id"])
+    if existing is None:
+        return None
+    secret_values = spec.get("secret_env") or {}
+    stored = {**spec, "secret_env": masked(secret_values)}
+    return _same_job_or_conflict(existing, [spec_digest(stored, mac) for mac in env_macs(secret_values)])
+
+
 def _existing_job(team: Team, client_job_id: str) -> Job | None:
     """The team's job with this client_job_id, if any. Most submits find none: the question
     reads one column (a whole job row is 50 columns to compile and decode, 2 ms of CPU), and

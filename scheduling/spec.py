@@ -14,7 +14,11 @@ from django.conf import settings
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from mlqueue.serializer_fields import NOT_A_STRING as NOT_A_STRING  # the specs' messages, as before
+from mlqueue.serializer_fields import NOT_AN_INTEGER as NOT_AN_INTEGER
 from mlqueue.serializer_fields import ChoiceField, FieldsBuiltOnce, NoUnknownFields
+from mlqueue.serializer_fields import StrictIntegerField as StrictIntegerField
+from mlqueue.serializer_fields import StrictStringField as StrictStringField
 from mlqueue.text import INVISIBLE, INVISIBLE_CATEGORIES, invisible_char
 from scheduling.core.model import PRIORITIES, Topology
 from scheduling.secrets import MASK
@@ -47,9 +51,7 @@ SECRET_IS_MASK = (
 SECRET_BLANK = "{name} has no value: give the secret's value, or leave {name} out."
 DEFAULT_MAX_GPUS_PER_TASK = 8
 NOT_FINITE = "must be a finite number, not {value}."
-NOT_AN_INTEGER = "must be an integer, not {kind}."
 NOT_A_NUMBER = "must be a number, not {kind}."
-NOT_A_STRING = "must be a string, not {kind}."
 NOT_A_BOOLEAN = "must be true or false, not {kind}."
 TOO_MANY_ENTRIES = "at most {limit} entries, got {count}."
 INVALID_NAME = "{name!r} is not a valid name: {rule}."
@@ -146,17 +148,6 @@ class NotifyBlockField(BlockField):
     """`notify:`: notify_spec.NotifySerializer."""
 
 
-class StrictIntegerField(serializers.IntegerField):
-    """An integer in the JSON sense: "8", 8.0 and true are refused, not coerced."""
-
-    default_error_messages = {"invalid": NOT_AN_INTEGER}
-
-    def to_internal_value(self, data):
-        if isinstance(data, bool) or not isinstance(data, int):
-            self.fail("invalid", kind=type(data).__name__ if not isinstance(data, str) else f"the string {data!r}")
-        return super().to_internal_value(data)
-
-
 class StrictFloatField(serializers.FloatField):
     """A number in the JSON sense. inf and nan are refused: JSON's 1e400, YAML's .inf and the
     form's "nan" all arrive as one, and nan passes every range check."""
@@ -173,25 +164,6 @@ class StrictFloatField(serializers.FloatField):
         if not math.isfinite(number):
             self.fail("not_finite", value=number)
         return super().to_internal_value(number)
-
-
-class StrictStringField(serializers.CharField):
-    """A string, not a number or a list coerced to one; `printable_only=True` also refuses
-    invisible and control characters (for names people read)."""
-
-    default_error_messages = {"not_a_string": NOT_A_STRING, "invisible": INVISIBLE}
-
-    def __init__(self, *, printable_only: bool = False, **kwargs):
-        self.printable_only = printable_only
-        super().__init__(**kwargs)
-
-    def to_internal_value(self, data):
-        if not isinstance(data, str):
-            self.fail("not_a_string", kind=type(data).__name__)
-        value = super().to_internal_value(data)
-        if self.printable_only and (char := invisible_char(value)):
-            self.fail("invisible", char=char)
-        return value
 
 
 class StrictBooleanField(serializers.BooleanField):

@@ -28,12 +28,15 @@ from scheduling.sim.whatif import compare, with_quota
 from teams.models import Quota as QuotaRow
 from teams.models import Team
 from teams.quota_rules import check_capacity, check_field_rights
-from teams.selectors import can_edit_quotas, quota_readable_ids
+from teams.selectors import can_edit_quotas, quota_readable_ids, quota_team_names
 from teams.services import check_quota_tree
 
 log = logging.getLogger(__name__)
 
 NOT_A_LEAD = "only leads of {team} (or of a team above it) and site admins may preview changes to its quotas."
+# To a user who may preview no team's quotas, whatever the body names (docs/what-if.md: 403
+# before the body is looked at; it was a 400 "team: This field is required").
+LEADS_NO_TEAM = "only site admins and leads of a team (for it and the teams below it) may preview quota changes."
 BACKWARDS = "must be after from ({start})."
 TOO_LONG = "the window is {days:.1f} days; a preview replays at most {limit} days of history."
 TOO_MANY_JOBS = "the window holds {jobs:,} jobs; a preview replays at most {limit:,}: choose a shorter window."
@@ -94,7 +97,8 @@ def _check_as_a_change(*, team: Team, rclass: str, current: dict, proposed: dict
 
 
 def do_start_preview(*, user, team: Team, rclass: str, changes: dict, start: datetime, end: datetime) -> QuotaPreview:
-    """The preview's row (QUEUED), and its Celery task once the row is committed."""
+    """The preview's row (QUEUED), and its Celery task once the row is committed; returns the
+    row as it is then (already DONE where the task ran in the request)."""
     from scheduling.tasks import run_quota_preview
 
     current, proposed = check_preview(team=team, rclass=rclass, changes=changes, start=start, end=end, user=user)
@@ -109,7 +113,14 @@ def do_start_preview(*, user, team: Team, rclass: str, changes: dict, start: dat
             window_end=end,
         )
         transaction.on_commit(lambda: run_quota_preview.delay(preview.pk))
-    return preview
+    # Without a broker (the embedded setup) the task ran as the row was committed: the row as it
+    # is now, DONE with its figures as `user` may read them, not as it was created (QA: QUEUED).
+    return preview_for(user, preview.pk) or preview
+
+
+def may_preview_any(user) -> bool:
+    """Whether `user` may preview some team's quotas: an admin, or a lead of a team."""
+    return bool(quota_team_names(user))
 
 
 def preview_for(user, preview_id: int) -> QuotaPreview | None:

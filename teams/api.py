@@ -57,6 +57,7 @@ NO_SUCH_TEAM = OpenApiResponse(description="no team of that name")
 class TeamList(APIView):
     @extend_schema(responses=TeamSerializer(many=True))
     def get(self, request: Request) -> Response:
+        check_parameters(request.query_params, paged=False)
         teams = list(Team.objects.select_related("parent"))
         children = defaultdict(list)
         for team in teams:
@@ -71,6 +72,7 @@ class TeamQuotas(APIView):
         team = get_object_or_404(Team, name=name)
         if not can_read_quotas(request.user, team):
             raise PermissionDenied(NOT_A_MEMBER.format(team=team.name))
+        check_parameters(request.query_params, paged=False)
         return Response(QuotaSerializer(team.quotas.all(), many=True).data)
 
     @extend_schema(

@@ -38,10 +38,12 @@ def unknown_class_message(rclass: str, known: list[str]) -> str:
 
 def canonical_class(name: str, known: list[str]) -> str | None:
     """The known class `name` spells in any case ("GPU:h100" -> "gpu:H100", "CPU" -> "cpu"),
-    or None: none matches, or (nodes reporting both "h100" and "H100") several do."""
+    a GPU type alone too ("h100" -> "gpu:H100", as `mlq quota --set` and docs/quotas.md take
+    it), or None: none matches, or (nodes reporting both "h100" and "H100") several do."""
     if name in known:
         return name
-    matches = [rclass for rclass in known if rclass.casefold() == name.casefold()]
+    spelled = {name.casefold(), f"gpu:{name}".casefold()}
+    matches = [rclass for rclass in known if rclass.casefold() in spelled]
     return matches[0] if len(matches) == 1 else None
 
 

@@ -1,6 +1,6 @@
 from rest_framework import serializers
 
-from mlqueue.serializer_fields import NoUnknownFields
+from mlqueue.serializer_fields import NoUnknownFields, StrictIntegerField, StrictStringField
 from mlqueue.text import INVISIBLE, invisible_char
 from teams.models import ApiToken, Quota, Team
 from teams.resources import canonical_class, known_classes, unknown_class_message
@@ -92,12 +92,15 @@ class TokenCreateSerializer(NoUnknownFields, serializers.Serializer):
     """`{"username", "password", "name": "laptop", "expires_in_days": 90}`; the credentials only
     when the request is not already authenticated."""
 
-    username = serializers.CharField(required=False, max_length=150, trim_whitespace=False)
-    password = serializers.CharField(
+    # Strings and an integer in the JSON sense: `"password": 123` is a 400 naming it, not a
+    # wrong password (a 401 counted against the name), and `"expires_in_days": "5"` is refused
+    # as every other integer field refuses a string.
+    username = StrictStringField(required=False, max_length=150, trim_whitespace=False)
+    password = StrictStringField(
         required=False, max_length=4096, trim_whitespace=False, write_only=True, style={"input_type": "password"}
     )
     name = PrintableNameField(min_length=1, max_length=TOKEN_NAME_LENGTH)
-    expires_in_days = serializers.IntegerField(required=False, allow_null=True, min_value=1, max_value=MAX_TOKEN_DAYS)
+    expires_in_days = StrictIntegerField(required=False, allow_null=True, min_value=1, max_value=MAX_TOKEN_DAYS)
 
 
 class TokenSerializer(serializers.ModelSerializer):

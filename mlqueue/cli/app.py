@@ -56,6 +56,20 @@ def interrupted_line(obj: dict) -> str:
     return INTERRUPTED_WATCHING.format(job=job_id, state=state) if state else INTERRUPTED_UNSEEN.format(job=job_id)
 
 
+class AnyCase(click.Choice):
+    """A choice typed in any case (`p1`, `running`), whose refusal lists the choices as users
+    type them, "P0, P1, P2, P3": click's own lists them casefolded ('p0', 'p1', ..., QA)."""
+
+    def __init__(self, choices):
+        super().__init__(choices, case_sensitive=False)
+
+    def get_invalid_choice_message(self, value, ctx: click.Context | None) -> str:
+        return NOT_A_CHOICE.format(value=value, choices=", ".join(map(str, self.choices)))
+
+
+NOT_A_CHOICE = "{value!r} is not one of {choices}."
+
+
 def one_value(ctx: click.Context, param: click.Parameter, values: tuple):
     """The value of an option declared `multiple` only to see it repeated: click keeps the last of a
     repeated one-value option silently, so a second is a usage error (exit 2)."""

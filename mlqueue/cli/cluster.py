@@ -4,7 +4,7 @@ from collections.abc import Sequence
 
 import click
 
-from mlqueue.cli.app import client, main
+from mlqueue.cli.app import AnyCase, client, main
 from mlqueue.cli.output import emit, output_option
 from mlqueue.client import NODE_STATES, MlqError, read_scalar
 
@@ -126,7 +126,7 @@ def quota(ctx, team, changes, reason, history, output):
 
 
 @main.command()
-@click.option("--state", multiple=True, type=click.Choice(NODE_STATES, case_sensitive=False), help="repeat for several")
+@click.option("--state", multiple=True, type=AnyCase(NODE_STATES), help="repeat for several")
 @click.option("--rack")
 @click.option("--zone")
 @click.option("--gpu-type", help="H100, A100, ...; cpu for the nodes without GPUs")

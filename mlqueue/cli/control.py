@@ -2,7 +2,7 @@
 
 import click
 
-from mlqueue.cli.app import EXIT_REFUSED, client, main
+from mlqueue.cli.app import EXIT_REFUSED, AnyCase, client, main
 from mlqueue.cli.columns import JOB_COLUMNS
 from mlqueue.cli.groups import group_cancelled
 from mlqueue.cli.output import as_text, emit, output_option, report
@@ -20,7 +20,7 @@ STOPPING = "cancel requested: CANCELLED once their tasks stop"
 @click.argument("job_ids", nargs=-1, type=int)
 @click.option("--reason", default="", help="recorded with each cancel")
 @click.option("--mine", is_flag=True, help="by filter: your jobs")
-@click.option("--state", type=click.Choice(JOB_STATES, case_sensitive=False), help="by filter: jobs in this state")
+@click.option("--state", type=AnyCase(JOB_STATES), help="by filter: jobs in this state")
 @click.option("--team", help="by filter: this team's jobs")
 @output_option
 @click.pass_context
@@ -130,7 +130,7 @@ def requeue(ctx, job, reason, output):
 
 @main.command("set")
 @click.argument("job", type=int)
-@click.option("--priority", type=click.Choice(PRIORITIES, case_sensitive=False))
+@click.option("--priority", type=AnyCase(PRIORITIES))
 @click.option("--max-runtime-hours", type=float)
 @click.option("--name")
 @output_option

@@ -7,7 +7,17 @@ import json
 
 import click
 
-from mlqueue.cli.app import EXIT_CANCELLED, EXIT_FAILED, client, main, one_value, overridden, set_option, watching
+from mlqueue.cli.app import (
+    EXIT_CANCELLED,
+    EXIT_FAILED,
+    AnyCase,
+    client,
+    main,
+    one_value,
+    overridden,
+    set_option,
+    watching,
+)
 from mlqueue.cli.columns import (
     EVENT_COLUMNS,
     JOB_COLUMNS,
@@ -18,6 +28,7 @@ from mlqueue.cli.columns import (
     STALE_MARK,
     TASK_COLUMNS,
 )
+from mlqueue.cli.dry_run import print_dry_run, print_explanation, would_be_refused
 from mlqueue.cli.groups import (
     ARRAY_HELP,
     FOLLOW_A_GROUP,
@@ -28,7 +39,7 @@ from mlqueue.cli.groups import (
     print_group,
     with_group_options,
 )
-from mlqueue.cli.output import as_text, emit, output_option, report
+from mlqueue.cli.output import emit, output_option, report
 from mlqueue.cli.schedules import SCHEDULE_COLUMNS, created_line
 from mlqueue.client import JOB_STATES, PRIORITIES, Client, Job, MlqError, Schedule, Submitted, load_specs
 from mlqueue.client.sdk import BATCH_INDEX
@@ -112,9 +123,8 @@ def submit(ctx, specs, overrides, array, max_failures, sweep_seed, dry_run, wait
         verdict = sdk.dry_run(body)
         emit(verdict, output, [("VALID", lambda d: d.valid), ("CAN EVER RUN", lambda d: d.can_ever_run)])
         if output not in ("json", "yaml"):
-            _print_group_preview(verdict.raw.get("group"))
-            _print_explanation(verdict.raw)
-        if never_runs(verdict.raw):
+            print_dry_run(verdict.raw)
+        if would_be_refused(verdict.raw):
             ctx.exit(EXIT_FAILED)
         return
     if body.get("schedule") is not None and (wait or follow):
@@ -136,13 +146,6 @@ def submit(ctx, specs, overrides, array, max_failures, sweep_seed, dry_run, wait
         failure = f" ({done.failure_class})" if done.failure_class else ""
         report(done, output, JOB_COLUMNS, f"job {done.id} {done.state}{failure}")
         ctx.exit(outcome_code(done))
-
-
-def never_runs(answer: dict) -> bool:
-    """Whether a dry run says the spec can never run (a pipeline: any of its steps), as a submit
-    would be refused: exit 1 then, like `sbatch --test-only`, so a script can test a spec."""
-    answers = [answer, *(answer.get("steps") or [])]
-    return any(isinstance(found, dict) and found.get("can_ever_run") is False for found in answers)
 
 
 def _submit_many(sdk: Client, places: list[str], bodies: list[dict], output: str | None) -> int:
@@ -187,7 +190,7 @@ def outcome_code(job: Job) -> int:
 
 @main.command()
 @click.option("--team")
-@click.option("--priority", type=click.Choice(PRIORITIES, case_sensitive=False))
+@click.option("--priority", type=AnyCase(PRIORITIES))
 @click.option("--mine", is_flag=True, help="only jobs you submitted")
 @output_option
 @click.pass_context
@@ -229,7 +232,7 @@ def since_to_iso(since: str) -> str:
 @click.option(
     "--state",
     multiple=True,
-    type=click.Choice(JOB_STATES, case_sensitive=False),
+    type=AnyCase(JOB_STATES),
     help="jobs in this state; repeat for several",
 )
 @click.option("--team", multiple=True, callback=one_value, help="this team's jobs (a division's: its teams')")
@@ -378,7 +381,7 @@ def why(ctx, job, output):
         click.echo(runs_on)
     if found.ended:
         click.echo(ended_line(found.ended))
-    _print_explanation(found.raw, starts_note=stale_note(found))
+    print_explanation(found.raw, starts_note=stale_note(found))
 
 
 def ended_line(ended: dict) -> str:
@@ -387,63 +390,6 @@ def ended_line(ended: dict) -> str:
     reason = f" ({ended['reason']})" if ended.get("reason") and ended.get("reason") != ended.get("state") else ""
     message = f": {ended['message']}" if ended.get("message") else ""
     return f"ended {ended.get('state')} at {ended.get('at') or '-'}{by}{reason}{message}"
-
-
-def _print_group_preview(group: dict | None) -> None:
-    """A dry run's group: its size and settings, a sweep's first trials (and the seed that draws
-    them); what follows is one child's placement or reason."""
-    if not group:
-        return
-    click.echo(f"group: {group_summary(group).rsplit(': ', 1)[0]}")  # its settings, no children yet
-    if group.get("indices"):
-        click.echo(f"indices: {group['indices']}")
-    if group.get("seed_drawn"):
-        click.echo(
-            f"seed {group['seed']} was drawn for this dry run: --sweep-seed {group['seed']} submits these trials"
-        )
-    for trial in group.get("trials") or []:
-        params = " ".join(f"{name}={value}" for name, value in trial["params"].items())
-        click.echo(f"  trial {trial['trial']}: {params}")
-    if len(group.get("trials") or []) < group["count"] and group.get("trials"):
-        click.echo(f"  ... {group['count'] - len(group['trials'])} more")
-    click.echo("each child (one shown):")
-
-
-def _print_explanation(data: dict, starts_note: str = ""):
-    """The reason, histogram, reservation, starts (each followed by `starts_note`: a stale forecast
-    says so on each line it gives) and suggestions of a why or dry-run answer."""
-    if data.get("reason"):
-        reason = data["reason"]
-        field = reason.get("field") if isinstance(reason, dict) else None  # a never-fits verdict's: what to change
-        click.echo(f"reason: {as_text(reason)}" + (f" (change {field})" if field else ""))
-    placement = data.get("placement")
-    if placement:
-        nodes = placement.get("nodes") if isinstance(placement, dict) else None
-        if isinstance(nodes, list) and all(isinstance(node, dict) for node in nodes):
-            # [{"node": "z1-r1-h100-01", "tasks": 1}, ...] -> "z1-r1-h100-01 (1 task), ..."
-            placed = ", ".join(
-                f"{node.get('node')} ({node.get('tasks')} task{'' if node.get('tasks') == 1 else 's'})"
-                for node in nodes
-            )
-            click.echo(f"would go to: {placed}")
-        else:
-            click.echo(f"placement: {as_text(placement)}")
-    histogram = data.get("histogram")
-    if histogram:
-        # {"fit": "0/32", "rejections": [{"why": ..., "nodes": n}, ...]}, as the job page shows it
-        click.echo(f"nodes that fit: {histogram.get('fit')}")
-        for row in histogram.get("rejections") or []:
-            click.echo(f"  {row.get('nodes')} {row.get('why')}")
-    if data.get("reservation"):
-        click.echo(f"reservation: {as_text(data['reservation'])}")
-    for key, label in (("likely_start", "likely start"), ("latest_start", "latest start")):
-        if data.get(key):
-            click.echo(f"{label}: {data[key]}{starts_note}")
-    suggestions = data.get("suggestions") or []
-    if suggestions:
-        click.echo("what would help:")
-        for suggestion in suggestions:
-            click.echo(f"  - {as_text(suggestion)}")
 
 
 @main.command()

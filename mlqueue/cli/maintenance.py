@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import re
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 
 import click
 
-from mlqueue.cli.app import client, main
+from mlqueue.cli.app import AnyCase, client, main
 from mlqueue.cli.output import emit, output_option, report
-from mlqueue.client import MaintenanceWindow
+from mlqueue.client import MaintenanceWindow, MlqError
 
 ONE_TARGET = "give exactly one of --rack, --zone or --node (repeatable)"
 ONE_END = "give --hours or --until"
@@ -19,6 +20,11 @@ FROM_NOW = re.compile(r"\+(\d+(?:\.\d+)?)([mhd])")
 # the server as typed and came back as "Datetime has wrong format").
 LOOKS_RELATIVE = re.compile(r"[+-]\s*\d[\d.]*\s*[a-zA-Z]*")
 NOT_FROM_NOW = "{value!r}: a time from now is + and a number of m, h or d (+30m, +2h, +1d)"
+NOT_A_TIME = "{value!r} is not a time: give ISO 8601 (2027-01-15T02:00Z) or a time from now (+30m, +2h, +1d)"
+# The API's fields, named in its refusals, as the options that give them (QA: `--hours 0` was
+# refused as "duration_hours: ...").
+OPTIONS = {"starts_at": "--at", "ends_at": "--until", "duration_hours": "--hours"}
+FIELD_NAMES = re.compile(r"\b(" + "|".join(OPTIONS) + r")\b")
 IN_THE_PAST = "{value!r} is in the past: a window starts and ends after now (+30m, +2h, +1d)"
 UNITS = {"m": "minutes", "h": "hours", "d": "days"}
 TIME_HELP = "ISO 8601 (2027-01-15T02:00Z), or from now: +30m, +2h, +1d"
@@ -67,9 +73,34 @@ def when(ctx: click.Context, param: click.Parameter, value: str | None) -> str |
         if value and LOOKS_RELATIVE.fullmatch(value.strip()):
             message = IN_THE_PAST if value.strip().startswith("-") else NOT_FROM_NOW
             raise click.BadParameter(message.format(value=value.strip()), ctx=ctx, param=param)
+        if value is not None and not _is_iso(value):  # QA: "yesterday" was told of ISO 8601 alone
+            raise click.BadParameter(NOT_A_TIME.format(value=value.strip()), ctx=ctx, param=param)
         return value
     later = clock() + timedelta(**{UNITS[found[2]]: float(found[1])})
     return later.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _is_iso(value: str) -> bool:
+    try:
+        datetime.fromisoformat(value.strip())
+    except ValueError:
+        return False
+    return True
+
+
+@contextmanager
+def options_named():
+    """A refusal of the API names the options (`--hours: ...`), not the body's fields."""
+    try:
+        yield
+    except MlqError as refused:
+        fields = {OPTIONS.get(field, field): messages for field, messages in refused.fields.items()}
+        fields = {field: [_named(str(message)) for message in found] for field, found in fields.items()}
+        raise MlqError(refused.status, _named(refused.detail), fields, retry_after=refused.retry_after) from None
+
+
+def _named(text: str) -> str:
+    return FIELD_NAMES.sub(lambda found: OPTIONS[found[1]], text)
 
 
 @main.group()
@@ -89,7 +120,7 @@ def maintenance():
 @maintenance.command("list")
 @click.option(
     "--state",
-    type=click.Choice(["SCHEDULED", "ACTIVE", "DONE", "CANCELLED"], case_sensitive=False),
+    type=AnyCase(["SCHEDULED", "ACTIVE", "DONE", "CANCELLED"]),
     help="default: open ones",
 )
 @output_option
@@ -128,9 +159,10 @@ def create(ctx, rack, zone, nodes, starts_at, hours, ends_at, reason, output):
         raise click.UsageError(ONE_TARGET)
     if hours is None and ends_at is None:
         raise click.UsageError(ONE_END)
-    window = client(ctx).schedule_maintenance(
-        rack=rack, zone=zone, names=nodes, starts_at=starts_at, ends_at=ends_at, duration_hours=hours, reason=reason
-    )
+    with options_named():
+        window = client(ctx).schedule_maintenance(
+            rack=rack, zone=zone, names=nodes, starts_at=starts_at, ends_at=ends_at, duration_hours=hours, reason=reason
+        )
     report(window, output, WINDOW_COLUMNS, f"scheduled {window_line(window)}")
 
 
@@ -181,9 +213,10 @@ def change(ctx, window_id, starts_at, hours, ends_at, reason, output):
         raise click.UsageError(NOTHING_TO_CHANGE)
     if hours is not None and ends_at is not None:
         raise click.UsageError("give --hours or --until, not both")
-    window = client(ctx).change_maintenance(
-        window_id, starts_at=starts_at, ends_at=ends_at, duration_hours=hours, reason=reason
-    )
+    with options_named():
+        window = client(ctx).change_maintenance(
+            window_id, starts_at=starts_at, ends_at=ends_at, duration_hours=hours, reason=reason
+        )
     report(window, output, WINDOW_COLUMNS, f"changed {window_line(window)}")
 
 

@@ -2,7 +2,7 @@
 
 import click
 
-from mlqueue.cli.app import client, main
+from mlqueue.cli.app import AnyCase, client, main
 from mlqueue.cli.output import emit, output_option
 
 STATUSES = ("PENDING", "SENDING", "DELIVERED", "FAILED", "REFUSED")
@@ -39,8 +39,8 @@ DELIVERY_WIDE = [
 
 @main.command()
 @click.option("--job", type=int, help="one job's deliveries")
-@click.option("--status", type=click.Choice(STATUSES, case_sensitive=False))
-@click.option("--event", type=click.Choice(EVENTS, case_sensitive=False), help="one event's deliveries")
+@click.option("--status", type=AnyCase(STATUSES))
+@click.option("--event", type=AnyCase(EVENTS), help="one event's deliveries")
 @output_option
 @click.pass_context
 def notifications(ctx, job, status, event, output):

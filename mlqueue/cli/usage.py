@@ -2,7 +2,7 @@
 
 import click
 
-from mlqueue.cli.app import client, main
+from mlqueue.cli.app import AnyCase, client, main
 from mlqueue.cli.output import OUTPUTS, emit
 from mlqueue.client import PRIORITIES
 
@@ -54,7 +54,7 @@ def resource_class(value: str | None) -> str | None:
 @click.option("--owner", help="a user name")
 @click.option("--mine", is_flag=True, help="only your usage (the API's owner=me)")
 @click.option("--class", "rclass", metavar="CLASS", help="a resource class: H100, gpu:A100, cpu")
-@click.option("--priority", type=click.Choice(PRIORITIES, case_sensitive=False))
+@click.option("--priority", type=AnyCase(PRIORITIES))
 @click.option("--by", "group_by", default="team", show_default=True, help=f"one or two of {', '.join(GROUPS)}")
 @click.option("--csv", "as_csv", is_flag=True, help="the server's CSV, for a spreadsheet")
 @click.option("-o", "--output", type=OUTPUTS, default="table", show_default=True, help="table, wide, or json/yaml")

@@ -37,7 +37,10 @@ def same_server(one: str, other: str) -> bool:
 
 
 def _normal(server: str) -> tuple:
-    parts = urlsplit(server.strip())
+    try:
+        parts = urlsplit(server.strip())
+    except ValueError:  # no URL ("http://[bad"): compared as written; the client says what is wrong
+        return (server.strip(),)
     try:
         port = parts.port or DEFAULT_PORTS.get(parts.scheme.lower())
     except ValueError:  # a port that is no number: compared as written

@@ -9,6 +9,7 @@ import os
 import time
 from collections.abc import Iterable, Iterator
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -67,6 +68,18 @@ NOT_A_JOB_ID = "{job!r} is not a job id: give a number, e.g. 42"
 POLL_S = 2.0
 
 
+NOT_HTTP = "it names no http:// or https:// site"
+
+
+def server_problem(server: str) -> str | None:
+    """Why `server` is no site's address (`notaurl`, `localhost:8000`, `http://[bad`), or None."""
+    try:
+        parts = urlsplit(server)
+    except ValueError as error:
+        return str(error)
+    return None if parts.scheme.lower() in ("http", "https") and parts.netloc else NOT_HTTP
+
+
 def _query_value(value):
     """A filter's value in a query string: booleans as the API reads them (true/false)."""
     return ("true" if value else "false") if isinstance(value, bool) else value
@@ -107,6 +120,8 @@ class Client(FleetCalls):
     def _client(self) -> httpx.Client:
         if not self.server:
             raise MlqError(0, NO_SERVER)
+        if problem := server_problem(self.server):  # before the token: "no token for notaurl" misleads (QA)
+            raise MlqError(0, BAD_SERVER.format(server=self.server, error=problem))
         if self._http is None:
             headers = {"Accept": "application/json", "User-Agent": "mlq"}
             try:
@@ -134,6 +149,7 @@ class Client(FleetCalls):
 
     def _answer(self, method: str, path: str, *, json=None, params=None, auth=True, text=False) -> tuple[int, Any]:
         """(status, body): the status tells a 201 (made now) from a 200 (a replay, made before)."""
+        self._client()  # a server that is no URL is said first, whatever the token
         if auth and not self.token:
             raise MlqError(0, self.no_token)
         if auth and not (self.token.isascii() and self.token.isprintable()):

@@ -35,6 +35,10 @@ WRONG_FIELD_COUNT = (
     "{expr!r} has {count} fields; a cron expression has five (minute hour day-of-month month day-of-week), "
     "e.g. '0 3 * * *' for 03:00 every day, or one of {macros}."
 )
+UNKNOWN_MACRO = (
+    "{expr!r} is not a cron @-name: the known ones are {macros}; or give five fields "
+    "(minute hour day-of-month month day-of-week), e.g. '0 3 * * *' for 03:00 every day."
+)
 BAD_FIELD = "{expr!r}: the {field} field {value!r} is not valid ({rule})."
 NEVER_FIRES = "{expr!r} never fires (no date matches it)."
 FIELD_RULES = {
@@ -63,6 +67,8 @@ def cron_error(expr: str) -> str | None:
     """Why `expr` is not a usable cron expression, or None when it is."""
     text = expand(expr)
     fields = text.split(" ") if text else []
+    if text.startswith("@") and len(fields) == 1:  # QA: "@fortnightly has 1 fields" read as a riddle
+        return UNKNOWN_MACRO.format(expr=expr, macros=", ".join(MACROS))
     if len(fields) != len(FIELDS):
         return WRONG_FIELD_COUNT.format(expr=expr, count=len(fields), macros=", ".join(MACROS))
     try:

@@ -145,17 +145,21 @@ def quota(job: PendingJob, over: tuple[str, int, int, int], parent_figures: bool
         return PendingReason(ReasonCode.QUOTA, over_ceiling(who, name, unit, guaranteed, limit, job.shape.units))
     return PendingReason(
         ReasonCode.QUOTA,
-        (
-            f"{who} {name} uses {used} {unit} (guaranteed {guaranteed}, borrowing limit reached at {limit}); "
-            f"this job needs {job.shape.units} more"
-        ),
+        (f"{who} {name} uses {used} {unit} ({holds(guaranteed, limit)}); this job needs {job.shape.units} more"),
     )
+
+
+def holds(guaranteed: int, limit: int) -> str:
+    """The most a team may hold, as its guarantee and the borrowing limit on top of it: "at most
+    96: 32 guaranteed + 64 borrowing limit". It said "borrowing limit reached at 96" where `mlq
+    quota` shows the limit as 64 (QA)."""
+    return f"at most {limit}: {guaranteed} guaranteed + {limit - guaranteed} borrowing limit"
 
 
 def over_ceiling(who: str, name: str, unit: str, guaranteed: int, limit: int, units: int) -> str:
     return (
-        f"this job asks {units} {unit}, more than {who} {name} may ever hold ({limit}: guaranteed {guaranteed} "
-        f"plus its borrowing limit): it can start only once that quota is raised"
+        f"this job asks {units} {unit}, more than {who} {name} may ever hold ({holds(guaranteed, limit)}): "
+        "it can start only once that quota is raised"
     )
 
 

@@ -10,10 +10,21 @@ from scheduling.core.model import JobShape, Node, Topology, Verdict, labels_matc
 NO_NODE_OF_TYPE = "no node in the cluster has gpu_type={kind}"
 NO_CPU_NODES = "the cluster has no CPU nodes"
 MORE_THAN_THE_CLUSTER = "asks {asked} {kind}; the cluster has {total}"
+# After MORE_THAN_THE_CLUSTER, where one gang gets less than the cluster (QA: "the cluster has
+# 128" sent a user to 128 GPUs, refused in turn for the zone). group: "zone", or "rack" under
+# require_same_rack.
+AT_MOST_IN_ONE = ", and a gang runs in one {group}: {most} at most"
 # what: "GPUs per task", "CPUs per task", "GB of memory per task" or "GB of scratch disk";
 # unit: "", " CPUs" or " GB".
 LARGER_THAN_ANY_NODE = "asks {asked} {what}; the largest {kind} node has {largest}{unit}"
 NO_NODE_WITH_LABELS = "no {kind} node carries the labels {wanted} ({count} {kind} nodes)"
+# After NO_NODE_WITH_LABELS, where the selector names `zone` or `rack` and no node has such a
+# label: `mlq nodes` shows a node's zone and rack, which a selector does not match (QA).
+TOPOLOGY_IS_NOT_A_LABEL = (
+    "; zone and rack are not labels: a gang already runs in one zone, and topology_hint: require_same_rack "
+    "keeps it in one rack"
+)
+TOPOLOGY_KEYS = ("zone", "rack")
 # labelled: "" or " with the labels ib=ndr400".
 NO_NODE_RUNS_IMAGES = (
     "no {kind} node{labelled} runs images ({count} {kind} nodes, their agents without a container runtime: "
@@ -23,7 +34,10 @@ NO_NODE_RUNS_IMAGES = (
 # After a gang's verdict, where nodes that run no images were left out of it.
 ONLY_NODES_RUNNING_IMAGES = " (counting the {count} of {total} such nodes that run images: the job names an image)"
 MORE_THAN_THE_MATCHING_NODES = "needs {what}; the matching {kind} nodes hold {count} at most"
-MORE_THAN_ONE_ZONE = "needs {what} in one zone (a gang never spans zones); the largest zone, {zone}, holds {count}"
+MORE_THAN_ONE_ZONE = (
+    "needs {what} in one zone (a gang never spans zones); the largest zone, {zone}, holds {count} such tasks "
+    "({units} {kind})"
+)
 MORE_THAN_ONE_RACK = "require_same_rack needs {what} in one rack; the largest rack, {rack}, holds {count}"
 # A per-task field other than the job's GPUs (CPUs for a CPU job) keeps a zone's tasks below the
 # job's. where: "the largest zone, z1," or "zone z2"; remedy: AT_MOST_FITS_PER_NODE, AT_MOST_FITS
@@ -119,12 +133,20 @@ def _check_totals(shape: JobShape, nodes: list[Node], kind: str) -> Verdict:
     if shape.gpu_type:
         total = sum(n.gpus for n in nodes)
         if shape.gpu_count > total:
-            return Verdict(
-                False,
-                "resources.gpu_count",
-                MORE_THAN_THE_CLUSTER.format(asked=shape.gpu_count, kind=kind, total=total),
-            )
+            message = MORE_THAN_THE_CLUSTER.format(asked=shape.gpu_count, kind=kind, total=total)
+            group = "rack" if shape.topology == Topology.REQUIRE_SAME_RACK else "zone"
+            most = _most_in_one(shape, nodes, group)
+            if 0 < most < total:
+                message += AT_MOST_IN_ONE.format(group=group, most=most)
+            return Verdict(False, "resources.gpu_count", message)
     return Verdict(True)
+
+
+def _most_in_one(shape: JobShape, nodes: list[Node], group: str) -> int:
+    """The most GPUs a gang of the job's tasks gets in one zone (or rack): the largest one's
+    tasks of its shape, times its GPUs per task."""
+    groups = _grouped(nodes, (lambda n: n.rack) if group == "rack" else (lambda n: n.zone))
+    return max(_holds(shape, members) for members in groups.values()) * shape.gpus_per_task
 
 
 def _check_largest_node(shape: JobShape, nodes: list[Node], kind: str) -> Verdict:
@@ -161,7 +183,10 @@ def _check_selector(shape: JobShape, nodes: list[Node], kind: str) -> Verdict:
     if any(labels_match(shape.node_selector, n.labels) for n in nodes):
         return Verdict(True)
     wanted = ", ".join(f"{k}={v}" for k, v in sorted(shape.node_selector.items()))
-    return Verdict(False, "node_selector", NO_NODE_WITH_LABELS.format(kind=kind, wanted=wanted, count=len(nodes)))
+    message = NO_NODE_WITH_LABELS.format(kind=kind, wanted=wanted, count=len(nodes))
+    if any(key in shape.node_selector and not any(key in n.labels for n in nodes) for key in TOPOLOGY_KEYS):
+        message += TOPOLOGY_IS_NOT_A_LABEL
+    return Verdict(False, "node_selector", message)
 
 
 def _check_images(shape: JobShape, nodes: list[Node], kind: str) -> Verdict:
@@ -192,7 +217,9 @@ def _check_groups(shape: JobShape, nodes: list[Node], kind: str) -> Verdict:
         return Verdict(
             False,
             "resources.gpu_count" if shape.gpu_type else "resources.tasks",
-            MORE_THAN_ONE_ZONE.format(what=what, zone=zone, count=zone_fit),
+            MORE_THAN_ONE_ZONE.format(
+                what=what, zone=zone, count=zone_fit, units=zone_fit * getattr(shape, _units_need(shape)), kind=kind
+            ),
         )
     if shape.topology == Topology.REQUIRE_SAME_RACK:
         by_rack = {rack: _holds(shape, members) for rack, members in _grouped(nodes, lambda n: n.rack).items()}

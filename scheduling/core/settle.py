@@ -115,6 +115,8 @@ LOST_BECAUSE = {
     "lost": "was lost when its node agent restarted",
     "node_lost": "was lost with its node",
 }
+# The causes of a rank its agent never started: no work ran, and no node was lost.
+NOT_STARTED = frozenset({"no_container_runtime", "no_task_user"})
 
 
 @dataclass(frozen=True, slots=True)

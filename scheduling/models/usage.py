@@ -18,6 +18,8 @@ class LostCause(models.TextChoices):
     DRAIN = "drain", "its node was drained"
     RECLAIM = "reclaim", "its spot node was reclaimed"
     NODE_LOSS = "node_loss", "its node or the node's agent was lost"
+    # Its agent could not start it (no container runtime for its image, no user to run it as).
+    NOT_STARTED = "not_started", "its node agent could not start it"
     FAILURE = "failure", "it failed (non-zero exit, past max_runtime)"
 
 

@@ -27,7 +27,7 @@ from scheduling.selectors import scheduler_state, visible_jobs
 from scheduling.spec import JobSpecSerializer
 from scheduling.web import logstream, schedules_api, throttles
 from scheduling.web.consumers import session_user
-from scheduling.web.dryrun import dry_run_answer
+from scheduling.web.dryrun import dry_run_answer, resubmit_answer
 from scheduling.web.explanations import why_answer
 from scheduling.web.filters import NO_VISIBLE_TEAM, JobFilter, visible_team_ids
 from scheduling.web.serializers import (
@@ -158,7 +158,9 @@ class JobBatchSubmit(APIView):
 class JobDetail(APIView):
     @extend_schema(responses=JobDetailSerializer)
     def get(self, request: Request, job_id: int) -> Response:
-        return Response(JobDetailSerializer(_with_tasks(job_id, request.user)).data)
+        job = _with_tasks(job_id, request.user)
+        check_parameters(request.query_params, paged=False)  # it takes none: `?zz=1` is a 400
+        return Response(JobDetailSerializer(job).data)
 
     @extend_schema(
         request=job_changes.JobChangeSerializer,
@@ -195,8 +197,8 @@ class JobDryRun(APIView):
             fires = schedules.next_fires(timing, timezone.now())
             _, spec = services.check_job_spec(user=request.user, data=data)
             return Response({**dry_run_answer(spec), "schedule": {**timing, "next_fires": fires}})
-        _, spec = services.check_job_spec(user=request.user, data=data)
-        return Response(dry_run_answer(spec))
+        team, spec = services.check_job_spec(user=request.user, data=data)
+        return Response({**dry_run_answer(spec), **resubmit_answer(team=team, spec=spec)})
 
 
 class JobWhy(APIView):
@@ -204,7 +206,9 @@ class JobWhy(APIView):
     def get(self, request: Request, job_id: int) -> Response:
         """Why a job waits: its reason, node histogram, reservation, forecast starts and what would
         let it start now (computed on this request: it loads the cluster)."""
-        return Response(why_answer(get_object_or_404(visible_jobs(request.user), pk=job_id)))
+        job = get_object_or_404(visible_jobs(request.user), pk=job_id)
+        check_parameters(request.query_params, paged=False)
+        return Response(why_answer(job))
 
 
 class JobBulkCancel(APIView):
@@ -401,6 +405,7 @@ class SchedulerStateSerializer(serializers.Serializer):
 class SchedulerState(APIView):
     @extend_schema(responses=SchedulerStateSerializer)
     def get(self, request: Request) -> Response:
+        check_parameters(request.query_params, paged=False)
         return Response(SchedulerStateSerializer(scheduler_state()).data)
 
 

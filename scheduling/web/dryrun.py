@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 from django.utils import timezone
 
-from scheduling import groups, sweep_params
+from mlqueue.errors import Conflict
+from scheduling import groups, services, sweep_params
 from scheduling.core.feasibility import can_ever_run
 from scheduling.core.model import PendingJob
 from scheduling.core.reasons import PendingReason, ReasonCode
@@ -94,6 +95,26 @@ def dry_run_answer(spec: dict) -> dict:
     if spec.get("array") is not None or spec.get("sweep") is not None:
         return {**_job_answer(spec), "group": _group_answer(spec)}
     return _job_answer(spec)
+
+
+SAME_SPEC = (
+    "team {team} already has job {job_id} ({state}) with client_job_id {client_job_id!r} and this spec: "
+    "a submit answers with that job."
+)
+
+
+def resubmit_answer(*, team, spec: dict) -> dict:
+    """What a submit would answer where the spec's client_job_id names a job already: `existing`,
+    `{status: 200, job_id, message}` for the same spec (nothing new is made), `{status: 409,
+    message}` with the submit's refusal for another spec; {} for an id no job has."""
+    try:
+        job = services.check_resubmit(team=team, spec=spec)
+    except Conflict as refused:
+        return {"existing": {"status": 409, "message": str(refused.detail)}}
+    if job is None:
+        return {}
+    message = SAME_SPEC.format(team=team.name, job_id=job.pk, state=job.state, client_job_id=job.client_job_id)
+    return {"existing": {"status": 200, "job_id": job.pk, "message": message}}
 
 
 TRIALS_SHOWN = 20

@@ -96,8 +96,7 @@ NOTHING_IDLE_FEWER = ", asking {count} {unit} or fewer might"
 PARENT_TEAM = re.compile(r"parent team (\S+)")
 # explain.quota's and explain.nothing_to_borrow's figures.
 QUOTA_FIGURES = re.compile(
-    r"team (?P<team>\S+) uses (?P<used>\d+) \S+ \(guaranteed \d+, borrowing limit reached at "
-    r"(?P<limit>\d+)\)"
+    r"team (?P<team>\S+) uses (?P<used>\d+) \S+ \(at most (?P<limit>\d+): \d+ guaranteed \+ \d+ borrowing limit\)"
 )
 IDLE_FIGURES = re.compile(r"at \d+/\d+ guaranteed \S+, nothing idle to borrow \(needs \d+, (?P<free>\d+) free\)")
 

@@ -11,6 +11,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from mlqueue.query_parameters import check_parameters
 from scheduling.usage import ClusterUsage, TeamUsage, cluster_usage
 from teams.selectors import quota_readable_ids
 
@@ -63,4 +64,6 @@ def fair_share_answer(user, usage: ClusterUsage) -> dict:
 class FairShare(APIView):
     @extend_schema(responses=FairShareSerializer)
     def get(self, request: Request) -> Response:
+        """Every team's standing in every class; it takes no parameter (`?resource_class=` is a 400)."""
+        check_parameters(request.query_params, paged=False)
         return Response(FairShareSerializer(fair_share_answer(request.user, cluster_usage())).data)

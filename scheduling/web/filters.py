@@ -9,7 +9,7 @@ from django.utils.functional import cached_property
 from django_filters.fields import IsoDateTimeField
 
 from mlqueue import date_fields
-from mlqueue.query_parameters import ChoicesFilter, refused_parameters
+from mlqueue.query_parameters import ChoicesFilter, IdFilter, refused_parameters
 from scheduling.models import Job, JobState, Priority
 from teams.selectors import is_site_admin, team_and_below_ids, team_ids_of
 
@@ -86,8 +86,8 @@ class JobFilter(django_filters.FilterSet):
     submitted_after = TimeFilter(field_name="submitted_at", lookup_expr="gte", help_text="submitted at or after")
     submitted_before = TimeFilter(field_name="submitted_at", lookup_expr="lt", help_text="submitted before")
     ended_after = TimeFilter(field_name="finished_at", lookup_expr="gte", help_text="ended at or after")
-    parent = django_filters.NumberFilter(field_name="parent_id", help_text="the children of this group")
-    schedule = django_filters.NumberFilter(field_name="schedule_id", help_text="the runs of this schedule")
+    parent = IdFilter(field_name="parent_id", of="job", help_text="the children of this group")
+    schedule = IdFilter(field_name="schedule_id", of="schedule", help_text="the runs of this schedule")
     top_level = StrictBooleanFilter(
         field_name="parent", lookup_expr="isnull", help_text="true: groups and single jobs, not groups' children"
     )

@@ -176,7 +176,9 @@ def _visible(request: Request, schedule_id: int) -> Schedule:
 class ScheduleDetail(APIView):
     @extend_schema(responses=ScheduleDetailSerializer)
     def get(self, request: Request, schedule_id: int) -> Response:
-        return Response(ScheduleDetailSerializer(_visible(request, schedule_id)).data)
+        schedule = _visible(request, schedule_id)
+        check_parameters(request.query_params, paged=False)
+        return Response(ScheduleDetailSerializer(schedule).data)
 
     @extend_schema(
         request=ScheduleChangeSerializer,
@@ -226,13 +228,15 @@ class ScheduleRun(APIView):
         request=None,
         responses={
             201: FireSerializer,
+            200: OpenApiResponse(FireSerializer, description="run now again in the same second: the same fire"),
             409: OpenApiResponse(description="not submitted: the last run is active (forbid), or the owner may not"),
         },
     )
     def post(self, request: Request, schedule_id: int) -> Response:
         """Run now: an ordinary run with scheduled_for = now, as the schedule's owner, honouring
-        its concurrency (forbid: 409 while the last run is active; replace: it is cancelled)."""
-        fire = schedules.do_run_now(user=request.user, schedule=_visible(request, schedule_id))
+        its concurrency (forbid: 409 while the last run is active; replace: it is cancelled).
+        Again in the same second (a double click, a retry): 200 with the fire already made."""
+        fire, made = schedules.do_run_now(user=request.user, schedule=_visible(request, schedule_id))
         if fire.outcome not in (FireOutcome.SUBMITTED, FireOutcome.REPLACED):
             raise Conflict(f"schedule {schedule_id} did not run: {fire.message}")
-        return Response(FireSerializer(fire).data, status=status.HTTP_201_CREATED)
+        return Response(FireSerializer(fire).data, status=status.HTTP_201_CREATED if made else status.HTTP_200_OK)

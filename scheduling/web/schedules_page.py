@@ -55,7 +55,7 @@ def action(request, schedule_id: int, verb: str):
     schedule = get_object_or_404(schedules.visible_schedules(request.user), pk=schedule_id)
     try:
         if verb == "run":
-            fire = schedules.do_run_now(user=request.user, schedule=schedule)
+            fire, _made = schedules.do_run_now(user=request.user, schedule=schedule)
             ran = fire.outcome in (FireOutcome.SUBMITTED, FireOutcome.REPLACED)
             (messages.success if ran else messages.error)(request, f"Run now: {fire.message}.")
         else:

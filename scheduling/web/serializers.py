@@ -449,6 +449,23 @@ class DryRunSerializer(serializers.Serializer):
         "method, seed (seed_drawn: drawn for this answer; submit with it to run these trials) and first 20 trials "
         "[{trial, params}]; the placement and reason are one child's",
     )
+    steps = serializers.ListField(
+        child=serializers.DictField(),
+        required=False,
+        help_text="a pipeline: each step's answer (valid, can_ever_run, shape, placement, reason, suggestions) "
+        "with its name as `step`; the top is the first step that could never run, else the first step's",
+    )
+    schedule = serializers.DictField(
+        required=False,
+        help_text="a spec with a schedule: block: its timing as a submit would keep it and next_fires (the "
+        "first three fire times); the rest of the answer is one run's, as if fired now",
+    )
+    existing = serializers.DictField(
+        required=False,
+        help_text="the spec's client_job_id names a job already: {status: 200, job_id, message} for the same "
+        "spec (a submit creates nothing and answers that job), {status: 409, message} for another spec "
+        "(a submit is refused with that message)",
+    )
 
 
 class HistogramSerializer(serializers.Serializer):

@@ -40,12 +40,16 @@ from mlqueue.yaml_body import (  # noqa: F401 (the page's messages, imported fro
     load_yaml,
 )
 from scheduling.core.model import PRIORITIES, Topology
-from scheduling.group_spec import ArraySerializer, SweepSerializer
 from scheduling.secrets import MASK, masked_spec
 from scheduling.selectors import visible_jobs
 from scheduling.services import check_job_submission, do_submit_job
 from scheduling.spec import RESTART_MODES, SPEC_FIELD_ORDER, JobSpecSerializer, gpu_types
-from scheduling.web.dryrun import DryRun, dry_run
+from scheduling.web.dryrun import DryRun, dry_run, resubmit_answer
+from scheduling.web.form_fit import (  # noqa: F401 (NOT_IN_FORM: the page's tests import it)
+    GROUP_SERIALIZERS,
+    NOT_IN_FORM,
+    lost_in_form,
+)
 from scheduling.web.submit_errors import NO_TEAM, errors_by_input, team_errors
 from scheduling.web.throttles import check_submit_rate
 from teams.selectors import visible_team_names
@@ -53,7 +57,6 @@ from teams.selectors import visible_team_names
 CLONE_NOT_VISIBLE = "job {id} does not exist or is not visible to you; the form starts from the defaults."
 NOT_KEY_VALUE = "line {line}: {text!r} is not KEY=VALUE."
 KEY_TWICE = "line {line}: {key} is given twice."
-NOT_IN_FORM = "{path}: the form cannot hold {value!r} as it is, so it was left out or changed."
 SECRET_VALUES_NOT_SHOWN = (
     "secret_env values are never sent back to the browser, so this YAML shows *** in their place: "
     "type the values in the secret_env box before you submit."
@@ -157,8 +160,6 @@ SECTIONS = (
         ),
     ),
 )
-# The group blocks are JSON fields of the spec's serializer, checked by these (for the defaults).
-GROUP_SERIALIZERS = {"array": ArraySerializer, "sweep": SweepSerializer}
 # In the spec's own order, so the YAML reads like the API's documented spec.
 FIELDS = sorted(
     (f for _, fields in SECTIONS for f in fields), key=lambda f: SPEC_FIELD_ORDER.index(f.name.split(".")[0])
@@ -324,29 +325,6 @@ def _get(spec: dict, path: str):
     return spec
 
 
-def _flat(data: dict, prefix: str = "", depth: int = 0) -> dict:
-    """{"resources.gpu_count": 8, "env.A": "1", ...}: two levels, as deep as the spec goes."""
-    out = {}
-    for key, value in data.items():
-        path = f"{prefix}{key}"
-        if isinstance(value, dict) and value and depth < 1:
-            out.update(_flat(value, f"{path}.", depth + 1))
-        else:
-            out[path] = value
-    return out
-
-
-def _lost_in_form(data: dict, spec: dict) -> list[str]:
-    """What the YAML says that the form cannot show (an unknown field, a list where a number
-    goes): told, rather than silently changed. Empty values are the defaults either way."""
-    kept = _flat(spec)
-    return [
-        NOT_IN_FORM.format(path=path, value=value)
-        for path, value in _flat(data).items()
-        if value not in (None, "", [], {}) and (path not in kept or kept[path] != value)
-    ]
-
-
 def _dump(spec: dict) -> str:
     return dump_yaml(masked_spec(spec), sort_keys=False, allow_unicode=True)
 
@@ -473,7 +451,7 @@ def page(request):
         values = spec_to_form(cloned) if cloned else _default_values(request.user)
         state = SubmitState(values, yaml=_dump(form_to_spec(values)[0]))
         if cloned:  # what the form cannot hold is said, as for YAML loaded into it (QA: notify was dropped)
-            state.yaml_errors = _lost_in_form(masked_spec(cloned), masked_spec(form_to_spec(values)[0]))
+            state.yaml_errors = lost_in_form(masked_spec(cloned), masked_spec(form_to_spec(values)[0]))
         return _render(request, state)
     action = ACTIONS.get(request.POST.get("action", ""))
     if action is None:
@@ -558,7 +536,7 @@ def _from_yaml(request, state: SubmitState):
     else:
         state.values = spec_to_form(data)
         # Compared masked: a message about secret_env must not quote a value.
-        state.yaml_errors = _lost_in_form(masked_spec(data), masked_spec(form_to_spec(state.values)[0]))
+        state.yaml_errors = lost_in_form(masked_spec(data), masked_spec(form_to_spec(state.values)[0]))
     response = _render(request, state)
     if data is None and not request.headers.get("HX-Request"):
         response.status_code = 400  # htmx swaps only 2xx answers: it gets the same form with a 200
@@ -569,6 +547,9 @@ def _dry_run(request, state: SubmitState):
     checked = _check(request.user, state)
     state.dry_run_ran = True
     state.dry_run = dry_run(checked[1]) if checked else None
+    existing = resubmit_answer(team=checked[0], spec=checked[1]).get("existing") if checked else None
+    if existing and existing["status"] == 409:  # the submit would be refused: said as a submit says it
+        state.alerts.append(existing["message"])
     return _render(request, state)
 
 

@@ -45,7 +45,11 @@ def page(request):
 
 def _create(request):
     days = request.POST.get("expires_in_days", "").strip()
-    body = TokenCreateSerializer(data={"name": request.POST.get("name", ""), "expires_in_days": days or None})
+    # The form's text as the API's JSON carries it: digits as a number (the field takes no string).
+    if days.isascii() and days.isdecimal() and len(days) <= 9:
+        days = int(days)
+    data = {"name": request.POST.get("name", ""), "expires_in_days": None if days == "" else days}
+    body = TokenCreateSerializer(data=data)
     if not body.is_valid():
         return _render(request, errors=flatten_errors(body.errors), typed=request.POST, status=400)
     fields = body.validated_data

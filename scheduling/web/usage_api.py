@@ -15,7 +15,6 @@ from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers, status
 from rest_framework.exceptions import PermissionDenied, ValidationError
-from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -29,7 +28,7 @@ from scheduling.accounting import BUCKETS, GROUPS, MAX_BUCKETS, UsageQuery, Usag
 from scheduling.ledger import OUTCOMES
 from scheduling.models import LostCause, Price, Priority, UsageRecord
 from teams.models import Team
-from teams.resources import known_classes, unknown_class_message
+from teams.resources import canonical_class, known_classes, unknown_class_message
 from teams.selectors import is_site_admin, team_ids_of
 
 DEFAULT_WINDOW = timedelta(days=30)
@@ -41,7 +40,6 @@ BAD_GROUP = "group by one or two of {choices} (at most one of day, week); got {v
 TO_BEFORE_FROM = "must be later than from ({start})."
 FROM_AFTER_NOW = "must be before to, which defaults to now ({now}): give a to later than from."
 TOO_MANY_BUCKETS = "a report by {bucket} covers at most {limit} {bucket}s; this one covers {count}."
-BAD_FORMAT = "format is json or csv; got {value!r}."
 USAGE_PARAMETERS = ("from", "to", "team", "owner", "resource_class", "priority", "group_by")
 NO_PRICE = "give gpu_hour, cpu_hour or both: a price with neither makes the class free."
 
@@ -98,13 +96,7 @@ class UsageParams(serializers.Serializer):
     def validate_resource_class(self, value: str) -> str:
         """A known class in any case, as its canonical name ("gpu:h100" -> "gpu:H100", as
         MLQ_GPU_TYPES spells it): the ledger's rows keep that one."""
-        known = known_classes()
-        if value in known:
-            return value
-        spelled = [rclass for rclass in known if rclass.casefold() == value.casefold()]
-        if len(spelled) != 1:  # none, or nodes that report both "h100" and "H100": say which
-            raise ValidationError(unknown_class_message(value, known))
-        return spelled[0]
+        return known_class(value)
 
     def validate(self, data: dict) -> dict:
         end = data.get("to") or self.context["now"]
@@ -219,23 +211,8 @@ class CSVRenderer(BaseRenderer):
         return data if isinstance(data, str) else JSONRenderer().render(data)
 
 
-class FormatNegotiation(DefaultContentNegotiation):
-    """?format= chooses, whatever the Accept header says (a CLI asks for JSON by default), and
-    names the field when it asks for something we do not write (DRF: a 404)."""
-
-    def select_renderer(self, request, renderers, format_suffix=None):
-        wanted = format_suffix or request.query_params.get(self.settings.URL_FORMAT_OVERRIDE)
-        if not wanted:
-            return super().select_renderer(request, renderers, format_suffix)
-        for renderer in renderers:
-            if renderer.format == wanted:
-                return renderer, renderer.media_type
-        raise ValidationError({"format": [BAD_FORMAT.format(value=wanted)]})
-
-
 class Usage(APIView):
     renderer_classes = [JSONRenderer, CSVRenderer]
-    content_negotiation_class = FormatNegotiation
 
     def handle_exception(self, exc):
         """An error is JSON, said to be JSON, whatever format was asked for: a spreadsheet or a
@@ -275,6 +252,15 @@ class PriceSerializer(serializers.ModelSerializer):
         read_only_fields = fields  # the answer's; a new price's body is NewPriceSerializer
 
 
+def known_class(name: str) -> str:
+    """The known class `name` spells in any case (teams.resources.canonical_class), or a 400
+    saying which it may have meant: none matches, or nodes report both "h100" and "H100"."""
+    known = known_classes()
+    if (rclass := canonical_class(name, known)) is None:
+        raise ValidationError(unknown_class_message(name, known))
+    return rclass
+
+
 class NewPriceSerializer(NoUnknownFields, serializers.Serializer):
     """A new price's body: a field it does not take (a typo, `effective_form`, or an answer's
     `id`) is refused, not a default silently taken, and so is a body with no price at all (a
@@ -284,6 +270,10 @@ class NewPriceSerializer(NoUnknownFields, serializers.Serializer):
     gpu_hour = serializers.DecimalField(max_digits=12, decimal_places=4, min_value=0, required=False)
     cpu_hour = serializers.DecimalField(max_digits=12, decimal_places=4, min_value=0, required=False)
     effective_from = date_fields.DateTimeField(required=False, help_text="default: now")
+
+    def validate_resource_class(self, value: str) -> str:
+        """In any case, stored by its canonical name ("gpu:h100" -> "gpu:H100"), as usage reads it."""
+        return known_class(value)
 
     def validate_effective_from(self, value):
         """Within the years the usage report reads (scheduling/accounting.py)."""
@@ -315,6 +305,7 @@ class PriceList(APIView):
         check_parameters(query, filters=PRICE_PARAMETERS, paged=False)
         prices = Price.objects.all()
         if (rclass := query.get("resource_class")) is not None:
+            rclass = canonical_class(rclass, known_classes()) or rclass  # any case; a retired class as given
             prices = prices.filter(resource_class=rclass)
             # A retired class keeps its history; a typo, known to nothing, is said to be one.
             if rclass not in (known := known_classes()) and not prices.exists():

@@ -2,7 +2,7 @@
 check who may, call scheduling/whatif.py, serialize.
 
     POST /api/v1/what-if        {team, resource_class, guaranteed?, borrowing_limit?, weight?, from, to}
-                                -> 202 the preview (QUEUED); poll it
+                                -> 202 the preview (QUEUED); poll it (201 DONE: run in the request)
     GET  /api/v1/what-if/{id}   -> the preview: state, progress 0-1, and once DONE its figures
 """
 
@@ -16,9 +16,10 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from mlqueue import date_fields
+from mlqueue.query_parameters import check_parameters
 from scheduling.core.model import CPU_CLASS
-from scheduling.models import QuotaPreview
-from scheduling.whatif import NOT_A_LEAD, do_start_preview, preview_for
+from scheduling.models import PreviewState, QuotaPreview
+from scheduling.whatif import LEADS_NO_TEAM, NOT_A_LEAD, do_start_preview, may_preview_any, preview_for
 from teams.models import Team
 from teams.resources import known_classes, unknown_class_message
 from teams.selectors import can_edit_quotas
@@ -99,6 +100,8 @@ def start_preview(user, data) -> QuotaPreview:
     team = Team.objects.select_related("parent").filter(name=name).first() if isinstance(name, str) else None
     if team is not None and not can_edit_quotas(user, team):
         raise PermissionDenied(NOT_A_LEAD.format(team=team.name))
+    if team is None and not may_preview_any(user):
+        raise PermissionDenied(LEADS_NO_TEAM)
     body = QuotaPreviewRequestSerializer(data=data)
     body.is_valid(raise_exception=True)
     values = dict(body.validated_data)
@@ -111,13 +114,16 @@ class QuotaPreviewCreate(APIView):
     @extend_schema(
         request=QuotaPreviewRequestSerializer,
         responses={
+            201: OpenApiResponse(QuotaPreviewSerializer, description="run in the request (no broker): DONE or FAILED"),
             202: QuotaPreviewSerializer,
             403: OpenApiResponse(description="not a lead of the team (or of a team above it) nor a site admin"),
         },
     )
     def post(self, request: Request) -> Response:
         preview = start_preview(request.user, request.data)
-        return Response(QuotaPreviewSerializer(preview).data, status=status.HTTP_202_ACCEPTED)
+        # 201 where it ran in the request (no broker: the embedded setup), 202 while a worker has it.
+        done = preview.state in (PreviewState.DONE, PreviewState.FAILED)
+        return Response(QuotaPreviewSerializer(preview).data, status=201 if done else status.HTTP_202_ACCEPTED)
 
 
 class QuotaPreviewDetail(APIView):
@@ -126,4 +132,5 @@ class QuotaPreviewDetail(APIView):
         preview = preview_for(request.user, int(preview_id))
         if preview is None:
             raise NotFound(NO_SUCH_PREVIEW.format(id=preview_id))
+        check_parameters(request.query_params, paged=False)
         return Response(QuotaPreviewSerializer(preview).data)

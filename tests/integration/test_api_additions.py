@@ -141,8 +141,8 @@ def test_a_dry_run_waits_on_the_teams_quota_as_a_pass_would(api, fresh_liveness)
     body = api("victor").post("/api/v1/jobs/dry-run", spec, format="json").json()
     assert (body["can_ever_run"], body["placement"], body["reason"]["code"]) == (True, None, "QUOTA")
     assert body["reason"]["message"] == (
-        "this job asks 56 H100, more than team research-vision may ever hold (48: guaranteed 16 plus its"
-        " borrowing limit): it can start only once that quota is raised"
+        "this job asks 56 H100, more than team research-vision may ever hold (at most 48: 16 guaranteed + 32 "
+        "borrowing limit): it can start only once that quota is raised"
     )
     eight = make_spec(team="research-vision", resources={"gpu_count": 8, "gpu_type": "H100"})
     fits = api("victor").post("/api/v1/jobs/dry-run", eight, format="json").json()

@@ -9,7 +9,12 @@ from django.conf import settings
 from mlqueue.errors import BODY_TOO_LARGE
 from mlqueue.parsers import MALFORMED_JSON, NOT_JSON_CONSTANT
 from mlqueue.serializer_fields import UNKNOWN_FIELD
-from scheduling.core.feasibility import LARGER_THAN_ANY_NODE, MORE_THAN_THE_CLUSTER, NO_NODE_WITH_LABELS
+from scheduling.core.feasibility import (
+    AT_MOST_IN_ONE,
+    LARGER_THAN_ANY_NODE,
+    MORE_THAN_THE_CLUSTER,
+    NO_NODE_WITH_LABELS,
+)
 from scheduling.models import Job, Task
 from scheduling.services import A_DIVISION, NOT_A_MEMBER, P0_RESERVED, UNKNOWN_DEPENDENCY, UNKNOWN_TEAM
 from scheduling.spec import (
@@ -130,7 +135,8 @@ CASES = [
         None,
         400,
         "resources.gpu_count",
-        MORE_THAN_THE_CLUSTER.format(asked=4096, kind="H100", total=H100_GPUS),
+        MORE_THAN_THE_CLUSTER.format(asked=4096, kind="H100", total=H100_GPUS)
+        + AT_MOST_IN_ONE.format(group="zone", most=H100_GPUS // 2),  # two zones: a gang gets one
     ),
     (
         "more GPUs per task than a node",

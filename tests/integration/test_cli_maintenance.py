@@ -90,7 +90,7 @@ def test_bad_input_is_named_and_users_are_refused(clock, mlq_as):
         "ops", "maintenance", "create", "--zone", "z1", "--at", "2026-04-20T08:00Z", "--hours", "1", "--reason", "x"
     )
     assert past.exit_code == EXIT_REFUSED
-    assert "starts_at: must be in the future (it is 2026-04-20 09:00:00 UTC now)." in past.output
+    assert "--at: must be in the future (it is 2026-04-20 09:00:00 UTC now)." in past.output
     two = mlq_as(
         "ops",
         "maintenance",

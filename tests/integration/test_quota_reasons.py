@@ -11,17 +11,22 @@ from tests.conftest import make_spec
 from tests.nodes import heartbeat
 
 AT_LIMIT = (
-    "team research-foundation-models uses 96 H100 (guaranteed 32, borrowing limit reached at 96); this job needs 1 more"
+    "team research-foundation-models uses 96 H100 (at most 96: 32 guaranteed + 64 borrowing limit); "
+    "this job needs 1 more"
 )
-UNDER = "team research-vision uses 24 H100 (guaranteed 8, borrowing limit reached at 28); this job needs 8 more"
+UNDER = "team research-vision uses 24 H100 (at most 28: 8 guaranteed + 20 borrowing limit); this job needs 8 more"
 PARENT = (
-    "element 3: parent team research uses 16 H100 (guaranteed 8, borrowing limit reached at 20); this job needs 8 more"
+    "element 3: parent team research uses 16 H100 (at most 20: 8 guaranteed + 12 borrowing limit); "
+    "this job needs 8 more"
 )
 PRIVATE_PARENT = "parent team research has reached its borrowing limit of H100; this job needs 8 more"
 OVER = (
-    "team research-foundation-models uses 96 H100 (guaranteed 32, borrowing limit reached at 64); this job needs 1 more"
+    "team research-foundation-models uses 96 H100 (at most 64: 32 guaranteed + 32 borrowing limit); "
+    "this job needs 1 more"
 )
-PARENT_OVER = "parent team research uses 72 H100 (guaranteed 24, borrowing limit reached at 51); this job needs 8 more"
+PARENT_OVER = (
+    "parent team research uses 72 H100 (at most 51: 24 guaranteed + 27 borrowing limit); this job needs 8 more"
+)
 IDLE = "team research-vision at 24/24 guaranteed H100, nothing idle to borrow (needs 8, {free} free)"
 ROOM_WAIT = "it waits for its team's quota and for room ({free} H100 free)"
 NO_ROOM = "; a higher borrowing limit would not, with no room for it"
@@ -57,7 +62,7 @@ def asked(units: int, *, free: int, fewest: int = 1) -> Asked:
         (UNDER, asked(8, free=2), f"{ROOM_WAIT.format(free=2)}: asking 2 H100 or fewer would start it sooner{NO_ROOM}"),
         # Two tasks ask at least one GPU each: 4 fit, but not 1.
         (
-            UNDER.replace("reached at 28", "reached at 25"),
+            UNDER.replace("at most 28: 8 guaranteed + 20", "at most 25: 8 guaranteed + 17"),
             asked(8, free=40, fewest=2),
             "it waits for its team's quota, not for room: a higher borrowing limit from a lead of its team would start"
             " it sooner",
@@ -96,8 +101,8 @@ def asked(units: int, *, free: int, fewest: int = 1) -> Asked:
             " research from a lead of research (or above) would start it sooner",
         ),
         (
-            "this job asks 56 H100, more than team research-vision may ever hold (48: guaranteed 16 plus its"
-            " borrowing limit): it can start only once that quota is raised",
+            "this job asks 56 H100, more than team research-vision may ever hold (at most 48: 16 guaranteed + 32 "
+            "borrowing limit): it can start only once that quota is raised",
             asked(56, free=40),
             CEILING_HELP.format(team="its team"),
         ),

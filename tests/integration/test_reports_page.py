@@ -53,7 +53,7 @@ def test_a_lead_sees_their_teams_numbers_under_each_chart(logged_in, history):
     owed = [[str(float(sum(guarantee) * 24))], [str(float(sum(guarantee) * 12))]]
     assert table(page, "gpu-hours") == [["2026-04-19", "120.0", *owed[0]], ["2026-04-20", "104.0", *owed[1]]]
     assert table(page, "waits") == [[RFM, "P2", "2", "30.0", "30.0"]]
-    assert table(page, "lost") == [[RFM, "1", "4.0", "0.0", "0.0", "0.0", "0.0", "0.0", "4.0"]]
+    assert table(page, "lost") == [[RFM, "1", "4.0", "0.0", "0.0", "0.0", "0.0", "0.0", "0.0", "4.0"]]
     assert table(page, "top-users") == [
         ["alice", "192.0", "384.0", "384.0", "0.0"],
         ["rita", "32.0", "32.0", "64.0", "4.0"],

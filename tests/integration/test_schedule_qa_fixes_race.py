@@ -30,8 +30,8 @@ def create(concurrency: str, cron: str = "0 3 * * *"):
 @pytest.mark.parametrize("concurrency", ["allow", "forbid", "replace"])
 def test_run_now_twice_in_one_second_leaves_one_row_and_one_run(clock, demo, concurrency):
     alice, schedule = create(concurrency)
-    first = schedules.do_run_now(user=alice, schedule=schedule)
-    again = schedules.do_run_now(user=alice, schedule=schedule)
+    first, _ = schedules.do_run_now(user=alice, schedule=schedule)
+    again, _ = schedules.do_run_now(user=alice, schedule=schedule)
     assert again.pk == first.pk and first.outcome == FireOutcome.SUBMITTED
     assert list(ScheduleFire.objects.filter(schedule=schedule).values_list("job_id", flat=True)) == [first.job_id]
     assert list(Job.objects.filter(schedule=schedule).values_list("state", flat=True)) == ["PENDING"]  # not replaced
@@ -41,7 +41,7 @@ def test_run_now_twice_in_one_second_leaves_one_row_and_one_run(clock, demo, con
 def test_a_cron_fire_time_run_now_already_handled_leaves_one_row(demo):
     with time_machine.travel(datetime(2026, 4, 20, 8, 0, tzinfo=UTC), tick=False):
         alice, schedule = create("allow", cron="0 9 * * *")
-    first = schedules.do_run_now(user=alice, schedule=schedule, now=NOW)  # 09:00:00, its fire time
+    first, _ = schedules.do_run_now(user=alice, schedule=schedule, now=NOW)  # 09:00:00, its fire time
     assert schedules.fire_due(now=NOW) == [first]
     assert ScheduleFire.objects.filter(schedule=schedule).count() == 1
 
@@ -54,7 +54,7 @@ def test_three_concurrent_run_nows_in_one_second_leave_one_row(demo):
     def run_now():
         try:
             start.wait(10)
-            fires.append(schedules.do_run_now(user=alice, schedule=schedule, now=NOW))
+            fires.append(schedules.do_run_now(user=alice, schedule=schedule, now=NOW)[0])
         except BaseException as exc:  # noqa: BLE001  reported by the test
             errors.append(exc)
         finally:

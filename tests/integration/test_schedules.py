@@ -182,8 +182,8 @@ def test_a_submit_the_owner_has_no_right_to_any_more_pauses_with_its_reason(cloc
 
 def test_run_now_twice_in_one_second_returns_the_same_run(clock, demo, user):
     schedule = create(concurrency="allow")
-    first = schedules.do_run_now(user=user("alice"), schedule=schedule)
-    again = schedules.do_run_now(user=user("alice"), schedule=schedule)
+    first, _ = schedules.do_run_now(user=user("alice"), schedule=schedule)
+    again, _ = schedules.do_run_now(user=user("alice"), schedule=schedule)
     assert (again.pk, again.job_id, again.message) == (first.pk, first.job_id, f"submitted job {first.job_id}")
     assert schedule.fires.count() == 1  # one fire time, one row
     assert runs(schedule) == [(at(9), "PENDING")]
@@ -378,7 +378,7 @@ def test_a_run_now_is_audited_when_it_was_pressed_not_at_its_fire_time(clock, de
     schedule = create()
     user = get_user_model().objects.get(username="alice")
     pressed = at(9, 30) + timedelta(microseconds=530_545)
-    fire = schedules.do_run_now(user=user, schedule=schedule, now=pressed)
+    fire, _ = schedules.do_run_now(user=user, schedule=schedule, now=pressed)
     assert fire.scheduled_for == at(9, 30)
     ran = AuditEvent.objects.filter(kind="SCHEDULE", message__contains="now, as its owner").get()
     assert ran.created_at == pressed

@@ -13,6 +13,7 @@ from django.utils.html import escape
 from scheduling import services
 from scheduling.models import Job, Node, Task
 from scheduling.spec import ONLY_WHEN_GIVEN, SPEC_FIELD_ORDER
+from scheduling.web.form_fit import BLOCK_NOT_IN_FORM, BLOCKS_NOT_IN_FORM
 from scheduling.web.submit_page import CLONE_NOT_VISIBLE, FIELDS, NOT_A_MAPPING, NOT_IN_FORM, YAML_SYNTAX
 from teams.models import AuditEvent
 from tests.conftest import make_spec
@@ -299,8 +300,9 @@ def test_yaml_without_a_field_leaves_its_select_on_the_default(alice, form):
 
 
 def test_yaml_the_form_cannot_hold_is_reported(alice, form):
-    response = post(alice, form, "from_yaml", yaml="team: research-foundation-models\ncommand: [a]\ngpu: 8\n")
-    assert response.context["state"].yaml_errors == [NOT_IN_FORM.format(path="gpu", value=8)]
+    text = "team: research-foundation-models\ncommand: [a]\nresources: {gpu_count: [1, 2]}\n"
+    response = post(alice, form, "from_yaml", yaml=text)
+    assert response.context["state"].yaml_errors == [NOT_IN_FORM.format(path="resources.gpu_count", value="[1, 2]")]
 
 
 @pytest.mark.parametrize(
@@ -378,7 +380,7 @@ def test_a_clone_says_what_the_form_cannot_hold(alice, user, settings):
     job, _ = services.do_submit_job(user=user("alice"), team=team, spec=spec)
     html = alice.get(f"{URL}?clone={job.pk}").content.decode().replace("&#x27;", "'")
     assert 'id="yaml-errors"' in html
-    assert NOT_IN_FORM.format(path="notify.webhook", value="https://hooks.example.com/mlq") in html
+    assert BLOCK_NOT_IN_FORM.format(block="notify", why=BLOCKS_NOT_IN_FORM["notify"]) in html
 
 
 def test_the_page_needs_a_login(demo):

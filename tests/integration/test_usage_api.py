@@ -195,15 +195,15 @@ def test_csv_has_a_line_per_group_and_every_cause_and_outcome(api, ledger):
     lines = response.content.decode().splitlines()
     assert lines[0] == (
         "team,gpu_hours,cpu_hours,cost,lost_gpu_hours,lost_preemption,lost_quota_reclaim,lost_drain,lost_reclaim,"
-        "lost_node_loss,lost_failure,jobs_succeeded,jobs_failed,jobs_preempted,jobs_cancelled,jobs_early_stopped,"
-        "jobs_skipped,jobs_requeued,jobs_pending,attempts_succeeded,attempts_failed,attempts_preempted,"
+        "lost_node_loss,lost_not_started,lost_failure,jobs_succeeded,jobs_failed,jobs_preempted,jobs_cancelled,"
+        "jobs_early_stopped,jobs_skipped,jobs_requeued,jobs_pending,attempts_succeeded,attempts_failed,attempts_preempted,"
         "attempts_cancelled,attempts_early_stopped,attempts_skipped,attempts_requeued,attempts_pending,"
         "attempts_started,queue_wait_p50_s,queue_wait_p95_s"
     )
     assert lines[1:] == [
-        f"{RANKING},8.0,16.0,0.0,0.0,0.0,0.0,0.0,0.0,0.0,0.0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,1,7200.0,7200.0",
-        f"{RFM},52.0,72.0,0.0,2.0,2.0,0.0,0.0,0.0,0.0,0.0,1,0,1,0,0,0,0,0,1,0,1,0,0,0,0,0,1,1800.0,1800.0",
-        f"{VISION},0.0,32.0,0.0,0.0,0.0,0.0,0.0,0.0,0.0,0.0,0,1,0,0,0,0,0,0,0,1,0,0,0,0,0,0,1,10800.0,10800.0",
+        f"{RANKING},8.0,16.0,0.0,0.0,0.0,0.0,0.0,0.0,0.0,0.0,0.0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,1,7200.0,7200.0",
+        f"{RFM},52.0,72.0,0.0,2.0,2.0,0.0,0.0,0.0,0.0,0.0,0.0,1,0,1,0,0,0,0,0,1,0,1,0,0,0,0,0,1,1800.0,1800.0",
+        f"{VISION},0.0,32.0,0.0,0.0,0.0,0.0,0.0,0.0,0.0,0.0,0.0,0,1,0,0,0,0,0,0,0,1,0,0,0,0,0,0,1,10800.0,10800.0",
     ]
 
 

@@ -335,8 +335,8 @@ def test_non_finite_hours_and_limits_are_refused_without_a_traceback():
     server = FakeServer({})
     window = ["maintenance", "create", "--rack", "z1-r3", "--at", "2026-12-12T02:00Z", "--reason", "x", "--hours"]
     for args, message in (
-        ([*window, "nan"], "duration_hours: must be a finite number, not nan"),
-        ([*window, "inf"], "duration_hours: must be a finite number, not inf"),
+        ([*window, "nan"], "--hours: must be a finite number, not nan"),
+        ([*window, "inf"], "--hours: must be a finite number, not inf"),
         (["set", "21", "--max-runtime-hours", "nan"], "max_runtime_hours: must be a finite number, not nan"),
     ):
         result = run(server, *args)

@@ -28,7 +28,22 @@ def shape(gpu_type="H100", tasks=1, gpus=8, cpus=4, mem=64, selector=None, topol
 @pytest.mark.parametrize(
     "job, field, message",
     [
-        (shape(tasks=512), "resources.gpu_count", "asks 4096 H100; the cluster has 128"),
+        (
+            shape(tasks=512),
+            "resources.gpu_count",
+            "asks 4096 H100; the cluster has 128, and a gang runs in one zone: 64 at most",
+        ),
+        (
+            shape(tasks=512, topology=Topology.REQUIRE_SAME_RACK),
+            "resources.gpu_count",
+            "asks 4096 H100; the cluster has 128, and a gang runs in one rack: 32 at most",
+        ),
+        (
+            shape(tasks=9),  # what the first message's 128 or 64 leads to: the zone's count says GPUs too
+            "resources.gpu_count",
+            "needs 9 tasks of 8 H100 in one zone (a gang never spans zones); the largest zone, z1, holds 8 such "
+            "tasks (64 H100)",
+        ),
         (shape(gpus=16), "resources.gpus_per_task", "asks 16 GPUs per task; the largest H100 node has 8"),
         (shape(gpu_type="L40S"), "resources.gpu_type", "no node in the cluster has gpu_type=L40S"),
         (shape(cpus=200), "resources.cpu_per_rank", "asks 200 CPUs per task; the largest H100 node has 96 CPUs"),
@@ -39,9 +54,22 @@ def shape(gpu_type="H100", tasks=1, gpus=8, cpus=4, mem=64, selector=None, topol
         ),
         (shape(selector={"ib": "ndr"}), "node_selector", "no H100 node carries the labels ib=ndr (16 H100 nodes)"),
         (
+            shape(selector={"zone": "z1"}),  # a node's zone is no label (QA)
+            "node_selector",
+            "no H100 node carries the labels zone=z1 (16 H100 nodes); zone and rack are not labels: a gang already "
+            "runs in one zone, and topology_hint: require_same_rack keeps it in one rack",
+        ),
+        (
+            shape(selector={"ib": "ndr", "rack": "z1-r1"}),
+            "node_selector",
+            "no H100 node carries the labels ib=ndr, rack=z1-r1 (16 H100 nodes); zone and rack are not labels: a "
+            "gang already runs in one zone, and topology_hint: require_same_rack keeps it in one rack",
+        ),
+        (
             shape(tasks=12),
             "resources.gpu_count",
-            "needs 12 tasks of 8 H100 in one zone (a gang never spans zones); the largest zone, z1, holds 8",
+            "needs 12 tasks of 8 H100 in one zone (a gang never spans zones); the largest zone, z1, holds 8 such "
+            "tasks (64 H100)",
         ),
         (
             shape(tasks=8, topology=Topology.REQUIRE_SAME_RACK),
@@ -79,6 +107,17 @@ def test_refuses_what_an_empty_cluster_cannot_hold(job, field, message):
 )
 def test_accepts_what_fits_somewhere(job):
     assert can_ever_run(job, CLUSTER).ok
+
+
+def test_one_zone_adds_no_most_to_the_clusters_size():
+    """Where one gang may have the whole cluster, its size is the most: nothing more to say."""
+    verdict = can_ever_run(shape(tasks=4), rack_of("z1", "z1-r1", 2))
+    assert (verdict.field, verdict.message) == ("resources.gpu_count", "asks 32 H100; the cluster has 16")
+
+
+def test_a_zone_label_some_node_carries_gets_no_hint():
+    verdict = can_ever_run(shape(selector={"zone": "west"}), rack_of("z1", "z1-r1", 2, labels={"zone": "east"}))
+    assert verdict.message == "no H100 node carries the labels zone=west (2 H100 nodes)"
 
 
 def test_no_cpu_nodes_is_named():

@@ -152,7 +152,8 @@ def test_the_value_named_is_the_largest_that_fits(fleet, job, field, message, la
             DEMO,
             h100(24, per_task=4),
             "resources.gpu_count",
-            "needs 24 tasks of 4 H100 in one zone (a gang never spans zones); the largest zone, z1, holds 16",
+            "needs 24 tasks of 4 H100 in one zone (a gang never spans zones); the largest zone, z1, holds 16 such "
+            "tasks (64 H100)",
         ),
         (
             DEMO,
@@ -164,7 +165,8 @@ def test_the_value_named_is_the_largest_that_fits(fleet, job, field, message, la
             DEMO,
             cpu_job(9, cpus=48, mem=100),
             "resources.tasks",
-            "needs 9 tasks of 48 CPU in one zone (a gang never spans zones); the largest zone, z1, holds 8",
+            "needs 9 tasks of 48 CPU in one zone (a gang never spans zones); the largest zone, z1, holds 8 such "
+            "tasks (384 CPU)",
         ),
         # The zone holds it; CPUs cap the rack, and a looser hint fits it.
         (

@@ -361,9 +361,9 @@ def test_a_parent_teams_quota_figures_are_named_only_where_they_may_be_read(figu
     reasons = [decisions.pending[10].message, decisions.pending[11].message]
     assert reasons == (
         [
-            "parent team research uses 16 H100 (guaranteed 8, borrowing limit reached at 16); this job needs 8 more",
-            "this job asks 24 H100, more than parent team research may ever hold (16: guaranteed 8 plus its borrowing"
-            " limit): it can start only once that quota is raised",
+            "parent team research uses 16 H100 (at most 16: 8 guaranteed + 8 borrowing limit); this job needs 8 more",
+            "this job asks 24 H100, more than parent team research may ever hold (at most 16: 8 guaranteed + 8 "
+            "borrowing limit): it can start only once that quota is raised",
         ]
         if figures
         else [
@@ -446,7 +446,7 @@ def test_quota_limit_is_explained_with_numbers():
     decisions = schedule(snapshot(nodes, pending=[job(90, gpus=8)], running_jobs=used, team_list=quotas))
     assert decisions.pending[90].code == ReasonCode.QUOTA
     assert decisions.pending[90].message == (
-        "team vision uses 32 H100 (guaranteed 16, borrowing limit reached at 32); this job needs 8 more"
+        "team vision uses 32 H100 (at most 32: 16 guaranteed + 16 borrowing limit); this job needs 8 more"
     )
 
 
@@ -456,7 +456,7 @@ def test_a_job_larger_than_its_team_may_ever_hold_says_only_a_larger_quota_lets_
     decisions = schedule(snapshot(nodes, pending=[job(91, gpus=40)], team_list=quotas))
     assert decisions.pending[91].code == ReasonCode.QUOTA
     assert decisions.pending[91].message == (
-        "this job asks 40 H100, more than team vision may ever hold (32: guaranteed 16 plus its borrowing limit):"
+        "this job asks 40 H100, more than team vision may ever hold (at most 32: 16 guaranteed + 16 borrowing limit):"
         " it can start only once that quota is raised"
     )
 

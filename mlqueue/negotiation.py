@@ -1,0 +1,21 @@
+"""Content negotiation for every API view: `?format=` chooses the renderer, whatever the Accept
+header says (a CLI asks for JSON by default), and a format the view does not write is a 400
+naming `format`, where DRF answered 404 "Not found." (`GET /api/v1/jobs?format=csv`: the jobs
+list has no CSV; only `/api/v1/usage` has)."""
+
+from rest_framework.exceptions import ValidationError
+from rest_framework.negotiation import DefaultContentNegotiation
+
+BAD_FORMAT = "format is {formats}; got {value!r}."
+
+
+class FormatNegotiation(DefaultContentNegotiation):
+    def select_renderer(self, request, renderers, format_suffix=None):
+        wanted = format_suffix or request.query_params.get(self.settings.URL_FORMAT_OVERRIDE)
+        if not wanted:
+            return super().select_renderer(request, renderers, format_suffix)
+        for renderer in renderers:
+            if renderer.format == wanted:
+                return renderer, renderer.media_type
+        formats = " or ".join(renderer.format for renderer in renderers)
+        raise ValidationError({"format": [BAD_FORMAT.format(formats=formats, value=wanted)]})
