@@ -180,7 +180,7 @@ class NodeAction(APIView):
             # What an admin sees change (QA: `mlq uncordon` of a node in service said nothing of
             # it), read under the row's lock: of two cordons at once, the second changed nothing
             # (QA: four at once each answered `changed`).
-            node = Node.objects.select_for_update(no_key=True).get(name=name)
+            node = get_object_or_404(Node.objects.select_for_update(no_key=True), name=name)  # gone meanwhile: 404
             was = _as_seen(with_tasks(Node.objects).get(pk=node.pk))
             self.act(node, request.user, body)
             after = with_tasks(Node.objects).get(pk=node.pk)

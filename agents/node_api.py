@@ -2,8 +2,6 @@
 as `mlq node NAME` reads it (QA: an on-call admin at a terminal had the nodes' list and their
 actions, but no node's health, tasks or history without the console)."""
 
-import time
-
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import exceptions, generics, serializers
@@ -44,16 +42,15 @@ class NodeDetailSerializer(NodeSerializer):
         fields = [*NodeSerializer.Meta.fields, "address", "telemetry", "placed", "maintenance"]
 
     def get_telemetry(self, node: Node) -> dict | None:
-        sample = node_health.latest([node.name]).get(node.name)
+        sample, age, rows = node_health.latest_of(node)
         if sample is None:
             return None
-        received = sample.get("received_at")
         return {
             "provider": sample.get("provider"),
             "error": sample.get("error") or "",
-            "age_s": round(time.time() - received, 1) if received else None,
+            "age_s": round(age, 1) if age is not None else None,
             "check": sample.get("check"),  # the health-check command's status, exit code, output
-            "gpus": node_health.gpu_rows(sample, node.gpu_count, node.excluded_gpus),
+            "gpus": rows,
         }
 
     def get_placed(self, node: Node) -> list[dict]:

@@ -6,7 +6,6 @@ that re-fetches itself with the same filters. Actions go through the same valida
 audited services as the API."""
 
 import math
-import time
 from dataclasses import dataclass
 from datetime import UTC
 
@@ -327,10 +326,5 @@ def node_page(request, name: str):
 
 def _health_context(node: Node) -> dict:
     """The node's latest telemetry sample (Redis): a row per GPU, the health check, its age."""
-    sample = node_health.latest([node.name]).get(node.name)
-    age = time.time() - sample["received_at"] if sample else None
-    return {
-        "sample": sample,
-        "sample_age_s": age,
-        "gpu_rows": node_health.gpu_rows(sample, node.gpu_count, node.excluded_gpus),
-    }
+    sample, age, rows = node_health.latest_of(node)
+    return {"sample": sample, "sample_age_s": age, "gpu_rows": rows}

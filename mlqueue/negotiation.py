@@ -14,8 +14,9 @@ class FormatNegotiation(DefaultContentNegotiation):
         wanted = format_suffix or request.query_params.get(self.settings.URL_FORMAT_OVERRIDE)
         if not wanted:
             return super().select_renderer(request, renderers, format_suffix)
-        for renderer in renderers:
-            if renderer.format == wanted:
-                return renderer, renderer.media_type
-        formats = " or ".join(renderer.format for renderer in renderers)
+        # Of the renderers of that format, the Accept header still chooses (the schema view has
+        # two JSON ones: application/json for a JSON client).
+        if matching := [renderer for renderer in renderers if renderer.format == wanted]:
+            return super().select_renderer(request, matching, format_suffix)
+        formats = " or ".join(dict.fromkeys(renderer.format for renderer in renderers))
         raise ValidationError({"format": [BAD_FORMAT.format(formats=formats, value=wanted)]})

@@ -54,7 +54,8 @@ def read_spec_yaml(text: str) -> dict:
         data = None if problem else read_yaml(text)
     except yaml.YAMLError as exc:
         raise BodyError("body", _yaml_error(exc)) from None
-    except (ValueError, OverflowError, RecursionError) as exc:  # e.g. an integer of 5,000 digits
+    # e.g. an integer of 5,000 digits; a set as a mapping's key (unhashable: a review found a 500)
+    except (ValueError, OverflowError, RecursionError, TypeError) as exc:
         raise BodyError("body", YAML_VALUE.format(problem=exc)) from None
     if problem:
         raise BodyError("body", problem)

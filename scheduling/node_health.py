@@ -146,6 +146,14 @@ def faults_reported(node: Node) -> list[str]:
     return [finding.reason for finding in verdict.findings if finding.action == health_rules.CORDON]
 
 
+def latest_of(node: Node) -> tuple[dict | None, float | None, list[dict]]:
+    """The node's latest sample (None without one), its age in seconds, and a row per GPU: what
+    its page and the API's node detail show."""
+    sample = latest([node.name]).get(node.name)
+    age = time.time() - sample["received_at"] if sample and sample.get("received_at") else None
+    return sample, age, gpu_rows(sample, node.gpu_count, node.excluded_gpus)
+
+
 def gpu_rows(sample: dict | None, gpu_count: int, excluded: dict) -> list[dict]:
     """One row per GPU for a page: its latest telemetry (if any), whether it is excluded and
     why, and what to warn about."""

@@ -221,7 +221,7 @@ def do_drain(
     with transaction.atomic():
         # Draining already for the same reason (and deadline): nothing written or recorded; a
         # drain without `wait` still stops what a drain with it left running.
-        if _set_admin_state(
+        written = _set_admin_state(
             node,
             AdminState.DRAINING,
             reason=reason,
@@ -229,7 +229,8 @@ def do_drain(
             unless_so=True,
             admin_reason=reason,
             reclaim_deadline=deadline,
-        ):
+        )
+        if written:
             record_node_event(
                 node,
                 actor=user,
@@ -254,6 +255,16 @@ def do_drain(
                     message=f"node {node.name} is draining: {reason}",
                     actor_name=actor_name,
                 )
+            )
+        if signalled and not written:  # a drain again: its stops are in the node's history too
+            record_node_event(
+                node,
+                actor=user,
+                actor_name=actor_name,
+                reason="DRAINING",
+                message=f"draining: {reason}: stopping the {signalled} job(s) a drain with wait left running",
+                data={"wait": False, "deadline": deadline.isoformat() if deadline else None},
+                now=now,
             )
     return signalled
 

@@ -295,6 +295,11 @@ def do_delete_schedule(*, user, schedule: Schedule) -> None:
     entry; the other (its DELETE waited for the first's commit and found no row) is a 404."""
     check_may_change(user=user, schedule=schedule, verb="delete")
     with transaction.atomic():
+        # The row locked first: Django deletes its fires and unlinks its runs before the row
+        # itself, and a fire committed meanwhile (a run now, the firer's claim holding the row)
+        # would fail the DELETE's foreign-key check at commit, a 500 (a review).
+        if not Schedule.objects.select_for_update().filter(pk=schedule.pk).exists():
+            raise Http404(GONE)
         _, deleted = Schedule.objects.filter(pk=schedule.pk).delete()
         if not deleted.get(Schedule._meta.label):
             raise Http404(GONE)

@@ -14,7 +14,21 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from operator import itemgetter
 
-from django.db.models import Case, Count, Exists, F, IntegerField, OuterRef, Q, Subquery, Value, When, Window
+from django.db.models import (
+    BooleanField,
+    Case,
+    Count,
+    Exists,
+    ExpressionWrapper,
+    F,
+    IntegerField,
+    OuterRef,
+    Q,
+    Subquery,
+    Value,
+    When,
+    Window,
+)
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast, Coalesce, RowNumber
 
@@ -46,7 +60,7 @@ PENDING_FIELDS = (
     "cpu_per_rank",
     "memory_per_rank_gb",
     "scratch_disk_gb",
-    "image",
+    "names_image",
     "node_selector",
     "topology_hint",
     "submitted_at",
@@ -120,7 +134,9 @@ def _view(rows: list[dict], nodes, node_ids, running, now, config, kept: KeptRea
 
 def _waiting():
     # A group's parent has no tasks of its own: only its children are scheduled.
-    return Job.objects.filter(state=JobState.PENDING, cancel_requested_at__isnull=True, group_kind="")
+    waiting = Job.objects.filter(state=JobState.PENDING, cancel_requested_at__isnull=True, group_kind="")
+    # Whether it names an image, not the image's text: all a pass needs of it.
+    return waiting.annotate(names_image=ExpressionWrapper(~Q(image=""), output_field=BooleanField()))
 
 
 def _group_heads(now, starters: set[int]) -> tuple[list[dict], dict[int, list[int]]]:
@@ -205,7 +221,7 @@ def _pending_job(row: dict, edges: tuple, preemptor: int | None) -> core.Pending
         row["node_selector"] or {},
         core.Topology(row["topology_hint"]),
         row["scratch_disk_gb"],
-        bool(row["image"]),
+        row["names_image"],
     )
     return core.PendingJob(
         row["id"],

@@ -25,10 +25,10 @@ from scheduling.cluster import load_nodes, load_teams, policy_config
 from scheduling.core.model import NodeState, Quota
 from scheduling.models import PreviewState, QuotaPreview
 from scheduling.sim.whatif import compare, with_quota
+from teams.models import Membership, Role, Team
 from teams.models import Quota as QuotaRow
-from teams.models import Team
 from teams.quota_rules import check_capacity, check_field_rights
-from teams.selectors import can_edit_quotas, quota_readable_ids, quota_team_names
+from teams.selectors import can_edit_quotas, is_site_admin, quota_readable_ids
 from teams.services import check_quota_tree
 
 log = logging.getLogger(__name__)
@@ -120,7 +120,7 @@ def do_start_preview(*, user, team: Team, rclass: str, changes: dict, start: dat
 
 def may_preview_any(user) -> bool:
     """Whether `user` may preview some team's quotas: an admin, or a lead of a team."""
-    return bool(quota_team_names(user))
+    return is_site_admin(user) or Membership.objects.filter(user=user, role=Role.LEAD).exists()
 
 
 def preview_for(user, preview_id: int) -> QuotaPreview | None:

@@ -5,6 +5,7 @@ by subject; `request` and `_pages` are the Client's."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from itertools import islice
 
 from mlqueue.client.answers import segment
 from mlqueue.client.results import MaintenanceWindow, Node
@@ -38,7 +39,8 @@ class FleetCalls:
 
     def node_events(self, name: str, *, limit: int | None = None) -> list[dict]:
         """GET /nodes/{name}/events, newest first (site admins): cordons, drains, faults, maintenance."""
-        return _first(self._pages(f"/nodes/{segment(name)}/events", {"limit": min(limit, 500)} if limit else {}), limit)
+        rows = self._pages(f"/nodes/{segment(name)}/events", {"limit": min(limit, 500)} if limit else {})
+        return list(islice(rows, limit))
 
     # maintenance windows (docs/maintenance.md), admins only
 
@@ -82,13 +84,3 @@ class FleetCalls:
     def cancel_maintenance(self, window_id: int) -> MaintenanceWindow:
         """A scheduled window never starts; an active one ends now."""
         return MaintenanceWindow.from_json(self.request("DELETE", f"/maintenance/{segment(window_id)}"))
-
-
-def _first(rows, limit: int | None) -> list:
-    """The first `limit` rows of a paged list (all of them without one), asking no further page."""
-    found = []
-    for row in rows:
-        if limit is not None and len(found) >= limit:
-            break
-        found.append(row)
-    return found
