@@ -218,6 +218,13 @@ def do_drain(
     jobs were signalled. `actor_name`: who acts when it is not `user` (a maintenance window)."""
     now = now or timezone.now()
     actor_name = actor_name or user.get_username()
+    data = {"wait": wait, "deadline": deadline.isoformat() if deadline else None}
+
+    def recorded(message: str) -> None:
+        record_node_event(
+            node, actor=user, actor_name=actor_name, reason="DRAINING", message=message, data=data, now=now
+        )
+
     with transaction.atomic():
         # Draining already for the same reason (and deadline): nothing written or recorded; a
         # drain without `wait` still stops what a drain with it left running.
@@ -231,41 +238,32 @@ def do_drain(
             reclaim_deadline=deadline,
         )
         if written:
-            record_node_event(
-                node,
-                actor=user,
-                actor_name=actor_name,
-                reason="DRAINING",
-                message=f"draining{' (running tasks may finish)' if wait else ''}: {reason}",
-                data={"wait": wait, "deadline": deadline.isoformat() if deadline else None},
-                now=now,
-            )
+            recorded(f"draining{' (running tasks may finish)' if wait else ''}: {reason}")
         if wait:
             return 0
-        jobs = Task.objects.filter(node=node, state__in=ON_NODE).values_list("job_id", "job__grace_period_seconds")
-        signalled = 0
-        for job_id, grace in sorted(set(jobs)):
-            grace_s = grace if deadline is None else max(0, min(grace, int((deadline - now).total_seconds()) - 5))
-            signalled += bool(
-                do_request_stop(
-                    job_id=job_id,
-                    reason=StopReason.DRAIN,
-                    grace_s=grace_s,
-                    now=now,
-                    message=f"node {node.name} is draining: {reason}",
-                    actor_name=actor_name,
-                )
-            )
+        signalled = _stop_for_drain(node, reason=reason, deadline=deadline, now=now, actor_name=actor_name)
         if signalled and not written:  # a drain again: its stops are in the node's history too
-            record_node_event(
-                node,
-                actor=user,
-                actor_name=actor_name,
-                reason="DRAINING",
-                message=f"draining: {reason}: stopping the {signalled} job(s) a drain with wait left running",
-                data={"wait": False, "deadline": deadline.isoformat() if deadline else None},
+            recorded(f"draining: {reason}: stopping the {signalled} job(s) a drain with wait left running")
+    return signalled
+
+
+def _stop_for_drain(node: Node, *, reason: str, deadline, now, actor_name: str) -> int:
+    """Ask every job on the draining node to stop (its grace, or until a spot `deadline`);
+    returns how many were asked (not already stopping)."""
+    jobs = Task.objects.filter(node=node, state__in=ON_NODE).values_list("job_id", "job__grace_period_seconds")
+    signalled = 0
+    for job_id, grace in sorted(set(jobs)):
+        grace_s = grace if deadline is None else max(0, min(grace, int((deadline - now).total_seconds()) - 5))
+        signalled += bool(
+            do_request_stop(
+                job_id=job_id,
+                reason=StopReason.DRAIN,
+                grace_s=grace_s,
                 now=now,
+                message=f"node {node.name} is draining: {reason}",
+                actor_name=actor_name,
             )
+        )
     return signalled
 
 
