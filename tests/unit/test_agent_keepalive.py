@@ -39,23 +39,35 @@ class SilentServer:
                 conn, _ = self.listener.accept()
             except OSError:
                 return
-            request = b""
-            while b"\r\n\r\n" not in request:
-                request += conn.recv(4096)
-            key = next(
-                line.split(b":", 1)[1].strip()
-                for line in request.split(b"\r\n")
-                if line.lower().startswith(b"sec-websocket-key:")
-            )
-            accept = base64.b64encode(hashlib.sha1(key + GUID.encode()).digest())
-            conn.sendall(
-                b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                b"Sec-WebSocket-Accept: " + accept + b"\r\n\r\n"
-            )
-            if self.greeting is not None:
-                payload = json.dumps(self.greeting).encode()
-                conn.sendall(bytes([0x81, len(payload)]) + payload)  # one unmasked text frame
-            self.accepted.append(conn)
+            try:
+                self._greet(self._wrap(conn))
+            except (OSError, StopIteration):  # a client that went away or sent no WebSocket handshake
+                conn.close()
+
+    def _wrap(self, conn: socket.socket) -> socket.socket:
+        return conn
+
+    def _greet(self, conn: socket.socket) -> None:
+        request = b""
+        while b"\r\n\r\n" not in request:
+            chunk = conn.recv(4096)
+            if not chunk:
+                raise ConnectionError("closed before its handshake")
+            request += chunk
+        key = next(
+            line.split(b":", 1)[1].strip()
+            for line in request.split(b"\r\n")
+            if line.lower().startswith(b"sec-websocket-key:")
+        )
+        accept = base64.b64encode(hashlib.sha1(key + GUID.encode()).digest())
+        conn.sendall(
+            b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            b"Sec-WebSocket-Accept: " + accept + b"\r\n\r\n"
+        )
+        if self.greeting is not None:
+            payload = json.dumps(self.greeting).encode()
+            conn.sendall(bytes([0x81, len(payload)]) + payload)  # one unmasked text frame
+        self.accepted.append(conn)
 
     def close(self) -> None:
         self.listener.close()
