@@ -182,9 +182,10 @@ def check_schedule_change(*, user, schedule: Schedule, data) -> dict:
     the editor would submit it, and makes the editor the owner: the runs run as whoever wrote
     what they run. A lead editing a member's spec therefore never runs a command of their own
     under the member's name (and UID, where agents map users); the member's secrets do not
-    carry over (a new spec brings its own `secret_env`)."""
+    carry over (a new spec brings its own `secret_env`). Every field given is kept: which of
+    them change anything is decided against the row as it is when written (do_change_schedule)."""
     check_may_change(user=user, schedule=schedule, verb="change")
-    changes = _changed_only(schedule, validated(ScheduleChangeSerializer, data, partial=True))
+    changes = validated(ScheduleChangeSerializer, data, partial=True)
     if "spec" in changes:
         team, spec = check_nested_spec(user=user, data=changes["spec"])
         if team.pk != schedule.team_id:
@@ -192,7 +193,7 @@ def check_schedule_change(*, user, schedule: Schedule, data) -> dict:
         changes["spec"] = spec
         if user.pk != schedule.owner_id:
             changes["owner"] = user
-    if changes.get("suspended") is False:
+    if changes.get("suspended") is False and schedule.suspended:
         _check_may_resume(schedule, changes.get("owner"))
     return changes
 
@@ -216,10 +217,32 @@ def _check_may_resume(schedule: Schedule, new_owner=None) -> None:
 
 def do_change_schedule(*, user, schedule: Schedule, changes: dict, now=None) -> Schedule:
     """Apply a checked PATCH in one UPDATE. A new cron or time zone, or a resume, recomputes
-    next_run_at from now: a resumed schedule does not fire the times it was suspended for."""
-    if not set(changes) - {"reason"}:  # nothing to change (a reason alone is no change): no write, no entry
-        return schedule
+    next_run_at from now: a resumed schedule does not fire the times it was suspended for.
+    The row is locked and read again first, and the changes kept are those against it: of two
+    PATCHes at once the second sees the first's values (the same values again change nothing
+    and write no entry; its entry's "before" is what it replaced, not what it read)."""
     now = now or timezone.now()
+    try:
+        with transaction.atomic():
+            locked = Schedule.objects.select_for_update(of=("self",)).select_related("owner", "team")
+            if (schedule := locked.filter(pk=schedule.pk).first()) is None:
+                raise Http404(GONE)  # deleted since it was read: no entry for a change that did not happen
+            changes = _changed_only(schedule, changes)
+            if not set(changes) - {"reason"}:  # nothing to change (a reason alone is no change): no write, no entry
+                return schedule
+            if changes.get("suspended") is False:
+                _check_may_resume(schedule, changes.get("owner"))
+            Schedule.objects.filter(pk=schedule.pk).update(**_change_columns(schedule, user, changes, now))
+            _audit_change(schedule, user=user, changes=changes, now=now)
+            schedule.refresh_from_db()
+    except IntegrityError:
+        other = Schedule.objects.get(team_id=schedule.team_id, name=changes["name"])
+        raise Conflict(RENAME_TAKEN.format(team=schedule.team.name, id=other.pk, name=other.name)) from None
+    return schedule
+
+
+def _change_columns(schedule: Schedule, user, changes: dict, now) -> dict:
+    """The columns a PATCH's changes write."""
     columns = {key: changes[key] for key in ("name", "cron", "timezone", "concurrency") if key in changes}
     if "starting_deadline_minutes" in changes:
         columns["starting_deadline_minutes"] = changes["starting_deadline_minutes"]
@@ -233,16 +256,7 @@ def do_change_schedule(*, user, schedule: Schedule, changes: dict, now=None) -> 
     cron, zone = columns.get("cron", schedule.cron), columns.get("timezone", schedule.timezone)
     if {"cron", "timezone"} & set(columns) or columns.get("suspended") is False:
         columns["next_run_at"] = next_fire(cron, zone, now)
-    try:
-        with transaction.atomic():
-            if not Schedule.objects.filter(pk=schedule.pk).update(**columns, updated_at=now):
-                raise Http404(GONE)  # deleted since it was read: no entry for a change that did not happen
-            _audit_change(schedule, user=user, changes=changes, now=now)
-            schedule.refresh_from_db()  # under the UPDATE's row lock: a DELETE waits for the commit
-    except IntegrityError:
-        other = Schedule.objects.get(team_id=schedule.team_id, name=columns["name"])
-        raise Conflict(RENAME_TAKEN.format(team=schedule.team.name, id=other.pk, name=other.name)) from None
-    return schedule
+    return {**columns, "updated_at": now}
 
 
 def _audit_change(schedule: Schedule, *, user, changes: dict, now) -> None:
@@ -351,6 +365,8 @@ def fire_one(seen: dict, *, now) -> ScheduleFire | None:
             return None
         schedule = Schedule.objects.select_related("owner", "team").get(pk=seen["id"])
         fire_time = latest_fire(schedule.cron, schedule.timezone, first=seen["next_run_at"], until=now)
+        if (handled := _handled(schedule, fire_time)) is not None:
+            return handled  # a run now at this fire time (the claim's UPDATE holds the row: see _fire)
         try:
             with transaction.atomic():
                 return _fire(schedule, fire_time=fire_time, now=now, deadline=True)
@@ -410,16 +426,14 @@ def _audit_run_now(schedule: Schedule, *, user, fire: ScheduleFire, now) -> None
 
 
 def _fire(schedule: Schedule, *, fire_time, now, deadline: bool) -> ScheduleFire:
-    """One fire time, in the caller's transaction: the checks in order, then the submit.
-    0. handled already (run now twice in one second, or at a cron fire time) -> the fire
-       recorded then: each fire time leaves one row. The callers hold the schedule's row lock
-       (the claim's UPDATE, run now's SELECT FOR UPDATE), so the second finds the first's row;
+    """One fire time not handled yet, in the caller's transaction: the checks in order, then
+    the submit. Each fire time leaves one row: the callers hold the schedule's row lock (the
+    claim's UPDATE, run now's SELECT FOR UPDATE) and look for a fire at that time first (run
+    now twice in one second, or at a cron fire time), so the second finds the first's row.
     1. later than the starting deadline -> SKIPPED_DEADLINE;
     2. the owner may no longer submit to the team -> PAUSED (the schedule is suspended);
     3. a run still active: forbid -> SKIPPED_ACTIVE, replace -> cancel it, allow -> nothing;
     4. submit as the owner -> SUBMITTED (or REPLACED), or REFUSED with the submit's reason."""
-    if (handled := _handled(schedule, fire_time)) is not None:
-        return handled
     if deadline and (late := _late(schedule, fire_time, now)) is not None:
         deadline_minutes = schedule.starting_deadline_minutes
         return _record(

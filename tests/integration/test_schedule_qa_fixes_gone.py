@@ -4,7 +4,7 @@ wrote two "deleted" entries, and five run nows in one second wrote five "ran ...
 for one fire, each answered 201. Each race is played in the interleaving that loses it."""
 
 import threading
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -141,3 +141,56 @@ def test_five_parallel_run_nows_make_one_fire_and_one_entry(demo):
     assert errors == []
     assert len({fire.pk for fire, _ in results}) == 1 and sorted(made for _, made in results) == [False] * 4 + [True]
     assert len(entries({"id": schedule.pk}, "run now")) == 1
+
+
+# ---- PATCHes read under the row's lock (a review: two at once each wrote and each audited the
+# "before" it had read) -----------------------------------------------------------------------
+
+
+def read_twice(schedule: dict) -> tuple[Schedule, Schedule]:
+    return tuple(Schedule.objects.select_related("owner", "team").get(pk=schedule["id"]) for _ in range(2))
+
+
+def patched(user, schedule: Schedule, data: dict) -> Schedule:
+    changes = schedules.check_schedule_change(user=user, schedule=schedule, data=data)
+    return schedules.do_change_schedule(user=user, schedule=schedule, changes=changes)
+
+
+def test_a_patch_on_a_stale_read_audits_what_it_replaced(clock, api, user):
+    schedule = created(api)
+    first, second = read_twice(schedule)
+    patched(user("alice"), first, {"cron": "0 4 * * *"})
+    assert patched(user("rita"), second, {"cron": "0 5 * * *"}).cron == "0 5 * * *"
+    assert [message.split(" (")[-1] for message in entries(schedule, "changed")] == [
+        "cron '0 3 * * *' -> '0 4 * * *')",
+        "cron '0 4 * * *' -> '0 5 * * *')",
+    ]
+
+
+def test_the_same_patch_twice_on_one_read_writes_once_and_audits_once(clock, api, user):
+    schedule = created(api)
+    first, second = read_twice(schedule)
+    patched(user("alice"), first, {"cron": "0 4 * * *", "reason": "later"})
+    updated_at = Schedule.objects.get(pk=schedule["id"]).updated_at
+    clock.shift(timedelta(seconds=5))
+    assert patched(user("alice"), second, {"cron": "0 4 * * *", "reason": "later"}).updated_at == updated_at
+    assert len(entries(schedule, "changed")) == 1
+
+
+def test_a_suspend_on_a_read_made_before_a_resume_still_suspends(clock, api, user):
+    schedule = created(api)
+    api("alice").patch(f"/api/v1/schedules/{schedule['id']}", {"suspended": True}, format="json")
+    stale, _ = read_twice(schedule)  # suspended, as read
+    api("alice").patch(f"/api/v1/schedules/{schedule['id']}", {"suspended": False}, format="json")
+    assert patched(user("rita"), stale, {"suspended": True, "reason": "quota review"}).suspended is True
+    assert entries(schedule, "suspended")[-1].startswith(f"rita suspended schedule {schedule['id']}")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_four_parallel_patches_of_the_same_change_write_one_entry(demo):
+    alice = get_user_model().objects.get(username="alice")
+    schedule = create_schedule(alice)
+    read = [Schedule.objects.select_related("owner", "team").get(pk=schedule.pk) for _ in range(4)]
+    results, errors = in_parallel(4, lambda: patched(alice, read.pop(), {"cron": "15 3 * * *"}))
+    assert errors == [] and {found.cron for found in results} == {"15 3 * * *"}
+    assert len(entries({"id": schedule.pk}, "changed")) == 1
