@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 import hypothesis
 import pytest
 import time_machine
+from channels.layers import channel_layers
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.cache import cache
@@ -125,6 +126,16 @@ def fresh_liveness(monkeypatch):
         client.close()
     cache.clear()
     monkeypatch.setattr(liveness, "_pending", liveness.Pending())
+
+
+@pytest.fixture(autouse=True)
+def fresh_channel_layers(monkeypatch):
+    """Channel layers made anew for each test. Each test's async_to_sync runs its own event
+    loop, and the Redis layer keeps a lock per process-wide channel prefix: one left locked by
+    an earlier test's consumer, cancelled as its loop ended, belonged to that loop, and the next
+    test's consumer on this worker failed at disconnect ("bound to a different event loop").
+    A server's layer lives in one loop for its life."""
+    monkeypatch.setattr(channel_layers, "backends", {})
 
 
 @pytest.fixture(autouse=True)
