@@ -9,7 +9,7 @@ from django.db.models import Case, DurationField, ExpressionWrapper, F, Func, Q,
 from django.db.models.functions import Now
 
 from scheduling.models import Job, SchedulerLease
-from teams.selectors import can_edit_quotas, is_site_admin, team_ids_of
+from teams.selectors import can_edit_quotas, is_site_admin, may_name_owner, team_and_below_ids, team_ids_of
 
 LEASE_FIELDS = (
     "epoch",
@@ -25,6 +25,9 @@ LEASE_FIELDS = (
 # Twice: the next forecast starts about when one is written and is written one duration later,
 # so a forecast the leader keeps refreshing grows up to about twice its duration old.
 STALE_INTERVALS = 5
+NO_VISIBLE_TEAM = "no team named {name!r} whose jobs you may see."
+NO_SUCH_OWNER = "no user named {name!r}."
+ME = "me"  # as an owner: the caller
 
 
 def visible_jobs(user) -> QuerySet[Job]:
@@ -33,6 +36,22 @@ def visible_jobs(user) -> QuerySet[Job]:
     if is_site_admin(user):
         return jobs
     return jobs.filter(team_id__in=team_ids_of(user))
+
+
+def owner_refusal(user, name: str) -> str | None:
+    """Why `user` may not filter jobs by owner `name` (a typo listed nothing, and a bulk cancel
+    by it cancelled nothing, both answered 200): not "me", and no user it may name (a former
+    member owning jobs it sees still counts). None: it may."""
+    if name == ME or may_name_owner(user, name, visible_jobs(user).filter(owner__username=name)):
+        return None
+    return NO_SUCH_OWNER.format(name=name)
+
+
+def visible_team_ids(user, name: str) -> set[int]:
+    """Team `name` and the teams below it whose jobs `user` may see (none: no such team, or
+    none of its jobs are the user's to see; the answer does not tell which)."""
+    ids = team_and_below_ids(name)
+    return ids if is_site_admin(user) else ids & team_ids_of(user)
 
 
 def can_change_job(user, job: Job) -> bool:

@@ -2,6 +2,7 @@
 superusers."""
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db.models import Q, QuerySet
 
 from mlqueue.compiled import CompiledRead
@@ -24,6 +25,18 @@ def team_ids_of(user) -> set[int]:
         return set()
     direct = set(Membership.objects.filter(user=user).values_list("team_id", flat=True))
     return direct | descendant_ids(direct)
+
+
+def may_name_owner(user, name: str, former: QuerySet) -> bool:
+    """Whether `name` is an owner `user` may filter by: any user, for a site admin; else
+    itself, the members of its teams and of the teams below, or a former member with rows in
+    `former` (the caller's own view of rows owned by `name`: jobs, usage). A name outside them
+    gets the answer a name that does not exist gets, so no one learns which user names exist."""
+    users = get_user_model().objects.filter(username=name)
+    if is_site_admin(user):
+        return users.exists()
+    users = users.filter(Q(pk=user.pk) | Q(memberships__team_id__in=team_ids_of(user)))
+    return users.exists() or former.exists()
 
 
 def team_and_below_ids(name: str) -> set[int]:

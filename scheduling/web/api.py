@@ -23,13 +23,13 @@ from scheduling import groups, job_changes, job_control, job_metrics, schedules,
 from scheduling.group_state import waiting_reasons
 from scheduling.models import Job, JobState, Priority, Task
 from scheduling.queue_state import queue_positions
-from scheduling.selectors import scheduler_state, visible_jobs
+from scheduling.selectors import ME, NO_VISIBLE_TEAM, owner_refusal, scheduler_state, visible_jobs, visible_team_ids
 from scheduling.spec import JobSpecSerializer
 from scheduling.web import logstream, schedules_api, throttles
 from scheduling.web.consumers import session_user
 from scheduling.web.dryrun import dry_run_answer, resubmit_answer
 from scheduling.web.explanations import why_answer
-from scheduling.web.filters import NO_VISIBLE_TEAM, JobFilter, visible_team_ids
+from scheduling.web.filters import JobFilter
 from scheduling.web.serializers import (
     BulkCancelResultSerializer,
     CancelSerializer,
@@ -569,7 +569,9 @@ class Queue(APIView):
         if "priority" in params:
             jobs = jobs.filter(priority=params["priority"])
         if "owner" in params:
-            me = params["owner"] == "me"
+            if why := owner_refusal(request.user, params["owner"]):
+                raise ValidationError({"owner": [why]})
+            me = params["owner"] == ME
             jobs = jobs.filter(owner=request.user) if me else jobs.filter(owner__username=params["owner"])
         positions = queue_positions()
         ids = sorted(jobs.values_list("id", flat=True), key=lambda job_id: (positions.get(job_id, 1 << 30), job_id))

@@ -11,7 +11,7 @@ from django_filters.fields import IsoDateTimeField
 from mlqueue import date_fields
 from mlqueue.query_parameters import ChoicesFilter, IdFilter, refused_parameters
 from scheduling.models import Job, JobState, Priority
-from teams.selectors import is_site_admin, team_and_below_ids, team_ids_of
+from scheduling.selectors import ME, NO_VISIBLE_TEAM, owner_refusal, visible_team_ids
 
 NOT_A_TIME = "enter an ISO 8601 date-time (2026-04-20T09:00:00Z) or a time ago such as 30m, 12h or 7d."
 NOT_IN_UTC_YEARS = "in UTC this is outside the years 1 to 9999: give a later or earlier time."
@@ -74,7 +74,6 @@ class TimeFilter(django_filters.IsoDateTimeFilter):
     field_class = TimeOrAgoField
 
 
-NO_VISIBLE_TEAM = "no team named {name!r} whose jobs you may see."
 MULTIPLE = django_filters.MultipleChoiceFilter  # ChoicesFilter's base
 
 
@@ -131,6 +130,10 @@ class JobFilter(django_filters.FilterSet):
         team = self.form.cleaned_data.get("team") if not self.form.errors.get("team") else None
         if team and "team" not in refused and not self.team_ids:
             refused["team"] = NO_VISIBLE_TEAM.format(name=team)
+        owner = self.form.cleaned_data.get("owner") if not self.form.errors.get("owner") else None
+        user = getattr(self.request, "user", None)
+        if owner and "owner" not in refused and user is not None and (why := owner_refusal(user, owner)):
+            refused["owner"] = why
         return refused
 
     @cached_property
@@ -145,13 +148,6 @@ class JobFilter(django_filters.FilterSet):
     def owned_by(self, jobs, name, value):
         """ "me": the caller, as bulk cancel's filter reads it (a token alone says who that is)."""
         user = getattr(self.request, "user", None)
-        if value == "me" and user is not None and user.is_authenticated:
+        if value == ME and user is not None and user.is_authenticated:
             return jobs.filter(owner=user)
         return jobs.filter(owner__username=value)
-
-
-def visible_team_ids(user, name: str) -> set[int]:
-    """Team `name` and the teams below it whose jobs `user` may see (none: no such team, or
-    none of its jobs are the user's to see; the answer does not tell which)."""
-    ids = team_and_below_ids(name)
-    return ids if is_site_admin(user) else ids & team_ids_of(user)

@@ -18,7 +18,7 @@ from mlqueue.query_parameters import check_parameters
 from scheduling import schedules
 from scheduling.models import FireOutcome, Schedule, ScheduleFire
 from scheduling.schedule_spec import ScheduleChangeSerializer, ScheduleCreateSerializer
-from scheduling.web.filters import visible_team_ids
+from scheduling.selectors import visible_team_ids
 from teams.api import TeamEventSerializer
 
 # How many fires a schedule's detail lists (the page shows the same; HISTORY_KEPT are kept).

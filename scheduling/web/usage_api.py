@@ -8,8 +8,6 @@ from datetime import timedelta
 from decimal import Decimal
 
 from django.conf import settings
-from django.contrib.auth import get_user_model
-from django.db.models import Q
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
@@ -27,14 +25,13 @@ from scheduling import accounting, pricing
 from scheduling.accounting import BUCKETS, GROUPS, MAX_BUCKETS, UsageQuery, UsageReport, UsageRow
 from scheduling.ledger import OUTCOMES
 from scheduling.models import LostCause, Price, Priority, UsageRecord
+from scheduling.selectors import ME, NO_SUCH_OWNER
 from teams.models import Team
 from teams.resources import canonical_class, known_classes, unknown_class_message
-from teams.selectors import is_site_admin, team_ids_of
+from teams.selectors import is_site_admin, may_name_owner, team_ids_of
 
 DEFAULT_WINDOW = timedelta(days=30)
 NO_SUCH_TEAM = "no team named {name!r}."
-NO_SUCH_OWNER = "no user named {name!r}."
-ME = "me"  # as an owner: the caller
 NOT_YOUR_TEAM = "only members of {team}, its leads and site admins may read its usage."
 BAD_GROUP = "group by one or two of {choices} (at most one of day, week); got {value!r}."
 TO_BEFORE_FROM = "must be later than from ({start})."
@@ -84,12 +81,8 @@ class UsageParams(serializers.Serializer):
         user = self.context["user"]
         if value == ME:
             return user.get_username()
-        users = get_user_model().objects.filter(username=value)
-        if not is_site_admin(user):
-            users = users.filter(Q(pk=user.pk) | Q(memberships__team_id__in=team_ids_of(user)))
-            if not users.exists():  # a former member: their rows in the caller's teams still count
-                users = UsageRecord.objects.filter(accounting.visible_to(user), owner_name=value)
-        if not users.exists():
+        # A former member: their rows in the caller's teams still count.
+        if not may_name_owner(user, value, UsageRecord.objects.filter(accounting.visible_to(user), owner_name=value)):
             raise ValidationError(NO_SUCH_OWNER.format(name=value))
         return value
 
@@ -305,10 +298,11 @@ class PriceList(APIView):
         check_parameters(query, filters=PRICE_PARAMETERS, paged=False)
         prices = Price.objects.all()
         if (rclass := query.get("resource_class")) is not None:
-            rclass = canonical_class(rclass, known_classes()) or rclass  # any case; a retired class as given
+            known = known_classes()
+            rclass = canonical_class(rclass, known) or rclass  # any case; a retired class as given
             prices = prices.filter(resource_class=rclass)
             # A retired class keeps its history; a typo, known to nothing, is said to be one.
-            if rclass not in (known := known_classes()) and not prices.exists():
+            if rclass not in known and not prices.exists():
                 raise ValidationError({"resource_class": [unknown_class_message(rclass, known)]})
         return Response(PriceSerializer(prices, many=True).data)
 

@@ -23,6 +23,7 @@ from scheduling.job_changes import (
 )
 from scheduling.leader.worker import run_pass
 from scheduling.models import Job, Node
+from scheduling.selectors import NO_VISIBLE_TEAM
 from scheduling.services import ALREADY_ENDED, NOT_YOURS_TO_CANCEL, P0_RESERVED
 from scheduling.spec import MAX_RUNTIME_RANGE
 from scheduling.web.dryrun import NEVER_FITS, WOULD_PREEMPT
@@ -429,7 +430,7 @@ def test_owner_me_and_a_division_filter_the_list_queue_and_bulk_cancel(api):
         ({"ids": [1], "filter": {"owner": "me"}}, {"body": [IDS_OR_FILTER]}),
         ({"filter": {}}, {"filter": [EMPTY_FILTER]}),
         ({"filter": {"owner": "me", "colour": "red"}}, {"filter.colour": [UNKNOWN_FIELD]}),
-        ({"filter": {"team": "reserch-vision"}}, {"filter.team": ["no team named 'reserch-vision'."]}),
+        ({"filter": {"team": "reserch-vision"}}, {"filter.team": [NO_VISIBLE_TEAM.format(name="reserch-vision")]}),
         ({"ids": []}, {"ids": ["This list may not be empty."]}),
         (
             {"ids": list(range(1, MAX_BULK_CANCEL + 2))},
