@@ -157,8 +157,17 @@ def _act(request):
     verb = {"drain_wait": "draining (tasks may finish)", "uncordon": "uncordoned"}.get(action, action + "ed")
     said = f"{len(done)} node{'s' if len(done) != 1 else ''} {verb}" + (f": {_some(done)}." if done else ".")
     if unchanged:
-        said += f" Already in service, left as they were: {_some(unchanged)}."
+        said += f" {ALREADY[action]}, left as they were: {_some(unchanged)}."
     return _done(request, said)
+
+
+# The nodes a bulk action left as they were, by action (a cordon again said "Already in service").
+ALREADY = {
+    "cordon": "Already cordoned for that reason",
+    "drain": "Already draining for that reason, nothing running left to stop",
+    "drain_wait": "Already draining for that reason",
+    "uncordon": "Already in service",
+}
 
 
 def _some(nodes: list) -> str:

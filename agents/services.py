@@ -201,7 +201,9 @@ BULK_ACTIONS = ("cordon", "drain", "drain_wait", "uncordon")
 def do_bulk_node_action(*, nodes: list[Node], action: str, user, reason: str) -> tuple[list[Node], list[Node]]:
     """One admin action on many nodes, all or none (one transaction), each node audited on
     its own exactly as a single action is. Returns (the nodes it changed, those it left as they
-    were: an uncordon of a node neither cordoned nor draining writes nothing and is not audited)."""
+    were: an uncordon of a node neither cordoned nor draining writes nothing and is not audited;
+    a drain again for the same reason is a change only where it stopped tasks, as the single
+    action's `changed` says)."""
     changed, unchanged = [], []
     with transaction.atomic():
         # Each node's admin state as it stands under its row lock: the one the action's
@@ -209,8 +211,9 @@ def do_bulk_node_action(*, nodes: list[Node], action: str, user, reason: str) ->
         locked = Node.objects.select_for_update(no_key=True).filter(pk__in=[node.pk for node in nodes]).order_by("id")
         now_state = {pk: (state, why) for pk, state, why in locked.values_list("pk", "admin_state", "admin_reason")}
         for node in nodes:
-            NODE_ACTIONS[action](node, user, reason)
+            done = NODE_ACTIONS[action](node, user, reason)
+            stopped = action == "drain" and done > 0  # jobs a drain with wait had left running
             # As it was: an uncordon of a node in service, a cordon or drain again for its reason.
-            as_was = now_state[node.pk] == (node.admin_state, node.admin_reason)
+            as_was = now_state[node.pk] == (node.admin_state, node.admin_reason) and not stopped
             (unchanged if as_was else changed).append(node)
     return changed, unchanged

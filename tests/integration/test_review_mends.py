@@ -41,3 +41,21 @@ def test_a_drain_again_without_wait_records_the_stops_it_makes(api, leader):  # 
         "draining (running tasks may finish): DIMM",
         "draining: DIMM: stopping the 1 job(s) a drain with wait left running",
     ]
+
+
+def test_a_bulk_drain_after_a_drain_with_wait_counts_the_node_it_stops_tasks_on(api, leader):  # noqa: F811
+    """(A review of stop 47: the bulk action listed such a node `unchanged` while it stopped its
+    tasks.) A node draining for that reason with nothing running stays `unchanged`."""
+    from scheduling.models import Node
+
+    busy, idle = "z1-r1-h100-01", "z1-r1-h100-02"
+    heartbeat()
+    cordon(Node.objects.exclude(name=busy))
+    job_id = api("alice").post("/api/v1/jobs", make_spec(resources={"gpu_count": 8}), format="json").json()["id"]
+    run_pass(epoch=leader)
+    for name in (busy, idle):
+        api("ops").post(f"/api/v1/nodes/{name}/drain", {"reason": "DIMM", "wait": True}, format="json")
+    body = {"names": [busy, idle], "action": "drain", "reason": "DIMM"}
+    answer = api("ops").post("/api/v1/nodes/bulk", body, format="json").json()
+    assert ([node["name"] for node in answer["nodes"]], answer["unchanged"]) == ([busy], [idle])
+    assert Task.objects.get(job_id=job_id).stop_requested_at is not None

@@ -233,3 +233,15 @@ def test_the_node_pages_and_the_consoles_times_are_for_the_browser_to_localize(a
         rows = console.split(f'id="{table}"')[1].split("</table>")[0]
         assert '<time datetime="2026-04-20T09:00:00+00:00" data-local="seconds">04-20 09:00:00 UTC</time>' in rows
     assert bare_times(console) == []
+
+
+def test_the_console_says_why_a_bulk_action_left_nodes_as_they_were(ready):
+    """(A review of stop 47: a cordon again of a cordoned node said "Already in service".)"""
+    ops = client_of("ops")
+    ops.post("/nodes/", {"action": "cordon", "reason": "firmware", "nodes": [H100]}, **HTMX)
+    again = ops.post("/nodes/", {"action": "cordon", "reason": "firmware", "nodes": [H100]}, **HTMX).content.decode()
+    assert f"0 nodes cordoned. Already cordoned for that reason, left as they were: {H100}." in again
+    back = ops.post("/nodes/", {"action": "uncordon", "reason": "done", "nodes": [H100]}, **HTMX).content.decode()
+    assert f"1 node uncordoned: {H100}." in back
+    idle = ops.post("/nodes/", {"action": "uncordon", "reason": "done", "nodes": [H100]}, **HTMX).content.decode()
+    assert f"Already in service, left as they were: {H100}." in idle
