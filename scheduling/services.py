@@ -219,9 +219,7 @@ def do_submit_job(*, user, team: Team, spec: dict, schedule=None, scheduled_for=
     the secret values in the clear: they are encrypted here and the stored spec keeps "***".
     `schedule`, `scheduled_for`: the schedule and fire time this job is the run of."""
     secret_values = spec.get("secret_env") or {}
-    spec = {**spec, "secret_env": masked(secret_values)}
-    # One digest per secret key, current first: a resubmit still matches after a key rotation.
-    digests = [spec_digest(spec, mac) for mac in env_macs(secret_values)]
+    spec, digests = _as_stored(spec)
     if spec["client_job_id"]:
         existing = _existing_job(team, spec["client_job_id"])
         if existing is not None:
@@ -256,9 +254,16 @@ def check_resubmit(*, team: Team, spec: dict) -> Job | None:
     existing = _existing_job(team, spec["client_job_id"])
     if existing is None:
         return None
+    return _same_job_or_conflict(existing, _as_stored(spec)[1])
+
+
+@sensitive_variables("spec", "secret_values")
+def _as_stored(spec: dict) -> tuple[dict, list[str]]:
+    """The spec as stored (its secret values as "***") and its digests, one per secret key,
+    current first: a resubmit still matches after a key rotation."""
     secret_values = spec.get("secret_env") or {}
     stored = {**spec, "secret_env": masked(secret_values)}
-    return _same_job_or_conflict(existing, [spec_digest(stored, mac) for mac in env_macs(secret_values)])
+    return stored, [spec_digest(stored, mac) for mac in env_macs(secret_values)]
 
 
 def _existing_job(team: Team, client_job_id: str) -> Job | None:
