@@ -6,7 +6,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from scheduling import lifecycle, notify
-from scheduling.models import Job, Task, TaskState
+from scheduling.models import Job, StopReason, Task, TaskState
+from scheduling.states import ON_NODE
 
 NOT_STARTED_OR_SETTLING = (TaskState.PENDING, TaskState.FAILED, TaskState.PREEMPTED)
 
@@ -17,6 +18,11 @@ def request_cancel(job_id: int, *, actor, actor_name: str, why: str, now=None) -
     now = now or timezone.now()
     if not Job.objects.filter(pk=job_id, cancel_requested_at__isnull=True).update(cancel_requested_at=now):
         return False
+    # A requeue under way is a cancel now: its stop (signal and deadline as sent) says so, as
+    # the job's `stopping` and the agents' signals show (QA: it said REQUEUED while cancelling).
+    Task.objects.filter(job_id=job_id, state__in=ON_NODE, stop_reason=StopReason.REQUEUED).update(
+        stop_reason=StopReason.CANCELLED, updated_at=now
+    )
     lifecycle.cancel_request_event(job_id, actor=actor, actor_name=actor_name, why=why, now=now).save()
     notify.jobs_changed([job_id])
     return True

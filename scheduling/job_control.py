@@ -71,35 +71,36 @@ def _event(job: Job, user, *, now, message: str, before: bool, after: bool) -> N
 
 def do_hold_job(*, user, job: Job, reason: str = "") -> Job:
     """Hold a PENDING job; a group, in any state but finished, together with its children still
-    PENDING. Idempotent: a held job stays held, as it was."""
+    PENDING. Idempotent: a held job stays held, as it was; a child held with its group gets a
+    hold of its own (the group's release leaves it held). Decided under the job's row lock,
+    which a release and the placement's transition take too (QA: a hold racing a release saw
+    the job still held, then released, and answered "only a PENDING job can be held")."""
     check_may_control(user=user, job=job, verb="hold")
-    if job.group_kind:
-        claim, refusal = Job.objects.filter(pk=job.pk, held=False).exclude(state__in=JOB_FINISHED), HOLD_GROUP_FINISHED
-    else:
-        claim, refusal = Job.objects.filter(pk=job.pk, state=JobState.PENDING, held=False), HOLD_NOT_PENDING
-    written = _hold(claim, user=user, job=job, reason=reason, now=timezone.now())
+    with transaction.atomic():
+        locked = Job.objects.select_for_update(no_key=True).only("state", "held", "held_with_group").get(pk=job.pk)
+        if not locked.held or locked.held_with_group:
+            if job.group_kind and locked.state in JOB_FINISHED:
+                raise Conflict(HOLD_GROUP_FINISHED.format(job_id=job.pk, state=locked.state))
+            if not job.group_kind and locked.state != JobState.PENDING:
+                raise Conflict(HOLD_NOT_PENDING.format(job_id=job.pk, state=locked.state))
+            _hold(user=user, job=job, reason=reason, now=timezone.now())
     job.refresh_from_db()
-    if not written and not job.held:
-        raise Conflict(refusal.format(job_id=job.pk, state=job.state))
     return job
 
 
-def _hold(claim, *, user, job: Job, reason: str, now) -> int:
-    """Hold the job `claim` (its conditional update) still finds, and a group's children not yet
-    placed, and record it. Returns 0 when the job had moved on or was held already."""
+def _hold(*, user, job: Job, reason: str, now) -> None:
+    """Hold the job (its row locked by the caller) and a group's children not yet placed that
+    are not held by a hold of their own, and record it."""
     name = user.get_username()
     held = {"held": True, "held_by_name": name, "held_reason": reason, "pending_histogram": {}, "updated_at": now}
-    with transaction.atomic():
-        written = claim.update(**held)
-        if written:
-            message = held_message(name, reason)
-            if job.group_kind:
-                children = Job.objects.filter(parent=job, state=JobState.PENDING, held=False).update(**held)
-                message += f" (with {children} of its children not yet placed)"
-            _event(job, user, now=now, message=message, before=False, after=True)
-            notify.jobs_changed([job.pk])
-            notify.wake_scheduler("hold")
-    return written
+    Job.objects.filter(pk=job.pk).update(**held, held_with_group=False)
+    message = held_message(name, reason)
+    if job.group_kind:
+        children = Job.objects.filter(parent=job, state=JobState.PENDING, held=False)
+        message += f" (with {children.update(**held, held_with_group=True)} of its children not yet placed)"
+    _event(job, user, now=now, message=message, before=False, after=True)
+    notify.jobs_changed([job.pk])
+    notify.wake_scheduler("hold")
 
 
 def hold_with_group(job: Job, *, now) -> bool:
@@ -120,24 +121,31 @@ def hold_with_group(job: Job, *, now) -> bool:
     if group is None:
         return False
     held = {"held": True, "held_by_name": group.held_by_name, "held_reason": group.held_reason}
-    return bool(Job.objects.filter(pk=job.pk, state=JobState.PENDING, held=False).update(**held, updated_at=now))
+    held_now = Job.objects.filter(pk=job.pk, state=JobState.PENDING, held=False)
+    return bool(held_now.update(**held, held_with_group=True, updated_at=now))
 
 
 def do_release_job(*, user, job: Job) -> Job:
-    """Release a held job: the next pass considers it again."""
+    """Release a held job: the next pass considers it again. A group releases the children its
+    hold held (one held by a hold of its own stays held); a child released from a hold of its
+    own while its group is held stays held, with its group (QA: it ran while its array said
+    "held")."""
     check_may_control(user=user, job=job, verb="release")
     now = timezone.now()
     with transaction.atomic():
         hold = Job.objects.select_for_update(no_key=True).filter(pk=job.pk, held=True)
-        by = hold.values_list("held_by_name", "held_reason").first()
-        if by is not None:
-            _check_may_release(user=user, job=job, holder=by[0])
-        if by is None or not hold.update(**RELEASED, updated_at=now):
+        by = hold.values_list("held_by_name", "held_with_group").first()
+        if by is None:
             raise Conflict(NOT_HELD.format(job_id=job.pk))
-        # Only the children its hold held (its own name and reason): one held by itself stays held.
-        with_it = Job.objects.filter(parent=job, held=True, held_by_name=by[0], held_reason=by[1])
-        children = with_it.update(**RELEASED, updated_at=now) if job.group_kind else 0
-        message = f"released by {user.get_username()}" + (f" with {children} of its children" if children else "")
+        _check_may_release(user=user, job=job, holder=by[0])
+        hold.update(**RELEASED, updated_at=now)
+        message = f"released by {user.get_username()}"
+        if job.group_kind:
+            with_it = Job.objects.filter(parent=job, held=True, held_with_group=True)
+            children = with_it.update(**RELEASED, updated_at=now)
+            message += f" with {children} of its children" if children else ""
+        elif not by[1] and hold_with_group(job, now=now):
+            message += f"; still held with its group, job {job.parent_id}"
         _event(job, user, now=now, message=message, before=True, after=False)
         notify.jobs_changed([job.pk])
         notify.wake_scheduler("release")
@@ -156,6 +164,7 @@ def _check_may_release(*, user, job: Job, holder: str) -> None:
 # Not yet scheduled again, until the next pass.
 RELEASED = {
     "held": False,
+    "held_with_group": False,
     "held_by_name": "",
     "held_reason": "",
     "pending_reason_code": "",
@@ -171,12 +180,15 @@ def do_requeue_job(*, user, job: Job, reason: str = "") -> Job:
         article = "an" if job.group_kind[:1] in "aeiou" else "a"
         children = GROUP_CHILDREN.get(job.group_kind, "children")
         raise Conflict(REQUEUE_GROUP.format(job_id=job.pk, kind=f"{article} {job.group_kind}", children=children))
-    if job.state not in PLACED:
-        raise Conflict(REQUEUE_NOT_PLACED.format(job_id=job.pk, state=job.state))
-    if job.cancel_requested_at is not None:
-        raise Conflict(REQUEUE_CANCELLING.format(job_id=job.pk))
     name = user.get_username()
     with transaction.atomic():
+        # Under the job's row lock, which a cancel's request takes too: of a cancel and a
+        # requeue at once, one waits for the other and sees it (QA: both answered 200).
+        locked = Job.objects.select_for_update(no_key=True).only("state", "cancel_requested_at").get(pk=job.pk)
+        if locked.state not in PLACED:
+            raise Conflict(REQUEUE_NOT_PLACED.format(job_id=job.pk, state=locked.state))
+        if locked.cancel_requested_at is not None:
+            raise Conflict(REQUEUE_CANCELLING.format(job_id=job.pk))
         stopped = do_request_stop(
             job_id=job.pk,
             reason=StopReason.REQUEUED,

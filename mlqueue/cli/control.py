@@ -107,7 +107,11 @@ def release(ctx, job, output):
       mlq release 42
     """
     released = client(ctx).release(job)
-    report(released, output, JOB_COLUMNS, f"job {released.id} released")
+    said = f"job {released.id} released"
+    if released.raw.get("held"):  # a child's own hold released while its group is held
+        by, why = released.raw.get("held_by_name", ""), released.raw.get("held_reason", "") or "no reason given"
+        said += f" from its own hold; still held with its group, job {released.raw.get('parent')} (by {by}: {why})"
+    report(released, output, JOB_COLUMNS, said)
 
 
 @main.command()
