@@ -260,7 +260,7 @@ STOPPED_FOR = {
     "PREEMPTED": "preempted",
     "RECLAIM": "reclaimed: it ran on capacity another team is guaranteed",
     "DRAIN": "drained off its node",
-    "NODE_HEALTH": "stopped as its node failed a health check",
+    "NODE_HEALTH": "stopped for a fault on its node (a GPU error or a failed health check)",
 }
 
 

@@ -94,7 +94,7 @@ def test_a_fatal_xid_cordons_the_node_once_and_requeues_its_job_as_a_drain(node_
     job = Job.objects.get(pk=job_id)
     assert (job.state, job.preemptions, job.restarts_used, job.retries_used) == ("PENDING", 1, 0, 0)
     retry = AuditEvent.objects.get(job=job, kind="RETRY")  # it said "drained off its node" (QA)
-    assert retry.message.startswith("stopped as its node failed a health check; requeued")
+    assert retry.message.startswith("stopped for a fault on its node (a GPU error or a failed health check); requeued")
 
     # The admin uncordons: the fault acted on does not cordon again; a new XID does.
     uncordoned = api("ops").post(f"/api/v1/nodes/{NAME}/uncordon", {"reason": "GPU reseated"}, format="json")

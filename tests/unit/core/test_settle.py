@@ -274,8 +274,8 @@ CASES = [
         Verdict(
             Action.REQUEUE,
             SettleCode.PREEMPTED,
-            "stopped as its node failed a health check; requeued, from the start (preemption 1; restarts and "
-            "retries not spent)",
+            "stopped for a fault on its node (a GPU error or a failed health check); requeued, from the start "
+            "(preemption 1; restarts and retries not spent)",
             counter=Counter.PREEMPTIONS,
             count=1,
         ),
