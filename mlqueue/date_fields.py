@@ -49,7 +49,16 @@ def _impossible(value, parsers) -> str:
     return ""
 
 
+# DRF's words, with the date alone it takes too (QA: `?from=abc` was told date-times only).
+DATE_TIME_FORMATS = (
+    "Datetime has wrong format. Use one of these formats instead: {format}, or a date alone (YYYY-MM-DD: its "
+    "midnight UTC)."
+)
+
+
 class DateTimeField(serializers.DateTimeField):
+    default_error_messages = {"invalid": DATE_TIME_FORMATS}
+
     def to_internal_value(self, value):
         try:
             return super().to_internal_value(rfc3339_case(value))

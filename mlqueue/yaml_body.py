@@ -9,12 +9,11 @@ import yaml
 from django.conf import settings
 from rest_framework.parsers import BaseParser
 
-from mlqueue.client.specs import read_yaml
+from mlqueue.client.specs import YAML_ALIASES, a_kind, read_yaml
 from mlqueue.errors import BODY_TOO_LARGE, RequestTooLarge
 from mlqueue.parsers import BodyError, BodyParseError, first_bad_text
 
 YAML_SYNTAX = "YAML syntax error at line {line}, column {column}: {problem}."
-YAML_ALIASES = "YAML anchors and aliases (&, *) are not supported: write the spec out in full."
 NOT_A_MAPPING = "the YAML must be a mapping of spec fields (like the API's JSON object); this one is {kind}."
 MAX_YAML_BYTES = 64 * 1024  # a full spec is under 2 KB
 MAX_YAML_DEPTH = 64  # a spec nests three levels; the parser recurses per level
@@ -60,7 +59,7 @@ def read_spec_yaml(text: str) -> dict:
     if problem:
         raise BodyError("body", problem)
     if not isinstance(data, dict):
-        raise BodyError("body", NOT_A_MAPPING.format(kind="empty" if data is None else f"a {type(data).__name__}"))
+        raise BodyError("body", NOT_A_MAPPING.format(kind="empty" if data is None else a_kind(data)))
     if found := first_bad_text(data) or first_not_json(data):
         raise BodyError(*found)
     return data

@@ -18,7 +18,8 @@ EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command stopped by 
 
 INTERRUPTED = "mlq: interrupted"
 INTERRUPTED_WATCHING = "mlq: interrupted; job {job} is still {state} (not cancelled)"
-INTERRUPTED_UNSEEN = "mlq: interrupted; job {job} was not cancelled"
+INTERRUPTED_UNSEEN = "mlq: interrupted; job {job} was not cancelled"  # its state could not be read
+STATE_READ_S = 3.0  # how long Ctrl-C waits to read the state of a job whose log it followed
 ONE_VALUE = "takes one value, given {count} times: {values}"
 
 
@@ -47,13 +48,25 @@ def watching(ctx: click.Context, job_id: int, state: str | None = None) -> None:
 
 
 def interrupted_line(obj: dict) -> str:
-    """What Ctrl-C stopped: the job watched and its state as last read, when known."""
+    """What Ctrl-C stopped: the job watched and its state as last read. A followed log reads no
+    state (and the submit's is stale once its lines come): then it is read once, briefly (QA:
+    "job 311 was not cancelled" where the docs promise "is still RUNNING (not cancelled)")."""
     if "watching" not in obj:
         return INTERRUPTED
     job_id, state = obj["watching"]
     seen = obj["sdk"].last_read.get(job_id) if "sdk" in obj else None
-    state = seen.state if seen else state
+    state = seen.state if seen else state or _state_now(obj.get("sdk"), job_id)
     return INTERRUPTED_WATCHING.format(job=job_id, state=state) if state else INTERRUPTED_UNSEEN.format(job=job_id)
+
+
+def _state_now(sdk, job_id: int) -> str | None:
+    """The job's state, or None where it cannot be read at once (no server, another Ctrl-C)."""
+    if sdk is None:
+        return None
+    try:
+        return sdk.state_now(job_id, timeout=STATE_READ_S)
+    except (MlqError, KeyboardInterrupt):
+        return None
 
 
 class AnyCase(click.Choice):

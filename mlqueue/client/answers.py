@@ -32,6 +32,7 @@ OUTAGE_STATUSES = (502, 503, 504)
 HTML_HEADING = re.compile(r"<(title|h1)[^>]*>(.*?)</\1\s*>", re.IGNORECASE | re.DOTALL)
 TAG = re.compile(r"<[^>]*>")
 FIRST_BACKOFF_S, LONGEST_BACKOFF_S = 0.5, 5.0
+SELF_REFERENCE = "{field}: holds itself (a mapping or list inside itself): JSON cannot send it"
 
 
 def is_outage(error: MlqError) -> bool:
@@ -160,13 +161,19 @@ def _page_heading(response: httpx.Response) -> str:
     return response.reason_phrase
 
 
-def _not_finite(value, path: str = "") -> tuple[str, float] | None:
-    """The dotted path and value of the first nan or infinity in a request body, if any."""
+def _not_finite(value, path: str = "", inside: tuple[int, ...] = ()) -> tuple[str, float] | None:
+    """The dotted path and value of the first nan or infinity in a request body, if any. A
+    mapping or list inside itself (`inside`: the ids of those it is in) is an MlqError naming
+    where: JSON cannot carry it, and walking it would never end."""
     if isinstance(value, float) and not math.isfinite(value):
         return path or "body", value
-    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    if not isinstance(value, dict | list):
+        return None
+    if id(value) in inside:
+        raise MlqError(0, SELF_REFERENCE.format(field=path or "body"))
+    items = value.items() if isinstance(value, dict) else enumerate(value)
     for key, item in items:
-        found = _not_finite(item, f"{path}.{key}" if path else str(key))
+        found = _not_finite(item, f"{path}.{key}" if path else str(key), (*inside, id(value)))
         if found is not None:
             return found
     return None

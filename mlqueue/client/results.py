@@ -7,6 +7,7 @@ import dataclasses
 from typing import Any
 
 from mlqueue.client.errors import MlqError
+from mlqueue.client.specs import a_kind
 
 # A job is over when it succeeded, was cancelled, stopped early (a sweep's trial) or skipped (a
 # pipeline's step whose condition did not hold), or failed with the leader's verdict given
@@ -50,7 +51,7 @@ def _build(cls, data: dict):
 
 def _mapping(cls, data) -> dict:
     if not isinstance(data, dict):
-        raise MlqError(0, UNEXPECTED_ANSWER.format(what=cls.__name__.lower(), why=f"a {type(data).__name__}"))
+        raise MlqError(0, UNEXPECTED_ANSWER.format(what=cls.__name__.lower(), why=a_kind(data)))
     return data
 
 

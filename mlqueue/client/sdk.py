@@ -229,6 +229,16 @@ class Client(FleetCalls):
         self.last_read[found.id] = found
         return found
 
+    def state_now(self, job, *, timeout: float) -> str:
+        """The job's state read once within `timeout` seconds: what Ctrl-C names when a followed
+        log, which reads no state, was cut short."""
+        http = self._client()
+        kept, http.timeout = http.timeout, httpx.Timeout(timeout)
+        try:
+            return self.get(job).state
+        finally:
+            http.timeout = kept
+
     def jobs(self, *, limit: int | None = None, **filters) -> list[Job]:
         """Newest first; filters as the API's: team, state, priority, owner ("me": whoever the token
         is), submitted_after, parent (a group's children), top_level=True (groups and single jobs,

@@ -15,7 +15,7 @@ from mlqueue.client.errors import MlqError
 
 BAD_OVERRIDE = "--set wants KEY=VALUE with a dotted key, e.g. resources.gpu_count=16; got {item!r}"
 NOT_A_MAPPING = "{where}: a job spec is a mapping of fields, not {kind}"
-OVERRIDE_THROUGH_VALUE = "{part} is a {kind}, not a mapping"
+OVERRIDE_THROUGH_VALUE = "{part} is {kind}, not a mapping"  # kind: a_kind's
 NOT_YAML = "not YAML: {error}"
 NOT_JSON = "not JSON: {error}"
 NOT_JSON_LINE = NOT_JSON  # the name the package exported first
@@ -23,10 +23,18 @@ NO_SPECS = "{where}: empty: a job spec is a mapping of fields{per_line}"
 NOT_UTF8 = "{path}: not UTF-8 text (byte {position}): save it as UTF-8"
 NOT_A_SPEC = "a job spec is a mapping of fields or a spec file's path, not {kind}"
 UNREADABLE = "{path}: cannot read it ({error})"
+# As the API refuses them (mlqueue/yaml_body.py): a few lines of nested aliases expand beyond any
+# limit, and one that refers to itself makes a value no JSON can carry.
+YAML_ALIASES = "YAML anchors and aliases (&, *) are not supported: write the spec out in full."
+TOO_DEEP = "the YAML nests thousands of levels deep; a job spec nests three."
 JSON_LINES_SUFFIXES = (".jsonl", ".ndjson")
 
 
 _MERGE = "tag:yaml.org,2002:merge"
+
+
+class AliasRefused(yaml.composer.ComposerError):
+    """A YAML alias (`*name`) in a spec: refused, as the API refuses it."""
 
 
 class SpecLoader(yaml.SafeLoader):
@@ -37,7 +45,15 @@ class SpecLoader(yaml.SafeLoader):
     write them, had the key True. And 1e-5 is a number, as in JSON: YAML 1.1 read an exponent
     without a dot, or without a sign, as text (a learning rate of "1e-5" refused as a string).
     A key given twice in a mapping is an error, as the API refuses it in JSON: YAML 1.1 loaders
-    keep the last value silently (`gpu_count: 1` then `gpu_count: 2` read as 2)."""
+    keep the last value silently (`gpu_count: 1` then `gpu_count: 2` read as 2). An alias
+    (`*name`) is an error too, as the API refuses it (QA: `env: &e {A: *e}`, a mapping inside
+    itself, was a RecursionError's traceback)."""
+
+    def compose_node(self, parent, index):
+        """An alias is refused where it is met, before anything is built from it."""
+        if self.check_event(yaml.AliasEvent):
+            raise AliasRefused(None, None, YAML_ALIASES, self.peek_event().start_mark)
+        return super().compose_node(parent, index)
 
     def construct_mapping(self, node, deep=False):
         seen = set()
@@ -152,10 +168,24 @@ def apply_overrides(spec: dict, items: Iterable[str] = (), **overrides) -> dict:
             if not isinstance(here, dict):
                 key = ".".join(parts)
                 where = ".".join(parts[: depth + 1])
-                message = OVERRIDE_THROUGH_VALUE.format(part=where, kind=type(here).__name__)
+                message = OVERRIDE_THROUGH_VALUE.format(part=where, kind=a_kind(here))
                 raise MlqError(0, f"{key}: {message}", {key: [message]})
         here[parts[-1]] = value
     return out
+
+
+# What a value read from JSON or YAML is, as a sentence names it (QA: "resources.tasks is a int").
+KINDS = {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "a list", dict: "a mapping"}
+
+
+def a_kind(value) -> str:
+    """`value`'s kind with its article: "an integer", "a list"; "null" for None."""
+    if value is None:
+        return "null"
+    if type(value) in KINDS:
+        return KINDS[type(value)]
+    name = type(value).__name__
+    return f"{'an' if name[:1] in ('a', 'e', 'i', 'o', 'u') else 'a'} {name}"
 
 
 def load_spec(spec_or_path: dict | str | os.PathLike) -> dict:
@@ -170,6 +200,10 @@ def load_spec(spec_or_path: dict | str | os.PathLike) -> dict:
     else:
         try:
             spec = read_yaml(read_text(path))
+        except AliasRefused:
+            raise MlqError(0, f"{path}: {YAML_ALIASES}") from None
+        except RecursionError:  # the parser recurses per level: thousands of "[" were a traceback
+            raise MlqError(0, f"{path}: {TOO_DEEP}") from None
         except yaml.YAMLError as error:
             raise MlqError(0, f"{path}: {NOT_YAML.format(error=' '.join(str(error).split()))}") from None
     if spec is None:

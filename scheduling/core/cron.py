@@ -32,7 +32,7 @@ MACROS = {
     "@hourly": "0 * * * *",
 }
 WRONG_FIELD_COUNT = (
-    "{expr!r} has {count} fields; a cron expression has five (minute hour day-of-month month day-of-week), "
+    "{expr!r} has {count} field{s}; a cron expression has five (minute hour day-of-month month day-of-week), "
     "e.g. '0 3 * * *' for 03:00 every day, or one of {macros}."
 )
 UNKNOWN_MACRO = (
@@ -70,7 +70,8 @@ def cron_error(expr: str) -> str | None:
     if text.startswith("@") and len(fields) == 1:  # QA: "@fortnightly has 1 fields" read as a riddle
         return UNKNOWN_MACRO.format(expr=expr, macros=", ".join(MACROS))
     if len(fields) != len(FIELDS):
-        return WRONG_FIELD_COUNT.format(expr=expr, count=len(fields), macros=", ".join(MACROS))
+        count = len(fields)
+        return WRONG_FIELD_COUNT.format(expr=expr, count=count, s="" if count == 1 else "s", macros=", ".join(MACROS))
     try:
         next(iter(CronSim(text, PROBE.replace(tzinfo=None))))
     except CronSimError as exc:

@@ -6,21 +6,25 @@ import dataclasses
 from collections import Counter
 from dataclasses import dataclass
 
+from django.db.models import Case, Exists, OuterRef, Value, When
 from django.utils import timezone
 
 from mlqueue.errors import Conflict
 from scheduling import groups, services, sweep_params
+from scheduling.core.conditions import Condition, Edge, Status, Verdict, evaluate, never_message
 from scheduling.core.feasibility import can_ever_run
 from scheduling.core.model import PendingJob
 from scheduling.core.reasons import PendingReason, ReasonCode
 from scheduling.core.scheduler import schedule
 from scheduling.core.state import ClusterState
 from scheduling.core.whatif import suggestions
+from scheduling.dependencies import ended_as
+from scheduling.group_state import UNFINISHED
 from scheduling.inventory import inventory
-from scheduling.models import GroupKind
+from scheduling.models import GroupKind, Job
 from scheduling.pipeline_spec import normalized_step
 from scheduling.services import job_shape
-from scheduling.spec import gpu_types
+from scheduling.spec import dependency_edges, gpu_types
 from scheduling.store_view import build_view
 from scheduling.web.explanations import NOT_ROOM
 
@@ -31,24 +35,33 @@ class DryRun:
     placement: tuple[tuple[str, int], ...] = ()  # (node, tasks) if it fits the free room now
     reason: PendingReason | None = None  # why it would wait, if it does not
     suggestions: tuple[str, ...] = ()
+    # Its `depends_on` can no longer be met (the reason says which and how it ended): a submit
+    # is cancelled at once, as the leader's sweep ends such a job.
+    never_runs: bool = False
 
     @property
     def fits_now(self) -> bool:
         return bool(self.placement)
 
 
-def dry_run(spec: dict) -> DryRun:
+def dry_run(spec: dict, *, noun: str = "job") -> DryRun:
     """A pass of the scheduler's own core over the cluster as it is now (its nodes, running
     jobs, waiting jobs, quotas, maintenance windows and policy), with this job added to the
     queue as if submitted now: where it would start, or the reason a pass would give it: its
     team's quota, jobs ahead of it that take the room or hold a reservation on it, the jobs it
     would preempt (a P0 starts by preemption on a full cluster), or the capacity story with
     what change would fit. The waiting jobs are the leader's view of them (single jobs and each
-    group's head), so the answer is the next pass's, as far as nothing changes before it."""
+    group's head), so the answer is the next pass's, as far as nothing changes before it. Its
+    `depends_on` as the pass sees it too: a dependency still to end is the pass's DEPENDENCY
+    wait; one that ended the wrong way means it never runs (`noun`: what the sentence calls it)."""
+    shape = job_shape(spec)
+    verdict = dependency_verdict(spec.get("depends_on") or [])
+    if verdict.status == Status.NEVER:
+        message = NEVER_MET.format(why=never_message(verdict.broken, noun=noun))
+        return DryRun(shape.describe(), reason=PendingReason(ReasonCode.DEPENDENCY, message), never_runs=True)
     now = timezone.now()
     view = build_view(now=now)
     nodes, running = view.snapshot.nodes, view.snapshot.running
-    shape = job_shape(spec)
     job = PendingJob(
         DRY_RUN_ID,
         spec["team"],
@@ -56,7 +69,9 @@ def dry_run(spec: dict) -> DryRun:
         shape,
         now.timestamp(),
         spec["max_runtime_hours"] * 3600,
+        waiting_on=tuple(edge.job_id for edge in verdict.waiting),
         checkpointing=spec.get("checkpoint") is not None,
+        waiting_conditions=tuple(edge.condition for edge in verdict.waiting),
         queued_at=now.timestamp(),
     )
     snapshot = dataclasses.replace(view.snapshot, pending=(*view.snapshot.pending, job))
@@ -80,6 +95,24 @@ def dry_run(spec: dict) -> DryRun:
 # among equal waiting jobs it comes last, as the newest submit does.
 DRY_RUN_ID = 2**62
 WOULD_PREEMPT = "would preempt job(s) {ids} ({why}) and start once they have stopped"
+NEVER_MET = "{why}: a submit would be cancelled at once"
+
+
+def dependency_verdict(depends_on: list) -> Verdict:
+    """The verdict on a spec's `depends_on` (core/conditions.py) as the jobs it names stand now,
+    read as dependencies.edges_of reads a waiting job's: a group ends for its dependents once
+    every child has."""
+    edges = dependency_edges(depends_on)
+    if not edges:
+        return Verdict(Status.MET)
+    busy = Exists(Job.objects.filter(UNFINISHED, parent_id=OuterRef("pk")))
+    rows = (
+        Job.objects.filter(pk__in=[job_id for job_id, _ in edges])
+        .annotate(busy=Case(When(group_kind="", then=Value(False)), default=busy))
+        .values_list("pk", "state", "failure_class", "busy")
+    )
+    ended = {pk: None if children_busy else ended_as(state, failure) for pk, state, failure, children_busy in rows}
+    return evaluate([Edge(job_id, Condition(on), ended.get(job_id)) for job_id, on in edges])
 
 
 NEVER_FITS = "NEVER_FITS"  # the dry run's code for a spec no empty cluster could hold
@@ -141,32 +174,35 @@ def _group_answer(spec: dict) -> dict:
 
 
 def _pipeline_answer(spec: dict) -> dict:
+    """Each step as if it were next: after the steps before it, and after the pipeline's own
+    `depends_on` (its first steps wait on it, the others on them)."""
     answers = []
     for index, step in enumerate(spec["pipeline"]["steps"]):
-        answer = _job_answer(normalized_step(spec, step))
-        if answer["reason"] and "field" in answer["reason"]:
+        answer = _job_answer({**normalized_step(spec, step), "depends_on": spec["depends_on"]}, noun="pipeline")
+        if answer["reason"] and answer["reason"].get("field", "depends_on") != "depends_on":  # the pipeline's own
             answer["reason"]["field"] = f"pipeline.steps[{index}].{answer['reason']['field']}"
         answers.append({"step": step["name"], **answer})
     first = next((a for a in answers if not a["can_ever_run"]), answers[0])
     return {**{key: value for key, value in first.items() if key != "step"}, "steps": answers}
 
 
-def _job_answer(spec: dict) -> dict:
+def _job_answer(spec: dict, *, noun: str = "job") -> dict:
     shape = job_shape(spec)
     verdict = can_ever_run(shape, inventory())
     if not verdict.ok:
         reason = {"code": NEVER_FITS, "message": verdict.message, "field": verdict.field}
         return _answer(shape.describe(), can_ever_run=False, placement=None, reason=reason, suggestions=())
-    found = dry_run(spec)
+    found = dry_run(spec, noun=noun)
     placement = {"nodes": [{"node": name, "tasks": count} for name, count in found.placement]}
     reason = found.reason and {
         "code": found.reason.code,
         "category": found.reason.category,
         "message": found.reason.message,
+        **({"field": "depends_on"} if found.never_runs else {}),
     }
     return _answer(
         found.shape,
-        can_ever_run=True,
+        can_ever_run=not found.never_runs,
         placement=placement if found.fits_now else None,
         reason=reason,
         suggestions=found.suggestions,

@@ -111,7 +111,7 @@ SECTIONS = (
     (
         "Checkpoint",
         (
-            Field("checkpoint.path", "text", "empty: no checkpoint"),
+            Field("checkpoint.path", "text", "all three empty: no checkpoint"),
             Field("checkpoint.interval_minutes", "int"),
             Field("checkpoint.retain_last_n", "int"),
         ),
@@ -260,7 +260,13 @@ def _show_lines(value) -> str:
 
 
 def _show_pairs(value) -> str:
-    return "\n".join(f"{k}={v}" for k, v in value.items()) if isinstance(value, dict) else _show(value)
+    """KEY=VALUE lines, less the pairs a line cannot hold (a line break in the key or value):
+    those are left out, and lost_in_form names them alone (QA: one value with a line break
+    broke the box, and every variable was named as lost)."""
+    if not isinstance(value, dict):
+        return _show(value)
+    lines = (f"{k}={v}" for k, v in value.items())
+    return "\n".join(line for line in lines if "\n" not in line and "\r" not in line)
 
 
 def _show_secret(value) -> str:
@@ -296,7 +302,9 @@ KINDS = {
 
 def form_to_spec(values: dict[str, str]) -> tuple[dict, dict[str, list[str]]]:
     """The spec the inputs describe, and the inputs that could not be read at all. Blank
-    inputs are left out; the checkpoint is left out when its path is blank."""
+    inputs are left out, so a checkpoint block with every input blank is no block; one with any
+    input filled in is checked as the API checks it (QA: an interval without a path, or of -1,
+    was dropped in silence where the API answers "checkpoint.path: This field is required.")."""
     spec, problems = {}, {}
     for f in FIELDS:
         try:
@@ -310,8 +318,6 @@ def form_to_spec(values: dict[str, str]) -> tuple[dict, dict[str, list[str]]]:
             for section in sections:
                 target = target.setdefault(section, {})
             target[leaf] = value
-    if "path" not in spec.get("checkpoint", {}):
-        spec.pop("checkpoint", None)
     return spec, problems
 
 

@@ -37,7 +37,7 @@ BAD_GROUP = "group by one or two of {choices} (at most one of day, week); got {v
 TO_BEFORE_FROM = "must be later than from ({start})."
 FROM_AFTER_NOW = "must be before to, which defaults to now ({now}): give a to later than from."
 TOO_MANY_BUCKETS = "a report by {bucket} covers at most {limit} {bucket}s; this one covers {count}."
-USAGE_PARAMETERS = ("from", "to", "team", "owner", "resource_class", "priority", "group_by")
+USAGE_PARAMETERS = ("from", "to", "team", "owner", "resource_class", "priority", "group_by", "format")  # json, csv
 NO_PRICE = "give gpu_hour, cpu_hour or both: a price with neither makes the class free."
 
 

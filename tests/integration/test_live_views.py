@@ -232,7 +232,7 @@ def test_what_would_help_a_job_that_does_not_wait_for_room_says_what_it_waits_fo
             pending_reason_code="QUOTA", pending_reason_message="team research-foundation-models uses 96 H100"
         )
     html = logged_in("alice").get(f"/jobs/{job_id}/help/").content.decode()
-    assert "It does not wait for room on the nodes but for this:" in html
+    assert ("It does not wait for room on the nodes but for this:" if held else "It waits for this:") in html
     assert "fits the free room" not in html and 'id="suggestions"' not in html
     assert ("a higher borrowing limit" in html) is not held
     said = api("alice").get(f"/api/v1/jobs/{job_id}/why").json()["suggestions"]

@@ -163,7 +163,7 @@ def test_prices_filter_by_class(api, now):
 
 # 3. and 4. Unknown, repeated and empty parameters --------------------------------------------
 
-USAGE = ", ".join(("from", "to", "team", "owner", "resource_class", "priority", "group_by"))
+USAGE = ", ".join(("from", "to", "team", "owner", "resource_class", "priority", "group_by", "format"))
 METRICS = "name, rank, attempt, after_step, spread"
 LOGS = "rank, attempt, stream, offset, follow"
 
