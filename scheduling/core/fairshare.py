@@ -145,6 +145,8 @@ def borrowed_jobs(ledger: Ledger, running: tuple[RunningJob, ...]) -> set[int]:
         by_team[(job.team, job.resource_class)].append(job)
     for (team, rclass), jobs in by_team.items():
         guaranteed, used = ledger.guaranteed(team, rclass), 0
+        if sum(job.units for job in jobs) <= guaranteed:
+            continue  # within its guarantee: nothing borrowed, no order to find
         for job in sorted(jobs, key=_guarantee_order):
             used += job.units
             if used > guaranteed:
