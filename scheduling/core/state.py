@@ -176,23 +176,31 @@ class ClusterState:
     def _move(self, slot: Slot, given: list[TaskPlacement], taken: list[TaskPlacement], touched: set) -> None:
         """The slot's room with what `given` held back and what `taken` hold gone: the room of
         every task on the node worked out again, read off the tasks that moved alone (outside a
-        pass the slot holds exactly the room the running jobs leave, `rollback` sees to it)."""
-        free = set(slot.free_gpus)
-        free.update(i for task in given for i in task.gpu_indices)
-        free.difference_update(i for task in taken for i in task.gpu_indices)
-        self._reset(
-            slot,
-            [i for i in slot.node.usable_gpus if i in free],
-            slot.free_cpus + sum(task.cpus for task in given) - sum(task.cpus for task in taken),
-            slot.free_memory + sum(task.memory_gb for task in given) - sum(task.memory_gb for task in taken),
-            touched,
-        )
+        pass the slot holds exactly the room the running jobs leave, `rollback` sees to it).
+        One loop over the tasks; a CPU node's GPU list (empty) is kept as it is (the lists are
+        never changed in place: each change makes a new one)."""
+        cpus, memory_gb, back, gone = slot.free_cpus, slot.free_memory, [], []
+        for task in given:
+            cpus += task.cpus
+            memory_gb += task.memory_gb
+            back += task.gpu_indices
+        for task in taken:
+            cpus -= task.cpus
+            memory_gb -= task.memory_gb
+            gone += task.gpu_indices
+        gpus = slot.free_gpus
+        if back or gone:
+            free = set(gpus)
+            free.update(back)
+            free.difference_update(gone)
+            gpus = [i for i in slot.node.usable_gpus if i in free]
+        self._reset(slot, gpus, cpus, memory_gb, touched)
 
     def _count_change(self, slot: Slot) -> None:
         rclass = slot.rclass
         self.changes[rclass] += 1
         log = self.changed[rclass]
-        log.append(slot.name)
+        log.append(slot.node.name)
         if len(log) > CHANGES_KEPT:  # only the latest are asked for: forget the older half
             dropped = len(log) // 2
             del log[:dropped]
@@ -211,8 +219,7 @@ class ClusterState:
             self._unindex(slot)
         slot.free_gpus, slot.free_cpus, slot.free_memory = gpus, cpus, memory_gb
         if slot.ready:
-            self._index(slot)
-            touched.add((slot.rclass, slot.free_units, slot.node.rack))
+            touched.add(self._index(slot))
 
     def _name_order(self, touched: set) -> None:
         """Slots re-indexed go last in their bucket: put each bucket back in name order."""
@@ -223,11 +230,13 @@ class ClusterState:
 
     # `_index` and `_unindex` run for every slot change (~800 a forecast's pass): the free
     # units and the rack are read once each.
-    def _index(self, slot: Slot) -> None:
+    def _index(self, slot: Slot) -> tuple[str, int, str]:
+        """Returns the bucket the slot joined: (class, free units, rack)."""
         free, rack = slot.free_units, slot.node.rack
         self.buckets[slot.rclass][free][rack][slot] = None
         self.free_units[slot.rclass] += free
         self.rack_free[rack] += free
+        return slot.rclass, free, rack
 
     def _unindex(self, slot: Slot) -> None:
         free, rack = slot.free_units, slot.node.rack
