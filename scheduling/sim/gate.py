@@ -142,10 +142,14 @@ class DecisionGate:
             units = sign * (task.cpus if rclass == CPU_CLASS else len(task.gpu_indices))
             was = used[name]
             used[name] = was + units
-            if free_nodes is not None and ready[name]:
+            if free_nodes is not None and ready[name]:  # `_count` twice, inline
                 levels, free = free_nodes[rclass], capacity[name] - was
-                _count(levels, free, -1)
-                _count(levels, free - units, 1)
+                left = levels[free] - 1
+                if left:
+                    levels[free] = left
+                else:
+                    del levels[free]
+                levels[free - units] += 1  # a count of nodes: one more is never zero
 
     def node_ready(self, name: str, ready: bool) -> None:
         self._update(name, ready=ready)
