@@ -9,7 +9,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import NamedTuple
 
-from scheduling.core.model import JobShape, TaskPlacement, Topology, labels_match, tasks_per_node
+from scheduling.core.model import JobShape, TaskPlacement, Topology, labels_match
 from scheduling.core.state import ClusterState, Slot
 
 Limit = Callable[[Slot], int | None]
@@ -59,7 +59,14 @@ def capacity(slot: Slot, shape: JobShape, limit: Limit | None = None, extra: Ext
         return 0
     if shape.image and slot.node.lacks_images(shape.image):
         return 0
-    return tasks_per_node(shape, gpus=gpus, cpus=cpus, memory_gb=slot.free_memory + extra.memory_gb)
+    # `tasks_per_node`, inline (asked ~2,400 times a forecast's pass): the binding resource decides.
+    memory_gb, per_task = slot.free_memory + extra.memory_gb, shape.memory_gb_per_task
+    fit = memory_gb // per_task if per_task else 1 << 30
+    if shape.gpus_per_task:
+        fit = min(fit, gpus // shape.gpus_per_task)
+    if shape.cpus_per_task:
+        fit = min(fit, cpus // shape.cpus_per_task)
+    return fit
 
 
 def rooms(state: ClusterState, shape: JobShape, limit: Limit | None = None) -> list[Room]:
