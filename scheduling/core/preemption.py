@@ -139,6 +139,7 @@ class VictimPool:
         self.ordered_alone: dict[str, int] = defaultdict(int)  # per class, candidates ordered by `_ordered`
         self.below: dict[tuple[str, int], tuple[list, list[Candidate]]] = {}  # see `_ranked_below`
         self.taken: set[int] = set()
+        self.claims: dict[tuple, Claim] = {}  # see `claim`
         self.found: dict[tuple, tuple[int, list[Candidate]]] = {}  # key -> (victims taken then, candidates)
         self.domains: dict[tuple[str, str], dict[str, list]] = {}  # see `by_domain`
         self.spans: dict[str, dict[int, tuple]] = spans if spans is not None else {}
@@ -220,17 +221,27 @@ class VictimPool:
         """`ignore_age`: as if every victim had run its minimum (when could the job preempt?).
         Past `reclaim_wait_bound_s` of waiting, a job reclaims from anyone over a guarantee.
         `borrowing`: the job would start past its team's guarantee and takes from other teams
-        only what they hold above theirs (see `Claim.guard`)."""
+        only what they hold above theirs (see `Claim.guard`). Made once per pass for each
+        (priority, guard, age, past the bound): a pass asks ~170 claims of a few kinds."""
         config = self.config
-        minimum = 0.0 if ignore_age else config.min_runtime_for(job.priority)
         guard = job.team if borrowing else None
-        if ignore_age or self.now - job.submitted_at > config.reclaim_wait_bound_s:
+        lifted = ignore_age or self.now - job.submitted_at > config.reclaim_wait_bound_s
+        key = (job.priority, guard, ignore_age, lifted)
+        found = self.claims.get(key)
+        if found is None:
+            found = self.claims[key] = self._claim(job.priority, guard, ignore_age, lifted)
+        return found
+
+    def _claim(self, priority: str, guard: str | None, ignore_age: bool, lifted: bool) -> Claim:
+        config = self.config
+        minimum = 0.0 if ignore_age else config.min_runtime_for(priority)
+        if lifted:
             # Ignoring age, victims spared until the bound (evicted as often as allowed, about
             # to end) count too: `ready_at` gives the time the bound lets them go.
-            return Claim(priority_rank(job.priority), self.now - minimum, guard=guard)
+            return Claim(priority_rank(priority), self.now - minimum, guard=guard)
         reclaim_minimum = 0.0 if ignore_age else config.reclaim_min_runtime_s
         return Claim(
-            priority_rank(job.priority),
+            priority_rank(priority),
             self.now - minimum,
             self.now - reclaim_minimum,
             config.reclaim_max_evictions,
