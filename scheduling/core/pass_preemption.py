@@ -10,7 +10,7 @@ from scheduling.core import explain
 from scheduling.core.decisions import Preemption, PreemptionReason
 from scheduling.core.model import PendingJob, RunningJob, priority_rank
 from scheduling.core.placement import plan
-from scheduling.core.preemption import Excess, VictimPool, ready_at, why
+from scheduling.core.preemption import Candidate, Excess, VictimPool, ready_at, why
 from scheduling.core.reasons import PendingReason
 from scheduling.core.victim_search import find_victims, units_freed
 
@@ -206,7 +206,7 @@ class PassPreemption:
                 )
             self._await_known(job, memo_key)
             return False
-        self._evict(job, found, claim, {c.job.job_id: c for c in candidates})
+        self._evict(job, found, claim)
         return True
 
     def _preempt_within_limits(self, job: PendingJob) -> bool:
@@ -247,7 +247,7 @@ class PassPreemption:
             if memo_key is not None:
                 self.no_limit_victims.add(memo_key)
             return False
-        self._evict(job, LimitVictims(chosen), claim, {c.job.job_id: c for c in own})
+        self._evict(job, LimitVictims(chosen), claim)
         return True
 
     def _limit_victims(self, job: PendingJob, own: list, claim, need: int) -> list[RunningJob] | None:
@@ -426,8 +426,10 @@ class PassPreemption:
         if readies is not None:
             self.pending[job.job_id] = self._await_reason(job, readies)
 
-    def _evict(self, job: PendingJob, found, claim, candidates: dict) -> None:
-        reasons = {v.job_id: why(candidates[v.job_id], claim) for v in found.victims}
+    def _evict(self, job: PendingJob, found, claim) -> None:
+        # Each victim's candidate made again (a candidate is its job and its class's rank), not
+        # looked up in a dict of the search's candidates made for it: thousands, for a few victims.
+        reasons = {v.job_id: why(Candidate(v, priority_rank(v.priority)), claim) for v in found.victims}
         for victim in found.victims:
             self.victims.take(victim)
             for name in self.ledger.chain(victim.team):
