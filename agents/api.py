@@ -275,7 +275,9 @@ class BulkActionSerializer(StrictSerializer):
             raise serializers.ValidationError({"names": [f"no such node: {', '.join(unknown[:20])}."]})
         in_racks = list(Node.objects.filter(rack__in=racks))
         if empty := sorted(set(racks) - {node.rack for node in in_racks}):
-            raise serializers.ValidationError({"rack": [f"no node is in rack {', '.join(empty)}."]})
+            # Named as sent: an empty rack of `racks` was reported under `rack` (QA).
+            field = "racks" if set(empty) & set(data.get("racks", [])) else "rack"
+            raise serializers.ValidationError({field: [f"no node is in rack {', '.join(empty)}."]})
         targets = {**found, **{node.name: node for node in in_racks}}
         return {**data, "nodes": [targets[name] for name in sorted(targets)]}
 

@@ -12,6 +12,7 @@ from datetime import UTC
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
+from django.db.models import Count
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.loader import render_to_string
@@ -83,8 +84,9 @@ def _heatmap_context(request, error: ActionError | None = None, notice: str = ""
     matching = [node for rack in racks for node in rack.nodes]
     query = request.GET.copy()
     query.pop("part", None)
+    sizes = _rack_sizes(racks) if _filtered(request.GET) else {}
     return {
-        "racks": [(rack, squares(rack)) for rack in racks],
+        "racks": [(rack, squares(rack), sizes.get(rack.name), _names(rack) if sizes else "") for rack in racks],
         "matching": len(matching),
         "listed": matching if len(matching) <= LIST_AT_MOST else [],
         "list_at_most": LIST_AT_MOST,
@@ -99,6 +101,22 @@ def _heatmap_context(request, error: ActionError | None = None, notice: str = ""
         "notice": notice,
         "typed": _typed(request) if error else {},
     }
+
+
+def _filtered(query) -> bool:
+    """Whether the console shows part of the fleet: a filter with a value in the URL."""
+    return any(value.strip() for name in node_filters.ConsoleFilter.base_filters for value in query.getlist(name))
+
+
+def _names(rack: console.Rack) -> str:
+    return " ".join(node.name for node in rack.nodes)  # a node's name has no space (agents/protocol.py)
+
+
+def _rack_sizes(racks: list[console.Rack]) -> dict[str, int]:
+    """Each shown rack's node count in all, filters aside (one query): a filtered rack's label
+    says how many of its nodes are shown, its tick picking those alone (`_picked`)."""
+    rows = Node.objects.filter(rack__in={rack.name for rack in racks}).values("rack").annotate(n=Count("id"))
+    return {row["rack"]: row["n"] for row in rows}
 
 
 def _typed(request) -> dict:
@@ -143,12 +161,16 @@ def _act(request):
         return _schedule_window(request)
     if request.POST.get("action") == "cancel_maintenance":
         return _cancel_window(request)
+    picked = _picked(request)
+    if isinstance(picked, ActionError):
+        return _refused(request, picked)
+    names, racks = picked
     body = BulkActionSerializer(
         data={
             "action": request.POST.get("action", ""),
             "reason": request.POST.get("reason", ""),
-            "names": request.POST.getlist("nodes"),
-            "racks": request.POST.getlist("racks"),
+            "names": names,
+            "racks": racks,
         }
     )
     if not body.is_valid():
@@ -159,6 +181,26 @@ def _act(request):
     if unchanged:
         said += f" {ALREADY[action]}, left as they were: {_some(unchanged)}."
     return _done(request, said)
+
+
+SHOWN_IN = "shown-in:{rack}"  # the hidden field of a filtered rack's shown nodes (heatmap.html)
+NONE_SHOWN = "racks: no node of rack {racks} was shown under these filters: reload the console."
+
+
+def _picked(request) -> tuple[list[str], list[str]] | ActionError:
+    """The ticked (nodes, racks), as the bulk API takes them. Unfiltered, a rack's tick is the
+    whole rack. Under a filter it is the rack's nodes the heatmap showed, posted beside it
+    (SHOWN_IN), so the rack's label, which counts those, is what is acted on: on
+    `?state=DRAINING` a rack labelled 1 cordoned its 3 READY nodes that were not shown (QA)."""
+    names, racks = request.POST.getlist("nodes"), request.POST.getlist("racks")
+    if not racks or not _filtered(request.GET):
+        return names, racks
+    posted = (value for rack in racks for value in request.POST.getlist(SHOWN_IN.format(rack=rack)))
+    shown = {name for value in posted for name in value.split()}
+    found = dict(Node.objects.filter(name__in=shown, rack__in=racks).values_list("name", "rack"))
+    if missing := sorted(set(racks) - set(found.values())):
+        return ActionError("", NONE_SHOWN.format(racks=", ".join(missing)))
+    return sorted({*names, *found}), []
 
 
 # The nodes a bulk action left as they were, by action (a cordon again said "Already in service").
@@ -182,14 +224,19 @@ NOT_HOURS = "a number of hours, e.g. 4."
 def _schedule_window(request):
     """A maintenance window on the selection: one rack alone is named as the rack, anything
     else as its nodes (the racks' and the picked ones)."""
-    racks, names = request.POST.getlist("racks"), request.POST.getlist("nodes")
+    picked = _picked(request)
+    if isinstance(picked, ActionError):
+        return _refused(request, picked)
+    names, racks = picked
     if not racks and not names:
         return _refused(request, ActionError("", "nodes: select the racks or nodes the window is for."))
     raw = request.POST.get("starts_at", "").strip()
     try:
         starts_at = parse_datetime(raw or "-")
     except ValueError as exc:  # the shape of one, but no such day or time: 2026-02-30T02:00
-        return _refused(request, ActionError("", f"starts_at: {date_fields.no_such_day(raw, exc)}"))
+        # The API's words for an offset out of range (+25:00), not Python's timedelta (QA).
+        why = date_fields.bad_offset(raw) or date_fields.no_such_day(raw, exc)
+        return _refused(request, ActionError("", f"starts_at: {why}"))
     if starts_at is None:
         return _refused(request, ActionError("", f"starts_at: {NOT_A_TIME}"))
     try:
@@ -252,17 +299,22 @@ def _act_on_one(request):
     body = NodeActionSerializer(data={"reason": request.POST.get("reason", "")})
     if not body.is_valid():
         return _refused(request, ActionError(node.name, _first_errors(body.errors)))
-    services.NODE_ACTIONS[action](node, request.user, body.validated_data["reason"])
+    done = services.NODE_ACTIONS[action](node, request.user, body.validated_data["reason"])
     node.refresh_from_db()
-    notice = (
-        f"{node.name}'s token is reset: its agent must join again (a join token), once its tasks are requeued."
-        if action == "reset_token"
-        else f"{node.name} is now {node.state}."
-    )
+    notice = f"{node.name} is now {node.state}."
+    if action == "reset_token":
+        notice = (
+            f"{node.name}'s token is reset: its agent must join again (a join token), once its tasks are requeued."
+            if done
+            else NO_TOKEN_TO_RESET.format(node=node.name)
+        )
     if request.POST.get("from") == "node":
         messages.success(request, notice)
         return redirect("node-page", name=node.name)
     return _done(request, notice)
+
+
+NO_TOKEN_TO_RESET = "{node} has no token to reset (reset already, no agent has joined since): nothing changed."
 
 
 # The bulk API's fields by the console form's names (its checkboxes are `nodes` and `racks`).

@@ -4,8 +4,9 @@ notices are the scheduler's (scheduling/nodes.py); the admin's actions are named
 API and the console."""
 
 from django.db import IntegrityError, transaction
+from django.urls import resolve, reverse
 from django.utils import timezone
-from rest_framework.exceptions import AuthenticationFailed, PermissionDenied
+from rest_framework.exceptions import AuthenticationFailed, PermissionDenied, ValidationError
 
 from agents import tokens
 from mlqueue.errors import Conflict
@@ -37,6 +38,10 @@ ALREADY_REGISTERED = (
 WRONG_NODE_TOKEN = (
     "invalid node token (reset by an admin, or not from this server): register with a join token, "
     "or have an admin issue one."
+)
+NAME_IS_A_ROUTE = (
+    "{name!r} cannot name a node: {path} is the address of another endpoint, so the node could not be read "
+    "there. Choose another name."
 )
 STILL_HAS_TASKS = (
     "node {name} still has tasks placed by its previous agent; they are requeued once that agent's lease has "
@@ -124,6 +129,8 @@ def do_agent_register(
         return _re_register(credential, inventory, now=now), raw
     with transaction.atomic():
         node = Node.objects.select_for_update(no_key=True).filter(name=name).first()
+        if node is None:
+            check_name_is_no_route(name)
         if node is not None and node.token_digest or node is None and not _inserted(name, inventory, now=now):
             raise Conflict(ALREADY_REGISTERED.format(name=name))
         if Task.objects.filter(node__name=name, state__in=ON_NODE).exists():
@@ -131,6 +138,20 @@ def do_agent_register(
         if not tokens.do_use_join_token(credential, now=now):
             raise AuthenticationFailed(tokens.WRONG_JOIN_TOKEN)
         return do_register_node(name=name, inventory=inventory, via=credential.description, now=now)
+
+
+# A node's own addresses (its API detail and its console page), each with the name it must resolve to.
+NODE_ADDRESSES = ("node-detail", "node-page")
+
+
+def check_name_is_no_route(name: str) -> None:
+    """A 400 naming `name` when one of the node's own addresses would reach another endpoint:
+    a node named `bulk` registered, and then GET /api/v1/nodes/bulk was the bulk action's 405
+    (QA). Asked of the URLconf itself, so a route added later is covered too."""
+    for address in NODE_ADDRESSES:
+        path = reverse(address, kwargs={"name": name})
+        if resolve(path).url_name != address:
+            raise ValidationError({"name": [NAME_IS_A_ROUTE.format(name=name, path=path)]})
 
 
 def _inserted(name: str, inventory: dict, *, now) -> bool:
@@ -160,15 +181,19 @@ def _re_register(node: Node, inventory: dict, *, now) -> Node:
     return node
 
 
-def do_reset_node_token(*, node: Node, user, reason: str, now=None) -> None:
+def do_reset_node_token(*, node: Node, user, reason: str, now=None) -> bool:
     """The node's token stops working, and a join token may register the name again (a node
     reinstalled, or a token that leaked). Nothing new is placed there (SUSPECT); its tasks stay
     until its old agent's lease has certainly expired (then it is LOST and they are requeued,
     as for any silent node), and no new agent may register the name while they remain: it would
-    be handed their assignments."""
+    be handed their assignments. False, with nothing written or audited, when the node had no
+    token (reset already, and no agent has joined since): the API's `changed: false`."""
     now = now or timezone.now()
     with transaction.atomic():
-        Node.objects.filter(pk=node.pk).update(token_digest="")
+        # Claimed by a conditional write: of two resets at once, one resets and is audited.
+        if not Node.objects.filter(pk=node.pk).exclude(token_digest="").update(token_digest=""):
+            node.refresh_from_db()
+            return False
         node.refresh_from_db()
         if node.health == NodeState.READY:
             do_mark_health(node, NodeState.SUSPECT, message=f"node token reset by {user.get_username()}", now=now)
@@ -181,6 +206,7 @@ def do_reset_node_token(*, node: Node, user, reason: str, now=None) -> None:
             message=f"node token of {node.name} reset: {reason}",
             data={"reason": reason},
         )
+    return True
 
 
 # The admin's node actions by name, for the API and the console alike: (node, user, reason).

@@ -27,17 +27,22 @@ def do_update_quotas(*, team: Team, changes: dict[str, dict], user, reason: str)
     """Apply {resource_class: {field: value}} to the team's quotas in one transaction, after
     checking the tree stays consistent (children never promised more than their parent)."""
     with transaction.atomic():
-        # One writer per tree at a time, so two leads cannot both squeeze under the parent;
-        # a division's change locks every division, as they share the cluster.
-        tree = Team.objects.filter(pk__in=[team.pk] + [t.pk for t in team.ancestors()])
-        if team.parent_id is None:
-            tree = Team.objects.filter(parent__isnull=True)
-        list(tree.select_for_update(no_key=True).order_by("pk"))
+        lock_quota_tree(team)
         updated = [
             _apply_quota_change(team=team, rclass=rclass, fields=fields, user=user, reason=reason)
             for rclass, fields in sorted(changes.items())
         ]
     return updated
+
+
+def lock_quota_tree(team: Team) -> None:
+    """One writer per tree at a time, so two leads cannot both squeeze under the parent; a
+    division's change locks every division, as they share the cluster. In a transaction; the
+    teams page takes it before comparing its form with the quota (scheduling/web/teams_page.py)."""
+    tree = Team.objects.filter(pk__in=[team.pk] + [t.pk for t in team.ancestors()])
+    if team.parent_id is None:
+        tree = Team.objects.filter(parent__isnull=True)
+    list(tree.select_for_update(no_key=True).order_by("pk"))
 
 
 def _apply_quota_change(*, team: Team, rclass: str, fields: dict, user, reason: str) -> Quota:

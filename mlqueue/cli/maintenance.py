@@ -26,6 +26,8 @@ NOT_A_TIME = "{value!r} is not a time: give ISO 8601 (2027-01-15T02:00Z) or a ti
 OPTIONS = {"starts_at": "--at", "ends_at": "--until", "duration_hours": "--hours"}
 FIELD_NAMES = re.compile(r"\b(" + "|".join(OPTIONS) + r")\b")
 IN_THE_PAST = "{value!r} is in the past: a window starts and ends after now (+30m, +2h, +1d)"
+# Past the calendar's end (year 9999): `+99999999d` overflowed into a traceback (QA).
+TOO_FAR_AHEAD = "{value!r} is too far ahead: a window starts within a year from now and lasts at most 30 days"
 UNITS = {"m": "minutes", "h": "hours", "d": "days"}
 TIME_HELP = "ISO 8601 (2027-01-15T02:00Z), or from now: +30m, +2h, +1d"
 
@@ -76,7 +78,10 @@ def when(ctx: click.Context, param: click.Parameter, value: str | None) -> str |
         if value is not None and not _is_iso(value):  # QA: "yesterday" was told of ISO 8601 alone
             raise click.BadParameter(NOT_A_TIME.format(value=value.strip()), ctx=ctx, param=param)
         return value
-    later = clock() + timedelta(**{UNITS[found[2]]: float(found[1])})
+    try:
+        later = clock() + timedelta(**{UNITS[found[2]]: float(found[1])})
+    except OverflowError:
+        raise click.BadParameter(TOO_FAR_AHEAD.format(value=value.strip()), ctx=ctx, param=param) from None
     return later.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 

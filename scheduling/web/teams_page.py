@@ -9,6 +9,7 @@ team's numbers while MLQ_QUOTAS_PUBLIC is on (members only when off), leads edit
 from dataclasses import dataclass
 
 from django.contrib.auth.decorators import login_required
+from django.db import transaction
 from django.http import HttpResponse, HttpResponseBadRequest, HttpResponseForbidden
 from django.shortcuts import get_object_or_404, render
 from django.views.decorators.http import require_http_methods
@@ -18,7 +19,7 @@ from mlqueue.api_errors import flatten_errors
 from scheduling.usage import ClassUsage, ClusterUsage, TeamUsage, cluster_usage
 from scheduling.web.whatif_page import form_context
 from teams.api import NOT_A_LEAD, NOT_A_MEMBER
-from teams.models import Quota, Role, Team
+from teams.models import AuditEvent, EventKind, Quota, Role, Team
 from teams.resources import unknown_class_message
 from teams.selectors import (
     can_edit_quotas,
@@ -30,11 +31,19 @@ from teams.selectors import (
     quota_team_names,
     roles_of,
 )
-from teams.serializers import QuotaPatchSerializer
-from teams.services import do_update_quotas
+from teams.serializers import QuotaChangeSerializer, QuotaPatchSerializer
+from teams.services import do_update_quotas, lock_quota_tree
 
 QUOTA_FIELDS = ("guaranteed", "borrowing_limit", "weight")
 NOTHING_CHANGED = "these are the current values: change one to save."
+# A field the user changed that someone else changed too since the form was drawn (QA: an
+# admin's cut was undone, and logged as the lead's). The form then holds the new values.
+CHANGED_SINCE = (
+    "changed since you opened it: {field} is now {now} (by {who}), not {seen}. Your {typed} is kept: save again "
+    "to set it over theirs."
+)
+FORM_OUT_OF_DATE = "this form's original values are missing or not numbers: cancel and edit again."
+SEEN = "seen_"  # the form's hidden copy of each value as it was drawn: seen_guaranteed, ...
 
 
 @dataclass(frozen=True)
@@ -120,7 +129,7 @@ def _quota_row(request):
         return HttpResponse("")
     row = row or ClassUsage.unused(rclass)
     values = {name: getattr(row, name) for name in QUOTA_FIELDS}
-    return _render_row(request, view, row, editing=editing, values=values)
+    return _render_row(request, view, row, editing=editing, values=values, seen=values)
 
 
 def _row_of(user, team: Team, rclass: str) -> tuple[TeamView, ClassUsage | None, tuple[str, ...]]:
@@ -150,8 +159,15 @@ def _save_quota(request):
     body = QuotaPatchSerializer(data={"reason": request.POST.get("reason", ""), "quotas": {rclass: posted}})
     try:
         body.is_valid(raise_exception=True)
-        changes = _changed(team, rclass, body.validated_data["quotas"][rclass])
-        do_update_quotas(team=team, changes={rclass: changes}, user=request.user, reason=body.validated_data["reason"])
+        seen = _seen(request, rclass)
+        with transaction.atomic():
+            lock_quota_tree(team)  # the quota compared below is the one the service then changes
+            changes = _changed(team, rclass, body.validated_data["quotas"][rclass], seen)
+            do_update_quotas(
+                team=team, changes={rclass: changes}, user=request.user, reason=body.validated_data["reason"]
+            )
+    except ChangedSince as since:
+        return _form_changed_since(request, team, rclass, since)
     except ValidationError as exc:
         return _form_with_errors(request, team, rclass, flatten_errors(exc.detail))
     view, row, _ = _row_of(request.user, team, rclass)
@@ -160,16 +176,82 @@ def _save_quota(request):
     return response
 
 
-def _changed(team: Team, rclass: str, fields: dict) -> dict:
-    """Only the fields that differ from the stored quota, so the audit log says what changed.
-    The form sends all three, where an API client sends only what it means to change."""
+class ChangedSince(Exception):
+    """Fields the user changed that were changed by someone else since the form was drawn: the
+    form comes back with those messages, what the user changed (`typed`) and, for the rest, the
+    quota as it is now."""
+
+    def __init__(self, errors: dict[str, list[str]], typed: dict[str, object]):
+        super().__init__(errors)
+        self.errors, self.typed = errors, typed
+
+
+def _seen(request, rclass: str) -> dict | None:
+    """The values the form was drawn with (its hidden `seen_*` fields), parsed as the quota's;
+    None from a form without them (a script posting the three values)."""
+    raw = {name: request.POST[SEEN + name] for name in QUOTA_FIELDS if request.POST.get(SEEN + name, "").strip()}
+    if not raw:
+        return None
+    parsed = QuotaChangeSerializer(data=raw)
+    if len(raw) < len(QUOTA_FIELDS) or not parsed.is_valid():
+        raise ValidationError({f"quotas.{rclass}": [FORM_OUT_OF_DATE]})
+    return parsed.validated_data
+
+
+def _changed(team: Team, rclass: str, fields: dict, seen: dict | None) -> dict:
+    """The fields the user changed from the values the form was drawn with (`seen`), so the
+    audit log says what they changed and a field someone else changed meanwhile is left as
+    they set it; ChangedSince if both changed one. The form sends all three, where an API
+    client sends only what it means to change. Without `seen`: those that differ from the row."""
     current = Quota.objects.filter(team=team, resource_class=rclass).first()
     if current is None:
-        return fields
-    changes = {name: value for name, value in fields.items() if getattr(current, name) != value}
+        return fields  # adding the quota: every field, even at its default, is the change
+    now = {name: getattr(current, name) for name in QUOTA_FIELDS}
+    base = seen if seen is not None else now
+    changes = {name: value for name, value in fields.items() if base[name] != value and now[name] != value}
+    clashes = {name: value for name, value in changes.items() if seen is not None and now[name] != seen[name]}
+    if clashes:
+        raise ChangedSince(_clash_messages(team, rclass, clashes, now, seen), changes)
     if not changes:
         raise ValidationError({f"quotas.{rclass}": [NOTHING_CHANGED]})
     return changes
+
+
+def _clash_messages(team: Team, rclass: str, clashes: dict, now: dict, seen: dict) -> dict[str, list[str]]:
+    return {
+        name: [
+            CHANGED_SINCE.format(
+                field=name, now=now[name], who=_changed_by(team, rclass, name), seen=seen[name], typed=typed
+            )
+        ]
+        for name, typed in clashes.items()
+    }
+
+
+def _changed_by(team: Team, rclass: str, field: str) -> str:
+    """Who last set the field, from the audit log ("someone" if it does not say)."""
+    event = (
+        AuditEvent.objects.filter(
+            team=team, kind=EventKind.QUOTA_CHANGED, data__resource_class=rclass, data__after__has_key=field
+        )
+        .order_by("-created_at", "-id")
+        .first()
+    )
+    return event.actor_name if event and event.actor_name else "someone"
+
+
+def _form_changed_since(request, team: Team, rclass: str, since: ChangedSince):
+    """The form again, drawn from the quota as it is now (its `seen` too, so saving again sets
+    what the user typed over the other change, knowingly), with what they typed where it clashed."""
+    view, row, _ = _row_of(request.user, team, rclass)
+    row = row or ClassUsage.unused(rclass)
+    now = {name: getattr(row, name) for name in QUOTA_FIELDS}
+    values = {
+        **now,
+        **{name: request.POST.get(name, "") for name in since.typed},
+        "reason": request.POST.get("reason", ""),
+    }
+    return _render_row(request, view, row, editing=True, errors=since.errors, values=values, seen=now)
 
 
 def _form_with_errors(request, team: Team, rclass: str, fields: dict[str, list[str]]):
@@ -181,4 +263,5 @@ def _form_with_errors(request, team: Team, rclass: str, fields: dict[str, list[s
     view, row, _ = _row_of(request.user, team, rclass)
     row = row or ClassUsage.unused(rclass)
     values = {name: request.POST.get(name, "") for name in (*QUOTA_FIELDS, "reason")}
-    return _render_row(request, view, row, editing=True, errors=errors, values=values)
+    seen = {name: request.POST.get(SEEN + name, "") for name in QUOTA_FIELDS}
+    return _render_row(request, view, row, editing=True, errors=errors, values=values, seen=seen)
