@@ -206,7 +206,7 @@ def _picked(request) -> tuple[list[str], list[str]] | ActionError:
 # The nodes a bulk action left as they were, by action (a cordon again said "Already in service").
 ALREADY = {
     "cordon": "Already cordoned for that reason",
-    "drain": "Already draining for that reason, nothing running left to stop",
+    "drain": "Already draining for that reason",
     "drain_wait": "Already draining for that reason",
     "uncordon": "Already in service",
 }

@@ -23,8 +23,9 @@ from mlqueue.errors import Conflict, FieldPermissionDenied
 from mlqueue.serializer_fields import ChoiceField
 from scheduling import notify
 from scheduling.core.model import PRIORITIES
+from scheduling.job_control import lock_children
 from scheduling.models import Job
-from scheduling.selectors import ME, NO_VISIBLE_TEAM, owner_refusal, visible_jobs, visible_team_ids
+from scheduling.selectors import ME, NO_VISIBLE_TEAM, owner_filter_refusal, visible_jobs, visible_team_ids
 from scheduling.services import P0_RESERVED, check_may_cancel, do_cancel_job
 from scheduling.spec import (
     StrictFloatField,
@@ -112,6 +113,7 @@ def do_change_job(*, user, job: Job, changes: dict) -> Job:
     changes = dict(changes)
     reason = changes.pop("reason", "")
     with transaction.atomic():
+        lock_children(job, states=None)  # a group's, before its own row (the UPDATE below)
         for field, value in changes.items():
             before = getattr(job, field)
             written = Job.objects.filter(pk=job.pk, state__in=writable_states(job, field), **{field: before}).update(
@@ -201,7 +203,7 @@ def check_bulk_cancel(*, user, data) -> tuple[list[int], str]:
     # An owner or a team that is a typo (or not the caller's to see) is a 400, as in the jobs
     # list: it cancelled nothing and answered 200 as if no job had matched.
     if "owner" in wanted:
-        if why := owner_refusal(user, wanted["owner"]):
+        if why := owner_filter_refusal(user, wanted["owner"]):
             raise ValidationError({"filter": {"owner": [why]}})
         jobs = jobs.filter(owner__username=user.get_username() if wanted["owner"] == ME else wanted["owner"])
     if "state" in wanted:

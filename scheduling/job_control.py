@@ -9,8 +9,9 @@
    comes back PENDING as a new attempt, spending none of max_retries or max_restarts and
    counting no preemption (core/settle.py, rule 4). Requeuing a job already being requeued
    changes nothing.
-Every write is a conditional UPDATE on the state the check saw: 0 rows means the job moved on
-first, and the caller gets a 409 saying what it is now.
+Hold, release and requeue decide under the job's row lock (a group's: after its pending
+children's, the order a child's transition takes them), so one racing another, a cancel or a
+placement sees what the other did; a job that moved on first gets a 409 saying what it is now.
 
 A group's parent (an array, a sweep): hold holds the group and every child still PENDING, so
 none starts until the group is released (children placed already run on); release releases the
@@ -33,6 +34,7 @@ NOT_YOURS = (
 )
 HOLD_NOT_PENDING = "job {job_id} is {state}: only a PENDING job can be held."
 NOT_HELD = "job {job_id} is not held: there is nothing to release."
+STILL_HELD = "; still held with its group, job {group}"  # its own hold released, its group's stands
 # As Slurm's admin hold, which its user cannot release: a member undid her lead's hold (QA).
 HELD_ABOVE = (
     "job {job_id} was held by {holder}, not by its owner: only a lead of {team} (or of a team above it) "
@@ -77,20 +79,33 @@ def do_hold_job(*, user, job: Job, reason: str = "") -> Job:
     the job still held, then released, and answered "only a PENDING job can be held")."""
     check_may_control(user=user, job=job, verb="hold")
     with transaction.atomic():
+        lock_children(job)
         locked = Job.objects.select_for_update(no_key=True).only("state", "held", "held_with_group").get(pk=job.pk)
         if not locked.held or locked.held_with_group:
             if job.group_kind and locked.state in JOB_FINISHED:
                 raise Conflict(HOLD_GROUP_FINISHED.format(job_id=job.pk, state=locked.state))
             if not job.group_kind and locked.state != JobState.PENDING:
                 raise Conflict(HOLD_NOT_PENDING.format(job_id=job.pk, state=locked.state))
-            _hold(user=user, job=job, reason=reason, now=timezone.now())
+            _hold(user=user, job=job, reason=reason, now=timezone.now(), was_held=locked.held)
     job.refresh_from_db()
     return job
 
 
-def _hold(*, user, job: Job, reason: str, now) -> None:
+def lock_children(job: Job, states=(JobState.PENDING,)) -> None:
+    """A group's children in `states` (None: every one not finished), locked in id order before
+    the group's own row: the order a child's transition takes them (its row, then its group's:
+    group_state), which a group's hold, release or change taking the group first reversed, and
+    the two deadlocked (a review: a child's cancel against a hold of its group)."""
+    if job.group_kind:
+        children = Job.objects.select_for_update(no_key=True).filter(parent=job)
+        children = children.exclude(state__in=JOB_FINISHED) if states is None else children.filter(state__in=states)
+        list(children.order_by("pk").values_list("pk", flat=True))
+
+
+def _hold(*, user, job: Job, reason: str, now, was_held: bool = False) -> None:
     """Hold the job (its row locked by the caller) and a group's children not yet placed that
-    are not held by a hold of their own, and record it."""
+    are not held by a hold of their own, and record it (`was_held`: a child held with its group,
+    now by a hold of its own)."""
     name = user.get_username()
     held = {"held": True, "held_by_name": name, "held_reason": reason, "pending_histogram": {}, "updated_at": now}
     Job.objects.filter(pk=job.pk).update(**held, held_with_group=False)
@@ -98,7 +113,7 @@ def _hold(*, user, job: Job, reason: str, now) -> None:
     if job.group_kind:
         children = Job.objects.filter(parent=job, state=JobState.PENDING, held=False)
         message += f" (with {children.update(**held, held_with_group=True)} of its children not yet placed)"
-    _event(job, user, now=now, message=message, before=False, after=True)
+    _event(job, user, now=now, message=message, before=was_held, after=True)
     notify.jobs_changed([job.pk])
     notify.wake_scheduler("hold")
 
@@ -108,17 +123,14 @@ def hold_with_group(job: Job, *, now) -> bool:
     by the group's hold: holding a group holds every child not yet placed, and one that comes
     back was not placed (QA: a held array's requeued element started at once). In the caller's
     transaction, which holds the child's row lock and has moved it to PENDING; the parent is
-    read under its lock (a child's transition takes it next), so a hold committing meanwhile
-    either sees the child PENDING or is seen here. Returns whether it held the child."""
+    locked whatever it is, then read (a child's transition takes it next), so a hold committing
+    meanwhile either sees the child PENDING or is seen here. Locked only where held, a parent
+    whose hold was not committed yet was passed over without waiting for it, and the child ran
+    under a held group (a review). Returns whether it held the child."""
     if job.parent_id is None:
         return False
-    group = (
-        Job.objects.select_for_update(no_key=True)
-        .filter(pk=job.parent_id, held=True)
-        .only("held_by_name", "held_reason")
-        .first()
-    )
-    if group is None:
+    group = Job.objects.select_for_update(no_key=True).only("held", "held_by_name", "held_reason").get(pk=job.parent_id)
+    if not group.held:
         return False
     held = {"held": True, "held_by_name": group.held_by_name, "held_reason": group.held_reason}
     held_now = Job.objects.filter(pk=job.pk, state=JobState.PENDING, held=False)
@@ -133,20 +145,21 @@ def do_release_job(*, user, job: Job) -> Job:
     check_may_control(user=user, job=job, verb="release")
     now = timezone.now()
     with transaction.atomic():
+        lock_children(job)
         hold = Job.objects.select_for_update(no_key=True).filter(pk=job.pk, held=True)
-        by = hold.values_list("held_by_name", "held_with_group").first()
-        if by is None:
+        if (found := hold.values_list("held_by_name", "held_with_group").first()) is None:
             raise Conflict(NOT_HELD.format(job_id=job.pk))
-        _check_may_release(user=user, job=job, holder=by[0])
+        holder, with_group = found
+        _check_may_release(user=user, job=job, holder=holder)
         hold.update(**RELEASED, updated_at=now)
-        message = f"released by {user.get_username()}"
+        message, still_held = f"released by {user.get_username()}", False
         if job.group_kind:
             with_it = Job.objects.filter(parent=job, held=True, held_with_group=True)
             children = with_it.update(**RELEASED, updated_at=now)
             message += f" with {children} of its children" if children else ""
-        elif not by[1] and hold_with_group(job, now=now):
-            message += f"; still held with its group, job {job.parent_id}"
-        _event(job, user, now=now, message=message, before=True, after=False)
+        elif not with_group and (still_held := hold_with_group(job, now=now)):
+            message += STILL_HELD.format(group=job.parent_id)
+        _event(job, user, now=now, message=message, before=True, after=still_held)
         notify.jobs_changed([job.pk])
         notify.wake_scheduler("release")
     job.refresh_from_db()

@@ -12,6 +12,7 @@ from rest_framework.exceptions import PermissionDenied, ValidationError
 from scheduling.core.model import CPU_CLASS
 from scheduling.models import Price
 from teams.models import AuditEvent, EventKind
+from teams.resources import known_classes, unknown_class_message
 from teams.selectors import is_site_admin
 
 ONLY_ADMINS = "only site admins may set or remove prices."
@@ -25,8 +26,9 @@ def check_admin(user) -> None:
 
 
 def check_price(*, resource_class: str, gpu_hour: Decimal, effective_from: datetime) -> None:
-    """`resource_class` is a known class's own name already (the API's NewPriceSerializer reads
-    it in any case and refuses a class that is not known)."""
+    known = known_classes()
+    if resource_class not in known:
+        raise ValidationError({"resource_class": [unknown_class_message(resource_class, known)]})
     if resource_class == CPU_CLASS and gpu_hour:
         raise ValidationError({"gpu_hour": [CPU_CLASS_NO_GPU_PRICE]})
     if Price.objects.filter(resource_class=resource_class, effective_from=effective_from).exists():

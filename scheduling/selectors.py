@@ -38,7 +38,7 @@ def visible_jobs(user) -> QuerySet[Job]:
     return jobs.filter(team_id__in=team_ids_of(user))
 
 
-def owner_refusal(user, name: str) -> str | None:
+def owner_filter_refusal(user, name: str) -> str | None:
     """Why `user` may not filter jobs by owner `name` (a typo listed nothing, and a bulk cancel
     by it cancelled nothing, both answered 200): not "me", and no user it may name (a former
     member owning jobs it sees still counts). None: it may."""

@@ -108,7 +108,7 @@ def release(ctx, job, output):
     """
     released = client(ctx).release(job)
     said = f"job {released.id} released"
-    if released.raw.get("held"):  # a child's own hold released while its group is held
+    if released.raw.get("held") and released.raw.get("parent"):  # its own hold released, its group's stands
         by, why = released.raw.get("held_by_name", ""), released.raw.get("held_reason", "") or "no reason given"
         said += f" from its own hold; still held with its group, job {released.raw.get('parent')} (by {by}: {why})"
     report(released, output, JOB_COLUMNS, said)

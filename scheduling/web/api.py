@@ -23,7 +23,14 @@ from scheduling import groups, job_changes, job_control, job_metrics, schedules,
 from scheduling.group_state import waiting_reasons
 from scheduling.models import Job, JobState, Priority, Task
 from scheduling.queue_state import queue_positions
-from scheduling.selectors import ME, NO_VISIBLE_TEAM, owner_refusal, scheduler_state, visible_jobs, visible_team_ids
+from scheduling.selectors import (
+    ME,
+    NO_VISIBLE_TEAM,
+    owner_filter_refusal,
+    scheduler_state,
+    visible_jobs,
+    visible_team_ids,
+)
 from scheduling.spec import JobSpecSerializer
 from scheduling.web import logstream, schedules_api, throttles
 from scheduling.web.consumers import session_user
@@ -569,7 +576,7 @@ class Queue(APIView):
         if "priority" in params:
             jobs = jobs.filter(priority=params["priority"])
         if "owner" in params:
-            if why := owner_refusal(request.user, params["owner"]):
+            if why := owner_filter_refusal(request.user, params["owner"]):
                 raise ValidationError({"owner": [why]})
             me = params["owner"] == ME
             jobs = jobs.filter(owner=request.user) if me else jobs.filter(owner__username=params["owner"])

@@ -11,7 +11,7 @@ from django_filters.fields import IsoDateTimeField
 from mlqueue import date_fields
 from mlqueue.query_parameters import ChoicesFilter, IdFilter, refused_parameters
 from scheduling.models import Job, JobState, Priority
-from scheduling.selectors import ME, NO_VISIBLE_TEAM, owner_refusal, visible_team_ids
+from scheduling.selectors import ME, NO_VISIBLE_TEAM, owner_filter_refusal, visible_team_ids
 
 NOT_A_TIME = "enter an ISO 8601 date-time (2026-04-20T09:00:00Z) or a time ago such as 30m, 12h or 7d."
 NOT_IN_UTC_YEARS = "in UTC this is outside the years 1 to 9999: give a later or earlier time."
@@ -132,7 +132,7 @@ class JobFilter(django_filters.FilterSet):
             refused["team"] = NO_VISIBLE_TEAM.format(name=team)
         owner = self.form.cleaned_data.get("owner") if not self.form.errors.get("owner") else None
         user = getattr(self.request, "user", None)
-        if owner and "owner" not in refused and user is not None and (why := owner_refusal(user, owner)):
+        if owner and "owner" not in refused and user is not None and (why := owner_filter_refusal(user, owner)):
             refused["owner"] = why
         return refused
 

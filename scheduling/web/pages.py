@@ -265,6 +265,9 @@ def job_cancel(request, job_id: int):
     return _act(request, job_id, "cancelled", services.do_cancel_job, "Job {id} is being cancelled.")
 
 
+STILL_HELD_WITH_GROUP = (
+    "Job {id} is released from its own hold, and stays held with its group, job {group}, until that is released."
+)
 # The job page's other buttons: (the service, what the flash says, what a refusal says was not done).
 CONTROLS = {
     "hold": (job_control.do_hold_job, "Job {id} is held: the scheduler leaves it waiting until released.", "held"),
@@ -304,7 +307,11 @@ def _act(request, job_id: int, done: str, service, said: str):
         response.status_code = 400
         return response
     try:
-        service(job=job, user=request.user, reason=reason)
+        after = service(job=job, user=request.user, reason=reason)
+        # A child released from its own hold while its group is held stays held (a review: the
+        # page said "released" of it).
+        if done == "released" and getattr(after, "held", False):
+            said = STILL_HELD_WITH_GROUP.format(id=job.pk, group=job.parent_id)
         messages.success(request, said.format(id=job.pk))
     except PermissionDenied as exc:
         messages.error(request, str(exc.detail))

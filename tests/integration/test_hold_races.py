@@ -14,11 +14,12 @@ from django.contrib.auth import get_user_model
 from django.db import connection
 
 from mlqueue.errors import Conflict
-from scheduling import job_control
+from scheduling import job_control, lifecycle
 from scheduling.job_control import REQUEUE_CANCELLING
 from scheduling.leader.worker import run_pass
 from scheduling.models import Job, StopReason, Task
 from scheduling.services import do_cancel_job
+from teams.models import AuditEvent, EventKind
 from tests.integration.test_scheduler_pass import submit as submit_spec
 
 
@@ -145,3 +146,93 @@ def test_a_hold_racing_a_release_is_never_refused_for_a_pending_job(api, leader)
             thread.join(30)
         Job.objects.filter(pk=job.pk).update(held=False)
     assert refusals == []
+
+
+# --- what a review of the above found -----------------------------------------------------------
+
+
+def test_the_page_and_the_record_say_a_child_released_from_its_own_hold_stays_held(api, client):
+    parent = submit(api, array={"count": 2, "parallelism": 1})
+    child = children(parent)[0]
+    assert post(api, child.pk, "hold", {"reason": "own"}).status_code == 200
+    assert post(api, parent.pk, "hold", {"reason": "freeze"}).status_code == 200
+    assert client.login(username="alice", password="demo")
+    page = client.post(f"/jobs/{child.pk}/release/", follow=True).content.decode()
+    assert f"Job {child.pk} is released from its own hold, and stays held with its group, job {parent.pk}" in page
+    event = AuditEvent.objects.filter(job_id=child.pk, kind=EventKind.JOB_CHANGED).order_by("-id").first()
+    assert (event.data["before"], event.data["after"]) == (True, True)
+    assert event.message == f"released by alice; still held with its group, job {parent.pk}"
+
+
+def fresh(job_id: int) -> Job:
+    return Job.objects.select_related("owner", "team").get(pk=job_id)
+
+
+def paused_in(monkeypatch, module, name: str, thread: str):
+    """`module.name` made to wait, in the thread named `thread`, until the returned `go` is set;
+    `paused` is set when it gets there (after the call for job_control._event, before for the rest)."""
+    paused, go, original = threading.Event(), threading.Event(), getattr(module, name)
+
+    def waiting(*args, **kwargs):
+        after = name == "_event"
+        result = original(*args, **kwargs) if after else None
+        if threading.current_thread().name == thread:
+            paused.set()
+            go.wait(10)
+        return result if after else original(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, waiting)
+    return paused, go
+
+
+def started(name: str, action, errors: list) -> threading.Thread:
+    def run():
+        try:
+            action()
+        except Exception as exc:  # noqa: BLE001 - reported by the test
+            errors.append(f"{type(exc).__name__}: {exc}")
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run, name=name, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_group_held_while_a_childs_own_hold_is_released_holds_the_child(api, leader, monkeypatch):
+    """The release's look at its group locked the group only where it was held already, so a
+    group hold not yet committed was passed over, and the child was left free to run."""
+    parent = submit(api, array={"count": 2, "parallelism": 1})
+    child = children(parent)[0]
+    assert post(api, child.pk, "hold", {"reason": "own"}).status_code == 200
+    paused, go = paused_in(monkeypatch, job_control, "_event", thread="release")
+    errors = []
+    release = started("release", lambda: job_control.do_release_job(user=alice(), job=fresh(child.pk)), errors)
+    assert paused.wait(10)
+    hold = started("hold", lambda: job_control.do_hold_job(user=alice(), job=fresh(parent.pk)), errors)
+    hold.join(2)
+    go.set()
+    release.join(20)
+    hold.join(20)
+    assert errors == []
+    assert fresh(parent.pk).held and fresh(child.pk).held
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_group_held_while_a_child_is_cancelled_does_not_deadlock(api, leader, monkeypatch):
+    """A child's transition locks the child, then its group (sync_group_state); the group's hold
+    locked the group, then its children, and Postgres ended one of them: a 500."""
+    parent = submit(api, array={"count": 2, "parallelism": 1})
+    child = children(parent)[0]
+    paused, go = paused_in(monkeypatch, lifecycle, "sync_group_state", thread="cancel")
+    errors = []
+    cancel = started("cancel", lambda: do_cancel_job(job=fresh(child.pk), user=alice()), errors)
+    assert paused.wait(10)
+    hold = started("hold", lambda: job_control.do_hold_job(user=alice(), job=fresh(parent.pk)), errors)
+    hold.join(2)
+    go.set()
+    cancel.join(20)
+    hold.join(20)
+    assert errors == []
+    assert fresh(parent.pk).held and fresh(child.pk).state == "CANCELLED"

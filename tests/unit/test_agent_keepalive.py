@@ -40,6 +40,7 @@ class SilentServer:
             except OSError:
                 return
             try:
+                conn.settimeout(10)  # a client that connects and says nothing ends, not the server
                 self._greet(self._wrap(conn))
             except (OSError, StopIteration):  # a client that went away or sent no WebSocket handshake
                 conn.close()

@@ -257,7 +257,6 @@ class TlsSilentServer(SilentServer):
         super().__init__(greeting)
 
     def _wrap(self, conn: socket.socket) -> socket.socket:
-        conn.settimeout(10)
         return self.context.wrap_socket(conn, server_side=True)
 
 
