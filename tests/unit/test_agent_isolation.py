@@ -22,10 +22,16 @@ needs_root = pytest.mark.skipif(
 )
 
 
+# A pool no agent on this machine uses: acquiring without a slot skips UIDs that have processes,
+# and a demo's or a walkthrough's agent runs tasks in the default range (200000-299999), which
+# made the first test fail while one ran.
+POOL = 3_000_000_000
+
+
 def test_each_running_task_gets_a_uid_of_its_own_and_a_mapped_owner_keeps_theirs():
-    users = TaskUsers(uids=range(200000, 200002), user_map={"alice": (5001, 5001)})
+    users = TaskUsers(uids=range(POOL, POOL + 2), user_map={"alice": (5001, 5001)})
     first, second = users.acquire("bob"), users.acquire("victor")  # no slot (an older server): from the top
-    assert (first.uid, second.uid, first.pooled) == (200001, 200000, True)
+    assert (first.uid, second.uid, first.pooled) == (POOL + 1, POOL, True)
     with pytest.raises(OSError, match="no free task UID"):
         users.acquire("carol")
     assert users.acquire("alice").uid == users.acquire("alice").uid == 5001
@@ -33,20 +39,20 @@ def test_each_running_task_gets_a_uid_of_its_own_and_a_mapped_owner_keeps_theirs
 
 
 def test_a_jobs_tasks_run_as_its_slots_uid_every_rank_and_attempt():
-    users = TaskUsers(uids=range(200000, 200004))
+    users = TaskUsers(uids=range(POOL, POOL + 4))
     rank0, rank1 = users.acquire("bob", job_id=7, slot=2), users.acquire("bob", job_id=7, slot=2)
-    assert rank0.uid == rank1.uid == 200002 and rank0.pooled
-    assert users.acquire("bob", job_id=8, slot=0).uid == 200000  # another job: its own slot's
+    assert rank0.uid == rank1.uid == POOL + 2 and rank0.pooled
+    assert users.acquire("bob", job_id=8, slot=0).uid == POOL  # another job: its own slot's
     with pytest.raises(NoTaskUser, match="slot 2\\) is still held on this node by the job that had the slot before"):
         users.acquire("carol", job_id=9, slot=2)  # the slot went to job 9 while job 7 still stops here
     users.release(rank0)
     users.release(rank1)
-    assert users.acquire("carol", job_id=9, slot=2).uid == 200002
+    assert users.acquire("carol", job_id=9, slot=2).uid == POOL + 2
     again = users.acquire("bob", job_id=7, slot=3)  # a later attempt given another slot
-    assert again.uid == 200003
-    with pytest.raises(NoTaskUser, match="job 10's task slot 4 is past the 4 UIDs of --task-uids 200000-200003"):
+    assert again.uid == POOL + 3
+    with pytest.raises(NoTaskUser, match=f"job 10's task slot 4 is past the 4 UIDs of --task-uids {POOL}-{POOL + 3}"):
         users.acquire("dave", job_id=10, slot=4)
-    assert users.acquire("eve", job_id=11).uid == 200001  # a server that gives no slot: the free one
+    assert users.acquire("eve", job_id=11).uid == POOL + 1  # a server that gives no slot: the free one
 
 
 def test_a_user_map_inside_the_pool_is_refused():
