@@ -10,20 +10,9 @@ import pytest
 from scheduling.models import Job, JobState
 from scheduling.selectors import NO_SUCH_OWNER, NO_VISIBLE_TEAM
 from teams.models import Membership
-from tests.conftest import make_spec
+from tests.integration.test_perm_fixes_job_filters import jobs  # noqa: F401 (the fixture)
 
 JOBS = "/api/v1/jobs"
-
-
-@pytest.fixture
-def jobs(api) -> dict[str, int]:
-    """One job of alice's (research-foundation-models) and one of bob's (production-ranking)."""
-    made = {}
-    for user, team in (("alice", "research-foundation-models"), ("bob", "production-ranking")):
-        response = api(user).post(JOBS, make_spec(client_job_id=None, team=team), format="json")
-        assert response.status_code == 201, response.json()
-        made[user] = response.json()["id"]
-    return made
 
 
 def refused(response, field: str, name: str) -> bool:
@@ -32,13 +21,13 @@ def refused(response, field: str, name: str) -> bool:
 
 
 @pytest.mark.parametrize("path", [JOBS, "/api/v1/queue"])
-def test_an_unknown_owner_and_one_outside_the_callers_teams_are_the_same_400(api, jobs, path):
+def test_an_unknown_owner_and_one_outside_the_callers_teams_are_the_same_400(api, jobs, path):  # noqa: F811
     assert refused(api("alice").get(f"{path}?owner=alcie"), "owner", "alcie")
     assert refused(api("alice").get(f"{path}?owner=bob"), "owner", "bob")  # production-ranking's: not hers to name
 
 
 @pytest.mark.parametrize("path", [JOBS, "/api/v1/queue"])
-def test_the_caller_its_teammates_and_anyone_for_an_admin_still_filter(api, jobs, path):
+def test_the_caller_its_teammates_and_anyone_for_an_admin_still_filter(api, jobs, path):  # noqa: F811
     def ids(user: str, owner: str) -> list[int]:
         response = api(user).get(f"{path}?owner={owner}")
         assert response.status_code == 200, response.json()
@@ -50,7 +39,7 @@ def test_the_caller_its_teammates_and_anyone_for_an_admin_still_filter(api, jobs
     assert ids("alice", "rita") == []  # a teammate with no job: an empty list, not a 400
 
 
-def test_a_former_member_whose_jobs_the_caller_sees_may_still_be_named(api, jobs):
+def test_a_former_member_whose_jobs_the_caller_sees_may_still_be_named(api, jobs):  # noqa: F811
     Membership.objects.filter(user__username="alice").delete()
     response = api("rita").get(f"{JOBS}?owner=alice")
     assert response.status_code == 200
@@ -66,16 +55,14 @@ def test_a_former_member_whose_jobs_the_caller_sees_may_still_be_named(api, jobs
         ({"team": "production-ranking"}, "team", NO_VISIBLE_TEAM.format(name="production-ranking")),
     ],
 )
-def test_a_bulk_cancel_by_an_owner_or_team_it_may_not_name_is_a_400_and_cancels_nothing(
-    api, jobs, wanted, field, message
-):
+def test_a_bulk_cancel_naming_what_it_may_not_is_a_400_and_cancels_nothing(api, jobs, wanted, field, message):  # noqa: F811
     response = api("rita").post(f"{JOBS}/cancel", {"filter": wanted, "reason": "cleanup"}, format="json")
     assert response.status_code == 400, response.json()
     assert response.json()["fields"] == {f"filter.{field}": [message]}
     assert set(Job.objects.values_list("state", flat=True)) == {JobState.PENDING}
 
 
-def test_a_bulk_cancel_by_a_teammate_still_cancels_their_jobs(api, jobs):
+def test_a_bulk_cancel_by_a_teammate_still_cancels_their_jobs(api, jobs):  # noqa: F811
     response = api("rita").post(f"{JOBS}/cancel", {"filter": {"owner": "alice"}, "reason": "cleanup"}, format="json")
     assert response.status_code == 200, response.json()
     assert Job.objects.get(pk=jobs["alice"]).state == JobState.CANCELLED

@@ -7,16 +7,11 @@ import json
 
 import pytest
 import yaml
-from click.testing import CliRunner
-from django.contrib.auth import get_user_model
 
-from mlqueue import cli
-from mlqueue.client import Client
 from scheduling.leader.worker import run_pass
 from scheduling.models import Job
-from teams.models import ApiToken
 from tests.conftest import make_spec
-from tests.integration.test_cli_groups import DjangoTransport
+from tests.integration.test_cli_groups import mlq  # noqa: F401 (the fixture)
 
 NEVER = "dependency {id} ended CANCELLED; this {noun} ran only on its success: a submit would be cancelled at once"
 
@@ -101,22 +96,7 @@ def test_the_submit_page_s_dry_run_says_it_waits_or_never_runs(api, leader, logg
     assert "Can run on this cluster" not in never
 
 
-@pytest.fixture
-def mlq(demo, monkeypatch, tmp_path):
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    _, token = ApiToken.issue(user=get_user_model().objects.get(username="alice"))
-    transport = DjangoTransport()
-
-    def run(*args):
-        def build():
-            return Client(server="http://testserver", token=token, transport=transport)
-
-        return CliRunner().invoke(cli.main, list(args), obj={"client": build}, catch_exceptions=False)
-
-    return run
-
-
-def test_mlq_submit_dry_run_prints_the_wait_or_exits_1_when_it_can_never_run(api, leader, mlq, tmp_path):
+def test_mlq_submit_dry_run_prints_the_wait_or_exits_1_when_it_can_never_run(api, leader, mlq, tmp_path):  # noqa: F811
     running, cancelled = submitted(api, "RUNNING"), submitted(api, "CANCELLED")
     waits, never = tmp_path / "waits.yaml", tmp_path / "never.yaml"
     waits.write_text(yaml.safe_dump(small(depends_on=[running])))
