@@ -207,7 +207,7 @@ class Job(models.Model):
     held_reason = models.CharField(max_length=500, blank=True)
     # A group's child held by its group's hold, not by one of its own: the group's release
     # releases it (a child held by itself stays held), and a hold of its own replaces it.
-    held_with_group = models.BooleanField(default=False)
+    held_with_group = models.BooleanField(default=False, db_default=False)  # db_default: see docs/deploy.md
     not_before = models.DateTimeField(null=True, blank=True, help_text="retry back-off: not placed before this")
     restarts_used = models.PositiveIntegerField(default=0)
     retries_used = models.PositiveIntegerField(default=0)
