@@ -8,6 +8,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import replace
 from datetime import UTC, datetime
+from typing import NamedTuple
 
 from scheduling.core.conditions import waiting_message
 from scheduling.core.decisions import Reservation
@@ -22,6 +23,7 @@ from scheduling.core.model import (
     labels_match,
     tasks_per_node,
 )
+from scheduling.core.placement import capacity
 from scheduling.core.reasons import PendingReason, ReasonCode
 from scheduling.core.state import ClusterState, Slot
 
@@ -341,7 +343,7 @@ class CapacityExplainer:
         if not matching:
             code, message = ReasonCode.NO_MATCHING_NODES, self._no_match(shape)
         elif free >= shape.units:
-            code, message = ReasonCode.FRAGMENTED, self._fragmented(shape, matching, free)
+            code, message = self._split_or_short(shape, matching, free)
         else:
             code = ReasonCode.INSUFFICIENT_CAPACITY
             message = f"needs {shape.units} {shape.unit_name}; {free} of {total} free"
@@ -468,6 +470,27 @@ class CapacityExplainer:
         size = f" and room for one task ({_task(shape)})" if small else ""
         return f"no READY node has {what}{selector}{disk}{size} (matching nodes: {detail})"
 
+    def _split_or_short(self, shape: JobShape, matching: list[Slot], free: int) -> tuple[ReasonCode, str]:
+        """As many units free as the job needs, on the nodes that could take it, and still no
+        room: FRAGMENTED only where they are split so that no block (its node, or the gang's
+        rack or zone) holds its tasks' units. Where one does but the CPUs or memory beside them
+        do not, the job waits for that room (a node with 2 free A100 and 4 free CPUs is no
+        fragment to a task of 1 A100 and 16 CPUs): the message names what is short there."""
+        scope, group = _block_scope(shape)
+        by_units: dict[str, int] = defaultdict(int)  # tasks a block holds by its free units alone
+        whole: dict[str, int] = defaultdict(int)  # and by all a task takes
+        blocks: dict[str, list[Slot]] = defaultdict(list)
+        for slot in matching:
+            by_units[group(slot)] += _unit_tasks(slot, shape)
+            whole[group(slot)] += capacity(slot, shape)
+            blocks[group(slot)].append(slot)
+        short = [b for b in sorted(blocks) if by_units[b] >= shape.tasks]
+        if not short or any(whole[b] >= shape.tasks for b in short):
+            return ReasonCode.FRAGMENTED, self._fragmented(shape, matching, free)
+        # The block nearest to holding the job, then the one with most free units, then by name.
+        where = max(short, key=lambda b: (whole[b], sum(s.free_units for s in blocks[b])))
+        return ReasonCode.INSUFFICIENT_CAPACITY, _short_beside(shape, scope, where, blocks[where], whole[where])
+
     def _fragmented(self, shape: JobShape, matching: list[Slot], free: int) -> str:
         scope, group = _block_scope(shape)
         blocks: dict[str, int] = defaultdict(int)
@@ -478,6 +501,64 @@ class CapacityExplainer:
             f"needs {shape.units} {shape.unit_name} in one {scope}; {free} free but the largest block is "
             f"{largest} ({scope} {where})"
         )
+
+
+class _Beside(NamedTuple):
+    """What a task takes beside its units that a node's free room may lack."""
+
+    need: str  # the JobShape attribute
+    free: str  # the Slot attribute
+    asked: str  # "{} CPUs"
+    has: str  # "{} free CPUs"
+    noun: str  # "CPUs", in a gang's sentence
+
+
+# In the order the histogram blames them (`_rejection`).
+BESIDE_UNITS = (
+    _Beside("cpus_per_task", "free_cpus", "{} CPUs", "{} free CPUs", "CPUs"),
+    _Beside("memory_gb_per_task", "free_memory", "{} GB of memory", "{} GB of free memory", "memory"),
+)
+
+
+def _unit_tasks(slot: Slot, shape: JobShape) -> int:
+    """Tasks of `shape` the slot's free units alone hold (GPUs, or a CPU job's CPUs)."""
+    return slot.free_units // shape.units_per_task if shape.units_per_task else 1 << 30
+
+
+def _beside(shape: JobShape) -> list[_Beside]:
+    """The needs of `BESIDE_UNITS` the job asks (a CPU job's CPUs are its units, not beside them)."""
+    return [b for b in BESIDE_UNITS if getattr(shape, b.need) and (shape.gpu_type or b.need != "cpus_per_task")]
+
+
+def _short_beside(shape: JobShape, scope: str, where: str, slots: list[Slot], holds: int) -> str:
+    """The block's free units hold the job's tasks, but not with the CPUs or memory beside them:
+    "needs 1 A100 and 16 CPUs on one node; the 2 free A100 on n1 have 4 free CPUs beside them".
+    Each need is blamed that alone beside the units leaves the block short; if none alone does
+    (a gang's nodes each short of another), all of them are."""
+    needs = _beside(shape)
+    short = [b for b in needs if _tasks_beside(shape, slots, b) < shape.tasks] or needs
+    asked = _and(
+        [f"{shape.units_per_task} {shape.unit_name}"] + [b.asked.format(getattr(shape, b.need)) for b in short]
+    )
+    free = sum(s.free_units for s in slots)
+    if shape.tasks == 1:
+        have = _and([b.has.format(getattr(slots[0], b.free)) for b in short])
+        return f"needs {asked} on one node; the {free} free {shape.unit_name} on {where} have {have} beside them"
+    return (
+        f"needs {shape.tasks} tasks of {asked} in one {scope}; the {free} free {shape.unit_name} in {scope} "
+        f"{where} hold its {shape.tasks} tasks, but the free {_and([b.noun for b in short])} beside them hold {holds}"
+    )
+
+
+def _tasks_beside(shape: JobShape, slots: list[Slot], beside: _Beside) -> int:
+    """Tasks the slots hold by their free units and one need beside them alone."""
+    per_task = getattr(shape, beside.need)
+    return sum(min(_unit_tasks(s, shape), getattr(s, beside.free) // per_task) for s in slots)
+
+
+def _and(items: list[str]) -> str:
+    """ "a", "a and b", "a, b and c"."""
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
 
 
 def _could_take(node: Node, shape: JobShape) -> bool:
