@@ -7,8 +7,12 @@ secret_env keys' (scheduling/secrets.py: mlqueue.E001, mlqueue.W001):
 - mlqueue.W003: the bootstrap join token MLQ_AGENT_JOIN_TOKEN is short. It registers nodes for
   as long as it is set, is never listed and cannot be revoked (agents/tokens.py
   check_join_token), so it must at least not be guessable.
+- mlqueue.E002, mlqueue.E003: DATABASE_URL, REDIS_URL unset. The server then runs embedded
+  (mlqueue/settings.py): a SQLite file, or an in-memory channel layer, a file cache and Celery
+  run eagerly in each process; it starts (the demo and the tests rely on it) but is no
+  production deployment. (A malformed URL stops the server at start: mlqueue/env_settings.py.)
 
-Both only with DEBUG off: a development machine runs on loopback with the demo's token."""
+All only with DEBUG off: a development machine runs on loopback with the demo's token."""
 
 import ipaddress
 from urllib.parse import urlsplit
@@ -32,6 +36,19 @@ JOIN_TOKEN_HINT = (
     f"MLQ_AGENT_JOIN_TOKEN; if you keep it, make it at least {MIN_JOIN_TOKEN_LENGTH} random characters: "
     "python3 -c 'import secrets; print(secrets.token_urlsafe(40))'."
 )
+
+EMBEDDED_DATABASE = (
+    "DATABASE_URL is not set: the server runs on a SQLite file in MLQ_VAR_DIR, embedded mode for a single "
+    "machine's demo, not a deployment (every process would need that one file)."
+)
+DATABASE_HINT = (
+    "Set DATABASE_URL to the PostgreSQL database, e.g. postgres://mlqueue:PASSWORD@db.internal:5432/mlqueue."
+)
+EMBEDDED_REDIS = (
+    "REDIS_URL is not set: the server runs embedded, with an in-memory channel layer (no live views or agent "
+    "sockets across processes), a file cache and Celery tasks run eagerly in the web process."
+)
+REDIS_HINT = "Set REDIS_URL to the Redis server, e.g. redis://redis.internal:6379/0 (rediss:// with TLS)."
 
 
 def is_loopback_url(url: str) -> bool:
@@ -62,3 +79,16 @@ def check_join_token_length(app_configs=None, **kwargs):
     if settings.DEBUG or not token or len(token) >= MIN_JOIN_TOKEN_LENGTH:
         return []
     return [checks.Warning(SHORT_JOIN_TOKEN.format(length=len(token)), hint=JOIN_TOKEN_HINT, id="mlqueue.W003")]
+
+
+@checks.register(checks.Tags.database, deploy=True)
+def check_embedded_stores(app_configs=None, **kwargs):
+    """No DATABASE_URL or no REDIS_URL with DEBUG off: embedded mode, which starts, but is no deployment."""
+    if settings.DEBUG:
+        return []
+    found = []
+    if not settings.DATABASE_URL:
+        found.append(checks.Error(EMBEDDED_DATABASE, hint=DATABASE_HINT, id="mlqueue.E002"))
+    if not settings.REDIS_URL:
+        found.append(checks.Error(EMBEDDED_REDIS, hint=REDIS_HINT, id="mlqueue.E003"))
+    return found

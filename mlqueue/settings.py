@@ -8,9 +8,16 @@ benchmarks and production use.
 import os
 from pathlib import Path
 
-import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from mlqueue.env_settings import (
+    SUSPECT_AFTER_HEARTBEATS,
+    check_lease_terms,
+    check_redis_url,
+    database_from_url,
+    env_number,
+    env_seconds_above_zero,
+)
 from mlqueue.env_values import env_backlog, env_choice, env_max_evictions, env_min_runtime, env_seconds
 from mlqueue.redis_client import (
     BLOCKING_CONNECT_TIMEOUT_S,
@@ -131,7 +138,7 @@ if DATABASE_URL:
     # threads, so Django's persistent connections would reconnect on nearly every request.
     # CONN_HEALTH_CHECKS: Django then gives the pool psycopg_pool's check_connection, so a pooled
     # connection that a Postgres restart broke is replaced when taken, not failed by a request.
-    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0, conn_health_checks=True)}
+    DATABASES = {"default": database_from_url(DATABASE_URL)}
     DATABASES["default"].setdefault("OPTIONS", {})["connect_timeout"] = 3  # a host that never answers too
     if env_bool("MLQ_DB_POOL", True):
         # `timeout`: how long a request waits for a connection before it answers 503
@@ -153,7 +160,7 @@ else:
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Redis: heartbeats, the Celery broker and the channel layer. Unset: all in-process.
-REDIS_URL = os.environ.get("REDIS_URL", "")
+REDIS_URL = check_redis_url(os.environ.get("REDIS_URL", ""))
 if REDIS_URL:
     # Redis is a cache: each process counts in its own memory while it fails (mlqueue/cache.py).
     # Short timeouts everywhere: a Redis that stops answering must not hold a request or a pass.
@@ -312,14 +319,14 @@ LOGGING = {
 MLQ_GPU_TYPES = env_list("MLQ_GPU_TYPES", "H100,A100,L40S")
 # The currency of the prices admins set (docs/usage.md): a label on costs, never converted.
 MLQ_CURRENCY = os.environ.get("MLQ_CURRENCY", "USD")
-MLQ_MAX_RUNTIME_HOURS = float(os.environ.get("MLQ_MAX_RUNTIME_HOURS", "720"))
+MLQ_MAX_RUNTIME_HOURS = env_number("MLQ_MAX_RUNTIME_HOURS", 720.0, above=0, unit="hours")
 MLQ_AGENT_JOIN_TOKEN = os.environ.get("MLQ_AGENT_JOIN_TOKEN", "")
 # Retry back-off after an application failure: base x 2^retries, capped.
-MLQ_RETRY_BACKOFF_BASE_S = float(os.environ.get("MLQ_RETRY_BACKOFF_BASE_S", "30"))
-MLQ_RETRY_BACKOFF_MAX_S = float(os.environ.get("MLQ_RETRY_BACKOFF_MAX_S", "3600"))
+MLQ_RETRY_BACKOFF_BASE_S = env_seconds("MLQ_RETRY_BACKOFF_BASE_S", 30.0)
+MLQ_RETRY_BACKOFF_MAX_S = env_seconds("MLQ_RETRY_BACKOFF_MAX_S", 3600.0)
 # Fault injection for the failover tests only: the leader waits this long between deciding
 # and applying, so a test can pause it mid-pass. Never set in production.
-MLQ_FAULT_APPLY_DELAY_S = float(os.environ.get("MLQ_FAULT_APPLY_DELAY_S", "0"))
+MLQ_FAULT_APPLY_DELAY_S = env_seconds("MLQ_FAULT_APPLY_DELAY_S", 0.0)
 # Fault injection for the fault campaign only (bench/chaos.py): a file naming a failpoint
 # (scheduling/leader/failpoints.py); the scheduler that reaches that point kills itself. Never set in
 # production.
@@ -329,24 +336,26 @@ MLQ_FAILPOINT_FILE = os.environ.get("MLQ_FAILPOINT_FILE", "")
 # renewed for this long has killed its tasks (its supervisors do, even if the agent is stuck),
 # and only after it plus a margin may the leader call the node LOST and requeue its tasks.
 # Kubernetes' default eviction delay and Slurm's SlurmdTimeout are 5 minutes too.
-MLQ_OUTAGE_BOUND_S = float(os.environ.get("MLQ_OUTAGE_BOUND_S", "300"))
+MLQ_OUTAGE_BOUND_S = env_seconds_above_zero("MLQ_OUTAGE_BOUND_S", 300.0)
 # Node agents heartbeat every 5 s; the leader calls a node SUSPECT after 3 missed heartbeats
-# (nothing new is placed there) and LOST only after the bound and the margin.
-MLQ_HEARTBEAT_INTERVAL_S = float(os.environ.get("MLQ_HEARTBEAT_INTERVAL_S", "5"))
-MLQ_SUSPECT_AFTER_S = 3 * MLQ_HEARTBEAT_INTERVAL_S
-MLQ_LOST_MARGIN_S = float(os.environ.get("MLQ_LOST_MARGIN_S", "30"))
+# (nothing new is placed there) and LOST only after the bound and the margin. The bound, the
+# agents' lease renewed at each heartbeat, must be longer than those 3 heartbeats (checked here).
+MLQ_HEARTBEAT_INTERVAL_S = env_seconds_above_zero("MLQ_HEARTBEAT_INTERVAL_S", 5.0)
+check_lease_terms(bound_s=MLQ_OUTAGE_BOUND_S, interval_s=MLQ_HEARTBEAT_INTERVAL_S)
+MLQ_SUSPECT_AFTER_S = SUSPECT_AFTER_HEARTBEATS * MLQ_HEARTBEAT_INTERVAL_S
+MLQ_LOST_MARGIN_S = env_seconds("MLQ_LOST_MARGIN_S", 30.0)
 # When at least this share of the nodes (and at least MIN_NODES of them) fall silent at once,
 # the fault is the control plane's, not theirs: the leader calls none of them LOST until they
 # are heard again, and then restarts its clocks (Kubernetes' "full disruption" mode).
-MLQ_FULL_DISRUPTION_SHARE = float(os.environ.get("MLQ_FULL_DISRUPTION_SHARE", "0.55"))
+MLQ_FULL_DISRUPTION_SHARE = env_number("MLQ_FULL_DISRUPTION_SHARE", 0.55, at_least=0, at_most=1)
 MLQ_FULL_DISRUPTION_MIN_NODES = env_int("MLQ_FULL_DISRUPTION_MIN_NODES", 3)
 # Web processes batch the heartbeats they answered into Postgres (one statement each time):
 # the liveness that survives Redis losing its data, and the only one while Redis is down.
-MLQ_LIVENESS_FLUSH_S = float(os.environ.get("MLQ_LIVENESS_FLUSH_S", "10"))
+MLQ_LIVENESS_FLUSH_S = env_seconds_above_zero("MLQ_LIVENESS_FLUSH_S", 10.0)
 # Heartbeats from agents' sockets are answered in batches (agents/batches.py): a batch waits
 # this long for company after its first heartbeat (plus however long the previous batch takes),
 # and takes at most MAX of them; a MAX of 1 answers each alone, as over HTTP.
-MLQ_HEARTBEAT_BATCH_WAIT_S = float(os.environ.get("MLQ_HEARTBEAT_BATCH_WAIT_S", "0.01"))
+MLQ_HEARTBEAT_BATCH_WAIT_S = env_seconds("MLQ_HEARTBEAT_BATCH_WAIT_S", 0.01)
 MLQ_HEARTBEAT_BATCH_MAX = env_int("MLQ_HEARTBEAT_BATCH_MAX", 500)
 
 
@@ -407,7 +416,7 @@ MLQ_LOG_FOLLOW_MAX_S = env_seconds("MLQ_LOG_FOLLOW_MAX_S", 3600.0)
 # The start-time forecast (scheduling/leader/forecasting.py): at most one per this many seconds,
 # after a pass, and at most this many simulated passes each; what the simulated future evicts
 # ("all" as configured; "priority": no reclaim; "none": cheaper, less exact; BENCHMARKS.md).
-MLQ_FORECAST_INTERVAL_S = float(os.environ.get("MLQ_FORECAST_INTERVAL_S", "5"))
+MLQ_FORECAST_INTERVAL_S = env_seconds("MLQ_FORECAST_INTERVAL_S", 5.0)
 MLQ_FORECAST_MAX_PASSES = env_int("MLQ_FORECAST_MAX_PASSES", 45)
 MLQ_FORECAST_EVICTIONS = env_choice("MLQ_FORECAST_EVICTIONS", ("all", "priority", "none"))
 # Schedules (scheduling/schedules.py): Celery beat looks for due fire times this often (the fast
@@ -473,7 +482,7 @@ MLQ_SUBMIT_BATCH_MAX = env_positive("MLQ_SUBMIT_BATCH_MAX", 1000)
 MLQ_TOKEN_CACHE_S = env_int("MLQ_TOKEN_CACHE_S", 10)
 # A live-view socket re-reads its user's teams (and that the user is still active and logged
 # in) when its cached copy is older than this, on the next event it receives.
-MLQ_WS_RECHECK_S = float(os.environ.get("MLQ_WS_RECHECK_S", "30"))
+MLQ_WS_RECHECK_S = env_seconds("MLQ_WS_RECHECK_S", 30.0)
 # The teams page and the quotas API show every team's guarantees, borrowing limits, use and fair
 # share to every signed-in user, as Slurm's sshare does (aggregates only: jobs stay team-private).
 # Off: only members (and the leads above them, and admins) see a team's numbers.

@@ -77,6 +77,13 @@ NO_PROXY_HEADERS = (
     "MLQ_TRUSTED_PROXIES to the proxies in front instead (docs/deploy.md)"
 )
 
+# The port is taken (another server, an old web tier still stopping) or not this process's to
+# take (below 1024, an address not on this machine): said in one line, not an OSError traceback.
+CANNOT_LISTEN = (
+    "cannot listen on {host}:{port}: {reason}; free the port or choose another with --port "
+    "(-p; the image's web role passes PORT, BIND_ADDRESS for --bind)"
+)
+
 
 def default_workers(parser: argparse.ArgumentParser) -> int:
     """MLQ_WEB_WORKERS, else the CPUs this process may use; a usage error naming the variable
@@ -103,6 +110,15 @@ def parse_args(argv=None) -> tuple[argparse.Namespace, list[str]]:
         if option.startswith("--proxy"):
             parser.error(NO_PROXY_HEADERS.format(option=option.partition("=")[0]))
     return args, daphne_args
+
+
+def listening_sockets(host: str, port: int, count: int) -> list[socket.socket]:
+    """`count` sockets on the port, or exit 1 with CANNOT_LISTEN."""
+    try:
+        return [listening_socket(host, port) for _ in range(count)]
+    except OSError as exc:
+        say(CANNOT_LISTEN.format(host=host, port=port, reason=exc.strerror or exc))
+        sys.exit(1)
 
 
 def listening_socket(host: str, port: int) -> socket.socket:
@@ -197,7 +213,7 @@ def main(argv=None) -> None:
     args, daphne_args = parse_args(argv)
     signal.signal(signal.SIGTERM, _raise_stop)
     signal.signal(signal.SIGINT, _raise_stop)
-    sockets = [listening_socket(args.bind, args.port) for _ in range(args.workers)]
+    sockets = listening_sockets(args.bind, args.port, args.workers)
     own_metrics_dir = None
     if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         own_metrics_dir = tempfile.mkdtemp(prefix="mlqueue-web-metrics-")

@@ -58,7 +58,7 @@ from agents.node.runtime import (
     TaskProcess,
     install_helpers,
 )
-from agents.node.supervise import LEASE_KILL_GRACE_S, kill_grace, write_lease
+from agents.node.supervise import LEASE_KILL_GRACE_S, bad_lease_terms, kill_grace, write_lease
 from agents.node.telemetry import Health, HealthCheck, NoGpus, provider_for
 from agents.node.workdir_lock import WorkdirBusy, hold_node_dir, release_node_dir
 
@@ -73,6 +73,7 @@ QUEUED_LOG_CHARS = 2 * 1024 * 1024
 EXIT_REPORT_WAIT_S = 30.0
 # On stop: how long the last exits' events may take to go before the tasks are stopped anyway.
 LAST_WORD_S = 5.0
+GIVE_A_TOKEN = "give one with --token-file or MLQ_AGENT_JOIN_TOKEN"
 
 
 class NodeAgent:
@@ -217,11 +218,7 @@ class NodeAgent:
         forgot its token) goes on watching its tasks and its lease meanwhile."""
         held = list(self.credentials())
         if not held:
-            log.error(
-                "%s: no node token in %s and no join token: give one with --token-file or MLQ_AGENT_JOIN_TOKEN",
-                self.name,
-                self.workdir,
-            )
+            log.error("%s: no node token in %s and no join token: %s", self.name, self.workdir, GIVE_A_TOKEN)
         for credential, what in held:
             try:
                 reply = self.client.post(
@@ -236,8 +233,10 @@ class NodeAgent:
             except OSError as exc:
                 self.quiet.warning("%s: cannot join yet (%s)", self.name, exc)
                 return False
-            self.joined(reply)
-            return True
+            self.refused = bad_lease_terms(reply)  # a server's error, not this node's: stop, saying so
+            if not self.refused:
+                self.joined(reply)
+            return not self.refused
         return False
 
     def credentials(self):
@@ -269,7 +268,7 @@ class NodeAgent:
             if exc.status == 401:
                 self.try_register()  # the server forgot this node's token (e.g. a new database)
             return False
-        except OSError as exc:
+        except OSError as exc:  # a lease it cannot hold too: the one it had runs on, nothing new starts
             self.quiet.warning("%s: heartbeat failed (%s)", self.name, exc)
             return False
         self.renewed(sent_at, reply["lease_s"])
@@ -284,8 +283,9 @@ class NodeAgent:
         """The server's reply: over the WebSocket while the server takes heartbeats there (the
         cheap way), over HTTP otherwise: no socket yet, it dropped, or an older server."""
         reply = self.socket.heartbeat(body, timeout=self.client.timeout)
-        if reply is None:
-            reply = self.client.post(f"agents/{self.name}/heartbeat", body)
+        reply = self.client.post(f"agents/{self.name}/heartbeat", body) if reply is None else reply
+        if why := bad_lease_terms(reply):
+            raise OSError(f"not renewing: {why}")
         return reply
 
     def renewed(self, sent_at: float, lease_s: float) -> None:

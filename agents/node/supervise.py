@@ -371,3 +371,16 @@ def _exit_like(code: int) -> int:
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
+
+
+BAD_LEASE_TERMS = (
+    "the server's lease is {} s and its heartbeat interval {} s: refused, no task runs under it "
+    "(MLQ_OUTAGE_BOUND_S and MLQ_HEARTBEAT_INTERVAL_S on the server must be above 0)"
+)
+
+
+def bad_lease_terms(reply: dict) -> str:
+    """Why a server's lease cannot be held, '' if it can: a lease of 0 s or less has expired as
+    given (its tasks would be killed at once); an interval of 0 s or less would spin."""
+    terms = reply.get("lease_s"), reply.get("heartbeat_interval_s")
+    return "" if all(isinstance(v, int | float) and v > 0 for v in terms) else BAD_LEASE_TERMS.format(*terms)
