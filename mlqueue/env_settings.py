@@ -10,14 +10,16 @@ import dj_database_url
 import redis.connection
 from django.core.exceptions import ImproperlyConfigured
 
-REDIS_SCHEMES = ("redis", "rediss", "unix")
+# Not unix://: the same URL is Celery's broker, and kombu has no such transport (a review: the
+# server started, then every task publish failed).
+REDIS_SCHEMES = ("redis", "rediss")
 POSTGRES_ENGINE = "django.db.backends.postgresql"
 # The leader calls a node SUSPECT after this many missed heartbeats (MLQ_SUSPECT_AFTER_S).
 SUSPECT_AFTER_HEARTBEATS = 3
 
 BAD_NUMBER = "{name}={raw!r} is not {what}"
 BAD_REDIS_URL = (
-    "REDIS_URL is not a Redis URL ({why}): it must start with redis://, rediss:// or unix://, "
+    "REDIS_URL is not a Redis URL ({why}): it must start with redis:// or rediss:// (Celery's broker reads it too), "
     "e.g. redis://redis.internal:6379/0 (unset: embedded mode, no Redis)"
 )
 BAD_DATABASE_URL = (
