@@ -485,7 +485,7 @@ class CapacityExplainer:
             whole[group(slot)] += capacity(slot, shape)
             blocks[group(slot)].append(slot)
         short = [b for b in sorted(blocks) if by_units[b] >= shape.tasks]
-        if not short or any(whole[b] >= shape.tasks for b in short):
+        if not short or not _beside(shape) or any(whole[b] >= shape.tasks for b in short):
             return ReasonCode.FRAGMENTED, self._fragmented(shape, matching, free)
         # The block nearest to holding the job, then the one with most free units, then by name.
         where = max(short, key=lambda b: (whole[b], sum(s.free_units for s in blocks[b])))
