@@ -2,13 +2,14 @@
 (mlqueue/settings.py): each bad value stops the server with an ImproperlyConfigured naming the
 variable, what it was set to and what it takes, not a bare ValueError at the first request."""
 
-import math
 import os
 from urllib.parse import urlsplit
 
 import dj_database_url
 import redis.connection
 from django.core.exceptions import ImproperlyConfigured
+
+from mlqueue.env_values import number_in
 
 # Not unix://: the same URL is Celery's broker, and kombu has no such transport (a review: the
 # server started, then every task publish failed).
@@ -17,7 +18,6 @@ POSTGRES_ENGINE = "django.db.backends.postgresql"
 # The leader calls a node SUSPECT after this many missed heartbeats (MLQ_SUSPECT_AFTER_S).
 SUSPECT_AFTER_HEARTBEATS = 3
 
-BAD_NUMBER = "{name}={raw!r} is not {what}"
 BAD_REDIS_URL = (
     "REDIS_URL is not a Redis URL ({why}): it must start with redis:// or rediss:// (Celery's broker reads it too), "
     "e.g. redis://redis.internal:6379/0 (unset: embedded mode, no Redis)"
@@ -48,15 +48,12 @@ def env_number(
     raw = os.environ.get(name, "").strip()
     if not raw:
         return default
-    try:
-        number = float(raw)
-    except ValueError:
-        number = math.nan
-    fits = math.isfinite(number) and (above is None or number > above)
-    fits = fits and (at_least is None or number >= at_least) and (at_most is None or number <= at_most)
-    if not fits:
-        raise ImproperlyConfigured(BAD_NUMBER.format(name=name, raw=raw, what=_what(above, at_least, at_most, unit)))
-    return number
+
+    def fits(number: float) -> bool:
+        low = (above is None or number > above) and (at_least is None or number >= at_least)
+        return low and (at_most is None or number <= at_most)
+
+    return number_in(name, raw, raw, _what(above, at_least, at_most, unit), fits)
 
 
 def _what(above: float | None, at_least: float | None, at_most: float | None, unit: str) -> str:

@@ -2,6 +2,7 @@
 (mlqueue/settings.py): each bad value stops the server with an ImproperlyConfigured naming the
 variable."""
 
+import math
 import os
 
 from django.core.exceptions import ImproperlyConfigured
@@ -40,11 +41,17 @@ def _seconds(name: str, raw: str, value: str) -> float:
 
 
 def _non_negative(name: str, raw: str, value: str, what: str) -> float:
+    return number_in(name, raw, value, what, lambda number: number >= 0)
+
+
+def number_in(name: str, raw: str, value: str, what: str, fits) -> float:
+    """`value` (all of `raw`, or a part of it) as a finite number that `fits`; else an
+    ImproperlyConfigured naming the variable, what it was set to and `what` it takes."""
     try:
         number = float(value)
     except ValueError:
-        number = -1.0
-    if not 0 <= number < float("inf"):
+        number = math.nan
+    if not (math.isfinite(number) and fits(number)):
         raise ImproperlyConfigured(f"{name}={raw!r}: {value!r} is not {what}")
     return number
 

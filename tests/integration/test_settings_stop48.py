@@ -48,7 +48,10 @@ def refused(result: subprocess.CompletedProcess) -> str:
     ],
 )
 def test_a_bad_number_stops_the_start_naming_the_variable(name, raw, what):
-    assert refused(start(**{name: raw})) == f"django.core.exceptions.ImproperlyConfigured: {name}={raw!r} is not {what}"
+    assert (
+        refused(start(**{name: raw}))
+        == f"django.core.exceptions.ImproperlyConfigured: {name}={raw!r}: {raw!r} is not {what}"
+    )
 
 
 @pytest.mark.parametrize(

@@ -64,7 +64,7 @@ def test_a_bad_number_names_the_variable_its_value_and_what_it_takes(monkeypatch
     if what is None:
         assert env_number("MLQ_X", 7.5, **bounds) == 7.5
         return
-    assert refusal(lambda: env_number("MLQ_X", 1.0, **bounds)) == f"MLQ_X={raw!r} is not {what}"
+    assert refusal(lambda: env_number("MLQ_X", 1.0, **bounds)) == f"MLQ_X={raw!r}: {raw!r} is not {what}"
 
 
 @pytest.mark.parametrize("raw, expected", [("300", 300.0), (" 0.5 ", 0.5), ("1e3", 1000.0)])
