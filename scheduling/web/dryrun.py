@@ -126,7 +126,7 @@ def dry_run_answer(spec: dict) -> dict:
     if spec.get("pipeline") is not None:
         return _pipeline_answer(spec)
     if spec.get("array") is not None or spec.get("sweep") is not None:
-        return {**_job_answer(spec), "group": _group_answer(spec)}
+        return {**_job_answer(spec), "group": group_answer(spec)}
     return _job_answer(spec)
 
 
@@ -153,7 +153,7 @@ def resubmit_answer(*, team, spec: dict) -> dict:
 TRIALS_SHOWN = 20
 
 
-def _group_answer(spec: dict) -> dict:
+def group_answer(spec: dict) -> dict:
     """An array's or a sweep's settings as a submit would keep them; the placement and reason
     beside it are one child's (each asks the same). A sweep's first TRIALS_SHOWN trials as its
     seed draws them, the seed drawn now when the spec gives none: submitted with that seed, the

@@ -9,7 +9,6 @@ from django.http import Http404, HttpResponseBadRequest
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
-from django.views.decorators.http import require_POST
 from rest_framework.exceptions import APIException, PermissionDenied
 
 from mlqueue.client.specs import dump_yaml
@@ -26,6 +25,7 @@ from scheduling.web.api import NO_SUCH_ATTEMPT
 from scheduling.web.borrowing import capacity
 from scheduling.web.explanations import explain_job, what_would_help
 from scheduling.web.group_page import group_section
+from scheduling.web.post_only import post_only
 from scheduling.web.queue import SORTS, QueueQuery, group_rows, queue_page, short_duration
 from teams.selectors import visible_team_names
 
@@ -85,7 +85,9 @@ def _job_for(request, job_id: int) -> Job:
 
 
 @login_required
-def job_page(request, job_id: int):
+def job_page(request, job_id: int, refused: dict | None = None):
+    """`refused`: a button's reason the page refused (`done`, `reason`, `error`), kept in its
+    box with the error beside it."""
     job = _job_for(request, job_id)
     context = {
         **_panel_context(job, request.user),
@@ -93,6 +95,7 @@ def job_page(request, job_id: int):
         **_metrics_context(job),
         "section": "queue",
         "spec_yaml": spec_yaml(job.spec),
+        "refused": refused,
     }
     return render(request, "scheduling/job.html", context)
 
@@ -260,7 +263,7 @@ def _without(params, name: str) -> str:
 
 
 @login_required
-@require_POST
+@post_only("job-page", "job_id")
 def job_cancel(request, job_id: int):
     return _act(request, job_id, "cancelled", services.do_cancel_job, "Job {id} is being cancelled.")
 
@@ -281,7 +284,7 @@ CONTROLS = {
 
 
 @login_required
-@require_POST
+@post_only("job-page", "job_id")
 def job_control_page(request, job_id: int, verb: str):
     """Hold, release or requeue from the job page: the API's services and rules, a flash."""
     if verb not in CONTROLS:
@@ -301,9 +304,8 @@ def _act(request, job_id: int, done: str, service, said: str):
         refusal = REASON_TOO_LONG.format(limit=MAX_REASON, length=len(reason), done=done)
     elif char := invisible_char(reason):  # as the API's CancelSerializer: it goes in the job's events
         refusal = f"reason: {INVISIBLE.format(char=char)} Nothing was {done}."
-    if refusal:
-        messages.error(request, refusal)
-        response = job_page(request, job_id)
+    if refusal:  # the reason stays in its box, the error beside it, as the other forms do
+        response = job_page(request, job_id, refused={"done": done, "reason": reason, "error": refusal})
         response.status_code = 400
         return response
     try:

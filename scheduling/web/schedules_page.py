@@ -8,13 +8,13 @@ from zoneinfo import ZoneInfo
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.shortcuts import get_object_or_404, redirect, render
-from django.views.decorators.http import require_POST
 from rest_framework.exceptions import APIException, ValidationError
 
 from mlqueue.api_errors import flatten_errors
 from scheduling import schedules
 from scheduling.models import FireOutcome, Job, Schedule
 from scheduling.web.pages import spec_yaml
+from scheduling.web.post_only import post_only
 
 RUNS_SHOWN = 5  # the list's last runs per schedule
 HISTORY_SHOWN = 50
@@ -49,7 +49,7 @@ def detail(request, schedule_id: int):
 
 
 @login_required
-@require_POST
+@post_only("schedule-page", "schedule_id")
 def action(request, schedule_id: int, verb: str):
     """suspend, resume or run (now), as the API's PATCH and run do; refusals become a message."""
     schedule = get_object_or_404(schedules.visible_schedules(request.user), pk=schedule_id)

@@ -44,7 +44,7 @@ from scheduling.secrets import MASK, masked_spec
 from scheduling.selectors import visible_jobs
 from scheduling.services import check_job_submission, do_submit_job
 from scheduling.spec import RESTART_MODES, SPEC_FIELD_ORDER, JobSpecSerializer, gpu_types
-from scheduling.web.dryrun import DryRun, dry_run, resubmit_answer
+from scheduling.web.dryrun import DryRun, dry_run, group_answer, resubmit_answer
 from scheduling.web.form_fit import (  # noqa: F401 (NOT_IN_FORM: the page's tests import it)
     GROUP_SERIALIZERS,
     NOT_IN_FORM,
@@ -357,6 +357,7 @@ class SubmitState:
     alerts: list[str] = field(default_factory=list)  # about the whole job (a 409)
     dry_run: DryRun | None = None
     dry_run_ran: bool = False
+    dry_run_group: dict | None = None  # an array's or a sweep's settings, as the API's dry run says them
 
 
 @dataclass(frozen=True)
@@ -553,6 +554,8 @@ def _dry_run(request, state: SubmitState):
     checked = _check(request.user, state)
     state.dry_run_ran = True
     state.dry_run = dry_run(checked[1]) if checked else None
+    if checked and (checked[1].get("array") is not None or checked[1].get("sweep") is not None):
+        state.dry_run_group = group_answer(checked[1])
     existing = resubmit_answer(team=checked[0], spec=checked[1]).get("existing") if checked else None
     if existing and existing["status"] == 409:  # the submit would be refused: said as a submit says it
         state.alerts.append(existing["message"])

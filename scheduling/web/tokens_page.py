@@ -45,9 +45,10 @@ def page(request):
 
 def _create(request):
     days = request.POST.get("expires_in_days", "").strip()
-    # The form's text as the API's JSON carries it: digits as a number (the field takes no string).
-    if days.isascii() and days.isdecimal() and len(days) <= 9:
-        days = int(days)
+    # The form's text as the API's JSON carries it: digits as a number (the field takes no string);
+    # a run of digits too long to read is a number as far above the limit (its refusal names the limit).
+    if days.isascii() and days.isdecimal():
+        days = int(days) if len(days) <= 18 else 10**18
     data = {"name": request.POST.get("name", ""), "expires_in_days": None if days == "" else days}
     body = TokenCreateSerializer(data=data)
     if not body.is_valid():

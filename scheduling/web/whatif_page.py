@@ -14,13 +14,14 @@ from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpResponseForbidden
 from django.shortcuts import render
 from django.utils import timezone
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET
 from rest_framework.exceptions import PermissionDenied, ValidationError
 
 from mlqueue.api_errors import flatten_errors
 from scheduling.core.model import CPU_CLASS
 from scheduling.models import PreviewState, QuotaPreview
 from scheduling.sim.history import CPU_ONLY, NEVER_STARTED, NO_USEFUL_WORK
+from scheduling.web.post_only import post_only
 from scheduling.web.queue import short_duration
 from scheduling.web.whatif_api import NO_SUCH_PREVIEW, start_preview
 from scheduling.whatif import QUOTA_FIELDS, preview_for, proposal_summary
@@ -72,7 +73,7 @@ def form_context(previewable: list[str], *, values: dict | None = None, errors: 
 
 
 @login_required
-@require_POST
+@post_only("teams-page")
 def start(request):
     """Start a preview; the panel again, with the result part polling, or the form's errors
     beside its fields (400; 200 to htmx, which swaps only 2xx answers)."""

@@ -76,10 +76,11 @@
   }
   // True while someone is using the form in `root` (the nodes console's heatmap pauses its
   // refresh, which would replace the form): a box ticked, an input focused, holding a value or
-  // half typed (a date or number the browser cannot read yet has no value but is :invalid).
+  // half typed (a date or number the browser cannot read yet has no value but is :invalid). A
+  // box unticked again is not in use, though it keeps the focus its click gave it.
   window.mlqueue = window.mlqueue || {};
   window.mlqueue.inUse = function (root) {
-    if (root.querySelector("input[type=checkbox]:checked, input:focus, input:invalid")) return true;
+    if (root.querySelector("input[type=checkbox]:checked, input:not([type=checkbox]):focus, input:invalid")) return true;
     return Array.prototype.some.call(root.querySelectorAll("input:not([type=checkbox]):not([type=hidden])"), function (input) {
       return input.value !== "";
     });
