@@ -7,6 +7,7 @@ import json
 import time
 from dataclasses import dataclass
 
+import httpcore
 from django.conf import settings
 from django.core.mail import send_mail
 
@@ -21,6 +22,9 @@ USER_AGENT = "mlqueue-webhooks/1"
 NOT_2XX = "the receiver answered HTTP {code}"
 REDIRECTED = "the receiver answered HTTP {code} (a redirect to {location!r}; redirects are not followed)"
 UNREACHABLE = "could not reach {host}: {error}"
+# Connected, and then the answer did not come in time (QA: a slow receiver, which had every
+# request, read "could not reach").
+NO_ANSWER = "connected to {host}; {error}"
 REDIRECT_CODES = (301, 302, 303, 307, 308)
 CRASHED = "the attempt failed: {error}"
 
@@ -88,7 +92,8 @@ def _send_webhook(*, url: str, payload: dict, delivery_id: str, event: str, secr
             sni_hostname=endpoint.host if endpoint.scheme == "https" else None,
         )
     except Exception as exc:  # refused, reset, timed out, past the deadline, a TLS failure
-        return Outcome(False, error=UNREACHABLE.format(host=endpoint.host, error=_said_error(exc)))
+        said = NO_ANSWER if isinstance(exc, httpcore.ReadTimeout) else UNREACHABLE
+        return Outcome(False, error=said.format(host=endpoint.host, error=_said_error(exc)))
     return _outcome(answer)
 
 

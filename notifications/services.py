@@ -26,7 +26,7 @@ from mlqueue.breaker import RedisBreaker
 from notifications.models import Channel, Delivery, DeliveryStatus, Event, NotificationSettings, new_secret_ciphertext
 from notifications.sending import Outcome, send_email, send_webhook
 from scheduling import ledger, stop_requests
-from scheduling.models import Job, StopReason, Task
+from scheduling.models import Job, RestartMode, StopReason, Task
 from scheduling.states import TaskState
 from teams.models import AuditEvent, EventKind
 
@@ -62,9 +62,10 @@ def record_job_state(
         record_job_event(job_id, event=event, state=after, reason=reason, message=message, now=now)
 
 
-def _cancel_request(job_id: int) -> tuple[str, str] | None:
+def _cancel_request(job_id: int, *, group_said: str = "") -> tuple[str, str] | None:
     """Who cancelled the job and why, from the request's event: a running job's tasks end later,
-    by the signal sent them ("rank 0 ended (signal SIGTERM)"), which is not what its owner asks."""
+    by the signal sent them ("rank 0 ended (signal SIGTERM)"), which is not what its owner asks.
+    A group's (`group_said`: how its children ended) said only that (QA)."""
     request = (
         AuditEvent.objects.filter(job_id=job_id, kind=EventKind.CANCEL_REQUESTED)
         .order_by("-created_at", "-id")
@@ -73,7 +74,19 @@ def _cancel_request(job_id: int) -> tuple[str, str] | None:
     )
     if request is None:
         return None
-    return "CANCELLED", request[1] or f"cancelled by {request[0]}"  # as a pending job's cancel says it
+    said = request[1] or f"cancelled by {request[0]}"  # as a pending job's cancel says it
+    return "CANCELLED", f"{said}; {group_said}" if group_said else said
+
+
+def _early_stop(job_id: int, *, exit_line: str) -> tuple[str, str] | None:
+    """Why a trial was stopped early, in its rule's words ("val_loss: best 1.2333 by step 6 is
+    worse than the median ..."), and its rank's exit line: the exit line alone said nothing of
+    why (QA)."""
+    found = stop_requests.requests_of(job_id, (StopReason.EARLY_STOPPED,)).first()
+    if found is None:
+        return None
+    said = "; ".join(part for part in (found["request"]["message"], exit_line) if part)
+    return StopReason.EARLY_STOPPED.value, said
 
 
 # The stops that requeue a job (its tasks end PREEMPTED: scheduling/reports.py STOPPED_AS).
@@ -117,6 +130,7 @@ SUBSCRIPTION_FIELDS = (
     "state",
     "parent_id",
     "notify",
+    "on_preemption",
     "owner_id",
     "owner__email",
     "team__name",
@@ -143,10 +157,13 @@ def record_job_event(
     subscription = row["notify"] or _defaults(row)
     if not subscription or event not in subscription.get("on", ()):
         return []
-    if event == Event.CANCELLED and not group:  # only once someone listens: a query
-        reason, message = _cancel_request(job_id) or (reason, message)
+    if event == Event.CANCELLED:  # only once someone listens: a query
+        reason, message = _cancel_request(job_id, group_said=message if group else "") or (reason, message)
     elif event == Event.PREEMPTED and not group:  # likewise
-        reason, message = _stop_request(job_id, exit_line=message, now=now) or (reason, message)
+        stop = _stop_request(job_id, exit_line=message, now=now)
+        if stop and stop[0] != StopReason.REQUEUED and row["on_preemption"] == RestartMode.FAIL:
+            return []  # it does not go back to the queue: the leader's verdict tells it, `failed` (QA)
+        reason, message = stop or (reason, message)
     payload = _payload(job_id, row, event=event, state=state, reason=reason, message=message, now=now)
     return _record(job_id, row, subscription, event=event, payload=payload, now=now)
 
@@ -157,6 +174,7 @@ def _record_trial_stopped(trial_id: int, trial: dict, *, reason: str, message: s
     subscription = sweep and (sweep["notify"] or _defaults(sweep))
     if not subscription or Event.EARLY_STOPPED not in subscription.get("on", ()):
         return []
+    reason, message = _early_stop(trial_id, exit_line=message) or (reason, message)
     event = Event.EARLY_STOPPED.value
     payload = _payload(sweep_id, sweep, event=event, state=sweep["state"], reason=reason, message=message, now=now)
     payload["trial"] = {

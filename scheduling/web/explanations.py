@@ -16,7 +16,7 @@ from scheduling.core.state import ClusterState
 from scheduling.core.whatif import before_window, fits_now, suggestions
 from scheduling.group_state import waiting_reasons
 from scheduling.maintenance import load_windows
-from scheduling.models import Job, JobState
+from scheduling.models import Job, JobState, StopReason
 from scheduling.selectors import scheduler_state
 from scheduling.services import job_shape
 from scheduling.spec import gpu_types
@@ -252,12 +252,14 @@ def ended(job: Job) -> dict | None:
     request = None
     if job.state == JobState.CANCELLED and job.cancel_requested_at is not None:
         request = events.filter(kind=EventKind.CANCEL_REQUESTED).first()
+    elif job.state == JobState.EARLY_STOPPED:  # its rule's words, not the signal that stopped it (QA)
+        request = events.filter(kind=EventKind.STOP_REQUESTED, reason=StopReason.EARLY_STOPPED).first()
     event = request or events.filter(kind=EventKind.TRANSITION, to_state=job.state).first()
     answer = {"state": job.state, "at": job.finished_at, "by": "", "reason": "", "message": ""}
     if event is not None:
         answer.update(at=job.finished_at or event.created_at, by=event.actor_name, reason=event.reason)
         answer["message"] = event.message
-    if request is not None:  # as a pending job's cancel says it
+    if request is not None and request.kind == EventKind.CANCEL_REQUESTED:  # as a pending job's cancel says it
         answer.update(reason="CANCELLED", message=request.message or f"cancelled by {request.actor_name}")
     return answer
 

@@ -300,7 +300,9 @@ def utilization_over_time(
     classes = sorted({row.key[0] for row in rows} | {c for c, size in capacity.items() if size})
     table = _shares(report, capacity, classes, buckets, bucket, base)
     overall = _shares(cluster, capacity, classes, buckets, bucket, base) if cluster else [[] for _ in buckets]
-    section = Section("utilization", f"Utilization by resource class, by {bucket}", "", {}, [bucket, *classes])
+    # Each column says its figures are percents (QA: 0.3 was read as 30%).
+    heads = [f"{rclass} (%)" for rclass in classes]
+    section = Section("utilization", f"Utilization by resource class, by {bucket}", "", {}, [bucket, *heads])
     section.note = (
         f"Of each class's current size (GPUs, or the CPU nodes' cores for cpu), over the hours of each {bucket}."
     )
@@ -314,8 +316,8 @@ def utilization_over_time(
         )
         axis = f"% of the class's capacity used by {scope}"
     if cluster:
-        section.columns += [f"{rclass} (all teams)" for rclass in classes]
-        section.note += " Dashed, and the columns marked (all teams): the class's utilization."
+        section.columns += [f"{rclass} (all teams, %)" for rclass in classes]
+        section.note += " Dashed, and the columns marked (all teams, %): the class's utilization."
     section.rows = [[b, *mine, *every] for b, mine, every in zip(buckets, table, overall, strict=True)]
     datasets = [_line(rclass, [r[i] for r in table], i) for i, rclass in enumerate(classes)]
     for i, rclass in enumerate(classes if cluster else ()):

@@ -135,20 +135,23 @@ def test_a_lead_sees_her_teams_share_of_each_class_not_its_utilization(logged_in
     section = page.split('id="report-utilization"', 1)[1].split("</table>", 1)[0]
     assert "Your teams&#x27; share of each resource class&#x27;s capacity, by day" in section
     assert "Utilization" not in section and "(all teams)" not in section
-    h100 = columns(page, "utilization").index("gpu:H100")
+    h100 = columns(page, "utilization").index("gpu:H100 (%)")
     # The 19th: alice's 8 H100 from 09:00, 15 hours, of the whole day; her team is rita's.
     assert table(page, "utilization")[0][h100] == share(8 * 15, "gpu:H100", 24)
 
     admin = logged_in("ops")
     page = admin.get("/reports/", {"from": "2026-04-20", "to": "2026-04-20"}).content.decode()
     assert "Utilization by resource class, by day" in page
-    a100 = columns(page, "utilization").index("gpu:A100")
+    a100 = columns(page, "utilization").index("gpu:A100 (%)")
     assert table(page, "utilization")[0][a100] == share(4 * 2, "gpu:A100", 12)  # bob's, every team's
     page = admin.get("/reports/", {"from": "2026-04-20", "to": "2026-04-20", "team": RFM}).content.decode()
     assert f"{RFM}&#x27;s share of each resource class&#x27;s capacity, by day" in page
     heads = columns(page, "utilization")
     [row] = table(page, "utilization")
-    assert (row[heads.index("gpu:A100")], row[heads.index("gpu:A100 (all teams)")]) == ("0.0", share(8, "gpu:A100", 12))
+    assert (row[heads.index("gpu:A100 (%)")], row[heads.index("gpu:A100 (all teams, %)")]) == (
+        "0.0",
+        share(8, "gpu:A100", 12),
+    )
 
 
 def test_the_guarantee_line_keeps_the_quota_in_force_each_day(logged_in, history):
