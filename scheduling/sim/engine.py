@@ -245,7 +245,17 @@ class Simulation(SchedulerViews, VictimWakes):
             self.now = until
             if self.pending and self.matters:
                 self._decide()
+            if self.pending and not self.running and not self._anything_to_come():
+                break  # waiting jobs that an idle cluster did not start never will: left unfinished
         return self
+
+    def _anything_to_come(self) -> bool:
+        """Whether an event is still to come that may let a waiting job start: an arrival, an end,
+        a node failing or coming back, a maintenance window ending. Asked only of an idle cluster
+        with jobs waiting: after the pass that left them waiting, only ticks and samples are left
+        where no more can (a job over its team's limits, or larger than the cluster). A replay
+        looped on those for ever (QA: `bench.replay --quotas` with a limit below one job)."""
+        return any(event[3] not in (TICK, SAMPLE, AGED) for event in self.events)
 
     def _next_decision(self, when: float) -> float:
         """The instant the policy is next asked, given the next event's time: then, or one

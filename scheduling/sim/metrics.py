@@ -33,6 +33,7 @@ def summarize(sim: Simulation, *, entitlements: dict[str, float]) -> dict:
     return {
         "jobs": len(sim.records),
         "finished": len(done),
+        "unfinished": len(sim.records) - len(done),  # past a horizon, or never startable (engine.run)
         "gpus": gpus,
         "avg_wait_s": round(statistics.fmean(waits), 1) if waits else 0.0,
         "p50_wait_s": round(percentile(waits, 50), 1),

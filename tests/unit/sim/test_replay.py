@@ -175,3 +175,22 @@ def test_a_bad_group_cell_is_refused_with_its_value(tmp_path, cells, message):
     with pytest.raises(ValueError) as error:
         trace_groups(load_generic(trace))
     assert str(error.value) == message
+
+
+def test_a_job_its_teams_limit_never_admits_is_left_unfinished_not_waited_on_for_ever():
+    """QA: `bench.replay --quotas` with a team's limit below one of its jobs never ended (ticks
+    kept the replay going, simulated years on). An idle cluster whose pass starts none of the
+    waiting jobs, with nothing left to arrive or end, stops; the others' figures stand."""
+    teams = (Team("a", quotas={"gpu:H100": Quota(guaranteed=8, borrowing_limit=0)}), Team("b"))
+    trace = [job(1, 0, 16, 100), job(2, 5, 8, 50), job(3, 10, 8, 30, team="b")]
+    sim = Simulation(
+        TWO_NODES,
+        teams,
+        trace,
+        make_policy("mlqueue"),
+        SimConfig(checkpoint_interval_s=0, tick_s=60, sample_s=60),
+        PolicyConfig(explain=False),
+    ).run()
+    assert {job_id: record.first_start for job_id, record in sim.records.items()} == {1: None, 2: 5, 3: 10}
+    assert sim.now < 3600 and list(sim.pending) == [1]
+    assert summarize(sim, entitlements={})["unfinished"] == 1
