@@ -76,7 +76,7 @@ class SubmitChecks:
     @sensitive_variables("data", "spec")
     def check_spec(self, data) -> tuple[Team, dict]:
         spec = self.spec_of(data)
-        return self.check_rights(spec), spec
+        return self.check_rights(spec, given=data), spec
 
     @sensitive_variables("data", "serializer")
     def spec_of(self, data) -> dict:
@@ -85,17 +85,19 @@ class SubmitChecks:
         serializer.is_valid(raise_exception=True)
         return normalized(serializer.validated_data)
 
-    @sensitive_variables("spec")
-    def check_rights(self, spec: dict) -> Team:
+    @sensitive_variables("spec", "given")
+    def check_rights(self, spec: dict, *, given=None) -> Team:
         """The team exists and the caller may submit to it at this priority, and may see every
-        job the spec depends on."""
+        job the spec depends on. `given`: the spec as written, whose `depends_on` entries an
+        error names (the spec's are sorted by job id)."""
         team = self.team(spec["team"])
         if spec["priority"] == "P0" and not self._may_submit_p0(team):
             raise FieldPermissionDenied("priority", P0_RESERVED.format(name=team.name))
         for index, step in enumerate(spec.get("pipeline", {}).get("steps", ())):  # a step runs at its own
             if step.get("priority") == "P0" and not self._may_submit_p0(team):
                 raise FieldPermissionDenied(f"pipeline.steps[{index}].priority", P0_RESERVED.format(name=team.name))
-        _check_dependencies(self.user, spec["depends_on"], visible_ids=self.visible_ids)
+        written = given.get("depends_on") if isinstance(given, dict) else None
+        _check_dependencies(self.user, spec["depends_on"], visible_ids=self.visible_ids, written=written)
         return team
 
     @sensitive_variables("spec")
@@ -183,17 +185,20 @@ def visible_dependency_ids(user, specs: list[dict]) -> set[int]:
     return set(visible_jobs(user).filter(pk__in=job_ids).values_list("pk", flat=True))
 
 
-def _check_dependencies(user, depends_on: list, *, visible_ids: set[int] | None = None) -> None:
+def _check_dependencies(user, depends_on: list, *, visible_ids: set[int] | None = None, written=None) -> None:
     """Every job depended on exists and is visible to `user`; the error names the entry
-    (`depends_on.1.job`). A new job cannot close a cycle: nothing depends on it yet."""
+    (`depends_on.1.job`): the first such of `written`, the entries as the spec wrote them, where
+    given (QA: `[99999, 27]` was refused as `depends_on.1`, its place once sorted). A new job
+    cannot close a cycle: nothing depends on it yet."""
     if not depends_on:  # most submits: no need to read which teams' jobs the user may see
         return
     found = visible_ids if visible_ids is not None else visible_dependency_ids(user, [{"depends_on": depends_on}])
-    for index, entry in enumerate(depends_on):
-        job_id = entry if isinstance(entry, int) else entry["job"]
+    entries = written if isinstance(written, list) else depends_on
+    for index, entry in enumerate(entries):
+        job_id = entry.get("job") if isinstance(entry, dict) else entry
         if job_id not in found:
             message = [UNKNOWN_DEPENDENCY.format(id=job_id)]
-            raise ValidationError({"depends_on": {index: message if isinstance(entry, int) else {"job": message}}})
+            raise ValidationError({"depends_on": {index: {"job": message} if isinstance(entry, dict) else message}})
 
 
 def job_shape(spec: dict) -> JobShape:

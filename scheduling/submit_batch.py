@@ -81,7 +81,8 @@ def check_job_batch(*, user, data) -> list[tuple[Team, dict]]:
     naming `jobs[i].field` for every bad spec; else a FieldPermissionDenied for each spec whose
     team or priority the caller may not use. The specs hold their secret values in the clear."""
     checks, specs, errors, denied = SubmitChecks(user), {}, {}, {}
-    for index, item in enumerate(batch_specs(data)):
+    items = batch_specs(data)
+    for index, item in enumerate(items):
         if isinstance(item, dict) and item.get("schedule") is not None:
             errors[f"jobs[{index}]"] = {"schedule": [NO_SCHEDULES]}
             continue
@@ -93,7 +94,7 @@ def check_job_batch(*, user, data) -> list[tuple[Team, dict]]:
     checked = []
     for index, spec in specs.items():
         try:
-            team = checks.check_rights(spec)
+            team = checks.check_rights(spec, given=items[index])
             checks.check_fits(spec)
         except ValidationError as refused:
             errors[f"jobs[{index}]"] = refused.detail

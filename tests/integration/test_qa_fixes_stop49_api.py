@@ -1,0 +1,40 @@
+"""QA stop 49, the API as a new user reads it: a `depends_on` refusal named the entry by its
+place once the list was sorted by job id (`[99999, 27]` refused as `depends_on.1`)."""
+
+import pytest
+
+from tests.conftest import make_spec
+
+pytestmark = pytest.mark.django_db
+
+
+def submit(api, **overrides):
+    return api("alice").post("/api/v1/jobs", make_spec(client_job_id=None, **overrides), format="json")
+
+
+@pytest.fixture
+def known(api) -> int:
+    answer = submit(api)
+    assert answer.status_code == 201
+    return answer.json()["id"]
+
+
+@pytest.mark.parametrize("url", ["/api/v1/jobs", "/api/v1/jobs/dry-run"])
+def test_an_unknown_dependency_is_named_by_its_place_as_written(api, known, url):
+    cases = [
+        ([99999, known], "depends_on.0"),
+        ([known, {"job": 99998, "on": "failure"}], "depends_on.1.job"),
+        ([known, known, 99997], "depends_on.2"),  # a repeat, dropped once read, still counts
+        ([{"job": 99996}, 5], "depends_on.0.job"),
+    ]
+    for depends_on, field in cases:
+        answer = api("alice").post(url, make_spec(client_job_id=None, depends_on=depends_on), format="json")
+        assert answer.status_code == 400, answer.content
+        assert list(answer.json()["fields"]) == [field], (depends_on, answer.json())
+
+
+def test_a_batch_names_the_entry_as_its_spec_wrote_it(api, known):
+    body = {"jobs": [make_spec(client_job_id=None), make_spec(client_job_id=None, depends_on=[99999, known])]}
+    answer = api("alice").post("/api/v1/jobs/batch", body, format="json")
+    assert answer.status_code == 400
+    assert "jobs[1].depends_on.0" in answer.json()["fields"], answer.json()
