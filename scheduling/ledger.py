@@ -17,7 +17,7 @@ from scheduling import rollup
 from scheduling.core.model import HOUR, confirmed_checkpoint, lost_since, resource_class
 from scheduling.core.settle import NOT_STARTED
 from scheduling.models import FailureClass, Job, JobState, LostCause, StopReason, Task, TaskState, UsageRecord
-from scheduling.states import ON_NODE
+from scheduling.states import JOB_FINISHED, ON_NODE
 from scheduling.stop_requests import RECLAIM, requests_of, stop_cause
 
 S = TaskState
@@ -153,11 +153,14 @@ def ended_ranks(job_id: int) -> list[EndedRank]:
 
 def on_job_state(job_id: int, *, before: str, after: str, now: datetime) -> None:
     """The ledger's part of a job's state change: placed -> open its attempt's row; off its
-    nodes -> close it."""
+    nodes -> close it; from PREEMPTED (off its nodes, the leader's verdict to come) to an end ->
+    its last attempt ended the job so."""
     if after in ON_NODE and before not in ON_NODE:
         do_open_attempt(job_id, now=now)
     elif before in ON_NODE and after not in ON_NODE:
         do_close_attempt(job_id, outcome=after, now=now)
+    elif before == TaskState.PREEMPTED and after in JOB_FINISHED:  # the verdict ended it there
+        rollup.do_end_preempted(job_id, after)
 
 
 def do_open_attempt(job_id: int, *, now: datetime) -> None:

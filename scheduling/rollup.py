@@ -8,7 +8,9 @@ UsageWaitDay), so a report over a quarter reads a few thousand rows instead of m
 2. `do_add_closed` adds the attempts a transition has just closed, in that transition's
    transaction (scheduling/ledger.py): an upsert that adds to the day's row
    (`ON CONFLICT ... DO UPDATE SET x = x + excluded.x`), so concurrent closes never lose one.
-3. `do_rebuild` empties the rollup and adds every closed attempt again (after a repair of
+3. `do_end_preempted` moves a closed attempt from PREEMPTED to the end the leader's verdict
+   gave its job there (FAILED, CANCELLED), in that verdict's transaction.
+4. `do_rebuild` empties the rollup and adds every closed attempt again (after a repair of
    the ledger, and in the migration that created it): idempotent.
 
 Only closed attempts are rolled up: a running attempt's figures still grow, so the reports
@@ -27,6 +29,7 @@ from scheduling.models import (
     ROLLUP_KEY,
     USAGE_DAY_KEY,
     USAGE_WAIT_DAY_KEY,
+    TaskState,
     UsageDay,
     UsageRecord,
     UsageWaitDay,
@@ -138,6 +141,37 @@ def do_supersede(job_id: int, attempt: int) -> None:
     for row in rows:
         key = {name: row[name] for name in (*ROLLUP_KEY[1:], "outcome", "lost_cause")}
         UsageDay.objects.filter(day=utc_day(row["ended_at"]), **key).update(superseded=F("superseded") + 1)
+
+
+def do_end_preempted(job_id: int, outcome: str) -> None:
+    """The job's last attempt closed as it left its nodes PREEMPTED, and the leader's verdict
+    ended the job there (its restart policy fails it, it was cancelled meanwhile): the attempt
+    ended the job as `outcome`, which the ledger's row and its part of the rollup now say, in the
+    caller's transaction (QA: a job failed for good counted among the PREEMPTED, which resume)."""
+    rows = UsageRecord.objects.select_for_update().filter(job_id=job_id, superseded=False, outcome=TaskState.PREEMPTED)
+    closed = list(closed_rows(rows))
+    if not closed:
+        return
+    rows.update(outcome=outcome)
+    taken, given = Rollup(), Rollup()
+    for row in closed:
+        taken.add(row)
+        given.add({**row, "outcome": outcome})
+    # Taken away by an update (an upsert's row to insert must hold no negative sum); its waits
+    # stay where they are (they are not kept by outcome).
+    for key, (gpu_us, cpu_us, ended, lost, superseded) in taken.days.items():
+        held = UsageDay.objects.filter(**dict(zip(USAGE_DAY_KEY, key, strict=True)))
+        held.update(
+            gpu_us=F("gpu_us") - gpu_us,
+            cpu_us=F("cpu_us") - cpu_us,
+            ended=F("ended") - ended,
+            lost_gpu_hours=F("lost_gpu_hours") - lost,
+            superseded=F("superseded") - superseded,
+        )
+        held.filter(gpu_us=0, cpu_us=0, ended=0, superseded=0).delete()  # as a rebuild leaves it
+    given.waits.clear()
+    given.week_waits.clear()
+    given.write()
 
 
 def do_rebuild(*, record=UsageRecord, day=UsageDay, wait=UsageWaitDay, week=UsageWaitWeek) -> dict:

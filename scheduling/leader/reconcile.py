@@ -106,7 +106,7 @@ def reconcile(*, epoch: int, now) -> Swept:
 
 STOP_MESSAGES = {
     StopReason.TIMEOUT: "ran past max_runtime_hours ({hours:g} h)",
-    StopReason.CANCELLED: "cancelled while running",
+    StopReason.CANCELLED: "cancelled while on its nodes",  # ASSIGNED (starting) or RUNNING
     StopReason.PEER_FAILED: "another rank of its gang failed; the gang restarts whole",
 }
 
