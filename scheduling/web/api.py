@@ -38,6 +38,7 @@ from scheduling.web.dryrun import dry_run_answer, resubmit_answer
 from scheduling.web.explanations import why_answer
 from scheduling.web.filters import JobFilter
 from scheduling.web.serializers import (
+    LOG_EVENT_SCHEMA,
     BulkCancelResultSerializer,
     CancelSerializer,
     ChildSerializer,
@@ -48,6 +49,7 @@ from scheduling.web.serializers import (
     JobEventSerializer,
     JobMetricsSerializer,
     JobSerializer,
+    LogAnswerSerializer,
     QueueEntrySerializer,
     WhySerializer,
 )
@@ -461,10 +463,12 @@ class JobLogs(APIView):
     @extend_schema(
         parameters=[LogQuerySerializer],
         responses={
-            200: OpenApiResponse(
+            (200, "application/json"): OpenApiResponse(
+                LogAnswerSerializer,
                 description="JSON {job_id, rank, attempt, stream, offset, next_offset, text, capped}; with follow, "
-                "text/event-stream: `log` events, then `end` (scheduling/web/logstream.py)"
+                "text/event-stream: `log` events, then `end` (scheduling/web/logstream.py)",
             ),
+            (200, logstream.CONTENT_TYPE): LOG_EVENT_SCHEMA,
             409: OpenApiResponse(description="a group's parent: it runs nothing, its children have the logs"),
         },
     )

@@ -24,7 +24,7 @@ SHORTEST_HOURS = maintenance.SHORTEST.total_seconds() / 3600
 
 
 class WindowSerializer(serializers.ModelSerializer):
-    created_by = serializers.CharField(source="created_by.username", default=None)
+    created_by = serializers.CharField(source="created_by.username", default=None, allow_null=True)
     duration_hours = serializers.SerializerMethodField()
 
     class Meta:

@@ -35,7 +35,11 @@ NOT_VISIBLE = OpenApiResponse(description="no such schedule, or not one of your 
 
 
 class FireSerializer(serializers.ModelSerializer):
-    job = serializers.PrimaryKeyRelatedField(read_only=True, help_text="the run (or the active run a skip is about)")
+    job = serializers.PrimaryKeyRelatedField(
+        read_only=True,
+        allow_null=True,
+        help_text="the run (or the active run a skip is about); null: none, or the job is deleted",
+    )
 
     class Meta:
         model = ScheduleFire
@@ -46,7 +50,9 @@ class ScheduleSerializer(serializers.ModelSerializer):
     team = serializers.CharField(source="team.name")
     owner = serializers.CharField(source="owner.username")
     next_run_local = serializers.SerializerMethodField(help_text="next_run_at in the schedule's time zone")
-    last_job = serializers.PrimaryKeyRelatedField(read_only=True)
+    last_job = serializers.PrimaryKeyRelatedField(
+        read_only=True, allow_null=True, help_text="the latest run (null: none yet, or it is deleted)"
+    )
 
     class Meta:
         model = Schedule

@@ -22,7 +22,9 @@ class PendingReasonSerializer(serializers.Serializer):
 
 
 class TaskSerializer(FieldsBuiltOnce, serializers.ModelSerializer):
-    node = serializers.CharField(source="node.name", default=None)
+    node = serializers.CharField(
+        source="node.name", default=None, allow_null=True, help_text="its node (null: not placed)"
+    )
 
     class Meta:
         model = Task
@@ -46,6 +48,9 @@ class TaskSerializer(FieldsBuiltOnce, serializers.ModelSerializer):
         ]
         read_only_fields = fields  # output only: no validators to build for every answer
         extra_kwargs = {
+            # Read-only drops a model field's blank=True: given back, the schema's enum has ""
+            # (BlankEnum), as the answers do while none is set.
+            "failure_class": {"allow_blank": True},
             "last_checkpoint_at": {
                 "help_text": "this attempt's last checkpoint the job confirmed (null: none yet; "
                 "a preemption loses everything since then, or since the start)"
@@ -56,8 +61,9 @@ class TaskSerializer(FieldsBuiltOnce, serializers.ModelSerializer):
                 'no_container_runtime, no_task_user, lease_expired, lost (its agent restarted), node_lost; "" otherwise'
             },
             "stop_reason": {
+                "allow_blank": True,
                 "help_text": "why the scheduler stopped this rank, if it did (PEER_FAILED: another rank of its gang "
-                'failed, and this one ended because of it, whatever its failure_class says); "" if it did not'
+                'failed, and this one ended because of it, whatever its failure_class says); "" if it did not',
             },
             "exit_signal": {
                 "help_text": 'the signal that ended the process, e.g. "SIGKILL" (exit_code is then null); '
@@ -90,12 +96,16 @@ class JobSerializer(FieldsBuiltOnce, serializers.ModelSerializer):
     tasks = serializers.IntegerField(source="task_count")
     pending_reason = serializers.SerializerMethodField()
     group = serializers.SerializerMethodField(help_text="a group's parent: its children by state (null otherwise)")
-    parent = serializers.PrimaryKeyRelatedField(read_only=True, help_text="a group's child: the group's job id")
-    array_index = serializers.SerializerMethodField(help_text="an array's element: its index")
-    trial = serializers.SerializerMethodField(help_text="a sweep's trial: its number")
+    parent = serializers.PrimaryKeyRelatedField(
+        read_only=True, allow_null=True, help_text="a group's child: the group's job id (null otherwise)"
+    )
+    array_index = serializers.SerializerMethodField(help_text="an array's element: its index (null otherwise)")
+    trial = serializers.SerializerMethodField(help_text="a sweep's trial: its number (null otherwise)")
     step = serializers.CharField(source="step_name", help_text="a pipeline's step: its name (else empty)")
     schedule = serializers.PrimaryKeyRelatedField(
-        read_only=True, help_text="a schedule's run: the schedule's id (null otherwise, or once it is deleted)"
+        read_only=True,
+        allow_null=True,
+        help_text="a schedule's run: the schedule's id (null otherwise, or once it is deleted)",
     )
     estimated_start_as_of = serializers.SerializerMethodField(
         help_text="pending jobs with a forecast start: when the cluster snapshot that forecast simulated was "
@@ -164,7 +174,7 @@ class JobSerializer(FieldsBuiltOnce, serializers.ModelSerializer):
             data["estimated_start"] = data["likely_start"] = None
         return data
 
-    @extend_schema_field(OpenApiTypes.DATETIME)
+    @extend_schema_field(serializers.DateTimeField(allow_null=True))
     def get_estimated_start_as_of(self, job: Job):
         forecast = self._forecast_of(job)
         return _MOMENT.to_representation(forecast.forecast_at) if forecast and forecast.forecast_at else None
@@ -190,11 +200,11 @@ class JobSerializer(FieldsBuiltOnce, serializers.ModelSerializer):
         counts = self.context.get("group_counts")
         return summary(job, counts.get(job.pk, {}) if counts is not None else None)
 
-    @extend_schema_field(OpenApiTypes.INT)
+    @extend_schema_field(serializers.IntegerField(allow_null=True))
     def get_array_index(self, job: Job):
         return job.group_index if job.parent_id and job.params is None and not job.step_name else None
 
-    @extend_schema_field(OpenApiTypes.INT)
+    @extend_schema_field(serializers.IntegerField(allow_null=True))
     def get_trial(self, job: Job):
         return job.group_index if job.parent_id and job.params is not None else None
 
@@ -293,6 +303,7 @@ class JobDetailSerializer(JobSerializer):
         read_only_fields = fields
         extra_kwargs = {
             **JobSerializer.Meta.extra_kwargs,
+            "failure_class": {"allow_blank": True},  # "" until it fails (read-only drops blank=True)
             "last_checkpoint_at": {"help_text": "the latest checkpoint any attempt of the job confirmed"},
             "preemptions": {
                 "help_text": "times preempted, drained or spot-reclaimed and requeued: counted apart, "
@@ -342,7 +353,9 @@ class MetricSummarySerializer(serializers.Serializer):
 
 class ChildSerializer(JobSerializer):
     metric = serializers.SerializerMethodField(help_text="a sweep's trial: its metric so far (null: no metric)")
-    rank = serializers.SerializerMethodField(help_text="a sweep's trial: its place by the metric (1 = best)")
+    rank = serializers.SerializerMethodField(
+        help_text="a sweep's trial: its place by the metric (1 = best; null: no metric, or not a trial)"
+    )
     after = serializers.SerializerMethodField(help_text="a pipeline's step: the steps it comes after")
     when = serializers.SerializerMethodField(help_text="a pipeline's step: success, failure or always")
 
@@ -374,7 +387,7 @@ class ChildSerializer(JobSerializer):
     def get_metric(self, job: Job):
         return self.context.get("metrics", {}).get(job.pk)
 
-    @extend_schema_field(OpenApiTypes.INT)
+    @extend_schema_field(serializers.IntegerField(allow_null=True))
     def get_rank(self, job: Job):
         return self.context.get("ranks", {}).get(job.pk)
 
@@ -409,6 +422,39 @@ class JobMetricsSerializer(serializers.Serializer):
         many=True, help_text="series cut at the bound: ask again with after_step = their last step"
     )
     points_per_series = serializers.IntegerField(help_text="the most points one series holds in one answer")
+
+
+class LogAnswerSerializer(serializers.Serializer):
+    """A rank's log of one attempt and stream, from `offset` (without `follow`)."""
+
+    job_id = serializers.IntegerField()
+    rank = serializers.IntegerField()
+    attempt = serializers.IntegerField()
+    stream = ChoiceField(["stdout", "stderr"])
+    offset = serializers.IntegerField(help_text="where this text starts in the attempt's stream")
+    next_offset = serializers.IntegerField(help_text="where the next read starts: ask again with offset = this")
+    text = serializers.CharField(allow_blank=True)
+    capped = serializers.BooleanField(
+        help_text="the stream reached the most that is kept of it; the rest was not stored"
+    )
+
+
+# GET /api/v1/jobs/{id}/logs?follow=1's events (scheduling/web/logstream.py), as a client's
+# EventSource sees each: its `event` name, its `data` (a JSON object) and its `id` (the offset).
+LOG_EVENT_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "event": {"type": "string", "enum": ["log", "end", "closed"]},
+        "data": {
+            "type": "string",
+            "description": "a JSON object: log {attempt, offset, next_offset, text}, "
+            "end {next_offset, state, attempt, superseded_by?}, closed {reason}",
+        },
+        "id": {"type": "string"},
+        "retry": {"type": "integer"},
+    },
+    "required": ["event", "data"],
+}
 
 
 class JobEventSerializer(serializers.ModelSerializer):

@@ -10,6 +10,7 @@ from decimal import Decimal
 from django.conf import settings
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers, status
 from rest_framework.exceptions import PermissionDenied, ValidationError
@@ -195,6 +196,46 @@ def report_csv(report: UsageReport) -> str:
     return out.getvalue()
 
 
+class UsageFiguresSerializer(serializers.Serializer):
+    """A group's figures (row_figures), or the total's."""
+
+    gpu_hours = serializers.FloatField()
+    cpu_hours = serializers.FloatField()
+    cost = serializers.FloatField(help_text="in `currency`, at the prices in force")
+    lost_gpu_hours = serializers.FloatField(help_text="GPU-hours of work lost, all causes")
+    lost_gpu_hours_by_cause = serializers.DictField(child=serializers.FloatField(), help_text="cause -> GPU-hours")
+    jobs_by_outcome = serializers.DictField(child=serializers.IntegerField(), help_text="outcome -> jobs")
+    attempts_by_outcome = serializers.DictField(child=serializers.IntegerField(), help_text="outcome -> attempts")
+    attempts_started = serializers.IntegerField()
+    queue_wait_p50_s = serializers.FloatField(allow_null=True, help_text="null: no wait to measure")
+    queue_wait_p95_s = serializers.FloatField(allow_null=True, help_text="null: no wait to measure")
+
+
+class UsageRowSerializer(UsageFiguresSerializer):
+    """One group: its value of each `group_by` (only those), then its figures."""
+
+    team = serializers.CharField(required=False)
+    owner = serializers.CharField(required=False)
+    resource_class = serializers.CharField(required=False)
+    priority = serializers.CharField(required=False)
+    day = serializers.DateField(required=False, help_text="the UTC day")
+    week = serializers.DateField(required=False, help_text="the Monday (UTC) the week starts on")
+
+
+class UsageReportSerializer(serializers.Serializer):
+    """The usage report in JSON (report_json): the window, the grouping, a row per group and the total."""
+
+    group_by = serializers.ListField(child=serializers.CharField())
+    currency = serializers.CharField()
+    rows = UsageRowSerializer(many=True)
+    total = UsageFiguresSerializer()
+
+    def get_fields(self):
+        # "from" and "to" are keywords in Python: not class attributes
+        bounds = {"from": serializers.DateTimeField(), "to": serializers.DateTimeField(help_text="exclusive")}
+        return {**bounds, **super().get_fields()}
+
+
 class CSVRenderer(BaseRenderer):
     media_type = "text/csv"
     format = "csv"
@@ -225,7 +266,7 @@ class Usage(APIView):
             OpenApiParameter("group_by", str, description="one or two of " + ", ".join(GROUPS)),
             OpenApiParameter("format", str, enum=["json", "csv"]),
         ],
-        responses={200: dict},
+        responses={(200, "application/json"): UsageReportSerializer, (200, "text/csv"): OpenApiTypes.STR},
     )
     def get(self, request: Request) -> Response:
         """GPU-hours, CPU-hours, cost, lost GPU-hours by cause, jobs and attempts by outcome and
