@@ -131,6 +131,7 @@ SUBSCRIPTION_FIELDS = (
     "parent_id",
     "notify",
     "on_preemption",
+    "cancel_requested_at",
     "owner_id",
     "owner__email",
     "team__name",
@@ -161,8 +162,10 @@ def record_job_event(
         reason, message = _cancel_request(job_id, group_said=message if group else "") or (reason, message)
     elif event == Event.PREEMPTED and not group:  # likewise
         stop = _stop_request(job_id, exit_line=message, now=now)
-        if stop and stop[0] != StopReason.REQUEUED and row["on_preemption"] == RestartMode.FAIL:
-            return []  # it does not go back to the queue: the leader's verdict tells it, `failed` (QA)
+        if row["cancel_requested_at"] is not None or (
+            stop and stop[0] != StopReason.REQUEUED and row["on_preemption"] == RestartMode.FAIL
+        ):
+            return []  # it does not go back to the queue: told `cancelled`, or `failed` by the verdict (QA)
         reason, message = stop or (reason, message)
     payload = _payload(job_id, row, event=event, state=state, reason=reason, message=message, now=now)
     return _record(job_id, row, subscription, event=event, payload=payload, now=now)

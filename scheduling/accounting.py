@@ -46,7 +46,7 @@ from django.db.models import (
 )
 from django.db.models.functions import Coalesce, Greatest, Least, TruncDay, TruncWeek
 
-from scheduling.models import Price, UsageDay, UsageRecord, UsageWaitDay, UsageWaitWeek
+from scheduling.models import LostCause, Price, UsageDay, UsageRecord, UsageWaitDay, UsageWaitWeek
 
 # What a report may be grouped by: columns of the ledger, or time buckets (UTC days; weeks
 # from Monday 00:00 UTC).
@@ -123,6 +123,7 @@ class UsageRow:
     lost_gpu_hours: dict[str, float] = field(default_factory=dict)
     outcomes: dict[str, int] = field(default_factory=dict)  # attempts that ended, by outcome
     job_outcomes: dict[str, int] = field(default_factory=dict)  # of them, their job's last so far
+    preempted: int = 0  # of them, those stopped to make room (MADE_ROOM), however they ended
     started: int = 0
     wait_p50_s: float | None = None
     wait_p95_s: float | None = None
@@ -241,6 +242,7 @@ def _total(rows: list[UsageRow], histograms: Iterable[dict[float, int]]) -> Usag
         total.cost += row.cost
         for cause, hours in row.lost_gpu_hours.items():
             total.lost_gpu_hours[cause] = total.lost_gpu_hours.get(cause, 0.0) + hours
+        total.preempted += row.preempted
         for outcomes, totals in ((row.outcomes, total.outcomes), (row.job_outcomes, total.job_outcomes)):
             for outcome, count in outcomes.items():
                 totals[outcome] = totals.get(outcome, 0) + count
@@ -414,12 +416,20 @@ def _add_rolled_endings(query: UsageQuery, row, days: tuple[date, date] | None) 
         _add_ended(query, row, ends.annotate(n=Sum("ended"), last=last, lost=Sum("lost_gpu_hours")))
 
 
+# The causes of an attempt stopped to make room: a preemption, a reclaim, a drain (an admin's, a
+# window's, a node's fault), a spot node taken back. Its outcome is PREEMPTED unless its job
+# ended there (ledger.on_job_state): the reports' "preempted" counts both.
+MADE_ROOM = (LostCause.PREEMPTION, LostCause.QUOTA_RECLAIM, LostCause.DRAIN, LostCause.RECLAIM)
+
+
 def _add_ended(query: UsageQuery, row, ends: Iterable[dict]) -> None:
     for values in ends:
         target = row(_key(query, values, values.get("bucket")))
         outcome = values["outcome"]
         target.outcomes[outcome] = target.outcomes.get(outcome, 0) + values["n"]
         target.job_outcomes[outcome] = target.job_outcomes.get(outcome, 0) + values["last"]
+        if values["lost_cause"] in MADE_ROOM:
+            target.preempted += values["n"]
         if values["lost_cause"]:
             cause = values["lost_cause"]
             target.lost_gpu_hours[cause] = target.lost_gpu_hours.get(cause, 0.0) + values["lost"]

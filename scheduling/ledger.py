@@ -159,8 +159,8 @@ def on_job_state(job_id: int, *, before: str, after: str, now: datetime) -> None
         do_open_attempt(job_id, now=now)
     elif before in ON_NODE and after not in ON_NODE:
         do_close_attempt(job_id, outcome=after, now=now)
-    elif before == TaskState.PREEMPTED and after in JOB_FINISHED:  # the verdict ended it there
-        rollup.do_end_preempted(job_id, after)
+    elif before == TaskState.PREEMPTED and after in JOB_FINISHED:  # the verdict, or a cancel, ended it there
+        rollup.do_end_preempted(job_id, after, left_as=(TaskState.PREEMPTED, REQUEUED))
 
 
 def do_open_attempt(job_id: int, *, now: datetime) -> None:

@@ -8,8 +8,8 @@ UsageWaitDay), so a report over a quarter reads a few thousand rows instead of m
 2. `do_add_closed` adds the attempts a transition has just closed, in that transition's
    transaction (scheduling/ledger.py): an upsert that adds to the day's row
    (`ON CONFLICT ... DO UPDATE SET x = x + excluded.x`), so concurrent closes never lose one.
-3. `do_end_preempted` moves a closed attempt from PREEMPTED to the end the leader's verdict
-   gave its job there (FAILED, CANCELLED), in that verdict's transaction.
+3. `do_end_preempted` moves a closed attempt from PREEMPTED (or REQUEUED) to the end its job
+   was given there (FAILED, CANCELLED), in that transition's transaction.
 4. `do_rebuild` empties the rollup and adds every closed attempt again (after a repair of
    the ledger, and in the migration that created it): idempotent.
 
@@ -23,13 +23,13 @@ from datetime import UTC, date, datetime, time, timedelta
 
 from django.db import connection, transaction
 from django.db.models import F, QuerySet
+from django.db.models.functions import Round
 
 from scheduling.accounting import WAIT_BAR, WAIT_S
 from scheduling.models import (
     ROLLUP_KEY,
     USAGE_DAY_KEY,
     USAGE_WAIT_DAY_KEY,
-    TaskState,
     UsageDay,
     UsageRecord,
     UsageWaitDay,
@@ -143,12 +143,13 @@ def do_supersede(job_id: int, attempt: int) -> None:
         UsageDay.objects.filter(day=utc_day(row["ended_at"]), **key).update(superseded=F("superseded") + 1)
 
 
-def do_end_preempted(job_id: int, outcome: str) -> None:
-    """The job's last attempt closed as it left its nodes PREEMPTED, and the leader's verdict
-    ended the job there (its restart policy fails it, it was cancelled meanwhile): the attempt
-    ended the job as `outcome`, which the ledger's row and its part of the rollup now say, in the
-    caller's transaction (QA: a job failed for good counted among the PREEMPTED, which resume)."""
-    rows = UsageRecord.objects.select_for_update().filter(job_id=job_id, superseded=False, outcome=TaskState.PREEMPTED)
+def do_end_preempted(job_id: int, outcome: str, *, left_as: tuple[str, ...]) -> None:
+    """The job's last attempt closed as it left its nodes PREEMPTED (`left_as`: that, or the
+    ledger's REQUEUED), and the leader's verdict, or a cancel, ended the job there (its restart
+    policy fails it, it was cancelled meanwhile): the attempt ended the job as `outcome`, which the
+    ledger's row and its part of the rollup now say, in the caller's transaction (QA: a job failed
+    for good counted among the PREEMPTED, which resume). Its lost work keeps its cause."""
+    rows = UsageRecord.objects.select_for_update().filter(job_id=job_id, superseded=False, outcome__in=left_as)
     closed = list(closed_rows(rows))
     if not closed:
         return
@@ -165,7 +166,7 @@ def do_end_preempted(job_id: int, outcome: str) -> None:
             gpu_us=F("gpu_us") - gpu_us,
             cpu_us=F("cpu_us") - cpu_us,
             ended=F("ended") - ended,
-            lost_gpu_hours=F("lost_gpu_hours") - lost,
+            lost_gpu_hours=Round(F("lost_gpu_hours") - lost, 4),  # as the ledger's rows hold them
             superseded=F("superseded") - superseded,
         )
         held.filter(gpu_us=0, cpu_us=0, ended=0, superseded=0).delete()  # as a rebuild leaves it

@@ -366,7 +366,7 @@ def lost_work(report: UsageReport) -> Section:
     teams = [row.key[0] for row in report.rows]
     for row in report.rows:
         lost = [row.lost_gpu_hours.get(cause, 0.0) for cause in CAUSES]
-        section.rows.append([row.key[0], row.outcomes.get("PREEMPTED", 0), *lost, row.lost_total])
+        section.rows.append([row.key[0], row.preempted, *lost, row.lost_total])
     datasets = [
         _line(cause, [r[2 + i] for r in section.rows], i)
         for i, cause in enumerate(CAUSES)

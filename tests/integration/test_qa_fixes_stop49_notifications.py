@@ -86,3 +86,19 @@ def test_a_groups_cancel_says_who_cancelled_it_and_why(api, receiver):  # noqa: 
     ((event, code, message),) = told(parent)
     assert (event, code) == ("cancelled", "CANCELLED")
     assert message.startswith("array bye; 3 elements: ") and "3 cancelled" in message, message
+
+
+def test_a_job_cancelled_while_a_drain_stops_it_is_told_cancelled_alone(api, leader, receiver):  # noqa: F811
+    """A review: settle's first rule (the user's cancel) beats the requeue of a stop to make room."""
+    job = submit(api, notify={"on": ["preempted", "cancelled"], "webhook": receiver.url})
+    start(job)
+    _drain(job, job, epoch=leader)
+    assert api("alice").post(f"/api/v1/jobs/{job.pk}/cancel", {"reason": "enough"}, format="json").status_code in (
+        200,
+        202,
+    )
+    task = job.tasks.get()
+    reports.do_report_exited(job_id=job.pk, rank=0, attempt=task.attempt, exit_code=None, signal="SIGTERM")
+    do_settle(job.pk, epoch=leader, now=timezone.now())
+    assert Job.objects.get(pk=job.pk).state == "CANCELLED"
+    assert told(job) == [("cancelled", "CANCELLED", "enough")]
