@@ -87,10 +87,19 @@ class ChoiceField(serializers.ChoiceField):
     """DRF's choice field, whose refusal lists the choices: a user who typed `topology_hint:
     rack` learns `same_rack` is the word without opening the docs."""
 
-    default_error_messages = {"invalid_choice": '"{input}" is not a valid choice (one of {choices}).'}
+    default_error_messages = {
+        "invalid_choice": '"{input}" is not a valid choice (one of {choices}).',
+        # A list or an object quoted as Python writes it ("['started']") read as a value (QA).
+        "not_a_choice": "must be one of {choices}, not {kind}.",
+    }
+
+    def to_internal_value(self, data):
+        if isinstance(data, list | dict):
+            self.fail("not_a_choice", kind="a list" if isinstance(data, list) else "an object")
+        return super().to_internal_value(data)
 
     def fail(self, key, **kwargs):
-        if key == "invalid_choice":
+        if key in ("invalid_choice", "not_a_choice"):
             kwargs["choices"] = ", ".join(self.choice_strings_to_values)
         super().fail(key, **kwargs)
 

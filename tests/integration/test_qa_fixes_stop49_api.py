@@ -38,3 +38,19 @@ def test_a_batch_names_the_entry_as_its_spec_wrote_it(api, known):
     answer = api("alice").post("/api/v1/jobs/batch", body, format="json")
     assert answer.status_code == 400
     assert "jobs[1].depends_on.0" in answer.json()["fields"], answer.json()
+
+
+@pytest.mark.parametrize(
+    ("url", "method", "body", "field", "said"),
+    [
+        ("/api/v1/notifications/settings", "put", {"on": [["started"]]}, "on.0", "not a list."),
+        ("/api/v1/notifications/settings", "put", {"on": [{"a": 1}]}, "on.0", "not an object."),
+        ("/api/v1/jobs", "post", make_spec(client_job_id=None, priority=["P1"]), "priority", "not a list."),
+    ],
+)
+def test_a_list_or_an_object_where_a_choice_goes_is_named_so(api, url, method, body, field, said):
+    """QA: refused as `"['started']" is not a valid choice`, a Python list quoted as the value."""
+    answer = getattr(api("alice"), method)(url, body, format="json")
+    assert answer.status_code == 400
+    (message,) = answer.json()["fields"][field]
+    assert message.startswith("must be one of ") and message.endswith(said) and "[" not in message, message
