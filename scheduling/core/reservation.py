@@ -107,7 +107,7 @@ def shadow_start(
         ended = {id(job) for job in gone}
         for node, extra in released_by([o for o in occupants if id(o) not in ended]).items():
             given_back[node] = given_back[node] + Extra(-extra.gpus, -extra.cpus, -extra.memory_gb)
-    return max(gone[-1].expected_end, now), trial.last_plan, given_back
+    return max(gone[-1].expected_end, now), trial.plan(), given_back
 
 
 def occupant(job: PendingJob, reservation: Reservation) -> RunningJob:

@@ -4,7 +4,7 @@ one at a time: the machinery of both preemption (which victims?) and shadow star
 
 from collections.abc import Mapping
 
-from scheduling.core.model import PendingJob, RunningJob
+from scheduling.core.model import PendingJob, RunningJob, Topology
 from scheduling.core.placement import NOTHING, Extra, Room, capacity, plan_on
 from scheduling.core.state import Slot
 
@@ -36,7 +36,14 @@ class Trial:
         self.joining = joining if joining is not None else {}  # it may grow as the trial goes on
         self.extra: dict[str, Extra] = {}
         self.total = sum(rooms_now.values())
-        self.last_plan = None  # the layout of the last `fits()` that held (see `fit_by_removing`)
+        # Tasks that fit per zone (per rack of a zone for a gang that must share a rack): the
+        # job has a layout exactly when one of them holds all its tasks (see `fits`).
+        self.group = _group_of(self.shape.topology)
+        self.groups: dict[tuple[str, str | None], int] = {}
+        if not one_domain:
+            for slot, tasks in rooms_now.items():
+                key = self.group(slot)
+                self.groups[key] = self.groups.get(key, 0) + tasks
 
     def _slot(self, name: str) -> Slot | None:
         slot = self.names.get(name)
@@ -44,6 +51,9 @@ class Trial:
             slot = self.names[name] = self.joining[name]
             self.rooms[slot] = room = capacity(slot, self.shape)
             self.total += room
+            if not self.one_domain:
+                key = self.group(slot)
+                self.groups[key] = self.groups.get(key, 0) + room
         return slot
 
     def _change(self, victim: RunningJob, sign: int) -> None:
@@ -59,8 +69,12 @@ class Trial:
                 was.memory_gb + sign * task.memory_gb,
             )
             tasks = max(capacity(slot, self.shape, extra=now), 0)  # below 0 while an occupant holds room
-            self.total += tasks - rooms[slot]
-            rooms[slot] = tasks
+            change = tasks - rooms[slot]
+            if change:
+                self.total += change
+                rooms[slot] = tasks
+                if not self.one_domain:
+                    self.groups[self.group(slot)] += change
 
     def take_room(self, occupant: RunningJob) -> None:
         """Hold the room `occupant` will use (a reservation: see `reservation.occupant`), until
@@ -68,16 +82,22 @@ class Trial:
         self._change(occupant, -1)
 
     def fits(self) -> bool:
-        if self.total < self.shape.tasks:
+        """Whether `plan` would find a layout, without making one: `placement.plan_on` finds one
+        exactly when a zone (for `REQUIRE_SAME_RACK`, a rack of a zone) holds all the tasks (each
+        topology's layout then places them all), so the totals kept per zone say it. A shadow
+        start checked ~8 layouts for the one it kept (`plan`, once the trial is done)."""
+        tasks = self.shape.tasks
+        if self.total < tasks:
             return False
         if self.one_domain:
             return True
-        chosen = self.plan()
-        if chosen is not None:
-            self.last_plan = chosen
-        return chosen is not None
+        for total in self.groups.values():
+            if total >= tasks:
+                return True
+        return False
 
     def plan(self):
+        """The job's layout on the rooms as they stand (None: none)."""
         rooms = sorted((Room(s, n) for s, n in self.rooms.items() if n > 0), key=lambda r: r.slot.name)
         return plan_on(rooms, self.shape)
 
@@ -86,7 +106,7 @@ class Trial:
         Once the total room would do, the layout is checked at growing steps (1, 2, 4, ...)
         and the exact count found by putting victims back, halving the step. Every step back
         that does not fit is undone, so the trial ends as it was at the last check that held:
-        `last_plan` is then its layout (unless `one_domain`, which checks no layout).
+        `plan()` then gives its layout.
         `read`: for a list read as it is needed (`victim_search.Domain.read`), called with how
         many candidates the next step needs (with `joining`, the nodes they run on)."""
         count, step = 0, 1
@@ -129,3 +149,17 @@ class Trial:
             else:
                 self._change(victim, +1)
         return kept
+
+
+def _zone(slot: Slot) -> tuple[str, None]:
+    return slot.node.zone, None
+
+
+def _zone_and_rack(slot: Slot) -> tuple[str, str]:
+    return slot.node.zone, slot.node.rack
+
+
+def _group_of(topology: Topology):
+    """What `Trial.fits` totals the rooms by: a zone, or a zone's rack for a gang that must
+    share one (`placement._layout`: every other topology lays out any zone that holds it)."""
+    return _zone_and_rack if topology == Topology.REQUIRE_SAME_RACK else _zone
