@@ -11,8 +11,8 @@ from scheduling.core.state import Slot
 
 class Trial:
     """Victims removed one at a time from one domain, keeping each node's room current: only
-    a victim's own nodes are recomputed, and the layout is planned only once the total room
-    could hold the job."""
+    a victim's own nodes are recomputed, and whether the job fits is read off totals kept as
+    they go: the layout is made once the trial is done (`plan`)."""
 
     def __init__(
         self,
@@ -36,14 +36,15 @@ class Trial:
         self.joining = joining if joining is not None else {}  # it may grow as the trial goes on
         self.extra: dict[str, Extra] = {}
         self.total = sum(rooms_now.values())
-        # Tasks that fit per zone (per rack of a zone for a gang that must share a rack): the
-        # job has a layout exactly when one of them holds all its tasks (see `fits`).
+        # Tasks that fit per zone (per rack of a zone for a gang that must share a rack), and
+        # how many of them hold all the job's tasks: the job has a layout exactly when one does
+        # (see `fits`).
         self.group = _group_of(self.shape.topology)
         self.groups: dict[tuple[str, str | None], int] = {}
+        self.holding = 0
         if not one_domain:
             for slot, tasks in rooms_now.items():
-                key = self.group(slot)
-                self.groups[key] = self.groups.get(key, 0) + tasks
+                self._grow(slot, tasks)
 
     def _slot(self, name: str) -> Slot | None:
         slot = self.names.get(name)
@@ -52,9 +53,16 @@ class Trial:
             self.rooms[slot] = room = capacity(slot, self.shape)
             self.total += room
             if not self.one_domain:
-                key = self.group(slot)
-                self.groups[key] = self.groups.get(key, 0) + room
+                self._grow(slot, room)
         return slot
+
+    def _grow(self, slot: Slot, change: int) -> None:
+        """Count `change` more tasks in the slot's zone (or rack): see `groups`."""
+        key, tasks = self.group(slot), self.shape.tasks
+        was = self.groups.get(key, 0)
+        self.groups[key] = now = was + change
+        if (now >= tasks) != (was >= tasks):
+            self.holding += 1 if now >= tasks else -1
 
     def _change(self, victim: RunningJob, sign: int) -> None:
         extra, rooms, names = self.extra, self.rooms, self.names
@@ -74,7 +82,7 @@ class Trial:
                 self.total += change
                 rooms[slot] = tasks
                 if not self.one_domain:
-                    self.groups[self.group(slot)] += change
+                    self._grow(slot, change)
 
     def take_room(self, occupant: RunningJob) -> None:
         """Hold the room `occupant` will use (a reservation: see `reservation.occupant`), until
@@ -84,17 +92,9 @@ class Trial:
     def fits(self) -> bool:
         """Whether `plan` would find a layout, without making one: `placement.plan_on` finds one
         exactly when a zone (for `REQUIRE_SAME_RACK`, a rack of a zone) holds all the tasks (each
-        topology's layout then places them all), so the totals kept per zone say it. A shadow
-        start checked ~8 layouts for the one it kept (`plan`, once the trial is done)."""
-        tasks = self.shape.tasks
-        if self.total < tasks:
-            return False
-        if self.one_domain:
-            return True
-        for total in self.groups.values():
-            if total >= tasks:
-                return True
-        return False
+        topology's layout then places them all), so the totals kept per zone say it. A gang's
+        shadow start made ~7 layouts for the one it kept (`plan`, once the trial is done)."""
+        return self.total >= self.shape.tasks and (self.one_domain or self.holding > 0)
 
     def plan(self):
         """The job's layout on the rooms as they stand (None: none)."""
@@ -103,41 +103,22 @@ class Trial:
 
     def fit_by_removing(self, ordered: list[RunningJob], read=None) -> list[RunningJob] | None:
         """Remove candidates in order until the job fits; None if even all of them do not do.
-        Once the total room would do, the layout is checked at growing steps (1, 2, 4, ...)
-        and the exact count found by putting victims back, halving the step. Every step back
-        that does not fit is undone, so the trial ends as it was at the last check that held:
-        `plan()` then gives its layout.
+        One at a time (`fits` reads kept totals: no layout is made), so the trial ends with
+        exactly the fewest that fit removed, and `plan()` gives their layout. (Room only grows
+        as jobs go, so this is the count the layout checks at growing steps, 1, 2, 4, ..., and
+        halving back found while each check made a layout.)
         `read`: for a list read as it is needed (`victim_search.Domain.read`), called with how
         many candidates the next step needs (with `joining`, the nodes they run on)."""
-        count, step = 0, 1
+        tasks, count = self.shape.tasks, 0
         while True:
             if read is not None:
-                read(count + step)
+                read(count + 1)
             if count >= len(ordered):
                 return None
-            for victim in ordered[count : count + step]:
-                self._change(victim, +1)
-            count = min(count + step, len(ordered))
-            if self.total < self.shape.tasks:
-                continue
-            if self.fits():
-                return ordered[: self._shrink(ordered, count, step)]
-            step *= 2
-
-    def _shrink(self, ordered: list[RunningJob], count: int, step: int) -> int:
-        """Fits with `count` removed but not with `count - step`: find the least that fits."""
-        low = count - step + 1
-        while low < count:
-            middle = (low + count) // 2
-            for victim in ordered[middle:count]:
-                self._change(victim, -1)
-            if self.fits():
-                count = middle
-            else:
-                for victim in ordered[middle:count]:
-                    self._change(victim, +1)
-                low = middle + 1
-        return count
+            self._change(ordered[count], +1)
+            count += 1
+            if self.total >= tasks and (self.one_domain or self.holding > 0):  # `fits`, inlined
+                return ordered[:count]
 
     def put_back_unneeded(self, victims: list[RunningJob]) -> list[RunningJob]:
         """Walk back from the last victim added: spare any whose removal was not needed."""
