@@ -5,7 +5,7 @@ one at a time: the machinery of both preemption (which victims?) and shadow star
 from collections.abc import Mapping
 
 from scheduling.core.model import PendingJob, RunningJob, Topology
-from scheduling.core.placement import NOTHING, Extra, Room, capacity, plan_on
+from scheduling.core.placement import NOTHING, Extra, Room, capacity, plan_on, plan_one
 from scheduling.core.state import Slot
 
 
@@ -98,6 +98,8 @@ class Trial:
 
     def plan(self):
         """The job's layout on the rooms as they stand (None: none)."""
+        if self.shape.tasks == 1:
+            return plan_one(self.rooms, self.shape.topology)
         rooms = sorted((Room(s, n) for s, n in self.rooms.items() if n > 0), key=lambda r: r.slot.name)
         return plan_on(rooms, self.shape)
 

@@ -7,8 +7,17 @@ from dataclasses import replace
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scheduling.core.model import PRIORITIES, PendingJob, PolicyConfig, RunningJob, priority_rank, resource_class
-from scheduling.core.placement import capacity
+from scheduling.core.model import (
+    PRIORITIES,
+    JobShape,
+    PendingJob,
+    PolicyConfig,
+    RunningJob,
+    Topology,
+    priority_rank,
+    resource_class,
+)
+from scheduling.core.placement import Room, capacity, plan_on, plan_one
 from scheduling.core.preemption import Candidate, VictimPool, candidate_order
 from scheduling.core.reservation import ending_order, insert_ending, released_by, shadow_start
 from scheduling.core.scheduler import schedule
@@ -35,7 +44,28 @@ def shadow_start_over_every_node(state: ClusterState, job: PendingJob, ending: l
     gone = trial.fit_by_removing(ending)
     if gone is None:
         return None
-    return max(gone[-1].expected_end, NOW), trial.plan(), released_by(gone)
+    # The layout made in full (`Trial.plan` lays out a single task without sorting rooms).
+    return max(gone[-1].expected_end, NOW), full_layout(trial.rooms, job.shape), released_by(gone)
+
+
+def full_layout(rooms: dict, shape: JobShape):
+    return plan_on(sorted((Room(s, n) for s, n in rooms.items() if n > 0), key=lambda r: r.slot.name), shape)
+
+
+@EQUIVALENCE_SETTINGS
+@given(
+    st.lists(st.tuples(st.integers(0, 11), st.integers(0, 3)), max_size=12, unique_by=lambda room: room[0]),
+    st.sampled_from(list(Topology)),
+)
+def test_one_task_is_laid_out_where_the_full_layout_puts_it(rooms, topology):
+    """`plan_one` (a single task, no sort) against `plan_on` over the rooms sorted by name:
+    three zones of two racks of two nodes, ties in room, rack room and zone choice alike."""
+    nodes = cluster(*(rack(f"z{z}-r{r}", 2) for z in (2, 1, 3) for r in (2, 1)))
+    slots = ClusterState(nodes).slots_named("gpu:H100")
+    names = sorted(slots)
+    room_of = {slots[names[index]]: tasks for index, tasks in rooms}
+    shape = JobShape("H100", tasks=1, gpus_per_task=1, cpus_per_task=1, memory_gb_per_task=1, topology=topology)
+    assert plan_one(room_of, topology) == full_layout(room_of, shape)
 
 
 def readable(found) -> tuple | None:
