@@ -20,10 +20,20 @@ from scheduling.core.trial import Trial
 
 
 def released_by(jobs: list[RunningJob]) -> dict[str, Extra]:
-    extra: dict[str, Extra] = defaultdict(Extra)
+    """What `jobs` hold on each node, summed in plain numbers and made an `Extra` once per node
+    (a gang's shadow start sums ~170 jobs' tasks: two tuples made per task cost ~1%)."""
+    sums: dict[str, list[int]] = {}
     for job in jobs:
         for task in job.tasks:
-            extra[task.node] = extra[task.node] + Extra(len(task.gpu_indices), task.cpus, task.memory_gb)
+            found = sums.get(task.node)
+            if found is None:
+                found = sums[task.node] = [0, 0, 0]
+            found[0] += len(task.gpu_indices)
+            found[1] += task.cpus
+            found[2] += task.memory_gb
+    extra: dict[str, Extra] = defaultdict(Extra)
+    for node, (gpus, cpus, memory_gb) in sums.items():
+        extra[node] = Extra(gpus, cpus, memory_gb)
     return extra
 
 
