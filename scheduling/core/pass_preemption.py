@@ -449,6 +449,7 @@ class PassPreemption:
                     ),
                 )
             )
+            self.acted += 1  # see `Pass._changes`
         reclaim = PreemptionReason.RECLAIM in reasons.values()
         self.slots.take(job)
         nominate = not reclaim or (self.config.nominate_reclaimers and self._deep_backlog(job.resource_class))
