@@ -39,11 +39,31 @@ class Windows:
             found = self._closed[end_at] = frozenset(n for n, w in self.next.items() if w.start_at < end_at)
         return found
 
-    def variant(self, end_at: float) -> tuple[bool, ...]:
+    def clear_start(self, start, now: float, runtime_s: float):
+        """`start(closed=...)`, a shadow start ((start_at, ...) or None) kept off those nodes, on
+        nodes clear of windows for the whole run from the start it finds: a start later than now
+        ends later, maybe past a window a start now would not reach (QA: a gang reserved a rack
+        that a window would drain before the reserved start). Each step closes more nodes, so
+        it starts no earlier; it ends once the nodes closed stay the same."""
+        closed = self.closed(now + runtime_s)
+        while True:
+            found = start(closed=closed)
+            if found is None or not self.next:
+                return found
+            wider = self.closed(found[0] + runtime_s)
+            if wider == closed:
+                return found
+            closed = wider
+
+    def variant(self, end_at: float, runtime_s: float | None = None) -> tuple:
         """What about the windows matters to a job ending at `end_at` (for memoizing failures
         and equal jobs): which window starts it ends before (none: asked of every job left
-        blocked, most passes have no window)."""
-        return tuple(end_at <= start for start in self.starts) if self.starts else ()
+        blocked, most passes have no window); and, where given, its time limit, on which a
+        reservation's nodes clear of windows depend (`clear_start`)."""
+        if not self.starts:
+            return ()
+        found = tuple(end_at <= start for start in self.starts)
+        return found if runtime_s is None else (*found, runtime_s)
 
     def limit(self, end_at: float, limit: Limit | None) -> Limit | None:
         """`limit` (the reservations' caps), and 0 on the nodes closed to a job ending at `end_at`."""

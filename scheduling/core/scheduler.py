@@ -22,6 +22,7 @@
 import dataclasses
 from collections import defaultdict
 from collections.abc import Callable, Mapping
+from functools import partial
 
 from scheduling.core import explain
 from scheduling.core.decisions import Decisions, PassStats, Placement, Preemption
@@ -405,7 +406,7 @@ class Pass(HeldRoom, PassPreemption, ReclaimTurn, PassReasons):
         found = self.variants.get(key)
         if found is None:
             end_at = self.now + runtime
-            found = self.variants[key] = self.book.variant(rclass, end_at) + self.windows.variant(end_at)
+            found = self.variants[key] = self.book.variant(rclass, end_at) + self.windows.variant(end_at, runtime)
         return found
 
     def _changes(self) -> int:
@@ -545,9 +546,8 @@ class Pass(HeldRoom, PassPreemption, ReclaimTurn, PassReasons):
             (in_active, in_book), ordered = sorted_at
             insert_ending(ordered, [*active[in_active:], *occupants[in_book:]], self.now)
             sorted_at = self.ending[rclass] = ((len(active), len(occupants)), ordered)
-        found = shadow_start(
-            self.state, job, active, self.now, ending=sorted_at[1], closed=self._closed(job), occupants=occupants
-        )
+        at = partial(shadow_start, self.state, job, active, self.now, ending=sorted_at[1], occupants=occupants)
+        found = self.windows.clear_start(at, self.now, job.max_runtime_s)
         if found is None:
             return
         start_at, chosen, extra = found

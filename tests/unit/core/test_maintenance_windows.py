@@ -249,3 +249,17 @@ def test_the_limit_suggested_before_a_window_is_the_longest_that_starts_now(gpus
     windows = Windows((RACK_R1, RACK_R2_LATER), NOW)
     state = ClusterState(FLEET, busy)
     assert whatif.before_window(state, pending.shape, windows, now=NOW, end_at=NOW + runtime) == expected
+
+
+def test_a_reservation_starting_later_is_kept_off_a_rack_a_window_drains_by_then():
+    """QA: a gang's shadow start was kept off the nodes a window reaches within its time limit
+    from now, not from the start it found: it reserved a rack due to drain before that start."""
+    gang = job(10, gpus=16, runtime=HOUR)  # from now it would end before the window (2 h away)
+    busy = [running(1, ["z1-r1-n1"], remaining=1.5 * HOUR), *R2_BUSY]  # rack r1 is free at 1.5 h
+    decisions = schedule(with_windows(RACK_R1, pending=[gang], running_jobs=busy))
+    [reservation] = decisions.reservations
+    assert reservation.nodes == ("z1-r2-n1", "z1-r2-n2")  # from 1.5 h it would run into the window
+    assert reservation.start_at == NOW + 10 * HOUR
+    without = schedule(snapshot(FLEET, pending=[gang], running_jobs=busy))  # no window: rack r1
+    assert without.reservations[0].nodes == ("z1-r1-n1", "z1-r1-n2")
+    assert without.reservations[0].start_at == NOW + 1.5 * HOUR
