@@ -1,8 +1,10 @@
 """QA stop 49, the API as a new user reads it: a `depends_on` refusal named the entry by its
-place once the list was sorted by job id (`[99999, 27]` refused as `depends_on.1`)."""
+place once the list was sorted by job id (`[99999, 27]` refused as `depends_on.1`); a list
+where a choice goes was quoted as Python writes it; a submit took `?dry_run=1` and ignored it."""
 
 import pytest
 
+from scheduling.models import Job
 from tests.conftest import make_spec
 
 pytestmark = pytest.mark.django_db
@@ -54,3 +56,22 @@ def test_a_list_or_an_object_where_a_choice_goes_is_named_so(api, url, method, b
     assert answer.status_code == 400
     (message,) = answer.json()["fields"][field]
     assert message.startswith("must be one of ") and message.endswith(said) and "[" not in message, message
+
+
+@pytest.mark.parametrize(
+    "url", ["/api/v1/jobs?dry_run=1", "/api/v1/jobs/?dry_run=true&x=1", "/api/v1/jobs/batch?dry_run=1"]
+)
+def test_a_submit_refuses_query_parameters_and_writes_nothing(api, url):
+    """QA: `POST /api/v1/jobs?dry_run=1` ignored the parameter and submitted the job."""
+    spec = make_spec(client_job_id=None)
+    body = {"jobs": [spec]} if "batch" in url else spec
+    answer = api("alice").post(url, body, format="json")
+    assert answer.status_code == 400
+    assert "dry_run" in answer.json()["fields"] and "POST /api/v1/jobs/dry-run" in answer.json()["detail"]
+    assert not Job.objects.exists()
+    assert api("alice").post("/api/v1/jobs?format=json", spec, format="json").status_code == 201  # DRF's own
+
+
+def test_a_dry_run_refuses_query_parameters(api):
+    answer = api("alice").post("/api/v1/jobs/dry-run?verbose=1", make_spec(client_job_id=None), format="json")
+    assert answer.status_code == 400 and "verbose" in answer.json()["fields"]
