@@ -13,20 +13,20 @@ from mlqueue.errors import Conflict
 from scheduling import groups, services, sweep_params
 from scheduling.core.conditions import Condition, Edge, Status, Verdict, evaluate, never_message
 from scheduling.core.feasibility import can_ever_run
+from scheduling.core.maintenance import Windows
 from scheduling.core.model import PendingJob
 from scheduling.core.reasons import PendingReason, ReasonCode
 from scheduling.core.scheduler import schedule
 from scheduling.core.state import ClusterState
-from scheduling.core.whatif import suggestions
 from scheduling.dependencies import ended_as
 from scheduling.group_state import UNFINISHED
 from scheduling.inventory import inventory
 from scheduling.models import GroupKind, Job
 from scheduling.pipeline_spec import normalized_step
 from scheduling.services import job_shape
-from scheduling.spec import dependency_edges, gpu_types
+from scheduling.spec import dependency_edges
 from scheduling.store_view import build_view
-from scheduling.web.explanations import NOT_ROOM
+from scheduling.web.explanations import NOT_ROOM, reshapes
 
 
 @dataclass(frozen=True)
@@ -87,8 +87,10 @@ def dry_run(spec: dict, *, noun: str = "job") -> DryRun:
     reason = decisions.pending.get(DRY_RUN_ID)
     if reason is not None and reason.code in NOT_ROOM:
         return DryRun(shape.describe(), reason=reason)  # what frees room does not help it
-    state = ClusterState(nodes, running)
-    return DryRun(shape.describe(), reason=reason, suggestions=tuple(suggestions(state, shape, gpu_types())))
+    state, at = ClusterState(nodes, running), now.timestamp()
+    windows = Windows(snapshot.maintenance, at)
+    found = reshapes(state, shape, windows, now=at, end_at=at + job.max_runtime_s)
+    return DryRun(shape.describe(), reason=reason, suggestions=tuple(found))
 
 
 # No job has it: the pass's decisions for the spec are found by it. Above every real id, so

@@ -186,15 +186,20 @@ def what_would_help(job: Job) -> Help:
     now = timezone.now()
     windows = Windows(load_windows(now), now.timestamp())
     end_at = now.timestamp() + job.max_runtime_hours * 3600
-    limit = windows.limit(end_at, None)
-    if fits_now(state, shape, limit):  # a reshape would only wait for the same turn (a pass, a job ahead)
+    if fits_now(state, shape, windows.limit(end_at, None)):  # a reshape would only wait for the same turn
         return Help(at=now, fits_as_is=True, suggestions=[])
-    shorter = before_window(state, shape, windows, now=now.timestamp(), end_at=end_at)
     return Help(
-        at=now,
-        fits_as_is=False,
-        suggestions=[*([shorter] if shorter else []), *suggestions(state, shape, gpu_types(), limit=limit)],
+        at=now, fits_as_is=False, suggestions=reshapes(state, shape, windows, now=now.timestamp(), end_at=end_at)
     )
+
+
+def reshapes(state: ClusterState, shape: JobShape, windows: Windows, *, now: float, end_at: float) -> list[str]:
+    """Reshapes of a job (ending at `end_at`) that fit the free room now, off the nodes of any
+    maintenance window it would run into, and the time limit that would fit before one: what
+    `mlq why` and the dry run suggest (the dry run's ignored the windows, and suggested shapes
+    that waited for them: QA stop 49)."""
+    shorter = before_window(state, shape, windows, now=now, end_at=end_at)
+    return [*([shorter] if shorter else []), *suggestions(state, shape, gpu_types(), limit=windows.limit(end_at, None))]
 
 
 def _asked(job: Job) -> Asked:
