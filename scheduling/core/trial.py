@@ -44,7 +44,7 @@ class Trial:
         self.holding = 0
         if not one_domain:
             for slot, tasks in rooms_now.items():
-                self._grow(slot, tasks)
+                self._grow(slot, max(tasks, 0))  # a zone holds only rooms above 0 (placement.plan_on's)
 
     def _slot(self, name: str) -> Slot | None:
         slot = self.names.get(name)
@@ -53,7 +53,7 @@ class Trial:
             self.rooms[slot] = room = capacity(slot, self.shape)
             self.total += room
             if not self.one_domain:
-                self._grow(slot, room)
+                self._grow(slot, max(room, 0))
         return slot
 
     def _grow(self, slot: Slot, change: int) -> None:
@@ -80,9 +80,9 @@ class Trial:
             change = tasks - rooms[slot]
             if change:
                 self.total += change
-                rooms[slot] = tasks
                 if not self.one_domain:
-                    self._grow(slot, change)
+                    self._grow(slot, max(tasks, 0) - max(rooms[slot], 0))
+                rooms[slot] = tasks
 
     def take_room(self, occupant: RunningJob) -> None:
         """Hold the room `occupant` will use (a reservation: see `reservation.occupant`), until
