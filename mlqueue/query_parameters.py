@@ -61,6 +61,18 @@ def check_parameters(query, **asked) -> None:
         raise ValidationError({name: [why] for name, why in refused.items()})
 
 
+SUBMIT_TAKES_NO_PARAMETER = (
+    "not a parameter of a submit: it takes none (the spec is the body); a dry run is POST /api/v1/jobs/dry-run."
+)
+
+
+def check_submit_parameters(query) -> None:
+    """A submit's query parameters, refused before anything is written (but DRF's `format`):
+    `POST /api/v1/jobs?dry_run=1` was ignored and the job submitted (QA stop 49)."""
+    if refused := [name for name in query if name != "format"]:
+        raise ValidationError({name: [SUBMIT_TAKES_NO_PARAMETER] for name in refused})
+
+
 class _ChoicesNamedField(forms.MultipleChoiceField):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

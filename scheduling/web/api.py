@@ -17,7 +17,7 @@ from rest_framework.views import APIView
 from mlqueue.errors import Conflict
 from mlqueue.metrics_report import NAME as METRIC_NAME
 from mlqueue.pagination import NewestFirst
-from mlqueue.query_parameters import check_parameters
+from mlqueue.query_parameters import check_parameters, check_submit_parameters
 from mlqueue.serializer_fields import ChoiceField
 from scheduling import groups, job_changes, job_control, job_metrics, schedules, services, submit_batch, sweeps
 from scheduling.group_state import waiting_reasons
@@ -100,7 +100,7 @@ class JobListCreate(generics.ListAPIView):
         """Submit a job. A spec with a `schedule:` block creates a schedule instead (no job is
         submitted): the answer, 201 (200 if it existed with these settings), is
         `{"created": "schedule", "message": .., "schedule": {..}}` (docs/schedules.md)."""
-        _check_no_parameters(request)
+        check_submit_parameters(request.query_params)
         if isinstance(request.data, dict) and request.data.get("schedule") is not None:
             return self._create_schedule(request)
         team, spec = services.check_job_submission(user=request.user, data=request.data)
@@ -119,18 +119,6 @@ class JobListCreate(generics.ListAPIView):
 
     def throttled(self, request: Request, wait: float | None):
         raise throttles.submit_rate_exceeded(wait)
-
-
-SUBMIT_TAKES_NO_PARAMETER = (
-    "not a parameter of a submit: it takes none (the spec is the body); a dry run is POST /api/v1/jobs/dry-run."
-)
-
-
-def _check_no_parameters(request: Request) -> None:
-    """A submit's query parameters, refused before anything is written: `?dry_run=1` was ignored
-    and the job submitted (QA stop 49)."""
-    if refused := [name for name in request.query_params if name != "format"]:
-        raise ValidationError({name: [SUBMIT_TAKES_NO_PARAMETER] for name in refused})
 
 
 def _with_tasks(job_id: int, user):
@@ -162,7 +150,7 @@ class JobBatchSubmit(APIView):
         `client_job_id` decides as for a single submit, reported per spec in `jobs` (in order):
         201 created, 200 submitted before with the same spec, 409 taken by another spec. The answer
         is 201 when any job was created, else 200 (README, "The API")."""
-        _check_no_parameters(request)
+        check_submit_parameters(request.query_params)
         checked = submit_batch.check_job_batch(user=request.user, data=request.data)
         outcomes = submit_batch.do_submit_job_batch(user=request.user, checked=checked)
         counts = {code: sum(o.status == code for o in outcomes) for code in (201, 200, 409)}
