@@ -38,7 +38,6 @@ from scheduling.web.dryrun import dry_run_answer, resubmit_answer
 from scheduling.web.explanations import why_answer
 from scheduling.web.filters import JobFilter
 from scheduling.web.serializers import (
-    LOG_EVENT_SCHEMA,
     BulkCancelResultSerializer,
     CancelSerializer,
     ChildSerializer,
@@ -49,7 +48,6 @@ from scheduling.web.serializers import (
     JobEventSerializer,
     JobMetricsSerializer,
     JobSerializer,
-    LogAnswerSerializer,
     QueueEntrySerializer,
     WhySerializer,
 )
@@ -465,15 +463,7 @@ class JobLogs(APIView):
 
     @extend_schema(
         parameters=[LogQuerySerializer],
-        responses={
-            (200, "application/json"): OpenApiResponse(
-                LogAnswerSerializer,
-                description="JSON {job_id, rank, attempt, stream, offset, next_offset, text, capped}; with follow, "
-                "text/event-stream: `log` events, then `end` (scheduling/web/logstream.py)",
-            ),
-            (200, logstream.CONTENT_TYPE): LOG_EVENT_SCHEMA,
-            409: OpenApiResponse(description="a group's parent: it runs nothing, its children have the logs"),
-        },
+        responses=logstream.LOG_RESPONSES,
     )
     def get(self, request: Request, job_id: int) -> Response | StreamingHttpResponse:
         """A rank's log from `offset` (default: its latest attempt's stdout from the start);

@@ -29,8 +29,11 @@ from collections.abc import AsyncIterator, Callable
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection
+from drf_spectacular.utils import OpenApiResponse
+from rest_framework import serializers
 
 from mlqueue.middleware import is_database_unavailable
+from mlqueue.serializer_fields import ChoiceField
 from scheduling.models import Task, TaskLog, UsageRecord
 from scheduling.states import ENDED, JOB_FINISHED, ON_NODE
 from teams.models import AuditEvent, EventKind
@@ -203,3 +206,49 @@ async def _follow(
             yield ": keep-alive\n\n"
             quiet_since = time.monotonic()
         await asyncio.sleep(every)
+
+
+# The API's schema of the logs endpoint's answers (scheduling/web/api.py JobLogs).
+class LogAnswerSerializer(serializers.Serializer):
+    """A rank's log of one attempt and stream, from `offset` (without `follow`)."""
+
+    job_id = serializers.IntegerField()
+    rank = serializers.IntegerField()
+    attempt = serializers.IntegerField()
+    stream = ChoiceField(["stdout", "stderr"])
+    offset = serializers.IntegerField(help_text="where this text starts in the attempt's stream")
+    next_offset = serializers.IntegerField(help_text="where the next read starts: ask again with offset = this")
+    text = serializers.CharField(allow_blank=True)
+    capped = serializers.BooleanField(
+        help_text="the stream reached the most that is kept of it; the rest was not stored"
+    )
+
+
+# GET /api/v1/jobs/{id}/logs?follow=1's events (scheduling/web/logstream.py), as a client's
+# EventSource sees each: its `event` name, its `data` (a JSON object) and its `id` (the offset).
+LOG_EVENT_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "event": {"type": "string", "enum": ["log", "end", "closed"]},
+        "data": {
+            "type": "string",
+            "description": "a JSON object: log {attempt, offset, next_offset, text}, "
+            "end {next_offset, state, attempt, superseded_by?}, closed {reason}",
+        },
+        "id": {"type": "string"},
+        "retry": {"type": "integer"},
+    },
+    "required": ["event", "data"],
+}
+
+
+# The logs endpoint's answers: JSON, or with `follow` the attempt's events.
+LOG_RESPONSES = {
+    (200, "application/json"): OpenApiResponse(
+        LogAnswerSerializer,
+        description="JSON {job_id, rank, attempt, stream, offset, next_offset, text, capped}; with follow, "
+        "text/event-stream: `log` events, then `end` (scheduling/web/logstream.py)",
+    ),
+    (200, CONTENT_TYPE): LOG_EVENT_SCHEMA,
+    409: OpenApiResponse(description="a group's parent: it runs nothing, its children have the logs"),
+}

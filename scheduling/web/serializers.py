@@ -424,39 +424,6 @@ class JobMetricsSerializer(serializers.Serializer):
     points_per_series = serializers.IntegerField(help_text="the most points one series holds in one answer")
 
 
-class LogAnswerSerializer(serializers.Serializer):
-    """A rank's log of one attempt and stream, from `offset` (without `follow`)."""
-
-    job_id = serializers.IntegerField()
-    rank = serializers.IntegerField()
-    attempt = serializers.IntegerField()
-    stream = ChoiceField(["stdout", "stderr"])
-    offset = serializers.IntegerField(help_text="where this text starts in the attempt's stream")
-    next_offset = serializers.IntegerField(help_text="where the next read starts: ask again with offset = this")
-    text = serializers.CharField(allow_blank=True)
-    capped = serializers.BooleanField(
-        help_text="the stream reached the most that is kept of it; the rest was not stored"
-    )
-
-
-# GET /api/v1/jobs/{id}/logs?follow=1's events (scheduling/web/logstream.py), as a client's
-# EventSource sees each: its `event` name, its `data` (a JSON object) and its `id` (the offset).
-LOG_EVENT_SCHEMA = {
-    "type": "object",
-    "properties": {
-        "event": {"type": "string", "enum": ["log", "end", "closed"]},
-        "data": {
-            "type": "string",
-            "description": "a JSON object: log {attempt, offset, next_offset, text}, "
-            "end {next_offset, state, attempt, superseded_by?}, closed {reason}",
-        },
-        "id": {"type": "string"},
-        "retry": {"type": "integer"},
-    },
-    "required": ["event", "data"],
-}
-
-
 class JobEventSerializer(serializers.ModelSerializer):
     actor = serializers.CharField(source="actor_name")
 
