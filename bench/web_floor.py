@@ -7,6 +7,8 @@ Starts the web tier as bench/submit.py does (a scratch database with the demo te
 another, `--requests` requests over `--clients` keep-alive connections spread over
 `--load-processes` processes:
 
+- `healthz`: GET /healthz, answered by an ASGI layer in front of Django (mlqueue/health.py): what
+  daphne alone costs a request, its HTTP parsing, its event loop and the answer;
 - `api_404`: GET of an unknown /api/ path, answered by a middleware before sessions,
   authentication, URL routing or any view (the least a request through daphne and Django costs);
 - `job_read`: an authenticated GET /api/v1/jobs/{id} of one job (DRF: the bearer token, the
@@ -35,7 +37,7 @@ if not __package__:
 from bench import submit  # noqa: E402
 from bench.chaos_services import free_port  # noqa: E402
 
-KINDS = ("api_404", "job_read", "submit")
+KINDS = ("healthz", "api_404", "job_read", "submit")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -53,6 +55,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def request_of(kind: str, n: int, job_id: int) -> tuple[str, str, str | None]:
+    if kind == "healthz":
+        return "GET", "/healthz", None
     if kind == "api_404":
         return "GET", "/api/v1/no-such-path", None
     if kind == "job_read":
