@@ -23,6 +23,7 @@ from mlqueue.fastlane import HeartbeatLane  # noqa: E402
 from mlqueue.health import HealthLane  # noqa: E402
 from mlqueue.proxies import TrustedProxyHeaders  # noqa: E402
 from mlqueue.routing import agent_websocket_urlpatterns, websocket_urlpatterns  # noqa: E402
+from mlqueue.submit_lane import SubmitLane  # noqa: E402
 from mlqueue.websocket_origin import SameOriginValidator  # noqa: E402
 
 # Session-authenticated, so only from this site's own origin: scheme, host and port (not just the host).
@@ -33,7 +34,7 @@ browser_sockets = SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_ur
 application = TrustedProxyHeaders(
     ProtocolTypeRouter(
         {
-            "http": HealthLane(HeartbeatLane(django_asgi_app), allowed_hosts=settings.ALLOWED_HOSTS),
+            "http": HealthLane(HeartbeatLane(SubmitLane(django_asgi_app)), allowed_hosts=settings.ALLOWED_HOSTS),
             "websocket": URLRouter([*agent_websocket_urlpatterns, re_path(r"", browser_sockets)]),
         }
     )

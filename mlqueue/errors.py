@@ -3,6 +3,7 @@
 from rest_framework import exceptions, status
 
 BODY_TOO_LARGE = "request body is over the limit of {limit} bytes"
+SERVER_ERROR = "internal server error: the request failed on the server (see the server's log)"
 
 
 class FieldPermissionDenied(exceptions.PermissionDenied):

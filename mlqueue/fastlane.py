@@ -80,6 +80,25 @@ def https_location(scope, host: str) -> str | None:
     return f"https://{settings.SECURE_SSL_HOST or host}{escape_uri_path(path)}{'?' + query if query else ''}"
 
 
+def refusal(scope, headers: dict, *, quiet: bool = False) -> tuple | None:
+    """(status, payload[, extra headers]) when Django's middleware would not have served this
+    request; None to serve it. `quiet`: the caller hands such a request to Django, which logs it."""
+    host = raw_host(scope, headers)
+    if not host_is_allowed(host):
+        if not quiet:
+            host_log.warning("Invalid HTTP_HOST header: %r (heartbeat lane).", host)
+        message = DISALLOWED_HOST.format(host=host)
+        return 400, {"detail": f"host: {message}", "fields": {"host": [message]}}
+    if not is_secure(scope, headers):
+        location = https_location(scope, host)
+        if location is not None:
+            return 301, None, [(b"location", location.encode("latin1", "replace"))]
+    problem = check_path_and_query(scope["path"], scope.get("query_string", b"").decode("latin1"))
+    if problem is not None:
+        return 400, {"detail": f"{problem[0]}: {problem[1]}", "fields": {problem[0]: [problem[1]]}}
+    return None
+
+
 class HeartbeatLane:
     def __init__(self, django_app):
         self.django_app = django_app
@@ -89,33 +108,15 @@ class HeartbeatLane:
         if match is None or scope["method"] != "POST":
             return await self.django_app(scope, receive, send)
         headers = dict(scope.get("headers", []))
-        refusal = self._refusal(scope, headers)
-        if refusal is not None:
-            return await self._send(send, *refusal)
+        refused = refusal(scope, headers)
+        if refused is not None:
+            return await self._send(send, *refused)
         body = await self._body(receive)
         if body is None:
             return await self._send(send, 413, {"detail": "request body too large"})
         authorization = headers.get(b"authorization", b"").decode("latin1")
         status, payload = await sync_to_async(_answer, thread_sensitive=True)(match["name"], authorization, body)
         await self._send(send, status, payload)
-
-    @staticmethod
-    def _refusal(scope, headers: dict) -> tuple | None:
-        """(status, payload[, extra headers]) when Django's middleware would not have served
-        this request; None to serve it."""
-        host = raw_host(scope, headers)
-        if not host_is_allowed(host):
-            host_log.warning("Invalid HTTP_HOST header: %r (heartbeat lane).", host)
-            message = DISALLOWED_HOST.format(host=host)
-            return 400, {"detail": f"host: {message}", "fields": {"host": [message]}}
-        if not is_secure(scope, headers):
-            location = https_location(scope, host)
-            if location is not None:
-                return 301, None, [(b"location", location.encode("latin1", "replace"))]
-        problem = check_path_and_query(scope["path"], scope.get("query_string", b"").decode("latin1"))
-        if problem is not None:
-            return 400, {"detail": f"{problem[0]}: {problem[1]}", "fields": {problem[0]: [problem[1]]}}
-        return None
 
     @staticmethod
     async def _body(receive) -> bytes | None:

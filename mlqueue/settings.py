@@ -474,6 +474,10 @@ MLQ_SUBMIT_RATE = env_rate("MLQ_SUBMIT_RATE", "120/minute")
 # Dry runs per user (POST /api/v1/jobs/dry-run): each runs a scheduling pass over the whole
 # waiting queue (a few hundred ms at 5,000 pending jobs), so a loop of them is bounded.
 MLQ_DRY_RUN_RATE = env_rate("MLQ_DRY_RUN_RATE", "30/minute")
+# Single submits (POST /api/v1/jobs with a bearer token) that arrive together are written in
+# one transaction by a lane in front of Django (mlqueue/submit_lane.py), each answered as the
+# view answers it. Off: every submit goes through Django alone.
+MLQ_SUBMIT_LANE = env_bool("MLQ_SUBMIT_LANE", True)
 # Job specs in one POST /api/v1/jobs/batch (each counts against MLQ_SUBMIT_RATE, and the body
 # against MLQ_MAX_BODY_BYTES).
 MLQ_SUBMIT_BATCH_MAX = env_positive("MLQ_SUBMIT_BATCH_MAX", 1000)

@@ -10,6 +10,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from agents import api as agents_api
 from agents import node_api
 from agents import pages as node_pages
+from mlqueue.errors import SERVER_ERROR
 from mlqueue.middleware import API_PREFIX, api_not_found
 from notifications import api as notifications_api
 from notifications import page as notifications_page
@@ -36,7 +37,6 @@ from teams import login_limits
 admin.site.login_form = login_limits.LimitedAdminAuthenticationForm
 
 BAD_REQUEST = "bad request: refused before it reached the API (see the server's log)"
-SERVER_ERROR = "internal server error: the request failed on the server (see the server's log)"
 
 
 def endpoint(route: str, view, name: str):

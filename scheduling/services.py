@@ -299,10 +299,7 @@ def _create_job(*, user, team: Team, spec: dict, digest: str, secret_env_ciphert
         children = len(groups.do_create_group(parent=job, spec=spec, columns=job_columns(spec), now=now))
     else:
         children = None
-        tasks = Task.objects.bulk_create(new_task_rows(job, now))
-        # Kept on the job as a prefetch would have loaded them: the submit's answer
-        # (JobDetailSerializer) then reads nothing back.
-        job._prefetched_objects_cache = {"tasks": tasks, **({} if spec["depends_on"] else {"depends_on": []})}
+        keep_as_prefetched(job, Task.objects.bulk_create(new_task_rows(job, now)), spec)
     JobDependency.objects.bulk_create(new_dependency_rows(job, spec))
     submitted_event(job, user=user, team=team, spec=spec, children=children).save(force_insert=True)
     return job
@@ -324,6 +321,12 @@ def new_job_row(*, user, team: Team, spec: dict, digest: str, secret_env_ciphert
         group=groups.group_settings(spec) if kind else {},
         **job_columns(spec),
     )
+
+
+def keep_as_prefetched(job: Job, tasks: list[Task], spec: dict) -> None:
+    """A new job's tasks (and its dependencies, when it has none) kept on it as a prefetch would
+    have loaded them: the submit's answer (JobDetailSerializer) then reads nothing back."""
+    job._prefetched_objects_cache = {"tasks": tasks, **({} if spec["depends_on"] else {"depends_on": []})}
 
 
 def new_task_rows(job: Job, now) -> list[Task]:

@@ -17,7 +17,7 @@
   as exactly one job.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
@@ -33,6 +33,7 @@ from scheduling.secrets import encrypt_env, env_macs, masked
 from scheduling.services import (
     SPEC_CONFLICT,
     SubmitChecks,
+    keep_as_prefetched,
     new_dependency_rows,
     new_job_row,
     new_task_rows,
@@ -122,6 +123,7 @@ def made_limit() -> int:
 class Prepared:
     """One checked spec ready to write: the stored spec masks its secrets."""
 
+    user: object  # who submits it
     team: Team
     spec: dict
     digests: list[str]  # current secret key's first: see do_submit_job
@@ -144,6 +146,7 @@ class Outcome:
     name: str
     state: str
     detail: str = ""
+    job: Job | None = field(default=None, repr=False, compare=False)  # a created job, its tasks with it
 
     def as_json(self, index: int) -> dict:
         found = {"index": index, "status": self.status, "id": self.job_id, "client_job_id": self.client_job_id}
@@ -152,20 +155,28 @@ class Outcome:
         return {**found, "name": self.name, "team": self.team, "state": self.state}
 
 
-@sensitive_variables("checked", "spec", "secret_values")
+@sensitive_variables("checked")
 def do_submit_job_batch(*, user, checked: list[tuple[Team, dict]]) -> list[Outcome]:
     """Write the batch (check_job_batch's), an Outcome per spec in the same order."""
+    return do_submit_jobs([(user, team, spec) for team, spec in checked])
+
+
+@sensitive_variables("checked", "spec", "secret_values")
+def do_submit_jobs(checked: list[tuple[object, Team, dict]]) -> list[Outcome]:
+    """Write checked specs, each (user, team, spec) with its own submitter, in one transaction:
+    an Outcome per spec in the same order. A batch is one user's; the submit lane's groups
+    (scheduling/web/grouped_submits.py) are single submits of whoever sent them."""
     prepared = []
-    for team, spec in checked:
+    for user, team, spec in checked:
         secret_values = spec.get("secret_env") or {}
         stored = {**spec, "secret_env": masked(secret_values)}
         digests = [spec_digest(stored, mac) for mac in env_macs(secret_values)]
-        prepared.append(Prepared(team, stored, digests, encrypt_env(secret_values)))
+        prepared.append(Prepared(user, team, stored, digests, encrypt_env(secret_values)))
     attempts = 1 + len({item.key for item in prepared if item.key})
     for attempt in range(attempts):
         try:
             with transaction.atomic():
-                return _write_batch(user, prepared)
+                return _write_batch(prepared)
         except IntegrityError:
             # Lost a race with a submit of one of these ids: write again, finding its job.
             if attempt == attempts - 1:
@@ -173,7 +184,7 @@ def do_submit_job_batch(*, user, checked: list[tuple[Team, dict]]) -> list[Outco
     raise AssertionError("unreachable")
 
 
-def _write_batch(user, prepared: list[Prepared]) -> list[Outcome]:
+def _write_batch(prepared: list[Prepared]) -> list[Outcome]:
     existing = _existing_jobs(prepared)
     outcomes: list[Outcome | None] = [None] * len(prepared)
     first_of: dict[tuple, int] = {}  # a client_job_id's first spec in this batch, when new
@@ -187,7 +198,7 @@ def _write_batch(user, prepared: list[Prepared]) -> list[Outcome]:
             new.append(index)
             if item.key:
                 first_of[item.key] = index
-    jobs = _create_jobs(user, [prepared[index] for index in new])
+    jobs = _create_jobs([prepared[index] for index in new])
     created = dict(zip(new, jobs, strict=True))
     for index, job in created.items():
         outcomes[index] = _outcome(status.HTTP_201_CREATED, job, prepared[index].team)
@@ -238,19 +249,21 @@ def _same_or_conflict(item: Prepared, row: _Row) -> Outcome:
 
 
 def _outcome(code: int, job: Job, team: Team) -> Outcome:
-    return Outcome(code, job.pk, team.name, job.client_job_id, job.name, job.state)
+    return Outcome(code, job.pk, team.name, job.client_job_id, job.name, job.state, job=job)
 
 
-def _create_jobs(user, prepared: list[Prepared]) -> list[Job]:
+def _create_jobs(prepared: list[Prepared]) -> list[Job]:
     """The new jobs with their tasks (or a group's children), dependencies and SUBMITTED events:
-    one INSERT per table for plain jobs. Wakes the scheduler and the live views after commit."""
+    one INSERT per table for plain jobs. Wakes the scheduler and the live views after commit.
+    A plain job keeps its tasks as a prefetch would have loaded them, as a single submit's does:
+    its answer reads nothing back."""
     if not prepared:
         return []
     now = timezone.now()
     jobs = Job.objects.bulk_create(
         [
             new_job_row(
-                user=user, team=p.team, spec=p.spec, digest=p.digests[0], secret_env_ciphertext=p.ciphertext, now=now
+                user=p.user, team=p.team, spec=p.spec, digest=p.digests[0], secret_env_ciphertext=p.ciphertext, now=now
             )
             for p in prepared
         ]
@@ -260,13 +273,17 @@ def _create_jobs(user, prepared: list[Prepared]) -> list[Job]:
         for job, p in zip(jobs, prepared, strict=True)
         if job.group_kind
     }
-    Task.objects.bulk_create([task for job in jobs if not job.group_kind for task in new_task_rows(job, now)])
+    tasks = {job.pk: new_task_rows(job, now) for job in jobs if not job.group_kind}
+    Task.objects.bulk_create([task for rows in tasks.values() for task in rows])
+    for job, p in zip(jobs, prepared, strict=True):
+        if not job.group_kind:
+            keep_as_prefetched(job, tasks[job.pk], p.spec)
     JobDependency.objects.bulk_create(
         [row for job, p in zip(jobs, prepared, strict=True) for row in new_dependency_rows(job, p.spec)]
     )
     AuditEvent.objects.bulk_create(
         [
-            submitted_event(job, user=user, team=p.team, spec=p.spec, children=children.get(job.pk))
+            submitted_event(job, user=p.user, team=p.team, spec=p.spec, children=children.get(job.pk))
             for job, p in zip(jobs, prepared, strict=True)
         ]
     )

@@ -67,11 +67,20 @@ def forget_on_change() -> None:
         post_delete.connect(forget, sender=model, weak=False, dispatch_uid=f"forget-api-tokens-delete-{model.__name__}")
 
 
-def accepted_token(digest: str) -> ApiToken | None:
-    """The unrevoked token with this digest, its user loaded; remembered for MLQ_TOKEN_CACHE_S."""
+UNREAD = object()
+
+
+def token_generation() -> str | None:
+    return cache.get(GENERATION_KEY)
+
+
+def accepted_token(digest: str, generation=UNREAD) -> ApiToken | None:
+    """The unrevoked token with this digest, its user loaded; remembered for MLQ_TOKEN_CACHE_S.
+    `generation`: token_generation() as read just before, for requests answered together."""
     if settings.MLQ_TOKEN_CACHE_S <= 0:
         return _read_token(digest)
-    generation = cache.get(GENERATION_KEY)
+    if generation is UNREAD:
+        generation = token_generation()
     known = _remembered.get(digest)
     if known is not None and known.generation == generation and known.until > time.monotonic():
         return known.token
@@ -94,6 +103,10 @@ def _read_token(digest: str) -> ApiToken | None:
 class BearerTokenAuthentication(authentication.BaseAuthentication):
     keyword = "Bearer"
 
+    def __init__(self, generation=UNREAD):
+        # The submit lane authenticates a group of requests with the generation read once.
+        self.generation = generation
+
     def authenticate(self, request):
         header = authentication.get_authorization_header(request).split()
         if not header or header[0].lower() != self.keyword.lower().encode():
@@ -107,7 +120,7 @@ class BearerTokenAuthentication(authentication.BaseAuthentication):
         return self.authenticate_token(raw)
 
     def authenticate_token(self, raw: str):
-        token = accepted_token(hash_token(raw))
+        token = accepted_token(hash_token(raw), self.generation)
         if token is None or not token.user.is_active:
             raise exceptions.AuthenticationFailed(INVALID_TOKEN)
         now = timezone.now()

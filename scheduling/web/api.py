@@ -105,7 +105,7 @@ class JobListCreate(generics.ListAPIView):
         job, created = services.do_submit_job(user=request.user, team=team, spec=spec)
         # A new plain job comes back with its tasks (do_submit_job): nothing to read again. A
         # group's parent (its children's counts) and a job submitted before are read.
-        answer = job if created and not job.group_kind else _with_tasks(job.pk, request.user)
+        answer = job if created and not job.group_kind else job_with_tasks(job.pk, request.user)
         return Response(
             JobDetailSerializer(answer).data,
             status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
@@ -119,7 +119,7 @@ class JobListCreate(generics.ListAPIView):
         raise throttles.submit_rate_exceeded(wait)
 
 
-def _with_tasks(job_id: int, user):
+def job_with_tasks(job_id: int, user):
     """The job with its tasks, if the caller may see it (a member of its team or of a team
     above it, or an admin): a 404 otherwise, as for a job that does not exist. Asked of the job's
     own team (`is_member`, one compiled read), not by listing every team the caller sees."""
@@ -167,7 +167,7 @@ class JobBatchSubmit(APIView):
 class JobDetail(APIView):
     @extend_schema(responses=JobDetailSerializer)
     def get(self, request: Request, job_id: int) -> Response:
-        job = _with_tasks(job_id, request.user)
+        job = job_with_tasks(job_id, request.user)
         check_parameters(request.query_params, paged=False)  # it takes none: `?zz=1` is a 400
         return Response(JobDetailSerializer(job).data)
 
@@ -185,7 +185,7 @@ class JobDetail(APIView):
         job = get_object_or_404(visible_jobs(request.user).select_related("owner", "team"), pk=job_id)
         changes = job_changes.check_job_change(user=request.user, job=job, data=request.data)
         job_changes.do_change_job(user=request.user, job=job, changes=changes)
-        return Response(JobDetailSerializer(_with_tasks(job_id, request.user)).data)
+        return Response(JobDetailSerializer(job_with_tasks(job_id, request.user)).data)
 
 
 class JobDryRun(APIView):
@@ -332,7 +332,7 @@ class JobCancel(APIView):
         body = CancelSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         services.do_cancel_job(job=job, user=request.user, reason=body.validated_data["reason"])
-        return Response(JobDetailSerializer(_with_tasks(job_id, request.user)).data)
+        return Response(JobDetailSerializer(job_with_tasks(job_id, request.user)).data)
 
 
 def _control(request: Request, job_id: int, verb: str):
@@ -361,7 +361,7 @@ class JobHold(APIView):
         """Hold a PENDING job: the scheduler leaves it waiting until it is released."""
         job, reason = _control(request, job_id, "hold")
         job_control.do_hold_job(user=request.user, job=job, reason=reason)
-        return Response(JobDetailSerializer(_with_tasks(job_id, request.user)).data)
+        return Response(JobDetailSerializer(job_with_tasks(job_id, request.user)).data)
 
 
 class JobRelease(APIView):
@@ -374,7 +374,7 @@ class JobRelease(APIView):
         """Release a held job: the scheduler considers it again."""
         job, _ = _control(request, job_id, "release")
         job_control.do_release_job(user=request.user, job=job)
-        return Response(JobDetailSerializer(_with_tasks(job_id, request.user)).data)
+        return Response(JobDetailSerializer(job_with_tasks(job_id, request.user)).data)
 
 
 class JobRequeue(APIView):
@@ -391,7 +391,7 @@ class JobRequeue(APIView):
         again as a new attempt, spending none of its retries or restarts."""
         job, reason = _control(request, job_id, "requeue")
         job_control.do_requeue_job(user=request.user, job=job, reason=reason)
-        return Response(JobDetailSerializer(_with_tasks(job_id, request.user)).data)
+        return Response(JobDetailSerializer(job_with_tasks(job_id, request.user)).data)
 
 
 class SchedulerStateSerializer(serializers.Serializer):

@@ -2,7 +2,7 @@
 module (those inside functions too) and check each goes down the layers below, so no two apps
 import each other and a change at the bottom never needs the top.
 
-    project wiring   mlqueue.settings, urls, routing, asgi, wsgi, fastlane: puts the apps together
+    project wiring   mlqueue.settings, urls, routing, asgi, wsgi, fastlane, submit_lane: puts the apps together
     agents           how machines join and talk to the control plane; the operator console
     notifications    webhooks and emails about jobs, told of their state changes by scheduling's signals
     scheduling       the cluster (nodes, jobs, tasks), the leader, the jobs API and pages
@@ -31,7 +31,15 @@ LIBRARIES = (
     "mlqueue.client",
     "mlqueue.cli",
 )
-WIRING = ("mlqueue.settings", "mlqueue.urls", "mlqueue.routing", "mlqueue.asgi", "mlqueue.wsgi", "mlqueue.fastlane")
+WIRING = (
+    "mlqueue.settings",
+    "mlqueue.urls",
+    "mlqueue.routing",
+    "mlqueue.asgi",
+    "mlqueue.wsgi",
+    "mlqueue.fastlane",
+    "mlqueue.submit_lane",
+)
 # Bottom to top: a module may import its own layer and those below it, never one above.
 LAYERS = ("shared", "teams", "scheduling", "notifications", "agents", "wiring")
 
