@@ -19,6 +19,10 @@ Prints one JSON line: submits/s, p50/p99 ms, errors, what the idempotency check 
 per submit from /proc of the web processes, of this database's Postgres backends and of the
 load generator, with how busy the machine's cores were meanwhile (others' work included).
 
+Single submits go through the submit lane (mlqueue/submit_lane.py), which writes those that
+reach a web process together as one group; `MLQ_SUBMIT_LANE=0 python bench/submit.py` measures
+Django's own path instead, on the same code.
+
 `--batch N`: every phase posts batches of N specs to /api/v1/jobs/batch instead (the timed
 jobs dealt to the connections N at a time; the resubmits and races too, so racing copies of an
 id travel in two batches at once). The figures are then per job (jobs/s, CPU per job), p50/p99

@@ -11,6 +11,7 @@ import pytest
 from asgiref.sync import async_to_sync
 from django.contrib.auth import get_user_model
 from django.core.cache import cache
+from prometheus_client import REGISTRY
 
 from mlqueue import submit_lane
 from mlqueue.asgi import application
@@ -208,7 +209,13 @@ def test_what_the_lane_does_not_answer_django_does(tokens, groups, case):
         assert answer_headers["content-type"].startswith("text/html")
 
 
+def lane_counts() -> tuple[float, float]:
+    sample = REGISTRY.get_sample_value
+    return tuple(sample("mlqueue_submit_lane_total", {"answered": who}) or 0.0 for who in ("lane", "django"))
+
+
 def test_submits_that_arrive_together_are_one_group_each_answered_as_alone(tokens, groups):
+    counted = lane_counts()
     answers = call_together(
         request({**SPEC, "client_job_id": "g"}, tokens["alice"]),
         request({**SPEC, "client_job_id": "g"}, tokens["alice"]),  # the same spec again: the same job
@@ -229,6 +236,7 @@ def test_submits_that_arrive_together_are_one_group_each_answered_as_alone(token
     assert Task.objects.count() == 3
     actors = dict(AuditEvent.objects.filter(kind="SUBMITTED").values_list("job__name", "actor__username"))
     assert actors == owners
+    assert [after - before for before, after in zip(counted, lane_counts(), strict=True)] == [5, 2]
 
 
 def test_the_submit_rate_counts_each_submit_once_as_django_does(tokens, settings):
