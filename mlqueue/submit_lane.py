@@ -10,7 +10,8 @@ headers. A submit alone is a group of one and waits for nothing.
 
 What the lane does not answer itself it hands to Django unchanged, its body as read: a path with
 a query, a body that is not plain JSON of known length within MLQ_MAX_BODY_BYTES, an Accept
-other than JSON's, no bearer token (the browser's session and its CSRF check), anything
+other than JSON's, no bearer token (the browser's session and its CSRF check), a cookie (a
+stale session's is deleted in Django's answer), anything
 Django's middleware would refuse or redirect (mlqueue.fastlane.refusal), and whatever
 grouped_submits leaves to it (a refused spec, a schedule, a group, the rate limit). Off with
 MLQ_SUBMIT_LANE=0."""
@@ -53,8 +54,8 @@ class SubmitLane:
         if scope.get("query_string") or not settings.MLQ_SUBMIT_LANE:
             return False
         names = [name.lower() for name, _ in scope.get("headers", ())]
-        if b"transfer-encoding" in names or any(names.count(name) > 1 for name in ONCE):
-            return False
+        if b"transfer-encoding" in names or b"cookie" in names or any(names.count(name) > 1 for name in ONCE):
+            return False  # a cookie: Django's sessions may answer with headers of their own
         headers = dict(scope["headers"])
         media_type = headers.get(b"content-type", b"").split(b";", 1)[0].strip().lower()
         authorization = headers.get(b"authorization", b"").split()

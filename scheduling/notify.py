@@ -1,7 +1,9 @@
 """After-commit notifications: wake the leader, and tell live views what changed.
 
 Both are best effort: the leader also ticks every second, and pages re-read on reconnect.
-While Redis fails, neither is tried for a few seconds at a time (mlqueue/breaker.py)."""
+While Redis fails, neither is tried for a few seconds at a time (mlqueue/breaker.py). Each runs
+as a robust on_commit hook: one that raises is logged, never the caller's error once its rows
+have committed (a submit answered 500 for a written job would be written again on a retry)."""
 
 import re
 
@@ -22,7 +24,7 @@ _live_views = RedisBreaker("live views (pages re-read when they reconnect)")
 
 def wake_scheduler(reason: str = "") -> None:
     """Ask the leader for a pass now (after the current transaction commits)."""
-    transaction.on_commit(lambda: _publish(reason))
+    transaction.on_commit(lambda: _publish(reason), robust=True)
 
 
 def wake_channel() -> str:
@@ -50,7 +52,7 @@ def jobs_changed(job_ids, *, team_id: int | None = None) -> None:
     them, where the caller knows it (a submit), saving the query that reads it."""
     ids = sorted(set(job_ids))
     if ids:
-        transaction.on_commit(lambda: _send_changed(ids, team_id))
+        transaction.on_commit(lambda: _send_changed(ids, team_id), robust=True)
 
 
 def _send_changed(ids: list[int], team_id: int | None = None) -> None:
@@ -79,7 +81,7 @@ def wake_agents(node_names, reason: str = "") -> None:
     """Nudge these nodes' agents to heartbeat now (after commit): new work or a signal."""
     names = sorted(set(node_names))
     if names:
-        transaction.on_commit(lambda: _wake_agents(names, reason))
+        transaction.on_commit(lambda: _wake_agents(names, reason), robust=True)
 
 
 def agent_group(node_name: str) -> str:

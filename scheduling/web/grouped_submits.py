@@ -21,11 +21,13 @@ from dataclasses import dataclass
 
 from django.core.handlers.asgi import ASGIRequest
 from django.db import close_old_connections
-from django.http import HttpResponse, JsonResponse
+from django.http import Http404, HttpResponse, JsonResponse
 from django.middleware.clickjacking import XFrameOptionsMiddleware
 from django.middleware.security import SecurityMiddleware
 from django.utils.cache import patch_vary_headers
+from django.utils.log import log_response
 from prometheus_client import Counter, Histogram
+from rest_framework.exceptions import APIException
 from rest_framework.renderers import JSONRenderer
 
 from mlqueue.api_errors import exception_handler
@@ -92,9 +94,10 @@ def answer_submits(submits: list[Submit]) -> None:
             generation = UNREAD  # each request reads it, or fails to, as Django's would
         authentication = BearerTokenAuthentication(generation)
         checked = [found for submit in submits if (found := _checked(submit, authentication, checks))]
-        ready = _within_rate(checked)
-        if ready:
-            _write(ready)
+        ready, taken = _within_rate(checked)
+        if ready and not _write(ready):
+            for throttle in taken:  # Django counts each again as it submits it
+                _give_back(throttle)
     finally:
         close_old_connections()  # hands the connection back to the pool
         answered = sum(submit.answer is not None for submit in submits)
@@ -124,41 +127,59 @@ def _checked(submit: Submit, authentication, checks: dict) -> _Checked | None:
     return _Checked(submit, user, team, spec)
 
 
-def _within_rate(checked: list[_Checked]) -> list[_Checked]:
-    """Those the submit rate lets through, in order, counted once per user. The others are
-    Django's to refuse (its throttle finds the same count: a 429 with Retry-After, counting none)."""
+def _within_rate(checked: list[_Checked]) -> tuple[list[_Checked], list[SubmitRateThrottle]]:
+    """Those the submit rate lets through, in order, counted once per user, and the throttles
+    that counted them. The others are Django's to refuse (its throttle finds the same count: a
+    429 with Retry-After, counting none)."""
     by_user: dict[int, list[_Checked]] = {}
     for entry in checked:
         by_user.setdefault(entry.user.pk, []).append(entry)
-    allowed = set()
+    allowed, throttles = set(), []
     for entries in by_user.values():
+        throttle = SubmitRateThrottle()
         try:
-            taken = SubmitRateThrottle().take(entries[0].user, len(entries))
+            taken = throttle.take(entries[0].user, len(entries))
         except Exception:  # the count cannot be read: Django's throttle meets the same
             taken = 0
+        if taken:
+            throttles.append(throttle)
         allowed.update(id(entry) for entry in entries[:taken])
-    return [entry for entry in checked if id(entry) in allowed]
+    return [entry for entry in checked if id(entry) in allowed], throttles
 
 
-def _write(ready: list[_Checked]) -> None:
+def _give_back(throttle: SubmitRateThrottle) -> None:
+    try:
+        throttle.give_back()
+    except Exception:  # counted twice at worst, as if the client had retried
+        log.warning("could not give back a group's submit counts", exc_info=True)
+
+
+def _write(ready: list[_Checked]) -> bool:
+    """Write the group and answer each; False if nothing was written (for Django to submit)."""
     try:
         outcomes = submit_batch.do_submit_jobs([(entry.user, entry.team, entry.spec) for entry in ready])
     except Exception as exc:
+        # The transaction did not commit (its after-commit hooks are robust: notify.py), or its
+        # COMMIT failed with the connection, an outage, answered as Django's path answers it.
         if not is_database_unavailable(exc):
-            # Rolled back, nothing written: each is submitted again through Django, alone.
             log.warning("a group of %d submits failed; Django submits each again", len(ready), exc_info=True)
-            return
+            return False
         database_outages.note(exc)
         for entry in ready:
             entry.submit.answer = finish(entry.submit.request, database_unavailable(entry.submit.request.path))
-        return
+        return True
     for entry, outcome in zip(ready, outcomes, strict=True):
         try:
             response = _answer(entry, outcome)
+        except (APIException, Http404) as exc:  # the job submitted before went meanwhile: a 404
+            handled = exception_handler(exc, {})
+            response = _json(handled.data, handled.status_code)
         except Exception:  # written: never submitted again
             log.error("Internal Server Error: %s", entry.submit.request.path, exc_info=True)
             response = JsonResponse({"detail": SERVER_ERROR}, status=500)
+            response._has_been_logged = True
         entry.submit.answer = finish(entry.submit.request, response)
+    return True
 
 
 def _answer(entry: _Checked, outcome: submit_batch.Outcome) -> HttpResponse:
@@ -181,11 +202,15 @@ def _json(data, status: int) -> HttpResponse:
 def finish(request: ASGIRequest, response: HttpResponse) -> HttpResponse:
     """The headers Django's middleware adds on the way out (MIDDLEWARE, innermost first):
     X-Frame-Options, Content-Length (CommonMiddleware), then SecurityMiddleware's (nosniff,
-    Referrer-Policy, Cross-Origin-Opener-Policy, HSTS over HTTPS), from the settings as they are."""
+    Referrer-Policy, Cross-Origin-Opener-Policy, HSTS over HTTPS), from the settings as they are;
+    and the log line Django's handler writes for an answer of 400 or more ("Conflict: /api/v1/jobs")."""
     response = XFrameOptionsMiddleware(_unused).process_response(request, response)
     if not response.has_header("Content-Length"):
         response.headers["Content-Length"] = str(len(response.content))
-    return SecurityMiddleware(_unused).process_response(request, response)
+    response = SecurityMiddleware(_unused).process_response(request, response)
+    if response.status_code >= 400:
+        log_response("%s: %s", response.reason_phrase, request.path, response=response, request=request)
+    return response
 
 
 def _unused(request):

@@ -36,11 +36,19 @@ class SubmitRateThrottle(UserRateThrottle):
         self.history, self.now = self.cache.get(self.key, []), self.timer()
         while self.history and self.history[-1] <= self.now - self.duration:
             self.history.pop()
-        allowed = max(0, min(count, self.num_requests - len(self.history)))
-        if allowed:
-            self.history[:0] = [self.now] * allowed
+        self.taken = max(0, min(count, self.num_requests - len(self.history)))
+        if self.taken:
+            self.history[:0] = [self.now] * self.taken
             self.cache.set(self.key, self.history, self.duration)
-        return allowed
+        return self.taken
+
+    def give_back(self) -> None:
+        """Uncount what `take` counted (a group that wrote nothing: Django counts each again)."""
+        history = self.cache.get(self.key, [])
+        for _ in range(self.taken):
+            if self.now in history:
+                history.remove(self.now)
+        self.cache.set(self.key, history, self.duration)
 
 
 class DryRunRateThrottle(SubmitRateThrottle):

@@ -290,3 +290,53 @@ def test_a_group_is_written_with_one_insert_per_table(tokens):
     assert [status for status, _, _ in answers] == [201] * 6
     inserts = [query["sql"].split('"')[1] for query in captured if query["sql"].startswith("INSERT")]
     assert sorted(inserts) == ["scheduling_job", "scheduling_jobevent", "scheduling_task"]
+
+
+@pytest.mark.parametrize("lane", [True, False])
+def test_a_failing_after_commit_hook_neither_fails_nor_repeats_the_submit(tokens, settings, monkeypatch, lane):
+    from scheduling import notify
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("the live views' send failed")
+
+    monkeypatch.setattr(notify, "_send_changed", broken)
+    settings.MLQ_SUBMIT_LANE = lane
+    assert call(*request(SPEC, tokens["alice"]))[0] == 201
+    assert Job.objects.count() == 1 and AuditEvent.objects.filter(kind="SUBMITTED").count() == 1
+
+
+def test_a_group_that_wrote_nothing_is_submitted_by_django_counted_once(tokens, settings, monkeypatch, groups):
+    from scheduling import submit_batch
+
+    settings.MLQ_SUBMIT_RATE = "1/minute"
+    write, failures = submit_batch.do_submit_jobs, []
+
+    def fails_once(checked):
+        if not failures:
+            failures.append(1)
+            raise RuntimeError("a statement failed")
+        return write(checked)
+
+    monkeypatch.setattr(submit_batch, "do_submit_jobs", fails_once)
+    assert call(*request(SPEC, tokens["alice"]))[0] == 201
+    assert failures == [1] and [[answered for _, answered in group] for group in groups] == [[False]]
+    assert Job.objects.count() == 1
+    assert call(*request(SPEC, tokens["alice"]))[0] == 429  # the one submit counted, once
+
+
+def test_the_lanes_refusals_are_logged_as_djangos(tokens, settings, caplog):
+    assert call(*request({**SPEC, "client_job_id": "same"}, tokens["alice"]))[0] == 201
+    seen = {}
+    for lane in (True, False):
+        settings.MLQ_SUBMIT_LANE = lane
+        caplog.clear()
+        status = call(*request({**SPEC, "client_job_id": "same", "name": "other"}, tokens["alice"]))[0]
+        seen[lane] = (status, [r.getMessage() for r in caplog.records if r.name == "django.request"])
+    assert seen[True] == seen[False] == (409, ["Conflict: /api/v1/jobs"])
+
+
+def test_a_bearer_token_with_a_stale_session_cookie_is_answered_as_django_answers_it(tokens, settings, groups):
+    cookie = ((b"cookie", b"sessionid=stale"),)
+    on, off = both_ways(settings, request(SPEC, tokens["alice"], headers=cookie))
+    assert on[0] == 201 and normalized(on) == normalized(off)
+    assert "sessionid=" in on[1]["set-cookie"]
