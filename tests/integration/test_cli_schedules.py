@@ -2,6 +2,7 @@
 Django app in process, as tests/integration/test_cli_groups.py runs it)."""
 
 import json
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -57,6 +58,8 @@ def test_create_list_show_run_suspend_resume_delete(clock, mlq, spec_file):  # n
     refused = mlq("schedules", "run", str(schedule.pk))
     assert refused.exit_code == EXIT_REFUSED
     assert refused.output.startswith(f"schedule {schedule.pk} did not run: its last run, job {job.pk}, is still")
+    fired = Schedule.objects.get().last_fire_at.astimezone(ZoneInfo("Europe/Berlin")).isoformat()
+    assert f"SKIPPED_ACTIVE {fired}" in mlq("schedules", "list").output  # in the zone NEXT FIRE is in
     shown = mlq("schedules", "show", str(schedule.pk))
     assert "SKIPPED_ACTIVE" in shown.output and "SUBMITTED" in shown.output
     suspended = mlq("schedules", "suspend", str(schedule.pk), "--reason", "migration")
