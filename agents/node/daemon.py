@@ -76,6 +76,15 @@ LAST_WORD_S = 5.0
 GIVE_A_TOKEN = "give one with --token-file or MLQ_AGENT_JOIN_TOKEN"
 
 
+class UnholdableLease(OSError):
+    """A heartbeat's reply whose lease cannot be held (supervise.bad_lease_terms): not renewed,
+    no new work taken; its stop orders are still obeyed."""
+
+    def __init__(self, message: str, reply: dict):
+        super().__init__(message)
+        self.reply = reply
+
+
 class NodeAgent:
     def __init__(
         self,
@@ -270,6 +279,8 @@ class NodeAgent:
             return False
         except OSError as exc:  # a lease it cannot hold too: the one it had runs on, nothing new starts
             self.quiet.warning("%s: heartbeat failed (%s)", self.name, exc)
+            if isinstance(exc, UnholdableLease):
+                self.stop_as_told(exc.reply)  # a cancel or a preemption still stops its task
             return False
         self.renewed(sent_at, reply["lease_s"])
         if health is not None:
@@ -285,7 +296,7 @@ class NodeAgent:
         reply = self.socket.heartbeat(body, timeout=self.client.timeout)
         reply = self.client.post(f"agents/{self.name}/heartbeat", body) if reply is None else reply
         if why := bad_lease_terms(reply):
-            raise OSError(f"not renewing: {why}")
+            raise UnholdableLease(f"not renewing: {why}", reply)
         return reply
 
     def renewed(self, sent_at: float, lease_s: float) -> None:
@@ -327,13 +338,17 @@ class NodeAgent:
 
     def obey(self, reply: dict) -> None:
         self.highest_epoch = max(self.highest_epoch, reply["highest_epoch"])
-        for stale in reply["kill"]:
-            self.signal((stale["job_id"], stale["rank"], stale["attempt"]), "KILL", why="no longer assigned here")
-        for order in reply["signals"]:
-            key = (order["job_id"], order["rank"], order["attempt"])
-            self.signal(key, order["signal"], why=order["reason"], kill_in_s=order.get("kill_in_s"))
+        self.stop_as_told(reply)
         for assignment in reply["assignments"]:
             self.start(assignment)
+
+    def stop_as_told(self, reply: dict) -> None:
+        """The reply's kills and signals: stopping a task is safe under any lease."""
+        for stale in reply.get("kill") or ():
+            self.signal((stale["job_id"], stale["rank"], stale["attempt"]), "KILL", why="no longer assigned here")
+        for order in reply.get("signals") or ():
+            key = (order["job_id"], order["rank"], order["attempt"])
+            self.signal(key, order["signal"], why=order["reason"], kill_in_s=order.get("kill_in_s"))
 
     def busy_gpus(self) -> set[int]:
         """The GPUs this node's running tasks hold (what fake GPUs show as busy)."""

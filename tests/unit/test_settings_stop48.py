@@ -178,6 +178,25 @@ def test_an_agent_keeps_the_lease_it_had_when_a_heartbeat_brings_one_of_0_s(tmp_
     assert "heartbeat failed (not renewing: the server's lease is 0 s" in caplog.text
 
 
+def test_a_reply_with_a_lease_it_cannot_hold_still_stops_what_it_says_to(tmp_path, monkeypatch):
+    """A cancel, a preemption, a task no longer assigned here: stopping is safe under any lease.
+    Only the renewal and new work are refused."""
+    agent = an_agent(tmp_path, 60, 5)
+    assert agent.try_register() and agent.heartbeat()
+    sent = []
+    monkeypatch.setattr(agent, "signal", lambda key, name, **how: sent.append((key, name, how["why"])))
+    monkeypatch.setattr(agent, "start", lambda assignment: sent.append(("started", assignment["job_id"])))
+    agent.client.terms.update(
+        lease_s=0,
+        kill=[{"job_id": 7, "rank": 0, "attempt": 1}],
+        signals=[{"job_id": 8, "rank": 0, "attempt": 0, "signal": "TERM", "reason": "cancelled by alice"}],
+        assignments=[{"job_id": 9}],
+    )
+    assert not agent.heartbeat()
+    agent.release()
+    assert sent == [((7, 0, 1), "KILL", "no longer assigned here"), ((8, 0, 0), "TERM", "cancelled by alice")]
+
+
 def test_good_lease_terms_are_taken(tmp_path):
     agent = an_agent(tmp_path, 6, 1)
     assert agent.try_register() and agent.heartbeat() and agent.interval_s == 1
