@@ -5,9 +5,10 @@ import pytest
 from django.test import override_settings
 
 from scheduling.cluster import policy_config
-from scheduling.models import Job
+from scheduling.models import Job, Node
 from scheduling.web.explanations import CEILING_HELP, NOTHING_IDLE_HELP, Asked, quota_help
 from tests.conftest import make_spec
+from tests.integration.test_maintenance import window_body
 from tests.nodes import heartbeat
 
 AT_LIMIT = (
@@ -135,6 +136,25 @@ def test_why_of_a_1_gpu_job_at_its_limit_offers_only_a_higher_limit(api, demo):
         "it waits for its team's quota, not for room: a higher borrowing limit from a lead of its team would start it"
         " sooner"
     ]
+
+
+def test_free_room_in_a_maintenance_window_the_job_would_reach_is_not_room_for_it(api, demo, clock):
+    """QA: with every free H100 in a window the job's time limit runs into, it was told a higher
+    limit would start it sooner; the room it may start on is 0."""
+    heartbeat()
+    for zone in sorted(set(Node.objects.filter(gpu_type="H100").values_list("zone", flat=True))):
+        response = api("ops").post("/api/v1/maintenance", {**window_body(rack=""), "zone": zone}, format="json")
+        assert response.status_code == 201, response.json()
+    body = make_spec(resources={"gpu_count": 1, "gpu_type": "H100"}, max_runtime_hours=48)
+    job_id = api("alice").post("/api/v1/jobs", body, format="json").json()["id"]
+    Job.objects.filter(pk=job_id).update(pending_reason_code="QUOTA", pending_reason_message=AT_LIMIT)
+    said = api("alice").get(f"/api/v1/jobs/{job_id}/why").json()["suggestions"]
+    assert said == [
+        f"{ROOM_WAIT.format(free=0)}: it starts as its team's running jobs end, or as room frees up{NO_ROOM}"
+    ]
+    Job.objects.filter(pk=job_id).update(max_runtime_hours=1)  # ends before the windows: the room is its
+    said = api("alice").get(f"/api/v1/jobs/{job_id}/why").json()["suggestions"]
+    assert said[0].startswith("it waits for its team's quota, not for room")
 
 
 def test_the_live_policy_names_parent_figures_only_while_quotas_are_public():
