@@ -2,6 +2,7 @@
 as it is now. Each suggestion is one change a user can make to the spec."""
 
 import math
+from collections.abc import Callable
 from dataclasses import replace
 
 from scheduling.core.maintenance import Windows
@@ -16,14 +17,21 @@ def fits_now(state: ClusterState, shape: JobShape, limit: Limit | None = None) -
 
 
 def suggestions(
-    state: ClusterState, shape: JobShape, gpu_types: list[str], *, most: int = 4, limit: Limit | None = None
+    state: ClusterState,
+    shape: JobShape,
+    gpu_types: list[str],
+    *,
+    most: int = 4,
+    limit: Limit | None = None,
+    allowed: Callable[[JobShape], bool] | None = None,
 ) -> list[str]:
     """Spec changes under which the job would fit on the free room right now, in the order a
     user would least mind: smaller tasks, a looser topology, another GPU type, fewer GPUs (the
-    most tasks that fit now)."""
+    most tasks that fit now). `allowed`: whether the team's quota lets a reshaped job start (QA:
+    "fits now on A100" for a team with no A100 to borrow)."""
     found = []
     for change, reshaped in _variants(shape, gpu_types, lambda candidate: fits_now(state, candidate, limit)):
-        if fits_now(state, reshaped, limit):
+        if fits_now(state, reshaped, limit) and (allowed is None or allowed(reshaped)):
             found.append(change)
         if len(found) == most:
             break

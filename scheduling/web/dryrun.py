@@ -89,7 +89,7 @@ def dry_run(spec: dict, *, noun: str = "job") -> DryRun:
         return DryRun(shape.describe(), reason=reason)  # what frees room does not help it
     state, at = ClusterState(nodes, running), now.timestamp()
     windows = Windows(snapshot.maintenance, at)
-    found = reshapes(state, shape, windows, now=at, end_at=at + job.max_runtime_s)
+    found = reshapes(state, shape, windows, now=at, end_at=at + job.max_runtime_s, team=job.team, teams=snapshot.teams)
     return DryRun(shape.describe(), reason=reason, suggestions=tuple(found))
 
 

@@ -8,7 +8,8 @@ from datetime import datetime
 
 from django.utils import timezone
 
-from scheduling.cluster import load_nodes, load_running
+from scheduling.cluster import load_nodes, load_running, load_teams
+from scheduling.core.fairshare import Ledger
 from scheduling.core.maintenance import Windows
 from scheduling.core.model import JobShape
 from scheduling.core.reasons import CATEGORY, ReasonCode
@@ -189,17 +190,29 @@ def what_would_help(job: Job) -> Help:
     if fits_now(state, shape, windows.limit(end_at, None)):  # a reshape would only wait for the same turn
         return Help(at=now, fits_as_is=True, suggestions=[])
     return Help(
-        at=now, fits_as_is=False, suggestions=reshapes(state, shape, windows, now=now.timestamp(), end_at=end_at)
+        at=now,
+        fits_as_is=False,
+        suggestions=reshapes(
+            state, shape, windows, now=now.timestamp(), end_at=end_at, team=job.team.name, teams=load_teams()
+        ),
     )
 
 
-def reshapes(state: ClusterState, shape: JobShape, windows: Windows, *, now: float, end_at: float) -> list[str]:
+def reshapes(
+    state: ClusterState, shape: JobShape, windows: Windows, *, now: float, end_at: float, team: str, teams: tuple
+) -> list[str]:
     """Reshapes of a job (ending at `end_at`) that fit the free room now, off the nodes of any
     maintenance window it would run into, and the time limit that would fit before one: what
     `mlq why` and the dry run suggest (the dry run's ignored the windows, and suggested shapes
-    that waited for them: QA stop 49)."""
+    that waited for them: QA stop 49). Only those `team`'s quotas (`teams`, the tree) let start."""
+    ledger = Ledger.build(teams, state.running_jobs, state.fleet.capacity)
+
+    def allowed(reshaped: JobShape) -> bool:
+        return ledger.over_limit(team, reshaped.resource_class, reshaped.units) is None
+
     shorter = before_window(state, shape, windows, now=now, end_at=end_at)
-    return [*([shorter] if shorter else []), *suggestions(state, shape, gpu_types(), limit=windows.limit(end_at, None))]
+    limit = windows.limit(end_at, None)
+    return [*([shorter] if shorter else []), *suggestions(state, shape, gpu_types(), limit=limit, allowed=allowed)]
 
 
 def _asked(job: Job) -> Asked:

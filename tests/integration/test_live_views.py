@@ -14,6 +14,7 @@ from scheduling import notify
 from scheduling.leader.worker import run_pass
 from scheduling.models import Job, Node, SchedulerLease, Task
 from scheduling.web.explanations import HIGHER_LIMIT, QUOTA_WAIT, WOULD_START
+from teams.models import Quota
 from tests.conftest import make_spec
 from tests.nodes import cordon, heartbeat
 
@@ -79,6 +80,22 @@ def test_job_page_explains_a_job_that_cannot_fit_now(api, demo):
     help_html = logged_in("alice").get(f"/jobs/{job_id}/help/").content.decode()
     assert "fits now on A100" in help_html
     assert logged_in("bob").get(f"/jobs/{job_id}/").status_code == 404
+
+
+def test_another_gpu_type_is_suggested_only_where_the_teams_quota_lets_the_job_start(api, demo):
+    """QA: "fits now on A100" for a team whose A100 limit (4) is below the job's 8 GPUs."""
+    job_id = an_h100_job_with_no_h100_ready(api)
+    quota = Quota.objects.filter(team__name="research-foundation-models", resource_class="gpu:A100")
+    quota.update(guaranteed=0, borrowing_limit=4)
+    said = api("alice").get(f"/api/v1/jobs/{job_id}/why").json()["suggestions"]
+    assert "fits now on A100" not in said
+    quota.update(borrowing_limit=8)
+    assert "fits now on A100" in api("alice").get(f"/api/v1/jobs/{job_id}/why").json()["suggestions"]
+    dry = api("alice").post("/api/v1/jobs/dry-run", make_spec(resources={"gpu_count": 8}), format="json").json()
+    assert "fits now on A100" in dry["suggestions"]
+    quota.update(borrowing_limit=4)
+    dry = api("alice").post("/api/v1/jobs/dry-run", make_spec(resources={"gpu_count": 8}), format="json").json()
+    assert "fits now on A100" not in dry["suggestions"]
 
 
 def test_what_would_help_is_asked_for_and_follows_the_job_page_s_visibility(api, demo):
