@@ -280,7 +280,7 @@ class NodeAgent:
         except OSError as exc:  # a lease it cannot hold too: the one it had runs on, nothing new starts
             self.quiet.warning("%s: heartbeat failed (%s)", self.name, exc)
             if isinstance(exc, UnholdableLease):
-                self.stop_as_told(exc.reply)  # a cancel or a preemption still stops its task
+                self.stop_unholdable(exc.reply)
             return False
         self.renewed(sent_at, reply["lease_s"])
         if health is not None:
@@ -341,6 +341,15 @@ class NodeAgent:
         self.stop_as_told(reply)
         for assignment in reply["assignments"]:
             self.start(assignment)
+
+    def stop_unholdable(self, reply: dict) -> None:
+        """A reply the agent does not trust with a lease: its stop orders still stop their
+        tasks (a cancel, a preemption), and orders it cannot read are warned of, never the end
+        of the heartbeat loop."""
+        try:
+            self.stop_as_told(reply)
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            self.quiet.warning("%s: unreadable stop orders in a reply without a lease (%r)", self.name, exc)
 
     def stop_as_told(self, reply: dict) -> None:
         """The reply's kills and signals: stopping a task is safe under any lease."""

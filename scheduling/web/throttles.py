@@ -31,6 +31,7 @@ class SubmitRateThrottle(UserRateThrottle):
         counted as that many allow_request calls would count them, with one read and one write
         of the user's count (the submit lane's groups, scheduling/web/grouped_submits.py)."""
         if self.rate is None:
+            self.taken = 0  # nothing counted, nothing to give back
             return count
         self.key = self.cache_format % {"scope": self.scope, "ident": user.pk}
         self.history, self.now = self.cache.get(self.key, []), self.timer()
@@ -44,6 +45,8 @@ class SubmitRateThrottle(UserRateThrottle):
 
     def give_back(self) -> None:
         """Uncount what `take` counted (a group that wrote nothing: Django counts each again)."""
+        if not self.taken:
+            return
         history = self.cache.get(self.key, [])
         for _ in range(self.taken):
             if self.now in history:

@@ -324,6 +324,23 @@ def test_a_group_that_wrote_nothing_is_submitted_by_django_counted_once(tokens, 
     assert call(*request(SPEC, tokens["alice"]))[0] == 429  # the one submit counted, once
 
 
+def test_a_group_that_wrote_nothing_with_no_submit_rate_warns_of_nothing_else(tokens, settings, monkeypatch, caplog):
+    from scheduling import submit_batch
+
+    settings.MLQ_SUBMIT_RATE = None
+    write, failures = submit_batch.do_submit_jobs, []
+
+    def fails_once(checked):
+        if not failures:
+            failures.append(1)
+            raise RuntimeError("a statement failed")
+        return write(checked)
+
+    monkeypatch.setattr(submit_batch, "do_submit_jobs", fails_once)
+    assert call(*request(SPEC, tokens["alice"]))[0] == 201
+    assert "could not give back" not in caplog.text and Job.objects.count() == 1
+
+
 def test_the_lanes_refusals_are_logged_as_djangos(tokens, settings, caplog):
     assert call(*request({**SPEC, "client_job_id": "same"}, tokens["alice"]))[0] == 201
     seen = {}

@@ -197,6 +197,23 @@ def test_a_reply_with_a_lease_it_cannot_hold_still_stops_what_it_says_to(tmp_pat
     assert sent == [((7, 0, 1), "KILL", "no longer assigned here"), ((8, 0, 0), "TERM", "cancelled by alice")]
 
 
+@pytest.mark.parametrize(
+    "terms",
+    [
+        {"lease_s": 0, "kill": [{"job_id": 7, "rank": 0}]},
+        {"lease_s": None, "kill": {"job_id": 7, "rank": 0, "attempt": 1}},
+        {"lease_s": "300", "signals": [{"job_id": 8, "rank": 0, "attempt": 0, "signal": "TERM"}]},
+    ],
+)
+def test_unreadable_stop_orders_in_a_reply_without_a_lease_are_a_warning(tmp_path, caplog, terms):
+    agent = an_agent(tmp_path, 60, 5)
+    assert agent.try_register() and agent.heartbeat()
+    agent.client.terms.update(terms)
+    assert not agent.heartbeat()  # the heartbeat loop goes on
+    agent.release()
+    assert "unreadable stop orders in a reply without a lease" in caplog.text
+
+
 def test_good_lease_terms_are_taken(tmp_path):
     agent = an_agent(tmp_path, 6, 1)
     assert agent.try_register() and agent.heartbeat() and agent.interval_s == 1
