@@ -24,7 +24,6 @@ import getpass
 import json
 import logging
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -58,8 +57,9 @@ from agents.node.runtime import (
     TaskProcess,
     install_helpers,
 )
-from agents.node.supervise import LEASE_KILL_GRACE_S, bad_lease_terms, kill_grace, write_lease
+from agents.node.supervise import LEASE_KILL_GRACE_S, UnholdableLease, bad_lease_terms, kill_grace, write_lease
 from agents.node.telemetry import Health, HealthCheck, NoGpus, provider_for
+from agents.node.threads import run_until_signalled
 from agents.node.workdir_lock import WorkdirBusy, hold_node_dir, release_node_dir
 
 log = logging.getLogger("mlqueue.agent")
@@ -74,15 +74,6 @@ EXIT_REPORT_WAIT_S = 30.0
 # On stop: how long the last exits' events may take to go before the tasks are stopped anyway.
 LAST_WORD_S = 5.0
 GIVE_A_TOKEN = "give one with --token-file or MLQ_AGENT_JOIN_TOKEN"
-
-
-class UnholdableLease(OSError):
-    """A heartbeat's reply whose lease cannot be held (supervise.bad_lease_terms): not renewed,
-    no new work taken; its stop orders are still obeyed."""
-
-    def __init__(self, message: str, reply: dict):
-        super().__init__(message)
-        self.reply = reply
 
 
 class NodeAgent:
@@ -593,31 +584,6 @@ def agents_for(args, join_token: str) -> list["NodeAgent"]:
         ]
     except WorkdirBusy as exc:
         sys.exit(f"mlqueue-agent: {exc}")
-
-
-def run_until_signalled(agents: list[NodeAgent]) -> None:
-    """Run each agent in a thread until SIGTERM or SIGINT, then stop them and wait for them.
-    The handlers only note the signal: the loop stops the agents. Stopping them in the handler
-    set their Events, which take a lock; a second signal (INT then TERM, as a shell's cleanup
-    sends) ran the handler again inside the first one's set(), waited for the lock that frame
-    held, and the agent hung, heartbeating, until SIGKILL."""
-    threads = [threading.Thread(target=agent.run, name=agent.name, daemon=True) for agent in agents]
-    asked: list[int] = []
-
-    def note(signum, _frame):
-        asked.append(signum)
-
-    signal.signal(signal.SIGTERM, note)
-    signal.signal(signal.SIGINT, note)
-    for thread in threads:
-        thread.start()
-    stopped = False
-    while alive := [thread for thread in threads if thread.is_alive()]:
-        if asked and not stopped:
-            stopped = True
-            for agent in agents:
-                agent.stop()
-        alive[0].join(timeout=0.2)
 
 
 if __name__ == "__main__":

@@ -379,6 +379,15 @@ BAD_LEASE_TERMS = (
 )
 
 
+class UnholdableLease(OSError):
+    """A heartbeat's reply whose lease cannot be held (bad_lease_terms): not renewed, no new
+    work taken; its stop orders are still obeyed (daemon.NodeAgent.stop_unholdable)."""
+
+    def __init__(self, message: str, reply: dict):
+        super().__init__(message)
+        self.reply = reply
+
+
 def bad_lease_terms(reply: dict) -> str:
     """Why a server's lease cannot be held, '' if it can: a lease of 0 s or less has expired as
     given (its tasks would be killed at once); an interval of 0 s or less would spin."""

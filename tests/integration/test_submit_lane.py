@@ -305,10 +305,11 @@ def test_a_failing_after_commit_hook_neither_fails_nor_repeats_the_submit(tokens
     assert Job.objects.count() == 1 and AuditEvent.objects.filter(kind="SUBMITTED").count() == 1
 
 
-def test_a_group_that_wrote_nothing_is_submitted_by_django_counted_once(tokens, settings, monkeypatch, groups):
+@pytest.fixture
+def first_write_fails(monkeypatch) -> list:
+    """The first group's write raises (a statement failed, rolled back); the list notes it."""
     from scheduling import submit_batch
 
-    settings.MLQ_SUBMIT_RATE = "1/minute"
     write, failures = submit_batch.do_submit_jobs, []
 
     def fails_once(checked):
@@ -318,27 +319,23 @@ def test_a_group_that_wrote_nothing_is_submitted_by_django_counted_once(tokens, 
         return write(checked)
 
     monkeypatch.setattr(submit_batch, "do_submit_jobs", fails_once)
+    return failures
+
+
+def test_a_group_that_wrote_nothing_is_submitted_by_django_counted_once(tokens, settings, first_write_fails, groups):
+    settings.MLQ_SUBMIT_RATE = "1/minute"
     assert call(*request(SPEC, tokens["alice"]))[0] == 201
-    assert failures == [1] and [[answered for _, answered in group] for group in groups] == [[False]]
+    assert first_write_fails == [1] and [[answered for _, answered in group] for group in groups] == [[False]]
     assert Job.objects.count() == 1
     assert call(*request(SPEC, tokens["alice"]))[0] == 429  # the one submit counted, once
 
 
-def test_a_group_that_wrote_nothing_with_no_submit_rate_warns_of_nothing_else(tokens, settings, monkeypatch, caplog):
-    from scheduling import submit_batch
-
+def test_a_group_that_wrote_nothing_with_no_submit_rate_warns_of_nothing_else(
+    tokens, settings, first_write_fails, caplog
+):
     settings.MLQ_SUBMIT_RATE = None
-    write, failures = submit_batch.do_submit_jobs, []
-
-    def fails_once(checked):
-        if not failures:
-            failures.append(1)
-            raise RuntimeError("a statement failed")
-        return write(checked)
-
-    monkeypatch.setattr(submit_batch, "do_submit_jobs", fails_once)
     assert call(*request(SPEC, tokens["alice"]))[0] == 201
-    assert "could not give back" not in caplog.text and Job.objects.count() == 1
+    assert first_write_fails == [1] and "could not give back" not in caplog.text and Job.objects.count() == 1
 
 
 def test_the_lanes_refusals_are_logged_as_djangos(tokens, settings, caplog):
