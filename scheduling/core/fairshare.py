@@ -131,6 +131,36 @@ class Ledger:
         return guaranteed > 0 and self.usage[team][rclass] + units <= guaranteed
 
 
+def preemptor_charge(ledger: Ledger, team: str, units: int, victims: list[RunningJob]) -> dict[str, int]:
+    """What a preemptor whose victims are still stopping adds to its team's use and to each team
+    above it, by name: its units, less what its victims hold there (the ledger counts a stopping
+    victim until it has stopped, so a preemptor of its own team's job adds only the difference)."""
+    chain, charged = ledger.chain, {}
+    for name in chain(team):
+        left = units - sum(victim.units for victim in victims if name in chain(victim.team))
+        if left > 0:
+            charged[name] = left
+    return charged
+
+
+def in_flight_ledger(
+    teams: tuple[Team, ...], running: tuple[RunningJob, ...], capacity: dict[str, int], preemptors: dict[int, tuple]
+) -> Ledger:
+    """The teams' use as a pass counts it for quotas: what runs, and each preemptor whose victims
+    are still stopping (`preemptors`: job id -> (team, resource class, units), waiting jobs)."""
+    ledger = Ledger.build(teams, running, capacity)
+    stopping = defaultdict(list)
+    for victim in running:
+        if victim.preempted_for is not None:
+            stopping[victim.preempted_for].append(victim)
+    for job_id, victims in stopping.items():
+        if job_id in preemptors:
+            team, rclass, units = preemptors[job_id]
+            for name, charged in preemptor_charge(ledger, team, units, victims).items():
+                ledger.add_at(name, rclass, charged)
+    return ledger
+
+
 def _guarantee_order(job: RunningJob) -> tuple:
     return priority_rank(job.priority), job.started_at, job.job_id
 

@@ -8,6 +8,7 @@ from typing import NamedTuple
 
 from scheduling.core import explain
 from scheduling.core.decisions import Preemption, PreemptionReason
+from scheduling.core.fairshare import preemptor_charge
 from scheduling.core.model import PendingJob, RunningJob, priority_rank
 from scheduling.core.placement import plan
 from scheduling.core.preemption import Candidate, Excess, VictimPool, ready_at, why
@@ -63,12 +64,7 @@ class PassPreemption:
         the ledger counts a stopping victim until it has stopped, so a preemptor of its own
         team's (or division's) job adds only the difference. Kept apart (`in_flight_units`) so
         that what a team holds above its guarantee stays what it runs (`_excess`)."""
-        chain, charged = self.ledger.chain, {}
-        for name in chain(job.team):
-            units = job.shape.units - sum(v.units for v in victims if name in chain(v.team))
-            if units > 0:
-                charged[name] = units
-        self._recharge(job, charged)
+        self._recharge(job, preemptor_charge(self.ledger, job.team, job.shape.units, victims))
 
     def _uncharge(self, job: PendingJob) -> dict[str, int]:
         charged = self.charged.pop(job.job_id, {})

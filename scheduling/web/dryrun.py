@@ -12,6 +12,7 @@ from django.utils import timezone
 from mlqueue.errors import Conflict
 from scheduling import groups, services, sweep_params
 from scheduling.core.conditions import Condition, Edge, Status, Verdict, evaluate, never_message
+from scheduling.core.fairshare import in_flight_ledger
 from scheduling.core.feasibility import can_ever_run
 from scheduling.core.maintenance import Windows
 from scheduling.core.model import PendingJob
@@ -89,7 +90,9 @@ def dry_run(spec: dict, *, noun: str = "job") -> DryRun:
         return DryRun(shape.describe(), reason=reason)  # what frees room does not help it
     state, at = ClusterState(nodes, running), now.timestamp()
     windows = Windows(snapshot.maintenance, at)
-    found = reshapes(state, shape, windows, now=at, end_at=at + job.max_runtime_s, team=job.team, teams=snapshot.teams)
+    waiting = {other.job_id: (other.team, other.shape.resource_class, other.shape.units) for other in snapshot.pending}
+    ledger = in_flight_ledger(snapshot.teams, tuple(running), state.fleet.capacity, waiting)
+    found = reshapes(state, shape, windows, now=at, end_at=at + job.max_runtime_s, team=job.team, ledger=ledger)
     return DryRun(shape.describe(), reason=reason, suggestions=tuple(found))
 
 

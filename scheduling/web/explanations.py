@@ -9,7 +9,7 @@ from datetime import datetime
 from django.utils import timezone
 
 from scheduling.cluster import load_nodes, load_running, load_teams
-from scheduling.core.fairshare import Ledger
+from scheduling.core.fairshare import Ledger, in_flight_ledger
 from scheduling.core.maintenance import Windows
 from scheduling.core.model import JobShape
 from scheduling.core.reasons import CATEGORY, ReasonCode
@@ -193,19 +193,19 @@ def what_would_help(job: Job) -> Help:
         at=now,
         fits_as_is=False,
         suggestions=reshapes(
-            state, shape, windows, now=now.timestamp(), end_at=end_at, team=job.team.name, teams=load_teams()
+            state, shape, windows, now=now.timestamp(), end_at=end_at, team=job.team.name, ledger=_ledger(state)
         ),
     )
 
 
 def reshapes(
-    state: ClusterState, shape: JobShape, windows: Windows, *, now: float, end_at: float, team: str, teams: tuple
+    state: ClusterState, shape: JobShape, windows: Windows, *, now: float, end_at: float, team: str, ledger: Ledger
 ) -> list[str]:
     """Reshapes of a job (ending at `end_at`) that fit the free room now, off the nodes of any
     maintenance window it would run into, and the time limit that would fit before one: what
     `mlq why` and the dry run suggest (the dry run's ignored the windows, and suggested shapes
-    that waited for them: QA stop 49). Only those `team`'s quotas (`teams`, the tree) let start."""
-    ledger = Ledger.build(teams, state.running_jobs, state.fleet.capacity)
+    that waited for them: QA stop 49). Only those `team`'s quotas let start (`ledger`, the
+    teams' use as the pass counts it: fairshare.in_flight_ledger)."""
 
     def allowed(reshaped: JobShape) -> bool:
         return ledger.over_limit(team, reshaped.resource_class, reshaped.units) is None
@@ -213,6 +213,16 @@ def reshapes(
     shorter = before_window(state, shape, windows, now=now, end_at=end_at)
     limit = windows.limit(end_at, None)
     return [*([shorter] if shorter else []), *suggestions(state, shape, gpu_types(), limit=limit, allowed=allowed)]
+
+
+def _ledger(state: ClusterState) -> Ledger:
+    """The teams' use as a pass counts it: what runs, and the preemptors whose victims stop."""
+    ids = {victim.preempted_for for victim in state.running_jobs if victim.preempted_for is not None}
+    preemptors = {}
+    for job in Job.objects.filter(pk__in=ids, state=JobState.PENDING).select_related("team") if ids else ():
+        shape = job_shape(job.spec)
+        preemptors[job.pk] = (job.team.name, shape.resource_class, shape.units)
+    return in_flight_ledger(load_teams(), state.running_jobs, state.fleet.capacity, preemptors)
 
 
 def _asked(job: Job) -> Asked:
