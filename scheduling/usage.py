@@ -42,7 +42,8 @@ class Bar:
 @dataclass(frozen=True)
 class ClassUsage:
     """One team's standing in one resource class. `borrowed`: held above its guarantee;
-    `lent`: guaranteed but idle while teams at its level borrow at least that much."""
+    `lent`: its part of what teams at its level borrow, out of the guarantee it leaves idle
+    (`_lent`: a level's teams lend, together, what its teams borrow)."""
 
     resource_class: str
     has_quota: bool
@@ -138,11 +139,11 @@ def cluster_usage() -> ClusterUsage:
             key=order,
         )
     )
-    borrowed_at = _borrowed_per_level(ledger, ordered)
+    lent = _lent(ledger, ordered, _borrowed_per_level(ledger, ordered))
     return ClusterUsage(
         classes,
         capacity,
-        tuple(_team_usage(ledger, row, depth, classes, borrowed_at, order) for row, depth in ordered),
+        tuple(_team_usage(ledger, row, depth, classes, lent, order) for row, depth in ordered),
         known,
     )
 
@@ -198,12 +199,38 @@ def _borrowed_per_level(ledger: Ledger, ordered: list[tuple[dict, int]]) -> dict
     return borrowed
 
 
+def _lent(ledger: Ledger, ordered: list[tuple[dict, int]], borrowed_at: dict[tuple[int, str], int]) -> dict:
+    """Units each team lends per (team, class): what teams at its level borrow, split over the
+    teams there that leave guarantee idle, in proportion to what each leaves idle (largest
+    remainders, then by name), so that what a level lends adds up to what it borrows, at most
+    its idle guarantees (QA: one team's 8 borrowed H100 read as 8 lent by each of its two
+    idle peers). A team with idle guarantee borrows nothing itself."""
+    idle: dict[tuple[int, str], dict[str, int]] = defaultdict(dict)
+    for row, depth in ordered:
+        name = row["name"]
+        for rclass in ledger.teams[name].quotas:
+            spare = ledger.guaranteed(name, rclass) - ledger.usage.get(name, {}).get(rclass, 0)
+            if spare > 0:
+                idle[(depth, rclass)][name] = spare
+    lent = {}
+    for level, spares in idle.items():
+        total = sum(spares.values())
+        lend = min(total, borrowed_at[level])
+        parts = {name: lend * spare / total for name, spare in spares.items()}
+        whole = {name: int(part) for name, part in parts.items()}
+        by_remainder = sorted(spares, key=lambda name: (whole[name] - parts[name], name))
+        for name in by_remainder[: lend - sum(whole.values())]:
+            whole[name] += 1
+        lent.update({(name, level[1]): units for name, units in whole.items()})
+    return lent
+
+
 def _team_usage(
     ledger: Ledger,
     row: dict,
     depth: int,
     classes: tuple[str, ...],
-    borrowed_at: dict[tuple[int, str], int],
+    lent: dict[tuple[str, str], int],
     order: Callable[[str], tuple[int, str]],
 ) -> TeamUsage:
     name, used = row["name"], ledger.usage.get(row["name"], {})
@@ -214,18 +241,15 @@ def _team_usage(
         name,
         row["parent__name"],
         depth,
-        tuple(_class_usage(ledger, name, rclass, used.get(rclass, 0), borrowed_at[(depth, rclass)]) for rclass in mine),
+        tuple(_class_usage(ledger, name, rclass, used.get(rclass, 0), lent.get((name, rclass), 0)) for rclass in mine),
         tuple(used.get(rclass, 0) / ledger.entitlement(name, rclass) for rclass in classes),
         ledger.share(name),
     )
 
 
-def _class_usage(ledger: Ledger, team: str, rclass: str, used: int, borrowed_at_level: int) -> ClassUsage:
-    """A team with idle guarantee borrows nothing itself, so all of `borrowed_at_level` is
-    others' borrowing: it lends what they borrow, up to what it leaves idle."""
+def _class_usage(ledger: Ledger, team: str, rclass: str, used: int, lent: int) -> ClassUsage:
     quota = ledger.teams[team].quota(rclass)
     guaranteed = quota.guaranteed if quota else 0
-    idle = max(0, guaranteed - used)
     return ClassUsage(
         rclass,
         quota is not None,
@@ -234,6 +258,6 @@ def _class_usage(ledger: Ledger, team: str, rclass: str, used: int, borrowed_at_
         quota.weight if quota else 1.0,
         used,
         max(0, used - guaranteed),
-        min(idle, borrowed_at_level),
+        lent,
         used / ledger.entitlement(team, rclass),
     )

@@ -24,7 +24,10 @@ class ClassStandingSerializer(serializers.Serializer):
     weight = serializers.FloatField()
     used = serializers.IntegerField(help_text="units held now by assigned and running tasks")
     borrowed = serializers.IntegerField(help_text="held above the guarantee")
-    lent = serializers.IntegerField(help_text="guaranteed but idle while teams at its level borrow")
+    lent = serializers.IntegerField(
+        help_text="its part of what teams at its level borrow, out of the guarantee it leaves idle (split in "
+        "proportion to what each idle team leaves idle: a level lends what it borrows)"
+    )
     share = serializers.FloatField(help_text="use over entitlement in this class")
 
 

@@ -66,12 +66,18 @@ def test_usage_counts_borrowed_and_lent_per_level(running):
     usage = cluster_usage()
 
     assert usage.capacity == {"gpu:H100": 128, "gpu:A100": 64, "gpu:L40S": 32, "cpu": 768}
-    # Foundation models borrows 8 H100 and vision 1 A100; their peers' idle guarantees lend it.
+    # Foundation models borrows 8 H100 and vision 1 A100; their peers' idle guarantees lend it,
+    # split in proportion to what each leaves idle: 16 and 77 idle H100 lend 8 as 1 and 7 (each
+    # read 8, 16 lent for 8 borrowed: QA); 10 and 39 idle A100 lend 1 as 0 and 1.
     assert standing(usage, FM, "gpu:H100") == (40, 32, 8, 0)
-    assert standing(usage, "research-vision", "gpu:H100") == (0, 16, 0, 8)
-    assert standing(usage, "production-ranking", "gpu:H100") == (0, 77, 0, 8)
+    assert standing(usage, "research-vision", "gpu:H100") == (0, 16, 0, 1)
+    assert standing(usage, "production-ranking", "gpu:H100") == (0, 77, 0, 7)
     assert standing(usage, "research-vision", "gpu:A100") == (16, 15, 1, 0)
-    assert standing(usage, FM, "gpu:A100") == (0, 10, 0, 1)
+    assert standing(usage, FM, "gpu:A100") == (0, 10, 0, 0)
+    assert standing(usage, "production-ranking", "gpu:A100") == (0, 39, 0, 1)
+    for rclass in ("gpu:H100", "gpu:A100"):
+        teams = [row for row in usage.teams if row.depth == 1 and row.get(rclass)]
+        assert sum(row.get(rclass).lent for row in teams) == sum(row.get(rclass).borrowed for row in teams)
     assert standing(usage, "production-ranking", "cpu") == (64, 461, 0, 0)
     # The research division holds its teams' 40 H100 within its own 51: no division borrows.
     assert standing(usage, "research", "gpu:H100") == (40, 51, 0, 0)
@@ -103,7 +109,7 @@ def test_the_page_shows_the_tree_in_a_bounded_number_of_queries(running, logged_
     ]
     assert order == sorted(order)
     assert cells(row(html, FM, "gpu:H100"))[2:7] == ["40 / 32 (+64)", "8", "0", "1", "1.202"]
-    assert cells(row(html, "research-vision", "gpu:H100"))[2:5] == ["0 / 16 (+32)", "0", "8"]
+    assert cells(row(html, "research-vision", "gpu:H100"))[2:5] == ["0 / 16 (+32)", "0", "1"]
     assert 'class="borrowed" style="left:33.3%;width:8.3%"' in row(html, FM, "gpu:H100")  # of 32 + 64
     fair = re.search(r'<tr id="share-research-vision">.*?</tr>', html, re.DOTALL).group(0)
     assert cells(fair) == ["research-vision", "0.000", "1.023", "0.000", "0.000", "1.023", "16 A100"]
