@@ -33,15 +33,21 @@ class SubmitRateThrottle(UserRateThrottle):
         if self.rate is None:
             self.taken = 0  # nothing counted, nothing to give back
             return count
-        self.key = self.cache_format % {"scope": self.scope, "ident": user.pk}
-        self.history, self.now = self.cache.get(self.key, []), self.timer()
-        while self.history and self.history[-1] <= self.now - self.duration:
-            self.history.pop()
+        self._read(self.cache_format % {"scope": self.scope, "ident": user.pk})
         self.taken = max(0, min(count, self.num_requests - len(self.history)))
         if self.taken:
-            self.history[:0] = [self.now] * self.taken
-            self.cache.set(self.key, self.history, self.duration)
+            self._count(self.taken)
         return self.taken
+
+    def _read(self, key: str) -> None:
+        """The user's submit times still within the period, newest first (DRF's bookkeeping)."""
+        self.key, self.history, self.now = key, self.cache.get(key, []), self.timer()
+        while self.history and self.history[-1] <= self.now - self.duration:
+            self.history.pop()
+
+    def _count(self, count: int) -> None:
+        self.history[:0] = [self.now] * count
+        self.cache.set(self.key, self.history, self.duration)
 
     def give_back(self) -> None:
         """Uncount what `take` counted (a group that wrote nothing: Django counts each again)."""
@@ -79,13 +85,10 @@ class BatchSubmitRateThrottle(SubmitRateThrottle):
         if self.count > self.num_requests:
             count, period = settings.MLQ_SUBMIT_RATE.split("/")
             raise ValidationError({"jobs": [BATCH_OVER_RATE.format(jobs=self.count, count=count, period=period)]})
-        self.key, self.history, self.now = key, self.cache.get(key, []), self.timer()
-        while self.history and self.history[-1] <= self.now - self.duration:
-            self.history.pop()
+        self._read(key)
         if len(self.history) + self.count > self.num_requests:
             return self.throttle_failure()
-        self.history[:0] = [self.now] * self.count
-        self.cache.set(self.key, self.history, self.duration)
+        self._count(self.count)
         return True
 
     def wait(self):
